@@ -1,0 +1,113 @@
+//! Graft-callable kernel functions (Small 1998, 6.3.3).
+//!
+//! A graft may call only the functions its graftpoint allows. Each one checks its arguments as a
+//! system call does and does its work inside the invocation's transaction: it takes locks on what
+//! it reads and changes and logs how to undo its changes (see `vino_vlt::current`). A subsystem
+//! defines its functions through [`Callables`], which hides the sandbox; a refusal
+//! ([`CallError`]) aborts the calling graft.
+
+use crate::sandbox::HostState;
+use vino_vlt::VltError;
+use wasmtime::{Caller, Linker};
+
+/// Why a graft-callable function refused to go on. The graft's transaction aborts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("bad argument to {function}: {why}")]
+    BadArgument { function: &'static str, why: String },
+    #[error("{0}")]
+    Transaction(#[from] VltError),
+    #[error("{0}")]
+    Forbidden(String),
+}
+
+impl CallError {
+    pub fn bad_argument(function: &'static str, why: impl Into<String>) -> Self {
+        CallError::BadArgument { function, why: why.into() }
+    }
+}
+
+/// Integer types a graft-callable function may take or return.
+pub trait WasmInt: wasmtime::WasmTy + wasmtime::WasmRet + Copy + Send + 'static {}
+impl WasmInt for i32 {}
+impl WasmInt for i64 {}
+impl WasmInt for u32 {}
+impl WasmInt for u64 {}
+
+/// What a graft-callable function returns: nothing or one integer.
+pub trait CallResult: wasmtime::WasmRet + Send + 'static {}
+impl CallResult for () {}
+impl<T: WasmInt> CallResult for T {}
+
+/// Names every graft may import, whatever its graftpoint.
+pub const COMMON: &[&str] = &["vino_now_ns", "vino_log"];
+
+/// Longest message a graft's `vino_log` keeps.
+pub const LOG_BYTES: usize = 256;
+
+/// The graft-callable functions of one graftpoint, being defined.
+pub struct Callables<E: Send + Sync + 'static> {
+    pub(crate) linker: Linker<HostState<E>>,
+    pub(crate) names: Vec<&'static str>,
+}
+
+fn refused(e: CallError) -> wasmtime::Error {
+    wasmtime::Error::new(crate::sandbox::HostAbort::Call(e))
+}
+
+macro_rules! define_arity {
+    ($method:ident, $($arg:ident : $ty:ident),*) => {
+        /// Defines a graft-callable function of this arity.
+        pub fn $method<$($ty: WasmInt,)* R: CallResult>(
+            &mut self,
+            name: &'static str,
+            f: impl Fn(&E, $($ty),*) -> Result<R, CallError> + Send + Sync + 'static,
+        ) {
+            self.linker
+                .func_wrap("vino", name, move |caller: Caller<'_, HostState<E>>, $($arg: $ty),*| {
+                    f(&caller.data().env, $($arg),*).map_err(refused)
+                })
+                .expect("defining a graft-callable function twice");
+            self.names.push(name);
+        }
+    };
+}
+
+impl<E: Send + Sync + 'static> Callables<E> {
+    pub(crate) fn new(engine: &wasmtime::Engine) -> Self {
+        let mut c = Callables { linker: Linker::new(engine), names: Vec::new() };
+        c.define_common();
+        c
+    }
+
+    define_arity!(func0,);
+    define_arity!(func1, a: A);
+    define_arity!(func2, a: A, b: B);
+    define_arity!(func3, a: A, b: B, c: C);
+    define_arity!(func4, a: A, b: B, c: C, d: D);
+
+    fn define_common(&mut self) {
+        self.func0("vino_now_ns", |_| Ok(vino_vlt::now_ns() as i64));
+        self.linker
+            .func_wrap("vino", "vino_log", |mut caller: Caller<'_, HostState<E>>, ptr: i32, len: i32| {
+                let memory = caller.get_export("memory").and_then(|e| e.into_memory());
+                let Some(memory) = memory else {
+                    return Err(refused(CallError::bad_argument("vino_log", "the graft has no memory")));
+                };
+                let (start, len) = (ptr as u32 as usize, (len as u32 as usize).min(LOG_BYTES));
+                let data = memory.data(&caller);
+                let Some(bytes) = data.get(start..start.saturating_add(len)) else {
+                    return Err(refused(CallError::bad_argument("vino_log", "message outside the graft's memory")));
+                };
+                let text = String::from_utf8_lossy(bytes).into_owned();
+                caller.data().counters.logged(text);
+                Ok(())
+            })
+            .expect("vino_log defined once");
+        self.names.push("vino_log");
+    }
+
+    pub(crate) fn allows(&self, name: &str) -> bool {
+        self.names.contains(&name)
+    }
+}

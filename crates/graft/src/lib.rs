@@ -1,0 +1,39 @@
+//! The VINO graft runtime.
+//!
+//! Kernel subsystems declare their replaceable policies as [`GraftPoint`] types and keep one
+//! [`GraftSlot`] per kernel object; [`GraftSlot::invoke`] is the only way they ask for a
+//! decision. Untrusted processes bind WebAssembly grafts to those slots ([`GraftSlot::load`],
+//! through a [`Namespace`] that checks who may graft what). Each graft is:
+//!
+//! * validated and compiled by the kernel itself (wasmtime/Cranelift), compiled code cached by
+//!   content hash;
+//! * confined to its own linear memory, capped in size, with a bounded native stack;
+//! * allowed to import only its graftpoint's graft-callable functions (checked at load);
+//! * run inside a VINO lightweight transaction ([`vino_vlt`]) under a CPU budget, so a trap, a
+//!   timeout, a refused kernel call or an invalid result undoes its kernel changes and the
+//!   default policy decides instead; a graft that keeps failing is unloaded and its owner told.
+//!
+//! The same slot can be bound to a native Rust policy ([`GraftSlot::bind_native`]), so every
+//! experiment can compare protected and unprotected policies with one switch.
+
+pub mod abi;
+pub mod callable;
+mod clock;
+mod error;
+pub mod point;
+mod registry;
+mod runtime;
+mod sandbox;
+mod slot;
+mod stats;
+
+pub use callable::{CallError, Callables};
+pub use clock::{ticks, ticks_to_ns};
+pub use error::{GraftError, LoadError};
+pub use point::{Access, GraftPoint, Invalid, NativePolicy, export_name};
+pub use registry::{ManagedSlot, Namespace, Principal};
+pub use runtime::{Compiled, Interrupt, Runtime, RuntimeConfig, sandbox_config};
+pub use sandbox::{ARG_BYTES, CONTROL_PREFIX, Failure, HostState};
+pub use slot::{GraftEvent, GraftInfo, GraftSlot, Owner, PolicyKind, SlotInfo};
+pub use stats::GraftStats;
+pub use vino_vlt as vlt;

@@ -1,0 +1,141 @@
+//! Graftpoint registries: the names a process can graft, and who may graft each (Small 1998, 3.4).
+//!
+//! The kernel keeps one global namespace (graftpoints on global objects, privileged processes
+//! only) and one per process (graftpoints on the objects it owns). Both map a name to a slot;
+//! the graft system calls go through [`Namespace`], which checks permission first.
+
+use crate::error::{GraftError, LoadError, describe_access};
+use crate::point::{Access, GraftPoint};
+use crate::slot::{GraftInfo, GraftSlot, Owner, SlotInfo};
+use crate::stats::GraftStats;
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The process asking: its identity and whether it is privileged (root, or a configured group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Principal {
+    pub process: u64,
+    pub privileged: bool,
+}
+
+/// A slot seen through its name, whatever its graftpoint type.
+pub trait ManagedSlot: Send + Sync {
+    fn name(&self) -> &str;
+    fn access(&self) -> Access;
+    fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError>;
+    fn unload(&self) -> bool;
+    fn info(&self) -> SlotInfo;
+    fn stats(&self) -> Option<GraftStats>;
+    fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError>;
+    fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError>;
+    fn symbol_address(&self, name: &str) -> Result<u32, GraftError>;
+    fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError>;
+}
+
+impl<G: GraftPoint> ManagedSlot for GraftSlot<G> {
+    fn name(&self) -> &str {
+        GraftSlot::name(self)
+    }
+    fn access(&self) -> Access {
+        GraftSlot::access(self)
+    }
+    fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
+        GraftSlot::load(self, wasm, owner)
+    }
+    fn unload(&self) -> bool {
+        GraftSlot::unload(self)
+    }
+    fn info(&self) -> SlotInfo {
+        GraftSlot::info(self)
+    }
+    fn stats(&self) -> Option<GraftStats> {
+        GraftSlot::stats(self)
+    }
+    fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
+        GraftSlot::write_memory(self, offset, bytes)
+    }
+    fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
+        GraftSlot::read_memory(self, offset, len)
+    }
+    fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
+        GraftSlot::symbol_address(self, name)
+    }
+    fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
+        GraftSlot::call_control(self, name, args)
+    }
+}
+
+/// Named graftpoints, with permission checks on every graft system call.
+#[derive(Default)]
+pub struct Namespace {
+    slots: RwLock<BTreeMap<String, Arc<dyn ManagedSlot>>>,
+}
+
+impl Namespace {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a slot under its own name (replacing a slot of that name).
+    pub fn register(&self, slot: Arc<dyn ManagedSlot>) {
+        self.slots.write().insert(slot.name().to_string(), slot);
+    }
+
+    /// Removes a graftpoint (its object went away); its graft is unloaded.
+    pub fn remove(&self, name: &str) -> Option<Arc<dyn ManagedSlot>> {
+        let slot = self.slots.write().remove(name);
+        if let Some(s) = &slot {
+            s.unload();
+        }
+        slot
+    }
+
+    pub fn lookup(&self, name: &str) -> Result<Arc<dyn ManagedSlot>, GraftError> {
+        self.slots.read().get(name).cloned().ok_or_else(|| GraftError::UnknownGraftpoint(name.to_string()))
+    }
+
+    /// The slot named `name`, if `who` may graft it.
+    pub fn authorized(&self, who: Principal, name: &str) -> Result<Arc<dyn ManagedSlot>, GraftError> {
+        let slot = self.lookup(name)?;
+        let allowed = match slot.access() {
+            Access::Privileged => who.privileged,
+            Access::Process(owner) => owner == who.process,
+        };
+        if !allowed {
+            return Err(GraftError::PermissionDenied { point: name.to_string(), who: describe_access(slot.access()) });
+        }
+        Ok(slot)
+    }
+
+    pub fn load(&self, who: Principal, name: &str, wasm: &[u8], owner: Owner) -> Result<GraftInfo, GraftError> {
+        Ok(self.authorized(who, name)?.load(wasm, owner)?)
+    }
+
+    pub fn unload(&self, who: Principal, name: &str) -> Result<(), GraftError> {
+        if self.authorized(who, name)?.unload() { Ok(()) } else { Err(GraftError::NotLoaded(name.to_string())) }
+    }
+
+    pub fn write_memory(&self, who: Principal, name: &str, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
+        self.authorized(who, name)?.write_memory(offset, bytes)
+    }
+
+    pub fn call_control(&self, who: Principal, name: &str, control: &str, args: &[i64]) -> Result<i64, GraftError> {
+        self.authorized(who, name)?.call_control(control, args)
+    }
+
+    /// Every graftpoint and what is bound to it.
+    pub fn list(&self) -> Vec<SlotInfo> {
+        self.slots.read().values().map(|s| s.info()).collect()
+    }
+
+    /// Unloads every graft owned by `process` (it exited).
+    pub fn unload_owned_by(&self, process: u64) -> usize {
+        let slots: Vec<_> = self.slots.read().values().cloned().collect();
+        slots
+            .iter()
+            .filter(|s| s.info().graft.is_some_and(|g| g.owner == process))
+            .filter(|s| s.unload())
+            .count()
+    }
+}

@@ -1,0 +1,343 @@
+//! One loaded graft: its wasmtime store and instance, the limits around it, and how one
+//! invocation runs inside a transaction.
+
+use crate::callable::{CallError, Callables};
+use crate::error::{GraftError, LoadError};
+use crate::point::{GraftPoint, export_name};
+use crate::runtime::{Interrupt, Runtime};
+use crate::stats::Counters;
+use parking_lot::Mutex;
+use std::fmt;
+use std::sync::Arc;
+use vino_vlt::VltError;
+use wasmtime::{
+    ExternType, Func, Instance, Memory, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline, Val, ValType,
+};
+
+/// Size of the argument area a graft exports as `vino_args`.
+pub const ARG_BYTES: usize = 4096;
+
+/// Prefix of the exports the owner may call as control functions.
+pub const CONTROL_PREFIX: &str = "vino_ctl_";
+
+/// Why an invocation's transaction aborted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The graft trapped (out-of-bounds access, unreachable, stack overflow, ...).
+    Trap(String),
+    /// The graft ran past its CPU budget.
+    Budget,
+    /// The transaction passed its deadline (it held a lock others waited for too long).
+    Deadline,
+    /// The graft tried to grow its memory past the cap.
+    MemoryCap,
+    /// A graft-callable function refused a call.
+    Refused(CallError),
+    /// The graft's decision was out of range.
+    Invalid(String),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Trap(t) => write!(f, "trap: {t}"),
+            Failure::Budget => f.write_str("ran past its CPU budget"),
+            Failure::Deadline => f.write_str("held a lock others wait for past its deadline"),
+            Failure::MemoryCap => f.write_str("tried to grow its memory past the cap"),
+            Failure::Refused(e) => write!(f, "refused: {e}"),
+            Failure::Invalid(why) => write!(f, "invalid result: {why}"),
+        }
+    }
+}
+
+/// An abort raised by the host side (limits, refusals), carried through wasmtime as an error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostAbort {
+    #[error("{0}")]
+    Call(CallError),
+    #[error("CPU budget exhausted")]
+    Budget,
+    #[error("transaction deadline passed")]
+    Deadline,
+    #[error("memory cap reached")]
+    MemoryCap,
+}
+
+/// What a graft's store carries: the kernel state its callable functions reach, and its limits.
+pub struct HostState<E> {
+    pub(crate) env: Arc<E>,
+    memory_cap: usize,
+    /// Epoch ticks left in the current invocation's budget.
+    ticks_left: u64,
+    /// Where `vino_log` leaves its messages.
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl<E: Send + Sync + 'static> ResourceLimiter for HostState<E> {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_cap {
+            return Err(wasmtime::Error::new(HostAbort::MemoryCap));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 10_000)
+    }
+}
+
+/// The running instance of a graft. Calls into it are serialized: its memory is one sandbox.
+struct Live<G: GraftPoint> {
+    store: Store<HostState<G::Env>>,
+    instance: Instance,
+    entry: TypedFunc<G::Params, G::Results>,
+    memory: Option<Memory>,
+    /// Offset of the argument area in the graft's memory.
+    arg_area: Option<usize>,
+}
+
+/// A graft bound to a graftpoint.
+pub(crate) struct WasmGraft<G: GraftPoint> {
+    live: Mutex<Live<G>>,
+    runtime: Runtime,
+    invocation_units: u64,
+}
+
+impl<G: GraftPoint> WasmGraft<G> {
+    /// Checks a compiled module against the graftpoint and instantiates it.
+    pub(crate) fn instantiate(
+        runtime: &Runtime,
+        module: &wasmtime::Module,
+        callables: &Callables<G::Env>,
+        env: Arc<G::Env>,
+        counters: Arc<Counters>,
+        point: &str,
+    ) -> Result<Self, LoadError> {
+        check_imports(module, callables, point)?;
+        let config = runtime.config();
+        let state = HostState { env, memory_cap: config.memory_cap, ticks_left: 0, counters };
+        let mut store = Store::new(runtime.engine(), state);
+        store.limiter(|s| s as &mut dyn ResourceLimiter);
+        if config.interrupt == Interrupt::Epoch {
+            store.epoch_deadline_callback(on_tick);
+        }
+        // A start function runs at instantiation: it gets the control budget.
+        arm(&mut store, runtime, runtime.budget_units(config.control_budget));
+        let instance = callables.linker.instantiate(&mut store, module).map_err(|e| match classify(&e) {
+            Failure::MemoryCap => LoadError::MemoryCap { cap: config.memory_cap },
+            Failure::Trap(t) if is_link_error(&e) => LoadError::Link(t),
+            other if is_link_error(&e) => LoadError::Link(other.to_string()),
+            other => LoadError::Start(other.to_string()),
+        })?;
+        let export = export_name(G::NAME);
+        let entry = instance.get_typed_func::<G::Params, G::Results>(&mut store, &export).map_err(|e| {
+            LoadError::MissingEntry { export: export.clone(), point: point.to_string(), why: format!("{e:#}") }
+        })?;
+        let memory = instance.get_memory(&mut store, "memory");
+        let arg_area = if G::USES_ARG_AREA { Some(find_arg_area(&mut store, &instance, memory, point)?) } else { None };
+        Ok(WasmGraft {
+            live: Mutex::new(Live { store, instance, entry, memory, arg_area }),
+            runtime: runtime.clone(),
+            invocation_units: runtime.budget_units(config.invocation_budget),
+        })
+    }
+
+    /// Runs the graft once, inside a transaction (nested in the caller's, if it has one).
+    pub(crate) fn invoke(&self, env: &G::Env, args: &G::Args<'_>, transactional: bool) -> Result<G::Output, Failure> {
+        let mut guard = self.live.lock();
+        let live = &mut *guard;
+        let run = |live: &mut Live<G>| -> Result<G::Output, Failure> {
+            arm(&mut live.store, &self.runtime, self.invocation_units);
+            let params = match (live.arg_area, live.memory) {
+                (Some(at), Some(mem)) => G::encode(env, args, &mut mem.data_mut(&mut live.store)[at..at + ARG_BYTES]),
+                _ => G::encode(env, args, &mut []),
+            };
+            let results = live.entry.call(&mut live.store, params).map_err(|e| classify(&e))?;
+            // A deadline seen only now (fuel mode, or passed during the last kernel call).
+            vino_vlt::current::check().map_err(|_| Failure::Deadline)?;
+            let area: &[u8] = match (live.arg_area, live.memory) {
+                (Some(at), Some(mem)) => &mem.data(&live.store)[at..at + ARG_BYTES],
+                _ => &[],
+            };
+            G::decode(env, args, results, area).map_err(|e| Failure::Invalid(e.0))
+        };
+        if transactional {
+            vino_vlt::current::atomically(self.runtime.vlt(), || run(live))
+        } else {
+            run(live)
+        }
+    }
+
+    /// Copies `bytes` into the graft's memory at `offset` (all or nothing).
+    pub(crate) fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
+        let mut live = self.live.lock();
+        let live = &mut *live;
+        let mem = live.memory.ok_or_else(|| GraftError::MemoryBounds("the graft exports no memory".into()))?;
+        let data = mem.data_mut(&mut live.store);
+        let range = bounded(offset, bytes.len(), data.len())?;
+        data[range].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    pub(crate) fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
+        let mut live = self.live.lock();
+        let live = &mut *live;
+        let mem = live.memory.ok_or_else(|| GraftError::MemoryBounds("the graft exports no memory".into()))?;
+        let data = mem.data(&live.store);
+        Ok(data[bounded(offset, len, data.len())?].to_vec())
+    }
+
+    /// The value of an exported i32 global: the address of a data symbol.
+    pub(crate) fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
+        let mut live = self.live.lock();
+        let live = &mut *live;
+        let global = live.instance.get_global(&mut live.store, name).ok_or_else(|| GraftError::NoSymbol(name.into()))?;
+        match global.get(&mut live.store) {
+            Val::I32(v) => Ok(v as u32),
+            _ => Err(GraftError::NoSymbol(name.into())),
+        }
+    }
+
+    /// Calls the control export `vino_ctl_<name>` with integer arguments, in a transaction.
+    pub(crate) fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
+        let mut live = self.live.lock();
+        let live = &mut *live;
+        let export = format!("{CONTROL_PREFIX}{name}");
+        let control_error = |why: String| GraftError::Control { name: name.to_string(), why };
+        let func: Func = live
+            .instance
+            .get_func(&mut live.store, &export)
+            .ok_or_else(|| control_error(format!("the graft exports no `{export}`")))?;
+        let ty = func.ty(&live.store);
+        if ty.params().len() != args.len() {
+            return Err(control_error(format!("takes {} arguments, {} given", ty.params().len(), args.len())));
+        }
+        let params = ty
+            .params()
+            .zip(args)
+            .map(|(t, &a)| match t {
+                ValType::I32 => Ok(Val::I32(a as i32)),
+                ValType::I64 => Ok(Val::I64(a)),
+                other => Err(control_error(format!("parameter of type {other} (only i32 and i64 allowed)"))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut results = vec![Val::I64(0); ty.results().len()];
+        if results.len() > 1 {
+            return Err(control_error("returns more than one value".into()));
+        }
+        let units = self.runtime.budget_units(self.runtime.config().control_budget);
+        vino_vlt::current::atomically(self.runtime.vlt(), || {
+            arm(&mut live.store, &self.runtime, units);
+            func.call(&mut live.store, &params, &mut results).map_err(|e| classify(&e))?;
+            vino_vlt::current::check().map_err(|_| Failure::Deadline)
+        })
+        .map_err(|f| GraftError::ControlAborted { name: name.to_string(), failure: f.to_string() })?;
+        Ok(match results.first() {
+            Some(Val::I32(v)) => *v as i64,
+            Some(Val::I64(v)) => *v,
+            _ => 0,
+        })
+    }
+}
+
+fn bounded(offset: u32, len: usize, size: usize) -> Result<std::ops::Range<usize>, GraftError> {
+    let start = offset as usize;
+    match start.checked_add(len) {
+        Some(end) if end <= size => Ok(start..end),
+        _ => Err(GraftError::MemoryBounds(format!("{len} bytes at {offset:#x} in a memory of {size} bytes"))),
+    }
+}
+
+/// Starts an invocation's budget.
+fn arm<E>(store: &mut Store<HostState<E>>, runtime: &Runtime, units: u64) {
+    match runtime.config().interrupt {
+        Interrupt::Epoch => {
+            store.data_mut().ticks_left = units;
+            store.set_epoch_deadline(1);
+        }
+        Interrupt::Fuel => {
+            store.set_fuel(units).expect("fuel is enabled in fuel mode");
+        }
+    }
+}
+
+/// Called on every epoch tick while a graft runs: stops it when its budget is spent or its
+/// transaction passed its deadline.
+fn on_tick<E>(mut ctx: wasmtime::StoreContextMut<'_, HostState<E>>) -> wasmtime::Result<UpdateDeadline> {
+    if vino_vlt::current::check().is_err() {
+        return Err(wasmtime::Error::new(HostAbort::Deadline));
+    }
+    let state = ctx.data_mut();
+    if state.ticks_left <= 1 {
+        return Err(wasmtime::Error::new(HostAbort::Budget));
+    }
+    state.ticks_left -= 1;
+    Ok(UpdateDeadline::Continue(1))
+}
+
+/// Maps an error out of wasmtime to the reason the transaction aborts.
+fn classify(e: &wasmtime::Error) -> Failure {
+    if let Some(abort) = e.downcast_ref::<HostAbort>() {
+        return match abort {
+            HostAbort::Call(c) => match c {
+                CallError::Transaction(VltError::DeadlinePassed) => Failure::Deadline,
+                other => Failure::Refused(other.clone()),
+            },
+            HostAbort::Budget => Failure::Budget,
+            HostAbort::Deadline => Failure::Deadline,
+            HostAbort::MemoryCap => Failure::MemoryCap,
+        };
+    }
+    if let Some(trap) = e.downcast_ref::<Trap>() {
+        return match trap {
+            Trap::OutOfFuel | Trap::Interrupt => Failure::Budget,
+            other => Failure::Trap(other.to_string()),
+        };
+    }
+    Failure::Trap(format!("{e:#}"))
+}
+
+fn is_link_error(e: &wasmtime::Error) -> bool {
+    e.downcast_ref::<HostAbort>().is_none() && e.downcast_ref::<Trap>().is_none()
+}
+
+/// Refuses imports outside the graftpoint's allow-list, naming them.
+fn check_imports<E: Send + Sync + 'static>(
+    module: &wasmtime::Module,
+    callables: &Callables<E>,
+    point: &str,
+) -> Result<(), LoadError> {
+    for import in module.imports() {
+        let allowed = import.module() == "vino"
+            && matches!(import.ty(), ExternType::Func(_))
+            && callables.allows(import.name());
+        if !allowed {
+            return Err(LoadError::ForbiddenImport {
+                module: import.module().to_string(),
+                name: import.name().to_string(),
+                point: point.to_string(),
+                allowed: callables.names.iter().map(|n| format!("vino.{n}")).collect::<Vec<_>>().join(", "),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn find_arg_area<E>(
+    store: &mut Store<HostState<E>>,
+    instance: &Instance,
+    memory: Option<Memory>,
+    point: &str,
+) -> Result<usize, LoadError> {
+    let err = |why: &str| LoadError::ArgArea { point: point.to_string(), why: why.to_string() };
+    let memory = memory.ok_or_else(|| err("the graft exports no `memory`"))?;
+    let global = instance.get_global(&mut *store, "vino_args").ok_or_else(|| err("the graft exports no `vino_args`"))?;
+    let Val::I32(addr) = global.get(&mut *store) else {
+        return Err(err("`vino_args` is not an i32 global"));
+    };
+    let at = addr as u32 as usize;
+    if at % 8 != 0 || at + ARG_BYTES > memory.data_size(&*store) {
+        return Err(err("`vino_args` does not point at 4096 aligned bytes inside the graft's memory"));
+    }
+    Ok(at)
+}

@@ -1,0 +1,280 @@
+//! A graftpoint on one kernel object: the policy bound to it and the one way the kernel calls it.
+//!
+//! The binding is swapped atomically: a caller sees the old policy or the new one, never a mix,
+//! and a graft being replaced or unloaded finishes the calls already inside it.
+
+use crate::callable::Callables;
+use crate::clock;
+use crate::error::{GraftError, LoadError};
+use crate::point::{Access, GraftPoint, NativePolicy};
+use crate::runtime::Runtime;
+use crate::sandbox::{Failure, WasmGraft};
+use crate::stats::{Counters, GraftStats};
+use arc_swap::ArcSwapOption;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// What happened to a graft that its owner should hear about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GraftEvent {
+    /// The graft failed too many times in a row and was unloaded; the default is back.
+    Unloaded { point: String, failures: u64, last_error: String },
+}
+
+/// Whom a loaded graft belongs to, and how to tell it about its graft.
+#[derive(Clone, Default)]
+pub struct Owner {
+    pub process: u64,
+    pub notify: Option<Arc<dyn Fn(GraftEvent) + Send + Sync>>,
+}
+
+impl Owner {
+    pub fn process(process: u64) -> Self {
+        Owner { process, notify: None }
+    }
+}
+
+/// What kind of policy a slot runs now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum PolicyKind {
+    Default,
+    Native,
+    Wasm,
+}
+
+/// Facts about a loaded graft.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GraftInfo {
+    /// SHA-256 of the module, hex.
+    pub hash: String,
+    pub size: usize,
+    pub owner: u64,
+    /// True if the compiled module came from the cache.
+    pub cached: bool,
+    pub compile_ns: u64,
+    /// Whole load: compile (or cache hit), checks, instantiation, binding.
+    pub load_ns: u64,
+    #[serde(skip)]
+    pub loaded_at: Option<SystemTime>,
+}
+
+/// A slot's state, for `graft list` and `graft stats`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SlotInfo {
+    pub point: String,
+    pub access: Access,
+    pub policy: PolicyKind,
+    pub graft: Option<GraftInfo>,
+    pub stats: Option<GraftStats>,
+}
+
+enum Policy<G: GraftPoint> {
+    Native { policy: Arc<dyn NativePolicy<G>>, transactional: bool },
+    Wasm { graft: WasmGraft<G>, info: GraftInfo, owner: Owner },
+}
+
+struct Binding<G: GraftPoint> {
+    policy: Policy<G>,
+    counters: Arc<Counters>,
+}
+
+/// A graftpoint on one kernel object.
+pub struct GraftSlot<G: GraftPoint> {
+    name: String,
+    access: Access,
+    env: Arc<G::Env>,
+    runtime: Runtime,
+    callables: Callables<G::Env>,
+    binding: ArcSwapOption<Binding<G>>,
+}
+
+impl<G: GraftPoint> GraftSlot<G> {
+    /// A slot named `G::NAME` (or `G::NAME/<suffix>` for one of several objects, such as
+    /// `file.compute_ra/3`), running the default policy.
+    pub fn new(runtime: &Runtime, env: Arc<G::Env>, access: Access, suffix: Option<&str>) -> Self {
+        let mut callables = Callables::new(runtime.engine());
+        G::callables(&mut callables);
+        for name in G::CALLABLE {
+            assert!(callables.allows(name), "graftpoint {} lists `{name}` but does not define it", G::NAME);
+        }
+        let name = match suffix {
+            Some(s) => format!("{}/{s}", G::NAME),
+            None => G::NAME.to_string(),
+        };
+        GraftSlot { name, access, env, runtime: runtime.clone(), callables, binding: ArcSwapOption::empty() }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    pub fn env(&self) -> &Arc<G::Env> {
+        &self.env
+    }
+
+    /// Asks the bound policy for a decision. Never fails: if the graft fails, its transaction is
+    /// aborted, the failure counted, and the default decides.
+    #[inline]
+    pub fn invoke(&self, args: &G::Args<'_>) -> G::Output {
+        let guard = self.binding.load();
+        let Some(binding) = guard.as_ref() else {
+            return G::default_policy(&self.env, args);
+        };
+        let started = clock::ticks();
+        let result = match &binding.policy {
+            Policy::Native { policy, transactional: false } => policy.decide(&self.env, args).map_err(|e| Failure::Invalid(e.0)),
+            Policy::Native { policy, transactional: true } => vino_vlt::current::atomically(self.runtime.vlt(), || {
+                policy.decide(&self.env, args).map_err(|e| Failure::Invalid(e.0))
+            }),
+            Policy::Wasm { graft, .. } => graft.invoke(&self.env, args, true),
+        };
+        let spent = clock::ticks().wrapping_sub(started);
+        match result {
+            Ok(output) => {
+                binding.counters.succeeded(spent);
+                output
+            }
+            Err(failure) => {
+                let why = failure.to_string();
+                let in_a_row = binding.counters.failed(spent, why.clone());
+                if in_a_row >= u64::from(self.runtime.config().max_consecutive_failures) {
+                    self.unload_failing(binding, in_a_row, why);
+                }
+                G::default_policy(&self.env, args)
+            }
+        }
+    }
+
+    /// Like [`GraftSlot::invoke`], but a Wasm graft runs without its transaction: for measuring
+    /// what the transaction costs, never for kernel paths.
+    pub fn invoke_untransacted(&self, args: &G::Args<'_>) -> G::Output {
+        let guard = self.binding.load();
+        match guard.as_ref().map(|b| &b.policy) {
+            Some(Policy::Wasm { graft, .. }) => {
+                graft.invoke(&self.env, args, false).unwrap_or_else(|_| G::default_policy(&self.env, args))
+            }
+            _ => self.invoke(args),
+        }
+    }
+
+    /// Compiles (or finds in the cache), checks and binds a graft, replacing what was bound.
+    /// On error nothing changes.
+    pub fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
+        let started = Instant::now();
+        let compiled = self.runtime.compile(wasm)?;
+        let counters = Arc::new(Counters::default());
+        let graft =
+            WasmGraft::instantiate(&self.runtime, &compiled.module, &self.callables, self.env.clone(), counters.clone(), &self.name)?;
+        let info = GraftInfo {
+            hash: compiled.hash.iter().map(|b| format!("{b:02x}")).collect(),
+            size: wasm.len(),
+            owner: owner.process,
+            cached: compiled.cached,
+            compile_ns: compiled.compile_time.as_nanos() as u64,
+            load_ns: 0,
+            loaded_at: Some(SystemTime::now()),
+        };
+        let mut binding = Binding { policy: Policy::Wasm { graft, info, owner }, counters };
+        let load_ns = started.elapsed().as_nanos() as u64;
+        if let Policy::Wasm { info, .. } = &mut binding.policy {
+            info.load_ns = load_ns;
+        }
+        let info = match &binding.policy {
+            Policy::Wasm { info, .. } => info.clone(),
+            Policy::Native { .. } => unreachable!("just built a Wasm binding"),
+        };
+        self.binding.store(Some(Arc::new(binding)));
+        Ok(info)
+    }
+
+    /// Reads a graft file and loads it.
+    pub fn load_file(&self, path: &std::path::Path, owner: Owner) -> Result<GraftInfo, LoadError> {
+        let wasm = std::fs::read(path)
+            .map_err(|e| LoadError::Read { path: path.display().to_string(), why: e.to_string() })?;
+        self.load(&wasm, owner)
+    }
+
+    /// Binds a trusted native policy (the "unprotected" variant). With `transactional` it still
+    /// runs inside a transaction, so kernel functions it calls can lock and log.
+    pub fn bind_native(&self, policy: Arc<dyn NativePolicy<G>>, transactional: bool) {
+        let binding = Binding { policy: Policy::Native { policy, transactional }, counters: Arc::default() };
+        self.binding.store(Some(Arc::new(binding)));
+    }
+
+    /// Puts the default back. True if something was bound.
+    pub fn unload(&self) -> bool {
+        self.binding.swap(None).is_some()
+    }
+
+    pub fn policy_kind(&self) -> PolicyKind {
+        match self.binding.load().as_ref().map(|b| &b.policy) {
+            None => PolicyKind::Default,
+            Some(Policy::Native { .. }) => PolicyKind::Native,
+            Some(Policy::Wasm { .. }) => PolicyKind::Wasm,
+        }
+    }
+
+    pub fn stats(&self) -> Option<GraftStats> {
+        self.binding.load().as_ref().map(|b| b.counters.snapshot())
+    }
+
+    pub fn info(&self) -> SlotInfo {
+        let guard = self.binding.load();
+        let graft = match guard.as_ref().map(|b| &b.policy) {
+            Some(Policy::Wasm { info, .. }) => Some(info.clone()),
+            _ => None,
+        };
+        SlotInfo {
+            point: self.name.clone(),
+            access: self.access,
+            policy: self.policy_kind(),
+            graft,
+            stats: guard.as_ref().map(|b| b.counters.snapshot()),
+        }
+    }
+
+    /// Runs `f` on the bound Wasm graft.
+    fn with_graft<R>(&self, f: impl FnOnce(&WasmGraft<G>) -> Result<R, GraftError>) -> Result<R, GraftError> {
+        let guard = self.binding.load();
+        match guard.as_ref().map(|b| &b.policy) {
+            Some(Policy::Wasm { graft, .. }) => f(graft),
+            Some(Policy::Native { .. }) => Err(GraftError::NotWasm(self.name.clone())),
+            None => Err(GraftError::NotLoaded(self.name.clone())),
+        }
+    }
+
+    pub fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
+        self.with_graft(|g| g.write_memory(offset, bytes))
+    }
+
+    pub fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
+        self.with_graft(|g| g.read_memory(offset, len))
+    }
+
+    pub fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
+        self.with_graft(|g| g.symbol_address(name))
+    }
+
+    pub fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
+        self.with_graft(|g| g.call_control(name, args))
+    }
+
+    /// Unloads a graft that keeps failing, unless it was replaced meanwhile, and tells its owner.
+    fn unload_failing(&self, failing: &Arc<Binding<G>>, failures: u64, last_error: String) {
+        let previous = self.binding.compare_and_swap(failing, None);
+        let swapped = previous.as_ref().is_some_and(|p| Arc::ptr_eq(p, failing));
+        if !swapped {
+            return;
+        }
+        if let Policy::Wasm { owner, .. } = &failing.policy {
+            if let Some(notify) = &owner.notify {
+                notify(GraftEvent::Unloaded { point: self.name.clone(), failures, last_error });
+            }
+        }
+    }
+}
+

@@ -1,0 +1,195 @@
+//! The VINO graft SDK.
+//!
+//! A graft is a core WebAssembly module (see `docs/graft-abi.md`). This crate carries the C side
+//! of that contract and the means to use it from anywhere:
+//!
+//! - [`HEADER`]: `vino_graft.h`, embedded, written out to a temporary directory for every build so
+//!   a `vino` binary needs no SDK checkout next to it;
+//! - [`build_c`], [`build_c_bytes`], [`build_c_str`]: drive the system clang
+//!   (`--target=wasm32`, no libc) to turn a C file into a graft;
+//! - [`EXAMPLES`], [`HOSTILE_C`], [`HOSTILE_WAT`]: the example and hostile graft sources, embedded,
+//!   and [`example_path`] / [`hostile_path`] for their files in the source tree;
+//! - [`wasm`]: a minimal reader of a module's imports, exports, function types and globals, enough
+//!   to check a build against the ABI without a Wasm engine.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! let opts = vino_sdk::BuildOptions::default();
+//! vino_sdk::build_c(Path::new("my_graft.c"), Path::new("my_graft.wasm"), &opts)?;
+//! let null = vino_sdk::build_example("null", &opts)?; // embedded, works from any directory
+//! let info = vino_sdk::wasm::parse(&null).expect("clang wrote a module");
+//! assert!(info.export_func_type("toy_apply").is_some());
+//! # Ok::<(), vino_sdk::BuildError>(())
+//! ```
+
+mod clang;
+pub mod wasm;
+
+pub use clang::{
+    BuildError, BuildOptions, OptLevel, Toolchain, build_c, build_c_bytes, build_c_str, clang_args,
+    find_toolchain,
+};
+
+use std::path::{Path, PathBuf};
+
+/// The C header for grafts, `sdk/include/vino_graft.h`.
+pub const HEADER: &str = include_str!("../../../sdk/include/vino_graft.h");
+
+/// The file name the header is included by: `#include "vino_graft.h"`.
+pub const HEADER_NAME: &str = "vino_graft.h";
+
+/// Size of the argument area (`vino_args`) every graft exports.
+pub const ARG_BYTES: usize = 4096;
+
+/// Example grafts (`sdk/grafts/<name>.c`), name → C source.
+pub const EXAMPLES: &[(&str, &str)] = &[
+    ("null", include_str!("../../../sdk/grafts/null.c")),
+    (
+        "toy_counter",
+        include_str!("../../../sdk/grafts/toy_counter.c"),
+    ),
+    (
+        "hotlist_evict",
+        include_str!("../../../sdk/grafts/hotlist_evict.c"),
+    ),
+    (
+        "index_readahead",
+        include_str!("../../../sdk/grafts/index_readahead.c"),
+    ),
+    (
+        "sequential_ra",
+        include_str!("../../../sdk/grafts/sequential_ra.c"),
+    ),
+];
+
+/// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening
+/// comment says what it tests.
+pub const HOSTILE_C: &[(&str, &str)] = &[
+    (
+        "infinite_loop",
+        include_str!("../../../sdk/hostile/infinite_loop.c"),
+    ),
+    (
+        "oob_store",
+        include_str!("../../../sdk/hostile/oob_store.c"),
+    ),
+    (
+        "memory_hog",
+        include_str!("../../../sdk/hostile/memory_hog.c"),
+    ),
+    (
+        "deep_recursion",
+        include_str!("../../../sdk/hostile/deep_recursion.c"),
+    ),
+    (
+        "forbidden_import",
+        include_str!("../../../sdk/hostile/forbidden_import.c"),
+    ),
+    ("lock_hog", include_str!("../../../sdk/hostile/lock_hog.c")),
+    (
+        "partial_then_trap",
+        include_str!("../../../sdk/hostile/partial_then_trap.c"),
+    ),
+    (
+        "bad_result",
+        include_str!("../../../sdk/hostile/bad_result.c"),
+    ),
+    (
+        "bad_victim",
+        include_str!("../../../sdk/hostile/bad_victim.c"),
+    ),
+    (
+        "bad_readahead",
+        include_str!("../../../sdk/hostile/bad_readahead.c"),
+    ),
+    ("bad_arg", include_str!("../../../sdk/hostile/bad_arg.c")),
+    (
+        "bad_log_ptr",
+        include_str!("../../../sdk/hostile/bad_log_ptr.c"),
+    ),
+    (
+        "bad_indirect",
+        include_str!("../../../sdk/hostile/bad_indirect.c"),
+    ),
+    ("div_zero", include_str!("../../../sdk/hostile/div_zero.c")),
+];
+
+/// Hostile grafts C cannot express (`sdk/hostile/<name>.wat`), name → WebAssembly text. wasmtime
+/// (with its `wat` feature) loads these directly.
+pub const HOSTILE_WAT: &[(&str, &str)] = &[
+    (
+        "forbidden_import_env",
+        include_str!("../../../sdk/hostile/forbidden_import_env.wat"),
+    ),
+    (
+        "wrong_export",
+        include_str!("../../../sdk/hostile/wrong_export.wat"),
+    ),
+    (
+        "wrong_signature",
+        include_str!("../../../sdk/hostile/wrong_signature.wat"),
+    ),
+];
+
+/// The `sdk/` directory of the source tree this crate was built from. Only meaningful where that
+/// tree exists (tests, development); the embedded constants work anywhere.
+pub fn sdk_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk")
+}
+
+/// `sdk/grafts/<name>.c` in the source tree (`name` may carry its extension already).
+pub fn example_path(name: &str) -> PathBuf {
+    with_ext(sdk_dir().join("grafts").join(name), "c")
+}
+
+/// `sdk/hostile/<name>.c`, or `<name>.wat` for a [`HOSTILE_WAT`] entry (`name` may carry its
+/// extension already).
+pub fn hostile_path(name: &str) -> PathBuf {
+    let ext = if lookup(HOSTILE_WAT, name).is_some() {
+        "wat"
+    } else {
+        "c"
+    };
+    with_ext(sdk_dir().join("hostile").join(name), ext)
+}
+
+/// The embedded C source of an example or hostile C graft, by name.
+pub fn example_source(name: &str) -> Option<&'static str> {
+    lookup(EXAMPLES, name).or_else(|| lookup(HOSTILE_C, name))
+}
+
+/// Builds an embedded example or hostile C graft ([`EXAMPLES`], [`HOSTILE_C`]) by name.
+pub fn build_example(name: &str, opts: &BuildOptions) -> Result<Vec<u8>, BuildError> {
+    let source = example_source(name).ok_or_else(|| BuildError::UnknownExample(name.to_owned()))?;
+    build_c_str(&format!("{}.c", strip_ext(name)), source, opts)
+}
+
+/// Writes the header into `dir` (created if missing) and returns the path of the file.
+pub fn write_header(dir: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(HEADER_NAME);
+    std::fs::write(&path, HEADER)?;
+    Ok(path)
+}
+
+fn strip_ext(name: &str) -> &str {
+    name.strip_suffix(".c")
+        .or_else(|| name.strip_suffix(".wat"))
+        .unwrap_or(name)
+}
+
+fn lookup(table: &[(&str, &'static str)], name: &str) -> Option<&'static str> {
+    let name = strip_ext(name);
+    table.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+fn with_ext(path: PathBuf, ext: &str) -> PathBuf {
+    if path.extension().is_some() {
+        path
+    } else {
+        path.with_extension(ext)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,523 @@
+//! These tests need the system clang and lld (`clang --target=wasm32`).
+
+use super::*;
+use crate::wasm::{ExternKind, FuncType, ModuleInfo, ValType, parse};
+use std::collections::BTreeSet;
+
+use ValType::{I32, I64};
+
+const ALWAYS: &[&str] = &["vino_now_ns", "vino_log"];
+const TOY: &[&str] = &["vino_toy_get", "vino_toy_set"];
+
+fn ft(params: &[ValType], results: &[ValType]) -> FuncType {
+    FuncType {
+        params: params.to_vec(),
+        results: results.to_vec(),
+    }
+}
+
+/// The graftpoint function a graft exports and its type, per docs/graft-abi.md.
+fn graftpoint(export: &str) -> FuncType {
+    match export {
+        "toy_apply" => ft(&[I64], &[I64]),
+        "vas_pick_victim" => ft(&[I32], &[I32]),
+        "file_compute_ra" => ft(&[I64, I32, I64], &[I32]),
+        other => panic!("unknown graftpoint export {other}"),
+    }
+}
+
+fn build(name: &str) -> (Vec<u8>, ModuleInfo) {
+    let bytes = build_example(name, &BuildOptions::default())
+        .unwrap_or_else(|e| panic!("building {name}: {e}"));
+    assert!(bytes.starts_with(&wasm::MAGIC), "{name}: no wasm magic");
+    let info = parse(&bytes).unwrap_or_else(|e| panic!("parsing {name}: {e}"));
+    (bytes, info)
+}
+
+/// What every C graft built with the SDK must look like.
+fn check_common(name: &str, m: &ModuleInfo, allowed_imports: &[&str]) {
+    let mem = m
+        .export("memory")
+        .unwrap_or_else(|| panic!("{name}: no memory export"));
+    assert_eq!(mem.kind, ExternKind::Memory, "{name}");
+    assert_eq!(m.memories.len(), 1, "{name}: one defined memory");
+    assert_eq!(
+        m.memories[0].maximum, None,
+        "{name}: the kernel sets the cap, not the graft"
+    );
+
+    let args = m
+        .export_global("vino_args")
+        .unwrap_or_else(|| panic!("{name}: no vino_args"));
+    assert_eq!(
+        (args.ty, args.mutable),
+        (I32, false),
+        "{name}: vino_args is an immutable i32"
+    );
+    let addr = args
+        .init
+        .unwrap_or_else(|| panic!("{name}: vino_args has no constant address"));
+    assert_eq!(addr % 16, 0, "{name}: vino_args is 16-aligned");
+    let end = addr as u64 + ARG_BYTES as u64;
+    assert!(
+        end <= m.memories[0].initial * 65536,
+        "{name}: vino_args inside the initial memory"
+    );
+
+    for imp in &m.imports {
+        assert_eq!(imp.kind, ExternKind::Func, "{name}: imports only functions");
+        assert_eq!(imp.module, "vino", "{name}: imports only from `vino`");
+        assert!(
+            ALWAYS.contains(&imp.name.as_str()) || allowed_imports.contains(&imp.name.as_str()),
+            "{name}: import {} not allowed",
+            imp.name
+        );
+    }
+    for e in &m.exports {
+        // Nothing of the header's plumbing leaks out.
+        assert!(
+            ![
+                "memset",
+                "memcpy",
+                "memmove",
+                "__stack_pointer",
+                "__indirect_function_table"
+            ]
+            .contains(&e.name.as_str()),
+            "{name}: exports {}",
+            e.name
+        );
+        if let Some(ctl) = e.name.strip_prefix("vino_ctl_") {
+            let ty = m
+                .export_func_type(&e.name)
+                .unwrap_or_else(|| panic!("{name}: {ctl}"));
+            assert!(
+                ty.params.len() <= 8,
+                "{name}: {ctl} takes at most 8 parameters"
+            );
+            assert!(
+                ty.params.iter().all(|t| matches!(t, I32 | I64)),
+                "{name}: {ctl} {ty}"
+            );
+            assert!(
+                matches!(ty.results[..], [I32] | [I64]),
+                "{name}: {ctl} {ty}"
+            );
+        }
+    }
+}
+
+fn exports_of(m: &ModuleInfo, kind: ExternKind) -> BTreeSet<String> {
+    m.exports
+        .iter()
+        .filter(|e| e.kind == kind)
+        .map(|e| e.name.clone())
+        .collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn embedded_lists_match_the_source_tree() {
+    let listed = |dir: &str, ext: &str| -> BTreeSet<String> {
+        std::fs::read_dir(sdk_dir().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == ext))
+            .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+            .collect()
+    };
+    let names = |t: &[(&str, &str)]| {
+        t.iter()
+            .map(|(n, _)| n.to_string())
+            .collect::<BTreeSet<_>>()
+    };
+    assert_eq!(listed("grafts", "c"), names(EXAMPLES));
+    assert_eq!(listed("hostile", "c"), names(HOSTILE_C));
+    assert_eq!(listed("hostile", "wat"), names(HOSTILE_WAT));
+    for (n, src) in EXAMPLES {
+        assert_eq!(std::fs::read_to_string(example_path(n)).unwrap(), *src);
+    }
+    for (n, src) in HOSTILE_C.iter().chain(HOSTILE_WAT) {
+        assert_eq!(std::fs::read_to_string(hostile_path(n)).unwrap(), *src);
+    }
+    assert_eq!(
+        std::fs::read_to_string(sdk_dir().join("include/vino_graft.h")).unwrap(),
+        HEADER
+    );
+}
+
+#[test]
+fn examples_build_and_follow_the_abi() {
+    // name, graftpoint export, extra imports allowed, control functions, shared data
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static [&'static str],
+    );
+    let cases: &[Case] = &[
+        ("null", "toy_apply", &[], &[], &[]),
+        ("toy_counter", "toy_apply", TOY, &[], &[]),
+        (
+            "hotlist_evict",
+            "vas_pick_victim",
+            TOY,
+            &["hot_add", "hot_remove", "hot_clear"],
+            &["hot_list"],
+        ),
+        (
+            "index_readahead",
+            "file_compute_ra",
+            TOY,
+            &["ra_push", "ra_reset", "ra_set_record_size", "ra_set_depth"],
+            &["ra_params", "ra_index"],
+        ),
+        (
+            "sequential_ra",
+            "file_compute_ra",
+            TOY,
+            &["seq_set_blocks"],
+            &["seq_params"],
+        ),
+    ];
+    assert_eq!(cases.len(), EXAMPLES.len());
+    for &(name, point, allowed, controls, shared) in cases {
+        let (_, m) = build(name);
+        check_common(name, &m, allowed);
+        assert_eq!(
+            m.export_func_type(point),
+            Some(&graftpoint(point)),
+            "{name}: {point}"
+        );
+        let mut funcs = set(&[point]);
+        funcs.extend(controls.iter().map(|c| format!("vino_ctl_{c}")));
+        assert_eq!(
+            exports_of(&m, ExternKind::Func),
+            funcs,
+            "{name}: function exports"
+        );
+        let mut globals = set(&["vino_args"]);
+        globals.extend(shared.iter().map(|s| s.to_string()));
+        assert_eq!(
+            exports_of(&m, ExternKind::Global),
+            globals,
+            "{name}: global exports"
+        );
+        for g in shared {
+            let g = m.export_global(g).unwrap();
+            assert_eq!(g.init.unwrap() % 8, 0, "{name}: shared data 8-aligned");
+        }
+    }
+    // The toy-cell graft really calls the kernel.
+    let (_, m) = build("toy_counter");
+    let imports: BTreeSet<_> = m.imports.iter().map(|i| i.name.clone()).collect();
+    assert_eq!(imports, set(TOY));
+}
+
+#[test]
+fn hostile_c_grafts_build() {
+    for &(name, _) in HOSTILE_C {
+        let (bytes, m) = build(name);
+        let point = match name {
+            "bad_victim" => "vas_pick_victim",
+            "bad_readahead" => "file_compute_ra",
+            _ => "toy_apply",
+        };
+        assert_eq!(
+            m.export_func_type(point),
+            Some(&graftpoint(point)),
+            "{name}: {point}"
+        );
+        if name == "forbidden_import" {
+            let imp = &m.imports[..];
+            assert!(
+                imp.iter()
+                    .any(|i| i.module == "vino" && i.name == "vino_format_disk"),
+                "{name}: {imp:?}"
+            );
+        } else {
+            check_common(name, &m, TOY);
+        }
+        assert!(bytes.len() < 4096, "{name}: {} bytes", bytes.len());
+    }
+    // The writes the kernel must undo, and the calls whose arguments it must check, are there.
+    let imports = |n| {
+        build(n)
+            .1
+            .imports
+            .into_iter()
+            .map(|i| i.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(imports("lock_hog"), ["vino_toy_set"]);
+    assert_eq!(imports("partial_then_trap"), ["vino_toy_set"]);
+    assert_eq!(imports("bad_arg"), ["vino_toy_get"]);
+    assert_eq!(imports("bad_log_ptr"), ["vino_log"]);
+}
+
+/// The .wat hostile grafts are compiled by the kernel (wasmtime's `wat` feature); here they are
+/// checked with wabt's wat2wasm when it is installed.
+#[test]
+fn hostile_wat_grafts_say_what_they_test() {
+    let tmp = tempfile::tempdir().unwrap();
+    for &(name, text) in HOSTILE_WAT {
+        assert!(text.starts_with(";;"), "{name}: opening comment");
+        let out = tmp.path().join(format!("{name}.wasm"));
+        let status = std::process::Command::new("wat2wasm")
+            .arg(hostile_path(name))
+            .arg("-o")
+            .arg(&out)
+            .status();
+        let Ok(status) = status else {
+            eprintln!("wat2wasm not installed: not checking {name}");
+            continue;
+        };
+        assert!(status.success(), "{name}: wat2wasm failed");
+        let m = parse(&std::fs::read(&out).unwrap()).unwrap();
+        match name {
+            "forbidden_import_env" => {
+                assert_eq!(m.imports[0].module, "env");
+                assert_eq!(
+                    m.export_func_type("toy_apply"),
+                    Some(&graftpoint("toy_apply"))
+                );
+            }
+            "wrong_export" => {
+                assert!(m.export("toy_apply").is_none());
+                assert!(m.export("memory").is_some());
+            }
+            "wrong_signature" => {
+                assert_eq!(m.export_func_type("toy_apply"), Some(&ft(&[I32], &[I32])));
+            }
+            other => panic!("no check for {other}"),
+        }
+    }
+}
+
+#[test]
+fn build_c_writes_a_file_and_build_c_bytes_returns_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("null.wasm");
+    build_c(&example_path("null"), &out, &BuildOptions::default()).unwrap();
+    let from_file = std::fs::read(&out).unwrap();
+    assert!(from_file.starts_with(&wasm::MAGIC));
+    let bytes = build_c_bytes(&example_path("null.c"), &BuildOptions::default()).unwrap();
+    assert_eq!(bytes, from_file, "builds are deterministic");
+    let hostile = build_c_bytes(&hostile_path("div_zero"), &BuildOptions::default()).unwrap();
+    assert!(hostile.starts_with(&wasm::MAGIC));
+}
+
+#[test]
+fn header_plumbing_works_and_stays_private() {
+    // A struct copy makes clang call memcpy; an array zeroing, memset. Controls with 8 params.
+    let src = r#"
+        #include "vino_graft.h"
+        struct big { uint64_t v[64]; };
+        VINO_SHARED struct big table;
+        static struct big scratch;
+        VINO_CONTROL(copy) int32_t copy(int32_t i) {
+            struct big b = table;
+            b.v[i & 63] += 1;
+            scratch = b;
+            return (int32_t)scratch.v[0];
+        }
+        VINO_CONTROL(eight) int64_t eight(int32_t a, int64_t b, int32_t c, int64_t d,
+                                          int32_t e, int64_t f, int32_t g, int64_t h) {
+            return a + b + c + d + e + f + g + h;
+        }
+        VINO_GRAFT(toy_apply) int64_t toy_apply(int64_t arg) {
+            uint8_t buf[300];
+            __builtin_memset(buf, (int)arg, sizeof buf);
+            vino_log_str("toy_apply called");
+            vino_log((const char *)buf, 10);
+            return arg + vino_now_ns() + buf[299];
+        }
+    "#;
+    for file in ["plumbing.c", "plumbing.cpp"] {
+        let bytes = build_c_str(file, src, &BuildOptions::default()).unwrap();
+        let m = parse(&bytes).unwrap();
+        check_common(file, &m, &[]);
+        assert_eq!(
+            exports_of(&m, ExternKind::Func),
+            set(&["toy_apply", "vino_ctl_copy", "vino_ctl_eight"]),
+            "{file}"
+        );
+        assert_eq!(
+            exports_of(&m, ExternKind::Global),
+            set(&["table", "vino_args"]),
+            "{file}"
+        );
+        assert_eq!(
+            m.export_func_type("vino_ctl_eight").unwrap().params.len(),
+            8
+        );
+    }
+}
+
+#[test]
+fn a_graftpoint_prototype_catches_a_wrong_signature() {
+    let src = "#include \"vino_graft.h\"\nVINO_GRAFT(toy_apply) int32_t toy_apply(int32_t a) { return a; }\n";
+    let err = build_c_str("wrong.c", src, &BuildOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("conflicting types"), "{err}");
+    // ... unless the graft asks for the freedom.
+    let opts = BuildOptions {
+        defines: vec![("VINO_NO_GRAFTPOINT_PROTOTYPES".into(), None)],
+        ..BuildOptions::default()
+    };
+    let m = parse(&build_c_str("wrong.c", src, &opts).unwrap()).unwrap();
+    assert_eq!(m.export_func_type("toy_apply"), Some(&ft(&[I32], &[I32])));
+}
+
+#[test]
+fn compile_errors_carry_clangs_message() {
+    let err = build_c_str("broken.c", "int x = ;\n", &BuildOptions::default()).unwrap_err();
+    match &err {
+        BuildError::Compile {
+            stderr,
+            command,
+            path,
+            ..
+        } => {
+            assert!(stderr.contains("broken.c:1:9: error"), "{stderr}");
+            assert!(command.contains("--target=wasm32"), "{command}");
+            assert!(path.ends_with("broken.c"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("expected expression"), "{err}");
+}
+
+#[test]
+fn calling_libc_is_a_link_error() {
+    let src = "#include \"vino_graft.h\"\nint32_t strlen(const char *);\n\
+               VINO_GRAFT(toy_apply) int64_t toy_apply(int64_t a) { return strlen(\"x\") + a; }\n";
+    let err = build_c_str("libc.c", src, &BuildOptions::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("undefined symbol: strlen"),
+        "{err}"
+    );
+    assert!(matches!(err, BuildError::Compile { .. }));
+}
+
+#[test]
+fn missing_clang_and_missing_source_are_clear() {
+    let opts = BuildOptions {
+        clang: Some("/nonexistent/clang-0".into()),
+        ..Default::default()
+    };
+    let err = build_c_bytes(&example_path("null"), &opts).unwrap_err();
+    assert!(matches!(err, BuildError::ClangNotFound { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("install clang and lld") && msg.contains("/nonexistent/clang-0"),
+        "{msg}"
+    );
+
+    let err = build_c_bytes(Path::new("/nonexistent/graft.c"), &BuildOptions::default());
+    assert!(matches!(err, Err(BuildError::Io { .. })), "{err:?}");
+    let err = build_example("no_such_graft", &BuildOptions::default()).unwrap_err();
+    assert!(matches!(err, BuildError::UnknownExample(_)), "{err:?}");
+}
+
+#[test]
+fn toolchain_and_command_line() {
+    let tc = find_toolchain(&BuildOptions::default()).unwrap();
+    assert!(tc.version.contains("clang"), "{tc:?}");
+    assert!(tc.wasm_ld.is_file(), "{tc:?}");
+    let args = clang_args(
+        Path::new("g.c"),
+        Path::new("g.wasm"),
+        Path::new("/inc"),
+        &BuildOptions {
+            stack_size: 8192,
+            ..Default::default()
+        },
+    );
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    for want in [
+        "--target=wasm32",
+        "-nostdlib",
+        "-ffreestanding",
+        "-Wl,-z,stack-size=8192",
+    ] {
+        assert!(
+            args.iter().any(|a| a == want),
+            "{want} missing from {args:?}"
+        );
+    }
+    assert!(
+        !args.iter().any(|a| a.contains("memory")),
+        "memory is the kernel's to cap: {args:?}"
+    );
+    assert_eq!(&args[args.len() - 3..], ["g.c", "-o", "g.wasm"]);
+}
+
+#[test]
+fn stack_size_option_moves_the_data() {
+    let small = BuildOptions {
+        stack_size: 16 * 1024,
+        ..Default::default()
+    };
+    let m = parse(&build_example("null", &small).unwrap()).unwrap();
+    // --stack-first: the data (here vino_args) starts right after the stack.
+    assert_eq!(m.export_global("vino_args").unwrap().init, Some(16 * 1024));
+    let m = parse(&build_example("null", &BuildOptions::default()).unwrap()).unwrap();
+    assert_eq!(m.export_global("vino_args").unwrap().init, Some(64 * 1024));
+}
+
+#[test]
+fn the_reader_refuses_garbage_without_panicking() {
+    assert!(parse(b"").is_err());
+    assert!(parse(b"garbage!").is_err());
+    assert!(parse(b"\0asm\x02\0\0\0").is_err());
+    let (good, _) = build("hotlist_evict");
+    // Truncations and byte flips: an error or a (wrong) answer, never a panic or a hang.
+    for cut in 0..good.len() {
+        let _ = parse(&good[..cut]);
+    }
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for _ in 0..2000 {
+        let mut bad = good.clone();
+        for _ in 0..4 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x % bad.len() as u64) as usize;
+            bad[i] = (x >> 32) as u8;
+        }
+        let _ = parse(&bad);
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_clang_without_wasm_ld_says_so() {
+    use std::os::unix::fs::PermissionsExt;
+    // A "clang" that answers --version but, like clang without lld, echoes the bare linker name.
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = tmp.path().join("clang");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\ncase \"$*\" in\n*--version*) echo 'clang version 99.0.0';;\n\
+         *print-prog-name*) echo wasm-ld;;\n*) exit 1;;\nesac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let opts = BuildOptions {
+        clang: Some(fake.clone()),
+        ..Default::default()
+    };
+    let err = build_example("null", &opts).unwrap_err();
+    assert!(
+        matches!(&err, BuildError::WasmLdNotFound { clang } if *clang == fake),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("install clang and lld"), "{err}");
+}

@@ -1,0 +1,201 @@
+/*
+ * vino_graft.h -- the VINO graft ABI for C (see docs/graft-abi.md).
+ *
+ * A graft is a core WebAssembly module: no WASI, no libc. Build one with vino_sdk::build_c (which
+ * carries this header inside, so it works from any directory), or by hand with the system clang:
+ *
+ *     clang --target=wasm32 -O2 -nostdlib -ffreestanding -fvisibility=hidden \
+ *           -Wl,--no-entry -Wl,--export-dynamic -Wl,--stack-first \
+ *           -Wl,-z,stack-size=65536 -I sdk/include my_graft.c -o my_graft.wasm
+ *
+ * The contract, in brief:
+ *
+ *   exports  `memory`                 the graft's linear memory (the kernel caps it, 16 MiB default)
+ *            one function per graftpoint, named after it with '.' -> '_'
+ *                                      (`vas.pick_victim` -> `vas_pick_victim`): VINO_GRAFT(name)
+ *            `vino_args`               (global i32) address of the 4096-byte, 16-aligned argument
+ *                                      area where the kernel copies bulk arguments and reads bulk
+ *                                      results; this header defines it for every graft
+ *            `vino_ctl_<name>`         control functions the owner may call: VINO_CONTROL(name);
+ *                                      i32/i64 parameters (at most 8) and an i32/i64 result
+ *            any other global          a data symbol the owner locates by name and writes into
+ *                                      (the thesis' "shared" hot list): VINO_SHARED
+ *   imports  only from module "vino", and only what the graftpoint allows (declared below);
+ *            anything else and the kernel refuses the module at load.
+ *
+ *   failure  a trap, running past the CPU budget or deadline, growing memory past the cap, a bad
+ *            argument to a vino_* function or an invalid result aborts the invocation's
+ *            transaction: every kernel change is undone and the kernel's default decides.
+ *            Note: the graft's own linear memory is its business; it is not rolled back.
+ *
+ * Every invocation runs inside a transaction, so a graft may simply VINO_TRAP() when it finds
+ * itself confused: the kernel's default policy is always a safe answer.
+ */
+#ifndef VINO_GRAFT_H
+#define VINO_GRAFT_H
+
+#if !defined(__wasm32__)
+#error "vino_graft.h is for grafts: compile with clang --target=wasm32"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#define VINO_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define VINO_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
+/* ---- Fixed-width types (from clang's builtin macros: no libc headers needed). ---- */
+
+typedef __INT8_TYPE__ int8_t;
+typedef __UINT8_TYPE__ uint8_t;
+typedef __INT16_TYPE__ int16_t;
+typedef __UINT16_TYPE__ uint16_t;
+typedef __INT32_TYPE__ int32_t;
+typedef __UINT32_TYPE__ uint32_t;
+typedef __INT64_TYPE__ int64_t;
+typedef __UINT64_TYPE__ uint64_t;
+typedef __INTPTR_TYPE__ intptr_t;
+typedef __UINTPTR_TYPE__ uintptr_t;
+typedef __SIZE_TYPE__ size_t;
+
+#ifndef __cplusplus
+#ifndef bool
+#define bool _Bool
+#define true 1
+#define false 0
+#endif
+#endif
+
+#ifndef NULL
+#define NULL ((void *)0)
+#endif
+
+VINO_STATIC_ASSERT(sizeof(uint64_t) == 8 && sizeof(void *) == 4, "wasm32 expected");
+
+/* ---- Attributes. ---- */
+
+/* Export the function that follows as the implementation of a graftpoint:
+ *     VINO_GRAFT(vas_pick_victim) int32_t pick(int32_t n) { ... } */
+#define VINO_GRAFT(graftpoint) __attribute__((export_name(#graftpoint)))
+
+/* Export a control function the owning process calls with call_control("<name>", args):
+ *     VINO_CONTROL(hot_add) int32_t hot_add(uint64_t page) { ... }  -> export `vino_ctl_hot_add` */
+#define VINO_CONTROL(name) __attribute__((export_name("vino_ctl_" #name)))
+
+/* Data the owner locates by name (an exported i32 global holding its address) and writes into. */
+#define VINO_SHARED __attribute__((visibility("default"), used))
+
+/* Declare a graft-callable kernel function imported from module "vino". */
+#define VINO_IMPORT(name) __attribute__((import_module("vino"), import_name(#name)))
+
+/* Give up: the invocation aborts, its kernel changes are undone, the default decides. */
+#define VINO_TRAP() __builtin_trap()
+
+/* ---- The argument area. ---- */
+
+#define VINO_ARG_BYTES 4096
+
+/* Weak so that every translation unit may include this header; exported because the kernel finds
+ * the area through the `vino_args` global. */
+__attribute__((weak, aligned(16), visibility("default"))) unsigned char vino_args[VINO_ARG_BYTES];
+
+static inline void *vino_arg_area(void) { return (void *)vino_args; }
+
+/* ---- Graft-callable imports. ---- */
+
+/* Every graftpoint. */
+VINO_IMPORT(vino_now_ns) int64_t vino_now_ns(void);             /* monotonic nanoseconds */
+VINO_IMPORT(vino_log) void vino_log(const char *ptr, int32_t len); /* <= 256 bytes kept */
+
+/* The toy kernel's graftpoints (toy.*, and vas.pick_victim / file.compute_ra on the toy kernel).
+ * A key out of range aborts the transaction. */
+VINO_IMPORT(vino_toy_get) int64_t vino_toy_get(int32_t key);             /* shared lock */
+VINO_IMPORT(vino_toy_set) void vino_toy_set(int32_t key, int64_t value); /* exclusive, undone on abort */
+
+static inline void vino_log_str(const char *s) {
+    int32_t n = 0;
+    while (n < 256 && s[n] != 0)
+        n++;
+    vino_log(s, n);
+}
+
+/* ---- Graftpoints: signatures and typed views of the argument area. ----
+ * Prototypes make the compiler check a graft's signature; define VINO_NO_GRAFTPOINT_PROTOTYPES
+ * before including this header to give a function of that name another type. */
+
+/* toy.apply: any result >= 0 is valid, a negative one is invalid. Default: returns arg. */
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int64_t toy_apply(int64_t arg);
+#endif
+
+/* vas.pick_victim (thesis 7.7.1): the argument area holds n <= VINO_VICTIM_MAX candidate page ids
+ * in LRU order, page[0] being the kernel's own choice. Result: the index in [0, n) of the page to
+ * evict; anything else is invalid. Default: 0. */
+#define VINO_VICTIM_MAX 256
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t vas_pick_victim(int32_t n);
+#endif
+static inline const uint64_t *vino_victim_pages(void) { return (const uint64_t *)vino_args; }
+
+/* file.compute_ra (thesis 7.7.2): called after each read of len bytes at offset. Write up to
+ * VINO_RA_MAX_EXTENTS extents at the start of the argument area and return how many (0: no
+ * read-ahead). Invalid: a count < 0 or > 16, an extent of length 0, an extent reaching past
+ * file_size, more than VINO_RA_MAX_BYTES in all. Default: sequential detection + a cluster. */
+struct vino_extent {
+    uint64_t off;
+    uint64_t len;
+};
+#define VINO_RA_MAX_EXTENTS 16
+#define VINO_RA_MAX_BYTES (1u << 20)
+#define VINO_BLOCK_SIZE 4096 /* block size of the kernel's cache; read-ahead is best aligned to it */
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t file_compute_ra(int64_t offset, int32_t len, int64_t file_size);
+#endif
+static inline struct vino_extent *vino_ra_extents(void) { return (struct vino_extent *)vino_args; }
+
+VINO_STATIC_ASSERT(VINO_VICTIM_MAX * sizeof(uint64_t) <= VINO_ARG_BYTES, "victims fit");
+VINO_STATIC_ASSERT(VINO_RA_MAX_EXTENTS * sizeof(struct vino_extent) <= VINO_ARG_BYTES, "extents fit");
+
+/* ---- Freestanding memory helpers. ----
+ * There is no libc, yet clang emits calls to memset/memcpy/memmove for struct copies and large
+ * initialisations. Weak and hidden: a graft may bring its own, and they are never exported.
+ * no_builtin keeps the optimiser from turning these loops back into calls to themselves. */
+
+__attribute__((weak, visibility("hidden"), no_builtin)) void *memset(void *dst, int c, size_t n) {
+    unsigned char *d = (unsigned char *)dst;
+    while (n--)
+        *d++ = (unsigned char)c;
+    return dst;
+}
+
+__attribute__((weak, visibility("hidden"), no_builtin)) void *memcpy(void *dst, const void *src,
+                                                                     size_t n) {
+    unsigned char *d = (unsigned char *)dst;
+    const unsigned char *s = (const unsigned char *)src;
+    while (n--)
+        *d++ = *s++;
+    return dst;
+}
+
+__attribute__((weak, visibility("hidden"), no_builtin)) void *memmove(void *dst, const void *src,
+                                                                      size_t n) {
+    unsigned char *d = (unsigned char *)dst;
+    const unsigned char *s = (const unsigned char *)src;
+    if (d < s) {
+        while (n--)
+            *d++ = *s++;
+    } else {
+        d += n;
+        s += n;
+        while (n--)
+            *--d = *--s;
+    }
+    return dst;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VINO_GRAFT_H */
