@@ -40,7 +40,7 @@ pub enum Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Trap(t) => write!(f, "trap: {t}"),
+            Failure::Trap(t) => f.write_str(t),
             Failure::Budget => f.write_str("ran past its CPU budget"),
             Failure::Deadline => f.write_str("held a lock others wait for past its deadline"),
             Failure::MemoryCap => f.write_str("tried to grow its memory past the cap"),

@@ -5,6 +5,8 @@
 //! wait on (so lock hogs must be stopped), and bulk arguments in both directions. The eviction
 //! and read-ahead graftpoints use the same ABI as the real page cache and files.
 
+pub mod hostile;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use vino_graft::abi::{self, Extent, Extents};
