@@ -112,6 +112,7 @@ VINO_IMPORT(vino_log) void vino_log(const char *ptr, int32_t len); /* <= 256 byt
  * A key out of range aborts the transaction. */
 VINO_IMPORT(vino_toy_get) int64_t vino_toy_get(int32_t key);             /* shared lock */
 VINO_IMPORT(vino_toy_set) void vino_toy_set(int32_t key, int64_t value); /* exclusive, undone on abort */
+VINO_IMPORT(vino_toy_call_inner) int64_t vino_toy_call_inner(int64_t arg); /* a graft in a nested transaction */
 
 static inline void vino_log_str(const char *s) {
     int32_t n = 0;

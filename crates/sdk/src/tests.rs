@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use ValType::{I32, I64};
 
 const ALWAYS: &[&str] = &["vino_now_ns", "vino_log"];
-const TOY: &[&str] = &["vino_toy_get", "vino_toy_set"];
+const TOY: &[&str] = &["vino_toy_get", "vino_toy_set", "vino_toy_call_inner"];
 
 fn ft(params: &[ValType], results: &[ValType]) -> FuncType {
     FuncType {

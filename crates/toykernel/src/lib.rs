@@ -7,10 +7,10 @@
 
 pub mod hostile;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use vino_graft::abi::{self, Extent, Extents};
-use vino_graft::{CallError, Callables, GraftPoint, Invalid};
+use vino_graft::{CallError, Callables, GraftPoint, GraftSlot, Invalid};
 use vino_vlt::{LockMode, current};
 
 /// Lock ids of the toy kernel's cells: a fixed tag in the high bits keeps them apart from other
@@ -22,6 +22,8 @@ const CELL_TAG: u64 = 0x70_0000_0000;
 pub struct ToyKernel {
     cells: Arc<[AtomicI64]>,
     id: u64,
+    /// A second graftpoint that `vino_toy_call_inner` invokes: a graft reached from a graft.
+    inner: Arc<OnceLock<Arc<GraftSlot<ToyApply>>>>,
 }
 
 static KERNELS: AtomicU64 = AtomicU64::new(0);
@@ -29,7 +31,7 @@ static KERNELS: AtomicU64 = AtomicU64::new(0);
 impl ToyKernel {
     pub fn new(cells: usize) -> ToyKernel {
         let id = KERNELS.fetch_add(1, Ordering::Relaxed);
-        ToyKernel { cells: (0..cells).map(|_| AtomicI64::new(0)).collect(), id }
+        ToyKernel { cells: (0..cells).map(|_| AtomicI64::new(0)).collect(), id, inner: Arc::default() }
     }
 
     pub fn len(&self) -> usize {
@@ -73,6 +75,17 @@ impl ToyKernel {
         Ok(())
     }
 
+    /// Sets the graftpoint `vino_toy_call_inner` invokes (once).
+    pub fn set_inner(&self, slot: Arc<GraftSlot<ToyApply>>) {
+        assert!(self.inner.set(slot).is_ok(), "inner graftpoint set twice");
+    }
+
+    /// Invokes the inner graftpoint: from inside a graft, its graft runs in a nested transaction.
+    pub fn call_inner(&self, arg: i64) -> Result<i64, CallError> {
+        let slot = self.inner.get().ok_or_else(|| CallError::Forbidden("no inner graftpoint".into()))?;
+        Ok(slot.invoke(&arg))
+    }
+
     /// All cells, read without locks (for tests and display).
     pub fn snapshot(&self) -> Vec<i64> {
         self.cells.iter().map(|c| c.load(Ordering::Acquire)).collect()
@@ -81,10 +94,11 @@ impl ToyKernel {
     fn define_callables(c: &mut Callables<ToyKernel>) {
         c.func1("vino_toy_get", |k: &ToyKernel, key: i32| k.get(key.into()));
         c.func2("vino_toy_set", |k: &ToyKernel, key: i32, value: i64| k.set(key.into(), value));
+        c.func1("vino_toy_call_inner", |k: &ToyKernel, arg: i64| k.call_inner(arg));
     }
 }
 
-const TOY_CALLABLE: &[&str] = &["vino_toy_get", "vino_toy_set"];
+const TOY_CALLABLE: &[&str] = &["vino_toy_get", "vino_toy_set", "vino_toy_call_inner"];
 
 /// `toy.apply(arg) -> i64`: a generic decision; any result ≥ 0 is valid. Default: `arg`.
 pub struct ToyApply;

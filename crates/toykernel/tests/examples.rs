@@ -1,0 +1,91 @@
+//! The SDK's example grafts, built from C with the system clang, running on the toy kernel.
+
+use std::sync::Arc;
+use vino_graft::abi::Extent;
+use vino_graft::{Access, GraftSlot, Owner};
+use vino_sdk::{BuildOptions, build_example};
+use vino_toykernel::{ComputeRa, PickVictim, Read, ToyApply, ToyFile, ToyKernel};
+
+fn build(name: &str) -> Vec<u8> {
+    build_example(name, &BuildOptions::default()).unwrap_or_else(|e| panic!("building {name}: {e}"))
+}
+
+#[test]
+fn null_graft_returns_its_argument() {
+    let rt = vino_graft::Runtime::default();
+    let slot: GraftSlot<ToyApply> = GraftSlot::new(&rt, Arc::new(ToyKernel::new(1)), Access::Process(1), None);
+    slot.load(&build("null"), Owner::process(1)).unwrap();
+    assert_eq!(slot.invoke(&12345), 12345);
+    assert_eq!(slot.stats().unwrap().invocations, 1);
+}
+
+#[test]
+fn counter_graft_changes_state_and_an_invalid_result_rolls_it_back() {
+    let rt = vino_graft::Runtime::default();
+    let k = ToyKernel::new(1);
+    let slot: GraftSlot<ToyApply> = GraftSlot::new(&rt, Arc::new(k.clone()), Access::Process(1), None);
+    slot.load(&build("toy_counter"), Owner::process(1)).unwrap();
+    assert_eq!(slot.invoke(&5), 5);
+    assert_eq!(slot.invoke(&5), 10);
+    assert_eq!(slot.invoke(&-100), -100, "negative total is invalid: the default answers");
+    assert_eq!(k.snapshot(), vec![10], "and the write of -90 was undone");
+}
+
+#[test]
+fn hot_list_graft_spares_hot_pages() {
+    let rt = vino_graft::Runtime::default();
+    let slot: GraftSlot<PickVictim> = GraftSlot::new(&rt, Arc::new(ToyKernel::new(1)), Access::Process(1), None);
+    slot.load(&build("hotlist_evict"), Owner::process(1)).unwrap();
+    let lru: &[u64] = &[10, 11, 12, 13];
+    assert_eq!(slot.invoke(&lru), 0, "nothing hot: the LRU page goes");
+    slot.call_control("hot_add", &[10]).unwrap();
+    slot.call_control("hot_add", &[11]).unwrap();
+    assert_eq!(slot.invoke(&lru), 2, "first page not on the hot list");
+    // The owner may also write the list straight into the graft's memory.
+    let at = slot.symbol_address("hot_list").unwrap();
+    let mut list = 4u64.to_le_bytes().to_vec();
+    for p in [10u64, 11, 12, 13] {
+        list.extend_from_slice(&p.to_le_bytes());
+    }
+    slot.write_memory(at, &list).unwrap();
+    assert_eq!(slot.invoke(&lru), 0, "everything hot: invalid, the default (LRU) decides");
+    assert_eq!(slot.stats().unwrap().failures, 1);
+    slot.call_control("hot_clear", &[]).unwrap();
+    assert_eq!(slot.invoke(&lru), 0);
+}
+
+#[test]
+fn index_read_ahead_follows_the_application_index() {
+    let rt = vino_graft::Runtime::default();
+    let file = Arc::new(ToyFile::new(100 * 4096));
+    let slot: GraftSlot<ComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), Some("4"));
+    slot.load(&build("index_readahead"), Owner::process(1)).unwrap();
+    slot.call_control("ra_set_depth", &[2]).unwrap();
+    // The application will read records at these offsets (208 bytes each), in this order.
+    for off in [50 * 4096 + 16, 7 * 4096, 90 * 4096 + 4000, 3 * 4096] {
+        slot.call_control("ra_push", &[off]).unwrap();
+    }
+    let after_first = slot.invoke(&Read { offset: 50 * 4096 + 16, len: 208 });
+    assert_eq!(after_first.as_slice(), &[Extent { off: 7 * 4096, len: 4096 }, Extent { off: 90 * 4096, len: 4096 }]);
+    let after_second = slot.invoke(&Read { offset: 7 * 4096, len: 208 });
+    // Record three straddles two blocks: both are fetched (depth 2).
+    assert_eq!(after_second.as_slice(), &[Extent { off: 90 * 4096, len: 4096 }, Extent { off: 91 * 4096, len: 4096 }]);
+    assert_eq!(slot.stats().unwrap().failures, 0);
+}
+
+#[test]
+fn sequential_graft_reads_ahead_only_on_sequential_reads() {
+    let rt = vino_graft::Runtime::default();
+    let file = Arc::new(ToyFile::new(64 * 4096));
+    let slot: GraftSlot<ComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), None);
+    slot.load(&build("sequential_ra"), Owner::process(1)).unwrap();
+    slot.call_control("seq_set_blocks", &[4]).unwrap();
+    assert!(slot.invoke(&Read { offset: 8192, len: 4096 }).is_empty(), "first read: not yet sequential");
+    let ra = slot.invoke(&Read { offset: 12288, len: 4096 });
+    assert_eq!(ra.as_slice(), &[Extent { off: 16384, len: 4 * 4096 }]);
+    assert!(slot.invoke(&Read { offset: 40960, len: 4096 }).is_empty(), "a jump is not sequential");
+    // Near the end of the file the window is clipped, never past EOF.
+    slot.invoke(&Read { offset: 61 * 4096, len: 4096 });
+    let tail = slot.invoke(&Read { offset: 62 * 4096, len: 4096 });
+    assert_eq!(tail.as_slice(), &[Extent { off: 63 * 4096, len: 4096 }]);
+}
