@@ -1,0 +1,117 @@
+//! `vino demo`: the safe-extension core on the toy kernel, from a fresh checkout.
+//!
+//! 1. builds the example grafts from C with the SDK;
+//! 2. loads the null graft and the thesis' hot-list eviction graft and shows them deciding;
+//! 3. runs the hostile suite: each graft refused or aborted, state restored, no lock held;
+//! 4. measures the core costs (quick sizes).
+
+use anyhow::{Result, bail};
+use std::sync::Arc;
+use std::time::Instant;
+use vino_bench::report::{Table, fmt_ns};
+use vino_graft::{Access, GraftSlot, Owner, Runtime};
+use vino_toykernel::{PickVictim, ToyApply, ToyKernel, hostile};
+
+pub fn run(with_bench: bool) -> Result<()> {
+    let rt = Runtime::default();
+    let opts = vino_sdk::BuildOptions::default();
+    let toolchain = vino_sdk::find_toolchain(&opts)?;
+    println!("VINO demo: grafts built with {} ({})\n", toolchain.clang.display(), toolchain.version.lines().next().unwrap_or(""));
+
+    good_grafts(&rt, &opts)?;
+    hostile_suite(&rt)?;
+    if with_bench {
+        let report = vino_bench::graftcost::run(true, &mut |_| {});
+        for t in report.tables() {
+            t.print();
+        }
+        println!("(quick sizes; `vino bench core` runs the full study and writes plots)");
+    }
+    Ok(())
+}
+
+fn good_grafts(rt: &Runtime, opts: &vino_sdk::BuildOptions) -> Result<()> {
+    let kernel = ToyKernel::new(4);
+    let apply: GraftSlot<ToyApply> = GraftSlot::new(rt, Arc::new(kernel.clone()), Access::Process(1), None);
+    let null = vino_sdk::build_example("null", opts)?;
+    let counter = vino_sdk::build_example("toy_counter", opts)?;
+    let first = apply.load(&null, Owner::process(1))?;
+    let again = apply.load(&null, Owner::process(1))?;
+    let mut t = Table::new("Well-behaved grafts", &["graft", "graftpoint", "call", "answer", "note"]);
+    t.row(["(none)".into(), "toy.apply".into(), "apply(7)".to_string(), "7".into(), "default policy".to_string()]);
+    t.row([
+        "null.c".into(),
+        "toy.apply".into(),
+        "apply(7)".into(),
+        apply.invoke(&7).to_string(),
+        format!("loaded in {} (compiled), {} (cached)", fmt_ns(first.load_ns as f64), fmt_ns(again.load_ns as f64)),
+    ]);
+    apply.load(&counter, Owner::process(1))?;
+    let a = apply.invoke(&5);
+    let b = apply.invoke(&5);
+    t.row(["toy_counter.c".into(), "toy.apply".into(), "apply(5) twice".into(), format!("{a}, {b}"), format!("cells now {:?}", kernel.snapshot())]);
+    let c = apply.invoke(&-100);
+    t.row([
+        "toy_counter.c".into(),
+        "toy.apply".into(),
+        "apply(-100)".into(),
+        c.to_string(),
+        format!("invalid (negative): aborted, default answered, cells still {:?}", kernel.snapshot()),
+    ]);
+
+    let victim: GraftSlot<PickVictim> = GraftSlot::new(rt, Arc::new(kernel), Access::Process(1), None);
+    victim.load(&vino_sdk::build_example("hotlist_evict", opts)?, Owner::process(1))?;
+    let lru: &[u64] = &[100, 101, 102, 103];
+    victim.call_control("hot_add", &[100])?;
+    victim.call_control("hot_add", &[101])?;
+    let pick = victim.invoke(&lru);
+    t.row([
+        "hotlist_evict.c".into(),
+        "vas.pick_victim".into(),
+        format!("candidates {lru:?}"),
+        format!("evict page {}", lru[pick]),
+        "pages 100 and 101 are on the hot list (thesis 7.7.1)".into(),
+    ]);
+    t.print();
+    Ok(())
+}
+
+fn hostile_suite(rt: &Runtime) -> Result<()> {
+    let patient = Runtime::new(vino_graft::RuntimeConfig {
+        invocation_budget: std::time::Duration::from_secs(20),
+        ..vino_graft::RuntimeConfig::default()
+    });
+    let mut t = Table::new(
+        "Hostile grafts",
+        &["case", "what it does", "stopped by", "default", "state", "locks", "next graft", "time"],
+    );
+    let mut all_ok = true;
+    let started = Instant::now();
+    for case in hostile::CASES {
+        // The contended lock hog gets a long budget, so it is the lock deadline that stops it.
+        let runtime = if case.name.contains("contended") { &patient } else { rt };
+        let o = hostile::run_case(runtime, case).map_err(anyhow::Error::msg)?;
+        all_ok &= o.passed();
+        let yes = |b: bool| if b { "ok" } else { "FAILED" }.to_string();
+        t.row([
+            case.name.to_string(),
+            case.what.to_string(),
+            shorten(&o.failure, 60),
+            yes(o.default_decided),
+            if o.state_restored { "restored".into() } else { "CHANGED".into() },
+            if o.no_lock_held { "none held".into() } else { "LEAKED".into() },
+            yes(o.next_graft_works),
+            fmt_ns(o.elapsed.as_nanos() as f64),
+        ]);
+    }
+    t.note(format!("{} cases in {:.1} s", hostile::CASES.len(), started.elapsed().as_secs_f64()));
+    t.print();
+    if !all_ok {
+        bail!("a hostile graft was not contained (see the table)");
+    }
+    Ok(())
+}
+
+fn shorten(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
+}

@@ -1,0 +1,76 @@
+//! The `vino` command as a user runs it: exit codes, quiet success, errors on stderr.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn vino(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vino")).args(args).output().expect("vino runs")
+}
+
+fn sdk(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk").join(path).display().to_string()
+}
+
+#[test]
+fn graft_build_is_quiet_and_writes_a_module_that_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hot.wasm");
+    let o = vino(&["graft", "build", &sdk("grafts/hotlist_evict.c"), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout.is_empty() && o.stderr.is_empty(), "quiet on success");
+    assert_eq!(&std::fs::read(&out).unwrap()[..4], b"\0asm");
+    let o = vino(&["graft", "check", out.to_str().unwrap(), "--point", "vas.pick_victim"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = vino(&["graft", "check", out.to_str().unwrap(), "--point", "toy.apply"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("toy_apply"));
+}
+
+#[test]
+fn graft_build_reports_compile_errors_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("broken.c");
+    std::fs::write(&src, "int toy_apply(long long x) { return x +; }\n").unwrap();
+    let o = vino(&["graft", "build", src.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("vino: ") && err.contains("error"), "{err}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn graft_check_refuses_forbidden_imports_and_garbage() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = vino(&["graft", "check", &sdk("hostile/forbidden_import_env.wat"), "--point", "toy.apply"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not allow"));
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"\0asm\x01\0\0\0garbage").unwrap();
+    let o = vino(&["graft", "check", junk.to_str().unwrap(), "--point", "toy.apply"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a valid WebAssembly module"));
+    let o = vino(&["graft", "check", junk.to_str().unwrap(), "--point", "no.such"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown graftpoint"));
+    let o = vino(&["graft", "check", "/nonexistent.wasm", "--point", "toy.apply"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent.wasm"));
+}
+
+#[test]
+fn demo_runs_and_contains_every_hostile_graft() {
+    let o = vino(&["demo", "--no-bench"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Hostile grafts") && out.contains("evict page 102"), "{out}");
+    assert!(!out.contains("FAILED") && !out.contains("LEAKED") && !out.contains("CHANGED"), "{out}");
+}
+
+#[test]
+fn bench_core_costs_json_is_machine_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = vino(&["bench", "core", "--quick", "--part", "costs", "--json", "--out", dir.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
+    let ops = v["costs"]["ops"].as_array().expect("ops");
+    assert!(ops.iter().any(|op| op["name"] == "Wasm graft + transaction (protected)"));
+    assert!(dir.path().join("core.json").exists() && dir.path().join("core-costs.svg").exists());
+}
