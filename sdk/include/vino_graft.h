@@ -155,7 +155,26 @@ int32_t file_compute_ra(int64_t offset, int32_t len, int64_t file_size);
 #endif
 static inline struct vino_extent *vino_ra_extents(void) { return (struct vino_extent *)vino_args; }
 
+/* disk.pick_request (global, privileged): the argument area holds n <= VINO_DISK_PICK_MAX waiting
+ * requests in arrival order; `head` is the block after the last one dispatched. Return the index
+ * of the request to serve next; anything else is invalid. Default: one-way elevator (C-LOOK). */
+#define VINO_DISK_PICK_MAX 128
+#define VINO_DISK_WRITE 1u /* flags bit 0 */
+struct vino_disk_request {
+    uint64_t block;   /* first 4096-byte block */
+    uint32_t nblocks; /* length in blocks */
+    uint32_t flags;   /* VINO_DISK_WRITE */
+    uint64_t age_ns;  /* time waited so far */
+};
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t disk_pick_request(int32_t n, int64_t head);
+#endif
+static inline const struct vino_disk_request *vino_disk_requests(void) {
+    return (const struct vino_disk_request *)vino_args;
+}
+
 VINO_STATIC_ASSERT(VINO_VICTIM_MAX * sizeof(uint64_t) <= VINO_ARG_BYTES, "victims fit");
+VINO_STATIC_ASSERT(sizeof(struct vino_disk_request) == 24 && VINO_DISK_PICK_MAX * 24 <= VINO_ARG_BYTES, "disk requests fit");
 VINO_STATIC_ASSERT(VINO_RA_MAX_EXTENTS * sizeof(struct vino_extent) <= VINO_ARG_BYTES, "extents fit");
 
 /* ---- Freestanding memory helpers. ----

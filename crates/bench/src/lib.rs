@@ -5,3 +5,4 @@ pub mod exttech;
 pub mod graftcost;
 pub mod measure;
 pub mod report;
+pub mod wisconsin;

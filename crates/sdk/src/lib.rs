@@ -60,6 +60,8 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "sequential_ra",
         include_str!("../../../sdk/grafts/sequential_ra.c"),
     ),
+    ("elevator", include_str!("../../../sdk/grafts/elevator.c")),
+    ("fifo", include_str!("../../../sdk/grafts/fifo.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

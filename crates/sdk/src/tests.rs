@@ -22,6 +22,7 @@ fn graftpoint(export: &str) -> FuncType {
         "toy_apply" => ft(&[I64], &[I64]),
         "vas_pick_victim" => ft(&[I32], &[I32]),
         "file_compute_ra" => ft(&[I64, I32, I64], &[I32]),
+        "disk_pick_request" => ft(&[I32, I64], &[I32]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -183,6 +184,8 @@ fn examples_build_and_follow_the_abi() {
             &["seq_set_blocks"],
             &["seq_params"],
         ),
+        ("elevator", "disk_pick_request", &[], &["set_age_cap"], &[]),
+        ("fifo", "disk_pick_request", &[], &[], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {

@@ -1,0 +1,297 @@
+//! A device backed by an image file or a real block device.
+
+use crate::buf::is_aligned;
+use crate::{AlignedBuf, BLOCK_SIZE, BlockDevice, DeviceCounters, IoOp, check_transfer, counted};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Whether to bypass the host's page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direct {
+    /// `O_DIRECT` if the file system accepts it, buffered otherwise (tmpfs refuses it).
+    #[default]
+    Auto,
+    /// `O_DIRECT` or an error.
+    Require,
+    /// Buffered I/O through the host's page cache.
+    Never,
+}
+
+/// How to open a [`FileDevice`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FileOptions {
+    pub direct: Direct,
+    pub read_only: bool,
+}
+
+/// An image file or a real block device, read and written with `pread`/`pwrite` at
+/// `block * BLOCK_SIZE` (safe to share between threads), flushed with `fdatasync`.
+///
+/// With `O_DIRECT` transfers must be aligned: the device copies through an aligned buffer when
+/// the caller's is not. A trailing partial block of an image whose size is not a multiple of
+/// [`BLOCK_SIZE`] is not part of the device.
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    name: String,
+    blocks: u64,
+    direct: bool,
+    read_only: bool,
+    block_device: bool,
+    counters: DeviceCounters,
+}
+
+/// `BLKGETSIZE64`, `_IOR(0x12, 114, u64)`: the size of a block device in bytes.
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+
+fn with_path(path: &Path, what: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {what}: {e}", path.display()))
+}
+
+impl FileDevice {
+    /// Opens an existing image or block device for reading and writing, `O_DIRECT` if possible.
+    pub fn open(path: impl AsRef<Path>) -> io::Result<FileDevice> {
+        Self::open_with(path, FileOptions::default())
+    }
+
+    pub fn open_with(path: impl AsRef<Path>, options: FileOptions) -> io::Result<FileDevice> {
+        let path = path.as_ref();
+        let meta = std::fs::metadata(path).map_err(|e| with_path(path, "cannot open", e))?;
+        let block_device = meta.file_type().is_block_device();
+        if !block_device && !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: not a regular file or a block device", path.display()),
+            ));
+        }
+        let open = |direct: bool| {
+            let mut o = OpenOptions::new();
+            o.read(true).write(!options.read_only);
+            if direct {
+                o.custom_flags(libc::O_DIRECT);
+            }
+            o.open(path)
+        };
+        let (mut file, mut direct) = open_mode(path, options.direct, &open)?;
+        let bytes = if block_device {
+            block_device_size(&file).map_err(|e| with_path(path, "BLKGETSIZE64", e))?
+        } else {
+            meta.len()
+        };
+        // Some file systems accept the flag at open and refuse the first transfer instead.
+        if direct && bytes >= BLOCK_SIZE as u64 {
+            let mut probe = AlignedBuf::new(1);
+            if let Err(e) = file.read_exact_at(&mut probe, 0) {
+                if !refuses_direct(&e) {
+                    return Err(with_path(path, "reading block 0", e));
+                }
+                if options.direct == Direct::Require {
+                    return Err(with_path(path, "the file system refuses O_DIRECT", e));
+                }
+                direct = false;
+                file = open(false).map_err(|e| with_path(path, "cannot open", e))?;
+            }
+        }
+        Ok(FileDevice {
+            file,
+            path: path.to_path_buf(),
+            name: path.display().to_string(),
+            blocks: bytes / BLOCK_SIZE as u64,
+            direct,
+            read_only: options.read_only,
+            block_device,
+            counters: DeviceCounters::new(),
+        })
+    }
+
+    /// Creates (or truncates) an image file of `bytes` bytes, a non-zero multiple of
+    /// [`BLOCK_SIZE`], and opens it. The file is sparse: it reads as zeros.
+    pub fn create(path: impl AsRef<Path>, bytes: u64) -> io::Result<FileDevice> {
+        let path = path.as_ref();
+        if bytes == 0 || !bytes.is_multiple_of(BLOCK_SIZE as u64) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: an image of {bytes} bytes is not a non-zero multiple of {BLOCK_SIZE}",
+                    path.display()
+                ),
+            ));
+        }
+        let file = File::create(path).map_err(|e| with_path(path, "cannot create", e))?;
+        file.set_len(bytes)
+            .map_err(|e| with_path(path, "cannot set the size", e))?;
+        drop(file);
+        Self::open(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn is_block_device(&self) -> bool {
+        self.block_device
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn io_error(&self, what: String, e: io::Error) -> io::Error {
+        io::Error::new(e.kind(), format!("{}: {what}: {e}", self.name))
+    }
+}
+
+fn refuses_direct(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EINVAL)
+}
+
+/// Opens with `O_DIRECT` as `mode` asks, falling back to buffered I/O under [`Direct::Auto`] when
+/// the file system refuses the flag. Returns the file and whether it is direct.
+fn open_mode(path: &Path, mode: Direct, open: &dyn Fn(bool) -> io::Result<File>) -> io::Result<(File, bool)> {
+    if mode == Direct::Never {
+        return open(false)
+            .map(|f| (f, false))
+            .map_err(|e| with_path(path, "cannot open", e));
+    }
+    match open(true) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if refuses_direct(&e) && mode == Direct::Auto => open(false)
+            .map(|f| (f, false))
+            .map_err(|e| with_path(path, "cannot open", e)),
+        Err(e) if refuses_direct(&e) => Err(with_path(path, "the file system refuses O_DIRECT", e)),
+        Err(e) => Err(with_path(path, "cannot open", e)),
+    }
+}
+
+fn block_device_size(file: &File) -> io::Result<u64> {
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut size as *mut u64) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(size)
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> io::Result<()> {
+        let blocks =
+            check_transfer(&self.name, self.blocks, first, buf.len()).inspect_err(|_| self.counters.refused())?;
+        if blocks == 0 {
+            return Ok(());
+        }
+        let offset = first * BLOCK_SIZE as u64;
+        let what = || format!("reading blocks {first}..{}", first + blocks);
+        counted(&self.counters, IoOp::Read, blocks, || {
+            if self.direct && !is_aligned(buf.as_ptr()) {
+                let mut bounce = AlignedBuf::new(blocks as usize);
+                self.file
+                    .read_exact_at(&mut bounce, offset)
+                    .map_err(|e| self.io_error(what(), e))?;
+                buf.copy_from_slice(&bounce);
+                Ok(())
+            } else {
+                self.file
+                    .read_exact_at(buf, offset)
+                    .map_err(|e| self.io_error(what(), e))
+            }
+        })
+    }
+
+    fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
+        let blocks =
+            check_transfer(&self.name, self.blocks, first, buf.len()).inspect_err(|_| self.counters.refused())?;
+        if self.read_only {
+            self.counters.refused();
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{}: opened read-only", self.name),
+            ));
+        }
+        if blocks == 0 {
+            return Ok(());
+        }
+        let offset = first * BLOCK_SIZE as u64;
+        let what = || format!("writing blocks {first}..{}", first + blocks);
+        counted(&self.counters, IoOp::Write, blocks, || {
+            if self.direct && !is_aligned(buf.as_ptr()) {
+                let bounce = AlignedBuf::from_slice(buf);
+                self.file
+                    .write_all_at(&bounce, offset)
+                    .map_err(|e| self.io_error(what(), e))
+            } else {
+                self.file
+                    .write_all_at(buf, offset)
+                    .map_err(|e| self.io_error(what(), e))
+            }
+        })
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        counted(&self.counters, IoOp::Flush, 0, || {
+            self.file.sync_data().map_err(|e| self.io_error("fdatasync".into(), e))
+        })
+    }
+
+    fn block_count(&self) -> u64 {
+        self.blocks
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn counters(&self) -> &DeviceCounters {
+        &self.counters
+    }
+
+    fn direct(&self) -> bool {
+        self.direct
+    }
+
+    fn uring_fd(&self) -> Option<RawFd> {
+        // A read-only device keeps its requests on the methods above, which refuse writes with a
+        // clear message (the kernel would only say EBADF).
+        (!self.read_only).then(|| self.file.as_raw_fd())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file system that refuses O_DIRECT at open (as tmpfs did before Linux 6.6).
+    fn refusing(dir: &Path) -> impl Fn(bool) -> io::Result<File> + '_ {
+        move |direct| {
+            if direct {
+                Err(io::Error::from_raw_os_error(libc::EINVAL))
+            } else {
+                File::create(dir.join("f"))
+            }
+        }
+    }
+
+    #[test]
+    fn refused_o_direct_falls_back_or_fails_as_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let (_, direct) = open_mode(&path, Direct::Auto, &refusing(dir.path())).unwrap();
+        assert!(!direct);
+        let e = open_mode(&path, Direct::Require, &refusing(dir.path())).unwrap_err();
+        assert!(
+            e.to_string().contains("refuses O_DIRECT") && e.to_string().contains(&*path.to_string_lossy()),
+            "{e}"
+        );
+        let (_, direct) = open_mode(&path, Direct::Never, &refusing(dir.path())).unwrap();
+        assert!(!direct);
+        let other = |_: bool| -> io::Result<File> { Err(io::Error::from_raw_os_error(libc::EACCES)) };
+        let e = open_mode(&path, Direct::Auto, &other).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("cannot open"), "{e}");
+    }
+}

@@ -1,0 +1,618 @@
+//! Asynchronous requests: a queue of bounded depth in front of a device.
+//!
+//! A request owns its buffer ([`AlignedBuf`]) while it is in flight and hands it back through
+//! its [`Ticket`]: a read's buffer comes back filled, a write's comes back for reuse. Up to
+//! `depth` requests are in flight at once; [`IoQueue::submit`] waits for a free place,
+//! [`IoQueue::try_submit`] gives the request back instead. Two backends serve a queue:
+//!
+//! * io_uring, for devices that offer a file descriptor ([`BlockDevice::uring_fd`]) when the
+//!   kernel grants this process a ring (containers often forbid `io_uring_setup`);
+//! * a small pool of threads calling the device's synchronous methods, for every device.
+
+use crate::{AlignedBuf, BLOCK_SIZE, BlockDevice, check_transfer, uring};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What a request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum IoOp {
+    Read,
+    Write,
+    /// A durability barrier: writes that completed before it was submitted are durable when it
+    /// completes. It does not order writes still in flight.
+    Flush,
+}
+
+/// One asynchronous request.
+#[derive(Debug)]
+pub struct IoRequest {
+    pub op: IoOp,
+    /// First block (ignored by a flush).
+    pub block: u64,
+    /// The data of a write, the destination of a read (its size says how many blocks); empty
+    /// for a flush.
+    pub buf: AlignedBuf,
+    /// A number of the submitter's choosing, passed back in [`Finished`].
+    pub tag: u64,
+}
+
+impl IoRequest {
+    /// A read of `blocks` blocks at `block` into a fresh buffer.
+    pub fn read(block: u64, blocks: usize) -> IoRequest {
+        IoRequest {
+            op: IoOp::Read,
+            block,
+            buf: AlignedBuf::new(blocks),
+            tag: 0,
+        }
+    }
+
+    /// A read into a buffer the caller already has (a cache frame).
+    pub fn read_into(block: u64, buf: AlignedBuf) -> IoRequest {
+        IoRequest {
+            op: IoOp::Read,
+            block,
+            buf,
+            tag: 0,
+        }
+    }
+
+    pub fn write(block: u64, buf: AlignedBuf) -> IoRequest {
+        IoRequest {
+            op: IoOp::Write,
+            block,
+            buf,
+            tag: 0,
+        }
+    }
+
+    pub fn flush() -> IoRequest {
+        IoRequest {
+            op: IoOp::Flush,
+            block: 0,
+            buf: AlignedBuf::new(0),
+            tag: 0,
+        }
+    }
+
+    pub fn with_tag(mut self, tag: u64) -> IoRequest {
+        self.tag = tag;
+        self
+    }
+
+    /// Number of blocks transferred.
+    pub fn blocks(&self) -> u64 {
+        (self.buf.len() / BLOCK_SIZE) as u64
+    }
+
+    /// Checks the request against a device: a clear `InvalidInput` error for a range past the
+    /// end (a flush is always valid).
+    pub fn check(&self, device: &dyn BlockDevice) -> io::Result<()> {
+        match self.op {
+            IoOp::Flush => Ok(()),
+            IoOp::Read | IoOp::Write => {
+                check_transfer(device.name(), device.block_count(), self.block, self.buf.len()).map(|_| ())
+            }
+        }
+    }
+}
+
+/// What a completion hook hears about each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    pub op: IoOp,
+    pub block: u64,
+    pub blocks: u64,
+    pub tag: u64,
+    pub ok: bool,
+    /// From the moment the request entered the backend to its completion.
+    pub service: Duration,
+}
+
+/// Called once for every request submitted to a queue, after its place in the queue is free
+/// and before its ticket completes, on the thread that completed it. It must not block long.
+pub type CompletionHook = Arc<dyn Fn(&Finished) + Send + Sync>;
+
+struct Slot {
+    result: Mutex<Option<io::Result<AlignedBuf>>>,
+    cv: Condvar,
+}
+
+/// The handle of a request in flight: wait for it, or ask whether it is done.
+pub struct Ticket {
+    slot: Arc<Slot>,
+}
+
+/// The other end of a [`Ticket`]: whoever carries out the request completes it. Dropping it
+/// uncompleted completes the ticket with an error, so a waiter never hangs.
+pub struct Completer {
+    slot: Option<Arc<Slot>>,
+}
+
+/// A connected ticket and completer, for layers that carry requests themselves (a scheduler
+/// hands the completer to the device's queue with [`IoQueue::submit_with`]).
+pub fn ticket() -> (Ticket, Completer) {
+    let slot = Arc::new(Slot {
+        result: Mutex::new(None),
+        cv: Condvar::new(),
+    });
+    (Ticket { slot: slot.clone() }, Completer { slot: Some(slot) })
+}
+
+impl Ticket {
+    /// A ticket that is already complete.
+    pub fn ready(result: io::Result<AlignedBuf>) -> Ticket {
+        let (t, c) = ticket();
+        c.complete(result);
+        t
+    }
+
+    /// Waits for the request; gives back its buffer (filled, for a read) or its error.
+    pub fn wait(self) -> io::Result<AlignedBuf> {
+        let mut r = self.slot.result.lock();
+        while r.is_none() {
+            self.slot.cv.wait(&mut r);
+        }
+        r.take().expect("checked above")
+    }
+
+    /// Waits up to `timeout`; true if the request is done.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut r = self.slot.result.lock();
+        while r.is_none() {
+            if self.slot.cv.wait_until(&mut r, deadline).timed_out() {
+                return r.is_some();
+            }
+        }
+        true
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.slot.result.lock().is_some()
+    }
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ticket({})", if self.is_done() { "done" } else { "pending" })
+    }
+}
+
+impl Completer {
+    pub fn complete(mut self, result: io::Result<AlignedBuf>) {
+        if let Some(slot) = self.slot.take() {
+            *slot.result.lock() = Some(result);
+            slot.cv.notify_all();
+        }
+    }
+}
+
+impl Drop for Completer {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            *slot.result.lock() = Some(Err(io::Error::other("the request was abandoned before it completed")));
+            slot.cv.notify_all();
+        }
+    }
+}
+
+/// Which backend serves a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Backend {
+    /// The kernel's io_uring: requests go to the kernel without a thread each.
+    Uring,
+    /// A pool of threads calling the device's synchronous methods.
+    Threads,
+}
+
+/// Which backend to ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum BackendChoice {
+    /// io_uring if the device offers a descriptor and the kernel grants a ring, else threads.
+    #[default]
+    Auto,
+    /// io_uring or an error saying why not.
+    Uring,
+    /// The thread pool.
+    Threads,
+}
+
+/// How to build an [`IoQueue`].
+#[derive(Clone, Default)]
+pub struct QueueConfig {
+    /// Most requests in flight at once (at least 1).
+    pub depth: usize,
+    pub backend: BackendChoice,
+    /// Threads of the pool backend; 0 means `depth`, at most 16.
+    pub threads: usize,
+    pub hook: Option<CompletionHook>,
+}
+
+impl QueueConfig {
+    pub fn new(depth: usize) -> Self {
+        QueueConfig {
+            depth,
+            ..Default::default()
+        }
+    }
+}
+
+/// What a queue remembers of a request while its buffer is away.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JobMeta {
+    pub(crate) op: IoOp,
+    pub(crate) block: u64,
+    pub(crate) blocks: u64,
+    pub(crate) tag: u64,
+    pub(crate) started: Instant,
+}
+
+/// A request accepted by a queue, on its way through a backend.
+pub(crate) struct Job {
+    pub(crate) meta: JobMeta,
+    pub(crate) buf: AlignedBuf,
+    pub(crate) completer: Completer,
+}
+
+impl Job {
+    fn new(req: IoRequest, completer: Completer) -> Job {
+        let meta = JobMeta {
+            op: req.op,
+            block: req.block,
+            blocks: req.blocks(),
+            tag: req.tag,
+            started: Instant::now(),
+        };
+        Job {
+            meta,
+            buf: req.buf,
+            completer,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Places {
+    in_flight: usize,
+    max_in_flight: usize,
+    submitted: u64,
+    completed: u64,
+}
+
+pub(crate) struct QueueShared {
+    pub(crate) device: Arc<dyn BlockDevice>,
+    depth: usize,
+    places: Mutex<Places>,
+    freed: Condvar,
+    hook: Option<CompletionHook>,
+}
+
+impl QueueShared {
+    /// Completes a request: frees its place, tells the hook, completes the ticket.
+    pub(crate) fn finish(&self, meta: JobMeta, completer: Completer, result: io::Result<AlignedBuf>) {
+        {
+            let mut p = self.places.lock();
+            p.in_flight -= 1;
+            p.completed += 1;
+        }
+        self.freed.notify_all();
+        if let Some(hook) = &self.hook {
+            hook(&Finished {
+                op: meta.op,
+                block: meta.block,
+                blocks: meta.blocks,
+                tag: meta.tag,
+                ok: result.is_ok(),
+                service: meta.started.elapsed(),
+            });
+        }
+        completer.complete(result);
+    }
+}
+
+enum Engine {
+    Threads(Pool),
+    Uring(uring::Ring),
+}
+
+/// A queue of asynchronous requests to one device (see the module documentation).
+pub struct IoQueue {
+    shared: Arc<QueueShared>,
+    engine: Engine,
+    uring_note: Option<String>,
+}
+
+impl IoQueue {
+    /// A queue of `depth` places, on io_uring where possible.
+    pub fn new(device: Arc<dyn BlockDevice>, depth: usize) -> io::Result<IoQueue> {
+        Self::with_config(device, QueueConfig::new(depth))
+    }
+
+    pub fn with_config(device: Arc<dyn BlockDevice>, config: QueueConfig) -> io::Result<IoQueue> {
+        let depth = config.depth.max(1);
+        let shared = Arc::new(QueueShared {
+            device: device.clone(),
+            depth,
+            places: Mutex::new(Places::default()),
+            freed: Condvar::new(),
+            hook: config.hook.clone(),
+        });
+        let threads = if config.threads == 0 {
+            depth.min(16)
+        } else {
+            config.threads
+        };
+        let want_uring = match config.backend {
+            BackendChoice::Threads => false,
+            BackendChoice::Auto | BackendChoice::Uring => true,
+        };
+        let mut uring_note = None;
+        if want_uring {
+            let attempt = match (device.uring_fd(), uring::uring_available()) {
+                (None, _) => Err(format!("{} offers no file descriptor for io_uring", device.name())),
+                (Some(_), Err(why)) => Err(why),
+                (Some(fd), Ok(())) => uring::Ring::start(shared.clone(), fd, depth).map_err(|e| e.to_string()),
+            };
+            match attempt {
+                Ok(ring) => {
+                    return Ok(IoQueue {
+                        shared,
+                        engine: Engine::Uring(ring),
+                        uring_note: None,
+                    });
+                }
+                Err(why) if config.backend == BackendChoice::Uring => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!("io_uring backend unavailable: {why}"),
+                    ));
+                }
+                Err(why) => uring_note = Some(why),
+            }
+        }
+        let pool = Pool::start(shared.clone(), threads)?;
+        Ok(IoQueue {
+            shared,
+            engine: Engine::Threads(pool),
+            uring_note,
+        })
+    }
+
+    /// The backend serving this queue.
+    pub fn backend(&self) -> Backend {
+        match self.engine {
+            Engine::Threads(_) => Backend::Threads,
+            Engine::Uring(_) => Backend::Uring,
+        }
+    }
+
+    /// Why io_uring was not used, when [`BackendChoice::Auto`] fell back to threads.
+    pub fn uring_unavailable_reason(&self) -> Option<&str> {
+        self.uring_note.as_deref()
+    }
+
+    pub fn depth(&self) -> usize {
+        self.shared.depth
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.shared.device
+    }
+
+    /// Requests submitted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.shared.places.lock().in_flight
+    }
+
+    /// The most requests ever in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.places.lock().max_in_flight
+    }
+
+    /// Requests submitted and completed so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let p = self.shared.places.lock();
+        (p.submitted, p.completed)
+    }
+
+    /// Submits a request, waiting for a free place if `depth` requests are in flight. A request
+    /// that does not fit the device completes at once with an error.
+    pub fn submit(&self, req: IoRequest) -> Ticket {
+        let (t, c) = ticket();
+        self.submit_with(req, c);
+        t
+    }
+
+    /// Submits a request unless `depth` requests are in flight, in which case it is given back.
+    pub fn try_submit(&self, req: IoRequest) -> Result<Ticket, IoRequest> {
+        if !req_is_immediate(&req, &*self.shared.device) {
+            let mut p = self.shared.places.lock();
+            if p.in_flight >= self.shared.depth {
+                return Err(req);
+            }
+            self.take_place(&mut p);
+            drop(p);
+            let (t, c) = ticket();
+            self.start(req, c);
+            return Ok(t);
+        }
+        Ok(self.submit(req))
+    }
+
+    /// Like [`IoQueue::submit`], completing a ticket made elsewhere (see [`ticket`]).
+    pub fn submit_with(&self, req: IoRequest, completer: Completer) {
+        if req_is_immediate(&req, &*self.shared.device) {
+            return self.complete_now(req, completer);
+        }
+        let mut p = self.shared.places.lock();
+        while p.in_flight >= self.shared.depth {
+            self.shared.freed.wait(&mut p);
+        }
+        self.take_place(&mut p);
+        drop(p);
+        self.start(req, completer);
+    }
+
+    /// Waits until no request is in flight.
+    pub fn drain(&self) {
+        let mut p = self.shared.places.lock();
+        while p.in_flight > 0 {
+            self.shared.freed.wait(&mut p);
+        }
+    }
+
+    fn take_place(&self, p: &mut Places) {
+        p.in_flight += 1;
+        p.submitted += 1;
+        p.max_in_flight = p.max_in_flight.max(p.in_flight);
+    }
+
+    fn start(&self, req: IoRequest, completer: Completer) {
+        let job = Job::new(req, completer);
+        match &self.engine {
+            Engine::Threads(pool) => pool.push(job),
+            Engine::Uring(ring) => ring.push(job),
+        }
+    }
+
+    /// A request refused for its range, or one with nothing to transfer: completed here, with
+    /// the hook told as for any other.
+    fn complete_now(&self, req: IoRequest, completer: Completer) {
+        {
+            // Counted, but not against the depth: it never reaches the device.
+            let mut p = self.shared.places.lock();
+            p.in_flight += 1;
+            p.submitted += 1;
+        }
+        let result = match req.check(&*self.shared.device) {
+            Ok(()) => Ok(AlignedBuf::new(0)),
+            Err(e) => {
+                self.shared.device.counters().refused();
+                Err(e)
+            }
+        };
+        let job = Job::new(req, completer);
+        self.shared.finish(job.meta, job.completer, result);
+    }
+}
+
+/// A request that needs no device work: refused for its range, or transferring nothing.
+fn req_is_immediate(req: &IoRequest, device: &dyn BlockDevice) -> bool {
+    match req.op {
+        IoOp::Flush => false,
+        IoOp::Read | IoOp::Write => req.buf.is_empty() || req.check(device).is_err(),
+    }
+}
+
+impl Drop for IoQueue {
+    /// Waits for the requests in flight; their tickets complete as usual.
+    fn drop(&mut self) {
+        self.drain();
+    }
+}
+
+impl fmt::Debug for IoQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IoQueue")
+            .field("device", &self.shared.device.name())
+            .field("backend", &self.backend())
+            .field("depth", &self.shared.depth)
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+/// Runs one request on the device's synchronous methods.
+pub(crate) fn run_sync(device: &dyn BlockDevice, op: IoOp, block: u64, buf: &mut AlignedBuf) -> io::Result<()> {
+    match op {
+        IoOp::Read => device.read_blocks(block, buf),
+        IoOp::Write => device.write_blocks(block, buf),
+        IoOp::Flush => device.flush(),
+    }
+}
+
+struct PoolState {
+    jobs: VecDeque<Job>,
+    closing: bool,
+}
+
+struct PoolShared {
+    state: Mutex<PoolState>,
+    ready: Condvar,
+}
+
+/// The thread-pool backend.
+struct Pool {
+    shared: Arc<PoolShared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    fn start(queue: Arc<QueueShared>, threads: usize) -> io::Result<Pool> {
+        let shared = Arc::new(PoolShared {
+            state: Mutex::new(PoolState {
+                jobs: VecDeque::new(),
+                closing: false,
+            }),
+            ready: Condvar::new(),
+        });
+        let mut workers = Vec::new();
+        for i in 0..threads.max(1) {
+            let (shared, queue) = (shared.clone(), queue.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("vino-io-{i}"))
+                .spawn(move || worker(&shared, &queue));
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                Err(e) if workers.is_empty() => return Err(e),
+                Err(_) => break, // fewer threads than asked: still a working pool
+            }
+        }
+        Ok(Pool { shared, workers })
+    }
+
+    fn push(&self, job: Job) {
+        self.shared.state.lock().jobs.push_back(job);
+        self.shared.ready.notify_one();
+    }
+}
+
+fn worker(shared: &PoolShared, queue: &QueueShared) {
+    loop {
+        let job = {
+            let mut s = shared.state.lock();
+            loop {
+                if let Some(job) = s.jobs.pop_front() {
+                    break job;
+                }
+                if s.closing {
+                    return;
+                }
+                shared.ready.wait(&mut s);
+            }
+        };
+        let Job {
+            meta,
+            mut buf,
+            completer,
+        } = job;
+        let result = run_sync(&*queue.device, meta.op, meta.block, &mut buf).map(|()| buf);
+        queue.finish(meta, completer, result);
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.state.lock().closing = true;
+        self.shared.ready.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}

@@ -1,0 +1,742 @@
+//! The frame table: lookup, LRU, loading, eviction (with `vas.pick_victim` and Cao's rule),
+//! read-ahead, dirty pages and write-back.
+//!
+//! One mutex guards the table. It is never held across I/O or a graft call: a frame being
+//! loaded is marked so, and threads that need it wait on the condition variable.
+
+use crate::lru::{Links, List};
+use crate::points::{PickVictim, ReadAhead, WRITEBACK_MAX, Writeback, WritebackArgs, page_id};
+use crate::stats::{CacheCounters, CacheStats};
+use crate::{Backing, IoCtx, PageIo, Pid};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use rustc_hash::FxHashMap;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use vino_blockdev::{AlignedBuf, BLOCK_SIZE, IoRequest, Ticket};
+use vino_graft::abi::Extents;
+use vino_graft::{Access, GraftSlot, PolicyKind, Runtime};
+
+const BS: u64 = BLOCK_SIZE as u64;
+
+/// Most blocks one read-ahead advice may bring in.
+const MAX_PREFETCH_BLOCKS: u64 = 256;
+
+#[derive(Debug, Clone, Copy)]
+pub struct CacheConfig {
+    /// Number of 4 KB frames.
+    pub frames: usize,
+    /// How often the write-back policy runs (`None`: only on `sync`).
+    pub writeback_every: Option<Duration>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { frames: 1024, writeback_every: Some(Duration::from_secs(1)) }
+    }
+}
+
+type PageKey = (u64, u64);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Free,
+    /// A read is in flight; `ticket` holds it until someone waits for it.
+    Loading,
+    Valid,
+}
+
+struct Frame {
+    key: PageKey,
+    owner: Pid,
+    state: State,
+    ticket: Option<Ticket>,
+    buf: AlignedBuf,
+    /// Device block of the page (None for a hole that has not been written).
+    dev: Option<u64>,
+    dirty_since: Option<u64>,
+    /// Bumped by every write, so a write-back knows whether it wrote the latest data.
+    generation: u64,
+    writing: bool,
+    /// Brought in by read-ahead and not used yet.
+    prefetched: bool,
+    pins: u32,
+}
+
+struct Proc {
+    pages: List,
+    victim: Option<Arc<GraftSlot<PickVictim>>>,
+    counters: CacheCounters,
+}
+
+struct Table {
+    frames: Vec<Frame>,
+    global: Vec<Links>,
+    owned: Vec<Links>,
+    lru: List,
+    free: Vec<u32>,
+    map: FxHashMap<PageKey, u32>,
+    procs: FxHashMap<Pid, Proc>,
+    objects: FxHashMap<u64, CacheCounters>,
+    /// Cao's placeholders: page the graft evicted -> page the kernel had chosen (kept instead).
+    placeholders: FxHashMap<PageKey, PageKey>,
+    total: CacheCounters,
+}
+
+/// Counters to bump for an event on a page: the owner's, the file's, and the total.
+macro_rules! count {
+    ($t:expr, $owner:expr, $object:expr, $field:ident) => {{
+        let t: &mut Table = $t;
+        t.total.$field += 1;
+        t.objects.entry($object).or_default().$field += 1;
+        t.proc_mut($owner).counters.$field += 1;
+    }};
+}
+
+impl Table {
+    fn proc_mut(&mut self, pid: Pid) -> &mut Proc {
+        self.procs.entry(pid).or_insert_with(|| Proc { pages: List::default(), victim: None, counters: CacheCounters::default() })
+    }
+
+    fn evictable(&self, f: u32) -> bool {
+        let fr = &self.frames[f as usize];
+        fr.pins == 0 && !fr.writing && (fr.state == State::Valid || (fr.state == State::Loading && fr.ticket.as_ref().is_some_and(Ticket::is_done)))
+    }
+
+    fn touch(&mut self, f: u32) {
+        let owner = self.frames[f as usize].owner;
+        self.lru.touch(&mut self.global, f);
+        let mut pages = self.procs.get(&owner).map(|p| p.pages).expect("owner has a list");
+        pages.touch(&mut self.owned, f);
+        self.proc_mut(owner).pages = pages;
+    }
+
+    fn install(&mut self, f: u32, key: PageKey, owner: Pid, dev: Option<u64>) {
+        let fr = &mut self.frames[f as usize];
+        debug_assert_eq!(fr.state, State::Free);
+        *fr = Frame { key, owner, dev, state: State::Valid, ticket: None, dirty_since: None, generation: 0, writing: false, prefetched: false, pins: 0, buf: std::mem::replace(&mut fr.buf, AlignedBuf::new(0)) };
+        self.map.insert(key, f);
+        self.lru.push_back(&mut self.global, f);
+        let mut pages = self.proc_mut(owner).pages;
+        pages.push_back(&mut self.owned, f);
+        self.proc_mut(owner).pages = pages;
+    }
+
+    /// Takes a clean, evictable page out of the table; the frame is the caller's.
+    fn remove(&mut self, f: u32) {
+        let (key, owner, prefetched) = {
+            let fr = &self.frames[f as usize];
+            (fr.key, fr.owner, fr.prefetched)
+        };
+        self.map.remove(&key);
+        self.lru.remove(&mut self.global, f);
+        let mut pages = self.proc_mut(owner).pages;
+        pages.remove(&mut self.owned, f);
+        self.proc_mut(owner).pages = pages;
+        if prefetched {
+            count!(self, owner, key.0, prefetch_wasted);
+        }
+        let fr = &mut self.frames[f as usize];
+        fr.state = State::Free;
+        fr.dirty_since = None;
+        fr.prefetched = false;
+        fr.ticket = None;
+    }
+
+    /// Settles a read-ahead whose I/O is done but that nobody waited for.
+    fn settle(&mut self, f: u32) {
+        let fr = &mut self.frames[f as usize];
+        if fr.state == State::Loading {
+            if let Some(t) = fr.ticket.take() {
+                let result = t.wait();
+                // A failed read-ahead just frees its frame.
+                let _ = self.finish_load(f, result);
+            }
+        }
+    }
+
+    fn finish_load(&mut self, f: u32, result: io::Result<AlignedBuf>) -> io::Result<()> {
+        match result {
+            Ok(buf) => {
+                let fr = &mut self.frames[f as usize];
+                fr.buf = buf;
+                fr.state = State::Valid;
+                Ok(())
+            }
+            Err(e) => {
+                self.frames[f as usize].buf = AlignedBuf::new(1);
+                self.frames[f as usize].prefetched = false;
+                self.frames[f as usize].state = State::Valid;
+                self.remove(f);
+                self.free.push(f);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The page cache. Shared by every process of the kernel.
+pub struct PageCache {
+    table: Mutex<Table>,
+    changed: Condvar,
+    io: Arc<dyn PageIo>,
+    runtime: Runtime,
+    writeback: Arc<GraftSlot<Writeback>>,
+    stop: Arc<AtomicBool>,
+    config: CacheConfig,
+}
+
+impl PageCache {
+    pub fn new(config: CacheConfig, io: Arc<dyn PageIo>, runtime: &Runtime) -> Arc<PageCache> {
+        assert!(config.frames > 0, "a cache needs frames");
+        let frames = (0..config.frames)
+            .map(|_| Frame { key: (0, 0), owner: 0, state: State::Free, ticket: None, buf: AlignedBuf::new(1), dev: None, dirty_since: None, generation: 0, writing: false, prefetched: false, pins: 0 })
+            .collect();
+        let table = Table {
+            frames,
+            global: vec![Links::default(); config.frames],
+            owned: vec![Links::default(); config.frames],
+            lru: List::default(),
+            free: (0..config.frames as u32).rev().collect(),
+            map: FxHashMap::default(),
+            procs: FxHashMap::default(),
+            objects: FxHashMap::default(),
+            placeholders: FxHashMap::default(),
+            total: CacheCounters::default(),
+        };
+        let cache = Arc::new(PageCache {
+            table: Mutex::new(table),
+            changed: Condvar::new(),
+            io,
+            runtime: runtime.clone(),
+            writeback: Arc::new(GraftSlot::new(runtime, Arc::new(()), Access::Privileged, None)),
+            stop: Arc::new(AtomicBool::new(false)),
+            config,
+        });
+        if let Some(every) = config.writeback_every {
+            spawn_writeback(Arc::downgrade(&cache), cache.stop.clone(), every);
+        }
+        cache
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    /// The global `cache.writeback` graftpoint.
+    pub fn writeback_slot(&self) -> &Arc<GraftSlot<Writeback>> {
+        &self.writeback
+    }
+
+    /// Makes `pid` known to the cache and returns its `vas.pick_victim` graftpoint.
+    pub fn register_process(&self, pid: Pid) -> Arc<GraftSlot<PickVictim>> {
+        let mut t = self.table.lock();
+        let proc = t.proc_mut(pid);
+        proc.victim
+            .get_or_insert_with(|| Arc::new(GraftSlot::new(&self.runtime, Arc::new(pid), Access::Process(pid), None)))
+            .clone()
+    }
+
+    /// Forgets a process's graft (it exited); its pages stay cached, owned by nobody special.
+    pub fn unregister_process(&self, pid: Pid) {
+        if let Some(p) = self.table.lock().procs.get_mut(&pid) {
+            if let Some(slot) = p.victim.take() {
+                slot.unload();
+            }
+        }
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` of `object` (never past its size); returns how
+    /// many. Then asks the open file's read-ahead policy what to prefetch.
+    pub fn read(&self, ctx: &IoCtx, object: u64, backing: &dyn Backing, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let size = backing.size();
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = buf.len().min((size - offset) as usize);
+        let mut done = 0;
+        while done < n {
+            let pos = offset + done as u64;
+            let (index, within) = (pos / BS, (pos % BS) as usize);
+            let take = (BLOCK_SIZE - within).min(n - done);
+            let mut t = self.table.lock();
+            let f = self.pin(&mut t, ctx.pid, object, backing, index)?;
+            buf[done..done + take].copy_from_slice(&t.frames[f as usize].buf[within..within + take]);
+            self.unpin(&mut t, f);
+            done += take;
+        }
+        if let Some(ra) = ctx.ra {
+            let extents = ra.advise(offset, n, size);
+            self.prefetch(ctx.pid, object, backing, &extents);
+        }
+        Ok(n)
+    }
+
+    /// Writes `data` at `offset` of `object`. Every block written must already have a device
+    /// block (`backing.locate` returns `Some`): the file system allocates before it writes.
+    pub fn write(&self, ctx: &IoCtx, object: u64, backing: &dyn Backing, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut done = 0;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let (index, within) = (pos / BS, (pos % BS) as usize);
+            let take = (BLOCK_SIZE - within).min(data.len() - done);
+            let dev = backing.locate(index)?.ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("block {index} of object {object} has no device block"))
+            })?;
+            let mut t = self.table.lock();
+            let f = if take == BLOCK_SIZE {
+                self.pin_for_overwrite(&mut t, ctx.pid, object, index, dev)?
+            } else {
+                self.pin(&mut t, ctx.pid, object, backing, index)?
+            };
+            let fr = &mut t.frames[f as usize];
+            fr.buf[within..within + take].copy_from_slice(&data[done..done + take]);
+            fr.dev = Some(dev);
+            fr.generation += 1;
+            fr.dirty_since.get_or_insert_with(vino_vlt::now_ns);
+            self.unpin(&mut t, f);
+            done += take;
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty page of `object` and waits until the device has them (fsync's data part).
+    pub fn sync_object(&self, object: u64) -> io::Result<()> {
+        self.write_back(|key, _| key.0 == object)?;
+        self.barrier()
+    }
+
+    /// Writes every dirty page and flushes the device.
+    pub fn sync_all(&self) -> io::Result<()> {
+        self.write_back(|_, _| true)?;
+        self.barrier()
+    }
+
+    fn barrier(&self) -> io::Result<()> {
+        self.io.submit(IoRequest::flush()).wait().map(|_| ())
+    }
+
+    /// Drops the pages of `object` from block `from` on (truncate, unlink). Dirty data there is
+    /// discarded: the file system is freeing those blocks.
+    pub fn invalidate(&self, object: u64, from: u64) {
+        let mut t = self.table.lock();
+        loop {
+            let doomed: Vec<u32> = t.map.iter().filter(|(k, _)| k.0 == object && k.1 >= from).map(|(_, &f)| f).collect();
+            if doomed.is_empty() {
+                return;
+            }
+            let mut waited = false;
+            for f in doomed {
+                let fr = &t.frames[f as usize];
+                let in_flight = fr.state == State::Loading && !fr.ticket.as_ref().is_some_and(Ticket::is_done);
+                if fr.pins > 0 || fr.writing || in_flight {
+                    waited = true;
+                    continue;
+                }
+                t.settle(f);
+                if t.frames[f as usize].state == State::Free {
+                    continue;
+                }
+                t.frames[f as usize].dirty_since = None;
+                t.remove(f);
+                t.free.push(f);
+            }
+            if waited {
+                self.changed.wait_for(&mut t, Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// The counters of one process.
+    pub fn process_counters(&self, pid: Pid) -> CacheCounters {
+        self.table.lock().procs.get(&pid).map(|p| p.counters).unwrap_or_default()
+    }
+
+    /// The counters of one file.
+    pub fn object_counters(&self, object: u64) -> CacheCounters {
+        self.table.lock().objects.get(&object).copied().unwrap_or_default()
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let t = self.table.lock();
+        CacheStats {
+            frames: t.frames.len(),
+            resident: t.map.len(),
+            dirty: t.frames.iter().filter(|f| f.state != State::Free && f.dirty_since.is_some()).count(),
+            total: t.total,
+        }
+    }
+
+    /// Pages of `pid` resident now.
+    pub fn resident_pages(&self, pid: Pid) -> usize {
+        self.table.lock().procs.get(&pid).map_or(0, |p| p.pages.len)
+    }
+
+    /// True if block `index` of `object` is cached (loaded or loading).
+    pub fn contains(&self, object: u64, index: u64) -> bool {
+        self.table.lock().map.contains_key(&(object, index))
+    }
+
+    /// Drops every clean page (for experiments that start cold). Dirty pages are written first.
+    pub fn drop_clean(&self) -> io::Result<()> {
+        self.sync_all()?;
+        let mut t = self.table.lock();
+        let all: Vec<u32> = t.map.values().copied().collect();
+        for f in all {
+            if !t.evictable(f) {
+                continue;
+            }
+            t.settle(f);
+            if t.frames[f as usize].state == State::Valid && t.frames[f as usize].dirty_since.is_none() {
+                t.remove(f);
+                t.free.push(f);
+            }
+        }
+        t.placeholders.clear();
+        Ok(())
+    }
+
+    /// Finds or loads a page and pins it (a pinned page is not evicted).
+    fn pin(&self, t: &mut MutexGuard<'_, Table>, pid: Pid, object: u64, backing: &dyn Backing, index: u64) -> io::Result<u32> {
+        let key = (object, index);
+        loop {
+            if let Some(&f) = t.map.get(&key) {
+                match t.frames[f as usize].state {
+                    State::Valid => {
+                        t.touch(f);
+                        let owner = t.frames[f as usize].owner;
+                        if std::mem::take(&mut t.frames[f as usize].prefetched) {
+                            count!(t, owner, object, prefetch_used);
+                        }
+                        count!(t, pid, object, hits);
+                        t.frames[f as usize].pins += 1;
+                        return Ok(f);
+                    }
+                    State::Loading => {
+                        if let Some(ticket) = t.frames[f as usize].ticket.take() {
+                            t.frames[f as usize].pins += 1;
+                            let result = MutexGuard::unlocked(t, || ticket.wait());
+                            t.frames[f as usize].pins -= 1;
+                            let r = t.finish_load(f, result);
+                            self.changed.notify_all();
+                            r?;
+                        } else {
+                            self.changed.wait(t);
+                        }
+                        continue;
+                    }
+                    State::Free => unreachable!("a free frame is in the map"),
+                }
+            }
+            let dev = MutexGuard::unlocked(t, || backing.locate(index))?;
+            if t.map.contains_key(&key) {
+                continue;
+            }
+            let f = self.allocate(t, pid, key)?;
+            if t.map.contains_key(&key) {
+                t.free.push(f);
+                continue;
+            }
+            count!(t, pid, object, misses);
+            t.install(f, key, pid, dev);
+            match dev {
+                None => {
+                    t.frames[f as usize].buf.fill(0);
+                }
+                Some(block) => {
+                    let buf = std::mem::replace(&mut t.frames[f as usize].buf, AlignedBuf::new(0));
+                    t.frames[f as usize].state = State::Loading;
+                    t.frames[f as usize].pins += 1;
+                    let result = MutexGuard::unlocked(t, || self.io.submit(IoRequest::read_into(block, buf)).wait());
+                    t.frames[f as usize].pins -= 1;
+                    let r = t.finish_load(f, result);
+                    self.changed.notify_all();
+                    r?;
+                }
+            }
+            t.frames[f as usize].pins += 1;
+            return Ok(f);
+        }
+    }
+
+    /// A page about to be overwritten whole: found, or made without reading the device.
+    fn pin_for_overwrite(&self, t: &mut MutexGuard<'_, Table>, pid: Pid, object: u64, index: u64, dev: u64) -> io::Result<u32> {
+        let key = (object, index);
+        loop {
+            if let Some(&f) = t.map.get(&key) {
+                if t.frames[f as usize].state == State::Loading {
+                    if let Some(ticket) = t.frames[f as usize].ticket.take() {
+                        let result = MutexGuard::unlocked(t, || ticket.wait());
+                        let _ = t.finish_load(f, result);
+                        self.changed.notify_all();
+                    } else {
+                        self.changed.wait(t);
+                    }
+                    continue;
+                }
+                t.touch(f);
+                t.frames[f as usize].prefetched = false;
+                t.frames[f as usize].pins += 1;
+                return Ok(f);
+            }
+            let f = self.allocate(t, pid, key)?;
+            if t.map.contains_key(&key) {
+                t.free.push(f);
+                continue;
+            }
+            t.install(f, key, pid, Some(dev));
+            t.frames[f as usize].pins += 1;
+            return Ok(f);
+        }
+    }
+
+    fn unpin(&self, t: &mut MutexGuard<'_, Table>, f: u32) {
+        let fr = &mut t.frames[f as usize];
+        debug_assert!(fr.pins > 0);
+        fr.pins -= 1;
+        if fr.pins == 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    /// A free frame for `key`, evicting a page if none is free.
+    fn allocate(&self, t: &mut MutexGuard<'_, Table>, pid: Pid, key: PageKey) -> io::Result<u32> {
+        loop {
+            if let Some(f) = t.free.pop() {
+                return Ok(f);
+            }
+            // Cao's rule: if this miss is on a page a graft evicted in place of the kernel's
+            // choice, and that page is still here, the process pays with it.
+            if let Some(kept) = t.placeholders.remove(&key) {
+                if let Some(&a) = t.map.get(&kept) {
+                    if t.frames[a as usize].owner == pid && t.evictable(a) && t.frames[a as usize].dirty_since.is_none() {
+                        t.settle(a);
+                        if t.frames[a as usize].state == State::Valid {
+                            count!(t, pid, kept.0, graft_mistakes);
+                            count!(t, pid, kept.0, evicted_by_lru);
+                            t.remove(a);
+                            return Ok(a);
+                        }
+                    }
+                }
+            }
+            let Some(candidate) = t.lru.iter(&t.global).find(|&f| t.evictable(f)) else {
+                // Everything is pinned or in flight: wait for a change.
+                self.changed.wait_for(t, Duration::from_millis(5));
+                continue;
+            };
+            t.settle(candidate);
+            if t.frames[candidate as usize].state != State::Valid {
+                continue;
+            }
+            let victim = self.choose_victim(t, candidate);
+            if t.frames[victim as usize].dirty_since.is_some() {
+                self.write_frames(t, &[victim])?;
+                continue;
+            }
+            let (vkey, owner) = (t.frames[victim as usize].key, t.frames[victim as usize].owner);
+            if victim == candidate {
+                count!(t, owner, vkey.0, evicted_by_lru);
+            } else {
+                count!(t, owner, vkey.0, evicted_by_graft);
+                let kept = t.frames[candidate as usize].key;
+                t.placeholders.insert(vkey, kept);
+            }
+            t.remove(victim);
+            return Ok(victim);
+        }
+    }
+
+    /// Asks the owner's `vas.pick_victim` graft, if any, which of its pages goes instead of
+    /// `candidate`. The graft runs with the table unlocked; its choice is checked afterwards.
+    fn choose_victim(&self, t: &mut MutexGuard<'_, Table>, candidate: u32) -> u32 {
+        let owner = t.frames[candidate as usize].owner;
+        let Some(slot) = t.procs.get(&owner).and_then(|p| p.victim.clone()) else {
+            return candidate;
+        };
+        if slot.policy_kind() == PolicyKind::Default {
+            return candidate;
+        }
+        let pages = t.procs[&owner].pages;
+        let mut frames: Vec<u32> = pages.iter(&t.owned).filter(|&f| t.evictable(f)).take(vino_graft::abi::VICTIM_MAX).collect();
+        if frames.first() != Some(&candidate) {
+            frames.retain(|&f| f != candidate);
+            frames.insert(0, candidate);
+            frames.truncate(vino_graft::abi::VICTIM_MAX);
+        }
+        let keys: Vec<PageKey> = frames.iter().map(|&f| t.frames[f as usize].key).collect();
+        let ids: Vec<u64> = keys.iter().map(|k| page_id(k.0, k.1)).collect();
+        let choice = MutexGuard::unlocked(t, || slot.invoke(&ids.as_slice()));
+        let (f, key) = (frames[choice], keys[choice]);
+        let still_there = t.map.get(&key) == Some(&f) && t.frames[f as usize].owner == owner && t.evictable(f);
+        if still_there && t.frames[f as usize].state == State::Valid { f } else { candidate }
+    }
+
+    /// Starts reads of the blocks in `extents` that are not cached, without waiting for them.
+    fn prefetch(&self, pid: Pid, object: u64, backing: &dyn Backing, extents: &Extents) {
+        let mut budget = MAX_PREFETCH_BLOCKS;
+        for e in extents.as_slice() {
+            let (first, last) = (e.off / BS, (e.off + e.len).div_ceil(BS));
+            for index in first..last {
+                if budget == 0 {
+                    return;
+                }
+                budget -= 1;
+                if self.table.lock().map.contains_key(&(object, index)) {
+                    continue;
+                }
+                let Ok(Some(block)) = backing.locate(index) else { continue };
+                let mut t = self.table.lock();
+                let key = (object, index);
+                if t.map.contains_key(&key) {
+                    continue;
+                }
+                let Ok(f) = self.allocate(&mut t, pid, key) else { return };
+                if t.map.contains_key(&key) {
+                    t.free.push(f);
+                    continue;
+                }
+                t.install(f, key, pid, Some(block));
+                count!(&mut t, pid, object, prefetched);
+                let buf = std::mem::replace(&mut t.frames[f as usize].buf, AlignedBuf::new(0));
+                let fr = &mut t.frames[f as usize];
+                fr.state = State::Loading;
+                fr.prefetched = true;
+                fr.ticket = Some(self.io.submit(IoRequest::read_into(block, buf)));
+            }
+        }
+    }
+
+    /// Writes the dirty pages `pick` selects and waits for them.
+    fn write_back(&self, pick: impl Fn(PageKey, u64) -> bool) -> io::Result<()> {
+        let mut t = self.table.lock();
+        loop {
+            let now = vino_vlt::now_ns();
+            let dirty: Vec<u32> = t
+                .map
+                .values()
+                .copied()
+                .filter(|&f| {
+                    let fr = &t.frames[f as usize];
+                    fr.dirty_since.is_some_and(|since| pick(fr.key, now.saturating_sub(since)))
+                })
+                .collect();
+            let busy = dirty.iter().any(|&f| t.frames[f as usize].writing);
+            let ready: Vec<u32> = dirty.into_iter().filter(|&f| !t.frames[f as usize].writing).collect();
+            if ready.is_empty() && !busy {
+                return Ok(());
+            }
+            if ready.is_empty() {
+                self.changed.wait_for(&mut t, Duration::from_millis(1));
+                continue;
+            }
+            self.write_frames(&mut t, &ready)?;
+        }
+    }
+
+    /// Writes `frames` (dirty, not being written) to the device in parallel and marks them clean
+    /// if no write came in meanwhile. The table is unlocked during the I/O; the pages stay
+    /// readable and writable (the device gets a copy).
+    fn write_frames(&self, t: &mut MutexGuard<'_, Table>, frames: &[u32]) -> io::Result<()> {
+        let mut pending = Vec::with_capacity(frames.len());
+        for &f in frames {
+            let fr = &mut t.frames[f as usize];
+            let Some(dev) = fr.dev else {
+                return Err(io::Error::other(format!("dirty page {:?} has no device block", fr.key)));
+            };
+            fr.writing = true;
+            pending.push((f, fr.generation, dev, AlignedBuf::from_slice(&fr.buf)));
+        }
+        let tickets: Vec<(u32, u64, Ticket)> = MutexGuard::unlocked(t, || {
+            pending.into_iter().map(|(f, g, dev, copy)| (f, g, self.io.submit(IoRequest::write(dev, copy)))).collect()
+        });
+        let results: Vec<(u32, u64, io::Result<AlignedBuf>)> =
+            MutexGuard::unlocked(t, || tickets.into_iter().map(|(f, g, tk)| (f, g, tk.wait())).collect());
+        let mut first_error = None;
+        for (f, generation, result) in results {
+            let fr = &mut t.frames[f as usize];
+            fr.writing = false;
+            match result {
+                Ok(_) => {
+                    if fr.generation == generation {
+                        fr.dirty_since = None;
+                    }
+                    let (owner, object) = (fr.owner, fr.key.0);
+                    count!(t, owner, object, written_back);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.changed.notify_all();
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// One round of the `cache.writeback` policy.
+    pub fn run_writeback(&self) -> io::Result<usize> {
+        let now = vino_vlt::now_ns();
+        let mut offered: Vec<WritebackArgs> = {
+            let t = self.table.lock();
+            t.map
+                .iter()
+                .filter_map(|(k, &f)| {
+                    let fr = &t.frames[f as usize];
+                    fr.dirty_since.filter(|_| !fr.writing).map(|since| WritebackArgs { object: k.0, index: k.1, age_ns: now.saturating_sub(since) })
+                })
+                .collect()
+        };
+        if offered.is_empty() {
+            return Ok(0);
+        }
+        offered.sort_by(|a, b| b.age_ns.cmp(&a.age_ns));
+        offered.truncate(WRITEBACK_MAX);
+        let chosen = self.writeback.invoke(&offered.as_slice());
+        let keys: Vec<PageKey> = chosen.iter().filter_map(|&i| offered.get(i)).map(|p| (p.object, p.index)).collect();
+        let mut t = self.table.lock();
+        let frames: Vec<u32> = keys
+            .iter()
+            .filter_map(|k| t.map.get(k).copied())
+            .filter(|&f| t.frames[f as usize].dirty_since.is_some() && !t.frames[f as usize].writing)
+            .collect();
+        let n = frames.len();
+        if n > 0 {
+            self.write_frames(&mut t, &frames)?;
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for PageCache {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn spawn_writeback(cache: std::sync::Weak<PageCache>, stop: Arc<AtomicBool>, every: Duration) {
+    std::thread::Builder::new()
+        .name("vino-writeback".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(every);
+                let Some(cache) = cache.upgrade() else { return };
+                // A failed write-back leaves the pages dirty; the next round or a sync retries.
+                let _ = cache.run_writeback();
+            }
+        })
+        .expect("spawning the write-back thread");
+}
+
+impl std::fmt::Debug for PageCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageCache").field("config", &self.config).finish()
+    }
+}
+
+#[allow(dead_code)]
+fn assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<PageCache>();
+    check::<ReadAhead>();
+}

@@ -1,0 +1,76 @@
+//! The VINO page cache: a fixed number of 4 KB frames shared by every process, caching the
+//! blocks of files (Small 1998, 7.3; Seltzer et al. 1995).
+//!
+//! Three of its policies are graftpoints:
+//!
+//! * `vas.pick_victim` (per process): when the page the kernel would evict (the LRU page)
+//!   belongs to a process with this graft, the graft may name another page *of that process*
+//!   instead. The kernel keeps Cao's rule: a process whose choice later costs a miss the LRU
+//!   choice would not have cost pays with its own page (the one the kernel wanted), never with
+//!   another process's frames.
+//! * `file.compute_ra` (per open file): after each read, which extents to prefetch. Default:
+//!   sequential detection with clustered read-ahead; an explicit "no read-ahead" setting.
+//! * `cache.writeback` (privileged): which dirty pages to write now. Default: pages dirty for
+//!   longer than 30 s; `sync_object` (fsync) writes all of a file's.
+//!
+//! The cache does no placement: the file system decides where a file's blocks live
+//! ([`Backing`]) and allocates them before data is written.
+
+mod cache;
+mod lru;
+mod points;
+mod stats;
+
+pub use cache::{CacheConfig, PageCache};
+pub use points::{ComputeRa, PickVictim, RaFile, RaMode, ReadAhead, Writeback, WritebackArgs, page_id};
+pub use stats::{CacheCounters, CacheStats};
+
+use std::io;
+use vino_blockdev::{IoQueue, IoRequest, Ticket};
+
+/// A process, as the cache knows it: the owner of the pages it brings in.
+pub type Pid = u64;
+
+/// How the cache finds the blocks of one cached object (a file): the file system implements it.
+pub trait Backing: Send + Sync {
+    /// The device block that holds block `index` of the object, or `None` for a hole (reads as
+    /// zeros).
+    fn locate(&self, index: u64) -> io::Result<Option<u64>>;
+    /// The object's size in bytes (reads and read-ahead never go past it).
+    fn size(&self) -> u64;
+}
+
+/// Where the cache sends its reads and writes: the I/O scheduler, or a device queue directly.
+pub trait PageIo: Send + Sync {
+    fn submit(&self, request: IoRequest) -> Ticket;
+}
+
+impl PageIo for IoQueue {
+    fn submit(&self, request: IoRequest) -> Ticket {
+        IoQueue::submit(self, request)
+    }
+}
+
+impl PageIo for vino_iosched::IoScheduler {
+    fn submit(&self, request: IoRequest) -> Ticket {
+        vino_iosched::IoScheduler::submit(self, request)
+    }
+}
+
+/// Who asks, and how: the process (its pages, its eviction graft, its counters) and, for reads,
+/// the open file's read-ahead state.
+#[derive(Clone, Copy)]
+pub struct IoCtx<'a> {
+    pub pid: Pid,
+    pub ra: Option<&'a ReadAhead>,
+}
+
+impl<'a> IoCtx<'a> {
+    pub fn new(pid: Pid) -> Self {
+        IoCtx { pid, ra: None }
+    }
+
+    pub fn with_read_ahead(pid: Pid, ra: &'a ReadAhead) -> Self {
+        IoCtx { pid, ra: Some(ra) }
+    }
+}

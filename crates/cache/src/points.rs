@@ -1,0 +1,213 @@
+//! The cache's graftpoints and their default policies.
+
+use crate::Pid;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use vino_blockdev::BLOCK_SIZE;
+use vino_graft::abi::{self, Extent, Extents};
+use vino_graft::{Access, GraftPoint, GraftSlot, Invalid, Runtime};
+
+/// The id a graft sees for a page: the file's object id in the high 32 bits, the block index in
+/// the low 32 (an application computes it the same way for its hot list).
+pub fn page_id(object: u64, index: u64) -> u64 {
+    (object << 32) | (index & 0xffff_ffff)
+}
+
+/// `vas.pick_victim`: which of its own pages a process gives up (Small 1998, 7.7.1). The
+/// candidates are the process's pages in LRU order, as page ids; the first is the kernel's choice.
+pub struct PickVictim;
+
+impl GraftPoint for PickVictim {
+    const NAME: &'static str = "vas.pick_victim";
+    const USES_ARG_AREA: bool = true;
+    type Env = Pid;
+    type Args<'a> = &'a [u64];
+    type Output = usize;
+    type Params = (i32,);
+    type Results = i32;
+
+    fn default_policy(_: &Pid, _: &&[u64]) -> usize {
+        0
+    }
+    fn encode(_: &Pid, candidates: &&[u64], area: &mut [u8]) -> (i32,) {
+        (abi::encode_candidates(candidates, area),)
+    }
+    fn decode(_: &Pid, candidates: &&[u64], choice: i32, _: &[u8]) -> Result<usize, Invalid> {
+        abi::decode_victim(choice, candidates.len().min(abi::VICTIM_MAX))
+    }
+}
+
+/// Read-ahead setting of an open file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum RaMode {
+    /// The kernel's sequential detection (or the graft, if one is loaded).
+    Default,
+    /// No read-ahead at all (like `posix_fadvise(RANDOM)`).
+    Off,
+}
+
+/// Smallest and largest read-ahead window of the default policy, in blocks: it starts at
+/// `MIN_CLUSTER` on the second sequential read and doubles up to `MAX_CLUSTER` (BSD's clustering
+/// grows the same way up to its largest transfer).
+pub const MIN_CLUSTER: u64 = 4;
+pub const MAX_CLUSTER: u64 = 32;
+
+/// What the read-ahead policy of one open file sees: the file's size and the default's state.
+pub struct RaFile {
+    size: AtomicU64,
+    last_end: AtomicU64,
+    window: AtomicU64,
+    mode: AtomicU8,
+}
+
+impl RaFile {
+    fn new() -> Self {
+        RaFile { size: AtomicU64::new(0), last_end: AtomicU64::new(u64::MAX), window: AtomicU64::new(0), mode: AtomicU8::new(0) }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Relaxed)
+    }
+
+    pub fn mode(&self) -> RaMode {
+        if self.mode.load(Ordering::Relaxed) == 1 { RaMode::Off } else { RaMode::Default }
+    }
+
+    /// BSD-style sequential detection: a read that starts where the last one ended grows the
+    /// window; any other read resets it.
+    fn sequential(&self, read: &Read) -> Extents {
+        let end = read.offset + u64::from(read.len);
+        let sequential = self.last_end.swap(end, Ordering::Relaxed) == read.offset;
+        let window = if sequential {
+            (self.window.load(Ordering::Relaxed) * 2).clamp(MIN_CLUSTER, MAX_CLUSTER)
+        } else {
+            0
+        };
+        self.window.store(window, Ordering::Relaxed);
+        let mut out = Extents::new();
+        let size = self.size();
+        let start = end.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
+        if window > 0 && start < size {
+            out.push(Extent { off: start, len: (window * BLOCK_SIZE as u64).min(size - start) });
+        }
+        out
+    }
+}
+
+/// One read that just happened, as `file.compute_ra` sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Read {
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// `file.compute_ra`: what to prefetch after a read (Small 1998, 7.7.2; TR 4.3).
+pub struct ComputeRa;
+
+impl GraftPoint for ComputeRa {
+    const NAME: &'static str = "file.compute_ra";
+    const USES_ARG_AREA: bool = true;
+    type Env = RaFile;
+    type Args<'a> = Read;
+    type Output = Extents;
+    type Params = (i64, i32, i64);
+    type Results = i32;
+
+    fn default_policy(file: &RaFile, read: &Read) -> Extents {
+        match file.mode() {
+            RaMode::Off => Extents::new(),
+            RaMode::Default => file.sequential(read),
+        }
+    }
+    fn encode(file: &RaFile, read: &Read, _: &mut [u8]) -> (i64, i32, i64) {
+        (read.offset as i64, read.len as i32, file.size() as i64)
+    }
+    fn decode(file: &RaFile, _: &Read, count: i32, area: &[u8]) -> Result<Extents, Invalid> {
+        abi::decode_extents(count, area, file.size())
+    }
+}
+
+/// The read-ahead state of one open file: its `file.compute_ra` graftpoint.
+pub struct ReadAhead {
+    slot: Arc<GraftSlot<ComputeRa>>,
+}
+
+impl ReadAhead {
+    /// Read-ahead for a file opened by `opener`; the graftpoint is named
+    /// `file.compute_ra/<suffix>` (the descriptor number) and only the opener may graft it.
+    pub fn new(runtime: &Runtime, opener: Pid, suffix: &str) -> Self {
+        let slot = GraftSlot::new(runtime, Arc::new(RaFile::new()), Access::Process(opener), Some(suffix));
+        ReadAhead { slot: Arc::new(slot) }
+    }
+
+    pub fn slot(&self) -> &Arc<GraftSlot<ComputeRa>> {
+        &self.slot
+    }
+
+    pub fn set_mode(&self, mode: RaMode) {
+        self.slot.env().mode.store(u8::from(mode == RaMode::Off), Ordering::Relaxed);
+    }
+
+    /// Asks the policy what to prefetch after a read of `len` bytes at `offset` in a file of
+    /// `size` bytes.
+    pub fn advise(&self, offset: u64, len: usize, size: u64) -> Extents {
+        let file = self.slot.env();
+        file.size.store(size, Ordering::Relaxed);
+        if file.mode() == RaMode::Off {
+            return Extents::new();
+        }
+        self.slot.invoke(&Read { offset, len: len.min(u32::MAX as usize) as u32 })
+    }
+}
+
+/// A dirty page offered to `cache.writeback`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WritebackArgs {
+    pub object: u64,
+    pub index: u64,
+    /// How long the page has been dirty.
+    pub age_ns: u64,
+}
+
+/// Most dirty pages offered to `cache.writeback` per call.
+pub const WRITEBACK_MAX: usize = 128;
+/// The default writes pages dirty for longer than this (the 30-second update of Unix).
+pub const DIRTY_AGE_NS: u64 = 30_000_000_000;
+
+/// `cache.writeback` (privileged): which of the dirty pages offered (oldest first) to write now.
+/// The argument area holds `n` entries `{u64 object; u64 index; u64 age_ns; u32 write; u32 pad}`;
+/// the graft sets `write` on the ones to write and returns how many it set.
+pub struct Writeback;
+
+impl GraftPoint for Writeback {
+    const NAME: &'static str = "cache.writeback";
+    const USES_ARG_AREA: bool = true;
+    type Env = ();
+    type Args<'a> = &'a [WritebackArgs];
+    type Output = Vec<usize>;
+    type Params = (i32, i64);
+    type Results = i32;
+
+    fn default_policy(_: &(), pages: &&[WritebackArgs]) -> Vec<usize> {
+        pages.iter().enumerate().filter(|(_, p)| p.age_ns >= DIRTY_AGE_NS).map(|(i, _)| i).collect()
+    }
+    fn encode(_: &(), pages: &&[WritebackArgs], area: &mut [u8]) -> (i32, i64) {
+        let n = pages.len().min(WRITEBACK_MAX).min(area.len() / 32);
+        for (slot, p) in area.chunks_exact_mut(32).zip(&pages[..n]) {
+            slot[..8].copy_from_slice(&p.object.to_le_bytes());
+            slot[8..16].copy_from_slice(&p.index.to_le_bytes());
+            slot[16..24].copy_from_slice(&p.age_ns.to_le_bytes());
+            slot[24..32].fill(0);
+        }
+        (n as i32, vino_vlt::now_ns() as i64)
+    }
+    fn decode(_: &(), pages: &&[WritebackArgs], count: i32, area: &[u8]) -> Result<Vec<usize>, Invalid> {
+        let n = pages.len().min(WRITEBACK_MAX);
+        let chosen: Vec<usize> =
+            (0..n).filter(|i| u32::from_le_bytes(area[i * 32 + 24..i * 32 + 28].try_into().expect("4 bytes")) != 0).collect();
+        if count < 0 || count as usize != chosen.len() {
+            return Err(Invalid(format!("returned {count} but marked {} pages", chosen.len())));
+        }
+        Ok(chosen)
+    }
+}

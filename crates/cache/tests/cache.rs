@@ -1,0 +1,283 @@
+//! The page cache with native and Wasm policies.
+
+mod common;
+
+use common::{file, pattern, setup};
+use std::sync::Arc;
+use vino_blockdev::{BLOCK_SIZE, BlockDevice};
+use vino_cache::{IoCtx, PickVictim, RaMode, ReadAhead, page_id};
+use vino_graft::{Invalid, Owner};
+
+const BS: u64 = BLOCK_SIZE as u64;
+
+fn read_block(s: &common::Setup, pid: u64, obj: u64, f: &common::File, index: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    assert_eq!(s.cache.read(&IoCtx::new(pid), obj, f, index * BS, &mut buf).unwrap(), BLOCK_SIZE);
+    buf
+}
+
+#[test]
+fn reads_come_from_the_device_then_from_the_cache() {
+    let s = setup(16, 64);
+    let f = file(10, 8);
+    let mut buf = vec![0u8; 3 * BLOCK_SIZE + 100];
+    let n = s.cache.read(&IoCtx::new(1), 7, &f, 2000, &mut buf).unwrap();
+    assert_eq!(n, buf.len());
+    assert_eq!(buf[0], pattern(10));
+    assert_eq!(buf[BLOCK_SIZE], pattern(11));
+    assert_eq!(buf[3 * BLOCK_SIZE + 99], pattern(13));
+    let first = s.cache.process_counters(1);
+    assert_eq!((first.misses, first.hits), (4, 0));
+    s.cache.read(&IoCtx::new(1), 7, &f, 2000, &mut buf).unwrap();
+    let second = s.cache.process_counters(1);
+    assert_eq!((second.misses, second.hits), (4, 4));
+    assert_eq!(s.cache.object_counters(7).hits, 4);
+    // Reads stop at the end of the file; holes read as zeros.
+    let short = common::File { allocated: 1, ..file(10, 2) };
+    let mut buf = vec![9u8; 3 * BLOCK_SIZE];
+    assert_eq!(s.cache.read(&IoCtx::new(1), 8, &short, 0, &mut buf).unwrap(), 2 * BLOCK_SIZE);
+    assert!(buf[BLOCK_SIZE..2 * BLOCK_SIZE].iter().all(|&b| b == 0));
+    assert_eq!(s.cache.read(&IoCtx::new(1), 8, &short, 5 * BS, &mut buf).unwrap(), 0);
+}
+
+#[test]
+fn lru_evicts_the_least_recently_used_page() {
+    let s = setup(4, 64);
+    let f = file(0, 16);
+    for i in 0..4 {
+        read_block(&s, 1, 1, &f, i);
+    }
+    read_block(&s, 1, 1, &f, 0); // 0 is now the most recent
+    read_block(&s, 1, 1, &f, 4); // evicts 1
+    assert!(s.cache.contains(1, 0) && !s.cache.contains(1, 1) && s.cache.contains(1, 4));
+    assert_eq!(s.cache.process_counters(1).evicted_by_lru, 1);
+    assert_eq!(s.cache.stats().resident, 4);
+}
+
+/// Spares pages whose id is in `hot`.
+fn spare(hot: Vec<u64>) -> Arc<dyn vino_graft::NativePolicy<PickVictim>> {
+    Arc::new(move |_: &u64, c: &&[u64]| c.iter().position(|p| !hot.contains(p)).ok_or_else(|| Invalid::new("all hot")))
+}
+
+#[test]
+fn pick_victim_chooses_among_the_owners_pages_only() {
+    let s = setup(4, 64);
+    let (fa, fb) = (file(0, 16), file(20, 16));
+    let slot = s.cache.register_process(1);
+    slot.bind_native(spare(vec![page_id(1, 0), page_id(1, 1)]), false);
+    read_block(&s, 1, 1, &fa, 0);
+    read_block(&s, 2, 2, &fb, 0);
+    read_block(&s, 1, 1, &fa, 1);
+    read_block(&s, 1, 1, &fa, 2);
+    // LRU candidate is process 1's block 0 (hot): the graft names its block 2 instead.
+    read_block(&s, 2, 2, &fb, 1);
+    assert!(s.cache.contains(1, 0) && s.cache.contains(1, 1) && !s.cache.contains(1, 2));
+    assert!(s.cache.contains(2, 0), "another process's page is never offered");
+    let c = s.cache.process_counters(1);
+    assert_eq!((c.evicted_by_graft, c.evicted_by_lru), (1, 0));
+    // When every page of the owner is hot the graft's answer is invalid: LRU decides.
+    read_block(&s, 2, 2, &fb, 2);
+    assert_eq!(slot.stats().unwrap().failures, 1);
+}
+
+#[test]
+fn a_graft_that_chooses_badly_pays_with_its_own_pages() {
+    let s = setup(4, 64);
+    let (fa, fb) = (file(0, 16), file(20, 16));
+    // Always evicts the process's most recently used page: a bad policy.
+    let mru: Arc<dyn vino_graft::NativePolicy<PickVictim>> = Arc::new(|_: &u64, c: &&[u64]| Ok(c.len() - 1));
+    s.cache.register_process(1).bind_native(mru, false);
+    for i in 0..3 {
+        read_block(&s, 1, 1, &fa, i);
+    }
+    read_block(&s, 2, 2, &fb, 0);
+    read_block(&s, 2, 2, &fb, 1); // evicts 1's MRU page (block 2) instead of its LRU (block 0)
+    assert!(!s.cache.contains(1, 2) && s.cache.contains(1, 0));
+    read_block(&s, 1, 1, &fa, 2); // the graft's mistake: block 2 is missed again
+    let c = s.cache.process_counters(1);
+    assert_eq!(c.graft_mistakes, 1);
+    assert!(!s.cache.contains(1, 0), "the process paid with the page the kernel had chosen");
+    assert!(s.cache.contains(2, 0) && s.cache.contains(2, 1), "the other process kept its frames");
+}
+
+#[test]
+fn hot_list_graft_from_c_spares_hot_pages() {
+    let s = setup(4, 64);
+    let f = file(0, 16);
+    let slot = s.cache.register_process(1);
+    let wasm = vino_sdk::build_example("hotlist_evict", &vino_sdk::BuildOptions::default()).unwrap();
+    slot.load(&wasm, Owner::process(1)).unwrap();
+    slot.call_control("hot_add", &[page_id(1, 0) as i64]).unwrap();
+    for i in 0..4 {
+        read_block(&s, 1, 1, &f, i);
+    }
+    read_block(&s, 1, 1, &f, 4);
+    assert!(s.cache.contains(1, 0) && !s.cache.contains(1, 1), "block 0 is hot, block 1 went");
+    assert_eq!(slot.stats().unwrap().failures, 0);
+}
+
+#[test]
+fn default_read_ahead_follows_sequential_reads() {
+    let s = setup(64, 128);
+    let f = file(0, 64);
+    let ra = ReadAhead::new(&s.runtime, 1, "3");
+    let ctx = IoCtx::with_read_ahead(1, &ra);
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    s.cache.read(&ctx, 1, &f, 0, &mut buf).unwrap();
+    assert_eq!(s.cache.process_counters(1).prefetched, 0, "one read is not a sequence");
+    s.cache.read(&ctx, 1, &f, BS, &mut buf).unwrap();
+    let c = s.cache.process_counters(1);
+    assert_eq!(c.prefetched, 4, "a cluster after the second sequential read");
+    assert!(s.cache.contains(1, 2) && s.cache.contains(1, 5));
+    for i in 2..6 {
+        s.cache.read(&ctx, 1, &f, i * BS, &mut buf).unwrap();
+        assert_eq!(buf[0], pattern(i));
+    }
+    let c = s.cache.process_counters(1);
+    assert_eq!(c.prefetch_used, 4);
+    assert_eq!(c.misses, 2);
+    // A random read resets the window; "off" stops read-ahead altogether.
+    ra.set_mode(RaMode::Off);
+    let before = s.cache.process_counters(1).prefetched;
+    for i in 30..34 {
+        s.cache.read(&ctx, 1, &f, i * BS, &mut buf).unwrap();
+    }
+    assert_eq!(s.cache.process_counters(1).prefetched, before);
+}
+
+#[test]
+fn read_ahead_never_goes_past_the_end_and_wasted_pages_are_counted() {
+    let s = setup(8, 128);
+    let f = file(0, 3);
+    let ra = ReadAhead::new(&s.runtime, 1, "3");
+    let ctx = IoCtx::with_read_ahead(1, &ra);
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    s.cache.read(&ctx, 1, &f, 0, &mut buf).unwrap();
+    s.cache.read(&ctx, 1, &f, BS, &mut buf).unwrap();
+    assert_eq!(s.cache.process_counters(1).prefetched, 1, "only block 2 is left in the file");
+    // Push the prefetched page out unused.
+    let g = file(50, 20);
+    for i in 0..10 {
+        read_block(&s, 1, 2, &g, i);
+    }
+    assert_eq!(s.cache.process_counters(1).prefetch_wasted, 1);
+}
+
+#[test]
+fn index_read_ahead_graft_from_c_prefetches_the_next_records() {
+    let s = setup(64, 256);
+    let f = file(0, 200);
+    let ra = ReadAhead::new(&s.runtime, 1, "4");
+    let wasm = vino_sdk::build_example("index_readahead", &vino_sdk::BuildOptions::default()).unwrap();
+    ra.slot().load(&wasm, Owner::process(1)).unwrap();
+    for rec in [0u64, 150, 20, 90] {
+        ra.slot().call_control("ra_push", &[(rec * BS + 100) as i64]).unwrap();
+    }
+    let ctx = IoCtx::with_read_ahead(1, &ra);
+    let mut buf = vec![0u8; 208];
+    s.cache.read(&ctx, 1, &f, 100, &mut buf).unwrap();
+    assert!(s.cache.contains(1, 150) && s.cache.contains(1, 20) && s.cache.contains(1, 90));
+    s.cache.read(&ctx, 1, &f, 150 * BS + 100, &mut buf).unwrap();
+    assert_eq!(buf[0], pattern(150));
+    assert_eq!(s.cache.process_counters(1).prefetch_used, 1);
+    // A graft asking for blocks past the end of the file falls back to the default.
+    let bad = vino_sdk::build_example("bad_readahead", &vino_sdk::BuildOptions::default()).unwrap();
+    ra.slot().load(&bad, Owner::process(1)).unwrap();
+    s.cache.read(&ctx, 1, &f, 0, &mut buf).unwrap();
+    assert_eq!(ra.slot().stats().unwrap().failures, 1);
+}
+
+#[test]
+fn writes_reach_the_device_on_sync() {
+    let s = setup(8, 64);
+    let f = file(10, 4);
+    let ctx = IoCtx::new(1);
+    s.cache.write(&ctx, 1, &f, 100, b"hello").unwrap();
+    s.cache.write(&ctx, 1, &f, BS, &vec![7u8; BLOCK_SIZE]).unwrap();
+    let mut dev = vec![0u8; BLOCK_SIZE];
+    s.device.read_blocks(10, &mut dev).unwrap();
+    assert_eq!(dev[100], pattern(10), "not yet written");
+    assert_eq!(s.cache.stats().dirty, 2);
+    s.cache.sync_object(1).unwrap();
+    s.device.read_blocks(10, &mut dev).unwrap();
+    assert_eq!(&dev[100..105], b"hello");
+    assert_eq!(dev[99], pattern(10), "the rest of the block was read, not zeroed");
+    s.device.read_blocks(11, &mut dev).unwrap();
+    assert!(dev.iter().all(|&b| b == 7));
+    assert_eq!(s.cache.stats().dirty, 0);
+    assert_eq!(s.device.unflushed_writes(), 0, "sync flushed the device");
+    // Writing a block the file system has not allocated is refused.
+    let hole = common::File { allocated: 1, ..file(10, 4) };
+    assert!(s.cache.write(&ctx, 1, &hole, 3 * BS, b"x").is_err());
+}
+
+#[test]
+fn dirty_pages_are_written_before_eviction_and_invalidate_discards() {
+    let s = setup(2, 64);
+    let f = file(10, 8);
+    let ctx = IoCtx::new(1);
+    s.cache.write(&ctx, 1, &f, 0, &vec![1u8; BLOCK_SIZE]).unwrap();
+    read_block(&s, 1, 1, &f, 1);
+    read_block(&s, 1, 1, &f, 2); // evicts the dirty page 0: written first
+    let mut dev = vec![0u8; BLOCK_SIZE];
+    s.device.read_blocks(10, &mut dev).unwrap();
+    assert!(dev.iter().all(|&b| b == 1));
+    s.cache.write(&ctx, 1, &f, 2 * BS, &vec![9u8; BLOCK_SIZE]).unwrap();
+    s.cache.invalidate(1, 2);
+    assert!(!s.cache.contains(1, 2));
+    s.cache.sync_all().unwrap();
+    s.device.read_blocks(12, &mut dev).unwrap();
+    assert_eq!(dev[0], pattern(12), "discarded, never written");
+}
+
+#[test]
+fn writeback_policy_chooses_what_to_write() {
+    let s = setup(8, 64);
+    let f = file(10, 4);
+    s.cache.write(&IoCtx::new(1), 1, &f, 0, &vec![3u8; BLOCK_SIZE]).unwrap();
+    assert_eq!(s.cache.run_writeback().unwrap(), 0, "the default waits 30 s");
+    let all: Arc<dyn vino_graft::NativePolicy<vino_cache::Writeback>> =
+        Arc::new(|_: &(), pages: &&[vino_cache::WritebackArgs]| Ok((0..pages.len()).collect()));
+    s.cache.writeback_slot().bind_native(all, false);
+    assert_eq!(s.cache.run_writeback().unwrap(), 1);
+    assert_eq!(s.cache.stats().dirty, 0);
+}
+
+#[test]
+fn a_read_error_is_reported_and_leaves_no_broken_page() {
+    let s = setup(8, 64);
+    let f = file(10, 4);
+    s.device.fail_read(1);
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    assert!(s.cache.read(&IoCtx::new(1), 1, &f, 0, &mut buf).is_err());
+    assert!(!s.cache.contains(1, 0));
+    s.cache.read(&IoCtx::new(1), 1, &f, 0, &mut buf).unwrap();
+    assert_eq!(buf[0], pattern(10));
+}
+
+#[test]
+fn concurrent_readers_always_see_the_right_data() {
+    let s = Arc::new(setup(16, 256));
+    let f = Arc::new(file(0, 200));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (s, f) = (s.clone(), f.clone());
+            std::thread::spawn(move || {
+                let mut x = t + 1;
+                let mut buf = vec![0u8; BLOCK_SIZE];
+                for _ in 0..2000 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let i = (x >> 33) % 200;
+                    s.cache.read(&IoCtx::new(t), 1, &*f, i * BS, &mut buf).unwrap();
+                    assert!(buf.iter().all(|&b| b == pattern(i)));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = s.cache.stats();
+    assert_eq!(st.resident, 16);
+    assert_eq!(st.total.hits + st.total.misses, 8000);
+}

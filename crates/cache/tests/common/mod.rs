@@ -1,0 +1,53 @@
+//! A cache over an in-memory device, with files laid out contiguously on it.
+
+#![allow(dead_code)]
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use vino_blockdev::{BLOCK_SIZE, BlockDevice, IoQueue, MemDevice};
+use vino_cache::{Backing, CacheConfig, PageCache};
+use vino_graft::Runtime;
+
+/// A file whose block i lives at device block `base + i`; blocks at or past `allocated` are
+/// holes.
+pub struct File {
+    pub base: u64,
+    pub size: AtomicU64,
+    pub allocated: u64,
+}
+
+impl Backing for File {
+    fn locate(&self, index: u64) -> io::Result<Option<u64>> {
+        Ok((index < self.allocated).then_some(self.base + index))
+    }
+    fn size(&self) -> u64 {
+        self.size.load(Ordering::Relaxed)
+    }
+}
+
+pub fn file(base: u64, blocks: u64) -> File {
+    File { base, size: AtomicU64::new(blocks * BLOCK_SIZE as u64), allocated: blocks }
+}
+
+/// The byte every block of the device starts out with: its block number.
+pub fn pattern(block: u64) -> u8 {
+    (block % 251) as u8
+}
+
+pub struct Setup {
+    pub device: Arc<MemDevice>,
+    pub cache: Arc<PageCache>,
+    pub runtime: Runtime,
+}
+
+pub fn setup(frames: usize, device_blocks: u64) -> Setup {
+    let device = Arc::new(MemDevice::new(device_blocks));
+    for b in 0..device_blocks {
+        device.write_blocks(b, &vec![pattern(b); BLOCK_SIZE]).unwrap();
+    }
+    let queue = IoQueue::new(device.clone(), 8).unwrap();
+    let runtime = Runtime::default();
+    let cache = PageCache::new(CacheConfig { frames, writeback_every: None }, Arc::new(queue), &runtime);
+    Setup { device, cache, runtime }
+}
