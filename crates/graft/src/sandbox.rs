@@ -33,8 +33,18 @@ pub enum Failure {
     MemoryCap,
     /// A graft-callable function refused a call.
     Refused(CallError),
+    /// The transaction lost a lock conflict (a deadlock broken, a wait that timed out): not the
+    /// graft's fault, so it does not count towards unloading it.
+    Conflict(VltError),
     /// The graft's decision was out of range.
     Invalid(String),
+}
+
+impl Failure {
+    /// True if the failure is the graft's doing (and so counts towards unloading it).
+    pub fn is_grafts_fault(&self) -> bool {
+        !matches!(self, Failure::Conflict(_))
+    }
 }
 
 impl fmt::Display for Failure {
@@ -45,6 +55,7 @@ impl fmt::Display for Failure {
             Failure::Deadline => f.write_str("held a lock others wait for past its deadline"),
             Failure::MemoryCap => f.write_str("tried to grow its memory past the cap"),
             Failure::Refused(e) => write!(f, "refused: {e}"),
+            Failure::Conflict(e) => write!(f, "lock conflict: {e}"),
             Failure::Invalid(why) => write!(f, "invalid result: {why}"),
         }
     }
@@ -281,6 +292,7 @@ fn classify(e: &wasmtime::Error) -> Failure {
         return match abort {
             HostAbort::Call(c) => match c {
                 CallError::Transaction(VltError::DeadlinePassed) => Failure::Deadline,
+                CallError::Transaction(e) => Failure::Conflict(*e),
                 other => Failure::Refused(other.clone()),
             },
             HostAbort::Budget => Failure::Budget,

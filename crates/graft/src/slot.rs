@@ -140,7 +140,7 @@ impl<G: GraftPoint> GraftSlot<G> {
             }
             Err(failure) => {
                 let why = failure.to_string();
-                let in_a_row = binding.counters.failed(spent, why.clone());
+                let in_a_row = binding.counters.failed(spent, why.clone(), failure.is_grafts_fault());
                 if in_a_row >= u64::from(self.runtime.config().max_consecutive_failures) {
                     self.unload_failing(binding, in_a_row, why);
                 }

@@ -25,13 +25,18 @@ impl Counters {
         }
     }
 
-    /// Counts a failure; returns how many failures in a row there have been.
-    pub(crate) fn failed(&self, ticks: u64, why: String) -> u64 {
+    /// Counts a failure; returns how many failures of the graft's own doing there have been in
+    /// a row (a lost lock conflict is counted but neither adds to nor resets that run).
+    pub(crate) fn failed(&self, ticks: u64, why: String, grafts_fault: bool) -> u64 {
         self.invocations.fetch_add(1, Ordering::Relaxed);
         self.ticks.fetch_add(ticks, Ordering::Relaxed);
         self.failures.fetch_add(1, Ordering::Relaxed);
         *self.last_error.lock() = Some(why);
-        self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1
+        if grafts_fault {
+            self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.consecutive_failures.load(Ordering::Relaxed)
+        }
     }
 
     pub(crate) fn logged(&self, message: String) {
