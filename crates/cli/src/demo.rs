@@ -12,7 +12,7 @@ use vino_bench::report::{Table, fmt_ns};
 use vino_graft::{Access, GraftSlot, Owner, Runtime};
 use vino_toykernel::{PickVictim, ToyApply, ToyKernel, hostile};
 
-pub fn run(with_bench: bool) -> Result<()> {
+pub fn run(with_bench: bool, image: &std::path::Path) -> Result<()> {
     let rt = Runtime::default();
     let opts = vino_sdk::BuildOptions::default();
     let toolchain = vino_sdk::find_toolchain(&opts)?;
@@ -20,6 +20,7 @@ pub fn run(with_bench: bool) -> Result<()> {
 
     good_grafts(&rt, &opts)?;
     hostile_suite(&rt)?;
+    storage(image, &opts)?;
     if with_bench {
         let report = vino_bench::graftcost::run(true, &mut |_| {});
         for t in report.tables() {
@@ -114,4 +115,78 @@ fn hostile_suite(rt: &Runtime) -> Result<()> {
 
 fn shorten(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
+}
+
+/// The storage kernel on a disk image: a file written through the page cache and read back
+/// sequentially with read-ahead off, the kernel's default, and a read-ahead graft.
+fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()> {
+    use vino_kernel::{Credentials, Kernel, KernelConfig, OpenFlags};
+    const MB: usize = 1 << 20;
+    if let Some(dir) = image.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let _ = std::fs::remove_file(image);
+    crate::storage::run_mkfs(image, Some(64 << 20), None, false)?;
+    let dev: Arc<dyn vino_blockdev::BlockDevice> = Arc::new(vino_blockdev::FileDevice::open(image)?);
+    let direct = dev.direct();
+    let kernel = Kernel::boot(dev, &KernelConfig::default())?;
+    let p = kernel.spawn(Credentials::root());
+    p.mkdir("/demo", 0o755)?;
+    let fd = p.open("/demo/data", OpenFlags::create())?;
+    let chunk: Vec<u8> = (0..MB).map(|i| (i % 251) as u8).collect();
+    for _ in 0..16 {
+        p.write(fd, &chunk)?;
+    }
+    p.fsync(fd)?;
+    p.close(fd)?;
+    let ra_graft = vino_sdk::build_example("sequential_ra", opts)?;
+    let mut t = Table::new(
+        &format!("Storage kernel: 16 MB read sequentially, 32 KB at a time ({}, O_DIRECT {})", image.display(), if direct { "on" } else { "off" }),
+        &["read-ahead", "time", "misses", "prefetched", "used", "MB/s"],
+    );
+    for (name, how) in [("off", 0), ("kernel default", 1), ("sequential_ra.c graft, 32 blocks", 2)] {
+        kernel.cache().drop_clean()?;
+        let before = kernel.cache().process_counters(p.pid());
+        let fd = p.open("/demo/data", OpenFlags::read_only())?;
+        match how {
+            0 => p.set_read_ahead(fd, vino_kernel::RaMode::Off)?,
+            2 => {
+                p.graft_load(&format!("file.compute_ra/{fd}"), &ra_graft)?;
+                p.graft_call(&format!("file.compute_ra/{fd}"), "seq_set_blocks", &[32])?;
+            }
+            _ => {}
+        }
+        let started = Instant::now();
+        let mut buf = vec![0u8; 32 << 10];
+        let mut total = 0;
+        loop {
+            let n = p.read(fd, &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            if buf[..n].iter().enumerate().any(|(i, &b)| b != ((total + i) % MB % 251) as u8) {
+                bail!("read back wrong data at offset {total}");
+            }
+            total += n;
+        }
+        let elapsed = started.elapsed();
+        p.close(fd)?;
+        let c = kernel.cache().process_counters(p.pid());
+        t.row([
+            name.to_string(),
+            fmt_ns(elapsed.as_nanos() as f64),
+            (c.misses - before.misses).to_string(),
+            (c.prefetched - before.prefetched).to_string(),
+            (c.prefetch_used - before.prefetch_used).to_string(),
+            format!("{:.0}", total as f64 / MB as f64 / elapsed.as_secs_f64()),
+        ]);
+    }
+    kernel.shutdown()?;
+    let report = vino_fs::fsck(&vino_blockdev::FileDevice::open(image)?, false)?;
+    t.note(format!("fsck after unmount: {}", if report.is_clean() { "clean" } else { "PROBLEMS" }));
+    t.print();
+    if !report.is_clean() {
+        bail!("fsck found problems on {}", image.display());
+    }
+    Ok(())
 }

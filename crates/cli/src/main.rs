@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod graft;
 mod progress;
+mod storage;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -27,10 +28,51 @@ enum Command {
         /// Skip the measurements at the end.
         #[arg(long)]
         no_bench: bool,
+        /// The disk image the storage part creates (64 MB).
+        #[arg(long, default_value = "target/vino-demo.img")]
+        image: PathBuf,
     },
     /// Build, inspect and check grafts.
     #[command(subcommand)]
     Graft(graft::GraftCommand),
+    /// Make a VINO file system on an image file or a block device.
+    Mkfs {
+        image: PathBuf,
+        /// Create the image with this size if it does not exist (e.g. 256M, 2G).
+        #[arg(long, value_parser = storage::parse_size)]
+        size: Option<u64>,
+        /// Blocks per cylinder group (a multiple of 8, 64..=32768).
+        #[arg(long)]
+        blocks_per_group: Option<u32>,
+        /// Print what was made as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a VINO file system (replaying its journal) and, with --repair, fix what is wrong.
+    /// Exit status: 0 clean, 1 repaired, 4 problems left, 8 could not check.
+    Fsck {
+        image: PathBuf,
+        #[arg(long)]
+        repair: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The workload the crash tests kill (appends, fsyncs and logs what was fsync'd).
+    #[command(hide = true)]
+    CrashWorkload {
+        image: PathBuf,
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Checks an image the crash workload was killed on: fsck clean, fsync'd data present.
+    #[command(hide = true)]
+    CrashCheck {
+        image: PathBuf,
+        #[arg(long)]
+        log: PathBuf,
+    },
     /// Run a benchmark and print its tables (also written as JSON and a plot).
     Bench {
         #[command(subcommand)]
@@ -41,9 +83,21 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { no_bench } => demo::run(!no_bench),
+        Command::Demo { no_bench, image } => demo::run(!no_bench, &image),
         Command::Graft(cmd) => graft::run(cmd),
         Command::Bench { which } => bench::run(which),
+        Command::Mkfs { image, size, blocks_per_group, json } => storage::run_mkfs(&image, size, blocks_per_group, json),
+        Command::Fsck { image, repair, json } => match storage::run_fsck(&image, repair, json) {
+            Ok(status) => return ExitCode::from(status as u8),
+            Err(e) => Err(e),
+        },
+        Command::CrashWorkload { image, log, seed } => storage::crash_workload(&image, &log, seed),
+        Command::CrashCheck { image, log } => storage::crash_check(&image, &log).and_then(|wrong| {
+            for w in &wrong {
+                eprintln!("{}: {w}", image.display());
+            }
+            if wrong.is_empty() { Ok(()) } else { anyhow::bail!("{} problems after the crash", wrong.len()) }
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -82,6 +82,17 @@ impl Namespace {
         self.slots.write().insert(slot.name().to_string(), slot);
     }
 
+    /// Adds a slot under another name (a per-file graftpoint seen through a descriptor:
+    /// `file.block_buddy/<fd>`).
+    pub fn register_as(&self, name: &str, slot: Arc<dyn ManagedSlot>) {
+        self.slots.write().insert(name.to_string(), slot);
+    }
+
+    /// Forgets a name without touching the slot's graft (another name may still reach it).
+    pub fn forget(&self, name: &str) -> Option<Arc<dyn ManagedSlot>> {
+        self.slots.write().remove(name)
+    }
+
     /// Removes a graftpoint (its object went away); its graft is unloaded.
     pub fn remove(&self, name: &str) -> Option<Arc<dyn ManagedSlot>> {
         let slot = self.slots.write().remove(name);
@@ -126,7 +137,7 @@ impl Namespace {
 
     /// Every graftpoint and what is bound to it.
     pub fn list(&self) -> Vec<SlotInfo> {
-        self.slots.read().values().map(|s| s.info()).collect()
+        self.slots.read().iter().map(|(name, s)| SlotInfo { point: name.clone(), ..s.info() }).collect()
     }
 
     /// Unloads every graft owned by `process` (it exited).

@@ -62,6 +62,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("elevator", include_str!("../../../sdk/grafts/elevator.c")),
     ("fifo", include_str!("../../../sdk/grafts/fifo.c")),
+    ("noswitch", include_str!("../../../sdk/grafts/noswitch.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

@@ -23,6 +23,7 @@ fn graftpoint(export: &str) -> FuncType {
         "vas_pick_victim" => ft(&[I32], &[I32]),
         "file_compute_ra" => ft(&[I64, I32, I64], &[I32]),
         "disk_pick_request" => ft(&[I32, I64], &[I32]),
+        "file_block_buddy" => ft(&[I64, I64, I64, I32, I32, I64], &[I64]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -186,6 +187,7 @@ fn examples_build_and_follow_the_abi() {
         ),
         ("elevator", "disk_pick_request", &[], &["set_age_cap"], &[]),
         ("fifo", "disk_pick_request", &[], &[], &[]),
+        ("noswitch", "file_block_buddy", &[], &[], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {

@@ -1,0 +1,1252 @@
+//! The file system's state and every operation on it, run under the file system's lock.
+//!
+//! Operations that change metadata run as *ops* (see [`crate::meta`]): all or nothing within the
+//! running transaction. The data path's logic (mapping a file block, allocating one, changing a
+//! file's size) lives here once and serves both the uncached path of [`crate::FileSystem`] and
+//! the page cache.
+
+use crate::error::{FsError, Result, corrupt};
+use crate::layout::*;
+use crate::meta::Meta;
+use crate::placement::{BlockBuddy, BuddyArgs, Placement, ffs_policy};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use vino_graft::GraftSlot;
+
+pub(crate) fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A directory entry as [`crate::FileSystem::readdir`] returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: FileType,
+}
+
+impl DirEntry {
+    /// The name, as text (lossy for names that are not UTF-8).
+    pub fn name_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+}
+
+/// What a new file or directory is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewFile {
+    /// Permission bits (`0o7777` at most); the type bits are the file system's.
+    pub mode: u16,
+    pub uid: u32,
+    pub gid: u32,
+    /// The process creating the file: the only one allowed to graft its `file.block_buddy`.
+    pub creator: u64,
+}
+
+impl NewFile {
+    /// A file created by process `creator`, mode 0644, owned by root.
+    pub fn by(creator: u64) -> NewFile {
+        NewFile {
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            creator,
+        }
+    }
+}
+
+/// Attributes to change; `None` leaves one as it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime_ns: Option<u64>,
+    pub mtime_ns: Option<u64>,
+}
+
+/// What `stat` says about a file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Stat {
+    pub ino: u64,
+    pub kind: FileType,
+    /// Type and permission bits, as `st_mode`.
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// Blocks allocated (4 KiB each), indirect blocks included.
+    pub blocks: u64,
+    pub atime_ns: u64,
+    pub mtime_ns: u64,
+    pub ctime_ns: u64,
+    pub generation: u32,
+    pub creator: u64,
+}
+
+fn stat_of(ino: u64, i: &Inode) -> Stat {
+    Stat {
+        ino,
+        kind: i.file_type().unwrap_or(FileType::Regular),
+        mode: u32::from(i.mode),
+        nlink: i.nlink,
+        uid: i.uid,
+        gid: i.gid,
+        size: i.size,
+        blocks: u64::from(i.blocks),
+        atime_ns: i.atime_ns,
+        mtime_ns: i.mtime_ns,
+        ctime_ns: i.ctime_ns,
+        generation: i.generation,
+        creator: i.creator,
+    }
+}
+
+/// Counters of allocation and placement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AllocCounters {
+    pub blocks_allocated: u64,
+    pub blocks_freed: u64,
+    pub inodes_allocated: u64,
+    pub inodes_freed: u64,
+    /// Placement decisions made by a file's bound policy (graft or native).
+    pub placements_grafted: u64,
+    /// Placement decisions made by the default with nothing bound.
+    pub placements_default: u64,
+    /// Answers the allocator had to replace with the default (out of range).
+    pub placements_rejected: u64,
+}
+
+pub(crate) enum Mode {
+    Mounted,
+    Failed(String),
+    Unmounted,
+}
+
+/// A directory entry found by name.
+pub(crate) struct Found {
+    pub block: u64,
+    pub entries: Vec<RawEntry>,
+    pub index: usize,
+}
+
+impl Found {
+    pub fn ino(&self) -> u64 {
+        u64::from(self.entries[self.index].ino)
+    }
+}
+
+pub(crate) struct Inner {
+    pub meta: Meta,
+    pub geo: Geometry,
+    pub placement: Arc<Placement>,
+    pub slots: HashMap<u64, Arc<GraftSlot<BlockBuddy>>>,
+    pending_unslot: Vec<u64>,
+    /// Blocks freed and not yet reusable, with the sequence number of the transaction that
+    /// freed them: reusable once that transaction has been checkpointed (see
+    /// [`Inner::release_deferred`]).
+    deferred: VecDeque<(u64, u64)>,
+    deferred_set: HashSet<u64>,
+    deferred_in_group: Vec<u32>,
+    deferred_mark: usize,
+    /// Inodes that got blocks since the last commit (for the data write-back hook).
+    pub alloc_inos: BTreeSet<u64>,
+    pub mode: Mode,
+    pub counters: AllocCounters,
+}
+
+fn bad_name(name: &[u8]) -> Option<FsError> {
+    if name.len() > MAX_NAME {
+        return Some(FsError::NameTooLong(name.len()));
+    }
+    if !name_ok(name) {
+        return Some(FsError::InvalidArgument(format!(
+            "bad name {:?}",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    None
+}
+
+fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// Checks a name for a new entry (not `.` or `..`).
+pub(crate) fn check_new_name(name: &[u8]) -> Result<()> {
+    if let Some(e) = bad_name(name) {
+        return Err(e);
+    }
+    if name == b"." || name == b".." {
+        return Err(FsError::InvalidArgument(format!(
+            "`{}` cannot be created or replaced",
+            show(name)
+        )));
+    }
+    Ok(())
+}
+
+fn next_pref(geo: &Geometry, b: u64) -> u64 {
+    if b + 1 < geo.block_count { b + 1 } else { b }
+}
+
+impl Inner {
+    pub fn new(meta: Meta, placement: Arc<Placement>) -> Inner {
+        let geo = meta.geo.clone();
+        Inner {
+            deferred_in_group: vec![0; geo.groups as usize],
+            meta,
+            geo,
+            placement,
+            slots: HashMap::new(),
+            pending_unslot: Vec::new(),
+            deferred: VecDeque::new(),
+            deferred_set: HashSet::new(),
+            deferred_mark: 0,
+            alloc_inos: BTreeSet::new(),
+            mode: Mode::Mounted,
+            counters: AllocCounters::default(),
+        }
+    }
+
+    pub fn usable(&self) -> Result<()> {
+        match &self.mode {
+            Mode::Mounted => Ok(()),
+            Mode::Failed(why) => Err(FsError::Io(std::io::Error::other(format!(
+                "the file system stopped after an I/O error ({why}); unmount and mount it again"
+            )))),
+            Mode::Unmounted => Err(FsError::Io(std::io::Error::other("the file system is unmounted"))),
+        }
+    }
+
+    // ---- ops ------------------------------------------------------------------------------
+
+    pub fn begin_op(&mut self) {
+        self.meta.begin_op();
+        self.deferred_mark = self.deferred.len();
+        self.pending_unslot.clear();
+    }
+
+    pub fn end_op(&mut self) {
+        self.meta.end_op();
+        for ino in std::mem::take(&mut self.pending_unslot) {
+            if let Some(slot) = self.slots.remove(&ino) {
+                slot.unload();
+            }
+        }
+    }
+
+    pub fn rollback_op(&mut self) {
+        let blocks: HashSet<u64> = self.meta.rollback_op().into_iter().collect();
+        while self.deferred.len() > self.deferred_mark {
+            let (b, _) = self.deferred.pop_back().expect("non-empty");
+            self.deferred_set.remove(&b);
+            let g = self.geo.group_of(b) as usize;
+            self.deferred_in_group[g] = self.deferred_in_group[g].saturating_sub(1);
+        }
+        self.pending_unslot.clear();
+        for g in 0..self.geo.groups {
+            if blocks.contains(&self.geo.header(g))
+                && let Ok(h) = self.header(g)
+            {
+                self.placement.set_free(g, h.free_blocks);
+            }
+        }
+    }
+
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// Makes reusable the freed blocks whose freeing transaction has been checkpointed: no
+    /// transaction left in the journal can then write an old image over them.
+    pub fn release_deferred(&mut self) {
+        let tail_seq = self.meta.journal.tail_seq;
+        while let Some(&(b, seq)) = self.deferred.front() {
+            if seq >= tail_seq {
+                break;
+            }
+            self.deferred.pop_front();
+            self.deferred_set.remove(&b);
+            let g = self.geo.group_of(b) as usize;
+            self.deferred_in_group[g] = self.deferred_in_group[g].saturating_sub(1);
+        }
+        self.deferred_mark = self.deferred.len();
+    }
+
+    /// Commits the running transaction (data first: the device is flushed before the journal is
+    /// written). An I/O error stops the file system.
+    pub fn commit_locked(&mut self) -> Result<()> {
+        if self.meta.dirty_count() == 0 {
+            return Ok(());
+        }
+        self.begin_op();
+        let sealed = self.seal_bitmaps();
+        match sealed {
+            Ok(()) => self.end_op(),
+            Err(e) => {
+                self.rollback_op();
+                return Err(e);
+            }
+        }
+        let r = self.meta.dev.flush().and_then(|()| self.meta.commit());
+        self.after_io(r)?;
+        self.release_deferred();
+        Ok(())
+    }
+
+    /// Writes every committed block home and empties the journal.
+    pub fn checkpoint_locked(&mut self) -> Result<()> {
+        let r = self.meta.checkpoint();
+        self.after_io(r)?;
+        self.release_deferred();
+        Ok(())
+    }
+
+    fn after_io(&mut self, r: std::io::Result<()>) -> Result<()> {
+        if let Err(e) = r {
+            self.mode = Mode::Failed(e.to_string());
+            return Err(FsError::Io(e));
+        }
+        Ok(())
+    }
+
+    /// Records the checksums of the changed bitmaps in their group headers.
+    fn seal_bitmaps(&mut self) -> Result<()> {
+        let dirty: Vec<u64> = self.meta.dirty_blocks().collect();
+        for g in 0..self.geo.groups {
+            let (ib, bb) = (self.geo.inode_bitmap(g), self.geo.block_bitmap(g));
+            let ib_dirty = dirty.binary_search(&ib).is_ok();
+            let bb_dirty = dirty.binary_search(&bb).is_ok();
+            if !ib_dirty && !bb_dirty {
+                continue;
+            }
+            let mut h = self.header(g)?;
+            if ib_dirty {
+                h.inode_bitmap_crc = bitmap_crc(g, self.meta.get(ib)?);
+            }
+            if bb_dirty {
+                h.block_bitmap_crc = bitmap_crc(g, self.meta.get(bb)?);
+            }
+            self.put_header(&h)?;
+        }
+        Ok(())
+    }
+
+    // ---- groups and bitmaps ---------------------------------------------------------------
+
+    pub fn header(&mut self, g: u32) -> Result<GroupHeader> {
+        let b = self.meta.get(self.geo.header(g))?;
+        GroupHeader::decode(b, g, &self.geo).map_err(FsError::Corrupt)
+    }
+
+    fn put_header(&mut self, h: &GroupHeader) -> Result<()> {
+        let b = self.meta.get_mut(self.geo.header(h.group))?;
+        h.encode_into(b);
+        self.placement.set_free(h.group, h.free_blocks);
+        Ok(())
+    }
+
+    /// Loads a bitmap, checking it against its header's checksum when it comes from disk.
+    fn bitmap(&mut self, g: u32, inode_map: bool) -> Result<u64> {
+        let b = if inode_map {
+            self.geo.inode_bitmap(g)
+        } else {
+            self.geo.block_bitmap(g)
+        };
+        if !self.meta.cached(b) {
+            let h = self.header(g)?;
+            let want = if inode_map {
+                h.inode_bitmap_crc
+            } else {
+                h.block_bitmap_crc
+            };
+            let got = bitmap_crc(g, self.meta.get(b)?);
+            if got != want {
+                self.meta.drop_clean(b);
+                let what = if inode_map { "inode" } else { "block" };
+                return Err(corrupt(format!("group {g}: {what} bitmap checksum mismatch")));
+            }
+        }
+        Ok(b)
+    }
+
+    /// Allocates a block: the first free one at or after `pref` in `pref`'s group (wrapping
+    /// around the group), else in the following groups.
+    pub fn alloc_block(&mut self, pref: u64) -> Result<u64> {
+        let geo = self.geo.clone();
+        let pref = if geo.is_data_block(pref) {
+            pref
+        } else {
+            geo.data_start(geo.group_of(pref.min(geo.block_count - 1)))
+        };
+        let g0 = geo.group_of(pref);
+        for i in 0..geo.groups {
+            let g = (g0 + i) % geo.groups;
+            let mut h = self.header(g)?;
+            if h.free_blocks <= self.deferred_in_group[g as usize] {
+                continue;
+            }
+            let start = geo.group_start(g);
+            let first_data = geo.data_start(g) - start;
+            let from = if i == 0 { pref - start } else { first_data };
+            let end = geo.group_len(g);
+            let bm = self.bitmap(g, false)?;
+            let found = {
+                let map = self.meta.get(bm)?;
+                let skip = |bit: u64| self.deferred_set.contains(&(start + bit));
+                find_zero(map, from, end, &skip).or_else(|| find_zero(map, first_data, from, &skip))
+            };
+            let Some(bit) = found else {
+                continue;
+            };
+            let map = self.meta.get_mut(bm)?;
+            set_bit(map, bit, true);
+            h.free_blocks -= 1;
+            self.put_header(&h)?;
+            self.counters.blocks_allocated += 1;
+            return Ok(start + bit);
+        }
+        Err(FsError::NoSpace)
+    }
+
+    /// Frees a block (a data block or a metadata block of a file). Not reusable until the
+    /// transaction freeing it has been checkpointed.
+    pub fn free_block(&mut self, b: u64) -> Result<()> {
+        if !self.geo.is_data_block(b) {
+            return Err(corrupt(format!("freeing block {b}, which is not a data block")));
+        }
+        let g = self.geo.group_of(b);
+        let bit = b - self.geo.group_start(g);
+        let mut h = self.header(g)?;
+        let bm = self.bitmap(g, false)?;
+        let map = self.meta.get_mut(bm)?;
+        if !crate::layout::bit(map, bit) {
+            return Err(corrupt(format!("block {b} is freed but already free in its bitmap")));
+        }
+        set_bit(map, bit, false);
+        h.free_blocks += 1;
+        self.put_header(&h)?;
+        self.meta.forget(b);
+        self.deferred.push_back((b, self.meta.journal.next_seq));
+        self.deferred_set.insert(b);
+        self.deferred_in_group[g as usize] += 1;
+        self.counters.blocks_freed += 1;
+        Ok(())
+    }
+
+    /// Allocates an inode: for a directory, in a group with at least the average free inodes
+    /// and the fewest directories (FFS's `dirpref`); for a file, in its directory's group, or
+    /// the next one with a free inode.
+    fn alloc_inode(&mut self, parent_group: u32, is_dir: bool) -> Result<u64> {
+        let groups = self.geo.groups;
+        let mut order: Vec<u32> = (0..groups).map(|i| (parent_group + i) % groups).collect();
+        if is_dir {
+            let mut headers = Vec::with_capacity(groups as usize);
+            for g in 0..groups {
+                headers.push(self.header(g)?);
+            }
+            let total: u64 = headers.iter().map(|h| u64::from(h.free_inodes)).sum();
+            let avg = total / u64::from(groups);
+            let best = headers
+                .iter()
+                .filter(|h| h.free_inodes > 0 && u64::from(h.free_inodes) >= avg)
+                .min_by_key(|h| (h.dirs, h.group))
+                .map(|h| h.group);
+            if let Some(b) = best {
+                order.retain(|&g| g != b);
+                order.insert(0, b);
+            }
+        }
+        for g in order {
+            let mut h = self.header(g)?;
+            if h.free_inodes == 0 {
+                continue;
+            }
+            let bm = self.bitmap(g, true)?;
+            let Some(bit) = find_zero(self.meta.get(bm)?, 0, self.geo.ipg, &|_| false) else {
+                return Err(corrupt(format!(
+                    "group {g}: header counts {} free inodes, bitmap has none",
+                    h.free_inodes
+                )));
+            };
+            set_bit(self.meta.get_mut(bm)?, bit, true);
+            h.free_inodes -= 1;
+            if is_dir {
+                h.dirs += 1;
+            }
+            self.put_header(&h)?;
+            self.counters.inodes_allocated += 1;
+            return Ok(self.geo.first_ino(g) + bit);
+        }
+        Err(FsError::NoInodes)
+    }
+
+    fn free_inode(&mut self, ino: u64, was_dir: bool, generation: u32) -> Result<()> {
+        let g = self.geo.ino_group(ino);
+        let bit = (ino - 1) % self.geo.ipg;
+        let mut h = self.header(g)?;
+        let bm = self.bitmap(g, true)?;
+        let map = self.meta.get_mut(bm)?;
+        if !crate::layout::bit(map, bit) {
+            return Err(corrupt(format!("inode {ino} is freed but already free in its bitmap")));
+        }
+        set_bit(map, bit, false);
+        h.free_inodes += 1;
+        if was_dir {
+            h.dirs = h.dirs.saturating_sub(1);
+        }
+        self.put_header(&h)?;
+        self.write_inode(
+            ino,
+            &Inode {
+                generation,
+                ..Inode::default()
+            },
+        )?;
+        self.pending_unslot.push(ino);
+        self.counters.inodes_freed += 1;
+        Ok(())
+    }
+
+    // ---- inodes ---------------------------------------------------------------------------
+
+    pub fn read_inode(&mut self, ino: u64) -> Result<Inode> {
+        if !self.geo.valid_ino(ino) {
+            return Err(FsError::NotFound(format!("inode {ino}")));
+        }
+        let (b, off) = self.geo.inode_location(ino);
+        let blk = self.meta.get(b)?;
+        Inode::decode(ino, &blk[off..off + INODE_SIZE]).map_err(FsError::Corrupt)
+    }
+
+    /// An inode in use.
+    pub fn live(&mut self, ino: u64) -> Result<Inode> {
+        let i = self.read_inode(ino)?;
+        if i.is_free() {
+            return Err(FsError::NotFound(format!("inode {ino}")));
+        }
+        Ok(i)
+    }
+
+    /// An inode in use that a directory entry points to: a free one is corruption.
+    fn linked(&mut self, ino: u64) -> Result<Inode> {
+        if !self.geo.valid_ino(ino) {
+            return Err(corrupt(format!(
+                "a directory entry points to inode {ino}, which does not exist"
+            )));
+        }
+        let i = self.read_inode(ino)?;
+        if i.is_free() {
+            return Err(corrupt(format!(
+                "a directory entry points to inode {ino}, which is free"
+            )));
+        }
+        Ok(i)
+    }
+
+    pub fn write_inode(&mut self, ino: u64, i: &Inode) -> Result<()> {
+        let (b, off) = self.geo.inode_location(ino);
+        let blk = self.meta.get_mut(b)?;
+        i.encode_into(ino, &mut blk[off..off + INODE_SIZE]);
+        Ok(())
+    }
+
+    fn modify(&mut self, ino: u64, f: impl FnOnce(&mut Inode)) -> Result<Inode> {
+        let mut i = self.live(ino)?;
+        f(&mut i);
+        self.write_inode(ino, &i)?;
+        Ok(i)
+    }
+
+    pub fn stat(&mut self, ino: u64) -> Result<Stat> {
+        let i = self.live(ino)?;
+        Ok(stat_of(ino, &i))
+    }
+
+    pub fn set_attr(&mut self, ino: u64, a: &SetAttr) -> Result<Stat> {
+        if a.mode.is_some_and(|m| m & !0o7777 != 0) {
+            return Err(FsError::InvalidArgument("mode has bits outside 0o7777".into()));
+        }
+        let now = now_ns();
+        let i = self.modify(ino, |i| {
+            if let Some(m) = a.mode {
+                i.mode = (i.mode & S_IFMT) | m;
+            }
+            if let Some(u) = a.uid {
+                i.uid = u;
+            }
+            if let Some(g) = a.gid {
+                i.gid = g;
+            }
+            if let Some(t) = a.atime_ns {
+                i.atime_ns = t;
+            }
+            if let Some(t) = a.mtime_ns {
+                i.mtime_ns = t;
+            }
+            i.ctime_ns = now;
+        })?;
+        Ok(stat_of(ino, &i))
+    }
+
+    // ---- block mapping --------------------------------------------------------------------
+
+    fn ptr(&self, ino: u64, p: u32) -> Result<u64> {
+        let p = u64::from(p);
+        if p == 0 || self.geo.is_data_block(p) {
+            Ok(p)
+        } else {
+            Err(corrupt(format!("inode {ino}: block pointer {p} is not a data block")))
+        }
+    }
+
+    fn ind(&mut self, ino: u64, blk: u64, i: usize) -> Result<u64> {
+        let v = ind_get(self.meta.get(blk)?, i);
+        self.ptr(ino, v)
+    }
+
+    /// The device block holding file block `fb`, or `None` for a hole.
+    pub fn bmap(&mut self, ino: u64, inode: &Inode, fb: u64) -> Result<Option<u64>> {
+        let b = match block_path(fb) {
+            None => 0,
+            Some(BlockPath::Direct(i)) => self.ptr(ino, inode.direct[i])?,
+            Some(BlockPath::Single(i)) => match self.ptr(ino, inode.indirect)? {
+                0 => 0,
+                ind => self.ind(ino, ind, i)?,
+            },
+            Some(BlockPath::Double(i, j)) => match self.ptr(ino, inode.dindirect)? {
+                0 => 0,
+                d => match self.ind(ino, d, i)? {
+                    0 => 0,
+                    l1 => self.ind(ino, l1, j)?,
+                },
+            },
+        };
+        Ok((b != 0).then_some(b))
+    }
+
+    /// Asks the file's placement policy where block `fb` should go.
+    fn place(&mut self, ino: u64, fb: u64, prev: u64) -> u64 {
+        let args = BuddyArgs {
+            ino,
+            index: fb,
+            prev,
+            group: self.geo.ino_group(ino),
+        };
+        let pref = match self.slots.get(&ino) {
+            Some(slot) => {
+                self.counters.placements_grafted += 1;
+                slot.invoke(&args)
+            }
+            None => {
+                self.counters.placements_default += 1;
+                ffs_policy(&self.placement, &args)
+            }
+        };
+        if self.placement.valid(pref) {
+            pref
+        } else {
+            self.counters.placements_rejected += 1;
+            ffs_policy(&self.placement, &args)
+        }
+    }
+
+    /// Makes sure file block `fb` has a device block, allocating it (and the indirect blocks
+    /// that map it) if not. Returns the block and whether it was just allocated (its contents
+    /// are then whatever the device held: the caller writes it whole or zero-fills).
+    pub fn ensure_block(&mut self, ino: u64, fb: u64) -> Result<(u64, bool)> {
+        let mut inode = self.live(ino)?;
+        if let Some(b) = self.bmap(ino, &inode, fb)? {
+            return Ok((b, false));
+        }
+        let path = block_path(fb).ok_or(FsError::FileTooLarge)?;
+        let prev = if fb > 0 {
+            self.bmap(ino, &inode, fb - 1)?.unwrap_or(0)
+        } else {
+            0
+        };
+        let mut cursor = self.place(ino, fb, prev);
+        let mut added = 1u32;
+        let data;
+        match path {
+            BlockPath::Direct(i) => {
+                data = self.alloc_block(cursor)?;
+                inode.direct[i] = data as u32;
+            }
+            BlockPath::Single(i) => {
+                let mut ind = self.ptr(ino, inode.indirect)?;
+                if ind == 0 {
+                    ind = self.alloc_block(cursor)?;
+                    self.meta.create(ind)?;
+                    inode.indirect = ind as u32;
+                    cursor = next_pref(&self.geo, ind);
+                    added += 1;
+                }
+                data = self.alloc_block(cursor)?;
+                ind_set(self.meta.get_mut(ind)?, i, data as u32);
+            }
+            BlockPath::Double(i, j) => {
+                let mut d = self.ptr(ino, inode.dindirect)?;
+                if d == 0 {
+                    d = self.alloc_block(cursor)?;
+                    self.meta.create(d)?;
+                    inode.dindirect = d as u32;
+                    cursor = next_pref(&self.geo, d);
+                    added += 1;
+                }
+                let mut l1 = self.ind(ino, d, i)?;
+                if l1 == 0 {
+                    l1 = self.alloc_block(cursor)?;
+                    self.meta.create(l1)?;
+                    ind_set(self.meta.get_mut(d)?, i, l1 as u32);
+                    cursor = next_pref(&self.geo, l1);
+                    added += 1;
+                }
+                data = self.alloc_block(cursor)?;
+                ind_set(self.meta.get_mut(l1)?, j, data as u32);
+            }
+        }
+        inode.blocks = inode.blocks.saturating_add(added);
+        self.write_inode(ino, &inode)?;
+        self.alloc_inos.insert(ino);
+        Ok((data, true))
+    }
+
+    /// Frees the pointers `from..` of indirect block `blk` (whose block stays).
+    fn free_entries(&mut self, ino: u64, blk: u64, from: usize, inode: &mut Inode) -> Result<()> {
+        let ptrs: Vec<(usize, u32)> = {
+            let b = self.meta.get(blk)?;
+            (from..NINDIRECT as usize)
+                .map(|i| (i, ind_get(b, i)))
+                .filter(|&(_, p)| p != 0)
+                .collect()
+        };
+        for &(_, p) in &ptrs {
+            let p = self.ptr(ino, p)?;
+            self.free_block(p)?;
+            inode.blocks = inode.blocks.saturating_sub(1);
+        }
+        if !ptrs.is_empty() {
+            let b = self.meta.get_mut(blk)?;
+            for &(i, _) in &ptrs {
+                ind_set(b, i, 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees every pointer of indirect block `blk` and the block itself.
+    fn free_tree(&mut self, ino: u64, blk: u64, depth: u32, inode: &mut Inode) -> Result<()> {
+        let ptrs: Vec<u32> = {
+            let b = self.meta.get(blk)?;
+            (0..NINDIRECT as usize)
+                .map(|i| ind_get(b, i))
+                .filter(|&p| p != 0)
+                .collect()
+        };
+        for p in ptrs {
+            let p = self.ptr(ino, p)?;
+            if depth > 1 {
+                self.free_tree(ino, p, depth - 1, inode)?;
+            } else {
+                self.free_block(p)?;
+                inode.blocks = inode.blocks.saturating_sub(1);
+            }
+        }
+        self.free_block(blk)?;
+        inode.blocks = inode.blocks.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Frees every block of the file from file block `keep` on, indirect blocks that map
+    /// nothing any more included.
+    pub fn free_from(&mut self, ino: u64, inode: &mut Inode, keep: u64) -> Result<()> {
+        for i in keep.min(NDIRECT) as usize..NDIRECT as usize {
+            let p = self.ptr(ino, inode.direct[i])?;
+            if p != 0 {
+                self.free_block(p)?;
+                inode.direct[i] = 0;
+                inode.blocks = inode.blocks.saturating_sub(1);
+            }
+        }
+        let ind = self.ptr(ino, inode.indirect)?;
+        if ind != 0 {
+            let from = keep.saturating_sub(NDIRECT);
+            if from == 0 {
+                self.free_tree(ino, ind, 1, inode)?;
+                inode.indirect = 0;
+            } else if from < NINDIRECT {
+                self.free_entries(ino, ind, from as usize, inode)?;
+            }
+        }
+        let d = self.ptr(ino, inode.dindirect)?;
+        if d != 0 {
+            let from = keep.saturating_sub(NDIRECT + NINDIRECT);
+            if from == 0 {
+                self.free_tree(ino, d, 2, inode)?;
+                inode.dindirect = 0;
+            } else {
+                for i in 0..NINDIRECT {
+                    let lo = i * NINDIRECT;
+                    if lo + NINDIRECT <= from {
+                        continue;
+                    }
+                    let l1 = self.ind(ino, d, i as usize)?;
+                    if l1 == 0 {
+                        continue;
+                    }
+                    let efrom = from.saturating_sub(lo);
+                    if efrom == 0 {
+                        self.free_tree(ino, l1, 1, inode)?;
+                        ind_set(self.meta.get_mut(d)?, i as usize, 0);
+                    } else {
+                        self.free_entries(ino, l1, efrom as usize, inode)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets a regular file's size: blocks past the new end are freed. Growing leaves a hole.
+    pub fn set_size(&mut self, ino: u64, size: u64) -> Result<()> {
+        if size > MAX_FILE_SIZE {
+            return Err(FsError::FileTooLarge);
+        }
+        let mut inode = self.live(ino)?;
+        if inode.is_dir() {
+            return Err(FsError::IsADirectory(format!("inode {ino}")));
+        }
+        if size < inode.size {
+            self.free_from(ino, &mut inode, size.div_ceil(BS as u64))?;
+        }
+        let now = now_ns();
+        inode.size = size;
+        inode.mtime_ns = now;
+        inode.ctime_ns = now;
+        self.write_inode(ino, &inode)
+    }
+
+    /// Grows a regular file's size to at least `end` (after a write).
+    pub fn extend(&mut self, ino: u64, end: u64) -> Result<()> {
+        let now = now_ns();
+        self.modify(ino, |i| {
+            i.size = i.size.max(end);
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+        })?;
+        // Ordered mode: a commit must not make the new size durable before the data it exposes,
+        // so the data hook writes this file's pages first (as for a new allocation).
+        self.alloc_inos.insert(ino);
+        Ok(())
+    }
+
+    // ---- directories ----------------------------------------------------------------------
+
+    /// A directory inode, or NotADirectory.
+    pub fn dir(&mut self, ino: u64) -> Result<Inode> {
+        let i = self.live(ino)?;
+        if !i.is_dir() {
+            return Err(FsError::NotADirectory(format!("inode {ino}")));
+        }
+        if !i.size.is_multiple_of(BS as u64) {
+            return Err(corrupt(format!("directory {ino}: size {} is not whole blocks", i.size)));
+        }
+        Ok(i)
+    }
+
+    fn dir_block(&mut self, ino: u64, inode: &Inode, fb: u64) -> Result<u64> {
+        self.bmap(ino, inode, fb)?
+            .ok_or_else(|| corrupt(format!("directory {ino}: block {fb} is a hole")))
+    }
+
+    fn dir_entries(&mut self, ino: u64, b: u64) -> Result<Vec<RawEntry>> {
+        dir_parse(self.meta.get(b)?, ino).map_err(FsError::Corrupt)
+    }
+
+    pub fn dir_find(&mut self, dir: u64, inode: &Inode, name: &[u8]) -> Result<Option<Found>> {
+        for fb in 0..inode.size / BS as u64 {
+            let block = self.dir_block(dir, inode, fb)?;
+            let entries = self.dir_entries(dir, block)?;
+            if let Some(index) = entries.iter().position(|e| e.ino != 0 && e.name == name) {
+                return Ok(Some(Found { block, entries, index }));
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn lookup(&mut self, dir: u64, name: &[u8]) -> Result<u64> {
+        if let Some(e) = bad_name(name) {
+            return Err(e);
+        }
+        let d = self.dir(dir)?;
+        match self.dir_find(dir, &d, name)? {
+            Some(f) => Ok(f.ino()),
+            None => Err(FsError::NotFound(show(name))),
+        }
+    }
+
+    pub fn readdir(&mut self, dir: u64) -> Result<Vec<DirEntry>> {
+        let d = self.dir(dir)?;
+        let mut out = Vec::new();
+        for fb in 0..d.size / BS as u64 {
+            let b = self.dir_block(dir, &d, fb)?;
+            for e in self.dir_entries(dir, b)? {
+                if e.ino == 0 || e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                let kind = FileType::from_dirent_code(e.ftype).expect("parse checked the type");
+                out.push(DirEntry {
+                    name: e.name,
+                    ino: u64::from(e.ino),
+                    kind,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn dir_is_empty(&mut self, dir: u64, inode: &Inode) -> Result<bool> {
+        for fb in 0..inode.size / BS as u64 {
+            let b = self.dir_block(dir, inode, fb)?;
+            if self
+                .dir_entries(dir, b)?
+                .iter()
+                .any(|e| e.ino != 0 && e.name != b"." && e.name != b"..")
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn dir_add_entry(&mut self, dir: u64, name: &[u8], ino: u64, ftype: u8) -> Result<()> {
+        let d = self.dir(dir)?;
+        let need = dirent_size(name.len());
+        let blocks = d.size / BS as u64;
+        for fb in 0..blocks {
+            let b = self.dir_block(dir, &d, fb)?;
+            let entries = self.dir_entries(dir, b)?;
+            let room = entries.iter().any(|e| {
+                if e.ino == 0 {
+                    e.rec_len >= need
+                } else {
+                    e.rec_len - dirent_size(e.name.len()) >= need
+                }
+            });
+            if room {
+                let blk = self.meta.get_mut(b)?;
+                let added = dir_add(blk, &entries, dir, name, ino, ftype);
+                debug_assert!(added);
+                return Ok(());
+            }
+        }
+        // No room: a new block at the end of the directory.
+        let (b, _) = self.ensure_block(dir, blocks)?;
+        let blk = self.meta.create(b)?;
+        dir_empty_block(blk, dir);
+        let entries = dir_parse_records(blk).expect("fresh block");
+        dir_add(blk, &entries, dir, name, ino, ftype);
+        self.modify(dir, |i| i.size = (blocks + 1) * BS as u64)?;
+        Ok(())
+    }
+
+    fn dir_drop_entry(&mut self, dir: u64, f: &Found) -> Result<()> {
+        let blk = self.meta.get_mut(f.block)?;
+        dir_remove(blk, &f.entries, f.index, dir);
+        Ok(())
+    }
+
+    fn touch_dir(&mut self, dir: u64, nlink_delta: i32) -> Result<()> {
+        let now = now_ns();
+        self.modify(dir, |i| {
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            i.nlink = i.nlink.saturating_add_signed(nlink_delta);
+        })?;
+        Ok(())
+    }
+
+    /// Frees an inode and all its blocks.
+    fn release(&mut self, ino: u64, mut inode: Inode) -> Result<()> {
+        self.free_from(ino, &mut inode, 0)?;
+        self.free_inode(ino, inode.is_dir(), inode.generation)
+    }
+
+    /// Creates a file or directory `name` in `dir`.
+    pub fn create(&mut self, dir: u64, name: &[u8], kind: FileType, attrs: &NewFile) -> Result<u64> {
+        check_new_name(name)?;
+        if attrs.mode & !0o7777 != 0 {
+            return Err(FsError::InvalidArgument("mode has bits outside 0o7777".into()));
+        }
+        let d = self.dir(dir)?;
+        if self.dir_find(dir, &d, name)?.is_some() {
+            return Err(FsError::Exists(show(name)));
+        }
+        let is_dir = kind == FileType::Directory;
+        let ino = self.alloc_inode(self.geo.ino_group(dir), is_dir)?;
+        let old = self.read_inode(ino).unwrap_or_default();
+        if !old.is_free() {
+            return Err(corrupt(format!("inode {ino} is free in its bitmap but in use")));
+        }
+        let now = now_ns();
+        let inode = Inode {
+            mode: kind.mode_bits() | attrs.mode,
+            nlink: if is_dir { 2 } else { 1 },
+            uid: attrs.uid,
+            gid: attrs.gid,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            generation: old.generation.wrapping_add(1),
+            creator: attrs.creator,
+            ..Inode::default()
+        };
+        self.write_inode(ino, &inode)?;
+        if is_dir {
+            let (b, _) = self.ensure_block(ino, 0)?;
+            let blk = self.meta.create(b)?;
+            dir_first_block(blk, ino, dir);
+            self.modify(ino, |i| i.size = BS as u64)?;
+        }
+        self.dir_add_entry(dir, name, ino, kind.dirent_code())?;
+        self.touch_dir(dir, i32::from(is_dir))?;
+        Ok(ino)
+    }
+
+    /// A new name for an existing file.
+    pub fn link(&mut self, ino: u64, dir: u64, name: &[u8]) -> Result<()> {
+        check_new_name(name)?;
+        let i = self.live(ino)?;
+        if i.is_dir() {
+            return Err(FsError::IsADirectory(format!(
+                "inode {ino}: directories cannot be linked"
+            )));
+        }
+        let d = self.dir(dir)?;
+        if self.dir_find(dir, &d, name)?.is_some() {
+            return Err(FsError::Exists(show(name)));
+        }
+        self.dir_add_entry(dir, name, ino, FT_REG)?;
+        let now = now_ns();
+        self.modify(ino, |i| {
+            i.nlink += 1;
+            i.ctime_ns = now;
+        })?;
+        self.touch_dir(dir, 0)
+    }
+
+    pub fn unlink(&mut self, dir: u64, name: &[u8]) -> Result<()> {
+        if let Some(e) = bad_name(name) {
+            return Err(e);
+        }
+        let d = self.dir(dir)?;
+        let f = self
+            .dir_find(dir, &d, name)?
+            .ok_or_else(|| FsError::NotFound(show(name)))?;
+        let ino = f.ino();
+        let mut target = self.linked(ino)?;
+        if target.is_dir() {
+            return Err(FsError::IsADirectory(show(name)));
+        }
+        self.dir_drop_entry(dir, &f)?;
+        target.nlink = target.nlink.saturating_sub(1);
+        if target.nlink == 0 {
+            self.release(ino, target)?;
+        } else {
+            target.ctime_ns = now_ns();
+            self.write_inode(ino, &target)?;
+        }
+        self.touch_dir(dir, 0)
+    }
+
+    pub fn rmdir(&mut self, dir: u64, name: &[u8]) -> Result<()> {
+        if let Some(e) = bad_name(name) {
+            return Err(e);
+        }
+        if name == b"." {
+            return Err(FsError::InvalidArgument("cannot remove `.`".into()));
+        }
+        if name == b".." {
+            return Err(FsError::NotEmpty("..".into()));
+        }
+        let d = self.dir(dir)?;
+        let f = self
+            .dir_find(dir, &d, name)?
+            .ok_or_else(|| FsError::NotFound(show(name)))?;
+        let ino = f.ino();
+        let target = self.linked(ino)?;
+        if !target.is_dir() {
+            return Err(FsError::NotADirectory(show(name)));
+        }
+        if !self.dir_is_empty(ino, &target)? {
+            return Err(FsError::NotEmpty(show(name)));
+        }
+        self.dir_drop_entry(dir, &f)?;
+        self.release(ino, target)?;
+        self.touch_dir(dir, -1)
+    }
+
+    /// The parent of a directory (its `..`).
+    fn parent_of(&mut self, dir: u64) -> Result<u64> {
+        let d = self.dir(dir)?;
+        match self.dir_find(dir, &d, b"..")? {
+            Some(f) => Ok(f.ino()),
+            None => Err(corrupt(format!("directory {dir} has no `..`"))),
+        }
+    }
+
+    pub fn rename(&mut self, sdir: u64, sname: &[u8], ddir: u64, dname: &[u8]) -> Result<()> {
+        check_new_name(sname)?;
+        check_new_name(dname)?;
+        let sd = self.dir(sdir)?;
+        let dd = self.dir(ddir)?;
+        let src = self
+            .dir_find(sdir, &sd, sname)?
+            .ok_or_else(|| FsError::NotFound(show(sname)))?;
+        let s_ino = src.ino();
+        let s = self.linked(s_ino)?;
+        let s_is_dir = s.is_dir();
+        let dst = self.dir_find(ddir, &dd, dname)?;
+        if let Some(d) = &dst
+            && d.ino() == s_ino
+        {
+            return Ok(());
+        }
+        if s_is_dir {
+            // Refuse to move a directory into its own subtree.
+            let mut cur = ddir;
+            let mut steps = 0u64;
+            loop {
+                if cur == s_ino {
+                    return Err(FsError::InvalidArgument(format!(
+                        "cannot move directory `{}` into its own subtree",
+                        show(sname)
+                    )));
+                }
+                if cur == ROOT_INO {
+                    break;
+                }
+                cur = self.parent_of(cur)?;
+                steps += 1;
+                if steps > self.geo.inode_count() {
+                    return Err(corrupt("directory tree has a cycle"));
+                }
+            }
+        }
+        let ftype = s.file_type().expect("live inode has a type").dirent_code();
+        match dst {
+            Some(d) => {
+                let d_ino = d.ino();
+                let mut target = self.linked(d_ino)?;
+                match (s_is_dir, target.is_dir()) {
+                    (true, false) => return Err(FsError::NotADirectory(show(dname))),
+                    (false, true) => return Err(FsError::IsADirectory(show(dname))),
+                    (true, true) if !self.dir_is_empty(d_ino, &target)? => return Err(FsError::NotEmpty(show(dname))),
+                    _ => {}
+                }
+                let blk = self.meta.get_mut(d.block)?;
+                dir_retarget(blk, &d.entries[d.index], ddir, s_ino, ftype);
+                if target.is_dir() {
+                    self.release(d_ino, target)?;
+                    self.touch_dir(ddir, -1)?;
+                } else {
+                    target.nlink = target.nlink.saturating_sub(1);
+                    if target.nlink == 0 {
+                        self.release(d_ino, target)?;
+                    } else {
+                        target.ctime_ns = now_ns();
+                        self.write_inode(d_ino, &target)?;
+                    }
+                }
+            }
+            None => self.dir_add_entry(ddir, dname, s_ino, ftype)?,
+        }
+        // The source entry may have moved if the destination is the same directory: find it again.
+        let sd = self.dir(sdir)?;
+        let src = self
+            .dir_find(sdir, &sd, sname)?
+            .ok_or_else(|| corrupt("rename source vanished"))?;
+        self.dir_drop_entry(sdir, &src)?;
+        if s_is_dir && sdir != ddir {
+            let s_inode = self.dir(s_ino)?;
+            let dotdot = self
+                .dir_find(s_ino, &s_inode, b"..")?
+                .ok_or_else(|| corrupt(format!("directory {s_ino} has no `..`")))?;
+            let blk = self.meta.get_mut(dotdot.block)?;
+            dir_retarget(blk, &dotdot.entries[dotdot.index], s_ino, ddir, FT_DIR);
+            self.touch_dir(sdir, -1)?;
+            self.touch_dir(ddir, 1)?;
+        } else {
+            self.touch_dir(sdir, 0)?;
+            if sdir != ddir {
+                self.touch_dir(ddir, 0)?;
+            }
+        }
+        let now = now_ns();
+        self.modify(s_ino, |i| i.ctime_ns = now)?;
+        Ok(())
+    }
+
+    /// Resolves an absolute path.
+    pub fn resolve(&mut self, path: &[u8]) -> Result<u64> {
+        if path.first() != Some(&b'/') {
+            return Err(FsError::InvalidArgument(format!(
+                "path `{}` is not absolute",
+                show(path)
+            )));
+        }
+        let mut cur = ROOT_INO;
+        for comp in path.split(|&c| c == b'/').filter(|c| !c.is_empty()) {
+            cur = self.lookup(cur, comp)?;
+        }
+        Ok(cur)
+    }
+
+    /// Resolves the directory of an absolute path and returns it with the last component.
+    pub fn resolve_parent<'p>(&mut self, path: &'p [u8]) -> Result<(u64, &'p [u8])> {
+        if path.first() != Some(&b'/') {
+            return Err(FsError::InvalidArgument(format!(
+                "path `{}` is not absolute",
+                show(path)
+            )));
+        }
+        let trimmed = {
+            let mut end = path.len();
+            while end > 1 && path[end - 1] == b'/' {
+                end -= 1;
+            }
+            &path[..end]
+        };
+        let cut = trimmed.iter().rposition(|&c| c == b'/').expect("starts with /");
+        let (dir, name) = (&trimmed[..cut.max(1)], &trimmed[cut + 1..]);
+        if name.is_empty() {
+            return Err(FsError::InvalidArgument("the root has no parent".into()));
+        }
+        Ok((self.resolve(dir)?, name))
+    }
+}
+
+/// The first clear bit of `map` in `[from, to)` for which `skip` is false.
+fn find_zero(map: &[u8], from: u64, to: u64, skip: &dyn Fn(u64) -> bool) -> Option<u64> {
+    let mut i = from;
+    while i < to {
+        if i.is_multiple_of(64) && i + 64 <= to {
+            let at = (i / 8) as usize;
+            let w = u64::from_le_bytes(map[at..at + 8].try_into().expect("8 bytes"));
+            if w == u64::MAX {
+                i += 64;
+                continue;
+            }
+        }
+        if !crate::layout::bit(map, i) && !skip(i) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}

@@ -1,0 +1,115 @@
+//! Errors of the file system, with the errno a system-call layer (FUSE) would return.
+
+use std::io;
+
+/// What went wrong. Every kind maps to an errno ([`FsError::errno`]).
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("no such file or directory: {0}")]
+    NotFound(String),
+    #[error("file exists: {0}")]
+    Exists(String),
+    #[error("not a directory: {0}")]
+    NotADirectory(String),
+    #[error("is a directory: {0}")]
+    IsADirectory(String),
+    #[error("directory not empty: {0}")]
+    NotEmpty(String),
+    #[error("name too long: {0} bytes (at most 255)")]
+    NameTooLong(usize),
+    #[error("no space left on device")]
+    NoSpace,
+    #[error("no free inodes left on device")]
+    NoInodes,
+    #[error("file too large")]
+    FileTooLarge,
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("corrupt file system: {0}")]
+    Corrupt(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The kind of an [`FsError`], without its details (comparable, copyable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FsErrorKind {
+    NotFound,
+    Exists,
+    NotADirectory,
+    IsADirectory,
+    NotEmpty,
+    NameTooLong,
+    NoSpace,
+    NoInodes,
+    FileTooLarge,
+    InvalidArgument,
+    Corrupt,
+    Io,
+}
+
+impl FsError {
+    pub fn kind(&self) -> FsErrorKind {
+        match self {
+            FsError::NotFound(_) => FsErrorKind::NotFound,
+            FsError::Exists(_) => FsErrorKind::Exists,
+            FsError::NotADirectory(_) => FsErrorKind::NotADirectory,
+            FsError::IsADirectory(_) => FsErrorKind::IsADirectory,
+            FsError::NotEmpty(_) => FsErrorKind::NotEmpty,
+            FsError::NameTooLong(_) => FsErrorKind::NameTooLong,
+            FsError::NoSpace => FsErrorKind::NoSpace,
+            FsError::NoInodes => FsErrorKind::NoInodes,
+            FsError::FileTooLarge => FsErrorKind::FileTooLarge,
+            FsError::InvalidArgument(_) => FsErrorKind::InvalidArgument,
+            FsError::Corrupt(_) => FsErrorKind::Corrupt,
+            FsError::Io(_) => FsErrorKind::Io,
+        }
+    }
+
+    /// The Linux errno for this error.
+    pub fn errno(&self) -> i32 {
+        match self.kind() {
+            FsErrorKind::NotFound => 2,         // ENOENT
+            FsErrorKind::Exists => 17,          // EEXIST
+            FsErrorKind::NotADirectory => 20,   // ENOTDIR
+            FsErrorKind::IsADirectory => 21,    // EISDIR
+            FsErrorKind::NotEmpty => 39,        // ENOTEMPTY
+            FsErrorKind::NameTooLong => 36,     // ENAMETOOLONG
+            FsErrorKind::NoSpace => 28,         // ENOSPC
+            FsErrorKind::NoInodes => 28,        // ENOSPC
+            FsErrorKind::FileTooLarge => 27,    // EFBIG
+            FsErrorKind::InvalidArgument => 22, // EINVAL
+            FsErrorKind::Corrupt => 117,        // EUCLEAN, as Linux file systems report corruption
+            FsErrorKind::Io => 5,               // EIO
+        }
+    }
+}
+
+impl From<FsError> for io::Error {
+    fn from(e: FsError) -> io::Error {
+        let kind = match e.kind() {
+            FsErrorKind::NotFound => io::ErrorKind::NotFound,
+            FsErrorKind::Exists => io::ErrorKind::AlreadyExists,
+            FsErrorKind::InvalidArgument => io::ErrorKind::InvalidInput,
+            FsErrorKind::Corrupt => io::ErrorKind::InvalidData,
+            FsErrorKind::NoSpace | FsErrorKind::NoInodes => io::ErrorKind::StorageFull,
+            FsErrorKind::FileTooLarge => io::ErrorKind::FileTooLarge,
+            FsErrorKind::NotADirectory => io::ErrorKind::NotADirectory,
+            FsErrorKind::IsADirectory => io::ErrorKind::IsADirectory,
+            FsErrorKind::NotEmpty => io::ErrorKind::DirectoryNotEmpty,
+            FsErrorKind::NameTooLong => io::ErrorKind::InvalidFilename,
+            FsErrorKind::Io => io::ErrorKind::Other,
+        };
+        match e {
+            FsError::Io(e) => e,
+            other => io::Error::new(kind, other.to_string()),
+        }
+    }
+}
+
+pub type Result<T, E = FsError> = std::result::Result<T, E>;
+
+/// Shorthand for corruption found in the image.
+pub(crate) fn corrupt(why: impl Into<String>) -> FsError {
+    FsError::Corrupt(why.into())
+}

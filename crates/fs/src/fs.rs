@@ -1,0 +1,718 @@
+//! The mounted file system: its public operations, mount and unmount.
+
+use crate::core::{AllocCounters, DirEntry, Inner, Mode, NewFile, SetAttr, Stat};
+use crate::error::{FsError, Result, corrupt};
+use crate::journal::{self, JournalHeader, ScanError};
+use crate::layout::*;
+use crate::meta::{JournalState, Meta, MetaCounters};
+use crate::placement::{BlockBuddy, Placement};
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+use vino_blockdev::BlockDevice;
+use vino_graft::{Access, GraftSlot, Runtime};
+
+/// Called before a commit with the inodes that got blocks since the last one: the page cache
+/// writes their dirty pages, so that the commit (which flushes the device first) never makes an
+/// allocation durable before the data it was made for.
+pub type DataHook = Arc<dyn Fn(&[u64]) -> io::Result<()> + Send + Sync>;
+
+/// How to mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Commit the running transaction (calling the data hook) once it has this many dirty
+    /// blocks; `None`: a quarter of the journal.
+    pub commit_blocks: Option<usize>,
+    /// Metadata blocks kept in memory (dirty ones always are).
+    pub meta_cache_blocks: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            commit_blocks: None,
+            meta_cache_blocks: 8192,
+        }
+    }
+}
+
+/// Counters of a mounted file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct FsStats {
+    pub block_count: u64,
+    pub groups: u32,
+    pub inodes: u64,
+    pub free_blocks: u64,
+    pub free_inodes: u64,
+    /// Journal transactions replayed when this file system was mounted.
+    pub replayed_transactions: u64,
+    pub meta: MetaCounters,
+    pub alloc: AllocCounters,
+}
+
+/// Where a file block is, as [`FileSystem::allocate_block`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    pub block: u64,
+    /// True if the block was just allocated: its contents on the device are stale, so a writer
+    /// that does not write it whole must zero-fill it.
+    pub fresh: bool,
+}
+
+/// A mounted VINO file system.
+///
+/// # Locking
+///
+/// One lock (a mutex around the whole in-memory state) serialises every operation on metadata,
+/// including the metadata reads and the journal writes they cause. It is held for the length
+/// of one operation and released between the blocks of a multi-block read or write, whose data
+/// transfers happen outside it. Concurrent writers to the *same* file must be serialised by the
+/// caller (the kernel's per-file lock): the uncached data path reads a file's size and then
+/// writes, not atomically.
+///
+/// # Durability
+///
+/// Metadata changes are atomic and reach the disk at the next commit: [`FileSystem::commit`],
+/// [`FileSystem::fsync`], [`FileSystem::sync`], or when the running transaction grows past the
+/// commit threshold. File data is not journaled (ordered mode): a commit first flushes the
+/// device, so data written before the commit is durable before the allocations that point at
+/// it. Dropping a `FileSystem` without [`FileSystem::unmount`] is like a power cut: what was
+/// committed survives.
+pub struct FileSystem {
+    inner: Mutex<Inner>,
+    dev: Arc<dyn BlockDevice>,
+    runtime: Runtime,
+    geo: Geometry,
+    placement: Arc<Placement>,
+    sb: Mutex<Superblock>,
+    soft_commit: usize,
+    hard_commit: usize,
+    hook: Mutex<Option<DataHook>>,
+    replayed: u64,
+}
+
+/// Reads the superblock, falling back to the backup. Returns it and whether the primary was
+/// bad.
+pub(crate) fn read_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, bool)> {
+    let mut b = [0u8; BS];
+    dev.read_blocks(SB_PRIMARY, &mut b)?;
+    let primary = Superblock::decode(&b);
+    let primary = match primary {
+        Ok(sb) => return Ok((sb, false)),
+        Err(e) => e,
+    };
+    dev.read_blocks(SB_BACKUP, &mut b)?;
+    match Superblock::decode(&b) {
+        Ok(sb) => Ok((sb, true)),
+        Err(backup) => Err(corrupt(format!(
+            "no valid superblock (primary: {primary}; backup: {backup})"
+        ))),
+    }
+}
+
+/// Finds the journal's state and replays every committed transaction into the device. Returns
+/// the journal as the writer continues it and how many transactions were replayed.
+pub(crate) fn recover(dev: &dyn BlockDevice, geo: &Geometry, fs_id: u64) -> Result<(JournalState, u64)> {
+    let mut s0 = [0u8; BS];
+    let mut s1 = [0u8; BS];
+    dev.read_blocks(JOURNAL_START, &mut s0)?;
+    dev.read_blocks(JOURNAL_START + 1, &mut s1)?;
+    let header = journal::pick_header(&s0, &s1, fs_id, geo.log_len())
+        .ok_or_else(|| corrupt("journal header damaged (both copies); fsck can reset it"))?;
+    let mut read = |b: u64| -> io::Result<Box<Block>> {
+        let mut buf = Box::new([0u8; BS]);
+        dev.read_blocks(b, &mut buf[..])?;
+        Ok(buf)
+    };
+    let scan = journal::scan(geo, &header, &mut read).map_err(|e| match e {
+        ScanError::Io(e) => FsError::Io(e),
+        ScanError::Corrupt(why) => FsError::Corrupt(why),
+    })?;
+    let replayed = scan.transactions.len() as u64;
+    let mut generation = header.generation;
+    if replayed > 0 {
+        let mut latest: BTreeMap<u64, Box<Block>> = BTreeMap::new();
+        for t in scan.transactions {
+            for (home, img) in t.images {
+                latest.insert(home, img);
+            }
+        }
+        for (home, img) in &latest {
+            dev.write_blocks(*home, &img[..])?;
+        }
+        dev.flush()?;
+        let h = JournalHeader {
+            fs_id,
+            generation: generation + 1,
+            tail: scan.end,
+            seq: scan.next_seq,
+        };
+        dev.write_blocks(h.slot(), &h.encode()[..])?;
+        dev.flush()?;
+        generation = h.generation;
+    }
+    let state = JournalState {
+        fs_id,
+        generation,
+        tail: scan.end,
+        head: scan.end,
+        used: 0,
+        next_seq: scan.next_seq,
+        tail_seq: scan.next_seq,
+    };
+    Ok((state, replayed))
+}
+
+fn write_superblock(dev: &dyn BlockDevice, sb: &Superblock) -> io::Result<()> {
+    let b = sb.encode();
+    dev.write_blocks(SB_PRIMARY, &b[..])?;
+    dev.flush()?;
+    dev.write_blocks(SB_BACKUP, &b[..])?;
+    dev.flush()
+}
+
+impl FileSystem {
+    /// Mounts the file system on `dev`: finds the superblock (or its backup), replays the
+    /// journal, checks the group headers and the root directory. A damaged image is refused with
+    /// [`FsError::Corrupt`] saying what is wrong. Placement grafts run on `runtime`.
+    pub fn mount(dev: Arc<dyn BlockDevice>, runtime: &Runtime, opts: &MountOptions) -> Result<Arc<FileSystem>> {
+        let (mut sb, _) = read_superblock(&*dev)?;
+        if dev.block_count() < sb.block_count {
+            return Err(corrupt(format!(
+                "the file system has {} blocks but {} only {}",
+                sb.block_count,
+                dev.name(),
+                dev.block_count()
+            )));
+        }
+        let geo = Geometry::new(&sb).map_err(FsError::Corrupt)?;
+        let (journal, replayed) = recover(&*dev, &geo, sb.fs_id)?;
+        let mut free = Vec::with_capacity(geo.groups as usize);
+        let mut b = [0u8; BS];
+        for g in 0..geo.groups {
+            dev.read_blocks(geo.header(g), &mut b)?;
+            let h = GroupHeader::decode(&b, g, &geo).map_err(FsError::Corrupt)?;
+            free.push(h.free_blocks);
+        }
+        let placement = Arc::new(Placement::new(&geo, &free));
+        let log = geo.log_len() as usize;
+        let meta = Meta::new(dev.clone(), geo.clone(), journal, opts.meta_cache_blocks);
+        let mut inner = Inner::new(meta, placement.clone());
+        let root = inner.read_inode(ROOT_INO)?;
+        if !root.is_dir() {
+            return Err(corrupt("the root inode is not a directory"));
+        }
+        inner.dir(ROOT_INO)?;
+        sb.state = STATE_MOUNTED;
+        sb.mount_count = sb.mount_count.wrapping_add(1);
+        sb.mounted_ns = crate::core::now_ns();
+        write_superblock(&*dev, &sb)?;
+        let hard = log / 2;
+        let soft = opts.commit_blocks.unwrap_or(log / 4).clamp(1, hard);
+        Ok(Arc::new(FileSystem {
+            inner: Mutex::new(inner),
+            dev,
+            runtime: runtime.clone(),
+            geo,
+            placement,
+            sb: Mutex::new(sb),
+            soft_commit: soft,
+            hard_commit: hard,
+            hook: Mutex::new(None),
+            replayed,
+        }))
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
+        let g = self.inner.lock();
+        g.usable()?;
+        Ok(g)
+    }
+
+    /// Runs a read-only operation.
+    fn read<T>(&self, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+        let mut g = self.lock()?;
+        f(&mut g)
+    }
+
+    /// Runs an operation that changes metadata: all of it or none of it goes into the running
+    /// transaction. One that runs out of space while freed blocks wait for a checkpoint is
+    /// retried once after committing and checkpointing.
+    fn op<T>(&self, mut f: impl FnMut(&mut Inner) -> Result<T>) -> Result<T> {
+        let dirty = self.lock()?.meta.dirty_count();
+        if dirty >= self.soft_commit {
+            self.commit()?;
+        }
+        let mut g = self.lock()?;
+        if g.meta.dirty_count() >= self.hard_commit {
+            g.commit_locked()?;
+        }
+        let mut retried = false;
+        loop {
+            g.begin_op();
+            match f(&mut g) {
+                Ok(v) => {
+                    g.end_op();
+                    return Ok(v);
+                }
+                Err(e) => {
+                    g.rollback_op();
+                    if matches!(e, FsError::NoSpace) && !retried && g.has_deferred() {
+                        retried = true;
+                        g.commit_locked()?;
+                        g.checkpoint_locked()?;
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    // ---- facts ----------------------------------------------------------------------------
+
+    pub fn root(&self) -> u64 {
+        ROOT_INO
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// The placement state every `file.block_buddy` policy sees.
+    pub fn placement(&self) -> &Arc<Placement> {
+        &self.placement
+    }
+
+    pub fn stats(&self) -> FsStats {
+        let mut g = self.inner.lock();
+        let free_blocks = (0..self.geo.groups).map(|i| u64::from(self.placement.free(i))).sum();
+        let free_inodes = (0..self.geo.groups)
+            .map(|i| g.header(i).map_or(0, |h| u64::from(h.free_inodes)))
+            .sum();
+        FsStats {
+            block_count: self.geo.block_count,
+            groups: self.geo.groups,
+            inodes: self.geo.inode_count(),
+            free_blocks,
+            free_inodes,
+            replayed_transactions: self.replayed,
+            meta: g.meta.counters,
+            alloc: g.counters,
+        }
+    }
+
+    // ---- namespace ------------------------------------------------------------------------
+
+    pub fn lookup(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<u64> {
+        self.read(|g| g.lookup(dir, name.as_ref()))
+    }
+
+    /// The inode of an absolute path.
+    pub fn resolve(&self, path: impl AsRef<[u8]>) -> Result<u64> {
+        self.read(|g| g.resolve(path.as_ref()))
+    }
+
+    /// Creates a regular file.
+    pub fn create(&self, dir: u64, name: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
+        self.op(|g| g.create(dir, name.as_ref(), FileType::Regular, attrs))
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, dir: u64, name: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
+        self.op(|g| g.create(dir, name.as_ref(), FileType::Directory, attrs))
+    }
+
+    /// Gives a regular file another name.
+    pub fn link(&self, ino: u64, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
+        self.op(|g| g.link(ino, dir, name.as_ref()))
+    }
+
+    /// Removes a name of a regular file; the file goes when its last name does. (A file still
+    /// open elsewhere is the caller's to keep: the file system frees it at once.)
+    pub fn unlink(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
+        self.op(|g| g.unlink(dir, name.as_ref()))
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
+        self.op(|g| g.rmdir(dir, name.as_ref()))
+    }
+
+    /// Renames, replacing an existing destination of the same kind (an empty directory for a
+    /// directory); refuses to move a directory into its own subtree.
+    pub fn rename(&self, from_dir: u64, from: impl AsRef<[u8]>, to_dir: u64, to: impl AsRef<[u8]>) -> Result<()> {
+        self.op(|g| g.rename(from_dir, from.as_ref(), to_dir, to.as_ref()))
+    }
+
+    /// A directory's entries, `.` and `..` left out, in on-disk order.
+    pub fn readdir(&self, dir: u64) -> Result<Vec<DirEntry>> {
+        self.read(|g| g.readdir(dir))
+    }
+
+    pub fn stat(&self, ino: u64) -> Result<Stat> {
+        self.read(|g| g.stat(ino))
+    }
+
+    pub fn set_attr(&self, ino: u64, attrs: &SetAttr) -> Result<Stat> {
+        self.op(|g| g.set_attr(ino, attrs))
+    }
+
+    // ---- by path --------------------------------------------------------------------------
+
+    pub fn stat_path(&self, path: impl AsRef<[u8]>) -> Result<Stat> {
+        self.read(|g| {
+            let ino = g.resolve(path.as_ref())?;
+            g.stat(ino)
+        })
+    }
+
+    pub fn create_path(&self, path: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
+        self.op(|g| {
+            let (dir, name) = g.resolve_parent(path.as_ref())?;
+            g.create(dir, name, FileType::Regular, attrs)
+        })
+    }
+
+    pub fn mkdir_path(&self, path: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
+        self.op(|g| {
+            let (dir, name) = g.resolve_parent(path.as_ref())?;
+            g.create(dir, name, FileType::Directory, attrs)
+        })
+    }
+
+    pub fn unlink_path(&self, path: impl AsRef<[u8]>) -> Result<()> {
+        self.op(|g| {
+            let (dir, name) = g.resolve_parent(path.as_ref())?;
+            g.unlink(dir, name)
+        })
+    }
+
+    pub fn rmdir_path(&self, path: impl AsRef<[u8]>) -> Result<()> {
+        self.op(|g| {
+            let (dir, name) = g.resolve_parent(path.as_ref())?;
+            g.rmdir(dir, name)
+        })
+    }
+
+    pub fn rename_path(&self, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>) -> Result<()> {
+        self.op(|g| {
+            let (fd, fname) = g.resolve_parent(from.as_ref())?;
+            let (td, tname) = g.resolve_parent(to.as_ref())?;
+            g.rename(fd, fname, td, tname)
+        })
+    }
+
+    pub fn readdir_path(&self, path: impl AsRef<[u8]>) -> Result<Vec<DirEntry>> {
+        self.read(|g| {
+            let ino = g.resolve(path.as_ref())?;
+            g.readdir(ino)
+        })
+    }
+
+    // ---- block mapping and allocation (the page cache's interface) ------------------------
+
+    /// The device block holding file block `index`, or `None` for a hole.
+    pub fn locate(&self, ino: u64, index: u64) -> Result<Option<u64>> {
+        self.read(|g| {
+            let i = g.live(ino)?;
+            g.bmap(ino, &i, index)
+        })
+    }
+
+    /// The device block of each file block up to the end of the file (0 for a hole).
+    pub fn block_map(&self, ino: u64) -> Result<Vec<u64>> {
+        self.read(|g| {
+            let i = g.live(ino)?;
+            let n = i.size.div_ceil(BS as u64);
+            (0..n).map(|fb| Ok(g.bmap(ino, &i, fb)?.unwrap_or(0))).collect()
+        })
+    }
+
+    /// Gives file block `index` a device block if it has none (placed by the file's
+    /// `file.block_buddy` policy; indirect blocks as needed), in the running transaction.
+    pub fn allocate(&self, ino: u64, index: u64) -> Result<u64> {
+        self.allocate_block(ino, index).map(|a| a.block)
+    }
+
+    /// Like [`FileSystem::allocate`], and says whether the block is new.
+    pub fn allocate_block(&self, ino: u64, index: u64) -> Result<Allocation> {
+        self.op(|g| {
+            if g.live(ino)?.is_dir() {
+                return Err(FsError::IsADirectory(format!("inode {ino}")));
+            }
+            g.ensure_block(ino, index)
+                .map(|(block, fresh)| Allocation { block, fresh })
+        })
+    }
+
+    /// Sets a regular file's size. Shrinking frees the blocks past the new end (in the running
+    /// transaction); growing zeroes what the old last block holds past the old end (on the
+    /// device) and leaves a hole after it.
+    pub fn set_size(&self, ino: u64, size: u64) -> Result<()> {
+        let old = self.stat(ino)?;
+        if old.kind == FileType::Directory {
+            return Err(FsError::IsADirectory(format!("inode {ino}")));
+        }
+        if size > old.size {
+            self.zero_tail(ino, old.size, size)?;
+        }
+        self.op(|g| g.set_size(ino, size))
+    }
+
+    /// Same as [`FileSystem::set_size`].
+    pub fn truncate(&self, ino: u64, size: u64) -> Result<()> {
+        self.set_size(ino, size)
+    }
+
+    /// Grows a file's size to at least `end`, as after a write through the page cache.
+    pub fn extend_size(&self, ino: u64, end: u64) -> Result<()> {
+        if end > MAX_FILE_SIZE {
+            return Err(FsError::FileTooLarge);
+        }
+        self.op(|g| g.extend(ino, end))
+    }
+
+    /// Zeroes bytes `[old_size, min(new_size, end of its block))` of the block holding the old
+    /// end of file, so that growing the file shows zeros there.
+    fn zero_tail(&self, ino: u64, old_size: u64, new_size: u64) -> Result<()> {
+        let within = (old_size % BS as u64) as usize;
+        if within == 0 {
+            return Ok(());
+        }
+        let Some(b) = self.locate(ino, old_size / BS as u64)? else {
+            return Ok(());
+        };
+        let upto = ((new_size - old_size) as usize).min(BS - within) + within;
+        let mut buf = [0u8; BS];
+        self.dev.read_blocks(b, &mut buf)?;
+        if buf[within..upto].iter().any(|&x| x != 0) {
+            buf[within..upto].fill(0);
+            self.dev.write_blocks(b, &buf)?;
+        }
+        Ok(())
+    }
+
+    /// An implementation of the page cache's [`vino_cache::Backing`] for one file.
+    pub fn backing(self: &Arc<Self>, ino: u64) -> FileBacking {
+        FileBacking { fs: self.clone(), ino }
+    }
+
+    // ---- the uncached data path -----------------------------------------------------------
+
+    /// Reads up to `buf.len()` bytes at `offset`, straight from the device; returns how many
+    /// (0 at or past the end of file). Holes read as zeros.
+    ///
+    /// This is the uncached path, used by tests, mkfs/fsck and tools; the kernel reads through
+    /// the page cache instead, using [`FileSystem::backing`].
+    pub fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let (size, map) = self.read(|g| {
+            let i = g.live(ino)?;
+            if i.is_dir() {
+                return Err(FsError::IsADirectory(format!("inode {ino}")));
+            }
+            if offset >= i.size || buf.is_empty() {
+                return Ok((i.size, Vec::new()));
+            }
+            let end = (offset + buf.len() as u64).min(i.size);
+            let first = offset / BS as u64;
+            let last = (end - 1) / BS as u64;
+            let map = (first..=last)
+                .map(|fb| g.bmap(ino, &i, fb))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((i.size, map))
+        })?;
+        if map.is_empty() {
+            return Ok(0);
+        }
+        let n = ((size - offset) as usize).min(buf.len());
+        let mut done = 0usize;
+        let mut block = [0u8; BS];
+        let first = offset / BS as u64;
+        while done < n {
+            let pos = offset + done as u64;
+            let within = (pos % BS as u64) as usize;
+            let take = (BS - within).min(n - done);
+            match map[(pos / BS as u64 - first) as usize] {
+                Some(b) => {
+                    self.dev.read_blocks(b, &mut block)?;
+                    buf[done..done + take].copy_from_slice(&block[within..within + take]);
+                }
+                None => buf[done..done + take].fill(0),
+            }
+            done += take;
+        }
+        Ok(n)
+    }
+
+    /// Writes `data` at `offset`, straight to the device, allocating blocks as needed; returns
+    /// how many bytes were written. If the device fills up part way, the bytes that fit are
+    /// written and counted (a short write); if none fit, [`FsError::NoSpace`].
+    ///
+    /// This is the uncached path, used by tests, mkfs/fsck and tools; the kernel writes through
+    /// the page cache instead, using [`FileSystem::allocate_block`] and
+    /// [`FileSystem::extend_size`]. Either way the data is durable after the next commit
+    /// ([`FileSystem::fsync`]).
+    pub fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(FsError::FileTooLarge)?;
+        let old = self.stat(ino)?;
+        if old.kind == FileType::Directory {
+            return Err(FsError::IsADirectory(format!("inode {ino}")));
+        }
+        if offset > old.size {
+            self.zero_tail(ino, old.size, offset)?;
+        }
+        let mut done = 0usize;
+        let mut block = [0u8; BS];
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let fb = pos / BS as u64;
+            let within = (pos % BS as u64) as usize;
+            let take = (BS - within).min(data.len() - done);
+            let a = match self.allocate_block(ino, fb) {
+                Ok(a) => a,
+                Err(FsError::NoSpace | FsError::NoInodes) if done > 0 => break,
+                Err(e) => return Err(e),
+            };
+            let chunk = &data[done..done + take];
+            if take == BS {
+                self.dev.write_blocks(a.block, chunk)?;
+            } else {
+                if a.fresh {
+                    block.fill(0);
+                } else {
+                    self.dev.read_blocks(a.block, &mut block)?;
+                    // Bytes past the old end of file read as zeros once the file grows over them.
+                    let block_start = fb * BS as u64;
+                    if old.size < block_start + BS as u64 {
+                        let from = old.size.saturating_sub(block_start) as usize;
+                        block[from..].fill(0);
+                    }
+                }
+                block[within..within + take].copy_from_slice(chunk);
+                self.dev.write_blocks(a.block, &block)?;
+            }
+            done += take;
+        }
+        self.op(|g| g.extend(ino, offset + done as u64))?;
+        Ok(done)
+    }
+
+    // ---- durability -----------------------------------------------------------------------
+
+    /// Sets the hook the commit calls first (see [`DataHook`]).
+    pub fn set_data_hook(&self, hook: Option<DataHook>) {
+        *self.hook.lock() = hook;
+    }
+
+    /// Commits the running transaction: the data hook writes the data of files that got blocks,
+    /// the device is flushed, the transaction is written to the journal and flushed. After it
+    /// returns, every change made before the call survives a crash.
+    pub fn commit(&self) -> Result<()> {
+        let inos: Vec<u64> = {
+            let mut g = self.lock()?;
+            if g.meta.dirty_count() == 0 {
+                return Ok(());
+            }
+            std::mem::take(&mut g.alloc_inos).into_iter().collect()
+        };
+        let hook = self.hook.lock().clone();
+        if let Some(h) = hook
+            && !inos.is_empty()
+            && let Err(e) = h(&inos)
+        {
+            // Not committed: the next commit asks about these files again.
+            self.inner.lock().alloc_inos.extend(inos);
+            return Err(FsError::Io(e));
+        }
+        self.lock()?.commit_locked()
+    }
+
+    /// Makes a file durable. The caller has written the file's dirty data to the device first
+    /// (the uncached path does as it goes). This commits the whole running transaction, so every
+    /// earlier namespace change is durable too.
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        self.stat(ino)?;
+        self.commit()
+    }
+
+    /// Commits, then writes every journaled block home and empties the journal.
+    pub fn sync(&self) -> Result<()> {
+        self.commit()?;
+        self.lock()?.checkpoint_locked()
+    }
+
+    /// Syncs and marks the file system cleanly unmounted. Every later operation fails.
+    pub fn unmount(&self) -> Result<()> {
+        self.sync()?;
+        let mut g = self.lock()?;
+        let mut sb = self.sb.lock();
+        sb.state = STATE_CLEAN;
+        if let Err(e) = write_superblock(&*self.dev, &sb) {
+            g.mode = Mode::Failed(e.to_string());
+            return Err(FsError::Io(e));
+        }
+        g.mode = Mode::Unmounted;
+        for (_, slot) in g.slots.drain() {
+            slot.unload();
+        }
+        Ok(())
+    }
+
+    // ---- placement graftpoint -------------------------------------------------------------
+
+    /// The file's `file.block_buddy` graftpoint (named `file.block_buddy/<ino>`), created on
+    /// first use. Only the file's creator may graft it ([`Access::Process`]); the kernel
+    /// registers it in that process's namespace. It goes away with the file.
+    pub fn block_buddy(&self, ino: u64) -> Result<Arc<GraftSlot<BlockBuddy>>> {
+        let mut g = self.lock()?;
+        let i = g.live(ino)?;
+        if i.is_dir() {
+            return Err(FsError::IsADirectory(format!("inode {ino}")));
+        }
+        if let Some(s) = g.slots.get(&ino) {
+            return Ok(s.clone());
+        }
+        let slot = Arc::new(GraftSlot::new(
+            &self.runtime,
+            self.placement.clone(),
+            Access::Process(i.creator),
+            Some(&ino.to_string()),
+        ));
+        g.slots.insert(ino, slot.clone());
+        Ok(slot)
+    }
+}
+
+/// One file as the page cache sees it (see [`vino_cache::Backing`]).
+pub struct FileBacking {
+    fs: Arc<FileSystem>,
+    ino: u64,
+}
+
+impl FileBacking {
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+}
+
+impl vino_cache::Backing for FileBacking {
+    fn locate(&self, index: u64) -> io::Result<Option<u64>> {
+        self.fs.locate(self.ino, index).map_err(io::Error::from)
+    }
+
+    fn size(&self) -> u64 {
+        self.fs.stat(self.ino).map_or(0, |s| s.size)
+    }
+}

@@ -1,0 +1,1123 @@
+//! Checking and repairing a file system that is not mounted.
+//!
+//! fsck first replays the journal, as a mount would, then checks everything against everything
+//! else:
+//!
+//! * the superblock and its backup;
+//! * the journal header;
+//! * every inode record (checksum, type), every block pointer (in a data area, claimed once),
+//!   each inode's block count, each directory's size against its blocks;
+//! * every directory block (checksum, record chain, names, types), `.` and `..`, duplicate
+//!   names, entries naming free inodes, directories linked twice;
+//! * reachability from the root: unreachable files and directories go to `lost+found` (named
+//!   `#<inode>`); unreachable empty files are freed;
+//! * link counts against the entries that name each inode;
+//! * both bitmaps of every group against the inodes in use and the blocks they claim, and the
+//!   group headers' counts and bitmap checksums against the bitmaps.
+//!
+//! Every fix is made on an in-memory overlay of the device; with `repair` the overlay is written
+//! back at the end, without it nothing is written (a replayed journal included), so the report of
+//! a read-only check says exactly what a repair would fix. A clean file system has no problem.
+
+use crate::error::{FsError, Result, corrupt};
+use crate::journal::{self, JournalHeader, ScanError};
+use crate::layout::*;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::io;
+use vino_blockdev::BlockDevice;
+
+/// What kind of problem fsck found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum ProblemKind {
+    Superblock,
+    Journal,
+    GroupHeader,
+    InodeBitmap,
+    BlockBitmap,
+    Inode,
+    BlockPointer,
+    DuplicateBlock,
+    Directory,
+    DirectoryEntry,
+    LinkCount,
+    Orphan,
+}
+
+/// One problem, and whether it was fixed on the device.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub kind: ProblemKind,
+    pub detail: String,
+    pub fixed: bool,
+}
+
+/// What fsck found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FsckReport {
+    pub problems: Vec<Problem>,
+    /// Journal transactions replayed (into the device with `repair`, in memory without).
+    pub replayed: u64,
+    /// The superblock said the file system was mounted (not cleanly unmounted).
+    pub was_mounted: bool,
+    pub repaired: bool,
+    pub files: u64,
+    pub directories: u64,
+    pub used_blocks: u64,
+    pub free_blocks: u64,
+    pub used_inodes: u64,
+}
+
+impl FsckReport {
+    /// True if nothing is wrong.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The problems of one kind.
+    pub fn count(&self, kind: ProblemKind) -> usize {
+        self.problems.iter().filter(|p| p.kind == kind).count()
+    }
+}
+
+impl std::fmt::Display for FsckReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{} files, {} directories, {} blocks used, {} free; {} journal transactions replayed{}",
+            self.files,
+            self.directories,
+            self.used_blocks,
+            self.free_blocks,
+            self.replayed,
+            if self.was_mounted {
+                "; was not cleanly unmounted"
+            } else {
+                ""
+            }
+        )?;
+        if self.problems.is_empty() {
+            return writeln!(f, "clean");
+        }
+        for p in &self.problems {
+            writeln!(f, "{:?}: {}{}", p.kind, p.detail, if p.fixed { " (fixed)" } else { "" })?;
+        }
+        writeln!(
+            f,
+            "{} problems{}",
+            self.problems.len(),
+            if self.repaired { ", repaired" } else { "" }
+        )
+    }
+}
+
+/// The device seen through an overlay of changed blocks.
+struct Image<'a> {
+    dev: &'a dyn BlockDevice,
+    blocks: HashMap<u64, Box<Block>>,
+    written: BTreeSet<u64>,
+}
+
+impl<'a> Image<'a> {
+    fn get(&mut self, b: u64) -> io::Result<&Block> {
+        if !self.blocks.contains_key(&b) {
+            let mut buf = Box::new([0u8; BS]);
+            self.dev.read_blocks(b, &mut buf[..])?;
+            self.blocks.insert(b, buf);
+        }
+        Ok(self.blocks.get(&b).expect("just read"))
+    }
+
+    fn get_mut(&mut self, b: u64) -> io::Result<&mut Block> {
+        self.get(b)?;
+        self.written.insert(b);
+        Ok(self.blocks.get_mut(&b).expect("just read"))
+    }
+
+    fn put(&mut self, b: u64, data: &Block) {
+        self.blocks.insert(b, Box::new(*data));
+        self.written.insert(b);
+    }
+
+    fn forget(&mut self, b: u64) {
+        if !self.written.contains(&b) {
+            self.blocks.remove(&b);
+        }
+    }
+}
+
+/// Where a block pointer lives (to clear it).
+#[derive(Debug, Clone, Copy)]
+enum Loc {
+    Direct(usize),
+    Entry(u64, usize),
+}
+
+const STATIC: u32 = u32::MAX;
+
+/// A directory entry being checked: name, inode, type code.
+type Named = (Vec<u8>, u64, u8);
+
+struct Checker<'a> {
+    img: Image<'a>,
+    geo: Geometry,
+    problems: Vec<Problem>,
+    repair: bool,
+    inodes: Vec<Inode>,
+    in_use: Vec<bool>,
+    dirty_inodes: BTreeSet<u64>,
+    owner: Vec<u32>,
+    parent: HashMap<u64, u64>,
+    subdirs: HashMap<u64, u32>,
+    refs: HashMap<u64, u32>,
+    lost_found: Option<u64>,
+}
+
+/// Checks the file system on `dev`, repairing what it can if `repair` (see the module
+/// documentation). Fails only if no superblock can be found or the device fails.
+pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
+    let mut img = Image {
+        dev,
+        blocks: HashMap::new(),
+        written: BTreeSet::new(),
+    };
+    let mut problems = Vec::new();
+    let mut report = FsckReport::default();
+    let problem = |problems: &mut Vec<Problem>, kind, detail: String| {
+        problems.push(Problem {
+            kind,
+            detail,
+            fixed: repair,
+        })
+    };
+
+    // Superblock.
+    let primary = Superblock::decode(img.get(SB_PRIMARY)?);
+    let backup = Superblock::decode(img.get(SB_BACKUP)?);
+    let mut sb = match (primary, backup) {
+        (Ok(p), b) => {
+            let same = b.as_ref().is_ok_and(|b| {
+                (
+                    b.block_count,
+                    b.blocks_per_group,
+                    b.inodes_per_group,
+                    b.journal_blocks,
+                    b.maxbpg,
+                    b.fs_id,
+                ) == (
+                    p.block_count,
+                    p.blocks_per_group,
+                    p.inodes_per_group,
+                    p.journal_blocks,
+                    p.maxbpg,
+                    p.fs_id,
+                )
+            });
+            if !same {
+                let why = b.err().unwrap_or_else(|| "describes another geometry".into());
+                problem(
+                    &mut problems,
+                    ProblemKind::Superblock,
+                    format!("backup superblock damaged: {why}"),
+                );
+                img.put(SB_BACKUP, &p.encode());
+            }
+            p
+        }
+        (Err(why), Ok(b)) => {
+            problem(
+                &mut problems,
+                ProblemKind::Superblock,
+                format!("primary superblock damaged ({why}); using the backup"),
+            );
+            img.put(SB_PRIMARY, &b.encode());
+            b
+        }
+        (Err(p), Err(b)) => return Err(corrupt(format!("no valid superblock (primary: {p}; backup: {b})"))),
+    };
+    if dev.block_count() < sb.block_count {
+        return Err(corrupt(format!(
+            "the file system has {} blocks, the device only {}",
+            sb.block_count,
+            dev.block_count()
+        )));
+    }
+    let geo = Geometry::new(&sb).map_err(FsError::Corrupt)?;
+    report.was_mounted = sb.state == STATE_MOUNTED;
+
+    // Journal: replay what is committed, as a mount would.
+    let slot0 = *img.get(JOURNAL_START)?;
+    let header = journal::pick_header(&slot0, img.get(JOURNAL_START + 1)?, sb.fs_id, geo.log_len());
+    let reset = |img: &mut Image, generation: u64, tail: u64, seq: u64| {
+        let h = JournalHeader {
+            fs_id: sb.fs_id,
+            generation,
+            tail,
+            seq,
+        };
+        img.put(h.slot(), &h.encode());
+    };
+    match header {
+        None => {
+            problem(
+                &mut problems,
+                ProblemKind::Journal,
+                "journal header damaged (both copies): journal reset".into(),
+            );
+            img.put(geo.log_start(), &[0u8; BS]);
+            reset(&mut img, 2, 0, 1);
+            img.put(JOURNAL_START + 1, &[0u8; BS]);
+        }
+        Some(h) => {
+            let mut read = |b: u64| -> io::Result<Box<Block>> { Ok(Box::new(*img.get(b)?)) };
+            match journal::scan(&geo, &h, &mut read) {
+                Ok(scan) => {
+                    report.replayed = scan.transactions.len() as u64;
+                    if !scan.transactions.is_empty() {
+                        for t in &scan.transactions {
+                            for (home, data) in &t.images {
+                                img.put(*home, data);
+                            }
+                        }
+                        reset(&mut img, h.generation + 1, scan.end, scan.next_seq);
+                    }
+                }
+                Err(ScanError::Io(e)) => return Err(FsError::Io(e)),
+                Err(ScanError::Corrupt(why)) => {
+                    problem(&mut problems, ProblemKind::Journal, format!("{why}: journal reset"));
+                    img.put(geo.log_start() + h.tail, &[0u8; BS]);
+                    reset(&mut img, h.generation + 1, h.tail, h.seq + 1);
+                }
+            }
+        }
+    }
+
+    let n_inodes = geo.inode_count() as usize;
+    let mut c = Checker {
+        img,
+        geo: geo.clone(),
+        problems,
+        repair,
+        inodes: vec![Inode::default(); n_inodes + 1],
+        in_use: vec![false; n_inodes + 1],
+        dirty_inodes: BTreeSet::new(),
+        owner: vec![0; geo.block_count as usize],
+        parent: HashMap::new(),
+        subdirs: HashMap::new(),
+        refs: HashMap::new(),
+        lost_found: None,
+    };
+    c.scan_inodes()?;
+    c.claim_all()?;
+    c.traverse()?;
+    c.orphans()?;
+    c.link_counts();
+    c.write_inodes()?;
+    c.bitmaps(&mut report)?;
+
+    report.files = (1..=n_inodes).filter(|&i| c.in_use[i] && !c.inodes[i].is_dir()).count() as u64;
+    report.directories = (1..=n_inodes).filter(|&i| c.in_use[i] && c.inodes[i].is_dir()).count() as u64;
+    report.used_inodes = report.files + report.directories;
+    report.problems = std::mem::take(&mut c.problems);
+    if repair && (!c.img.written.is_empty() || report.was_mounted) {
+        sb.state = STATE_CLEAN;
+        let enc = sb.encode();
+        c.img.put(SB_PRIMARY, &enc);
+        c.img.put(SB_BACKUP, &enc);
+        for b in c
+            .img
+            .written
+            .iter()
+            .copied()
+            .filter(|&b| b != SB_PRIMARY && b != SB_BACKUP)
+        {
+            dev.write_blocks(b, &c.img.blocks[&b][..])?;
+        }
+        dev.flush()?;
+        dev.write_blocks(SB_PRIMARY, &enc[..])?;
+        dev.flush()?;
+        dev.write_blocks(SB_BACKUP, &enc[..])?;
+        dev.flush()?;
+        report.repaired = true;
+    }
+    Ok(report)
+}
+
+/// The used records of a directory block that can be read, as far as its record chain holds.
+fn salvage(b: &[u8]) -> Vec<Named> {
+    let mut out = Vec::new();
+    let mut off = 0usize;
+    while off + DIRENT_HEADER <= DIR_USABLE {
+        let ino = get_u32(b, off);
+        let rec_len = usize::from(get_u16(b, off + 4));
+        let name_len = usize::from(b[off + 6]);
+        if rec_len < DIRENT_HEADER || !rec_len.is_multiple_of(4) || off + rec_len > DIR_USABLE {
+            break;
+        }
+        if ino != 0 && dirent_size(name_len) <= rec_len {
+            let name = b[off + DIRENT_HEADER..off + DIRENT_HEADER + name_len].to_vec();
+            if name_ok(&name) {
+                out.push((name, u64::from(ino), b[off + 7]));
+            }
+        }
+        off += rec_len;
+    }
+    out
+}
+
+impl Checker<'_> {
+    fn problem(&mut self, kind: ProblemKind, detail: String) {
+        self.problems.push(Problem {
+            kind,
+            detail,
+            fixed: self.repair,
+        });
+    }
+
+    fn unfixed(&mut self, kind: ProblemKind, detail: String) {
+        self.problems.push(Problem {
+            kind,
+            detail,
+            fixed: false,
+        });
+    }
+
+    /// Reads every inode record; damaged ones are cleared.
+    fn scan_inodes(&mut self) -> Result<()> {
+        for g in 0..self.geo.groups {
+            for blk in 0..self.geo.itable_blocks {
+                let b = self.geo.itable(g) + blk;
+                let data = *self.img.get(b)?;
+                for k in 0..INODES_PER_BLOCK {
+                    let ino = self.geo.first_ino(g) + blk * INODES_PER_BLOCK + k;
+                    let off = k as usize * INODE_SIZE;
+                    match Inode::decode(ino, &data[off..off + INODE_SIZE]) {
+                        Ok(i) => {
+                            self.in_use[ino as usize] = !i.is_free();
+                            self.inodes[ino as usize] = i;
+                        }
+                        Err(why) => {
+                            self.problem(ProblemKind::Inode, format!("{why}: inode cleared"));
+                            self.inodes[ino as usize] = Inode::default();
+                            self.dirty_inodes.insert(ino);
+                        }
+                    }
+                }
+                self.img.forget(b);
+            }
+        }
+        Ok(())
+    }
+
+    fn claim(&mut self, ino: u64, p: u32, what: &str) -> Option<bool> {
+        if p == 0 {
+            return None;
+        }
+        let b = u64::from(p);
+        if !self.geo.is_data_block(b) {
+            self.problem(
+                ProblemKind::BlockPointer,
+                format!("inode {ino}: {what} points to block {b}, not a data block: cleared"),
+            );
+            return Some(false);
+        }
+        match self.owner[b as usize] {
+            0 => {
+                self.owner[b as usize] = ino as u32;
+                Some(true)
+            }
+            STATIC => {
+                self.problem(
+                    ProblemKind::BlockPointer,
+                    format!("inode {ino}: {what} points to metadata block {b}: cleared"),
+                );
+                Some(false)
+            }
+            other => {
+                self.problem(
+                    ProblemKind::DuplicateBlock,
+                    format!("inode {ino}: {what} claims block {b}, already inode {other}'s: cleared"),
+                );
+                Some(false)
+            }
+        }
+    }
+
+    /// Claims the pointers of an indirect block (`depth` 1: data blocks, 2: indirect blocks);
+    /// clears bad ones. Returns the blocks claimed and the data blocks found with their file
+    /// block numbers and where their pointers are.
+    fn claim_tree(
+        &mut self,
+        ino: u64,
+        blk: u64,
+        depth: u32,
+        first_fb: u64,
+        data: &mut Vec<(u64, u64, Loc)>,
+    ) -> Result<u32> {
+        let ptrs: Vec<u32> = {
+            let b = self.img.get(blk)?;
+            (0..NINDIRECT as usize).map(|i| ind_get(b, i)).collect()
+        };
+        let mut count = 0;
+        let span = if depth == 2 { NINDIRECT } else { 1 };
+        for (i, p) in ptrs.into_iter().enumerate() {
+            let what = if depth == 2 {
+                "an indirect pointer"
+            } else {
+                "a block pointer"
+            };
+            match self.claim(ino, p, what) {
+                None => {}
+                Some(false) => ind_set(self.img.get_mut(blk)?, i, 0),
+                Some(true) => {
+                    count += 1;
+                    let fb = first_fb + i as u64 * span;
+                    if depth == 2 {
+                        count += self.claim_tree(ino, u64::from(p), 1, fb, data)?;
+                    } else {
+                        data.push((fb, u64::from(p), Loc::Entry(blk, i)));
+                    }
+                }
+            }
+        }
+        Ok(count)
+    }
+
+    /// Claims every block of every inode in use: out-of-range and doubly claimed pointers are
+    /// cleared, block counts and directory sizes checked.
+    fn claim_all(&mut self) -> Result<()> {
+        for g in 0..self.geo.groups {
+            for b in self.geo.group_start(g)..self.geo.data_start(g) {
+                self.owner[b as usize] = STATIC;
+            }
+        }
+        for ino in 1..=self.geo.inode_count() {
+            if !self.in_use[ino as usize] {
+                continue;
+            }
+            let mut inode = self.inodes[ino as usize].clone();
+            let mut count = 0u32;
+            let mut data: Vec<(u64, u64, Loc)> = Vec::new();
+            for i in 0..NDIRECT as usize {
+                match self.claim(ino, inode.direct[i], "a block pointer") {
+                    None => {}
+                    Some(false) => inode.direct[i] = 0,
+                    Some(true) => {
+                        count += 1;
+                        data.push((i as u64, u64::from(inode.direct[i]), Loc::Direct(i)));
+                    }
+                }
+            }
+            match self.claim(ino, inode.indirect, "the indirect pointer") {
+                None => {}
+                Some(false) => inode.indirect = 0,
+                Some(true) => count += 1 + self.claim_tree(ino, u64::from(inode.indirect), 1, NDIRECT, &mut data)?,
+            }
+            match self.claim(ino, inode.dindirect, "the double indirect pointer") {
+                None => {}
+                Some(false) => inode.dindirect = 0,
+                Some(true) => {
+                    count += 1 + self.claim_tree(ino, u64::from(inode.dindirect), 2, NDIRECT + NINDIRECT, &mut data)?
+                }
+            }
+            if inode.is_dir() {
+                data.sort_by_key(|d| d.0);
+                let leading = data.iter().enumerate().take_while(|(i, d)| d.0 == *i as u64).count() as u64;
+                for &(fb, b, loc) in data.iter().skip(leading as usize) {
+                    self.problem(
+                        ProblemKind::Directory,
+                        format!("directory {ino}: block {fb} follows a hole: freed"),
+                    );
+                    self.owner[b as usize] = 0;
+                    count -= 1;
+                    match loc {
+                        Loc::Direct(i) => inode.direct[i] = 0,
+                        Loc::Entry(blk, i) => ind_set(self.img.get_mut(blk)?, i, 0),
+                    }
+                }
+                if inode.size != leading * BS as u64 {
+                    self.problem(
+                        ProblemKind::Directory,
+                        format!("directory {ino}: size {} but {leading} blocks: size set", inode.size),
+                    );
+                    inode.size = leading * BS as u64;
+                }
+            }
+            if inode.blocks != count {
+                self.problem(
+                    ProblemKind::Inode,
+                    format!("inode {ino}: block count {} but {count} blocks: fixed", inode.blocks),
+                );
+                inode.blocks = count;
+            }
+            if inode != self.inodes[ino as usize] {
+                self.inodes[ino as usize] = inode;
+                self.dirty_inodes.insert(ino);
+            }
+        }
+        Ok(())
+    }
+
+    fn map(&mut self, ino: u64, fb: u64) -> Result<Option<u64>> {
+        let inode = self.inodes[ino as usize].clone();
+        let ok = |p: u32| (p != 0).then_some(u64::from(p));
+        Ok(match block_path(fb) {
+            None => None,
+            Some(BlockPath::Direct(i)) => ok(inode.direct[i]),
+            Some(BlockPath::Single(i)) => match ok(inode.indirect) {
+                None => None,
+                Some(b) => ok(ind_get(self.img.get(b)?, i)),
+            },
+            Some(BlockPath::Double(i, j)) => match ok(inode.dindirect) {
+                None => None,
+                Some(d) => match ok(ind_get(self.img.get(d)?, i)) {
+                    None => None,
+                    Some(l1) => ok(ind_get(self.img.get(l1)?, j)),
+                },
+            },
+        })
+    }
+
+    fn free_data_block(&mut self) -> Option<u64> {
+        let b = (0..self.geo.block_count).find(|&b| self.owner[b as usize] == 0)?;
+        Some(b)
+    }
+
+    /// Gives directory `dir` a new block at file block `fb` (direct blocks only).
+    fn grow_dir(&mut self, dir: u64, parent: u64) -> Result<Option<u64>> {
+        let fb = self.inodes[dir as usize].size / BS as u64;
+        if fb >= NDIRECT {
+            return Ok(None);
+        }
+        let Some(b) = self.free_data_block() else {
+            return Ok(None);
+        };
+        self.owner[b as usize] = dir as u32;
+        let mut blk = [0u8; BS];
+        if fb == 0 {
+            dir_first_block(&mut blk, dir, parent);
+        } else {
+            dir_empty_block(&mut blk, dir);
+        }
+        self.img.put(b, &blk);
+        let i = &mut self.inodes[dir as usize];
+        i.direct[fb as usize] = b as u32;
+        i.size = (fb + 1) * BS as u64;
+        i.blocks += 1;
+        self.dirty_inodes.insert(dir);
+        Ok(Some(b))
+    }
+
+    /// Adds an entry to a directory, growing it if needed. False if there is no room.
+    fn add_entry(&mut self, dir: u64, name: &[u8], ino: u64, ft: u8) -> Result<bool> {
+        let blocks = self.inodes[dir as usize].size / BS as u64;
+        for fb in 0..blocks {
+            let Some(b) = self.map(dir, fb)? else { continue };
+            let entries = dir_parse_records(self.img.get(b)?).unwrap_or_default();
+            if entries.is_empty() {
+                continue;
+            }
+            if dir_add(self.img.get_mut(b)?, &entries, dir, name, ino, ft) {
+                return Ok(true);
+            }
+        }
+        let parent = self.parent.get(&dir).copied().unwrap_or(ROOT_INO);
+        match self.grow_dir(dir, parent)? {
+            None => Ok(false),
+            Some(b) => {
+                let entries = dir_parse_records(self.img.get(b)?).expect("fresh block");
+                Ok(dir_add(self.img.get_mut(b)?, &entries, dir, name, ino, ft))
+            }
+        }
+    }
+
+    /// Walks the tree from the root.
+    fn traverse(&mut self) -> Result<()> {
+        if !self.in_use[ROOT_INO as usize] || !self.inodes[ROOT_INO as usize].is_dir() {
+            self.problem(
+                ProblemKind::Directory,
+                "the root directory is missing: a new, empty one made".into(),
+            );
+            if self.in_use[ROOT_INO as usize] {
+                // Whatever inode 1 was, its blocks are no longer its.
+                for o in self.owner.iter_mut().filter(|o| **o == ROOT_INO as u32) {
+                    *o = 0;
+                }
+            }
+            let now = crate::core::now_ns();
+            self.inodes[ROOT_INO as usize] = Inode {
+                mode: S_IFDIR | 0o755,
+                nlink: 2,
+                atime_ns: now,
+                mtime_ns: now,
+                ctime_ns: now,
+                generation: self.inodes[ROOT_INO as usize].generation.wrapping_add(1),
+                ..Default::default()
+            };
+            self.in_use[ROOT_INO as usize] = true;
+            self.dirty_inodes.insert(ROOT_INO);
+        }
+        self.parent.insert(ROOT_INO, ROOT_INO);
+        self.walk_from(ROOT_INO)
+    }
+
+    fn walk_from(&mut self, start: u64) -> Result<()> {
+        let mut queue = VecDeque::from([start]);
+        while let Some(d) = queue.pop_front() {
+            for sub in self.check_dir(d)? {
+                queue.push_back(sub);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks one directory's blocks and entries; returns the subdirectories it adopts.
+    fn check_dir(&mut self, d: u64) -> Result<Vec<u64>> {
+        let parent = self.parent[&d];
+        if self.inodes[d as usize].size == 0 {
+            self.problem(
+                ProblemKind::Directory,
+                format!("directory {d} has no blocks: `.` and `..` made"),
+            );
+            if self.grow_dir(d, parent)?.is_none() {
+                self.unfixed(
+                    ProblemKind::Directory,
+                    format!("directory {d}: no free block to repair it"),
+                );
+                return Ok(Vec::new());
+            }
+        }
+        let nblocks = self.inodes[d as usize].size / BS as u64;
+        let mut blocks = Vec::new();
+        for fb in 0..nblocks {
+            let Some(b) = self.map(d, fb)? else {
+                self.unfixed(ProblemKind::Directory, format!("directory {d}: block {fb} is missing"));
+                break;
+            };
+            let raw = *self.img.get(b)?;
+            let (entries, damaged) = match dir_parse(&raw, d) {
+                Ok(e) => (
+                    e.into_iter()
+                        .filter(|e| e.ino != 0)
+                        .map(|e| (e.name, u64::from(e.ino), e.ftype))
+                        .collect(),
+                    None,
+                ),
+                Err(why) => (salvage(&raw), Some(why)),
+            };
+            if let Some(why) = &damaged {
+                self.problem(
+                    ProblemKind::Directory,
+                    format!("{why} (block {fb}): readable entries kept"),
+                );
+            }
+            blocks.push((b, entries, damaged.is_some()));
+        }
+        let mut names: HashSet<Vec<u8>> = HashSet::new();
+        let mut adopted = Vec::new();
+        let mut has_dot = false;
+        let mut has_dotdot = false;
+        let mut finals: Vec<(u64, Vec<Named>, bool)> = Vec::new();
+        for (b, entries, mut changed) in blocks {
+            let mut keep = Vec::new();
+            for (name, ino, ft) in entries {
+                if name == b"." || name == b".." {
+                    let (want, seen) = if name == b"." {
+                        (d, &mut has_dot)
+                    } else {
+                        (parent, &mut has_dotdot)
+                    };
+                    if *seen {
+                        self.problem(
+                            ProblemKind::DirectoryEntry,
+                            format!("directory {d}: second `{}`: removed", show(&name)),
+                        );
+                        changed = true;
+                        continue;
+                    }
+                    *seen = true;
+                    if ino != want || ft != FT_DIR {
+                        self.problem(
+                            ProblemKind::DirectoryEntry,
+                            format!(
+                                "directory {d}: `{}` is inode {ino}, should be {want}: fixed",
+                                show(&name)
+                            ),
+                        );
+                        changed = true;
+                    }
+                    keep.push((name, want, FT_DIR));
+                    continue;
+                }
+                if !names.insert(name.clone()) {
+                    self.problem(
+                        ProblemKind::DirectoryEntry,
+                        format!("directory {d}: `{}` twice: second removed", show(&name)),
+                    );
+                    changed = true;
+                    continue;
+                }
+                let valid = self.geo.valid_ino(ino) && self.in_use[ino as usize];
+                if !valid {
+                    self.problem(
+                        ProblemKind::DirectoryEntry,
+                        format!(
+                            "directory {d}: `{}` names inode {ino}, which is not in use: removed",
+                            show(&name)
+                        ),
+                    );
+                    names.remove(&name);
+                    changed = true;
+                    continue;
+                }
+                let kind = self.inodes[ino as usize].file_type().expect("in use");
+                let mut ft = ft;
+                if ft != kind.dirent_code() {
+                    self.problem(
+                        ProblemKind::DirectoryEntry,
+                        format!("directory {d}: `{}` has the wrong type: fixed", show(&name)),
+                    );
+                    ft = kind.dirent_code();
+                    changed = true;
+                }
+                if kind == FileType::Directory {
+                    if self.parent.contains_key(&ino) {
+                        self.problem(
+                            ProblemKind::DirectoryEntry,
+                            format!(
+                                "directory {d}: `{}` is a second link to directory {ino}: removed",
+                                show(&name)
+                            ),
+                        );
+                        names.remove(&name);
+                        changed = true;
+                        continue;
+                    }
+                    self.parent.insert(ino, d);
+                    *self.subdirs.entry(d).or_default() += 1;
+                    adopted.push(ino);
+                    if d == ROOT_INO && name == b"lost+found" {
+                        self.lost_found = Some(ino);
+                    }
+                } else {
+                    *self.refs.entry(ino).or_default() += 1;
+                }
+                keep.push((name, ino, ft));
+            }
+            finals.push((b, keep, changed));
+        }
+        if finals.is_empty() {
+            return Ok(adopted);
+        }
+        if !has_dot || !has_dotdot {
+            self.problem(
+                ProblemKind::DirectoryEntry,
+                format!("directory {d}: `.` or `..` missing: added"),
+            );
+            let first = &mut finals[0];
+            first.1.retain(|(n, _, _)| n != b"." && n != b"..");
+            first.1.insert(0, (b"..".to_vec(), parent, FT_DIR));
+            first.1.insert(0, (b".".to_vec(), d, FT_DIR));
+            first.2 = true;
+        }
+        for (b, mut keep, changed) in finals {
+            if !changed {
+                continue;
+            }
+            // `.` and `..` first, as a new directory has them.
+            keep.sort_by_key(|(n, _, _)| match n.as_slice() {
+                b"." => 0,
+                b".." => 1,
+                _ => 2,
+            });
+            let mut blk = [0u8; BS];
+            let left = dir_rebuild(&mut blk, d, &keep);
+            self.img.put(b, &blk);
+            for (name, ino, ft) in left {
+                // Did not fit back: the target becomes an orphan.
+                self.problem(
+                    ProblemKind::DirectoryEntry,
+                    format!("directory {d}: no room for `{}`: dropped", show(&name)),
+                );
+                if ft == FT_DIR && self.parent.get(&ino) == Some(&d) {
+                    self.parent.remove(&ino);
+                    adopted.retain(|&a| a != ino);
+                    if let Some(s) = self.subdirs.get_mut(&d) {
+                        *s -= 1;
+                    }
+                } else if let Some(r) = self.refs.get_mut(&ino) {
+                    *r -= 1;
+                }
+            }
+        }
+        Ok(adopted)
+    }
+
+    /// Finds or makes `/lost+found`.
+    fn lost_found(&mut self) -> Result<Option<u64>> {
+        if let Some(lf) = self.lost_found {
+            return Ok(Some(lf));
+        }
+        let Some(ino) = (1..=self.geo.inode_count()).find(|&i| !self.in_use[i as usize]) else {
+            return Ok(None);
+        };
+        let now = crate::core::now_ns();
+        self.inodes[ino as usize] = Inode {
+            mode: S_IFDIR | 0o700,
+            nlink: 2,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            generation: self.inodes[ino as usize].generation.wrapping_add(1),
+            ..Default::default()
+        };
+        self.in_use[ino as usize] = true;
+        self.dirty_inodes.insert(ino);
+        if self.grow_dir(ino, ROOT_INO)?.is_none() || !self.add_entry(ROOT_INO, b"lost+found", ino, FT_DIR)? {
+            self.in_use[ino as usize] = false;
+            self.inodes[ino as usize] = Inode::default();
+            for o in self.owner.iter_mut().filter(|o| **o == ino as u32) {
+                *o = 0;
+            }
+            return Ok(None);
+        }
+        self.problem(ProblemKind::Directory, "no /lost+found: made".into());
+        self.parent.insert(ino, ROOT_INO);
+        *self.subdirs.entry(ROOT_INO).or_default() += 1;
+        self.lost_found = Some(ino);
+        Ok(Some(ino))
+    }
+
+    fn unreached_dir(&self, ino: u64) -> bool {
+        self.geo.valid_ino(ino)
+            && self.in_use[ino as usize]
+            && self.inodes[ino as usize].is_dir()
+            && !self.parent.contains_key(&ino)
+    }
+
+    /// Follows `..` from an unreached directory up while it leads to unreached directories.
+    fn top_orphan(&mut self, start: u64) -> Result<u64> {
+        let mut cur = start;
+        let mut seen = HashSet::from([start]);
+        loop {
+            let Some(b) = self.map(cur, 0)? else { return Ok(cur) };
+            let up = salvage(self.img.get(b)?)
+                .into_iter()
+                .find(|(n, _, _)| n == b"..")
+                .map(|(_, i, _)| i);
+            match up {
+                Some(p) if self.unreached_dir(p) && seen.insert(p) => cur = p,
+                _ => return Ok(cur),
+            }
+        }
+    }
+
+    /// Reconnects what the walk did not reach.
+    fn orphans(&mut self) -> Result<()> {
+        let n = self.geo.inode_count();
+        // Directories first, each from the top of its unreachable subtree: it brings the
+        // subtree back.
+        for start in 1..=n {
+            if !self.unreached_dir(start) {
+                continue;
+            }
+            let ino = self.top_orphan(start)?;
+            let name = format!("#{ino}");
+            let lf = self.lost_found()?;
+            let linked = match lf {
+                Some(lf) => self.add_entry(lf, name.as_bytes(), ino, FT_DIR)?,
+                None => false,
+            };
+            if !linked {
+                self.unfixed(
+                    ProblemKind::Orphan,
+                    format!("directory {ino} is unreachable and lost+found has no room"),
+                );
+                continue;
+            }
+            let lf = lf.expect("linked");
+            self.problem(
+                ProblemKind::Orphan,
+                format!("directory {ino} is unreachable: moved to /lost+found/{name}"),
+            );
+            self.parent.insert(ino, lf);
+            *self.subdirs.entry(lf).or_default() += 1;
+            self.walk_from(ino)?;
+        }
+        for ino in 1..=n {
+            if !self.in_use[ino as usize] || self.inodes[ino as usize].is_dir() || self.refs.contains_key(&ino) {
+                continue;
+            }
+            let (size, blocks, generation) = {
+                let i = &self.inodes[ino as usize];
+                (i.size, i.blocks, i.generation)
+            };
+            if size == 0 && blocks == 0 {
+                self.problem(
+                    ProblemKind::Orphan,
+                    format!("file {ino} is unreachable and empty: freed"),
+                );
+                self.in_use[ino as usize] = false;
+                self.inodes[ino as usize] = Inode {
+                    generation,
+                    ..Default::default()
+                };
+                self.dirty_inodes.insert(ino);
+                continue;
+            }
+            let name = format!("#{ino}");
+            let lf = self.lost_found()?;
+            let linked = match lf {
+                Some(lf) => self.add_entry(lf, name.as_bytes(), ino, FT_REG)?,
+                None => false,
+            };
+            if linked {
+                self.problem(
+                    ProblemKind::Orphan,
+                    format!("file {ino} is unreachable: moved to /lost+found/{name}"),
+                );
+                self.refs.insert(ino, 1);
+            } else {
+                self.unfixed(
+                    ProblemKind::Orphan,
+                    format!("file {ino} is unreachable and lost+found has no room"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn link_counts(&mut self) {
+        for ino in 1..=self.geo.inode_count() {
+            if !self.in_use[ino as usize] {
+                continue;
+            }
+            let i = &self.inodes[ino as usize];
+            let want = if i.is_dir() {
+                if !self.parent.contains_key(&ino) {
+                    continue;
+                }
+                2 + self.subdirs.get(&ino).copied().unwrap_or(0)
+            } else {
+                match self.refs.get(&ino) {
+                    Some(&r) => r,
+                    None => continue,
+                }
+            };
+            if i.nlink != want {
+                let had = i.nlink;
+                self.problem(
+                    ProblemKind::LinkCount,
+                    format!("inode {ino}: link count {had}, should be {want}: fixed"),
+                );
+                self.inodes[ino as usize].nlink = want;
+                self.dirty_inodes.insert(ino);
+            }
+        }
+    }
+
+    fn write_inodes(&mut self) -> Result<()> {
+        for ino in std::mem::take(&mut self.dirty_inodes) {
+            let (b, off) = self.geo.inode_location(ino);
+            let inode = self.inodes[ino as usize].clone();
+            let blk = self.img.get_mut(b)?;
+            inode.encode_into(ino, &mut blk[off..off + INODE_SIZE]);
+        }
+        Ok(())
+    }
+
+    /// Compares the bitmaps and group headers with what the inodes and blocks say.
+    fn bitmaps(&mut self, report: &mut FsckReport) -> Result<()> {
+        let geo = self.geo.clone();
+        for g in 0..geo.groups {
+            let mut ib = initial_inode_bitmap(&geo);
+            let mut free_inodes = 0u32;
+            let mut dirs = 0u32;
+            for k in 0..geo.ipg {
+                let ino = geo.first_ino(g) + k;
+                if self.in_use[ino as usize] {
+                    set_bit(&mut ib[..], k, true);
+                    if self.inodes[ino as usize].is_dir() {
+                        dirs += 1;
+                    }
+                } else {
+                    free_inodes += 1;
+                }
+            }
+            let mut bb = initial_block_bitmap(&geo, g);
+            let mut free_blocks = 0u32;
+            for b in geo.data_start(g)..geo.group_end(g) {
+                if self.owner[b as usize] != 0 {
+                    set_bit(&mut bb[..], b - geo.group_start(g), true);
+                } else {
+                    free_blocks += 1;
+                }
+            }
+            report.free_blocks += u64::from(free_blocks);
+            report.used_blocks += geo.data_blocks(g) - u64::from(free_blocks);
+            let on_disk_ib = *self.img.get(geo.inode_bitmap(g))?;
+            let on_disk_bb = *self.img.get(geo.block_bitmap(g))?;
+            let diff = |a: &Block, b: &Block| a.iter().zip(b.iter()).map(|(x, y)| (x ^ y).count_ones()).sum::<u32>();
+            let d = diff(&ib, &on_disk_ib);
+            if d > 0 {
+                self.problem(
+                    ProblemKind::InodeBitmap,
+                    format!("group {g}: inode bitmap wrong in {d} places: rewritten"),
+                );
+                self.img.put(geo.inode_bitmap(g), &ib);
+            }
+            let d = diff(&bb, &on_disk_bb);
+            if d > 0 {
+                self.problem(
+                    ProblemKind::BlockBitmap,
+                    format!("group {g}: block bitmap wrong in {d} places: rewritten"),
+                );
+                self.img.put(geo.block_bitmap(g), &bb);
+            }
+            let want = GroupHeader {
+                group: g,
+                free_blocks,
+                free_inodes,
+                dirs,
+                inode_bitmap_crc: bitmap_crc(g, &ib[..]),
+                block_bitmap_crc: bitmap_crc(g, &bb[..]),
+            };
+            let hb = geo.header(g);
+            match GroupHeader::decode(self.img.get(hb)?, g, &geo) {
+                Ok(h) if h == want => {}
+                Ok(h) => {
+                    let mut what = Vec::new();
+                    if h.free_blocks != want.free_blocks {
+                        what.push(format!("{} free blocks, counted {}", h.free_blocks, want.free_blocks));
+                    }
+                    if h.free_inodes != want.free_inodes {
+                        what.push(format!("{} free inodes, counted {}", h.free_inodes, want.free_inodes));
+                    }
+                    if h.dirs != want.dirs {
+                        what.push(format!("{} directories, counted {}", h.dirs, want.dirs));
+                    }
+                    if h.inode_bitmap_crc != want.inode_bitmap_crc || h.block_bitmap_crc != want.block_bitmap_crc {
+                        what.push("bitmap checksums do not match".into());
+                    }
+                    self.problem(
+                        ProblemKind::GroupHeader,
+                        format!("group {g}: header says {}: rewritten", what.join(", ")),
+                    );
+                    let mut blk = [0u8; BS];
+                    want.encode_into(&mut blk);
+                    self.img.put(hb, &blk);
+                }
+                Err(why) => {
+                    self.problem(ProblemKind::GroupHeader, format!("{why}: rewritten"));
+                    let mut blk = [0u8; BS];
+                    want.encode_into(&mut blk);
+                    self.img.put(hb, &blk);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}

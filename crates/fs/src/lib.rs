@@ -1,0 +1,37 @@
+//! The VINO file system.
+//!
+//! An FFS-like layout on a [`vino_blockdev::BlockDevice`] of 4 KiB blocks: cylinder groups, each
+//! with a header, an inode bitmap, a block bitmap, an inode table and data blocks; inodes with
+//! 12 direct pointers, one indirect and one double indirect; directories of variable-length
+//! entries. Every metadata change goes through a write-ahead journal (physical block images,
+//! redo only), so a crash at any instant leaves an image that mounts (replaying the journal) to
+//! a consistent state; file data is not journaled, and a commit flushes it first (ordered mode).
+//! See `layout` for the format, `journal` for the log, `meta` for transactions.
+//!
+//! Block placement is a graftpoint, `file.block_buddy` ([`placement`]): per file, graftable by
+//! the file's creator; the default is FFS's, including its switch to another cylinder group at
+//! the first indirect block, which the NoSwitch graft of the thesis removes.
+//!
+//! [`mkfs`] makes a file system, [`FileSystem::mount`] mounts one, [`fsck`](fn@fsck) checks and repairs
+//! one. File data goes through the page cache in the kernel ([`FileSystem::backing`],
+//! [`FileSystem::allocate_block`], [`FileSystem::set_size`], [`FileSystem::fsync`]); tests and
+//! tools use the uncached [`FileSystem::read_at`] / [`FileSystem::write_at`].
+
+mod core;
+mod error;
+mod fs;
+pub mod fsck;
+pub mod journal;
+pub mod layout;
+pub mod meta;
+mod mkfs;
+pub mod placement;
+
+pub use crate::core::{AllocCounters, DirEntry, NewFile, SetAttr, Stat};
+pub use error::{FsError, FsErrorKind, Result};
+pub use fs::{Allocation, DataHook, FileBacking, FileSystem, FsStats, MountOptions};
+pub use fsck::{FsckReport, Problem, fsck};
+pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, ROOT_INO};
+pub use meta::MetaCounters;
+pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
+pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};

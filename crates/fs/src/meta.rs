@@ -1,0 +1,345 @@
+//! Metadata blocks in memory, the running transaction, and the journal writer.
+//!
+//! Every metadata block (group headers, bitmaps, inode table blocks, directory blocks, indirect
+//! blocks) is read and changed through [`Meta`]. A change goes into the *running transaction*:
+//! the block is marked dirty and stays in memory, its home location untouched. Each file system
+//! operation is an *op* within the running transaction: the first time an op changes a block,
+//! the block's previous contents are kept, so an op that fails half way is rolled back exactly
+//! (the same abort-log idea as the VINO lightweight transactions).
+//!
+//! [`Meta::commit`] writes the images of the dirty blocks to the journal as one transaction and
+//! flushes; from then on they are *committed*: their images are kept for the checkpoint, which
+//! writes them home, flushes, and moves the journal's tail past them. The checkpoint is lazy: it
+//! runs when the journal is out of room, at `sync` and at unmount. Until it runs, a committed
+//! image is the block's contents as far as readers are concerned.
+
+use crate::journal::{self, JournalHeader};
+use crate::layout::{BS, Block, Geometry};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::sync::Arc;
+use vino_blockdev::BlockDevice;
+
+/// The journal as the writer sees it.
+#[derive(Debug, Clone)]
+pub struct JournalState {
+    pub fs_id: u64,
+    /// Generation of the header last written.
+    pub generation: u64,
+    /// Log position of the oldest transaction not yet checkpointed.
+    pub tail: u64,
+    /// Log position where the next transaction goes.
+    pub head: u64,
+    /// Log blocks in use between tail and head.
+    pub used: u64,
+    /// Sequence number of the next transaction.
+    pub next_seq: u64,
+    /// Sequence number of the transaction at the tail.
+    pub tail_seq: u64,
+}
+
+/// Counters of the metadata layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MetaCounters {
+    pub commits: u64,
+    pub committed_blocks: u64,
+    pub journal_blocks_written: u64,
+    pub checkpoints: u64,
+    pub checkpointed_blocks: u64,
+    pub metadata_reads: u64,
+    pub rollbacks: u64,
+}
+
+struct Undo {
+    block: u64,
+    prior: Option<Box<Block>>,
+    was_dirty: bool,
+}
+
+pub struct Meta {
+    pub dev: Arc<dyn BlockDevice>,
+    pub geo: Geometry,
+    cache: HashMap<u64, Box<Block>>,
+    dirty: BTreeSet<u64>,
+    in_op: bool,
+    undo: Vec<Undo>,
+    touched: BTreeSet<u64>,
+    committed: BTreeMap<u64, Arc<Block>>,
+    pub journal: JournalState,
+    cache_limit: usize,
+    pub counters: MetaCounters,
+}
+
+impl Meta {
+    pub fn new(dev: Arc<dyn BlockDevice>, geo: Geometry, journal: JournalState, cache_limit: usize) -> Meta {
+        Meta {
+            dev,
+            geo,
+            cache: HashMap::new(),
+            dirty: BTreeSet::new(),
+            in_op: false,
+            undo: Vec::new(),
+            touched: BTreeSet::new(),
+            committed: BTreeMap::new(),
+            journal,
+            cache_limit: cache_limit.max(64),
+            counters: MetaCounters::default(),
+        }
+    }
+
+    fn check_block(&self, b: u64) -> io::Result<()> {
+        if self.geo.is_journalable(b) {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("metadata block {b} is outside the file system"),
+            ))
+        }
+    }
+
+    fn load(&mut self, b: u64) -> io::Result<()> {
+        if self.cache.contains_key(&b) {
+            return Ok(());
+        }
+        self.check_block(b)?;
+        let data: Box<Block> = match self.committed.get(&b) {
+            Some(img) => Box::new(**img),
+            None => {
+                let mut buf = Box::new([0u8; BS]);
+                self.dev.read_blocks(b, &mut buf[..])?;
+                self.counters.metadata_reads += 1;
+                buf
+            }
+        };
+        self.cache.insert(b, data);
+        Ok(())
+    }
+
+    /// True if the block is in memory (no read needed).
+    pub fn cached(&self, b: u64) -> bool {
+        self.cache.contains_key(&b)
+    }
+
+    /// Drops a block from memory unless it is dirty (it was found damaged: read it again next
+    /// time).
+    pub fn drop_clean(&mut self, b: u64) {
+        if !self.dirty.contains(&b) {
+            self.cache.remove(&b);
+        }
+    }
+
+    /// A metadata block's current contents.
+    pub fn get(&mut self, b: u64) -> io::Result<&Block> {
+        self.load(b)?;
+        Ok(self.cache.get(&b).expect("just loaded"))
+    }
+
+    fn remember(&mut self, b: u64) {
+        assert!(self.in_op, "metadata changed outside an op");
+        if self.touched.insert(b) {
+            let prior = self.cache.get(&b).cloned();
+            self.undo.push(Undo {
+                block: b,
+                prior,
+                was_dirty: self.dirty.contains(&b),
+            });
+        }
+    }
+
+    /// A metadata block to change, inside an op: marked dirty in the running transaction.
+    pub fn get_mut(&mut self, b: u64) -> io::Result<&mut Block> {
+        self.load(b)?;
+        self.remember(b);
+        self.dirty.insert(b);
+        Ok(self.cache.get_mut(&b).expect("just loaded"))
+    }
+
+    /// A newly allocated metadata block, zeroed, without reading it.
+    pub fn create(&mut self, b: u64) -> io::Result<&mut Block> {
+        self.check_block(b)?;
+        self.remember(b);
+        self.dirty.insert(b);
+        let e = self.cache.entry(b).or_insert_with(|| Box::new([0u8; BS]));
+        e.fill(0);
+        Ok(e)
+    }
+
+    /// A metadata block that was freed: dropped from memory and from the running transaction.
+    pub fn forget(&mut self, b: u64) {
+        if !self.cache.contains_key(&b) && !self.dirty.contains(&b) {
+            return;
+        }
+        self.remember(b);
+        self.cache.remove(&b);
+        self.dirty.remove(&b);
+    }
+
+    pub fn begin_op(&mut self) {
+        assert!(!self.in_op, "ops do not nest");
+        self.in_op = true;
+    }
+
+    /// Ends an op, keeping its changes in the running transaction.
+    pub fn end_op(&mut self) {
+        self.in_op = false;
+        self.undo.clear();
+        self.touched.clear();
+        self.trim_cache();
+    }
+
+    /// Ends an op, undoing its changes. Returns the blocks it had changed.
+    pub fn rollback_op(&mut self) -> Vec<u64> {
+        let mut blocks = Vec::with_capacity(self.undo.len());
+        for u in self.undo.drain(..).rev() {
+            match u.prior {
+                Some(p) => {
+                    self.cache.insert(u.block, p);
+                }
+                None => {
+                    self.cache.remove(&u.block);
+                }
+            }
+            if !u.was_dirty {
+                self.dirty.remove(&u.block);
+            }
+            blocks.push(u.block);
+        }
+        self.touched.clear();
+        self.in_op = false;
+        self.counters.rollbacks += 1;
+        blocks
+    }
+
+    pub fn dirty_count(&self) -> usize {
+        self.dirty.len()
+    }
+
+    pub fn dirty_blocks(&self) -> impl Iterator<Item = u64> + '_ {
+        self.dirty.iter().copied()
+    }
+
+    pub fn committed_count(&self) -> usize {
+        self.committed.len()
+    }
+
+    /// Drops clean blocks when the cache is over its limit (never a dirty one: those exist only
+    /// here until they are committed).
+    fn trim_cache(&mut self) {
+        if self.cache.len() <= self.cache_limit {
+            return;
+        }
+        let target = self.cache_limit * 3 / 4;
+        let victims: Vec<u64> = self
+            .cache
+            .keys()
+            .copied()
+            .filter(|b| !self.dirty.contains(b))
+            .take(self.cache.len() - target)
+            .collect();
+        for b in victims {
+            self.cache.remove(&b);
+        }
+    }
+
+    /// Log blocks free for new transactions.
+    pub fn journal_free(&self) -> u64 {
+        self.geo.log_len() - self.journal.used
+    }
+
+    /// Writes the running transaction to the journal and flushes. The caller has made the data
+    /// the transaction's allocations refer to durable first (ordered mode).
+    pub fn commit(&mut self) -> io::Result<()> {
+        assert!(!self.in_op, "commit inside an op");
+        if self.dirty.is_empty() {
+            return Ok(());
+        }
+        let n = self.dirty.len();
+        let need = journal::transaction_len(n);
+        if need > self.geo.log_len() {
+            return Err(io::Error::other(format!(
+                "a transaction of {n} blocks does not fit the journal ({} blocks)",
+                self.geo.log_len()
+            )));
+        }
+        if need > self.journal_free() {
+            self.checkpoint()?;
+        }
+        let images: Vec<(u64, Arc<Block>)> = self
+            .dirty
+            .iter()
+            .map(|&b| (b, Arc::new(**self.cache.get(&b).expect("dirty blocks stay cached"))))
+            .collect();
+        let refs: Vec<(u64, &Block)> = images.iter().map(|(b, img)| (*b, &**img)).collect();
+        let bytes = journal::encode_transaction(self.journal.fs_id, self.journal.next_seq, &refs);
+        let log_len = self.geo.log_len();
+        let head = self.journal.head;
+        let blocks = (bytes.len() / BS) as u64;
+        let first_run = blocks.min(log_len - head);
+        self.dev
+            .write_blocks(self.geo.log_start() + head, &bytes[..first_run as usize * BS])?;
+        if first_run < blocks {
+            self.dev
+                .write_blocks(self.geo.log_start(), &bytes[first_run as usize * BS..])?;
+        }
+        self.dev.flush()?;
+        self.journal.head = (head + blocks) % log_len;
+        self.journal.used += blocks;
+        self.journal.next_seq += 1;
+        self.counters.commits += 1;
+        self.counters.committed_blocks += n as u64;
+        self.counters.journal_blocks_written += blocks;
+        for (b, img) in images {
+            self.committed.insert(b, img);
+        }
+        self.dirty.clear();
+        Ok(())
+    }
+
+    /// Writes every committed image home, flushes, and empties the journal (a new header,
+    /// flushed). Does not commit the running transaction.
+    pub fn checkpoint(&mut self) -> io::Result<()> {
+        assert!(!self.in_op, "checkpoint inside an op");
+        if self.committed.is_empty() && self.journal.used == 0 {
+            return Ok(());
+        }
+        let mut run_start = 0u64;
+        let mut run: Vec<u8> = Vec::new();
+        let mut written = 0u64;
+        for (&b, img) in &self.committed {
+            if !run.is_empty() && b != run_start + (run.len() / BS) as u64 {
+                self.dev.write_blocks(run_start, &run)?;
+                run.clear();
+            }
+            if run.is_empty() {
+                run_start = b;
+            }
+            run.extend_from_slice(&img[..]);
+            written += 1;
+            if run.len() >= 256 * BS {
+                self.dev.write_blocks(run_start, &run)?;
+                run.clear();
+            }
+        }
+        if !run.is_empty() {
+            self.dev.write_blocks(run_start, &run)?;
+        }
+        self.dev.flush()?;
+        let header = JournalHeader {
+            fs_id: self.journal.fs_id,
+            generation: self.journal.generation + 1,
+            tail: self.journal.head,
+            seq: self.journal.next_seq,
+        };
+        self.dev.write_blocks(header.slot(), &header.encode()[..])?;
+        self.dev.flush()?;
+        self.journal.generation = header.generation;
+        self.journal.tail = header.tail;
+        self.journal.tail_seq = header.seq;
+        self.journal.used = 0;
+        self.committed.clear();
+        self.counters.checkpoints += 1;
+        self.counters.checkpointed_blocks += written;
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! The VINO kernel, assembled: a block device under an I/O scheduler, the page cache and the
+//! file system on top, and the processes that use them through system calls.
+//!
+//! ```text
+//!  Process (credentials, open files, graft namespace) ── system calls ── Kernel
+//!      read/write ── PageCache ── IoScheduler ── BlockDevice
+//!      namespace ops, block allocation ── FileSystem (journaled metadata) ── BlockDevice
+//! ```
+//!
+//! Every policy on that path is a graftpoint: `vas.pick_victim` (per process),
+//! `file.compute_ra/<fd>` (per open file), `file.block_buddy/<fd>` (per file, its creator only),
+//! `disk.pick_request` and `cache.writeback` (global, privileged processes only).
+//!
+//! The kernel runs in the caller's process; the daemon (`vinod`) serves the same system calls to
+//! other processes.
+
+mod error;
+mod files;
+mod perm;
+mod process;
+
+pub use error::{Errno, SysError, SysResult};
+pub use files::{Fd, OpenFlags};
+pub use perm::Credentials;
+pub use process::{GraftCall, Process};
+pub use vino_cache::RaMode;
+pub use vino_fs::{DirEntry, FileType, Stat};
+
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use vino_blockdev::BlockDevice;
+use vino_cache::{CacheConfig, PageCache, PageIo};
+use vino_fs::{FileSystem, MountOptions};
+use vino_graft::{Namespace, Runtime, RuntimeConfig};
+use vino_iosched::{IoScheduler, SchedConfig};
+
+/// A process id.
+pub type Pid = u64;
+
+/// How the kernel is put together.
+#[derive(Debug, Clone)]
+pub struct KernelConfig {
+    /// Page-cache frames of 4 KiB (1024: the thesis' 4 MB cache).
+    pub cache_frames: usize,
+    /// Requests the I/O scheduler keeps in flight at the device.
+    pub queue_depth: usize,
+    /// How often the write-back policy runs (`None`: only on sync).
+    pub writeback_every: Option<Duration>,
+    pub mount: MountOptions,
+    pub runtime: RuntimeConfig,
+}
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        KernelConfig {
+            cache_frames: 1024,
+            queue_depth: 32,
+            writeback_every: Some(Duration::from_secs(1)),
+            mount: MountOptions::default(),
+            runtime: RuntimeConfig::default(),
+        }
+    }
+}
+
+/// The kernel.
+pub struct Kernel {
+    runtime: Runtime,
+    sched: Arc<IoScheduler>,
+    cache: Arc<PageCache>,
+    fs: Arc<FileSystem>,
+    /// Global graftpoints: privileged processes only.
+    global: Namespace,
+    processes: Mutex<BTreeMap<Pid, Arc<Process>>>,
+    next_pid: AtomicU64,
+    pub(crate) files: files::FileTable,
+}
+
+impl Kernel {
+    /// Mounts the file system on `device` (replaying its journal) and starts the kernel.
+    pub fn boot(device: Arc<dyn BlockDevice>, config: &KernelConfig) -> SysResult<Arc<Kernel>> {
+        let runtime = Runtime::new(config.runtime);
+        let sched = Arc::new(IoScheduler::with_config(device.clone(), &runtime, SchedConfig::new(config.queue_depth))?);
+        let cache_config = CacheConfig { frames: config.cache_frames, writeback_every: config.writeback_every };
+        let cache = PageCache::new(cache_config, sched.clone() as Arc<dyn PageIo>, &runtime);
+        let fs = FileSystem::mount(device, &runtime, &config.mount)?;
+        // Ordered mode: before a journal commit makes new allocations durable, the data written
+        // into those blocks goes to the device.
+        let hook_cache = Arc::downgrade(&cache);
+        fs.set_data_hook(Some(Arc::new(move |inos: &[u64]| {
+            let Some(cache) = hook_cache.upgrade() else { return Ok(()) };
+            inos.iter().try_for_each(|&ino| cache.sync_object(ino))
+        })));
+        let global = Namespace::new();
+        global.register(sched.slot().clone());
+        global.register(cache.writeback_slot().clone());
+        let kernel = Arc::new(Kernel {
+            runtime,
+            sched,
+            cache,
+            fs,
+            global,
+            processes: Mutex::new(BTreeMap::new()),
+            next_pid: AtomicU64::new(1),
+            files: files::FileTable::default(),
+        });
+        kernel.files.clear_orphans(&kernel.fs)?;
+        Ok(kernel)
+    }
+
+    /// A new process with these credentials.
+    pub fn spawn(self: &Arc<Self>, cred: Credentials) -> Arc<Process> {
+        let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
+        let process = Process::new(self.clone(), pid, cred);
+        self.processes.lock().insert(pid, process.clone());
+        process
+    }
+
+    pub fn process(&self, pid: Pid) -> Option<Arc<Process>> {
+        self.processes.lock().get(&pid).cloned()
+    }
+
+    /// Every live process.
+    pub fn processes(&self) -> Vec<Arc<Process>> {
+        self.processes.lock().values().cloned().collect()
+    }
+
+    /// Ends a process: closes its files, unloads every graft it owns, forgets it.
+    pub fn exit(&self, pid: Pid) {
+        let Some(p) = self.processes.lock().remove(&pid) else { return };
+        p.release();
+        self.global.unload_owned_by(pid);
+        self.cache.unregister_process(pid);
+    }
+
+    /// Writes everything to the device and commits the file system.
+    pub fn sync(&self) -> SysResult<()> {
+        self.cache.sync_all()?;
+        Ok(self.fs.sync()?)
+    }
+
+    /// Ends every process, syncs and unmounts cleanly.
+    pub fn shutdown(&self) -> SysResult<()> {
+        let pids: Vec<Pid> = self.processes.lock().keys().copied().collect();
+        for pid in pids {
+            self.exit(pid);
+        }
+        self.cache.sync_all()?;
+        Ok(self.fs.unmount()?)
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    pub fn fs(&self) -> &Arc<FileSystem> {
+        &self.fs
+    }
+
+    pub fn cache(&self) -> &Arc<PageCache> {
+        &self.cache
+    }
+
+    pub fn scheduler(&self) -> &Arc<IoScheduler> {
+        &self.sched
+    }
+
+    pub fn global_graftpoints(&self) -> &Namespace {
+        &self.global
+    }
+}

@@ -1,0 +1,211 @@
+//! The kernel through its system calls: files through the cache and the file system, processes,
+//! permissions, grafts, crashes.
+
+use std::sync::Arc;
+use vino_blockdev::{BlockDevice, MemDevice};
+use vino_fs::{MkfsOptions, mkfs};
+use vino_kernel::{Credentials, Errno, Kernel, KernelConfig, OpenFlags};
+
+fn device(blocks: u64) -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(blocks));
+    mkfs(&*dev, &MkfsOptions { blocks_per_group: 2048, ..MkfsOptions::default() }).unwrap();
+    dev
+}
+
+fn boot(dev: &Arc<MemDevice>) -> Arc<Kernel> {
+    let config = KernelConfig { cache_frames: 64, writeback_every: None, ..KernelConfig::default() };
+    Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn files_written_through_the_cache_read_back_and_survive_a_reboot() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    p.mkdir("/data", 0o755).unwrap();
+    let fd = p.open("/data/a", OpenFlags::create()).unwrap();
+    let data = pattern(300_000, 1);
+    assert_eq!(p.write(fd, &data[..1000]).unwrap(), 1000);
+    assert_eq!(p.write(fd, &data[1000..]).unwrap(), data.len() - 1000);
+    p.pwrite(fd, b"patch", 70_000).unwrap();
+    let mut expect = data.clone();
+    expect[70_000..70_005].copy_from_slice(b"patch");
+    let mut back = vec![0u8; expect.len() + 10];
+    assert_eq!(p.pread(fd, &mut back, 0).unwrap(), expect.len());
+    assert_eq!(&back[..expect.len()], &expect[..]);
+    assert_eq!(p.fstat(fd).unwrap().size, expect.len() as u64);
+    p.close(fd).unwrap();
+    k.shutdown().unwrap();
+    drop(k);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/data/a", OpenFlags::read_only()).unwrap();
+    let mut back = vec![0u8; expect.len()];
+    assert_eq!(p.read(fd, &mut back).unwrap(), expect.len());
+    assert_eq!(back, expect);
+    let names: Vec<String> = p.readdir("/data").unwrap().iter().map(|e| e.name_lossy()).collect();
+    assert!(names.contains(&"a".to_string()));
+}
+
+#[test]
+fn partial_writes_into_new_blocks_read_zeros_around_them() {
+    let dev = device(4096);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/sparse", OpenFlags::create()).unwrap();
+    p.pwrite(fd, b"xyz", 50_000).unwrap();
+    let mut back = vec![1u8; 50_003];
+    assert_eq!(p.pread(fd, &mut back, 0).unwrap(), 50_003);
+    assert!(back[..50_000].iter().all(|&b| b == 0));
+    assert_eq!(&back[50_000..], b"xyz");
+    // Shrinking then growing shows zeros, not the old bytes.
+    p.pwrite(fd, &[7u8; 100], 0).unwrap();
+    p.ftruncate(fd, 10).unwrap();
+    p.ftruncate(fd, 100).unwrap();
+    let mut back = vec![1u8; 100];
+    p.pread(fd, &mut back, 0).unwrap();
+    assert!(back[..10].iter().all(|&b| b == 7) && back[10..].iter().all(|&b| b == 0), "{back:?}");
+    // The same when the file grows by a write past its end instead of ftruncate.
+    p.pwrite(fd, &[7u8; 100], 0).unwrap();
+    p.fsync(fd).unwrap();
+    p.ftruncate(fd, 10).unwrap();
+    k.cache().drop_clean().unwrap();
+    p.pwrite(fd, b"!", 200).unwrap();
+    let mut back = vec![1u8; 201];
+    p.pread(fd, &mut back, 0).unwrap();
+    assert!(back[..10].iter().all(|&b| b == 7) && back[10..200].iter().all(|&b| b == 0) && back[200] == b'!', "{back:?}");
+}
+
+#[test]
+fn fsynced_data_survives_a_power_cut() {
+    let dev = device(4096);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/log", OpenFlags::create()).unwrap();
+    let kept = pattern(20_000, 9);
+    p.write(fd, &kept).unwrap();
+    p.fsync(fd).unwrap();
+    p.write(fd, &pattern(20_000, 3)).unwrap(); // not synced: may or may not survive
+    for seed in 0..5 {
+        let crashed = Arc::new(dev.crashed(seed));
+        let k2 = boot(&crashed);
+        let q = k2.spawn(Credentials::root());
+        let fd = q.open("/log", OpenFlags::read_only()).unwrap();
+        let mut back = vec![0u8; kept.len()];
+        assert_eq!(q.read(fd, &mut back).unwrap(), kept.len());
+        assert_eq!(back, kept, "seed {seed}");
+        let report = vino_fs::fsck(&*crashed, false).unwrap();
+        assert!(report.is_clean(), "seed {seed}: {report:?}");
+    }
+}
+
+#[test]
+fn permissions_are_checked() {
+    let dev = device(4096);
+    let k = boot(&dev);
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/home", 0o777).unwrap();
+    let alice = k.spawn(Credentials::user(1000, 1000));
+    let bob = k.spawn(Credentials::user(1001, 1001));
+    let fd = alice.open("/home/secret", vino_kernel::OpenFlags { mode: 0o600, ..OpenFlags::create() }).unwrap();
+    alice.write(fd, b"mine").unwrap();
+    let err = bob.open("/home/secret", OpenFlags::read_only()).unwrap_err();
+    assert_eq!(err.errno, Errno::Acces);
+    assert!(root.open("/home/secret", OpenFlags::read_only()).is_ok(), "root may");
+    let err = bob.mkdir("/forbidden", 0o755).unwrap_err();
+    assert_eq!(err.errno, Errno::Acces, "/ belongs to root");
+    let ro = alice.open("/home/secret", OpenFlags::read_only()).unwrap();
+    assert_eq!(alice.write(ro, b"x").unwrap_err().errno, Errno::BadF);
+    assert_eq!(alice.read(99, &mut [0u8; 1]).unwrap_err().errno, Errno::BadF);
+    assert_eq!(alice.open("relative", OpenFlags::read_only()).unwrap_err().errno, Errno::Inval);
+}
+
+#[test]
+fn grafts_are_checked_against_who_owns_what() {
+    let dev = device(4096);
+    let k = boot(&dev);
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/home", 0o777).unwrap();
+    let alice = k.spawn(Credentials::user(1000, 1000));
+    let bob = k.spawn(Credentials::user(1001, 1001));
+    let noswitch = vino_sdk::build_c_bytes(&vino_sdk::example_path("noswitch"), &Default::default());
+    let elevator = vino_sdk::build_example("elevator", &Default::default()).unwrap();
+    // Global graftpoints: privileged only.
+    let err = alice.graft_load("disk.pick_request", &elevator).unwrap_err();
+    assert_eq!(err.errno, Errno::Perm);
+    root.graft_load("disk.pick_request", &elevator).unwrap();
+    // Per-file placement: only the file's creator.
+    let fd = alice.open("/home/f", vino_kernel::OpenFlags { mode: 0o666, ..OpenFlags::create() }).unwrap();
+    let bfd = bob.open("/home/f", OpenFlags::read_write()).unwrap();
+    if let Ok(noswitch) = noswitch {
+        alice.graft_load(&format!("file.block_buddy/{fd}"), &noswitch).unwrap();
+        let err = bob.graft_load(&format!("file.block_buddy/{bfd}"), &noswitch).unwrap_err();
+        assert_eq!(err.errno, Errno::Perm);
+    }
+    // Per-process and per-open-file graftpoints are not even visible to others.
+    let ra = vino_sdk::build_example("sequential_ra", &Default::default()).unwrap();
+    alice.graft_load(&format!("file.compute_ra/{fd}"), &ra).unwrap();
+    assert!(bob.graft_stats(&format!("file.compute_ra/{fd}")).is_err() || bfd == fd);
+    let hot = vino_sdk::build_example("hotlist_evict", &Default::default()).unwrap();
+    alice.graft_load("vas.pick_victim", &hot).unwrap();
+    assert_eq!(alice.graft_call("vas.pick_victim", "hot_add", &[42]).unwrap(), 1);
+    let listed: Vec<String> = alice.graft_list().into_iter().map(|s| s.point).collect();
+    assert!(listed.contains(&"vas.pick_victim".to_string()) && listed.contains(&"disk.pick_request".to_string()));
+    // A process that exits takes its grafts and files with it.
+    let alice_pid = alice.pid();
+    drop(alice);
+    k.exit(alice_pid);
+    assert!(k.process(alice_pid).is_none());
+    let still = root.graft_stats("disk.pick_request").unwrap();
+    assert!(still.graft.is_some(), "root's graft stays");
+    k.exit(root.pid());
+    assert!(k.global_graftpoints().list().iter().all(|s| s.graft.is_none()), "root's graft went with it");
+}
+
+#[test]
+fn a_file_unlinked_while_open_lives_until_closed() {
+    let dev = device(4096);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/tmpfile", OpenFlags::create()).unwrap();
+    p.write(fd, b"still here").unwrap();
+    p.unlink("/tmpfile").unwrap();
+    assert_eq!(p.stat("/tmpfile").unwrap_err().errno, Errno::NoEnt);
+    let mut back = [0u8; 10];
+    assert_eq!(p.pread(fd, &mut back, 0).unwrap(), 10);
+    assert_eq!(&back, b"still here");
+    let free_before = k.fs().stats().free_inodes;
+    p.close(fd).unwrap();
+    assert_eq!(k.fs().stats().free_inodes, free_before + 1, "freed at the last close");
+}
+
+#[test]
+fn a_full_disk_gives_a_short_write_then_an_error_and_loses_nothing() {
+    let dev = device(600);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/big", OpenFlags::create()).unwrap();
+    let chunk = pattern(64 * 1024, 5);
+    let mut written = 0usize;
+    let err = loop {
+        match p.write(fd, &chunk) {
+            Ok(n) if n == chunk.len() => written += n,
+            Ok(n) => {
+                written += n;
+                break p.write(fd, &chunk).unwrap_err();
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.errno, Errno::NoSpc);
+    p.fsync(fd).unwrap();
+    let mut back = vec![0u8; written];
+    assert_eq!(p.pread(fd, &mut back, 0).unwrap(), written);
+    for (i, c) in back.chunks(chunk.len()).enumerate() {
+        assert_eq!(c, &chunk[..c.len()], "chunk {i}");
+    }
+}
