@@ -319,6 +319,32 @@ fn invocation(budget: Budget, ops: &mut Vec<Op>) {
     ));
 }
 
+/// The page cache's hit path: a read of a record and of a whole page that is already cached.
+fn cache_hits(budget: Budget, ops: &mut Vec<Op>) {
+    struct Contiguous;
+    impl vino_cache::Backing for Contiguous {
+        fn locate(&self, index: u64) -> std::io::Result<Option<u64>> {
+            Ok(Some(index))
+        }
+        fn size(&self) -> u64 {
+            16 * 4096
+        }
+    }
+    let rounds = budget.rounds(15, 60);
+    let iters = budget.pick(20_000, 200_000);
+    let device = Arc::new(vino_blockdev::MemDevice::new(16));
+    let queue = vino_blockdev::IoQueue::new(device, 4).expect("a queue on memory");
+    let rt = Runtime::new(RuntimeConfig::default());
+    let config = vino_cache::CacheConfig { frames: 16, writeback_every: None };
+    let cache = vino_cache::PageCache::new(config, Arc::new(queue), &rt);
+    let ctx = vino_cache::IoCtx::new(1);
+    let mut record = [0u8; 208];
+    let mut page = vec![0u8; 4096];
+    cache.read(&ctx, 1, &Contiguous, 0, &mut page).expect("warm");
+    ops.push(op("cache", "hit: read 208 bytes", bench(rounds, iters, || cache.read(&ctx, 1, &Contiguous, 100, &mut record)), None));
+    ops.push(op("cache", "hit: read 4 KB", bench(rounds, iters, || cache.read(&ctx, 1, &Contiguous, 0, &mut page)), None));
+}
+
 /// Loading a graft: compiling a new module, and binding one the cache already holds.
 fn loading(budget: Budget, ops: &mut Vec<Op>) {
     let rt = Runtime::new(RuntimeConfig::default());
@@ -414,6 +440,7 @@ fn goals(ops: &[Op]) -> Vec<Goal> {
         100.0,
         lock_pair,
     ));
+    out.push(g("page-cache hit (a 4 KB read)", 200.0, find(ops, "hit: read 4 KB").stats.median_ns));
     if let Some(o) = ops
         .iter()
         .find(|o| o.name == "hot-list graft, from the module cache")
@@ -435,6 +462,8 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> GraftCostReport {
     let abort_ns_per_record = transactions(budget, &mut ops);
     progress("null-graft invocation");
     invocation(budget, &mut ops);
+    progress("page-cache hits");
+    cache_hits(budget, &mut ops);
     progress("graft loading");
     loading(budget, &mut ops);
     let goals = goals(&ops);
@@ -462,6 +491,7 @@ impl GraftCostReport {
             ],
         );
         let mut load = Table::new("Graft load", &["what", "median", "p90", "VINO 1998"]);
+        let mut cache = Table::new("Page cache hit path", &["operation", "median", "cycles", "p90"]);
         let native = find(&self.ops, "native function pointer").stats.median_ns;
         for o in &self.ops {
             let cycles = o
@@ -486,6 +516,9 @@ impl GraftCostReport {
                         fmt_ns(o.stats.p90_ns),
                         seed,
                     ]);
+                }
+                "cache" => {
+                    cache.row([o.name.clone(), fmt_ns(o.stats.median_ns), cycles, fmt_ns(o.stats.p90_ns)]);
                 }
                 _ => {
                     e1.row([
@@ -514,7 +547,7 @@ impl GraftCostReport {
                 if g.met { "yes" } else { "NO" }.to_string(),
             ]);
         }
-        vec![e1, inv, load, goals]
+        vec![e1, inv, load, cache, goals]
     }
 
     /// Bars of the invocation costs and the transaction operations, in ns.
