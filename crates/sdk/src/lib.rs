@@ -63,6 +63,8 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("elevator", include_str!("../../../sdk/grafts/elevator.c")),
     ("fifo", include_str!("../../../sdk/grafts/fifo.c")),
     ("noswitch", include_str!("../../../sdk/grafts/noswitch.c")),
+    ("lookahead_evict", include_str!("../../../sdk/grafts/lookahead_evict.c")),
+    ("wisc_readahead", include_str!("../../../sdk/grafts/wisc_readahead.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

@@ -188,6 +188,8 @@ fn examples_build_and_follow_the_abi() {
         ("elevator", "disk_pick_request", &[], &["set_age_cap"], &[]),
         ("fifo", "disk_pick_request", &[], &[], &[]),
         ("noswitch", "file_block_buddy", &[], &[], &[]),
+        ("lookahead_evict", "vas_pick_victim", &[], &["la_start", "la_stop"], &["la_ctl", "la_plan"]),
+        ("wisc_readahead", "file_compute_ra", &[], &["wra_start", "wra_stop"], &["wra_ctl", "wra_plan"]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {

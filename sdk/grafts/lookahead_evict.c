@@ -1,0 +1,110 @@
+/* lookahead_evict.c -- look-ahead page eviction for vas.pick_victim (Small 1998, 7.3.3; the
+ * thesis' graft is in 7.7.1).
+ *
+ * A database that reads records through a nonclustered index knows, from the index, the order in
+ * which it will read them. LRU does not: with records scattered over the file it keeps whatever was
+ * read last. This graft spares every page that one of the next N records will touch and lets LRU
+ * pick among the rest.
+ *
+ * The owner describes the scan once and then only moves a cursor:
+ *
+ *   la_plan[i]   the pages record i touches, as block indexes in the file: { first, second } with
+ *                second = LA_NONE unless the record straddles a block boundary;
+ *   la_ctl       { object  (the file's object id: the high 32 bits of a page id),
+ *                  lookahead (N, in records), count (records in the plan),
+ *                  cursor (the next record the application will read) }.
+ *
+ * Write la_plan and la_ctl with write_memory, call the control function la_start, and before
+ * reading record i write i into la_ctl.cursor (8 bytes).
+ *
+ * The thesis' graft compared each candidate with every entry of the keep list, which at 8192
+ * records of look-ahead made a run take minutes. Here the graft keeps, for every page, how many
+ * accesses in the window [cursor, cursor + N) fall on it (need[]), and slides the window as the
+ * cursor moves: a candidate costs one table lookup, a record two increments and two decrements.
+ *
+ * The kernel passes its candidates in LRU order (page[0] is its own choice); the graft evicts the
+ * first one no upcoming record needs. If every candidate is needed it returns -1 -- invalid, as
+ * the thesis returned EINVAL -- and the kernel's LRU choice stands: the graft may choose which of
+ * its own pages go, never keep more memory than the kernel gives it. */
+#include "vino_graft.h"
+
+#define LA_MAX_RECORDS 65536
+#define LA_MAX_PAGES 65536
+#define LA_NONE 0xffffffffu
+
+VINO_SHARED struct {
+    uint64_t object;    /* object id of the file the plan reads */
+    uint64_t lookahead; /* N, in records (0: spare nothing, LRU decides) */
+    uint64_t count;     /* records in the plan (clamped to LA_MAX_RECORDS) */
+    uint64_t cursor;    /* the next record the application reads; the owner advances it */
+} la_ctl;
+
+VINO_SHARED uint32_t la_plan[LA_MAX_RECORDS][2];
+
+static uint32_t need[LA_MAX_PAGES]; /* accesses of each page by records in [win_lo, win_hi) */
+static uint64_t win_lo, win_hi;     /* the window need[] describes */
+static uint64_t started_object;     /* the object of the plan la_start accepted */
+static uint32_t started;            /* la_start has run since the plan was written */
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+static void count_record(uint64_t r, int32_t delta) {
+    for (int k = 0; k < 2; k++) {
+        uint32_t p = la_plan[r][k];
+        if (p < LA_MAX_PAGES)
+            need[p] += (uint32_t)delta;
+    }
+}
+
+/* Brings the window up to [cursor, cursor + N): each record enters once and leaves once. */
+static void catch_up(void) {
+    /* The owner writes la_ctl directly: clamp everything read from it. */
+    uint64_t count = min_u64(la_ctl.count, LA_MAX_RECORDS);
+    uint64_t cur = min_u64(la_ctl.cursor, count);
+    uint64_t target = cur + min_u64(la_ctl.lookahead, count - cur);
+    if (cur < win_lo) {
+        /* The cursor went back: rebuild from scratch. */
+        memset(need, 0, sizeof need);
+        win_lo = win_hi = cur;
+    }
+    for (; win_hi < target; win_hi++)
+        count_record(win_hi, 1);
+    for (; win_lo < cur; win_lo++)
+        count_record(win_lo, -1);
+}
+
+static int needed(uint64_t page) {
+    if ((page >> 32) != started_object)
+        return 0;
+    uint64_t index = page & 0xffffffffu;
+    return index < LA_MAX_PAGES && need[index] != 0;
+}
+
+VINO_GRAFT(vas_pick_victim) int32_t vas_pick_victim(int32_t n) {
+    const uint64_t *page = vino_victim_pages();
+    if (n <= 0 || n > VINO_VICTIM_MAX)
+        return -1;
+    if (!started)
+        return 0; /* no plan yet: LRU */
+    catch_up();
+    for (int32_t i = 0; i < n; i++)
+        if (!needed(page[i]))
+            return i; /* 0 when the LRU candidate is not needed soon */
+    return -1; /* every candidate is needed: the kernel's default decides */
+}
+
+/* Starts a scan: the plan and la_ctl have been written. Returns the records in the plan. */
+VINO_CONTROL(la_start) int32_t la_start(void) {
+    memset(need, 0, sizeof need);
+    uint64_t count = min_u64(la_ctl.count, LA_MAX_RECORDS);
+    win_lo = win_hi = min_u64(la_ctl.cursor, count);
+    started_object = la_ctl.object;
+    started = 1;
+    return (int32_t)count;
+}
+
+/* Ends a scan: from now on LRU decides until the next la_start. */
+VINO_CONTROL(la_stop) int32_t la_stop(void) {
+    started = 0;
+    return 0;
+}
