@@ -57,10 +57,13 @@ fn graft_check_refuses_forbidden_imports_and_garbage() {
 
 #[test]
 fn demo_runs_and_contains_every_hostile_graft() {
-    let o = vino(&["demo", "--no-bench"]);
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = dir.path().join("demo.img");
+    let o = vino(&["demo", "--no-bench", "--image", image.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("Hostile grafts") && out.contains("evict page 102"), "{out}");
+    assert!(out.contains("fsck after unmount: clean"), "{out}");
     assert!(!out.contains("FAILED") && !out.contains("LEAKED") && !out.contains("CHANGED"), "{out}");
 }
 
