@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
 # Installs what VINO needs on a fresh Debian machine: clang and lld (to build grafts and the
-# benchmark workloads for wasm32), and the Rust crates. Quiet on success.
+# benchmark workloads for wasm32), FUSE and the programs the mount tests run (sqlite3, git, gzip,
+# tar), Python for the Python client, and the Rust crates. Quiet on success.
 set -euo pipefail
 
 need=()
 command -v clang >/dev/null 2>&1 || need+=(clang)
 command -v wasm-ld >/dev/null 2>&1 || need+=(lld)
+command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
+command -v git >/dev/null 2>&1 || need+=(git)
+command -v gzip >/dev/null 2>&1 || need+=(gzip)
+command -v tar >/dev/null 2>&1 || need+=(tar)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+    log=$(mktemp)
+    # apt talks on stderr even when all goes well: keep its output for when it fails.
+    if ! { $sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}"; } >"$log" 2>&1; then
+        cat "$log" >&2
+        exit 1
+    fi
+    rm -f "$log"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo not found; install Rust (rustup) first" >&2
