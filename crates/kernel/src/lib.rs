@@ -15,11 +15,13 @@
 //! other processes.
 
 mod error;
+mod file_grafts;
 mod files;
 mod perm;
 mod process;
 
 pub use error::{Errno, SysError, SysResult};
+pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};
 pub use perm::Credentials;
 pub use process::{GraftCall, Process};
@@ -76,6 +78,7 @@ pub struct Kernel {
     processes: Mutex<BTreeMap<Pid, Arc<Process>>>,
     next_pid: AtomicU64,
     pub(crate) files: files::FileTable,
+    pub(crate) file_grafts: file_grafts::FileGrafts,
 }
 
 impl Kernel {
@@ -105,6 +108,7 @@ impl Kernel {
             processes: Mutex::new(BTreeMap::new()),
             next_pid: AtomicU64::new(1),
             files: files::FileTable::default(),
+            file_grafts: Default::default(),
         });
         kernel.files.clear_orphans(&kernel.fs)?;
         Ok(kernel)

@@ -125,6 +125,7 @@ impl Process {
             backing: kernel.fs.backing(ino),
         });
         kernel.files.opened(ino);
+        kernel.file_grafts.on_open(ino, &file.ra);
         self.namespace.register(file.ra.slot().clone());
         let buddy = kernel.fs.block_buddy(ino)?;
         self.namespace.register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
@@ -426,6 +427,7 @@ impl Process {
             let _ = self.drop_file(fd, &file);
         }
         self.namespace.unload_owned_by(self.pid);
+        self.kernel.file_grafts.release(self.pid);
         for info in self.namespace.list() {
             self.namespace.forget(&info.point);
         }

@@ -1,0 +1,498 @@
+//! A blocking client of `vinod`, the VINO daemon.
+//!
+//! ```no_run
+//! use vino_client::{Client, OpenFlags};
+//! let mut c = Client::connect_default()?;
+//! let fd = c.open("/hello", OpenFlags::create())?;
+//! c.write(fd, b"hello")?;
+//! c.close(fd)?;
+//! # Ok::<(), vino_client::ClientError>(())
+//! ```
+//!
+//! A connection is one kernel process: its open files, grafts and locks go away when the
+//! `Client` is dropped (or the program dies). Every method sends one request and waits for its
+//! answer; errors carry the kernel's errno and message. Reads and writes of at least
+//! [`SHM_THRESHOLD`] bytes go through shared memory when the connection has it.
+//!
+//! The socket is `$VINO_SOCKET`, or [`DEFAULT_SOCKET`] (`/run/vino/vinod.sock`).
+
+mod shm;
+
+pub use shm::SharedMemory;
+pub use vino_proto::{
+    CacheTop, DEFAULT_SOCKET, DirEntry, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats, GraftTop,
+    LockInfo, LockKind, MAX_DATA, OpenFlags, ProcessTop, SlotInfo, Stat, Top, errno,
+};
+
+use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+use std::fmt;
+use std::io::{IoSlice, Write};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use vino_proto::{FrameError, MAX_FRAME, Payload, Request, Response, VERSION};
+
+/// Reads and writes of at least this many bytes use shared memory, when there is some.
+pub const SHM_THRESHOLD: usize = 16 << 10;
+/// The shared memory a connection asks for by default.
+pub const DEFAULT_SHM: usize = 1 << 20;
+
+/// A failed call: the kernel's errno and message, or an I/O error on the connection (EIO or the
+/// OS errno).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientError {
+    pub errno: i32,
+    pub message: String,
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+impl From<std::io::Error> for ClientError {
+    fn from(e: std::io::Error) -> Self {
+        ClientError {
+            errno: e.raw_os_error().unwrap_or(errno::EIO),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<nix::Error> for ClientError {
+    fn from(e: nix::Error) -> Self {
+        ClientError {
+            errno: e as i32,
+            message: e.desc().to_string(),
+        }
+    }
+}
+
+impl From<FrameError> for ClientError {
+    fn from(e: FrameError) -> Self {
+        let errno = match &e {
+            FrameError::Io(io) => io.raw_os_error().unwrap_or(errno::EIO),
+            FrameError::TooLarge { .. } => errno::EMSGSIZE,
+            FrameError::Decode(_) => errno::EPROTO,
+            FrameError::Closed | FrameError::Truncated => errno::EIO,
+        };
+        ClientError {
+            errno,
+            message: format!("vinod: {e}"),
+        }
+    }
+}
+
+impl From<ErrorReply> for ClientError {
+    fn from(e: ErrorReply) -> Self {
+        ClientError {
+            errno: e.errno,
+            message: e.message,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// A name for `vino top`.
+    pub client: String,
+    /// Bytes of shared memory to pass the daemon (0: none, all data through the socket).
+    pub shm: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        let client = std::env::args()
+            .next()
+            .and_then(|a| Path::new(&a).file_name().map(|n| n.to_string_lossy().into_owned()));
+        ConnectOptions {
+            client: client.unwrap_or_else(|| "client".into()),
+            shm: DEFAULT_SHM,
+        }
+    }
+}
+
+/// A connection to the daemon: one kernel process.
+pub struct Client {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    pid: u64,
+    privileged: bool,
+    shm: Option<SharedMemory>,
+    shm_threshold: usize,
+}
+
+fn unexpected(r: Response) -> ClientError {
+    ClientError {
+        errno: errno::EPROTO,
+        message: format!("vinod: unexpected answer {r:?}"),
+    }
+}
+
+macro_rules! expect {
+    ($resp:expr, $pat:pat => $val:expr) => {
+        match $resp {
+            $pat => Ok($val),
+            other => Err(unexpected(other)),
+        }
+    };
+}
+
+impl Client {
+    /// Connects to the daemon at `path`, with shared memory.
+    pub fn connect(path: impl AsRef<Path>) -> Result<Client> {
+        Client::connect_with(path, &ConnectOptions::default())
+    }
+
+    /// Connects to `$VINO_SOCKET`, or [`DEFAULT_SOCKET`].
+    pub fn connect_default() -> Result<Client> {
+        Client::connect(default_socket())
+    }
+
+    pub fn connect_with(path: impl AsRef<Path>, opts: &ConnectOptions) -> Result<Client> {
+        let path = path.as_ref();
+        let stream = UnixStream::connect(path)
+            .map_err(|e| ClientError::from(e).context(&format!("connecting to {}", path.display())))?;
+        let shm = if opts.shm > 0 {
+            Some(SharedMemory::new(opts.shm)?)
+        } else {
+            None
+        };
+        let mut c = Client {
+            stream,
+            buf: Vec::new(),
+            pid: 0,
+            privileged: false,
+            shm,
+            shm_threshold: SHM_THRESHOLD,
+        };
+        c.hello(&opts.client)?;
+        Ok(c)
+    }
+
+    fn hello(&mut self, client: &str) -> Result<()> {
+        let shm_len = self.shm.as_ref().map_or(0, |s| s.len() as u64);
+        let frame = vino_proto::encode(&Request::Hello {
+            version: VERSION,
+            client: client.to_string(),
+            shm_len,
+        });
+        match &self.shm {
+            Some(shm) => send_with_fd(&self.stream, &frame, shm.fd())?,
+            None => (&self.stream).write_all(&frame)?,
+        }
+        match self.receive()? {
+            Response::Hello {
+                pid, privileged, shm, ..
+            } => {
+                self.pid = pid;
+                self.privileged = privileged;
+                if !shm {
+                    self.shm = None;
+                }
+                Ok(())
+            }
+            Response::Error(e) => Err(e.into()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The kernel's id of this connection's process.
+    pub fn pid(&self) -> u64 {
+        self.pid
+    }
+
+    /// True if the daemon runs this process privileged (root, or the configured group).
+    pub fn privileged(&self) -> bool {
+        self.privileged
+    }
+
+    /// True if bulk data goes through shared memory.
+    pub fn has_shm(&self) -> bool {
+        self.shm.is_some()
+    }
+
+    /// Reads and writes of at least `bytes` use shared memory (`usize::MAX`: never).
+    pub fn set_shm_threshold(&mut self, bytes: usize) {
+        self.shm_threshold = bytes;
+    }
+
+    fn receive(&mut self) -> Result<Response> {
+        vino_proto::read_frame(&mut self.stream, &mut self.buf, MAX_FRAME)?;
+        Ok(vino_proto::decode(&self.buf)?)
+    }
+
+    /// Sends one request and returns its answer (an error answer as `Err`).
+    pub fn call(&mut self, req: &Request) -> Result<Response> {
+        vino_proto::write_frame(&mut self.stream, req)?;
+        match self.receive()? {
+            Response::Error(e) => Err(e.into()),
+            r => Ok(r),
+        }
+    }
+
+    fn ok(&mut self, req: Request) -> Result<()> {
+        expect!(self.call(&req)?, Response::Ok => ())
+    }
+
+    /// A request that does nothing: the round trip alone.
+    pub fn null(&mut self) -> Result<()> {
+        self.ok(Request::Null)
+    }
+
+    // ---- files ------------------------------------------------------------------------------
+
+    pub fn open(&mut self, path: &str, flags: OpenFlags) -> Result<u32> {
+        expect!(self.call(&Request::Open { path: path.into(), flags })?, Response::Fd(fd) => fd)
+    }
+
+    pub fn close(&mut self, fd: u32) -> Result<()> {
+        self.ok(Request::Close { fd })
+    }
+
+    /// Reads at the file offset; returns how many bytes (0 at the end).
+    pub fn read(&mut self, fd: u32, buf: &mut [u8]) -> Result<usize> {
+        self.read_at(fd, buf, None)
+    }
+
+    pub fn pread(&mut self, fd: u32, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.read_at(fd, buf, Some(offset))
+    }
+
+    fn use_shm(&self, len: usize) -> bool {
+        len >= self.shm_threshold && self.shm.as_ref().is_some_and(|s| len <= s.len())
+    }
+
+    fn read_at(&mut self, fd: u32, buf: &mut [u8], offset: Option<u64>) -> Result<usize> {
+        if self.use_shm(buf.len()) {
+            let req = Request::Read {
+                fd,
+                len: buf.len() as u32,
+                offset,
+                to_shm: Some(0),
+            };
+            let n = expect!(self.call(&req)?, Response::Count(n) => n as usize)?;
+            assert!(n <= buf.len(), "the daemon read more than asked");
+            self.shm.as_ref().expect("checked").get(0, &mut buf[..n]);
+            return Ok(n);
+        }
+        let len = buf.len().min(MAX_DATA) as u32;
+        let data = expect!(self.call(&Request::Read { fd, len, offset, to_shm: None })?, Response::Data(d) => d)?;
+        let n = data.len().min(buf.len());
+        buf[..n].copy_from_slice(&data[..n]);
+        Ok(n)
+    }
+
+    /// Writes at the file offset (or the end, if opened to append); returns how many bytes.
+    pub fn write(&mut self, fd: u32, data: &[u8]) -> Result<usize> {
+        self.write_at(fd, data, None)
+    }
+
+    pub fn pwrite(&mut self, fd: u32, data: &[u8], offset: u64) -> Result<usize> {
+        self.write_at(fd, data, Some(offset))
+    }
+
+    fn write_at(&mut self, fd: u32, data: &[u8], offset: Option<u64>) -> Result<usize> {
+        let payload = if self.use_shm(data.len()) {
+            self.shm.as_mut().expect("checked").put(0, data);
+            Payload::Shm {
+                offset: 0,
+                len: data.len() as u32,
+            }
+        } else {
+            Payload::Inline(data[..data.len().min(MAX_DATA)].to_vec())
+        };
+        expect!(self.call(&Request::Write { fd, data: payload, offset })?, Response::Count(n) => n as usize)
+    }
+
+    pub fn seek(&mut self, fd: u32, offset: u64) -> Result<()> {
+        self.ok(Request::Seek { fd, offset })
+    }
+
+    pub fn fsync(&mut self, fd: u32) -> Result<()> {
+        self.ok(Request::Fsync { fd })
+    }
+
+    pub fn ftruncate(&mut self, fd: u32, size: u64) -> Result<()> {
+        self.ok(Request::Ftruncate { fd, size })
+    }
+
+    pub fn fstat(&mut self, fd: u32) -> Result<Stat> {
+        expect!(self.call(&Request::Fstat { fd })?, Response::Stat(s) => s)
+    }
+
+    pub fn stat(&mut self, path: &str) -> Result<Stat> {
+        expect!(self.call(&Request::Stat { path: path.into() })?, Response::Stat(s) => s)
+    }
+
+    pub fn mkdir(&mut self, path: &str, mode: u16) -> Result<()> {
+        self.ok(Request::Mkdir {
+            path: path.into(),
+            mode,
+        })
+    }
+
+    pub fn rmdir(&mut self, path: &str) -> Result<()> {
+        self.ok(Request::Rmdir { path: path.into() })
+    }
+
+    pub fn readdir(&mut self, path: &str) -> Result<Vec<DirEntry>> {
+        expect!(self.call(&Request::Readdir { path: path.into() })?, Response::Entries(e) => e)
+    }
+
+    pub fn unlink(&mut self, path: &str) -> Result<()> {
+        self.ok(Request::Unlink { path: path.into() })
+    }
+
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
+        self.ok(Request::Rename {
+            from: from.into(),
+            to: to.into(),
+        })
+    }
+
+    /// Writes everything to the device.
+    pub fn sync(&mut self) -> Result<()> {
+        self.ok(Request::Sync)
+    }
+
+    // ---- grafts -----------------------------------------------------------------------------
+
+    /// Loads a graft at a graftpoint of this process (`vas.pick_victim`, `file.compute_ra/<fd>`)
+    /// or a global one (privileged).
+    pub fn graft_load(&mut self, point: &str, wasm: &[u8]) -> Result<GraftInfo> {
+        expect!(self.call(&Request::GraftLoad { point: point.into(), wasm: wasm.to_vec() })?, Response::Graft(g) => g)
+    }
+
+    /// Binds a graft to a file: every later open of `path` by any process runs it at `point`.
+    pub fn graft_load_file(&mut self, path: &str, point: &str, wasm: &[u8]) -> Result<GraftInfo> {
+        let req = Request::GraftLoadFile {
+            path: path.into(),
+            point: point.into(),
+            wasm: wasm.to_vec(),
+        };
+        expect!(self.call(&req)?, Response::Graft(g) => g)
+    }
+
+    pub fn graft_unload(&mut self, point: &str) -> Result<()> {
+        self.ok(Request::GraftUnload { point: point.into() })
+    }
+
+    pub fn graft_unload_file(&mut self, path: &str, point: &str) -> Result<()> {
+        self.ok(Request::GraftUnloadFile {
+            path: path.into(),
+            point: point.into(),
+        })
+    }
+
+    /// Writes into the graft's memory (its shared state, e.g. a hot list).
+    pub fn graft_write_memory(&mut self, point: &str, offset: u32, data: &[u8]) -> Result<()> {
+        self.ok(Request::GraftWriteMemory {
+            point: point.into(),
+            offset,
+            data: data.to_vec(),
+        })
+    }
+
+    /// The address of a data symbol the graft exports.
+    pub fn graft_symbol(&mut self, point: &str, symbol: &str) -> Result<u32> {
+        expect!(self.call(&Request::GraftSymbol { point: point.into(), symbol: symbol.into() })?, Response::Address(a) => a)
+    }
+
+    /// Calls one of the graft's exported control functions.
+    pub fn graft_call(&mut self, point: &str, control: &str, args: &[i64]) -> Result<i64> {
+        let req = Request::GraftCall {
+            point: point.into(),
+            control: control.into(),
+            args: args.to_vec(),
+        };
+        expect!(self.call(&req)?, Response::Value(v) => v)
+    }
+
+    pub fn graft_list(&mut self) -> Result<Vec<SlotInfo>> {
+        expect!(self.call(&Request::GraftList)?, Response::Slots(s) => s)
+    }
+
+    pub fn graft_stats(&mut self, point: &str) -> Result<SlotInfo> {
+        expect!(self.call(&Request::GraftStats { point: point.into() })?, Response::Slot(s) => s)
+    }
+
+    /// What happened to this process's grafts (unloaded for failing) since the last call.
+    pub fn graft_events(&mut self) -> Result<Vec<String>> {
+        expect!(self.call(&Request::GraftEvents)?, Response::GraftEvents(e) => e)
+    }
+
+    // ---- locks and events -------------------------------------------------------------------
+
+    /// Takes, or with [`LockKind::Unlock`] drops, a byte-range lock (`len` 0: to the end).
+    pub fn lock(&mut self, fd: u32, kind: LockKind, start: u64, len: u64, wait: bool) -> Result<()> {
+        self.ok(Request::Lock {
+            fd,
+            kind,
+            start,
+            len,
+            wait,
+        })
+    }
+
+    /// The first lock that would block this one, if any.
+    pub fn getlk(&mut self, fd: u32, kind: LockKind, start: u64, len: u64) -> Result<Option<LockInfo>> {
+        expect!(self.call(&Request::GetLk { fd, kind, start, len })?, Response::Lock(l) => l)
+    }
+
+    pub fn event_filter(&mut self, kind: EventKind, inodes: &[u64], names: &[String]) -> Result<()> {
+        self.ok(Request::EventFilter {
+            kind,
+            inodes: inodes.to_vec(),
+            names: names.to_vec(),
+        })
+    }
+
+    pub fn event_subscribe(&mut self, kind: EventKind) -> Result<()> {
+        self.ok(Request::EventSubscribe { kind })
+    }
+
+    /// Waits up to `timeout_ms` for events; returns those that came (maybe none).
+    pub fn event_wait(&mut self, timeout_ms: u32) -> Result<Vec<Event>> {
+        expect!(self.call(&Request::EventWait { timeout_ms })?, Response::Events(e) => e)
+    }
+
+    /// Every process and bound graft, with their counters.
+    pub fn top(&mut self) -> Result<Top> {
+        expect!(self.call(&Request::Top)?, Response::Top(t) => t)
+    }
+}
+
+impl ClientError {
+    fn context(mut self, what: &str) -> Self {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+}
+
+/// `$VINO_SOCKET`, or [`DEFAULT_SOCKET`].
+pub fn default_socket() -> std::path::PathBuf {
+    std::env::var_os("VINO_SOCKET").map_or_else(|| DEFAULT_SOCKET.into(), Into::into)
+}
+
+/// Sends `frame` with `fd` attached (SCM_RIGHTS).
+fn send_with_fd(stream: &UnixStream, frame: &[u8], fd: BorrowedFd<'_>) -> Result<()> {
+    let fds = [fd.as_raw_fd()];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let sent = sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(frame)],
+        &cmsg,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    // The fd went with the first byte; the rest may follow as plain data.
+    (&*stream).write_all(&frame[sent..])?;
+    Ok(())
+}

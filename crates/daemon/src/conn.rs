@@ -1,0 +1,220 @@
+//! One connection: the Hello exchange, then requests until the client goes away. Whatever the
+//! reason the connection ends, its kernel process exits (files closed, grafts unloaded).
+
+use crate::dispatch::{Account, Session};
+use crate::peer::Peer;
+use crate::shm::ClientMemory;
+use crate::{ConnInfo, Daemon};
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+use std::io::{IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use vino_kernel::{Credentials, Pid};
+use vino_proto::{ErrorReply, FrameError, MAX_FRAME, Request, Response, VERSION, errno};
+
+/// How long a new connection may take to say Hello.
+const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Sends an error answer, ignoring a peer that is gone.
+fn refuse(stream: &mut UnixStream, errno: i32, message: impl Into<String>) {
+    let _ = vino_proto::write_frame(stream, &Response::Error(ErrorReply::new(errno, message)));
+}
+
+/// The answer to a frame that could not be read, if one can still be sent.
+fn frame_error(stream: &mut UnixStream, e: &FrameError) {
+    match e {
+        FrameError::TooLarge { .. } => refuse(stream, errno::EMSGSIZE, e.to_string()),
+        FrameError::Decode(_) => refuse(stream, errno::EPROTO, e.to_string()),
+        _ => {}
+    }
+}
+
+/// Reads the first frame's header with `recvmsg`, so that a file descriptor sent with it
+/// (the client's shared memory) arrives too.
+fn read_hello_header(stream: &mut UnixStream) -> Result<([u8; 4], Option<OwnedFd>), FrameError> {
+    let mut header = [0u8; 4];
+    let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+    let (got, fds) = {
+        let mut iov = [IoSliceMut::new(&mut header)];
+        let msg = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| FrameError::Io(e.into()))?;
+        let mut fds = Vec::new();
+        for c in msg.cmsgs().map_err(|e| FrameError::Io(e.into()))? {
+            if let ControlMessageOwned::ScmRights(list) = c {
+                // SAFETY: descriptors just received are ours to own (and close).
+                fds.extend(list.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
+        }
+        (msg.bytes, fds)
+    };
+    if got == 0 {
+        return Err(FrameError::Closed);
+    }
+    stream
+        .read_exact(&mut header[got..])
+        .map_err(|_| FrameError::Truncated)?;
+    // One descriptor is expected at most; others are closed as they drop.
+    Ok((header, fds.into_iter().next()))
+}
+
+/// The Hello exchange: the client's version and shared memory. Returns the client's name and
+/// its memory, or `None` after refusing it.
+fn hello(stream: &mut UnixStream, max_shm: u64) -> Option<(String, Option<ClientMemory>)> {
+    let mut buf = Vec::new();
+    let read = read_hello_header(stream)
+        .and_then(|(header, fd)| vino_proto::read_frame_after_header(header, stream, &mut buf, MAX_FRAME).map(|_| fd))
+        .and_then(|fd| Ok((vino_proto::decode::<Request>(&buf)?, fd)));
+    let (req, fd) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            frame_error(stream, &e);
+            return None;
+        }
+    };
+    let Request::Hello {
+        version,
+        client,
+        shm_len,
+    } = req
+    else {
+        refuse(stream, errno::EPROTO, "the first message must be Hello");
+        return None;
+    };
+    if version != VERSION {
+        refuse(
+            stream,
+            errno::EPROTO,
+            format!("protocol version {version} is not spoken here (this daemon speaks {VERSION})"),
+        );
+        return None;
+    }
+    if let Err(why) = (Request::Hello {
+        version,
+        client: client.clone(),
+        shm_len,
+    })
+    .check()
+    {
+        refuse(stream, errno::EINVAL, why);
+        return None;
+    }
+    let shm = match (shm_len, fd) {
+        (0, _) => None,
+        (_, None) => {
+            refuse(
+                stream,
+                errno::EINVAL,
+                "Hello announced shared memory but passed no descriptor",
+            );
+            return None;
+        }
+        (len, Some(fd)) => match ClientMemory::map(fd, len, max_shm) {
+            Ok(m) => Some(m),
+            Err(why) => {
+                refuse(stream, errno::EINVAL, why);
+                return None;
+            }
+        },
+    };
+    Some((client, shm))
+}
+
+/// Ends the kernel process and forgets the connection, however the connection ends.
+struct Cleanup<'a> {
+    daemon: &'a Daemon,
+    pid: Pid,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        self.daemon.conns.lock().remove(&self.pid);
+        self.daemon.kernel.exit(self.pid);
+    }
+}
+
+/// Serves a connection until it ends.
+pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream) {
+    let peer = match Peer::of(&stream) {
+        Ok(p) => p,
+        Err(e) => return refuse(&mut stream, errno::EIO, format!("cannot tell who connected: {e}")),
+    };
+    // A client that connects and says nothing does not hold a thread (or a shutdown) for long.
+    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
+    let Some((client, shm)) = hello(&mut stream, daemon.config.max_shm) else {
+        return;
+    };
+    let _ = stream.set_read_timeout(None);
+    let privileged = peer.privileged(daemon.privileged_gid);
+    let cred = Credentials {
+        uid: peer.uid,
+        gid: peer.gid,
+        groups: peer.groups.clone(),
+        privileged,
+    };
+    let process = daemon.kernel.spawn(cred);
+    let pid = process.pid();
+    let account = Arc::new(Account::default());
+    let Ok(handle) = stream.try_clone() else {
+        return daemon.kernel.exit(pid);
+    };
+    let info = ConnInfo {
+        peer,
+        client,
+        account: account.clone(),
+        stream: handle,
+    };
+    daemon.conns.lock().insert(pid, info);
+    let _cleanup = Cleanup { daemon, pid };
+    if daemon.stopping() {
+        return;
+    }
+    let has_shm = shm.is_some();
+    let reply = Response::Hello {
+        version: VERSION,
+        pid,
+        privileged,
+        shm: has_shm,
+    };
+    if vino_proto::write_frame(&mut stream, &reply).is_err() {
+        return;
+    }
+    let mut session = Session {
+        daemon,
+        process,
+        shm,
+        account,
+        scratch: Vec::new(),
+    };
+    requests(&mut stream, &mut session);
+}
+
+/// Reads, serves and answers requests until the client leaves or misbehaves.
+fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
+    let mut buf = Vec::new();
+    loop {
+        if let Err(e) = vino_proto::read_frame(stream, &mut buf, MAX_FRAME) {
+            return frame_error(stream, &e);
+        }
+        let req: Request = match vino_proto::decode(&buf) {
+            Ok(r) => r,
+            Err(e) => return frame_error(stream, &e),
+        };
+        if let Err(why) = req.check() {
+            return refuse(stream, errno::E2BIG, format!("{}: {why}", req.name()));
+        }
+        let answer = vino_proto::encode(&session.serve(req));
+        if stream.write_all(&answer).is_err() {
+            return;
+        }
+        // A big request's buffer is not kept for the rest of the connection.
+        if buf.capacity() > 4 * vino_proto::MAX_DATA {
+            buf = Vec::new();
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! One request, served: the system call on the connection's kernel process, and the answer in
+//! the protocol's types.
+
+use crate::Daemon;
+use crate::shm::ClientMemory;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use vino_kernel::{Process, SysError};
+use vino_proto::{ErrorReply, Payload, Request, Response, errno};
+
+/// What a connection did, for `top`.
+#[derive(Debug, Default)]
+pub struct Account {
+    pub syscalls: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+}
+
+/// A connection's state while it serves requests.
+pub(crate) struct Session<'a> {
+    pub daemon: &'a Daemon,
+    pub process: Arc<Process>,
+    pub shm: Option<ClientMemory>,
+    pub account: Arc<Account>,
+    /// Reused for data on its way between the kernel and the client.
+    pub scratch: Vec<u8>,
+}
+
+type Answer = Result<Response, ErrorReply>;
+
+fn sys(e: SysError) -> ErrorReply {
+    ErrorReply::new(e.errno as i32, e.message)
+}
+
+fn inval(message: String) -> ErrorReply {
+    ErrorReply::new(errno::EINVAL, message)
+}
+
+fn not_yet(what: &str) -> Answer {
+    Err(ErrorReply::new(
+        errno::ENOSYS,
+        format!("{what}: not available in this kernel yet"),
+    ))
+}
+
+fn flags(f: vino_proto::OpenFlags) -> vino_kernel::OpenFlags {
+    vino_kernel::OpenFlags {
+        read: f.read,
+        write: f.write,
+        create: f.create,
+        exclusive: f.exclusive,
+        truncate: f.truncate,
+        append: f.append,
+        mode: f.mode,
+    }
+}
+
+fn kind(k: vino_kernel::FileType) -> vino_proto::FileKind {
+    match k {
+        vino_kernel::FileType::Regular => vino_proto::FileKind::Regular,
+        vino_kernel::FileType::Directory => vino_proto::FileKind::Directory,
+    }
+}
+
+fn stat(s: vino_kernel::Stat) -> vino_proto::Stat {
+    vino_proto::Stat {
+        ino: s.ino,
+        kind: kind(s.kind),
+        mode: s.mode,
+        nlink: s.nlink,
+        uid: s.uid,
+        gid: s.gid,
+        size: s.size,
+        blocks: s.blocks,
+        atime_ns: s.atime_ns,
+        mtime_ns: s.mtime_ns,
+        ctime_ns: s.ctime_ns,
+    }
+}
+
+pub(crate) fn graft_info(g: vino_graft::GraftInfo) -> vino_proto::GraftInfo {
+    vino_proto::GraftInfo {
+        hash: g.hash,
+        size: g.size as u64,
+        owner: g.owner,
+        cached: g.cached,
+        compile_ns: g.compile_ns,
+        load_ns: g.load_ns,
+    }
+}
+
+pub(crate) fn graft_stats(s: vino_graft::GraftStats) -> vino_proto::GraftStats {
+    vino_proto::GraftStats {
+        invocations: s.invocations,
+        aborts: s.failures,
+        consecutive_aborts: s.consecutive_failures,
+        time_ns: s.time_ns,
+        last_error: s.last_error,
+        last_log: s.last_log,
+    }
+}
+
+pub(crate) fn slot_info(s: vino_graft::SlotInfo) -> vino_proto::SlotInfo {
+    vino_proto::SlotInfo {
+        point: s.point,
+        access: match s.access {
+            vino_graft::Access::Privileged => "privileged".into(),
+            vino_graft::Access::Process(p) => format!("process {p}"),
+        },
+        policy: format!("{:?}", s.policy).to_lowercase(),
+        graft: s.graft.map(graft_info),
+        stats: s.stats.map(graft_stats),
+    }
+}
+
+fn event_text(e: vino_graft::GraftEvent) -> String {
+    match e {
+        vino_graft::GraftEvent::Unloaded {
+            point,
+            failures,
+            last_error,
+        } => {
+            format!("{point}: unloaded after {failures} failures in a row ({last_error})")
+        }
+    }
+}
+
+impl Session<'_> {
+    /// Serves one request (Hello excepted: the connection handles it).
+    pub fn serve(&mut self, req: Request) -> Response {
+        self.account.syscalls.fetch_add(1, Ordering::Relaxed);
+        self.answer(req).unwrap_or_else(Response::Error)
+    }
+
+    fn answer(&mut self, req: Request) -> Answer {
+        let p = self.process.clone();
+        let ok = |r: Result<(), SysError>| r.map(|_| Response::Ok).map_err(sys);
+        match req {
+            Request::Hello { .. } => Err(ErrorReply::new(errno::EPROTO, "Hello was already said")),
+            Request::Null => Ok(Response::Ok),
+            Request::Open { path, flags: f } => p.open(&path, flags(f)).map(Response::Fd).map_err(sys),
+            Request::Close { fd } => ok(p.close(fd)),
+            Request::Read {
+                fd,
+                len,
+                offset,
+                to_shm,
+            } => self.read(fd, len, offset, to_shm),
+            Request::Write { fd, data, offset } => self.write(fd, data, offset),
+            Request::Seek { fd, offset } => ok(p.seek(fd, offset)),
+            Request::Fsync { fd } => ok(p.fsync(fd)),
+            Request::Ftruncate { fd, size } => ok(p.ftruncate(fd, size)),
+            Request::Fstat { fd } => p.fstat(fd).map(|s| Response::Stat(stat(s))).map_err(sys),
+            Request::Stat { path } => p.stat(&path).map(|s| Response::Stat(stat(s))).map_err(sys),
+            Request::Mkdir { path, mode } => ok(p.mkdir(&path, mode)),
+            Request::Rmdir { path } => ok(p.rmdir(&path)),
+            Request::Readdir { path } => p.readdir(&path).map(entries).map_err(sys),
+            Request::Unlink { path } => ok(p.unlink(&path)),
+            Request::Rename { from, to } => ok(p.rename(&from, &to)),
+            Request::Sync => ok(p.kernel().sync()),
+            Request::GraftLoad { point, wasm } => p
+                .graft_load(&point, &wasm)
+                .map(|g| Response::Graft(graft_info(g)))
+                .map_err(sys),
+            Request::GraftLoadFile { path, point, wasm } => p
+                .graft_load_file(&path, &point, &wasm)
+                .map(|g| Response::Graft(graft_info(g)))
+                .map_err(sys),
+            Request::GraftUnload { point } => ok(p.graft_unload(&point)),
+            Request::GraftUnloadFile { path, point } => ok(p.graft_unload_file(&path, &point)),
+            Request::GraftWriteMemory { point, offset, data } => ok(p.graft_write_memory(&point, offset, &data)),
+            Request::GraftSymbol { point, symbol } => {
+                p.graft_symbol(&point, &symbol).map(Response::Address).map_err(sys)
+            }
+            Request::GraftCall { point, control, args } => {
+                p.graft_call(&point, &control, &args).map(Response::Value).map_err(sys)
+            }
+            Request::GraftList => Ok(Response::Slots(p.graft_list().into_iter().map(slot_info).collect())),
+            Request::GraftStats { point } => p.graft_stats(&point).map(|s| Response::Slot(slot_info(s))).map_err(sys),
+            Request::GraftEvents => Ok(Response::GraftEvents(
+                p.graft_events().into_iter().map(event_text).collect(),
+            )),
+            Request::Lock { .. } => not_yet("byte-range locks"),
+            Request::GetLk { .. } => not_yet("byte-range locks"),
+            Request::EventFilter { .. } | Request::EventSubscribe { .. } | Request::EventWait { .. } => {
+                not_yet("file-system events")
+            }
+            Request::Top => Ok(Response::Top(self.daemon.top())),
+        }
+    }
+
+    fn read(&mut self, fd: u32, len: u32, offset: Option<u64>, to_shm: Option<u64>) -> Answer {
+        let len = len as usize;
+        if to_shm.is_some() && self.shm.is_none() {
+            return Err(inval("a read into shared memory, but none was passed in Hello".into()));
+        }
+        if let (Some(at), Some(shm)) = (to_shm, &self.shm) {
+            // Check the bounds before the read moves the file offset.
+            shm.copy_in(at, &[])
+                .and_then(|_| shm.copy_in(at.saturating_add(len as u64), &[]))
+                .map_err(inval)?;
+        }
+        self.scratch.clear();
+        self.scratch.resize(len, 0);
+        let n = match offset {
+            Some(o) => self.process.pread(fd, &mut self.scratch, o),
+            None => self.process.read(fd, &mut self.scratch),
+        }
+        .map_err(sys)?;
+        self.account.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+        match (to_shm, &self.shm) {
+            (Some(at), Some(shm)) => {
+                shm.copy_in(at, &self.scratch[..n]).map_err(inval)?;
+                Ok(Response::Count(n as u64))
+            }
+            _ => Ok(Response::Data(self.scratch[..n].to_vec())),
+        }
+    }
+
+    fn write(&mut self, fd: u32, data: Payload, offset: Option<u64>) -> Answer {
+        let bytes = match data {
+            Payload::Inline(v) => v,
+            Payload::Shm { offset: at, len } => {
+                let shm = self
+                    .shm
+                    .as_ref()
+                    .ok_or_else(|| inval("data in shared memory, but none was passed".into()))?;
+                let mut buf = std::mem::take(&mut self.scratch);
+                shm.copy_out(at, len as usize, &mut buf).map_err(inval)?;
+                buf
+            }
+        };
+        let n = match offset {
+            Some(o) => self.process.pwrite(fd, &bytes, o),
+            None => self.process.write(fd, &bytes),
+        };
+        self.scratch = bytes;
+        let n = n.map_err(sys)?;
+        self.account.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(Response::Count(n as u64))
+    }
+}
+
+fn entries(list: Vec<vino_kernel::DirEntry>) -> Response {
+    Response::Entries(
+        list.into_iter()
+            .map(|e| vino_proto::DirEntry {
+                name: e.name,
+                ino: e.ino,
+                kind: kind(e.kind),
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,276 @@
+//! `vinod`: the VINO kernel served to other processes over a Unix socket.
+//!
+//! The daemon boots a [`vino_kernel::Kernel`] on a disk image (made on first use) and listens on
+//! a Unix socket. Each connection is a kernel process whose credentials come from the socket
+//! (`SO_PEERCRED`, supplementary groups from `/proc`); it is privileged if root or a member of
+//! the configured group. A thread serves each connection; whatever ends it (the client closing,
+//! dying, or sending something malformed), its process exits: files closed, grafts unloaded.
+//! `SIGTERM` or `SIGINT` stops the daemon cleanly: clients are disconnected, the cache is
+//! written back and the file system unmounted.
+//!
+//! The protocol is `vino-proto`; `vino-client` is its client library.
+
+pub mod config;
+mod conn;
+mod dispatch;
+mod peer;
+mod shm;
+mod top;
+
+pub use config::Config;
+pub use dispatch::Account;
+pub use peer::Peer;
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Instant;
+use vino_blockdev::{BLOCK_SIZE, BlockDevice, FileDevice};
+use vino_kernel::{Kernel, KernelConfig, Pid};
+use vino_proto::{ErrorReply, Response, errno};
+
+/// Why the daemon could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DaemonError(pub String);
+
+type Result<T> = std::result::Result<T, DaemonError>;
+
+fn err(what: impl std::fmt::Display) -> DaemonError {
+    DaemonError(what.to_string())
+}
+
+/// A connected client.
+pub(crate) struct ConnInfo {
+    pub peer: Peer,
+    pub client: String,
+    pub account: Arc<Account>,
+    /// A handle on the socket, to disconnect the client at shutdown.
+    pub stream: UnixStream,
+}
+
+/// The daemon's shared state.
+pub struct Daemon {
+    kernel: Arc<Kernel>,
+    config: Config,
+    privileged_gid: Option<u32>,
+    conns: Mutex<HashMap<Pid, ConnInfo>>,
+    /// Connections being served (the Hello exchange included).
+    active: AtomicUsize,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    stopping: AtomicBool,
+    started: Instant,
+}
+
+/// A running daemon: its accept loop in a thread. [`Handle::shutdown`] stops it.
+pub struct Handle {
+    daemon: Arc<Daemon>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+/// Opens the image, or makes it (with a fresh file system) if it does not exist.
+fn open_image(config: &Config) -> Result<Arc<dyn BlockDevice>> {
+    let path = &config.image;
+    if path.exists() {
+        let dev = FileDevice::open(path).map_err(|e| err(format!("opening {}: {e}", path.display())))?;
+        return Ok(Arc::new(dev));
+    }
+    let bytes = config.image_bytes().map_err(err)?.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
+    let dev = FileDevice::create(path, bytes).map_err(|e| err(format!("creating {}: {e}", path.display())))?;
+    vino_fs::mkfs(&dev, &vino_fs::MkfsOptions::default())
+        .map_err(|e| err(format!("making a file system on {}: {e}", path.display())))?;
+    Ok(Arc::new(dev))
+}
+
+/// Binds the socket, replacing a stale one (refusing if a daemon answers there).
+fn bind(path: &Path, mode: u32) -> Result<UnixListener> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(err(format!("a daemon already listens on {}", path.display())));
+        }
+        std::fs::remove_file(path).map_err(|e| err(format!("removing stale {}: {e}", path.display())))?;
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| err(format!("creating {}: {e}", dir.display())))?;
+    }
+    let listener = UnixListener::bind(path).map_err(|e| err(format!("binding {}: {e}", path.display())))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| err(format!("setting the mode of {}: {e}", path.display())))?;
+    Ok(listener)
+}
+
+/// Starts a daemon: boots the kernel on the image and serves the socket from a thread.
+pub fn start(config: Config) -> Result<Handle> {
+    let privileged_gid = config.privileged_gid().map_err(err)?;
+    let device = open_image(&config)?;
+    let kconfig = KernelConfig {
+        cache_frames: config.cache_frames,
+        ..Default::default()
+    };
+    let kernel =
+        Kernel::boot(device, &kconfig).map_err(|e| err(format!("booting on {}: {e}", config.image.display())))?;
+    let listener = match bind(&config.socket, config.socket_mode) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = kernel.shutdown();
+            return Err(e);
+        }
+    };
+    let daemon = Arc::new(Daemon {
+        kernel,
+        config,
+        privileged_gid,
+        conns: Mutex::new(HashMap::new()),
+        active: AtomicUsize::new(0),
+        threads: Mutex::new(Vec::new()),
+        stopping: AtomicBool::new(false),
+        started: Instant::now(),
+    });
+    let d = daemon.clone();
+    let acceptor = std::thread::Builder::new()
+        .name("vinod-accept".into())
+        .spawn(move || d.accept(listener))
+        .map_err(|e| err(format!("starting the accept thread: {e}")))?;
+    Ok(Handle {
+        daemon,
+        acceptor: Some(acceptor),
+    })
+}
+
+/// Runs a daemon in the foreground until SIGTERM or SIGINT, then stops it cleanly.
+pub fn run(config: Config) -> Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    // Blocked before any thread starts, so that every thread inherits the mask and the signal
+    // waits for `wait` below.
+    signals
+        .thread_block()
+        .map_err(|e| err(format!("blocking signals: {e}")))?;
+    let handle = start(config)?;
+    signals.wait().map_err(|e| err(format!("waiting for a signal: {e}")))?;
+    handle.shutdown()
+}
+
+impl Handle {
+    pub fn kernel(&self) -> &Arc<Kernel> {
+        &self.daemon.kernel
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.daemon.config.socket
+    }
+
+    /// The daemon's state (for `top` without a connection).
+    pub fn daemon(&self) -> &Arc<Daemon> {
+        &self.daemon
+    }
+
+    /// Stops accepting, disconnects every client (their processes exit), writes everything back
+    /// and unmounts.
+    pub fn shutdown(mut self) -> Result<()> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        let Some(acceptor) = self.acceptor.take() else {
+            return Ok(());
+        };
+        let d = &self.daemon;
+        d.stopping.store(true, Ordering::SeqCst);
+        // Wake the accept loop.
+        let _ = UnixStream::connect(&d.config.socket);
+        let _ = acceptor.join();
+        for c in d.conns.lock().values() {
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        }
+        let threads = std::mem::take(&mut *d.threads.lock());
+        for t in threads {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&d.config.socket);
+        d.kernel
+            .shutdown()
+            .map_err(|e| err(format!("unmounting {}: {e}", d.config.image.display())))
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("vinod: {e}");
+        }
+    }
+}
+
+/// Decrements the count of active connections when a connection thread ends.
+struct Active<'a>(&'a AtomicUsize);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Daemon {
+    pub fn kernel(&self) -> &Arc<Kernel> {
+        &self.kernel
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Clients connected now (their Hello done).
+    pub fn connections(&self) -> usize {
+        self.conns.lock().len()
+    }
+
+    fn accept(self: Arc<Self>, listener: UnixListener) {
+        for stream in listener.incoming() {
+            if self.stopping() {
+                break;
+            }
+            let Ok(mut stream) = stream else { continue };
+            if self.active.fetch_add(1, Ordering::SeqCst) >= self.config.max_connections {
+                self.active.fetch_sub(1, Ordering::SeqCst);
+                let e = ErrorReply::new(
+                    errno::EUSERS,
+                    format!("too many connections ({})", self.config.max_connections),
+                );
+                let _ = vino_proto::write_frame(&mut stream, &Response::Error(e));
+                continue;
+            }
+            let d = self.clone();
+            let spawned = std::thread::Builder::new().name("vinod-conn".into()).spawn(move || {
+                let _active = Active(&d.active);
+                conn::serve(&d, stream);
+            });
+            let mut threads = self.threads.lock();
+            threads.retain(|t| !t.is_finished());
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    self.active.fetch_sub(1, Ordering::SeqCst);
+                    eprintln!("vinod: cannot start a connection thread: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// The socket path a CLI should use: the flag, else `$VINO_SOCKET`, else the default.
+pub fn socket_path(flag: Option<PathBuf>) -> PathBuf {
+    flag.or_else(|| std::env::var_os("VINO_SOCKET").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(vino_proto::DEFAULT_SOCKET))
+}

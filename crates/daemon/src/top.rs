@@ -1,0 +1,106 @@
+//! The `Top` snapshot: every process's accounts and every bound graft.
+
+use crate::Daemon;
+use crate::dispatch::graft_stats;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use vino_graft::{PolicyKind, SlotInfo};
+use vino_proto::{CacheTop, GraftTop, ProcessTop, Top};
+
+fn graft_row(s: &SlotInfo, scope: String) -> Option<GraftTop> {
+    let g = s.graft.as_ref()?;
+    let st = graft_stats(s.stats.clone().unwrap_or_default());
+    Some(GraftTop {
+        point: s.point.clone(),
+        owner: g.owner,
+        scope,
+        hash: g.hash.clone(),
+        invocations: st.invocations,
+        time_ns: st.time_ns,
+        aborts: st.aborts,
+    })
+}
+
+impl Daemon {
+    /// A snapshot of every process and every bound graft.
+    pub fn top(&self) -> Top {
+        let kernel = &self.kernel;
+        let global = kernel.global_graftpoints().list();
+        let global_names: HashSet<&str> = global.iter().map(|s| s.point.as_str()).collect();
+        let file_grafts = kernel.file_grafts();
+        let mut grafts: Vec<GraftTop> = global.iter().filter_map(|s| graft_row(s, "global".into())).collect();
+        let mut processes = Vec::new();
+        for p in kernel.processes() {
+            let pid = p.pid();
+            let mut row = ProcessTop {
+                pid,
+                ..Default::default()
+            };
+            // The process's own graftpoints whose graft it loaded (file-wide grafts reached its
+            // descriptors too, but they are counted with the file below).
+            let own: Vec<SlotInfo> = p
+                .graft_list()
+                .into_iter()
+                .filter(|s| !global_names.contains(s.point.as_str()) && s.policy == PolicyKind::Wasm)
+                .filter(|s| s.graft.as_ref().is_some_and(|g| g.owner == pid))
+                .collect();
+            for s in own.iter().chain(
+                global
+                    .iter()
+                    .filter(|s| s.graft.as_ref().is_some_and(|g| g.owner == pid)),
+            ) {
+                let st = s.stats.clone().unwrap_or_default();
+                row.grafts += 1;
+                row.graft_invocations += st.invocations;
+                row.graft_time_ns += st.time_ns;
+                row.graft_aborts += st.failures;
+            }
+            for f in file_grafts.iter().filter(|f| f.owner == pid) {
+                row.grafts += 1;
+                row.graft_invocations += f.stats.invocations;
+                row.graft_time_ns += f.stats.time_ns;
+                row.graft_aborts += f.stats.failures;
+            }
+            grafts.extend(own.iter().filter_map(|s| graft_row(s, format!("process {pid}"))));
+            let cache = kernel.cache().process_counters(pid);
+            row.cache_hits = cache.hits;
+            row.cache_misses = cache.misses;
+            row.cache_frames = kernel.cache().resident_pages(pid) as u64;
+            row.open_files = p.fds().len() as u64;
+            let cred = p.credentials();
+            (row.uid, row.gid, row.privileged) = (cred.uid, cred.gid, cred.privileged);
+            if let Some(c) = self.conns.lock().get(&pid) {
+                row.host_pid = c.peer.pid;
+                row.client = c.client.clone();
+                row.syscalls = c.account.syscalls.load(Ordering::Relaxed);
+                row.bytes_read = c.account.bytes_read.load(Ordering::Relaxed);
+                row.bytes_written = c.account.bytes_written.load(Ordering::Relaxed);
+            }
+            processes.push(row);
+        }
+        grafts.extend(file_grafts.iter().map(|f| GraftTop {
+            point: f.point.clone(),
+            owner: f.owner,
+            scope: format!("file {}", f.path),
+            hash: f.hash.clone(),
+            invocations: f.stats.invocations,
+            time_ns: f.stats.time_ns,
+            aborts: f.stats.failures,
+        }));
+        let cs = kernel.cache().stats();
+        let cache = CacheTop {
+            frames: cs.frames as u64,
+            resident: cs.resident as u64,
+            dirty: cs.dirty as u64,
+            hits: cs.total.hits,
+            misses: cs.total.misses,
+        };
+        Top {
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            connections: self.connections() as u64,
+            processes,
+            grafts,
+            cache,
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The protocol between `vinod` and its clients.
+//!
+//! A connection is one kernel process. The client speaks first with [`Request::Hello`] (the
+//! protocol [`VERSION`], and optionally a sealed memfd passed alongside with `SCM_RIGHTS` for
+//! bulk data); the daemon answers [`Response::Hello`] with the process id it was given. After
+//! that each request gets exactly one response, in order.
+//!
+//! On the wire every message is a frame: a `u32` little-endian payload length, then the payload,
+//! a `postcard` encoding of a [`Request`] or [`Response`]. A frame longer than [`MAX_FRAME`] is
+//! refused from its header alone, before anything is allocated for it.
+//!
+//! The types here are the protocol's own (no dependency on the kernel), so that clients stay
+//! light and the C and Python bindings have plain data to map.
+
+mod frame;
+mod types;
+
+pub use frame::{FrameError, decode, encode, read_frame, read_frame_after_header, write_frame};
+pub use types::*;
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version; the daemon refuses a Hello with another.
+pub const VERSION: u32 = 1;
+/// Largest graft module a client may send.
+pub const MAX_MODULE: usize = 16 << 20;
+/// Largest in-band data of one read, write or graft-memory request.
+pub const MAX_DATA: usize = 1 << 20;
+/// Largest frame: a maximal module plus room for the rest of its request.
+pub const MAX_FRAME: usize = MAX_MODULE + (64 << 10);
+/// Largest path or name in a request.
+pub const MAX_PATH: usize = 4096;
+/// Largest list in a request (control-call arguments, event filters).
+pub const MAX_LIST: usize = 1024;
+/// Largest shared-memory area a client may pass in Hello.
+pub const MAX_SHM: u64 = 256 << 20;
+/// The socket clients use when `VINO_SOCKET` is not set.
+pub const DEFAULT_SOCKET: &str = "/run/vino/vinod.sock";
+
+/// Errno values the daemon itself returns (Linux numbering).
+pub mod errno {
+    pub const EPERM: i32 = 1;
+    pub const ENOENT: i32 = 2;
+    pub const EIO: i32 = 5;
+    pub const EBADF: i32 = 9;
+    pub const EAGAIN: i32 = 11;
+    pub const EACCES: i32 = 13;
+    pub const EINVAL: i32 = 22;
+    pub const E2BIG: i32 = 7;
+    pub const ENOSYS: i32 = 38;
+    pub const EPROTO: i32 = 71;
+    pub const EMSGSIZE: i32 = 90;
+    pub const EUSERS: i32 = 87;
+    pub const ETIMEDOUT: i32 = 110;
+}
+
+/// Where the bytes of a write are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Payload {
+    /// In the request itself (at most [`MAX_DATA`]).
+    Inline(Vec<u8>),
+    /// In the shared memory passed in Hello, at `offset`.
+    Shm { offset: u64, len: u32 },
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Inline(v) => v.len(),
+            Payload::Shm { len, .. } => *len as usize,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A request: one system call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// First message. `shm_len` > 0: a sealed memfd of that size comes with this frame.
+    Hello {
+        version: u32,
+        client: String,
+        shm_len: u64,
+    },
+    /// Does nothing (measures the round trip).
+    Null,
+    Open {
+        path: String,
+        flags: OpenFlags,
+    },
+    Close {
+        fd: u32,
+    },
+    /// Reads up to `len` bytes at `offset` (or the file offset). With `to_shm`, the bytes go to
+    /// the shared memory at that offset and the answer is only their count.
+    Read {
+        fd: u32,
+        len: u32,
+        offset: Option<u64>,
+        to_shm: Option<u64>,
+    },
+    Write {
+        fd: u32,
+        data: Payload,
+        offset: Option<u64>,
+    },
+    Seek {
+        fd: u32,
+        offset: u64,
+    },
+    Fsync {
+        fd: u32,
+    },
+    Ftruncate {
+        fd: u32,
+        size: u64,
+    },
+    Fstat {
+        fd: u32,
+    },
+    Stat {
+        path: String,
+    },
+    Mkdir {
+        path: String,
+        mode: u16,
+    },
+    Rmdir {
+        path: String,
+    },
+    Readdir {
+        path: String,
+    },
+    Unlink {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Sync,
+    GraftLoad {
+        point: String,
+        wasm: Vec<u8>,
+    },
+    /// Binds a graft to a file: every later open of `path` by any process gets it.
+    GraftLoadFile {
+        path: String,
+        point: String,
+        wasm: Vec<u8>,
+    },
+    GraftUnload {
+        point: String,
+    },
+    GraftUnloadFile {
+        path: String,
+        point: String,
+    },
+    GraftWriteMemory {
+        point: String,
+        offset: u32,
+        data: Vec<u8>,
+    },
+    GraftSymbol {
+        point: String,
+        symbol: String,
+    },
+    GraftCall {
+        point: String,
+        control: String,
+        args: Vec<i64>,
+    },
+    GraftList,
+    GraftStats {
+        point: String,
+    },
+    /// What happened to this process's grafts since the last call.
+    GraftEvents,
+    /// A byte-range lock (`wait`: block until granted).
+    Lock {
+        fd: u32,
+        kind: LockKind,
+        start: u64,
+        len: u64,
+        wait: bool,
+    },
+    /// The first lock that would block this one, if any.
+    GetLk {
+        fd: u32,
+        kind: LockKind,
+        start: u64,
+        len: u64,
+    },
+    EventFilter {
+        kind: EventKind,
+        inodes: Vec<u64>,
+        names: Vec<String>,
+    },
+    EventSubscribe {
+        kind: EventKind,
+    },
+    EventWait {
+        timeout_ms: u32,
+    },
+    /// A snapshot of every process and every bound graft.
+    Top,
+}
+
+impl Request {
+    /// Checks the limits a decoded request must respect; the reason if it does not.
+    pub fn check(&self) -> Result<(), String> {
+        let path = |p: &str| {
+            if p.len() > MAX_PATH {
+                Err(format!("a path of {} bytes", p.len()))
+            } else {
+                Ok(())
+            }
+        };
+        let data = |n: usize, max: usize| {
+            if n > max {
+                Err(format!("{n} bytes of data (at most {max})"))
+            } else {
+                Ok(())
+            }
+        };
+        let list = |n: usize| {
+            if n > MAX_LIST {
+                Err(format!("a list of {n} items (at most {MAX_LIST})"))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            Request::Hello { client, .. } => path(client),
+            Request::Open { path: p, .. }
+            | Request::Stat { path: p }
+            | Request::Mkdir { path: p, .. }
+            | Request::Rmdir { path: p }
+            | Request::Readdir { path: p }
+            | Request::Unlink { path: p }
+            | Request::GraftUnload { point: p }
+            | Request::GraftStats { point: p } => path(p),
+            Request::Rename { from, to } => path(from).and(path(to)),
+            Request::Read { len, to_shm: None, .. } => data(*len as usize, MAX_DATA),
+            Request::Write {
+                data: Payload::Inline(d),
+                ..
+            } => data(d.len(), MAX_DATA),
+            Request::GraftLoad { point, wasm } => path(point).and(data(wasm.len(), MAX_MODULE)),
+            Request::GraftLoadFile { path: p, point, wasm } => {
+                path(p).and(path(point)).and(data(wasm.len(), MAX_MODULE))
+            }
+            Request::GraftUnloadFile { path: p, point } => path(p).and(path(point)),
+            Request::GraftWriteMemory { point, data: d, .. } => path(point).and(data(d.len(), MAX_DATA)),
+            Request::GraftSymbol { point, symbol } => path(point).and(path(symbol)),
+            Request::GraftCall { point, control, args } => path(point).and(path(control)).and(list(args.len())),
+            Request::EventFilter { inodes, names, .. } => {
+                list(inodes.len()).and(list(names.len()))?;
+                names.iter().try_for_each(|n| path(n))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The request's name, for accounts and messages.
+    pub fn name(&self) -> &'static str {
+        macro_rules! names {
+            ($($v:ident),*) => { match self { $(Request::$v { .. } => stringify!($v),)* } };
+        }
+        names!(
+            Hello,
+            Null,
+            Open,
+            Close,
+            Read,
+            Write,
+            Seek,
+            Fsync,
+            Ftruncate,
+            Fstat,
+            Stat,
+            Mkdir,
+            Rmdir,
+            Readdir,
+            Unlink,
+            Rename,
+            Sync,
+            GraftLoad,
+            GraftLoadFile,
+            GraftUnload,
+            GraftUnloadFile,
+            GraftWriteMemory,
+            GraftSymbol,
+            GraftCall,
+            GraftList,
+            GraftStats,
+            GraftEvents,
+            Lock,
+            GetLk,
+            EventFilter,
+            EventSubscribe,
+            EventWait,
+            Top
+        )
+    }
+}
+
+/// A response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Hello {
+        version: u32,
+        pid: u64,
+        privileged: bool,
+        shm: bool,
+    },
+    Ok,
+    Fd(u32),
+    /// A byte count (a read into shared memory, a write).
+    Count(u64),
+    Data(Vec<u8>),
+    Stat(Stat),
+    Entries(Vec<DirEntry>),
+    Graft(GraftInfo),
+    Slots(Vec<SlotInfo>),
+    Slot(SlotInfo),
+    Value(i64),
+    Address(u32),
+    GraftEvents(Vec<String>),
+    Lock(Option<LockInfo>),
+    Events(Vec<Event>),
+    Top(Top),
+    Error(ErrorReply),
+}

@@ -1,0 +1,240 @@
+//! The data the protocol carries.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How a file is opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[repr(C)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    pub create: bool,
+    /// With `create`: fail if the file exists.
+    pub exclusive: bool,
+    pub truncate: bool,
+    pub append: bool,
+    /// Permission bits of a file this open creates.
+    pub mode: u16,
+}
+
+impl OpenFlags {
+    pub fn read_only() -> Self {
+        OpenFlags {
+            read: true,
+            ..Default::default()
+        }
+    }
+
+    pub fn read_write() -> Self {
+        OpenFlags {
+            read: true,
+            write: true,
+            ..Default::default()
+        }
+    }
+
+    /// Create (or truncate) for reading and writing, mode 0644.
+    pub fn create() -> Self {
+        OpenFlags {
+            read: true,
+            write: true,
+            create: true,
+            truncate: true,
+            mode: 0o644,
+            ..Default::default()
+        }
+    }
+}
+
+/// What a name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    Regular,
+    Directory,
+}
+
+/// A file's attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stat {
+    pub ino: u64,
+    pub kind: FileKind,
+    /// Type and permission bits, as `st_mode`.
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub blocks: u64,
+    pub atime_ns: u64,
+    pub mtime_ns: u64,
+    pub ctime_ns: u64,
+}
+
+/// A directory entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: FileKind,
+}
+
+/// Facts about a loaded graft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraftInfo {
+    /// SHA-256 of the module, hex.
+    pub hash: String,
+    pub size: u64,
+    /// The process that loaded it.
+    pub owner: u64,
+    pub cached: bool,
+    pub compile_ns: u64,
+    pub load_ns: u64,
+}
+
+/// A graft's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraftStats {
+    pub invocations: u64,
+    /// Invocations whose transaction aborted.
+    pub aborts: u64,
+    pub consecutive_aborts: u64,
+    pub time_ns: u64,
+    pub last_error: Option<String>,
+    pub last_log: Option<String>,
+}
+
+/// A graftpoint: who may graft it, what runs there, and its counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotInfo {
+    pub point: String,
+    /// `privileged`, or `process <pid>`.
+    pub access: String,
+    /// `default`, `native` or `wasm`.
+    pub policy: String,
+    pub graft: Option<GraftInfo>,
+    pub stats: Option<GraftStats>,
+}
+
+/// A byte-range lock request's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockKind {
+    Read,
+    Write,
+    Unlock,
+}
+
+/// A lock held by someone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    pub kind: LockKind,
+    pub start: u64,
+    pub len: u64,
+    pub pid: u64,
+}
+
+/// File-system events (the `event.fs.*` graftpoints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    Open,
+    Close,
+    Create,
+    Unlink,
+    Modify,
+}
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub kind: EventKind,
+    pub ino: u64,
+    /// The directory the name is in.
+    pub dir: u64,
+    /// The process that caused it.
+    pub pid: u64,
+    pub name: String,
+}
+
+/// One process's accounts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessTop {
+    /// The kernel's process id.
+    pub pid: u64,
+    /// The client's process id on the host (0 if not a daemon client).
+    pub host_pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub privileged: bool,
+    pub client: String,
+    pub syscalls: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub open_files: u64,
+    /// Grafts this process loaded and that are bound now.
+    pub grafts: u64,
+    pub graft_invocations: u64,
+    pub graft_time_ns: u64,
+    pub graft_aborts: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Cache frames holding this process's pages now.
+    pub cache_frames: u64,
+}
+
+/// One bound graft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraftTop {
+    pub point: String,
+    /// The process that loaded it.
+    pub owner: u64,
+    /// Where it is bound: `global`, `process <pid>`, or `file <path>`.
+    pub scope: String,
+    pub hash: String,
+    pub invocations: u64,
+    pub time_ns: u64,
+    pub aborts: u64,
+}
+
+/// The whole cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheTop {
+    pub frames: u64,
+    pub resident: u64,
+    pub dirty: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// A snapshot of the daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Top {
+    pub uptime_ms: u64,
+    pub connections: u64,
+    pub processes: Vec<ProcessTop>,
+    pub grafts: Vec<GraftTop>,
+    pub cache: CacheTop,
+}
+
+/// A failed request: an errno (Linux numbering) and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    pub errno: i32,
+    pub message: String,
+}
+
+impl ErrorReply {
+    pub fn new(errno: i32, message: impl Into<String>) -> Self {
+        ErrorReply {
+            errno,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ErrorReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (errno {})", self.message, self.errno)
+    }
+}
+
+impl std::error::Error for ErrorReply {}
