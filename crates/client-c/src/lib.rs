@@ -1,0 +1,629 @@
+//! `libvino`: the C ABI of [`::vino_client`], declared in `include/vino.h`.
+//!
+//! Every exported function checks its pointers, runs the call under `catch_unwind` (a panic
+//! never crosses into C: it fails the call with `-EIO` and leaves the client unusable, since a
+//! request may have been half sent) and returns a value `>= 0`, or `-errno` with the message kept
+//! for `vino_last_error`. The Python package `vino` loads this library through ctypes.
+
+#![allow(non_camel_case_types)]
+// The exported functions are entry points for C, whose pointer contract `vino.h` states; they
+// are safe to call from Rust only with pointers that keep it, as from C.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+mod types;
+
+pub use types::{vino_dirent, vino_event, vino_graft_info, vino_lock, vino_stat};
+
+use ::vino_client::{Client, ClientError, Event, LockKind, OpenFlags, errno};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::ffi::{CStr, CString, c_char, c_int, c_uint};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// `vino_open` flags, as in `vino.h`.
+pub const VINO_O_READ: c_int = 0x01;
+pub const VINO_O_WRITE: c_int = 0x02;
+pub const VINO_O_CREAT: c_int = 0x04;
+pub const VINO_O_EXCL: c_int = 0x08;
+pub const VINO_O_TRUNC: c_int = 0x10;
+pub const VINO_O_APPEND: c_int = 0x20;
+const VINO_O_ALL: c_int = 0x3f;
+
+/// A connection, as C sees it (opaque there).
+pub struct vino_client {
+    client: Option<Client>,
+    /// The last failure's message, NUL-terminated for C.
+    error: CString,
+    /// Events the caller had no room for at the last `vino_event_wait`.
+    pending: VecDeque<Event>,
+}
+
+thread_local! {
+    /// The last `vino_connect` failure of this thread (there is no client to keep it in).
+    static CONNECT_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Turns a message into a C string, dropping NULs (they cannot be shown anyway).
+fn c_message(message: &str) -> CString {
+    CString::new(message.replace('\0', "")).expect("NULs removed")
+}
+
+fn fail(errno: i32, message: impl Into<String>) -> ClientError {
+    ClientError {
+        errno,
+        message: message.into(),
+    }
+}
+
+fn inval(message: &str) -> ClientError {
+    fail(errno::EINVAL, message)
+}
+
+type Res<T> = Result<T, ClientError>;
+
+/// Runs `f` on the client's connection: null checks, panics caught, errors to `-errno`.
+fn with_client(c: *mut vino_client, f: impl FnOnce(&mut Client, &mut VecDeque<Event>) -> Res<i64>) -> i64 {
+    // SAFETY: a non-null client came from `vino_connect` and is not used by another thread
+    // at the same time (the header says so).
+    let Some(c) = (unsafe { c.as_mut() }) else {
+        return -(errno::EINVAL as i64);
+    };
+    let Some(client) = c.client.as_mut() else {
+        c.error = c_message("the connection is unusable after an internal error in libvino");
+        return -(errno::EIO as i64);
+    };
+    let pending = &mut c.pending;
+    match catch_unwind(AssertUnwindSafe(|| f(client, pending))) {
+        Ok(Ok(v)) => {
+            debug_assert!(v >= 0, "a success must be >= 0");
+            v
+        }
+        Ok(Err(e)) => {
+            c.error = c_message(&e.message);
+            -(e.errno.max(1) as i64)
+        }
+        Err(_) => {
+            c.client = None;
+            c.error = c_message("internal error in libvino (a panic); the connection is closed");
+            -(errno::EIO as i64)
+        }
+    }
+}
+
+/// [`with_client`] for the calls whose C return type is `int`.
+fn with_client_int(c: *mut vino_client, f: impl FnOnce(&mut Client, &mut VecDeque<Event>) -> Res<i64>) -> c_int {
+    with_client(c, f).clamp(c_int::MIN as i64, c_int::MAX as i64) as c_int
+}
+
+/// A C string argument, or `EINVAL` naming it.
+fn arg_str<'a>(p: *const c_char, what: &str) -> Res<&'a str> {
+    if p.is_null() {
+        return Err(inval(&format!("{what} is NULL")));
+    }
+    // SAFETY: the caller passes a NUL-terminated string that outlives the call.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| inval(&format!("{what} is not UTF-8")))
+}
+
+/// A `(pointer, length)` argument as bytes; NULL is allowed with length 0.
+fn arg_bytes<'a>(p: *const u8, len: usize, what: &str) -> Res<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(inval(&format!("{what} is NULL")));
+    }
+    // SAFETY: the caller passes `len` readable bytes at `p` that outlive the call.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+fn arg_bytes_mut<'a>(p: *mut u8, len: usize, what: &str) -> Res<&'a mut [u8]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(inval(&format!("{what} is NULL")));
+    }
+    // SAFETY: the caller passes `len` writable bytes at `p`, not aliased during the call.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+}
+
+/// A file descriptor argument.
+fn arg_fd(fd: c_int) -> Res<u32> {
+    u32::try_from(fd).map_err(|_| fail(errno::EBADF, format!("bad file descriptor {fd}")))
+}
+
+/// Stores `v` through `out` if it is not NULL.
+fn put<T>(out: *mut T, v: T) {
+    // SAFETY: a non-null `out` points to writable memory for a `T` (the header's contract).
+    if let Some(o) = unsafe { out.as_mut() } {
+        *o = v;
+    }
+}
+
+fn open_flags(flags: c_int, mode: c_uint) -> Res<OpenFlags> {
+    if flags & !VINO_O_ALL != 0 {
+        return Err(inval(&format!("unknown open flags {:#x}", flags & !VINO_O_ALL)));
+    }
+    let mode = u16::try_from(mode).map_err(|_| inval(&format!("mode {mode:#o} is too large")))?;
+    Ok(OpenFlags {
+        read: flags & VINO_O_READ != 0,
+        write: flags & VINO_O_WRITE != 0,
+        create: flags & VINO_O_CREAT != 0,
+        exclusive: flags & VINO_O_EXCL != 0,
+        truncate: flags & VINO_O_TRUNC != 0,
+        append: flags & VINO_O_APPEND != 0,
+        mode,
+    })
+}
+
+fn lock_kind(kind: c_int) -> Res<LockKind> {
+    match kind {
+        0 => Ok(LockKind::Unlock),
+        1 => Ok(LockKind::Read),
+        2 => Ok(LockKind::Write),
+        _ => Err(inval(&format!("unknown lock kind {kind}"))),
+    }
+}
+
+fn to_i64(n: usize) -> i64 {
+    i64::try_from(n).expect("a count fits in i64")
+}
+
+// ---- connections ------------------------------------------------------------------------------
+
+fn set_connect_error(message: &str) {
+    CONNECT_ERROR.with(|e| *e.borrow_mut() = c_message(message));
+}
+
+fn connect(path: *const c_char) -> Res<Client> {
+    if path.is_null() {
+        return Client::connect_default();
+    }
+    Client::connect(arg_str(path, "socket_path")?)
+}
+
+/// Connects to the daemon (`vino.h`).
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_connect(socket_path: *const c_char) -> *mut vino_client {
+    let result = catch_unwind(|| connect(socket_path))
+        .unwrap_or_else(|_| Err(fail(errno::EIO, "internal error in libvino (a panic) while connecting")));
+    match result {
+        Ok(client) => Box::into_raw(Box::new(vino_client {
+            client: Some(client),
+            error: CString::default(),
+            pending: VecDeque::new(),
+        })),
+        Err(e) => {
+            set_connect_error(&e.message);
+            set_errno(e.errno);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Sets the C `errno` of this thread.
+fn set_errno(value: i32) {
+    // SAFETY: `__errno_location` returns this thread's errno, always valid.
+    unsafe { *errno_location() = value };
+}
+
+unsafe extern "C" {
+    #[link_name = "__errno_location"]
+    fn errno_location() -> *mut c_int;
+}
+
+/// Disconnects and frees the client.
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_disconnect(client: *mut vino_client) {
+    if client.is_null() {
+        return;
+    }
+    // SAFETY: a non-null client came from `vino_connect` and is freed only here, once.
+    let boxed = unsafe { Box::from_raw(client) };
+    // Dropping closes the socket; nothing in it should panic, but C must never see one.
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(boxed)));
+}
+
+/// The message of the client's (or this thread's connect's) last failure.
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_last_error(client: *const vino_client) -> *const c_char {
+    // SAFETY: see `with_client`.
+    match unsafe { client.as_ref() } {
+        Some(c) => c.error.as_ptr(),
+        // The thread-local outlives the call; the pointer stays valid until the next connect.
+        None => CONNECT_ERROR.with(|e| e.borrow().as_ptr()),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_pid(client: *const vino_client) -> u64 {
+    // SAFETY: see `with_client`.
+    unsafe { client.as_ref() }
+        .and_then(|c| c.client.as_ref())
+        .map_or(0, Client::pid)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_privileged(client: *const vino_client) -> c_int {
+    // SAFETY: see `with_client`.
+    let c = unsafe { client.as_ref() }.and_then(|c| c.client.as_ref());
+    c.is_some_and(Client::privileged) as c_int
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_null(client: *mut vino_client) -> c_int {
+    with_client_int(client, |c, _| c.null().map(|_| 0))
+}
+
+// ---- files ------------------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_open(client: *mut vino_client, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    with_client_int(client, |c, _| {
+        let fd = c.open(arg_str(path, "path")?, open_flags(flags, mode)?)?;
+        Ok(fd as i64)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_close(client: *mut vino_client, fd: c_int) -> c_int {
+    with_client_int(client, |c, _| c.close(arg_fd(fd)?).map(|_| 0))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_read(client: *mut vino_client, fd: c_int, buf: *mut u8, len: usize) -> i64 {
+    with_client(client, |c, _| {
+        let fd = arg_fd(fd)?;
+        Ok(to_i64(c.read(fd, arg_bytes_mut(buf, len, "buf")?)?))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_pread(client: *mut vino_client, fd: c_int, buf: *mut u8, len: usize, offset: u64) -> i64 {
+    with_client(client, |c, _| {
+        let fd = arg_fd(fd)?;
+        Ok(to_i64(c.pread(fd, arg_bytes_mut(buf, len, "buf")?, offset)?))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_write(client: *mut vino_client, fd: c_int, buf: *const u8, len: usize) -> i64 {
+    with_client(client, |c, _| {
+        let fd = arg_fd(fd)?;
+        Ok(to_i64(c.write(fd, arg_bytes(buf, len, "buf")?)?))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_pwrite(client: *mut vino_client, fd: c_int, buf: *const u8, len: usize, offset: u64) -> i64 {
+    with_client(client, |c, _| {
+        let fd = arg_fd(fd)?;
+        Ok(to_i64(c.pwrite(fd, arg_bytes(buf, len, "buf")?, offset)?))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_seek(client: *mut vino_client, fd: c_int, offset: u64) -> c_int {
+    with_client_int(client, |c, _| c.seek(arg_fd(fd)?, offset).map(|_| 0))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_fsync(client: *mut vino_client, fd: c_int) -> c_int {
+    with_client_int(client, |c, _| c.fsync(arg_fd(fd)?).map(|_| 0))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_ftruncate(client: *mut vino_client, fd: c_int, size: u64) -> c_int {
+    with_client_int(client, |c, _| c.ftruncate(arg_fd(fd)?, size).map(|_| 0))
+}
+
+fn check_out<T>(out: *mut T, what: &str) -> Res<()> {
+    if out.is_null() {
+        return Err(inval(&format!("{what} is NULL")));
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_fstat(client: *mut vino_client, fd: c_int, st: *mut vino_stat) -> c_int {
+    with_client_int(client, |c, _| {
+        check_out(st, "st")?;
+        put(st, vino_stat::from(&c.fstat(arg_fd(fd)?)?));
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_stat(client: *mut vino_client, path: *const c_char, st: *mut vino_stat) -> c_int {
+    with_client_int(client, |c, _| {
+        check_out(st, "st")?;
+        put(st, vino_stat::from(&c.stat(arg_str(path, "path")?)?));
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_mkdir(client: *mut vino_client, path: *const c_char, mode: c_uint) -> c_int {
+    with_client_int(client, |c, _| {
+        let mode = u16::try_from(mode).map_err(|_| inval(&format!("mode {mode:#o} is too large")))?;
+        c.mkdir(arg_str(path, "path")?, mode).map(|_| 0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_rmdir(client: *mut vino_client, path: *const c_char) -> c_int {
+    with_client_int(client, |c, _| c.rmdir(arg_str(path, "path")?).map(|_| 0))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_unlink(client: *mut vino_client, path: *const c_char) -> c_int {
+    with_client_int(client, |c, _| c.unlink(arg_str(path, "path")?).map(|_| 0))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_rename(client: *mut vino_client, from: *const c_char, to: *const c_char) -> c_int {
+    with_client_int(client, |c, _| {
+        c.rename(arg_str(from, "from")?, arg_str(to, "to")?).map(|_| 0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_readdir(client: *mut vino_client, path: *const c_char, entries: *mut *mut vino_dirent) -> c_int {
+    with_client_int(client, |c, _| {
+        check_out(entries, "entries")?;
+        let list = c.readdir(arg_str(path, "path")?)?;
+        let n = list.len();
+        put(entries, types::dirents_into_raw(&list));
+        Ok(to_i64(n))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_readdir_free(entries: *mut vino_dirent, count: usize) {
+    let _ = catch_unwind(|| types::dirents_free(entries, count));
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_sync(client: *mut vino_client) -> c_int {
+    with_client_int(client, |c, _| c.sync().map(|_| 0))
+}
+
+// ---- grafts -----------------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_graft_load(
+    client: *mut vino_client,
+    point: *const c_char,
+    wasm: *const u8,
+    len: usize,
+    info: *mut vino_graft_info,
+) -> c_int {
+    with_client_int(client, |c, _| {
+        let g = c.graft_load(arg_str(point, "point")?, arg_bytes(wasm, len, "wasm")?)?;
+        put(info, vino_graft_info::from(&g));
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_graft_load_file(
+    client: *mut vino_client,
+    path: *const c_char,
+    point: *const c_char,
+    wasm: *const u8,
+    len: usize,
+    info: *mut vino_graft_info,
+) -> c_int {
+    with_client_int(client, |c, _| {
+        let (path, point) = (arg_str(path, "path")?, arg_str(point, "point")?);
+        let g = c.graft_load_file(path, point, arg_bytes(wasm, len, "wasm")?)?;
+        put(info, vino_graft_info::from(&g));
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_graft_unload(client: *mut vino_client, point: *const c_char) -> c_int {
+    with_client_int(client, |c, _| c.graft_unload(arg_str(point, "point")?).map(|_| 0))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_graft_unload_file(client: *mut vino_client, path: *const c_char, point: *const c_char) -> c_int {
+    with_client_int(client, |c, _| {
+        c.graft_unload_file(arg_str(path, "path")?, arg_str(point, "point")?)
+            .map(|_| 0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_graft_write_memory(
+    client: *mut vino_client,
+    point: *const c_char,
+    offset: u32,
+    data: *const u8,
+    len: usize,
+) -> c_int {
+    with_client_int(client, |c, _| {
+        let point = arg_str(point, "point")?;
+        c.graft_write_memory(point, offset, arg_bytes(data, len, "data")?)
+            .map(|_| 0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_graft_symbol(client: *mut vino_client, point: *const c_char, symbol: *const c_char) -> i64 {
+    with_client(client, |c, _| {
+        let address = c.graft_symbol(arg_str(point, "point")?, arg_str(symbol, "symbol")?)?;
+        Ok(address as i64)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_graft_call(
+    client: *mut vino_client,
+    point: *const c_char,
+    control: *const c_char,
+    args: *const i64,
+    nargs: usize,
+    result: *mut i64,
+) -> c_int {
+    with_client_int(client, |c, _| {
+        let args = if nargs == 0 {
+            &[][..]
+        } else if args.is_null() {
+            return Err(inval("args is NULL"));
+        } else {
+            // SAFETY: the caller passes `nargs` readable i64s at `args`.
+            unsafe { std::slice::from_raw_parts(args, nargs) }
+        };
+        let v = c.graft_call(arg_str(point, "point")?, arg_str(control, "control")?, args)?;
+        put(result, v);
+        Ok(0)
+    })
+}
+
+/// Stores `value` as JSON in `*json`; returns its length.
+fn put_json(json: *mut *mut c_char, value: &impl serde::Serialize) -> Res<i64> {
+    let text = serde_json::to_string(value).map_err(|e| fail(errno::EIO, format!("encoding JSON: {e}")))?;
+    let n = text.len();
+    put(json, c_message(&text).into_raw());
+    Ok(to_i64(n))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_graft_list_json(client: *mut vino_client, json: *mut *mut c_char) -> c_int {
+    with_client_int(client, |c, _| {
+        check_out(json, "json")?;
+        put_json(json, &c.graft_list()?)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_graft_stats_json(
+    client: *mut vino_client,
+    point: *const c_char,
+    json: *mut *mut c_char,
+) -> c_int {
+    with_client_int(client, |c, _| {
+        check_out(json, "json")?;
+        put_json(json, &c.graft_stats(arg_str(point, "point")?)?)
+    })
+}
+
+// ---- locks and events -------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_lock(
+    client: *mut vino_client,
+    fd: c_int,
+    kind: c_int,
+    start: u64,
+    len: u64,
+    wait: c_int,
+) -> c_int {
+    with_client_int(client, |c, _| {
+        c.lock(arg_fd(fd)?, lock_kind(kind)?, start, len, wait != 0).map(|_| 0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_getlk(
+    client: *mut vino_client,
+    fd: c_int,
+    kind: c_int,
+    start: u64,
+    len: u64,
+    holder: *mut vino_lock,
+) -> c_int {
+    with_client_int(client, |c, _| {
+        match c.getlk(arg_fd(fd)?, lock_kind(kind)?, start, len)? {
+            Some(l) => {
+                put(holder, vino_lock::from(&l));
+                Ok(1)
+            }
+            None => Ok(0),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_event_filter(
+    client: *mut vino_client,
+    kind: c_int,
+    inodes: *const u64,
+    ninodes: usize,
+    names: *const *const c_char,
+    nnames: usize,
+) -> c_int {
+    with_client_int(client, |c, _| {
+        let kind = types::event_kind(kind)?;
+        let inodes = if ninodes == 0 {
+            Vec::new()
+        } else if inodes.is_null() {
+            return Err(inval("inodes is NULL"));
+        } else {
+            // SAFETY: the caller passes `ninodes` readable u64s at `inodes`.
+            unsafe { std::slice::from_raw_parts(inodes, ninodes) }.to_vec()
+        };
+        let names = if nnames == 0 {
+            Vec::new()
+        } else if names.is_null() {
+            return Err(inval("names is NULL"));
+        } else {
+            // SAFETY: the caller passes `nnames` string pointers at `names`.
+            let ptrs = unsafe { std::slice::from_raw_parts(names, nnames) };
+            ptrs.iter()
+                .map(|&p| arg_str(p, "a name").map(str::to_string))
+                .collect::<Res<Vec<_>>>()?
+        };
+        c.event_filter(kind, &inodes, &names).map(|_| 0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_event_subscribe(client: *mut vino_client, kind: c_int) -> c_int {
+    with_client_int(client, |c, _| c.event_subscribe(types::event_kind(kind)?).map(|_| 0))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_event_wait(
+    client: *mut vino_client,
+    timeout_ms: u32,
+    events: *mut vino_event,
+    max: usize,
+) -> c_int {
+    with_client_int(client, |c, pending| {
+        if max > 0 && events.is_null() {
+            return Err(inval("events is NULL"));
+        }
+        if pending.is_empty() {
+            pending.extend(c.event_wait(timeout_ms)?);
+        }
+        let n = max.min(pending.len()).min(c_int::MAX as usize);
+        for (i, e) in pending.drain(..n).enumerate() {
+            // SAFETY: `events` has room for `max` events and i < n <= max.
+            unsafe { events.add(i).write(vino_event::from(&e)) };
+        }
+        Ok(to_i64(n))
+    })
+}
+
+// ---- accounts ---------------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_top_json(client: *mut vino_client, json: *mut *mut c_char) -> c_int {
+    with_client_int(client, |c, _| {
+        check_out(json, "json")?;
+        put_json(json, &c.top()?)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn vino_string_free(s: *mut c_char) {
+    if !s.is_null() {
+        // SAFETY: a non-null `s` came from `CString::into_raw` in `put_json`, freed once.
+        let _ = catch_unwind(|| drop(unsafe { CString::from_raw(s) }));
+    }
+}

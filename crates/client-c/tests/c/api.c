@@ -1,0 +1,204 @@
+/* api.c -- exercises every call of vino.h against a running daemon ($VINO_SOCKET).
+ *
+ *   api GRAFT.wasm      (the hot-list eviction graft, sdk/grafts/hotlist_evict.c)
+ *
+ * Prints one line per checked step; exits 1 at the first failed check, saying why. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vino.h"
+
+static vino_client *c;
+
+#define CHECK(cond, ...)                                                                         \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            fprintf(stderr, "api.c:%d: check failed: %s (last error: %s)\n", __LINE__, #cond,   \
+                    vino_last_error(c));                                                         \
+            fprintf(stderr, __VA_ARGS__);                                                        \
+            fputc('\n', stderr);                                                                 \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+static void *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc((size_t)n);
+    CHECK(buf != NULL && fread(buf, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static void connections(void) {
+    CHECK(vino_connect("/nonexistent/vinod.sock") == NULL, "a connect to nowhere fails");
+    CHECK(strstr(vino_last_error(NULL), "/nonexistent/vinod.sock") != NULL, "the message names the socket: %s",
+          vino_last_error(NULL));
+    c = vino_connect(NULL);
+    CHECK(c != NULL, "connect: %s", vino_last_error(NULL));
+    CHECK(vino_pid(c) > 0, "a kernel pid");
+    CHECK(vino_null(c) == 0, "null");
+    CHECK(vino_null(NULL) == -EINVAL, "a NULL client is refused");
+    CHECK(strcmp(vino_last_error(c), "") == 0, "no error yet");
+    printf("connect ok\n");
+}
+
+static void files(void) {
+    int fd = vino_open(c, "/api.txt", VINO_O_RDWR | VINO_O_CREAT | VINO_O_EXCL, 0600);
+    CHECK(fd >= 0, "open: %d", fd);
+    CHECK(vino_open(c, "/api.txt", VINO_O_RDWR | VINO_O_CREAT | VINO_O_EXCL, 0600) == -EEXIST, "O_EXCL");
+    CHECK(vino_open(c, NULL, VINO_O_READ, 0) == -EINVAL, "a NULL path");
+    CHECK(strstr(vino_last_error(c), "path") != NULL, "the message names the argument");
+    CHECK(vino_open(c, "/missing", VINO_O_READ, 0) == -ENOENT, "a missing file");
+    CHECK(vino_open(c, "/x", 0x4000, 0) == -EINVAL, "unknown flags");
+
+    CHECK(vino_write(c, fd, "0123456789", 10) == 10, "write");
+    CHECK(vino_pwrite(c, fd, "ab", 2, 3) == 2, "pwrite");
+    CHECK(vino_seek(c, fd, 2) == 0, "seek");
+    char buf[32] = {0};
+    CHECK(vino_read(c, fd, buf, 4) == 4 && memcmp(buf, "2ab5", 4) == 0, "read after seek: %.4s", buf);
+    CHECK(vino_read(c, fd, NULL, 4) == -EINVAL, "a NULL buffer");
+    CHECK(vino_read(c, fd, NULL, 0) == 0, "a NULL buffer of 0 bytes");
+    CHECK(vino_pread(c, fd, buf, sizeof buf, 8) == 2 && memcmp(buf, "89", 2) == 0, "pread at 8");
+    CHECK(vino_pread(c, fd, buf, sizeof buf, 100) == 0, "pread past the end");
+    CHECK(vino_ftruncate(c, fd, 5) == 0, "ftruncate");
+    CHECK(vino_fsync(c, fd) == 0, "fsync");
+    struct vino_stat st;
+    CHECK(vino_fstat(c, fd, &st) == 0 && st.size == 5 && st.kind == VINO_KIND_REGULAR, "fstat");
+    CHECK((st.mode & 0777) == 0600, "mode %o", st.mode);
+    CHECK(vino_fstat(c, fd, NULL) == -EINVAL, "a NULL stat");
+    CHECK(vino_close(c, fd) == 0, "close");
+    CHECK(vino_close(c, fd) == -EBADF, "a closed fd");
+    CHECK(vino_close(c, -1) == -EBADF, "a negative fd");
+
+    /* 64 KiB: through shared memory */
+    size_t big = 64 << 10;
+    unsigned char *out = malloc(big), *in = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        out[i] = (unsigned char)(i * 7);
+    fd = vino_open(c, "/big", VINO_O_RDWR | VINO_O_CREAT | VINO_O_TRUNC, 0644);
+    CHECK(vino_pwrite(c, fd, out, big, 0) == (int64_t)big, "a big write");
+    CHECK(vino_pread(c, fd, in, big, 0) == (int64_t)big && memcmp(in, out, big) == 0, "a big read");
+    CHECK(vino_close(c, fd) == 0, "close");
+    free(out);
+    free(in);
+    printf("files ok\n");
+}
+
+static void directories(void) {
+    CHECK(vino_mkdir(c, "/d", 0755) == 0, "mkdir");
+    CHECK(vino_mkdir(c, "/d", 0755) == -EEXIST, "mkdir twice");
+    int fd = vino_open(c, "/d/a", VINO_O_WRITE | VINO_O_CREAT, 0644);
+    CHECK(fd >= 0 && vino_close(c, fd) == 0, "a file in it");
+    CHECK(vino_rename(c, "/d/a", "/d/b") == 0, "rename");
+    struct vino_stat st;
+    CHECK(vino_stat(c, "/d", &st) == 0 && st.kind == VINO_KIND_DIRECTORY, "stat a directory");
+    CHECK(vino_stat(c, "/d/a", &st) == -ENOENT, "the old name is gone");
+
+    struct vino_dirent *entries = NULL;
+    int n = vino_readdir(c, "/d", &entries);
+    CHECK(n >= 1, "readdir: %d", n);
+    int found = 0;
+    for (int i = 0; i < n; i++)
+        found += strcmp(entries[i].name, "b") == 0 && entries[i].kind == VINO_KIND_REGULAR;
+    CHECK(found == 1, "b is listed");
+    vino_readdir_free(entries, (size_t)n);
+    CHECK(vino_readdir(c, "/d", NULL) == -EINVAL, "a NULL array pointer");
+
+    CHECK(vino_rmdir(c, "/d") < 0, "rmdir of a directory that is not empty");
+    CHECK(vino_unlink(c, "/d/b") == 0, "unlink");
+    CHECK(vino_rmdir(c, "/d") == 0, "rmdir");
+    CHECK(vino_sync(c) == 0, "sync");
+    printf("directories ok\n");
+}
+
+static void grafts(const char *wasm_path) {
+    size_t len;
+    void *wasm = read_file(wasm_path, &len);
+    struct vino_graft_info info;
+    CHECK(vino_graft_load(c, "vas.pick_victim", wasm, len, &info) == 0, "graft_load");
+    CHECK(strlen(info.hash) == 64 && info.size == len && info.owner == vino_pid(c), "graft info");
+    CHECK(vino_graft_load(c, "vas.pick_victim", "junk", 4, NULL) < 0, "a module that is not Wasm");
+
+    int64_t result = 0;
+    int64_t page = 42;
+    CHECK(vino_graft_call(c, "vas.pick_victim", "hot_add", &page, 1, &result) == 0 && result == 1, "hot_add");
+    int64_t at = vino_graft_symbol(c, "vas.pick_victim", "hot_list");
+    CHECK(at > 0, "graft_symbol: %lld", (long long)at);
+    CHECK(vino_graft_symbol(c, "vas.pick_victim", "no_such_symbol") < 0, "a missing symbol");
+    uint64_t count = 0;
+    CHECK(vino_graft_write_memory(c, "vas.pick_victim", (uint32_t)at, &count, sizeof count) == 0, "write_memory");
+    CHECK(vino_graft_call(c, "vas.pick_victim", "hot_add", &page, 1, &result) == 0 && result == 1,
+          "the list was cleared through memory: %lld", (long long)result);
+
+    char *json = NULL;
+    CHECK(vino_graft_stats_json(c, "vas.pick_victim", &json) > 0 && strstr(json, "\"policy\"") != NULL, "stats");
+    vino_string_free(json);
+    CHECK(vino_graft_list_json(c, &json) > 0 && strstr(json, "vas.pick_victim") != NULL, "list");
+    vino_string_free(json);
+    CHECK(vino_graft_unload(c, "vas.pick_victim") == 0, "graft_unload");
+    CHECK(vino_graft_call(c, "vas.pick_victim", "hot_add", &page, 1, &result) < 0, "no graft after unload");
+
+    int fd = vino_open(c, "/grafted", VINO_O_RDWR | VINO_O_CREAT, 0644);
+    CHECK(fd >= 0 && vino_close(c, fd) == 0, "a file to graft");
+    int rc = vino_graft_load_file(c, "/grafted", "vas.pick_victim", wasm, len, &info);
+    if (rc == 0)
+        CHECK(vino_graft_unload_file(c, "/grafted", "vas.pick_victim") == 0, "graft_unload_file");
+    else
+        CHECK(strlen(vino_last_error(c)) > 0, "a refused file graft says why");
+    free(wasm);
+    printf("grafts ok\n");
+}
+
+static void locks_and_events(void) {
+    int fd = vino_open(c, "/locked", VINO_O_RDWR | VINO_O_CREAT, 0644);
+    CHECK(fd >= 0, "open");
+    int rc = vino_lock(c, fd, VINO_LOCK_WRITE, 0, 10, 0);
+    CHECK(rc == 0 || rc == -ENOSYS, "lock: %d", rc);
+    struct vino_lock holder;
+    rc = vino_getlk(c, fd, VINO_LOCK_WRITE, 0, 10, &holder);
+    CHECK(rc == 0 || rc == 1 || rc == -ENOSYS, "getlk: %d", rc);
+    CHECK(vino_lock(c, fd, 7, 0, 10, 0) == -EINVAL, "an unknown lock kind");
+    CHECK(vino_close(c, fd) == 0, "close");
+
+    rc = vino_event_subscribe(c, VINO_EVENT_CREATE);
+    CHECK(rc == 0 || rc == -ENOSYS, "event_subscribe: %d", rc);
+    const char *names[] = {"x"};
+    rc = vino_event_filter(c, VINO_EVENT_CREATE, NULL, 0, names, 1);
+    CHECK(rc == 0 || rc == -ENOSYS, "event_filter: %d", rc);
+    CHECK(vino_event_filter(c, VINO_EVENT_CREATE, NULL, 2, NULL, 0) == -EINVAL, "NULL inodes");
+    CHECK(vino_event_subscribe(c, 99) == -EINVAL, "an unknown event kind");
+    struct vino_event events[4];
+    rc = vino_event_wait(c, 10, events, 4);
+    CHECK(rc >= 0 || rc == -ENOSYS, "event_wait: %d", rc);
+    printf("locks and events ok\n");
+}
+
+static void top(void) {
+    char *json = NULL;
+    int n = vino_top_json(c, &json);
+    CHECK(n > 0 && json != NULL && strstr(json, "\"processes\"") != NULL, "top");
+    CHECK((size_t)n == strlen(json), "the length returned");
+    vino_string_free(json);
+    printf("top ok\n");
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2, "usage: api GRAFT.wasm");
+    connections();
+    files();
+    directories();
+    grafts(argv[1]);
+    locks_and_events();
+    top();
+    vino_disconnect(c);
+    vino_disconnect(NULL);
+    printf("all ok\n");
+    return 0;
+}

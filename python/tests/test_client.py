@@ -1,0 +1,208 @@
+"""Tests of the Python client against a running daemon ($VINO_SOCKET; the library from $VINO_LIB).
+
+    python3 -m pytest -q python/tests     # or, without pytest:  python3 python/tests/test_client.py
+
+$VINO_TEST_GRAFT names the hot-list eviction graft (sdk/grafts/hotlist_evict.c, built); the graft
+tests are skipped without it. `cargo test -p vino-client-c --test python_client` sets all three.
+"""
+
+import errno
+import os
+import struct
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import vino  # noqa: E402
+
+try:
+    import pytest
+except ImportError:  # run as a plain script
+    pytest = None
+
+
+class Skip(Exception):
+    pass
+
+
+def skip(why):
+    if pytest is not None:
+        pytest.skip(why)
+    raise Skip(why)
+
+
+def raises(exc_type, f, *args):
+    """Calls f(*args), which must raise exc_type; returns the exception."""
+    try:
+        f(*args)
+    except exc_type as e:
+        return e
+    raise AssertionError(f"{f.__name__}{args} did not raise {exc_type.__name__}")
+
+
+def unique(name):
+    """A path no other test (or run) uses."""
+    return f"/py-{os.getpid()}-{name}"
+
+
+def test_connect_and_null():
+    with vino.Client() as c:
+        assert c.pid > 0
+        c.null()
+        assert isinstance(c.privileged, bool)
+    e = raises(OSError, c.null)
+    assert e.errno == errno.EBADF
+
+
+def test_a_missing_daemon_is_an_oserror_naming_the_socket():
+    e = raises(OSError, vino.Client, "/nonexistent/vinod.sock")
+    assert e.errno != 0
+    assert "/nonexistent/vinod.sock" in e.strerror
+
+
+def test_write_read_seek_truncate():
+    path = unique("rw")
+    with vino.Client() as c:
+        fd = c.open(path, vino.O_RDWR | vino.O_CREAT | vino.O_EXCL, 0o600)
+        assert c.write(fd, b"0123456789") == 10
+        assert c.pwrite(fd, bytearray(b"ab"), 3) == 2
+        c.seek(fd, 2)
+        assert c.read(fd, 4) == b"2ab5"
+        assert c.pread(fd, 100, 8) == b"89"
+        assert c.pread(fd, 10, 100) == b""
+        c.ftruncate(fd, 5)
+        c.fsync(fd)
+        st = c.fstat(fd)
+        assert (st.size, st.kind, st.mode & 0o777) == (5, vino.KIND_REGULAR, 0o600)
+        c.close(fd)
+        assert (c.stat(path).ino, c.stat(path).size) == (st.ino, 5)
+        raises(FileExistsError, c.open, path, vino.O_RDWR | vino.O_CREAT | vino.O_EXCL)
+        e = raises(OSError, c.close, fd)
+        assert e.errno == errno.EBADF
+        c.unlink(path)
+
+
+def test_bytes_with_every_value_and_a_large_write():
+    path = unique("big")
+    data = bytes(range(256)) * 1024  # 256 KiB, NULs included: through shared memory
+    with vino.Client() as c:
+        fd = c.open(path, vino.O_RDWR | vino.O_CREAT | vino.O_TRUNC)
+        assert c.write(fd, data) == len(data)
+        assert c.pread(fd, len(data), 0) == data
+        c.close(fd)
+        c.unlink(path)
+
+
+def test_errors_carry_errno_and_message():
+    with vino.Client() as c:
+        e = raises(FileNotFoundError, c.open, unique("missing"))
+        assert e.errno == errno.ENOENT
+        assert e.strerror
+        e = raises(OSError, c.open, unique("x"), 0x4000)
+        assert e.errno == errno.EINVAL and "flags" in e.strerror
+
+
+def test_directories():
+    d = unique("dir")
+    with vino.Client() as c:
+        c.mkdir(d)
+        raises(FileExistsError, c.mkdir, d)
+        fd = c.open(d + "/a", vino.O_WRONLY | vino.O_CREAT)
+        c.close(fd)
+        c.rename(d + "/a", d + "/é")
+        names = {e.name: e for e in c.readdir(d)}
+        assert "é" in names and "a" not in names
+        assert names["é"].kind == vino.KIND_REGULAR
+        assert c.stat(d).kind == vino.KIND_DIRECTORY
+        raises(OSError, c.rmdir, d)
+        c.unlink(d + "/é")
+        c.rmdir(d)
+        raises(FileNotFoundError, c.stat, d)
+        c.sync()
+
+
+def test_top_lists_this_process():
+    with vino.Client() as c:
+        fd = c.open(unique("top"), vino.O_RDWR | vino.O_CREAT)
+        c.write(fd, b"xyz")
+        top = c.top()
+        me = [p for p in top["processes"] if p["pid"] == c.pid]
+        assert len(me) == 1 and me[0]["bytes_written"] >= 3 and me[0]["open_files"] == 1
+        c.close(fd)
+
+
+def graft():
+    path = os.environ.get("VINO_TEST_GRAFT")
+    if not path:
+        skip("VINO_TEST_GRAFT is not set")
+    return Path(path).read_bytes()
+
+
+def test_graft_load_call_memory_unload():
+    wasm = graft()
+    point = "vas.pick_victim"
+    with vino.Client() as c:
+        info = c.graft_load(point, wasm)
+        assert len(info.hash) == 64 and info.size == len(wasm) and info.owner == c.pid
+        assert c.graft_call(point, "hot_add", 42) == 1
+        assert c.graft_call(point, "hot_add", 43) == 2
+        at = c.graft_symbol(point, "hot_list")
+        c.graft_write_memory(point, at, struct.pack("<Q", 0))  # empty the list
+        assert c.graft_call(point, "hot_add", 42) == 1
+        stats = c.graft_stats(point)
+        assert stats["point"] == point and stats["policy"] == "wasm"
+        assert any(s["point"] == point for s in c.graft_list())
+        c.graft_unload(point)
+        raises(OSError, c.graft_call, point, "hot_add", 1)
+        raises(OSError, c.graft_load, point, b"not wasm")
+
+
+def test_locks_and_events_answer_or_say_they_are_missing():
+    with vino.Client() as c:
+        fd = c.open(unique("lock"), vino.O_RDWR | vino.O_CREAT)
+        for call in (lambda: c.lock(fd, vino.LOCK_WRITE, 0, 10, wait=False),
+                     lambda: c.getlk(fd, vino.LOCK_WRITE, 0, 10),
+                     lambda: c.event_subscribe(vino.EVENT_CREATE),
+                     lambda: c.event_filter(vino.EVENT_CREATE, [1], ["x"]),
+                     lambda: c.event_wait(10)):
+            try:
+                call()
+            except OSError as e:
+                assert e.errno == errno.ENOSYS, e
+        e = raises(OSError, c.lock, fd, 7)
+        assert e.errno == errno.EINVAL
+        c.close(fd)
+
+
+def test_library_lookup_honours_vino_lib():
+    old = os.environ.get("VINO_LIB")
+    try:
+        os.environ["VINO_LIB"] = "/nonexistent/libvino.so"
+        e = raises(OSError, vino.find_library)
+        assert "/nonexistent/libvino.so" in e.strerror
+    finally:
+        if old is None:
+            del os.environ["VINO_LIB"]
+        else:
+            os.environ["VINO_LIB"] = old
+
+
+def main():
+    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
+    failed = 0
+    for name, f in tests:
+        try:
+            f()
+            print(f"ok      {name}")
+        except Skip as s:
+            print(f"skipped {name}: {s}")
+        except Exception as e:  # report every failure, then fail
+            failed += 1
+            print(f"FAILED  {name}: {type(e).__name__}: {e}")
+    print(f"{len(tests) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
