@@ -14,11 +14,13 @@
 //! The kernel runs in the caller's process; the daemon (`vinod`) serves the same system calls to
 //! other processes.
 
+mod attrs;
 mod error;
 mod files;
 mod perm;
 mod process;
 
+pub use attrs::SetTime;
 pub use error::{Errno, SysError, SysResult};
 pub use files::{Fd, OpenFlags};
 pub use perm::Credentials;
