@@ -392,3 +392,72 @@ fn a_file_unlinked_while_open_stays_readable_until_closed() {
     drop((file, reopened));
     m.finish();
 }
+
+#[test]
+fn coreutils_change_sizes_modes_times_and_links() {
+    let m = Mounted::new();
+    let f = m.mnt().join("f");
+    fs::write(&f, data(50_000, 9)).unwrap();
+    run(Command::new("truncate").arg("-s").arg("10000").arg(&f));
+    assert!(
+        fs::read(&f).unwrap() == data(50_000, 9)[..10_000],
+        "truncate keeps the head"
+    );
+    run(Command::new("truncate").arg("-s").arg("20000").arg(&f));
+    assert!(
+        fs::read(&f).unwrap()[10_000..].iter().all(|&b| b == 0),
+        "growing reads zeros"
+    );
+    let sparse = m.mnt().join("sparse");
+    run(Command::new("truncate").arg("-s").arg("10000").arg(&sparse));
+    run(Command::new("sh")
+        .arg("-c")
+        .arg(format!("printf end >> {}", sparse.display())));
+    let back = fs::read(&sparse).unwrap();
+    assert!(back.len() == 10_003 && back[..10_000].iter().all(|&b| b == 0) && &back[10_000..] == b"end");
+    run(Command::new("chmod").arg("640").arg(&f));
+    assert_eq!(fs::metadata(&f).unwrap().permissions().mode() & 0o7777, 0o640);
+    run(Command::new("chown").arg("1000:1000").arg(&f));
+    assert_eq!(m.kernel_stat("/f").uid, 1000);
+    run(Command::new("touch").arg("-m").arg("-d").arg("@981173106").arg(&f));
+    let mtime = fs::metadata(&f).unwrap().modified().unwrap();
+    assert_eq!(
+        mtime.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(),
+        981_173_106
+    );
+    run(Command::new("ln").arg(&f).arg(m.mnt().join("g")));
+    assert_eq!(m.kernel_stat("/f").nlink, 2);
+    run(Command::new("mv").arg(m.mnt().join("g")).arg(m.mnt().join("h")));
+    assert!(fs::read(m.mnt().join("h")).unwrap() == fs::read(&f).unwrap());
+    let listing = stdout(&run(Command::new("ls").arg("-la").arg(m.mnt())));
+    assert!(listing.contains(" h\n") && listing.contains(" f\n"), "{listing}");
+    let df = stdout(&run(Command::new("df").arg("-k").arg(m.mnt())));
+    assert!(df.contains("vino"), "{df}");
+    m.finish();
+}
+
+#[test]
+fn another_user_creates_files_of_its_own_in_a_shared_directory() {
+    let m = Mounted::new();
+    let shared = m.mnt().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    // The file is created 0444 yet opened for writing, as POSIX allows its creator.
+    let script = format!(
+        "umask 0222 && echo mine > {0}/f && mkdir {0}/d && cat {0}/f",
+        shared.display()
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .uid(1000)
+        .gid(1000)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "mine\n");
+    let st = m.kernel_stat("/shared/f");
+    assert_eq!((st.uid, st.gid, st.mode & 0o7777), (1000, 1000, 0o444));
+    assert_eq!(m.kernel_stat("/shared/d").uid, 1000);
+    m.finish();
+}

@@ -6,7 +6,11 @@
 use crate::error::{Errno, SysError, SysResult};
 use crate::perm::{self, EXEC, WRITE};
 use crate::process::Process;
+use vino_blockdev::BLOCK_SIZE;
+use vino_cache::IoCtx;
 use vino_fs::{FileType, FsStats, SetAttr, Stat};
+
+const BS: u64 = BLOCK_SIZE as u64;
 
 /// A timestamp to set, as `utimensat` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -173,5 +177,58 @@ impl Process {
     pub fn fsync_path(&self, path: &str) -> SysResult<()> {
         let (ino, _) = self.stat_checked(path)?;
         Ok(self.kernel().fs().fsync(ino)?)
+    }
+}
+
+impl Process {
+    /// Before a file grows to `new_size`: the bytes past its old end in a partial last block may
+    /// be stale (a shrinking truncate leaves them on the device), and must read as zero.
+    pub(crate) fn zero_tail(&self, ino: u64, new_size: u64) -> SysResult<()> {
+        let fs = self.kernel().fs();
+        let old = fs.stat(ino)?.size;
+        if new_size <= old || old % BS == 0 || fs.locate(ino, old / BS)?.is_none() {
+            return Ok(());
+        }
+        let gap = (BS - old % BS).min(new_size - old) as usize;
+        let ctx = IoCtx::new(self.pid());
+        Ok(self
+            .kernel()
+            .cache
+            .write(&ctx, ino, &fs.backing(ino), old, &[0u8; BLOCK_SIZE][..gap])?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Credentials, Kernel, KernelConfig, OpenFlags};
+    use std::sync::Arc;
+    use vino_blockdev::{BlockDevice, MemDevice};
+    use vino_fs::{MkfsOptions, mkfs};
+
+    #[test]
+    fn a_file_grown_after_a_shrink_reads_zeros_and_takes_appends() {
+        let dev = Arc::new(MemDevice::new(4096));
+        mkfs(&*dev, &MkfsOptions::default()).unwrap();
+        let k = Kernel::boot(
+            dev as Arc<dyn BlockDevice>,
+            &KernelConfig {
+                writeback_every: None,
+                ..Default::default()
+            },
+        );
+        let p = k.unwrap().spawn(Credentials::root());
+        let fd = p.open("/f", OpenFlags::create()).unwrap();
+        p.write(fd, &[7u8; 50_000]).unwrap();
+        p.ftruncate(fd, 10_000).unwrap();
+        p.ftruncate(fd, 20_000).unwrap();
+        let mut back = vec![1u8; 20_000];
+        assert_eq!(p.pread(fd, &mut back, 0).unwrap(), 20_000);
+        assert!(back[..10_000].iter().all(|&b| b == 7) && back[10_000..].iter().all(|&b| b == 0));
+        let sparse = p.open("/sparse", OpenFlags::create()).unwrap();
+        p.ftruncate(sparse, 10_000).unwrap();
+        p.pwrite(sparse, b"end", 30_000).unwrap();
+        let mut back = vec![1u8; 30_003];
+        assert_eq!(p.pread(sparse, &mut back, 0).unwrap(), 30_003);
+        assert!(back[..30_000].iter().all(|&b| b == 0) && &back[30_000..] == b"end");
     }
 }
