@@ -461,3 +461,61 @@ fn another_user_creates_files_of_its_own_in_a_shared_directory() {
     assert_eq!(m.kernel_stat("/shared/d").uid, 1000);
     m.finish();
 }
+
+#[test]
+fn a_large_directory_lists_whole_across_readdir_calls() {
+    let m = Mounted::new();
+    let dir = m.mnt().join("many");
+    fs::create_dir(&dir).unwrap();
+    let names: Vec<String> = (0..1500)
+        .map(|i| format!("a-rather-long-file-name-to-fill-replies-{i:05}"))
+        .collect();
+    for n in &names {
+        fs::write(dir.join(n), n).unwrap();
+    }
+    let listed = stdout(&run(Command::new("ls").arg("-1").arg(&dir)));
+    assert_eq!(listed.lines().collect::<Vec<_>>(), names);
+    let found = stdout(&run(Command::new("find").arg(&dir).arg("-type").arg("f")));
+    assert_eq!(found.lines().count(), names.len());
+    run(Command::new("rm").arg("-rf").arg(&dir));
+    assert!(!dir.exists());
+    m.finish();
+}
+
+#[test]
+fn serve_foreground_runs_until_unmounted() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Arc::new(vino_blockdev::MemDevice::new(8192));
+    mkfs(&*dev, &MkfsOptions::default()).unwrap();
+    let kernel = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &KernelConfig::default()).unwrap();
+    let mnt = dir.path().to_path_buf();
+    let served = {
+        let (kernel, mnt) = (kernel.clone(), mnt.clone());
+        std::thread::spawn(move || vino_fuse::serve_foreground(kernel, &mnt, &MountConfig::default()))
+    };
+    let mounted = || {
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!(" {} ", mnt.display()))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !mounted() {
+        assert!(std::time::Instant::now() < deadline, "the mount did not appear");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    fs::write(mnt.join("hello"), "world").unwrap();
+    let target = std::ffi::CString::new(mnt.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(
+        unsafe { libc::umount(target.as_ptr()) },
+        0,
+        "umount: {}",
+        std::io::Error::last_os_error()
+    );
+    served.join().unwrap().unwrap();
+    assert!(kernel.processes().is_empty(), "the mount's processes end with it");
+    let p = kernel.spawn(vino_kernel::Credentials::root());
+    assert_eq!(p.stat("/hello").unwrap().size, 5);
+    kernel.exit(p.pid());
+    kernel.shutdown().unwrap();
+    assert!(fsck(&*dev, false).unwrap().is_clean());
+}
