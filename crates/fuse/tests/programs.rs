@@ -519,3 +519,26 @@ fn serve_foreground_runs_until_unmounted() {
     kernel.shutdown().unwrap();
     assert!(fsck(&*dev, false).unwrap().is_clean());
 }
+
+#[test]
+fn every_read_is_served_by_the_vino_cache() {
+    let m = Mounted::new();
+    let path = m.mnt().join("hot");
+    fs::write(&path, data(64 << 10, 5)).unwrap();
+    let ino = m.kernel_stat("/hot").ino;
+    let lookups = || {
+        let c = m.kernel.cache().object_counters(ino);
+        c.hits + c.misses
+    };
+    let mut seen = lookups();
+    for _ in 0..3 {
+        assert!(fs::read(&path).unwrap() == data(64 << 10, 5));
+        let now = lookups();
+        assert!(
+            now >= seen + 16,
+            "a read of 16 pages went around VINO's cache ({seen} -> {now})"
+        );
+        seen = now;
+    }
+    m.finish();
+}
