@@ -14,12 +14,14 @@
 //! The kernel runs in the caller's process; the daemon (`vinod`) serves the same system calls to
 //! other processes.
 
+mod attrs;
 mod error;
 mod file_grafts;
 mod files;
 mod perm;
 mod process;
 
+pub use attrs::SetTime;
 pub use error::{Errno, SysError, SysResult};
 pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};

@@ -205,7 +205,7 @@ impl Process {
         // Writing past the end: the old last block may hold stale bytes past the old end (left
         // by a truncate); what lies between the old end and this write must read as zero.
         let size = self.fs().stat(f.ino)?.size;
-        if offset > size && size % BS != 0 {
+        if offset > size && size % BS != 0 && self.fs().locate(f.ino, size / BS)?.is_some() {
             let gap = ((BS - size % BS) as usize).min((offset - size) as usize);
             cache.write(&ctx, f.ino, &f.backing, size, &[0u8; BLOCK_SIZE][..gap])?;
         }
@@ -257,6 +257,7 @@ impl Process {
     /// Sets a file's size: its dirty pages go to the device first, then the cache forgets the
     /// pages from the new end on (a partial last page included), then the file system frees.
     fn resize(&self, ino: u64, size: u64) -> SysResult<()> {
+        self.zero_tail(ino, size)?;
         self.kernel.cache.sync_object(ino)?;
         self.kernel.cache.invalidate(ino, size / BS);
         Ok(self.fs().set_size(ino, size)?)

@@ -1,0 +1,139 @@
+//! The VINO kernel mounted through FUSE, so ordinary programs (cp, tar, git, sqlite) use it.
+//!
+//! Every request is served by system calls of a kernel [`vino_kernel::Process`]: one per
+//! caller's uid/gid pair (uid 0 privileged), made on first use. Permission checks, graft events
+//! and per-file grafts (`file.compute_ra/<fd>` of the descriptor a FUSE open makes) therefore
+//! apply exactly as for any other client of the kernel. The kernel's API is path based, so the
+//! mount keeps a table from inode to parent and name ([`nodes`]).
+//!
+//! Files are opened with `FOPEN_DIRECT_IO`: Linux's page cache is bypassed and every read is
+//! served by VINO's cache, whose policies grafts set. Locks (`fcntl`, `flock`) are left to
+//! Linux, which handles them locally for a FUSE file system that does not implement them.
+//!
+//! Mounting needs `/dev/fuse` and root (the mount is made with `mount(2)` directly; no
+//! `fusermount` helper or libfuse is used).
+
+pub mod bench;
+pub mod nodes;
+mod ops;
+
+use fuser::{Config, MountOption, Session, SessionACL};
+use ops::{State, VinoFs};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use vino_kernel::{Kernel, Process};
+
+/// How to mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountConfig {
+    /// Let users other than the mounting one use the mount (`allow_other`); the kernel's own
+    /// permission checks still apply to each of them.
+    pub allow_other: bool,
+    /// How long Linux may cache names and attributes.
+    pub attr_ttl: Duration,
+    /// The source shown in the mount table.
+    pub fsname: String,
+    /// Threads serving requests.
+    pub threads: usize,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            allow_other: false,
+            attr_ttl: Duration::from_secs(1),
+            fsname: "vino".into(),
+            threads: 2,
+        }
+    }
+}
+
+fn session_config(config: &MountConfig) -> Config {
+    assert!(config.threads >= 1, "a mount needs at least one thread");
+    let mut c = Config::default();
+    c.mount_options = vec![
+        MountOption::FSName(config.fsname.clone()),
+        MountOption::Subtype("vino".into()),
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    c.acl = if config.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    c.n_threads = Some(config.threads);
+    c
+}
+
+fn session(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<(Session<VinoFs>, Arc<State>)> {
+    let state = Arc::new(State::new(kernel, config));
+    let session = Session::new(VinoFs(state.clone()), mountpoint, &session_config(config))
+        .map_err(|e| io::Error::new(e.kind(), format!("mounting VINO on {}: {e}", mountpoint.display())))?;
+    Ok((session, state))
+}
+
+/// A mounted kernel, served by background threads. Dropping it unmounts.
+pub struct Mount {
+    session: Option<fuser::BackgroundSession>,
+    state: Arc<State>,
+    mountpoint: PathBuf,
+}
+
+/// Mounts `kernel` on `mountpoint` and serves it in background threads.
+pub fn mount(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<Mount> {
+    let (session, state) = session(kernel, mountpoint, config)?;
+    let session = Some(session.spawn()?);
+    Ok(Mount {
+        session,
+        state,
+        mountpoint: mountpoint.to_path_buf(),
+    })
+}
+
+/// Mounts `kernel` on `mountpoint` and serves it on this thread until it is unmounted (by
+/// `umount` or `fusermount -u`).
+pub fn serve_foreground(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<()> {
+    let (session, state) = session(kernel, mountpoint, config)?;
+    let served = session.run();
+    state.release_all();
+    served
+}
+
+impl Mount {
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// The kernel processes made for the callers so far (one per uid/gid pair).
+    pub fn processes(&self) -> Vec<Arc<Process>> {
+        self.state.processes()
+    }
+
+    /// Unmounts, waits for the serving threads, closes what is still open and ends the mount's
+    /// kernel processes. If the mount is busy this fails, and the mount stays, served in the
+    /// background until something unmounts it.
+    pub fn unmount(mut self) -> io::Result<()> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> io::Result<()> {
+        if let Some(session) = self.session.take() {
+            session
+                .umount_and_join()
+                .map_err(|e| io::Error::new(e.kind(), format!("unmounting {}: {e}", self.mountpoint.display())))?;
+        }
+        self.state.release_all();
+        Ok(())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("vino-fuse: {e}");
+        }
+    }
+}

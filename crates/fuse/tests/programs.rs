@@ -1,0 +1,544 @@
+//! Real programs on a FUSE mount of the VINO kernel: cp, tar, gzip, grep, sqlite3 and git, a
+//! second user refused by the kernel's permission check, and a file unlinked while open. Each
+//! test makes an image, boots a kernel on it, mounts it, runs the programs, unmounts, shuts the
+//! kernel down and checks the image with fsck. Needs root and /dev/fuse, and the programs
+//! installed (Debian: coreutils tar gzip grep sqlite3 git).
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use tempfile::TempDir;
+use vino_blockdev::{BlockDevice, FileDevice};
+use vino_fs::{MkfsOptions, fsck, mkfs};
+use vino_fuse::{Mount, MountConfig, mount};
+use vino_kernel::{Kernel, KernelConfig};
+
+const IMAGE_BYTES: u64 = 128 << 20;
+
+/// An image, the kernel booted on it and its mount.
+struct Mounted {
+    dir: TempDir,
+    image: PathBuf,
+    kernel: Arc<Kernel>,
+    mount: Option<Mount>,
+}
+
+impl Mounted {
+    fn new() -> Mounted {
+        let dir = tempfile::tempdir().unwrap();
+        // Other users must reach the mount point.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let image = dir.path().join("disk.img");
+        let dev = FileDevice::create(&image, IMAGE_BYTES).unwrap();
+        mkfs(&dev, &MkfsOptions::default()).unwrap();
+        let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+        let kernel = Kernel::boot(dev, &KernelConfig::default()).unwrap();
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        let config = MountConfig {
+            allow_other: true,
+            ..MountConfig::default()
+        };
+        let mount = mount(kernel.clone(), &mnt, &config).expect("mounting needs root and /dev/fuse");
+        let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let line = table.lines().find(|l| l.contains(&format!(" {} ", mnt.display())));
+        assert!(
+            line.is_some_and(|l| l.contains(" - fuse") && l.contains(" vino ")),
+            "{} is not a VINO mount:\n{table}",
+            mnt.display()
+        );
+        Mounted {
+            dir,
+            image,
+            kernel,
+            mount: Some(mount),
+        }
+    }
+
+    /// What the kernel itself says of a path on the mount.
+    fn kernel_stat(&self, path: &str) -> vino_kernel::Stat {
+        let p = self.kernel.spawn(vino_kernel::Credentials::root());
+        let st = p.stat(path).unwrap();
+        self.kernel.exit(p.pid());
+        st
+    }
+
+    fn mnt(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+
+    /// A directory outside the mount, for programs' inputs and outputs.
+    fn host(&self, name: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// Unmounts, shuts the kernel down, and checks the image.
+    fn finish(mut self) {
+        self.mount.take().unwrap().unmount().unwrap();
+        self.kernel.shutdown().unwrap();
+        let report = fsck(&FileDevice::open(&self.image).unwrap(), false).unwrap();
+        assert!(report.is_clean(), "fsck after unmount: {:?}", report.problems);
+    }
+}
+
+/// Runs a program and fails the test, saying why, unless it succeeds.
+fn run(cmd: &mut Command) -> Output {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{program}` ({e}): is it installed?"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Bytes that do not compress to nothing and differ at every offset.
+fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if i % 3 == 0 {
+                b'a' + (x % 26) as u8
+            } else {
+                (x >> 24) as u8
+            }
+        })
+        .collect()
+}
+
+/// Makes a tree of directories and files of several sizes under `root`.
+fn make_tree(root: &Path) {
+    for (i, dir) in ["a", "a/b", "a/b/c", "d", "e/f"].iter().enumerate() {
+        fs::create_dir_all(root.join(dir)).unwrap();
+        for (j, size) in [0usize, 1, 4095, 4096, 70_000, 300_001].iter().enumerate() {
+            fs::write(
+                root.join(dir).join(format!("f{j}.bin")),
+                data(*size, (i * 10 + j) as u64),
+            )
+            .unwrap();
+        }
+    }
+    fs::set_permissions(root.join("d/f1.bin"), fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// Fails unless the trees hold the same names, kinds, modes and bytes.
+fn assert_same_tree(a: &Path, b: &Path) {
+    let names = |p: &Path| {
+        let mut v: Vec<_> = fs::read_dir(p).unwrap().map(|e| e.unwrap().file_name()).collect();
+        v.sort();
+        v
+    };
+    let (na, nb) = (names(a), names(b));
+    assert_eq!(na, nb, "{} and {} list different names", a.display(), b.display());
+    for name in na {
+        let (pa, pb) = (a.join(&name), b.join(&name));
+        let (ma, mb) = (fs::metadata(&pa).unwrap(), fs::metadata(&pb).unwrap());
+        assert_eq!(ma.is_dir(), mb.is_dir(), "{}", pb.display());
+        assert_eq!(
+            ma.permissions().mode() & 0o7777,
+            mb.permissions().mode() & 0o7777,
+            "mode of {}",
+            pb.display()
+        );
+        if ma.is_dir() {
+            assert_same_tree(&pa, &pb);
+        } else {
+            assert!(
+                fs::read(&pa).unwrap() == fs::read(&pb).unwrap(),
+                "{} differs",
+                pb.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn cp_copies_a_multi_megabyte_file_in_and_out() {
+    let m = Mounted::new();
+    let host = m.host("in");
+    let big = data(5 << 20, 7);
+    fs::write(host.join("big"), &big).unwrap();
+    run(Command::new("cp").arg(host.join("big")).arg(m.mnt().join("big")));
+    assert!(
+        fs::read(m.mnt().join("big")).unwrap() == big,
+        "the copy on the mount differs"
+    );
+    assert_eq!(fs::metadata(m.mnt().join("big")).unwrap().len(), big.len() as u64);
+    assert_eq!(
+        m.kernel_stat("/big").size,
+        big.len() as u64,
+        "the file is in the VINO file system"
+    );
+    run(Command::new("cp")
+        .arg("-p")
+        .arg(m.mnt().join("big"))
+        .arg(m.mnt().join("big2")));
+    run(Command::new("cp").arg(m.mnt().join("big2")).arg(host.join("back")));
+    assert!(fs::read(host.join("back")).unwrap() == big, "the copy back differs");
+    let (a, b) = (
+        fs::metadata(m.mnt().join("big")).unwrap(),
+        fs::metadata(m.mnt().join("big2")).unwrap(),
+    );
+    assert_eq!(
+        a.modified().unwrap(),
+        b.modified().unwrap(),
+        "cp -p keeps the modification time"
+    );
+    m.finish();
+}
+
+#[test]
+fn tar_creates_and_extracts_a_tree() {
+    let m = Mounted::new();
+    let src = m.host("src");
+    make_tree(&src.join("tree"));
+    let archive = m.mnt().join("tree.tar");
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&src)
+        .arg("tree"));
+    fs::create_dir(m.mnt().join("out")).unwrap();
+    run(Command::new("tar")
+        .arg("-xpf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(m.mnt().join("out")));
+    assert_same_tree(&src.join("tree"), &m.mnt().join("out/tree"));
+    // And back: an archive of the tree on the mount, extracted outside it.
+    let back = m.host("back");
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(back.join("t.tar"))
+        .arg("-C")
+        .arg(m.mnt().join("out"))
+        .arg("tree"));
+    run(Command::new("tar")
+        .arg("-xpf")
+        .arg(back.join("t.tar"))
+        .arg("-C")
+        .arg(&back));
+    assert_same_tree(&src.join("tree"), &back.join("tree"));
+    // A tree renamed and removed through the mount.
+    fs::rename(m.mnt().join("out/tree"), m.mnt().join("moved")).unwrap();
+    assert_same_tree(&src.join("tree"), &m.mnt().join("moved"));
+    run(Command::new("rm").arg("-r").arg(m.mnt().join("moved")));
+    assert!(!m.mnt().join("moved").exists());
+    m.finish();
+}
+
+#[test]
+fn gzip_and_gunzip_round_trip_and_grep_finds_lines() {
+    let m = Mounted::new();
+    let text: String = (0..20_000)
+        .map(|i| format!("line {i} {}\n", if i % 7 == 0 { "needle" } else { "hay" }))
+        .collect();
+    let file = m.mnt().join("text.txt");
+    fs::write(&file, &text).unwrap();
+    let count = stdout(&run(Command::new("grep").arg("-c").arg("needle").arg(&file)));
+    assert_eq!(count.trim(), (0..20_000).filter(|i| i % 7 == 0).count().to_string());
+    run(Command::new("gzip").arg(&file));
+    assert!(
+        !file.exists() && m.mnt().join("text.txt.gz").exists(),
+        "gzip replaces the file"
+    );
+    run(Command::new("gunzip").arg(m.mnt().join("text.txt.gz")));
+    assert_eq!(fs::read_to_string(&file).unwrap(), text);
+    fs::create_dir_all(m.mnt().join("d/e")).unwrap();
+    fs::write(m.mnt().join("d/e/x"), "one needle\n").unwrap();
+    let found = stdout(&run(Command::new("grep").arg("-rl").arg("one needle").arg(m.mnt())));
+    assert_eq!(found.trim(), m.mnt().join("d/e/x").display().to_string());
+    m.finish();
+}
+
+#[test]
+fn sqlite_commits_a_transaction_and_queries_it() {
+    let m = Mounted::new();
+    let db = m.mnt().join("db.sqlite");
+    let script = "create table t(id integer primary key, name text, n integer);\n\
+                  begin;\n\
+                  with recursive k(i) as (select 1 union all select i + 1 from k where i < 5000)\n\
+                  insert into t(name, n) select 'row' || i, i * 3 from k;\n\
+                  commit;\n";
+    run(Command::new("sqlite3").arg(&db).arg(script));
+    run(Command::new("sqlite3")
+        .arg(&db)
+        .arg("begin; update t set n = n + 1 where id <= 10; commit;"));
+    let out = stdout(&run(Command::new("sqlite3")
+        .arg(&db)
+        .arg("select count(*), sum(n) from t; pragma integrity_check;")));
+    let sum: u64 = (1..=5000u64).map(|i| i * 3).sum::<u64>() + 10;
+    assert_eq!(out, format!("5000|{sum}\nok\n"));
+    m.finish();
+}
+
+#[test]
+fn git_init_add_commit_log_status() {
+    let m = Mounted::new();
+    let home = m.host("home");
+    let repo = m.mnt().join("repo");
+    let git = |args: &[&str]| {
+        let mut c = Command::new("git");
+        c.arg("-C")
+            .arg(&repo)
+            .args(args)
+            .env("HOME", &home)
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        c.env("GIT_AUTHOR_NAME", "V").env("GIT_AUTHOR_EMAIL", "v@example.org");
+        c.env("GIT_COMMITTER_NAME", "V")
+            .env("GIT_COMMITTER_EMAIL", "v@example.org");
+        stdout(&run(&mut c))
+    };
+    fs::create_dir(&repo).unwrap();
+    git(&["init", "-q"]);
+    make_tree(&repo.join("src"));
+    fs::write(repo.join("README"), "hello\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "first commit"]);
+    fs::write(repo.join("README"), "hello again\n").unwrap();
+    assert_eq!(git(&["status", "--porcelain"]), " M README\n");
+    git(&["commit", "-q", "-a", "-m", "second commit"]);
+    let log = git(&["log", "--format=%s"]);
+    assert_eq!(log, "second commit\nfirst commit\n");
+    assert_eq!(git(&["status", "--porcelain"]), "");
+    git(&["fsck", "--strict"]);
+    m.finish();
+}
+
+#[test]
+fn another_user_is_refused_a_private_file_of_root() {
+    let m = Mounted::new();
+    let secret = m.mnt().join("secret");
+    let public = m.mnt().join("public");
+    fs::write(&secret, "root only\n").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(&public, "for all\n").unwrap();
+    fs::set_permissions(&public, fs::Permissions::from_mode(0o644)).unwrap();
+    let as_user = |args: &[&Path]| Command::new("cat").args(args).uid(1000).gid(1000).output().unwrap();
+    let refused = as_user(&[&secret]);
+    assert!(!refused.status.success(), "uid 1000 read a 0600 file of root");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("Permission denied"),
+        "{refused:?}"
+    );
+    let allowed = as_user(&[&public]);
+    assert_eq!(stdout(&allowed), "for all\n", "{allowed:?}");
+    let write = Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo x > {}", public.display()))
+        .uid(1000)
+        .gid(1000)
+        .output();
+    assert!(!write.unwrap().status.success(), "uid 1000 wrote a 0644 file of root");
+    let users: Vec<u32> = m
+        .mount
+        .as_ref()
+        .unwrap()
+        .processes()
+        .iter()
+        .map(|p| p.credentials().uid)
+        .collect();
+    assert!(
+        users.contains(&1000) && users.contains(&0),
+        "one kernel process per caller: {users:?}"
+    );
+    m.finish();
+}
+
+#[test]
+fn a_file_unlinked_while_open_stays_readable_until_closed() {
+    let m = Mounted::new();
+    let path = m.mnt().join("doomed");
+    let body = data(200_000, 3);
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    file.write_all(&body).unwrap();
+    fs::remove_file(&path).unwrap();
+    assert!(!path.exists(), "the name is gone");
+    let mut back = vec![0u8; body.len()];
+    file.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == body, "the open file still reads what was written");
+    file.write_all_at(b"more", body.len() as u64).unwrap();
+    assert_eq!(file.metadata().unwrap().len(), body.len() as u64 + 4);
+    let mut tail = String::new();
+    let mut reopened = file.try_clone().unwrap();
+    std::io::Seek::seek(&mut reopened, std::io::SeekFrom::Start(body.len() as u64)).unwrap();
+    reopened.read_to_string(&mut tail).unwrap();
+    assert_eq!(tail, "more");
+    drop((file, reopened));
+    m.finish();
+}
+
+#[test]
+fn coreutils_change_sizes_modes_times_and_links() {
+    let m = Mounted::new();
+    let f = m.mnt().join("f");
+    fs::write(&f, data(50_000, 9)).unwrap();
+    run(Command::new("truncate").arg("-s").arg("10000").arg(&f));
+    assert!(
+        fs::read(&f).unwrap() == data(50_000, 9)[..10_000],
+        "truncate keeps the head"
+    );
+    run(Command::new("truncate").arg("-s").arg("20000").arg(&f));
+    assert!(
+        fs::read(&f).unwrap()[10_000..].iter().all(|&b| b == 0),
+        "growing reads zeros"
+    );
+    let sparse = m.mnt().join("sparse");
+    run(Command::new("truncate").arg("-s").arg("10000").arg(&sparse));
+    run(Command::new("sh")
+        .arg("-c")
+        .arg(format!("printf end >> {}", sparse.display())));
+    let back = fs::read(&sparse).unwrap();
+    assert!(back.len() == 10_003 && back[..10_000].iter().all(|&b| b == 0) && &back[10_000..] == b"end");
+    run(Command::new("chmod").arg("640").arg(&f));
+    assert_eq!(fs::metadata(&f).unwrap().permissions().mode() & 0o7777, 0o640);
+    run(Command::new("chown").arg("1000:1000").arg(&f));
+    assert_eq!(m.kernel_stat("/f").uid, 1000);
+    run(Command::new("touch").arg("-m").arg("-d").arg("@981173106").arg(&f));
+    let mtime = fs::metadata(&f).unwrap().modified().unwrap();
+    assert_eq!(
+        mtime.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(),
+        981_173_106
+    );
+    run(Command::new("ln").arg(&f).arg(m.mnt().join("g")));
+    assert_eq!(m.kernel_stat("/f").nlink, 2);
+    run(Command::new("mv").arg(m.mnt().join("g")).arg(m.mnt().join("h")));
+    assert!(fs::read(m.mnt().join("h")).unwrap() == fs::read(&f).unwrap());
+    let listing = stdout(&run(Command::new("ls").arg("-la").arg(m.mnt())));
+    assert!(listing.contains(" h\n") && listing.contains(" f\n"), "{listing}");
+    let df = stdout(&run(Command::new("df").arg("-k").arg(m.mnt())));
+    assert!(df.contains("vino"), "{df}");
+    m.finish();
+}
+
+#[test]
+fn another_user_creates_files_of_its_own_in_a_shared_directory() {
+    let m = Mounted::new();
+    let shared = m.mnt().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    // The file is created 0444 yet opened for writing, as POSIX allows its creator.
+    let script = format!(
+        "umask 0222 && echo mine > {0}/f && mkdir {0}/d && cat {0}/f",
+        shared.display()
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .uid(1000)
+        .gid(1000)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "mine\n");
+    let st = m.kernel_stat("/shared/f");
+    assert_eq!((st.uid, st.gid, st.mode & 0o7777), (1000, 1000, 0o444));
+    assert_eq!(m.kernel_stat("/shared/d").uid, 1000);
+    m.finish();
+}
+
+#[test]
+fn a_large_directory_lists_whole_across_readdir_calls() {
+    let m = Mounted::new();
+    let dir = m.mnt().join("many");
+    fs::create_dir(&dir).unwrap();
+    let names: Vec<String> = (0..1500)
+        .map(|i| format!("a-rather-long-file-name-to-fill-replies-{i:05}"))
+        .collect();
+    for n in &names {
+        fs::write(dir.join(n), n).unwrap();
+    }
+    let listed = stdout(&run(Command::new("ls").arg("-1").arg(&dir)));
+    assert_eq!(listed.lines().collect::<Vec<_>>(), names);
+    let found = stdout(&run(Command::new("find").arg(&dir).arg("-type").arg("f")));
+    assert_eq!(found.lines().count(), names.len());
+    run(Command::new("rm").arg("-rf").arg(&dir));
+    assert!(!dir.exists());
+    m.finish();
+}
+
+#[test]
+fn serve_foreground_runs_until_unmounted() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Arc::new(vino_blockdev::MemDevice::new(8192));
+    mkfs(&*dev, &MkfsOptions::default()).unwrap();
+    let kernel = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &KernelConfig::default()).unwrap();
+    let mnt = dir.path().to_path_buf();
+    let served = {
+        let (kernel, mnt) = (kernel.clone(), mnt.clone());
+        std::thread::spawn(move || vino_fuse::serve_foreground(kernel, &mnt, &MountConfig::default()))
+    };
+    let mounted = || {
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!(" {} ", mnt.display()))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !mounted() {
+        assert!(std::time::Instant::now() < deadline, "the mount did not appear");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    fs::write(mnt.join("hello"), "world").unwrap();
+    let target = std::ffi::CString::new(mnt.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(
+        unsafe { libc::umount(target.as_ptr()) },
+        0,
+        "umount: {}",
+        std::io::Error::last_os_error()
+    );
+    served.join().unwrap().unwrap();
+    assert!(kernel.processes().is_empty(), "the mount's processes end with it");
+    let p = kernel.spawn(vino_kernel::Credentials::root());
+    assert_eq!(p.stat("/hello").unwrap().size, 5);
+    kernel.exit(p.pid());
+    kernel.shutdown().unwrap();
+    assert!(fsck(&*dev, false).unwrap().is_clean());
+}
+
+#[test]
+fn every_read_is_served_by_the_vino_cache() {
+    let m = Mounted::new();
+    let path = m.mnt().join("hot");
+    fs::write(&path, data(64 << 10, 5)).unwrap();
+    let ino = m.kernel_stat("/hot").ino;
+    let lookups = || {
+        let c = m.kernel.cache().object_counters(ino);
+        c.hits + c.misses
+    };
+    let mut seen = lookups();
+    for _ in 0..3 {
+        assert!(fs::read(&path).unwrap() == data(64 << 10, 5));
+        let now = lookups();
+        assert!(
+            now >= seen + 16,
+            "a read of 16 pages went around VINO's cache ({seen} -> {now})"
+        );
+        seen = now;
+    }
+    m.finish();
+}
