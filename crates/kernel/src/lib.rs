@@ -15,11 +15,16 @@
 //! other processes.
 
 mod error;
+mod events;
 mod files;
 mod perm;
 mod process;
 
 pub use error::{Errno, SysError, SysResult};
+pub use events::{
+    CloseEvent, CreateEvent, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats, FsEvent, FsEventPoint,
+    KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
+};
 pub use files::{Fd, OpenFlags};
 pub use perm::Credentials;
 pub use process::{GraftCall, Process};
@@ -76,6 +81,7 @@ pub struct Kernel {
     processes: Mutex<BTreeMap<Pid, Arc<Process>>>,
     next_pid: AtomicU64,
     pub(crate) files: files::FileTable,
+    pub(crate) events: events::Events,
 }
 
 impl Kernel {
@@ -105,6 +111,7 @@ impl Kernel {
             processes: Mutex::new(BTreeMap::new()),
             next_pid: AtomicU64::new(1),
             files: files::FileTable::default(),
+            events: events::Events::default(),
         });
         kernel.files.clear_orphans(&kernel.fs)?;
         Ok(kernel)
@@ -114,6 +121,7 @@ impl Kernel {
     pub fn spawn(self: &Arc<Self>, cred: Credentials) -> Arc<Process> {
         let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
         let process = Process::new(self.clone(), pid, cred);
+        self.events.attach(&process);
         self.processes.lock().insert(pid, process.clone());
         process
     }
@@ -143,6 +151,7 @@ impl Kernel {
 
     /// Ends every process, syncs and unmounts cleanly.
     pub fn shutdown(&self) -> SysResult<()> {
+        self.events_quiesce();
         let pids: Vec<Pid> = self.processes.lock().keys().copied().collect();
         for pid in pids {
             self.exit(pid);
