@@ -519,8 +519,10 @@ fn worker(shared: Weak<Shared>, i: usize) {
         };
         let Some(job) = job else { continue };
         let k = job.event.kind.index();
-        if !job.listener.gone.load(Ordering::Relaxed) {
-            if job.listener.slots[k].deliver(&job.event) {
+        // A graft unloaded since the event was queued (for failing, or by its owner) hears no more.
+        let slot = &job.listener.slots[k];
+        if !job.listener.gone.load(Ordering::Relaxed) && slot.bound() {
+            if slot.deliver(&job.event) {
                 bump(&s.counters[k].delivered_graft);
             } else {
                 bump(&s.counters[k].graft_aborts);
