@@ -248,8 +248,7 @@ fn fast(opts: &E5Options, f: impl FnMut()) -> Stats {
     } else {
         Duration::from_millis(20)
     };
-    let mut f = f;
-    measure::bench_for(opts.rounds, target, || f())
+    measure::bench_for(opts.rounds, target, f)
 }
 
 // ---- tables 17-20 ------------------------------------------------------------------------------
