@@ -173,6 +173,39 @@ static inline const struct vino_disk_request *vino_disk_requests(void) {
     return (const struct vino_disk_request *)vino_args;
 }
 
+/* event.fs.{open,close,create,unlink,modify} (thesis 3.5, 7.4): one graftpoint per kind of file
+ * event, in the process's own namespace, called asynchronously by a kernel thread for each event
+ * that passes the process's filter (Process::event_filter) on a file the process may read.
+ * Arguments: the kind (VINO_EVENT_*), the file's inode, the directory holding the name (0 for
+ * close and modify), the acting process, when it happened (vino_now_ns clock) and the length of
+ * the name (create, unlink, open; 0 otherwise), which is at the start of the argument area,
+ * NUL-terminated. Result: >= 0 commits; a negative result is invalid and aborts the invocation
+ * (its deferred writes are dropped). Default: nothing. */
+#define VINO_EVENT_OPEN 0
+#define VINO_EVENT_CLOSE 1
+#define VINO_EVENT_CREATE 2
+#define VINO_EVENT_UNLINK 3
+#define VINO_EVENT_MODIFY 4
+#define VINO_EVENT_NAME_MAX 255
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t event_fs_open(int32_t kind, int64_t inode, int64_t parent, int64_t pid, int64_t time_ns, int32_t name_len);
+int32_t event_fs_close(int32_t kind, int64_t inode, int64_t parent, int64_t pid, int64_t time_ns, int32_t name_len);
+int32_t event_fs_create(int32_t kind, int64_t inode, int64_t parent, int64_t pid, int64_t time_ns, int32_t name_len);
+int32_t event_fs_unlink(int32_t kind, int64_t inode, int64_t parent, int64_t pid, int64_t time_ns, int32_t name_len);
+int32_t event_fs_modify(int32_t kind, int64_t inode, int64_t parent, int64_t pid, int64_t time_ns, int32_t name_len);
+#endif
+static inline const char *vino_event_name(void) { return (const char *)vino_args; }
+
+/* Event graftpoints only: write to and force a file the graft's owning process has open for
+ * writing. The arguments are checked at the call (-9 EBADF: not a descriptor open for writing;
+ * -22 EINVAL: len < 0 or > 65536, offset < -1; -14 EFAULT: the buffer is outside the graft's
+ * memory), but the effect is deferred to the invocation's commit: if the graft then traps or
+ * returns an invalid result, the file is unchanged. vino_file_write returns len and writes at
+ * `offset`, or at the end of the file (as it is at commit) for offset -1; vino_file_fsync
+ * returns 0 and, at commit, after the writes before it, forces the file to the device. */
+VINO_IMPORT(vino_file_write) int32_t vino_file_write(int32_t fd, int64_t offset, const void *ptr, int32_t len);
+VINO_IMPORT(vino_file_fsync) int32_t vino_file_fsync(int32_t fd);
+
 VINO_STATIC_ASSERT(VINO_VICTIM_MAX * sizeof(uint64_t) <= VINO_ARG_BYTES, "victims fit");
 VINO_STATIC_ASSERT(sizeof(struct vino_disk_request) == 24 && VINO_DISK_PICK_MAX * 24 <= VINO_ARG_BYTES, "disk requests fit");
 VINO_STATIC_ASSERT(VINO_RA_MAX_EXTENTS * sizeof(struct vino_extent) <= VINO_ARG_BYTES, "extents fit");

@@ -2,6 +2,7 @@
 //! the timing and reporting helpers the project's benchmarks share.
 
 pub mod e4_wisconsin;
+pub mod e5_events;
 pub mod e6_layout;
 pub mod e7_gunzip;
 pub mod e9_linux;

@@ -73,6 +73,33 @@ macro_rules! define_arity {
     };
 }
 
+macro_rules! define_mem_arity {
+    ($method:ident, $($arg:ident : $ty:ident),*) => {
+        /// Defines a graft-callable function of this arity that also reads the graft's linear
+        /// memory (empty if the graft exports none), to take a buffer by pointer and length.
+        pub fn $method<$($ty: WasmInt,)* R: CallResult>(
+            &mut self,
+            name: &'static str,
+            f: impl Fn(&E, &[u8], $($ty),*) -> Result<R, CallError> + Send + Sync + 'static,
+        ) {
+            self.linker
+                .func_wrap("vino", name, move |mut caller: Caller<'_, HostState<E>>, $($arg: $ty),*| {
+                    let memory = caller.get_export("memory").and_then(|e| e.into_memory());
+                    let result = match memory {
+                        Some(m) => {
+                            let (data, state) = m.data_and_store_mut(&mut caller);
+                            f(&state.env, data, $($arg),*)
+                        }
+                        None => f(&caller.data().env, &[], $($arg),*),
+                    };
+                    result.map_err(refused)
+                })
+                .expect("defining a graft-callable function twice");
+            self.names.push(name);
+        }
+    };
+}
+
 impl<E: Send + Sync + 'static> Callables<E> {
     pub(crate) fn new(engine: &wasmtime::Engine) -> Self {
         let mut c = Callables { linker: Linker::new(engine), names: Vec::new() };
@@ -85,6 +112,10 @@ impl<E: Send + Sync + 'static> Callables<E> {
     define_arity!(func2, a: A, b: B);
     define_arity!(func3, a: A, b: B, c: C);
     define_arity!(func4, a: A, b: B, c: C, d: D);
+    define_mem_arity!(func1_mem, a: A);
+    define_mem_arity!(func2_mem, a: A, b: B);
+    define_mem_arity!(func3_mem, a: A, b: B, c: C);
+    define_mem_arity!(func4_mem, a: A, b: B, c: C, d: D);
 
     fn define_common(&mut self) {
         self.func0("vino_now_ns", |_| Ok(vino_vlt::now_ns() as i64));

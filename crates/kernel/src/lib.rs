@@ -17,6 +17,7 @@
 mod attrs;
 mod error;
 mod file_grafts;
+mod events;
 mod files;
 mod perm;
 mod process;
@@ -24,6 +25,10 @@ mod process;
 pub use attrs::SetTime;
 pub use error::{Errno, SysError, SysResult};
 pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
+pub use events::{
+    CloseEvent, CreateEvent, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats, FsEvent, FsEventPoint,
+    KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
+};
 pub use files::{Fd, OpenFlags};
 pub use perm::Credentials;
 pub use process::{GraftCall, Process};
@@ -81,6 +86,7 @@ pub struct Kernel {
     next_pid: AtomicU64,
     pub(crate) files: files::FileTable,
     pub(crate) file_grafts: file_grafts::FileGrafts,
+    pub(crate) events: events::Events,
 }
 
 impl Kernel {
@@ -111,6 +117,7 @@ impl Kernel {
             next_pid: AtomicU64::new(1),
             files: files::FileTable::default(),
             file_grafts: Default::default(),
+            events: events::Events::default(),
         });
         kernel.files.clear_orphans(&kernel.fs)?;
         Ok(kernel)
@@ -120,6 +127,7 @@ impl Kernel {
     pub fn spawn(self: &Arc<Self>, cred: Credentials) -> Arc<Process> {
         let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
         let process = Process::new(self.clone(), pid, cred);
+        self.events.attach(&process);
         self.processes.lock().insert(pid, process.clone());
         process
     }
@@ -149,6 +157,7 @@ impl Kernel {
 
     /// Ends every process, syncs and unmounts cleanly.
     pub fn shutdown(&self) -> SysResult<()> {
+        self.events_quiesce();
         let pids: Vec<Pid> = self.processes.lock().keys().copied().collect();
         for pid in pids {
             self.exit(pid);

@@ -63,6 +63,10 @@ impl Process {
         &self.kernel
     }
 
+    pub(crate) fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
     fn fs(&self) -> &vino_fs::FileSystem {
         &self.kernel.fs
     }
@@ -101,7 +105,7 @@ impl Process {
             Err(e) if flags.create && e.errno() == Errno::NoEnt as i32 => {
                 self.dir(dir_path, true)?;
                 let attrs = NewFile { mode: flags.mode & 0o7777, uid: self.cred.uid, gid: self.cred.gid, creator: self.pid };
-                self.fs().create(dir, name, &attrs)?
+                self.kernel.events.created(self, dir, name, self.fs().create(dir, name, &attrs)?)
             }
             Err(e) => return Err(e.into()),
         };
@@ -131,6 +135,7 @@ impl Process {
         self.namespace.register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
         let got = files.insert(file);
         debug_assert_eq!(got, fd);
+        self.kernel.events.opened(self, ino, dir, name, &st);
         Ok(fd)
     }
 
@@ -140,6 +145,7 @@ impl Process {
     }
 
     fn drop_file(&self, fd: Fd, file: &OpenFile) -> SysResult<()> {
+        self.kernel.events.closed(self, file.ino);
         if let Some(ra) = self.namespace.forget(&format!("file.compute_ra/{fd}")) {
             ra.unload();
         }
@@ -153,7 +159,7 @@ impl Process {
         Ok(())
     }
 
-    fn file(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {
+    pub(crate) fn file(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {
         self.files.lock().get(fd)
     }
 
@@ -185,13 +191,14 @@ impl Process {
         let at = if f.flags.append { self.fs().stat(f.ino)?.size } else { *offset };
         let n = self.write_file(fd, &f, at, data)?;
         *offset = at + n as u64;
+        self.kernel.events.modified(self, f.ino);
         Ok(n)
     }
 
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> SysResult<usize> {
         let f = self.file(fd)?;
         let _writer = self.kernel.files.write_lock(f.ino);
-        self.write_file(fd, &f, offset, data)
+        self.write_file(fd, &f, offset, data).inspect(|_| self.kernel.events.modified(self, f.ino))
     }
 
     /// Allocates each block (through the file's placement policy), then writes it into the cache.
@@ -251,7 +258,7 @@ impl Process {
             return Err(SysError::new(Errno::BadF, format!("descriptor {fd} is not open for writing")));
         }
         let _writer = self.kernel.files.write_lock(f.ino);
-        self.resize(f.ino, size)
+        self.resize(f.ino, size).inspect(|_| self.kernel.events.modified(self, f.ino))
     }
 
     /// Sets a file's size: its dirty pages go to the device first, then the cache forgets the
@@ -300,7 +307,7 @@ impl Process {
         let (dir_path, name) = split(path)?;
         let dir = self.dir(dir_path, true)?;
         let ino = self.fs().lookup(dir, name)?;
-        self.remove_name(dir, name, ino)
+        self.kernel.events.unlinking(self, dir, name, Some(ino), || self.remove_name(dir, name, ino))
     }
 
     fn remove_name(&self, dir: u64, name: &str, ino: u64) -> SysResult<()> {
@@ -322,9 +329,11 @@ impl Process {
         let (to_dir, to_name) = split(to)?;
         let (fd_ino, td_ino) = (self.dir(from_dir, true)?, self.dir(to_dir, true)?);
         // A file replaced by the rename goes the way of an unlinked one.
+        let mut replaced = None;
         if let Ok(target) = self.fs().lookup(td_ino, to_name) {
             let source = self.fs().lookup(fd_ino, from_name)?;
             let st = self.fs().stat(target)?;
+            replaced = Some(target).filter(|_| target != source && st.kind != FileType::Directory);
             if target != source && st.kind != FileType::Directory && st.nlink == 1 {
                 if self.kernel.files.is_open(target) {
                     self.kernel.files.orphan(self.fs(), target, td_ino, to_name.as_bytes())?;
@@ -333,7 +342,8 @@ impl Process {
                 }
             }
         }
-        Ok(self.fs().rename(fd_ino, from_name, td_ino, to_name)?)
+        let rename = || Ok(self.fs().rename(fd_ino, from_name, td_ino, to_name)?);
+        self.kernel.events.unlinking(self, td_ino, to_name, replaced, rename)
     }
 
     // ---- grafts -----------------------------------------------------------------------------
@@ -423,6 +433,7 @@ impl Process {
 
     /// Closes every file and unloads every graft of this process (it exited).
     pub(crate) fn release(&self) {
+        self.kernel.events.detach(self.pid);
         let open = self.files.lock().drain();
         for (fd, file) in open {
             let _ = self.drop_file(fd, &file);

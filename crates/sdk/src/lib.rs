@@ -65,6 +65,8 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("noswitch", include_str!("../../../sdk/grafts/noswitch.c")),
     ("lookahead_evict", include_str!("../../../sdk/grafts/lookahead_evict.c")),
     ("wisc_readahead", include_str!("../../../sdk/grafts/wisc_readahead.c")),
+    ("unlink_log", include_str!("../../../sdk/grafts/unlink_log.c")),
+    ("unlink_log_sync", include_str!("../../../sdk/grafts/unlink_log_sync.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

@@ -8,6 +8,7 @@ use ValType::{I32, I64};
 
 const ALWAYS: &[&str] = &["vino_now_ns", "vino_log"];
 const TOY: &[&str] = &["vino_toy_get", "vino_toy_set", "vino_toy_call_inner"];
+const EVENT: &[&str] = &["vino_file_write", "vino_file_fsync"];
 
 fn ft(params: &[ValType], results: &[ValType]) -> FuncType {
     FuncType {
@@ -24,6 +25,9 @@ fn graftpoint(export: &str) -> FuncType {
         "file_compute_ra" => ft(&[I64, I32, I64], &[I32]),
         "disk_pick_request" => ft(&[I32, I64], &[I32]),
         "file_block_buddy" => ft(&[I64, I64, I64, I32, I32, I64], &[I64]),
+        "event_fs_open" | "event_fs_close" | "event_fs_create" | "event_fs_unlink" | "event_fs_modify" => {
+            ft(&[I32, I64, I64, I64, I64, I32], &[I32])
+        }
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -190,6 +194,8 @@ fn examples_build_and_follow_the_abi() {
         ("noswitch", "file_block_buddy", &[], &[], &[]),
         ("lookahead_evict", "vas_pick_victim", &[], &["la_start", "la_stop"], &["la_ctl", "la_plan"]),
         ("wisc_readahead", "file_compute_ra", &[], &["wra_start", "wra_stop"], &["wra_ctl", "wra_plan"]),
+        ("unlink_log", "event_fs_unlink", EVENT, &["log_set_fd"], &[]),
+        ("unlink_log_sync", "event_fs_unlink", EVENT, &["log_set_fd"], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {
@@ -223,6 +229,10 @@ fn examples_build_and_follow_the_abi() {
     let (_, m) = build("toy_counter");
     let imports: BTreeSet<_> = m.imports.iter().map(|i| i.name.clone()).collect();
     assert_eq!(imports, set(&["vino_toy_get", "vino_toy_set"]));
+    // The bookkeeping grafts write through the deferred file calls; only the sync one forces.
+    let imports = |n| build(n).1.imports.into_iter().map(|i| i.name).collect::<BTreeSet<_>>();
+    assert_eq!(imports("unlink_log"), set(&["vino_file_write"]));
+    assert_eq!(imports("unlink_log_sync"), set(&["vino_file_write", "vino_file_fsync"]));
 }
 
 #[test]

@@ -1,0 +1,930 @@
+//! File-system events (Small 1998, 3.5 and 7.4).
+//!
+//! The file system raises an event when a file is opened, closed, created, unlinked (a file
+//! replaced by a rename counts as unlinked) or modified (write, pwrite, ftruncate). Each process
+//! has one graftpoint per kind in its own namespace, `event.fs.{open,close,create,unlink,modify}`,
+//! and a data-driven filter per kind, set by a system call ([`Process::event_filter`]): a set of
+//! inodes and a set of names (a created or unlinked name), checked in the kernel with hash sets
+//! so the cost does not grow with the filter. An empty filter accepts every event of its kind.
+//! A process hears only of files it may read (checked on the file's state when the event
+//! happens).
+//!
+//! A process receives an event if it has a graft (or a native policy) bound on that kind's
+//! graftpoint, or has asked for user-level delivery ([`Process::event_subscribe`], then
+//! [`Process::event_wait`]); with both, it gets both.
+//!
+//! Delivery is asynchronous: the system call that raises the event only filters and enqueues.
+//! A small pool of kernel threads runs the event grafts, each invocation inside its transaction;
+//! the events of one process go to one thread, so its graft sees them in order. Each event
+//! reaches each process that should get it exactly once. With nobody listening, raising an
+//! event costs one counter increment and one load (the thesis' "no handler" row).
+//!
+//! Event grafts may call `vino_file_write(fd, offset, ptr, len)` and `vino_file_fsync(fd)` on a
+//! file their owner has open for writing. The arguments are checked at the call (a negative
+//! errno comes back on a bad descriptor or range) but the effect is deferred to the
+//! transaction's commit log: a graft that writes and then fails leaves the file unchanged, as
+//! the thesis' transaction-protected write did.
+//!
+//! A graft that writes to a file whose modify events its own process hears, unfiltered, will
+//! keep hearing of its own writes: filter them out.
+
+use crate::error::{Errno, SysError, SysResult};
+use crate::files::Fd;
+use crate::perm::{self, Credentials, READ};
+use crate::{Kernel, Pid, Process};
+use parking_lot::{Condvar, Mutex, RwLock};
+use rustc_hash::FxHashSet;
+use serde::{Deserialize, Serialize};
+use std::any::Any;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+use vino_fs::Stat;
+use vino_graft::{
+    Access, CallError, Callables, GraftError, GraftInfo, GraftPoint, GraftSlot, GraftStats, Invalid, LoadError,
+    ManagedSlot, NativePolicy, Owner, SlotInfo,
+};
+
+/// Kernel threads that run event grafts.
+pub const EVENT_THREADS: usize = 2;
+/// Most bytes one `vino_file_write` may write.
+pub const EVENT_WRITE_MAX: usize = 64 * 1024;
+/// Most entries (inodes and names together) of one filter.
+pub const FILTER_MAX: usize = 1 << 20;
+/// Longest name copied into an event graft's argument area (NUL-terminated there).
+pub const EVENT_NAME_MAX: usize = 255;
+
+const POINT_NAMES: [&str; 5] =
+    ["event.fs.open", "event.fs.close", "event.fs.create", "event.fs.unlink", "event.fs.modify"];
+
+/// A kind of file-system event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Open = 0,
+    Close = 1,
+    Create = 2,
+    Unlink = 3,
+    /// write, pwrite, ftruncate.
+    Modify = 4,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 5] =
+        [EventKind::Open, EventKind::Close, EventKind::Create, EventKind::Unlink, EventKind::Modify];
+
+    /// The graftpoint of this kind (`event.fs.unlink`).
+    pub fn point(self) -> &'static str {
+        POINT_NAMES[self as usize]
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One file-system event. What an event graft is told, and what [`Process::event_wait`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsEvent {
+    pub kind: EventKind,
+    pub inode: u64,
+    /// The directory holding the name (open, create, unlink); 0 for an event on an open file
+    /// (close, modify), which the kernel knows only by its inode.
+    pub parent: u64,
+    /// The process whose system call raised the event.
+    pub pid: Pid,
+    /// The name created or unlinked.
+    pub name: Option<String>,
+    /// When it happened (monotonic nanoseconds, `vino_now_ns`).
+    pub time_ns: u64,
+    /// Kernel-wide order of events that someone heard.
+    pub seq: u64,
+}
+
+/// What events of one kind a process wants: files by inode, names created or unlinked. An
+/// event passes if its inode is in `inodes` or its name in `names`; an empty filter passes all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventFilter {
+    pub inodes: Vec<u64>,
+    pub names: Vec<String>,
+}
+
+/// A filter as the kernel checks it.
+#[derive(Default)]
+struct Filter {
+    inodes: FxHashSet<u64>,
+    names: FxHashSet<String>,
+}
+
+impl Filter {
+    fn new(f: EventFilter) -> Filter {
+        Filter { inodes: f.inodes.into_iter().collect(), names: f.names.into_iter().collect() }
+    }
+
+    #[inline]
+    fn accepts(&self, inode: u64, name: Option<&str>) -> bool {
+        if self.inodes.is_empty() && self.names.is_empty() {
+            return true;
+        }
+        self.inodes.contains(&inode) || name.is_some_and(|n| self.names.contains(n))
+    }
+}
+
+// ---- statistics ----------------------------------------------------------------------------------
+
+/// Counters of one kind of event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindStats {
+    /// Events raised by system calls, heard or not.
+    pub raised: u64,
+    /// Listeners an event did not reach: rejected by the filter or not allowed to read the file.
+    pub filtered_out: u64,
+    /// Of those, the ones refused because the listener may not read the file.
+    pub denied: u64,
+    /// Event graft invocations that committed.
+    pub delivered_graft: u64,
+    /// Events put on a user-level queue.
+    pub delivered_user: u64,
+    /// Event graft invocations that aborted (trap, budget, refused call, invalid result).
+    pub graft_aborts: u64,
+    /// Deferred writes or fsyncs that failed at commit (descriptor closed, disk full).
+    pub commit_errors: u64,
+}
+
+/// Counters of the event service, one entry per kind in [`EventKind::ALL`] order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventStats {
+    pub kinds: Vec<(EventKind, KindStats)>,
+}
+
+impl EventStats {
+    pub fn of(&self, kind: EventKind) -> KindStats {
+        self.kinds.iter().find(|(k, _)| *k == kind).map(|(_, s)| *s).unwrap_or_default()
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    raised: AtomicU64,
+    filtered_out: AtomicU64,
+    denied: AtomicU64,
+    delivered_graft: AtomicU64,
+    delivered_user: AtomicU64,
+    graft_aborts: AtomicU64,
+    commit_errors: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> KindStats {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        KindStats {
+            raised: r(&self.raised),
+            filtered_out: r(&self.filtered_out),
+            denied: r(&self.denied),
+            delivered_graft: r(&self.delivered_graft),
+            delivered_user: r(&self.delivered_user),
+            graft_aborts: r(&self.graft_aborts),
+            commit_errors: r(&self.commit_errors),
+        }
+    }
+}
+
+fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+// ---- the graftpoints -----------------------------------------------------------------------------
+
+/// What an event graft's kernel functions see: the process that owns it.
+pub struct EventEnv {
+    pid: Pid,
+    kind: EventKind,
+    process: Weak<Process>,
+    shared: Weak<Shared>,
+}
+
+impl EventEnv {
+    /// The owning process, while it lives (native policies use it to write directly).
+    pub fn process(&self) -> Option<Arc<Process>> {
+        self.process.upgrade()
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    fn commit_error(&self) {
+        if let Some(s) = self.shared.upgrade() {
+            bump(&s.counters[self.kind.index()].commit_errors);
+        }
+    }
+}
+
+/// `event.fs.<kind>`: the graftpoint of one kind of event, `K` being its [`EventKind`] number.
+///
+/// Graft entry point: `event_fs_<kind>(kind: i32, inode: i64, parent: i64, pid: i64,
+/// time_ns: i64, name_len: i32) -> i32`, the name (create, unlink, open) at the start of the
+/// argument area, NUL-terminated. A result `>= 0` commits; a negative one is invalid and aborts
+/// the invocation (its deferred writes are dropped). Default: nothing.
+pub struct FsEventPoint<const K: usize>;
+
+pub type OpenEvent = FsEventPoint<0>;
+pub type CloseEvent = FsEventPoint<1>;
+pub type CreateEvent = FsEventPoint<2>;
+pub type UnlinkEvent = FsEventPoint<3>;
+pub type ModifyEvent = FsEventPoint<4>;
+
+impl<const K: usize> GraftPoint for FsEventPoint<K> {
+    const NAME: &'static str = POINT_NAMES[K];
+    const CALLABLE: &'static [&'static str] = &["vino_file_write", "vino_file_fsync"];
+    const USES_ARG_AREA: bool = true;
+    type Env = EventEnv;
+    type Args<'a> = FsEvent;
+    /// True if a policy ran and committed.
+    type Output = bool;
+    type Params = (i32, i64, i64, i64, i64, i32);
+    type Results = i32;
+
+    fn default_policy(_: &EventEnv, _: &FsEvent) -> bool {
+        false
+    }
+
+    fn encode(_: &EventEnv, ev: &FsEvent, area: &mut [u8]) -> Self::Params {
+        let name = ev.name.as_deref().unwrap_or("").as_bytes();
+        let n = name.len().min(EVENT_NAME_MAX).min(area.len().saturating_sub(1));
+        area[..n].copy_from_slice(&name[..n]);
+        if let Some(nul) = area.get_mut(n) {
+            *nul = 0;
+        }
+        (ev.kind as i32, ev.inode as i64, ev.parent as i64, ev.pid as i64, ev.time_ns as i64, n as i32)
+    }
+
+    fn decode(_: &EventEnv, _: &FsEvent, r: i32, _: &[u8]) -> Result<bool, Invalid> {
+        if r >= 0 { Ok(true) } else { Err(Invalid(format!("event graft returned {r}"))) }
+    }
+
+    fn callables(c: &mut Callables<EventEnv>) {
+        c.func4_mem("vino_file_write", file_write);
+        c.func1("vino_file_fsync", file_fsync);
+    }
+}
+
+fn errno(e: Errno) -> i32 {
+    -(e as i32)
+}
+
+/// `vino_file_write(fd, offset, ptr, len) -> len | -errno`: checks now, writes at commit.
+/// `offset` -1 appends at the end the file has at commit.
+fn file_write(env: &EventEnv, memory: &[u8], fd: i32, offset: i64, ptr: i32, len: i32) -> Result<i32, CallError> {
+    let Some(process) = env.process() else {
+        return Ok(errno(Errno::BadF));
+    };
+    let Ok(file) = process.file(fd as Fd) else {
+        return Ok(errno(Errno::BadF));
+    };
+    if fd < 0 || !file.flags.write {
+        return Ok(errno(Errno::BadF));
+    }
+    if len < 0 || len as usize > EVENT_WRITE_MAX || offset < -1 {
+        return Ok(errno(Errno::Inval));
+    }
+    let start = ptr as u32 as usize;
+    let Some(bytes) = memory.get(start..start + len as usize) else {
+        return Ok(-14);
+    }; // EFAULT
+    let data = bytes.to_vec();
+    let (weak, fd, shared, kind, pid) = (env.process.clone(), fd as Fd, env.shared.clone(), env.kind, env.pid);
+    vino_vlt::current::on_commit(move || {
+        let env = EventEnv { pid, kind, process: weak, shared };
+        let Some(p) = env.process() else { return };
+        // The descriptor must still name the file checked above.
+        let same = p.file(fd).is_ok_and(|f| Arc::ptr_eq(&f, &file));
+        let done = same && {
+            let at = if offset < 0 { p.fstat(fd).map(|s| s.size) } else { Ok(offset as u64) };
+            at.and_then(|at| p.pwrite(fd, &data, at)).is_ok_and(|n| n == data.len())
+        };
+        if !done {
+            env.commit_error();
+        }
+    });
+    Ok(len)
+}
+
+/// `vino_file_fsync(fd) -> 0 | -errno`: checks now, forces the file to the device at commit.
+fn file_fsync(env: &EventEnv, fd: i32) -> Result<i32, CallError> {
+    let Some(process) = env.process() else {
+        return Ok(errno(Errno::BadF));
+    };
+    let Ok(file) = process.file(fd as Fd) else {
+        return Ok(errno(Errno::BadF));
+    };
+    if fd < 0 || !file.flags.write {
+        return Ok(errno(Errno::BadF));
+    }
+    let (weak, fd, shared, kind, pid) = (env.process.clone(), fd as Fd, env.shared.clone(), env.kind, env.pid);
+    vino_vlt::current::on_commit(move || {
+        let env = EventEnv { pid, kind, process: weak, shared };
+        let Some(p) = env.process() else { return };
+        let same = p.file(fd).is_ok_and(|f| Arc::ptr_eq(&f, &file));
+        if !same || p.fsync(fd).is_err() {
+            env.commit_error();
+        }
+    });
+    Ok(0)
+}
+
+/// A process's event graftpoint, whatever its kind.
+trait EventSlot: Send + Sync {
+    fn bound(&self) -> bool;
+    fn deliver(&self, ev: &FsEvent) -> bool;
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+impl<const K: usize> EventSlot for GraftSlot<FsEventPoint<K>> {
+    fn bound(&self) -> bool {
+        self.policy_kind() != vino_graft::PolicyKind::Default
+    }
+    fn deliver(&self, ev: &FsEvent) -> bool {
+        self.invoke(ev)
+    }
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// The slot as the process's namespace sees it: loading a graft makes the process a listener.
+struct Watched {
+    slot: Arc<dyn ManagedSlot>,
+    kind: EventKind,
+    listener: Weak<Listener>,
+    shared: Weak<Shared>,
+}
+
+impl Watched {
+    fn refresh(&self) {
+        if let (Some(l), Some(s)) = (self.listener.upgrade(), self.shared.upgrade()) {
+            s.refresh(self.kind, &l);
+        }
+    }
+}
+
+impl ManagedSlot for Watched {
+    fn name(&self) -> &str {
+        self.slot.name()
+    }
+    fn access(&self) -> Access {
+        self.slot.access()
+    }
+    fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
+        let info = self.slot.load(wasm, owner)?;
+        self.refresh();
+        Ok(info)
+    }
+    fn unload(&self) -> bool {
+        let was = self.slot.unload();
+        self.refresh();
+        was
+    }
+    fn info(&self) -> SlotInfo {
+        self.slot.info()
+    }
+    fn stats(&self) -> Option<GraftStats> {
+        self.slot.stats()
+    }
+    fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
+        self.slot.write_memory(offset, bytes)
+    }
+    fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
+        self.slot.read_memory(offset, len)
+    }
+    fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
+        self.slot.symbol_address(name)
+    }
+    fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
+        self.slot.call_control(name, args)
+    }
+}
+
+// ---- listeners -----------------------------------------------------------------------------------
+
+/// One process's side of the event service.
+struct Listener {
+    pid: Pid,
+    cred: Credentials,
+    slots: [Arc<dyn EventSlot>; 5],
+    filters: [RwLock<Filter>; 5],
+    subscribed: [AtomicBool; 5],
+    queue: Mutex<VecDeque<FsEvent>>,
+    ready: Condvar,
+    gone: AtomicBool,
+}
+
+impl Listener {
+    fn listening(&self, kind: EventKind) -> bool {
+        !self.gone.load(Ordering::Relaxed)
+            && (self.subscribed[kind.index()].load(Ordering::Relaxed) || self.slots[kind.index()].bound())
+    }
+}
+
+struct Job {
+    listener: Arc<Listener>,
+    event: FsEvent,
+}
+
+#[derive(Default)]
+struct WorkQueue {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+}
+
+/// What the kernel and the event threads share.
+struct Shared {
+    /// Per kind: the processes that may be listening (a graft loaded or a subscription).
+    listeners: [RwLock<Vec<Arc<Listener>>>; 5],
+    /// Per kind: `listeners[k].len()`, read without the lock on every raise.
+    count: [AtomicUsize; 5],
+    counters: [Counters; 5],
+    procs: RwLock<HashMap<Pid, Arc<Listener>>>,
+    queues: Vec<WorkQueue>,
+    started: OnceLock<()>,
+    /// Graft deliveries queued or running.
+    pending: Mutex<u64>,
+    idle: Condvar,
+    stop: AtomicBool,
+    seq: AtomicU64,
+}
+
+impl Shared {
+    /// Puts `l` on kind's list if it listens, takes it off if not.
+    fn refresh(&self, kind: EventKind, l: &Arc<Listener>) {
+        let mut list = self.listeners[kind.index()].write();
+        let at = list.iter().position(|x| Arc::ptr_eq(x, l));
+        match (l.listening(kind), at) {
+            (true, None) => list.push(l.clone()),
+            (false, Some(i)) => {
+                list.swap_remove(i);
+            }
+            _ => {}
+        }
+        self.count[kind.index()].store(list.len(), Ordering::Release);
+    }
+
+    fn enqueue(self: &Arc<Self>, job: Job) {
+        self.started.get_or_init(|| self.start_threads());
+        *self.pending.lock() += 1;
+        let q = &self.queues[(job.listener.pid % self.queues.len() as u64) as usize];
+        q.jobs.lock().push_back(job);
+        q.ready.notify_one();
+    }
+
+    fn start_threads(self: &Arc<Self>) {
+        for i in 0..self.queues.len() {
+            let weak = Arc::downgrade(self);
+            std::thread::Builder::new()
+                .name(format!("vino-events-{i}"))
+                .spawn(move || worker(weak, i))
+                .expect("spawning an event thread");
+        }
+    }
+
+    fn done(&self) {
+        let mut pending = self.pending.lock();
+        *pending -= 1;
+        if *pending == 0 {
+            self.idle.notify_all();
+        }
+    }
+}
+
+/// An event thread: runs the event grafts of the processes whose pid falls to it, in order.
+fn worker(shared: Weak<Shared>, i: usize) {
+    loop {
+        let Some(s) = shared.upgrade() else { return };
+        let job = {
+            let q = &s.queues[i];
+            let mut jobs = q.jobs.lock();
+            loop {
+                if s.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                if let Some(j) = jobs.pop_front() {
+                    break Some(j);
+                }
+                // Wake now and then to notice the kernel went away.
+                if q.ready.wait_for(&mut jobs, Duration::from_millis(200)).timed_out() {
+                    break None;
+                }
+            }
+        };
+        let Some(job) = job else { continue };
+        let k = job.event.kind.index();
+        // A graft unloaded since the event was queued (for failing, or by its owner) hears no more.
+        let slot = &job.listener.slots[k];
+        if !job.listener.gone.load(Ordering::Relaxed) && slot.bound() {
+            if slot.deliver(&job.event) {
+                bump(&s.counters[k].delivered_graft);
+            } else {
+                bump(&s.counters[k].graft_aborts);
+            }
+        }
+        drop(job);
+        s.done();
+    }
+}
+
+/// The kernel's event service.
+pub(crate) struct Events {
+    shared: Arc<Shared>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        let shared = Shared {
+            listeners: Default::default(),
+            count: Default::default(),
+            counters: Default::default(),
+            procs: RwLock::default(),
+            queues: (0..EVENT_THREADS).map(|_| WorkQueue::default()).collect(),
+            started: OnceLock::new(),
+            pending: Mutex::new(0),
+            idle: Condvar::new(),
+            stop: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
+        };
+        Events { shared: Arc::new(shared) }
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for q in &self.shared.queues {
+            let _guard = q.jobs.lock();
+            q.ready.notify_all();
+        }
+    }
+}
+
+fn slot<const K: usize>(p: &Arc<Process>, shared: &Arc<Shared>) -> Arc<GraftSlot<FsEventPoint<K>>> {
+    let env =
+        EventEnv { pid: p.pid(), kind: EventKind::ALL[K], process: Arc::downgrade(p), shared: Arc::downgrade(shared) };
+    Arc::new(GraftSlot::new(p.kernel().runtime(), Arc::new(env), Access::Process(p.pid()), None))
+}
+
+impl Events {
+    /// Gives a new process its event graftpoints.
+    pub(crate) fn attach(&self, p: &Arc<Process>) {
+        let s = &self.shared;
+        let slots: [Arc<dyn EventSlot>; 5] =
+            [slot::<0>(p, s), slot::<1>(p, s), slot::<2>(p, s), slot::<3>(p, s), slot::<4>(p, s)];
+        let listener = Arc::new(Listener {
+            pid: p.pid(),
+            cred: p.credentials().clone(),
+            slots: slots.clone(),
+            filters: Default::default(),
+            subscribed: Default::default(),
+            queue: Mutex::default(),
+            ready: Condvar::new(),
+            gone: AtomicBool::new(false),
+        });
+        for (kind, slot) in EventKind::ALL.into_iter().zip(slots) {
+            let managed: Arc<dyn ManagedSlot> = managed_of(slot);
+            let watched =
+                Watched { slot: managed, kind, listener: Arc::downgrade(&listener), shared: Arc::downgrade(s) };
+            p.namespace().register_as(kind.point(), Arc::new(watched));
+        }
+        s.procs.write().insert(p.pid(), listener);
+    }
+
+    /// Forgets an exiting process: its filters, its queue, its place on every list; events
+    /// queued for its grafts are dropped.
+    pub(crate) fn detach(&self, pid: Pid) {
+        let Some(l) = self.shared.procs.write().remove(&pid) else {
+            return;
+        };
+        l.gone.store(true, Ordering::Relaxed);
+        for kind in EventKind::ALL {
+            l.subscribed[kind.index()].store(false, Ordering::Relaxed);
+            *l.filters[kind.index()].write() = Filter::default();
+            self.shared.refresh(kind, &l);
+        }
+        l.queue.lock().clear();
+        l.ready.notify_all();
+    }
+
+    fn listener(&self, pid: Pid) -> SysResult<Arc<Listener>> {
+        self.shared
+            .procs
+            .read()
+            .get(&pid)
+            .cloned()
+            .ok_or_else(|| SysError::new(Errno::Inval, format!("process {pid} has exited")))
+    }
+
+    /// True if some process may hear events of `kind` (the cheap test before any work).
+    #[inline]
+    pub(crate) fn heard(&self, kind: EventKind) -> bool {
+        self.shared.count[kind.index()].load(Ordering::Acquire) != 0
+    }
+
+    /// Raises an event. `stat` is the file as it was when the event happened (given for unlink,
+    /// where the file may be gone by now; looked up otherwise, and only if someone listens).
+    #[inline]
+    pub(crate) fn raise(
+        &self,
+        kind: EventKind,
+        actor: &Process,
+        inode: u64,
+        parent: u64,
+        name: Option<&str>,
+        stat: Option<&Stat>,
+    ) {
+        bump(&self.shared.counters[kind.index()].raised);
+        if self.heard(kind) {
+            self.dispatch(kind, actor, inode, parent, name, stat);
+        }
+    }
+
+    pub(crate) fn opened(&self, actor: &Process, inode: u64, dir: u64, name: &str, stat: &Stat) {
+        self.raise(EventKind::Open, actor, inode, dir, Some(name), Some(stat));
+    }
+
+    pub(crate) fn closed(&self, actor: &Process, inode: u64) {
+        self.raise(EventKind::Close, actor, inode, 0, None, None);
+    }
+
+    /// A write, pwrite or ftruncate.
+    pub(crate) fn modified(&self, actor: &Process, inode: u64) {
+        self.raise(EventKind::Modify, actor, inode, 0, None, None);
+    }
+
+    /// Raises a create event for `inode`, just made as `name` in `dir`; returns `inode`.
+    pub(crate) fn created(&self, actor: &Process, dir: u64, name: &str, inode: u64) -> u64 {
+        self.raise(EventKind::Create, actor, inode, dir, Some(name), None);
+        inode
+    }
+
+    /// Runs `remove` (which takes a name away from `inode` in `dir`) and raises an unlink event
+    /// if it succeeds, checking permission on the file as it was before.
+    pub(crate) fn unlinking<T>(
+        &self,
+        actor: &Process,
+        dir: u64,
+        name: &str,
+        inode: Option<u64>,
+        remove: impl FnOnce() -> SysResult<T>,
+    ) -> SysResult<T> {
+        let Some(inode) = inode.filter(|_| self.heard(EventKind::Unlink)) else {
+            let r = remove()?;
+            if inode.is_some() {
+                bump(&self.shared.counters[EventKind::Unlink.index()].raised);
+            }
+            return Ok(r);
+        };
+        let before = actor.kernel().fs().stat(inode).ok();
+        let r = remove()?;
+        self.raise(EventKind::Unlink, actor, inode, dir, Some(name), before.as_ref());
+        Ok(r)
+    }
+
+    #[inline(never)]
+    fn dispatch(
+        &self,
+        kind: EventKind,
+        actor: &Process,
+        inode: u64,
+        parent: u64,
+        name: Option<&str>,
+        stat: Option<&Stat>,
+    ) {
+        let s = &self.shared;
+        let counters = &s.counters[kind.index()];
+        let listeners = s.listeners[kind.index()].read();
+        let mut looked_up: Option<Option<Stat>> = stat.map(|st| Some(st.clone()));
+        let mut event: Option<FsEvent> = None;
+        for l in listeners.iter() {
+            let (graft, user) = (l.slots[kind.index()].bound(), l.subscribed[kind.index()].load(Ordering::Relaxed));
+            if l.gone.load(Ordering::Relaxed) || !(graft || user) {
+                continue;
+            }
+            if !l.filters[kind.index()].read().accepts(inode, name) {
+                bump(&counters.filtered_out);
+                continue;
+            }
+            let st = looked_up.get_or_insert_with(|| actor.kernel().fs().stat(inode).ok());
+            if !st.as_ref().is_some_and(|st| perm::may(&l.cred, st, READ)) {
+                bump(&counters.filtered_out);
+                bump(&counters.denied);
+                continue;
+            }
+            let ev = event
+                .get_or_insert_with(|| FsEvent {
+                    kind,
+                    inode,
+                    parent,
+                    pid: actor.pid(),
+                    name: name.map(str::to_string),
+                    time_ns: vino_vlt::now_ns(),
+                    seq: s.seq.fetch_add(1, Ordering::Relaxed),
+                })
+                .clone();
+            if user {
+                l.queue.lock().push_back(ev.clone());
+                l.ready.notify_all();
+                bump(&counters.delivered_user);
+            }
+            if graft {
+                s.enqueue(Job { listener: l.clone(), event: ev });
+            }
+        }
+    }
+}
+
+fn managed_of(slot: Arc<dyn EventSlot>) -> Arc<dyn ManagedSlot> {
+    let any = slot.as_any();
+    macro_rules! try_kind {
+        ($($k:literal),*) => {$(
+            if let Ok(s) = any.clone().downcast::<GraftSlot<FsEventPoint<$k>>>() {
+                return s;
+            }
+        )*};
+    }
+    try_kind!(0, 1, 2, 3, 4);
+    unreachable!("an event slot of an unknown kind")
+}
+
+// ---- system calls ------------------------------------------------------------------------------
+
+impl Process {
+    /// Sets this process's filter for one kind of event (replacing the last one).
+    pub fn event_filter(&self, kind: EventKind, filter: EventFilter) -> SysResult<()> {
+        if filter.inodes.len() + filter.names.len() > FILTER_MAX {
+            return Err(SysError::new(Errno::Inval, format!("an event filter holds at most {FILTER_MAX} entries")));
+        }
+        let l = self.kernel().events.listener(self.pid())?;
+        *l.filters[kind.index()].write() = Filter::new(filter);
+        Ok(())
+    }
+
+    /// Asks for user-level delivery of `kind` through [`Process::event_wait`].
+    pub fn event_subscribe(&self, kind: EventKind) -> SysResult<()> {
+        self.set_subscribed(kind, true)
+    }
+
+    /// Stops user-level delivery of `kind` (events already queued stay).
+    pub fn event_unsubscribe(&self, kind: EventKind) -> SysResult<()> {
+        self.set_subscribed(kind, false)
+    }
+
+    fn set_subscribed(&self, kind: EventKind, on: bool) -> SysResult<()> {
+        let events = &self.kernel().events;
+        let l = events.listener(self.pid())?;
+        l.subscribed[kind.index()].store(on, Ordering::Relaxed);
+        events.shared.refresh(kind, &l);
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for events on this process's user-level queue and takes them all,
+    /// oldest first (empty if none came).
+    pub fn event_wait(&self, timeout: Duration) -> Vec<FsEvent> {
+        let Ok(l) = self.kernel().events.listener(self.pid()) else {
+            return Vec::new();
+        };
+        let until = Instant::now() + timeout;
+        let mut queue = l.queue.lock();
+        while queue.is_empty() && !l.gone.load(Ordering::Relaxed) {
+            if l.ready.wait_until(&mut queue, until).timed_out() {
+                break;
+            }
+        }
+        queue.drain(..).collect()
+    }
+
+    /// The graftpoint `event.fs.<kind>` of this process, for kernel-side code (experiments bind
+    /// native policies to it with [`Process::event_bind_native`]).
+    pub fn event_slot<const K: usize>(&self) -> SysResult<Arc<GraftSlot<FsEventPoint<K>>>> {
+        let l = self.kernel().events.listener(self.pid())?;
+        Ok(l.slots[K].clone().as_any().downcast().expect("slot K has kind K"))
+    }
+
+    /// Binds a trusted native policy (the "unprotected" variant of an event graft) to
+    /// `event.fs.<kind>`; the process then hears those events.
+    pub fn event_bind_native<const K: usize>(
+        &self,
+        policy: Arc<dyn NativePolicy<FsEventPoint<K>>>,
+        transactional: bool,
+    ) -> SysResult<()> {
+        self.event_slot::<K>()?.bind_native(policy, transactional);
+        self.event_refresh(EventKind::ALL[K])
+    }
+
+    /// Puts `event.fs.<kind>` back to nothing bound.
+    pub fn event_unbind(&self, kind: EventKind) -> SysResult<()> {
+        let l = self.kernel().events.listener(self.pid())?;
+        managed_of(l.slots[kind.index()].clone()).unload();
+        self.event_refresh(kind)
+    }
+
+    fn event_refresh(&self, kind: EventKind) -> SysResult<()> {
+        let events = &self.kernel().events;
+        events.shared.refresh(kind, &events.listener(self.pid())?);
+        Ok(())
+    }
+}
+
+impl Kernel {
+    /// Waits until every event graft delivery queued so far has run. False if `timeout` passed
+    /// first.
+    pub fn events_quiesce_for(&self, timeout: Duration) -> bool {
+        let s = &self.events.shared;
+        let until = Instant::now() + timeout;
+        let mut pending = s.pending.lock();
+        while *pending > 0 {
+            if s.idle.wait_until(&mut pending, until).timed_out() {
+                return *pending == 0;
+            }
+        }
+        true
+    }
+
+    /// Waits until every event graft delivery queued so far has run.
+    pub fn events_quiesce(&self) {
+        while !self.events_quiesce_for(Duration::from_secs(3600)) {}
+    }
+
+    /// The event service's counters.
+    pub fn event_stats(&self) -> EventStats {
+        let s = &self.events.shared;
+        EventStats { kinds: EventKind::ALL.iter().map(|&k| (k, s.counters[k.index()].snapshot())).collect() }
+    }
+
+    /// Raises an event by hand as if `actor`'s system call had, for benchmarks and tests of the
+    /// filtering path.
+    pub fn event_raise(&self, kind: EventKind, actor: &Process, inode: u64, parent: u64, name: Option<&str>) {
+        self.events.raise(kind, actor, inode, parent, name, None);
+    }
+}
+
+// ---- the bookkeeping record of the example grafts ------------------------------------------------
+
+/// The record `sdk/grafts/unlink_log.c` appends per unlink (64 bytes, little-endian):
+/// `{u64 inode; u64 parent; u64 pid; u64 time_ns; char name[32]}`, the name NUL-padded and cut
+/// at 31 bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnlinkRecord {
+    pub inode: u64,
+    pub parent: u64,
+    pub pid: u64,
+    pub time_ns: u64,
+    pub name: String,
+}
+
+impl UnlinkRecord {
+    pub const BYTES: usize = 64;
+    const NAME: usize = 32;
+
+    pub fn of(ev: &FsEvent) -> UnlinkRecord {
+        let name = ev.name.as_deref().unwrap_or("");
+        let mut cut = name.len().min(Self::NAME - 1);
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        UnlinkRecord {
+            inode: ev.inode,
+            parent: ev.parent,
+            pid: ev.pid,
+            time_ns: ev.time_ns,
+            name: name[..cut].to_string(),
+        }
+    }
+
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        for (i, v) in [self.inode, self.parent, self.pid, self.time_ns].into_iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let n = self.name.len().min(Self::NAME - 1);
+        b[32..32 + n].copy_from_slice(&self.name.as_bytes()[..n]);
+        b
+    }
+
+    /// Reads back a log of records (a partial record at the end is ignored).
+    pub fn parse_all(bytes: &[u8]) -> Vec<UnlinkRecord> {
+        bytes.chunks_exact(Self::BYTES).map(Self::parse).collect()
+    }
+
+    pub fn parse(b: &[u8]) -> UnlinkRecord {
+        assert_eq!(b.len(), Self::BYTES, "one record");
+        let u = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let name = &b[32..];
+        let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+        UnlinkRecord {
+            inode: u(0),
+            parent: u(1),
+            pid: u(2),
+            time_ns: u(3),
+            name: String::from_utf8_lossy(&name[..end]).into_owned(),
+        }
+    }
+}

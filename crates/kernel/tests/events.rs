@@ -1,0 +1,378 @@
+//! File-system events: who hears what, exactly once; filters; event grafts and their deferred
+//! writes; user-level queues; clean-up at exit; concurrent raisers.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use vino_blockdev::{BlockDevice, MemDevice};
+use vino_fs::{MkfsOptions, mkfs};
+use vino_kernel::{
+    Credentials, EventFilter, EventKind, FsEvent, Kernel, KernelConfig, OpenFlags, Process, UnlinkRecord,
+};
+use vino_sdk::BuildOptions;
+
+fn device(blocks: u64) -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(blocks));
+    mkfs(&*dev, &MkfsOptions { blocks_per_group: 2048, ..MkfsOptions::default() }).unwrap();
+    dev
+}
+
+fn boot(dev: &Arc<MemDevice>) -> Arc<Kernel> {
+    let config = KernelConfig { cache_frames: 128, writeback_every: None, ..KernelConfig::default() };
+    Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap()
+}
+
+fn example(name: &str) -> Vec<u8> {
+    vino_sdk::build_example(name, &BuildOptions::default()).unwrap()
+}
+
+fn graft(src: &str) -> Vec<u8> {
+    vino_sdk::build_c_str("event_graft.c", src, &BuildOptions::default()).unwrap()
+}
+
+fn quiesce(k: &Kernel) {
+    assert!(k.events_quiesce_for(Duration::from_secs(30)), "event deliveries finish");
+}
+
+/// Opens `/log-<pid>` for the graft at `event.fs.unlink` and tells the graft its descriptor.
+fn log_for(p: &Process) -> u32 {
+    let fd = p.open(&format!("/log-{}", p.pid()), OpenFlags::create()).unwrap();
+    p.graft_call("event.fs.unlink", "log_set_fd", &[i64::from(fd)]).unwrap();
+    fd
+}
+
+fn read_all(p: &Process, fd: u32) -> Vec<u8> {
+    let size = p.fstat(fd).unwrap().size as usize;
+    let mut buf = vec![0u8; size];
+    assert_eq!(p.pread(fd, &mut buf, 0).unwrap(), size);
+    buf
+}
+
+fn records(p: &Process, fd: u32) -> Vec<UnlinkRecord> {
+    UnlinkRecord::parse_all(&read_all(p, fd))
+}
+
+fn touch(p: &Process, path: &str, mode: u16) -> u64 {
+    let fd = p.open(path, OpenFlags { mode, ..OpenFlags::create() }).unwrap();
+    let ino = p.inode(fd).unwrap();
+    p.close(fd).unwrap();
+    ino
+}
+
+fn names(events: &[FsEvent]) -> Vec<String> {
+    events.iter().map(|e| e.name.clone().unwrap_or_default()).collect()
+}
+
+#[test]
+fn each_unlink_is_delivered_once_to_a_graft_and_to_a_user_level_queue() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let owner = k.spawn(Credentials::root());
+    owner.graft_load("event.fs.unlink", &example("unlink_log")).unwrap();
+    let log = log_for(&owner);
+    let watcher = k.spawn(Credentials::root());
+    watcher.event_subscribe(EventKind::Unlink).unwrap();
+    let actor = k.spawn(Credentials::root());
+    actor.mkdir("/d", 0o755).unwrap();
+    let dir = actor.stat("/d").unwrap().ino;
+    let mut inodes = Vec::new();
+    for i in 0..20 {
+        inodes.push(touch(&actor, &format!("/d/f{i}"), 0o644));
+    }
+    for i in 0..20 {
+        actor.unlink(&format!("/d/f{i}")).unwrap();
+    }
+    quiesce(&k);
+    let recs = records(&owner, log);
+    assert_eq!(recs.len(), 20, "one record per unlink");
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(
+            (r.inode, r.parent, r.pid, r.name.as_str()),
+            (inodes[i], dir, actor.pid(), format!("f{i}").as_str())
+        );
+    }
+    let heard = watcher.event_wait(Duration::from_secs(5));
+    assert_eq!(names(&heard), (0..20).map(|i| format!("f{i}")).collect::<Vec<_>>());
+    assert!(heard.iter().all(|e| e.kind == EventKind::Unlink && e.pid == actor.pid()));
+    let seqs: BTreeSet<u64> = heard.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs.len(), 20);
+    assert!(watcher.event_wait(Duration::from_millis(20)).is_empty(), "nothing twice");
+    let s = k.event_stats().of(EventKind::Unlink);
+    assert_eq!((s.raised, s.delivered_graft, s.delivered_user, s.graft_aborts), (20, 20, 20, 0));
+    // The graft's own appends are modify events nobody listens to.
+    assert_eq!(k.event_stats().of(EventKind::Modify).delivered_user, 0);
+}
+
+#[test]
+fn every_kind_is_raised_by_its_system_calls() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let w = k.spawn(Credentials::root());
+    for kind in EventKind::ALL {
+        w.event_subscribe(kind).unwrap();
+    }
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/a", OpenFlags::create()).unwrap();
+    let ino = p.inode(fd).unwrap();
+    p.write(fd, b"hello").unwrap();
+    p.pwrite(fd, b"!", 5).unwrap();
+    p.ftruncate(fd, 2).unwrap();
+    p.close(fd).unwrap();
+    touch(&p, "/b", 0o644);
+    p.rename("/b", "/a").unwrap(); // replaces /a: an unlink of it
+    p.unlink("/a").unwrap();
+    let kinds: Vec<(EventKind, u64)> =
+        w.event_wait(Duration::from_secs(1)).iter().filter(|e| e.inode == ino).map(|e| (e.kind, e.parent)).collect();
+    use EventKind::*;
+    let root = p.stat("/").unwrap().ino;
+    assert_eq!(
+        kinds,
+        [(Create, root), (Open, root), (Modify, 0), (Modify, 0), (Modify, 0), (Close, 0), (Unlink, root)]
+    );
+    let all = w.event_wait(Duration::from_millis(10));
+    assert!(all.is_empty());
+}
+
+#[test]
+fn a_process_hears_only_of_files_it_may_read() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/tmp", 0o777).unwrap();
+    let spy = k.spawn(Credentials::user(1000, 100));
+    spy.event_subscribe(EventKind::Unlink).unwrap();
+    spy.event_subscribe(EventKind::Create).unwrap();
+    let other = k.spawn(Credentials::user(2000, 200));
+    touch(&other, "/tmp/secret", 0o600);
+    touch(&other, "/tmp/public", 0o644);
+    other.unlink("/tmp/secret").unwrap();
+    other.unlink("/tmp/public").unwrap();
+    let heard = spy.event_wait(Duration::from_secs(1));
+    assert_eq!(names(&heard), ["public", "public"], "{heard:?}");
+    let s = k.event_stats();
+    assert_eq!(s.of(EventKind::Unlink).denied, 1);
+    assert_eq!(s.of(EventKind::Create).denied, 1);
+    // The owner itself hears of its own 0600 file.
+    other.event_subscribe(EventKind::Unlink).unwrap();
+    touch(&other, "/tmp/secret2", 0o600);
+    other.unlink("/tmp/secret2").unwrap();
+    assert_eq!(names(&other.event_wait(Duration::from_secs(1))), ["secret2"]);
+    assert!(spy.event_wait(Duration::from_millis(10)).is_empty());
+}
+
+#[test]
+fn filters_select_by_inode_and_by_name() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    let a = touch(&p, "/a", 0o644);
+    touch(&p, "/b", 0o644);
+    touch(&p, "/c", 0o644);
+    let w = k.spawn(Credentials::root());
+    w.event_subscribe(EventKind::Unlink).unwrap();
+    w.event_subscribe(EventKind::Create).unwrap();
+    w.event_filter(EventKind::Unlink, EventFilter { inodes: vec![a, 999_999], names: vec!["c".into()] }).unwrap();
+    w.event_filter(EventKind::Create, EventFilter { inodes: vec![], names: vec!["wanted".into()] }).unwrap();
+    for n in ["a", "b", "c"] {
+        p.unlink(&format!("/{n}")).unwrap();
+    }
+    touch(&p, "/unwanted", 0o644);
+    touch(&p, "/wanted", 0o644);
+    let heard = w.event_wait(Duration::from_secs(1));
+    let got: Vec<(EventKind, String)> = heard.iter().map(|e| (e.kind, e.name.clone().unwrap())).collect();
+    assert_eq!(
+        got,
+        [(EventKind::Unlink, "a".into()), (EventKind::Unlink, "c".into()), (EventKind::Create, "wanted".into())]
+    );
+    assert_eq!(k.event_stats().of(EventKind::Unlink).filtered_out, 1);
+    // An empty filter takes everything again.
+    w.event_filter(EventKind::Unlink, EventFilter::default()).unwrap();
+    p.unlink("/wanted").unwrap();
+    assert_eq!(names(&w.event_wait(Duration::from_secs(1))), ["wanted"]);
+}
+
+const WRITE_THEN: &str = r#"
+    #include "vino_graft.h"
+    static int32_t log_fd = -1;
+    VINO_CONTROL(log_set_fd) int32_t log_set_fd(int32_t fd) { log_fd = fd; return 0; }
+    VINO_GRAFT(event_fs_unlink)
+    int32_t event_fs_unlink(int32_t kind, int64_t inode, int64_t parent, int64_t pid, int64_t t, int32_t n) {
+        char c = vino_event_name()[0];
+        int32_t r = vino_file_write(log_fd, -1, &c, 1);
+        if (c == 't')
+            VINO_TRAP();                       /* wrote, then fails: nothing may reach the file */
+        if (c == 'n')
+            return -1;                         /* an invalid result aborts as well */
+        if (c == 'b') {                        /* bad arguments come back as -errno */
+            int32_t e[4] = {vino_file_write(77, -1, &c, 1), vino_file_write(log_fd, -1, (void *)0x7ffffff0, 64),
+                            vino_file_write(log_fd, -5, &c, 1), vino_file_fsync(-3)};
+            return vino_file_write(log_fd, -1, e, sizeof e) < 0 ? -1 : 0;
+        }
+        return r == 1 ? 0 : -1;
+    }
+"#;
+
+#[test]
+fn a_deferred_write_happens_on_commit_and_not_on_abort() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let owner = k.spawn(Credentials::root());
+    owner.graft_load("event.fs.unlink", &graft(WRITE_THEN)).unwrap();
+    let log = log_for(&owner);
+    for name in ["ok", "trap", "no", "yes"] {
+        touch(&owner, &format!("/{name}"), 0o644);
+        owner.unlink(&format!("/{name}")).unwrap();
+    }
+    quiesce(&k);
+    assert_eq!(read_all(&owner, log), b"oy", "only the committed invocations wrote");
+    let s = k.event_stats().of(EventKind::Unlink);
+    assert_eq!((s.delivered_graft, s.graft_aborts), (2, 2));
+    // Bad descriptor, buffer outside memory, bad offset, bad fsync descriptor.
+    touch(&owner, "/bad", 0o644);
+    owner.unlink("/bad").unwrap();
+    quiesce(&k);
+    let bytes = read_all(&owner, log);
+    assert_eq!(&bytes[..3], b"oyb");
+    assert_eq!(bytes.len(), 3 + 16);
+    let e: Vec<i32> = bytes[3..].chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(e, [-9, -14, -22, -9]);
+    // A write to a descriptor open only for reading is refused too.
+    let ro = owner.open(&format!("/log-{}", owner.pid()), OpenFlags::read_only()).unwrap();
+    owner.graft_call("event.fs.unlink", "log_set_fd", &[i64::from(ro)]).unwrap();
+    touch(&owner, "/yes", 0o644);
+    owner.unlink("/yes").unwrap();
+    quiesce(&k);
+    assert_eq!(read_all(&owner, log).len(), 3 + 16);
+    assert_eq!(k.event_stats().of(EventKind::Unlink).graft_aborts, 3);
+}
+
+#[test]
+fn a_graft_that_never_returns_is_stopped_and_unloaded() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let owner = k.spawn(Credentials::root());
+    let spin = r#"
+        #include "vino_graft.h"
+        static volatile uint64_t spins;
+        VINO_GRAFT(event_fs_unlink)
+        int32_t event_fs_unlink(int32_t kind, int64_t inode, int64_t parent, int64_t pid, int64_t t, int32_t n) {
+            for (;;)
+                spins += (uint64_t)inode;
+        }
+    "#;
+    owner.graft_load("event.fs.unlink", &graft(spin)).unwrap();
+    owner.event_subscribe(EventKind::Unlink).unwrap();
+    for i in 0..10 {
+        touch(&owner, &format!("/f{i}"), 0o644);
+        owner.unlink(&format!("/f{i}")).unwrap();
+    }
+    quiesce(&k);
+    let s = k.event_stats().of(EventKind::Unlink);
+    assert_eq!(s.graft_aborts, 8, "aborted until unloaded after 8 failures in a row");
+    assert!(!owner.graft_events().is_empty(), "the owner is told");
+    assert_eq!(owner.event_wait(Duration::from_secs(1)).len(), 10, "user-level delivery goes on");
+    // The kernel is fine: the next unlink is heard at user level only.
+    touch(&owner, "/g", 0o644);
+    owner.unlink("/g").unwrap();
+    quiesce(&k);
+    assert_eq!(k.event_stats().of(EventKind::Unlink).graft_aborts, 8);
+    assert_eq!(names(&owner.event_wait(Duration::from_secs(1))), ["g"]);
+}
+
+#[test]
+fn the_synchronous_graft_makes_its_record_durable() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let owner = k.spawn(Credentials::root());
+    owner.graft_load("event.fs.unlink", &example("unlink_log_sync")).unwrap();
+    let log = log_for(&owner);
+    owner.fsync(log).unwrap(); // the log file itself exists on the device
+    let ino = touch(&owner, "/doomed", 0o644);
+    owner.unlink("/doomed").unwrap();
+    quiesce(&k);
+    assert_eq!(records(&owner, log).len(), 1);
+    // Power fails now: what the device holds must have the record.
+    let crashed = Arc::new(dev.crashed(7));
+    let k2 = boot(&crashed);
+    let p = k2.spawn(Credentials::root());
+    let fd = p.open(&format!("/log-{}", owner.pid()), OpenFlags::read_only()).unwrap();
+    let recs = records(&p, fd);
+    assert_eq!(recs.len(), 1);
+    assert_eq!((recs[0].inode, recs[0].name.as_str()), (ino, "doomed"));
+}
+
+#[test]
+fn an_exiting_process_leaves_nothing_behind() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let owner = k.spawn(Credentials::root());
+    owner.graft_load("event.fs.unlink", &example("unlink_log")).unwrap();
+    log_for(&owner);
+    owner.event_subscribe(EventKind::Unlink).unwrap();
+    owner.event_filter(EventKind::Unlink, EventFilter { inodes: vec![], names: vec!["x".into()] }).unwrap();
+    let actor = k.spawn(Credentials::root());
+    touch(&actor, "/x", 0o644);
+    k.exit(owner.pid());
+    actor.unlink("/x").unwrap();
+    quiesce(&k);
+    let s = k.event_stats().of(EventKind::Unlink);
+    assert_eq!((s.raised, s.filtered_out, s.delivered_graft, s.delivered_user), (1, 0, 0, 0));
+    assert!(owner.event_wait(Duration::from_millis(10)).is_empty());
+    assert!(owner.event_subscribe(EventKind::Unlink).is_err(), "an exited process has no event state");
+    assert!(!actor.graft_list().iter().any(|s| s.point.starts_with("event.fs") && s.graft.is_some()));
+}
+
+#[test]
+fn event_wait_blocks_until_an_event_comes() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let w = k.spawn(Credentials::root());
+    w.event_subscribe(EventKind::Create).unwrap();
+    assert!(w.event_wait(Duration::from_millis(20)).is_empty(), "timeout with nothing");
+    let p = k.spawn(Credentials::root());
+    let waiter = std::thread::spawn(move || w.event_wait(Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(50));
+    touch(&p, "/late", 0o644);
+    assert_eq!(names(&waiter.join().unwrap()), ["late"]);
+}
+
+#[test]
+fn no_event_is_lost_under_concurrent_raisers() {
+    const THREADS: usize = 4;
+    const FILES: usize = 60;
+    let dev = device(16384);
+    let k = boot(&dev);
+    let owner = k.spawn(Credentials::root());
+    owner.graft_load("event.fs.unlink", &example("unlink_log")).unwrap();
+    let log = log_for(&owner);
+    let watcher = k.spawn(Credentials::root());
+    watcher.event_subscribe(EventKind::Unlink).unwrap();
+    let raisers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let p = k.spawn(Credentials::root());
+            std::thread::spawn(move || {
+                p.mkdir(&format!("/t{t}"), 0o755).unwrap();
+                for i in 0..FILES {
+                    let path = format!("/t{t}/f{i}");
+                    touch(&p, &path, 0o644);
+                    p.unlink(&path).unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut heard = Vec::new();
+    while heard.len() < THREADS * FILES {
+        let got = watcher.event_wait(Duration::from_secs(10));
+        assert!(!got.is_empty(), "events stopped coming after {}", heard.len());
+        heard.extend(got);
+    }
+    raisers.into_iter().for_each(|r| r.join().unwrap());
+    quiesce(&k);
+    let user: BTreeSet<(u64, String)> = heard.iter().map(|e| (e.parent, e.name.clone().unwrap())).collect();
+    assert_eq!(user.len(), THREADS * FILES, "each event once at user level");
+    let logged: BTreeSet<(u64, String)> = records(&owner, log).into_iter().map(|r| (r.parent, r.name)).collect();
+    assert_eq!(records(&owner, log).len(), THREADS * FILES, "each event once in the graft's log");
+    assert_eq!(logged, user);
+    let s = k.event_stats().of(EventKind::Unlink);
+    assert_eq!((s.delivered_graft, s.delivered_user), ((THREADS * FILES) as u64, (THREADS * FILES) as u64));
+}
