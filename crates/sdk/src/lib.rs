@@ -65,6 +65,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("noswitch", include_str!("../../../sdk/grafts/noswitch.c")),
     ("lookahead_evict", include_str!("../../../sdk/grafts/lookahead_evict.c")),
     ("wisc_readahead", include_str!("../../../sdk/grafts/wisc_readahead.c")),
+    ("lock_fifo", include_str!("../../../sdk/grafts/lock_fifo.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

@@ -24,6 +24,7 @@ fn graftpoint(export: &str) -> FuncType {
         "file_compute_ra" => ft(&[I64, I32, I64], &[I32]),
         "disk_pick_request" => ft(&[I32, I64], &[I32]),
         "file_block_buddy" => ft(&[I64, I64, I64, I32, I32, I64], &[I64]),
+        "lock_grant" => ft(&[I32, I32], &[I64]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -190,6 +191,7 @@ fn examples_build_and_follow_the_abi() {
         ("noswitch", "file_block_buddy", &[], &[], &[]),
         ("lookahead_evict", "vas_pick_victim", &[], &["la_start", "la_stop"], &["la_ctl", "la_plan"]),
         ("wisc_readahead", "file_compute_ra", &[], &["wra_start", "wra_stop"], &["wra_ctl", "wra_plan"]),
+        ("lock_fifo", "lock_grant", &[], &[], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {
