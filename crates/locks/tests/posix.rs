@@ -132,17 +132,15 @@ fn split_merge_upgrade_downgrade() {
     m.lock(1, 12, Write, r(200, 0), Wait::No).unwrap();
     let probe = m.get_lock(1, 10, Read, r(1 << 40, 1)).unwrap();
     assert_eq!((probe.owner, probe.range.end, probe.range.len()), (12, TO_EOF, 0));
-    assert_eq!(m.get_lock(1, 12, Write, r(0, 0)).map(|l| l.owner).is_some(), true);
     assert!(
-        m.lock(
-            1,
-            10,
-            Read,
-            Range::new(u64::MAX, 5).unwrap_or(Range { start: 5, end: 5 }),
-            Wait::No
-        )
-        .is_err()
+        m.get_lock(1, 12, Write, r(0, 0)).is_some(),
+        "owner 12 sees the others' locks"
     );
+    assert!(Range::new(u64::MAX, 5).is_none(), "past the largest offset");
+    assert!(matches!(
+        m.lock(1, 10, Read, Range { start: 5, end: 5 }, Wait::No),
+        Err(LockError::Invalid(_))
+    ));
     m.release_object(1, 10);
     m.release_owner(11);
     m.release_owner(12);
