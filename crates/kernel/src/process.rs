@@ -30,7 +30,7 @@ pub struct Process {
     files: Mutex<FdTable>,
     /// Graftpoints on objects this process owns: `vas.pick_victim`, `file.compute_ra/<fd>`,
     /// `file.block_buddy/<fd>`.
-    namespace: Namespace,
+    pub(crate) namespace: Namespace,
     events: Arc<Mutex<Vec<GraftEvent>>>,
 }
 
@@ -128,6 +128,7 @@ impl Process {
         self.namespace.register(file.ra.slot().clone());
         let buddy = kernel.fs.block_buddy(ino)?;
         self.namespace.register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
+        self.locks_opened(fd, &st);
         let got = files.insert(file);
         debug_assert_eq!(got, fd);
         Ok(fd)
@@ -139,6 +140,7 @@ impl Process {
     }
 
     fn drop_file(&self, fd: Fd, file: &OpenFile) -> SysResult<()> {
+        self.locks_closed(fd, file.ino);
         if let Some(ra) = self.namespace.forget(&format!("file.compute_ra/{fd}")) {
             ra.unload();
         }
@@ -152,7 +154,7 @@ impl Process {
         Ok(())
     }
 
-    fn file(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {
+    pub(crate) fn file(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {
         self.files.lock().get(fd)
     }
 
@@ -425,6 +427,7 @@ impl Process {
         for (fd, file) in open {
             let _ = self.drop_file(fd, &file);
         }
+        self.locks_released();
         self.namespace.unload_owned_by(self.pid);
         for info in self.namespace.list() {
             self.namespace.forget(&info.point);
