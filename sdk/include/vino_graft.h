@@ -206,7 +206,29 @@ static inline const char *vino_event_name(void) { return (const char *)vino_args
 VINO_IMPORT(vino_file_write) int32_t vino_file_write(int32_t fd, int64_t offset, const void *ptr, int32_t len);
 VINO_IMPORT(vino_file_fsync) int32_t vino_file_fsync(int32_t fd);
 
+/* lock.grant (per file, its creator): called when a byte-range lock is released or downgraded, or
+ * a request arrives that overlaps others waiting. The argument area holds n <= VINO_LOCK_GRANT_MAX
+ * waiting requests in arrival order, then m locks held on the file. Return a bit mask of the
+ * waiters to grant (bit i: entry i), granted in index order; a bit >= n, a negative result or a
+ * waiter that conflicts with a held lock or an earlier granted one is invalid. 0 grants nothing
+ * (the kernel steps in if no holder could ever release). Default: FIFO/reader priority. */
+#define VINO_LOCK_GRANT_MAX 64
+#define VINO_LOCK_WRITE 1u   /* flags bit 0: write lock */
+#define VINO_LOCK_UPGRADE 2u /* flags bit 1: the waiter holds a read lock there and wants to write */
+struct vino_lock {
+    uint64_t owner;  /* process id */
+    uint64_t start;  /* first byte */
+    uint64_t end;    /* one past the last byte; UINT64_MAX: to infinity */
+    uint32_t flags;  /* VINO_LOCK_WRITE, VINO_LOCK_UPGRADE */
+    uint32_t age_us; /* waiters: microseconds waited (saturating); held locks: 0 */
+};
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int64_t lock_grant(int32_t n, int32_t m);
+#endif
+static inline const struct vino_lock *vino_lock_entries(void) { return (const struct vino_lock *)vino_args; }
+
 VINO_STATIC_ASSERT(VINO_VICTIM_MAX * sizeof(uint64_t) <= VINO_ARG_BYTES, "victims fit");
+VINO_STATIC_ASSERT(sizeof(struct vino_lock) == 32, "lock entries are 32 bytes");
 VINO_STATIC_ASSERT(sizeof(struct vino_disk_request) == 24 && VINO_DISK_PICK_MAX * 24 <= VINO_ARG_BYTES, "disk requests fit");
 VINO_STATIC_ASSERT(VINO_RA_MAX_EXTENTS * sizeof(struct vino_extent) <= VINO_ARG_BYTES, "extents fit");
 

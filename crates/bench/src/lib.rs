@@ -5,6 +5,7 @@ pub mod e4_wisconsin;
 pub mod e5_events;
 pub mod e6_layout;
 pub mod e7_gunzip;
+pub mod e8_locks;
 pub mod e9_linux;
 pub mod exttech;
 pub mod graftcost;

@@ -10,8 +10,10 @@ use vino_graft::{GraftError, LoadError};
 pub enum Errno {
     Perm = 1,
     NoEnt = 2,
+    Intr = 4,
     Io = 5,
     BadF = 9,
+    Again = 11,
     Acces = 13,
     Exist = 17,
     NotDir = 20,
@@ -19,6 +21,7 @@ pub enum Errno {
     Inval = 22,
     FBig = 27,
     NoSpc = 28,
+    Deadlk = 35,
     NameTooLong = 36,
     NotEmpty = 39,
     UClean = 117,
@@ -93,5 +96,18 @@ impl From<GraftError> for SysError {
 impl From<LoadError> for SysError {
     fn from(e: LoadError) -> Self {
         SysError::from(GraftError::Load(e))
+    }
+}
+
+impl From<vino_locks::LockError> for SysError {
+    fn from(e: vino_locks::LockError) -> Self {
+        use vino_locks::LockError as L;
+        let errno = match &e {
+            L::WouldBlock { .. } | L::TimedOut => Errno::Again,
+            L::Deadlock { .. } => Errno::Deadlk,
+            L::Cancelled => Errno::Intr,
+            L::Invalid(_) => Errno::Inval,
+        };
+        SysError::new(errno, e.to_string())
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! Every policy on that path is a graftpoint: `vas.pick_victim` (per process),
 //! `file.compute_ra/<fd>` (per open file), `file.block_buddy/<fd>` (per file, its creator only),
-//! `disk.pick_request` and `cache.writeback` (global, privileged processes only).
+//! `lock.grant/<fd>` (per file, its creator), `disk.pick_request` and `cache.writeback` (global,
+//! privileged processes only). Byte-range locks (fcntl) are kept by `vino-locks`.
 //!
 //! The kernel runs in the caller's process; the daemon (`vinod`) serves the same system calls to
 //! other processes.
@@ -19,6 +20,7 @@ mod error;
 mod file_grafts;
 mod events;
 mod files;
+mod locks;
 mod perm;
 mod process;
 
@@ -30,6 +32,8 @@ pub use events::{
     KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
 };
 pub use files::{Fd, OpenFlags};
+pub use locks::{LockRequest, LockType};
+pub use vino_locks::{Lock, LockKind, LockStats};
 pub use perm::Credentials;
 pub use process::{GraftCall, Process};
 pub use vino_cache::RaMode;
@@ -87,6 +91,7 @@ pub struct Kernel {
     pub(crate) files: files::FileTable,
     pub(crate) file_grafts: file_grafts::FileGrafts,
     pub(crate) events: events::Events,
+    pub(crate) locks: locks::KernelLocks,
 }
 
 impl Kernel {
@@ -108,6 +113,7 @@ impl Kernel {
         global.register(sched.slot().clone());
         global.register(cache.writeback_slot().clone());
         let kernel = Arc::new(Kernel {
+            locks: locks::KernelLocks::new(&runtime),
             runtime,
             sched,
             cache,
@@ -180,6 +186,11 @@ impl Kernel {
 
     pub fn scheduler(&self) -> &Arc<IoScheduler> {
         &self.sched
+    }
+
+    /// The byte-range lock manager (objects are inode numbers, owners process ids).
+    pub fn locks(&self) -> &vino_locks::LockManager {
+        &self.locks.manager
     }
 
     pub fn global_graftpoints(&self) -> &Namespace {

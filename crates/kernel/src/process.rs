@@ -30,7 +30,7 @@ pub struct Process {
     files: Mutex<FdTable>,
     /// Graftpoints on objects this process owns: `vas.pick_victim`, `file.compute_ra/<fd>`,
     /// `file.block_buddy/<fd>`.
-    namespace: Namespace,
+    pub(crate) namespace: Namespace,
     events: Arc<Mutex<Vec<GraftEvent>>>,
 }
 
@@ -133,6 +133,7 @@ impl Process {
         self.namespace.register(file.ra.slot().clone());
         let buddy = kernel.fs.block_buddy(ino)?;
         self.namespace.register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
+        self.locks_opened(fd, &st);
         let got = files.insert(file);
         debug_assert_eq!(got, fd);
         self.kernel.events.opened(self, ino, dir, name, &st);
@@ -146,6 +147,7 @@ impl Process {
 
     fn drop_file(&self, fd: Fd, file: &OpenFile) -> SysResult<()> {
         self.kernel.events.closed(self, file.ino);
+        self.locks_closed(fd, file.ino);
         if let Some(ra) = self.namespace.forget(&format!("file.compute_ra/{fd}")) {
             ra.unload();
         }
@@ -438,6 +440,7 @@ impl Process {
         for (fd, file) in open {
             let _ = self.drop_file(fd, &file);
         }
+        self.locks_released();
         self.namespace.unload_owned_by(self.pid);
         self.kernel.file_grafts.release(self.pid);
         for info in self.namespace.list() {

@@ -28,6 +28,7 @@ fn graftpoint(export: &str) -> FuncType {
         "event_fs_open" | "event_fs_close" | "event_fs_create" | "event_fs_unlink" | "event_fs_modify" => {
             ft(&[I32, I64, I64, I64, I64, I32], &[I32])
         }
+        "lock_grant" => ft(&[I32, I32], &[I64]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -196,6 +197,7 @@ fn examples_build_and_follow_the_abi() {
         ("wisc_readahead", "file_compute_ra", &[], &["wra_start", "wra_stop"], &["wra_ctl", "wra_plan"]),
         ("unlink_log", "event_fs_unlink", EVENT, &["log_set_fd"], &[]),
         ("unlink_log_sync", "event_fs_unlink", EVENT, &["log_set_fd"], &[]),
+        ("lock_fifo", "lock_grant", &[], &[], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {

@@ -1,0 +1,219 @@
+//! Byte-range locks through processes (fcntl `F_GETLK`, `F_SETLK`, `F_SETLKW`) and the per-file
+//! `lock.grant` graftpoint.
+//!
+//! Locks belong to processes and name files by inode, so two descriptors of one file share them,
+//! and closing any descriptor of a file drops the process's locks on it (POSIX). The file's
+//! `lock.grant` graftpoint is reachable from each opener as `lock.grant/<fd>`; only the file's
+//! creator, or a privileged process, may graft it (Seltzer et al. 1995, 4.4: the application
+//! that owns the data chooses how its lock queue is served).
+
+use crate::error::{Errno, SysError, SysResult};
+use crate::files::Fd;
+use crate::process::Process;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use vino_fs::Stat;
+use vino_graft::{
+    Access, GraftError, GraftInfo, GraftSlot, GraftStats, LoadError, ManagedSlot, Owner, Runtime, SlotInfo,
+};
+use vino_locks::{Lock, LockGrant, LockKind, LockManager, Range, Wait};
+
+/// What an fcntl lock request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockType {
+    Read,
+    Write,
+    Unlock,
+}
+
+/// An fcntl lock request: `len` bytes from `start`, 0 meaning to the end of any file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockRequest {
+    pub kind: LockType,
+    pub start: u64,
+    pub len: u64,
+}
+
+impl LockRequest {
+    pub fn read(start: u64, len: u64) -> Self {
+        LockRequest {
+            kind: LockType::Read,
+            start,
+            len,
+        }
+    }
+
+    pub fn write(start: u64, len: u64) -> Self {
+        LockRequest {
+            kind: LockType::Write,
+            start,
+            len,
+        }
+    }
+
+    pub fn unlock(start: u64, len: u64) -> Self {
+        LockRequest {
+            kind: LockType::Unlock,
+            start,
+            len,
+        }
+    }
+
+    fn range(&self) -> SysResult<Range> {
+        Range::new(self.start, self.len).ok_or_else(|| {
+            SysError::new(
+                Errno::Inval,
+                format!("lock range {}+{} overflows", self.start, self.len),
+            )
+        })
+    }
+}
+
+/// The kernel's lock state: the manager, and the generation of each inode whose graftpoint it
+/// keeps (a reused inode number must not inherit the old file's graft).
+pub(crate) struct KernelLocks {
+    pub(crate) manager: LockManager,
+    generations: Mutex<HashMap<u64, u32>>,
+}
+
+impl KernelLocks {
+    pub(crate) fn new(runtime: &Runtime) -> Self {
+        KernelLocks {
+            manager: LockManager::new(runtime),
+            generations: Mutex::default(),
+        }
+    }
+
+    /// The file's `lock.grant` slot, made afresh if the inode now holds another file.
+    fn slot(&self, st: &Stat) -> Arc<GraftSlot<LockGrant>> {
+        let mut generations = self.generations.lock();
+        if generations
+            .insert(st.ino, st.generation)
+            .is_some_and(|g| g != st.generation)
+        {
+            self.manager.forget_graftpoint(st.ino);
+        }
+        self.manager.graftpoint(st.ino, Access::Process(st.creator))
+    }
+}
+
+fn grant_point(fd: Fd) -> String {
+    format!("lock.grant/{fd}")
+}
+
+impl Process {
+    /// `fcntl(F_SETLK)` (`wait == false`: `EAGAIN` if a conflicting lock is held) or
+    /// `fcntl(F_SETLKW)` (waits; `EDEADLK` if waiting would deadlock, `EINTR` if the wait is
+    /// cancelled because the process exits). A read lock needs a descriptor open for reading, a
+    /// write lock one open for writing (`EBADF`).
+    pub fn lock(&self, fd: Fd, req: LockRequest, wait: bool) -> SysResult<()> {
+        let file = self.file(fd)?;
+        let range = req.range()?;
+        let manager = &self.kernel().locks.manager;
+        let kind = match req.kind {
+            LockType::Unlock => {
+                manager.unlock(file.ino, self.pid(), range);
+                return Ok(());
+            }
+            LockType::Read if !file.flags.read => {
+                return Err(SysError::new(
+                    Errno::BadF,
+                    format!("descriptor {fd} is not open for reading"),
+                ));
+            }
+            LockType::Write if !file.flags.write => {
+                return Err(SysError::new(
+                    Errno::BadF,
+                    format!("descriptor {fd} is not open for writing"),
+                ));
+            }
+            LockType::Read => LockKind::Read,
+            LockType::Write => LockKind::Write,
+        };
+        let wait = if wait { Wait::Forever } else { Wait::No };
+        Ok(manager.lock(file.ino, self.pid(), kind, range, wait)?)
+    }
+
+    /// `fcntl(F_GETLK)`: a lock of another process that would block `req`, or `None` (also for an
+    /// unlock request).
+    pub fn getlk(&self, fd: Fd, req: LockRequest) -> SysResult<Option<Lock>> {
+        let file = self.file(fd)?;
+        let range = req.range()?;
+        let kind = match req.kind {
+            LockType::Unlock => return Ok(None),
+            LockType::Read => LockKind::Read,
+            LockType::Write => LockKind::Write,
+        };
+        Ok(self.kernel().locks.manager.get_lock(file.ino, self.pid(), kind, range))
+    }
+
+    /// The `lock.grant` graftpoint of an open file, for kernel-side code (experiments bind native
+    /// policies to it; processes use the graft calls on `lock.grant/<fd>`).
+    pub fn lock_grant(&self, fd: Fd) -> SysResult<Arc<GraftSlot<LockGrant>>> {
+        let st = self.fstat(fd)?;
+        Ok(self.kernel().locks.slot(&st))
+    }
+
+    /// Open hook: makes the file's `lock.grant` reachable as `lock.grant/<fd>`.
+    pub(crate) fn locks_opened(&self, fd: Fd, st: &Stat) {
+        let slot: Arc<dyn ManagedSlot> = self.kernel().locks.slot(st);
+        let slot = if self.credentials().privileged && st.creator != self.pid() {
+            Arc::new(Privileged { slot, pid: self.pid() })
+        } else {
+            slot
+        };
+        self.namespace.register_as(&grant_point(fd), slot);
+    }
+
+    /// Close hook: forgets `lock.grant/<fd>` and drops this process's locks on the file.
+    pub(crate) fn locks_closed(&self, fd: Fd, ino: u64) {
+        self.namespace.forget(&grant_point(fd));
+        self.kernel().locks.manager.release_object(ino, self.pid());
+    }
+
+    /// Exit hook: drops every lock of this process and cancels its waits.
+    pub(crate) fn locks_released(&self) {
+        self.kernel().locks.manager.release_owner(self.pid());
+    }
+}
+
+/// A file's `lock.grant` seen by a privileged process that did not create the file: it may graft
+/// it as if it were the creator.
+struct Privileged {
+    slot: Arc<dyn ManagedSlot>,
+    pid: u64,
+}
+
+impl ManagedSlot for Privileged {
+    fn name(&self) -> &str {
+        self.slot.name()
+    }
+    fn access(&self) -> Access {
+        Access::Process(self.pid)
+    }
+    fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
+        self.slot.load(wasm, owner)
+    }
+    fn unload(&self) -> bool {
+        self.slot.unload()
+    }
+    fn info(&self) -> SlotInfo {
+        self.slot.info()
+    }
+    fn stats(&self) -> Option<GraftStats> {
+        self.slot.stats()
+    }
+    fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
+        self.slot.write_memory(offset, bytes)
+    }
+    fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
+        self.slot.read_memory(offset, len)
+    }
+    fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
+        self.slot.symbol_address(name)
+    }
+    fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
+        self.slot.call_control(name, args)
+    }
+}

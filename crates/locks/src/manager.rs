@@ -1,0 +1,466 @@
+//! The lock manager: held locks and waiting requests of every object, and the one mutex that
+//! guards them.
+
+use crate::grant::{self, GRANT_MAX, GrantArgs, GrantEnv, LockGrant, WaitInfo};
+use crate::range::{self, Lock, LockKind, Range};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vino_graft::{Access, GraftSlot, Runtime};
+
+/// Why a lock request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    /// A conflicting lock is held and the caller would not wait (fcntl `F_SETLK`: `EAGAIN`).
+    #[error("the range is locked by process {holder}")]
+    WouldBlock { holder: u64 },
+    /// Waiting would close a cycle of owners waiting for each other (`EDEADLK`).
+    #[error("waiting for process {holder}'s lock would deadlock")]
+    Deadlock { holder: u64 },
+    /// The wait passed its time limit.
+    #[error("timed out waiting for the lock")]
+    TimedOut,
+    /// The wait was cancelled: the owner closed the object or is going away.
+    #[error("the lock wait was cancelled")]
+    Cancelled,
+    /// The range runs past the largest offset.
+    #[error("invalid range: {0}")]
+    Invalid(String),
+}
+
+/// Whether and how long a request may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Fail with [`LockError::WouldBlock`] instead (`F_SETLK`).
+    No,
+    /// Until granted, cancelled, or found to deadlock (`F_SETLKW`).
+    Forever,
+    /// At most this long, then [`LockError::TimedOut`].
+    For(Duration),
+}
+
+/// The manager's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LockStats {
+    /// Requests granted at once.
+    pub immediate: u64,
+    /// Requests granted after waiting (blocked at least once).
+    pub waited: u64,
+    pub would_block: u64,
+    pub deadlocks: u64,
+    pub timeouts: u64,
+    pub cancelled: u64,
+    /// Times a grant policy was asked.
+    pub decisions: u64,
+    /// Decisions where the policy granted nothing though nobody could release: the default
+    /// decided instead.
+    pub overridden: u64,
+    /// Decisions of a native policy the kernel refused (a graft's are refused by its slot).
+    pub refused: u64,
+}
+
+struct Waiter {
+    id: u64,
+    owner: u64,
+    kind: LockKind,
+    range: Range,
+    since: Instant,
+    cv: Arc<Condvar>,
+}
+
+#[derive(Default)]
+struct Object {
+    held: Vec<Lock>,
+    /// Arrival order.
+    waiting: VecDeque<Waiter>,
+}
+
+#[derive(Default)]
+struct State {
+    objects: HashMap<u64, Object>,
+    /// Outcomes of waits decided by someone else, by waiter id.
+    outcomes: HashMap<u64, Result<(), LockError>>,
+    slots: HashMap<u64, Arc<GraftSlot<LockGrant>>>,
+    next_id: u64,
+    stats: LockStats,
+}
+
+/// Byte-range locks on objects named by `u64` ids, held by owners named by `u64` ids (process
+/// ids), with POSIX fcntl semantics; see the crate documentation.
+pub struct LockManager {
+    runtime: Runtime,
+    state: Mutex<State>,
+}
+
+impl LockManager {
+    /// A manager whose `lock.grant` graftpoints run in `runtime`.
+    pub fn new(runtime: &Runtime) -> LockManager {
+        LockManager {
+            runtime: runtime.clone(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The `lock.grant` graftpoint of `object` (named `lock.grant/<object>`), created on first use
+    /// with `access` (later calls return the same slot whatever they pass).
+    pub fn graftpoint(&self, object: u64, access: Access) -> Arc<GraftSlot<LockGrant>> {
+        let mut st = self.state.lock();
+        st.slots
+            .entry(object)
+            .or_insert_with(|| {
+                let env = Arc::new(GrantEnv { object });
+                Arc::new(GraftSlot::new(&self.runtime, env, access, Some(&object.to_string())))
+            })
+            .clone()
+    }
+
+    /// Forgets an object's graftpoint (the object is gone); its graft is unloaded.
+    pub fn forget_graftpoint(&self, object: u64) {
+        if let Some(slot) = self.state.lock().slots.remove(&object) {
+            slot.unload();
+        }
+    }
+
+    /// `F_GETLK`: a lock of another owner that would block this request, if any.
+    pub fn get_lock(&self, object: u64, owner: u64, kind: LockKind, range: Range) -> Option<Lock> {
+        let st = self.state.lock();
+        let obj = st.objects.get(&object)?;
+        range::first_conflict(&obj.held, owner, kind, &range).copied()
+    }
+
+    /// `F_SETLK`/`F_SETLKW` with a read or write lock: sets `owner`'s lock on `range` to `kind`,
+    /// replacing what it held there (upgrade, downgrade, split, merge).
+    pub fn lock(&self, object: u64, owner: u64, kind: LockKind, range: Range, wait: Wait) -> Result<(), LockError> {
+        if range.is_empty() {
+            return Err(LockError::Invalid(format!(
+                "empty range {}..{}",
+                range.start, range.end
+            )));
+        }
+        let mut st = self.state.lock();
+        let obj = st.objects.entry(object).or_default();
+        let conflict = range::first_conflict(&obj.held, owner, kind, &range).map(|l| l.owner);
+        let weakens = range::already_covered(&obj.held, owner, kind, &range);
+        let queue_conflict = obj.waiting.iter().any(|w| {
+            w.owner != owner && w.range.overlaps(&range) && (w.kind == LockKind::Write || kind == LockKind::Write)
+        });
+        if weakens || (conflict.is_none() && !queue_conflict) {
+            // Nothing to order against: granted now. A downgrade may let waiters in.
+            range::set_lock(&mut obj.held, owner, Some(kind), range);
+            st.stats.immediate += 1;
+            if weakens {
+                self.grant_round(&mut st, object);
+            }
+            return Ok(());
+        }
+        if let Some(holder) = conflict {
+            if wait == Wait::No {
+                st.stats.would_block += 1;
+                return Err(LockError::WouldBlock { holder });
+            }
+            if let Some(holder) = deadlock(&st, owner, object, kind, &range) {
+                st.stats.deadlocks += 1;
+                return Err(LockError::Deadlock { holder });
+            }
+        }
+        self.enqueue_and_wait(st, object, owner, kind, range, wait, conflict)
+    }
+
+    /// Queues a request, lets the policy decide, and waits for the outcome.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue_and_wait(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        object: u64,
+        owner: u64,
+        kind: LockKind,
+        range: Range,
+        wait: Wait,
+        conflict: Option<u64>,
+    ) -> Result<(), LockError> {
+        st.next_id += 1;
+        let id = st.next_id;
+        let cv = Arc::new(Condvar::new());
+        let waiter = Waiter {
+            id,
+            owner,
+            kind,
+            range,
+            since: Instant::now(),
+            cv: cv.clone(),
+        };
+        st.objects.entry(object).or_default().waiting.push_back(waiter);
+        if conflict.is_none() {
+            // It could go now, but others wait for overlapping bytes: the policy orders them.
+            self.grant_round(&mut st, object);
+            if let Some(outcome) = st.outcomes.remove(&id) {
+                st.stats.immediate += 1;
+                return outcome;
+            }
+        }
+        let deadline = match wait {
+            Wait::For(d) => Some(Instant::now() + d),
+            _ => None,
+        };
+        loop {
+            if let Some(outcome) = st.outcomes.remove(&id) {
+                if outcome.is_ok() {
+                    st.stats.waited += 1;
+                }
+                return outcome;
+            }
+            let expired = match (wait, deadline) {
+                (Wait::No, _) => true,
+                (_, Some(d)) => cv.wait_until(&mut st, d).timed_out(),
+                (_, None) => {
+                    cv.wait(&mut st);
+                    false
+                }
+            };
+            if expired && !st.outcomes.contains_key(&id) {
+                self.withdraw(&mut st, object, id);
+                let (err, counter) = if wait == Wait::No {
+                    (
+                        LockError::WouldBlock {
+                            holder: conflict.unwrap_or(0),
+                        },
+                        &mut st.stats.would_block,
+                    )
+                } else {
+                    (LockError::TimedOut, &mut st.stats.timeouts)
+                };
+                *counter += 1;
+                return Err(err);
+            }
+        }
+    }
+
+    /// `F_SETLK` with `F_UNLCK`: drops `owner`'s locks on `range`, letting waiters in.
+    pub fn unlock(&self, object: u64, owner: u64, range: Range) {
+        let mut st = self.state.lock();
+        let Some(obj) = st.objects.get_mut(&object) else { return };
+        range::set_lock(&mut obj.held, owner, None, range);
+        self.grant_round(&mut st, object);
+        tidy(&mut st, object);
+    }
+
+    /// Drops every lock `owner` holds on `object` and cancels its waits there (POSIX: closing any
+    /// descriptor of a file drops the process's locks on it).
+    pub fn release_object(&self, object: u64, owner: u64) {
+        let mut st = self.state.lock();
+        self.release_in(&mut st, object, owner);
+    }
+
+    /// Drops every lock `owner` holds and cancels all its waits (it exited).
+    pub fn release_owner(&self, owner: u64) {
+        let mut st = self.state.lock();
+        let objects: Vec<u64> = st
+            .objects
+            .iter()
+            .filter(|(_, o)| o.held.iter().any(|l| l.owner == owner) || o.waiting.iter().any(|w| w.owner == owner))
+            .map(|(&id, _)| id)
+            .collect();
+        for object in objects {
+            self.release_in(&mut st, object, owner);
+        }
+    }
+
+    /// Cancels `owner`'s waits (a dying client): they fail with [`LockError::Cancelled`]; its
+    /// held locks stay.
+    pub fn cancel_waits(&self, owner: u64) {
+        let mut st = self.state.lock();
+        let objects: Vec<u64> = st
+            .objects
+            .iter()
+            .filter(|(_, o)| o.waiting.iter().any(|w| w.owner == owner))
+            .map(|(&id, _)| id)
+            .collect();
+        for object in objects {
+            cancel_in(&mut st, object, owner);
+            self.grant_round(&mut st, object);
+        }
+    }
+
+    fn release_in(&self, st: &mut State, object: u64, owner: u64) {
+        cancel_in(st, object, owner);
+        if let Some(obj) = st.objects.get_mut(&object) {
+            range::set_lock(&mut obj.held, owner, None, Range::all());
+        }
+        self.grant_round(st, object);
+        tidy(st, object);
+    }
+
+    /// Removes a waiter that gave up; those queued behind it may now go.
+    fn withdraw(&self, st: &mut State, object: u64, id: u64) {
+        if let Some(obj) = st.objects.get_mut(&object) {
+            obj.waiting.retain(|w| w.id != id);
+        }
+        self.grant_round(st, object);
+        tidy(st, object);
+    }
+
+    /// Asks the object's policy which waiters to grant and grants them.
+    fn grant_round(&self, st: &mut State, object: u64) {
+        let Some(obj) = st.objects.get(&object) else { return };
+        if obj.waiting.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let infos: Vec<WaitInfo> = obj
+            .waiting
+            .iter()
+            .take(GRANT_MAX)
+            .map(|w| WaitInfo {
+                owner: w.owner,
+                kind: w.kind,
+                range: w.range,
+                upgrade: w.kind == LockKind::Write
+                    && obj
+                        .held
+                        .iter()
+                        .any(|l| l.owner == w.owner && l.kind == LockKind::Read && l.range.overlaps(&w.range)),
+                age_ns: now.duration_since(w.since).as_nanos() as u64,
+            })
+            .collect();
+        let args = GrantArgs {
+            waiters: &infos,
+            held: &obj.held,
+        };
+        let mut mask = match st.slots.get(&object) {
+            Some(slot) => slot.invoke(&args),
+            None => grant::frp(&args),
+        };
+        let refused = grant::check_grant(&args, mask).is_err();
+        if refused {
+            mask = grant::frp(&args);
+        }
+        let overridden = mask == 0 && nobody_can_release(obj);
+        if overridden {
+            mask = grant::frp(&args);
+        }
+        st.stats.decisions += 1;
+        st.stats.refused += u64::from(refused);
+        st.stats.overridden += u64::from(overridden);
+        if mask != 0 {
+            grant_mask(st, object, mask);
+        }
+    }
+
+    /// The locks held on an object, ordered by owner and start.
+    pub fn held(&self, object: u64) -> Vec<Lock> {
+        self.state
+            .lock()
+            .objects
+            .get(&object)
+            .map(|o| o.held.clone())
+            .unwrap_or_default()
+    }
+
+    /// The requests waiting on an object, in arrival order.
+    pub fn waiting(&self, object: u64) -> Vec<Lock> {
+        let st = self.state.lock();
+        let Some(o) = st.objects.get(&object) else {
+            return Vec::new();
+        };
+        o.waiting
+            .iter()
+            .map(|w| Lock {
+                owner: w.owner,
+                kind: w.kind,
+                range: w.range,
+            })
+            .collect()
+    }
+
+    pub fn stats(&self) -> LockStats {
+        self.state.lock().stats
+    }
+}
+
+/// Grants the waiters the mask names (checked), in index order, and wakes them.
+fn grant_mask(st: &mut State, object: u64, mask: u64) {
+    let obj = st.objects.get_mut(&object).expect("object with waiters");
+    let mut granted = Vec::new();
+    for i in (0..obj.waiting.len().min(GRANT_MAX)).rev() {
+        if mask & (1 << i) != 0 {
+            granted.push(obj.waiting.remove(i).expect("index in range"));
+        }
+    }
+    for w in granted.into_iter().rev() {
+        range::set_lock(&mut obj.held, w.owner, Some(w.kind), w.range);
+        st.outcomes.insert(w.id, Ok(()));
+        w.cv.notify_one();
+    }
+}
+
+/// True if no owner holding a lock on the object is free to release it: nothing is held, or
+/// every holder is itself waiting here. Granting nothing then would strand the waiters.
+fn nobody_can_release(obj: &Object) -> bool {
+    obj.held.iter().all(|l| obj.waiting.iter().any(|w| w.owner == l.owner))
+}
+
+fn cancel_in(st: &mut State, object: u64, owner: u64) {
+    let Some(obj) = st.objects.get_mut(&object) else { return };
+    let mut kept = VecDeque::with_capacity(obj.waiting.len());
+    for w in obj.waiting.drain(..) {
+        if w.owner == owner {
+            st.outcomes.insert(w.id, Err(LockError::Cancelled));
+            st.stats.cancelled += 1;
+            w.cv.notify_one();
+        } else {
+            kept.push_back(w);
+        }
+    }
+    obj.waiting = kept;
+}
+
+/// Drops an object's entry once nothing is held or waiting on it.
+fn tidy(st: &mut State, object: u64) {
+    if st
+        .objects
+        .get(&object)
+        .is_some_and(|o| o.held.is_empty() && o.waiting.is_empty())
+    {
+        st.objects.remove(&object);
+    }
+}
+
+/// The owners whose held locks block a request.
+fn blockers(st: &State, object: u64, owner: u64, kind: LockKind, range: &Range) -> Vec<u64> {
+    st.objects
+        .get(&object)
+        .map(|o| {
+            o.held
+                .iter()
+                .filter(|l| l.conflicts(owner, kind, range))
+                .map(|l| l.owner)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// If `owner` waiting for this request would close a wait-for cycle (owner waits for a holder
+/// who waits, directly or through others, for owner), the holder it would wait for.
+fn deadlock(st: &State, owner: u64, object: u64, kind: LockKind, range: &Range) -> Option<u64> {
+    let first = blockers(st, object, owner, kind, range);
+    for &start in &first {
+        let mut stack = vec![start];
+        let mut seen = HashSet::new();
+        while let Some(b) = stack.pop() {
+            if b == owner {
+                return Some(start);
+            }
+            if !seen.insert(b) {
+                continue;
+            }
+            for (&obj_id, obj) in &st.objects {
+                for w in obj.waiting.iter().filter(|w| w.owner == b) {
+                    stack.extend(blockers(st, obj_id, b, w.kind, &w.range));
+                }
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,231 @@
+//! Who gets the lock when it is released: FIFO/reader priority against strict FIFO (native and as
+//! a C graft), and hostile `lock.grant` grafts, which never strand a waiter.
+
+use LockKind::{Read, Write};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+use vino_graft::{Access, GraftSlot, Owner, PolicyKind, Runtime};
+use vino_locks::{Fifo, LockError, LockGrant, LockKind, LockManager, Range, Wait};
+
+const OBJ: u64 = 9;
+const BYTE0: Range = Range { start: 0, end: 1 };
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Policy {
+    Frp,
+    FifoNative,
+    FifoGraft,
+}
+
+fn manager(policy: Policy) -> (Arc<LockManager>, Arc<GraftSlot<LockGrant>>) {
+    let m = Arc::new(LockManager::new(&Runtime::default()));
+    let slot = m.graftpoint(OBJ, Access::Process(1));
+    match policy {
+        Policy::Frp => {}
+        Policy::FifoNative => slot.bind_native(Arc::new(Fifo), false),
+        Policy::FifoGraft => {
+            let wasm = vino_sdk::build_example("lock_fifo", &Default::default()).expect("building lock_fifo.c");
+            slot.load(&wasm, Owner::process(1)).expect("loading lock_fifo");
+        }
+    }
+    (m, slot)
+}
+
+/// Runs a blocking request in a thread; returns once it is queued (or done).
+fn waiter(m: &Arc<LockManager>, owner: u64, kind: LockKind) -> JoinHandle<Result<(), LockError>> {
+    let before = m.waiting(OBJ).len();
+    let m2 = m.clone();
+    let h = thread::spawn(move || m2.lock(OBJ, owner, kind, BYTE0, Wait::Forever));
+    let t = Instant::now();
+    while m.waiting(OBJ).len() == before && !h.is_finished() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the waiter never queued");
+        thread::sleep(Duration::from_millis(1));
+    }
+    h
+}
+
+fn holders(m: &LockManager) -> Vec<(u64, LockKind)> {
+    let mut v: Vec<(u64, LockKind)> = m.held(OBJ).iter().map(|l| (l.owner, l.kind)).collect();
+    v.sort_by_key(|h| h.0);
+    v
+}
+
+/// Owner 1 holds a write lock; writer 2, readers 3 and 4, writer 5 queue in that order.
+fn queue_up(m: &Arc<LockManager>) -> Vec<JoinHandle<Result<(), LockError>>> {
+    m.lock(OBJ, 1, Write, BYTE0, Wait::No).unwrap();
+    vec![
+        waiter(m, 2, Write),
+        waiter(m, 3, Read),
+        waiter(m, 4, Read),
+        waiter(m, 5, Write),
+    ]
+}
+
+#[test]
+fn frp_lets_readers_pass_the_waiting_writer() {
+    let (m, _slot) = manager(Policy::Frp);
+    let hs = queue_up(&m);
+    m.unlock(OBJ, 1, BYTE0);
+    assert_eq!(holders(&m), vec![(3, Read), (4, Read)], "all waiting readers at once");
+    assert!(
+        m.lock(OBJ, 6, Read, BYTE0, Wait::No).is_ok(),
+        "a new reader walks in past the writers"
+    );
+    for o in [3, 4, 6] {
+        m.unlock(OBJ, o, BYTE0);
+    }
+    assert_eq!(holders(&m), vec![(2, Write)], "then the writers, longest-waiting first");
+    m.unlock(OBJ, 2, BYTE0);
+    assert_eq!(holders(&m), vec![(5, Write)]);
+    m.unlock(OBJ, 5, BYTE0);
+    for h in hs {
+        assert_eq!(h.join().unwrap(), Ok(()));
+    }
+}
+
+fn strict_fifo(policy: Policy) {
+    let (m, slot) = manager(policy);
+    let hs = queue_up(&m);
+    m.unlock(OBJ, 1, BYTE0);
+    assert_eq!(holders(&m), vec![(2, Write)], "{policy:?}: the writer that came first");
+    m.unlock(OBJ, 2, BYTE0);
+    assert_eq!(holders(&m), vec![(3, Read), (4, Read)], "{policy:?}: then both readers");
+    assert!(
+        matches!(m.lock(OBJ, 6, Read, BYTE0, Wait::No), Err(LockError::WouldBlock { .. })),
+        "{policy:?}: a new reader may not pass writer 5"
+    );
+    m.unlock(OBJ, 3, BYTE0);
+    m.unlock(OBJ, 4, BYTE0);
+    assert_eq!(holders(&m), vec![(5, Write)]);
+    m.unlock(OBJ, 5, BYTE0);
+    for h in hs {
+        assert_eq!(h.join().unwrap(), Ok(()));
+    }
+    let stats = slot.stats().expect("a policy is bound");
+    assert_eq!(stats.failures, 0, "{policy:?}: {stats:?}");
+    assert!(stats.invocations >= 4, "{policy:?}: {stats:?}");
+    assert_eq!(m.stats().overridden, 0);
+}
+
+#[test]
+fn fifo_native_grants_in_arrival_order() {
+    strict_fifo(Policy::FifoNative);
+}
+
+#[test]
+fn fifo_graft_grants_in_arrival_order() {
+    strict_fifo(Policy::FifoGraft);
+}
+
+#[test]
+fn upgrading_reader_wins_under_every_policy() {
+    for policy in [Policy::Frp, Policy::FifoNative, Policy::FifoGraft] {
+        let (m, _slot) = manager(policy);
+        m.lock(OBJ, 1, Read, BYTE0, Wait::No).unwrap();
+        m.lock(OBJ, 2, Read, BYTE0, Wait::No).unwrap();
+        let w = waiter(&m, 3, Write);
+        let up = waiter(&m, 1, Write);
+        m.unlock(OBJ, 2, BYTE0);
+        assert_eq!(holders(&m), vec![(1, Write)], "{policy:?}");
+        assert_eq!(up.join().unwrap(), Ok(()));
+        m.unlock(OBJ, 1, BYTE0);
+        assert_eq!(holders(&m), vec![(3, Write)], "{policy:?}");
+        assert_eq!(w.join().unwrap(), Ok(()));
+    }
+}
+
+/// A hostile graft in WebAssembly text: exports `memory`, `vino_args` and `lock_grant` with
+/// `body` as its code.
+fn hostile(body: &str) -> Vec<u8> {
+    format!(
+        r#"(module
+             (memory (export "memory") 1)
+             (global (export "vino_args") i32 (i32.const 0))
+             (func (export "lock_grant") (param i32 i32) (result i64) {body}))"#
+    )
+    .into_bytes()
+}
+
+/// Queues waiters behind a holder, releases, and checks that everyone gets the lock in the end
+/// in FRP's order (the default decided); returns the graft's failures, its invocations, and how
+/// often the kernel overruled an empty grant.
+fn nobody_is_stranded(body: &str) -> (u64, u64, u64) {
+    let (m, slot) = manager(Policy::Frp);
+    slot.load(&hostile(body), Owner::process(1)).expect("the module loads");
+    let hs = queue_up(&m);
+    m.unlock(OBJ, 1, BYTE0);
+    assert_eq!(holders(&m), vec![(3, Read), (4, Read)], "{body}: the default decided");
+    m.unlock(OBJ, 3, BYTE0);
+    m.unlock(OBJ, 4, BYTE0);
+    assert_eq!(holders(&m), vec![(2, Write)], "{body}");
+    m.unlock(OBJ, 2, BYTE0);
+    assert_eq!(holders(&m), vec![(5, Write)], "{body}");
+    m.unlock(OBJ, 5, BYTE0);
+    for h in hs {
+        assert_eq!(h.join().unwrap(), Ok(()), "{body}");
+    }
+    assert!(m.waiting(OBJ).is_empty() && m.held(OBJ).is_empty());
+    let stats = slot.stats().expect("bound");
+    (stats.failures, stats.invocations, m.stats().overridden)
+}
+
+#[test]
+fn a_trapping_graft_leaves_it_to_the_default() {
+    let (failures, calls, _) = nobody_is_stranded("unreachable");
+    assert_eq!((failures, calls), (4, 4), "four decisions, all failed");
+}
+
+#[test]
+fn an_invalid_choice_leaves_it_to_the_default() {
+    // Everyone, conflicting writers included; then a waiter that does not exist; then negative.
+    for body in ["i64.const 0xf", "i64.const 0x100", "i64.const -1"] {
+        let (failures, calls, _) = nobody_is_stranded(body);
+        assert_eq!((failures, calls), (4, 4), "{body}");
+    }
+}
+
+#[test]
+fn an_endless_graft_is_stopped_and_the_default_decides() {
+    let (failures, calls, _) = nobody_is_stranded("(loop (br 0)) i64.const 0");
+    assert_eq!((failures, calls), (4, 4));
+}
+
+#[test]
+fn a_graft_that_never_grants_cannot_strand_anyone() {
+    let (failures, _, overridden) = nobody_is_stranded("i64.const 0");
+    assert_eq!(failures, 0, "granting nothing is a valid answer");
+    // Three of its four answers left nobody able to release (the fourth came while reader 4
+    // still held the lock): the kernel stepped in each of those times.
+    assert_eq!(overridden, 3);
+}
+
+#[test]
+fn after_enough_failures_the_graft_is_unloaded() {
+    let (m, slot) = manager(Policy::Frp);
+    slot.load(&hostile("unreachable"), Owner::process(1)).unwrap();
+    for round in 0..10 {
+        m.lock(OBJ, 1, Write, BYTE0, Wait::No).unwrap();
+        let h = waiter(&m, 2, Read);
+        m.unlock(OBJ, 1, BYTE0);
+        assert_eq!(h.join().unwrap(), Ok(()), "round {round}");
+        m.unlock(OBJ, 2, BYTE0);
+    }
+    assert_eq!(slot.policy_kind(), PolicyKind::Default);
+}
+
+#[test]
+fn a_timed_out_writer_lets_the_readers_behind_it_go_under_fifo() {
+    let (m, _slot) = manager(Policy::FifoGraft);
+    m.lock(OBJ, 1, Read, BYTE0, Wait::No).unwrap();
+    let m2 = m.clone();
+    let w = thread::spawn(move || m2.lock(OBJ, 2, Write, BYTE0, Wait::For(Duration::from_millis(100))));
+    while m.waiting(OBJ).is_empty() {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let r = waiter(&m, 3, Read);
+    assert_eq!(m.waiting(OBJ).len(), 2, "the reader waits behind the writer");
+    assert_eq!(w.join().unwrap(), Err(LockError::TimedOut));
+    assert_eq!(r.join().unwrap(), Ok(()));
+    assert_eq!(holders(&m), vec![(1, Read), (3, Read)]);
+}
