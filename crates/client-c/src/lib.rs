@@ -627,3 +627,40 @@ pub extern "C" fn vino_string_free(s: *mut c_char) {
         let _ = catch_unwind(|| drop(unsafe { CString::from_raw(s) }));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_pointers_are_refused_not_followed() {
+        let e = -(errno::EINVAL as i64);
+        assert_eq!(vino_null(std::ptr::null_mut()) as i64, e);
+        assert_eq!(vino_read(std::ptr::null_mut(), 0, std::ptr::null_mut(), 8), e);
+        assert_eq!(vino_pid(std::ptr::null()), 0);
+        assert_eq!(vino_privileged(std::ptr::null()), 0);
+        vino_disconnect(std::ptr::null_mut());
+        vino_string_free(std::ptr::null_mut());
+        vino_readdir_free(std::ptr::null_mut(), 0);
+    }
+
+    #[test]
+    fn a_failed_connect_leaves_its_message_for_this_thread() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = CString::new(dir.path().join("nobody.sock").to_str().expect("UTF-8")).expect("no NUL");
+        assert!(vino_connect(path.as_ptr()).is_null());
+        // SAFETY: vino_last_error returns a valid C string.
+        let message = unsafe { CStr::from_ptr(vino_last_error(std::ptr::null())) };
+        assert!(message.to_str().expect("UTF-8").contains("nobody.sock"), "{message:?}");
+    }
+
+    #[test]
+    fn open_flags_map_one_to_one_and_unknown_bits_are_refused() {
+        let f = open_flags(VINO_O_READ | VINO_O_WRITE | VINO_O_CREAT | VINO_O_TRUNC, 0o600).expect("valid");
+        assert!(f.read && f.write && f.create && f.truncate && !f.exclusive && !f.append);
+        assert_eq!(f.mode, 0o600);
+        assert!(open_flags(0x40, 0).is_err());
+        assert!(open_flags(VINO_O_READ, 0o1_000_000).is_err());
+        assert!(lock_kind(3).is_err());
+    }
+}

@@ -75,7 +75,7 @@ pub fn workspace_dir() -> PathBuf {
 pub fn compile_c(sources: &[&Path], out: &Path) {
     let lib = lib_dir();
     let output = Command::new("cc")
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .args(["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-O1"])
         .arg("-I")
         .arg(crate_dir().join("include"))
         .args(sources)
