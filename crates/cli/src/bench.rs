@@ -72,6 +72,22 @@ pub enum BenchCommand {
         #[arg(long, default_value = "target/vino-bench")]
         scratch: PathBuf,
     },
+    /// E5: file unlink events vs polling with stat; asynchronous and synchronous bookkeeping
+    /// grafts, protected, unprotected and at user level (thesis 7.4).
+    #[command(alias = "e5")]
+    Events {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// E8: byte-range lock granting, FIFO/reader priority vs strict FIFO (native and graft), four
+    /// processes under a varying write share (Seltzer et al. 1995, 4.4).
+    #[command(alias = "e8")]
+    Locks {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value = "target/vino-bench")]
+        scratch: PathBuf,
+    },
     /// E9: the Wisconsin query on Linux's own stack (ext4 on a loop device, cgroup-limited page
     /// cache, fadvise hints), where the machine allows it.
     #[command(alias = "e9")]
@@ -98,7 +114,7 @@ struct CoreResults {
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
-    use vino_bench::{e4_wisconsin as e4, e6_layout as e6, e7_gunzip as e7, e9_linux as e9};
+    use vino_bench::{e4_wisconsin as e4, e5_events as e5, e6_layout as e6, e7_gunzip as e7, e8_locks as e8, e9_linux as e9};
     match cmd {
         BenchCommand::Core { common, part, scratch } => core(&common, part, scratch),
         BenchCommand::Wisconsin { common, device, scratch } => {
@@ -117,6 +133,14 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Gunzip { common, scratch } => {
             let opts = e7::E7Options { scratch_dir: scratch, ..e7::E7Options::new(common.quick) };
             experiment(&common, "gunzip", |p| e7::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
+        }
+        BenchCommand::Events { common } => {
+            let opts = e5::E5Options::new(common.quick);
+            experiment(&common, "events", |p| e5::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
+        }
+        BenchCommand::Locks { common, scratch } => {
+            let opts = e8::E8Options { scratch_dir: scratch, ..e8::E8Options::new(common.quick) };
+            experiment(&common, "locks", |p| e8::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
         }
         BenchCommand::Linux { common, scratch } => {
             let opts = e9::E9Options { quick: common.quick, scratch_dir: scratch, ..Default::default() };
