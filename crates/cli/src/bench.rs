@@ -78,6 +78,8 @@ pub enum BenchCommand {
     Events {
         #[command(flatten)]
         common: Common,
+        #[arg(long, default_value = "target/vino-bench")]
+        scratch: PathBuf,
     },
     /// E8: byte-range lock granting, FIFO/reader priority vs strict FIFO (native and graft), four
     /// processes under a varying write share (Seltzer et al. 1995, 4.4).
@@ -134,8 +136,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             let opts = e7::E7Options { scratch_dir: scratch, ..e7::E7Options::new(common.quick) };
             experiment(&common, "gunzip", |p| e7::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
         }
-        BenchCommand::Events { common } => {
-            let opts = e5::E5Options::new(common.quick);
+        BenchCommand::Events { common, scratch } => {
+            let opts = e5::E5Options { scratch_dir: scratch, ..e5::E5Options::new(common.quick) };
             experiment(&common, "events", |p| e5::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
         }
         BenchCommand::Locks { common, scratch } => {
