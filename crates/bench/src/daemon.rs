@@ -54,7 +54,11 @@ fn time(rounds: usize, iters: u64, mut f: impl FnMut()) -> f64 {
 }
 
 fn row(operation: &str, path: &str, ns: f64) -> Row {
-    Row { operation: operation.into(), path: path.into(), ns_per_op: ns }
+    Row {
+        operation: operation.into(),
+        path: path.into(),
+        ns_per_op: ns,
+    }
 }
 
 /// Measures the daemon's costs against the in-process kernel.
@@ -66,20 +70,50 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
     let fd = c.open("/bench", OpenFlags::create()).map_err(e)?;
     c.write(fd, &vec![0x5a; 64 << 10]).map_err(e)?;
     let p = handle.kernel().spawn(vino_kernel::Credentials::root());
-    let kfd = p.open("/bench", vino_kernel::OpenFlags::read_only()).map_err(|e| e.to_string())?;
+    let kfd = p
+        .open("/bench", vino_kernel::OpenFlags::read_only())
+        .map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
-    rows.push(row("null call", "daemon (socket)", time(rounds, iters, || c.null().unwrap())));
-    rows.push(row("fstat", "daemon (socket)", time(rounds, iters, || drop(c.fstat(fd).unwrap()))));
-    rows.push(row("fstat", "in-process", time(rounds, iters, || drop(p.fstat(kfd).unwrap()))));
+    rows.push(row(
+        "null call",
+        "daemon (socket)",
+        time(rounds, iters, || c.null().unwrap()),
+    ));
+    rows.push(row(
+        "fstat",
+        "daemon (socket)",
+        time(rounds, iters, || {
+            std::hint::black_box(c.fstat(fd).unwrap());
+        }),
+    ));
+    rows.push(row(
+        "fstat",
+        "in-process",
+        time(rounds, iters, || {
+            std::hint::black_box(p.fstat(kfd).unwrap());
+        }),
+    ));
     for size in [4usize << 10, 64 << 10] {
         let name = format!("cached read {} KiB", size >> 10);
         let mut buf = vec![0u8; size];
         let n = iters / if size > 4096 { 8 } else { 1 };
         c.set_shm_threshold(usize::MAX);
-        rows.push(row(&name, "daemon (socket)", time(rounds, n, || assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), size))));
+        rows.push(row(
+            &name,
+            "daemon (socket)",
+            time(rounds, n, || assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), size)),
+        ));
         c.set_shm_threshold(0);
-        rows.push(row(&name, "daemon (shared memory)", time(rounds, n, || assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), size))));
-        rows.push(row(&name, "in-process", time(rounds, n, || assert_eq!(p.pread(kfd, &mut buf, 0).unwrap(), size))));
+        rows.push(row(
+            &name,
+            "daemon (shared memory)",
+            time(rounds, n, || assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), size)),
+        ));
+        rows.push(row(
+            &name,
+            "in-process",
+            time(rounds, n, || assert_eq!(p.pread(kfd, &mut buf, 0).unwrap(), size)),
+        ));
     }
     drop(c);
     handle.kernel().exit(p.pid());
@@ -119,7 +153,11 @@ pub fn soak(dir: &Path, clients: usize, secs: u64, mut tick: impl FnMut(u64, u64
         std::thread::sleep(Duration::from_millis(250).min(until.saturating_duration_since(Instant::now())));
         tick(ops.load(Ordering::Relaxed), secs);
     }
-    let mut report = SoakReport { clients, secs, ..Default::default() };
+    let mut report = SoakReport {
+        clients,
+        secs,
+        ..Default::default()
+    };
     let mut counts = Vec::new();
     for w in workers {
         match w.join() {
@@ -137,11 +175,20 @@ pub fn soak(dir: &Path, clients: usize, secs: u64, mut tick: impl FnMut(u64, u64
 
 fn soak_client(socket: &Path, id: usize, until: Instant, ops: &std::sync::atomic::AtomicU64) -> Result<u64, String> {
     let e = |e: vino_client::ClientError| format!("client {id}: {e}");
-    let log = OpenFlags { create: true, write: true, append: true, mode: 0o644, ..Default::default() };
+    let log = OpenFlags {
+        create: true,
+        write: true,
+        append: true,
+        mode: 0o644,
+        ..Default::default()
+    };
     let mut n = 0u64;
     let own = format!("/soak{id}");
     while Instant::now() < until {
-        let opts = ConnectOptions { client: format!("soak{id}"), shm: if id % 2 == 0 { 128 << 10 } else { 0 } };
+        let opts = ConnectOptions {
+            client: format!("soak{id}"),
+            shm: if id.is_multiple_of(2) { 128 << 10 } else { 0 },
+        };
         let mut c = Client::connect_with(socket, &opts).map_err(e)?;
         let fd = c.open("/soak-log", log).map_err(e)?;
         let mine = c.open(&own, OpenFlags::create()).map_err(e)?;
@@ -171,7 +218,10 @@ fn check_soak(handle: &Handle, clients: usize, counts: &[u64], rec: usize, probl
         std::thread::sleep(Duration::from_millis(10));
     }
     if !kernel.processes().is_empty() {
-        problems.push(format!("{} processes left after every client left", kernel.processes().len()));
+        problems.push(format!(
+            "{} processes left after every client left",
+            kernel.processes().len()
+        ));
     }
     if !kernel.file_grafts().is_empty() || kernel.global_graftpoints().list().iter().any(|s| s.graft.is_some()) {
         problems.push("grafts left bound".into());
@@ -185,12 +235,18 @@ fn check_soak(handle: &Handle, clients: usize, counts: &[u64], rec: usize, probl
     let mut all = vec![0u8; size];
     let got = p.pread(fd, &mut all, 0).unwrap_or(0);
     if got != size || size != counts.iter().sum::<u64>() as usize * rec {
-        problems.push(format!("log has {size} bytes, {} records were written", counts.iter().sum::<u64>()));
+        problems.push(format!(
+            "log has {size} bytes, {} records were written",
+            counts.iter().sum::<u64>()
+        ));
     }
     let mut next = vec![0u64; clients];
     for r in all[..got].chunks(rec) {
         let text = String::from_utf8_lossy(r);
-        let parsed = text.trim_end().split_once(' ').and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<u64>().ok()?)));
+        let parsed = text
+            .trim_end()
+            .split_once(' ')
+            .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<u64>().ok()?)));
         match parsed {
             Some((id, n)) if id < clients && next[id] == n => next[id] += 1,
             _ => {

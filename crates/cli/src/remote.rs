@@ -56,7 +56,10 @@ pub enum RemoteGraft {
 
 fn connect(socket: Option<PathBuf>) -> Result<Client> {
     let path = vino_daemon::socket_path(socket);
-    let opts = vino_client::ConnectOptions { client: "vino".into(), shm: 0 };
+    let opts = vino_client::ConnectOptions {
+        client: "vino".into(),
+        shm: 0,
+    };
     Client::connect_with(&path, &opts).with_context(|| format!("is vinod running on {}?", path.display()))
 }
 
@@ -75,7 +78,13 @@ pub fn daemon(image: &Path, socket: Option<PathBuf>, config: Option<PathBuf>) ->
 
 pub fn graft(cmd: RemoteGraft) -> Result<()> {
     match cmd {
-        RemoteGraft::Load { module, point, file, hold, socket } => load(&module, &point, file.as_deref(), hold, socket),
+        RemoteGraft::Load {
+            module,
+            point,
+            file,
+            hold,
+            socket,
+        } => load(&module, &point, file.as_deref(), hold, socket),
         RemoteGraft::Unload { point, file, socket } => {
             let mut c = connect(socket)?;
             match file {
@@ -99,8 +108,15 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&slot)?);
             } else {
                 let s = slot.stats.unwrap_or_default();
-                println!("{}: {} ({}), {} invocations, {} aborts, {:.1} us in graft", slot.point, slot.policy, slot.access,
-                    s.invocations, s.aborts, s.time_ns as f64 / 1e3);
+                println!(
+                    "{}: {} ({}), {} invocations, {} aborts, {:.1} us in graft",
+                    slot.point,
+                    slot.policy,
+                    slot.access,
+                    s.invocations,
+                    s.aborts,
+                    s.time_ns as f64 / 1e3
+                );
                 if let Some(e) = s.last_error {
                     println!("last error: {e}");
                 }
@@ -134,11 +150,19 @@ fn load(module: &Path, point: &str, file: Option<&str>, hold: Option<u64>, socke
 }
 
 fn graft_table(grafts: &[GraftTop]) -> String {
-    let mut out = format!("{:<26} {:<22} {:>6} {:>12} {:>8} {:>12}\n", "GRAFTPOINT", "BOUND TO", "OWNER", "INVOCATIONS", "ABORTS", "TIME (ms)");
+    let mut out = format!(
+        "{:<26} {:<22} {:>6} {:>12} {:>8} {:>12}\n",
+        "GRAFTPOINT", "BOUND TO", "OWNER", "INVOCATIONS", "ABORTS", "TIME (ms)"
+    );
     for g in grafts {
         out += &format!(
             "{:<26} {:<22} {:>6} {:>12} {:>8} {:>12.3}\n",
-            g.point, g.scope, g.owner, g.invocations, g.aborts, g.time_ns as f64 / 1e6
+            g.point,
+            g.scope,
+            g.owner,
+            g.invocations,
+            g.aborts,
+            g.time_ns as f64 / 1e6
         );
     }
     out
@@ -147,8 +171,21 @@ fn graft_table(grafts: &[GraftTop]) -> String {
 fn process_table(procs: &[ProcessTop]) -> String {
     let mut out = format!(
         "{:>5} {:>7} {:>5} {:<12} {:>8} {:>10} {:>10} {:>5} {:>6} {:>10} {:>8} {:>9} {:>8} {:>8} {:>6}\n",
-        "PID", "HOSTPID", "UID", "CLIENT", "SYSCALLS", "READ", "WRITTEN", "FILES", "GRAFTS", "INVOKED", "ABORTS", "GRAFT ms",
-        "HITS", "MISSES", "FRAMES"
+        "PID",
+        "HOSTPID",
+        "UID",
+        "CLIENT",
+        "SYSCALLS",
+        "READ",
+        "WRITTEN",
+        "FILES",
+        "GRAFTS",
+        "INVOKED",
+        "ABORTS",
+        "GRAFT ms",
+        "HITS",
+        "MISSES",
+        "FRAMES"
     );
     for p in procs {
         out += &format!(
