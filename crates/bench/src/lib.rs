@@ -1,6 +1,7 @@
 //! VINO benchmarks: the extension-technology study (experiments E2/E3) and
 //! the timing and reporting helpers the project's benchmarks share.
 
+pub mod daemon;
 pub mod e4_wisconsin;
 pub mod e5_events;
 pub mod e6_layout;

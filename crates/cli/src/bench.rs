@@ -99,6 +99,25 @@ pub enum BenchCommand {
         #[arg(long, default_value = "target/vino-bench")]
         scratch: PathBuf,
     },
+    /// What serving the kernel from vinod costs: null call round trip, cached 4 KiB and 64 KiB
+    /// reads over the socket and through shared memory, against calls in the same process.
+    Daemon {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value = "target/vino-bench")]
+        scratch: PathBuf,
+    },
+    /// Many clients against one daemon for a while; checks no record lost and nothing leaked.
+    Soak {
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 120)]
+        secs: u64,
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = "target/vino-bench")]
+        scratch: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -148,6 +167,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             let opts = e9::E9Options { quick: common.quick, scratch_dir: scratch, ..Default::default() };
             experiment(&common, "linux", |p| e9::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
         }
+        BenchCommand::Daemon { common, scratch } => crate::remote::bench_daemon(common.quick, common.json, &scratch),
+        BenchCommand::Soak { clients, secs, json, scratch } => crate::remote::soak(clients, secs, json, &scratch),
     }
 }
 

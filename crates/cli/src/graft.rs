@@ -34,12 +34,15 @@ pub enum GraftCommand {
         #[arg(long)]
         point: String,
     },
+    #[command(flatten)]
+    Remote(crate::remote::RemoteGraft),
 }
 
 pub fn run(cmd: GraftCommand) -> Result<()> {
     match cmd {
         GraftCommand::Build { source, output, opt, debug, defines } => build(source, output, &opt, debug, defines),
         GraftCommand::Check { module, point } => check(module, &point),
+        GraftCommand::Remote(cmd) => crate::remote::graft(cmd),
     }
 }
 

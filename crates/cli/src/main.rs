@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod graft;
 mod progress;
+mod remote;
 mod storage;
 
 use clap::{Parser, Subcommand};
@@ -73,6 +74,32 @@ enum Command {
         #[arg(long)]
         log: PathBuf,
     },
+    /// Serve the kernel to other processes on a Unix socket (vinod), in the foreground, until
+    /// SIGTERM or Ctrl-C. The image is made (with a file system) on first use.
+    Daemon {
+        #[arg(long)]
+        image: PathBuf,
+        /// The socket (default: $VINO_SOCKET, else /run/vino/vinod.sock).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// A TOML configuration file (socket, image_size, cache_frames, privileged_group, ...).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Live view of vinod's processes and grafts: calls, I/O, graft time and aborts, cache.
+    Top {
+        /// Print one snapshot and exit.
+        #[arg(long)]
+        once: bool,
+        /// Print one snapshot as JSON and exit.
+        #[arg(long)]
+        json: bool,
+        /// Refresh period in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        interval: u64,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Run a benchmark and print its tables (also written as JSON and a plot).
     Bench {
         #[command(subcommand)]
@@ -86,6 +113,8 @@ fn main() -> ExitCode {
         Command::Demo { no_bench, image } => demo::run(!no_bench, &image),
         Command::Graft(cmd) => graft::run(cmd),
         Command::Bench { which } => bench::run(which),
+        Command::Daemon { image, socket, config } => remote::daemon(&image, socket, config),
+        Command::Top { once, json, interval, socket } => remote::top(socket, once, json, interval),
         Command::Mkfs { image, size, blocks_per_group, json } => storage::run_mkfs(&image, size, blocks_per_group, json),
         Command::Fsck { image, repair, json } => match storage::run_fsck(&image, repair, json) {
             Ok(status) => return ExitCode::from(status as u8),

@@ -26,7 +26,7 @@ pub use vino_proto::{
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use std::fmt;
-use std::io::{IoSlice, Write};
+use std::io::{BufReader, IoSlice, Write};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -121,6 +121,8 @@ impl Default for ConnectOptions {
 /// A connection to the daemon: one kernel process.
 pub struct Client {
     stream: UnixStream,
+    /// Reads answers from `stream`, a small one's header and body in one read.
+    reader: BufReader<UnixStream>,
     buf: Vec<u8>,
     pid: u64,
     privileged: bool,
@@ -164,8 +166,10 @@ impl Client {
         } else {
             None
         };
+        let reader = BufReader::with_capacity(64 << 10, stream.try_clone()?);
         let mut c = Client {
             stream,
+            reader,
             buf: Vec::new(),
             pid: 0,
             privileged: false,
@@ -224,7 +228,7 @@ impl Client {
     }
 
     fn receive(&mut self) -> Result<Response> {
-        vino_proto::read_frame(&mut self.stream, &mut self.buf, MAX_FRAME)?;
+        vino_proto::read_frame(&mut self.reader, &mut self.buf, MAX_FRAME)?;
         Ok(vino_proto::decode(&self.buf)?)
     }
 

@@ -196,9 +196,12 @@ pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream) {
 
 /// Reads, serves and answers requests until the client leaves or misbehaves.
 fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
+    let Ok(clone) = stream.try_clone() else { return };
+    // Buffered: a small request's header and body come in one read.
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, clone);
     let mut buf = Vec::new();
     loop {
-        if let Err(e) = vino_proto::read_frame(stream, &mut buf, MAX_FRAME) {
+        if let Err(e) = vino_proto::read_frame(&mut reader, &mut buf, MAX_FRAME) {
             return frame_error(stream, &e);
         }
         let req: Request = match vino_proto::decode(&buf) {

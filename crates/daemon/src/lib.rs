@@ -65,6 +65,8 @@ pub struct Daemon {
     threads: Mutex<Vec<JoinHandle<()>>>,
     stopping: AtomicBool,
     started: Instant,
+    /// The listening socket, shut down to wake the accept loop at shutdown.
+    listener_fd: std::os::fd::RawFd,
 }
 
 /// A running daemon: its accept loop in a thread. [`Handle::shutdown`] stops it.
@@ -130,6 +132,7 @@ pub fn start(config: Config) -> Result<Handle> {
         threads: Mutex::new(Vec::new()),
         stopping: AtomicBool::new(false),
         started: Instant::now(),
+        listener_fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
     });
     let d = daemon.clone();
     let acceptor = std::thread::Builder::new()
@@ -184,8 +187,8 @@ impl Handle {
         };
         let d = &self.daemon;
         d.stopping.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
-        let _ = UnixStream::connect(&d.config.socket);
+        // Wakes the accept loop (the listener stays open until the loop ends, so the fd is valid).
+        let _ = nix::sys::socket::shutdown(d.listener_fd, nix::sys::socket::Shutdown::Both);
         let _ = acceptor.join();
         for c in d.conns.lock().values() {
             let _ = c.stream.shutdown(std::net::Shutdown::Both);

@@ -1,0 +1,259 @@
+//! What serving the kernel from a daemon costs: a null system call's round trip through vinod
+//! against a call in the caller's process, cached reads of 4 KiB and 64 KiB through the client
+//! library over the socket and through shared memory; and a soak run of many clients.
+
+use serde::Serialize;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use vino_client::{Client, ConnectOptions, OpenFlags};
+use vino_daemon::{Config, Handle};
+
+/// One measured operation: nanoseconds per call (median of rounds).
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub operation: String,
+    pub path: String,
+    pub ns_per_op: f64,
+}
+
+/// The daemon cost benchmark.
+#[derive(Debug, Clone, Serialize)]
+pub struct DaemonReport {
+    pub rows: Vec<Row>,
+}
+
+/// Starts a daemon on a fresh image in `dir`.
+pub fn start_daemon(dir: &Path, cache_frames: usize) -> Result<Handle, String> {
+    let config = Config {
+        socket: dir.join("vinod.sock"),
+        image: dir.join("disk.img"),
+        image_size: "256M".into(),
+        cache_frames,
+        max_connections: 1024,
+        ..Config::default()
+    };
+    vino_daemon::start(config).map_err(|e| e.to_string())
+}
+
+/// Median ns per call of `f` over `rounds` rounds of `iters` calls.
+fn time(rounds: usize, iters: u64, mut f: impl FnMut()) -> f64 {
+    for _ in 0..iters.min(1000) {
+        f();
+    }
+    let mut per: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            t.elapsed().as_nanos() as f64 / iters as f64
+        })
+        .collect();
+    per.sort_by(f64::total_cmp);
+    per[per.len() / 2]
+}
+
+fn row(operation: &str, path: &str, ns: f64) -> Row {
+    Row {
+        operation: operation.into(),
+        path: path.into(),
+        ns_per_op: ns,
+    }
+}
+
+/// Measures the daemon's costs against the in-process kernel.
+pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
+    let (rounds, iters) = if quick { (3, 2_000) } else { (7, 20_000) };
+    let handle = start_daemon(dir, 1024)?;
+    let e = |e: vino_client::ClientError| e.to_string();
+    let mut c = Client::connect(handle.socket()).map_err(e)?;
+    let fd = c.open("/bench", OpenFlags::create()).map_err(e)?;
+    c.write(fd, &vec![0x5a; 64 << 10]).map_err(e)?;
+    let p = handle.kernel().spawn(vino_kernel::Credentials::root());
+    let kfd = p
+        .open("/bench", vino_kernel::OpenFlags::read_only())
+        .map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    rows.push(row(
+        "null call",
+        "daemon (socket)",
+        time(rounds, iters, || c.null().unwrap()),
+    ));
+    rows.push(row(
+        "fstat",
+        "daemon (socket)",
+        time(rounds, iters, || {
+            std::hint::black_box(c.fstat(fd).unwrap());
+        }),
+    ));
+    rows.push(row(
+        "fstat",
+        "in-process",
+        time(rounds, iters, || {
+            std::hint::black_box(p.fstat(kfd).unwrap());
+        }),
+    ));
+    for size in [4usize << 10, 64 << 10] {
+        let name = format!("cached read {} KiB", size >> 10);
+        let mut buf = vec![0u8; size];
+        let n = iters / if size > 4096 { 8 } else { 1 };
+        c.set_shm_threshold(usize::MAX);
+        rows.push(row(
+            &name,
+            "daemon (socket)",
+            time(rounds, n, || assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), size)),
+        ));
+        c.set_shm_threshold(0);
+        rows.push(row(
+            &name,
+            "daemon (shared memory)",
+            time(rounds, n, || assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), size)),
+        ));
+        rows.push(row(
+            &name,
+            "in-process",
+            time(rounds, n, || assert_eq!(p.pread(kfd, &mut buf, 0).unwrap(), size)),
+        ));
+    }
+    drop(c);
+    handle.kernel().exit(p.pid());
+    handle.shutdown().map_err(|e| e.to_string())?;
+    Ok(DaemonReport { rows })
+}
+
+/// What a soak run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SoakReport {
+    pub clients: usize,
+    pub secs: u64,
+    pub ops: u64,
+    pub records: u64,
+    /// Invariants that failed (empty: all held).
+    pub problems: Vec<String>,
+}
+
+/// `clients` clients for `secs` seconds against one daemon: each appends numbered records to a
+/// shared file, reads its own file back, and reconnects now and then. At the end every record
+/// must be present, and no process, open file or graft left. `tick` is called about once a
+/// second with the operations done so far.
+pub fn soak(dir: &Path, clients: usize, secs: u64, mut tick: impl FnMut(u64, u64)) -> Result<SoakReport, String> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const REC: usize = 16;
+    let handle = start_daemon(dir, 1024)?;
+    let ops = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + Duration::from_secs(secs);
+    let workers: Vec<_> = (0..clients)
+        .map(|id| {
+            let (socket, ops) = (handle.socket().to_path_buf(), ops.clone());
+            std::thread::spawn(move || soak_client(&socket, id, until, &ops))
+        })
+        .collect();
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(250).min(until.saturating_duration_since(Instant::now())));
+        tick(ops.load(Ordering::Relaxed), secs);
+    }
+    let mut report = SoakReport {
+        clients,
+        secs,
+        ..Default::default()
+    };
+    let mut counts = Vec::new();
+    for w in workers {
+        match w.join() {
+            Ok(Ok(n)) => counts.push(n),
+            Ok(Err(e)) => report.problems.push(e),
+            Err(_) => report.problems.push("a client thread panicked".into()),
+        }
+    }
+    report.ops = ops.load(Ordering::Relaxed);
+    report.records = counts.iter().sum();
+    check_soak(&handle, clients, &counts, REC, &mut report.problems);
+    handle.shutdown().map_err(|e| e.to_string())?;
+    Ok(report)
+}
+
+fn soak_client(socket: &Path, id: usize, until: Instant, ops: &std::sync::atomic::AtomicU64) -> Result<u64, String> {
+    let e = |e: vino_client::ClientError| format!("client {id}: {e}");
+    let log = OpenFlags {
+        create: true,
+        write: true,
+        append: true,
+        mode: 0o644,
+        ..Default::default()
+    };
+    let mut n = 0u64;
+    let own = format!("/soak{id}");
+    while Instant::now() < until {
+        let opts = ConnectOptions {
+            client: format!("soak{id}"),
+            shm: if id.is_multiple_of(2) { 128 << 10 } else { 0 },
+        };
+        let mut c = Client::connect_with(socket, &opts).map_err(e)?;
+        let fd = c.open("/soak-log", log).map_err(e)?;
+        let mine = c.open(&own, OpenFlags::create()).map_err(e)?;
+        for _ in 0..200 {
+            if Instant::now() >= until {
+                break;
+            }
+            c.write(fd, format!("{id:05} {n:09}\n").as_bytes()).map_err(e)?;
+            n += 1;
+            let block = vec![(n % 251) as u8; 8192];
+            c.pwrite(mine, &block, 0).map_err(e)?;
+            let mut back = vec![0u8; 8192];
+            c.pread(mine, &mut back, 0).map_err(e)?;
+            if back != block {
+                return Err(format!("client {id}: read back other bytes"));
+            }
+            ops.fetch_add(3, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    Ok(n)
+}
+
+fn check_soak(handle: &Handle, clients: usize, counts: &[u64], rec: usize, problems: &mut Vec<String>) {
+    let kernel = handle.kernel();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !kernel.processes().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if !kernel.processes().is_empty() {
+        problems.push(format!(
+            "{} processes left after every client left",
+            kernel.processes().len()
+        ));
+    }
+    if !kernel.file_grafts().is_empty() || kernel.global_graftpoints().list().iter().any(|s| s.graft.is_some()) {
+        problems.push("grafts left bound".into());
+    }
+    let p = kernel.spawn(vino_kernel::Credentials::root());
+    let Ok(fd) = p.open("/soak-log", vino_kernel::OpenFlags::read_only()) else {
+        problems.push("no log".into());
+        return;
+    };
+    let size = p.fstat(fd).map(|s| s.size).unwrap_or(0) as usize;
+    let mut all = vec![0u8; size];
+    let got = p.pread(fd, &mut all, 0).unwrap_or(0);
+    if got != size || size != counts.iter().sum::<u64>() as usize * rec {
+        problems.push(format!(
+            "log has {size} bytes, {} records were written",
+            counts.iter().sum::<u64>()
+        ));
+    }
+    let mut next = vec![0u64; clients];
+    for r in all[..got].chunks(rec) {
+        let text = String::from_utf8_lossy(r);
+        let parsed = text
+            .trim_end()
+            .split_once(' ')
+            .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<u64>().ok()?)));
+        match parsed {
+            Some((id, n)) if id < clients && next[id] == n => next[id] += 1,
+            _ => {
+                problems.push(format!("a record out of place: {text:?}"));
+                break;
+            }
+        }
+    }
+    kernel.exit(p.pid());
+}

@@ -1,0 +1,310 @@
+//! The commands that talk to vinod: `vino daemon`, `vino graft load|unload|list|stats`, `vino top`.
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use vino_client::{Client, GraftTop, ProcessTop, Top};
+
+/// The graft commands served by the daemon.
+#[derive(Subcommand)]
+pub enum RemoteGraft {
+    /// Load a graft through the daemon. It belongs to this command's kernel process, so it stays
+    /// bound while the command runs: until Ctrl-C (or SIGTERM), or for `--for` seconds.
+    Load {
+        /// The module (.wasm).
+        module: PathBuf,
+        /// The graftpoint, e.g. disk.pick_request, cache.writeback, file.compute_ra.
+        #[arg(long)]
+        point: String,
+        /// Bind to this file (a path in the VINO file system) for every later open of it.
+        #[arg(long)]
+        file: Option<String>,
+        /// Keep the graft this many seconds, then exit (default: until interrupted).
+        #[arg(long = "for")]
+        hold: Option<u64>,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Unload a global graft (privileged) or a file's graft (`--file`).
+    Unload {
+        #[arg(long)]
+        point: String,
+        #[arg(long)]
+        file: Option<String>,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Every graft bound in the daemon, with its counters.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// One graftpoint's state and counters.
+    Stats {
+        #[arg(long)]
+        point: String,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+}
+
+fn connect(socket: Option<PathBuf>) -> Result<Client> {
+    let path = vino_daemon::socket_path(socket);
+    let opts = vino_client::ConnectOptions {
+        client: "vino".into(),
+        shm: 0,
+    };
+    Client::connect_with(&path, &opts).with_context(|| format!("is vinod running on {}?", path.display()))
+}
+
+/// `vino daemon`: serves the kernel in the foreground until SIGTERM or SIGINT.
+pub fn daemon(image: &Path, socket: Option<PathBuf>, config: Option<PathBuf>) -> Result<()> {
+    let mut c = match config {
+        Some(path) => vino_daemon::Config::load(&path).map_err(anyhow::Error::msg)?,
+        None => vino_daemon::Config::default(),
+    };
+    c.image = image.to_path_buf();
+    if let Some(s) = socket.or_else(|| std::env::var_os("VINO_SOCKET").map(PathBuf::from)) {
+        c.socket = s;
+    }
+    Ok(vino_daemon::run(c)?)
+}
+
+pub fn graft(cmd: RemoteGraft) -> Result<()> {
+    match cmd {
+        RemoteGraft::Load {
+            module,
+            point,
+            file,
+            hold,
+            socket,
+        } => load(&module, &point, file.as_deref(), hold, socket),
+        RemoteGraft::Unload { point, file, socket } => {
+            let mut c = connect(socket)?;
+            match file {
+                Some(f) => c.graft_unload_file(&f, &point)?,
+                None => c.graft_unload(&point)?,
+            }
+            Ok(())
+        }
+        RemoteGraft::List { json, socket } => {
+            let top = connect(socket)?.top()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&top.grafts)?);
+            } else {
+                print!("{}", graft_table(&top.grafts));
+            }
+            Ok(())
+        }
+        RemoteGraft::Stats { point, json, socket } => {
+            let slot = connect(socket)?.graft_stats(&point)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&slot)?);
+            } else {
+                let s = slot.stats.unwrap_or_default();
+                println!(
+                    "{}: {} ({}), {} invocations, {} aborts, {:.1} us in graft",
+                    slot.point,
+                    slot.policy,
+                    slot.access,
+                    s.invocations,
+                    s.aborts,
+                    s.time_ns as f64 / 1e3
+                );
+                if let Some(e) = s.last_error {
+                    println!("last error: {e}");
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn load(module: &Path, point: &str, file: Option<&str>, hold: Option<u64>, socket: Option<PathBuf>) -> Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    signals.thread_block()?;
+    let mut c = connect(socket)?;
+    match file {
+        Some(f) => c.graft_load_file(f, point, &wasm),
+        None => c.graft_load(point, &wasm),
+    }
+    .with_context(|| format!("loading {} at {point}", module.display()))?;
+    match hold {
+        Some(secs) => std::thread::sleep(Duration::from_secs(secs)),
+        None => {
+            signals.wait()?;
+        }
+    }
+    drop(c);
+    Ok(())
+}
+
+fn graft_table(grafts: &[GraftTop]) -> String {
+    let mut out = format!(
+        "{:<26} {:<22} {:>6} {:>12} {:>8} {:>12}\n",
+        "GRAFTPOINT", "BOUND TO", "OWNER", "INVOCATIONS", "ABORTS", "TIME (ms)"
+    );
+    for g in grafts {
+        out += &format!(
+            "{:<26} {:<22} {:>6} {:>12} {:>8} {:>12.3}\n",
+            g.point,
+            g.scope,
+            g.owner,
+            g.invocations,
+            g.aborts,
+            g.time_ns as f64 / 1e6
+        );
+    }
+    out
+}
+
+fn process_table(procs: &[ProcessTop]) -> String {
+    let mut out = format!(
+        "{:>5} {:>7} {:>5} {:<12} {:>8} {:>10} {:>10} {:>5} {:>6} {:>10} {:>8} {:>9} {:>8} {:>8} {:>6}\n",
+        "PID",
+        "HOSTPID",
+        "UID",
+        "CLIENT",
+        "SYSCALLS",
+        "READ",
+        "WRITTEN",
+        "FILES",
+        "GRAFTS",
+        "INVOKED",
+        "ABORTS",
+        "GRAFT ms",
+        "HITS",
+        "MISSES",
+        "FRAMES"
+    );
+    for p in procs {
+        out += &format!(
+            "{:>5} {:>7} {:>5} {:<12} {:>8} {:>10} {:>10} {:>5} {:>6} {:>10} {:>8} {:>9.3} {:>8} {:>8} {:>6}\n",
+            p.pid,
+            p.host_pid,
+            p.uid,
+            p.client.chars().take(12).collect::<String>(),
+            p.syscalls,
+            p.bytes_read,
+            p.bytes_written,
+            p.open_files,
+            p.grafts,
+            p.graft_invocations,
+            p.graft_aborts,
+            p.graft_time_ns as f64 / 1e6,
+            p.cache_hits,
+            p.cache_misses,
+            p.cache_frames
+        );
+    }
+    out
+}
+
+fn render(top: &Top) -> String {
+    let c = &top.cache;
+    format!(
+        "vinod: up {:.0} s, {} clients; cache {}/{} frames ({} dirty), {} hits, {} misses\n\n{}\n{}",
+        top.uptime_ms as f64 / 1e3,
+        top.connections,
+        c.resident,
+        c.frames,
+        c.dirty,
+        c.hits,
+        c.misses,
+        process_table(&top.processes),
+        graft_table(&top.grafts)
+    )
+}
+
+/// `vino top`: the daemon's processes and grafts, refreshed every second (or once).
+pub fn top(socket: Option<PathBuf>, once: bool, json: bool, interval_ms: u64) -> Result<()> {
+    let mut c = connect(socket)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&c.top()?)?);
+        return Ok(());
+    }
+    if once {
+        print!("{}", render(&c.top()?));
+        return Ok(());
+    }
+    if interval_ms == 0 {
+        bail!("--interval must be above 0");
+    }
+    let mut out = std::io::stdout();
+    loop {
+        let screen = render(&c.top()?);
+        // Home the cursor and clear the screen, then draw.
+        write!(out, "\x1b[H\x1b[2J{screen}")?;
+        out.flush()?;
+        std::thread::sleep(Duration::from_millis(interval_ms));
+    }
+}
+
+/// `vino bench daemon`.
+pub fn bench_daemon(quick: bool, json: bool, scratch: &Path) -> Result<()> {
+    let dir = scratch_dir(scratch)?;
+    let report = vino_bench::daemon::run(dir.path(), quick).map_err(anyhow::Error::msg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("{:<22} {:<24} {:>12}", "operation", "path", "ns/op");
+    for r in &report.rows {
+        println!("{:<22} {:<24} {:>12.0}", r.operation, r.path, r.ns_per_op);
+    }
+    Ok(())
+}
+
+fn scratch_dir(scratch: &Path) -> Result<tempfile::TempDir> {
+    std::fs::create_dir_all(scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    Ok(tempfile::tempdir_in(scratch)?)
+}
+
+/// `vino bench soak`: a progress bar while it runs, then the report; fails if an invariant broke.
+pub fn soak(clients: usize, secs: u64, json: bool, scratch: &Path) -> Result<()> {
+    use indicatif::{ProgressBar, ProgressStyle};
+    use std::io::IsTerminal;
+    let dir = scratch_dir(scratch)?;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = ProgressBar::new(secs);
+        b.set_style(ProgressStyle::with_template("soak {bar:40} {pos}/{len} s {msg}").expect("valid template"));
+        b
+    });
+    let started = std::time::Instant::now();
+    let report = vino_bench::daemon::soak(dir.path(), clients, secs, |ops, _| {
+        if let Some(b) = &bar {
+            b.set_position(started.elapsed().as_secs().min(secs));
+            b.set_message(format!("{ops} ops"));
+        }
+    })
+    .map_err(anyhow::Error::msg)?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} clients, {} s: {} operations ({:.0}/s), {} records",
+            report.clients,
+            report.secs,
+            report.ops,
+            report.ops as f64 / report.secs.max(1) as f64,
+            report.records
+        );
+    }
+    if !report.problems.is_empty() {
+        bail!("soak: {}", report.problems.join("; "));
+    }
+    Ok(())
+}
