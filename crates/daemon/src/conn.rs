@@ -184,12 +184,14 @@ pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream) {
     if vino_proto::write_frame(&mut stream, &reply).is_err() {
         return;
     }
+    let Ok(client) = stream.try_clone() else { return };
     let mut session = Session {
         daemon,
         process,
         shm,
         account,
         scratch: Vec::new(),
+        client,
     };
     requests(&mut stream, &mut session);
 }

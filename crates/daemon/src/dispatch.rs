@@ -4,7 +4,10 @@
 use crate::Daemon;
 use crate::shm::ClientMemory;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use vino_kernel::{Process, SysError};
 use vino_proto::{ErrorReply, Payload, Request, Response, errno};
 
@@ -24,6 +27,8 @@ pub(crate) struct Session<'a> {
     pub account: Arc<Account>,
     /// Reused for data on its way between the kernel and the client.
     pub scratch: Vec<u8>,
+    /// The connection, watched for a hang-up while a request blocks.
+    pub client: UnixStream,
 }
 
 type Answer = Result<Response, ErrorReply>;
@@ -36,11 +41,55 @@ fn inval(message: String) -> ErrorReply {
     ErrorReply::new(errno::EINVAL, message)
 }
 
-fn not_yet(what: &str) -> Answer {
-    Err(ErrorReply::new(
-        errno::ENOSYS,
-        format!("{what}: not available in this kernel yet"),
-    ))
+fn lock_request(kind: vino_proto::LockKind, start: u64, len: u64) -> vino_kernel::LockRequest {
+    let kind = match kind {
+        vino_proto::LockKind::Read => vino_kernel::LockType::Read,
+        vino_proto::LockKind::Write => vino_kernel::LockType::Write,
+        vino_proto::LockKind::Unlock => vino_kernel::LockType::Unlock,
+    };
+    vino_kernel::LockRequest { kind, start, len }
+}
+
+fn lock_info(l: vino_kernel::Lock) -> vino_proto::LockInfo {
+    let kind = match l.kind {
+        vino_kernel::LockKind::Read => vino_proto::LockKind::Read,
+        vino_kernel::LockKind::Write => vino_proto::LockKind::Write,
+    };
+    vino_proto::LockInfo { kind, start: l.range.start, len: l.range.len(), pid: l.owner }
+}
+
+fn event_kind(k: vino_proto::EventKind) -> vino_kernel::EventKind {
+    match k {
+        vino_proto::EventKind::Open => vino_kernel::EventKind::Open,
+        vino_proto::EventKind::Close => vino_kernel::EventKind::Close,
+        vino_proto::EventKind::Create => vino_kernel::EventKind::Create,
+        vino_proto::EventKind::Unlink => vino_kernel::EventKind::Unlink,
+        vino_proto::EventKind::Modify => vino_kernel::EventKind::Modify,
+    }
+}
+
+fn event(e: vino_kernel::FsEvent) -> vino_proto::Event {
+    let kind = match e.kind {
+        vino_kernel::EventKind::Open => vino_proto::EventKind::Open,
+        vino_kernel::EventKind::Close => vino_proto::EventKind::Close,
+        vino_kernel::EventKind::Create => vino_proto::EventKind::Create,
+        vino_kernel::EventKind::Unlink => vino_proto::EventKind::Unlink,
+        vino_kernel::EventKind::Modify => vino_proto::EventKind::Modify,
+    };
+    vino_proto::Event { kind, ino: e.inode, dir: e.parent, pid: e.pid, name: e.name.unwrap_or_default() }
+}
+
+/// How often a blocked request looks whether its client is still there.
+const HANGUP_POLL: Duration = Duration::from_millis(50);
+
+/// True if the client closed its end of the connection (or it broke), waiting up to `wait`.
+fn hung_up(fd: BorrowedFd<'_>, wait: Duration) -> bool {
+    // POLLRDHUP, which nix does not name: the peer shut down or closed.
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+    let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd, for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
 fn flags(f: vino_proto::OpenFlags) -> vino_kernel::OpenFlags {
@@ -180,12 +229,60 @@ impl Session<'_> {
             Request::GraftEvents => Ok(Response::GraftEvents(
                 p.graft_events().into_iter().map(event_text).collect(),
             )),
-            Request::Lock { .. } => not_yet("byte-range locks"),
-            Request::GetLk { .. } => not_yet("byte-range locks"),
-            Request::EventFilter { .. } | Request::EventSubscribe { .. } | Request::EventWait { .. } => {
-                not_yet("file-system events")
+            Request::Lock {
+                fd,
+                kind,
+                start,
+                len,
+                wait,
+            } => {
+                let req = lock_request(kind, start, len);
+                if wait { ok(self.cancelled_on_hangup(|| p.lock(fd, req, true))) } else { ok(p.lock(fd, req, false)) }
             }
+            Request::GetLk { fd, kind, start, len } => p
+                .getlk(fd, lock_request(kind, start, len))
+                .map(|l| Response::Lock(l.map(lock_info)))
+                .map_err(sys),
+            Request::EventFilter { kind, inodes, names } => {
+                ok(p.event_filter(event_kind(kind), vino_kernel::EventFilter { inodes, names }))
+            }
+            Request::EventSubscribe { kind } => ok(p.event_subscribe(event_kind(kind))),
+            Request::EventWait { timeout_ms } => Ok(Response::Events(self.event_wait(timeout_ms))),
             Request::Top => Ok(Response::Top(self.daemon.top())),
+        }
+    }
+
+    /// Runs a lock wait while a watcher cancels it if the client hangs up: a client that died
+    /// must not keep its place in a lock queue (the connection's thread, blocked here, would
+    /// otherwise only notice once the lock was granted).
+    fn cancelled_on_hangup<T>(&self, call: impl FnOnce() -> T) -> T {
+        let done = AtomicBool::new(false);
+        let (kernel, pid, client) = (self.process.kernel(), self.process.pid(), &self.client);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    if hung_up(client.as_fd(), HANGUP_POLL) {
+                        kernel.locks().cancel_waits(pid);
+                        return;
+                    }
+                }
+            });
+            let result = call();
+            done.store(true, Ordering::Release);
+            result
+        })
+    }
+
+    /// Waits up to `timeout_ms` for events, in short steps, so a client that leaves does not hold
+    /// its thread until the timeout.
+    fn event_wait(&self, timeout_ms: u32) -> Vec<vino_proto::Event> {
+        let until = Instant::now() + Duration::from_millis(timeout_ms as u64);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let got = self.process.event_wait(left.min(HANGUP_POLL));
+            if !got.is_empty() || left <= HANGUP_POLL || hung_up(self.client.as_fd(), Duration::ZERO) {
+                return got.into_iter().map(event).collect();
+            }
         }
     }
 

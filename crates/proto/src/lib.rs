@@ -41,12 +41,14 @@ pub const DEFAULT_SOCKET: &str = "/run/vino/vinod.sock";
 pub mod errno {
     pub const EPERM: i32 = 1;
     pub const ENOENT: i32 = 2;
+    pub const EINTR: i32 = 4;
     pub const EIO: i32 = 5;
     pub const EBADF: i32 = 9;
     pub const EAGAIN: i32 = 11;
     pub const EACCES: i32 = 13;
     pub const EINVAL: i32 = 22;
     pub const E2BIG: i32 = 7;
+    pub const EDEADLK: i32 = 35;
     pub const ENOSYS: i32 = 38;
     pub const EPROTO: i32 = 71;
     pub const EMSGSIZE: i32 = 90;
