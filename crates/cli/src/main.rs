@@ -86,6 +86,27 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Mount the file system through FUSE so unmodified programs use it: `vino mount disk.img
+    /// /mnt/vino` serves the image (as `vino daemon` does) until interrupted; `vino mount
+    /// /mnt/vino` asks the running daemon to mount its file system there.
+    Mount {
+        /// The image to serve (made on first use); without it, the running daemon is asked.
+        #[arg(value_name = "IMAGE")]
+        first: PathBuf,
+        /// The mount point (an empty directory).
+        second: Option<PathBuf>,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// A TOML configuration file, as for `vino daemon`.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Undo `vino mount MOUNTPOINT` (a mount the running daemon made).
+    Unmount {
+        mountpoint: PathBuf,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Live view of vinod's processes and grafts: calls, I/O, graft time and aborts, cache.
     Top {
         /// Print one snapshot and exit.
@@ -114,6 +135,11 @@ fn main() -> ExitCode {
         Command::Graft(cmd) => graft::run(cmd),
         Command::Bench { which } => bench::run(which),
         Command::Daemon { image, socket, config } => remote::daemon(&image, socket, config),
+        Command::Mount { first, second, socket, config } => match second {
+            Some(mountpoint) => remote::mount(Some(&first), &mountpoint, socket, config),
+            None => remote::mount(None, &first, socket, config),
+        },
+        Command::Unmount { mountpoint, socket } => remote::unmount(&mountpoint, socket),
         Command::Top { once, json, interval, socket } => remote::top(socket, once, json, interval),
         Command::Mkfs { image, size, blocks_per_group, json } => storage::run_mkfs(&image, size, blocks_per_group, json),
         Command::Fsck { image, repair, json } => match storage::run_fsck(&image, repair, json) {

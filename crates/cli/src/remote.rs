@@ -1,4 +1,5 @@
-//! The commands that talk to vinod: `vino daemon`, `vino graft load|unload|list|stats`, `vino top`.
+//! The commands that talk to vinod: `vino daemon`, `vino mount`, `vino graft load|unload|list|stats`,
+//! `vino top`.
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
@@ -18,7 +19,8 @@ pub enum RemoteGraft {
         /// The graftpoint, e.g. disk.pick_request, cache.writeback, file.compute_ra.
         #[arg(long)]
         point: String,
-        /// Bind to this file (a path in the VINO file system) for every later open of it.
+        /// Bind to this file for every later open of it: a path in the VINO file system, or a
+        /// file on a VINO mount (whose daemon is then the one asked).
         #[arg(long)]
         file: Option<String>,
         /// Keep the graft this many seconds, then exit (default: until interrupted).
@@ -63,8 +65,7 @@ fn connect(socket: Option<PathBuf>) -> Result<Client> {
     Client::connect_with(&path, &opts).with_context(|| format!("is vinod running on {}?", path.display()))
 }
 
-/// `vino daemon`: serves the kernel in the foreground until SIGTERM or SIGINT.
-pub fn daemon(image: &Path, socket: Option<PathBuf>, config: Option<PathBuf>) -> Result<()> {
+fn daemon_config(image: &Path, socket: Option<PathBuf>, config: Option<PathBuf>) -> Result<vino_daemon::Config> {
     let mut c = match config {
         Some(path) => vino_daemon::Config::load(&path).map_err(anyhow::Error::msg)?,
         None => vino_daemon::Config::default(),
@@ -73,7 +74,62 @@ pub fn daemon(image: &Path, socket: Option<PathBuf>, config: Option<PathBuf>) ->
     if let Some(s) = socket.or_else(|| std::env::var_os("VINO_SOCKET").map(PathBuf::from)) {
         c.socket = s;
     }
-    Ok(vino_daemon::run(c)?)
+    Ok(c)
+}
+
+/// `vino daemon`: serves the kernel in the foreground until SIGTERM or SIGINT.
+pub fn daemon(image: &Path, socket: Option<PathBuf>, config: Option<PathBuf>) -> Result<()> {
+    Ok(vino_daemon::run(daemon_config(image, socket, config)?)?)
+}
+
+/// `vino mount`: with an image, serves it as `vino daemon` does and mounts it at `mountpoint`
+/// until SIGTERM or SIGINT; without one, has the running daemon mount its file system.
+pub fn mount(image: Option<&Path>, mountpoint: &Path, socket: Option<PathBuf>, config: Option<PathBuf>) -> Result<()> {
+    let at = std::fs::canonicalize(mountpoint).with_context(|| format!("mount point {}", mountpoint.display()))?;
+    match image {
+        Some(image) => {
+            let mut c = daemon_config(image, socket, config)?;
+            c.mount = Some(at);
+            Ok(vino_daemon::run(c)?)
+        }
+        None => Ok(connect(socket)?.mount(&at.to_string_lossy())?),
+    }
+}
+
+/// `vino unmount`: has the running daemon undo a mount it made.
+pub fn unmount(mountpoint: &Path, socket: Option<PathBuf>) -> Result<()> {
+    let at = std::fs::canonicalize(mountpoint).with_context(|| format!("mount point {}", mountpoint.display()))?;
+    let socket = socket.or_else(|| mount_of(&at).map(|(_, s)| s));
+    Ok(connect(socket)?.unmount(&at.to_string_lossy())?)
+}
+
+/// The VINO FUSE mount holding `path` (an existing host path): the path below the mount point,
+/// and the socket of the daemon serving it (the mount's source reads `vino:<socket>`).
+fn mount_of(path: &Path) -> Option<(String, PathBuf)> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let unescape = |s: &str| s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n");
+    table
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let point = PathBuf::from(unescape(left.split(' ').nth(4)?));
+            let mut r = right.split(' ');
+            let (fstype, source) = (r.next()?, r.next()?);
+            let socket = source.strip_prefix("vino:").filter(|_| fstype.starts_with("fuse"))?;
+            let inside = path.strip_prefix(&point).ok()?;
+            Some((format!("/{}", inside.display()), PathBuf::from(unescape(socket))))
+        })
+        .max_by_key(|(inside, _)| std::cmp::Reverse(inside.len()))
+}
+
+/// What `--file` names: a path in the VINO file system, or a host path inside a VINO mount
+/// (then the daemon's socket comes from the mount unless `--socket` says otherwise).
+fn file_arg(file: &str, socket: Option<PathBuf>) -> (String, Option<PathBuf>) {
+    match mount_of(Path::new(file)) {
+        Some((inside, mount_socket)) => (inside, socket.or(Some(mount_socket))),
+        None => (file.to_string(), socket),
+    }
 }
 
 pub fn graft(cmd: RemoteGraft) -> Result<()> {
@@ -86,10 +142,12 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             socket,
         } => load(&module, &point, file.as_deref(), hold, socket),
         RemoteGraft::Unload { point, file, socket } => {
-            let mut c = connect(socket)?;
             match file {
-                Some(f) => c.graft_unload_file(&f, &point)?,
-                None => c.graft_unload(&point)?,
+                Some(f) => {
+                    let (f, socket) = file_arg(&f, socket);
+                    connect(socket)?.graft_unload_file(&f, &point)?
+                }
+                None => connect(socket)?.graft_unload(&point)?,
             }
             Ok(())
         }
@@ -133,8 +191,15 @@ fn load(module: &Path, point: &str, file: Option<&str>, hold: Option<u64>, socke
     signals.add(Signal::SIGTERM);
     signals.add(Signal::SIGINT);
     signals.thread_block()?;
+    let (file, socket) = match file {
+        Some(f) => {
+            let (f, s) = file_arg(f, socket);
+            (Some(f), s)
+        }
+        None => (None, socket),
+    };
     let mut c = connect(socket)?;
-    match file {
+    match &file {
         Some(f) => c.graft_load_file(f, point, &wasm),
         None => c.graft_load(point, &wasm),
     }

@@ -467,6 +467,16 @@ impl Client {
         expect!(self.call(&Request::EventWait { timeout_ms })?, Response::Events(e) => e)
     }
 
+    /// Has the daemon mount its file system through FUSE at `path` (absolute; privileged).
+    pub fn mount(&mut self, path: &str) -> Result<()> {
+        self.ok(Request::Mount { path: path.to_string() })
+    }
+
+    /// Undoes [`Client::mount`].
+    pub fn unmount(&mut self, path: &str) -> Result<()> {
+        self.ok(Request::Unmount { path: path.to_string() })
+    }
+
     /// Every process and bound graft, with their counters.
     pub fn top(&mut self) -> Result<Top> {
         expect!(self.call(&Request::Top)?, Response::Top(t) => t)

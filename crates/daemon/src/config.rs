@@ -29,6 +29,8 @@ pub struct Config {
     pub socket_mode: u32,
     /// Largest shared memory a client may pass.
     pub max_shm: u64,
+    /// Where to mount the file system through FUSE (for unmodified programs), if anywhere.
+    pub mount: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -42,6 +44,7 @@ impl Default for Config {
             max_connections: 256,
             socket_mode: 0o666,
             max_shm: vino_proto::MAX_SHM,
+            mount: None,
         }
     }
 }

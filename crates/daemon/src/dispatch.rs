@@ -249,6 +249,8 @@ impl Session<'_> {
             Request::EventSubscribe { kind } => ok(p.event_subscribe(event_kind(kind))),
             Request::EventWait { timeout_ms } => Ok(Response::Events(self.event_wait(timeout_ms))),
             Request::Top => Ok(Response::Top(self.daemon.top())),
+            Request::Mount { path } => self.mount(&path, true),
+            Request::Unmount { path } => self.mount(&path, false),
         }
     }
 
@@ -271,6 +273,18 @@ impl Session<'_> {
             done.store(true, Ordering::Release);
             result
         })
+    }
+
+    /// Mounts or unmounts the file system through FUSE: privileged, as mount(8) is.
+    fn mount(&self, path: &str, mount: bool) -> Answer {
+        if !self.process.credentials().privileged {
+            return Err(ErrorReply::new(errno::EPERM, "mounting needs a privileged process"));
+        }
+        let at = std::path::Path::new(path);
+        if !at.is_absolute() {
+            return Err(inval(format!("{path}: the mount point must be an absolute path")));
+        }
+        if mount { self.daemon.mount(at) } else { self.daemon.unmount(at) }.map(|_| Response::Ok)
     }
 
     /// Waits up to `timeout_ms` for events, in short steps, so a client that leaves does not hold

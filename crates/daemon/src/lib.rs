@@ -67,6 +67,8 @@ pub struct Daemon {
     started: Instant,
     /// The listening socket, shut down to wake the accept loop at shutdown.
     listener_fd: std::os::fd::RawFd,
+    /// FUSE mounts of the file system this daemon serves (unmounted at shutdown).
+    mounts: Mutex<Vec<vino_fuse::Mount>>,
 }
 
 /// A running daemon: its accept loop in a thread. [`Handle::shutdown`] stops it.
@@ -133,7 +135,16 @@ pub fn start(config: Config) -> Result<Handle> {
         stopping: AtomicBool::new(false),
         started: Instant::now(),
         listener_fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
+        mounts: Mutex::new(Vec::new()),
     });
+    if let Some(at) = daemon.config.mount.clone()
+        && let Err(e) = daemon.mount(&at)
+    {
+        drop(listener);
+        let _ = std::fs::remove_file(&daemon.config.socket);
+        let _ = daemon.kernel.shutdown();
+        return Err(err(e.message));
+    }
     let d = daemon.clone();
     let acceptor = std::thread::Builder::new()
         .name("vinod-accept".into())
@@ -197,6 +208,12 @@ impl Handle {
         for t in threads {
             let _ = t.join();
         }
+        for m in std::mem::take(&mut *d.mounts.lock()) {
+            let at = m.mountpoint().display().to_string();
+            if let Err(e) = m.unmount() {
+                eprintln!("vinod: unmounting {at}: {e}");
+            }
+        }
         let _ = std::fs::remove_file(&d.config.socket);
         d.kernel
             .shutdown()
@@ -232,6 +249,36 @@ impl Daemon {
 
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Mounts the file system at `at` through FUSE: programs that know nothing of VINO use it
+    /// there, through the same kernel (its cache, its grafts) as the daemon's clients.
+    pub fn mount(&self, at: &Path) -> std::result::Result<(), ErrorReply> {
+        let config = vino_fuse::MountConfig {
+            allow_other: true,
+            fsname: format!("vino:{}", self.config.socket.display()),
+            ..Default::default()
+        };
+        let m = vino_fuse::mount(self.kernel.clone(), at, &config)
+            .map_err(|e| ErrorReply::new(e.raw_os_error().unwrap_or(errno::EIO), e.to_string()))?;
+        self.mounts.lock().push(m);
+        Ok(())
+    }
+
+    /// Unmounts a FUSE mount this daemon made.
+    pub fn unmount(&self, at: &Path) -> std::result::Result<(), ErrorReply> {
+        let mut mounts = self.mounts.lock();
+        let Some(i) = mounts.iter().position(|m| m.mountpoint() == at) else {
+            return Err(ErrorReply::new(errno::EINVAL, format!("{}: not mounted by this daemon", at.display())));
+        };
+        let m = mounts.remove(i);
+        drop(mounts);
+        m.unmount().map_err(|e| ErrorReply::new(e.raw_os_error().unwrap_or(errno::EIO), e.to_string()))
+    }
+
+    /// Where this daemon has mounted the file system.
+    pub fn mountpoints(&self) -> Vec<PathBuf> {
+        self.mounts.lock().iter().map(|m| m.mountpoint().to_path_buf()).collect()
     }
 
     /// Clients connected now (their Hello done).

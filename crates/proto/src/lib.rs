@@ -209,6 +209,14 @@ pub enum Request {
     },
     /// A snapshot of every process and every bound graft.
     Top,
+    /// Mount the file system through FUSE at this absolute path (privileged).
+    Mount {
+        path: String,
+    },
+    /// Undo a [`Request::Mount`] (privileged).
+    Unmount {
+        path: String,
+    },
 }
 
 impl Request {
@@ -244,7 +252,9 @@ impl Request {
             | Request::Readdir { path: p }
             | Request::Unlink { path: p }
             | Request::GraftUnload { point: p }
-            | Request::GraftStats { point: p } => path(p),
+            | Request::GraftStats { point: p }
+            | Request::Mount { path: p }
+            | Request::Unmount { path: p } => path(p),
             Request::Rename { from, to } => path(from).and(path(to)),
             Request::Read { len, to_shm: None, .. } => data(*len as usize, MAX_DATA),
             Request::Write {
@@ -305,7 +315,9 @@ impl Request {
             EventFilter,
             EventSubscribe,
             EventWait,
-            Top
+            Top,
+            Mount,
+            Unmount
         )
     }
 }
