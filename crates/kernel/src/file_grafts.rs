@@ -27,6 +27,14 @@ struct Binding {
     loader: Pid,
     /// The descriptors' slots it was loaded into (they go away with their descriptors).
     slots: Vec<Weak<GraftSlot<ComputeRa>>>,
+    /// What it did on descriptors closed since (their slots' counters die with them).
+    retired: GraftStats,
+}
+
+fn add(total: &mut GraftStats, s: &GraftStats) {
+    total.invocations += s.invocations;
+    total.failures += s.failures;
+    total.time_ns += s.time_ns;
 }
 
 /// The file-wide grafts of a kernel.
@@ -48,7 +56,7 @@ pub struct FileGraftInfo {
     pub hash: String,
     /// Open descriptors that run it now.
     pub descriptors: usize,
-    /// Its counters summed over those descriptors.
+    /// Its counters summed over every descriptor it ran on (closed ones included).
     pub stats: GraftStats,
 }
 
@@ -75,11 +83,30 @@ impl FileGrafts {
             }
             let mut bound = self.bound.lock();
             match bound.iter_mut().find(|b| b.id == id) {
-                Some(b) => b.slots.push(Arc::downgrade(ra.slot())),
+                Some(b) => {
+                    b.slots.retain(|w| w.strong_count() > 0);
+                    b.slots.push(Arc::downgrade(ra.slot()));
+                }
                 // Unbound while it was loading.
                 None => {
                     ra.slot().unload();
                 }
+            }
+        }
+    }
+
+    /// A descriptor of `ino` closes: what the file-wide graft did on it is kept with the binding.
+    pub(crate) fn on_close(&self, ino: u64, ra: &ReadAhead) {
+        let mut bound = self.bound.lock();
+        for b in bound.iter_mut().filter(|b| b.ino == ino) {
+            let Some(i) = b.slots.iter().position(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(ra.slot()))) else {
+                continue;
+            };
+            b.slots.swap_remove(i);
+            if runs(ra.slot(), b.loader, &b.hash)
+                && let Some(s) = ra.slot().stats()
+            {
+                add(&mut b.retired, &s);
             }
         }
     }
@@ -151,6 +178,7 @@ impl Process {
             hash: info.hash.clone(),
             loader: self.pid(),
             slots: Vec::new(),
+            retired: GraftStats::default(),
         };
         let replaced = {
             let mut bound = fg.bound.lock();
@@ -205,11 +233,9 @@ impl Kernel {
                     .filter_map(Weak::upgrade)
                     .filter(|s| runs(s, b.loader, &b.hash))
                     .collect();
-                let mut stats = GraftStats::default();
+                let mut stats = b.retired.clone();
                 for s in live.iter().filter_map(|s| s.stats()) {
-                    stats.invocations += s.invocations;
-                    stats.failures += s.failures;
-                    stats.time_ns += s.time_ns;
+                    add(&mut stats, &s);
                 }
                 FileGraftInfo {
                     ino: b.ino,

@@ -148,6 +148,7 @@ impl Process {
     fn drop_file(&self, fd: Fd, file: &OpenFile) -> SysResult<()> {
         self.kernel.events.closed(self, file.ino);
         self.locks_closed(fd, file.ino);
+        self.kernel.file_grafts.on_close(file.ino, &file.ra);
         if let Some(ra) = self.namespace.forget(&format!("file.compute_ra/{fd}")) {
             ra.unload();
         }
