@@ -1,6 +1,7 @@
 //! What serving the kernel from a daemon costs: a null system call's round trip through vinod
 //! against a call in the caller's process, cached reads of 4 KiB and 64 KiB through the client
-//! library over the socket and through shared memory; and a soak run of many clients.
+//! library over the socket and through shared memory, and through a FUSE mount of the same file
+//! system; and a soak run of many clients with grafts.
 
 use serde::Serialize;
 use std::path::Path;
@@ -20,6 +21,8 @@ pub struct Row {
 #[derive(Debug, Clone, Serialize)]
 pub struct DaemonReport {
     pub rows: Vec<Row>,
+    /// What could not be measured here, and why.
+    pub notes: Vec<String>,
 }
 
 /// Starts a daemon on a fresh image in `dir`.
@@ -115,10 +118,35 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
             time(rounds, n, || assert_eq!(p.pread(kfd, &mut buf, 0).unwrap(), size)),
         ));
     }
+    let mut notes = Vec::new();
+    if let Err(why) = fuse_reads(&handle, dir, rounds, iters, &mut rows) {
+        notes.push(format!("no FUSE rows: {why}"));
+    }
     drop(c);
     handle.kernel().exit(p.pid());
     handle.shutdown().map_err(|e| e.to_string())?;
-    Ok(DaemonReport { rows })
+    Ok(DaemonReport { rows, notes })
+}
+
+/// The same cached reads through a FUSE mount of the daemon's file system, by an unmodified
+/// program's system calls (needs root and `/dev/fuse`).
+fn fuse_reads(handle: &Handle, dir: &Path, rounds: usize, iters: u64, rows: &mut Vec<Row>) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+    handle.daemon().mount(&mnt).map_err(|e| e.message)?;
+    let measured = (|| {
+        let file = std::fs::File::open(mnt.join("bench")).map_err(|e| e.to_string())?;
+        for size in [4usize << 10, 64 << 10] {
+            let mut buf = vec![0u8; size];
+            let n = iters / if size > 4096 { 8 } else { 1 };
+            let ns = time(rounds, n, || assert_eq!(file.read_at(&mut buf, 0).unwrap(), size));
+            rows.push(row(&format!("cached read {} KiB", size >> 10), "FUSE mount", ns));
+        }
+        Ok(())
+    })();
+    handle.daemon().unmount(&mnt).map_err(|e| e.message)?;
+    measured
 }
 
 /// What a soak run did.
@@ -128,6 +156,8 @@ pub struct SoakReport {
     pub secs: u64,
     pub ops: u64,
     pub records: u64,
+    /// Graft invocations the clients' read-ahead grafts served (counted before they left).
+    pub graft_invocations: u64,
     /// Invariants that failed (empty: all held).
     pub problems: Vec<String>,
 }
@@ -140,13 +170,16 @@ pub fn soak(dir: &Path, clients: usize, secs: u64, mut tick: impl FnMut(u64, u64
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
     const REC: usize = 16;
+    // Every connection grafts read-ahead on its own file: load, invocation on each read and
+    // unload at exit all happen under load.
+    let ra: Arc<[u8]> = vino_sdk::build_example("sequential_ra", &Default::default()).map_err(|e| e.to_string())?.into();
     let handle = start_daemon(dir, 1024)?;
     let ops = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs(secs);
     let workers: Vec<_> = (0..clients)
         .map(|id| {
-            let (socket, ops) = (handle.socket().to_path_buf(), ops.clone());
-            std::thread::spawn(move || soak_client(&socket, id, until, &ops))
+            let (socket, ops, ra) = (handle.socket().to_path_buf(), ops.clone(), ra.clone());
+            std::thread::spawn(move || soak_client(&socket, id, until, &ops, &ra))
         })
         .collect();
     while Instant::now() < until {
@@ -161,7 +194,10 @@ pub fn soak(dir: &Path, clients: usize, secs: u64, mut tick: impl FnMut(u64, u64
     let mut counts = Vec::new();
     for w in workers {
         match w.join() {
-            Ok(Ok(n)) => counts.push(n),
+            Ok(Ok((n, invoked))) => {
+                counts.push(n);
+                report.graft_invocations += invoked;
+            }
             Ok(Err(e)) => report.problems.push(e),
             Err(_) => report.problems.push("a client thread panicked".into()),
         }
@@ -173,7 +209,13 @@ pub fn soak(dir: &Path, clients: usize, secs: u64, mut tick: impl FnMut(u64, u64
     Ok(report)
 }
 
-fn soak_client(socket: &Path, id: usize, until: Instant, ops: &std::sync::atomic::AtomicU64) -> Result<u64, String> {
+fn soak_client(
+    socket: &Path,
+    id: usize,
+    until: Instant,
+    ops: &std::sync::atomic::AtomicU64,
+    ra: &[u8],
+) -> Result<(u64, u64), String> {
     let e = |e: vino_client::ClientError| format!("client {id}: {e}");
     let log = OpenFlags {
         create: true,
@@ -182,7 +224,7 @@ fn soak_client(socket: &Path, id: usize, until: Instant, ops: &std::sync::atomic
         mode: 0o644,
         ..Default::default()
     };
-    let mut n = 0u64;
+    let (mut n, mut invoked) = (0u64, 0u64);
     let own = format!("/soak{id}");
     while Instant::now() < until {
         let opts = ConnectOptions {
@@ -192,6 +234,8 @@ fn soak_client(socket: &Path, id: usize, until: Instant, ops: &std::sync::atomic
         let mut c = Client::connect_with(socket, &opts).map_err(e)?;
         let fd = c.open("/soak-log", log).map_err(e)?;
         let mine = c.open(&own, OpenFlags::create()).map_err(e)?;
+        let point = format!("file.compute_ra/{mine}");
+        c.graft_load(&point, ra).map_err(e)?;
         for _ in 0..200 {
             if Instant::now() >= until {
                 break;
@@ -207,8 +251,9 @@ fn soak_client(socket: &Path, id: usize, until: Instant, ops: &std::sync::atomic
             }
             ops.fetch_add(3, std::sync::atomic::Ordering::Relaxed);
         }
+        invoked += c.graft_stats(&point).map_err(e)?.stats.map_or(0, |s| s.invocations);
     }
-    Ok(n)
+    Ok((n, invoked))
 }
 
 fn check_soak(handle: &Handle, clients: usize, counts: &[u64], rec: usize, problems: &mut Vec<String>) {

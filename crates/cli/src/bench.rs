@@ -167,7 +167,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             let opts = e9::E9Options { quick: common.quick, scratch_dir: scratch, ..Default::default() };
             experiment(&common, "linux", |p| e9::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
         }
-        BenchCommand::Daemon { common, scratch } => crate::remote::bench_daemon(common.quick, common.json, &scratch),
+        BenchCommand::Daemon { common, scratch } => {
+            crate::remote::bench_daemon(common.quick, common.json, &scratch, &common.out)
+        }
         BenchCommand::Soak { clients, secs, json, scratch } => crate::remote::soak(clients, secs, json, &scratch),
     }
 }

@@ -316,9 +316,14 @@ pub fn top(socket: Option<PathBuf>, once: bool, json: bool, interval_ms: u64) ->
 }
 
 /// `vino bench daemon`.
-pub fn bench_daemon(quick: bool, json: bool, scratch: &Path) -> Result<()> {
+pub fn bench_daemon(quick: bool, json: bool, scratch: &Path, out: &Path) -> Result<()> {
     let dir = scratch_dir(scratch)?;
     let report = vino_bench::daemon::run(dir.path(), quick).map_err(anyhow::Error::msg)?;
+    let file = out.join("daemon.json");
+    vino_bench::report::write_json(&file, &report)?;
+    for note in &report.notes {
+        eprintln!("vino: {note}");
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -327,6 +332,7 @@ pub fn bench_daemon(quick: bool, json: bool, scratch: &Path) -> Result<()> {
     for r in &report.rows {
         println!("{:<22} {:<24} {:>12.0}", r.operation, r.path, r.ns_per_op);
     }
+    println!("written: {}", file.display());
     Ok(())
 }
 
@@ -360,12 +366,13 @@ pub fn soak(clients: usize, secs: u64, json: bool, scratch: &Path) -> Result<()>
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "{} clients, {} s: {} operations ({:.0}/s), {} records",
+            "{} clients, {} s: {} operations ({:.0}/s), {} records, {} read-ahead graft calls",
             report.clients,
             report.secs,
             report.ops,
             report.ops as f64 / report.secs.max(1) as f64,
-            report.records
+            report.records,
+            report.graft_invocations
         );
     }
     if !report.problems.is_empty() {
