@@ -158,23 +158,6 @@ pub const REPORT_FRP_95_WRITE_MS: f64 = 667.0;
 
 const DATA_PATH: &str = "/records";
 
-/// A deterministic generator (SplitMix64), one per process.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-}
-
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec it is given.
@@ -239,7 +222,7 @@ fn bind(owner: &Process, fd: u32, policy: GrantPolicy, wasm: &[u8]) -> Result<()
 fn worker(p: &Process, opts: &E8Options, write_percent: u32, seed: u64, start: &Barrier) -> Result<Vec<Sample>> {
     let fd = p.open(DATA_PATH, OpenFlags::read_write())?;
     let records = opts.file_bytes / opts.record_bytes as u64;
-    let mut rng = Rng(seed);
+    let mut rng = crate::wisconsin::Rng(seed);
     let mut buf = vec![0u8; opts.record_bytes];
     let mut samples = Vec::with_capacity(opts.ops_per_process);
     start.wait();

@@ -8,11 +8,12 @@
 
 pub const TUPLE_BYTES: usize = 208;
 
-/// A deterministic generator (SplitMix64), so the relation needs no external crate.
-struct Rng(u64);
+/// A deterministic generator (SplitMix64), so the relation (and other workloads) need no
+/// external crate.
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -20,7 +21,7 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
