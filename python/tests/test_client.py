@@ -38,7 +38,7 @@ def raises(exc_type, f, *args):
         f(*args)
     except exc_type as e:
         return e
-    raise AssertionError(f"{f.__name__}{args} did not raise {exc_type.__name__}")
+    raise AssertionError(f"{getattr(f, '__name__', f)}{args} did not raise {exc_type.__name__}")
 
 
 def unique(name):
@@ -158,21 +158,35 @@ def test_graft_load_call_memory_unload():
         raises(OSError, c.graft_load, point, b"not wasm")
 
 
-def test_locks_and_events_answer_or_say_they_are_missing():
-    with vino.Client() as c:
-        fd = c.open(unique("lock"), vino.O_RDWR | vino.O_CREAT)
-        for call in (lambda: c.lock(fd, vino.LOCK_WRITE, 0, 10, wait=False),
-                     lambda: c.getlk(fd, vino.LOCK_WRITE, 0, 10),
-                     lambda: c.event_subscribe(vino.EVENT_CREATE),
-                     lambda: c.event_filter(vino.EVENT_CREATE, [1], ["x"]),
-                     lambda: c.event_wait(10)):
-            try:
-                call()
-            except OSError as e:
-                assert e.errno == errno.ENOSYS, e
-        e = raises(OSError, c.lock, fd, 7)
+def test_locks_conflict_between_two_clients():
+    with vino.Client() as a, vino.Client() as b:
+        name = unique("lock")
+        fa = a.open(name, vino.O_RDWR | vino.O_CREAT)
+        fb = b.open(name, vino.O_RDWR)
+        a.lock(fa, vino.LOCK_WRITE, 0, 10, wait=False)
+        e = raises(OSError, lambda: b.lock(fb, vino.LOCK_READ, 0, 1, wait=False))
+        assert e.errno == errno.EAGAIN
+        held = b.getlk(fb, vino.LOCK_READ, 0, 1)
+        assert held is not None and held.pid == a.pid and held.start == 0 and held.len == 10
+        assert a.getlk(fa, vino.LOCK_WRITE, 0, 10) is None
+        a.lock(fa, vino.LOCK_UNLOCK, 0, 0)
+        b.lock(fb, vino.LOCK_READ, 0, 1, wait=False)
+        e = raises(OSError, a.lock, fa, 7)
         assert e.errno == errno.EINVAL
-        c.close(fd)
+        a.close(fa)
+        b.close(fb)
+
+
+def test_events_reach_a_subscribed_client_through_its_filter():
+    with vino.Client() as watcher, vino.Client() as actor:
+        name = unique("watched")
+        watcher.event_subscribe(vino.EVENT_CREATE)
+        watcher.event_filter(vino.EVENT_CREATE, [], [name.lstrip("/")])
+        for path in (unique("other"), name):
+            actor.close(actor.open(path, vino.O_RDWR | vino.O_CREAT))
+        got = watcher.event_wait(5000)
+        assert [(e.kind, e.name, e.pid) for e in got] == [(vino.EVENT_CREATE, name.lstrip("/"), actor.pid)], got
+        assert watcher.event_wait(100) == []
 
 
 def test_library_lookup_honours_vino_lib():
