@@ -1,0 +1,105 @@
+//! `vino mount` as a user runs it: the image served and mounted, ordinary programs on it, a
+//! read-ahead graft bound to one file from the command line and used by those programs' reads,
+//! `vino top` and `vino graft list --json`, then SIGTERM: unmounted, and fsck finds it clean.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn vino(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vino")).args(args).output().expect("vino runs")
+}
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_vino"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vino starts")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mounted(at: &Path) -> bool {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    table.lines().any(|l| l.split(' ').nth(4) == Some(at.to_str().unwrap()))
+}
+
+fn sigterm(child: &mut Child) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+}
+
+/// Invocations of the file-wide read-ahead graft, from `vino graft list --json`.
+fn file_graft_invocations(socket: &str) -> Option<u64> {
+    let list: serde_json::Value = serde_json::from_str(&ok(&vino(&["graft", "list", "--json", "--socket", socket]))).ok()?;
+    list.as_array()?
+        .iter()
+        .filter(|g| g.to_string().contains("/big.txt"))
+        .map(|g| g["invocations"].as_u64().unwrap_or(0))
+        .max()
+}
+
+#[test]
+fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
+    if !Path::new("/dev/fuse").exists() || !nix::unistd::geteuid().is_root() {
+        panic!("this test needs root and /dev/fuse (FUSE mounts are part of the tests)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (image, mnt, socket) = (dir.path().join("disk.img"), dir.path().join("mnt"), dir.path().join("s.sock"));
+    std::fs::create_dir(&mnt).unwrap();
+    let (image, socket_s) = (image.to_str().unwrap(), socket.to_str().unwrap());
+    let mut daemon = spawn(&["mount", image, mnt.to_str().unwrap(), "--socket", socket_s]);
+    wait_for("the mount", || mounted(&mnt));
+
+    // More than the cache (4 MB) holds: reading it again goes to the device and asks read-ahead.
+    let big = mnt.join("big.txt");
+    let o = Command::new("sh").arg("-c").arg(format!("seq 1 1500000 > {}", big.display())).output().unwrap();
+    ok(&o);
+    let module = dir.path().join("ra.wasm");
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/grafts/sequential_ra.c");
+    ok(&vino(&["graft", "build", sdk.to_str().unwrap(), "-o", module.to_str().unwrap()]));
+    let mut loader = spawn(&["graft", "load", "--file", big.to_str().unwrap(), "--point", "file.compute_ra", module.to_str().unwrap()]);
+    wait_for("the file graft", || file_graft_invocations(socket_s).is_some());
+
+    let o = Command::new("wc").arg("-l").arg(&big).output().unwrap();
+    assert!(ok(&o).starts_with("1500000 "), "wc read the file through the mount");
+    let invoked = file_graft_invocations(socket_s).unwrap();
+    assert!(invoked > 0, "the reads through the mount used the file's graft");
+    let top = ok(&vino(&["top", "--once", "--json", "--socket", socket_s]));
+    let top: serde_json::Value = serde_json::from_str(&top).unwrap();
+    assert!(top["processes"].as_array().is_some_and(|p| !p.is_empty()), "{top}");
+
+    // The graft goes with the command that loaded it.
+    sigterm(&mut loader);
+    assert!(loader.wait().unwrap().success());
+    wait_for("the graft to go", || file_graft_invocations(socket_s).is_none());
+
+    sigterm(&mut daemon);
+    let out = daemon.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!mounted(&mnt), "unmounted at exit");
+    let o = vino(&["fsck", image]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn mount_reports_a_missing_mount_point_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk.img");
+    let o = vino(&["mount", image.to_str().unwrap(), "/nonexistent/vino-mnt"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("vino: ") && err.contains("/nonexistent/vino-mnt"), "{err}");
+}
