@@ -13,9 +13,11 @@
 //! light and the C and Python bindings have plain data to map.
 
 mod frame;
+mod poll;
 mod types;
 
 pub use frame::{FrameError, decode, encode, read_frame, read_frame_after_header, write_frame};
+pub use poll::{SPIN, spin_until_readable};
 pub use types::*;
 
 use serde::{Deserialize, Serialize};
@@ -60,7 +62,7 @@ pub mod errno {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Payload {
     /// In the request itself (at most [`MAX_DATA`]).
-    Inline(Vec<u8>),
+    Inline(#[serde(with = "serde_bytes")] Vec<u8>),
     /// In the shared memory passed in Hello, at `offset`.
     Shm { offset: u64, len: u32 },
 }
@@ -146,12 +148,14 @@ pub enum Request {
     Sync,
     GraftLoad {
         point: String,
+        #[serde(with = "serde_bytes")]
         wasm: Vec<u8>,
     },
     /// Binds a graft to a file: every later open of `path` by any process gets it.
     GraftLoadFile {
         path: String,
         point: String,
+        #[serde(with = "serde_bytes")]
         wasm: Vec<u8>,
     },
     GraftUnload {
@@ -164,6 +168,7 @@ pub enum Request {
     GraftWriteMemory {
         point: String,
         offset: u32,
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
     GraftSymbol {
@@ -335,7 +340,7 @@ pub enum Response {
     Fd(u32),
     /// A byte count (a read into shared memory, a write).
     Count(u64),
-    Data(Vec<u8>),
+    Data(#[serde(with = "serde_bytes")] Vec<u8>),
     Stat(Stat),
     Entries(Vec<DirEntry>),
     Graft(GraftInfo),
