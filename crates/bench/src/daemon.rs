@@ -82,6 +82,16 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
         "daemon (socket)",
         time(rounds, iters, || c.null().unwrap()),
     ));
+    // The same client sleeping on the socket at once, as a FUSE request's caller does.
+    let sleepy = ConnectOptions { spin: Duration::ZERO, ..ConnectOptions::default() };
+    let mut s = Client::connect_with(handle.socket(), &sleepy).map_err(e)?;
+    let sfd = s.open("/bench", OpenFlags::read_only()).map_err(e)?;
+    s.set_shm_threshold(0);
+    rows.push(row(
+        "null call",
+        "daemon (socket, no polling)",
+        time(rounds, iters, || s.null().unwrap()),
+    ));
     rows.push(row(
         "fstat",
         "daemon (socket)",
@@ -114,10 +124,16 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
         ));
         rows.push(row(
             &name,
+            "daemon (shared memory, no polling)",
+            time(rounds, n, || assert_eq!(s.pread(sfd, &mut buf, 0).unwrap(), size)),
+        ));
+        rows.push(row(
+            &name,
             "in-process",
             time(rounds, n, || assert_eq!(p.pread(kfd, &mut buf, 0).unwrap(), size)),
         ));
     }
+    drop(s);
     let mut notes = Vec::new();
     if let Err(why) = fuse_reads(&handle, dir, rounds, iters, &mut rows) {
         notes.push(format!("no FUSE rows: {why}"));
@@ -230,6 +246,7 @@ fn soak_client(
         let opts = ConnectOptions {
             client: format!("soak{id}"),
             shm: if id.is_multiple_of(2) { 128 << 10 } else { 0 },
+            ..Default::default()
         };
         let mut c = Client::connect_with(socket, &opts).map_err(e)?;
         let fd = c.open("/soak-log", log).map_err(e)?;

@@ -61,6 +61,7 @@ fn connect(socket: Option<PathBuf>) -> Result<Client> {
     let opts = vino_client::ConnectOptions {
         client: "vino".into(),
         shm: 0,
+        ..Default::default()
     };
     Client::connect_with(&path, &opts).with_context(|| format!("is vinod running on {}?", path.display()))
 }
@@ -328,9 +329,9 @@ pub fn bench_daemon(quick: bool, json: bool, scratch: &Path, out: &Path) -> Resu
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!("{:<22} {:<24} {:>12}", "operation", "path", "ns/op");
+    println!("{:<22} {:<36} {:>12}", "operation", "path", "ns/op");
     for r in &report.rows {
-        println!("{:<22} {:<24} {:>12.0}", r.operation, r.path, r.ns_per_op);
+        println!("{:<22} {:<36} {:>12.0}", r.operation, r.path, r.ns_per_op);
     }
     println!("written: {}", file.display());
     Ok(())

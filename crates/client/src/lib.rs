@@ -27,7 +27,7 @@ pub use vino_proto::{
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use std::fmt;
 use std::io::{BufReader, IoSlice, Write};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use vino_proto::{FrameError, MAX_FRAME, Payload, Request, Response, VERSION};
@@ -104,6 +104,8 @@ pub struct ConnectOptions {
     pub client: String,
     /// Bytes of shared memory to pass the daemon (0: none, all data through the socket).
     pub shm: usize,
+    /// How long to poll for an answer before sleeping on the socket (zero: sleep at once).
+    pub spin: std::time::Duration,
 }
 
 impl Default for ConnectOptions {
@@ -114,6 +116,7 @@ impl Default for ConnectOptions {
         ConnectOptions {
             client: client.unwrap_or_else(|| "client".into()),
             shm: DEFAULT_SHM,
+            spin: vino_proto::SPIN,
         }
     }
 }
@@ -128,6 +131,10 @@ pub struct Client {
     privileged: bool,
     shm: Option<SharedMemory>,
     shm_threshold: usize,
+    spin: std::time::Duration,
+    /// How long the last call took: a client whose answers come slowly (a busy daemon, a miss
+    /// that goes to the device) sleeps at once instead of polling in vain.
+    last_call: std::time::Duration,
 }
 
 fn unexpected(r: Response) -> ClientError {
@@ -175,6 +182,8 @@ impl Client {
             privileged: false,
             shm,
             shm_threshold: SHM_THRESHOLD,
+            spin: opts.spin,
+            last_call: std::time::Duration::ZERO,
         };
         c.hello(&opts.client)?;
         Ok(c)
@@ -234,8 +243,15 @@ impl Client {
 
     /// Sends one request and returns its answer (an error answer as `Err`).
     pub fn call(&mut self, req: &Request) -> Result<Response> {
+        let started = std::time::Instant::now();
         vino_proto::write_frame(&mut self.stream, req)?;
-        match self.receive()? {
+        // Most answers come within microseconds: poll briefly before sleeping on the socket.
+        if self.reader.buffer().is_empty() && !self.spin.is_zero() && self.last_call < 2 * self.spin {
+            vino_proto::spin_until_readable(self.stream.as_fd(), self.spin);
+        }
+        let answer = self.receive();
+        self.last_call = started.elapsed();
+        match answer? {
             Response::Error(e) => Err(e.into()),
             r => Ok(r),
         }

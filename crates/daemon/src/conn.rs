@@ -7,7 +7,7 @@ use crate::shm::ClientMemory;
 use crate::{ConnInfo, Daemon};
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 use std::io::{IoSliceMut, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use vino_kernel::{Credentials, Pid};
@@ -203,6 +203,12 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
     let mut reader = std::io::BufReader::with_capacity(64 << 10, clone);
     let mut buf = Vec::new();
     loop {
+        // A client in a tight loop sends its next request within microseconds: a few
+        // connections at a time poll for it before sleeping (see vino_proto::spin_until_readable).
+        if reader.buffer().is_empty() && session.daemon.try_spin() {
+            vino_proto::spin_until_readable(stream.as_fd(), vino_proto::SPIN);
+            session.daemon.end_spin();
+        }
         if let Err(e) = vino_proto::read_frame(&mut reader, &mut buf, MAX_FRAME) {
             return frame_error(stream, &e);
         }

@@ -69,6 +69,9 @@ pub struct Daemon {
     listener_fd: std::os::fd::RawFd,
     /// FUSE mounts of the file system this daemon serves (unmounted at shutdown).
     mounts: Mutex<Vec<vino_fuse::Mount>>,
+    /// Connection threads polling for their next request now, and how many may.
+    spinning: AtomicUsize,
+    max_spinning: usize,
 }
 
 /// A running daemon: its accept loop in a thread. [`Handle::shutdown`] stops it.
@@ -136,6 +139,9 @@ pub fn start(config: Config) -> Result<Handle> {
         started: Instant::now(),
         listener_fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
         mounts: Mutex::new(Vec::new()),
+        spinning: AtomicUsize::new(0),
+        // Leave a CPU to the clients (which poll for their answers too).
+        max_spinning: std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1)),
     });
     if let Some(at) = daemon.config.mount.clone()
         && let Err(e) = daemon.mount(&at)
@@ -279,6 +285,17 @@ impl Daemon {
     /// Where this daemon has mounted the file system.
     pub fn mountpoints(&self) -> Vec<PathBuf> {
         self.mounts.lock().iter().map(|m| m.mountpoint().to_path_buf()).collect()
+    }
+
+    /// Takes one of the few places for a connection thread to poll for its next request.
+    pub(crate) fn try_spin(&self) -> bool {
+        self.spinning
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max_spinning).then_some(n + 1))
+            .is_ok()
+    }
+
+    pub(crate) fn end_spin(&self) {
+        self.spinning.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Clients connected now (their Hello done).

@@ -231,6 +231,7 @@ fn sixty_four_clients_lose_no_update_and_leak_nothing() {
                 let opts = ConnectOptions {
                     client: format!("c{id}"),
                     shm: if id % 2 == 0 { 64 << 10 } else { 0 },
+                    ..Default::default()
                 };
                 let mut c = Client::connect_with(&socket, &opts).unwrap();
                 let log = OpenFlags {

@@ -1,0 +1,61 @@
+//! Waiting for the peer's next message by spinning a short while before sleeping.
+//!
+//! On a virtual machine a blocked thread woken by another CPU's write takes tens of
+//! microseconds to run again (the wake-up goes through the hypervisor): a Unix-socket round trip
+//! between two sleeping threads measured 50 us here, against 6 us when both sides poll. A
+//! program in a tight loop of system calls sends its next request (or the daemon its answer)
+//! within microseconds, so each side first polls the socket for a bounded window, and only then
+//! blocks. The window is short, and the daemon lets only a few connections spin at once, so an
+//! idle or slow client costs at most one window of CPU per message.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+/// How long the client polls for an answer, and the daemon for a connection's next request.
+pub const SPIN: Duration = Duration::from_micros(100);
+
+/// Polls `fd` (a stream socket) until it has bytes to read or the peer has closed, for at most
+/// `window`. True if it is ready; false if the window passed (the caller then blocks as usual).
+pub fn spin_until_readable(fd: BorrowedFd<'_>, window: Duration) -> bool {
+    let start = Instant::now();
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: a one-byte buffer that lives through the call; MSG_PEEK leaves the byte queued.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                (&raw mut byte).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        // Data (n > 0), the peer gone (n == 0), or an error other than "nothing yet": ready.
+        let nothing_yet = n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock;
+        if !nothing_yet {
+            return true;
+        }
+        if start.elapsed() >= window {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn ready_when_data_waits_or_the_peer_closed_and_not_otherwise() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        assert!(!spin_until_readable(b.as_fd(), Duration::from_micros(50)));
+        a.write_all(b"x").unwrap();
+        assert!(spin_until_readable(b.as_fd(), Duration::ZERO));
+        let (a, b) = UnixStream::pair().unwrap();
+        drop(a);
+        assert!(spin_until_readable(b.as_fd(), Duration::ZERO));
+    }
+}
