@@ -24,6 +24,12 @@ if [ ${#need[@]} -gt 0 ]; then
     fi
     rm -f "$log"
 fi
+# The FUSE mount (and its tests) need /dev/fuse: as root, make the node if the kernel has FUSE
+# but the node is missing (as in some containers).
+if [ ! -e /dev/fuse ] && [ "$(id -u)" -eq 0 ]; then
+    modprobe fuse 2>/dev/null || true
+    mknod -m 666 /dev/fuse c 10 229 2>/dev/null || true
+fi
 if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo not found; install Rust (rustup) first" >&2
     exit 1
