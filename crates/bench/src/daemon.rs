@@ -178,11 +178,26 @@ pub struct SoakReport {
     pub problems: Vec<String>,
 }
 
+/// How the soak's clients run.
+pub enum SoakClients<'a> {
+    /// Threads of this program, each with a connection of its own.
+    Threads,
+    /// Separate programs: `command(id, socket, secs, graft)` makes the command line of one, which
+    /// must call [`soak_client_main`] and print its answer.
+    Processes(&'a dyn Fn(usize, &Path, u64, &Path) -> std::process::Command),
+}
+
 /// `clients` clients for `secs` seconds against one daemon: each appends numbered records to a
-/// shared file, reads its own file back, and reconnects now and then. At the end every record
-/// must be present, and no process, open file or graft left. `tick` is called about once a
-/// second with the operations done so far.
-pub fn soak(dir: &Path, clients: usize, secs: u64, mut tick: impl FnMut(u64, u64)) -> Result<SoakReport, String> {
+/// shared file, grafts read-ahead on its own file and reads it back, and reconnects now and
+/// then. At the end every record must be present, and no process, open file or graft left.
+/// `tick` is called about four times a second with the operations done so far.
+pub fn soak(
+    dir: &Path,
+    clients: usize,
+    secs: u64,
+    how: SoakClients<'_>,
+    mut tick: impl FnMut(u64, u64),
+) -> Result<SoakReport, String> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
     const REC: usize = 16;
@@ -192,37 +207,74 @@ pub fn soak(dir: &Path, clients: usize, secs: u64, mut tick: impl FnMut(u64, u64
     let handle = start_daemon(dir, 1024)?;
     let ops = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs(secs);
-    let workers: Vec<_> = (0..clients)
-        .map(|id| {
-            let (socket, ops, ra) = (handle.socket().to_path_buf(), ops.clone(), ra.clone());
-            std::thread::spawn(move || soak_client(&socket, id, until, &ops, &ra))
-        })
-        .collect();
-    while Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(250).min(until.saturating_duration_since(Instant::now())));
-        tick(ops.load(Ordering::Relaxed), secs);
-    }
-    let mut report = SoakReport {
-        clients,
-        secs,
-        ..Default::default()
+    let mut report = SoakReport { clients, secs, ..Default::default() };
+    let results: Vec<Result<(u64, u64), String>> = match how {
+        SoakClients::Threads => {
+            let workers: Vec<_> = (0..clients)
+                .map(|id| {
+                    let (socket, ops, ra) = (handle.socket().to_path_buf(), ops.clone(), ra.clone());
+                    std::thread::spawn(move || soak_client(&socket, id, until, &ops, &ra))
+                })
+                .collect();
+            while Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(250).min(until.saturating_duration_since(Instant::now())));
+                tick(ops.load(Ordering::Relaxed), secs);
+            }
+            let joined = workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a client thread panicked".into())));
+            joined.collect()
+        }
+        SoakClients::Processes(command) => {
+            let graft = dir.join("soak-ra.wasm");
+            std::fs::write(&graft, &ra).map_err(|e| format!("writing {}: {e}", graft.display()))?;
+            let children: Vec<_> = (0..clients)
+                .map(|id| {
+                    let mut cmd = command(id, handle.socket(), secs, &graft);
+                    cmd.stdout(std::process::Stdio::piped()).spawn().map_err(|e| format!("starting client {id}: {e}"))
+                })
+                .collect::<Result<_, _>>()?;
+            while Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(250).min(until.saturating_duration_since(Instant::now())));
+                tick(handle.daemon().top().processes.iter().map(|p| p.syscalls).sum(), secs);
+            }
+            children.into_iter().enumerate().map(|(id, c)| child_answer(id, c, &ops)).collect()
+        }
     };
-    let mut counts = Vec::new();
-    for w in workers {
-        match w.join() {
-            Ok(Ok((n, invoked))) => {
-                counts.push(n);
+    for r in results {
+        match r {
+            Ok((n, invoked)) => {
+                report.records += n;
                 report.graft_invocations += invoked;
             }
-            Ok(Err(e)) => report.problems.push(e),
-            Err(_) => report.problems.push("a client thread panicked".into()),
+            Err(e) => report.problems.push(e),
         }
     }
     report.ops = ops.load(Ordering::Relaxed);
-    report.records = counts.iter().sum();
-    check_soak(&handle, clients, &counts, REC, &mut report.problems);
+    check_soak(&handle, clients, report.records, REC, &mut report.problems);
     handle.shutdown().map_err(|e| e.to_string())?;
     Ok(report)
+}
+
+/// A soak client program's answer: `records graft-calls operations` on its last line.
+fn child_answer(id: usize, child: std::process::Child, ops: &std::sync::atomic::AtomicU64) -> Result<(u64, u64), String> {
+    let out = child.wait_with_output().map_err(|e| format!("client {id}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let nums: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    match (out.status.success(), nums.as_slice()) {
+        (true, &[n, invoked, done]) => {
+            ops.fetch_add(done, std::sync::atomic::Ordering::Relaxed);
+            Ok((n, invoked))
+        }
+        _ => Err(format!("client {id} ({}): {}", out.status, text.trim())),
+    }
+}
+
+/// The body of one soak client program (see [`SoakClients::Processes`]): runs for `secs`
+/// seconds and returns the line to print.
+pub fn soak_client_main(socket: &Path, id: usize, secs: u64, graft: &Path) -> Result<String, String> {
+    let ra = std::fs::read(graft).map_err(|e| format!("reading {}: {e}", graft.display()))?;
+    let ops = std::sync::atomic::AtomicU64::new(0);
+    let (n, invoked) = soak_client(socket, id, Instant::now() + Duration::from_secs(secs), &ops, &ra)?;
+    Ok(format!("{n} {invoked} {}", ops.load(std::sync::atomic::Ordering::Relaxed)))
 }
 
 fn soak_client(
@@ -273,7 +325,7 @@ fn soak_client(
     Ok((n, invoked))
 }
 
-fn check_soak(handle: &Handle, clients: usize, counts: &[u64], rec: usize, problems: &mut Vec<String>) {
+fn check_soak(handle: &Handle, clients: usize, records: u64, rec: usize, problems: &mut Vec<String>) {
     let kernel = handle.kernel();
     let until = Instant::now() + Duration::from_secs(10);
     while !kernel.processes().is_empty() && Instant::now() < until {
@@ -296,10 +348,9 @@ fn check_soak(handle: &Handle, clients: usize, counts: &[u64], rec: usize, probl
     let size = p.fstat(fd).map(|s| s.size).unwrap_or(0) as usize;
     let mut all = vec![0u8; size];
     let got = p.pread(fd, &mut all, 0).unwrap_or(0);
-    if got != size || size != counts.iter().sum::<u64>() as usize * rec {
+    if got != size || size != records as usize * rec {
         problems.push(format!(
-            "log has {size} bytes, {} records were written",
-            counts.iter().sum::<u64>()
+            "log has {size} bytes, {records} records were written"
         ));
     }
     let mut next = vec![0u64; clients];

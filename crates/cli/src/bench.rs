@@ -113,6 +113,9 @@ pub enum BenchCommand {
         clients: usize,
         #[arg(long, default_value_t = 120)]
         secs: u64,
+        /// Run the clients as threads of this program instead of separate programs.
+        #[arg(long)]
+        threads: bool,
         #[arg(long)]
         json: bool,
         #[arg(long, default_value = "target/vino-bench")]
@@ -170,7 +173,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Daemon { common, scratch } => {
             crate::remote::bench_daemon(common.quick, common.json, &scratch, &common.out)
         }
-        BenchCommand::Soak { clients, secs, json, scratch } => crate::remote::soak(clients, secs, json, &scratch),
+        BenchCommand::Soak { clients, secs, threads, json, scratch } => {
+            crate::remote::soak(clients, secs, threads, json, &scratch)
+        }
     }
 }
 

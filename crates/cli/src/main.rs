@@ -67,6 +67,18 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// One client of `vino bench soak` (it starts them).
+    #[command(hide = true)]
+    SoakClient {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        id: usize,
+        #[arg(long)]
+        secs: u64,
+        #[arg(long)]
+        graft: PathBuf,
+    },
     /// Checks an image the crash workload was killed on: fsck clean, fsync'd data present.
     #[command(hide = true)]
     CrashCheck {
@@ -146,6 +158,7 @@ fn main() -> ExitCode {
             Ok(status) => return ExitCode::from(status as u8),
             Err(e) => Err(e),
         },
+        Command::SoakClient { socket, id, secs, graft } => remote::soak_client(&socket, id, secs, &graft),
         Command::CrashWorkload { image, log, seed } => storage::crash_workload(&image, &log, seed),
         Command::CrashCheck { image, log } => storage::crash_check(&image, &log).and_then(|wrong| {
             for w in &wrong {

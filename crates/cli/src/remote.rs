@@ -6,6 +6,7 @@ use clap::Subcommand;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use vino_bench::daemon::SoakClients;
 use vino_client::{Client, GraftTop, ProcessTop, Top};
 
 /// The graft commands served by the daemon.
@@ -342,8 +343,15 @@ fn scratch_dir(scratch: &Path) -> Result<tempfile::TempDir> {
     Ok(tempfile::tempdir_in(scratch)?)
 }
 
+/// `vino soak-client`: one client of `vino bench soak`, as a program of its own.
+pub fn soak_client(socket: &Path, id: usize, secs: u64, graft: &Path) -> Result<()> {
+    let line = vino_bench::daemon::soak_client_main(socket, id, secs, graft).map_err(anyhow::Error::msg)?;
+    println!("{line}");
+    Ok(())
+}
+
 /// `vino bench soak`: a progress bar while it runs, then the report; fails if an invariant broke.
-pub fn soak(clients: usize, secs: u64, json: bool, scratch: &Path) -> Result<()> {
+pub fn soak(clients: usize, secs: u64, threads: bool, json: bool, scratch: &Path) -> Result<()> {
     use indicatif::{ProgressBar, ProgressStyle};
     use std::io::IsTerminal;
     let dir = scratch_dir(scratch)?;
@@ -353,7 +361,16 @@ pub fn soak(clients: usize, secs: u64, json: bool, scratch: &Path) -> Result<()>
         b
     });
     let started = std::time::Instant::now();
-    let report = vino_bench::daemon::soak(dir.path(), clients, secs, |ops, _| {
+    // Each client a program of its own: this one, running `vino soak-client`.
+    let exe = std::env::current_exe().context("finding the vino program")?;
+    let command = |id: usize, socket: &Path, secs: u64, graft: &Path| {
+        let mut c = std::process::Command::new(&exe);
+        c.arg("soak-client").arg("--socket").arg(socket).arg("--graft").arg(graft);
+        c.args(["--id", &id.to_string(), "--secs", &secs.to_string()]);
+        c
+    };
+    let how = if threads { SoakClients::Threads } else { SoakClients::Processes(&command) };
+    let report = vino_bench::daemon::soak(dir.path(), clients, secs, how, |ops, _| {
         if let Some(b) = &bar {
             b.set_position(started.elapsed().as_secs().min(secs));
             b.set_message(format!("{ops} ops"));

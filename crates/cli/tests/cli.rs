@@ -77,3 +77,16 @@ fn bench_core_costs_json_is_machine_readable() {
     assert!(ops.iter().any(|op| op["name"] == "Wasm graft + transaction (protected)"));
     assert!(dir.path().join("core.json").exists() && dir.path().join("core-costs.svg").exists());
 }
+
+#[test]
+fn bench_soak_runs_client_programs_against_one_daemon_and_finds_nothing_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().to_str().unwrap();
+    let o = vino(&["bench", "soak", "--clients", "6", "--secs", "2", "--json", "--scratch", scratch]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["clients"], 6);
+    assert!(report["records"].as_u64().unwrap() > 0, "{report}");
+    assert!(report["graft_invocations"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
+}
