@@ -135,8 +135,7 @@ pub fn crash_workload(image: &Path, log: &Path, seed: u64) -> Result<()> {
         let f = (next() % u64::from(FILES)) as usize;
         if fds[f].1 > 4 << 20 {
             // Keep the image from filling: say so first, so the checker expects nothing of f.
-            writeln!(log, "{f} reset")?;
-            log.sync_data()?;
+            log_line(&mut log, &format!("{f} reset"))?;
             p.ftruncate(fds[f].0, 0)?;
             fds[f].1 = 0;
         }
@@ -147,8 +146,7 @@ pub fn crash_workload(image: &Path, log: &Path, seed: u64) -> Result<()> {
         fds[f].1 = size + len;
         if next() % 3 == 0 {
             p.fsync(fd)?;
-            writeln!(log, "{f} {}", size + len)?;
-            log.sync_data()?;
+            log_line(&mut log, &format!("{f} {}", size + len))?;
         }
         if next() % 50 == 0 {
             // Namespace changes in the middle, too.
@@ -162,6 +160,13 @@ pub fn crash_workload(image: &Path, log: &Path, seed: u64) -> Result<()> {
             }
         }
     }
+}
+
+/// Appends one line to the crash workload's log and forces it out. One `write` for the whole
+/// line: `writeln!` writes piece by piece, and a kill between the pieces left a torn line.
+fn log_line(log: &mut std::fs::File, line: &str) -> std::io::Result<()> {
+    log.write_all(format!("{line}\n").as_bytes())?;
+    log.sync_data()
 }
 
 /// Checks an image after a crash against the crash workload's log: fsck must call it clean
