@@ -3,7 +3,9 @@
 //! 1. builds the example grafts from C with the SDK;
 //! 2. loads the null graft and the thesis' hot-list eviction graft and shows them deciding;
 //! 3. runs the hostile suite: each graft refused or aborted, state restored, no lock held;
-//! 4. measures the core costs (quick sizes).
+//! 4. the storage kernel on a disk image: read-ahead off, default and grafted;
+//! 5. the same image served by vinod to client processes: a lock conflict, an event, top;
+//! 6. measures the core costs (quick sizes).
 
 use anyhow::{Result, bail};
 use std::sync::Arc;
@@ -21,6 +23,7 @@ pub fn run(with_bench: bool, image: &std::path::Path) -> Result<()> {
     good_grafts(&rt, &opts)?;
     hostile_suite(&rt)?;
     storage(image, &opts)?;
+    processes(image)?;
     if with_bench {
         let report = vino_bench::graftcost::run(true, &mut |_| {});
         for t in report.tables() {
@@ -184,6 +187,56 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
     kernel.shutdown()?;
     let report = vino_fs::fsck(&vino_blockdev::FileDevice::open(image)?, false)?;
     t.note(format!("fsck after unmount: {}", if report.is_clean() { "clean" } else { "PROBLEMS" }));
+    t.print();
+    if !report.is_clean() {
+        bail!("fsck found problems on {}", image.display());
+    }
+    Ok(())
+}
+
+/// The image served by a daemon in this program to two clients over its socket, as separate
+/// programs would use it: a byte-range lock conflict, an unlink event through a filter, `top`.
+fn processes(image: &std::path::Path) -> Result<()> {
+    use vino_client::{Client, EventKind, LockKind, OpenFlags};
+    let dir = tempfile::tempdir()?;
+    let config = vino_daemon::Config {
+        socket: dir.path().join("vinod.sock"),
+        image: image.to_path_buf(),
+        ..Default::default()
+    };
+    let daemon = vino_daemon::start(config)?;
+    let (mut a, mut b) = (Client::connect(daemon.socket())?, Client::connect(daemon.socket())?);
+    let mut t = Table::new(
+        format!("Processes: vinod serving {} on {}", image.display(), daemon.socket().display()),
+        &["step", "what happened"],
+    );
+    let fa = a.open("/demo/shared", OpenFlags::create())?;
+    let fb = b.open("/demo/shared", OpenFlags::read_write())?;
+    a.lock(fa, LockKind::Write, 0, 1, false)?;
+    let refused = b.lock(fb, LockKind::Write, 0, 1, false).expect_err("a holds the lock");
+    t.row(["b asks for a's write lock", &format!("refused: errno {} ({})", refused.errno, refused.message)]);
+    a.lock(fa, LockKind::Unlock, 0, 1, false)?;
+    b.lock(fb, LockKind::Write, 0, 1, false)?;
+    t.row(["a unlocks, b asks again", "granted"]);
+    b.event_subscribe(EventKind::Unlink)?;
+    b.event_filter(EventKind::Unlink, &[], &["scratch".to_string()])?;
+    for name in ["/demo/scratch", "/demo/other"] {
+        let fd = a.open(name, OpenFlags::create())?;
+        a.close(fd)?;
+        a.unlink(name)?;
+    }
+    let events = b.event_wait(2000)?;
+    let seen: Vec<String> = events.iter().map(|e| format!("{:?} {} by pid {}", e.kind, e.name, e.pid)).collect();
+    t.row(["a unlinks scratch and other; b watches \"scratch\"", &seen.join(", ")]);
+    if events.len() != 1 || events[0].name != "scratch" {
+        bail!("expected one unlink event for scratch, got {seen:?}");
+    }
+    let top = a.top()?;
+    t.row(["top", &format!("{} processes, {} system calls", top.processes.len(), top.processes.iter().map(|p| p.syscalls).sum::<u64>())]);
+    drop((a, b));
+    daemon.shutdown()?;
+    let report = vino_fs::fsck(&vino_blockdev::FileDevice::open(image)?, false)?;
+    t.note(format!("clients gone, daemon stopped; fsck: {}", if report.is_clean() { "clean" } else { "PROBLEMS" }));
     t.print();
     if !report.is_clean() {
         bail!("fsck found problems on {}", image.display());
