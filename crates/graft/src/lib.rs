@@ -31,7 +31,7 @@ pub use callable::{CallError, Callables};
 pub use clock::{ticks, ticks_to_ns};
 pub use error::{GraftError, LoadError};
 pub use point::{Access, GraftPoint, Invalid, NativePolicy, export_name};
-pub use registry::{ManagedSlot, Namespace, Principal};
+pub use registry::{ManagedSlot, Namespace, Principal, SlotWrapper};
 pub use runtime::{Compiled, Interrupt, Runtime, RuntimeConfig, sandbox_config};
 pub use sandbox::{ARG_BYTES, CONTROL_PREFIX, Failure, HostState};
 pub use slot::{GraftEvent, GraftInfo, GraftSlot, Owner, PolicyKind, SlotInfo};

@@ -66,6 +66,54 @@ impl<G: GraftPoint> ManagedSlot for GraftSlot<G> {
     }
 }
 
+/// A graftpoint seen through a wrapper that changes part of what it does (who may graft it, what
+/// follows a load); every other call goes to the wrapped slot.
+pub trait SlotWrapper: Send + Sync {
+    fn inner(&self) -> &dyn ManagedSlot;
+    fn access(&self) -> Access {
+        self.inner().access()
+    }
+    fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
+        self.inner().load(wasm, owner)
+    }
+    fn unload(&self) -> bool {
+        self.inner().unload()
+    }
+}
+
+impl<W: SlotWrapper> ManagedSlot for W {
+    fn name(&self) -> &str {
+        self.inner().name()
+    }
+    fn access(&self) -> Access {
+        SlotWrapper::access(self)
+    }
+    fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
+        SlotWrapper::load(self, wasm, owner)
+    }
+    fn unload(&self) -> bool {
+        SlotWrapper::unload(self)
+    }
+    fn info(&self) -> SlotInfo {
+        self.inner().info()
+    }
+    fn stats(&self) -> Option<GraftStats> {
+        self.inner().stats()
+    }
+    fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
+        self.inner().write_memory(offset, bytes)
+    }
+    fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
+        self.inner().read_memory(offset, len)
+    }
+    fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
+        self.inner().symbol_address(name)
+    }
+    fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
+        self.inner().call_control(name, args)
+    }
+}
+
 /// Named graftpoints, with permission checks on every graft system call.
 #[derive(Default)]
 pub struct Namespace {

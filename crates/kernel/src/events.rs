@@ -42,8 +42,8 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use vino_fs::Stat;
 use vino_graft::{
-    Access, CallError, Callables, GraftError, GraftInfo, GraftPoint, GraftSlot, GraftStats, Invalid, LoadError,
-    ManagedSlot, NativePolicy, Owner, SlotInfo,
+    Access, CallError, Callables, GraftInfo, GraftPoint, GraftSlot, Invalid, LoadError, ManagedSlot, NativePolicy,
+    Owner, SlotWrapper,
 };
 
 /// Kernel threads that run event grafts.
@@ -369,12 +369,9 @@ impl Watched {
     }
 }
 
-impl ManagedSlot for Watched {
-    fn name(&self) -> &str {
-        self.slot.name()
-    }
-    fn access(&self) -> Access {
-        self.slot.access()
+impl SlotWrapper for Watched {
+    fn inner(&self) -> &dyn ManagedSlot {
+        &*self.slot
     }
     fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
         let info = self.slot.load(wasm, owner)?;
@@ -385,24 +382,6 @@ impl ManagedSlot for Watched {
         let was = self.slot.unload();
         self.refresh();
         was
-    }
-    fn info(&self) -> SlotInfo {
-        self.slot.info()
-    }
-    fn stats(&self) -> Option<GraftStats> {
-        self.slot.stats()
-    }
-    fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
-        self.slot.write_memory(offset, bytes)
-    }
-    fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
-        self.slot.read_memory(offset, len)
-    }
-    fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
-        self.slot.symbol_address(name)
-    }
-    fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
-        self.slot.call_control(name, args)
     }
 }
 

@@ -14,9 +14,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use vino_fs::Stat;
-use vino_graft::{
-    Access, GraftError, GraftInfo, GraftSlot, GraftStats, LoadError, ManagedSlot, Owner, Runtime, SlotInfo,
-};
+use vino_graft::{Access, GraftSlot, ManagedSlot, Runtime, SlotWrapper};
 use vino_locks::{Lock, LockGrant, LockKind, LockManager, Range, Wait};
 
 /// What an fcntl lock request asks for.
@@ -185,35 +183,11 @@ struct Privileged {
     pid: u64,
 }
 
-impl ManagedSlot for Privileged {
-    fn name(&self) -> &str {
-        self.slot.name()
+impl SlotWrapper for Privileged {
+    fn inner(&self) -> &dyn ManagedSlot {
+        &*self.slot
     }
     fn access(&self) -> Access {
         Access::Process(self.pid)
-    }
-    fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
-        self.slot.load(wasm, owner)
-    }
-    fn unload(&self) -> bool {
-        self.slot.unload()
-    }
-    fn info(&self) -> SlotInfo {
-        self.slot.info()
-    }
-    fn stats(&self) -> Option<GraftStats> {
-        self.slot.stats()
-    }
-    fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
-        self.slot.write_memory(offset, bytes)
-    }
-    fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
-        self.slot.read_memory(offset, len)
-    }
-    fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
-        self.slot.symbol_address(name)
-    }
-    fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
-        self.slot.call_control(name, args)
     }
 }
