@@ -18,19 +18,13 @@ fn main() {
     let dir = manifest.join("workloads");
 
     println!("cargo:rerun-if-env-changed=CLANG");
-    println!(
-        "cargo:rerun-if-changed={}",
-        dir.join("workload.h").display()
-    );
+    println!("cargo:rerun-if-changed={}", dir.join("workload.h").display());
     println!(
         "cargo:rerun-if-changed={}",
         dir.join(format!("{WASM_RUNTIME}.c")).display()
     );
     for w in WORKLOADS {
-        println!(
-            "cargo:rerun-if-changed={}",
-            dir.join(format!("{w}.c")).display()
-        );
+        println!("cargo:rerun-if-changed={}", dir.join(format!("{w}.c")).display());
     }
 
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".to_string());
@@ -56,13 +50,7 @@ fn main() {
     run(
         &clang,
         Command::new(&clang)
-            .args([
-                "--target=wasm32",
-                "-O2",
-                "-ffreestanding",
-                "-fno-builtin",
-                "-nostdlib",
-            ])
+            .args(["--target=wasm32", "-O2", "-ffreestanding", "-fno-builtin", "-nostdlib"])
             .args(["-fvisibility=hidden", "-std=c11", "-c"])
             .arg(dir.join(format!("{WASM_RUNTIME}.c")))
             .arg("-o")
@@ -96,10 +84,7 @@ fn clang_version(clang: &str) -> String {
             .unwrap_or("clang")
             .trim()
             .to_string(),
-        Ok(o) => missing_clang(
-            clang,
-            &format!("`{clang} --version` exited with {}", o.status),
-        ),
+        Ok(o) => missing_clang(clang, &format!("`{clang} --version` exited with {}", o.status)),
         Err(e) => missing_clang(clang, &format!("cannot run `{clang}`: {e}")),
     }
 }

@@ -83,7 +83,10 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
         time(rounds, iters, || c.null().unwrap()),
     ));
     // The same client sleeping on the socket at once, as a FUSE request's caller does.
-    let sleepy = ConnectOptions { spin: Duration::ZERO, ..ConnectOptions::default() };
+    let sleepy = ConnectOptions {
+        spin: Duration::ZERO,
+        ..ConnectOptions::default()
+    };
     let mut s = Client::connect_with(handle.socket(), &sleepy).map_err(e)?;
     let sfd = s.open("/bench", OpenFlags::read_only()).map_err(e)?;
     s.set_shm_threshold(0);
@@ -203,11 +206,17 @@ pub fn soak(
     const REC: usize = 16;
     // Every connection grafts read-ahead on its own file: load, invocation on each read and
     // unload at exit all happen under load.
-    let ra: Arc<[u8]> = vino_sdk::build_example("sequential_ra", &Default::default()).map_err(|e| e.to_string())?.into();
+    let ra: Arc<[u8]> = vino_sdk::build_example("sequential_ra", &Default::default())
+        .map_err(|e| e.to_string())?
+        .into();
     let handle = start_daemon(dir, 1024)?;
     let ops = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs(secs);
-    let mut report = SoakReport { clients, secs, ..Default::default() };
+    let mut report = SoakReport {
+        clients,
+        secs,
+        ..Default::default()
+    };
     let results: Vec<Result<(u64, u64), String>> = match how {
         SoakClients::Threads => {
             let workers: Vec<_> = (0..clients)
@@ -220,7 +229,9 @@ pub fn soak(
                 std::thread::sleep(Duration::from_millis(250).min(until.saturating_duration_since(Instant::now())));
                 tick(ops.load(Ordering::Relaxed), secs);
             }
-            let joined = workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a client thread panicked".into())));
+            let joined = workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|_| Err("a client thread panicked".into())));
             joined.collect()
         }
         SoakClients::Processes(command) => {
@@ -229,14 +240,20 @@ pub fn soak(
             let children: Vec<_> = (0..clients)
                 .map(|id| {
                     let mut cmd = command(id, handle.socket(), secs, &graft);
-                    cmd.stdout(std::process::Stdio::piped()).spawn().map_err(|e| format!("starting client {id}: {e}"))
+                    cmd.stdout(std::process::Stdio::piped())
+                        .spawn()
+                        .map_err(|e| format!("starting client {id}: {e}"))
                 })
                 .collect::<Result<_, _>>()?;
             while Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(250).min(until.saturating_duration_since(Instant::now())));
                 tick(handle.daemon().top().processes.iter().map(|p| p.syscalls).sum(), secs);
             }
-            children.into_iter().enumerate().map(|(id, c)| child_answer(id, c, &ops)).collect()
+            children
+                .into_iter()
+                .enumerate()
+                .map(|(id, c)| child_answer(id, c, &ops))
+                .collect()
         }
     };
     for r in results {
@@ -255,7 +272,11 @@ pub fn soak(
 }
 
 /// A soak client program's answer: `records graft-calls operations` on its last line.
-fn child_answer(id: usize, child: std::process::Child, ops: &std::sync::atomic::AtomicU64) -> Result<(u64, u64), String> {
+fn child_answer(
+    id: usize,
+    child: std::process::Child,
+    ops: &std::sync::atomic::AtomicU64,
+) -> Result<(u64, u64), String> {
     let out = child.wait_with_output().map_err(|e| format!("client {id}: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let nums: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
@@ -274,7 +295,10 @@ pub fn soak_client_main(socket: &Path, id: usize, secs: u64, graft: &Path) -> Re
     let ra = std::fs::read(graft).map_err(|e| format!("reading {}: {e}", graft.display()))?;
     let ops = std::sync::atomic::AtomicU64::new(0);
     let (n, invoked) = soak_client(socket, id, Instant::now() + Duration::from_secs(secs), &ops, &ra)?;
-    Ok(format!("{n} {invoked} {}", ops.load(std::sync::atomic::Ordering::Relaxed)))
+    Ok(format!(
+        "{n} {invoked} {}",
+        ops.load(std::sync::atomic::Ordering::Relaxed)
+    ))
 }
 
 fn soak_client(
@@ -349,9 +373,7 @@ fn check_soak(handle: &Handle, clients: usize, records: u64, rec: usize, problem
     let mut all = vec![0u8; size];
     let got = p.pread(fd, &mut all, 0).unwrap_or(0);
     if got != size || size != records as usize * rec {
-        problems.push(format!(
-            "log has {size} bytes, {records} records were written"
-        ));
+        problems.push(format!("log has {size} bytes, {records} records were written"));
     }
     let mut next = vec![0u64; clients];
     for r in all[..got].chunks(rec) {

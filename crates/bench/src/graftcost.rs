@@ -64,11 +64,7 @@ fn bench_batch<S>(rounds: usize, mut setup: impl FnMut() -> S, mut timed: impl F
             }
         }
     }
-    Stats::from_samples(
-        &ns,
-        (cyc.len() == ns.len()).then_some(&cyc[..]),
-        BATCH as u64,
-    )
+    Stats::from_samples(&ns, (cyc.len() == ns.len()).then_some(&cyc[..]), BATCH as u64)
 }
 
 /// Times begin and commit apart: each round opens and commits `batches` groups of a few
@@ -114,12 +110,7 @@ fn transactions(budget: Budget, ops: &mut Vec<Op>) -> f64 {
     // many as a thread keeps ready), then commit them, timing each half.
     let (begin, commit) = begin_then_commit(&vlt, rounds, budget.pick(2_000, 20_000));
     ops.push(op("transaction", "begin", begin, Some(7.3)));
-    ops.push(op(
-        "transaction",
-        "commit (no locks, no records)",
-        commit,
-        Some(8.4),
-    ));
+    ops.push(op("transaction", "commit (no locks, no records)", commit, Some(8.4)));
     ops.push(op(
         "transaction",
         "begin + commit",
@@ -154,12 +145,7 @@ fn transactions(budget: Budget, ops: &mut Vec<Op>) -> f64 {
             t.abort();
         });
         per_n.push((n as f64, s.median_ns));
-        ops.push(op(
-            "transaction",
-            format!("begin + {n} undo records + abort"),
-            s,
-            None,
-        ));
+        ops.push(op("transaction", format!("begin + {n} undo records + abort"), s, None));
     }
     let slope = (per_n[2].1 - per_n[0].1) / (per_n[2].0 - per_n[0].0);
 
@@ -241,9 +227,8 @@ fn transactions(budget: Budget, ops: &mut Vec<Op>) -> f64 {
 fn null_graft() -> Vec<u8> {
     // The SDK's null graft, built from C as a user would; the text form is the fallback when no
     // C toolchain is installed.
-    vino_sdk::build_example("null", &vino_sdk::BuildOptions::default()).unwrap_or_else(|_| {
-        br#"(module (func (export "toy_apply") (param i64) (result i64) local.get 0))"#.to_vec()
-    })
+    vino_sdk::build_example("null", &vino_sdk::BuildOptions::default())
+        .unwrap_or_else(|_| br#"(module (func (export "toy_apply") (param i64) (result i64) local.get 0))"#.to_vec())
 }
 
 #[inline(never)]
@@ -288,8 +273,7 @@ fn invocation(budget: Budget, ops: &mut Vec<Op>) {
         bench(rounds, iters, || slot.invoke(&black_box(7))),
         None,
     ));
-    slot.load(&wasm, Owner::process(1))
-        .expect("null graft loads");
+    slot.load(&wasm, Owner::process(1)).expect("null graft loads");
     ops.push(op(
         "null graft",
         "Wasm graft, no transaction",
@@ -308,9 +292,7 @@ fn invocation(budget: Budget, ops: &mut Vec<Op>) {
         ..RuntimeConfig::default()
     });
     let fslot: GraftSlot<ToyApply> = GraftSlot::new(&fuel, kernel, Access::Process(1), None);
-    fslot
-        .load(&wasm, Owner::process(1))
-        .expect("null graft loads");
+    fslot.load(&wasm, Owner::process(1)).expect("null graft loads");
     ops.push(op(
         "null graft",
         "Wasm graft + transaction, fuel instead of epochs",
@@ -335,21 +317,33 @@ fn cache_hits(budget: Budget, ops: &mut Vec<Op>) {
     let device = Arc::new(vino_blockdev::MemDevice::new(16));
     let queue = vino_blockdev::IoQueue::new(device, 4).expect("a queue on memory");
     let rt = Runtime::new(RuntimeConfig::default());
-    let config = vino_cache::CacheConfig { frames: 16, writeback_every: None };
+    let config = vino_cache::CacheConfig {
+        frames: 16,
+        writeback_every: None,
+    };
     let cache = vino_cache::PageCache::new(config, Arc::new(queue), &rt);
     let ctx = vino_cache::IoCtx::new(1);
     let mut record = [0u8; 208];
     let mut page = vec![0u8; 4096];
     cache.read(&ctx, 1, &Contiguous, 0, &mut page).expect("warm");
-    ops.push(op("cache", "hit: read 208 bytes", bench(rounds, iters, || cache.read(&ctx, 1, &Contiguous, 100, &mut record)), None));
-    ops.push(op("cache", "hit: read 4 KB", bench(rounds, iters, || cache.read(&ctx, 1, &Contiguous, 0, &mut page)), None));
+    ops.push(op(
+        "cache",
+        "hit: read 208 bytes",
+        bench(rounds, iters, || cache.read(&ctx, 1, &Contiguous, 100, &mut record)),
+        None,
+    ));
+    ops.push(op(
+        "cache",
+        "hit: read 4 KB",
+        bench(rounds, iters, || cache.read(&ctx, 1, &Contiguous, 0, &mut page)),
+        None,
+    ));
 }
 
 /// Loading a graft: compiling a new module, and binding one the cache already holds.
 fn loading(budget: Budget, ops: &mut Vec<Op>) {
     let rt = Runtime::new(RuntimeConfig::default());
-    let slot: GraftSlot<ToyApply> =
-        GraftSlot::new(&rt, Arc::new(ToyKernel::new(1)), Access::Process(1), None);
+    let slot: GraftSlot<ToyApply> = GraftSlot::new(&rt, Arc::new(ToyKernel::new(1)), Access::Process(1), None);
     let wasm = null_graft();
     let n = budget.pick(10, 40);
     // A custom section with a counter makes each module new to the cache but the same code.
@@ -361,9 +355,7 @@ fn loading(budget: Budget, ops: &mut Vec<Op>) {
         slot.load(&m, Owner::process(1)).expect("loads")
     });
     slot.load(&wasm, Owner::process(1)).expect("loads");
-    let warm = bench(n * 10, 1, || {
-        slot.load(&wasm, Owner::process(1)).expect("loads")
-    });
+    let warm = bench(n * 10, 1, || slot.load(&wasm, Owner::process(1)).expect("loads"));
     ops.push(op("load", "null graft, compiled (cold)", cold, None));
     ops.push(op("load", "null graft, from the module cache", warm, None));
     let hot = vino_sdk::build_example("hotlist_evict", &vino_sdk::BuildOptions::default());
@@ -378,21 +370,9 @@ fn loading(budget: Budget, ops: &mut Vec<Op>) {
             vslot.load(&m, Owner::process(1)).expect("loads")
         });
         vslot.load(&hot, Owner::process(1)).expect("loads");
-        let warm = bench(n * 10, 1, || {
-            vslot.load(&hot, Owner::process(1)).expect("loads")
-        });
-        ops.push(op(
-            "load",
-            "hot-list graft, compiled (cold)",
-            cold,
-            Some(120_000.0),
-        ));
-        ops.push(op(
-            "load",
-            "hot-list graft, from the module cache",
-            warm,
-            None,
-        ));
+        let warm = bench(n * 10, 1, || vslot.load(&hot, Owner::process(1)).expect("loads"));
+        ops.push(op("load", "hot-list graft, compiled (cold)", cold, Some(120_000.0)));
+        ops.push(op("load", "hot-list graft, from the module cache", warm, None));
     }
 }
 
@@ -423,9 +403,7 @@ fn goals(ops: &[Op]) -> Vec<Goal> {
         g(
             "null Wasm graft with VLT begin/commit",
             100.0,
-            find(ops, "Wasm graft + transaction (protected)")
-                .stats
-                .median_ns,
+            find(ops, "Wasm graft + transaction (protected)").stats.median_ns,
         ),
         g(
             "VLT begin + commit, no locks",
@@ -433,23 +411,19 @@ fn goals(ops: &[Op]) -> Vec<Goal> {
             find(ops, "begin + commit").stats.median_ns,
         ),
     ];
-    let lock_pair = find(ops, "begin + acquire + commit").stats.median_ns
-        - find(ops, "begin + commit").stats.median_ns;
+    let lock_pair = find(ops, "begin + acquire + commit").stats.median_ns - find(ops, "begin + commit").stats.median_ns;
     out.push(g(
         "uncontended lock acquire + release in a transaction",
         100.0,
         lock_pair,
     ));
-    out.push(g("page-cache hit (a 4 KB read)", 200.0, find(ops, "hit: read 4 KB").stats.median_ns));
-    if let Some(o) = ops
-        .iter()
-        .find(|o| o.name == "hot-list graft, from the module cache")
-    {
-        out.push(g(
-            "cached graft load and bind",
-            1_000_000.0,
-            o.stats.median_ns,
-        ));
+    out.push(g(
+        "page-cache hit (a 4 KB read)",
+        200.0,
+        find(ops, "hit: read 4 KB").stats.median_ns,
+    ));
+    if let Some(o) = ops.iter().find(|o| o.name == "hot-list graft, from the module cache") {
+        out.push(g("cached graft load and bind", 1_000_000.0, o.stats.median_ns));
     }
     out
 }
@@ -482,22 +456,13 @@ impl GraftCostReport {
         );
         let mut inv = Table::new(
             "Null-graft invocation",
-            &[
-                "how the policy is called",
-                "median",
-                "cycles",
-                "p90",
-                "vs native call",
-            ],
+            &["how the policy is called", "median", "cycles", "p90", "vs native call"],
         );
         let mut load = Table::new("Graft load", &["what", "median", "p90", "VINO 1998"]);
         let mut cache = Table::new("Page cache hit path", &["operation", "median", "cycles", "p90"]);
         let native = find(&self.ops, "native function pointer").stats.median_ns;
         for o in &self.ops {
-            let cycles = o
-                .stats
-                .median_cycles
-                .map_or("-".into(), |c| format!("{c:.0}"));
+            let cycles = o.stats.median_cycles.map_or("-".into(), |c| format!("{c:.0}"));
             let seed = o.seed_us.map_or("-".into(), |us| fmt_ns(us * 1000.0));
             match o.group {
                 "null graft" => {
@@ -510,15 +475,15 @@ impl GraftCostReport {
                     ]);
                 }
                 "load" => {
-                    load.row([
-                        o.name.clone(),
-                        fmt_ns(o.stats.median_ns),
-                        fmt_ns(o.stats.p90_ns),
-                        seed,
-                    ]);
+                    load.row([o.name.clone(), fmt_ns(o.stats.median_ns), fmt_ns(o.stats.p90_ns), seed]);
                 }
                 "cache" => {
-                    cache.row([o.name.clone(), fmt_ns(o.stats.median_ns), cycles, fmt_ns(o.stats.p90_ns)]);
+                    cache.row([
+                        o.name.clone(),
+                        fmt_ns(o.stats.median_ns),
+                        cycles,
+                        fmt_ns(o.stats.p90_ns),
+                    ]);
                 }
                 _ => {
                     e1.row([

@@ -164,11 +164,7 @@ pub fn try_bench_with_setup<R, E>(
 }
 
 /// [`try_bench_with_setup`] without a setup step.
-pub fn try_bench<R, E>(
-    rounds: usize,
-    iters: u64,
-    f: impl FnMut() -> Result<R, E>,
-) -> Result<Stats, E> {
+pub fn try_bench<R, E>(rounds: usize, iters: u64, f: impl FnMut() -> Result<R, E>) -> Result<Stats, E> {
     try_bench_with_setup(rounds, iters, || Ok(()), f)
 }
 
@@ -181,12 +177,7 @@ pub fn bench<R>(rounds: usize, iters: u64, mut f: impl FnMut() -> R) -> Stats {
 }
 
 /// Like [`bench`], with an untimed `setup` before every round.
-pub fn bench_with_setup<R>(
-    rounds: usize,
-    iters: u64,
-    mut setup: impl FnMut(),
-    mut f: impl FnMut() -> R,
-) -> Stats {
+pub fn bench_with_setup<R>(rounds: usize, iters: u64, mut setup: impl FnMut(), mut f: impl FnMut() -> R) -> Stats {
     let r: Result<Stats, Infallible> = try_bench_with_setup(
         rounds,
         iters,
@@ -202,10 +193,7 @@ pub fn bench_with_setup<R>(
 }
 
 /// How many iterations of `f` fill about `target` (at least one).
-pub fn try_calibrate<R, E>(
-    target: Duration,
-    mut f: impl FnMut() -> Result<R, E>,
-) -> Result<u64, E> {
+pub fn try_calibrate<R, E>(target: Duration, mut f: impl FnMut() -> Result<R, E>) -> Result<u64, E> {
     let mut iters: u64 = 1;
     loop {
         let t0 = Instant::now();
@@ -223,11 +211,7 @@ pub fn try_calibrate<R, E>(
 
 /// Calibrates the iteration count so that a round takes about `target`,
 /// then measures `rounds` rounds.
-pub fn try_bench_for<R, E>(
-    rounds: usize,
-    target: Duration,
-    mut f: impl FnMut() -> Result<R, E>,
-) -> Result<Stats, E> {
+pub fn try_bench_for<R, E>(rounds: usize, target: Duration, mut f: impl FnMut() -> Result<R, E>) -> Result<Stats, E> {
     let iters = try_calibrate(target, &mut f)?;
     try_bench(rounds, iters, f)
 }

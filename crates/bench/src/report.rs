@@ -198,12 +198,7 @@ pub struct ChartOptions {
 /// A grouped bar chart, e.g. normalized time per workload (group) and
 /// technology (bar).  Groups may list different bars; bar colours follow the
 /// bar name.
-pub fn bar_chart(
-    path: &Path,
-    title: &str,
-    y_label: &str,
-    groups: &[(String, Vec<(String, f64)>)],
-) -> Result<()> {
+pub fn bar_chart(path: &Path, title: &str, y_label: &str, groups: &[(String, Vec<(String, f64)>)]) -> Result<()> {
     bar_chart_with(
         path,
         title,
@@ -301,17 +296,13 @@ pub fn bar_chart_with(
                 let rects: Vec<_> = layout
                     .iter()
                     .filter(|(_, _, n, v)| n == name && v.is_finite() && *v > 0.0)
-                    .map(|(x0, x1, _, v)| {
-                        Rectangle::new([(*x0 + 0.005, $base), (*x1 - 0.005, *v)], c.filled())
-                    })
+                    .map(|(x0, x1, _, v)| Rectangle::new([(*x0 + 0.005, $base), (*x1 - 0.005, *v)], c.filled()))
                     .collect();
                 chart
                     .draw_series(rects)
                     .map_err(plot_err)?
                     .label(name.clone())
-                    .legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
-                    });
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
             }
             if let Some(r) = opts.reference {
                 chart
@@ -322,19 +313,20 @@ pub fn bar_chart_with(
                     .map_err(plot_err)?;
             }
             if opts.value_labels {
-                let labels: Vec<_> = layout
-                    .iter()
-                    .filter(|(_, _, _, v)| v.is_finite() && *v > 0.0)
-                    .map(|(x0, x1, _, v)| {
-                        let style = ("sans-serif", 11).into_font().color(&BLACK).pos(
-                            plotters::style::text_anchor::Pos::new(
-                                plotters::style::text_anchor::HPos::Center,
-                                plotters::style::text_anchor::VPos::Bottom,
-                            ),
-                        );
-                        Text::new(fmt_ratio(*v), ((*x0 + *x1) / 2.0, *v), style)
-                    })
-                    .collect();
+                let labels: Vec<_> =
+                    layout
+                        .iter()
+                        .filter(|(_, _, _, v)| v.is_finite() && *v > 0.0)
+                        .map(|(x0, x1, _, v)| {
+                            let style = ("sans-serif", 11).into_font().color(&BLACK).pos(
+                                plotters::style::text_anchor::Pos::new(
+                                    plotters::style::text_anchor::HPos::Center,
+                                    plotters::style::text_anchor::VPos::Bottom,
+                                ),
+                            );
+                            Text::new(fmt_ratio(*v), ((*x0 + *x1) / 2.0, *v), style)
+                        })
+                        .collect();
                 chart.draw_series(labels).map_err(plot_err)?;
             }
             chart
@@ -346,12 +338,11 @@ pub fn bar_chart_with(
                 .map_err(plot_err)?;
             for (gi, (gname, _)) in groups.iter().enumerate() {
                 let (px, py) = chart.backend_coord(&(gi as f64 + 0.5, $base));
-                let style = TextStyle::from(("sans-serif", 14).into_font()).pos(
-                    plotters::style::text_anchor::Pos::new(
+                let style =
+                    TextStyle::from(("sans-serif", 14).into_font()).pos(plotters::style::text_anchor::Pos::new(
                         plotters::style::text_anchor::HPos::Center,
                         plotters::style::text_anchor::VPos::Top,
-                    ),
-                );
+                    ));
                 root.draw(&Text::new(gname.clone(), (px, py + 8), style))
                     .map_err(plot_err)?;
             }
@@ -359,11 +350,7 @@ pub fn bar_chart_with(
     }
 
     if log {
-        let lo = 10f64.powf(
-            (vmin.min(opts.reference.unwrap_or(vmin)) * 0.5)
-                .log10()
-                .floor(),
-        );
+        let lo = 10f64.powf((vmin.min(opts.reference.unwrap_or(vmin)) * 0.5).log10().floor());
         let hi = 10f64.powf((vmax * 1.5).log10().ceil());
         let chart = builder
             .build_cartesian_2d(0f64..ngroups as f64, (lo..hi).log_scale())
@@ -399,12 +386,12 @@ pub fn line_chart(
     if pts.is_empty() {
         return Err(anyhow!("line chart {title:?}: no points to plot"));
     }
-    let (mut x0, mut x1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), (x, _)| {
-        (a.min(*x), b.max(*x))
-    });
-    let (y0, y1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), (_, y)| {
-        (a.min(*y), b.max(*y))
-    });
+    let (mut x0, mut x1) = pts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), (x, _)| (a.min(*x), b.max(*x)));
+    let (y0, y1) = pts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), (_, y)| (a.min(*y), b.max(*y)));
     if x0 == x1 {
         x0 -= 1.0;
         x1 += 1.0;
@@ -429,18 +416,12 @@ pub fn line_chart(
                 .map_err(plot_err)?;
             for (i, (name, p)) in series.iter().enumerate() {
                 let c = bar_color(i);
-                let p: Vec<(f64, f64)> = p
-                    .iter()
-                    .cloned()
-                    .filter(|(_, y)| !log_y || *y > 0.0)
-                    .collect();
+                let p: Vec<(f64, f64)> = p.iter().cloned().filter(|(_, y)| !log_y || *y > 0.0).collect();
                 chart
                     .draw_series(LineSeries::new(p.clone(), c.stroke_width(2)))
                     .map_err(plot_err)?
                     .label(name.clone())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 14, y)], c.stroke_width(2))
-                    });
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], c.stroke_width(2)));
                 chart
                     .draw_series(p.into_iter().map(|xy| Circle::new(xy, 3, c.filled())))
                     .map_err(plot_err)?;
@@ -465,11 +446,7 @@ pub fn line_chart(
     } else {
         let lo = if y0 >= 0.0 { 0.0 } else { y0 * 1.1 };
         let hi = if y1 > lo { y1 * 1.1 } else { lo + 1.0 };
-        draw_lines!(
-            builder
-                .build_cartesian_2d(x0..x1, lo..hi)
-                .map_err(plot_err)?
-        );
+        draw_lines!(builder.build_cartesian_2d(x0..x1, lo..hi).map_err(plot_err)?);
     }
     root.present().map_err(plot_err)?;
     Ok(())
@@ -533,14 +510,8 @@ mod tests {
     fn charts_are_written() {
         let dir = std::env::temp_dir().join(format!("vino-bench-report-{}", std::process::id()));
         let groups = vec![
-            (
-                "a".to_string(),
-                vec![("x".to_string(), 1.0), ("y".to_string(), 200.0)],
-            ),
-            (
-                "b".to_string(),
-                vec![("x".to_string(), 1.0), ("y".to_string(), 1.5)],
-            ),
+            ("a".to_string(), vec![("x".to_string(), 1.0), ("y".to_string(), 200.0)]),
+            ("b".to_string(), vec![("x".to_string(), 1.0), ("y".to_string(), 1.5)]),
         ];
         let p = dir.join("bars.svg");
         bar_chart(&p, "bars", "normalized", &groups).unwrap();

@@ -53,7 +53,21 @@ impl Relation {
     /// The tuple at position `p`, as stored.
     pub fn tuple(&self, p: usize) -> [u8; TUPLE_BYTES] {
         let (u1, u2) = (self.unique1[p], p as u32);
-        let ints = [u1, u2, u1 % 2, u1 % 4, u1 % 10, u1 % 20, u1 % 100, u1 % 1000, u1 % 5000, u1 % 50000, u1, (u1 % 100) * 2, (u1 % 100) * 2 + 1];
+        let ints = [
+            u1,
+            u2,
+            u1 % 2,
+            u1 % 4,
+            u1 % 10,
+            u1 % 20,
+            u1 % 100,
+            u1 % 1000,
+            u1 % 5000,
+            u1 % 50000,
+            u1,
+            (u1 % 100) * 2,
+            (u1 % 100) * 2 + 1,
+        ];
         let mut t = [0u8; TUPLE_BYTES];
         for (slot, v) in t.chunks_exact_mut(4).zip(ints) {
             slot.copy_from_slice(&v.to_le_bytes());

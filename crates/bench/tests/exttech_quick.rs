@@ -42,24 +42,11 @@ fn quick_run_fills_every_variant() {
             .filter(|m| m.workload == w)
             .filter_map(|m| m.answer.as_ref())
             .collect();
-        assert!(
-            answers.windows(2).all(|p| p[0] == p[1]),
-            "{w:?}: {answers:?}"
-        );
+        assert!(answers.windows(2).all(|p| p[0] == p[1]), "{w:?}: {answers:?}");
     }
-    assert_eq!(
-        report.break_even.hotlist.len(),
-        if two_cpus { 6 } else { 5 }
-    );
+    assert_eq!(report.break_even.hotlist.len(), if two_cpus { 6 } else { 5 });
     assert!(report.break_even.fault_ns > 0.0);
-    assert!(
-        report
-            .invocation
-            .iter()
-            .filter(|c| c.stats.is_some())
-            .count()
-            >= 5
-    );
+    assert!(report.invocation.iter().filter(|c| c.stats.is_some()).count() >= 5);
     assert_eq!(report.load.len(), 9);
 
     let tables = report.tables();

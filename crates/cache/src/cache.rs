@@ -33,7 +33,10 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { frames: 1024, writeback_every: Some(Duration::from_secs(1)) }
+        CacheConfig {
+            frames: 1024,
+            writeback_every: Some(Duration::from_secs(1)),
+        }
     }
 }
 
@@ -96,12 +99,19 @@ macro_rules! count {
 
 impl Table {
     fn proc_mut(&mut self, pid: Pid) -> &mut Proc {
-        self.procs.entry(pid).or_insert_with(|| Proc { pages: List::default(), victim: None, counters: CacheCounters::default() })
+        self.procs.entry(pid).or_insert_with(|| Proc {
+            pages: List::default(),
+            victim: None,
+            counters: CacheCounters::default(),
+        })
     }
 
     fn evictable(&self, f: u32) -> bool {
         let fr = &self.frames[f as usize];
-        fr.pins == 0 && !fr.writing && (fr.state == State::Valid || (fr.state == State::Loading && fr.ticket.as_ref().is_some_and(Ticket::is_done)))
+        fr.pins == 0
+            && !fr.writing
+            && (fr.state == State::Valid
+                || (fr.state == State::Loading && fr.ticket.as_ref().is_some_and(Ticket::is_done)))
     }
 
     fn touch(&mut self, f: u32) {
@@ -115,7 +125,19 @@ impl Table {
     fn install(&mut self, f: u32, key: PageKey, owner: Pid, dev: Option<u64>) {
         let fr = &mut self.frames[f as usize];
         debug_assert_eq!(fr.state, State::Free);
-        *fr = Frame { key, owner, dev, state: State::Valid, ticket: None, dirty_since: None, generation: 0, writing: false, prefetched: false, pins: 0, buf: std::mem::replace(&mut fr.buf, AlignedBuf::new(0)) };
+        *fr = Frame {
+            key,
+            owner,
+            dev,
+            state: State::Valid,
+            ticket: None,
+            dirty_since: None,
+            generation: 0,
+            writing: false,
+            prefetched: false,
+            pins: 0,
+            buf: std::mem::replace(&mut fr.buf, AlignedBuf::new(0)),
+        };
         self.map.insert(key, f);
         self.lru.push_back(&mut self.global, f);
         let mut pages = self.proc_mut(owner).pages;
@@ -191,7 +213,19 @@ impl PageCache {
     pub fn new(config: CacheConfig, io: Arc<dyn PageIo>, runtime: &Runtime) -> Arc<PageCache> {
         assert!(config.frames > 0, "a cache needs frames");
         let frames = (0..config.frames)
-            .map(|_| Frame { key: (0, 0), owner: 0, state: State::Free, ticket: None, buf: AlignedBuf::new(1), dev: None, dirty_since: None, generation: 0, writing: false, prefetched: false, pins: 0 })
+            .map(|_| Frame {
+                key: (0, 0),
+                owner: 0,
+                state: State::Free,
+                ticket: None,
+                buf: AlignedBuf::new(1),
+                dev: None,
+                dirty_since: None,
+                generation: 0,
+                writing: false,
+                prefetched: false,
+                pins: 0,
+            })
             .collect();
         let table = Table {
             frames,
@@ -249,7 +283,14 @@ impl PageCache {
 
     /// Reads up to `buf.len()` bytes at `offset` of `object` (never past its size); returns how
     /// many. Then asks the open file's read-ahead policy what to prefetch.
-    pub fn read(&self, ctx: &IoCtx, object: u64, backing: &dyn Backing, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    pub fn read(
+        &self,
+        ctx: &IoCtx,
+        object: u64,
+        backing: &dyn Backing,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<usize> {
         let size = backing.size();
         if offset >= size || buf.is_empty() {
             return Ok(0);
@@ -282,7 +323,10 @@ impl PageCache {
             let (index, within) = (pos / BS, (pos % BS) as usize);
             let take = (BLOCK_SIZE - within).min(data.len() - done);
             let dev = backing.locate(index)?.ok_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidInput, format!("block {index} of object {object} has no device block"))
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("block {index} of object {object} has no device block"),
+                )
             })?;
             let mut t = self.table.lock();
             let f = if take == BLOCK_SIZE {
@@ -322,7 +366,12 @@ impl PageCache {
     pub fn invalidate(&self, object: u64, from: u64) {
         let mut t = self.table.lock();
         loop {
-            let doomed: Vec<u32> = t.map.iter().filter(|(k, _)| k.0 == object && k.1 >= from).map(|(_, &f)| f).collect();
+            let doomed: Vec<u32> = t
+                .map
+                .iter()
+                .filter(|(k, _)| k.0 == object && k.1 >= from)
+                .map(|(_, &f)| f)
+                .collect();
             if doomed.is_empty() {
                 return;
             }
@@ -350,7 +399,12 @@ impl PageCache {
 
     /// The counters of one process.
     pub fn process_counters(&self, pid: Pid) -> CacheCounters {
-        self.table.lock().procs.get(&pid).map(|p| p.counters).unwrap_or_default()
+        self.table
+            .lock()
+            .procs
+            .get(&pid)
+            .map(|p| p.counters)
+            .unwrap_or_default()
     }
 
     /// The counters of one file.
@@ -363,7 +417,11 @@ impl PageCache {
         CacheStats {
             frames: t.frames.len(),
             resident: t.map.len(),
-            dirty: t.frames.iter().filter(|f| f.state != State::Free && f.dirty_since.is_some()).count(),
+            dirty: t
+                .frames
+                .iter()
+                .filter(|f| f.state != State::Free && f.dirty_since.is_some())
+                .count(),
             total: t.total,
         }
     }
@@ -398,7 +456,14 @@ impl PageCache {
     }
 
     /// Finds or loads a page and pins it (a pinned page is not evicted).
-    fn pin(&self, t: &mut MutexGuard<'_, Table>, pid: Pid, object: u64, backing: &dyn Backing, index: u64) -> io::Result<u32> {
+    fn pin(
+        &self,
+        t: &mut MutexGuard<'_, Table>,
+        pid: Pid,
+        object: u64,
+        backing: &dyn Backing,
+        index: u64,
+    ) -> io::Result<u32> {
         let key = (object, index);
         loop {
             if let Some(&f) = t.map.get(&key) {
@@ -461,7 +526,14 @@ impl PageCache {
     }
 
     /// A page about to be overwritten whole: found, or made without reading the device.
-    fn pin_for_overwrite(&self, t: &mut MutexGuard<'_, Table>, pid: Pid, object: u64, index: u64, dev: u64) -> io::Result<u32> {
+    fn pin_for_overwrite(
+        &self,
+        t: &mut MutexGuard<'_, Table>,
+        pid: Pid,
+        object: u64,
+        index: u64,
+        dev: u64,
+    ) -> io::Result<u32> {
         let key = (object, index);
         loop {
             if let Some(&f) = t.map.get(&key) {
@@ -510,7 +582,8 @@ impl PageCache {
             // choice, and that page is still here, the process pays with it.
             if let Some(kept) = t.placeholders.remove(&key) {
                 if let Some(&a) = t.map.get(&kept) {
-                    if t.frames[a as usize].owner == pid && t.evictable(a) && t.frames[a as usize].dirty_since.is_none() {
+                    if t.frames[a as usize].owner == pid && t.evictable(a) && t.frames[a as usize].dirty_since.is_none()
+                    {
                         t.settle(a);
                         if t.frames[a as usize].state == State::Valid {
                             count!(t, pid, kept.0, graft_mistakes);
@@ -559,7 +632,11 @@ impl PageCache {
             return candidate;
         }
         let pages = t.procs[&owner].pages;
-        let mut frames: Vec<u32> = pages.iter(&t.owned).filter(|&f| t.evictable(f)).take(vino_graft::abi::VICTIM_MAX).collect();
+        let mut frames: Vec<u32> = pages
+            .iter(&t.owned)
+            .filter(|&f| t.evictable(f))
+            .take(vino_graft::abi::VICTIM_MAX)
+            .collect();
         if frames.first() != Some(&candidate) {
             frames.retain(|&f| f != candidate);
             frames.insert(0, candidate);
@@ -570,7 +647,11 @@ impl PageCache {
         let choice = MutexGuard::unlocked(t, || slot.invoke(&ids.as_slice()));
         let (f, key) = (frames[choice], keys[choice]);
         let still_there = t.map.get(&key) == Some(&f) && t.frames[f as usize].owner == owner && t.evictable(f);
-        if still_there && t.frames[f as usize].state == State::Valid { f } else { candidate }
+        if still_there && t.frames[f as usize].state == State::Valid {
+            f
+        } else {
+            candidate
+        }
     }
 
     /// Starts reads of the blocks in `extents` that are not cached, without waiting for them.
@@ -586,7 +667,9 @@ impl PageCache {
                 if self.table.lock().map.contains_key(&(object, index)) {
                     continue;
                 }
-                let Ok(Some(block)) = backing.locate(index) else { continue };
+                let Ok(Some(block)) = backing.locate(index) else {
+                    continue;
+                };
                 let mut t = self.table.lock();
                 let key = (object, index);
                 if t.map.contains_key(&key) {
@@ -619,7 +702,8 @@ impl PageCache {
                 .copied()
                 .filter(|&f| {
                     let fr = &t.frames[f as usize];
-                    fr.dirty_since.is_some_and(|since| pick(fr.key, now.saturating_sub(since)))
+                    fr.dirty_since
+                        .is_some_and(|since| pick(fr.key, now.saturating_sub(since)))
                 })
                 .collect();
             let busy = dirty.iter().any(|&f| t.frames[f as usize].writing);
@@ -649,7 +733,10 @@ impl PageCache {
             pending.push((f, fr.generation, dev, AlignedBuf::from_slice(&fr.buf)));
         }
         let tickets: Vec<(u32, u64, Ticket)> = MutexGuard::unlocked(t, || {
-            pending.into_iter().map(|(f, g, dev, copy)| (f, g, self.io.submit(IoRequest::write(dev, copy)))).collect()
+            pending
+                .into_iter()
+                .map(|(f, g, dev, copy)| (f, g, self.io.submit(IoRequest::write(dev, copy))))
+                .collect()
         });
         let results: Vec<(u32, u64, io::Result<AlignedBuf>)> =
             MutexGuard::unlocked(t, || tickets.into_iter().map(|(f, g, tk)| (f, g, tk.wait())).collect());
@@ -683,7 +770,11 @@ impl PageCache {
                 .iter()
                 .filter_map(|(k, &f)| {
                     let fr = &t.frames[f as usize];
-                    fr.dirty_since.filter(|_| !fr.writing).map(|since| WritebackArgs { object: k.0, index: k.1, age_ns: now.saturating_sub(since) })
+                    fr.dirty_since.filter(|_| !fr.writing).map(|since| WritebackArgs {
+                        object: k.0,
+                        index: k.1,
+                        age_ns: now.saturating_sub(since),
+                    })
                 })
                 .collect()
         };
@@ -693,7 +784,11 @@ impl PageCache {
         offered.sort_by(|a, b| b.age_ns.cmp(&a.age_ns));
         offered.truncate(WRITEBACK_MAX);
         let chosen = self.writeback.invoke(&offered.as_slice());
-        let keys: Vec<PageKey> = chosen.iter().filter_map(|&i| offered.get(i)).map(|p| (p.object, p.index)).collect();
+        let keys: Vec<PageKey> = chosen
+            .iter()
+            .filter_map(|&i| offered.get(i))
+            .map(|p| (p.object, p.index))
+            .collect();
         let mut t = self.table.lock();
         let frames: Vec<u32> = keys
             .iter()

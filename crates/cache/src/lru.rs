@@ -25,13 +25,20 @@ pub struct List {
 
 impl Default for List {
     fn default() -> Self {
-        List { head: NIL, tail: NIL, len: 0 }
+        List {
+            head: NIL,
+            tail: NIL,
+            len: 0,
+        }
     }
 }
 
 impl List {
     pub fn push_back(&mut self, links: &mut [Links], i: u32) {
-        links[i as usize] = Links { prev: self.tail, next: NIL };
+        links[i as usize] = Links {
+            prev: self.tail,
+            next: NIL,
+        };
         if self.tail == NIL {
             self.head = i;
         } else {

@@ -62,7 +62,12 @@ pub struct RaFile {
 
 impl RaFile {
     fn new() -> Self {
-        RaFile { size: AtomicU64::new(0), last_end: AtomicU64::new(u64::MAX), window: AtomicU64::new(0), mode: AtomicU8::new(0) }
+        RaFile {
+            size: AtomicU64::new(0),
+            last_end: AtomicU64::new(u64::MAX),
+            window: AtomicU64::new(0),
+            mode: AtomicU8::new(0),
+        }
     }
 
     pub fn size(&self) -> u64 {
@@ -70,7 +75,11 @@ impl RaFile {
     }
 
     pub fn mode(&self) -> RaMode {
-        if self.mode.load(Ordering::Relaxed) == 1 { RaMode::Off } else { RaMode::Default }
+        if self.mode.load(Ordering::Relaxed) == 1 {
+            RaMode::Off
+        } else {
+            RaMode::Default
+        }
     }
 
     /// BSD-style sequential detection: a read that starts where the last one ended grows the
@@ -88,7 +97,10 @@ impl RaFile {
         let size = self.size();
         let start = end.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
         if window > 0 && start < size {
-            out.push(Extent { off: start, len: (window * BLOCK_SIZE as u64).min(size - start) });
+            out.push(Extent {
+                off: start,
+                len: (window * BLOCK_SIZE as u64).min(size - start),
+            });
         }
         out
     }
@@ -145,7 +157,10 @@ impl ReadAhead {
     }
 
     pub fn set_mode(&self, mode: RaMode) {
-        self.slot.env().mode.store(u8::from(mode == RaMode::Off), Ordering::Relaxed);
+        self.slot
+            .env()
+            .mode
+            .store(u8::from(mode == RaMode::Off), Ordering::Relaxed);
     }
 
     /// Asks the policy what to prefetch after a read of `len` bytes at `offset` in a file of
@@ -156,7 +171,10 @@ impl ReadAhead {
         if file.mode() == RaMode::Off {
             return Extents::new();
         }
-        self.slot.invoke(&Read { offset, len: len.min(u32::MAX as usize) as u32 })
+        self.slot.invoke(&Read {
+            offset,
+            len: len.min(u32::MAX as usize) as u32,
+        })
     }
 }
 
@@ -189,7 +207,12 @@ impl GraftPoint for Writeback {
     type Results = i32;
 
     fn default_policy(_: &(), pages: &&[WritebackArgs]) -> Vec<usize> {
-        pages.iter().enumerate().filter(|(_, p)| p.age_ns >= DIRTY_AGE_NS).map(|(i, _)| i).collect()
+        pages
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.age_ns >= DIRTY_AGE_NS)
+            .map(|(i, _)| i)
+            .collect()
     }
     fn encode(_: &(), pages: &&[WritebackArgs], area: &mut [u8]) -> (i32, i64) {
         let n = pages.len().min(WRITEBACK_MAX).min(area.len() / 32);
@@ -203,8 +226,9 @@ impl GraftPoint for Writeback {
     }
     fn decode(_: &(), pages: &&[WritebackArgs], count: i32, area: &[u8]) -> Result<Vec<usize>, Invalid> {
         let n = pages.len().min(WRITEBACK_MAX);
-        let chosen: Vec<usize> =
-            (0..n).filter(|i| u32::from_le_bytes(area[i * 32 + 24..i * 32 + 28].try_into().expect("4 bytes")) != 0).collect();
+        let chosen: Vec<usize> = (0..n)
+            .filter(|i| u32::from_le_bytes(area[i * 32 + 24..i * 32 + 28].try_into().expect("4 bytes")) != 0)
+            .collect();
         if count < 0 || count as usize != chosen.len() {
             return Err(Invalid(format!("returned {count} but marked {} pages", chosen.len())));
         }

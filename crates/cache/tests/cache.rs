@@ -12,7 +12,10 @@ const BS: u64 = BLOCK_SIZE as u64;
 
 fn read_block(s: &common::Setup, pid: u64, obj: u64, f: &common::File, index: u64) -> Vec<u8> {
     let mut buf = vec![0u8; BLOCK_SIZE];
-    assert_eq!(s.cache.read(&IoCtx::new(pid), obj, f, index * BS, &mut buf).unwrap(), BLOCK_SIZE);
+    assert_eq!(
+        s.cache.read(&IoCtx::new(pid), obj, f, index * BS, &mut buf).unwrap(),
+        BLOCK_SIZE
+    );
     buf
 }
 
@@ -33,9 +36,15 @@ fn reads_come_from_the_device_then_from_the_cache() {
     assert_eq!((second.misses, second.hits), (4, 4));
     assert_eq!(s.cache.object_counters(7).hits, 4);
     // Reads stop at the end of the file; holes read as zeros.
-    let short = common::File { allocated: 1, ..file(10, 2) };
+    let short = common::File {
+        allocated: 1,
+        ..file(10, 2)
+    };
     let mut buf = vec![9u8; 3 * BLOCK_SIZE];
-    assert_eq!(s.cache.read(&IoCtx::new(1), 8, &short, 0, &mut buf).unwrap(), 2 * BLOCK_SIZE);
+    assert_eq!(
+        s.cache.read(&IoCtx::new(1), 8, &short, 0, &mut buf).unwrap(),
+        2 * BLOCK_SIZE
+    );
     assert!(buf[BLOCK_SIZE..2 * BLOCK_SIZE].iter().all(|&b| b == 0));
     assert_eq!(s.cache.read(&IoCtx::new(1), 8, &short, 5 * BS, &mut buf).unwrap(), 0);
 }
@@ -56,7 +65,11 @@ fn lru_evicts_the_least_recently_used_page() {
 
 /// Spares pages whose id is in `hot`.
 fn spare(hot: Vec<u64>) -> Arc<dyn vino_graft::NativePolicy<PickVictim>> {
-    Arc::new(move |_: &u64, c: &&[u64]| c.iter().position(|p| !hot.contains(p)).ok_or_else(|| Invalid::new("all hot")))
+    Arc::new(move |_: &u64, c: &&[u64]| {
+        c.iter()
+            .position(|p| !hot.contains(p))
+            .ok_or_else(|| Invalid::new("all hot"))
+    })
 }
 
 #[test]
@@ -96,8 +109,14 @@ fn a_graft_that_chooses_badly_pays_with_its_own_pages() {
     read_block(&s, 1, 1, &fa, 2); // the graft's mistake: block 2 is missed again
     let c = s.cache.process_counters(1);
     assert_eq!(c.graft_mistakes, 1);
-    assert!(!s.cache.contains(1, 0), "the process paid with the page the kernel had chosen");
-    assert!(s.cache.contains(2, 0) && s.cache.contains(2, 1), "the other process kept its frames");
+    assert!(
+        !s.cache.contains(1, 0),
+        "the process paid with the page the kernel had chosen"
+    );
+    assert!(
+        s.cache.contains(2, 0) && s.cache.contains(2, 1),
+        "the other process kept its frames"
+    );
 }
 
 #[test]
@@ -112,7 +131,10 @@ fn hot_list_graft_from_c_spares_hot_pages() {
         read_block(&s, 1, 1, &f, i);
     }
     read_block(&s, 1, 1, &f, 4);
-    assert!(s.cache.contains(1, 0) && !s.cache.contains(1, 1), "block 0 is hot, block 1 went");
+    assert!(
+        s.cache.contains(1, 0) && !s.cache.contains(1, 1),
+        "block 0 is hot, block 1 went"
+    );
     assert_eq!(slot.stats().unwrap().failures, 0);
 }
 
@@ -154,7 +176,11 @@ fn read_ahead_never_goes_past_the_end_and_wasted_pages_are_counted() {
     let mut buf = vec![0u8; BLOCK_SIZE];
     s.cache.read(&ctx, 1, &f, 0, &mut buf).unwrap();
     s.cache.read(&ctx, 1, &f, BS, &mut buf).unwrap();
-    assert_eq!(s.cache.process_counters(1).prefetched, 1, "only block 2 is left in the file");
+    assert_eq!(
+        s.cache.process_counters(1).prefetched,
+        1,
+        "only block 2 is left in the file"
+    );
     // Push the prefetched page out unused.
     let g = file(50, 20);
     for i in 0..10 {
@@ -207,7 +233,10 @@ fn writes_reach_the_device_on_sync() {
     assert_eq!(s.cache.stats().dirty, 0);
     assert_eq!(s.device.unflushed_writes(), 0, "sync flushed the device");
     // Writing a block the file system has not allocated is refused.
-    let hole = common::File { allocated: 1, ..file(10, 4) };
+    let hole = common::File {
+        allocated: 1,
+        ..file(10, 4)
+    };
     assert!(s.cache.write(&ctx, 1, &hole, 3 * BS, b"x").is_err());
 }
 

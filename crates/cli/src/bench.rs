@@ -138,44 +138,111 @@ struct CoreResults {
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
-    use vino_bench::{e4_wisconsin as e4, e5_events as e5, e6_layout as e6, e7_gunzip as e7, e8_locks as e8, e9_linux as e9};
+    use vino_bench::{
+        e4_wisconsin as e4, e5_events as e5, e6_layout as e6, e7_gunzip as e7, e8_locks as e8, e9_linux as e9,
+    };
     match cmd {
         BenchCommand::Core { common, part, scratch } => core(&common, part, scratch),
-        BenchCommand::Wisconsin { common, device, scratch } => {
+        BenchCommand::Wisconsin {
+            common,
+            device,
+            scratch,
+        } => {
             let devices = match device {
                 DeviceChoice::Plain => e4::Devices::Plain,
                 DeviceChoice::Model => e4::Devices::Model,
                 DeviceChoice::Both => e4::Devices::Both,
             };
-            let opts = e4::E4Options { quick: common.quick, scratch_dir: scratch, devices, ..Default::default() };
-            experiment(&common, "wisconsin", |p| e4::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
+            let opts = e4::E4Options {
+                quick: common.quick,
+                scratch_dir: scratch,
+                devices,
+                ..Default::default()
+            };
+            experiment(
+                &common,
+                "wisconsin",
+                |p| e4::run(&opts, p),
+                |r| r.tables(),
+                |r, path| r.plot(path),
+            )
         }
         BenchCommand::Layout { common, scratch } => {
-            let opts = e6::E6Options { scratch_dir: scratch, ..e6::E6Options::new(common.quick) };
-            experiment(&common, "layout", |p| e6::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
+            let opts = e6::E6Options {
+                scratch_dir: scratch,
+                ..e6::E6Options::new(common.quick)
+            };
+            experiment(
+                &common,
+                "layout",
+                |p| e6::run(&opts, p),
+                |r| r.tables(),
+                |r, path| r.plot(path),
+            )
         }
         BenchCommand::Gunzip { common, scratch } => {
-            let opts = e7::E7Options { scratch_dir: scratch, ..e7::E7Options::new(common.quick) };
-            experiment(&common, "gunzip", |p| e7::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
+            let opts = e7::E7Options {
+                scratch_dir: scratch,
+                ..e7::E7Options::new(common.quick)
+            };
+            experiment(
+                &common,
+                "gunzip",
+                |p| e7::run(&opts, p),
+                |r| r.tables(),
+                |r, path| r.plot(path),
+            )
         }
         BenchCommand::Events { common, scratch } => {
-            let opts = e5::E5Options { scratch_dir: scratch, ..e5::E5Options::new(common.quick) };
-            experiment(&common, "events", |p| e5::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
+            let opts = e5::E5Options {
+                scratch_dir: scratch,
+                ..e5::E5Options::new(common.quick)
+            };
+            experiment(
+                &common,
+                "events",
+                |p| e5::run(&opts, p),
+                |r| r.tables(),
+                |r, path| r.plot(path),
+            )
         }
         BenchCommand::Locks { common, scratch } => {
-            let opts = e8::E8Options { scratch_dir: scratch, ..e8::E8Options::new(common.quick) };
-            experiment(&common, "locks", |p| e8::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
+            let opts = e8::E8Options {
+                scratch_dir: scratch,
+                ..e8::E8Options::new(common.quick)
+            };
+            experiment(
+                &common,
+                "locks",
+                |p| e8::run(&opts, p),
+                |r| r.tables(),
+                |r, path| r.plot(path),
+            )
         }
         BenchCommand::Linux { common, scratch } => {
-            let opts = e9::E9Options { quick: common.quick, scratch_dir: scratch, ..Default::default() };
-            experiment(&common, "linux", |p| e9::run(&opts, p), |r| r.tables(), |r, path| r.plot(path))
+            let opts = e9::E9Options {
+                quick: common.quick,
+                scratch_dir: scratch,
+                ..Default::default()
+            };
+            experiment(
+                &common,
+                "linux",
+                |p| e9::run(&opts, p),
+                |r| r.tables(),
+                |r, path| r.plot(path),
+            )
         }
         BenchCommand::Daemon { common, scratch } => {
             crate::remote::bench_daemon(common.quick, common.json, &scratch, &common.out)
         }
-        BenchCommand::Soak { clients, secs, threads, json, scratch } => {
-            crate::remote::soak(clients, secs, threads, json, &scratch)
-        }
+        BenchCommand::Soak {
+            clients,
+            secs,
+            threads,
+            json,
+            scratch,
+        } => crate::remote::soak(clients, secs, threads, json, &scratch),
     }
 }
 
@@ -191,29 +258,43 @@ fn experiment<R: Serialize>(
     let mut p = Progress::new(name);
     let report = run(&mut |m| p.step(m)).with_context(|| format!("experiment {name}"))?;
     p.finish();
-    let (json, svg) = (common.out.join(format!("{name}.json")), common.out.join(format!("{name}.svg")));
+    let (json, svg) = (
+        common.out.join(format!("{name}.json")),
+        common.out.join(format!("{name}.svg")),
+    );
     write_json(&json, &report)?;
     plot(&report, &svg).with_context(|| format!("plotting {name}"))?;
     emit(common, &report, &tables(&report), &[&json, &svg])
 }
 
 fn core(common: &Common, part: CorePart, scratch: PathBuf) -> Result<()> {
-    let mut results = CoreResults { quick: common.quick, costs: None, extensions: None };
+    let mut results = CoreResults {
+        quick: common.quick,
+        costs: None,
+        extensions: None,
+    };
     // The extension study forks its upcall server before any other thread exists, so it runs
     // first.
     if part != CorePart::Costs {
         let mut p = Progress::new("extension technologies");
-        let opts = ExtTechOptions { quick: common.quick, scratch_dir: scratch };
+        let opts = ExtTechOptions {
+            quick: common.quick,
+            scratch_dir: scratch,
+        };
         let report = exttech::run(&opts, &mut |m| p.step(m)).context("extension-technology study")?;
         p.finish();
-        report.plot(&common.out.join("exttech.svg")).context("plotting the extension study")?;
+        report
+            .plot(&common.out.join("exttech.svg"))
+            .context("plotting the extension study")?;
         results.extensions = Some(report);
     }
     if part != CorePart::Extensions {
         let mut p = Progress::new("core costs");
         let report = graftcost::run(common.quick, &mut |m| p.step(m));
         p.finish();
-        report.plot(&common.out.join("core-costs.svg")).context("plotting the core costs")?;
+        report
+            .plot(&common.out.join("core-costs.svg"))
+            .context("plotting the core costs")?;
         results.costs = Some(report);
     }
     write_json(&common.out.join("core.json"), &results)?;
@@ -224,7 +305,12 @@ fn core(common: &Common, part: CorePart, scratch: PathBuf) -> Result<()> {
     if let Some(e) = &results.extensions {
         tables.extend(e.tables());
     }
-    emit(common, &results, &tables, &[&common.out.join("core.json"), &common.out.join("core-costs.svg")])
+    emit(
+        common,
+        &results,
+        &tables,
+        &[&common.out.join("core.json"), &common.out.join("core-costs.svg")],
+    )
 }
 
 /// Prints tables (or JSON) and says where the files went.

@@ -18,7 +18,11 @@ pub fn run(with_bench: bool, image: &std::path::Path) -> Result<()> {
     let rt = Runtime::default();
     let opts = vino_sdk::BuildOptions::default();
     let toolchain = vino_sdk::find_toolchain(&opts)?;
-    println!("VINO demo: grafts built with {} ({})\n", toolchain.clang.display(), toolchain.version.lines().next().unwrap_or(""));
+    println!(
+        "VINO demo: grafts built with {} ({})\n",
+        toolchain.clang.display(),
+        toolchain.version.lines().next().unwrap_or("")
+    );
 
     good_grafts(&rt, &opts)?;
     hostile_suite(&rt)?;
@@ -41,26 +45,48 @@ fn good_grafts(rt: &Runtime, opts: &vino_sdk::BuildOptions) -> Result<()> {
     let counter = vino_sdk::build_example("toy_counter", opts)?;
     let first = apply.load(&null, Owner::process(1))?;
     let again = apply.load(&null, Owner::process(1))?;
-    let mut t = Table::new("Well-behaved grafts", &["graft", "graftpoint", "call", "answer", "note"]);
-    t.row(["(none)".into(), "toy.apply".into(), "apply(7)".to_string(), "7".into(), "default policy".to_string()]);
+    let mut t = Table::new(
+        "Well-behaved grafts",
+        &["graft", "graftpoint", "call", "answer", "note"],
+    );
+    t.row([
+        "(none)".into(),
+        "toy.apply".into(),
+        "apply(7)".to_string(),
+        "7".into(),
+        "default policy".to_string(),
+    ]);
     t.row([
         "null.c".into(),
         "toy.apply".into(),
         "apply(7)".into(),
         apply.invoke(&7).to_string(),
-        format!("loaded in {} (compiled), {} (cached)", fmt_ns(first.load_ns as f64), fmt_ns(again.load_ns as f64)),
+        format!(
+            "loaded in {} (compiled), {} (cached)",
+            fmt_ns(first.load_ns as f64),
+            fmt_ns(again.load_ns as f64)
+        ),
     ]);
     apply.load(&counter, Owner::process(1))?;
     let a = apply.invoke(&5);
     let b = apply.invoke(&5);
-    t.row(["toy_counter.c".into(), "toy.apply".into(), "apply(5) twice".into(), format!("{a}, {b}"), format!("cells now {:?}", kernel.snapshot())]);
+    t.row([
+        "toy_counter.c".into(),
+        "toy.apply".into(),
+        "apply(5) twice".into(),
+        format!("{a}, {b}"),
+        format!("cells now {:?}", kernel.snapshot()),
+    ]);
     let c = apply.invoke(&-100);
     t.row([
         "toy_counter.c".into(),
         "toy.apply".into(),
         "apply(-100)".into(),
         c.to_string(),
-        format!("invalid (negative): aborted, default answered, cells still {:?}", kernel.snapshot()),
+        format!(
+            "invalid (negative): aborted, default answered, cells still {:?}",
+            kernel.snapshot()
+        ),
     ]);
 
     let victim: GraftSlot<PickVictim> = GraftSlot::new(rt, Arc::new(kernel), Access::Process(1), None);
@@ -87,7 +113,16 @@ fn hostile_suite(rt: &Runtime) -> Result<()> {
     });
     let mut t = Table::new(
         "Hostile grafts",
-        &["case", "what it does", "stopped by", "default", "state", "locks", "next graft", "time"],
+        &[
+            "case",
+            "what it does",
+            "stopped by",
+            "default",
+            "state",
+            "locks",
+            "next graft",
+            "time",
+        ],
     );
     let mut all_ok = true;
     let started = Instant::now();
@@ -102,13 +137,25 @@ fn hostile_suite(rt: &Runtime) -> Result<()> {
             case.what.to_string(),
             shorten(&o.failure, 60),
             yes(o.default_decided),
-            if o.state_restored { "restored".into() } else { "CHANGED".into() },
-            if o.no_lock_held { "none held".into() } else { "LEAKED".into() },
+            if o.state_restored {
+                "restored".into()
+            } else {
+                "CHANGED".into()
+            },
+            if o.no_lock_held {
+                "none held".into()
+            } else {
+                "LEAKED".into()
+            },
             yes(o.next_graft_works),
             fmt_ns(o.elapsed.as_nanos() as f64),
         ]);
     }
-    t.note(format!("{} cases in {:.1} s", hostile::CASES.len(), started.elapsed().as_secs_f64()));
+    t.note(format!(
+        "{} cases in {:.1} s",
+        hostile::CASES.len(),
+        started.elapsed().as_secs_f64()
+    ));
     t.print();
     if !all_ok {
         bail!("a hostile graft was not contained (see the table)");
@@ -117,7 +164,11 @@ fn hostile_suite(rt: &Runtime) -> Result<()> {
 }
 
 fn shorten(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
 }
 
 /// The storage kernel on a disk image: a file written through the page cache and read back
@@ -144,10 +195,18 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
     p.close(fd)?;
     let ra_graft = vino_sdk::build_example("sequential_ra", opts)?;
     let mut t = Table::new(
-        &format!("Storage kernel: 16 MB read sequentially, 32 KB at a time ({}, O_DIRECT {})", image.display(), if direct { "on" } else { "off" }),
+        &format!(
+            "Storage kernel: 16 MB read sequentially, 32 KB at a time ({}, O_DIRECT {})",
+            image.display(),
+            if direct { "on" } else { "off" }
+        ),
         &["read-ahead", "time", "misses", "prefetched", "used", "MB/s"],
     );
-    for (name, how) in [("off", 0), ("kernel default", 1), ("sequential_ra.c graft, 32 blocks", 2)] {
+    for (name, how) in [
+        ("off", 0),
+        ("kernel default", 1),
+        ("sequential_ra.c graft, 32 blocks", 2),
+    ] {
         kernel.cache().drop_clean()?;
         let before = kernel.cache().process_counters(p.pid());
         let fd = p.open("/demo/data", OpenFlags::read_only())?;
@@ -167,7 +226,11 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
             if n == 0 {
                 break;
             }
-            if buf[..n].iter().enumerate().any(|(i, &b)| b != ((total + i) % MB % 251) as u8) {
+            if buf[..n]
+                .iter()
+                .enumerate()
+                .any(|(i, &b)| b != ((total + i) % MB % 251) as u8)
+            {
                 bail!("read back wrong data at offset {total}");
             }
             total += n;
@@ -186,7 +249,10 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
     }
     kernel.shutdown()?;
     let report = vino_fs::fsck(&vino_blockdev::FileDevice::open(image)?, false)?;
-    t.note(format!("fsck after unmount: {}", if report.is_clean() { "clean" } else { "PROBLEMS" }));
+    t.note(format!(
+        "fsck after unmount: {}",
+        if report.is_clean() { "clean" } else { "PROBLEMS" }
+    ));
     t.print();
     if !report.is_clean() {
         bail!("fsck found problems on {}", image.display());
@@ -207,14 +273,21 @@ fn processes(image: &std::path::Path) -> Result<()> {
     let daemon = vino_daemon::start(config)?;
     let (mut a, mut b) = (Client::connect(daemon.socket())?, Client::connect(daemon.socket())?);
     let mut t = Table::new(
-        format!("Processes: vinod serving {} on {}", image.display(), daemon.socket().display()),
+        format!(
+            "Processes: vinod serving {} on {}",
+            image.display(),
+            daemon.socket().display()
+        ),
         &["step", "what happened"],
     );
     let fa = a.open("/demo/shared", OpenFlags::create())?;
     let fb = b.open("/demo/shared", OpenFlags::read_write())?;
     a.lock(fa, LockKind::Write, 0, 1, false)?;
     let refused = b.lock(fb, LockKind::Write, 0, 1, false).expect_err("a holds the lock");
-    t.row(["b asks for a's write lock", &format!("refused: errno {} ({})", refused.errno, refused.message)]);
+    t.row([
+        "b asks for a's write lock",
+        &format!("refused: errno {} ({})", refused.errno, refused.message),
+    ]);
     a.lock(fa, LockKind::Unlock, 0, 1, false)?;
     b.lock(fb, LockKind::Write, 0, 1, false)?;
     t.row(["a unlocks, b asks again", "granted"]);
@@ -226,17 +299,30 @@ fn processes(image: &std::path::Path) -> Result<()> {
         a.unlink(name)?;
     }
     let events = b.event_wait(2000)?;
-    let seen: Vec<String> = events.iter().map(|e| format!("{:?} {} by pid {}", e.kind, e.name, e.pid)).collect();
+    let seen: Vec<String> = events
+        .iter()
+        .map(|e| format!("{:?} {} by pid {}", e.kind, e.name, e.pid))
+        .collect();
     t.row(["a unlinks scratch and other; b watches \"scratch\"", &seen.join(", ")]);
     if events.len() != 1 || events[0].name != "scratch" {
         bail!("expected one unlink event for scratch, got {seen:?}");
     }
     let top = a.top()?;
-    t.row(["top", &format!("{} processes, {} system calls", top.processes.len(), top.processes.iter().map(|p| p.syscalls).sum::<u64>())]);
+    t.row([
+        "top",
+        &format!(
+            "{} processes, {} system calls",
+            top.processes.len(),
+            top.processes.iter().map(|p| p.syscalls).sum::<u64>()
+        ),
+    ]);
     drop((a, b));
     daemon.shutdown()?;
     let report = vino_fs::fsck(&vino_blockdev::FileDevice::open(image)?, false)?;
-    t.note(format!("clients gone, daemon stopped; fsck: {}", if report.is_clean() { "clean" } else { "PROBLEMS" }));
+    t.note(format!(
+        "clients gone, daemon stopped; fsck: {}",
+        if report.is_clean() { "clean" } else { "PROBLEMS" }
+    ));
     t.print();
     if !report.is_clean() {
         bail!("fsck found problems on {}", image.display());

@@ -40,7 +40,13 @@ pub enum GraftCommand {
 
 pub fn run(cmd: GraftCommand) -> Result<()> {
     match cmd {
-        GraftCommand::Build { source, output, opt, debug, defines } => build(source, output, &opt, debug, defines),
+        GraftCommand::Build {
+            source,
+            output,
+            opt,
+            debug,
+            defines,
+        } => build(source, output, &opt, debug, defines),
         GraftCommand::Check { module, point } => check(module, &point),
         GraftCommand::Remote(cmd) => crate::remote::graft(cmd),
     }
@@ -63,7 +69,12 @@ fn build(source: PathBuf, output: Option<PathBuf>, opt: &str, debug: bool, defin
             None => (d, None),
         })
         .collect();
-    let opts = vino_sdk::BuildOptions { opt_level, debug, defines, ..Default::default() };
+    let opts = vino_sdk::BuildOptions {
+        opt_level,
+        debug,
+        defines,
+        ..Default::default()
+    };
     let output = output.unwrap_or_else(|| source.with_extension("wasm"));
     vino_sdk::build_c(&source, &output, &opts)?;
     Ok(())

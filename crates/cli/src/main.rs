@@ -15,7 +15,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "vino", version, about = "VINO: an extensible kernel in user space, with safe grafts")]
+#[command(
+    name = "vino",
+    version,
+    about = "VINO: an extensible kernel in user space, with safe grafts"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -147,24 +151,48 @@ fn main() -> ExitCode {
         Command::Graft(cmd) => graft::run(cmd),
         Command::Bench { which } => bench::run(which),
         Command::Daemon { image, socket, config } => remote::daemon(&image, socket, config),
-        Command::Mount { first, second, socket, config } => match second {
+        Command::Mount {
+            first,
+            second,
+            socket,
+            config,
+        } => match second {
             Some(mountpoint) => remote::mount(Some(&first), &mountpoint, socket, config),
             None => remote::mount(None, &first, socket, config),
         },
         Command::Unmount { mountpoint, socket } => remote::unmount(&mountpoint, socket),
-        Command::Top { once, json, interval, socket } => remote::top(socket, once, json, interval),
-        Command::Mkfs { image, size, blocks_per_group, json } => storage::run_mkfs(&image, size, blocks_per_group, json),
+        Command::Top {
+            once,
+            json,
+            interval,
+            socket,
+        } => remote::top(socket, once, json, interval),
+        Command::Mkfs {
+            image,
+            size,
+            blocks_per_group,
+            json,
+        } => storage::run_mkfs(&image, size, blocks_per_group, json),
         Command::Fsck { image, repair, json } => match storage::run_fsck(&image, repair, json) {
             Ok(status) => return ExitCode::from(status as u8),
             Err(e) => Err(e),
         },
-        Command::SoakClient { socket, id, secs, graft } => remote::soak_client(&socket, id, secs, &graft),
+        Command::SoakClient {
+            socket,
+            id,
+            secs,
+            graft,
+        } => remote::soak_client(&socket, id, secs, &graft),
         Command::CrashWorkload { image, log, seed } => storage::crash_workload(&image, &log, seed),
         Command::CrashCheck { image, log } => storage::crash_check(&image, &log).and_then(|wrong| {
             for w in &wrong {
                 eprintln!("{}: {w}", image.display());
             }
-            if wrong.is_empty() { Ok(()) } else { anyhow::bail!("{} problems after the crash", wrong.len()) }
+            if wrong.is_empty() {
+                Ok(())
+            } else {
+                anyhow::bail!("{} problems after the crash", wrong.len())
+            }
         }),
     };
     match result {

@@ -365,11 +365,19 @@ pub fn soak(clients: usize, secs: u64, threads: bool, json: bool, scratch: &Path
     let exe = std::env::current_exe().context("finding the vino program")?;
     let command = |id: usize, socket: &Path, secs: u64, graft: &Path| {
         let mut c = std::process::Command::new(&exe);
-        c.arg("soak-client").arg("--socket").arg(socket).arg("--graft").arg(graft);
+        c.arg("soak-client")
+            .arg("--socket")
+            .arg(socket)
+            .arg("--graft")
+            .arg(graft);
         c.args(["--id", &id.to_string(), "--secs", &secs.to_string()]);
         c
     };
-    let how = if threads { SoakClients::Threads } else { SoakClients::Processes(&command) };
+    let how = if threads {
+        SoakClients::Threads
+    } else {
+        SoakClients::Processes(&command)
+    };
     let report = vino_bench::daemon::soak(dir.path(), clients, secs, how, |ops, _| {
         if let Some(b) = &bar {
             b.set_position(started.elapsed().as_secs().min(secs));

@@ -12,7 +12,9 @@ use vino_fs::{MkfsOptions, mkfs};
 pub fn parse_size(text: &str) -> Result<u64> {
     let t = text.trim();
     let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = digits.parse().with_context(|| format!("`{text}` is not a size (e.g. 64M, 2G)"))?;
+    let n: u64 = digits
+        .parse()
+        .with_context(|| format!("`{text}` is not a size (e.g. 64M, 2G)"))?;
     let mult = match unit.to_ascii_uppercase().as_str() {
         "" | "B" => 1,
         "K" | "KB" | "KIB" => 1 << 10,
@@ -28,8 +30,13 @@ pub fn run_mkfs(image: &Path, size: Option<u64>, blocks_per_group: Option<u32>, 
     let dev: Arc<dyn BlockDevice> = if image.exists() {
         Arc::new(FileDevice::open(image)?)
     } else {
-        let Some(size) = size else { bail!("{} does not exist: give --size to create it", image.display()) };
-        Arc::new(FileDevice::create(image, size.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64)?)
+        let Some(size) = size else {
+            bail!("{} does not exist: give --size to create it", image.display())
+        };
+        Arc::new(FileDevice::create(
+            image,
+            size.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64,
+        )?)
     };
     let mut opts = MkfsOptions::default();
     if let Some(b) = blocks_per_group {
@@ -114,7 +121,10 @@ pub fn crash_byte(file: u32, offset: u64) -> u8 {
 /// must survive. Runs until killed.
 pub fn crash_workload(image: &Path, log: &Path, seed: u64) -> Result<()> {
     let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(image)?);
-    let config = vino_kernel::KernelConfig { cache_frames: 128, ..Default::default() };
+    let config = vino_kernel::KernelConfig {
+        cache_frames: 128,
+        ..Default::default()
+    };
     let kernel = vino_kernel::Kernel::boot(dev, &config)?;
     let p = kernel.spawn(vino_kernel::Credentials::root());
     let mut log = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
@@ -128,7 +138,16 @@ pub fn crash_workload(image: &Path, log: &Path, seed: u64) -> Result<()> {
     const FILES: u32 = 4;
     let mut fds = Vec::new();
     for f in 0..FILES {
-        let fd = p.open(&format!("/crash{f}"), vino_kernel::OpenFlags { create: true, read: true, write: true, mode: 0o644, ..Default::default() })?;
+        let fd = p.open(
+            &format!("/crash{f}"),
+            vino_kernel::OpenFlags {
+                create: true,
+                read: true,
+                write: true,
+                mode: 0o644,
+                ..Default::default()
+            },
+        )?;
         fds.push((fd, p.fstat(fd)?.size));
     }
     loop {
@@ -175,10 +194,18 @@ pub fn crash_check(image: &Path, log: &Path) -> Result<Vec<String>> {
     let mut wrong = Vec::new();
     let dev = FileDevice::open(image)?;
     let report = vino_fs::fsck(&dev, true)?;
-    wrong.extend(report.problems.iter().map(|p| format!("fsck: {:?}: {}", p.kind, p.detail)));
+    wrong.extend(
+        report
+            .problems
+            .iter()
+            .map(|p| format!("fsck: {:?}: {}", p.kind, p.detail)),
+    );
     let second = vino_fs::fsck(&dev, false)?;
     if !second.is_clean() {
-        wrong.push(format!("fsck still finds {} problems after replay", second.problems.len()));
+        wrong.push(format!(
+            "fsck still finds {} problems after replay",
+            second.problems.len()
+        ));
     }
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut durable = [0u64; 4];
@@ -197,7 +224,13 @@ pub fn crash_check(image: &Path, log: &Path) -> Result<Vec<String>> {
         }
     }
     let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(image)?);
-    let kernel = vino_kernel::Kernel::boot(dev, &vino_kernel::KernelConfig { writeback_every: None, ..Default::default() })?;
+    let kernel = vino_kernel::Kernel::boot(
+        dev,
+        &vino_kernel::KernelConfig {
+            writeback_every: None,
+            ..Default::default()
+        },
+    )?;
     let p = kernel.spawn(vino_kernel::Credentials::root());
     for (f, &size) in durable.iter().enumerate() {
         if size == 0 {

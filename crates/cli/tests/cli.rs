@@ -4,18 +4,31 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn vino(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vino")).args(args).output().expect("vino runs")
+    Command::new(env!("CARGO_BIN_EXE_vino"))
+        .args(args)
+        .output()
+        .expect("vino runs")
 }
 
 fn sdk(path: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk").join(path).display().to_string()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../sdk")
+        .join(path)
+        .display()
+        .to_string()
 }
 
 #[test]
 fn graft_build_is_quiet_and_writes_a_module_that_checks() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hot.wasm");
-    let o = vino(&["graft", "build", &sdk("grafts/hotlist_evict.c"), "-o", out.to_str().unwrap()]);
+    let o = vino(&[
+        "graft",
+        "build",
+        &sdk("grafts/hotlist_evict.c"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(o.stdout.is_empty() && o.stderr.is_empty(), "quiet on success");
     assert_eq!(&std::fs::read(&out).unwrap()[..4], b"\0asm");
@@ -41,7 +54,13 @@ fn graft_build_reports_compile_errors_on_stderr() {
 #[test]
 fn graft_check_refuses_forbidden_imports_and_garbage() {
     let dir = tempfile::tempdir().unwrap();
-    let o = vino(&["graft", "check", &sdk("hostile/forbidden_import_env.wat"), "--point", "toy.apply"]);
+    let o = vino(&[
+        "graft",
+        "check",
+        &sdk("hostile/forbidden_import_env.wat"),
+        "--point",
+        "toy.apply",
+    ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("does not allow"));
     let junk = dir.path().join("junk.wasm");
@@ -62,19 +81,37 @@ fn demo_runs_and_contains_every_hostile_graft() {
     let o = vino(&["demo", "--no-bench", "--image", image.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("Hostile grafts") && out.contains("evict page 102"), "{out}");
+    assert!(
+        out.contains("Hostile grafts") && out.contains("evict page 102"),
+        "{out}"
+    );
     assert!(out.contains("fsck after unmount: clean"), "{out}");
-    assert!(!out.contains("FAILED") && !out.contains("LEAKED") && !out.contains("CHANGED"), "{out}");
+    assert!(
+        !out.contains("FAILED") && !out.contains("LEAKED") && !out.contains("CHANGED"),
+        "{out}"
+    );
 }
 
 #[test]
 fn bench_core_costs_json_is_machine_readable() {
     let dir = tempfile::tempdir().unwrap();
-    let o = vino(&["bench", "core", "--quick", "--part", "costs", "--json", "--out", dir.path().to_str().unwrap()]);
+    let o = vino(&[
+        "bench",
+        "core",
+        "--quick",
+        "--part",
+        "costs",
+        "--json",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
     let ops = v["costs"]["ops"].as_array().expect("ops");
-    assert!(ops.iter().any(|op| op["name"] == "Wasm graft + transaction (protected)"));
+    assert!(
+        ops.iter()
+            .any(|op| op["name"] == "Wasm graft + transaction (protected)")
+    );
     assert!(dir.path().join("core.json").exists() && dir.path().join("core-costs.svg").exists());
 }
 
@@ -82,7 +119,17 @@ fn bench_core_costs_json_is_machine_readable() {
 fn bench_soak_runs_client_programs_against_one_daemon_and_finds_nothing_lost() {
     let dir = tempfile::tempdir().unwrap();
     let scratch = dir.path().to_str().unwrap();
-    let o = vino(&["bench", "soak", "--clients", "6", "--secs", "2", "--json", "--scratch", scratch]);
+    let o = vino(&[
+        "bench",
+        "soak",
+        "--clients",
+        "6",
+        "--secs",
+        "2",
+        "--json",
+        "--scratch",
+        scratch,
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["clients"], 6);

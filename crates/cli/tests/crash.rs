@@ -12,12 +12,18 @@ fn vino() -> Command {
 
 #[test]
 fn killed_at_random_moments_the_file_system_stays_consistent_and_keeps_fsynced_data() {
-    let rounds: u64 = std::env::var("VINO_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let rounds: u64 = std::env::var("VINO_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
     // Not a tmpfs: the image is written with O_DIRECT like a real device.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let image = dir.path().join("crash.img");
     let log = dir.path().join("fsynced.log");
-    let status = vino().args(["mkfs", image.to_str().unwrap(), "--size", "64M"]).status().unwrap();
+    let status = vino()
+        .args(["mkfs", image.to_str().unwrap(), "--size", "64M"])
+        .status()
+        .unwrap();
     assert!(status.success());
     let mut x = 0x2545F4914F6CDD1Du64;
     for round in 0..rounds {
@@ -25,7 +31,14 @@ fn killed_at_random_moments_the_file_system_stays_consistent_and_keeps_fsynced_d
         x ^= x >> 7;
         x ^= x << 17;
         let mut child = vino()
-            .args(["crash-workload", image.to_str().unwrap(), "--log", log.to_str().unwrap(), "--seed", &(round + 1).to_string()])
+            .args([
+                "crash-workload",
+                image.to_str().unwrap(),
+                "--log",
+                log.to_str().unwrap(),
+                "--seed",
+                &(round + 1).to_string(),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -34,15 +47,28 @@ fn killed_at_random_moments_the_file_system_stays_consistent_and_keeps_fsynced_d
         std::thread::sleep(Duration::from_millis(50 + x % 750));
         if let Ok(Some(status)) = child.try_wait() {
             let out = child.wait_with_output().unwrap();
-            panic!("round {round}: the workload stopped by itself ({status}): {}", String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "round {round}: the workload stopped by itself ({status}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
-        let out = vino().args(["crash-check", image.to_str().unwrap(), "--log", log.to_str().unwrap()]).output().unwrap();
-        assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = vino()
+            .args(["crash-check", image.to_str().unwrap(), "--log", log.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "round {round}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(text.lines().count() as u64 >= rounds, "the workload fsync'd too rarely to test anything:\n{text}");
+    assert!(
+        text.lines().count() as u64 >= rounds,
+        "the workload fsync'd too rarely to test anything:\n{text}"
+    );
 }
 
 #[test]
@@ -51,10 +77,22 @@ fn fsck_reports_a_corrupt_image_and_mkfs_refuses_nonsense() {
     let image = dir.path().join("bad.img");
     let out = vino().args(["mkfs", image.to_str().unwrap()]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--size"));
-    let out = vino().args(["mkfs", image.to_str().unwrap(), "--size", "12Q"]).output().unwrap();
+    let out = vino()
+        .args(["mkfs", image.to_str().unwrap(), "--size", "12Q"])
+        .output()
+        .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("unknown unit"));
-    assert!(vino().args(["mkfs", image.to_str().unwrap(), "--size", "16M"]).status().unwrap().success());
-    let clean = vino().args(["fsck", image.to_str().unwrap(), "--json"]).output().unwrap();
+    assert!(
+        vino()
+            .args(["mkfs", image.to_str().unwrap(), "--size", "16M"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let clean = vino()
+        .args(["fsck", image.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
     assert_eq!(clean.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&clean.stdout).unwrap();
     assert_eq!(v["clean"], true);

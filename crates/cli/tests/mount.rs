@@ -7,7 +7,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn vino(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vino")).args(args).output().expect("vino runs")
+    Command::new(env!("CARGO_BIN_EXE_vino"))
+        .args(args)
+        .output()
+        .expect("vino runs")
 }
 
 fn spawn(args: &[&str]) -> Child {
@@ -38,12 +41,17 @@ fn mounted(at: &Path) -> bool {
 }
 
 fn sigterm(child: &mut Child) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
 }
 
 /// Invocations of the file-wide read-ahead graft, from `vino graft list --json`.
 fn file_graft_invocations(socket: &str) -> Option<u64> {
-    let list: serde_json::Value = serde_json::from_str(&ok(&vino(&["graft", "list", "--json", "--socket", socket]))).ok()?;
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(&vino(&["graft", "list", "--json", "--socket", socket]))).ok()?;
     list.as_array()?
         .iter()
         .filter(|g| g.to_string().contains("/big.txt"))
@@ -57,7 +65,11 @@ fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
         panic!("this test needs root and /dev/fuse (FUSE mounts are part of the tests)");
     }
     let dir = tempfile::tempdir().unwrap();
-    let (image, mnt, socket) = (dir.path().join("disk.img"), dir.path().join("mnt"), dir.path().join("s.sock"));
+    let (image, mnt, socket) = (
+        dir.path().join("disk.img"),
+        dir.path().join("mnt"),
+        dir.path().join("s.sock"),
+    );
     std::fs::create_dir(&mnt).unwrap();
     let (image, socket_s) = (image.to_str().unwrap(), socket.to_str().unwrap());
     let mut daemon = spawn(&["mount", image, mnt.to_str().unwrap(), "--socket", socket_s]);
@@ -65,12 +77,30 @@ fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
 
     // More than the cache (4 MB) holds: reading it again goes to the device and asks read-ahead.
     let big = mnt.join("big.txt");
-    let o = Command::new("sh").arg("-c").arg(format!("seq 1 1500000 > {}", big.display())).output().unwrap();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!("seq 1 1500000 > {}", big.display()))
+        .output()
+        .unwrap();
     ok(&o);
     let module = dir.path().join("ra.wasm");
     let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/grafts/sequential_ra.c");
-    ok(&vino(&["graft", "build", sdk.to_str().unwrap(), "-o", module.to_str().unwrap()]));
-    let mut loader = spawn(&["graft", "load", "--file", big.to_str().unwrap(), "--point", "file.compute_ra", module.to_str().unwrap()]);
+    ok(&vino(&[
+        "graft",
+        "build",
+        sdk.to_str().unwrap(),
+        "-o",
+        module.to_str().unwrap(),
+    ]));
+    let mut loader = spawn(&[
+        "graft",
+        "load",
+        "--file",
+        big.to_str().unwrap(),
+        "--point",
+        "file.compute_ra",
+        module.to_str().unwrap(),
+    ]);
     wait_for("the file graft", || file_graft_invocations(socket_s).is_some());
 
     let o = Command::new("wc").arg("-l").arg(&big).output().unwrap();
@@ -101,5 +131,8 @@ fn mount_reports_a_missing_mount_point_on_stderr() {
     let o = vino(&["mount", image.to_str().unwrap(), "/nonexistent/vino-mnt"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.starts_with("vino: ") && err.contains("/nonexistent/vino-mnt"), "{err}");
+    assert!(
+        err.starts_with("vino: ") && err.contains("/nonexistent/vino-mnt"),
+        "{err}"
+    );
 }

@@ -3,9 +3,9 @@
 
 use crate::Daemon;
 use crate::shm::ClientMemory;
-use std::sync::Arc;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vino_kernel::{Process, SysError};
@@ -55,7 +55,12 @@ fn lock_info(l: vino_kernel::Lock) -> vino_proto::LockInfo {
         vino_kernel::LockKind::Read => vino_proto::LockKind::Read,
         vino_kernel::LockKind::Write => vino_proto::LockKind::Write,
     };
-    vino_proto::LockInfo { kind, start: l.range.start, len: l.range.len(), pid: l.owner }
+    vino_proto::LockInfo {
+        kind,
+        start: l.range.start,
+        len: l.range.len(),
+        pid: l.owner,
+    }
 }
 
 fn event_kind(k: vino_proto::EventKind) -> vino_kernel::EventKind {
@@ -76,7 +81,13 @@ fn event(e: vino_kernel::FsEvent) -> vino_proto::Event {
         vino_kernel::EventKind::Unlink => vino_proto::EventKind::Unlink,
         vino_kernel::EventKind::Modify => vino_proto::EventKind::Modify,
     };
-    vino_proto::Event { kind, ino: e.inode, dir: e.parent, pid: e.pid, name: e.name.unwrap_or_default() }
+    vino_proto::Event {
+        kind,
+        ino: e.inode,
+        dir: e.parent,
+        pid: e.pid,
+        name: e.name.unwrap_or_default(),
+    }
 }
 
 /// How often a blocked request looks whether its client is still there.
@@ -85,7 +96,11 @@ const HANGUP_POLL: Duration = Duration::from_millis(50);
 /// True if the client closed its end of the connection (or it broke), waiting up to `wait`.
 fn hung_up(fd: BorrowedFd<'_>, wait: Duration) -> bool {
     // POLLRDHUP, which nix does not name: the peer shut down or closed.
-    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
     let ms = wait.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: one valid pollfd, for the duration of the call.
     let n = unsafe { libc::poll(&mut pfd, 1, ms) };
@@ -237,7 +252,11 @@ impl Session<'_> {
                 wait,
             } => {
                 let req = lock_request(kind, start, len);
-                if wait { ok(self.cancelled_on_hangup(|| p.lock(fd, req, true))) } else { ok(p.lock(fd, req, false)) }
+                if wait {
+                    ok(self.cancelled_on_hangup(|| p.lock(fd, req, true)))
+                } else {
+                    ok(p.lock(fd, req, false))
+                }
             }
             Request::GetLk { fd, kind, start, len } => p
                 .getlk(fd, lock_request(kind, start, len))
@@ -284,7 +303,12 @@ impl Session<'_> {
         if !at.is_absolute() {
             return Err(inval(format!("{path}: the mount point must be an absolute path")));
         }
-        if mount { self.daemon.mount(at) } else { self.daemon.unmount(at) }.map(|_| Response::Ok)
+        if mount {
+            self.daemon.mount(at)
+        } else {
+            self.daemon.unmount(at)
+        }
+        .map(|_| Response::Ok)
     }
 
     /// Waits up to `timeout_ms` for events, in short steps, so a client that leaves does not hold

@@ -275,22 +275,32 @@ impl Daemon {
     pub fn unmount(&self, at: &Path) -> std::result::Result<(), ErrorReply> {
         let mut mounts = self.mounts.lock();
         let Some(i) = mounts.iter().position(|m| m.mountpoint() == at) else {
-            return Err(ErrorReply::new(errno::EINVAL, format!("{}: not mounted by this daemon", at.display())));
+            return Err(ErrorReply::new(
+                errno::EINVAL,
+                format!("{}: not mounted by this daemon", at.display()),
+            ));
         };
         let m = mounts.remove(i);
         drop(mounts);
-        m.unmount().map_err(|e| ErrorReply::new(e.raw_os_error().unwrap_or(errno::EIO), e.to_string()))
+        m.unmount()
+            .map_err(|e| ErrorReply::new(e.raw_os_error().unwrap_or(errno::EIO), e.to_string()))
     }
 
     /// Where this daemon has mounted the file system.
     pub fn mountpoints(&self) -> Vec<PathBuf> {
-        self.mounts.lock().iter().map(|m| m.mountpoint().to_path_buf()).collect()
+        self.mounts
+            .lock()
+            .iter()
+            .map(|m| m.mountpoint().to_path_buf())
+            .collect()
     }
 
     /// Takes one of the few places for a connection thread to poll for its next request.
     pub(crate) fn try_spin(&self) -> bool {
         self.spinning
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max_spinning).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_spinning).then_some(n + 1)
+            })
             .is_ok()
     }
 

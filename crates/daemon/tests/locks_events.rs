@@ -14,7 +14,11 @@ use vino_proto::{MAX_FRAME, Request, Response};
 fn wait_waiters(d: &TestDaemon, ino: u64, n: usize) {
     let until = Instant::now() + Duration::from_secs(10);
     while d.handle().kernel().locks().waiting(ino).len() != n {
-        assert!(Instant::now() < until, "waiters on {ino}: {:?}", d.handle().kernel().locks().waiting(ino));
+        assert!(
+            Instant::now() < until,
+            "waiters on {ino}: {:?}",
+            d.handle().kernel().locks().waiting(ino)
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -31,8 +35,14 @@ fn locks_conflict_wait_and_detect_deadlock_across_clients() {
     let e = b.lock(fb, LockKind::Read, 0, 1, false).unwrap_err();
     assert_eq!(e.errno, errno::EAGAIN, "{e}");
     let held = b.getlk(fb, LockKind::Read, 0, 10).unwrap().expect("a's lock blocks b");
-    assert_eq!((held.pid, held.kind, held.start, held.len), (a.pid(), LockKind::Write, 0, 1));
-    assert!(a.getlk(fa, LockKind::Write, 0, 1).unwrap().is_none(), "a's own lock never blocks a");
+    assert_eq!(
+        (held.pid, held.kind, held.start, held.len),
+        (a.pid(), LockKind::Write, 0, 1)
+    );
+    assert!(
+        a.getlk(fa, LockKind::Write, 0, 1).unwrap().is_none(),
+        "a's own lock never blocks a"
+    );
 
     // b waits for byte 0 while holding byte 1; a asking for byte 1 would close a cycle.
     b.lock(fb, LockKind::Write, 1, 1, false).unwrap();
@@ -45,10 +55,16 @@ fn locks_conflict_wait_and_detect_deadlock_across_clients() {
     assert_eq!(e.errno, errno::EDEADLK, "{e}");
     a.lock(fa, LockKind::Unlock, 0, 0, false).unwrap();
     let mut b = waiter.join().unwrap();
-    let held = a.getlk(fa, LockKind::Read, 0, 0).unwrap().expect("b holds bytes 0 and 1");
+    let held = a
+        .getlk(fa, LockKind::Read, 0, 0)
+        .unwrap()
+        .expect("b holds bytes 0 and 1");
     assert_eq!(held.pid, b.pid());
     b.close(fb).unwrap();
-    assert!(a.getlk(fa, LockKind::Write, 0, 0).unwrap().is_none(), "closing the file dropped b's locks");
+    assert!(
+        a.getlk(fa, LockKind::Write, 0, 0).unwrap().is_none(),
+        "closing the file dropped b's locks"
+    );
 }
 
 fn raw(stream: &mut UnixStream, req: &Request) -> Response {
@@ -67,12 +83,28 @@ fn a_client_that_hangs_up_while_waiting_leaves_the_lock_queue() {
     a.lock(fa, LockKind::Write, 0, 0, false).unwrap();
 
     let mut s = UnixStream::connect(d.socket()).unwrap();
-    let hello = Request::Hello { version: vino_proto::VERSION, client: "waiter".into(), shm_len: 0 };
+    let hello = Request::Hello {
+        version: vino_proto::VERSION,
+        client: "waiter".into(),
+        shm_len: 0,
+    };
     assert!(matches!(raw(&mut s, &hello), Response::Hello { .. }));
-    let Response::Fd(fd) = raw(&mut s, &Request::Open { path: "/q".into(), flags: OpenFlags::read_write() }) else {
+    let Response::Fd(fd) = raw(
+        &mut s,
+        &Request::Open {
+            path: "/q".into(),
+            flags: OpenFlags::read_write(),
+        },
+    ) else {
         panic!("open failed")
     };
-    let lock = Request::Lock { fd, kind: LockKind::Write, start: 0, len: 0, wait: true };
+    let lock = Request::Lock {
+        fd,
+        kind: LockKind::Write,
+        start: 0,
+        len: 0,
+        wait: true,
+    };
     vino_proto::write_frame(&mut s, &lock).unwrap();
     wait_waiters(&d, ino, 1);
     drop(s);
@@ -90,7 +122,9 @@ fn events_reach_a_subscribed_client_once_each_through_its_filter() {
     let d = TestDaemon::start();
     let (mut watcher, mut actor) = (d.client(), d.client());
     watcher.event_subscribe(EventKind::Unlink).unwrap();
-    watcher.event_filter(EventKind::Unlink, &[], &["watched".to_string()]).unwrap();
+    watcher
+        .event_filter(EventKind::Unlink, &[], &["watched".to_string()])
+        .unwrap();
     for name in ["/watched", "/other"] {
         let fd = actor.open(name, OpenFlags::create()).unwrap();
         actor.close(fd).unwrap();
@@ -102,6 +136,9 @@ fn events_reach_a_subscribed_client_once_each_through_its_filter() {
         got.extend(watcher.event_wait(1000).unwrap());
     }
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!((got[0].kind, got[0].name.as_str(), got[0].pid), (EventKind::Unlink, "watched", actor.pid()));
+    assert_eq!(
+        (got[0].kind, got[0].name.as_str(), got[0].pid),
+        (EventKind::Unlink, "watched", actor.pid())
+    );
     assert!(watcher.event_wait(200).unwrap().is_empty(), "each event comes once");
 }

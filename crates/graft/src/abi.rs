@@ -24,7 +24,9 @@ pub fn decode_victim(choice: i32, n: usize) -> Result<usize, Invalid> {
     if choice >= 0 && (choice as usize) < n {
         Ok(choice as usize)
     } else {
-        Err(Invalid(format!("victim index {choice} is not one of the {n} candidates")))
+        Err(Invalid(format!(
+            "victim index {choice} is not one of the {n} candidates"
+        )))
     }
 }
 
@@ -87,11 +89,15 @@ pub fn decode_extents(count: i32, area: &[u8], file_size: u64) -> Result<Extents
         let len = u64::from_le_bytes(raw[8..].try_into().expect("8 bytes"));
         let end = off.checked_add(len).filter(|&end| end <= file_size);
         if len == 0 || end.is_none() {
-            return Err(Invalid(format!("extent {off}+{len} is empty or past the end of the file ({file_size})")));
+            return Err(Invalid(format!(
+                "extent {off}+{len} is empty or past the end of the file ({file_size})"
+            )));
         }
         total += len;
         if total > RA_MAX_BYTES {
-            return Err(Invalid(format!("more than {RA_MAX_BYTES} bytes of read-ahead in one call")));
+            return Err(Invalid(format!(
+                "more than {RA_MAX_BYTES} bytes of read-ahead in one call"
+            )));
         }
         out.push(Extent { off, len });
     }
@@ -123,7 +129,10 @@ mod tests {
         put(&mut area, 0, 0, 4096);
         put(&mut area, 1, 8192, 4096);
         let e = decode_extents(2, &area, 1 << 20).unwrap();
-        assert_eq!(e.as_slice(), &[Extent { off: 0, len: 4096 }, Extent { off: 8192, len: 4096 }]);
+        assert_eq!(
+            e.as_slice(),
+            &[Extent { off: 0, len: 4096 }, Extent { off: 8192, len: 4096 }]
+        );
         assert!(decode_extents(2, &area, 10_000).is_err(), "past end of file");
         assert!(decode_extents(17, &area, 1 << 20).is_err());
         assert!(decode_extents(-1, &area, 1 << 20).is_err());

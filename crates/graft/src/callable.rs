@@ -23,7 +23,10 @@ pub enum CallError {
 
 impl CallError {
     pub fn bad_argument(function: &'static str, why: impl Into<String>) -> Self {
-        CallError::BadArgument { function, why: why.into() }
+        CallError::BadArgument {
+            function,
+            why: why.into(),
+        }
     }
 }
 
@@ -102,7 +105,10 @@ macro_rules! define_mem_arity {
 
 impl<E: Send + Sync + 'static> Callables<E> {
     pub(crate) fn new(engine: &wasmtime::Engine) -> Self {
-        let mut c = Callables { linker: Linker::new(engine), names: Vec::new() };
+        let mut c = Callables {
+            linker: Linker::new(engine),
+            names: Vec::new(),
+        };
         c.define_common();
         c
     }
@@ -120,20 +126,27 @@ impl<E: Send + Sync + 'static> Callables<E> {
     fn define_common(&mut self) {
         self.func0("vino_now_ns", |_| Ok(vino_vlt::now_ns() as i64));
         self.linker
-            .func_wrap("vino", "vino_log", |mut caller: Caller<'_, HostState<E>>, ptr: i32, len: i32| {
-                let memory = caller.get_export("memory").and_then(|e| e.into_memory());
-                let Some(memory) = memory else {
-                    return Err(refused(CallError::bad_argument("vino_log", "the graft has no memory")));
-                };
-                let (start, len) = (ptr as u32 as usize, (len as u32 as usize).min(LOG_BYTES));
-                let data = memory.data(&caller);
-                let Some(bytes) = data.get(start..start.saturating_add(len)) else {
-                    return Err(refused(CallError::bad_argument("vino_log", "message outside the graft's memory")));
-                };
-                let text = String::from_utf8_lossy(bytes).into_owned();
-                caller.data().counters.logged(text);
-                Ok(())
-            })
+            .func_wrap(
+                "vino",
+                "vino_log",
+                |mut caller: Caller<'_, HostState<E>>, ptr: i32, len: i32| {
+                    let memory = caller.get_export("memory").and_then(|e| e.into_memory());
+                    let Some(memory) = memory else {
+                        return Err(refused(CallError::bad_argument("vino_log", "the graft has no memory")));
+                    };
+                    let (start, len) = (ptr as u32 as usize, (len as u32 as usize).min(LOG_BYTES));
+                    let data = memory.data(&caller);
+                    let Some(bytes) = data.get(start..start.saturating_add(len)) else {
+                        return Err(refused(CallError::bad_argument(
+                            "vino_log",
+                            "message outside the graft's memory",
+                        )));
+                    };
+                    let text = String::from_utf8_lossy(bytes).into_owned();
+                    caller.data().counters.logged(text);
+                    Ok(())
+                },
+            )
             .expect("vino_log defined once");
         self.names.push("vino_log");
     }

@@ -9,7 +9,12 @@ pub enum LoadError {
     #[error("not a valid WebAssembly module: {0}")]
     Malformed(String),
     #[error("graft imports `{module}.{name}`, which graftpoint `{point}` does not allow (allowed: {allowed})")]
-    ForbiddenImport { module: String, name: String, point: String, allowed: String },
+    ForbiddenImport {
+        module: String,
+        name: String,
+        point: String,
+        allowed: String,
+    },
     #[error("graft does not export `{export}` with the signature graftpoint `{point}` needs: {why}")]
     MissingEntry { export: String, point: String, why: String },
     #[error("graftpoint `{point}` passes arguments through the graft's memory: {why}")]

@@ -151,7 +151,11 @@ impl Namespace {
     }
 
     pub fn lookup(&self, name: &str) -> Result<Arc<dyn ManagedSlot>, GraftError> {
-        self.slots.read().get(name).cloned().ok_or_else(|| GraftError::UnknownGraftpoint(name.to_string()))
+        self.slots
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| GraftError::UnknownGraftpoint(name.to_string()))
     }
 
     /// The slot named `name`, if `who` may graft it.
@@ -162,7 +166,10 @@ impl Namespace {
             Access::Process(owner) => owner == who.process,
         };
         if !allowed {
-            return Err(GraftError::PermissionDenied { point: name.to_string(), who: describe_access(slot.access()) });
+            return Err(GraftError::PermissionDenied {
+                point: name.to_string(),
+                who: describe_access(slot.access()),
+            });
         }
         Ok(slot)
     }
@@ -172,7 +179,11 @@ impl Namespace {
     }
 
     pub fn unload(&self, who: Principal, name: &str) -> Result<(), GraftError> {
-        if self.authorized(who, name)?.unload() { Ok(()) } else { Err(GraftError::NotLoaded(name.to_string())) }
+        if self.authorized(who, name)?.unload() {
+            Ok(())
+        } else {
+            Err(GraftError::NotLoaded(name.to_string()))
+        }
     }
 
     pub fn write_memory(&self, who: Principal, name: &str, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
@@ -185,7 +196,14 @@ impl Namespace {
 
     /// Every graftpoint and what is bound to it.
     pub fn list(&self) -> Vec<SlotInfo> {
-        self.slots.read().iter().map(|(name, s)| SlotInfo { point: name.clone(), ..s.info() }).collect()
+        self.slots
+            .read()
+            .iter()
+            .map(|(name, s)| SlotInfo {
+                point: name.clone(),
+                ..s.info()
+            })
+            .collect()
     }
 
     /// Unloads every graft owned by `process` (it exited).

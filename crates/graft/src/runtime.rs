@@ -151,13 +151,26 @@ impl Runtime {
     pub fn compile(&self, wasm: &[u8]) -> Result<Compiled, LoadError> {
         let hash: [u8; 32] = Sha256::digest(wasm).into();
         if let Some(module) = self.inner.cache.lock().get(&hash) {
-            return Ok(Compiled { module, hash, cached: true, compile_time: Duration::ZERO });
+            return Ok(Compiled {
+                module,
+                hash,
+                cached: true,
+                compile_time: Duration::ZERO,
+            });
         }
         let started = Instant::now();
         let module = Module::new(&self.inner.engine, wasm).map_err(|e| LoadError::Malformed(format!("{e:#}")))?;
         let compile_time = started.elapsed();
-        self.inner.cache.lock().insert(hash, module.clone(), self.inner.config.module_cache_entries);
-        Ok(Compiled { module, hash, cached: false, compile_time })
+        self.inner
+            .cache
+            .lock()
+            .insert(hash, module.clone(), self.inner.config.module_cache_entries);
+        Ok(Compiled {
+            module,
+            hash,
+            cached: false,
+            compile_time,
+        })
     }
 
     /// Budget of one invocation in epoch ticks (or fuel units).

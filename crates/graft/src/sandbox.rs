@@ -126,7 +126,12 @@ impl<G: GraftPoint> WasmGraft<G> {
     ) -> Result<Self, LoadError> {
         check_imports(module, callables, point)?;
         let config = runtime.config();
-        let state = HostState { env, memory_cap: config.memory_cap, ticks_left: 0, counters };
+        let state = HostState {
+            env,
+            memory_cap: config.memory_cap,
+            ticks_left: 0,
+            counters,
+        };
         let mut store = Store::new(runtime.engine(), state);
         store.limiter(|s| s as &mut dyn ResourceLimiter);
         if config.interrupt == Interrupt::Epoch {
@@ -134,20 +139,37 @@ impl<G: GraftPoint> WasmGraft<G> {
         }
         // A start function runs at instantiation: it gets the control budget.
         arm(&mut store, runtime, runtime.budget_units(config.control_budget));
-        let instance = callables.linker.instantiate(&mut store, module).map_err(|e| match classify(&e) {
-            Failure::MemoryCap => LoadError::MemoryCap { cap: config.memory_cap },
-            Failure::Trap(t) if is_link_error(&e) => LoadError::Link(t),
-            other if is_link_error(&e) => LoadError::Link(other.to_string()),
-            other => LoadError::Start(other.to_string()),
-        })?;
+        let instance = callables
+            .linker
+            .instantiate(&mut store, module)
+            .map_err(|e| match classify(&e) {
+                Failure::MemoryCap => LoadError::MemoryCap { cap: config.memory_cap },
+                Failure::Trap(t) if is_link_error(&e) => LoadError::Link(t),
+                other if is_link_error(&e) => LoadError::Link(other.to_string()),
+                other => LoadError::Start(other.to_string()),
+            })?;
         let export = export_name(G::NAME);
-        let entry = instance.get_typed_func::<G::Params, G::Results>(&mut store, &export).map_err(|e| {
-            LoadError::MissingEntry { export: export.clone(), point: point.to_string(), why: format!("{e:#}") }
-        })?;
+        let entry = instance
+            .get_typed_func::<G::Params, G::Results>(&mut store, &export)
+            .map_err(|e| LoadError::MissingEntry {
+                export: export.clone(),
+                point: point.to_string(),
+                why: format!("{e:#}"),
+            })?;
         let memory = instance.get_memory(&mut store, "memory");
-        let arg_area = if G::USES_ARG_AREA { Some(find_arg_area(&mut store, &instance, memory, point)?) } else { None };
+        let arg_area = if G::USES_ARG_AREA {
+            Some(find_arg_area(&mut store, &instance, memory, point)?)
+        } else {
+            None
+        };
         Ok(WasmGraft {
-            live: Mutex::new(Live { store, instance, entry, memory, arg_area }),
+            live: Mutex::new(Live {
+                store,
+                instance,
+                entry,
+                memory,
+                arg_area,
+            }),
             runtime: runtime.clone(),
             invocation_units: runtime.budget_units(config.invocation_budget),
         })
@@ -183,7 +205,9 @@ impl<G: GraftPoint> WasmGraft<G> {
     pub(crate) fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
         let mut live = self.live.lock();
         let live = &mut *live;
-        let mem = live.memory.ok_or_else(|| GraftError::MemoryBounds("the graft exports no memory".into()))?;
+        let mem = live
+            .memory
+            .ok_or_else(|| GraftError::MemoryBounds("the graft exports no memory".into()))?;
         let data = mem.data_mut(&mut live.store);
         let range = bounded(offset, bytes.len(), data.len())?;
         data[range].copy_from_slice(bytes);
@@ -193,7 +217,9 @@ impl<G: GraftPoint> WasmGraft<G> {
     pub(crate) fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
         let mut live = self.live.lock();
         let live = &mut *live;
-        let mem = live.memory.ok_or_else(|| GraftError::MemoryBounds("the graft exports no memory".into()))?;
+        let mem = live
+            .memory
+            .ok_or_else(|| GraftError::MemoryBounds("the graft exports no memory".into()))?;
         let data = mem.data(&live.store);
         Ok(data[bounded(offset, len, data.len())?].to_vec())
     }
@@ -202,7 +228,10 @@ impl<G: GraftPoint> WasmGraft<G> {
     pub(crate) fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
         let mut live = self.live.lock();
         let live = &mut *live;
-        let global = live.instance.get_global(&mut live.store, name).ok_or_else(|| GraftError::NoSymbol(name.into()))?;
+        let global = live
+            .instance
+            .get_global(&mut live.store, name)
+            .ok_or_else(|| GraftError::NoSymbol(name.into()))?;
         match global.get(&mut live.store) {
             Val::I32(v) => Ok(v as u32),
             _ => Err(GraftError::NoSymbol(name.into())),
@@ -214,14 +243,21 @@ impl<G: GraftPoint> WasmGraft<G> {
         let mut live = self.live.lock();
         let live = &mut *live;
         let export = format!("{CONTROL_PREFIX}{name}");
-        let control_error = |why: String| GraftError::Control { name: name.to_string(), why };
+        let control_error = |why: String| GraftError::Control {
+            name: name.to_string(),
+            why,
+        };
         let func: Func = live
             .instance
             .get_func(&mut live.store, &export)
             .ok_or_else(|| control_error(format!("the graft exports no `{export}`")))?;
         let ty = func.ty(&live.store);
         if ty.params().len() != args.len() {
-            return Err(control_error(format!("takes {} arguments, {} given", ty.params().len(), args.len())));
+            return Err(control_error(format!(
+                "takes {} arguments, {} given",
+                ty.params().len(),
+                args.len()
+            )));
         }
         let params = ty
             .params()
@@ -229,7 +265,9 @@ impl<G: GraftPoint> WasmGraft<G> {
             .map(|(t, &a)| match t {
                 ValType::I32 => Ok(Val::I32(a as i32)),
                 ValType::I64 => Ok(Val::I64(a)),
-                other => Err(control_error(format!("parameter of type {other} (only i32 and i64 allowed)"))),
+                other => Err(control_error(format!(
+                    "parameter of type {other} (only i32 and i64 allowed)"
+                ))),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut results = vec![Val::I64(0); ty.results().len()];
@@ -239,10 +277,14 @@ impl<G: GraftPoint> WasmGraft<G> {
         let units = self.runtime.budget_units(self.runtime.config().control_budget);
         vino_vlt::current::atomically(self.runtime.vlt(), || {
             arm(&mut live.store, &self.runtime, units);
-            func.call(&mut live.store, &params, &mut results).map_err(|e| classify(&e))?;
+            func.call(&mut live.store, &params, &mut results)
+                .map_err(|e| classify(&e))?;
             vino_vlt::current::check().map_err(|_| Failure::Deadline)
         })
-        .map_err(|f| GraftError::ControlAborted { name: name.to_string(), failure: f.to_string() })?;
+        .map_err(|f| GraftError::ControlAborted {
+            name: name.to_string(),
+            failure: f.to_string(),
+        })?;
         Ok(match results.first() {
             Some(Val::I32(v)) => *v as i64,
             Some(Val::I64(v)) => *v,
@@ -255,7 +297,9 @@ fn bounded(offset: u32, len: usize, size: usize) -> Result<std::ops::Range<usize
     let start = offset as usize;
     match start.checked_add(len) {
         Some(end) if end <= size => Ok(start..end),
-        _ => Err(GraftError::MemoryBounds(format!("{len} bytes at {offset:#x} in a memory of {size} bytes"))),
+        _ => Err(GraftError::MemoryBounds(format!(
+            "{len} bytes at {offset:#x} in a memory of {size} bytes"
+        ))),
     }
 }
 
@@ -320,15 +364,19 @@ fn check_imports<E: Send + Sync + 'static>(
     point: &str,
 ) -> Result<(), LoadError> {
     for import in module.imports() {
-        let allowed = import.module() == "vino"
-            && matches!(import.ty(), ExternType::Func(_))
-            && callables.allows(import.name());
+        let allowed =
+            import.module() == "vino" && matches!(import.ty(), ExternType::Func(_)) && callables.allows(import.name());
         if !allowed {
             return Err(LoadError::ForbiddenImport {
                 module: import.module().to_string(),
                 name: import.name().to_string(),
                 point: point.to_string(),
-                allowed: callables.names.iter().map(|n| format!("vino.{n}")).collect::<Vec<_>>().join(", "),
+                allowed: callables
+                    .names
+                    .iter()
+                    .map(|n| format!("vino.{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
     }
@@ -341,15 +389,22 @@ fn find_arg_area<E>(
     memory: Option<Memory>,
     point: &str,
 ) -> Result<usize, LoadError> {
-    let err = |why: &str| LoadError::ArgArea { point: point.to_string(), why: why.to_string() };
+    let err = |why: &str| LoadError::ArgArea {
+        point: point.to_string(),
+        why: why.to_string(),
+    };
     let memory = memory.ok_or_else(|| err("the graft exports no `memory`"))?;
-    let global = instance.get_global(&mut *store, "vino_args").ok_or_else(|| err("the graft exports no `vino_args`"))?;
+    let global = instance
+        .get_global(&mut *store, "vino_args")
+        .ok_or_else(|| err("the graft exports no `vino_args`"))?;
     let Val::I32(addr) = global.get(&mut *store) else {
         return Err(err("`vino_args` is not an i32 global"));
     };
     let at = addr as u32 as usize;
     if at % 8 != 0 || at + ARG_BYTES > memory.data_size(&*store) {
-        return Err(err("`vino_args` does not point at 4096 aligned bytes inside the graft's memory"));
+        return Err(err(
+            "`vino_args` does not point at 4096 aligned bytes inside the graft's memory",
+        ));
     }
     Ok(at)
 }

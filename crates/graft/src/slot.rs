@@ -18,7 +18,11 @@ use std::time::{Instant, SystemTime};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GraftEvent {
     /// The graft failed too many times in a row and was unloaded; the default is back.
-    Unloaded { point: String, failures: u64, last_error: String },
+    Unloaded {
+        point: String,
+        failures: u64,
+        last_error: String,
+    },
 }
 
 /// Whom a loaded graft belongs to, and how to tell it about its graft.
@@ -69,8 +73,15 @@ pub struct SlotInfo {
 }
 
 enum Policy<G: GraftPoint> {
-    Native { policy: Arc<dyn NativePolicy<G>>, transactional: bool },
-    Wasm { graft: WasmGraft<G>, info: GraftInfo, owner: Owner },
+    Native {
+        policy: Arc<dyn NativePolicy<G>>,
+        transactional: bool,
+    },
+    Wasm {
+        graft: WasmGraft<G>,
+        info: GraftInfo,
+        owner: Owner,
+    },
 }
 
 struct Binding<G: GraftPoint> {
@@ -95,13 +106,24 @@ impl<G: GraftPoint> GraftSlot<G> {
         let mut callables = Callables::new(runtime.engine());
         G::callables(&mut callables);
         for name in G::CALLABLE {
-            assert!(callables.allows(name), "graftpoint {} lists `{name}` but does not define it", G::NAME);
+            assert!(
+                callables.allows(name),
+                "graftpoint {} lists `{name}` but does not define it",
+                G::NAME
+            );
         }
         let name = match suffix {
             Some(s) => format!("{}/{s}", G::NAME),
             None => G::NAME.to_string(),
         };
-        GraftSlot { name, access, env, runtime: runtime.clone(), callables, binding: ArcSwapOption::empty() }
+        GraftSlot {
+            name,
+            access,
+            env,
+            runtime: runtime.clone(),
+            callables,
+            binding: ArcSwapOption::empty(),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -126,8 +148,14 @@ impl<G: GraftPoint> GraftSlot<G> {
         };
         let started = clock::ticks();
         let result = match &binding.policy {
-            Policy::Native { policy, transactional: false } => policy.decide(&self.env, args).map_err(|e| Failure::Invalid(e.0)),
-            Policy::Native { policy, transactional: true } => vino_vlt::current::atomically(self.runtime.vlt(), || {
+            Policy::Native {
+                policy,
+                transactional: false,
+            } => policy.decide(&self.env, args).map_err(|e| Failure::Invalid(e.0)),
+            Policy::Native {
+                policy,
+                transactional: true,
+            } => vino_vlt::current::atomically(self.runtime.vlt(), || {
                 policy.decide(&self.env, args).map_err(|e| Failure::Invalid(e.0))
             }),
             Policy::Wasm { graft, .. } => graft.invoke(&self.env, args, true),
@@ -154,9 +182,9 @@ impl<G: GraftPoint> GraftSlot<G> {
     pub fn invoke_untransacted(&self, args: &G::Args<'_>) -> G::Output {
         let guard = self.binding.load();
         match guard.as_ref().map(|b| &b.policy) {
-            Some(Policy::Wasm { graft, .. }) => {
-                graft.invoke(&self.env, args, false).unwrap_or_else(|_| G::default_policy(&self.env, args))
-            }
+            Some(Policy::Wasm { graft, .. }) => graft
+                .invoke(&self.env, args, false)
+                .unwrap_or_else(|_| G::default_policy(&self.env, args)),
             _ => self.invoke(args),
         }
     }
@@ -167,8 +195,14 @@ impl<G: GraftPoint> GraftSlot<G> {
         let started = Instant::now();
         let compiled = self.runtime.compile(wasm)?;
         let counters = Arc::new(Counters::default());
-        let graft =
-            WasmGraft::instantiate(&self.runtime, &compiled.module, &self.callables, self.env.clone(), counters.clone(), &self.name)?;
+        let graft = WasmGraft::instantiate(
+            &self.runtime,
+            &compiled.module,
+            &self.callables,
+            self.env.clone(),
+            counters.clone(),
+            &self.name,
+        )?;
         let info = GraftInfo {
             hash: compiled.hash.iter().map(|b| format!("{b:02x}")).collect(),
             size: wasm.len(),
@@ -178,7 +212,10 @@ impl<G: GraftPoint> GraftSlot<G> {
             load_ns: 0,
             loaded_at: Some(SystemTime::now()),
         };
-        let mut binding = Binding { policy: Policy::Wasm { graft, info, owner }, counters };
+        let mut binding = Binding {
+            policy: Policy::Wasm { graft, info, owner },
+            counters,
+        };
         let load_ns = started.elapsed().as_nanos() as u64;
         if let Policy::Wasm { info, .. } = &mut binding.policy {
             info.load_ns = load_ns;
@@ -193,15 +230,20 @@ impl<G: GraftPoint> GraftSlot<G> {
 
     /// Reads a graft file and loads it.
     pub fn load_file(&self, path: &std::path::Path, owner: Owner) -> Result<GraftInfo, LoadError> {
-        let wasm = std::fs::read(path)
-            .map_err(|e| LoadError::Read { path: path.display().to_string(), why: e.to_string() })?;
+        let wasm = std::fs::read(path).map_err(|e| LoadError::Read {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        })?;
         self.load(&wasm, owner)
     }
 
     /// Binds a trusted native policy (the "unprotected" variant). With `transactional` it still
     /// runs inside a transaction, so kernel functions it calls can lock and log.
     pub fn bind_native(&self, policy: Arc<dyn NativePolicy<G>>, transactional: bool) {
-        let binding = Binding { policy: Policy::Native { policy, transactional }, counters: Arc::default() };
+        let binding = Binding {
+            policy: Policy::Native { policy, transactional },
+            counters: Arc::default(),
+        };
         self.binding.store(Some(Arc::new(binding)));
     }
 
@@ -272,9 +314,12 @@ impl<G: GraftPoint> GraftSlot<G> {
         }
         if let Policy::Wasm { owner, .. } = &failing.policy {
             if let Some(notify) = &owner.notify {
-                notify(GraftEvent::Unloaded { point: self.name.clone(), failures, last_error });
+                notify(GraftEvent::Unloaded {
+                    point: self.name.clone(),
+                    failures,
+                    last_error,
+                });
             }
         }
     }
 }
-

@@ -36,7 +36,10 @@ pub struct SysError {
 
 impl SysError {
     pub fn new(errno: Errno, message: impl Into<String>) -> Self {
-        SysError { errno, message: message.into() }
+        SysError {
+            errno,
+            message: message.into(),
+        }
     }
 }
 

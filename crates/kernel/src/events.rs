@@ -55,8 +55,13 @@ pub const FILTER_MAX: usize = 1 << 20;
 /// Longest name copied into an event graft's argument area (NUL-terminated there).
 pub const EVENT_NAME_MAX: usize = 255;
 
-const POINT_NAMES: [&str; 5] =
-    ["event.fs.open", "event.fs.close", "event.fs.create", "event.fs.unlink", "event.fs.modify"];
+const POINT_NAMES: [&str; 5] = [
+    "event.fs.open",
+    "event.fs.close",
+    "event.fs.create",
+    "event.fs.unlink",
+    "event.fs.modify",
+];
 
 /// A kind of file-system event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -71,8 +76,13 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 5] =
-        [EventKind::Open, EventKind::Close, EventKind::Create, EventKind::Unlink, EventKind::Modify];
+    pub const ALL: [EventKind; 5] = [
+        EventKind::Open,
+        EventKind::Close,
+        EventKind::Create,
+        EventKind::Unlink,
+        EventKind::Modify,
+    ];
 
     /// The graftpoint of this kind (`event.fs.unlink`).
     pub fn point(self) -> &'static str {
@@ -119,7 +129,10 @@ struct Filter {
 
 impl Filter {
     fn new(f: EventFilter) -> Filter {
-        Filter { inodes: f.inodes.into_iter().collect(), names: f.names.into_iter().collect() }
+        Filter {
+            inodes: f.inodes.into_iter().collect(),
+            names: f.names.into_iter().collect(),
+        }
     }
 
     #[inline]
@@ -160,7 +173,11 @@ pub struct EventStats {
 
 impl EventStats {
     pub fn of(&self, kind: EventKind) -> KindStats {
-        self.kinds.iter().find(|(k, _)| *k == kind).map(|(_, s)| *s).unwrap_or_default()
+        self.kinds
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, s)| *s)
+            .unwrap_or_default()
     }
 }
 
@@ -257,11 +274,22 @@ impl<const K: usize> GraftPoint for FsEventPoint<K> {
         if let Some(nul) = area.get_mut(n) {
             *nul = 0;
         }
-        (ev.kind as i32, ev.inode as i64, ev.parent as i64, ev.pid as i64, ev.time_ns as i64, n as i32)
+        (
+            ev.kind as i32,
+            ev.inode as i64,
+            ev.parent as i64,
+            ev.pid as i64,
+            ev.time_ns as i64,
+            n as i32,
+        )
     }
 
     fn decode(_: &EventEnv, _: &FsEvent, r: i32, _: &[u8]) -> Result<bool, Invalid> {
-        if r >= 0 { Ok(true) } else { Err(Invalid(format!("event graft returned {r}"))) }
+        if r >= 0 {
+            Ok(true)
+        } else {
+            Err(Invalid(format!("event graft returned {r}")))
+        }
     }
 
     fn callables(c: &mut Callables<EventEnv>) {
@@ -296,12 +324,21 @@ fn file_write(env: &EventEnv, memory: &[u8], fd: i32, offset: i64, ptr: i32, len
     let data = bytes.to_vec();
     let (weak, fd, shared, kind, pid) = (env.process.clone(), fd as Fd, env.shared.clone(), env.kind, env.pid);
     vino_vlt::current::on_commit(move || {
-        let env = EventEnv { pid, kind, process: weak, shared };
+        let env = EventEnv {
+            pid,
+            kind,
+            process: weak,
+            shared,
+        };
         let Some(p) = env.process() else { return };
         // The descriptor must still name the file checked above.
         let same = p.file(fd).is_ok_and(|f| Arc::ptr_eq(&f, &file));
         let done = same && {
-            let at = if offset < 0 { p.fstat(fd).map(|s| s.size) } else { Ok(offset as u64) };
+            let at = if offset < 0 {
+                p.fstat(fd).map(|s| s.size)
+            } else {
+                Ok(offset as u64)
+            };
             at.and_then(|at| p.pwrite(fd, &data, at)).is_ok_and(|n| n == data.len())
         };
         if !done {
@@ -324,7 +361,12 @@ fn file_fsync(env: &EventEnv, fd: i32) -> Result<i32, CallError> {
     }
     let (weak, fd, shared, kind, pid) = (env.process.clone(), fd as Fd, env.shared.clone(), env.kind, env.pid);
     vino_vlt::current::on_commit(move || {
-        let env = EventEnv { pid, kind, process: weak, shared };
+        let env = EventEnv {
+            pid,
+            kind,
+            process: weak,
+            shared,
+        };
         let Some(p) = env.process() else { return };
         let same = p.file(fd).is_ok_and(|f| Arc::ptr_eq(&f, &file));
         if !same || p.fsync(fd).is_err() {
@@ -531,7 +573,9 @@ impl Default for Events {
             stop: AtomicBool::new(false),
             seq: AtomicU64::new(0),
         };
-        Events { shared: Arc::new(shared) }
+        Events {
+            shared: Arc::new(shared),
+        }
     }
 }
 
@@ -546,17 +590,31 @@ impl Drop for Events {
 }
 
 fn slot<const K: usize>(p: &Arc<Process>, shared: &Arc<Shared>) -> Arc<GraftSlot<FsEventPoint<K>>> {
-    let env =
-        EventEnv { pid: p.pid(), kind: EventKind::ALL[K], process: Arc::downgrade(p), shared: Arc::downgrade(shared) };
-    Arc::new(GraftSlot::new(p.kernel().runtime(), Arc::new(env), Access::Process(p.pid()), None))
+    let env = EventEnv {
+        pid: p.pid(),
+        kind: EventKind::ALL[K],
+        process: Arc::downgrade(p),
+        shared: Arc::downgrade(shared),
+    };
+    Arc::new(GraftSlot::new(
+        p.kernel().runtime(),
+        Arc::new(env),
+        Access::Process(p.pid()),
+        None,
+    ))
 }
 
 impl Events {
     /// Gives a new process its event graftpoints.
     pub(crate) fn attach(&self, p: &Arc<Process>) {
         let s = &self.shared;
-        let slots: [Arc<dyn EventSlot>; 5] =
-            [slot::<0>(p, s), slot::<1>(p, s), slot::<2>(p, s), slot::<3>(p, s), slot::<4>(p, s)];
+        let slots: [Arc<dyn EventSlot>; 5] = [
+            slot::<0>(p, s),
+            slot::<1>(p, s),
+            slot::<2>(p, s),
+            slot::<3>(p, s),
+            slot::<4>(p, s),
+        ];
         let listener = Arc::new(Listener {
             pid: p.pid(),
             cred: p.credentials().clone(),
@@ -569,8 +627,12 @@ impl Events {
         });
         for (kind, slot) in EventKind::ALL.into_iter().zip(slots) {
             let managed: Arc<dyn ManagedSlot> = managed_of(slot);
-            let watched =
-                Watched { slot: managed, kind, listener: Arc::downgrade(&listener), shared: Arc::downgrade(s) };
+            let watched = Watched {
+                slot: managed,
+                kind,
+                listener: Arc::downgrade(&listener),
+                shared: Arc::downgrade(s),
+            };
             p.namespace().register_as(kind.point(), Arc::new(watched));
         }
         s.procs.write().insert(p.pid(), listener);
@@ -683,7 +745,10 @@ impl Events {
         let mut looked_up: Option<Option<Stat>> = stat.map(|st| Some(st.clone()));
         let mut event: Option<FsEvent> = None;
         for l in listeners.iter() {
-            let (graft, user) = (l.slots[kind.index()].bound(), l.subscribed[kind.index()].load(Ordering::Relaxed));
+            let (graft, user) = (
+                l.slots[kind.index()].bound(),
+                l.subscribed[kind.index()].load(Ordering::Relaxed),
+            );
             if l.gone.load(Ordering::Relaxed) || !(graft || user) {
                 continue;
             }
@@ -714,7 +779,10 @@ impl Events {
                 bump(&counters.delivered_user);
             }
             if graft {
-                s.enqueue(Job { listener: l.clone(), event: ev });
+                s.enqueue(Job {
+                    listener: l.clone(),
+                    event: ev,
+                });
             }
         }
     }
@@ -739,7 +807,10 @@ impl Process {
     /// Sets this process's filter for one kind of event (replacing the last one).
     pub fn event_filter(&self, kind: EventKind, filter: EventFilter) -> SysResult<()> {
         if filter.inodes.len() + filter.names.len() > FILTER_MAX {
-            return Err(SysError::new(Errno::Inval, format!("an event filter holds at most {FILTER_MAX} entries")));
+            return Err(SysError::new(
+                Errno::Inval,
+                format!("an event filter holds at most {FILTER_MAX} entries"),
+            ));
         }
         let l = self.kernel().events.listener(self.pid())?;
         *l.filters[kind.index()].write() = Filter::new(filter);
@@ -835,7 +906,12 @@ impl Kernel {
     /// The event service's counters.
     pub fn event_stats(&self) -> EventStats {
         let s = &self.events.shared;
-        EventStats { kinds: EventKind::ALL.iter().map(|&k| (k, s.counters[k.index()].snapshot())).collect() }
+        EventStats {
+            kinds: EventKind::ALL
+                .iter()
+                .map(|&k| (k, s.counters[k.index()].snapshot()))
+                .collect(),
+        }
     }
 
     /// Raises an event by hand as if `actor`'s system call had, for benchmarks and tests of the
@@ -880,7 +956,10 @@ impl UnlinkRecord {
 
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
-        for (i, v) in [self.inode, self.parent, self.pid, self.time_ns].into_iter().enumerate() {
+        for (i, v) in [self.inode, self.parent, self.pid, self.time_ns]
+            .into_iter()
+            .enumerate()
+        {
             b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         let n = self.name.len().min(Self::NAME - 1);

@@ -99,7 +99,11 @@ impl FileGrafts {
     pub(crate) fn on_close(&self, ino: u64, ra: &ReadAhead) {
         let mut bound = self.bound.lock();
         for b in bound.iter_mut().filter(|b| b.ino == ino) {
-            let Some(i) = b.slots.iter().position(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(ra.slot()))) else {
+            let Some(i) = b
+                .slots
+                .iter()
+                .position(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(ra.slot())))
+            else {
                 continue;
             };
             b.slots.swap_remove(i);

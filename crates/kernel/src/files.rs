@@ -27,16 +27,30 @@ pub struct OpenFlags {
 
 impl OpenFlags {
     pub fn read_only() -> Self {
-        OpenFlags { read: true, ..Default::default() }
+        OpenFlags {
+            read: true,
+            ..Default::default()
+        }
     }
 
     pub fn read_write() -> Self {
-        OpenFlags { read: true, write: true, ..Default::default() }
+        OpenFlags {
+            read: true,
+            write: true,
+            ..Default::default()
+        }
     }
 
     /// Create (or truncate) for writing and reading, mode 0644.
     pub fn create() -> Self {
-        OpenFlags { read: true, write: true, create: true, truncate: true, mode: 0o644, ..Default::default() }
+        OpenFlags {
+            read: true,
+            write: true,
+            create: true,
+            truncate: true,
+            mode: 0o644,
+            ..Default::default()
+        }
     }
 }
 
@@ -63,7 +77,11 @@ pub struct FileTable {
 
 impl Default for FileTable {
     fn default() -> Self {
-        FileTable { open: Mutex::default(), orphans: Mutex::default(), write_locks: std::array::from_fn(|_| Mutex::new(())) }
+        FileTable {
+            open: Mutex::default(),
+            orphans: Mutex::default(),
+            write_locks: std::array::from_fn(|_| Mutex::new(())),
+        }
     }
 }
 
@@ -95,7 +113,13 @@ impl FileTable {
     pub fn orphan(&self, fs: &FileSystem, ino: u64, dir: u64, name: &[u8]) -> SysResult<()> {
         let orphans = match fs.resolve(ORPHANS) {
             Ok(d) => d,
-            Err(_) => fs.mkdir_path(ORPHANS, &NewFile { mode: 0o700, ..NewFile::by(0) })?,
+            Err(_) => fs.mkdir_path(
+                ORPHANS,
+                &NewFile {
+                    mode: 0o700,
+                    ..NewFile::by(0)
+                },
+            )?,
         };
         let parked = format!("{ORPHANS}/{ino}");
         fs.rename(dir, name, orphans, ino.to_string())?;
@@ -128,17 +152,24 @@ pub struct FdTable {
 impl FdTable {
     /// The lowest free descriptor, as POSIX asks.
     pub fn insert(&mut self, file: Arc<OpenFile>) -> Fd {
-        let fd = (0..).find(|fd| !self.files.contains_key(fd)).expect("a free descriptor");
+        let fd = (0..)
+            .find(|fd| !self.files.contains_key(fd))
+            .expect("a free descriptor");
         self.files.insert(fd, file);
         fd
     }
 
     pub fn get(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {
-        self.files.get(&fd).cloned().ok_or_else(|| SysError::new(Errno::BadF, format!("bad file descriptor {fd}")))
+        self.files
+            .get(&fd)
+            .cloned()
+            .ok_or_else(|| SysError::new(Errno::BadF, format!("bad file descriptor {fd}")))
     }
 
     pub fn remove(&mut self, fd: Fd) -> SysResult<Arc<OpenFile>> {
-        self.files.remove(&fd).ok_or_else(|| SysError::new(Errno::BadF, format!("bad file descriptor {fd}")))
+        self.files
+            .remove(&fd)
+            .ok_or_else(|| SysError::new(Errno::BadF, format!("bad file descriptor {fd}")))
     }
 
     pub fn drain(&mut self) -> Vec<(Fd, Arc<OpenFile>)> {

@@ -17,8 +17,8 @@
 
 mod attrs;
 mod error;
-mod file_grafts;
 mod events;
+mod file_grafts;
 mod files;
 mod locks;
 mod perm;
@@ -26,18 +26,18 @@ mod process;
 
 pub use attrs::SetTime;
 pub use error::{Errno, SysError, SysResult};
-pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use events::{
     CloseEvent, CreateEvent, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats, FsEvent, FsEventPoint,
     KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
 };
+pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};
 pub use locks::{LockRequest, LockType};
-pub use vino_locks::{Lock, LockKind, LockStats};
 pub use perm::Credentials;
 pub use process::{GraftCall, Process};
 pub use vino_cache::RaMode;
 pub use vino_fs::{DirEntry, FileType, Stat};
+pub use vino_locks::{Lock, LockKind, LockStats};
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -98,15 +98,24 @@ impl Kernel {
     /// Mounts the file system on `device` (replaying its journal) and starts the kernel.
     pub fn boot(device: Arc<dyn BlockDevice>, config: &KernelConfig) -> SysResult<Arc<Kernel>> {
         let runtime = Runtime::new(config.runtime);
-        let sched = Arc::new(IoScheduler::with_config(device.clone(), &runtime, SchedConfig::new(config.queue_depth))?);
-        let cache_config = CacheConfig { frames: config.cache_frames, writeback_every: config.writeback_every };
+        let sched = Arc::new(IoScheduler::with_config(
+            device.clone(),
+            &runtime,
+            SchedConfig::new(config.queue_depth),
+        )?);
+        let cache_config = CacheConfig {
+            frames: config.cache_frames,
+            writeback_every: config.writeback_every,
+        };
         let cache = PageCache::new(cache_config, sched.clone() as Arc<dyn PageIo>, &runtime);
         let fs = FileSystem::mount(device, &runtime, &config.mount)?;
         // Ordered mode: before a journal commit makes new allocations durable, the data written
         // into those blocks goes to the device.
         let hook_cache = Arc::downgrade(&cache);
         fs.set_data_hook(Some(Arc::new(move |inos: &[u64]| {
-            let Some(cache) = hook_cache.upgrade() else { return Ok(()) };
+            let Some(cache) = hook_cache.upgrade() else {
+                return Ok(());
+            };
             inos.iter().try_for_each(|&ino| cache.sync_object(ino))
         })));
         let global = Namespace::new();
@@ -149,7 +158,9 @@ impl Kernel {
 
     /// Ends a process: closes its files, unloads every graft it owns, forgets it.
     pub fn exit(&self, pid: Pid) {
-        let Some(p) = self.processes.lock().remove(&pid) else { return };
+        let Some(p) = self.processes.lock().remove(&pid) else {
+            return;
+        };
         p.release();
         self.global.unload_owned_by(pid);
         self.cache.unregister_process(pid);

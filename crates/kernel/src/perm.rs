@@ -14,11 +14,21 @@ pub struct Credentials {
 
 impl Credentials {
     pub fn root() -> Self {
-        Credentials { uid: 0, gid: 0, groups: Vec::new(), privileged: true }
+        Credentials {
+            uid: 0,
+            gid: 0,
+            groups: Vec::new(),
+            privileged: true,
+        }
     }
 
     pub fn user(uid: u32, gid: u32) -> Self {
-        Credentials { uid, gid, groups: Vec::new(), privileged: false }
+        Credentials {
+            uid,
+            gid,
+            groups: Vec::new(),
+            privileged: false,
+        }
     }
 
     fn in_group(&self, gid: u32) -> bool {

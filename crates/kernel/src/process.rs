@@ -38,7 +38,10 @@ pub struct Process {
 fn split(path: &str) -> SysResult<(&str, &str)> {
     let trimmed = path.trim_end_matches('/');
     if !path.starts_with('/') || trimmed.is_empty() {
-        return Err(SysError::new(Errno::Inval, format!("`{path}`: an absolute path to a file is needed")));
+        return Err(SysError::new(
+            Errno::Inval,
+            format!("`{path}`: an absolute path to a file is needed"),
+        ));
     }
     let cut = trimmed.rfind('/').expect("starts with /");
     Ok((if cut == 0 { "/" } else { &trimmed[..cut] }, &trimmed[cut + 1..]))
@@ -48,7 +51,14 @@ impl Process {
     pub(crate) fn new(kernel: Arc<Kernel>, pid: Pid, cred: Credentials) -> Arc<Process> {
         let namespace = Namespace::new();
         namespace.register(kernel.cache.register_process(pid));
-        Arc::new(Process { pid, cred, kernel, files: Mutex::new(FdTable::default()), namespace, events: Arc::default() })
+        Arc::new(Process {
+            pid,
+            cred,
+            kernel,
+            files: Mutex::new(FdTable::default()),
+            namespace,
+            events: Arc::default(),
+        })
     }
 
     pub fn pid(&self) -> Pid {
@@ -104,8 +114,15 @@ impl Process {
             }
             Err(e) if flags.create && e.errno() == Errno::NoEnt as i32 => {
                 self.dir(dir_path, true)?;
-                let attrs = NewFile { mode: flags.mode & 0o7777, uid: self.cred.uid, gid: self.cred.gid, creator: self.pid };
-                self.kernel.events.created(self, dir, name, self.fs().create(dir, name, &attrs)?)
+                let attrs = NewFile {
+                    mode: flags.mode & 0o7777,
+                    uid: self.cred.uid,
+                    gid: self.cred.gid,
+                    creator: self.pid,
+                };
+                self.kernel
+                    .events
+                    .created(self, dir, name, self.fs().create(dir, name, &attrs)?)
             }
             Err(e) => return Err(e.into()),
         };
@@ -132,7 +149,8 @@ impl Process {
         kernel.file_grafts.on_open(ino, &file.ra);
         self.namespace.register(file.ra.slot().clone());
         let buddy = kernel.fs.block_buddy(ino)?;
-        self.namespace.register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
+        self.namespace
+            .register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
         self.locks_opened(fd, &st);
         let got = files.insert(file);
         debug_assert_eq!(got, fd);
@@ -181,7 +199,10 @@ impl Process {
 
     fn read_file(&self, fd: Fd, f: &OpenFile, offset: u64, buf: &mut [u8]) -> SysResult<usize> {
         if !f.flags.read {
-            return Err(SysError::new(Errno::BadF, format!("descriptor {fd} is not open for reading")));
+            return Err(SysError::new(
+                Errno::BadF,
+                format!("descriptor {fd} is not open for reading"),
+            ));
         }
         let ctx = IoCtx::with_read_ahead(self.pid, &f.ra);
         Ok(self.kernel.cache.read(&ctx, f.ino, &f.backing, offset, buf)?)
@@ -191,7 +212,11 @@ impl Process {
         let f = self.file(fd)?;
         let mut offset = f.offset.lock();
         let _writer = self.kernel.files.write_lock(f.ino);
-        let at = if f.flags.append { self.fs().stat(f.ino)?.size } else { *offset };
+        let at = if f.flags.append {
+            self.fs().stat(f.ino)?.size
+        } else {
+            *offset
+        };
         let n = self.write_file(fd, &f, at, data)?;
         *offset = at + n as u64;
         self.kernel.events.modified(self, f.ino);
@@ -201,14 +226,18 @@ impl Process {
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> SysResult<usize> {
         let f = self.file(fd)?;
         let _writer = self.kernel.files.write_lock(f.ino);
-        self.write_file(fd, &f, offset, data).inspect(|_| self.kernel.events.modified(self, f.ino))
+        self.write_file(fd, &f, offset, data)
+            .inspect(|_| self.kernel.events.modified(self, f.ino))
     }
 
     /// Allocates each block (through the file's placement policy), then writes it into the cache.
     /// If the disk fills up part way, the bytes already written stay and their count is returned.
     fn write_file(&self, fd: Fd, f: &OpenFile, offset: u64, data: &[u8]) -> SysResult<usize> {
         if !f.flags.write {
-            return Err(SysError::new(Errno::BadF, format!("descriptor {fd} is not open for writing")));
+            return Err(SysError::new(
+                Errno::BadF,
+                format!("descriptor {fd} is not open for writing"),
+            ));
         }
         let ctx = IoCtx::new(self.pid);
         let cache = &self.kernel.cache;
@@ -258,10 +287,14 @@ impl Process {
     pub fn ftruncate(&self, fd: Fd, size: u64) -> SysResult<()> {
         let f = self.file(fd)?;
         if !f.flags.write {
-            return Err(SysError::new(Errno::BadF, format!("descriptor {fd} is not open for writing")));
+            return Err(SysError::new(
+                Errno::BadF,
+                format!("descriptor {fd} is not open for writing"),
+            ));
         }
         let _writer = self.kernel.files.write_lock(f.ino);
-        self.resize(f.ino, size).inspect(|_| self.kernel.events.modified(self, f.ino))
+        self.resize(f.ino, size)
+            .inspect(|_| self.kernel.events.modified(self, f.ino))
     }
 
     /// Sets a file's size: its dirty pages go to the device first, then the cache forgets the
@@ -286,7 +319,12 @@ impl Process {
     pub fn mkdir(&self, path: &str, mode: u16) -> SysResult<()> {
         let (dir_path, name) = split(path)?;
         let dir = self.dir(dir_path, true)?;
-        let attrs = NewFile { mode: mode & 0o7777, uid: self.cred.uid, gid: self.cred.gid, creator: self.pid };
+        let attrs = NewFile {
+            mode: mode & 0o7777,
+            uid: self.cred.uid,
+            gid: self.cred.gid,
+            creator: self.pid,
+        };
         self.fs().mkdir(dir, name, &attrs)?;
         Ok(())
     }
@@ -310,7 +348,9 @@ impl Process {
         let (dir_path, name) = split(path)?;
         let dir = self.dir(dir_path, true)?;
         let ino = self.fs().lookup(dir, name)?;
-        self.kernel.events.unlinking(self, dir, name, Some(ino), || self.remove_name(dir, name, ino))
+        self.kernel
+            .events
+            .unlinking(self, dir, name, Some(ino), || self.remove_name(dir, name, ino))
     }
 
     fn remove_name(&self, dir: u64, name: &str, ino: u64) -> SysResult<()> {
@@ -339,7 +379,9 @@ impl Process {
             replaced = Some(target).filter(|_| target != source && st.kind != FileType::Directory);
             if target != source && st.kind != FileType::Directory && st.nlink == 1 {
                 if self.kernel.files.is_open(target) {
-                    self.kernel.files.orphan(self.fs(), target, td_ino, to_name.as_bytes())?;
+                    self.kernel
+                        .files
+                        .orphan(self.fs(), target, td_ino, to_name.as_bytes())?;
                 } else {
                     self.kernel.cache.invalidate(target, 0);
                 }
@@ -352,19 +394,29 @@ impl Process {
     // ---- grafts -----------------------------------------------------------------------------
 
     fn principal(&self) -> Principal {
-        Principal { process: self.pid, privileged: self.cred.privileged }
+        Principal {
+            process: self.pid,
+            privileged: self.cred.privileged,
+        }
     }
 
     /// The graftpoint named `point`: this process's own, else a global one.
     fn namespace_of(&self, point: &str) -> &Namespace {
-        if self.namespace.lookup(point).is_ok() { &self.namespace } else { &self.kernel.global }
+        if self.namespace.lookup(point).is_ok() {
+            &self.namespace
+        } else {
+            &self.kernel.global
+        }
     }
 
     /// Loads a graft at `point`. The owner hears, through [`Process::graft_events`], if the
     /// kernel unloads it for failing.
     pub fn graft_load(&self, point: &str, wasm: &[u8]) -> SysResult<GraftInfo> {
         let events = self.events.clone();
-        let owner = Owner { process: self.pid, notify: Some(Arc::new(move |e| events.lock().push(e))) };
+        let owner = Owner {
+            process: self.pid,
+            notify: Some(Arc::new(move |e| events.lock().push(e))),
+        };
         Ok(self.namespace_of(point).load(self.principal(), point, wasm, owner)?)
     }
 
@@ -373,16 +425,23 @@ impl Process {
     }
 
     pub fn graft_write_memory(&self, point: &str, offset: u32, bytes: &[u8]) -> SysResult<()> {
-        Ok(self.namespace_of(point).write_memory(self.principal(), point, offset, bytes)?)
+        Ok(self
+            .namespace_of(point)
+            .write_memory(self.principal(), point, offset, bytes)?)
     }
 
     /// The address of a data symbol the graft exports (where to write its shared state).
     pub fn graft_symbol(&self, point: &str, symbol: &str) -> SysResult<u32> {
-        Ok(self.namespace_of(point).authorized(self.principal(), point)?.symbol_address(symbol)?)
+        Ok(self
+            .namespace_of(point)
+            .authorized(self.principal(), point)?
+            .symbol_address(symbol)?)
     }
 
     pub fn graft_call(&self, point: &str, control: &str, args: &[i64]) -> SysResult<i64> {
-        Ok(self.namespace_of(point).call_control(self.principal(), point, control, args)?)
+        Ok(self
+            .namespace_of(point)
+            .call_control(self.principal(), point, control, args)?)
     }
 
     /// One graft system call, by data.
@@ -404,7 +463,10 @@ impl Process {
 
     pub fn graft_stats(&self, point: &str) -> SysResult<SlotInfo> {
         let slot = self.namespace_of(point).lookup(point)?;
-        Ok(SlotInfo { point: point.to_string(), ..slot.info() })
+        Ok(SlotInfo {
+            point: point.to_string(),
+            ..slot.info()
+        })
     }
 
     /// What happened to this process's grafts since the last call (e.g. unloaded for failing).

@@ -13,12 +13,23 @@ use vino_sdk::BuildOptions;
 
 fn device(blocks: u64) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(blocks));
-    mkfs(&*dev, &MkfsOptions { blocks_per_group: 2048, ..MkfsOptions::default() }).unwrap();
+    mkfs(
+        &*dev,
+        &MkfsOptions {
+            blocks_per_group: 2048,
+            ..MkfsOptions::default()
+        },
+    )
+    .unwrap();
     dev
 }
 
 fn boot(dev: &Arc<MemDevice>) -> Arc<Kernel> {
-    let config = KernelConfig { cache_frames: 128, writeback_every: None, ..KernelConfig::default() };
+    let config = KernelConfig {
+        cache_frames: 128,
+        writeback_every: None,
+        ..KernelConfig::default()
+    };
     Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap()
 }
 
@@ -53,7 +64,15 @@ fn records(p: &Process, fd: u32) -> Vec<UnlinkRecord> {
 }
 
 fn touch(p: &Process, path: &str, mode: u16) -> u64 {
-    let fd = p.open(path, OpenFlags { mode, ..OpenFlags::create() }).unwrap();
+    let fd = p
+        .open(
+            path,
+            OpenFlags {
+                mode,
+                ..OpenFlags::create()
+            },
+        )
+        .unwrap();
     let ino = p.inode(fd).unwrap();
     p.close(fd).unwrap();
     ino
@@ -93,12 +112,22 @@ fn each_unlink_is_delivered_once_to_a_graft_and_to_a_user_level_queue() {
     }
     let heard = watcher.event_wait(Duration::from_secs(5));
     assert_eq!(names(&heard), (0..20).map(|i| format!("f{i}")).collect::<Vec<_>>());
-    assert!(heard.iter().all(|e| e.kind == EventKind::Unlink && e.pid == actor.pid()));
+    assert!(
+        heard
+            .iter()
+            .all(|e| e.kind == EventKind::Unlink && e.pid == actor.pid())
+    );
     let seqs: BTreeSet<u64> = heard.iter().map(|e| e.seq).collect();
     assert_eq!(seqs.len(), 20);
-    assert!(watcher.event_wait(Duration::from_millis(20)).is_empty(), "nothing twice");
+    assert!(
+        watcher.event_wait(Duration::from_millis(20)).is_empty(),
+        "nothing twice"
+    );
     let s = k.event_stats().of(EventKind::Unlink);
-    assert_eq!((s.raised, s.delivered_graft, s.delivered_user, s.graft_aborts), (20, 20, 20, 0));
+    assert_eq!(
+        (s.raised, s.delivered_graft, s.delivered_user, s.graft_aborts),
+        (20, 20, 20, 0)
+    );
     // The graft's own appends are modify events nobody listens to.
     assert_eq!(k.event_stats().of(EventKind::Modify).delivered_user, 0);
 }
@@ -121,13 +150,25 @@ fn every_kind_is_raised_by_its_system_calls() {
     touch(&p, "/b", 0o644);
     p.rename("/b", "/a").unwrap(); // replaces /a: an unlink of it
     p.unlink("/a").unwrap();
-    let kinds: Vec<(EventKind, u64)> =
-        w.event_wait(Duration::from_secs(1)).iter().filter(|e| e.inode == ino).map(|e| (e.kind, e.parent)).collect();
+    let kinds: Vec<(EventKind, u64)> = w
+        .event_wait(Duration::from_secs(1))
+        .iter()
+        .filter(|e| e.inode == ino)
+        .map(|e| (e.kind, e.parent))
+        .collect();
     use EventKind::*;
     let root = p.stat("/").unwrap().ino;
     assert_eq!(
         kinds,
-        [(Create, root), (Open, root), (Modify, 0), (Modify, 0), (Modify, 0), (Close, 0), (Unlink, root)]
+        [
+            (Create, root),
+            (Open, root),
+            (Modify, 0),
+            (Modify, 0),
+            (Modify, 0),
+            (Close, 0),
+            (Unlink, root)
+        ]
     );
     let all = w.event_wait(Duration::from_millis(10));
     assert!(all.is_empty());
@@ -171,8 +212,22 @@ fn filters_select_by_inode_and_by_name() {
     let w = k.spawn(Credentials::root());
     w.event_subscribe(EventKind::Unlink).unwrap();
     w.event_subscribe(EventKind::Create).unwrap();
-    w.event_filter(EventKind::Unlink, EventFilter { inodes: vec![a, 999_999], names: vec!["c".into()] }).unwrap();
-    w.event_filter(EventKind::Create, EventFilter { inodes: vec![], names: vec!["wanted".into()] }).unwrap();
+    w.event_filter(
+        EventKind::Unlink,
+        EventFilter {
+            inodes: vec![a, 999_999],
+            names: vec!["c".into()],
+        },
+    )
+    .unwrap();
+    w.event_filter(
+        EventKind::Create,
+        EventFilter {
+            inodes: vec![],
+            names: vec!["wanted".into()],
+        },
+    )
+    .unwrap();
     for n in ["a", "b", "c"] {
         p.unlink(&format!("/{n}")).unwrap();
     }
@@ -182,7 +237,11 @@ fn filters_select_by_inode_and_by_name() {
     let got: Vec<(EventKind, String)> = heard.iter().map(|e| (e.kind, e.name.clone().unwrap())).collect();
     assert_eq!(
         got,
-        [(EventKind::Unlink, "a".into()), (EventKind::Unlink, "c".into()), (EventKind::Create, "wanted".into())]
+        [
+            (EventKind::Unlink, "a".into()),
+            (EventKind::Unlink, "c".into()),
+            (EventKind::Create, "wanted".into())
+        ]
     );
     assert_eq!(k.event_stats().of(EventKind::Unlink).filtered_out, 1);
     // An empty filter takes everything again.
@@ -234,11 +293,18 @@ fn a_deferred_write_happens_on_commit_and_not_on_abort() {
     let bytes = read_all(&owner, log);
     assert_eq!(&bytes[..3], b"oyb");
     assert_eq!(bytes.len(), 3 + 16);
-    let e: Vec<i32> = bytes[3..].chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect();
+    let e: Vec<i32> = bytes[3..]
+        .chunks(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     assert_eq!(e, [-9, -14, -22, -9]);
     // A write to a descriptor open only for reading is refused too.
-    let ro = owner.open(&format!("/log-{}", owner.pid()), OpenFlags::read_only()).unwrap();
-    owner.graft_call("event.fs.unlink", "log_set_fd", &[i64::from(ro)]).unwrap();
+    let ro = owner
+        .open(&format!("/log-{}", owner.pid()), OpenFlags::read_only())
+        .unwrap();
+    owner
+        .graft_call("event.fs.unlink", "log_set_fd", &[i64::from(ro)])
+        .unwrap();
     touch(&owner, "/yes", 0o644);
     owner.unlink("/yes").unwrap();
     quiesce(&k);
@@ -270,7 +336,11 @@ fn a_graft_that_never_returns_is_stopped_and_unloaded() {
     let s = k.event_stats().of(EventKind::Unlink);
     assert_eq!(s.graft_aborts, 8, "aborted until unloaded after 8 failures in a row");
     assert!(!owner.graft_events().is_empty(), "the owner is told");
-    assert_eq!(owner.event_wait(Duration::from_secs(1)).len(), 10, "user-level delivery goes on");
+    assert_eq!(
+        owner.event_wait(Duration::from_secs(1)).len(),
+        10,
+        "user-level delivery goes on"
+    );
     // The kernel is fine: the next unlink is heard at user level only.
     touch(&owner, "/g", 0o644);
     owner.unlink("/g").unwrap();
@@ -284,7 +354,9 @@ fn the_synchronous_graft_makes_its_record_durable() {
     let dev = device(8192);
     let k = boot(&dev);
     let owner = k.spawn(Credentials::root());
-    owner.graft_load("event.fs.unlink", &example("unlink_log_sync")).unwrap();
+    owner
+        .graft_load("event.fs.unlink", &example("unlink_log_sync"))
+        .unwrap();
     let log = log_for(&owner);
     owner.fsync(log).unwrap(); // the log file itself exists on the device
     let ino = touch(&owner, "/doomed", 0o644);
@@ -295,7 +367,9 @@ fn the_synchronous_graft_makes_its_record_durable() {
     let crashed = Arc::new(dev.crashed(7));
     let k2 = boot(&crashed);
     let p = k2.spawn(Credentials::root());
-    let fd = p.open(&format!("/log-{}", owner.pid()), OpenFlags::read_only()).unwrap();
+    let fd = p
+        .open(&format!("/log-{}", owner.pid()), OpenFlags::read_only())
+        .unwrap();
     let recs = records(&p, fd);
     assert_eq!(recs.len(), 1);
     assert_eq!((recs[0].inode, recs[0].name.as_str()), (ino, "doomed"));
@@ -309,17 +383,36 @@ fn an_exiting_process_leaves_nothing_behind() {
     owner.graft_load("event.fs.unlink", &example("unlink_log")).unwrap();
     log_for(&owner);
     owner.event_subscribe(EventKind::Unlink).unwrap();
-    owner.event_filter(EventKind::Unlink, EventFilter { inodes: vec![], names: vec!["x".into()] }).unwrap();
+    owner
+        .event_filter(
+            EventKind::Unlink,
+            EventFilter {
+                inodes: vec![],
+                names: vec!["x".into()],
+            },
+        )
+        .unwrap();
     let actor = k.spawn(Credentials::root());
     touch(&actor, "/x", 0o644);
     k.exit(owner.pid());
     actor.unlink("/x").unwrap();
     quiesce(&k);
     let s = k.event_stats().of(EventKind::Unlink);
-    assert_eq!((s.raised, s.filtered_out, s.delivered_graft, s.delivered_user), (1, 0, 0, 0));
+    assert_eq!(
+        (s.raised, s.filtered_out, s.delivered_graft, s.delivered_user),
+        (1, 0, 0, 0)
+    );
     assert!(owner.event_wait(Duration::from_millis(10)).is_empty());
-    assert!(owner.event_subscribe(EventKind::Unlink).is_err(), "an exited process has no event state");
-    assert!(!actor.graft_list().iter().any(|s| s.point.starts_with("event.fs") && s.graft.is_some()));
+    assert!(
+        owner.event_subscribe(EventKind::Unlink).is_err(),
+        "an exited process has no event state"
+    );
+    assert!(
+        !actor
+            .graft_list()
+            .iter()
+            .any(|s| s.point.starts_with("event.fs") && s.graft.is_some())
+    );
 }
 
 #[test]
@@ -328,7 +421,10 @@ fn event_wait_blocks_until_an_event_comes() {
     let k = boot(&dev);
     let w = k.spawn(Credentials::root());
     w.event_subscribe(EventKind::Create).unwrap();
-    assert!(w.event_wait(Duration::from_millis(20)).is_empty(), "timeout with nothing");
+    assert!(
+        w.event_wait(Duration::from_millis(20)).is_empty(),
+        "timeout with nothing"
+    );
     let p = k.spawn(Credentials::root());
     let waiter = std::thread::spawn(move || w.event_wait(Duration::from_secs(10)));
     std::thread::sleep(Duration::from_millis(50));
@@ -371,8 +467,15 @@ fn no_event_is_lost_under_concurrent_raisers() {
     let user: BTreeSet<(u64, String)> = heard.iter().map(|e| (e.parent, e.name.clone().unwrap())).collect();
     assert_eq!(user.len(), THREADS * FILES, "each event once at user level");
     let logged: BTreeSet<(u64, String)> = records(&owner, log).into_iter().map(|r| (r.parent, r.name)).collect();
-    assert_eq!(records(&owner, log).len(), THREADS * FILES, "each event once in the graft's log");
+    assert_eq!(
+        records(&owner, log).len(),
+        THREADS * FILES,
+        "each event once in the graft's log"
+    );
     assert_eq!(logged, user);
     let s = k.event_stats().of(EventKind::Unlink);
-    assert_eq!((s.delivered_graft, s.delivered_user), ((THREADS * FILES) as u64, (THREADS * FILES) as u64));
+    assert_eq!(
+        (s.delivered_graft, s.delivered_user),
+        ((THREADS * FILES) as u64, (THREADS * FILES) as u64)
+    );
 }

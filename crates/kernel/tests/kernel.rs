@@ -8,17 +8,30 @@ use vino_kernel::{Credentials, Errno, Kernel, KernelConfig, OpenFlags};
 
 fn device(blocks: u64) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(blocks));
-    mkfs(&*dev, &MkfsOptions { blocks_per_group: 2048, ..MkfsOptions::default() }).unwrap();
+    mkfs(
+        &*dev,
+        &MkfsOptions {
+            blocks_per_group: 2048,
+            ..MkfsOptions::default()
+        },
+    )
+    .unwrap();
     dev
 }
 
 fn boot(dev: &Arc<MemDevice>) -> Arc<Kernel> {
-    let config = KernelConfig { cache_frames: 64, writeback_every: None, ..KernelConfig::default() };
+    let config = KernelConfig {
+        cache_frames: 64,
+        writeback_every: None,
+        ..KernelConfig::default()
+    };
     Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap()
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -68,7 +81,10 @@ fn partial_writes_into_new_blocks_read_zeros_around_them() {
     p.ftruncate(fd, 100).unwrap();
     let mut back = vec![1u8; 100];
     p.pread(fd, &mut back, 0).unwrap();
-    assert!(back[..10].iter().all(|&b| b == 7) && back[10..].iter().all(|&b| b == 0), "{back:?}");
+    assert!(
+        back[..10].iter().all(|&b| b == 7) && back[10..].iter().all(|&b| b == 0),
+        "{back:?}"
+    );
     // The same when the file grows by a write past its end instead of ftruncate.
     p.pwrite(fd, &[7u8; 100], 0).unwrap();
     p.fsync(fd).unwrap();
@@ -77,7 +93,10 @@ fn partial_writes_into_new_blocks_read_zeros_around_them() {
     p.pwrite(fd, b"!", 200).unwrap();
     let mut back = vec![1u8; 201];
     p.pread(fd, &mut back, 0).unwrap();
-    assert!(back[..10].iter().all(|&b| b == 7) && back[10..200].iter().all(|&b| b == 0) && back[200] == b'!', "{back:?}");
+    assert!(
+        back[..10].iter().all(|&b| b == 7) && back[10..200].iter().all(|&b| b == 0) && back[200] == b'!',
+        "{back:?}"
+    );
 }
 
 #[test]
@@ -111,7 +130,15 @@ fn permissions_are_checked() {
     root.mkdir("/home", 0o777).unwrap();
     let alice = k.spawn(Credentials::user(1000, 1000));
     let bob = k.spawn(Credentials::user(1001, 1001));
-    let fd = alice.open("/home/secret", vino_kernel::OpenFlags { mode: 0o600, ..OpenFlags::create() }).unwrap();
+    let fd = alice
+        .open(
+            "/home/secret",
+            vino_kernel::OpenFlags {
+                mode: 0o600,
+                ..OpenFlags::create()
+            },
+        )
+        .unwrap();
     alice.write(fd, b"mine").unwrap();
     let err = bob.open("/home/secret", OpenFlags::read_only()).unwrap_err();
     assert_eq!(err.errno, Errno::Acces);
@@ -121,7 +148,10 @@ fn permissions_are_checked() {
     let ro = alice.open("/home/secret", OpenFlags::read_only()).unwrap();
     assert_eq!(alice.write(ro, b"x").unwrap_err().errno, Errno::BadF);
     assert_eq!(alice.read(99, &mut [0u8; 1]).unwrap_err().errno, Errno::BadF);
-    assert_eq!(alice.open("relative", OpenFlags::read_only()).unwrap_err().errno, Errno::Inval);
+    assert_eq!(
+        alice.open("relative", OpenFlags::read_only()).unwrap_err().errno,
+        Errno::Inval
+    );
 }
 
 #[test]
@@ -139,11 +169,21 @@ fn grafts_are_checked_against_who_owns_what() {
     assert_eq!(err.errno, Errno::Perm);
     root.graft_load("disk.pick_request", &elevator).unwrap();
     // Per-file placement: only the file's creator.
-    let fd = alice.open("/home/f", vino_kernel::OpenFlags { mode: 0o666, ..OpenFlags::create() }).unwrap();
+    let fd = alice
+        .open(
+            "/home/f",
+            vino_kernel::OpenFlags {
+                mode: 0o666,
+                ..OpenFlags::create()
+            },
+        )
+        .unwrap();
     let bfd = bob.open("/home/f", OpenFlags::read_write()).unwrap();
     if let Ok(noswitch) = noswitch {
         alice.graft_load(&format!("file.block_buddy/{fd}"), &noswitch).unwrap();
-        let err = bob.graft_load(&format!("file.block_buddy/{bfd}"), &noswitch).unwrap_err();
+        let err = bob
+            .graft_load(&format!("file.block_buddy/{bfd}"), &noswitch)
+            .unwrap_err();
         assert_eq!(err.errno, Errno::Perm);
     }
     // Per-process and per-open-file graftpoints are not even visible to others.
@@ -163,7 +203,10 @@ fn grafts_are_checked_against_who_owns_what() {
     let still = root.graft_stats("disk.pick_request").unwrap();
     assert!(still.graft.is_some(), "root's graft stays");
     k.exit(root.pid());
-    assert!(k.global_graftpoints().list().iter().all(|s| s.graft.is_none()), "root's graft went with it");
+    assert!(
+        k.global_graftpoints().list().iter().all(|s| s.graft.is_none()),
+        "root's graft went with it"
+    );
 }
 
 #[test]

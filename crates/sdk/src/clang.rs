@@ -10,8 +10,7 @@ pub const CLANG_ENV: &str = "VINO_CLANG";
 
 /// Clang binaries tried, in order, after `$VINO_CLANG`.
 const CANDIDATES: &[&str] = &[
-    "clang", "clang-21", "clang-20", "clang-19", "clang-18", "clang-17", "clang-16", "clang-15",
-    "clang-14",
+    "clang", "clang-21", "clang-20", "clang-19", "clang-18", "clang-17", "clang-16", "clang-15", "clang-14",
 ];
 
 /// Optimisation level passed to clang.
@@ -186,12 +185,7 @@ fn wasm_ld_of(clang: &OsStr) -> Option<PathBuf> {
 
 /// The arguments (after the clang binary itself) that build `source` into the graft `output`,
 /// with `include_dir` holding `vino_graft.h`.
-pub fn clang_args(
-    source: &Path,
-    output: &Path,
-    include_dir: &Path,
-    opts: &BuildOptions,
-) -> Vec<OsString> {
+pub fn clang_args(source: &Path, output: &Path, include_dir: &Path, opts: &BuildOptions) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec![
         "--target=wasm32".into(),
         opts.opt_level.flag().into(),
@@ -246,11 +240,7 @@ pub fn build_c(source: &Path, output: &Path, opts: &BuildOptions) -> Result<(), 
         .tempdir()
         .map_err(io("creating a temporary directory"))?;
     let include = tmp.path().join("include");
-    crate::write_header(&include).map_err(io(format!(
-        "writing {} to {}",
-        crate::HEADER_NAME,
-        include.display()
-    )))?;
+    crate::write_header(&include).map_err(io(format!("writing {} to {}", crate::HEADER_NAME, include.display())))?;
 
     let args = clang_args(source, output, &include, opts);
     let out = Command::new(&tc.clang)
@@ -311,14 +301,8 @@ pub fn build_c_bytes(source: &Path, opts: &BuildOptions) -> Result<Vec<u8>, Buil
 
 /// Builds C source held in memory; `file_name` (e.g. `"my_graft.c"`) names it in clang's
 /// messages and chooses the language by its extension.
-pub fn build_c_str(
-    file_name: &str,
-    source: &str,
-    opts: &BuildOptions,
-) -> Result<Vec<u8>, BuildError> {
-    let name = Path::new(file_name)
-        .file_name()
-        .unwrap_or(OsStr::new("graft.c"));
+pub fn build_c_str(file_name: &str, source: &str, opts: &BuildOptions) -> Result<Vec<u8>, BuildError> {
+    let name = Path::new(file_name).file_name().unwrap_or(OsStr::new("graft.c"));
     let tmp = tempfile::Builder::new()
         .prefix("vino-sdk-src-")
         .tempdir()

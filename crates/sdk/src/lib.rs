@@ -26,8 +26,7 @@ mod clang;
 pub mod wasm;
 
 pub use clang::{
-    BuildError, BuildOptions, OptLevel, Toolchain, build_c, build_c_bytes, build_c_str, clang_args,
-    find_toolchain,
+    BuildError, BuildOptions, OptLevel, Toolchain, build_c, build_c_bytes, build_c_str, clang_args, find_toolchain,
 };
 
 use std::path::{Path, PathBuf};
@@ -44,22 +43,10 @@ pub const ARG_BYTES: usize = 4096;
 /// Example grafts (`sdk/grafts/<name>.c`), name → C source.
 pub const EXAMPLES: &[(&str, &str)] = &[
     ("null", include_str!("../../../sdk/grafts/null.c")),
-    (
-        "toy_counter",
-        include_str!("../../../sdk/grafts/toy_counter.c"),
-    ),
-    (
-        "hotlist_evict",
-        include_str!("../../../sdk/grafts/hotlist_evict.c"),
-    ),
-    (
-        "index_readahead",
-        include_str!("../../../sdk/grafts/index_readahead.c"),
-    ),
-    (
-        "sequential_ra",
-        include_str!("../../../sdk/grafts/sequential_ra.c"),
-    ),
+    ("toy_counter", include_str!("../../../sdk/grafts/toy_counter.c")),
+    ("hotlist_evict", include_str!("../../../sdk/grafts/hotlist_evict.c")),
+    ("index_readahead", include_str!("../../../sdk/grafts/index_readahead.c")),
+    ("sequential_ra", include_str!("../../../sdk/grafts/sequential_ra.c")),
     ("elevator", include_str!("../../../sdk/grafts/elevator.c")),
     ("fifo", include_str!("../../../sdk/grafts/fifo.c")),
     ("noswitch", include_str!("../../../sdk/grafts/noswitch.c")),
@@ -73,22 +60,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening
 /// comment says what it tests.
 pub const HOSTILE_C: &[(&str, &str)] = &[
-    (
-        "infinite_loop",
-        include_str!("../../../sdk/hostile/infinite_loop.c"),
-    ),
-    (
-        "oob_store",
-        include_str!("../../../sdk/hostile/oob_store.c"),
-    ),
-    (
-        "memory_hog",
-        include_str!("../../../sdk/hostile/memory_hog.c"),
-    ),
-    (
-        "deep_recursion",
-        include_str!("../../../sdk/hostile/deep_recursion.c"),
-    ),
+    ("infinite_loop", include_str!("../../../sdk/hostile/infinite_loop.c")),
+    ("oob_store", include_str!("../../../sdk/hostile/oob_store.c")),
+    ("memory_hog", include_str!("../../../sdk/hostile/memory_hog.c")),
+    ("deep_recursion", include_str!("../../../sdk/hostile/deep_recursion.c")),
     (
         "forbidden_import",
         include_str!("../../../sdk/hostile/forbidden_import.c"),
@@ -98,27 +73,12 @@ pub const HOSTILE_C: &[(&str, &str)] = &[
         "partial_then_trap",
         include_str!("../../../sdk/hostile/partial_then_trap.c"),
     ),
-    (
-        "bad_result",
-        include_str!("../../../sdk/hostile/bad_result.c"),
-    ),
-    (
-        "bad_victim",
-        include_str!("../../../sdk/hostile/bad_victim.c"),
-    ),
-    (
-        "bad_readahead",
-        include_str!("../../../sdk/hostile/bad_readahead.c"),
-    ),
+    ("bad_result", include_str!("../../../sdk/hostile/bad_result.c")),
+    ("bad_victim", include_str!("../../../sdk/hostile/bad_victim.c")),
+    ("bad_readahead", include_str!("../../../sdk/hostile/bad_readahead.c")),
     ("bad_arg", include_str!("../../../sdk/hostile/bad_arg.c")),
-    (
-        "bad_log_ptr",
-        include_str!("../../../sdk/hostile/bad_log_ptr.c"),
-    ),
-    (
-        "bad_indirect",
-        include_str!("../../../sdk/hostile/bad_indirect.c"),
-    ),
+    ("bad_log_ptr", include_str!("../../../sdk/hostile/bad_log_ptr.c")),
+    ("bad_indirect", include_str!("../../../sdk/hostile/bad_indirect.c")),
     ("div_zero", include_str!("../../../sdk/hostile/div_zero.c")),
 ];
 
@@ -129,10 +89,7 @@ pub const HOSTILE_WAT: &[(&str, &str)] = &[
         "forbidden_import_env",
         include_str!("../../../sdk/hostile/forbidden_import_env.wat"),
     ),
-    (
-        "wrong_export",
-        include_str!("../../../sdk/hostile/wrong_export.wat"),
-    ),
+    ("wrong_export", include_str!("../../../sdk/hostile/wrong_export.wat")),
     (
         "wrong_signature",
         include_str!("../../../sdk/hostile/wrong_signature.wat"),

@@ -34,8 +34,7 @@ fn graftpoint(export: &str) -> FuncType {
 }
 
 fn build(name: &str) -> (Vec<u8>, ModuleInfo) {
-    let bytes = build_example(name, &BuildOptions::default())
-        .unwrap_or_else(|e| panic!("building {name}: {e}"));
+    let bytes = build_example(name, &BuildOptions::default()).unwrap_or_else(|e| panic!("building {name}: {e}"));
     assert!(bytes.starts_with(&wasm::MAGIC), "{name}: no wasm magic");
     let info = parse(&bytes).unwrap_or_else(|e| panic!("parsing {name}: {e}"));
     (bytes, info)
@@ -43,9 +42,7 @@ fn build(name: &str) -> (Vec<u8>, ModuleInfo) {
 
 /// What every C graft built with the SDK must look like.
 fn check_common(name: &str, m: &ModuleInfo, allowed_imports: &[&str]) {
-    let mem = m
-        .export("memory")
-        .unwrap_or_else(|| panic!("{name}: no memory export"));
+    let mem = m.export("memory").unwrap_or_else(|| panic!("{name}: no memory export"));
     assert_eq!(mem.kind, ExternKind::Memory, "{name}");
     assert_eq!(m.memories.len(), 1, "{name}: one defined memory");
     assert_eq!(
@@ -95,21 +92,10 @@ fn check_common(name: &str, m: &ModuleInfo, allowed_imports: &[&str]) {
             e.name
         );
         if let Some(ctl) = e.name.strip_prefix("vino_ctl_") {
-            let ty = m
-                .export_func_type(&e.name)
-                .unwrap_or_else(|| panic!("{name}: {ctl}"));
-            assert!(
-                ty.params.len() <= 8,
-                "{name}: {ctl} takes at most 8 parameters"
-            );
-            assert!(
-                ty.params.iter().all(|t| matches!(t, I32 | I64)),
-                "{name}: {ctl} {ty}"
-            );
-            assert!(
-                matches!(ty.results[..], [I32] | [I64]),
-                "{name}: {ctl} {ty}"
-            );
+            let ty = m.export_func_type(&e.name).unwrap_or_else(|| panic!("{name}: {ctl}"));
+            assert!(ty.params.len() <= 8, "{name}: {ctl} takes at most 8 parameters");
+            assert!(ty.params.iter().all(|t| matches!(t, I32 | I64)), "{name}: {ctl} {ty}");
+            assert!(matches!(ty.results[..], [I32] | [I64]), "{name}: {ctl} {ty}");
         }
     }
 }
@@ -136,11 +122,7 @@ fn embedded_lists_match_the_source_tree() {
             .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
             .collect()
     };
-    let names = |t: &[(&str, &str)]| {
-        t.iter()
-            .map(|(n, _)| n.to_string())
-            .collect::<BTreeSet<_>>()
-    };
+    let names = |t: &[(&str, &str)]| t.iter().map(|(n, _)| n.to_string()).collect::<BTreeSet<_>>();
     assert_eq!(listed("grafts", "c"), names(EXAMPLES));
     assert_eq!(listed("hostile", "c"), names(HOSTILE_C));
     assert_eq!(listed("hostile", "wat"), names(HOSTILE_WAT));
@@ -193,8 +175,20 @@ fn examples_build_and_follow_the_abi() {
         ("elevator", "disk_pick_request", &[], &["set_age_cap"], &[]),
         ("fifo", "disk_pick_request", &[], &[], &[]),
         ("noswitch", "file_block_buddy", &[], &[], &[]),
-        ("lookahead_evict", "vas_pick_victim", &[], &["la_start", "la_stop"], &["la_ctl", "la_plan"]),
-        ("wisc_readahead", "file_compute_ra", &[], &["wra_start", "wra_stop"], &["wra_ctl", "wra_plan"]),
+        (
+            "lookahead_evict",
+            "vas_pick_victim",
+            &[],
+            &["la_start", "la_stop"],
+            &["la_ctl", "la_plan"],
+        ),
+        (
+            "wisc_readahead",
+            "file_compute_ra",
+            &[],
+            &["wra_start", "wra_stop"],
+            &["wra_ctl", "wra_plan"],
+        ),
         ("unlink_log", "event_fs_unlink", EVENT, &["log_set_fd"], &[]),
         ("unlink_log_sync", "event_fs_unlink", EVENT, &["log_set_fd"], &[]),
         ("lock_fifo", "lock_grant", &[], &[], &[]),
@@ -203,25 +197,13 @@ fn examples_build_and_follow_the_abi() {
     for &(name, point, allowed, controls, shared) in cases {
         let (_, m) = build(name);
         check_common(name, &m, allowed);
-        assert_eq!(
-            m.export_func_type(point),
-            Some(&graftpoint(point)),
-            "{name}: {point}"
-        );
+        assert_eq!(m.export_func_type(point), Some(&graftpoint(point)), "{name}: {point}");
         let mut funcs = set(&[point]);
         funcs.extend(controls.iter().map(|c| format!("vino_ctl_{c}")));
-        assert_eq!(
-            exports_of(&m, ExternKind::Func),
-            funcs,
-            "{name}: function exports"
-        );
+        assert_eq!(exports_of(&m, ExternKind::Func), funcs, "{name}: function exports");
         let mut globals = set(&["vino_args"]);
         globals.extend(shared.iter().map(|s| s.to_string()));
-        assert_eq!(
-            exports_of(&m, ExternKind::Global),
-            globals,
-            "{name}: global exports"
-        );
+        assert_eq!(exports_of(&m, ExternKind::Global), globals, "{name}: global exports");
         for g in shared {
             let g = m.export_global(g).unwrap();
             assert_eq!(g.init.unwrap() % 8, 0, "{name}: shared data 8-aligned");
@@ -246,16 +228,11 @@ fn hostile_c_grafts_build() {
             "bad_readahead" => "file_compute_ra",
             _ => "toy_apply",
         };
-        assert_eq!(
-            m.export_func_type(point),
-            Some(&graftpoint(point)),
-            "{name}: {point}"
-        );
+        assert_eq!(m.export_func_type(point), Some(&graftpoint(point)), "{name}: {point}");
         if name == "forbidden_import" {
             let imp = &m.imports[..];
             assert!(
-                imp.iter()
-                    .any(|i| i.module == "vino" && i.name == "vino_format_disk"),
+                imp.iter().any(|i| i.module == "vino" && i.name == "vino_format_disk"),
                 "{name}: {imp:?}"
             );
         } else {
@@ -264,14 +241,7 @@ fn hostile_c_grafts_build() {
         assert!(bytes.len() < 4096, "{name}: {} bytes", bytes.len());
     }
     // The writes the kernel must undo, and the calls whose arguments it must check, are there.
-    let imports = |n| {
-        build(n)
-            .1
-            .imports
-            .into_iter()
-            .map(|i| i.name)
-            .collect::<Vec<_>>()
-    };
+    let imports = |n| build(n).1.imports.into_iter().map(|i| i.name).collect::<Vec<_>>();
     assert_eq!(imports("lock_hog"), ["vino_toy_set"]);
     assert_eq!(imports("partial_then_trap"), ["vino_toy_set"]);
     assert_eq!(imports("bad_arg"), ["vino_toy_get"]);
@@ -300,10 +270,7 @@ fn hostile_wat_grafts_say_what_they_test() {
         match name {
             "forbidden_import_env" => {
                 assert_eq!(m.imports[0].module, "env");
-                assert_eq!(
-                    m.export_func_type("toy_apply"),
-                    Some(&graftpoint("toy_apply"))
-                );
+                assert_eq!(m.export_func_type("toy_apply"), Some(&graftpoint("toy_apply")));
             }
             "wrong_export" => {
                 assert!(m.export("toy_apply").is_none());
@@ -370,10 +337,7 @@ fn header_plumbing_works_and_stays_private() {
             set(&["table", "vino_args"]),
             "{file}"
         );
-        assert_eq!(
-            m.export_func_type("vino_ctl_eight").unwrap().params.len(),
-            8
-        );
+        assert_eq!(m.export_func_type("vino_ctl_eight").unwrap().params.len(), 8);
     }
 }
 
@@ -396,10 +360,7 @@ fn compile_errors_carry_clangs_message() {
     let err = build_c_str("broken.c", "int x = ;\n", &BuildOptions::default()).unwrap_err();
     match &err {
         BuildError::Compile {
-            stderr,
-            command,
-            path,
-            ..
+            stderr, command, path, ..
         } => {
             assert!(stderr.contains("broken.c:1:9: error"), "{stderr}");
             assert!(command.contains("--target=wasm32"), "{command}");
@@ -415,10 +376,7 @@ fn calling_libc_is_a_link_error() {
     let src = "#include \"vino_graft.h\"\nint32_t strlen(const char *);\n\
                VINO_GRAFT(toy_apply) int64_t toy_apply(int64_t a) { return strlen(\"x\") + a; }\n";
     let err = build_c_str("libc.c", src, &BuildOptions::default()).unwrap_err();
-    assert!(
-        err.to_string().contains("undefined symbol: strlen"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("undefined symbol: strlen"), "{err}");
     assert!(matches!(err, BuildError::Compile { .. }));
 }
 
@@ -456,20 +414,14 @@ fn toolchain_and_command_line() {
             ..Default::default()
         },
     );
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     for want in [
         "--target=wasm32",
         "-nostdlib",
         "-ffreestanding",
         "-Wl,-z,stack-size=8192",
     ] {
-        assert!(
-            args.iter().any(|a| a == want),
-            "{want} missing from {args:?}"
-        );
+        assert!(args.iter().any(|a| a == want), "{want} missing from {args:?}");
     }
     assert!(
         !args.iter().any(|a| a.contains("memory")),

@@ -41,12 +41,7 @@ pub struct FuncType {
 
 impl fmt::Display for FuncType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |v: &[ValType]| {
-            v.iter()
-                .map(|t| t.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let list = |v: &[ValType]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
         write!(f, "({}) -> ({})", list(&self.params), list(&self.results))
     }
 }
@@ -134,8 +129,7 @@ impl ModuleInfo {
     /// The exported global `name`, if the module defines it.
     pub fn export_global(&self, name: &str) -> Option<&Global> {
         let e = self.export(name).filter(|e| e.kind == ExternKind::Global)?;
-        self.globals
-            .get(e.index.checked_sub(self.imported_globals)? as usize)
+        self.globals.get(e.index.checked_sub(self.imported_globals)? as usize)
     }
 }
 
@@ -154,17 +148,11 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn err(&self, what: &'static str) -> ParseError {
-        ParseError {
-            offset: self.pos,
-            what,
-        }
+        ParseError { offset: self.pos, what }
     }
 
     fn byte(&mut self) -> Result<u8, ParseError> {
-        let b = *self
-            .bytes
-            .get(self.pos)
-            .ok_or_else(|| self.err("unexpected end"))?;
+        let b = *self.bytes.get(self.pos).ok_or_else(|| self.err("unexpected end"))?;
         self.pos += 1;
         Ok(b)
     }
@@ -233,11 +221,7 @@ impl<'a> Reader<'a> {
     fn limits(&mut self) -> Result<Memory, ParseError> {
         let flags = self.byte()?;
         let initial = self.uleb()?;
-        let maximum = if flags & 1 != 0 {
-            Some(self.uleb()?)
-        } else {
-            None
-        };
+        let maximum = if flags & 1 != 0 { Some(self.uleb()?) } else { None };
         Ok(Memory { initial, maximum })
     }
 }
@@ -262,10 +246,7 @@ pub fn parse(bytes: &[u8]) -> Result<ModuleInfo, ParseError> {
         let id = r.byte()?;
         let size = r.u32()? as usize;
         let body = r.take(size)?;
-        let mut s = Reader {
-            bytes: body,
-            pos: 0,
-        };
+        let mut s = Reader { bytes: body, pos: 0 };
         let base = r.pos - size;
         let fix = |mut e: ParseError| {
             e.offset += base;
@@ -317,9 +298,8 @@ fn parse_types(s: &mut Reader<'_>, m: &mut ModuleInfo) -> Result<(), ParseError>
         if s.byte()? != 0x60 {
             return Err(s.err("unsupported type form (only func types)"));
         }
-        let vals = |s: &mut Reader<'_>| -> Result<Vec<ValType>, ParseError> {
-            (0..s.u32()?).map(|_| s.valtype()).collect()
-        };
+        let vals =
+            |s: &mut Reader<'_>| -> Result<Vec<ValType>, ParseError> { (0..s.u32()?).map(|_| s.valtype()).collect() };
         let params = vals(s)?;
         let results = vals(s)?;
         m.types.push(FuncType { params, results });

@@ -50,25 +50,139 @@ pub struct Case {
 }
 
 pub const CASES: &[Case] = &[
-    Case { name: "infinite loop", source: Source::C("infinite_loop"), target: Target::Apply(1), expect: Expect::Aborts("budget"), what: "spins forever" },
-    Case { name: "out-of-bounds store", source: Source::C("oob_store"), target: Target::Apply(1), expect: Expect::Aborts("out of bounds"), what: "stores at 0xFFFFFFF0" },
-    Case { name: "memory hog", source: Source::C("memory_hog"), target: Target::Apply(1), expect: Expect::Aborts("memory"), what: "grows memory until refused" },
-    Case { name: "deep recursion (shadow stack)", source: Source::C("deep_recursion"), target: Target::Apply(2), expect: Expect::Aborts("wasm trap"), what: "recursion with frames in linear memory" },
-    Case { name: "deep recursion (wasm stack)", source: Source::C("deep_recursion"), target: Target::Apply(3), expect: Expect::Aborts("call stack exhausted"), what: "recursion on the native stack" },
-    Case { name: "division by zero", source: Source::C("div_zero"), target: Target::Apply(1), expect: Expect::Aborts("divide by zero"), what: "integer division by zero" },
-    Case { name: "bad indirect call", source: Source::C("bad_indirect"), target: Target::Apply(1), expect: Expect::Aborts("indirect call"), what: "calls through a mistyped pointer" },
-    Case { name: "forbidden import", source: Source::C("forbidden_import"), target: Target::Apply(1), expect: Expect::Refused("does not allow"), what: "imports vino_format_disk" },
-    Case { name: "import from env", source: Source::Wat("forbidden_import_env"), target: Target::Apply(1), expect: Expect::Refused("does not allow"), what: "imports from module env" },
-    Case { name: "wrong export", source: Source::Wat("wrong_export"), target: Target::Apply(1), expect: Expect::Refused("toy_apply"), what: "exports no entry point" },
-    Case { name: "wrong signature", source: Source::Wat("wrong_signature"), target: Target::Apply(1), expect: Expect::Refused("toy_apply"), what: "entry point of the wrong type" },
-    Case { name: "lock hog (alone)", source: Source::C("lock_hog"), target: Target::Apply(1), expect: Expect::Aborts("budget"), what: "takes a lock, then spins" },
-    Case { name: "lock hog (contended)", source: Source::C("lock_hog"), target: Target::ApplyContended(1), expect: Expect::Aborts("deadline"), what: "takes a lock another waits for, then spins" },
-    Case { name: "change state, then trap", source: Source::C("partial_then_trap"), target: Target::Apply(1), expect: Expect::Aborts("unreachable"), what: "writes four cells, then traps" },
-    Case { name: "bad argument", source: Source::C("bad_arg"), target: Target::Apply(1), expect: Expect::Aborts("bad argument"), what: "asks for cell -5" },
-    Case { name: "bad log pointer", source: Source::C("bad_log_ptr"), target: Target::Apply(1), expect: Expect::Aborts("outside the graft's memory"), what: "logs from outside its memory" },
-    Case { name: "invalid result", source: Source::C("bad_result"), target: Target::Apply(1), expect: Expect::Aborts("invalid result"), what: "returns -1" },
-    Case { name: "invalid victim", source: Source::C("bad_victim"), target: Target::Victim, expect: Expect::Aborts("invalid result"), what: "names a page not offered" },
-    Case { name: "read-ahead past EOF", source: Source::C("bad_readahead"), target: Target::ReadAhead, expect: Expect::Aborts("invalid result"), what: "asks for blocks past the end" },
+    Case {
+        name: "infinite loop",
+        source: Source::C("infinite_loop"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("budget"),
+        what: "spins forever",
+    },
+    Case {
+        name: "out-of-bounds store",
+        source: Source::C("oob_store"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("out of bounds"),
+        what: "stores at 0xFFFFFFF0",
+    },
+    Case {
+        name: "memory hog",
+        source: Source::C("memory_hog"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("memory"),
+        what: "grows memory until refused",
+    },
+    Case {
+        name: "deep recursion (shadow stack)",
+        source: Source::C("deep_recursion"),
+        target: Target::Apply(2),
+        expect: Expect::Aborts("wasm trap"),
+        what: "recursion with frames in linear memory",
+    },
+    Case {
+        name: "deep recursion (wasm stack)",
+        source: Source::C("deep_recursion"),
+        target: Target::Apply(3),
+        expect: Expect::Aborts("call stack exhausted"),
+        what: "recursion on the native stack",
+    },
+    Case {
+        name: "division by zero",
+        source: Source::C("div_zero"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("divide by zero"),
+        what: "integer division by zero",
+    },
+    Case {
+        name: "bad indirect call",
+        source: Source::C("bad_indirect"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("indirect call"),
+        what: "calls through a mistyped pointer",
+    },
+    Case {
+        name: "forbidden import",
+        source: Source::C("forbidden_import"),
+        target: Target::Apply(1),
+        expect: Expect::Refused("does not allow"),
+        what: "imports vino_format_disk",
+    },
+    Case {
+        name: "import from env",
+        source: Source::Wat("forbidden_import_env"),
+        target: Target::Apply(1),
+        expect: Expect::Refused("does not allow"),
+        what: "imports from module env",
+    },
+    Case {
+        name: "wrong export",
+        source: Source::Wat("wrong_export"),
+        target: Target::Apply(1),
+        expect: Expect::Refused("toy_apply"),
+        what: "exports no entry point",
+    },
+    Case {
+        name: "wrong signature",
+        source: Source::Wat("wrong_signature"),
+        target: Target::Apply(1),
+        expect: Expect::Refused("toy_apply"),
+        what: "entry point of the wrong type",
+    },
+    Case {
+        name: "lock hog (alone)",
+        source: Source::C("lock_hog"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("budget"),
+        what: "takes a lock, then spins",
+    },
+    Case {
+        name: "lock hog (contended)",
+        source: Source::C("lock_hog"),
+        target: Target::ApplyContended(1),
+        expect: Expect::Aborts("deadline"),
+        what: "takes a lock another waits for, then spins",
+    },
+    Case {
+        name: "change state, then trap",
+        source: Source::C("partial_then_trap"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("unreachable"),
+        what: "writes four cells, then traps",
+    },
+    Case {
+        name: "bad argument",
+        source: Source::C("bad_arg"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("bad argument"),
+        what: "asks for cell -5",
+    },
+    Case {
+        name: "bad log pointer",
+        source: Source::C("bad_log_ptr"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("outside the graft's memory"),
+        what: "logs from outside its memory",
+    },
+    Case {
+        name: "invalid result",
+        source: Source::C("bad_result"),
+        target: Target::Apply(1),
+        expect: Expect::Aborts("invalid result"),
+        what: "returns -1",
+    },
+    Case {
+        name: "invalid victim",
+        source: Source::C("bad_victim"),
+        target: Target::Victim,
+        expect: Expect::Aborts("invalid result"),
+        what: "names a page not offered",
+    },
+    Case {
+        name: "read-ahead past EOF",
+        source: Source::C("bad_readahead"),
+        target: Target::ReadAhead,
+        expect: Expect::Aborts("invalid result"),
+        what: "asks for blocks past the end",
+    },
 ];
 
 /// What happened to one case.
@@ -123,19 +237,42 @@ pub fn run_case(rt: &Runtime, case: &Case) -> Result<Outcome, String> {
         Target::ApplyContended(arg) => {
             let waiter = contend(rt, &kernel);
             let r = drive::<ToyApply>(rt, Arc::new(kernel.clone()), &wasm, &arg, &arg, good_apply(), &5, &10);
-            waiter.join().map_err(|_| "the waiting transaction panicked".to_string())??;
+            waiter
+                .join()
+                .map_err(|_| "the waiting transaction panicked".to_string())??;
             r
         }
         Target::Victim => {
             let pages: &[u64] = &[5, 6, 7];
-            drive::<PickVictim>(rt, Arc::new(kernel.clone()), &wasm, &pages, &0, good_victim(), &pages, &2)
+            drive::<PickVictim>(
+                rt,
+                Arc::new(kernel.clone()),
+                &wasm,
+                &pages,
+                &0,
+                good_victim(),
+                &pages,
+                &2,
+            )
         }
         Target::ReadAhead => {
             let file = Arc::new(ToyFile::new(1 << 20));
-            let read = Read { offset: 1 << 19, len: 4096 };
+            let read = Read {
+                offset: 1 << 19,
+                len: 4096,
+            };
             let fresh = Arc::new(ToyFile::new(1 << 20));
             let default = ComputeRa::default_policy(&fresh, &read);
-            drive::<ComputeRa>(rt, file, &wasm, &read, &default, good_ra(), &read, &vino_graft::abi::Extents::new())
+            drive::<ComputeRa>(
+                rt,
+                file,
+                &wasm,
+                &read,
+                &default,
+                good_ra(),
+                &read,
+                &vino_graft::abi::Extents::new(),
+            )
         }
     }?;
     let expected = match case.expect {
@@ -184,7 +321,8 @@ where
             (failure, decided == *default && stats.failures == 1)
         }
     };
-    slot.load(good.as_bytes(), Owner::process(1)).map_err(|e| format!("good graft refused: {e}"))?;
+    slot.load(good.as_bytes(), Owner::process(1))
+        .map_err(|e| format!("good graft refused: {e}"))?;
     let works = slot.invoke(good_args) == *good_answer && slot.stats().is_some_and(|s| s.failures == 0);
     Ok((failure, default_decided, works))
 }

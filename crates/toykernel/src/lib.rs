@@ -7,8 +7,8 @@
 
 pub mod hostile;
 
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use vino_graft::abi::{self, Extent, Extents};
 use vino_graft::{CallError, Callables, GraftPoint, GraftSlot, Invalid};
 use vino_vlt::{LockMode, current};
@@ -31,7 +31,11 @@ static KERNELS: AtomicU64 = AtomicU64::new(0);
 impl ToyKernel {
     pub fn new(cells: usize) -> ToyKernel {
         let id = KERNELS.fetch_add(1, Ordering::Relaxed);
-        ToyKernel { cells: (0..cells).map(|_| AtomicI64::new(0)).collect(), id, inner: Arc::default() }
+        ToyKernel {
+            cells: (0..cells).map(|_| AtomicI64::new(0)).collect(),
+            id,
+            inner: Arc::default(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -82,7 +86,10 @@ impl ToyKernel {
 
     /// Invokes the inner graftpoint: from inside a graft, its graft runs in a nested transaction.
     pub fn call_inner(&self, arg: i64) -> Result<i64, CallError> {
-        let slot = self.inner.get().ok_or_else(|| CallError::Forbidden("no inner graftpoint".into()))?;
+        let slot = self
+            .inner
+            .get()
+            .ok_or_else(|| CallError::Forbidden("no inner graftpoint".into()))?;
         Ok(slot.invoke(&arg))
     }
 
@@ -93,7 +100,9 @@ impl ToyKernel {
 
     fn define_callables(c: &mut Callables<ToyKernel>) {
         c.func1("vino_toy_get", |k: &ToyKernel, key: i32| k.get(key.into()));
-        c.func2("vino_toy_set", |k: &ToyKernel, key: i32, value: i64| k.set(key.into(), value));
+        c.func2("vino_toy_set", |k: &ToyKernel, key: i32, value: i64| {
+            k.set(key.into(), value)
+        });
         c.func1("vino_toy_call_inner", |k: &ToyKernel, arg: i64| k.call_inner(arg));
     }
 }
@@ -119,7 +128,11 @@ impl GraftPoint for ToyApply {
         (*arg,)
     }
     fn decode(_: &ToyKernel, _: &i64, result: i64, _: &[u8]) -> Result<i64, Invalid> {
-        if result >= 0 { Ok(result) } else { Err(Invalid(format!("negative result {result}"))) }
+        if result >= 0 {
+            Ok(result)
+        } else {
+            Err(Invalid(format!("negative result {result}")))
+        }
     }
     fn callables(c: &mut Callables<ToyKernel>) {
         ToyKernel::define_callables(c)
@@ -161,7 +174,10 @@ pub struct ToyFile {
 
 impl ToyFile {
     pub fn new(size: u64) -> ToyFile {
-        ToyFile { size, last_end: AtomicU64::new(u64::MAX) }
+        ToyFile {
+            size,
+            last_end: AtomicU64::new(u64::MAX),
+        }
     }
 }
 

@@ -27,7 +27,11 @@ fn counter_graft_changes_state_and_an_invalid_result_rolls_it_back() {
     slot.load(&build("toy_counter"), Owner::process(1)).unwrap();
     assert_eq!(slot.invoke(&5), 5);
     assert_eq!(slot.invoke(&5), 10);
-    assert_eq!(slot.invoke(&-100), -100, "negative total is invalid: the default answers");
+    assert_eq!(
+        slot.invoke(&-100),
+        -100,
+        "negative total is invalid: the default answers"
+    );
     assert_eq!(k.snapshot(), vec![10], "and the write of -90 was undone");
 }
 
@@ -48,7 +52,11 @@ fn hot_list_graft_spares_hot_pages() {
         list.extend_from_slice(&p.to_le_bytes());
     }
     slot.write_memory(at, &list).unwrap();
-    assert_eq!(slot.invoke(&lru), 0, "everything hot: invalid, the default (LRU) decides");
+    assert_eq!(
+        slot.invoke(&lru),
+        0,
+        "everything hot: invalid, the default (LRU) decides"
+    );
     assert_eq!(slot.stats().unwrap().failures, 1);
     slot.call_control("hot_clear", &[]).unwrap();
     assert_eq!(slot.invoke(&lru), 0);
@@ -65,11 +73,41 @@ fn index_read_ahead_follows_the_application_index() {
     for off in [50 * 4096 + 16, 7 * 4096, 90 * 4096 + 4000, 3 * 4096] {
         slot.call_control("ra_push", &[off]).unwrap();
     }
-    let after_first = slot.invoke(&Read { offset: 50 * 4096 + 16, len: 208 });
-    assert_eq!(after_first.as_slice(), &[Extent { off: 7 * 4096, len: 4096 }, Extent { off: 90 * 4096, len: 4096 }]);
-    let after_second = slot.invoke(&Read { offset: 7 * 4096, len: 208 });
+    let after_first = slot.invoke(&Read {
+        offset: 50 * 4096 + 16,
+        len: 208,
+    });
+    assert_eq!(
+        after_first.as_slice(),
+        &[
+            Extent {
+                off: 7 * 4096,
+                len: 4096
+            },
+            Extent {
+                off: 90 * 4096,
+                len: 4096
+            }
+        ]
+    );
+    let after_second = slot.invoke(&Read {
+        offset: 7 * 4096,
+        len: 208,
+    });
     // Record three straddles two blocks: both are fetched (depth 2).
-    assert_eq!(after_second.as_slice(), &[Extent { off: 90 * 4096, len: 4096 }, Extent { off: 91 * 4096, len: 4096 }]);
+    assert_eq!(
+        after_second.as_slice(),
+        &[
+            Extent {
+                off: 90 * 4096,
+                len: 4096
+            },
+            Extent {
+                off: 91 * 4096,
+                len: 4096
+            }
+        ]
+    );
     assert_eq!(slot.stats().unwrap().failures, 0);
 }
 
@@ -80,12 +118,47 @@ fn sequential_graft_reads_ahead_only_on_sequential_reads() {
     let slot: GraftSlot<ComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), None);
     slot.load(&build("sequential_ra"), Owner::process(1)).unwrap();
     slot.call_control("seq_set_blocks", &[4]).unwrap();
-    assert!(slot.invoke(&Read { offset: 8192, len: 4096 }).is_empty(), "first read: not yet sequential");
-    let ra = slot.invoke(&Read { offset: 12288, len: 4096 });
-    assert_eq!(ra.as_slice(), &[Extent { off: 16384, len: 4 * 4096 }]);
-    assert!(slot.invoke(&Read { offset: 40960, len: 4096 }).is_empty(), "a jump is not sequential");
+    assert!(
+        slot.invoke(&Read {
+            offset: 8192,
+            len: 4096
+        })
+        .is_empty(),
+        "first read: not yet sequential"
+    );
+    let ra = slot.invoke(&Read {
+        offset: 12288,
+        len: 4096,
+    });
+    assert_eq!(
+        ra.as_slice(),
+        &[Extent {
+            off: 16384,
+            len: 4 * 4096
+        }]
+    );
+    assert!(
+        slot.invoke(&Read {
+            offset: 40960,
+            len: 4096
+        })
+        .is_empty(),
+        "a jump is not sequential"
+    );
     // Near the end of the file the window is clipped, never past EOF.
-    slot.invoke(&Read { offset: 61 * 4096, len: 4096 });
-    let tail = slot.invoke(&Read { offset: 62 * 4096, len: 4096 });
-    assert_eq!(tail.as_slice(), &[Extent { off: 63 * 4096, len: 4096 }]);
+    slot.invoke(&Read {
+        offset: 61 * 4096,
+        len: 4096,
+    });
+    let tail = slot.invoke(&Read {
+        offset: 62 * 4096,
+        len: 4096,
+    });
+    assert_eq!(
+        tail.as_slice(),
+        &[Extent {
+            off: 63 * 4096,
+            len: 4096
+        }]
+    );
 }

@@ -10,7 +10,10 @@ fn every_hostile_graft_is_contained() {
     // A long invocation budget for the contended lock hog, so that it is the lock deadline, not
     // the budget, that stops it; the other cases use the default budget.
     let rt = Runtime::new(RuntimeConfig::default());
-    let patient = Runtime::new(RuntimeConfig { invocation_budget: Duration::from_secs(20), ..RuntimeConfig::default() });
+    let patient = Runtime::new(RuntimeConfig {
+        invocation_budget: Duration::from_secs(20),
+        ..RuntimeConfig::default()
+    });
     let mut failed = Vec::new();
     for case in hostile::CASES {
         let runtime = if case.name.contains("contended") { &patient } else { &rt };

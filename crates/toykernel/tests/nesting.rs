@@ -22,7 +22,12 @@ const INNER_FLAKY: &str = r#"(module
 
 fn setup(rt: &Runtime) -> (ToyKernel, GraftSlot<ToyApply>, Arc<GraftSlot<ToyApply>>) {
     let k = ToyKernel::new(4);
-    let inner = Arc::new(GraftSlot::new(rt, Arc::new(k.clone()), Access::Process(1), Some("inner")));
+    let inner = Arc::new(GraftSlot::new(
+        rt,
+        Arc::new(k.clone()),
+        Access::Process(1),
+        Some("inner"),
+    ));
     k.set_inner(inner.clone());
     let outer = GraftSlot::new(rt, Arc::new(k.clone()), Access::Process(1), None);
     outer.load(OUTER.as_bytes(), Owner::process(1)).unwrap();
@@ -59,7 +64,11 @@ fn outer_abort_undoes_the_committed_inner_graft_too() {
             (i64.sub (i64.const 0) (call $inner (local.get 0)))))"#;
     outer.load(negate.as_bytes(), Owner::process(1)).unwrap();
     assert_eq!(outer.invoke(&2), 2, "default");
-    assert_eq!(k.snapshot(), vec![0, 0, 0, 0], "the inner graft's committed write went with its parent");
+    assert_eq!(
+        k.snapshot(),
+        vec![0, 0, 0, 0],
+        "the inner graft's committed write went with its parent"
+    );
     assert_eq!(rt.vlt().locked_objects(), 0);
 }
 
@@ -68,7 +77,9 @@ fn callers_see_old_or_new_graft_while_it_is_replaced() {
     let rt = Runtime::new(RuntimeConfig::default());
     let k = ToyKernel::new(1);
     let slot = Arc::new(GraftSlot::<ToyApply>::new(&rt, Arc::new(k), Access::Process(1), None));
-    let times = |n: i64| format!(r#"(module (func (export "toy_apply") (param i64) (result i64) local.get 0 i64.const {n} i64.mul))"#);
+    let times = |n: i64| {
+        format!(r#"(module (func (export "toy_apply") (param i64) (result i64) local.get 0 i64.const {n} i64.mul))"#)
+    };
     let grafts: Vec<Vec<u8>> = (2..6).map(|n| times(n).into_bytes()).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let callers: Vec<_> = (0..2)
@@ -141,6 +152,10 @@ fn concurrent_grafts_updating_shared_cells_lose_no_update() {
         assert!(stats.failures >= 60, "every fifth call traps: {stats:?}");
         committed += c;
     }
-    assert_eq!(k.snapshot(), vec![committed, -committed], "exactly the committed transfers are there");
+    assert_eq!(
+        k.snapshot(),
+        vec![committed, -committed],
+        "exactly the committed transfers are there"
+    );
     assert_eq!(rt.vlt().locked_objects(), 0);
 }

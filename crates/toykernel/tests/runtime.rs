@@ -18,7 +18,8 @@ fn apply_slot(rt: &Runtime, kernel: &ToyKernel) -> GraftSlot<ToyApply> {
 }
 
 const DOUBLE: &str = r#"(module (func (export "toy_apply") (param i64) (result i64) local.get 0 i64.const 2 i64.mul))"#;
-const PLUS_ONE: &str = r#"(module (func (export "toy_apply") (param i64) (result i64) local.get 0 i64.const 1 i64.add))"#;
+const PLUS_ONE: &str =
+    r#"(module (func (export "toy_apply") (param i64) (result i64) local.get 0 i64.const 1 i64.add))"#;
 
 fn wasm(wat: &str) -> Vec<u8> {
     wat.as_bytes().to_vec()
@@ -60,7 +61,13 @@ fn malformed_modules_are_refused_and_the_binding_stays() {
     let k = ToyKernel::new(1);
     let slot = apply_slot(&rt, &k);
     slot.load(&wasm(DOUBLE), Owner::process(1)).unwrap();
-    for junk in [&b""[..], b"\0asm", b"\0asm\x01\0\0\0\xff\xff", b"hello, world", &[0u8; 64]] {
+    for junk in [
+        &b""[..],
+        b"\0asm",
+        b"\0asm\x01\0\0\0\xff\xff",
+        b"hello, world",
+        &[0u8; 64],
+    ] {
         let err = slot.load(junk, Owner::process(1)).unwrap_err();
         assert!(matches!(err, LoadError::Malformed(_)), "{err}");
     }
@@ -73,19 +80,34 @@ fn forbidden_imports_are_refused_with_their_names() {
     let k = ToyKernel::new(1);
     let slot = apply_slot(&rt, &k);
     let cases = [
-        (r#"(module (import "vino" "vino_format_disk" (func)) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#, "vino.vino_format_disk"),
-        (r#"(module (import "env" "abort" (func)) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#, "env.abort"),
-        (r#"(module (import "vino" "vino_toy_get" (global i32)) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#, "vino.vino_toy_get"),
+        (
+            r#"(module (import "vino" "vino_format_disk" (func)) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#,
+            "vino.vino_format_disk",
+        ),
+        (
+            r#"(module (import "env" "abort" (func)) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#,
+            "env.abort",
+        ),
+        (
+            r#"(module (import "vino" "vino_toy_get" (global i32)) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#,
+            "vino.vino_toy_get",
+        ),
     ];
     for (wat, name) in cases {
         let err = slot.load(&wasm(wat), Owner::process(1)).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, LoadError::ForbiddenImport { .. }), "{text}");
-        assert!(text.contains(name) && text.contains("toy.apply") && text.contains("vino.vino_toy_set"), "{text}");
+        assert!(
+            text.contains(name) && text.contains("toy.apply") && text.contains("vino.vino_toy_set"),
+            "{text}"
+        );
     }
     // A module that imports an allowed function with the wrong type is refused at link time.
     let wrong_type = r#"(module (import "vino" "vino_toy_get" (func (param i64))) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#;
-    assert!(matches!(slot.load(&wasm(wrong_type), Owner::process(1)).unwrap_err(), LoadError::Link(_)));
+    assert!(matches!(
+        slot.load(&wasm(wrong_type), Owner::process(1)).unwrap_err(),
+        LoadError::Link(_)
+    ));
     assert_eq!(slot.policy_kind(), PolicyKind::Default);
 }
 
@@ -106,20 +128,34 @@ fn missing_or_mistyped_entry_points_are_refused() {
 
 #[test]
 fn memory_beyond_the_cap_is_refused_at_load() {
-    let rt = Runtime::new(RuntimeConfig { memory_cap: 1 << 20, ..RuntimeConfig::default() });
+    let rt = Runtime::new(RuntimeConfig {
+        memory_cap: 1 << 20,
+        ..RuntimeConfig::default()
+    });
     let k = ToyKernel::new(1);
     let slot = apply_slot(&rt, &k);
-    let big = r#"(module (memory (export "memory") 32) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#;
-    assert!(matches!(slot.load(&wasm(big), Owner::process(1)).unwrap_err(), LoadError::MemoryCap { .. }));
+    let big =
+        r#"(module (memory (export "memory") 32) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#;
+    assert!(matches!(
+        slot.load(&wasm(big), Owner::process(1)).unwrap_err(),
+        LoadError::MemoryCap { .. }
+    ));
 }
 
 #[test]
 fn a_start_function_that_never_ends_is_stopped() {
-    let rt = Runtime::new(RuntimeConfig { control_budget: std::time::Duration::from_millis(20), ..RuntimeConfig::default() });
+    let rt = Runtime::new(RuntimeConfig {
+        control_budget: std::time::Duration::from_millis(20),
+        ..RuntimeConfig::default()
+    });
     let k = ToyKernel::new(1);
     let slot = apply_slot(&rt, &k);
-    let spin = r#"(module (func $s (loop br 0)) (start $s) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#;
-    assert!(matches!(slot.load(&wasm(spin), Owner::process(1)).unwrap_err(), LoadError::Start(_)));
+    let spin =
+        r#"(module (func $s (loop br 0)) (start $s) (func (export "toy_apply") (param i64) (result i64) local.get 0))"#;
+    assert!(matches!(
+        slot.load(&wasm(spin), Owner::process(1)).unwrap_err(),
+        LoadError::Start(_)
+    ));
 }
 
 #[test]
@@ -161,12 +197,18 @@ fn invalid_result_aborts_undoes_and_falls_back_to_default() {
 
 #[test]
 fn failing_graft_is_unloaded_after_the_limit_and_owner_told() {
-    let rt = Runtime::new(RuntimeConfig { max_consecutive_failures: 3, ..RuntimeConfig::default() });
+    let rt = Runtime::new(RuntimeConfig {
+        max_consecutive_failures: 3,
+        ..RuntimeConfig::default()
+    });
     let k = ToyKernel::new(1);
     let slot = apply_slot(&rt, &k);
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
-    let owner = Owner { process: 1, notify: Some(Arc::new(move |e: GraftEvent| sink.lock().unwrap().push(e))) };
+    let owner = Owner {
+        process: 1,
+        notify: Some(Arc::new(move |e: GraftEvent| sink.lock().unwrap().push(e))),
+    };
     // Fails only for odd arguments: successes in between reset the count.
     let flaky = r#"(module (func (export "toy_apply") (param i64) (result i64)
         (if (i64.eqz (i64.rem_u (local.get 0) (i64.const 2))) (then (return (local.get 0))))
@@ -175,12 +217,20 @@ fn failing_graft_is_unloaded_after_the_limit_and_owner_told() {
     for arg in [1, 1, 2, 1, 1] {
         assert_eq!(slot.invoke(&arg), arg);
     }
-    assert_eq!(slot.policy_kind(), PolicyKind::Wasm, "never three failures in a row yet");
+    assert_eq!(
+        slot.policy_kind(),
+        PolicyKind::Wasm,
+        "never three failures in a row yet"
+    );
     assert_eq!(slot.invoke(&1), 1);
     assert_eq!(slot.policy_kind(), PolicyKind::Default, "unloaded after three in a row");
     let events = events.lock().unwrap();
     assert_eq!(events.len(), 1);
-    let GraftEvent::Unloaded { point, failures, last_error } = &events[0];
+    let GraftEvent::Unloaded {
+        point,
+        failures,
+        last_error,
+    } = &events[0];
     assert_eq!((point.as_str(), *failures), ("toy.apply", 3));
     assert!(last_error.contains("unreachable"), "{last_error}");
 }
@@ -204,11 +254,26 @@ fn control_functions_and_memory_writes_reach_the_graft() {
     slot.write_memory(at, &7i64.to_le_bytes()).unwrap();
     assert_eq!(slot.invoke(&1), 8);
     assert_eq!(slot.read_memory(at, 8).unwrap(), 7i64.to_le_bytes());
-    assert!(matches!(slot.write_memory(65530, &[0; 16]), Err(GraftError::MemoryBounds(_))));
-    assert!(matches!(slot.write_memory(u32::MAX, &[0; 2]), Err(GraftError::MemoryBounds(_))));
-    assert!(matches!(slot.call_control("nope", &[]), Err(GraftError::Control { .. })));
-    assert!(matches!(slot.call_control("set", &[1, 2]), Err(GraftError::Control { .. })));
-    assert!(matches!(slot.call_control("trap", &[1]), Err(GraftError::ControlAborted { .. })));
+    assert!(matches!(
+        slot.write_memory(65530, &[0; 16]),
+        Err(GraftError::MemoryBounds(_))
+    ));
+    assert!(matches!(
+        slot.write_memory(u32::MAX, &[0; 2]),
+        Err(GraftError::MemoryBounds(_))
+    ));
+    assert!(matches!(
+        slot.call_control("nope", &[]),
+        Err(GraftError::Control { .. })
+    ));
+    assert!(matches!(
+        slot.call_control("set", &[1, 2]),
+        Err(GraftError::Control { .. })
+    ));
+    assert!(matches!(
+        slot.call_control("trap", &[1]),
+        Err(GraftError::ControlAborted { .. })
+    ));
     assert!(matches!(slot.symbol_address("missing"), Err(GraftError::NoSymbol(_))));
 }
 
@@ -244,10 +309,17 @@ fn victim_choice_passes_through_the_argument_area() {
           (local.get $n)))"#;
     slot.load(&wasm(even), Owner::process(1)).unwrap();
     assert_eq!(slot.invoke(&&[7u64, 9, 4, 6][..]), 2);
-    assert_eq!(slot.invoke(&&[1u64, 3][..]), 0, "index n is invalid: default (the LRU page)");
+    assert_eq!(
+        slot.invoke(&&[1u64, 3][..]),
+        0,
+        "index n is invalid: default (the LRU page)"
+    );
     assert_eq!(slot.stats().unwrap().failures, 1);
     let no_area = r#"(module (func (export "vas_pick_victim") (param i32) (result i32) i32.const 0))"#;
-    assert!(matches!(slot.load(&wasm(no_area), Owner::process(1)).unwrap_err(), LoadError::ArgArea { .. }));
+    assert!(matches!(
+        slot.load(&wasm(no_area), Owner::process(1)).unwrap_err(),
+        LoadError::ArgArea { .. }
+    ));
 }
 
 #[test]
@@ -266,8 +338,14 @@ fn read_ahead_extents_are_checked_against_the_file() {
     let e = slot.invoke(&Read { offset: 0, len: 4096 });
     assert_eq!(e.as_slice(), &[vino_graft::abi::Extent { off: 4096, len: 4096 }]);
     slot.write_memory(0, &(1i64 << 20).to_le_bytes()).unwrap();
-    let e = slot.invoke(&Read { offset: 8192, len: 4096 });
-    assert!(e.as_slice().iter().all(|x| x.off + x.len <= 64 * 1024), "default used instead: {e:?}");
+    let e = slot.invoke(&Read {
+        offset: 8192,
+        len: 4096,
+    });
+    assert!(
+        e.as_slice().iter().all(|x| x.off + x.len <= 64 * 1024),
+        "default used instead: {e:?}"
+    );
     assert_eq!(slot.stats().unwrap().failures, 1);
 }
 
@@ -280,21 +358,45 @@ fn namespace_checks_permissions() {
     let mine: Arc<GraftSlot<PickVictim>> = Arc::new(GraftSlot::new(&rt, Arc::new(k), Access::Process(7), None));
     ns.register(global.clone());
     ns.register(mine.clone());
-    let user = Principal { process: 8, privileged: false };
-    let owner = Principal { process: 7, privileged: false };
-    let root = Principal { process: 1, privileged: true };
-    let err = ns.load(user, "toy.apply", &wasm(DOUBLE), Owner::process(8)).unwrap_err();
+    let user = Principal {
+        process: 8,
+        privileged: false,
+    };
+    let owner = Principal {
+        process: 7,
+        privileged: false,
+    };
+    let root = Principal {
+        process: 1,
+        privileged: true,
+    };
+    let err = ns
+        .load(user, "toy.apply", &wasm(DOUBLE), Owner::process(8))
+        .unwrap_err();
     assert!(matches!(err, GraftError::PermissionDenied { .. }), "{err}");
     ns.load(root, "toy.apply", &wasm(DOUBLE), Owner::process(1)).unwrap();
     assert_eq!(global.invoke(&4), 8);
     let even = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
         (func (export "vas_pick_victim") (param i32) (result i32) i32.const 0))"#;
-    assert!(matches!(ns.load(user, "vas.pick_victim", &wasm(even), Owner::process(8)), Err(GraftError::PermissionDenied { .. })));
-    assert!(matches!(ns.load(root, "vas.pick_victim", &wasm(even), Owner::process(1)), Err(GraftError::PermissionDenied { .. })));
-    ns.load(owner, "vas.pick_victim", &wasm(even), Owner::process(7)).unwrap();
-    assert!(matches!(ns.load(owner, "no.such", &wasm(even), Owner::process(7)), Err(GraftError::UnknownGraftpoint(_))));
+    assert!(matches!(
+        ns.load(user, "vas.pick_victim", &wasm(even), Owner::process(8)),
+        Err(GraftError::PermissionDenied { .. })
+    ));
+    assert!(matches!(
+        ns.load(root, "vas.pick_victim", &wasm(even), Owner::process(1)),
+        Err(GraftError::PermissionDenied { .. })
+    ));
+    ns.load(owner, "vas.pick_victim", &wasm(even), Owner::process(7))
+        .unwrap();
+    assert!(matches!(
+        ns.load(owner, "no.such", &wasm(even), Owner::process(7)),
+        Err(GraftError::UnknownGraftpoint(_))
+    ));
     assert_eq!(ns.list().len(), 2);
     assert_eq!(ns.unload_owned_by(7), 1);
     assert_eq!(mine.policy_kind(), PolicyKind::Default);
-    assert!(matches!(ns.unload(owner, "vas.pick_victim"), Err(GraftError::NotLoaded(_))));
+    assert!(matches!(
+        ns.unload(owner, "vas.pick_victim"),
+        Err(GraftError::NotLoaded(_))
+    ));
 }

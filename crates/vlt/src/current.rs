@@ -73,14 +73,22 @@ fn end(top: bool, commit: bool) {
     if top {
         // Take the transaction out before running its logs, so that a log record may itself
         // use transactions.
-        let txn = CURRENT.with(|c| c.borrow_mut().take()).expect("current transaction vanished");
+        let txn = CURRENT
+            .with(|c| c.borrow_mut().take())
+            .expect("current transaction vanished");
         if commit { txn.commit() } else { txn.abort() }
     } else {
-        let mut txn = CURRENT.with(|c| c.borrow_mut().take()).expect("current transaction vanished");
+        let mut txn = CURRENT
+            .with(|c| c.borrow_mut().take())
+            .expect("current transaction vanished");
         // Put the transaction back even if an undo record panics, so that the enclosing levels
         // can still abort it while the panic unwinds through them.
         let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if commit { txn.commit_nested() } else { txn.abort_nested() }
+            if commit {
+                txn.commit_nested()
+            } else {
+                txn.abort_nested()
+            }
         }));
         CURRENT.with(|c| *c.borrow_mut() = Some(txn));
         if let Err(panic) = ended {

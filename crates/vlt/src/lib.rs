@@ -56,7 +56,10 @@ pub struct VltConfig {
 
 impl Default for VltConfig {
     fn default() -> Self {
-        VltConfig { hold_limit: Duration::from_millis(20), wait_limit: Duration::from_millis(200) }
+        VltConfig {
+            hold_limit: Duration::from_millis(20),
+            wait_limit: Duration::from_millis(200),
+        }
     }
 }
 
@@ -79,7 +82,9 @@ pub struct Vlt {
 
 impl Vlt {
     pub fn new(config: VltConfig) -> Self {
-        Vlt { inner: Arc::new(lock::Manager::new(config)) }
+        Vlt {
+            inner: Arc::new(lock::Manager::new(config)),
+        }
     }
 
     /// Begins a top-level transaction.

@@ -54,14 +54,21 @@ pub(crate) struct Family {
 
 impl Family {
     pub(crate) fn new() -> Self {
-        Family { id: AtomicU64::new(0), deadline_ns: AtomicU64::new(0), waits_for: Mutex::new(None) }
+        Family {
+            id: AtomicU64::new(0),
+            deadline_ns: AtomicU64::new(0),
+            waits_for: Mutex::new(None),
+        }
     }
 
     /// Lowers the deadline to `at` if it is later or unset; true if it changed.
     fn impose_deadline(&self, at: u64) -> bool {
         let mut cur = self.deadline_ns.load(Ordering::Relaxed);
         while cur == 0 || cur > at {
-            match self.deadline_ns.compare_exchange_weak(cur, at, Ordering::AcqRel, Ordering::Relaxed) {
+            match self
+                .deadline_ns
+                .compare_exchange_weak(cur, at, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => return true,
                 Err(seen) => cur = seen,
             }
@@ -120,7 +127,10 @@ const MAX_CHAIN: usize = 64;
 impl Manager {
     pub(crate) fn new(config: VltConfig) -> Self {
         let shards = (0..SHARDS)
-            .map(|_| Shard { locks: Mutex::new(FxHashMap::default()), released: Condvar::new() })
+            .map(|_| Shard {
+                locks: Mutex::new(FxHashMap::default()),
+                released: Condvar::new(),
+            })
             .collect();
         Manager {
             config,
@@ -216,7 +226,10 @@ impl Manager {
     }
 
     fn forget_if_idle(&self, table: &mut FxHashMap<ObjectId, LockState>, obj: ObjectId) {
-        if table.get(&obj).is_some_and(|st| st.holders.is_empty() && st.waiters == 0) {
+        if table
+            .get(&obj)
+            .is_some_and(|st| st.holders.is_empty() && st.waiters == 0)
+        {
             table.remove(&obj);
         }
     }

@@ -5,8 +5,8 @@
 //! hands its records and locks to the parent; aborting it runs and truncates everything past the
 //! mark. This keeps begin and commit free of allocation.
 
-use crate::lock::{Family, Granted, LockMode, Manager, ObjectId, Prior};
 use crate::VltError;
+use crate::lock::{Family, Granted, LockMode, Manager, ObjectId, Prior};
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,7 +99,10 @@ impl Txn {
     }
 
     fn manager(&self) -> &Manager {
-        self.body.as_ref().and_then(|b| b.manager.as_deref()).expect("transaction already ended")
+        self.body
+            .as_ref()
+            .and_then(|b| b.manager.as_deref())
+            .expect("transaction already ended")
     }
 
     pub fn id(&self) -> TxnId {
@@ -114,7 +117,11 @@ impl Txn {
     /// Opens a nested transaction; it inherits every lock the family holds.
     pub fn begin_nested(&mut self) {
         let b = self.body();
-        let mark = Mark { abort_len: b.abort_log.len(), commit_len: b.commit_log.len(), locks_len: b.locks.len() };
+        let mark = Mark {
+            abort_len: b.abort_log.len(),
+            commit_len: b.commit_log.len(),
+            locks_len: b.locks.len(),
+        };
         b.marks.push(mark);
     }
 
@@ -127,7 +134,11 @@ impl Txn {
     /// Aborts the innermost nested transaction: runs its undo records newest first, forgets its
     /// deferred actions and gives back the locks it took. The parent's work is untouched.
     pub fn abort_nested(&mut self) {
-        let mark = self.body().marks.pop().expect("abort_nested without a nested transaction");
+        let mark = self
+            .body()
+            .marks
+            .pop()
+            .expect("abort_nested without a nested transaction");
         self.unwind_to(mark);
         self.manager().count_abort();
     }
@@ -160,7 +171,11 @@ impl Txn {
     /// the time limit it got for holding a lock others wait for). The caller must then abort.
     pub fn check(&self) -> Result<(), VltError> {
         let b = self.body.as_ref().expect("transaction already ended");
-        if b.family.deadline_passed() { Err(VltError::DeadlinePassed) } else { Ok(()) }
+        if b.family.deadline_passed() {
+            Err(VltError::DeadlinePassed)
+        } else {
+            Ok(())
+        }
     }
 
     /// Sets a deadline `after_ns` from now (lowering any deadline already set).
@@ -212,7 +227,11 @@ impl Txn {
         if self.body.is_none() {
             return;
         }
-        self.unwind_to(Mark { abort_len: 0, commit_len: 0, locks_len: 0 });
+        self.unwind_to(Mark {
+            abort_len: 0,
+            commit_len: 0,
+            locks_len: 0,
+        });
         self.manager().count_abort();
         let mut body = self.body.take().expect("checked above");
         body.marks.clear();

@@ -128,7 +128,11 @@ fn transfer(vlt: &Vlt, bank: &Arc<Bank>, rng: &mut Rng, tally: &Tally) -> Result
         bank.add(&mut txn, from, -amount);
         bank.add(&mut txn, to, amount);
         if nested {
-            if rng.chance(40) { txn.abort_nested() } else { txn.commit_nested() }
+            if rng.chance(40) {
+                txn.abort_nested()
+            } else {
+                txn.commit_nested()
+            }
         }
     }
     if rng.chance(15) {
@@ -158,7 +162,11 @@ fn audit(vlt: &Vlt, bank: &Bank, rng: &mut Rng) -> Result<(), VltError> {
         txn.lock(BANK + a as u64, LockMode::Shared)?;
     }
     for a in 0..ACCOUNTS {
-        assert_eq!(bank.owner[a].load(Ordering::SeqCst), 0, "account {a} written under a shared lock");
+        assert_eq!(
+            bank.owner[a].load(Ordering::SeqCst),
+            0,
+            "account {a} written under a shared lock"
+        );
     }
     assert_eq!(bank.total(), TOTAL, "audit saw money created or lost");
     txn.commit();
@@ -169,7 +177,10 @@ fn audit(vlt: &Vlt, bank: &Bank, rng: &mut Rng) -> Result<(), VltError> {
 fn transfers_conserve_money_under_contention() {
     const THREADS: usize = 4;
     const PER_THREAD: usize = 1500;
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::from_millis(20), wait_limit: Duration::from_millis(200) });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::from_millis(20),
+        wait_limit: Duration::from_millis(200),
+    });
     let bank = Bank::new();
     let tally = Arc::new(Tally::default());
     let start = Instant::now();
@@ -183,7 +194,10 @@ fn transfers_conserve_money_under_contention() {
             let mut rng = Rng::new(t as u64 + 1);
             let mut finished = 0;
             while finished < PER_THREAD {
-                assert!(start.elapsed() < give_up, "writer {t} made no progress ({finished} done)");
+                assert!(
+                    start.elapsed() < give_up,
+                    "writer {t} made no progress ({finished} done)"
+                );
                 match transfer(&vlt, &bank, &mut rng, &tally) {
                     Ok(()) => finished += 1,
                     Err(e) => {
@@ -259,7 +273,10 @@ fn transfers_conserve_money_under_contention() {
 fn a_lock_hog_is_told_to_abort() {
     const X: u64 = 0x77;
     // The waiter is patient; the hog's time starts only once somebody waits.
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::from_millis(20), wait_limit: Duration::from_secs(10) });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::from_millis(20),
+        wait_limit: Duration::from_secs(10),
+    });
     let barrier = Arc::new(Barrier::new(2));
     let hog_released = Arc::new(AtomicBool::new(false));
 
@@ -279,7 +296,10 @@ fn a_lock_hog_is_told_to_abort() {
                 if let Err(e) = txn.check() {
                     break e;
                 }
-                assert!(t0.elapsed() < Duration::from_secs(5), "the hog was never given a deadline");
+                assert!(
+                    t0.elapsed() < Duration::from_secs(5),
+                    "the hog was never given a deadline"
+                );
                 std::hint::spin_loop();
                 thread::yield_now();
             };
@@ -294,7 +314,10 @@ fn a_lock_hog_is_told_to_abort() {
     let got = waiter.lock(X, LockMode::Exclusive);
     let waited = t0.elapsed();
     assert_eq!(got, Ok(()));
-    assert!(hog_released.load(Ordering::SeqCst), "the waiter got the lock while the hog still held it");
+    assert!(
+        hog_released.load(Ordering::SeqCst),
+        "the waiter got the lock while the hog still held it"
+    );
     assert_eq!(hog.join().unwrap(), VltError::DeadlinePassed);
     assert!(waited < Duration::from_secs(5), "waited {waited:?}");
     waiter.check().unwrap();
@@ -312,7 +335,10 @@ fn a_holder_that_is_itself_waiting_gets_its_deadline() {
     // X: A, blocked, must notice its new deadline in its wait, give up, and let B in.
     const X: u64 = 0x81;
     const Y: u64 = 0x82;
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::from_millis(20), wait_limit: Duration::from_secs(10) });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::from_millis(20),
+        wait_limit: Duration::from_secs(10),
+    });
     let mut c = vlt.begin();
     c.lock(Y, LockMode::Exclusive).unwrap();
 
@@ -367,7 +393,10 @@ fn ring(vlt: &Vlt, n: usize, base: u64) -> Vec<VltError> {
                         barrier.wait();
                     }
                     attempt += 1;
-                    match r.and_then(|()| txn.lock(second, LockMode::Exclusive)).and_then(|()| txn.check()) {
+                    match r
+                        .and_then(|()| txn.lock(second, LockMode::Exclusive))
+                        .and_then(|()| txn.check())
+                    {
                         Ok(()) => {
                             txn.commit();
                             return;
@@ -395,7 +424,9 @@ fn two_party_deadlock_is_broken_and_both_complete() {
     for round in 0..20u64 {
         let errors = ring(&vlt, 2, 0x1000 * (round + 1));
         assert!(
-            errors.iter().any(|e| matches!(e, VltError::Deadlock(_) | VltError::DeadlinePassed)),
+            errors
+                .iter()
+                .any(|e| matches!(e, VltError::Deadlock(_) | VltError::DeadlinePassed)),
             "round {round}: the cycle was never broken by deadlock detection or a deadline: {errors:?}"
         );
     }
@@ -408,7 +439,9 @@ fn ring_of_four_deadlock_is_broken_and_all_complete() {
     for round in 0..10u64 {
         let errors = ring(&vlt, 4, 0x10_0000 * (round + 1));
         assert!(
-            errors.iter().any(|e| matches!(e, VltError::Deadlock(_) | VltError::DeadlinePassed)),
+            errors
+                .iter()
+                .any(|e| matches!(e, VltError::Deadlock(_) | VltError::DeadlinePassed)),
             "round {round}: {errors:?}"
         );
     }

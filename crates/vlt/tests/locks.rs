@@ -19,13 +19,19 @@ const Z: u64 = 0x30;
 /// Short wait limit: a conflicting request fails quickly. The hold limit is long so that the
 /// deadlines imposed by those short waits never matter within a test.
 fn short_wait() -> Vlt {
-    Vlt::new(VltConfig { hold_limit: Duration::from_secs(30), wait_limit: Duration::from_millis(20) })
+    Vlt::new(VltConfig {
+        hold_limit: Duration::from_secs(30),
+        wait_limit: Duration::from_millis(20),
+    })
 }
 
 /// Wait limit zero: a conflicting request fails at once, without waiting and without imposing a
 /// deadline on the holder. Used to probe the lock table cheaply.
 fn no_wait() -> Vlt {
-    Vlt::new(VltConfig { hold_limit: Duration::from_secs(30), wait_limit: Duration::ZERO })
+    Vlt::new(VltConfig {
+        hold_limit: Duration::from_secs(30),
+        wait_limit: Duration::ZERO,
+    })
 }
 
 /// Can a fresh family take `mode` on `obj` right now? The probe gives the lock back at once.
@@ -64,7 +70,10 @@ fn shared_and_exclusive_conflict() {
     let mut b = vlt.begin();
     let t0 = Instant::now();
     assert_eq!(b.lock(X, LockMode::Exclusive), Err(VltError::LockTimeout(X)));
-    assert!(t0.elapsed() >= Duration::from_millis(15), "a timed-out request waited its limit");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(15),
+        "a timed-out request waited its limit"
+    );
     assert_eq!(b.locks_held(), 0);
     b.abort();
     a.commit();
@@ -84,14 +93,20 @@ fn shared_and_exclusive_conflict() {
 
     let s = vlt.stats();
     assert_eq!(s.lock_timeouts, 3);
-    assert!(s.deadlines_set >= 1, "a waiter puts a deadline on the holder in its way");
+    assert!(
+        s.deadlines_set >= 1,
+        "a waiter puts a deadline on the holder in its way"
+    );
     assert_eq!(s.deadlocks, 0);
 }
 
 #[test]
 fn a_request_that_waits_is_counted_once() {
     // Regression: `lock_waits` used to be incremented on every 1 ms re-check of a single wait.
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::from_secs(30), wait_limit: Duration::from_millis(60) });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::from_secs(30),
+        wait_limit: Duration::from_millis(60),
+    });
     let mut a = vlt.begin();
     a.lock(X, LockMode::Exclusive).unwrap();
     let mut b = vlt.begin();
@@ -170,7 +185,10 @@ fn upgrade_refused_while_another_family_shares() {
 fn nested_child_inherits_parent_locks() {
     // Long wait limit: if the child had to wait for its own parent, the test would take seconds
     // and record a lock wait.
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::from_secs(30), wait_limit: Duration::from_secs(5) });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::from_secs(30),
+        wait_limit: Duration::from_secs(5),
+    });
     let mut t = vlt.begin();
     t.lock(X, LockMode::Exclusive).unwrap();
     t.lock(Y, LockMode::Shared).unwrap();
@@ -276,7 +294,11 @@ fn commit_releases_everything_and_runs_the_commit_log_under_the_locks() {
     let seen_locked = Arc::new(Mutex::new(Vec::new()));
     let mut t = vlt.begin();
     for obj in 0..10u64 {
-        let mode = if obj % 2 == 0 { LockMode::Shared } else { LockMode::Exclusive };
+        let mode = if obj % 2 == 0 {
+            LockMode::Shared
+        } else {
+            LockMode::Exclusive
+        };
         t.lock(obj, mode).unwrap();
     }
     t.begin_nested();
@@ -288,7 +310,11 @@ fn commit_releases_everything_and_runs_the_commit_log_under_the_locks() {
     t.on_commit(move || s.lock().unwrap().push(v.locked_objects()));
     t.on_abort(|| panic!("undo record run at commit"));
     t.commit();
-    assert_eq!(*seen_locked.lock().unwrap(), vec![11], "commit actions run before locks are released");
+    assert_eq!(
+        *seen_locked.lock().unwrap(),
+        vec![11],
+        "commit actions run before locks are released"
+    );
     assert_eq!(vlt.locked_objects(), 0);
     for obj in (0..10u64).chain([100]) {
         probe(&vlt, obj, LockMode::Exclusive).unwrap();
@@ -359,7 +385,10 @@ fn a_panicking_commit_action_does_not_leak_locks() {
 
 #[test]
 fn own_deadline_fails_check_and_lock_waits() {
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::from_secs(30), wait_limit: Duration::from_secs(5) });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::from_secs(30),
+        wait_limit: Duration::from_secs(5),
+    });
     let mut holder = vlt.begin();
     holder.lock(X, LockMode::Exclusive).unwrap();
 
@@ -396,7 +425,9 @@ fn ids_are_unique() {
         t.commit();
     }
     let v = vlt.clone();
-    let other: Vec<u64> = thread::spawn(move || (0..100).map(|_| v.begin().id()).collect()).join().unwrap();
+    let other: Vec<u64> = thread::spawn(move || (0..100).map(|_| v.begin().id()).collect())
+        .join()
+        .unwrap();
     for id in other {
         assert!(ids.insert(id));
     }
@@ -416,7 +447,10 @@ fn wait_for_waiters(vlt: &Vlt, n: u64) {
 #[test]
 fn two_party_cycle_is_detected_without_waiting_out_the_limits() {
     // Limits far beyond the test's patience: only cycle detection can end this.
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::from_secs(60), wait_limit: Duration::from_secs(60) });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::from_secs(60),
+        wait_limit: Duration::from_secs(60),
+    });
     let mut b = vlt.begin();
     b.lock(Y, LockMode::Exclusive).unwrap();
     let v = vlt.clone();
@@ -449,7 +483,10 @@ fn two_party_cycle_is_detected_without_waiting_out_the_limits() {
 
 #[test]
 fn upgrade_cycle_is_detected() {
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::from_secs(60), wait_limit: Duration::from_secs(60) });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::from_secs(60),
+        wait_limit: Duration::from_secs(60),
+    });
     let mut b = vlt.begin();
     b.lock(X, LockMode::Shared).unwrap();
     let v = vlt.clone();
@@ -486,7 +523,10 @@ fn upgrade_cycle_is_detected() {
 #[test]
 fn three_party_chain_cycle_is_detected() {
     // A holds X, waits for Y; B holds Y, waits for Z; C holds Z and asks for X.
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::from_secs(60), wait_limit: Duration::from_secs(60) });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::from_secs(60),
+        wait_limit: Duration::from_secs(60),
+    });
     let mut c = vlt.begin();
     c.lock(Z, LockMode::Exclusive).unwrap();
 
@@ -559,7 +599,10 @@ fn vlt_handles() {
 fn huge_limits_mean_never() {
     // Regression: limits were turned into nanoseconds with `as u64` and added to the clock
     // unchecked, so `Duration::MAX` ("no limit") wrapped around into a deadline in the past.
-    let vlt = Vlt::new(VltConfig { hold_limit: Duration::MAX, wait_limit: Duration::MAX });
+    let vlt = Vlt::new(VltConfig {
+        hold_limit: Duration::MAX,
+        wait_limit: Duration::MAX,
+    });
     let mut holder = vlt.begin();
     holder.lock(X, LockMode::Exclusive).unwrap();
     holder.set_deadline_in(Duration::MAX);

@@ -22,7 +22,10 @@ fn obj(cell: usize) -> u64 {
 
 /// A conflicting request fails at once (no wait, no deadline imposed on the holder).
 fn no_wait_vlt() -> Vlt {
-    Vlt::new(VltConfig { hold_limit: Duration::from_secs(60), wait_limit: Duration::ZERO })
+    Vlt::new(VltConfig {
+        hold_limit: Duration::from_secs(60),
+        wait_limit: Duration::ZERO,
+    })
 }
 
 type Cells = Arc<Mutex<Vec<i64>>>;
@@ -110,7 +113,13 @@ fn run_program(ops: &[Op], commit_top: bool) -> Result<(), TestCaseError> {
     let effects: Effects = Arc::new(Mutex::new(Vec::new()));
 
     let mut txn = vlt.begin();
-    let mut model = Level { cells: initial(), pending: vec![], locks: BTreeMap::new(), records: 0, undo: 0 };
+    let mut model = Level {
+        cells: initial(),
+        pending: vec![],
+        locks: BTreeMap::new(),
+        records: 0,
+        undo: 0,
+    };
     let mut stack: Vec<Level> = Vec::new();
     check(&vlt, &txn, &state, &model, 0)?;
 
@@ -132,7 +141,8 @@ fn run_program(ops: &[Op], commit_top: bool) -> Result<(), TestCaseError> {
                 }
             }
             Op::Set(cell, value) => {
-                txn.lock(obj(cell), LockMode::Exclusive).map_err(|e| TestCaseError::fail(format!("lock: {e}")))?;
+                txn.lock(obj(cell), LockMode::Exclusive)
+                    .map_err(|e| TestCaseError::fail(format!("lock: {e}")))?;
                 let old = std::mem::replace(&mut state.lock().unwrap()[cell], value);
                 let s = state.clone();
                 txn.on_abort(move || s.lock().unwrap()[cell] = old);
@@ -143,7 +153,8 @@ fn run_program(ops: &[Op], commit_top: bool) -> Result<(), TestCaseError> {
                 model.undo += 1;
             }
             Op::Read(cell) => {
-                txn.lock(obj(cell), LockMode::Shared).map_err(|e| TestCaseError::fail(format!("lock: {e}")))?;
+                txn.lock(obj(cell), LockMode::Shared)
+                    .map_err(|e| TestCaseError::fail(format!("lock: {e}")))?;
                 let seen = state.lock().unwrap()[cell];
                 prop_assert_eq!(seen, model.cells[cell]);
                 if let std::collections::btree_map::Entry::Vacant(e) = model.locks.entry(cell) {
@@ -355,7 +366,11 @@ fn outside_a_transaction_effects_are_immediate() {
     let ran = Arc::new(Mutex::new(0));
     let r = ran.clone();
     current::on_commit(move || *r.lock().unwrap() += 1);
-    assert_eq!(*ran.lock().unwrap(), 1, "deferred action runs at once outside a transaction");
+    assert_eq!(
+        *ran.lock().unwrap(),
+        1,
+        "deferred action runs at once outside a transaction"
+    );
     let r = ran.clone();
     current::on_abort(move || *r.lock().unwrap() += 100);
     assert_eq!(*ran.lock().unwrap(), 1, "undo record is dropped outside a transaction");

@@ -76,10 +76,7 @@ pub fn compute(
     let read_1m_ns = device.read_1m.median_ns;
     let random_write_ns = device.write_4k_random.median_ns;
     let segment_saving_per_block_ns = random_write_ns - device.write_64k_segment.median_ns / 16.0;
-    let native_search = hot
-        .iter()
-        .find(|(v, _)| *v == Variant::Native)
-        .map(|(_, t)| *t);
+    let native_search = hot.iter().find(|(v, _)| *v == Variant::Native).map(|(_, t)| *t);
     BreakEven {
         fault_ns,
         model_calls_per_saved_fault: MODEL_CALLS_PER_SAVED_FAULT,
@@ -113,15 +110,13 @@ pub fn compute(
         segment_saving_per_block_ns,
         logdisk: ld
             .iter()
-            .map(
-                |&(variant, per_block_ns, per_block_batched_ns)| LogicalDiskBreakEven {
-                    variant,
-                    per_block_ns,
-                    per_block_batched_ns,
-                    fraction_of_random_write: per_block_ns / random_write_ns,
-                    fraction_of_saving: per_block_ns / segment_saving_per_block_ns,
-                },
-            )
+            .map(|&(variant, per_block_ns, per_block_batched_ns)| LogicalDiskBreakEven {
+                variant,
+                per_block_ns,
+                per_block_batched_ns,
+                fraction_of_random_write: per_block_ns / random_write_ns,
+                fraction_of_saving: per_block_ns / segment_saving_per_block_ns,
+            })
             .collect(),
     }
 }

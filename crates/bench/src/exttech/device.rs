@@ -73,12 +73,7 @@ impl AlignedBuf {
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         // SAFETY: allocated in new() with this layout.
-        unsafe {
-            dealloc(
-                self.ptr,
-                Layout::from_size_align(self.len, PAGE).expect("layout"),
-            )
-        };
+        unsafe { dealloc(self.ptr, Layout::from_size_align(self.len, PAGE).expect("layout")) };
     }
 }
 
@@ -159,14 +154,8 @@ pub fn measure(dir: &Path, budget: Budget, progress: &mut dyn FnMut(&str)) -> Re
     measure_with(dir, budget, progress, true)
 }
 
-fn measure_with(
-    dir: &Path,
-    budget: Budget,
-    progress: &mut dyn FnMut(&str),
-    try_direct: bool,
-) -> Result<DeviceCosts> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating scratch directory {}", dir.display()))?;
+fn measure_with(dir: &Path, budget: Budget, progress: &mut dyn FnMut(&str), try_direct: bool) -> Result<DeviceCosts> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating scratch directory {}", dir.display()))?;
     let file_bytes = budget.pick(64u64, 256) * MB as u64;
     let path = dir.join(format!("vino-exttech-{}m.dat", file_bytes / MB as u64));
     let filesystem = filesystem_name(dir);
@@ -200,24 +189,14 @@ fn measure_with(
         Ok(f) => match f.read_exact_at(buf.slice_mut(PAGE), 0) {
             Ok(()) => (f, true),
             Err(e) if is_einval(&e) => {
-                notes.push(format!(
-                    "O_DIRECT reads fail with EINVAL on {filesystem}: {e}"
-                ));
-                (
-                    OpenOptions::new().read(true).write(true).open(&path)?,
-                    false,
-                )
+                notes.push(format!("O_DIRECT reads fail with EINVAL on {filesystem}: {e}"));
+                (OpenOptions::new().read(true).write(true).open(&path)?, false)
             }
             Err(e) => return Err(e).context("O_DIRECT read"),
         },
         Err(e) if is_einval(&e) => {
-            notes.push(format!(
-                "O_DIRECT open fails with EINVAL on {filesystem}: {e}"
-            ));
-            (
-                OpenOptions::new().read(true).write(true).open(&path)?,
-                false,
-            )
+            notes.push(format!("O_DIRECT open fails with EINVAL on {filesystem}: {e}"));
+            (OpenOptions::new().read(true).write(true).open(&path)?, false)
         }
         Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
     };

@@ -36,9 +36,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use serde::Serialize;
 
-use crate::measure::{
-    Budget, Stats, black_box, try_bench, try_bench_for, try_bench_with_setup, try_sample,
-};
+use crate::measure::{Budget, Stats, black_box, try_bench, try_bench_for, try_bench_with_setup, try_sample};
 use breakeven::BreakEven;
 use device::DeviceCosts;
 use process::{UpcallMode, UpcallServer};
@@ -331,10 +329,7 @@ fn measure_variant<E: Extension + ?Sized>(
     progress(&format!("{name}: checking answers"));
     let (answers, md5_time, ld_time) = answers(e, lists, input)?;
     if answers.md5_abc != MD5_ABC {
-        bail!(
-            "{name}: MD5(\"abc\") = {}, expected {MD5_ABC}",
-            answers.md5_abc
-        );
+        bail!("{name}: MD5(\"abc\") = {}, expected {MD5_ABC}", answers.md5_abc);
     }
     let target = budget.round_target();
     let few = budget.rounds(9, 31);
@@ -402,11 +397,7 @@ fn machine_notes(upcall_cpus: String, load_at_start: f64) -> MachineNotes {
         let mut u: libc::utsname = unsafe { std::mem::zeroed() };
         if unsafe { libc::uname(&mut u) } == 0 {
             let s = |f: &[libc::c_char]| {
-                let b: Vec<u8> = f
-                    .iter()
-                    .take_while(|c| **c != 0)
-                    .map(|c| *c as u8)
-                    .collect();
+                let b: Vec<u8> = f.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
                 String::from_utf8_lossy(&b).into_owned()
             };
             format!("{} {}", s(&u.sysname), s(&u.release))
@@ -422,9 +413,7 @@ fn machine_notes(upcall_cpus: String, load_at_start: f64) -> MachineNotes {
     });
     MachineNotes {
         cpu,
-        logical_cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        logical_cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         kernel,
         virtualized,
         tsc_ghz,
@@ -491,14 +480,7 @@ pub fn run(opts: &ExtTechOptions, progress: &mut dyn FnMut(&str)) -> Result<ExtT
                 continue;
             }
             server.set_mode(mode)?;
-            let r = measure_variant(
-                &mut server,
-                variant.label(),
-                budget,
-                &lists,
-                &input,
-                progress,
-            )?;
+            let r = measure_variant(&mut server, variant.label(), budget, &lists, &input, progress)?;
             runs.push((variant, Ok(r)));
         }
         progress("process: null upcalls");
@@ -536,14 +518,7 @@ pub fn run(opts: &ExtTechOptions, progress: &mut dyn FnMut(&str)) -> Result<ExtT
     // (a) native.
     {
         let mut n = native::Native::new();
-        let r = measure_variant(
-            &mut n,
-            Variant::Native.label(),
-            budget,
-            &lists,
-            &input,
-            progress,
-        )?;
+        let r = measure_variant(&mut n, Variant::Native.label(), budget, &lists, &input, progress)?;
         runs.push((Variant::Native, Ok(r)));
     }
 
@@ -553,27 +528,13 @@ pub fn run(opts: &ExtTechOptions, progress: &mut dyn FnMut(&str)) -> Result<ExtT
     {
         let _ticker = wasm::EpochTicker::start(&epoch_modules.engine);
         let mut w = wasm::Wasmtime::instantiate(&epoch_modules)?;
-        let r = measure_variant(
-            &mut w,
-            Variant::Wasm.label(),
-            budget,
-            &lists,
-            &input,
-            progress,
-        )?;
+        let r = measure_variant(&mut w, Variant::Wasm.label(), budget, &lists, &input, progress)?;
         runs.push((Variant::Wasm, Ok(r)));
     }
     let fuel_modules = wasm::WasmModules::compile(wasm::Interruption::Fuel)?;
     {
         let mut w = wasm::Wasmtime::instantiate(&fuel_modules)?;
-        let r = measure_variant(
-            &mut w,
-            Variant::WasmFuel.label(),
-            budget,
-            &lists,
-            &input,
-            progress,
-        )?;
+        let r = measure_variant(&mut w, Variant::WasmFuel.label(), budget, &lists, &input, progress)?;
         runs.push((Variant::WasmFuel, Ok(r)));
     }
 
@@ -582,14 +543,7 @@ pub fn run(opts: &ExtTechOptions, progress: &mut dyn FnMut(&str)) -> Result<ExtT
     let wasmi_modules = interp::WasmiModules::compile()?;
     {
         let mut w = interp::Wasmi::instantiate(&wasmi_modules)?;
-        let r = measure_variant(
-            &mut w,
-            Variant::Wasmi.label(),
-            budget,
-            &lists,
-            &input,
-            progress,
-        )?;
+        let r = measure_variant(&mut w, Variant::Wasmi.label(), budget, &lists, &input, progress)?;
         runs.push((Variant::Wasmi, Ok(r)));
     }
 
@@ -633,24 +587,19 @@ pub fn run(opts: &ExtTechOptions, progress: &mut dyn FnMut(&str)) -> Result<ExtT
     drop((epoch_modules, fuel_modules, wasmi_modules));
 
     // Null invocations of the in-process technologies.
-    let mut inproc: Vec<InvocationCost> = [
-        Variant::Native,
-        Variant::Wasm,
-        Variant::WasmFuel,
-        Variant::Wasmi,
-    ]
-    .iter()
-    .filter_map(|v| {
-        runs.iter()
-            .find(|(x, _)| x == v)
-            .and_then(|(_, r)| r.as_ref().ok())
-            .map(|r| InvocationCost {
-                name: format!("call, {}", v.label()),
-                stats: Some(r.nop),
-                skipped: None,
-            })
-    })
-    .collect();
+    let mut inproc: Vec<InvocationCost> = [Variant::Native, Variant::Wasm, Variant::WasmFuel, Variant::Wasmi]
+        .iter()
+        .filter_map(|v| {
+            runs.iter()
+                .find(|(x, _)| x == v)
+                .and_then(|(_, r)| r.as_ref().ok())
+                .map(|r| InvocationCost {
+                    name: format!("call, {}", v.label()),
+                    stats: Some(r.nop),
+                    skipped: None,
+                })
+        })
+        .collect();
     inproc.append(&mut invocation);
     let invocation = inproc;
 
@@ -678,9 +627,8 @@ pub fn run(opts: &ExtTechOptions, progress: &mut dyn FnMut(&str)) -> Result<ExtT
                         Workload::LogicalDisk => format!("{:016x}", r.answers.ld),
                         Workload::LogicalDiskBatched => format!("{:016x}", r.answers.ld_batched),
                     };
-                    let per_block =
-                        matches!(w, Workload::LogicalDisk | Workload::LogicalDiskBatched)
-                            .then(|| s.median_ns / LD_WRITES as f64);
+                    let per_block = matches!(w, Workload::LogicalDisk | Workload::LogicalDiskBatched)
+                        .then(|| s.median_ns / LD_WRITES as f64);
                     Measurement {
                         workload: w,
                         variant: v,
@@ -747,9 +695,7 @@ pub fn run(opts: &ExtTechOptions, progress: &mut dyn FnMut(&str)) -> Result<ExtT
             .into(),
     );
     if machine_virtualized() {
-        notes.push(
-            "running in a virtual machine: device and upcall costs include the hypervisor".into(),
-        );
+        notes.push("running in a virtual machine: device and upcall costs include the hypervisor".into());
     }
 
     let machine = machine_notes(upcall_cpus, load_at_start);
@@ -828,8 +774,7 @@ fn load_costs(
     for (name, bytes) in modules {
         let compile = try_sample(compiles, || wasmi::Module::new(&wasmi_m.engine, bytes))
             .map_err(|e| anyhow::anyhow!("wasmi: {e}"))?;
-        let module = wasmi::Module::new(&wasmi_m.engine, bytes)
-            .map_err(|e| anyhow::anyhow!("wasmi: {e}"))?;
+        let module = wasmi::Module::new(&wasmi_m.engine, bytes).map_err(|e| anyhow::anyhow!("wasmi: {e}"))?;
         let instantiate = try_sample(insts, || {
             let mut store = wasmi::Store::new(&wasmi_m.engine, ());
             interp::instantiate(&mut store, &module).map(|_| store)

@@ -101,10 +101,7 @@ impl Extension for Native {
     fn md5_feed(&mut self, offset: u32, len: u32) -> Result<()> {
         let (o, l) = (offset as usize, len as usize);
         let Some(chunk) = self.input.get(o..o + l) else {
-            bail!(
-                "md5 feed {o}+{l} outside the {} loaded bytes",
-                self.input.len()
-            );
+            bail!("md5 feed {o}+{l} outside the {} loaded bytes", self.input.len());
         };
         // SAFETY: the pointer and length describe a live slice.
         unsafe { ffi::vb_md5_feed(chunk.as_ptr(), len) };

@@ -187,10 +187,7 @@ impl UpcallServer {
             )
         };
         if base == libc::MAP_FAILED {
-            bail!(
-                "mmap of the upcall channel failed: {}",
-                std::io::Error::last_os_error()
-            );
+            bail!("mmap of the upcall channel failed: {}", std::io::Error::last_os_error());
         }
         let base = base as *mut u8;
 
@@ -244,10 +241,7 @@ impl UpcallServer {
     /// Switches the signalling discipline and pins both processes for it.
     pub fn set_mode(&mut self, mode: UpcallMode) -> Result<()> {
         if !self.supports(mode) {
-            bail!(
-                "{mode:?} needs two CPUs; only {} available",
-                self.cpus.len()
-            );
+            bail!("{mode:?} needs two CPUs; only {} available", self.cpus.len());
         }
         self.mode = mode;
         if self.cpus.is_empty() {
@@ -391,13 +385,7 @@ impl Drop for UpcallServer {
 /// The server loop, in the child.  Never returns.
 unsafe fn server_main(base: *mut u8, parent: libc::pid_t) -> ! {
     unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
         if libc::getppid() != parent {
             libc::_exit(0);
         }
@@ -420,9 +408,7 @@ unsafe fn server_main(base: *mut u8, parent: libc::pid_t) -> ! {
                     if spins & ((1 << 24) - 1) == 0 && libc::getppid() != parent {
                         libc::_exit(0);
                     }
-                } else if futex_wait(&ch.req, last, Duration::from_millis(100))
-                    && libc::getppid() != parent
-                {
+                } else if futex_wait(&ch.req, last, Duration::from_millis(100)) && libc::getppid() != parent {
                     libc::_exit(0);
                 }
             };

@@ -11,9 +11,7 @@ use crate::report::{self, Table, fmt_count, fmt_ns, fmt_ratio};
 
 impl ExtTechReport {
     fn measurement(&self, w: Workload, v: Variant) -> Option<&Measurement> {
-        self.results
-            .iter()
-            .find(|m| m.workload == w && m.variant == v)
+        self.results.iter().find(|m| m.workload == w && m.variant == v)
     }
 
     /// The report as printable tables.
@@ -26,10 +24,7 @@ impl ExtTechReport {
         let mut headers = vec!["workload"];
         headers.extend(variants.iter().map(|v| v.label()));
 
-        let mut raw = Table::new(
-            "E2: extension technologies, time per operation (median)",
-            &headers,
-        );
+        let mut raw = Table::new("E2: extension technologies, time per operation (median)", &headers);
         let mut norm = Table::new("E2/E3: time normalized to native code", &headers);
         for w in Workload::ALL {
             let mut r1 = vec![w.label().to_string()];
@@ -84,11 +79,7 @@ impl ExtTechReport {
         }
         let mut h2: Vec<String> = vec!["workload".into()];
         h2.extend(seed_techs.iter().map(|t| format!("[1998] {t}")));
-        let here: Vec<Variant> = variants
-            .iter()
-            .copied()
-            .filter(|v| *v != Variant::Native)
-            .collect();
+        let here: Vec<Variant> = variants.iter().copied().filter(|v| *v != Variant::Native).collect();
         h2.extend(here.iter().map(|v| v.label().to_string()));
         let mut side = Table {
             title: "Normalized to C / native: the thesis' technologies and today's".into(),
@@ -136,14 +127,9 @@ impl ExtTechReport {
                     fmt_ns(s.median_ns),
                     fmt_ns(s.min_ns),
                     fmt_ns(s.p90_ns),
-                    s.median_cycles
-                        .map(|c| format!("{c:.0}"))
-                        .unwrap_or_else(|| "-".into()),
+                    s.median_cycles.map(|c| format!("{c:.0}")).unwrap_or_else(|| "-".into()),
                 ]),
-                None => inv.row([
-                    c.name.clone(),
-                    format!("n/a ({})", c.skipped.as_deref().unwrap_or("")),
-                ]),
+                None => inv.row([c.name.clone(), format!("n/a ({})", c.skipped.as_deref().unwrap_or(""))]),
             };
         }
         inv.note("thesis 4.3.3: upcall estimated by signal handling, 19.5-55.9 µs on 1995 machines; 37.2 µs measured upcall on a 486DX2-66");
@@ -208,12 +194,7 @@ impl ExtTechReport {
         let b = &self.break_even;
         let mut hl = Table::new(
             "Break-even, page eviction: searches per page fault (thesis table 2)",
-            &[
-                "technology",
-                "search",
-                "searches per fault",
-                "pays off (> 781)?",
-            ],
+            &["technology", "search", "searches per fault", "pays off (> 781)?"],
         );
         for h in &b.hotlist {
             hl.row([
@@ -227,9 +208,7 @@ impl ExtTechReport {
             "page fault = random 4 KB read from the device: {}",
             fmt_ns(b.fault_ns)
         ));
-        hl.note(
-            "the model application saves one fault every 781 calls (64 hot pages among 50,000)",
-        );
+        hl.note("the model application saves one fault every 781 calls (64 hot pages among 50,000)");
         match b.upcall_budget_ns {
             Some(u) if u > 0.0 => {
                 hl.note(format!(
@@ -247,13 +226,7 @@ impl ExtTechReport {
 
         let mut md = Table::new(
             "Break-even, MD5: fingerprint time / time to read 1 MB (thesis table 4)",
-            &[
-                "technology",
-                "MD5 of 1 MB",
-                "1 MB read",
-                "MD5 / read",
-                "overlaps I/O?",
-            ],
+            &["technology", "MD5 of 1 MB", "1 MB read", "MD5 / read", "overlaps I/O?"],
         );
         for m in &b.md5 {
             md.row([
@@ -281,9 +254,7 @@ impl ExtTechReport {
             ldt.row([
                 l.variant.label().to_string(),
                 fmt_ns(l.per_block_ns),
-                l.per_block_batched_ns
-                    .map(fmt_ns)
-                    .unwrap_or_else(|| "-".into()),
+                l.per_block_batched_ns.map(fmt_ns).unwrap_or_else(|| "-".into()),
                 fmt_ratio(l.fraction_of_random_write),
                 fmt_ratio(l.fraction_of_saving),
             ]);
@@ -293,9 +264,7 @@ impl ExtTechReport {
             fmt_ns(b.random_write_ns),
             fmt_ns(b.segment_saving_per_block_ns)
         ));
-        ldt.note(
-            "the graft pays off while its per-block overhead is below the saving (last column < 1)",
-        );
+        ldt.note("the graft pays off while its per-block overhead is below the saving (last column < 1)");
         ldt.note("thesis (Solaris): C 7.2 µs, Modula-3 11.1 µs, Omniware 8.4 µs, interpreted Java 94 µs per block");
         out.push(ldt);
 
@@ -307,15 +276,10 @@ impl ExtTechReport {
         mach.row(["virtualized".to_string(), m.virtualized.to_string()]);
         mach.row([
             "tsc".to_string(),
-            m.tsc_ghz
-                .map(|g| format!("{g:.2} GHz"))
-                .unwrap_or_else(|| "-".into()),
+            m.tsc_ghz.map(|g| format!("{g:.2} GHz")).unwrap_or_else(|| "-".into()),
         ]);
         mach.row(["clang".to_string(), m.clang.clone()]);
-        mach.row([
-            "wasm runtimes".to_string(),
-            format!("{}, {}", m.wasmtime, m.wasmi),
-        ]);
+        mach.row(["wasm runtimes".to_string(), format!("{}, {}", m.wasmtime, m.wasmi)]);
         mach.row(["upcall cpus".to_string(), m.upcall_cpus.clone()]);
         mach.row([
             "load average".to_string(),
@@ -344,9 +308,7 @@ impl ExtTechReport {
             .map(|&w| {
                 let bars = Variant::ALL
                     .iter()
-                    .filter_map(|&v| {
-                        Some((v.label().to_string(), self.measurement(w, v)?.normalized?))
-                    })
+                    .filter_map(|&v| Some((v.label().to_string(), self.measurement(w, v)?.normalized?)))
                     .collect();
                 (w.short().to_string(), bars)
             })

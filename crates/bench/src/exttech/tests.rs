@@ -10,9 +10,9 @@ use super::workloads::*;
 /// An independent MD5 (RFC 1321) for checking the C one.
 fn md5_reference(msg: &[u8]) -> [u8; 16] {
     let s: [u32; 64] = [
-        7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 5, 9, 14, 20, 5, 9, 14, 20, 5,
-        9, 14, 20, 5, 9, 14, 20, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 6, 10,
-        15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21,
+        7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14,
+        20, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6,
+        10, 15, 21,
     ];
     let k: Vec<u32> = (0..64)
         .map(|i| ((i as f64 + 1.0).sin().abs() * 4294967296.0) as u32)
@@ -103,10 +103,7 @@ fn md5_is_right_everywhere() {
         (b"", "d41d8cd98f00b204e9800998ecf8427e"),
         (b"abc", MD5_ABC),
         (b"message digest", "f96b697d7cb7938d525a2f31aaf161d0"),
-        (
-            b"abcdefghijklmnopqrstuvwxyz",
-            "c3fcd3d76192e4007dfb496cca67e13b",
-        ),
+        (b"abcdefghijklmnopqrstuvwxyz", "c3fcd3d76192e4007dfb496cca67e13b"),
         (
             b"12345678901234567890123456789012345678901234567890123456789012345678901234567890",
             "57edf4a22be3c955ac49da2e2107b67a",
@@ -144,11 +141,7 @@ fn hot_list_answers_agree() {
         let mut distinct = hot.clone();
         distinct.sort();
         distinct.dedup();
-        assert_eq!(
-            distinct.len(),
-            HOT_LIST_LEN as usize,
-            "{name}: hot pages are distinct"
-        );
+        assert_eq!(distinct.len(), HOT_LIST_LEN as usize, "{name}: hot pages are distinct");
         assert!(
             hot.iter().all(|p| *p < HOT_MAX_PAGE),
             "{name}: hot pages are database pages"
@@ -157,11 +150,7 @@ fn hot_list_answers_agree() {
         // The graft skips hot candidates and accepts the first cold one.
         assert_eq!(e.hl_pick(&[cold, hot[0]]).unwrap(), 0, "{name}");
         assert_eq!(e.hl_pick(&[hot[5], hot[63], cold]).unwrap(), 2, "{name}");
-        assert_eq!(
-            e.hl_pick(&[hot[1], hot[2]]).unwrap(),
-            2,
-            "{name}: every candidate hot"
-        );
+        assert_eq!(e.hl_pick(&[hot[1], hot[2]]).unwrap(), 2, "{name}: every candidate hot");
         assert_eq!(e.hl_pick(&[]).unwrap(), 0, "{name}: no candidates");
         answers.push((name.to_string(), hot, hot_answer(e, &lists).unwrap()));
     });
@@ -179,11 +168,7 @@ fn logical_disk_answers_agree_with_the_model() {
         assert_eq!(ld_run(e, false).unwrap(), expected, "{name}: one call");
         let live = e.ld_live_total().unwrap();
         assert!(live > 0 && live <= LD_WRITES, "{name}: {live} live blocks");
-        assert_eq!(
-            ld_run(e, true).unwrap(),
-            expected,
-            "{name}: one call per write"
-        );
+        assert_eq!(ld_run(e, true).unwrap(), expected, "{name}: one call per write");
         // The disk is full after 262,144 writes: the next one fails.
         assert_eq!(e.ld_write_next(1).unwrap(), u32::MAX, "{name}: disk full");
         e.ld_reset(7).unwrap();
@@ -263,8 +248,7 @@ fn sandbox_stops_a_runaway_graft() {
     use super::wasm::{on_tick, sandbox_engine, sandbox_engine_with};
     let engine = sandbox_engine();
     let ticker = EpochTicker::start(&engine);
-    let spin =
-        wasmtime::Module::new(&engine, r#"(module (func (export "spin") (loop (br 0))))"#).unwrap();
+    let spin = wasmtime::Module::new(&engine, r#"(module (func (export "spin") (loop (br 0))))"#).unwrap();
     let mut store = wasmtime::Store::new(&engine, 5u64);
     store.epoch_deadline_callback(on_tick);
     store.set_epoch_deadline(1);
@@ -272,15 +256,11 @@ fn sandbox_stops_a_runaway_graft() {
         .unwrap()
         .get_typed_func::<(), ()>(&mut store, "spin")
         .unwrap();
-    assert!(
-        f.call(&mut store, ()).is_err(),
-        "epoch budget interrupts the loop"
-    );
+    assert!(f.call(&mut store, ()).is_err(), "epoch budget interrupts the loop");
     drop(ticker);
 
     let engine = sandbox_engine_with(Interruption::Fuel);
-    let spin =
-        wasmtime::Module::new(&engine, r#"(module (func (export "spin") (loop (br 0))))"#).unwrap();
+    let spin = wasmtime::Module::new(&engine, r#"(module (func (export "spin") (loop (br 0))))"#).unwrap();
     let mut store = wasmtime::Store::new(&engine, 0u64);
     store.set_fuel(1_000_000).unwrap();
     let f = wasmtime::Instance::new(&mut store, &spin, &[])

@@ -8,9 +8,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use wasmtime::{
-    Config, Engine, Instance, Memory, Module, Store, StoreContextMut, TypedFunc, UpdateDeadline,
-};
+use wasmtime::{Config, Engine, Instance, Memory, Module, Store, StoreContextMut, TypedFunc, UpdateDeadline};
 
 use super::workloads::Extension;
 
@@ -53,10 +51,7 @@ pub fn sandbox_config(interrupt: Interruption) -> Config {
         Interruption::Epoch => vino_graft::Interrupt::Epoch,
         Interruption::Fuel => vino_graft::Interrupt::Fuel,
     };
-    vino_graft::sandbox_config(
-        interrupt,
-        vino_graft::RuntimeConfig::default().max_wasm_stack,
-    )
+    vino_graft::sandbox_config(interrupt, vino_graft::RuntimeConfig::default().max_wasm_stack)
 }
 
 /// The engine grafts are compiled with (epoch interruption).
@@ -115,8 +110,7 @@ pub struct WasmModules {
 }
 
 fn compile(engine: &Engine, bytes: &[u8], name: &str) -> Result<Module> {
-    Module::new(engine, bytes)
-        .map_err(|e| anyhow::Error::from(e).context(format!("compiling {name}")))
+    Module::new(engine, bytes).map_err(|e| anyhow::Error::from(e).context(format!("compiling {name}")))
 }
 
 impl WasmModules {

@@ -119,10 +119,7 @@ pub fn hot_setup<E: Extension + ?Sized>(e: &mut E) -> Result<()> {
 
 /// One pass over every candidate list: a digest of the victims chosen (the
 /// workload's answer, compared across technologies).
-pub fn hot_answer<E: Extension + ?Sized>(
-    e: &mut E,
-    lists: &[[u32; CANDIDATES_PER_CALL]],
-) -> Result<String> {
+pub fn hot_answer<E: Extension + ?Sized>(e: &mut E, lists: &[[u32; CANDIDATES_PER_CALL]]) -> Result<String> {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     let mut hot_first = 0;
     for l in lists {

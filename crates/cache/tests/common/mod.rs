@@ -27,7 +27,11 @@ impl Backing for File {
 }
 
 pub fn file(base: u64, blocks: u64) -> File {
-    File { base, size: AtomicU64::new(blocks * BLOCK_SIZE as u64), allocated: blocks }
+    File {
+        base,
+        size: AtomicU64::new(blocks * BLOCK_SIZE as u64),
+        allocated: blocks,
+    }
 }
 
 /// The byte every block of the device starts out with: its block number.
@@ -48,6 +52,13 @@ pub fn setup(frames: usize, device_blocks: u64) -> Setup {
     }
     let queue = IoQueue::new(device.clone(), 8).unwrap();
     let runtime = Runtime::default();
-    let cache = PageCache::new(CacheConfig { frames, writeback_every: None }, Arc::new(queue), &runtime);
+    let cache = PageCache::new(
+        CacheConfig {
+            frames,
+            writeback_every: None,
+        },
+        Arc::new(queue),
+        &runtime,
+    );
     Setup { device, cache, runtime }
 }
