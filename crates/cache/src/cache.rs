@@ -198,6 +198,90 @@ impl Table {
     }
 }
 
+impl Table {
+    /// Checks the table's invariants and panics, naming the one broken. They hold whenever the
+    /// table's lock is free (the lock is released mid-operation only with every frame in one of
+    /// these states):
+    /// * every frame is in exactly one place: the free list (state `Free`) or the map under its
+    ///   own key;
+    /// * the global LRU list holds exactly the mapped frames, and each owner's list exactly its
+    ///   own, in the same relative order (so an owner's oldest page is also its oldest globally,
+    ///   which `vas.pick_victim`'s candidate order relies on);
+    /// * a free frame is unpinned, clean, not being written, with no read in flight;
+    /// * a dirty page is valid and has a device block to be written to; a read in flight
+    ///   (`ticket`) belongs to a loading frame.
+    fn check(&self) {
+        let n = self.frames.len();
+        let mut free = vec![false; n];
+        for &f in &self.free {
+            assert!((f as usize) < n, "free list names frame {f} of {n}");
+            assert!(
+                !std::mem::replace(&mut free[f as usize], true),
+                "frame {f} is on the free list twice"
+            );
+        }
+        assert_eq!(
+            self.map.len() + self.free.len(),
+            n,
+            "frames lost: neither free nor mapped"
+        );
+        for (key, &f) in &self.map {
+            let fr = &self.frames[f as usize];
+            assert!(!free[f as usize], "frame {f} is both free and mapped");
+            assert_eq!(fr.key, *key, "frame {f} is mapped under another page's key");
+            assert_ne!(fr.state, State::Free, "mapped frame {f} is marked free");
+        }
+        for (f, fr) in self.frames.iter().enumerate() {
+            if free[f] {
+                assert_eq!(fr.state, State::Free, "free frame {f} is in use");
+                assert!(
+                    fr.pins == 0 && fr.dirty_since.is_none() && !fr.writing && fr.ticket.is_none(),
+                    "free frame {f} is pinned, dirty, being written or loading"
+                );
+            }
+            if fr.dirty_since.is_some() {
+                assert!(
+                    fr.state == State::Valid && fr.dev.is_some(),
+                    "dirty frame {f} is not a valid placed page"
+                );
+            }
+            if fr.ticket.is_some() {
+                assert_eq!(fr.state, State::Loading, "frame {f} holds a read but is not loading");
+            }
+        }
+        let global: Vec<u32> = self.lru.iter(&self.global).collect();
+        assert_eq!(global.len(), self.lru.len, "the LRU list's length is off");
+        assert_eq!(
+            global.len(),
+            self.map.len(),
+            "the LRU list does not hold every mapped frame"
+        );
+        let mut by_owner: FxHashMap<Pid, Vec<u32>> = FxHashMap::default();
+        for &f in &global {
+            by_owner.entry(self.frames[f as usize].owner).or_default().push(f);
+        }
+        for (&pid, p) in &self.procs {
+            let mine: Vec<u32> = p.pages.iter(&self.owned).collect();
+            assert_eq!(mine.len(), p.pages.len, "process {pid}'s page list length is off");
+            let expected = by_owner.remove(&pid).unwrap_or_default();
+            assert_eq!(
+                mine, expected,
+                "process {pid}'s pages are not its pages in global LRU order"
+            );
+        }
+        assert!(by_owner.is_empty(), "mapped pages have owners the cache does not know");
+    }
+
+    /// [`Table::check`] after an operation, in builds that ask for it: debug builds, or the
+    /// `invariants` feature the test gate turns on in release builds.
+    #[inline]
+    fn checked(&self) {
+        if cfg!(any(debug_assertions, feature = "invariants")) {
+            self.check();
+        }
+    }
+}
+
 /// The page cache. Shared by every process of the kernel.
 pub struct PageCache {
     table: Mutex<Table>,
@@ -311,6 +395,7 @@ impl PageCache {
             let extents = ra.advise(offset, n, size);
             self.prefetch(ctx.pid, object, backing, &extents);
         }
+        self.table.lock().checked();
         Ok(n)
     }
 
@@ -340,6 +425,7 @@ impl PageCache {
             fr.generation += 1;
             fr.dirty_since.get_or_insert_with(vino_vlt::now_ns);
             self.unpin(&mut t, f);
+            t.checked();
             done += take;
         }
         Ok(())
@@ -373,6 +459,7 @@ impl PageCache {
                 .map(|(_, &f)| f)
                 .collect();
             if doomed.is_empty() {
+                t.checked();
                 return;
             }
             let mut waited = false;
@@ -431,6 +518,13 @@ impl PageCache {
         self.table.lock().procs.get(&pid).map_or(0, |p| p.pages.len)
     }
 
+    /// Checks the frame table's invariants (see `Table::check`) and panics if one is broken.
+    /// Tests call it between steps; debug builds and the `invariants` feature also check after
+    /// every read, write, invalidation and write-back.
+    pub fn check_invariants(&self) {
+        self.table.lock().check();
+    }
+
     /// True if block `index` of `object` is cached (loaded or loading).
     pub fn contains(&self, object: u64, index: u64) -> bool {
         self.table.lock().map.contains_key(&(object, index))
@@ -452,6 +546,7 @@ impl PageCache {
             }
         }
         t.placeholders.clear();
+        t.checked();
         Ok(())
     }
 
@@ -709,6 +804,7 @@ impl PageCache {
             let busy = dirty.iter().any(|&f| t.frames[f as usize].writing);
             let ready: Vec<u32> = dirty.into_iter().filter(|&f| !t.frames[f as usize].writing).collect();
             if ready.is_empty() && !busy {
+                t.checked();
                 return Ok(());
             }
             if ready.is_empty() {

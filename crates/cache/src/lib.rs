@@ -74,3 +74,11 @@ impl<'a> IoCtx<'a> {
         IoCtx { pid, ra: Some(ra) }
     }
 }
+
+/// The crate's tests run with its invariant checks on (the self dev-dependency enables the
+/// `invariants` feature), in release builds too.
+#[cfg(test)]
+#[test]
+fn tests_check_invariants() {
+    assert!(cfg!(any(debug_assertions, feature = "invariants")));
+}

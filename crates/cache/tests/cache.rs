@@ -282,6 +282,7 @@ fn a_read_error_is_reported_and_leaves_no_broken_page() {
     assert!(!s.cache.contains(1, 0));
     s.cache.read(&IoCtx::new(1), 1, &f, 0, &mut buf).unwrap();
     assert_eq!(buf[0], pattern(10));
+    s.cache.check_invariants();
 }
 
 #[test]
@@ -309,4 +310,5 @@ fn concurrent_readers_always_see_the_right_data() {
     let st = s.cache.stats();
     assert_eq!(st.resident, 16);
     assert_eq!(st.total.hits + st.total.misses, 8000);
+    s.cache.check_invariants();
 }

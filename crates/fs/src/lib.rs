@@ -35,3 +35,11 @@ pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, ROOT_INO};
 pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
+
+/// The crate's tests run with its invariant checks on (the self dev-dependency enables the
+/// `invariants` feature), in release builds too.
+#[cfg(test)]
+#[test]
+fn tests_check_invariants() {
+    assert!(cfg!(any(debug_assertions, feature = "invariants")));
+}

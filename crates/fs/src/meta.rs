@@ -175,6 +175,60 @@ impl Meta {
         self.dirty.remove(&b);
     }
 
+    /// Checks the invariants of the running transaction and the journal writer, and panics
+    /// naming the one broken:
+    /// * between ops there is no undo record;
+    /// * every dirty block is in memory (a commit writes it from there) and is a metadata block;
+    /// * the journal's used span is within the log and ends at its head
+    ///   (`head == (tail + used) mod log length`);
+    /// * committed images are kept exactly while the journal holds transactions not yet
+    ///   checkpointed, and the tail's sequence number trails the next one by at least one then.
+    pub fn check_invariants(&self) {
+        if !self.in_op {
+            assert!(
+                self.undo.is_empty() && self.touched.is_empty(),
+                "undo records outside an op"
+            );
+        }
+        for &b in &self.dirty {
+            assert!(self.cache.contains_key(&b), "dirty metadata block {b} is not in memory");
+            assert!(self.geo.is_journalable(b), "dirty block {b} is not a metadata block");
+        }
+        let j = &self.journal;
+        let log = self.geo.log_len();
+        assert!(j.used <= log, "journal uses {} of {log} blocks", j.used);
+        assert!(
+            j.tail < log && j.head < log,
+            "journal tail {} or head {} outside the log",
+            j.tail,
+            j.head
+        );
+        assert_eq!((j.tail + j.used) % log, j.head, "journal head is not tail + used");
+        assert_eq!(
+            self.committed.is_empty(),
+            j.used == 0,
+            "committed images ({}) and journal use ({}) disagree",
+            self.committed.len(),
+            j.used
+        );
+        assert!(
+            (j.used == 0) == (j.tail_seq == j.next_seq) && j.tail_seq <= j.next_seq,
+            "journal sequence numbers: tail {} next {} with {} blocks used",
+            j.tail_seq,
+            j.next_seq,
+            j.used
+        );
+    }
+
+    /// [`Meta::check_invariants`] in builds that ask for it: debug builds, or the `invariants`
+    /// feature the test gate turns on in release builds.
+    #[inline]
+    fn checked(&self) {
+        if cfg!(any(debug_assertions, feature = "invariants")) {
+            self.check_invariants();
+        }
+    }
+
     pub fn begin_op(&mut self) {
         assert!(!self.in_op, "ops do not nest");
         self.in_op = true;
@@ -186,6 +240,7 @@ impl Meta {
         self.undo.clear();
         self.touched.clear();
         self.trim_cache();
+        self.checked();
     }
 
     /// Ends an op, undoing its changes. Returns the blocks it had changed.
@@ -208,6 +263,7 @@ impl Meta {
         self.touched.clear();
         self.in_op = false;
         self.counters.rollbacks += 1;
+        self.checked();
         blocks
     }
 
@@ -293,6 +349,7 @@ impl Meta {
             self.committed.insert(b, img);
         }
         self.dirty.clear();
+        self.checked();
         Ok(())
     }
 
@@ -340,6 +397,7 @@ impl Meta {
         self.committed.clear();
         self.counters.checkpoints += 1;
         self.counters.checkpointed_blocks += written;
+        self.checked();
         Ok(())
     }
 }

@@ -44,3 +44,11 @@ pub mod range;
 pub use grant::{Fifo, Frp, GrantArgs, GrantEnv, LockGrant, WaitInfo};
 pub use manager::{LockError, LockManager, LockStats, Wait};
 pub use range::{Lock, LockKind, Range, TO_EOF};
+
+/// The crate's tests run with its invariant checks on (the self dev-dependency enables the
+/// `invariants` feature), in release builds too.
+#[cfg(test)]
+#[test]
+fn tests_check_invariants() {
+    assert!(cfg!(any(debug_assertions, feature = "invariants")));
+}

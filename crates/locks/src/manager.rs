@@ -153,6 +153,7 @@ impl LockManager {
             if weakens {
                 self.grant_round(&mut st, object);
             }
+            checked(&st);
             return Ok(());
         }
         if let Some(holder) = conflict {
@@ -197,6 +198,7 @@ impl LockManager {
             self.grant_round(&mut st, object);
             if let Some(outcome) = st.outcomes.remove(&id) {
                 st.stats.immediate += 1;
+                checked(&st);
                 return outcome;
             }
         }
@@ -209,6 +211,7 @@ impl LockManager {
                 if outcome.is_ok() {
                     st.stats.waited += 1;
                 }
+                checked(&st);
                 return outcome;
             }
             let expired = match (wait, deadline) {
@@ -232,6 +235,7 @@ impl LockManager {
                     (LockError::TimedOut, &mut st.stats.timeouts)
                 };
                 *counter += 1;
+                checked(&st);
                 return Err(err);
             }
         }
@@ -244,6 +248,7 @@ impl LockManager {
         range::set_lock(&mut obj.held, owner, None, range);
         self.grant_round(&mut st, object);
         tidy(&mut st, object);
+        checked(&st);
     }
 
     /// Drops every lock `owner` holds on `object` and cancels its waits there (POSIX: closing any
@@ -251,6 +256,7 @@ impl LockManager {
     pub fn release_object(&self, object: u64, owner: u64) {
         let mut st = self.state.lock();
         self.release_in(&mut st, object, owner);
+        checked(&st);
     }
 
     /// Drops every lock `owner` holds and cancels all its waits (it exited).
@@ -265,6 +271,7 @@ impl LockManager {
         for object in objects {
             self.release_in(&mut st, object, owner);
         }
+        checked(&st);
     }
 
     /// Cancels `owner`'s waits (a dying client): they fail with [`LockError::Cancelled`]; its
@@ -280,7 +287,9 @@ impl LockManager {
         for object in objects {
             cancel_in(&mut st, object, owner);
             self.grant_round(&mut st, object);
+            tidy(&mut st, object);
         }
+        checked(&st);
     }
 
     fn release_in(&self, st: &mut State, object: u64, owner: u64) {
@@ -377,6 +386,83 @@ impl LockManager {
     pub fn stats(&self) -> LockStats {
         self.state.lock().stats
     }
+
+    /// Checks the manager's invariants and panics, naming the one broken, if any does not hold
+    /// (see [`check_state`]). Tests call it between steps; builds with debug assertions or the
+    /// `invariants` feature also check after every operation.
+    pub fn check_invariants(&self) {
+        check_state(&self.state.lock());
+    }
+}
+
+/// Checks after an operation, in builds that ask for it (debug assertions, or the `invariants`
+/// feature that the test gate turns on in release builds).
+#[inline]
+fn checked(st: &State) {
+    if cfg!(any(debug_assertions, feature = "invariants")) {
+        check_state(st);
+    }
+}
+
+/// The manager's invariants, between operations:
+/// * no two owners hold conflicting locks on an object (POSIX's one guarantee);
+/// * one owner's locks on an object are sorted, non-empty, disjoint, and adjacent ones of the
+///   same kind are merged (what [`range::set_lock`] keeps);
+/// * waiter ids are unique, and no waiter is still queued once its outcome is decided;
+/// * an object with nothing held and nobody waiting has no entry (`tidy`);
+/// * a waiter is never stranded: if some are waiting, at least one holder is free to release.
+fn check_state(st: &State) {
+    let mut ids = HashSet::new();
+    for (&object, obj) in &st.objects {
+        assert!(
+            !obj.held.is_empty() || !obj.waiting.is_empty(),
+            "object {object}: an empty entry was left behind"
+        );
+        for (i, a) in obj.held.iter().enumerate() {
+            assert!(!a.range.is_empty(), "object {object}: empty lock {a:?}");
+            for b in &obj.held[i + 1..] {
+                assert!(
+                    !b.conflicts(a.owner, a.kind, &a.range),
+                    "object {object}: conflicting locks held: {a:?} and {b:?}"
+                );
+            }
+        }
+        for w in obj.held.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            assert!(
+                (a.owner, a.range.start) < (b.owner, b.range.start),
+                "object {object}: held locks out of order: {a:?}, {b:?}"
+            );
+            if a.owner == b.owner {
+                assert!(
+                    a.range.end <= b.range.start,
+                    "object {object}: an owner's locks overlap: {a:?}, {b:?}"
+                );
+                assert!(
+                    a.kind != b.kind || a.range.end < b.range.start,
+                    "object {object}: adjacent locks of one kind not merged: {a:?}, {b:?}"
+                );
+            }
+        }
+        for w in &obj.waiting {
+            assert!(ids.insert(w.id), "object {object}: waiter id {} queued twice", w.id);
+            assert!(
+                !st.outcomes.contains_key(&w.id),
+                "object {object}: waiter {} is decided but still queued",
+                w.id
+            );
+            assert!(
+                !w.range.is_empty(),
+                "object {object}: waiter {} asks for an empty range",
+                w.id
+            );
+        }
+        assert!(
+            obj.waiting.is_empty() || !nobody_can_release(obj),
+            "object {object}: {} waiters stranded, no holder can release",
+            obj.waiting.len()
+        );
+    }
 }
 
 /// Grants the waiters the mask names (checked), in index order, and wakes them.
@@ -463,4 +549,33 @@ fn deadlock(st: &State, owner: u64, object: u64, kind: LockKind, range: &Range) 
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(owner: u64, kind: LockKind, start: u64, end: u64) -> Lock {
+        Lock {
+            owner,
+            kind,
+            range: Range { start, end },
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "conflicting locks held")]
+    fn the_check_catches_two_writers_on_one_byte() {
+        let mut st = State::default();
+        st.objects.entry(1).or_default().held = vec![held(1, LockKind::Write, 0, 10), held(2, LockKind::Write, 5, 6)];
+        check_state(&st);
+    }
+
+    #[test]
+    #[should_panic(expected = "not merged")]
+    fn the_check_catches_an_unmerged_pair() {
+        let mut st = State::default();
+        st.objects.entry(1).or_default().held = vec![held(1, LockKind::Read, 0, 5), held(1, LockKind::Read, 5, 9)];
+        check_state(&st);
+    }
 }

@@ -166,6 +166,7 @@ fn nobody_is_stranded(body: &str) -> (u64, u64, u64) {
         assert_eq!(h.join().unwrap(), Ok(()), "{body}");
     }
     assert!(m.waiting(OBJ).is_empty() && m.held(OBJ).is_empty());
+    m.check_invariants();
     let stats = slot.stats().expect("bound");
     (stats.failures, stats.invocations, m.stats().overridden)
 }

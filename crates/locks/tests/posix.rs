@@ -95,6 +95,7 @@ proptest! {
                     }
                 }
             }
+            m.check_invariants();
             let held = m.held(7);
             prop_assert_eq!(expand(&held), model.clone());
             // Canonical: an owner's adjacent locks of one kind are merged.
@@ -258,4 +259,5 @@ fn close_exit_timeout_and_cancel_wake_or_end_waits() {
     assert!(m.waiting(1).is_empty(), "nothing left queued");
     m.release_owner(3);
     assert!(m.held(1).is_empty());
+    m.check_invariants();
 }

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The project's gates and its tests, in the order CI runs them: format, lints (warnings are
+# errors), then every test of the workspace in release mode. The crates' own tests turn on their
+# `invariants` feature (cache frame table, journal writer, lock manager), so the whole suite runs
+# with those invariants checked after every operation.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { [ -z "${CI:-}" ] || echo "check: $*" >&2; }
+
+step "cargo fmt --check"
+cargo fmt --all --check
+step "cargo clippy -D warnings"
+cargo clippy --release --workspace --all-targets --quiet -- -D warnings
+step "cargo test"
+cargo test --release --workspace
