@@ -34,4 +34,16 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo not found; install Rust (rustup) first" >&2
     exit 1
 fi
+# The gates need rustfmt and clippy; a minimal Rust toolchain lacks them.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then
+        rustup component add rustfmt clippy >/dev/null 2>&1 || {
+            echo "setup: could not add rustfmt and clippy (rustup component add rustfmt clippy)" >&2
+            exit 1
+        }
+    else
+        echo "setup: cargo fmt and cargo clippy are needed (install rustfmt and clippy)" >&2
+        exit 1
+    fi
+fi
 cargo fetch --quiet
