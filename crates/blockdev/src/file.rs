@@ -169,7 +169,8 @@ fn open_mode(path: &Path, mode: Direct, open: &dyn Fn(bool) -> io::Result<File>)
 
 fn block_device_size(file: &File) -> io::Result<u64> {
     let mut size: u64 = 0;
-    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer.
+    // SAFETY: the descriptor is open for as long as `file` is borrowed, and BLKGETSIZE64 writes
+    // one u64 through the pointer, which points to `size`.
     let r = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut size as *mut u64) };
     if r < 0 {
         Err(io::Error::last_os_error())

@@ -3,7 +3,9 @@
 //! Submitters push entries under a lock and enter the kernel to submit them; one reaper thread
 //! waits for completions and is the only reader of the completion queue. A request's buffer
 //! stays in the table of operations in flight until its completion arrives, so the kernel never
-//! writes into freed memory; dropping the ring waits for every operation first.
+//! writes into freed memory; dropping the ring waits for every operation first. Should the ring
+//! fail while an entry may still reach the kernel, the request fails and its buffer is leaked
+//! rather than freed (see [`abandon`]).
 
 use crate::queue::{Job, QueueShared};
 use crate::{BLOCK_SIZE, IoOp};
@@ -35,7 +37,7 @@ fn probe() -> Result<(), String> {
     }
     let mut ring = IoUring::new(2).map_err(|e| format!("io_uring_setup failed: {e}"))?;
     let nop = opcode::Nop::new().build().user_data(7);
-    // SAFETY: a no-op references no memory.
+    // SAFETY: a no-op references no memory, and this ring is used by this thread alone.
     unsafe { ring.submission().push(&nop) }.map_err(|_| "io_uring submission queue full".to_string())?;
     ring.submit_and_wait(1)
         .map_err(|e| format!("io_uring_enter failed: {e}"))?;
@@ -113,7 +115,7 @@ impl Ring {
         if let Err(e) = submit(s, &entry) {
             let op = s.ops.lock().remove(&id);
             if let Some(op) = op {
-                end_op(s, op, Err(e));
+                end_unsubmitted(s, op, e);
             }
         }
     }
@@ -143,13 +145,16 @@ fn entry_for(fd: RawFd, id: u64, op: &mut Op) -> io_uring::squeue::Entry {
     let offset = meta.block * BLOCK_SIZE as u64 + op.done as u64;
     // At most 1 GiB per entry; a longer transfer continues like a short one.
     let chunk = (len - op.done).min(1 << 30) as u32;
-    // SAFETY (for the pointer arithmetic): `done < len` for a transfer still in progress.
     let entry = match meta.op {
         IoOp::Read => {
+            // SAFETY: `done < len` (a new request starts at 0 and is never empty, since empty
+            // transfers complete without the device; `complete` continues only while
+            // `done < len`), so the pointer stays inside the buffer's allocation.
             let ptr = unsafe { op.job.buf.as_mut_ptr().add(op.done) };
             opcode::Read::new(fd, ptr, chunk).offset(offset).build()
         }
         IoOp::Write => {
+            // SAFETY: as for a read, `done < len` keeps the pointer inside the buffer.
             let ptr = unsafe { op.job.buf.as_ptr().add(op.done) };
             opcode::Write::new(fd, ptr, chunk).offset(offset).build()
         }
@@ -158,20 +163,31 @@ fn entry_for(fd: RawFd, id: u64, op: &mut Op) -> io_uring::squeue::Entry {
     entry.user_data(id)
 }
 
+/// Why [`submit`] failed, and whether the kernel may still see the entry.
+enum SubmitError {
+    /// The entry never reached the submission queue: the kernel will not see it.
+    NotQueued(io::Error),
+    /// The entry is in the submission queue but entering the kernel failed: the next successful
+    /// submission of any entry may still hand it to the kernel.
+    Queued(io::Error),
+}
+
 /// Pushes an entry and enters the kernel to submit it.
-fn submit(s: &Shared, entry: &io_uring::squeue::Entry) -> io::Result<()> {
+fn submit(s: &Shared, entry: &io_uring::squeue::Entry) -> Result<(), SubmitError> {
     let _guard = s.sq.lock();
     loop {
-        // SAFETY: only holders of `sq` touch the submission queue; the entry's buffer lives in
-        // `ops` until its completion is reaped.
+        // SAFETY: only holders of `sq` touch the submission queue. The entry's buffer (if any)
+        // is the heap allocation of a job kept in `ops` until its completion is reaped, or leaked
+        // by `abandon` if that may never come; moving the job within `ops` does not move the
+        // allocation, and the device's file stays open while the queue (held by `s`) lives.
         let pushed = unsafe { s.ring.submission_shared().push(entry) };
         if pushed.is_ok() {
             break;
         }
         // Full: submitting empties it (no SQ polling thread).
-        submit_now(s)?;
+        submit_now(s).map_err(SubmitError::NotQueued)?;
     }
-    submit_now(s)
+    submit_now(s).map_err(SubmitError::Queued)
 }
 
 fn submit_now(s: &Shared) -> io::Result<()> {
@@ -187,16 +203,17 @@ fn submit_now(s: &Shared) -> io::Result<()> {
 fn reap(s: &Shared) {
     let mut completions: Vec<(u64, i32)> = Vec::new();
     loop {
-        // SAFETY: a plain wait for completions, no argument.
+        // SAFETY: a plain wait for completions; no signal mask or other argument is passed.
         let waited = unsafe { s.ring.submitter().enter::<libc::sigset_t>(0, 1, ENTER_GETEVENTS, None) };
         if let Err(e) = waited {
             match e.raw_os_error() {
                 Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY) => continue,
                 _ => {
                     *s.broken.lock() = Some(e.to_string());
+                    // Their completions will not be reaped, but the kernel may still carry them out.
                     let ops: Vec<Op> = s.ops.lock().drain().map(|(_, op)| op).collect();
                     for op in ops {
-                        end_op(s, op, Err(io::Error::other(format!("io_uring wait failed: {e}"))));
+                        abandon(s, op, io::Error::other(format!("io_uring wait failed: {e}")));
                     }
                     return;
                 }
@@ -255,7 +272,7 @@ fn complete(s: &Shared, id: u64, res: i32) {
             if let Err(e) = submit(s, &entry)
                 && let Some(op) = s.ops.lock().remove(&id)
             {
-                end_op(s, op, Err(e));
+                end_unsubmitted(s, op, e);
             }
         }
     }
@@ -265,6 +282,23 @@ fn end_op(s: &Shared, op: Op, result: io::Result<()>) {
     let Job { meta, buf, completer } = op.job;
     s.queue.device.counters().end(meta.op, meta.blocks, result.is_ok());
     s.queue.finish(meta, completer, result.map(|()| buf));
+}
+
+/// Ends an operation whose entry [`submit`] could not hand to the kernel.
+fn end_unsubmitted(s: &Shared, op: Op, e: SubmitError) {
+    match e {
+        SubmitError::NotQueued(e) => end_op(s, op, Err(e)),
+        SubmitError::Queued(e) => abandon(s, op, e),
+    }
+}
+
+/// Fails an operation the kernel may still read or write: its buffer is leaked, not freed or
+/// handed back, so that a late transfer touches memory nobody else uses.
+fn abandon(s: &Shared, op: Op, e: io::Error) {
+    let Job { meta, buf, completer } = op.job;
+    std::mem::forget(buf);
+    s.queue.device.counters().end(meta.op, meta.blocks, false);
+    s.queue.finish(meta, completer, Err(e));
 }
 
 fn fail(s: &Shared, job: Job, e: io::Error) {

@@ -11,8 +11,9 @@ use vino_blockdev::{AlignedBuf, BLOCK_SIZE, BlockDevice, Direct, FileDevice, Fil
 #[allow(clippy::unnecessary_cast)] // the types differ between targets
 fn on_tmpfs(dir: &Path) -> bool {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `statfs` is a C struct of integers and padding, for which all-zero bytes are valid.
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid path and a statfs to fill.
+    // SAFETY: a NUL-terminated path that outlives the call, and a `statfs` for the kernel to fill.
     let r = unsafe { libc::statfs(c.as_ptr(), &mut s) };
     r == 0 && s.f_type as i64 == libc::TMPFS_MAGIC as i64
 }

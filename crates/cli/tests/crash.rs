@@ -52,6 +52,8 @@ fn killed_at_random_moments_the_file_system_stays_consistent_and_keeps_fsynced_d
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        // SAFETY: kill touches no memory; the child has not been waited for, so its pid still
+        // names it (at worst as a zombie) and no other process.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
         let out = vino()

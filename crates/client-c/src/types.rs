@@ -82,16 +82,23 @@ pub fn dirents_into_raw(list: &[DirEntry]) -> *mut vino_dirent {
 }
 
 /// Frees an array from [`dirents_into_raw`] of `count` entries.
-pub fn dirents_free(entries: *mut vino_dirent, count: usize) {
+///
+/// # Safety
+///
+/// `entries` is NULL or a pointer returned by [`dirents_into_raw`] for a list of `count`
+/// entries, whose entries are unchanged, not freed before and not used after.
+pub unsafe fn dirents_free(entries: *mut vino_dirent, count: usize) {
     if entries.is_null() {
         return;
     }
-    // SAFETY: `entries` came from `dirents_into_raw` with this `count` (the header's contract),
-    // and is freed once.
+    // SAFETY: a non-null `entries` is the `Box<[vino_dirent]>` of `count` entries leaked by
+    // `dirents_into_raw`, by this function's contract, so the slice pointer rebuilds that box
+    // with its layout; it is freed here, once.
     let v = unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(entries, count)) };
     for e in v.iter() {
         if !e.name.is_null() {
-            // SAFETY: each name came from `CString::into_raw` above.
+            // SAFETY: each name came from `CString::into_raw` in `dirents_into_raw` and is
+            // unchanged (this function's contract); it is freed here, once.
             drop(unsafe { CString::from_raw(e.name) });
         }
     }
@@ -239,11 +246,14 @@ mod tests {
             kind: FileKind::Directory,
         }];
         let raw = dirents_into_raw(&list);
-        // SAFETY: one entry was made.
+        // SAFETY: a list of one entry gives a non-null array of one initialised entry.
         let e = unsafe { &*raw };
+        // SAFETY: the entry's name is a NUL-terminated string made by `CString::into_raw`.
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(e.name) }.to_bytes(), b"x");
         assert_eq!((e.ino, e.kind), (7, 2));
-        dirents_free(raw, 1);
+        // SAFETY: the array of the list of one entry above, unchanged and freed once; `e` is not
+        // used after.
+        unsafe { dirents_free(raw, 1) };
         assert!(dirents_into_raw(&[]).is_null());
     }
 }

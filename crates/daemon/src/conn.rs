@@ -47,7 +47,8 @@ fn read_hello_header(stream: &mut UnixStream) -> Result<([u8; 4], Option<OwnedFd
         let mut fds = Vec::new();
         for c in msg.cmsgs().map_err(|e| FrameError::Io(e.into()))? {
             if let ControlMessageOwned::ScmRights(list) = c {
-                // SAFETY: descriptors just received are ours to own (and close).
+                // SAFETY: SCM_RIGHTS installed these descriptors in this process just now; nothing
+                // else refers to them, and each appears once in the list, so each is owned once.
                 fds.extend(list.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
             }
         }

@@ -102,7 +102,8 @@ fn hung_up(fd: BorrowedFd<'_>, wait: Duration) -> bool {
         revents: 0,
     };
     let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd, for the duration of the call.
+    // SAFETY: `pfd` is one valid pollfd that lives through the call (count 1), and its descriptor
+    // is borrowed, so open, for as long.
     let n = unsafe { libc::poll(&mut pfd, 1, ms) };
     n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }

@@ -13,7 +13,9 @@ pub struct ClientMemory {
     len: usize,
 }
 
-// Only raw copies go through the pointer.
+// SAFETY: the mapping is owned by this value alone (the pointer is never handed out) and only
+// raw copies go through it, so it may move to another thread like a `Vec<u8>`. It is not `Sync`:
+// `copy_in` writes through `&self`.
 unsafe impl Send for ClientMemory {}
 
 impl ClientMemory {
@@ -36,7 +38,9 @@ impl ClientMemory {
             return Err(format!("shared memory is {size} bytes, Hello said {len}"));
         }
         let n = NonZeroUsize::new(len as usize).expect("checked above");
-        // SAFETY: a shared mapping of a file whose size is fixed by its seals.
+        // SAFETY: a new mapping chosen by the kernel (no address is asked for, so nothing of the
+        // daemon is replaced) of exactly the file's size, which its seals keep from shrinking, so
+        // every page stays backed and touching it cannot fault.
         let ptr = unsafe {
             mmap(
                 None,
@@ -72,7 +76,11 @@ impl ClientMemory {
         let o = self.range(offset, len)?;
         out.clear();
         out.reserve(len);
-        // SAFETY: in bounds (checked); `out` has room for `len` bytes.
+        // SAFETY: `o..o + len` lies in the mapping (`range` checks it without overflow), and `out`
+        // has room for `len` bytes after `reserve`; a heap buffer of this process cannot overlap
+        // the mapping. Any byte is a valid `u8`, so `set_len` exposes initialised values only.
+        // The client may write the area at the same time; that can only change which bytes are
+        // copied, since no reference into the mapping is made and every byte value is valid.
         unsafe {
             std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(o), out.as_mut_ptr(), len);
             out.set_len(len);
@@ -83,7 +91,8 @@ impl ClientMemory {
     /// Copies `data` to `offset`.
     pub fn copy_in(&self, offset: u64, data: &[u8]) -> Result<(), String> {
         let o = self.range(offset, data.len())?;
-        // SAFETY: in bounds (checked).
+        // SAFETY: `o..o + data.len()` lies in the mapping (`range` checks it without overflow), and
+        // `data` is memory of this process, which cannot overlap the mapping.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(o), data.len()) };
         Ok(())
     }
@@ -91,7 +100,8 @@ impl ClientMemory {
 
 impl Drop for ClientMemory {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once.
+        // SAFETY: the mapping made in `map`, of `len` bytes, unmapped once; no reference into it
+        // exists (the copies are raw).
         unsafe {
             let _ = munmap(self.ptr.cast(), self.len);
         }

@@ -506,6 +506,7 @@ fn serve_foreground_runs_until_unmounted() {
     fs::write(mnt.join("hello"), "world").unwrap();
     let target = std::ffi::CString::new(mnt.as_os_str().as_encoded_bytes()).unwrap();
     assert_eq!(
+        // SAFETY: `target` is a NUL-terminated path that lives through the call.
         unsafe { libc::umount(target.as_ptr()) },
         0,
         "umount: {}",

@@ -20,7 +20,8 @@ pub fn spin_until_readable(fd: BorrowedFd<'_>, window: Duration) -> bool {
     let start = Instant::now();
     let mut byte = 0u8;
     loop {
-        // SAFETY: a one-byte buffer that lives through the call; MSG_PEEK leaves the byte queued.
+        // SAFETY: `byte` is a one-byte buffer that lives through the call (length 1), and the
+        // descriptor is borrowed, so open, for as long; MSG_PEEK leaves the byte queued.
         let n = unsafe {
             libc::recv(
                 fd.as_raw_fd(),
