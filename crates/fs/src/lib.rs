@@ -36,10 +36,7 @@ pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
 
-/// The crate's tests run with its invariant checks on (the self dev-dependency enables the
-/// `invariants` feature), in release builds too.
-#[cfg(test)]
-#[test]
-fn tests_check_invariants() {
-    assert!(cfg!(any(debug_assertions, feature = "invariants")));
-}
+// The crate's tests run with its invariant checks on, in release builds too: the dev-dependency
+// on itself enables the `invariants` feature.
+#[cfg(all(test, not(any(debug_assertions, feature = "invariants"))))]
+compile_error!("the tests must be built with the `invariants` feature");

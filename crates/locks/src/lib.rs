@@ -45,10 +45,7 @@ pub use grant::{Fifo, Frp, GrantArgs, GrantEnv, LockGrant, WaitInfo};
 pub use manager::{LockError, LockManager, LockStats, Wait};
 pub use range::{Lock, LockKind, Range, TO_EOF};
 
-/// The crate's tests run with its invariant checks on (the self dev-dependency enables the
-/// `invariants` feature), in release builds too.
-#[cfg(test)]
-#[test]
-fn tests_check_invariants() {
-    assert!(cfg!(any(debug_assertions, feature = "invariants")));
-}
+// The crate's tests run with its invariant checks on, in release builds too: the dev-dependency
+// on itself enables the `invariants` feature.
+#[cfg(all(test, not(any(debug_assertions, feature = "invariants"))))]
+compile_error!("the tests must be built with the `invariants` feature");
