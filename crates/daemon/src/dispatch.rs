@@ -6,7 +6,7 @@ use crate::shm::ClientMemory;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vino_kernel::{Process, SysError};
 use vino_proto::{ErrorReply, Payload, Request, Response, errno};
@@ -106,6 +106,34 @@ fn hung_up(fd: BorrowedFd<'_>, wait: Duration) -> bool {
     // is borrowed, so open, for as long.
     let n = unsafe { libc::poll(&mut pfd, 1, ms) };
     n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Sleeps until the client hangs up (true) or `woken` becomes readable or closed (false).
+fn hung_up_before(client: BorrowedFd<'_>, woken: BorrowedFd<'_>) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: client.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: woken.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: `fds` is an array of two valid pollfds that lives through the call (count 2),
+        // and both descriptors are borrowed, so open, for as long.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 || fds[1].revents != 0 {
+            return false;
+        }
+        return fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
+    }
 }
 
 fn flags(f: vino_proto::OpenFlags) -> vino_kernel::OpenFlags {
@@ -276,21 +304,23 @@ impl Session<'_> {
 
     /// Runs a lock wait while a watcher cancels it if the client hangs up: a client that died
     /// must not keep its place in a lock queue (the connection's thread, blocked here, would
-    /// otherwise only notice once the lock was granted).
+    /// otherwise only notice once the lock was granted). The watcher sleeps in `poll` on the
+    /// client's socket and on a wake-up socket that is closed the moment the call returns, so the
+    /// call never waits for the watcher to time out.
     fn cancelled_on_hangup<T>(&self, call: impl FnOnce() -> T) -> T {
-        let done = AtomicBool::new(false);
+        let Ok((wake, woken)) = UnixStream::pair() else {
+            // No descriptor for the wake-up: the wait still ends when the lock is granted.
+            return call();
+        };
         let (kernel, pid, client) = (self.process.kernel(), self.process.pid(), &self.client);
         std::thread::scope(|s| {
-            s.spawn(|| {
-                while !done.load(Ordering::Acquire) {
-                    if hung_up(client.as_fd(), HANGUP_POLL) {
-                        kernel.locks().cancel_waits(pid);
-                        return;
-                    }
+            s.spawn(move || {
+                if hung_up_before(client.as_fd(), woken.as_fd()) {
+                    kernel.locks().cancel_waits(pid);
                 }
             });
             let result = call();
-            done.store(true, Ordering::Release);
+            drop(wake);
             result
         })
     }
