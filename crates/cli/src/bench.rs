@@ -5,9 +5,9 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use vino_bench::exttech::{self, ExtTechOptions, ExtTechReport};
-use vino_bench::graftcost::{self, GraftCostReport};
-use vino_bench::report::{Table, write_json};
+use vino_experiments::exttech::{self, ExtTechOptions, ExtTechReport};
+use vino_experiments::graftcost::{self, GraftCostReport};
+use vino_experiments::report::{Table, write_json};
 
 #[derive(Args)]
 pub struct Common {
@@ -138,7 +138,7 @@ struct CoreResults {
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
-    use vino_bench::{
+    use vino_experiments::{
         e4_wisconsin as e4, e5_events as e5, e6_layout as e6, e7_gunzip as e7, e8_locks as e8, e9_linux as e9,
     };
     match cmd {

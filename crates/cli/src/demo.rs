@@ -10,7 +10,7 @@
 use anyhow::{Result, bail};
 use std::sync::Arc;
 use std::time::Instant;
-use vino_bench::report::{Table, fmt_ns};
+use vino_experiments::report::{Table, fmt_ns};
 use vino_graft::{Access, GraftSlot, Owner, Runtime};
 use vino_toykernel::{PickVictim, ToyApply, ToyKernel, hostile};
 
@@ -29,7 +29,7 @@ pub fn run(with_bench: bool, image: &std::path::Path) -> Result<()> {
     storage(image, &opts)?;
     processes(image)?;
     if with_bench {
-        let report = vino_bench::graftcost::run(true, &mut |_| {});
+        let report = vino_experiments::graftcost::run(true, &mut |_| {});
         for t in report.tables() {
             t.print();
         }

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vino_bench::daemon::SoakClients;
+use vino_experiments::daemon::SoakClients;
 use vino_client::{Client, GraftTop, ProcessTop, Top};
 
 /// The graft commands served by the daemon.
@@ -320,9 +320,9 @@ pub fn top(socket: Option<PathBuf>, once: bool, json: bool, interval_ms: u64) ->
 /// `vino bench daemon`.
 pub fn bench_daemon(quick: bool, json: bool, scratch: &Path, out: &Path) -> Result<()> {
     let dir = scratch_dir(scratch)?;
-    let report = vino_bench::daemon::run(dir.path(), quick).map_err(anyhow::Error::msg)?;
+    let report = vino_experiments::daemon::run(dir.path(), quick).map_err(anyhow::Error::msg)?;
     let file = out.join("daemon.json");
-    vino_bench::report::write_json(&file, &report)?;
+    vino_experiments::report::write_json(&file, &report)?;
     for note in &report.notes {
         eprintln!("vino: {note}");
     }
@@ -345,7 +345,7 @@ fn scratch_dir(scratch: &Path) -> Result<tempfile::TempDir> {
 
 /// `vino soak-client`: one client of `vino bench soak`, as a program of its own.
 pub fn soak_client(socket: &Path, id: usize, secs: u64, graft: &Path) -> Result<()> {
-    let line = vino_bench::daemon::soak_client_main(socket, id, secs, graft).map_err(anyhow::Error::msg)?;
+    let line = vino_experiments::daemon::soak_client_main(socket, id, secs, graft).map_err(anyhow::Error::msg)?;
     println!("{line}");
     Ok(())
 }
@@ -378,7 +378,7 @@ pub fn soak(clients: usize, secs: u64, threads: bool, json: bool, scratch: &Path
     } else {
         SoakClients::Processes(&command)
     };
-    let report = vino_bench::daemon::soak(dir.path(), clients, secs, how, |ops, _| {
+    let report = vino_experiments::daemon::soak(dir.path(), clients, secs, how, |ops, _| {
         if let Some(b) = &bar {
             b.set_position(started.elapsed().as_secs().min(secs));
             b.set_message(format!("{ops} ops"));

@@ -2,7 +2,7 @@
  * Shared definitions for the extension-technology workloads.
  *
  * Every workload is plain C with no libc: the same file is compiled to a
- * native static library (linked into vino-bench) and to a wasm32 module
+ * native static library (linked into vino-experiments) and to a wasm32 module
  * (loaded by wasmtime and by wasmi).  Functions marked VB_EXPORT form the
  * interface the host calls; everything else is private to the module.
  */

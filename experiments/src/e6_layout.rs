@@ -52,7 +52,7 @@ pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * 1024;
 
 /// The NoSwitch graft's source, built with the system clang at run time.
-pub const NOSWITCH_C: &str = include_str!("../../../sdk/grafts/noswitch.c");
+pub const NOSWITCH_C: &str = include_str!("../../sdk/grafts/noswitch.c");
 
 /// File blocks an inode maps directly: block 12 is the first behind an indirect block.
 const NDIRECT: usize = 12;

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 use std::time::Duration;
-use vino_bench::e6_layout::{DeviceKind, MIB};
-use vino_bench::e8_locks::{self, E8Options, GrantPolicy};
+use vino_experiments::e6_layout::{DeviceKind, MIB};
+use vino_experiments::e8_locks::{self, E8Options, GrantPolicy};
 
 fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e8-quick")

@@ -91,7 +91,7 @@ fn clang_version(clang: &str) -> String {
 
 fn missing_clang(clang: &str, why: &str) -> ! {
     panic!(
-        "\n\nvino-bench: {why}.\n\
+        "\n\nvino-experiments: {why}.\n\
          The benchmark workloads are C compiled both natively and to wasm32, which needs\n\
          clang with the WebAssembly target and the wasm-ld linker (Debian/Ubuntu:\n\
          `apt-get install clang lld`). Set CLANG=/path/to/clang to use another clang\n\
@@ -105,7 +105,7 @@ fn run(clang: &str, cmd: &mut Command) {
         .unwrap_or_else(|e| missing_clang(clang, &format!("cannot run `{clang}`: {e}")));
     if !status.success() {
         panic!(
-            "\n\nvino-bench: `{:?}` failed ({status}).\n\
+            "\n\nvino-experiments: `{:?}` failed ({status}).\n\
              Building the wasm32 workloads needs clang's WebAssembly target and wasm-ld\n\
              (Debian/Ubuntu: `apt-get install clang lld`).\n",
             cmd

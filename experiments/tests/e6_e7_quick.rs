@@ -2,7 +2,7 @@
 //! experiments rest on, not their timings.
 
 use std::path::PathBuf;
-use vino_bench::e6_layout::{self, DeviceKind, E6Options, KIB, Layout, MIB};
+use vino_experiments::e6_layout::{self, DeviceKind, E6Options, KIB, Layout, MIB};
 
 fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e6-e7-quick")
@@ -127,7 +127,7 @@ fn e6_on_the_disk_model_noswitch_reads_with_fewer_seeks() {
     assert_eq!(seeks(Layout::Graft), seeks(Layout::Native), "same layout, same seeks");
 }
 
-use vino_bench::e7_gunzip::{self, E7Options, RaPolicy};
+use vino_experiments::e7_gunzip::{self, E7Options, RaPolicy};
 
 #[test]
 fn e7_text_is_deterministic_and_gzips_to_about_a_quarter() {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use vino_bench::exttech::{ExtTechOptions, Variant, Workload, run};
+use vino_experiments::exttech::{ExtTechOptions, Variant, Workload, run};
 
 #[test]
 fn quick_run_fills_every_variant() {
@@ -56,8 +56,8 @@ fn quick_run_fills_every_variant() {
     }
     let json = serde_json::to_value(&report).unwrap();
     assert!(json["results"].as_array().unwrap().len() >= 20);
-    vino_bench::report::write_json(&dir.join("exttech.json"), &report).unwrap();
-    vino_bench::report::write_json(&dir.join("exttech-tables.json"), &tables).unwrap();
+    vino_experiments::report::write_json(&dir.join("exttech.json"), &report).unwrap();
+    vino_experiments::report::write_json(&dir.join("exttech-tables.json"), &tables).unwrap();
     let svg = dir.join("exttech.svg");
     report.plot(&svg).unwrap();
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
@@ -65,7 +65,7 @@ fn quick_run_fills_every_variant() {
 }
 
 /// The full-size study; prints the tables and leaves the JSON and SVG in the
-/// target directory.  `cargo test --release -p vino-bench --test exttech_quick -- --ignored --nocapture`
+/// target directory.  `cargo test --release -p vino-experiments --test exttech_quick -- --ignored --nocapture`
 #[test]
 #[ignore = "full-size run, a few minutes"]
 fn full_run() {
@@ -78,7 +78,7 @@ fn full_run() {
     for t in report.tables() {
         t.print();
     }
-    vino_bench::report::write_json(&dir.join("exttech.json"), &report).unwrap();
+    vino_experiments::report::write_json(&dir.join("exttech.json"), &report).unwrap();
     report.plot(&dir.join("exttech.svg")).unwrap();
     eprintln!("[exttech] report written to {}", dir.display());
 }

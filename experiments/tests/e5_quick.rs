@@ -2,7 +2,7 @@
 //! not its timings.
 
 use std::path::PathBuf;
-use vino_bench::e5_events::{self, E5Options};
+use vino_experiments::e5_events::{self, E5Options};
 
 #[test]
 fn e5_runs_and_every_variant_writes_one_record_per_event() {

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use vino_bench::e4_wisconsin::{self, Devices, E4Options, Policy, Protection};
-use vino_bench::e9_linux::{self, E9Options};
+use vino_experiments::e4_wisconsin::{self, Devices, E4Options, Policy, Protection};
+use vino_experiments::e9_linux::{self, E9Options};
 
 fn scratch() -> PathBuf {
     // Not a tmpfs: the plain device wants O_DIRECT.
@@ -141,13 +141,13 @@ fn e9_probe_reports_its_capabilities() {
     eprintln!("{table}");
 }
 
-/// The whole of E4 and E9, printed: `cargo test --release -p vino-bench --test e4_quick -- --ignored
+/// The whole of E4 and E9, printed: `cargo test --release -p vino-experiments --test e4_quick -- --ignored
 /// --nocapture` (quick sizes; set `VINO_E4_FULL=1` for the thesis' sizes, about ten minutes).
 #[test]
 #[ignore]
 fn e4_and_e9_print_their_tables() {
     let full = std::env::var_os("VINO_E4_FULL").is_some();
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/vino-bench");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/vino-bench");
     let e4 = E4Options {
         quick: !full,
         scratch_dir: dir.clone(),
@@ -169,8 +169,8 @@ fn e4_and_e9_print_their_tables() {
         println!("{}", t.render());
     }
     let tag = if full { "full" } else { "quick" };
-    vino_bench::report::write_json(&dir.join(format!("e4-{tag}.json")), &e4).unwrap();
-    vino_bench::report::write_json(&dir.join(format!("e9-{tag}.json")), &e9).unwrap();
+    vino_experiments::report::write_json(&dir.join(format!("e4-{tag}.json")), &e4).unwrap();
+    vino_experiments::report::write_json(&dir.join(format!("e9-{tag}.json")), &e9).unwrap();
     e4.plot(&dir.join(format!("e4-{tag}.svg"))).unwrap();
     if !e9.runs.is_empty() {
         e9.plot(&dir.join(format!("e9-{tag}.svg"))).unwrap();

@@ -79,9 +79,9 @@ use crate::wisconsin::{Relation, TUPLE_BYTES, unique1_of};
 use policies::{Cursor, MAX_PAGES, MAX_RECORDS};
 
 /// The look-ahead graft, C source.
-pub const LOOKAHEAD_C: &str = include_str!("../../../sdk/grafts/lookahead_evict.c");
+pub const LOOKAHEAD_C: &str = include_str!("../../sdk/grafts/lookahead_evict.c");
 /// The read-ahead graft, C source.
-pub const READAHEAD_C: &str = include_str!("../../../sdk/grafts/wisc_readahead.c");
+pub const READAHEAD_C: &str = include_str!("../../sdk/grafts/wisc_readahead.c");
 
 /// The thesis' look-ahead values (records, table 12).
 pub const THESIS_LOOKAHEADS: [u64; 8] = [0, 128, 256, 512, 1024, 2048, 4096, 8192];
