@@ -547,7 +547,7 @@ pub fn run(opts: &E4Options, progress: &mut dyn FnMut(&str)) -> Result<E4Report>
                 total,
                 spec.describe(),
                 r.cache.misses,
-                crate::report::fmt_ns(r.time_ns as f64),
+                vino_measure::report::fmt_ns(r.time_ns as f64),
                 started.elapsed().as_secs_f64()
             ));
             runs.push(r);

@@ -40,8 +40,8 @@ use vino_kernel::{
 };
 
 use crate::e6_layout::{DeviceKind, Disk, MIB, image_path};
-use crate::measure::{self, Stats, black_box};
-use crate::report::{self, Table, fmt_ns};
+use vino_measure::report::{self, Table, fmt_ns};
+use vino_measure::{self as measure, Stats, black_box};
 
 /// Unlinks a second while the VINO kernel was built (the thesis' estimate of a busy system).
 pub const UNLINKS_PER_SECOND: f64 = 1.52;

@@ -46,7 +46,7 @@ use vino_blockdev::{
 use vino_fs::{MkfsOptions, NoSwitch, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig, OpenFlags};
 
-use crate::report::{self, Table, fmt_ns};
+use vino_measure::report::{self, Table, fmt_ns};
 
 pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * 1024;

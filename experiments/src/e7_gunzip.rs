@@ -45,7 +45,7 @@ use vino_graft::{GraftPoint, Invalid, NativePolicy};
 use vino_kernel::{Credentials, Fd, OpenFlags, Process};
 
 use crate::e6_layout::{DeviceDelta, DeviceKind, Disk, FineTimerSlack, MIB, ModelDelta, image_path, median_of};
-use crate::report::{self, Table, fmt_ns};
+use vino_measure::report::{self, Table, fmt_ns};
 
 const BS: u64 = BLOCK_SIZE as u64;
 

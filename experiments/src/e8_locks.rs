@@ -29,7 +29,7 @@ use vino_kernel::{Credentials, Kernel, LockRequest, OpenFlags, Process};
 use vino_locks::Fifo;
 
 use crate::e6_layout::{DeviceKind, Disk, FineTimerSlack, MIB, image_path, noise};
-use crate::report::{self, Table};
+use vino_measure::report::{self, Table};
 
 /// Which policy serves the lock queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

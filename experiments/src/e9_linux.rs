@@ -39,8 +39,8 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use serde::Serialize;
 
 use crate::e4_wisconsin::{DeviceKind, E4Report, FULL_FRAMES, FULL_TUPLES, Policy, Protection};
-use crate::report::{Table, fmt_count, fmt_ns};
 use crate::wisconsin::{Relation, TUPLE_BYTES};
+use vino_measure::report::{Table, fmt_count, fmt_ns};
 
 const PAGE: u64 = 4096;
 
@@ -1176,7 +1176,7 @@ impl E9Report {
                 pts(&|r| r.miss_records as f64 / base.miss_records.max(1) as f64),
             ),
         ];
-        crate::report::line_chart(
+        vino_measure::report::line_chart(
             path,
             "E9: Linux, FADV_WILLNEED window (% of FADV_RANDOM)",
             "WILLNEED window (records)",

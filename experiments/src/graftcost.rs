@@ -3,11 +3,11 @@
 //! the graftpoint, Wasm graft without and with its transaction, epoch or fuel interruption), and
 //! loading a graft (compile, or cache hit).
 
-use crate::measure::{Budget, Stats, bench, black_box, cycles};
-use crate::report::{Table, fmt_ns};
 use serde::Serialize;
 use std::sync::Arc;
 use vino_graft::{Access, GraftSlot, Interrupt, Owner, Runtime, RuntimeConfig};
+use vino_measure::report::{Table, fmt_ns};
+use vino_measure::{Budget, Stats, bench, black_box, cycles};
 use vino_toykernel::{ToyApply, ToyKernel};
 use vino_vlt::{LockMode, Vlt};
 
@@ -531,12 +531,12 @@ impl GraftCostReport {
                 group(&["transaction", "lock", "mutex"]),
             ),
         ];
-        crate::report::bar_chart_with(
+        vino_measure::report::bar_chart_with(
             path,
             "VINO core costs (median ns, log scale)",
             "ns",
             &groups,
-            &crate::report::ChartOptions {
+            &vino_measure::report::ChartOptions {
                 log_scale: Some(true),
                 value_labels: true,
                 size: Some((1400, 700)),

@@ -10,6 +10,4 @@ pub mod e8_locks;
 pub mod e9_linux;
 pub mod exttech;
 pub mod graftcost;
-pub mod measure;
-pub mod report;
 pub mod wisconsin;

@@ -169,8 +169,8 @@ fn e4_and_e9_print_their_tables() {
         println!("{}", t.render());
     }
     let tag = if full { "full" } else { "quick" };
-    vino_experiments::report::write_json(&dir.join(format!("e4-{tag}.json")), &e4).unwrap();
-    vino_experiments::report::write_json(&dir.join(format!("e9-{tag}.json")), &e9).unwrap();
+    vino_measure::report::write_json(&dir.join(format!("e4-{tag}.json")), &e4).unwrap();
+    vino_measure::report::write_json(&dir.join(format!("e9-{tag}.json")), &e9).unwrap();
     e4.plot(&dir.join(format!("e4-{tag}.svg"))).unwrap();
     if !e9.runs.is_empty() {
         e9.plot(&dir.join(format!("e9-{tag}.svg"))).unwrap();

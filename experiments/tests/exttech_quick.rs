@@ -56,8 +56,8 @@ fn quick_run_fills_every_variant() {
     }
     let json = serde_json::to_value(&report).unwrap();
     assert!(json["results"].as_array().unwrap().len() >= 20);
-    vino_experiments::report::write_json(&dir.join("exttech.json"), &report).unwrap();
-    vino_experiments::report::write_json(&dir.join("exttech-tables.json"), &tables).unwrap();
+    vino_measure::report::write_json(&dir.join("exttech.json"), &report).unwrap();
+    vino_measure::report::write_json(&dir.join("exttech-tables.json"), &tables).unwrap();
     let svg = dir.join("exttech.svg");
     report.plot(&svg).unwrap();
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
@@ -78,7 +78,7 @@ fn full_run() {
     for t in report.tables() {
         t.print();
     }
-    vino_experiments::report::write_json(&dir.join("exttech.json"), &report).unwrap();
+    vino_measure::report::write_json(&dir.join("exttech.json"), &report).unwrap();
     report.plot(&dir.join("exttech.svg")).unwrap();
     eprintln!("[exttech] report written to {}", dir.display());
 }

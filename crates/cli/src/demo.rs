@@ -10,8 +10,8 @@
 use anyhow::{Result, bail};
 use std::sync::Arc;
 use std::time::Instant;
-use vino_experiments::report::{Table, fmt_ns};
 use vino_graft::{Access, GraftSlot, Owner, Runtime};
+use vino_measure::report::{Table, fmt_ns};
 use vino_toykernel::{PickVictim, ToyApply, ToyKernel, hostile};
 
 pub fn run(with_bench: bool, image: &std::path::Path) -> Result<()> {

@@ -322,7 +322,7 @@ pub fn bench_daemon(quick: bool, json: bool, scratch: &Path, out: &Path) -> Resu
     let dir = scratch_dir(scratch)?;
     let report = vino_experiments::daemon::run(dir.path(), quick).map_err(anyhow::Error::msg)?;
     let file = out.join("daemon.json");
-    vino_experiments::report::write_json(&file, &report)?;
+    vino_measure::report::write_json(&file, &report)?;
     for note in &report.notes {
         eprintln!("vino: {note}");
     }

@@ -6,8 +6,8 @@ use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
 use super::{DeviceKind, DeviceRuns, DiskOrder, E4Report, FULL_TUPLES, Policy, Protection, RunResult};
-use crate::report::{Table, fmt_count, fmt_ns};
 use vino_graft::abi::VICTIM_MAX;
+use vino_measure::report::{Table, fmt_count, fmt_ns};
 
 /// Table 12: the LRU run.
 pub const THESIS_LRU_FAULTS: u64 = 7724;

@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use super::workloads::xorshift32;
-use crate::measure::{Budget, Stats, try_sample};
+use vino_measure::{Budget, Stats, try_sample};
 
 const PAGE: usize = 4096;
 const MB: usize = 1 << 20;

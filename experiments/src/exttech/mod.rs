@@ -36,10 +36,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use serde::Serialize;
 
-use crate::measure::{Budget, Stats, black_box, try_bench, try_bench_for, try_bench_with_setup, try_sample};
 use breakeven::BreakEven;
 use device::DeviceCosts;
 use process::{UpcallMode, UpcallServer};
+use vino_measure::{Budget, Stats, black_box, try_bench, try_bench_for, try_bench_with_setup, try_sample};
 use workloads::*;
 
 /// Options of the study.
@@ -405,10 +405,10 @@ fn machine_notes(upcall_cpus: String, load_at_start: f64) -> MachineNotes {
             "unknown".into()
         }
     };
-    let tsc_ghz = crate::measure::cycles().and_then(|c0| {
+    let tsc_ghz = vino_measure::cycles().and_then(|c0| {
         let t = Instant::now();
         std::thread::sleep(Duration::from_millis(20));
-        let c1 = crate::measure::cycles()?;
+        let c1 = vino_measure::cycles()?;
         Some(c1.wrapping_sub(c0) as f64 / t.elapsed().as_nanos() as f64)
     });
     MachineNotes {

@@ -6,8 +6,8 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::{ExtTechReport, Measurement, Variant, Workload};
-use crate::measure::Stats;
-use crate::report::{self, Table, fmt_count, fmt_ns, fmt_ratio};
+use vino_measure::Stats;
+use vino_measure::report::{self, Table, fmt_count, fmt_ns, fmt_ratio};
 
 impl ExtTechReport {
     fn measurement(&self, w: Workload, v: Variant) -> Option<&Measurement> {

@@ -1,4 +1,7 @@
-//! Timing helpers shared by the project's benchmarks.
+//! Measuring and reporting shared by VINO's experiments (`experiments/`): the timing helpers
+//! here, and in [`report`] aligned text tables, number formatting, JSON files and SVG charts.
+//!
+//! # Timing
 //!
 //! A measurement runs a closure `iters` times per round, for a number of
 //! rounds (after one untimed warm-up round), and reports the per-iteration
@@ -13,6 +16,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use std::hint::black_box;
+
+pub mod report;
 
 /// Per-iteration statistics over the measured rounds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

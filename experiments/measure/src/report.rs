@@ -1,4 +1,4 @@
-//! Reporting shared by the project's benchmarks: aligned text tables, JSON
+//! Reporting shared by VINO's experiments: aligned text tables, JSON
 //! output, and simple SVG charts (grouped bars and lines).
 
 use std::fmt;
@@ -508,7 +508,7 @@ mod tests {
 
     #[test]
     fn charts_are_written() {
-        let dir = std::env::temp_dir().join(format!("vino-bench-report-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("vino-measure-report-{}", std::process::id()));
         let groups = vec![
             ("a".to_string(), vec![("x".to_string(), 1.0), ("y".to_string(), 200.0)]),
             ("b".to_string(), vec![("x".to_string(), 1.0), ("y".to_string(), 1.5)]),
