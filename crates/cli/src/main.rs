@@ -62,22 +62,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// The workload the crash tests kill (appends, fsyncs and logs what was fsync'd).
-    #[command(hide = true)]
-    CrashWorkload {
-        image: PathBuf,
-        #[arg(long)]
-        log: PathBuf,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-    },
-    /// Checks an image the crash workload was killed on: fsck clean, fsync'd data present.
-    #[command(hide = true)]
-    CrashCheck {
-        image: PathBuf,
-        #[arg(long)]
-        log: PathBuf,
-    },
     /// Serve the kernel to other processes on a Unix socket (vinod), in the foreground, until
     /// SIGTERM or Ctrl-C. The image is made (with a file system) on first use.
     Daemon {
@@ -166,17 +150,6 @@ fn main() -> ExitCode {
             Ok(status) => return ExitCode::from(status as u8),
             Err(e) => Err(e),
         },
-        Command::CrashWorkload { image, log, seed } => storage::crash_workload(&image, &log, seed),
-        Command::CrashCheck { image, log } => storage::crash_check(&image, &log).and_then(|wrong| {
-            for w in &wrong {
-                eprintln!("{}: {w}", image.display());
-            }
-            if wrong.is_empty() {
-                Ok(())
-            } else {
-                anyhow::bail!("{} problems after the crash", wrong.len())
-            }
-        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

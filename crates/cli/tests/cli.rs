@@ -151,3 +151,41 @@ fn bench_runs_the_experiment_program_beside_it_with_the_arguments_as_given() {
         assert!(help.contains(name), "{help}");
     }
 }
+
+fn vino_cmd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vino"))
+}
+
+#[test]
+fn fsck_reports_a_corrupt_image_and_mkfs_refuses_nonsense() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = dir.path().join("bad.img");
+    let out = vino_cmd().args(["mkfs", image.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--size"));
+    let out = vino_cmd()
+        .args(["mkfs", image.to_str().unwrap(), "--size", "12Q"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("unknown unit"));
+    assert!(
+        vino_cmd()
+            .args(["mkfs", image.to_str().unwrap(), "--size", "16M"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let clean = vino_cmd()
+        .args(["fsck", image.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(clean.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&clean.stdout).unwrap();
+    assert_eq!(v["clean"], true);
+    // Scribble over the superblock: fsck cannot check it, and says so.
+    let mut bytes = std::fs::read(&image).unwrap();
+    bytes[..64].fill(0xAB);
+    std::fs::write(&image, &bytes).unwrap();
+    let out = vino_cmd().args(["fsck", image.to_str().unwrap()]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!out.stderr.is_empty());
+}

@@ -6,8 +6,8 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn vino() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_vino"))
+fn crashtest() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vino-crashtest"))
 }
 
 #[test]
@@ -20,19 +20,18 @@ fn killed_at_random_moments_the_file_system_stays_consistent_and_keeps_fsynced_d
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let image = dir.path().join("crash.img");
     let log = dir.path().join("fsynced.log");
-    let status = vino()
-        .args(["mkfs", image.to_str().unwrap(), "--size", "64M"])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    // As `vino mkfs IMAGE --size 64M` makes it.
+    let dev = vino_blockdev::FileDevice::create(&image, 64 << 20).unwrap();
+    vino_fs::mkfs(&dev, &vino_fs::MkfsOptions::default()).unwrap();
+    drop(dev);
     let mut x = 0x2545F4914F6CDD1Du64;
     for round in 0..rounds {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let mut child = vino()
+        let mut child = crashtest()
             .args([
-                "crash-workload",
+                "workload",
                 image.to_str().unwrap(),
                 "--log",
                 log.to_str().unwrap(),
@@ -54,8 +53,8 @@ fn killed_at_random_moments_the_file_system_stays_consistent_and_keeps_fsynced_d
         }
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
-        let out = vino()
-            .args(["crash-check", image.to_str().unwrap(), "--log", log.to_str().unwrap()])
+        let out = crashtest()
+            .args(["check", image.to_str().unwrap(), "--log", log.to_str().unwrap()])
             .output()
             .unwrap();
         assert!(
@@ -69,38 +68,4 @@ fn killed_at_random_moments_the_file_system_stays_consistent_and_keeps_fsynced_d
         text.lines().count() as u64 >= rounds,
         "the workload fsync'd too rarely to test anything:\n{text}"
     );
-}
-
-#[test]
-fn fsck_reports_a_corrupt_image_and_mkfs_refuses_nonsense() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let image = dir.path().join("bad.img");
-    let out = vino().args(["mkfs", image.to_str().unwrap()]).output().unwrap();
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--size"));
-    let out = vino()
-        .args(["mkfs", image.to_str().unwrap(), "--size", "12Q"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("unknown unit"));
-    assert!(
-        vino()
-            .args(["mkfs", image.to_str().unwrap(), "--size", "16M"])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let clean = vino()
-        .args(["fsck", image.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(clean.status.code(), Some(0));
-    let v: serde_json::Value = serde_json::from_slice(&clean.stdout).unwrap();
-    assert_eq!(v["clean"], true);
-    // Scribble over the superblock: fsck cannot check it, and says so.
-    let mut bytes = std::fs::read(&image).unwrap();
-    bytes[..64].fill(0xAB);
-    std::fs::write(&image, &bytes).unwrap();
-    let out = vino().args(["fsck", image.to_str().unwrap()]).output().unwrap();
-    assert_ne!(out.status.code(), Some(0));
-    assert!(!out.stderr.is_empty());
 }
