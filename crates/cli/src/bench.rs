@@ -24,25 +24,25 @@ pub enum BenchCommand {
     Core(Pass),
     /// E4: Wisconsin query 6 with look-ahead eviction and read-ahead grafts, protected and
     /// unprotected, on the plain device and the 1990s disk model (thesis 7.3).
-    #[command(alias = "e4", disable_help_flag = true)]
+    #[command(visible_alias = "e4", disable_help_flag = true)]
     Wisconsin(Pass),
     /// E6: file layout, default FFS placement vs the NoSwitch graft vs NoSwitch native (thesis 7.5).
-    #[command(alias = "e6", disable_help_flag = true)]
+    #[command(visible_alias = "e6", disable_help_flag = true)]
     Layout(Pass),
     /// E7: gunzip of a file stored in VINO under read-ahead of 0-8 blocks and the default (TR 4.3).
-    #[command(alias = "e7", disable_help_flag = true)]
+    #[command(visible_alias = "e7", disable_help_flag = true)]
     Gunzip(Pass),
     /// E5: file unlink events vs polling with stat; asynchronous and synchronous bookkeeping
     /// grafts, protected, unprotected and at user level (thesis 7.4).
-    #[command(alias = "e5", disable_help_flag = true)]
+    #[command(visible_alias = "e5", disable_help_flag = true)]
     Events(Pass),
     /// E8: byte-range lock granting, FIFO/reader priority vs strict FIFO (native and graft), four
     /// processes under a varying write share (Seltzer et al. 1995, 4.4).
-    #[command(alias = "e8", disable_help_flag = true)]
+    #[command(visible_alias = "e8", disable_help_flag = true)]
     Locks(Pass),
     /// E9: the Wisconsin query on Linux's own stack (ext4 on a loop device, cgroup-limited page
     /// cache, fadvise hints), where the machine allows it.
-    #[command(alias = "e9", disable_help_flag = true)]
+    #[command(visible_alias = "e9", disable_help_flag = true)]
     Linux(Pass),
     /// What serving the kernel from vinod costs: null call round trip, cached 4 KiB and 64 KiB
     /// reads over the socket and through shared memory, against calls in the same process.

@@ -9,6 +9,7 @@ mod demo;
 mod graft;
 mod remote;
 mod storage;
+mod table;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
