@@ -212,7 +212,7 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
     p.close(fd)?;
     let ra_graft = vino_sdk::build_example("sequential_ra", opts)?;
     let mut t = Table::new(
-        &format!(
+        format!(
             "Storage kernel: 16 MB read sequentially, 32 KB at a time ({}, O_DIRECT {})",
             image.display(),
             if direct { "on" } else { "off" }
