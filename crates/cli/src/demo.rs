@@ -5,12 +5,12 @@
 //! 3. runs the hostile suite: each graft refused or aborted, state restored, no lock held;
 //! 4. the storage kernel on a disk image: read-ahead off, default and grafted;
 //! 5. the same image served by vinod to client processes: a lock conflict, an event, top;
-//! 6. measures the core costs (quick sizes).
+//! 6. measures the core costs (quick sizes) with the experiment program `vino-bench-core`, if built.
 
-use anyhow::{Result, bail};
+use crate::table::{Table, fmt_ns};
+use anyhow::{Context, Result, bail};
 use std::sync::Arc;
 use std::time::Instant;
-use vino_bench::report::{Table, fmt_ns};
 use vino_graft::{Access, GraftSlot, Owner, Runtime};
 use vino_toykernel::{PickVictim, ToyApply, ToyKernel, hostile};
 
@@ -29,12 +29,29 @@ pub fn run(with_bench: bool, image: &std::path::Path) -> Result<()> {
     storage(image, &opts)?;
     processes(image)?;
     if with_bench {
-        let report = vino_bench::graftcost::run(true, &mut |_| {});
-        for t in report.tables() {
-            t.print();
-        }
-        println!("(quick sizes; `vino bench core` runs the full study and writes plots)");
+        core_costs()?;
     }
+    Ok(())
+}
+
+/// The core costs at quick sizes, measured by the experiment program `vino-bench-core` (which
+/// `vino` does not contain): its tables, or how to build it.
+fn core_costs() -> Result<()> {
+    let program = match crate::bench::program("core") {
+        Ok(p) => p,
+        Err(e) => {
+            println!("Core costs not measured: {e:#}; `vino demo --no-bench` skips this part.");
+            return Ok(());
+        }
+    };
+    let status = std::process::Command::new(&program)
+        .args(["--quick", "--part", "costs", "--no-files"])
+        .status()
+        .with_context(|| format!("running {}", program.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", program.display());
+    }
+    println!("(quick sizes; `vino bench core` runs the full study and writes plots)");
     Ok(())
 }
 
@@ -195,7 +212,7 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
     p.close(fd)?;
     let ra_graft = vino_sdk::build_example("sequential_ra", opts)?;
     let mut t = Table::new(
-        &format!(
+        format!(
             "Storage kernel: 16 MB read sequentially, 32 KB at a time ({}, O_DIRECT {})",
             image.display(),
             if direct { "on" } else { "off" }

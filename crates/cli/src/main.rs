@@ -1,14 +1,15 @@
 //! `vino`: the VINO command.
 //!
 //! `vino demo` shows the safe-extension core at work; `vino graft build` turns C into a graft;
-//! `vino bench core` measures what the core costs and compares extension technologies.
+//! `vino mkfs`, `vino fsck`, `vino daemon`, `vino mount` and `vino top` run the storage kernel;
+//! `vino bench <experiment>` runs an experiment's own program (`experiments/`).
 
 mod bench;
 mod demo;
 mod graft;
-mod progress;
 mod remote;
 mod storage;
+mod table;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -62,34 +63,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// The workload the crash tests kill (appends, fsyncs and logs what was fsync'd).
-    #[command(hide = true)]
-    CrashWorkload {
-        image: PathBuf,
-        #[arg(long)]
-        log: PathBuf,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-    },
-    /// One client of `vino bench soak` (it starts them).
-    #[command(hide = true)]
-    SoakClient {
-        #[arg(long)]
-        socket: PathBuf,
-        #[arg(long)]
-        id: usize,
-        #[arg(long)]
-        secs: u64,
-        #[arg(long)]
-        graft: PathBuf,
-    },
-    /// Checks an image the crash workload was killed on: fsck clean, fsync'd data present.
-    #[command(hide = true)]
-    CrashCheck {
-        image: PathBuf,
-        #[arg(long)]
-        log: PathBuf,
-    },
     /// Serve the kernel to other processes on a Unix socket (vinod), in the foreground, until
     /// SIGTERM or Ctrl-C. The image is made (with a file system) on first use.
     Daemon {
@@ -137,7 +110,8 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
-    /// Run a benchmark and print its tables (also written as JSON and a plot).
+    /// Run an experiment: its program `vino-bench-<experiment>`, built by `cargo build --release -p
+    /// vino-experiments`, with the arguments given (results as tables, JSON and plots in results/).
     Bench {
         #[command(subcommand)]
         which: bench::BenchCommand,
@@ -177,23 +151,6 @@ fn main() -> ExitCode {
             Ok(status) => return ExitCode::from(status as u8),
             Err(e) => Err(e),
         },
-        Command::SoakClient {
-            socket,
-            id,
-            secs,
-            graft,
-        } => remote::soak_client(&socket, id, secs, &graft),
-        Command::CrashWorkload { image, log, seed } => storage::crash_workload(&image, &log, seed),
-        Command::CrashCheck { image, log } => storage::crash_check(&image, &log).and_then(|wrong| {
-            for w in &wrong {
-                eprintln!("{}: {w}", image.display());
-            }
-            if wrong.is_empty() {
-                Ok(())
-            } else {
-                anyhow::bail!("{} problems after the crash", wrong.len())
-            }
-        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -202,9 +159,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Where results go unless `--out` says otherwise.
-pub(crate) fn default_results_dir() -> PathBuf {
-    PathBuf::from("results")
 }

@@ -6,7 +6,6 @@ use clap::Subcommand;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vino_bench::daemon::SoakClients;
 use vino_client::{Client, GraftTop, ProcessTop, Top};
 
 /// The graft commands served by the daemon.
@@ -315,94 +314,4 @@ pub fn top(socket: Option<PathBuf>, once: bool, json: bool, interval_ms: u64) ->
         out.flush()?;
         std::thread::sleep(Duration::from_millis(interval_ms));
     }
-}
-
-/// `vino bench daemon`.
-pub fn bench_daemon(quick: bool, json: bool, scratch: &Path, out: &Path) -> Result<()> {
-    let dir = scratch_dir(scratch)?;
-    let report = vino_bench::daemon::run(dir.path(), quick).map_err(anyhow::Error::msg)?;
-    let file = out.join("daemon.json");
-    vino_bench::report::write_json(&file, &report)?;
-    for note in &report.notes {
-        eprintln!("vino: {note}");
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
-    }
-    println!("{:<22} {:<36} {:>12}", "operation", "path", "ns/op");
-    for r in &report.rows {
-        println!("{:<22} {:<36} {:>12.0}", r.operation, r.path, r.ns_per_op);
-    }
-    println!("written: {}", file.display());
-    Ok(())
-}
-
-fn scratch_dir(scratch: &Path) -> Result<tempfile::TempDir> {
-    std::fs::create_dir_all(scratch).with_context(|| format!("creating {}", scratch.display()))?;
-    Ok(tempfile::tempdir_in(scratch)?)
-}
-
-/// `vino soak-client`: one client of `vino bench soak`, as a program of its own.
-pub fn soak_client(socket: &Path, id: usize, secs: u64, graft: &Path) -> Result<()> {
-    let line = vino_bench::daemon::soak_client_main(socket, id, secs, graft).map_err(anyhow::Error::msg)?;
-    println!("{line}");
-    Ok(())
-}
-
-/// `vino bench soak`: a progress bar while it runs, then the report; fails if an invariant broke.
-pub fn soak(clients: usize, secs: u64, threads: bool, json: bool, scratch: &Path) -> Result<()> {
-    use indicatif::{ProgressBar, ProgressStyle};
-    use std::io::IsTerminal;
-    let dir = scratch_dir(scratch)?;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let b = ProgressBar::new(secs);
-        b.set_style(ProgressStyle::with_template("soak {bar:40} {pos}/{len} s {msg}").expect("valid template"));
-        b
-    });
-    let started = std::time::Instant::now();
-    // Each client a program of its own: this one, running `vino soak-client`.
-    let exe = std::env::current_exe().context("finding the vino program")?;
-    let command = |id: usize, socket: &Path, secs: u64, graft: &Path| {
-        let mut c = std::process::Command::new(&exe);
-        c.arg("soak-client")
-            .arg("--socket")
-            .arg(socket)
-            .arg("--graft")
-            .arg(graft);
-        c.args(["--id", &id.to_string(), "--secs", &secs.to_string()]);
-        c
-    };
-    let how = if threads {
-        SoakClients::Threads
-    } else {
-        SoakClients::Processes(&command)
-    };
-    let report = vino_bench::daemon::soak(dir.path(), clients, secs, how, |ops, _| {
-        if let Some(b) = &bar {
-            b.set_position(started.elapsed().as_secs().min(secs));
-            b.set_message(format!("{ops} ops"));
-        }
-    })
-    .map_err(anyhow::Error::msg)?;
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!(
-            "{} clients, {} s: {} operations ({:.0}/s), {} records, {} read-ahead graft calls",
-            report.clients,
-            report.secs,
-            report.ops,
-            report.ops as f64 / report.secs.max(1) as f64,
-            report.records,
-            report.graft_invocations
-        );
-    }
-    if !report.problems.is_empty() {
-        bail!("soak: {}", report.problems.join("; "));
-    }
-    Ok(())
 }

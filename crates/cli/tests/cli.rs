@@ -92,48 +92,100 @@ fn demo_runs_and_contains_every_hostile_graft() {
     );
 }
 
-#[test]
-fn bench_core_costs_json_is_machine_readable() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = vino(&[
-        "bench",
-        "core",
-        "--quick",
-        "--part",
-        "costs",
-        "--json",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
-    let ops = v["costs"]["ops"].as_array().expect("ops");
-    assert!(
-        ops.iter()
-            .any(|op| op["name"] == "Wasm graft + transaction (protected)")
-    );
-    assert!(dir.path().join("core.json").exists() && dir.path().join("core-costs.svg").exists());
+/// `vino` alone in a directory of its own, as if the experiments had not been built: a hard link
+/// (or a copy) in a fresh directory.
+fn lonely_vino(dir: &Path) -> std::path::PathBuf {
+    let exe = dir.join("vino");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_vino"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_vino"), &exe).unwrap();
+    }
+    exe
 }
 
 #[test]
-fn bench_soak_runs_client_programs_against_one_daemon_and_finds_nothing_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let scratch = dir.path().to_str().unwrap();
-    let o = vino(&[
-        "bench",
+fn bench_without_the_experiment_program_says_how_to_build_it() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let o = Command::new(lonely_vino(dir.path()))
+        .args(["bench", "e4", "--quick"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("vino-bench-wisconsin") && err.contains("cargo build --release -p vino-experiments"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn bench_runs_the_experiment_program_beside_it_with_the_arguments_as_given() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let vino = lonely_vino(dir.path());
+    let fake = dir.path().join("vino-bench-core");
+    std::fs::write(&fake, "#!/bin/sh\nfor a in \"$@\"; do echo \"[$a]\"; done\nexit 3\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new(&vino)
+        .args(["bench", "core", "--quick", "--part", "costs", "two words", "--help"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "[--quick]\n[--part]\n[costs]\n[two words]\n[--help]\n"
+    );
+    let o = Command::new(&vino).args(["bench", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    for name in [
+        "core",
+        "wisconsin",
+        "events",
+        "layout",
+        "gunzip",
+        "locks",
+        "linux",
+        "daemon",
         "soak",
-        "--clients",
-        "6",
-        "--secs",
-        "2",
-        "--json",
-        "--scratch",
-        scratch,
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(report["clients"], 6);
-    assert!(report["records"].as_u64().unwrap() > 0, "{report}");
-    assert!(report["graft_invocations"].as_u64().unwrap() > 0, "{report}");
-    assert_eq!(report["problems"].as_array().unwrap().len(), 0, "{report}");
+    ] {
+        assert!(help.contains(name), "{help}");
+    }
+}
+
+fn vino_cmd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vino"))
+}
+
+#[test]
+fn fsck_reports_a_corrupt_image_and_mkfs_refuses_nonsense() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = dir.path().join("bad.img");
+    let out = vino_cmd().args(["mkfs", image.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--size"));
+    let out = vino_cmd()
+        .args(["mkfs", image.to_str().unwrap(), "--size", "12Q"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("unknown unit"));
+    assert!(
+        vino_cmd()
+            .args(["mkfs", image.to_str().unwrap(), "--size", "16M"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let clean = vino_cmd()
+        .args(["fsck", image.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(clean.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&clean.stdout).unwrap();
+    assert_eq!(v["clean"], true);
+    // Scribble over the superblock: fsck cannot check it, and says so.
+    let mut bytes = std::fs::read(&image).unwrap();
+    bytes[..64].fill(0xAB);
+    std::fs::write(&image, &bytes).unwrap();
+    let out = vino_cmd().args(["fsck", image.to_str().unwrap()]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!out.stderr.is_empty());
 }

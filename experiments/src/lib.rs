@@ -1,0 +1,30 @@
+//! VINO's experiments: each a module here and a program `vino-bench-<name>` (`src/bin/`), which
+//! `vino bench <name>` runs.
+//!
+//! | program | module | experiment |
+//! | --- | --- | --- |
+//! | `vino-bench-core` | [`graftcost`], [`exttech`] | E1 the core's costs; E2/E3 extension technologies |
+//! | `vino-bench-wisconsin` | [`e4_wisconsin`] | E4 Wisconsin query 6: look-ahead eviction, read-ahead |
+//! | `vino-bench-events` | [`e5_events`] | E5 unlink events against polling |
+//! | `vino-bench-layout` | [`e6_layout`] | E6 file layout: FFS placement against NoSwitch |
+//! | `vino-bench-gunzip` | [`e7_gunzip`] | E7 gunzip under read-ahead policies |
+//! | `vino-bench-locks` | [`e8_locks`] | E8 byte-range lock granting |
+//! | `vino-bench-linux` | [`e9_linux`] | E9 the Wisconsin query on Linux's own stack |
+//! | `vino-bench-daemon` | [`daemon`] | what serving the kernel from vinod costs |
+//! | `vino-bench-soak` | [`daemon`] | many clients against one daemon, nothing lost or leaked |
+//!
+//! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
+//! share (options, progress, output) is [`front`].
+
+pub mod daemon;
+pub mod e4_wisconsin;
+pub mod e5_events;
+pub mod e6_layout;
+pub mod e7_gunzip;
+pub mod e8_locks;
+pub mod e9_linux;
+pub mod exttech;
+pub mod front;
+pub mod graftcost;
+pub mod progress;
+pub mod wisconsin;
