@@ -6,7 +6,7 @@
 use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use vino_client::{Client, ConnectOptions, OpenFlags};
+use vino_client::{Client, ConnectOptions, LockKind, OpenFlags};
 use vino_daemon::{Config, Handle};
 
 /// One measured operation: nanoseconds per call (median of rounds).
@@ -17,10 +17,22 @@ pub struct Row {
     pub ns_per_op: f64,
 }
 
+/// The spread of single calls: a slow call hidden in a median shows here.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tail {
+    pub operation: String,
+    pub calls: usize,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
 /// The daemon cost benchmark.
 #[derive(Debug, Clone, Serialize)]
 pub struct DaemonReport {
     pub rows: Vec<Row>,
+    /// Per-call latency of the null call and of byte-range locks through the socket.
+    pub tails: Vec<Tail>,
     /// What could not be measured here, and why.
     pub notes: Vec<String>,
 }
@@ -54,6 +66,26 @@ fn time(rounds: usize, iters: u64, mut f: impl FnMut()) -> f64 {
         .collect();
     per.sort_by(f64::total_cmp);
     per[per.len() / 2]
+}
+
+/// Times each of `calls` calls of `f` on its own.
+fn tail(operation: &str, calls: usize, mut f: impl FnMut()) -> Tail {
+    let mut ns: Vec<u64> = (0..calls)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_nanos() as u64
+        })
+        .collect();
+    ns.sort_unstable();
+    let at = |q: f64| ns[((ns.len() - 1) as f64 * q) as usize];
+    Tail {
+        operation: operation.into(),
+        calls,
+        p50_ns: at(0.5),
+        p99_ns: at(0.99),
+        max_ns: at(1.0),
+    }
 }
 
 fn row(operation: &str, path: &str, ns: f64) -> Row {
@@ -137,6 +169,18 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
         ));
     }
     drop(s);
+    let calls = if quick { 1_000 } else { 5_000 };
+    let tails = vec![
+        tail("null call", calls, || c.null().unwrap()),
+        tail("lock, waiting allowed (F_SETLKW)", calls, || {
+            c.lock(fd, LockKind::Write, 0, 1, true).unwrap();
+            c.lock(fd, LockKind::Unlock, 0, 1, false).unwrap();
+        }),
+        tail("lock, no wait (F_SETLK)", calls, || {
+            c.lock(fd, LockKind::Write, 0, 1, false).unwrap();
+            c.lock(fd, LockKind::Unlock, 0, 1, false).unwrap();
+        }),
+    ];
     let mut notes = Vec::new();
     if let Err(why) = fuse_reads(&handle, dir, rounds, iters, &mut rows) {
         notes.push(format!("no FUSE rows: {why}"));
@@ -144,7 +188,7 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
     drop(c);
     handle.kernel().exit(p.pid());
     handle.shutdown().map_err(|e| e.to_string())?;
-    Ok(DaemonReport { rows, notes })
+    Ok(DaemonReport { rows, tails, notes })
 }
 
 /// The same cached reads through a FUSE mount of the daemon's file system, by an unmodified

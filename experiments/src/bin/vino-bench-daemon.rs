@@ -42,6 +42,22 @@ fn run(Args { common, scratch }: &Args) -> Result<()> {
     for r in &report.rows {
         println!("{:<22} {:<36} {:>12.0}", r.operation, r.path, r.ns_per_op);
     }
+    println!();
+    println!(
+        "{:<40} {:>7} {:>10} {:>10} {:>10}",
+        "single calls (lock: lock + unlock)", "calls", "p50 µs", "p99 µs", "max µs"
+    );
+    for t in &report.tails {
+        let us = |ns: u64| ns as f64 / 1e3;
+        println!(
+            "{:<40} {:>7} {:>10.1} {:>10.1} {:>10.1}",
+            t.operation,
+            t.calls,
+            us(t.p50_ns),
+            us(t.p99_ns),
+            us(t.max_ns)
+        );
+    }
     if !common.no_files {
         println!("written: {}", file.display());
     }
