@@ -809,8 +809,8 @@ fn errno() -> u64 {
 fn child_main(a: &mut ChildArgs) -> ! {
     let mut byte = [0u8; 1];
     let mut out = ChildOut::default();
-    // SAFETY (whole function): plain system calls on descriptors and buffers the parent prepared;
-    // every pointer passed stays within the buffer it points into.
+    // SAFETY: plain system calls on descriptors and buffers the parent prepared; every pointer
+    // passed stays within the buffer it points into.
     unsafe {
         // Wait to be moved into the cgroup, then touch what the query will write, then wait for
         // the limit.
@@ -1000,19 +1000,15 @@ fn run_child(
     let result = (|| -> Result<(ChildOut, u64, u64)> {
         let signal = |fd: libc::c_int| -> Result<()> {
             // SAFETY: one byte from a live buffer to a pipe we own.
-            ensure!(
-                unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) } == 1,
-                "signalling the child"
-            );
+            let n = unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
+            ensure!(n == 1, "signalling the child");
             Ok(())
         };
         let wait_byte = |fd: libc::c_int| -> Result<()> {
             let mut b = [0u8; 1];
             // SAFETY: one byte into a live buffer from a pipe we own.
-            ensure!(
-                unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } == 1,
-                "the child did not answer"
-            );
+            let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+            ensure!(n == 1, "the child did not answer");
             Ok(())
         };
         cg.add(pid)?;

@@ -16,6 +16,8 @@
 //! The cache does no placement: the file system decides where a file's blocks live
 //! ([`Backing`]) and allocates them before data is written.
 
+#![forbid(unsafe_code)]
+
 mod cache;
 mod lru;
 mod points;

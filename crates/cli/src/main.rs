@@ -4,6 +4,8 @@
 //! `vino mkfs`, `vino fsck`, `vino daemon`, `vino mount` and `vino top` run the storage kernel;
 //! `vino bench <experiment>` runs an experiment's own program (`experiments/`).
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod demo;
 mod graft;

@@ -6,6 +6,8 @@
 //! `vino-crashtest check IMAGE --log LOG` then requires fsck to find the image clean after journal
 //! replay and every fsync'd byte to be there (exit status 1 and the problems on stderr if not).
 
+#![forbid(unsafe_code)]
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::io::Write;

@@ -1,5 +1,7 @@
 //! `vinod [--config FILE] [--image IMG] [--socket PATH]`: serve the VINO kernel until SIGTERM.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vino_daemon::Config;

@@ -17,6 +17,8 @@
 //! [`FileSystem::allocate_block`], [`FileSystem::set_size`], [`FileSystem::fsync`]); tests and
 //! tools use the uncached [`FileSystem::read_at`] / [`FileSystem::write_at`].
 
+#![forbid(unsafe_code)]
+
 mod core;
 mod error;
 mod fs;

@@ -13,6 +13,8 @@
 //! Mounting needs `/dev/fuse` and root (the mount is made with `mount(2)` directly; no
 //! `fusermount` helper or libfuse is used).
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 pub mod nodes;
 mod ops;

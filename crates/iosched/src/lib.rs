@@ -42,6 +42,8 @@
 //! decides, and the failure is counted. With more than 128 requests waiting, the 128 that have
 //! waited longest are offered.
 
+#![forbid(unsafe_code)]
+
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::io;

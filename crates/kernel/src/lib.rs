@@ -15,6 +15,8 @@
 //! The kernel runs in the caller's process; the daemon (`vinod`) serves the same system calls to
 //! other processes.
 
+#![forbid(unsafe_code)]
+
 mod attrs;
 mod error;
 mod events;

@@ -37,6 +37,8 @@
 //! blocks (FIFO keeping a reader behind an earlier writer) is not in the graph; bounded waits
 //! ([`Wait::For`]) and cancellation cover what that misses.
 
+#![forbid(unsafe_code)]
+
 pub mod grant;
 mod manager;
 pub mod range;

@@ -22,6 +22,8 @@
 //! # Ok::<(), vino_sdk::BuildError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod clang;
 pub mod wasm;
 

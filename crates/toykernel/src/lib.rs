@@ -5,6 +5,8 @@
 //! wait on (so lock hogs must be stopped), and bulk arguments in both directions. The eviction
 //! and read-ahead graftpoints use the same ABI as the real page cache and files.
 
+#![forbid(unsafe_code)]
+
 pub mod hostile;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -18,6 +18,8 @@
 //! This crate knows nothing of WebAssembly: the graft runtime builds on it, and so does kernel
 //! code that wants the same all-or-nothing behaviour.
 
+#![forbid(unsafe_code)]
+
 mod clock;
 pub mod current;
 mod lock;

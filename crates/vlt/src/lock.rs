@@ -169,12 +169,12 @@ impl Manager {
             }
             let st = table.get_mut(&obj).expect("entry made above");
             let blocker = st.holders.iter().find(|h| !std::ptr::eq(&***h, &**fam)).cloned();
-            if let Some(blocker) = &blocker {
-                if closes_cycle(fam, blocker) {
-                    self.deadlocks.fetch_add(1, Ordering::Relaxed);
-                    self.forget_if_idle(&mut table, obj);
-                    return Err(VltError::Deadlock(obj));
-                }
+            if let Some(blocker) = &blocker
+                && closes_cycle(fam, blocker)
+            {
+                self.deadlocks.fetch_add(1, Ordering::Relaxed);
+                self.forget_if_idle(&mut table, obj);
+                return Err(VltError::Deadlock(obj));
             }
             // Every holder in our way now has a time limit (thesis 6.3).
             let limit = later(now, self.config.hold_limit);

@@ -81,8 +81,9 @@ fn filesystem_name(dir: &Path) -> String {
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
         return "unknown".into();
     };
-    // SAFETY: statfs into a zeroed struct.
+    // SAFETY: statfs is plain data, for which all zeros is a valid value.
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct that live through the call.
     if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
         return "unknown".into();
     }
@@ -291,6 +292,7 @@ fn fault_cost(path: &Path, pages: u64, n: usize) -> Result<Stats> {
     if base == libc::MAP_FAILED {
         bail!("mmap: {}", std::io::Error::last_os_error());
     }
+    // SAFETY: advice on the mapping just made, `len` bytes from `base`; it changes no memory.
     unsafe { libc::madvise(base, len, libc::MADV_RANDOM) };
     // Distinct pages: a stride walk with a stride coprime to the page count.
     let stride = {
@@ -306,6 +308,7 @@ fn fault_cost(path: &Path, pages: u64, n: usize) -> Result<Stats> {
         // SAFETY: page < pages, inside the mapping.
         Ok(unsafe { std::ptr::read_volatile((base as *const u8).add(page as usize * PAGE)) })
     });
+    // SAFETY: the mapping made above, no longer read (the sampling closure is done with it).
     unsafe { libc::munmap(base, len) };
     match r {
         Ok(s) => Ok(s),

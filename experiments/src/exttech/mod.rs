@@ -393,8 +393,9 @@ fn machine_notes(upcall_cpus: String, load_at_start: f64) -> MachineNotes {
         .lines()
         .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"));
     let kernel = {
-        // SAFETY: uname fills a zeroed struct.
+        // SAFETY: utsname is plain data, for which all zeros is a valid value.
         let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: uname fills a struct that lives through the call.
         if unsafe { libc::uname(&mut u) } == 0 {
             let s = |f: &[libc::c_char]| {
                 let b: Vec<u8> = f.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();

@@ -132,7 +132,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
         )
     };
     // true when the wait timed out
-    r == -1 && unsafe { *libc::__errno_location() } == libc::ETIMEDOUT
+    r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
 }
 
 fn futex_wake(word: &AtomicU32) {
@@ -191,6 +191,8 @@ impl UpcallServer {
         }
         let base = base as *mut u8;
 
+        // SAFETY: cpu_set_t is plain data (all zeros is the empty set); sched_getaffinity fills
+        // the one passed with its true size; CPU_ISSET reads it within CPU_SETSIZE.
         let (cpus, host_mask) = unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) == 0 {
@@ -203,12 +205,14 @@ impl UpcallServer {
             }
         };
 
-        // SAFETY: getpid/fork are plain system calls; the child branch never
-        // returns (see the module comment).
+        // SAFETY: getpid is a plain system call.
         let parent = unsafe { libc::getpid() };
+        // SAFETY: the child branch only touches the shared mapping and never returns (see the
+        // module comment), so no state of other threads copied by fork is used in it.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             let e = std::io::Error::last_os_error();
+            // SAFETY: the mapping made above; no child shares it (fork failed).
             unsafe { libc::munmap(base as *mut libc::c_void, MAP_SIZE) };
             bail!("fork of the upcall server failed: {e}");
         }
@@ -360,6 +364,7 @@ impl UpcallServer {
                     break;
                 }
                 if Instant::now() > deadline {
+                    // SAFETY: kill and waitpid on our own child, not yet reaped.
                     unsafe {
                         libc::kill(self.pid, libc::SIGKILL);
                         libc::waitpid(self.pid, &mut status, 0);
@@ -383,7 +388,13 @@ impl Drop for UpcallServer {
 }
 
 /// The server loop, in the child.  Never returns.
+///
+/// # Safety
+///
+/// `base` is the start of the shared upcall mapping of `MAP_SIZE` bytes, and the caller is the
+/// child just forked, which runs nothing else.
 unsafe fn server_main(base: *mut u8, parent: libc::pid_t) -> ! {
+    // SAFETY: the mapping is valid and laid out as a `Channel` (the caller's contract).
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
         if libc::getppid() != parent {
