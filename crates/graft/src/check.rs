@@ -143,7 +143,9 @@ fn check_entry(module: &Module, entry: &str, signature: Signature, point: &str) 
         why,
     };
     match module.get_export(entry) {
-        None => Err(missing("the module exports nothing of that name".into())),
+        None => Err(missing(format!(
+            "the module exports nothing of that name (it must be `{entry}{signature}`)"
+        ))),
         Some(ExternType::Func(ty)) => {
             if signature.matches(&ty) {
                 Ok(())
