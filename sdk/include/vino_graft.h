@@ -76,8 +76,20 @@ VINO_STATIC_ASSERT(sizeof(uint64_t) == 8 && sizeof(void *) == 4, "wasm32 expecte
 /* ---- Attributes. ---- */
 
 /* Export the function that follows as the implementation of a graftpoint:
- *     VINO_GRAFT(vas_pick_victim) int32_t pick(int32_t n) { ... } */
-#define VINO_GRAFT(graftpoint) __attribute__((export_name(#graftpoint)))
+ *     VINO_GRAFT(vas_pick_victim) int32_t pick(int32_t n) { ... }
+ * The name is macro-expanded first, so VINO_TOY (below) can rename it. */
+#define VINO_STRINGIFY_(x) #x
+#define VINO_STRINGIFY(x) VINO_STRINGIFY_(x)
+#define VINO_GRAFT(graftpoint) __attribute__((export_name(VINO_STRINGIFY(graftpoint))))
+
+/* The toy kernel (vino-toykernel, for tests and demonstrations) has toy.pick_victim and
+ * toy.compute_ra, which take and return exactly what vas.pick_victim and file.compute_ra do.
+ * Building with -DVINO_TOY turns a graft written for the real graftpoint into one for the toy's,
+ * names and exports included. */
+#ifdef VINO_TOY
+#define vas_pick_victim toy_pick_victim
+#define file_compute_ra toy_compute_ra
+#endif
 
 /* Export a control function the owning process calls with call_control("<name>", args):
  *     VINO_CONTROL(hot_add) int32_t hot_add(uint64_t page) { ... }  -> export `vino_ctl_hot_add` */
@@ -108,8 +120,8 @@ static inline void *vino_arg_area(void) { return (void *)vino_args; }
 VINO_IMPORT(vino_now_ns) int64_t vino_now_ns(void);             /* monotonic nanoseconds */
 VINO_IMPORT(vino_log) void vino_log(const char *ptr, int32_t len); /* <= 256 bytes kept */
 
-/* The toy kernel's graftpoints (toy.*, and vas.pick_victim / file.compute_ra on the toy kernel).
- * A key out of range aborts the transaction. */
+/* The toy kernel's graftpoints only (toy.apply, toy.pick_victim, toy.compute_ra): the kernel's
+ * refuse a graft that imports them. A key out of range aborts the transaction. */
 VINO_IMPORT(vino_toy_get) int64_t vino_toy_get(int32_t key);             /* shared lock */
 VINO_IMPORT(vino_toy_set) void vino_toy_set(int32_t key, int64_t value); /* exclusive, undone on abort */
 VINO_IMPORT(vino_toy_call_inner) int64_t vino_toy_call_inner(int64_t arg); /* a graft in a nested transaction */

@@ -1,11 +1,11 @@
-//! `vino graft ...`: build a graft from C, and check a module against a graftpoint.
+//! `vino graft ...`: build a graft from C, list the kernel's graftpoints, and check a module
+//! against one of them.
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use std::path::PathBuf;
-use std::sync::Arc;
-use vino_graft::{Access, GraftPoint, GraftSlot, Owner, Runtime};
-use vino_toykernel::{ComputeRa, PickVictim, ToyApply, ToyFile, ToyKernel};
+use vino_graft::Runtime;
+use vino_kernel::graftpoints;
 
 #[derive(Subcommand)]
 pub enum GraftCommand {
@@ -26,13 +26,24 @@ pub enum GraftCommand {
         #[arg(short = 'D', value_name = "NAME[=VALUE]")]
         defines: Vec<String>,
     },
-    /// Check that a module would load at a graftpoint: valid, allowed imports, right entry point.
+    /// Check that a module would load at one of the kernel's graftpoints: a valid module, only
+    /// the imports the graftpoint allows, its entry point with the right signature, the argument
+    /// area if it uses one, memory under the cap. Quiet on success.
     Check {
         /// The module (.wasm, or .wat text).
         module: PathBuf,
-        /// The graftpoint: toy.apply, vas.pick_victim or file.compute_ra.
+        /// The graftpoint, e.g. vas.pick_victim or event.fs.unlink (`vino graft points` lists them).
         #[arg(long)]
         point: String,
+    },
+    /// List the kernel's graftpoints: entry point and signature, callable functions, who may
+    /// graft each, CPU budget.
+    Points {
+        #[arg(long, conflicts_with = "markdown")]
+        json: bool,
+        /// The Markdown table `docs/graft-abi.md` holds.
+        #[arg(long)]
+        markdown: bool,
     },
     #[command(flatten)]
     Remote(crate::remote::RemoteGraft),
@@ -48,6 +59,7 @@ pub fn run(cmd: GraftCommand) -> Result<()> {
             defines,
         } => build(source, output, &opt, debug, defines),
         GraftCommand::Check { module, point } => check(module, &point),
+        GraftCommand::Points { json, markdown } => points(json, markdown),
         GraftCommand::Remote(cmd) => crate::remote::graft(cmd),
     }
 }
@@ -81,20 +93,70 @@ fn build(source: PathBuf, output: Option<PathBuf>, opt: &str, debug: bool, defin
 }
 
 fn check(module: PathBuf, point: &str) -> Result<()> {
-    let wasm = std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
-    let rt = Runtime::default();
-    let kernel = Arc::new(ToyKernel::new(16));
-    let loaded = match point {
-        ToyApply::NAME => try_load::<ToyApply>(&rt, kernel, &wasm),
-        PickVictim::NAME => try_load::<PickVictim>(&rt, kernel, &wasm),
-        ComputeRa::NAME => try_load::<ComputeRa>(&rt, Arc::new(ToyFile::new(1 << 30)), &wasm),
-        other => bail!("unknown graftpoint `{other}` (toy.apply, vas.pick_victim, file.compute_ra)"),
+    let Some(graftpoint) = graftpoints::find(point) else {
+        bail!(
+            "unknown graftpoint `{point}` (the kernel's graftpoints: {})",
+            graftpoints::names().join(", ")
+        );
     };
-    loaded.with_context(|| format!("{} does not load at {point}", module.display()))
+    let wasm = std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
+    (graftpoint.check)(&Runtime::default(), &wasm)
+        .with_context(|| format!("{} does not load at {point}", module.display()))?;
+    Ok(())
 }
 
-fn try_load<G: GraftPoint>(rt: &Runtime, env: Arc<G::Env>, wasm: &[u8]) -> Result<()> {
-    let slot: GraftSlot<G> = GraftSlot::new(rt, env, Access::Process(1), None);
-    slot.load(wasm, Owner::process(1))?;
+fn points(json: bool, markdown: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(graftpoints::all())?);
+        return Ok(());
+    }
+    if markdown {
+        print!("{}", graftpoints::render_markdown());
+        return Ok(());
+    }
+    let rows: Vec<[String; 6]> = graftpoints::all()
+        .iter()
+        .map(|g| {
+            [
+                g.name.to_string(),
+                g.entry(),
+                if g.callable.is_empty() {
+                    "-".into()
+                } else {
+                    g.callable.join(", ")
+                },
+                if g.uses_arg_area { "yes" } else { "no" }.into(),
+                graftpoints::budget_text(g.budget),
+                g.who.describe().into(),
+            ]
+        })
+        .collect();
+    let header = [
+        "graftpoint",
+        "entry point",
+        "imports (besides common)",
+        "vino_args",
+        "budget",
+        "who may graft",
+    ]
+    .map(String::from);
+    let mut widths = [0usize; 6];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        println!("{line}");
+    }
+    println!("(every graft may also import vino_now_ns and vino_log)");
     Ok(())
 }

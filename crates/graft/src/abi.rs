@@ -1,5 +1,6 @@
-//! Argument-area layouts of the graftpoints in `docs/graft-abi.md`, shared by every kernel object
-//! that offers them (the toy kernel today, the page cache and files later).
+//! Argument-area layouts of `vas.pick_victim` and `file.compute_ra` (`docs/graft-abi.md`), shared
+//! by the page cache (`vino-cache`) and the toy kernel's `toy.pick_victim` and `toy.compute_ra`,
+//! which take and return the same.
 
 use crate::point::Invalid;
 

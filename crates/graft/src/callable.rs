@@ -6,6 +6,7 @@
 //! defines its functions through [`Callables`], which hides the sandbox; a refusal
 //! ([`CallError`]) aborts the calling graft.
 
+use crate::point::{GraftPoint, WasmType};
 use crate::sandbox::HostState;
 use vino_vlt::VltError;
 use wasmtime::{Caller, Linker};
@@ -31,16 +32,34 @@ impl CallError {
 }
 
 /// Integer types a graft-callable function may take or return.
-pub trait WasmInt: wasmtime::WasmTy + wasmtime::WasmRet + Copy + Send + 'static {}
-impl WasmInt for i32 {}
-impl WasmInt for i64 {}
-impl WasmInt for u32 {}
-impl WasmInt for u64 {}
+pub trait WasmInt: wasmtime::WasmTy + wasmtime::WasmRet + Copy + Send + 'static {
+    /// Its Wasm type.
+    const TYPE: WasmType;
+}
+impl WasmInt for i32 {
+    const TYPE: WasmType = WasmType::I32;
+}
+impl WasmInt for i64 {
+    const TYPE: WasmType = WasmType::I64;
+}
+impl WasmInt for u32 {
+    const TYPE: WasmType = WasmType::I32;
+}
+impl WasmInt for u64 {
+    const TYPE: WasmType = WasmType::I64;
+}
 
 /// What a graft-callable function returns: nothing or one integer.
-pub trait CallResult: wasmtime::WasmRet + Send + 'static {}
-impl CallResult for () {}
-impl<T: WasmInt> CallResult for T {}
+pub trait CallResult: wasmtime::WasmRet + Send + 'static {
+    /// Its Wasm result types.
+    const TYPES: &'static [WasmType];
+}
+impl CallResult for () {
+    const TYPES: &'static [WasmType] = &[];
+}
+impl<T: WasmInt> CallResult for T {
+    const TYPES: &'static [WasmType] = &[T::TYPE];
+}
 
 /// Names every graft may import, whatever its graftpoint.
 pub const COMMON: &[&str] = &["vino_now_ns", "vino_log"];
@@ -48,10 +67,18 @@ pub const COMMON: &[&str] = &["vino_now_ns", "vino_log"];
 /// Longest message a graft's `vino_log` keeps.
 pub const LOG_BYTES: usize = 256;
 
+/// One graft-callable function: its name in module `vino` and its Wasm type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Defined {
+    pub(crate) name: &'static str,
+    pub(crate) params: Vec<WasmType>,
+    pub(crate) results: &'static [WasmType],
+}
+
 /// The graft-callable functions of one graftpoint, being defined.
 pub struct Callables<E: Send + Sync + 'static> {
     pub(crate) linker: Linker<HostState<E>>,
-    pub(crate) names: Vec<&'static str>,
+    pub(crate) defined: Vec<Defined>,
 }
 
 fn refused(e: CallError) -> wasmtime::Error {
@@ -71,7 +98,7 @@ macro_rules! define_arity {
                     f(&caller.data().env, $($arg),*).map_err(refused)
                 })
                 .expect("defining a graft-callable function twice");
-            self.names.push(name);
+            self.defined.push(Defined { name, params: vec![$($ty::TYPE),*], results: R::TYPES });
         }
     };
 }
@@ -98,7 +125,7 @@ macro_rules! define_mem_arity {
                     result.map_err(refused)
                 })
                 .expect("defining a graft-callable function twice");
-            self.names.push(name);
+            self.defined.push(Defined { name, params: vec![$($ty::TYPE),*], results: R::TYPES });
         }
     };
 }
@@ -107,9 +134,27 @@ impl<E: Send + Sync + 'static> Callables<E> {
     pub(crate) fn new(engine: &wasmtime::Engine) -> Self {
         let mut c = Callables {
             linker: Linker::new(engine),
-            names: Vec::new(),
+            defined: Vec::new(),
         };
         c.define_common();
+        c
+    }
+
+    /// The graft-callable functions of graftpoint `G`: the common ones, then the ones it defines,
+    /// which must be exactly those it lists in [`GraftPoint::CALLABLE`].
+    pub(crate) fn of<G: GraftPoint<Env = E>>(engine: &wasmtime::Engine) -> Self {
+        let mut c = Callables::new(engine);
+        G::callables(&mut c);
+        let mut defined: Vec<&str> = c.defined[COMMON.len()..].iter().map(|d| d.name).collect();
+        let mut listed = G::CALLABLE.to_vec();
+        defined.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(
+            defined,
+            listed,
+            "graftpoint {} defines graft-callable functions {defined:?} but lists {listed:?}",
+            G::NAME
+        );
         c
     }
 
@@ -148,10 +193,20 @@ impl<E: Send + Sync + 'static> Callables<E> {
                 },
             )
             .expect("vino_log defined once");
-        self.names.push("vino_log");
+        self.defined.push(Defined {
+            name: "vino_log",
+            params: vec![WasmType::I32, WasmType::I32],
+            results: &[],
+        });
     }
 
-    pub(crate) fn allows(&self, name: &str) -> bool {
-        self.names.contains(&name)
+    /// The function named `name`, if defined.
+    pub(crate) fn get(&self, name: &str) -> Option<&Defined> {
+        self.defined.iter().find(|d| d.name == name)
+    }
+
+    /// The names of every function defined, the common ones first.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.defined.iter().map(|d| d.name)
     }
 }

@@ -8,8 +8,10 @@
 //! * validated and compiled by the kernel itself (wasmtime/Cranelift), compiled code cached by
 //!   content hash;
 //! * confined to its own linear memory, capped in size, with a bounded native stack;
-//! * allowed to import only its graftpoint's graft-callable functions (checked at load);
-//! * run inside a VINO lightweight transaction ([`vino_vlt`]) under a CPU budget, so a trap, a
+//! * allowed to import only its graftpoint's graft-callable functions (checked at load, or
+//!   beforehand from the graftpoint's type alone with [`check_module`]);
+//! * run inside a VINO lightweight transaction ([`vino_vlt`]) under a CPU budget (the
+//!   graftpoint's [`GraftPoint::BUDGET`], capped by the runtime's), so a trap, a
 //!   timeout, a refused kernel call or an invalid result undoes its kernel changes and the
 //!   default policy decides instead; a graft that keeps failing is unloaded and its owner told.
 //!
@@ -18,6 +20,7 @@
 
 pub mod abi;
 pub mod callable;
+mod check;
 mod clock;
 mod error;
 pub mod point;
@@ -28,9 +31,12 @@ mod slot;
 mod stats;
 
 pub use callable::{CallError, Callables};
+pub use check::{ModuleSummary, allowed_imports, check_module};
 pub use clock::{ticks, ticks_to_ns};
 pub use error::{GraftError, LoadError};
-pub use point::{Access, GraftPoint, Invalid, NativePolicy, export_name};
+pub use point::{
+    Access, DEFAULT_BUDGET, GraftPoint, Invalid, NativePolicy, Signature, WasmScalar, WasmType, WasmTypes, export_name,
+};
 pub use registry::{ManagedSlot, Namespace, Principal, SlotWrapper};
 pub use runtime::{Compiled, Interrupt, Runtime, RuntimeConfig, sandbox_config};
 pub use sandbox::{ARG_BYTES, CONTROL_PREFIX, Failure, HostState};

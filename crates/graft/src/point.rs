@@ -7,6 +7,11 @@
 
 use crate::callable::Callables;
 use std::fmt;
+use std::time::Duration;
+
+/// The CPU budget of one invocation of a graftpoint that sets none of its own
+/// ([`GraftPoint::BUDGET`]).
+pub const DEFAULT_BUDGET: Duration = Duration::from_millis(10);
 
 /// Who may graft a graftpoint (Small 1998, 3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -44,6 +49,11 @@ pub trait GraftPoint: Send + Sync + 'static {
     /// True if the arguments or the decision pass through the graft's argument area, which the
     /// graft must then export as `vino_args`.
     const USES_ARG_AREA: bool = false;
+    /// The CPU budget of one invocation. The runtime's [`RuntimeConfig::invocation_budget`]
+    /// caps it: an invocation gets the smaller of the two.
+    ///
+    /// [`RuntimeConfig::invocation_budget`]: crate::RuntimeConfig::invocation_budget
+    const BUDGET: Duration = DEFAULT_BUDGET;
 
     /// The kernel state the default, the native policies and the graft-callable functions see.
     type Env: Send + Sync + 'static;
@@ -52,9 +62,9 @@ pub trait GraftPoint: Send + Sync + 'static {
     /// The decision the kernel expects.
     type Output;
     /// The Wasm parameters of the graft's entry point: a tuple of `i32`/`i64`.
-    type Params: wasmtime::WasmParams;
+    type Params: wasmtime::WasmParams + WasmTypes;
     /// The Wasm results of the graft's entry point: `i32`, `i64` or a tuple of them.
-    type Results: wasmtime::WasmResults;
+    type Results: wasmtime::WasmResults + WasmTypes;
 
     /// The kernel's own policy: used when nothing is grafted and whenever a graft fails.
     fn default_policy(env: &Self::Env, args: &Self::Args<'_>) -> Self::Output;
@@ -94,5 +104,131 @@ where
 {
     fn decide(&self, env: &G::Env, args: &G::Args<'_>) -> Result<G::Output, Invalid> {
         self(env, args)
+    }
+}
+
+/// A Wasm value type a graft's entry point takes or returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WasmType {
+    I32,
+    I64,
+}
+
+impl WasmType {
+    pub fn name(self) -> &'static str {
+        match self {
+            WasmType::I32 => "i32",
+            WasmType::I64 => "i64",
+        }
+    }
+
+    /// The type of a wasmtime value, if it is one an entry point may use.
+    pub fn of(ty: &wasmtime::ValType) -> Option<WasmType> {
+        match ty {
+            wasmtime::ValType::I32 => Some(WasmType::I32),
+            wasmtime::ValType::I64 => Some(WasmType::I64),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for WasmType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The Wasm types of an entry point's parameters or results, known from the Rust type that
+/// carries them: `i32`, `i64`, `()` or a tuple of `i32`/`i64`.
+pub trait WasmTypes {
+    const TYPES: &'static [WasmType];
+}
+
+/// One `i32` or `i64`.
+pub trait WasmScalar {
+    const TYPE: WasmType;
+}
+
+impl WasmScalar for i32 {
+    const TYPE: WasmType = WasmType::I32;
+}
+
+impl WasmScalar for i64 {
+    const TYPE: WasmType = WasmType::I64;
+}
+
+impl WasmTypes for i32 {
+    const TYPES: &'static [WasmType] = &[WasmType::I32];
+}
+
+impl WasmTypes for i64 {
+    const TYPES: &'static [WasmType] = &[WasmType::I64];
+}
+
+macro_rules! tuple_types {
+    ($($t:ident),*) => {
+        impl<$($t: WasmScalar),*> WasmTypes for ($($t,)*) {
+            const TYPES: &'static [WasmType] = &[$($t::TYPE),*];
+        }
+    };
+}
+
+tuple_types!();
+tuple_types!(A);
+tuple_types!(A, B);
+tuple_types!(A, B, C);
+tuple_types!(A, B, C, D);
+tuple_types!(A, B, C, D, E);
+tuple_types!(A, B, C, D, E, F);
+tuple_types!(A, B, C, D, E, F, G);
+tuple_types!(A, B, C, D, E, F, G, H);
+
+/// The Wasm signature of a graftpoint's entry point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Signature {
+    pub params: &'static [WasmType],
+    pub results: &'static [WasmType],
+}
+
+impl Signature {
+    /// The signature graftpoint `G` expects.
+    pub const fn of<G: GraftPoint>() -> Signature {
+        Signature {
+            params: <G::Params as WasmTypes>::TYPES,
+            results: <G::Results as WasmTypes>::TYPES,
+        }
+    }
+
+    /// True if a function of type `ty` has exactly this signature.
+    pub fn matches(&self, ty: &wasmtime::FuncType) -> bool {
+        types_match(self.params, ty.params()) && types_match(self.results, ty.results())
+    }
+}
+
+/// True if the value types `got` are exactly `want`.
+pub(crate) fn types_match(want: &[WasmType], got: impl ExactSizeIterator<Item = wasmtime::ValType>) -> bool {
+    got.len() == want.len() && got.zip(want).all(|(g, w)| WasmType::of(&g) == Some(*w))
+}
+
+/// A function type written `(i64, i32, i64) -> i32` (one result bare, none or several in
+/// parentheses).
+pub(crate) fn func_text<P: fmt::Display, R: fmt::Display>(
+    params: impl IntoIterator<Item = P>,
+    results: impl IntoIterator<Item = R>,
+) -> String {
+    let params: Vec<String> = params.into_iter().map(|t| t.to_string()).collect();
+    let results: Vec<String> = results.into_iter().map(|t| t.to_string()).collect();
+    let results = match results.as_slice() {
+        [one] => one.clone(),
+        many => format!("({})", many.join(", ")),
+    };
+    format!("({}) -> {results}", params.join(", "))
+}
+
+impl fmt::Display for Signature {
+    /// `(i64, i32, i64) -> i32`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&func_text(self.params, self.results))
     }
 }

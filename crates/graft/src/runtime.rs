@@ -37,7 +37,10 @@ pub struct RuntimeConfig {
     pub memory_cap: usize,
     /// Cap on the native stack a graft may use.
     pub max_wasm_stack: usize,
-    /// CPU budget of one invocation on a kernel path (eviction, read-ahead, ...).
+    /// Cap on the CPU budget of one invocation on a kernel path (eviction, read-ahead, ...): an
+    /// invocation gets the smaller of this and its graftpoint's [`GraftPoint::BUDGET`].
+    ///
+    /// [`GraftPoint::BUDGET`]: crate::GraftPoint::BUDGET
     pub invocation_budget: Duration,
     /// CPU budget of one control-function call by the owning process.
     pub control_budget: Duration,
@@ -56,7 +59,7 @@ impl Default for RuntimeConfig {
             fuel_per_ms: 2_000_000,
             memory_cap: 16 << 20,
             max_wasm_stack: 256 << 10,
-            invocation_budget: Duration::from_millis(10),
+            invocation_budget: crate::point::DEFAULT_BUDGET,
             control_budget: Duration::from_secs(1),
             max_consecutive_failures: 8,
             module_cache_entries: 256,

@@ -4,15 +4,14 @@
 use crate::callable::{CallError, Callables};
 use crate::error::{GraftError, LoadError};
 use crate::point::{GraftPoint, export_name};
-use crate::runtime::{Interrupt, Runtime};
+use crate::runtime::{Interrupt, Runtime, RuntimeConfig};
 use crate::stats::Counters;
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 use vino_vlt::VltError;
-use wasmtime::{
-    ExternType, Func, Instance, Memory, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline, Val, ValType,
-};
+use wasmtime::{Func, Instance, Memory, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline, Val, ValType};
 
 /// Size of the argument area a graft exports as `vino_args`.
 pub const ARG_BYTES: usize = 4096;
@@ -97,6 +96,11 @@ impl<E: Send + Sync + 'static> ResourceLimiter for HostState<E> {
     }
 }
 
+/// The CPU budget of one invocation at `G`: its own, capped by the runtime's.
+pub(crate) fn budget<G: GraftPoint>(config: &RuntimeConfig) -> Duration {
+    G::BUDGET.min(config.invocation_budget)
+}
+
 /// The running instance of a graft. Calls into it are serialized: its memory is one sandbox.
 struct Live<G: GraftPoint> {
     store: Store<HostState<G::Env>>,
@@ -115,7 +119,7 @@ pub(crate) struct WasmGraft<G: GraftPoint> {
 }
 
 impl<G: GraftPoint> WasmGraft<G> {
-    /// Checks a compiled module against the graftpoint and instantiates it.
+    /// Instantiates a compiled module that passed [`crate::check`]'s checks for the graftpoint.
     pub(crate) fn instantiate(
         runtime: &Runtime,
         module: &wasmtime::Module,
@@ -124,7 +128,6 @@ impl<G: GraftPoint> WasmGraft<G> {
         counters: Arc<Counters>,
         point: &str,
     ) -> Result<Self, LoadError> {
-        check_imports(module, callables, point)?;
         let config = runtime.config();
         let state = HostState {
             env,
@@ -171,7 +174,7 @@ impl<G: GraftPoint> WasmGraft<G> {
                 arg_area,
             }),
             runtime: runtime.clone(),
-            invocation_units: runtime.budget_units(config.invocation_budget),
+            invocation_units: runtime.budget_units(budget::<G>(config)),
         })
     }
 
@@ -355,32 +358,6 @@ fn classify(e: &wasmtime::Error) -> Failure {
 
 fn is_link_error(e: &wasmtime::Error) -> bool {
     e.downcast_ref::<HostAbort>().is_none() && e.downcast_ref::<Trap>().is_none()
-}
-
-/// Refuses imports outside the graftpoint's allow-list, naming them.
-fn check_imports<E: Send + Sync + 'static>(
-    module: &wasmtime::Module,
-    callables: &Callables<E>,
-    point: &str,
-) -> Result<(), LoadError> {
-    for import in module.imports() {
-        let allowed =
-            import.module() == "vino" && matches!(import.ty(), ExternType::Func(_)) && callables.allows(import.name());
-        if !allowed {
-            return Err(LoadError::ForbiddenImport {
-                module: import.module().to_string(),
-                name: import.name().to_string(),
-                point: point.to_string(),
-                allowed: callables
-                    .names
-                    .iter()
-                    .map(|n| format!("vino.{n}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        }
-    }
-    Ok(())
 }
 
 fn find_arg_area<E>(

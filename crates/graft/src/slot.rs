@@ -4,6 +4,7 @@
 //! and a graft being replaced or unloaded finishes the calls already inside it.
 
 use crate::callable::Callables;
+use crate::check;
 use crate::clock;
 use crate::error::{GraftError, LoadError};
 use crate::point::{Access, GraftPoint, NativePolicy};
@@ -103,15 +104,7 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// A slot named `G::NAME` (or `G::NAME/<suffix>` for one of several objects, such as
     /// `file.compute_ra/3`), running the default policy.
     pub fn new(runtime: &Runtime, env: Arc<G::Env>, access: Access, suffix: Option<&str>) -> Self {
-        let mut callables = Callables::new(runtime.engine());
-        G::callables(&mut callables);
-        for name in G::CALLABLE {
-            assert!(
-                callables.allows(name),
-                "graftpoint {} lists `{name}` but does not define it",
-                G::NAME
-            );
-        }
+        let callables = Callables::of::<G>(runtime.engine());
         let name = match suffix {
             Some(s) => format!("{}/{s}", G::NAME),
             None => G::NAME.to_string(),
@@ -136,6 +129,11 @@ impl<G: GraftPoint> GraftSlot<G> {
 
     pub fn env(&self) -> &Arc<G::Env> {
         &self.env
+    }
+
+    /// The CPU budget of one invocation: the graftpoint's own, capped by the runtime's.
+    pub fn budget(&self) -> std::time::Duration {
+        crate::sandbox::budget::<G>(self.runtime.config())
     }
 
     /// Asks the bound policy for a decision. Never fails: if the graft fails, its transaction is
@@ -194,6 +192,13 @@ impl<G: GraftPoint> GraftSlot<G> {
     pub fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
         let started = Instant::now();
         let compiled = self.runtime.compile(wasm)?;
+        let summary = check::check::<G>(
+            &compiled,
+            wasm.len(),
+            &self.callables,
+            &self.name,
+            self.runtime.config(),
+        )?;
         let counters = Arc::new(Counters::default());
         let graft = WasmGraft::instantiate(
             &self.runtime,
@@ -204,8 +209,8 @@ impl<G: GraftPoint> GraftSlot<G> {
             &self.name,
         )?;
         let info = GraftInfo {
-            hash: compiled.hash.iter().map(|b| format!("{b:02x}")).collect(),
-            size: wasm.len(),
+            hash: summary.hash,
+            size: summary.size,
             owner: owner.process,
             cached: compiled.cached,
             compile_ns: compiled.compile_time.as_nanos() as u64,

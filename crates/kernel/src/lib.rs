@@ -10,7 +10,9 @@
 //! Every policy on that path is a graftpoint: `vas.pick_victim` (per process),
 //! `file.compute_ra/<fd>` (per open file), `file.block_buddy/<fd>` (per file, its creator only),
 //! `lock.grant/<fd>` (per file, its creator), `disk.pick_request` and `cache.writeback` (global,
-//! privileged processes only). Byte-range locks (fcntl) are kept by `vino-locks`.
+//! privileged processes only), and the file-system events `event.fs.*` (per process).
+//! [`graftpoints`] lists them all, from their types. Byte-range locks (fcntl) are kept by
+//! `vino-locks`.
 //!
 //! The kernel runs in the caller's process; the daemon (`vinod`) serves the same system calls to
 //! other processes.
@@ -22,6 +24,7 @@ mod error;
 mod events;
 mod file_grafts;
 mod files;
+pub mod graftpoints;
 mod locks;
 mod perm;
 mod process;

@@ -248,6 +248,36 @@ fn hostile_c_grafts_build() {
     assert_eq!(imports("bad_log_ptr"), ["vino_log"]);
 }
 
+/// `-DVINO_TOY` turns a graft written for the page cache's graftpoints into one for the toy
+/// kernel's, which have the same signatures: only the entry point's name changes.
+#[test]
+fn vino_toy_renames_the_real_entry_points_to_the_toys() {
+    let toy = BuildOptions {
+        defines: vec![("VINO_TOY".into(), None)],
+        ..BuildOptions::default()
+    };
+    for (name, real, renamed) in [
+        ("hotlist_evict", "vas_pick_victim", "toy_pick_victim"),
+        ("sequential_ra", "file_compute_ra", "toy_compute_ra"),
+        ("bad_victim", "vas_pick_victim", "toy_pick_victim"),
+    ] {
+        let (_, m) = build(name);
+        let bytes = build_example(name, &toy).unwrap_or_else(|e| panic!("building {name} for the toy: {e}"));
+        let t = parse(&bytes).unwrap();
+        assert_eq!(t.export_func_type(renamed), m.export_func_type(real), "{name}");
+        assert!(t.export(real).is_none() && m.export(renamed).is_none(), "{name}");
+        let others = |m: &ModuleInfo, skip: &str| {
+            let mut e = exports_of(m, ExternKind::Func);
+            e.remove(skip);
+            e
+        };
+        assert_eq!(others(&t, renamed), others(&m, real), "{name}: the rest is the same");
+    }
+    // Grafts for other graftpoints are untouched.
+    let plain = build("elevator").0;
+    assert_eq!(build_example("elevator", &toy).unwrap(), plain);
+}
+
 /// The .wat hostile grafts are compiled by the kernel (wasmtime's `wat` feature); here they are
 /// checked with wabt's wat2wasm when it is installed.
 #[test]

@@ -6,7 +6,7 @@
 //!
 //! The test suite asserts on [`run`]; `vino demo` prints it.
 
-use crate::{ComputeRa, PickVictim, Read, ToyApply, ToyFile, ToyKernel};
+use crate::{Read, ToyApply, ToyComputeRa, ToyFile, ToyKernel, ToyPickVictim};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vino_graft::{Access, GraftPoint, GraftSlot, Owner, Runtime};
@@ -15,7 +15,7 @@ use vino_vlt::LockMode;
 /// Where a hostile graft comes from.
 #[derive(Debug, Clone, Copy)]
 pub enum Source {
-    /// `sdk/hostile/<name>.c`, built with the SDK.
+    /// `sdk/hostile/<name>.c`, built with the SDK for the toy kernel ([`crate::build_options`]).
     C(&'static str),
     /// `sdk/hostile/<name>.wat`.
     Wat(&'static str),
@@ -213,7 +213,7 @@ impl Outcome {
 /// The bytes of a case's graft.
 pub fn build(source: Source) -> Result<Vec<u8>, String> {
     match source {
-        Source::C(name) => vino_sdk::build_example(name, &vino_sdk::BuildOptions::default()).map_err(|e| e.to_string()),
+        Source::C(name) => vino_sdk::build_example(name, &crate::build_options()).map_err(|e| e.to_string()),
         Source::Wat(name) => vino_sdk::HOSTILE_WAT
             .iter()
             .find(|(n, _)| *n == name)
@@ -244,7 +244,7 @@ pub fn run_case(rt: &Runtime, case: &Case) -> Result<Outcome, String> {
         }
         Target::Victim => {
             let pages: &[u64] = &[5, 6, 7];
-            drive::<PickVictim>(
+            drive::<ToyPickVictim>(
                 rt,
                 Arc::new(kernel.clone()),
                 &wasm,
@@ -262,8 +262,8 @@ pub fn run_case(rt: &Runtime, case: &Case) -> Result<Outcome, String> {
                 len: 4096,
             };
             let fresh = Arc::new(ToyFile::new(1 << 20));
-            let default = ComputeRa::default_policy(&fresh, &read);
-            drive::<ComputeRa>(
+            let default = ToyComputeRa::default_policy(&fresh, &read);
+            drive::<ToyComputeRa>(
                 rt,
                 file,
                 &wasm,
@@ -333,12 +333,12 @@ fn good_apply() -> &'static str {
 
 fn good_victim() -> &'static str {
     r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
-        (func (export "vas_pick_victim") (param i32) (result i32) local.get 0 i32.const 1 i32.sub))"#
+        (func (export "toy_pick_victim") (param i32) (result i32) local.get 0 i32.const 1 i32.sub))"#
 }
 
 fn good_ra() -> &'static str {
     r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
-        (func (export "file_compute_ra") (param i64 i32 i64) (result i32) i32.const 0))"#
+        (func (export "toy_compute_ra") (param i64 i32 i64) (result i32) i32.const 0))"#
 }
 
 /// Starts a transaction that waits for cell 0 (which the lock hog is about to take), so the

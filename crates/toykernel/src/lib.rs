@@ -2,8 +2,15 @@
 //!
 //! It is the smallest kernel object that has what the graft runtime must get right: state a
 //! graft can change through graft-callable functions (so aborts must undo), locks others can
-//! wait on (so lock hogs must be stopped), and bulk arguments in both directions. The eviction
-//! and read-ahead graftpoints use the same ABI as the real page cache and files.
+//! wait on (so lock hogs must be stopped), and bulk arguments in both directions. Its
+//! graftpoints are named `toy.*` so that nothing mistakes them for the kernel's:
+//! `toy.apply`, and `toy.pick_victim` and `toy.compute_ra`, which take and return exactly what
+//! the page cache's `vas.pick_victim` and `file.compute_ra` do (same signature, same argument
+//! area) but may also call the toy's functions. A graft written in C for one of those two real
+//! graftpoints is built for the toy one with [`build_options`].
+//!
+//! The toy's graftpoints set no budget of their own ([`GraftPoint::BUDGET`] is unbounded): the
+//! runtime's invocation budget alone bounds them, so a test can raise it.
 
 #![forbid(unsafe_code)]
 
@@ -11,6 +18,7 @@ pub mod hostile;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use vino_graft::abi::{self, Extent, Extents};
 use vino_graft::{CallError, Callables, GraftPoint, GraftSlot, Invalid};
 use vino_vlt::{LockMode, current};
@@ -111,12 +119,23 @@ impl ToyKernel {
 
 const TOY_CALLABLE: &[&str] = &["vino_toy_get", "vino_toy_set", "vino_toy_call_inner"];
 
+/// Build options that turn a C graft written for `vas.pick_victim` or `file.compute_ra` into one
+/// for `toy.pick_victim` or `toy.compute_ra`: `VINO_TOY` makes `vino_graft.h` rename the entry
+/// points (`vas_pick_victim` → `toy_pick_victim`, `file_compute_ra` → `toy_compute_ra`).
+pub fn build_options() -> vino_sdk::BuildOptions {
+    vino_sdk::BuildOptions {
+        defines: vec![("VINO_TOY".into(), None)],
+        ..vino_sdk::BuildOptions::default()
+    }
+}
+
 /// `toy.apply(arg) -> i64`: a generic decision; any result ≥ 0 is valid. Default: `arg`.
 pub struct ToyApply;
 
 impl GraftPoint for ToyApply {
     const NAME: &'static str = "toy.apply";
     const CALLABLE: &'static [&'static str] = TOY_CALLABLE;
+    const BUDGET: Duration = Duration::MAX;
     type Env = ToyKernel;
     type Args<'a> = i64;
     type Output = i64;
@@ -141,12 +160,14 @@ impl GraftPoint for ToyApply {
     }
 }
 
-/// `vas.pick_victim` on the toy kernel: choose which of the LRU-ordered candidate pages to evict.
-pub struct PickVictim;
+/// `toy.pick_victim`: choose which of the LRU-ordered candidate pages to evict, as the page
+/// cache's `vas.pick_victim` does.
+pub struct ToyPickVictim;
 
-impl GraftPoint for PickVictim {
-    const NAME: &'static str = "vas.pick_victim";
+impl GraftPoint for ToyPickVictim {
+    const NAME: &'static str = "toy.pick_victim";
     const CALLABLE: &'static [&'static str] = TOY_CALLABLE;
+    const BUDGET: Duration = Duration::MAX;
     const USES_ARG_AREA: bool = true;
     type Env = ToyKernel;
     type Args<'a> = &'a [u64];
@@ -168,7 +189,7 @@ impl GraftPoint for PickVictim {
     }
 }
 
-/// A file as `file.compute_ra` sees it: its size and where the last read ended.
+/// A file as `toy.compute_ra` sees it: its size and where the last read ended.
 pub struct ToyFile {
     pub size: u64,
     last_end: AtomicU64,
@@ -194,12 +215,14 @@ pub struct Read {
 pub const DEFAULT_CLUSTER_BLOCKS: u64 = 8;
 pub const BLOCK: u64 = 4096;
 
-/// `file.compute_ra` on a toy file: which extents to prefetch after a read.
-pub struct ComputeRa;
+/// `toy.compute_ra` on a toy file: which extents to prefetch after a read, as a file's
+/// `file.compute_ra` does.
+pub struct ToyComputeRa;
 
-impl GraftPoint for ComputeRa {
-    const NAME: &'static str = "file.compute_ra";
+impl GraftPoint for ToyComputeRa {
+    const NAME: &'static str = "toy.compute_ra";
     const USES_ARG_AREA: bool = true;
+    const BUDGET: Duration = Duration::MAX;
     type Env = ToyFile;
     type Args<'a> = Read;
     type Output = Extents;

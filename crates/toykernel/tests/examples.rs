@@ -1,13 +1,15 @@
-//! The SDK's example grafts, built from C with the system clang, running on the toy kernel.
+//! The SDK's example grafts, built from C with the system clang, running on the toy kernel. The
+//! eviction and read-ahead grafts are written for the page cache's graftpoints and built for the
+//! toy's (`vino_toykernel::build_options`).
 
 use std::sync::Arc;
 use vino_graft::abi::Extent;
 use vino_graft::{Access, GraftSlot, Owner};
-use vino_sdk::{BuildOptions, build_example};
-use vino_toykernel::{ComputeRa, PickVictim, Read, ToyApply, ToyFile, ToyKernel};
+use vino_sdk::build_example;
+use vino_toykernel::{Read, ToyApply, ToyComputeRa, ToyFile, ToyKernel, ToyPickVictim};
 
 fn build(name: &str) -> Vec<u8> {
-    build_example(name, &BuildOptions::default()).unwrap_or_else(|e| panic!("building {name}: {e}"))
+    build_example(name, &vino_toykernel::build_options()).unwrap_or_else(|e| panic!("building {name}: {e}"))
 }
 
 #[test]
@@ -38,7 +40,7 @@ fn counter_graft_changes_state_and_an_invalid_result_rolls_it_back() {
 #[test]
 fn hot_list_graft_spares_hot_pages() {
     let rt = vino_graft::Runtime::default();
-    let slot: GraftSlot<PickVictim> = GraftSlot::new(&rt, Arc::new(ToyKernel::new(1)), Access::Process(1), None);
+    let slot: GraftSlot<ToyPickVictim> = GraftSlot::new(&rt, Arc::new(ToyKernel::new(1)), Access::Process(1), None);
     slot.load(&build("hotlist_evict"), Owner::process(1)).unwrap();
     let lru: &[u64] = &[10, 11, 12, 13];
     assert_eq!(slot.invoke(&lru), 0, "nothing hot: the LRU page goes");
@@ -66,7 +68,7 @@ fn hot_list_graft_spares_hot_pages() {
 fn index_read_ahead_follows_the_application_index() {
     let rt = vino_graft::Runtime::default();
     let file = Arc::new(ToyFile::new(100 * 4096));
-    let slot: GraftSlot<ComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), Some("4"));
+    let slot: GraftSlot<ToyComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), Some("4"));
     slot.load(&build("index_readahead"), Owner::process(1)).unwrap();
     slot.call_control("ra_set_depth", &[2]).unwrap();
     // The application will read records at these offsets (208 bytes each), in this order.
@@ -115,7 +117,7 @@ fn index_read_ahead_follows_the_application_index() {
 fn sequential_graft_reads_ahead_only_on_sequential_reads() {
     let rt = vino_graft::Runtime::default();
     let file = Arc::new(ToyFile::new(64 * 4096));
-    let slot: GraftSlot<ComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), None);
+    let slot: GraftSlot<ToyComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), None);
     slot.load(&build("sequential_ra"), Owner::process(1)).unwrap();
     slot.call_control("seq_set_blocks", &[4]).unwrap();
     assert!(

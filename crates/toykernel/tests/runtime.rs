@@ -7,7 +7,7 @@ use vino_graft::{
     Access, GraftError, GraftEvent, GraftSlot, LoadError, Namespace, Owner, PolicyKind, Principal, Runtime,
     RuntimeConfig,
 };
-use vino_toykernel::{ComputeRa, PickVictim, Read, ToyApply, ToyFile, ToyKernel};
+use vino_toykernel::{Read, ToyApply, ToyComputeRa, ToyFile, ToyKernel, ToyPickVictim};
 
 fn runtime() -> Runtime {
     Runtime::new(RuntimeConfig::default())
@@ -296,10 +296,10 @@ fn native_policy_binds_to_the_same_slot() {
 fn victim_choice_passes_through_the_argument_area() {
     let rt = runtime();
     let k = ToyKernel::new(1);
-    let slot: GraftSlot<PickVictim> = GraftSlot::new(&rt, Arc::new(k), Access::Process(1), None);
+    let slot: GraftSlot<ToyPickVictim> = GraftSlot::new(&rt, Arc::new(k), Access::Process(1), None);
     // Picks the first candidate whose page number is even.
     let even = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
-        (func (export "vas_pick_victim") (param $n i32) (result i32) (local $i i32)
+        (func (export "toy_pick_victim") (param $n i32) (result i32) (local $i i32)
           (block $done (loop $next
             (br_if $done (i32.ge_s (local.get $i) (local.get $n)))
             (if (i64.eqz (i64.rem_u (i64.load (i32.add (i32.const 1024) (i32.shl (local.get $i) (i32.const 3)))) (i64.const 2)))
@@ -315,7 +315,7 @@ fn victim_choice_passes_through_the_argument_area() {
         "index n is invalid: default (the LRU page)"
     );
     assert_eq!(slot.stats().unwrap().failures, 1);
-    let no_area = r#"(module (func (export "vas_pick_victim") (param i32) (result i32) i32.const 0))"#;
+    let no_area = r#"(module (func (export "toy_pick_victim") (param i32) (result i32) i32.const 0))"#;
     assert!(matches!(
         slot.load(&wasm(no_area), Owner::process(1)).unwrap_err(),
         LoadError::ArgArea { .. }
@@ -326,11 +326,11 @@ fn victim_choice_passes_through_the_argument_area() {
 fn read_ahead_extents_are_checked_against_the_file() {
     let rt = runtime();
     let file = Arc::new(ToyFile::new(64 * 1024));
-    let slot: GraftSlot<ComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), Some("3"));
-    assert_eq!(slot.name(), "file.compute_ra/3");
+    let slot: GraftSlot<ToyComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), Some("3"));
+    assert_eq!(slot.name(), "toy.compute_ra/3");
     // Asks for `len` bytes at offset+len+delta, delta given in the first i64 of its data.
     let ra = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
-        (func (export "file_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
+        (func (export "toy_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
           (i64.store (i32.const 1024) (i64.add (i64.add (local.get $off) (i64.extend_i32_u (local.get $len))) (i64.load (i32.const 0))))
           (i64.store (i32.const 1032) (i64.const 4096))
           (i32.const 1)))"#;
@@ -355,7 +355,7 @@ fn namespace_checks_permissions() {
     let k = ToyKernel::new(1);
     let ns = Namespace::new();
     let global: Arc<GraftSlot<ToyApply>> = Arc::new(GraftSlot::new(&rt, Arc::new(k.clone()), Access::Privileged, None));
-    let mine: Arc<GraftSlot<PickVictim>> = Arc::new(GraftSlot::new(&rt, Arc::new(k), Access::Process(7), None));
+    let mine: Arc<GraftSlot<ToyPickVictim>> = Arc::new(GraftSlot::new(&rt, Arc::new(k), Access::Process(7), None));
     ns.register(global.clone());
     ns.register(mine.clone());
     let user = Principal {
@@ -377,16 +377,16 @@ fn namespace_checks_permissions() {
     ns.load(root, "toy.apply", &wasm(DOUBLE), Owner::process(1)).unwrap();
     assert_eq!(global.invoke(&4), 8);
     let even = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
-        (func (export "vas_pick_victim") (param i32) (result i32) i32.const 0))"#;
+        (func (export "toy_pick_victim") (param i32) (result i32) i32.const 0))"#;
     assert!(matches!(
-        ns.load(user, "vas.pick_victim", &wasm(even), Owner::process(8)),
+        ns.load(user, "toy.pick_victim", &wasm(even), Owner::process(8)),
         Err(GraftError::PermissionDenied { .. })
     ));
     assert!(matches!(
-        ns.load(root, "vas.pick_victim", &wasm(even), Owner::process(1)),
+        ns.load(root, "toy.pick_victim", &wasm(even), Owner::process(1)),
         Err(GraftError::PermissionDenied { .. })
     ));
-    ns.load(owner, "vas.pick_victim", &wasm(even), Owner::process(7))
+    ns.load(owner, "toy.pick_victim", &wasm(even), Owner::process(7))
         .unwrap();
     assert!(matches!(
         ns.load(owner, "no.such", &wasm(even), Owner::process(7)),
@@ -396,7 +396,7 @@ fn namespace_checks_permissions() {
     assert_eq!(ns.unload_owned_by(7), 1);
     assert_eq!(mine.policy_kind(), PolicyKind::Default);
     assert!(matches!(
-        ns.unload(owner, "vas.pick_victim"),
+        ns.unload(owner, "toy.pick_victim"),
         Err(GraftError::NotLoaded(_))
     ));
 }

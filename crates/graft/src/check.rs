@@ -1,0 +1,178 @@
+//! Checking a module against a graftpoint: what a load checks before it instantiates anything.
+//!
+//! [`GraftSlot::load`](crate::GraftSlot::load) runs these checks on every module before it
+//! instantiates it, and [`check_module`] runs the same ones from the graftpoint's type alone,
+//! with no kernel object (`vino graft check`): the imports are the graftpoint's graft-callable
+//! functions with their types, the entry point is exported with the graftpoint's signature, the
+//! argument area is exported if the graftpoint uses it, and the memory the module starts with
+//! fits under the cap. What only an instance can tell (a start function that fails, where
+//! `vino_args` points) is left to the load.
+
+use crate::callable::Callables;
+use crate::error::LoadError;
+use crate::point::{GraftPoint, Signature, export_name, func_text, types_match};
+use crate::runtime::{Compiled, Runtime, RuntimeConfig};
+use crate::sandbox::CONTROL_PREFIX;
+use wasmtime::{ExternType, FuncType, Module, ValType};
+
+/// Bytes in a Wasm page.
+const WASM_PAGE: u64 = 65536;
+
+/// What a module that passed the checks for a graftpoint is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ModuleSummary {
+    /// The graftpoint checked against (as named in the load: `file.compute_ra/3`).
+    pub point: String,
+    /// SHA-256 of the module, hex.
+    pub hash: String,
+    pub size: usize,
+    /// The entry point it exports.
+    pub entry: String,
+    pub signature: Signature,
+    /// What it imports, `vino.<name>`, in the module's order.
+    pub imports: Vec<String>,
+    /// Its control functions, without the `vino_ctl_` prefix.
+    pub controls: Vec<String>,
+    /// True if it exports the argument area the graftpoint uses.
+    pub uses_arg_area: bool,
+    /// Bytes of linear memory it starts with.
+    pub memory_bytes: u64,
+}
+
+/// Compiles `wasm` (or finds it in `runtime`'s module cache) and checks that it would load at
+/// graftpoint `G`, without a kernel object. `Ok` means a load would pass every check but those
+/// only an instance can make (a start function that fails, `vino_args` pointing outside memory).
+pub fn check_module<G: GraftPoint>(runtime: &Runtime, wasm: &[u8]) -> Result<ModuleSummary, LoadError> {
+    let compiled = runtime.compile(wasm)?;
+    let callables = Callables::<G::Env>::of::<G>(runtime.engine());
+    check::<G>(&compiled, wasm.len(), &callables, G::NAME, runtime.config())
+}
+
+/// The names a graft at `G` may import from module `vino`: the common ones and `G`'s own.
+pub fn allowed_imports<G: GraftPoint>() -> Vec<&'static str> {
+    crate::callable::COMMON.iter().chain(G::CALLABLE).copied().collect()
+}
+
+/// The checks of a load, on a compiled module. `point` names the graftpoint in errors.
+pub(crate) fn check<G: GraftPoint>(
+    compiled: &Compiled,
+    size: usize,
+    callables: &Callables<G::Env>,
+    point: &str,
+    config: &RuntimeConfig,
+) -> Result<ModuleSummary, LoadError> {
+    let module = &compiled.module;
+    let imports = check_imports(module, callables, point)?;
+    let memory_bytes = check_memory(module, config.memory_cap)?;
+    let signature = Signature::of::<G>();
+    let entry = export_name(G::NAME);
+    check_entry(module, &entry, signature, point)?;
+    if G::USES_ARG_AREA {
+        check_arg_area(module, point)?;
+    }
+    let controls = module
+        .exports()
+        .filter(|e| matches!(e.ty(), ExternType::Func(_)))
+        .filter_map(|e| e.name().strip_prefix(CONTROL_PREFIX).map(str::to_string))
+        .collect();
+    Ok(ModuleSummary {
+        point: point.to_string(),
+        hash: compiled.hash.iter().map(|b| format!("{b:02x}")).collect(),
+        size,
+        entry,
+        signature,
+        imports,
+        controls,
+        uses_arg_area: G::USES_ARG_AREA,
+        memory_bytes,
+    })
+}
+
+/// Refuses imports outside the graftpoint's allow-list, naming them, and allowed functions
+/// imported with another type than the kernel's.
+fn check_imports<E: Send + Sync + 'static>(
+    module: &Module,
+    callables: &Callables<E>,
+    point: &str,
+) -> Result<Vec<String>, LoadError> {
+    let mut imports = Vec::new();
+    for import in module.imports() {
+        let defined = match import.ty() {
+            ExternType::Func(ty) if import.module() == "vino" => callables.get(import.name()).map(|d| (d, ty)),
+            _ => None,
+        };
+        let Some((defined, ty)) = defined else {
+            return Err(LoadError::ForbiddenImport {
+                module: import.module().to_string(),
+                name: import.name().to_string(),
+                point: point.to_string(),
+                allowed: callables
+                    .names()
+                    .map(|n| format!("vino.{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        if !types_match(&defined.params, ty.params()) || !types_match(defined.results, ty.results()) {
+            return Err(LoadError::Link(format!(
+                "`vino.{}` is imported as {}, but the kernel's has type {}",
+                defined.name,
+                describe(&ty),
+                func_text(&defined.params, defined.results)
+            )));
+        }
+        imports.push(format!("vino.{}", import.name()));
+    }
+    Ok(imports)
+}
+
+/// Refuses a module whose memories start larger than the cap; returns the largest start.
+fn check_memory(module: &Module, cap: usize) -> Result<u64, LoadError> {
+    let pages = module.resources_required().max_initial_memory_size.unwrap_or(0);
+    let bytes = pages.saturating_mul(WASM_PAGE);
+    if bytes > cap as u64 {
+        return Err(LoadError::MemoryCap { cap });
+    }
+    Ok(bytes)
+}
+
+fn check_entry(module: &Module, entry: &str, signature: Signature, point: &str) -> Result<(), LoadError> {
+    let missing = |why: String| LoadError::MissingEntry {
+        export: entry.to_string(),
+        point: point.to_string(),
+        why,
+    };
+    match module.get_export(entry) {
+        None => Err(missing(format!(
+            "the module exports nothing of that name (it must be `{entry}{signature}`)"
+        ))),
+        Some(ExternType::Func(ty)) => {
+            if signature.matches(&ty) {
+                Ok(())
+            } else {
+                Err(missing(format!("it has type {}, not {signature}", describe(&ty))))
+            }
+        }
+        Some(_) => Err(missing("it is not a function".into())),
+    }
+}
+
+fn check_arg_area(module: &Module, point: &str) -> Result<(), LoadError> {
+    let err = |why: &str| LoadError::ArgArea {
+        point: point.to_string(),
+        why: why.to_string(),
+    };
+    if !matches!(module.get_export("memory"), Some(ExternType::Memory(_))) {
+        return Err(err("the graft exports no `memory`"));
+    }
+    match module.get_export("vino_args") {
+        Some(ExternType::Global(g)) if matches!(g.content(), ValType::I32) => Ok(()),
+        Some(_) => Err(err("`vino_args` is not an i32 global")),
+        None => Err(err("the graft exports no `vino_args`")),
+    }
+}
+
+/// A function type in the notation of [`Signature`]'s `Display`.
+fn describe(ty: &FuncType) -> String {
+    func_text(ty.params(), ty.results())
+}

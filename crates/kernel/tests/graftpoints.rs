@@ -1,0 +1,174 @@
+//! The registry of graftpoints against the kernel: it lists exactly the graftpoints a booted
+//! kernel creates, who may graft each is what the slots enforce, and its checkers accept what the
+//! kernel's slots load (the SDK's examples) and refuse what they refuse.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use vino_blockdev::{BlockDevice, MemDevice};
+use vino_fs::{MkfsOptions, mkfs};
+use vino_graft::{Access, LoadError, Runtime, WasmType};
+use vino_kernel::graftpoints::{self, Grafter, Graftpoint};
+use vino_kernel::{Credentials, Fd, Kernel, KernelConfig, OpenFlags, Process};
+
+fn boot() -> Arc<Kernel> {
+    let dev = Arc::new(MemDevice::new(8192));
+    mkfs(
+        &*dev,
+        &MkfsOptions {
+            blocks_per_group: 2048,
+            ..MkfsOptions::default()
+        },
+    )
+    .unwrap();
+    let config = KernelConfig {
+        cache_frames: 64,
+        writeback_every: None,
+        ..KernelConfig::default()
+    };
+    Kernel::boot(dev as Arc<dyn BlockDevice>, &config).unwrap()
+}
+
+/// A process of `kernel` with a file it created open on a descriptor.
+fn with_open_file(kernel: &Arc<Kernel>, cred: Credentials, path: &str) -> (Arc<Process>, Fd) {
+    let p = kernel.spawn(cred);
+    let fd = p.open(path, OpenFlags::create()).unwrap();
+    (p, fd)
+}
+
+#[test]
+fn the_registry_lists_exactly_the_graftpoints_a_kernel_creates() {
+    let kernel = boot();
+    kernel.spawn(Credentials::root()).mkdir("/u", 0o777).unwrap();
+    for (cred, path) in [(Credentials::root(), "/f"), (Credentials::user(1000, 1000), "/u/f")] {
+        let privileged = cred.privileged;
+        let (p, _fd) = with_open_file(&kernel, cred, path);
+        let slots = p.graft_list();
+        let mut created = BTreeSet::new();
+        for slot in &slots {
+            let entry = graftpoints::find(&slot.point)
+                .unwrap_or_else(|| panic!("slot `{}` is no graftpoint of the registry", slot.point));
+            created.insert(entry.name);
+            let expected = match entry.who {
+                Grafter::Privileged => Access::Privileged,
+                // Every per-object graftpoint here is the process's own (it created the file).
+                _ => Access::Process(p.pid()),
+            };
+            assert_eq!(slot.access, expected, "{}: {:?}", slot.point, entry.who);
+        }
+        let registered: BTreeSet<_> = graftpoints::names().into_iter().collect();
+        assert_eq!(created, registered, "privileged {privileged}");
+    }
+}
+
+/// The smallest module for `g`: memory and the argument area if it uses one, an entry point that
+/// answers 0, and `extra` (imports) first.
+fn minimal(g: &Graftpoint, extra: &str) -> Vec<u8> {
+    let ty = |t: &WasmType| t.name();
+    let params: Vec<&str> = g.signature.params.iter().map(ty).collect();
+    let result = match g.signature.results {
+        [WasmType::I32] => "(result i32) i32.const 0",
+        [WasmType::I64] => "(result i64) i64.const 0",
+        other => panic!("{}: results {other:?}", g.name),
+    };
+    let area = if g.uses_arg_area {
+        r#"(memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))"#
+    } else {
+        ""
+    };
+    format!(
+        r#"(module {extra} {area} (func (export "{}") (param {}) {result}))"#,
+        g.export(),
+        params.join(" ")
+    )
+    .into_bytes()
+}
+
+/// Where each graftpoint is reached in the namespace of a process holding file `fd`.
+fn slot_name(g: &Graftpoint, fd: Fd) -> String {
+    match g.who {
+        Grafter::Opener | Grafter::FileCreator | Grafter::FileCreatorOrPrivileged => format!("{}/{fd}", g.name),
+        _ => g.name.to_string(),
+    }
+}
+
+#[test]
+fn every_graftpoint_checks_and_loads_a_minimal_graft_and_refuses_the_toys_imports() {
+    let rt = Runtime::default();
+    let kernel = boot();
+    let (p, fd) = with_open_file(&kernel, Credentials::root(), "/f");
+    let toy_import = r#"(import "vino" "vino_toy_get" (func (param i32) (result i64)))"#;
+    for g in graftpoints::all() {
+        let good = minimal(g, "");
+        let summary = (g.check)(&rt, &good).unwrap_or_else(|e| panic!("{}: {e}", g.name));
+        assert_eq!((summary.point.as_str(), summary.entry.as_str()), (g.name, &*g.export()));
+        p.graft_load(&slot_name(g, fd), &good)
+            .unwrap_or_else(|e| panic!("{}: the checker passed what the slot refuses: {e}", g.name));
+        p.graft_unload(&slot_name(g, fd)).unwrap();
+
+        let toy = minimal(g, toy_import);
+        let err = (g.check)(&rt, &toy).unwrap_err();
+        assert!(
+            matches!(&err, LoadError::ForbiddenImport { name, point, .. } if name == "vino_toy_get" && point == g.name),
+            "{}: {err}",
+            g.name
+        );
+        let loaded = p.graft_load(&slot_name(g, fd), &toy).unwrap_err();
+        assert!(loaded.to_string().contains("vino.vino_toy_get"), "{}: {loaded}", g.name);
+
+        let empty = b"(module)".to_vec();
+        assert!(
+            matches!((g.check)(&rt, &empty), Err(LoadError::MissingEntry { .. })),
+            "{}",
+            g.name
+        );
+    }
+}
+
+/// The SDK's examples for the kernel's graftpoints, by graftpoint.
+const EXAMPLES: &[(&str, &[&str])] = &[
+    ("vas.pick_victim", &["hotlist_evict", "lookahead_evict"]),
+    (
+        "file.compute_ra",
+        &["sequential_ra", "index_readahead", "wisc_readahead"],
+    ),
+    ("file.block_buddy", &["noswitch"]),
+    ("disk.pick_request", &["elevator", "fifo"]),
+    ("lock.grant", &["lock_fifo"]),
+    ("event.fs.unlink", &["unlink_log", "unlink_log_sync"]),
+];
+
+/// The SDK's examples for the toy kernel.
+const TOY_EXAMPLES: &[&str] = &["null", "toy_counter"];
+
+#[test]
+fn the_sdk_examples_check_at_their_graftpoint_and_load_there() {
+    let listed: BTreeSet<&str> = EXAMPLES.iter().flat_map(|(_, e)| e.iter().copied()).collect();
+    for (name, _) in vino_sdk::EXAMPLES {
+        assert!(
+            listed.contains(name) || TOY_EXAMPLES.contains(name),
+            "example {name}: which graftpoint is it for?"
+        );
+    }
+    let rt = Runtime::default();
+    let kernel = boot();
+    let (p, fd) = with_open_file(&kernel, Credentials::root(), "/f");
+    let opts = vino_sdk::BuildOptions::default();
+    for (point, examples) in EXAMPLES {
+        let g = graftpoints::find(point).unwrap();
+        for example in *examples {
+            let wasm = vino_sdk::build_example(example, &opts).unwrap();
+            let summary = (g.check)(&rt, &wasm).unwrap_or_else(|e| panic!("{example} at {point}: {e}"));
+            assert_eq!(summary.signature, g.signature);
+            p.graft_load(&slot_name(g, fd), &wasm)
+                .unwrap_or_else(|e| panic!("{example} at {point}: {e}"));
+            // Built for one graftpoint, an example does not pass for another.
+            let other = graftpoints::all().iter().find(|o| o.signature != g.signature).unwrap();
+            assert!((other.check)(&rt, &wasm).is_err(), "{example} at {}", other.name);
+        }
+    }
+    // The toy kernel's examples import the toy's functions: the kernel refuses them.
+    let counter = vino_sdk::build_example("toy_counter", &opts).unwrap();
+    for g in graftpoints::all() {
+        assert!((g.check)(&rt, &counter).is_err(), "toy_counter at {}", g.name);
+    }
+}
