@@ -378,7 +378,7 @@ fn find_arg_area<E>(
         return Err(err("`vino_args` is not an i32 global"));
     };
     let at = addr as u32 as usize;
-    if at % 8 != 0 || at + ARG_BYTES > memory.data_size(&*store) {
+    if !at.is_multiple_of(8) || at + ARG_BYTES > memory.data_size(&*store) {
         return Err(err(
             "`vino_args` does not point at 4096 aligned bytes inside the graft's memory",
         ));

@@ -210,9 +210,9 @@ pub fn names() -> Vec<&'static str> {
 /// A budget in words: `10 ms`, `100 µs`.
 pub fn budget_text(budget: Duration) -> String {
     let ns = budget.as_nanos();
-    if ns % 1_000_000 == 0 {
+    if ns.is_multiple_of(1_000_000) {
         format!("{} ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         format!("{} µs", ns / 1_000)
     } else {
         format!("{ns} ns")
