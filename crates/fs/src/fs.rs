@@ -415,7 +415,7 @@ impl FileSystem {
         })
     }
 
-    // ---- block mapping and allocation (the page cache's interface) ------------------------
+    // ---- block mapping and allocation (what a page cache above needs) ---------------------
 
     /// The device block holding file block `index`, or `None` for a hole.
     pub fn locate(&self, ino: u64, index: u64) -> Result<Option<u64>> {
@@ -498,18 +498,13 @@ impl FileSystem {
         Ok(())
     }
 
-    /// An implementation of the page cache's [`vino_cache::Backing`] for one file.
-    pub fn backing(self: &Arc<Self>, ino: u64) -> FileBacking {
-        FileBacking { fs: self.clone(), ino }
-    }
-
     // ---- the uncached data path -----------------------------------------------------------
 
     /// Reads up to `buf.len()` bytes at `offset`, straight from the device; returns how many
     /// (0 at or past the end of file). Holes read as zeros.
     ///
     /// This is the uncached path, used by tests, mkfs/fsck and tools; the kernel reads through
-    /// the page cache instead, using [`FileSystem::backing`].
+    /// its page cache instead, which finds a file's blocks with [`FileSystem::locate`].
     pub fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let (size, map) = self.read(|g| {
             let i = g.live(ino)?;
@@ -692,27 +687,5 @@ impl FileSystem {
         ));
         g.slots.insert(ino, slot.clone());
         Ok(slot)
-    }
-}
-
-/// One file as the page cache sees it (see [`vino_cache::Backing`]).
-pub struct FileBacking {
-    fs: Arc<FileSystem>,
-    ino: u64,
-}
-
-impl FileBacking {
-    pub fn ino(&self) -> u64 {
-        self.ino
-    }
-}
-
-impl vino_cache::Backing for FileBacking {
-    fn locate(&self, index: u64) -> io::Result<Option<u64>> {
-        self.fs.locate(self.ino, index).map_err(io::Error::from)
-    }
-
-    fn size(&self) -> u64 {
-        self.fs.stat(self.ino).map_or(0, |s| s.size)
     }
 }

@@ -13,9 +13,12 @@
 //! the first indirect block, which the NoSwitch graft of the thesis removes.
 //!
 //! [`mkfs`] makes a file system, [`FileSystem::mount`] mounts one, [`fsck`](fn@fsck) checks and repairs
-//! one. File data goes through the page cache in the kernel ([`FileSystem::backing`],
-//! [`FileSystem::allocate_block`], [`FileSystem::set_size`], [`FileSystem::fsync`]); tests and
-//! tools use the uncached [`FileSystem::read_at`] / [`FileSystem::write_at`].
+//! one. In the kernel, file data goes through the page cache, which this crate does not know:
+//! the kernel maps and allocates a file's blocks with [`FileSystem::locate`] and
+//! [`FileSystem::allocate_block`], sets sizes with [`FileSystem::extend_size`] and
+//! [`FileSystem::set_size`], and registers a [`DataHook`] so that a commit writes the cache's
+//! data first; tests and tools use the uncached [`FileSystem::read_at`] /
+//! [`FileSystem::write_at`].
 
 mod core;
 mod error;
@@ -29,7 +32,7 @@ pub mod placement;
 
 pub use crate::core::{AllocCounters, DirEntry, NewFile, SetAttr, Stat};
 pub use error::{FsError, FsErrorKind, Result};
-pub use fs::{Allocation, DataHook, FileBacking, FileSystem, FsStats, MountOptions};
+pub use fs::{Allocation, DataHook, FileSystem, FsStats, MountOptions};
 pub use fsck::{FsckReport, Problem, fsck};
 pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, ROOT_INO};
 pub use meta::MetaCounters;

@@ -3,6 +3,7 @@
 //! The rules are POSIX's: the owner (or a privileged process) changes modes and sets explicit
 //! times, only a privileged process gives a file away, anyone who may write may touch a file.
 
+use crate::cache_io::FileBacking;
 use crate::error::{Errno, SysError, SysResult};
 use crate::perm::{self, EXEC, WRITE};
 use crate::process::Process;
@@ -191,10 +192,13 @@ impl Process {
         }
         let gap = (BS - old % BS).min(new_size - old) as usize;
         let ctx = IoCtx::new(self.pid());
-        Ok(self
-            .kernel()
-            .cache
-            .write(&ctx, ino, &fs.backing(ino), old, &[0u8; BLOCK_SIZE][..gap])?)
+        Ok(self.kernel().cache.write(
+            &ctx,
+            ino,
+            &FileBacking::new(fs.clone(), ino),
+            old,
+            &[0u8; BLOCK_SIZE][..gap],
+        )?)
     }
 }
 

@@ -1,12 +1,13 @@
 //! Open files: descriptors, flags, the per-open-file read-ahead state, and the kernel-wide table
 //! of how often each file is open (so that a file unlinked while open lives until its last close).
 
+use crate::cache_io::FileBacking;
 use crate::error::{Errno, SysError, SysResult};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use vino_cache::ReadAhead;
-use vino_fs::{FileBacking, FileSystem, NewFile};
+use vino_fs::{FileSystem, NewFile};
 
 /// A file descriptor.
 pub type Fd = u32;

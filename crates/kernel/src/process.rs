@@ -1,5 +1,6 @@
 //! A process and its system calls.
 
+use crate::cache_io::FileBacking;
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::{Fd, FdTable, OpenFile, OpenFlags};
 use crate::perm::{self, Credentials, EXEC, READ, WRITE};
@@ -143,7 +144,7 @@ impl Process {
             flags,
             offset: Mutex::new(0),
             ra: ReadAhead::new(&kernel.runtime, self.pid, &fd.to_string()),
-            backing: kernel.fs.backing(ino),
+            backing: FileBacking::new(kernel.fs.clone(), ino),
         });
         kernel.files.opened(ino);
         kernel.file_grafts.on_open(ino, &file.ra);

@@ -1,0 +1,86 @@
+//! What the page cache is wired to. The cache, the file system and the I/O scheduler are
+//! siblings that do not know each other; the kernel joins them here:
+//!
+//! * [`FileBacking`]: one file of the [`FileSystem`] as the cache's [`Backing`] (where its
+//!   blocks are, how big it is);
+//! * [`SchedulerIo`] and [`QueueIo`]: the cache's [`PageIo`] through the I/O scheduler (the
+//!   kernel's choice) or straight to a device queue (benchmarks of the cache alone).
+
+use std::io;
+use std::sync::Arc;
+use vino_blockdev::{IoQueue, IoRequest, Ticket};
+use vino_cache::{Backing, PageIo};
+use vino_fs::FileSystem;
+use vino_iosched::IoScheduler;
+
+/// One file as the page cache sees it.
+pub struct FileBacking {
+    fs: Arc<FileSystem>,
+    ino: u64,
+}
+
+impl FileBacking {
+    pub fn new(fs: Arc<FileSystem>, ino: u64) -> FileBacking {
+        FileBacking { fs, ino }
+    }
+
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+}
+
+impl Backing for FileBacking {
+    fn locate(&self, index: u64) -> io::Result<Option<u64>> {
+        self.fs.locate(self.ino, index).map_err(io::Error::from)
+    }
+
+    fn size(&self) -> u64 {
+        self.fs.stat(self.ino).map_or(0, |s| s.size)
+    }
+}
+
+/// The page cache's I/O through the I/O scheduler (and its `disk.pick_request` graftpoint).
+pub struct SchedulerIo(pub Arc<IoScheduler>);
+
+impl PageIo for SchedulerIo {
+    fn submit(&self, request: IoRequest) -> Ticket {
+        self.0.submit(request)
+    }
+}
+
+/// The page cache's I/O straight to a device queue, with no scheduler in between.
+pub struct QueueIo(pub IoQueue);
+
+impl PageIo for QueueIo {
+    fn submit(&self, request: IoRequest) -> Ticket {
+        self.0.submit(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vino_blockdev::{BlockDevice, MemDevice};
+    use vino_fs::{MkfsOptions, MountOptions, NewFile, mkfs};
+    use vino_graft::Runtime;
+
+    #[test]
+    fn a_file_backing_reports_the_files_size_and_blocks() {
+        let dev = Arc::new(MemDevice::new(4096));
+        mkfs(&*dev, &MkfsOptions::default()).unwrap();
+        let fs = FileSystem::mount(
+            dev as Arc<dyn BlockDevice>,
+            &Runtime::default(),
+            &MountOptions::default(),
+        )
+        .unwrap();
+        let ino = fs.create(fs.root(), "f", &NewFile::by(1)).unwrap();
+        let block = fs.allocate(ino, 3).unwrap();
+        fs.extend_size(ino, 4 * 4096).unwrap();
+        let backing = FileBacking::new(fs.clone(), ino);
+        assert_eq!(backing.ino(), ino);
+        assert_eq!(backing.size(), 4 * 4096);
+        assert_eq!(backing.locate(3).unwrap(), Some(block));
+        assert_eq!(backing.locate(0).unwrap(), None);
+    }
+}
