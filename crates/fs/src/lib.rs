@@ -20,21 +20,21 @@
 //! data first; tests and tools use the uncached [`FileSystem::read_at`] /
 //! [`FileSystem::write_at`].
 
-mod core;
 mod error;
-mod fs;
+mod filesystem;
 pub mod fsck;
 pub mod journal;
 pub mod layout;
 pub mod meta;
 mod mkfs;
 pub mod placement;
+mod state;
 
-pub use crate::core::{AllocCounters, DirEntry, NewFile, SetAttr, Stat};
 pub use error::{FsError, FsErrorKind, Result};
-pub use fs::{Allocation, DataHook, FileSystem, FsStats, MountOptions};
+pub use filesystem::{Allocation, DataHook, FileSystem, FsStats, MountOptions};
 pub use fsck::{FsckReport, Problem, fsck};
 pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, ROOT_INO};
 pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
+pub use state::{AllocCounters, DirEntry, NewFile, SetAttr, Stat};

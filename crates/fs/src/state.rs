@@ -1,9 +1,15 @@
-//! The file system's state and every operation on it, run under the file system's lock.
+//! The mounted file system's in-memory state, [`FsState`], and every operation on it: names
+//! (lookup, create, link, unlink, rename, directories), inodes and attributes, mapping and
+//! allocating file blocks, file sizes, commits and checkpoints. [`FsState`] holds the metadata
+//! blocks and the running journal transaction ([`crate::meta`]), the freed blocks waiting for a
+//! checkpoint, the inodes whose data a commit must write first, and the `file.block_buddy`
+//! graftpoints.
 //!
-//! Operations that change metadata run as *ops* (see [`crate::meta`]): all or nothing within the
-//! running transaction. The data path's logic (mapping a file block, allocating one, changing a
-//! file's size) lives here once and serves both the uncached path of [`crate::FileSystem`] and
-//! the page cache.
+//! Everything here runs under the file system's lock, which [`crate::FileSystem`] takes around
+//! each call. Operations that change metadata run as *ops* (see [`crate::meta`]): all or nothing
+//! within the running transaction. The data path's logic (mapping a file block, allocating one,
+//! changing a file's size) lives here once and serves both the uncached path of
+//! [`crate::FileSystem`] and a page cache above it.
 
 use crate::error::{FsError, Result, corrupt};
 use crate::layout::*;
@@ -139,7 +145,8 @@ impl Found {
     }
 }
 
-pub(crate) struct Inner {
+/// The state of a mounted file system (see the module documentation).
+pub(crate) struct FsState {
     pub meta: Meta,
     pub geo: Geometry,
     pub placement: Arc<Placement>,
@@ -147,7 +154,7 @@ pub(crate) struct Inner {
     pending_unslot: Vec<u64>,
     /// Blocks freed and not yet reusable, with the sequence number of the transaction that
     /// freed them: reusable once that transaction has been checkpointed (see
-    /// [`Inner::release_deferred`]).
+    /// [`FsState::release_deferred`]).
     deferred: VecDeque<(u64, u64)>,
     deferred_set: HashSet<u64>,
     deferred_in_group: Vec<u32>,
@@ -193,10 +200,10 @@ fn next_pref(geo: &Geometry, b: u64) -> u64 {
     if b + 1 < geo.block_count { b + 1 } else { b }
 }
 
-impl Inner {
-    pub fn new(meta: Meta, placement: Arc<Placement>) -> Inner {
+impl FsState {
+    pub fn new(meta: Meta, placement: Arc<Placement>) -> FsState {
         let geo = meta.geo.clone();
-        Inner {
+        FsState {
             deferred_in_group: vec![0; geo.groups as usize],
             meta,
             geo,

@@ -1,11 +1,14 @@
-//! The mounted file system: its public operations, mount and unmount.
+//! The mounted file system, [`FileSystem`]: mount, its public operations, commit, sync and
+//! unmount, and the uncached data path. Each operation takes the lock around the state
+//! ([`crate::state`]): `with_state` for one that only reads, `in_transaction` for one that changes
+//! metadata (it goes whole into the running journal transaction, which it may first commit).
 
-use crate::core::{AllocCounters, DirEntry, Inner, Mode, NewFile, SetAttr, Stat};
 use crate::error::{FsError, Result, corrupt};
 use crate::journal::{self, JournalHeader, ScanError};
 use crate::layout::*;
 use crate::meta::{JournalState, Meta, MetaCounters};
 use crate::placement::{BlockBuddy, Placement};
+use crate::state::{AllocCounters, DirEntry, FsState, Mode, NewFile, SetAttr, Stat};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::io;
@@ -80,7 +83,7 @@ pub struct Allocation {
 /// it. Dropping a `FileSystem` without [`FileSystem::unmount`] is like a power cut: what was
 /// committed survives.
 pub struct FileSystem {
-    inner: Mutex<Inner>,
+    state: Mutex<FsState>,
     dev: Arc<dyn BlockDevice>,
     runtime: Runtime,
     geo: Geometry,
@@ -198,20 +201,20 @@ impl FileSystem {
         let placement = Arc::new(Placement::new(&geo, &free));
         let log = geo.log_len() as usize;
         let meta = Meta::new(dev.clone(), geo.clone(), journal, opts.meta_cache_blocks);
-        let mut inner = Inner::new(meta, placement.clone());
-        let root = inner.read_inode(ROOT_INO)?;
+        let mut state = FsState::new(meta, placement.clone());
+        let root = state.read_inode(ROOT_INO)?;
         if !root.is_dir() {
             return Err(corrupt("the root inode is not a directory"));
         }
-        inner.dir(ROOT_INO)?;
+        state.dir(ROOT_INO)?;
         sb.state = STATE_MOUNTED;
         sb.mount_count = sb.mount_count.wrapping_add(1);
-        sb.mounted_ns = crate::core::now_ns();
+        sb.mounted_ns = crate::state::now_ns();
         write_superblock(&*dev, &sb)?;
         let hard = log / 2;
         let soft = opts.commit_blocks.unwrap_or(log / 4).clamp(1, hard);
         Ok(Arc::new(FileSystem {
-            inner: Mutex::new(inner),
+            state: Mutex::new(state),
             dev,
             runtime: runtime.clone(),
             geo,
@@ -224,22 +227,22 @@ impl FileSystem {
         }))
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
-        let g = self.inner.lock();
+    fn lock(&self) -> Result<MutexGuard<'_, FsState>> {
+        let g = self.state.lock();
         g.usable()?;
         Ok(g)
     }
 
-    /// Runs a read-only operation.
-    fn read<T>(&self, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+    /// Runs a read-only operation on the state, under the lock.
+    fn with_state<T>(&self, f: impl FnOnce(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
         f(&mut g)
     }
 
-    /// Runs an operation that changes metadata: all of it or none of it goes into the running
-    /// transaction. One that runs out of space while freed blocks wait for a checkpoint is
-    /// retried once after committing and checkpointing.
-    fn op<T>(&self, mut f: impl FnMut(&mut Inner) -> Result<T>) -> Result<T> {
+    /// Runs an operation that changes metadata, under the lock: all of it or none of it goes
+    /// into the running journal transaction. One that runs out of space while freed blocks wait
+    /// for a checkpoint is retried once after committing and checkpointing.
+    fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
         let dirty = self.lock()?.meta.dirty_count();
         if dirty >= self.soft_commit {
             self.commit()?;
@@ -290,7 +293,7 @@ impl FileSystem {
     }
 
     pub fn stats(&self) -> FsStats {
-        let mut g = self.inner.lock();
+        let mut g = self.state.lock();
         let free_blocks = (0..self.geo.groups).map(|i| u64::from(self.placement.free(i))).sum();
         let free_inodes = (0..self.geo.groups)
             .map(|i| g.header(i).map_or(0, |h| u64::from(h.free_inodes)))
@@ -310,98 +313,98 @@ impl FileSystem {
     // ---- namespace ------------------------------------------------------------------------
 
     pub fn lookup(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<u64> {
-        self.read(|g| g.lookup(dir, name.as_ref()))
+        self.with_state(|g| g.lookup(dir, name.as_ref()))
     }
 
     /// The inode of an absolute path.
     pub fn resolve(&self, path: impl AsRef<[u8]>) -> Result<u64> {
-        self.read(|g| g.resolve(path.as_ref()))
+        self.with_state(|g| g.resolve(path.as_ref()))
     }
 
     /// Creates a regular file.
     pub fn create(&self, dir: u64, name: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
-        self.op(|g| g.create(dir, name.as_ref(), FileType::Regular, attrs))
+        self.in_transaction(|g| g.create(dir, name.as_ref(), FileType::Regular, attrs))
     }
 
     /// Creates a directory.
     pub fn mkdir(&self, dir: u64, name: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
-        self.op(|g| g.create(dir, name.as_ref(), FileType::Directory, attrs))
+        self.in_transaction(|g| g.create(dir, name.as_ref(), FileType::Directory, attrs))
     }
 
     /// Gives a regular file another name.
     pub fn link(&self, ino: u64, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| g.link(ino, dir, name.as_ref()))
+        self.in_transaction(|g| g.link(ino, dir, name.as_ref()))
     }
 
     /// Removes a name of a regular file; the file goes when its last name does. (A file still
     /// open elsewhere is the caller's to keep: the file system frees it at once.)
     pub fn unlink(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| g.unlink(dir, name.as_ref()))
+        self.in_transaction(|g| g.unlink(dir, name.as_ref()))
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| g.rmdir(dir, name.as_ref()))
+        self.in_transaction(|g| g.rmdir(dir, name.as_ref()))
     }
 
     /// Renames, replacing an existing destination of the same kind (an empty directory for a
     /// directory); refuses to move a directory into its own subtree.
     pub fn rename(&self, from_dir: u64, from: impl AsRef<[u8]>, to_dir: u64, to: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| g.rename(from_dir, from.as_ref(), to_dir, to.as_ref()))
+        self.in_transaction(|g| g.rename(from_dir, from.as_ref(), to_dir, to.as_ref()))
     }
 
     /// A directory's entries, `.` and `..` left out, in on-disk order.
     pub fn readdir(&self, dir: u64) -> Result<Vec<DirEntry>> {
-        self.read(|g| g.readdir(dir))
+        self.with_state(|g| g.readdir(dir))
     }
 
     pub fn stat(&self, ino: u64) -> Result<Stat> {
-        self.read(|g| g.stat(ino))
+        self.with_state(|g| g.stat(ino))
     }
 
     pub fn set_attr(&self, ino: u64, attrs: &SetAttr) -> Result<Stat> {
-        self.op(|g| g.set_attr(ino, attrs))
+        self.in_transaction(|g| g.set_attr(ino, attrs))
     }
 
     // ---- by path --------------------------------------------------------------------------
 
     pub fn stat_path(&self, path: impl AsRef<[u8]>) -> Result<Stat> {
-        self.read(|g| {
+        self.with_state(|g| {
             let ino = g.resolve(path.as_ref())?;
             g.stat(ino)
         })
     }
 
     pub fn create_path(&self, path: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (dir, name) = g.resolve_parent(path.as_ref())?;
             g.create(dir, name, FileType::Regular, attrs)
         })
     }
 
     pub fn mkdir_path(&self, path: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (dir, name) = g.resolve_parent(path.as_ref())?;
             g.create(dir, name, FileType::Directory, attrs)
         })
     }
 
     pub fn unlink_path(&self, path: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (dir, name) = g.resolve_parent(path.as_ref())?;
             g.unlink(dir, name)
         })
     }
 
     pub fn rmdir_path(&self, path: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (dir, name) = g.resolve_parent(path.as_ref())?;
             g.rmdir(dir, name)
         })
     }
 
     pub fn rename_path(&self, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (fd, fname) = g.resolve_parent(from.as_ref())?;
             let (td, tname) = g.resolve_parent(to.as_ref())?;
             g.rename(fd, fname, td, tname)
@@ -409,7 +412,7 @@ impl FileSystem {
     }
 
     pub fn readdir_path(&self, path: impl AsRef<[u8]>) -> Result<Vec<DirEntry>> {
-        self.read(|g| {
+        self.with_state(|g| {
             let ino = g.resolve(path.as_ref())?;
             g.readdir(ino)
         })
@@ -419,7 +422,7 @@ impl FileSystem {
 
     /// The device block holding file block `index`, or `None` for a hole.
     pub fn locate(&self, ino: u64, index: u64) -> Result<Option<u64>> {
-        self.read(|g| {
+        self.with_state(|g| {
             let i = g.live(ino)?;
             g.bmap(ino, &i, index)
         })
@@ -427,7 +430,7 @@ impl FileSystem {
 
     /// The device block of each file block up to the end of the file (0 for a hole).
     pub fn block_map(&self, ino: u64) -> Result<Vec<u64>> {
-        self.read(|g| {
+        self.with_state(|g| {
             let i = g.live(ino)?;
             let n = i.size.div_ceil(BS as u64);
             (0..n).map(|fb| Ok(g.bmap(ino, &i, fb)?.unwrap_or(0))).collect()
@@ -442,7 +445,7 @@ impl FileSystem {
 
     /// Like [`FileSystem::allocate`], and says whether the block is new.
     pub fn allocate_block(&self, ino: u64, index: u64) -> Result<Allocation> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             if g.live(ino)?.is_dir() {
                 return Err(FsError::IsADirectory(format!("inode {ino}")));
             }
@@ -462,7 +465,7 @@ impl FileSystem {
         if size > old.size {
             self.zero_tail(ino, old.size, size)?;
         }
-        self.op(|g| g.set_size(ino, size))
+        self.in_transaction(|g| g.set_size(ino, size))
     }
 
     /// Same as [`FileSystem::set_size`].
@@ -475,7 +478,7 @@ impl FileSystem {
         if end > MAX_FILE_SIZE {
             return Err(FsError::FileTooLarge);
         }
-        self.op(|g| g.extend(ino, end))
+        self.in_transaction(|g| g.extend(ino, end))
     }
 
     /// Zeroes bytes `[old_size, min(new_size, end of its block))` of the block holding the old
@@ -506,7 +509,7 @@ impl FileSystem {
     /// This is the uncached path, used by tests, mkfs/fsck and tools; the kernel reads through
     /// its page cache instead, which finds a file's blocks with [`FileSystem::locate`].
     pub fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let (size, map) = self.read(|g| {
+        let (size, map) = self.with_state(|g| {
             let i = g.live(ino)?;
             if i.is_dir() {
                 return Err(FsError::IsADirectory(format!("inode {ino}")));
@@ -600,7 +603,7 @@ impl FileSystem {
             }
             done += take;
         }
-        self.op(|g| g.extend(ino, offset + done as u64))?;
+        self.in_transaction(|g| g.extend(ino, offset + done as u64))?;
         Ok(done)
     }
 
@@ -628,7 +631,7 @@ impl FileSystem {
             && let Err(e) = h(&inos)
         {
             // Not committed: the next commit asks about these files again.
-            self.inner.lock().alloc_inos.extend(inos);
+            self.state.lock().alloc_inos.extend(inos);
             return Err(FsError::Io(e));
         }
         self.lock()?.commit_locked()
