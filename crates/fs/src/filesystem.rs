@@ -16,10 +16,14 @@ use std::sync::Arc;
 use vino_blockdev::BlockDevice;
 use vino_graft::{Access, GraftSlot, Runtime};
 
-/// Called before a commit with the inodes that got blocks since the last one: the page cache
-/// writes their dirty pages, so that the commit (which flushes the device first) never makes an
-/// allocation durable before the data it was made for.
+/// Called before every commit with the inodes that got blocks or a new size since the last one:
+/// the page cache writes their dirty pages, so that the commit (which flushes the device first)
+/// never makes an allocation or a size durable before the data it exposes. It is called without
+/// the file system's lock and may call back into the file system.
 pub type DataHook = Arc<dyn Fn(&[u64]) -> io::Result<()> + Send + Sync>;
+
+/// Most rounds of the data hook one commit runs (see [`FileSystem::commit`]).
+const HOOK_ROUNDS: usize = 4;
 
 /// How to mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,9 +82,10 @@ pub struct Allocation {
 ///
 /// Metadata changes are atomic and reach the disk at the next commit: [`FileSystem::commit`],
 /// [`FileSystem::fsync`], [`FileSystem::sync`], or when the running transaction grows past the
-/// commit threshold. File data is not journaled (ordered mode): a commit first flushes the
-/// device, so data written before the commit is durable before the allocations that point at
-/// it. Dropping a `FileSystem` without [`FileSystem::unmount`] is like a power cut: what was
+/// commit threshold, or when an allocation needs the blocks freed in it. File data is not
+/// journaled (ordered mode): every commit first has the data hook write the data of files that
+/// got blocks or a new size (a page cache above keeps it), then flushes the device, so data
+/// written before the commit is durable before the allocations and sizes that expose it. Dropping a `FileSystem` without [`FileSystem::unmount`] is like a power cut: what was
 /// committed survives.
 pub struct FileSystem {
     state: Mutex<FsState>,
@@ -240,16 +245,18 @@ impl FileSystem {
     }
 
     /// Runs an operation that changes metadata, under the lock: all of it or none of it goes
-    /// into the running journal transaction. One that runs out of space while freed blocks wait
-    /// for a checkpoint is retried once after committing and checkpointing.
+    /// into the running journal transaction. A transaction past the commit threshold is
+    /// committed first; an operation that runs out of space while freed blocks wait for a
+    /// checkpoint is retried once after committing and checkpointing. Either commit goes through
+    /// [`FileSystem::commit`], data hook first, with the lock released while the hook runs.
     fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
-        let dirty = self.lock()?.meta.dirty_count();
-        if dirty >= self.soft_commit {
-            self.commit()?;
-        }
         let mut g = self.lock()?;
-        if g.meta.dirty_count() >= self.hard_commit {
-            g.commit_locked()?;
+        let mut committed = false;
+        while g.meta.dirty_count() >= self.hard_commit || (!committed && g.meta.dirty_count() >= self.soft_commit) {
+            drop(g);
+            self.commit()?;
+            committed = true;
+            g = self.lock()?;
         }
         let mut retried = false;
         loop {
@@ -263,7 +270,9 @@ impl FileSystem {
                     g.rollback_op();
                     if matches!(e, FsError::NoSpace) && !retried && g.has_deferred() {
                         retried = true;
-                        g.commit_locked()?;
+                        drop(g);
+                        self.commit()?;
+                        g = self.lock()?;
                         g.checkpoint_locked()?;
                         continue;
                     }
@@ -614,27 +623,34 @@ impl FileSystem {
         *self.hook.lock() = hook;
     }
 
-    /// Commits the running transaction: the data hook writes the data of files that got blocks,
-    /// the device is flushed, the transaction is written to the journal and flushed. After it
-    /// returns, every change made before the call survives a crash.
+    /// Commits the running transaction: the data hook writes the data of files that got blocks
+    /// or a new size, the device is flushed, the transaction is written to the journal and
+    /// flushed. After it returns, every change made before the call survives a crash.
+    ///
+    /// This is the only way a transaction commits. The hook runs without the lock (it writes
+    /// through the page cache, which may call back into the file system); files that got blocks
+    /// or a new size meanwhile are handed to it in another round before the commit, up to four
+    /// rounds (so that a commit racing writers that never pause still ends).
     pub fn commit(&self) -> Result<()> {
-        let inos: Vec<u64> = {
-            let mut g = self.lock()?;
+        let mut g = self.lock()?;
+        for _ in 0..HOOK_ROUNDS {
             if g.meta.dirty_count() == 0 {
                 return Ok(());
             }
-            std::mem::take(&mut g.alloc_inos).into_iter().collect()
-        };
-        let hook = self.hook.lock().clone();
-        if let Some(h) = hook
-            && !inos.is_empty()
-            && let Err(e) = h(&inos)
-        {
-            // Not committed: the next commit asks about these files again.
-            self.state.lock().alloc_inos.extend(inos);
-            return Err(FsError::Io(e));
+            let Some(hook) = self.hook.lock().clone() else { break };
+            if g.alloc_inos.is_empty() {
+                break;
+            }
+            let inos: Vec<u64> = std::mem::take(&mut g.alloc_inos).into_iter().collect();
+            drop(g);
+            if let Err(e) = hook(&inos) {
+                // Not committed: the next commit asks about these files again.
+                self.state.lock().alloc_inos.extend(inos);
+                return Err(FsError::Io(e));
+            }
+            g = self.lock()?;
         }
-        self.lock()?.commit_locked()
+        g.commit_locked()
     }
 
     /// Makes a file durable. The caller has written the file's dirty data to the device first

@@ -285,7 +285,9 @@ impl FsState {
     }
 
     /// Commits the running transaction (data first: the device is flushed before the journal is
-    /// written). An I/O error stops the file system.
+    /// written). An I/O error stops the file system. Only [`crate::FileSystem::commit`] calls
+    /// this, after the data hook has written the data the transaction's allocations and sizes
+    /// expose.
     pub fn commit_locked(&mut self) -> Result<()> {
         if self.meta.dirty_count() == 0 {
             return Ok(());
