@@ -110,8 +110,10 @@ impl FileTable {
     }
 
     /// Moves an open file out of the namespace instead of freeing it (POSIX: an unlinked file
-    /// lives on while it is open).
-    pub fn orphan(&self, fs: &FileSystem, ino: u64, dir: u64, name: &[u8]) -> SysResult<()> {
+    /// lives on while it is open). The last close may come while it moves (after the caller
+    /// saw the file open), and then finds nothing to free: this returns where the file waits,
+    /// for the caller to free it at once.
+    pub fn orphan(&self, fs: &FileSystem, ino: u64, dir: u64, name: &[u8]) -> SysResult<Option<String>> {
         let orphans = match fs.resolve(ORPHANS) {
             Ok(d) => d,
             Err(_) => fs.mkdir_path(
@@ -125,7 +127,12 @@ impl FileTable {
         let parked = format!("{ORPHANS}/{ino}");
         fs.rename(dir, name, orphans, ino.to_string())?;
         self.orphans.lock().insert(ino, parked);
-        Ok(())
+        if self.is_open(ino) {
+            // Its last close will find it.
+            return Ok(None);
+        }
+        // Closed meanwhile: whichever of this and `closed` takes it out of the table frees it.
+        Ok(self.orphans.lock().remove(&ino))
     }
 
     /// Removes orphans left by a crash (nothing can have them open after a reboot).

@@ -172,13 +172,18 @@ impl Process {
             ra.unload();
         }
         self.namespace.forget(&format!("file.block_buddy/{fd}"));
-        if let Some(parked) = self.kernel.files.closed(file.ino) {
-            // The cache forgets the file before its blocks are freed: a stale dirty page written
-            // back later could land on a block reused for metadata.
-            self.kernel.cache.invalidate(file.ino, 0);
-            self.fs().unlink_path(&parked)?;
+        match self.kernel.files.closed(file.ino) {
+            Some(parked) => self.free_parked(file.ino, &parked),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Frees a file unlinked while open, parked at `parked`, now that nothing has it open.
+    fn free_parked(&self, ino: u64, parked: &str) -> SysResult<()> {
+        // The cache forgets the file before its blocks are freed: a stale dirty page written back
+        // later could land on a block reused for metadata.
+        self.kernel.cache.invalidate(ino, 0);
+        Ok(self.fs().unlink_path(parked)?)
     }
 
     pub(crate) fn file(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {
@@ -360,7 +365,10 @@ impl Process {
             return Err(SysError::new(Errno::IsDir, format!("is a directory: {name}")));
         }
         if st.nlink == 1 && self.kernel.files.is_open(ino) {
-            return self.kernel.files.orphan(self.fs(), ino, dir, name.as_bytes());
+            return match self.kernel.files.orphan(self.fs(), ino, dir, name.as_bytes())? {
+                Some(parked) => self.free_parked(ino, &parked),
+                None => Ok(()),
+            };
         }
         if st.nlink == 1 {
             self.kernel.cache.invalidate(ino, 0);
@@ -380,9 +388,13 @@ impl Process {
             replaced = Some(target).filter(|_| target != source && st.kind != FileType::Directory);
             if target != source && st.kind != FileType::Directory && st.nlink == 1 {
                 if self.kernel.files.is_open(target) {
-                    self.kernel
+                    if let Some(parked) = self
+                        .kernel
                         .files
-                        .orphan(self.fs(), target, td_ino, to_name.as_bytes())?;
+                        .orphan(self.fs(), target, td_ino, to_name.as_bytes())?
+                    {
+                        self.free_parked(target, &parked)?;
+                    }
                 } else {
                     self.kernel.cache.invalidate(target, 0);
                 }

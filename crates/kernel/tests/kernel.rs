@@ -252,3 +252,65 @@ fn a_full_disk_gives_a_short_write_then_an_error_and_loses_nothing() {
         assert_eq!(c, &chunk[..c.len()], "chunk {i}");
     }
 }
+
+/// Files in the orphans' directory (unlinked while open, waiting for their last close).
+fn orphans(k: &Arc<Kernel>) -> Vec<String> {
+    let p = k.spawn(Credentials::root());
+    let names = p
+        .readdir("/.vino-orphans")
+        .map(|v| v.iter().map(|e| e.name_lossy()).collect())
+        .unwrap_or_default();
+    k.exit(p.pid());
+    names
+}
+
+#[test]
+fn an_unlink_racing_the_last_close_frees_the_file() {
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let dev = device(8192);
+    let k = boot(&dev);
+    let a = k.spawn(Credentials::root());
+    let b = k.spawn(Credentials::root());
+    // The orphans' directory exists from the start, so that the free counts compare.
+    let fd = a.open("/seed", OpenFlags::create()).unwrap();
+    b.unlink("/seed").unwrap();
+    a.close(fd).unwrap();
+    let before = k.fs().stats();
+    let go = Arc::new(Barrier::new(2));
+    let (fd, done) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicBool::new(false)));
+    let closer = {
+        let (a, go, fd, done) = (a.clone(), go.clone(), fd.clone(), done.clone());
+        std::thread::spawn(move || {
+            loop {
+                go.wait();
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                a.close(fd.load(Ordering::Relaxed)).unwrap();
+                go.wait();
+            }
+        })
+    };
+    for _ in 0..5000 {
+        let w = b.open("/f", OpenFlags::create()).unwrap();
+        b.write(w, &[7u8; 5000]).unwrap();
+        b.close(w).unwrap();
+        fd.store(a.open("/f", OpenFlags::read_only()).unwrap(), Ordering::Relaxed);
+        // a's last close and b's unlink at once.
+        go.wait();
+        b.unlink("/f").unwrap();
+        go.wait();
+    }
+    done.store(true, Ordering::Relaxed);
+    go.wait();
+    closer.join().unwrap();
+    assert_eq!(
+        orphans(&k),
+        Vec::<String>::new(),
+        "files left waiting for a close that came already"
+    );
+    let after = k.fs().stats();
+    assert_eq!(after.free_inodes, before.free_inodes);
+    assert_eq!(after.free_blocks, before.free_blocks);
+}
