@@ -35,6 +35,38 @@ pub struct Process {
     events: Arc<Mutex<Vec<GraftEvent>>>,
 }
 
+/// One open count of a file taken while an open is set up; given back when dropped unless
+/// [`OpenHold::keep`] handed it to the new descriptor (whose close gives it back).
+struct OpenHold<'p> {
+    process: &'p Process,
+    ino: u64,
+    kept: bool,
+}
+
+impl<'p> OpenHold<'p> {
+    fn new(process: &'p Process, ino: u64) -> Self {
+        process.kernel.files.opened(ino);
+        OpenHold {
+            process,
+            ino,
+            kept: false,
+        }
+    }
+
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for OpenHold<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            // The open failed; freeing a file it kept alive can fail only as a later unlink would.
+            let _ = self.process.release_open(self.ino);
+        }
+    }
+}
+
 /// Splits an absolute path into its directory and last name.
 fn split(path: &str) -> SysResult<(&str, &str)> {
     let trimmed = path.trim_end_matches('/');
@@ -106,27 +138,9 @@ impl Process {
     pub fn open(&self, path: &str, flags: OpenFlags) -> SysResult<Fd> {
         let (dir_path, name) = split(path)?;
         let dir = self.dir(dir_path, false)?;
-        let ino = match self.fs().lookup(dir, name) {
-            Ok(ino) => {
-                if flags.create && flags.exclusive {
-                    return Err(SysError::new(Errno::Exist, format!("file exists: {path}")));
-                }
-                ino
-            }
-            Err(e) if flags.create && e.errno() == Errno::NoEnt as i32 => {
-                self.dir(dir_path, true)?;
-                let attrs = NewFile {
-                    mode: flags.mode & 0o7777,
-                    uid: self.cred.uid,
-                    gid: self.cred.gid,
-                    creator: self.pid,
-                };
-                self.kernel
-                    .events
-                    .created(self, dir, name, self.fs().create(dir, name, &attrs)?)
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let (ino, held) = self.find_and_hold(dir, dir_path, name, path, flags)?;
+        // From here on the file is counted open: an unlink parks it instead of freeing it, and
+        // if the open fails, dropping `held` gives the count back (and frees a parked file).
         let st = self.fs().stat(ino)?;
         if st.kind == FileType::Directory {
             return Err(SysError::new(Errno::IsDir, format!("is a directory: {path}")));
@@ -137,6 +151,8 @@ impl Process {
             self.resize(ino, 0)?;
         }
         let kernel = &self.kernel;
+        let buddy = kernel.fs.block_buddy(ino)?;
+        // Nothing below fails: the open is made.
         let mut files = self.files.lock();
         let fd = (0..).find(|fd| files.get(*fd).is_err()).expect("a free descriptor");
         let file = Arc::new(OpenFile {
@@ -146,10 +162,9 @@ impl Process {
             ra: ReadAhead::new(&kernel.runtime, self.pid, &fd.to_string()),
             backing: FileBacking::new(kernel.fs.clone(), ino),
         });
-        kernel.files.opened(ino);
+        held.keep();
         kernel.file_grafts.on_open(ino, &file.ra);
         self.namespace.register(file.ra.slot().clone());
-        let buddy = kernel.fs.block_buddy(ino)?;
         self.namespace
             .register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
         self.locks_opened(fd, &st);
@@ -157,6 +172,50 @@ impl Process {
         debug_assert_eq!(got, fd);
         self.kernel.events.opened(self, ino, dir, name, &st);
         Ok(fd)
+    }
+
+    /// The inode `name` in `dir` names (created if `flags` say so), counted open. The name is
+    /// looked up again once the count is taken: a file unlinked in between (freed, its inode
+    /// perhaps reused by another file) is not the one to open.
+    fn find_and_hold(
+        &self,
+        dir: u64,
+        dir_path: &str,
+        name: &str,
+        path: &str,
+        flags: OpenFlags,
+    ) -> SysResult<(u64, OpenHold<'_>)> {
+        loop {
+            let ino = match self.fs().lookup(dir, name) {
+                Ok(ino) => {
+                    if flags.create && flags.exclusive {
+                        return Err(SysError::new(Errno::Exist, format!("file exists: {path}")));
+                    }
+                    ino
+                }
+                Err(e) if flags.create && e.errno() == Errno::NoEnt as i32 => {
+                    self.dir(dir_path, true)?;
+                    let attrs = NewFile {
+                        mode: flags.mode & 0o7777,
+                        uid: self.cred.uid,
+                        gid: self.cred.gid,
+                        creator: self.pid,
+                    };
+                    self.kernel
+                        .events
+                        .created(self, dir, name, self.fs().create(dir, name, &attrs)?)
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let held = OpenHold::new(self, ino);
+            match self.fs().lookup(dir, name) {
+                Ok(now) if now == ino => return Ok((ino, held)),
+                // Unlinked, perhaps replaced, meanwhile: look again.
+                Ok(_) => continue,
+                Err(e) if e.errno() == Errno::NoEnt as i32 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     pub fn close(&self, fd: Fd) -> SysResult<()> {
@@ -172,8 +231,13 @@ impl Process {
             ra.unload();
         }
         self.namespace.forget(&format!("file.block_buddy/{fd}"));
-        match self.kernel.files.closed(file.ino) {
-            Some(parked) => self.free_parked(file.ino, &parked),
+        self.release_open(file.ino)
+    }
+
+    /// Gives back one open count of `ino`; the last one of a file unlinked while open frees it.
+    fn release_open(&self, ino: u64) -> SysResult<()> {
+        match self.kernel.files.closed(ino) {
+            Some(parked) => self.free_parked(ino, &parked),
             None => Ok(()),
         }
     }

@@ -314,3 +314,97 @@ fn an_unlink_racing_the_last_close_frees_the_file() {
     assert_eq!(after.free_inodes, before.free_inodes);
     assert_eq!(after.free_blocks, before.free_blocks);
 }
+
+#[test]
+fn failed_opens_leave_the_open_count_as_it_was() {
+    let dev = device(4096);
+    let k = boot(&dev);
+    let root = k.spawn(Credentials::root());
+    let user = k.spawn(Credentials::user(1000, 1000));
+    root.mkdir("/d", 0o755).unwrap();
+    let fd = root.open("/d/secret", OpenFlags::create()).unwrap();
+    root.write(fd, &[1u8; 10_000]).unwrap();
+    root.close(fd).unwrap();
+    root.chmod("/d/secret", 0o600).unwrap();
+    let free = k.fs().stats();
+    // Opens that fail after the file was found: not allowed, a directory, exclusive.
+    let denied = user.open("/d/secret", OpenFlags::read_only()).unwrap_err();
+    assert_eq!(denied.errno, Errno::Acces);
+    assert_eq!(root.open("/d", OpenFlags::read_only()).unwrap_err().errno, Errno::IsDir);
+    let exclusive = OpenFlags {
+        exclusive: true,
+        ..OpenFlags::create()
+    };
+    assert_eq!(root.open("/d/secret", exclusive).unwrap_err().errno, Errno::Exist);
+    // Nobody has the file open: the unlink frees it at once.
+    root.unlink("/d/secret").unwrap();
+    assert_eq!(orphans(&k), Vec::<String>::new());
+    let after = k.fs().stats();
+    assert_eq!(after.free_inodes, free.free_inodes + 1);
+    assert!(after.free_blocks > free.free_blocks, "its blocks are free");
+    // A file open twice, one open failed, unlinked: freed at the last real close.
+    let fd = root.open("/d/f", OpenFlags::create()).unwrap();
+    root.write(fd, &[2u8; 10_000]).unwrap();
+    root.chmod("/d/f", 0o600).unwrap();
+    assert_eq!(
+        user.open("/d/f", OpenFlags::read_only()).unwrap_err().errno,
+        Errno::Acces
+    );
+    root.unlink("/d/f").unwrap();
+    assert_eq!(orphans(&k).len(), 1, "open: parked until closed");
+    let free = k.fs().stats();
+    root.close(fd).unwrap();
+    assert_eq!(orphans(&k), Vec::<String>::new());
+    let after = k.fs().stats();
+    assert_eq!(after.free_inodes, free.free_inodes + 1);
+    assert!(after.free_blocks > free.free_blocks, "its blocks are free");
+}
+
+#[test]
+fn opens_racing_unlinks_leave_no_file_behind() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dev = device(8192);
+    let k = boot(&dev);
+    // The orphans' directory exists from the start, so that the free counts compare.
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/seed", OpenFlags::create()).unwrap();
+    p.unlink("/seed").unwrap();
+    p.close(fd).unwrap();
+    let before = k.fs().stats();
+    let done = Arc::new(AtomicBool::new(false));
+    let opener = {
+        let (k, done) = (k.clone(), done.clone());
+        std::thread::spawn(move || {
+            let a = k.spawn(Credentials::root());
+            let mut opened = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                // Fails (ENOENT, or the file went half way through) as often as not.
+                if let Ok(fd) = a.open("/f", OpenFlags::read_only()) {
+                    opened += 1;
+                    a.close(fd).unwrap();
+                }
+            }
+            opened
+        })
+    };
+    let b = k.spawn(Credentials::root());
+    for _ in 0..3000 {
+        let _ = b.unlink("/f");
+        let fd = b.open("/f", OpenFlags::create()).unwrap();
+        b.write(fd, &[7u8; 5000]).unwrap();
+        b.close(fd).unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let opened = opener.join().unwrap();
+    assert!(opened > 0, "the opener never got the file");
+    b.unlink("/f").unwrap();
+    // Nothing is open: every file unlinked is gone for good.
+    assert_eq!(
+        orphans(&k),
+        Vec::<String>::new(),
+        "files left waiting for a close that never comes"
+    );
+    let after = k.fs().stats();
+    assert_eq!(after.free_inodes, before.free_inodes);
+    assert_eq!(after.free_blocks, before.free_blocks);
+}
