@@ -308,8 +308,8 @@ fn cache_hits(budget: Budget, ops: &mut Vec<Op>) {
         fn locate(&self, index: u64) -> std::io::Result<Option<u64>> {
             Ok(Some(index))
         }
-        fn size(&self) -> u64 {
-            16 * 4096
+        fn size(&self) -> std::io::Result<u64> {
+            Ok(16 * 4096)
         }
     }
     let rounds = budget.rounds(15, 60);

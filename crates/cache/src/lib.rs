@@ -40,8 +40,10 @@ pub trait Backing: Send + Sync {
     /// The device block that holds block `index` of the object, or `None` for a hole (reads as
     /// zeros).
     fn locate(&self, index: u64) -> io::Result<Option<u64>>;
-    /// The object's size in bytes (reads and read-ahead never go past it).
-    fn size(&self) -> u64;
+    /// The object's size in bytes (reads and read-ahead never go past it). An error (the file
+    /// system could not read the file's inode) fails the read that asked: it is not an empty
+    /// file.
+    fn size(&self) -> io::Result<u64>;
 }
 
 /// Where the cache sends its reads and writes: in the kernel the I/O scheduler, or a device

@@ -34,8 +34,8 @@ impl Backing for FileBacking {
         self.fs.locate(self.ino, index).map_err(io::Error::from)
     }
 
-    fn size(&self) -> u64 {
-        self.fs.stat(self.ino).map_or(0, |s| s.size)
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.fs.stat(self.ino)?.size)
     }
 }
 
@@ -79,7 +79,7 @@ mod tests {
         fs.extend_size(ino, 4 * 4096).unwrap();
         let backing = FileBacking::new(fs.clone(), ino);
         assert_eq!(backing.ino(), ino);
-        assert_eq!(backing.size(), 4 * 4096);
+        assert_eq!(backing.size().unwrap(), 4 * 4096);
         assert_eq!(backing.locate(3).unwrap(), Some(block));
         assert_eq!(backing.locate(0).unwrap(), None);
     }

@@ -408,3 +408,58 @@ fn opens_racing_unlinks_leave_no_file_behind() {
     assert_eq!(after.free_inodes, before.free_inodes);
     assert_eq!(after.free_blocks, before.free_blocks);
 }
+
+#[test]
+fn a_size_the_file_system_cannot_read_is_an_error_not_an_empty_file() {
+    use vino_cache::{Backing, IoCtx};
+    use vino_kernel::FileBacking;
+    let dev = device(4096);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    // Enough files that the last one's inode is in another inode block than the root's.
+    for i in 0..40 {
+        let fd = p.open(&format!("/f{i}"), OpenFlags::create()).unwrap();
+        p.write(fd, &pattern(3 * 4096, i as u8)).unwrap();
+        p.close(fd).unwrap();
+    }
+    let ino = k.fs().resolve("/f39").unwrap();
+    k.shutdown().unwrap();
+    drop((p, k));
+    // After a reboot the file system has not read that inode yet: getting the file's size
+    // reads the device, and the device fails.
+    let k = boot(&dev);
+    dev.set_dead(true);
+    let backing = FileBacking::new(k.fs().clone(), ino);
+    let mut buf = vec![0u8; 4096];
+    assert!(backing.size().is_err());
+    let got = k.cache().read(&IoCtx::new(1), ino, &backing, 0, &mut buf);
+    assert!(
+        got.is_err(),
+        "a size that could not be read read as an empty file: {got:?}"
+    );
+    dev.set_dead(false);
+    assert_eq!(
+        k.cache().read(&IoCtx::new(1), ino, &backing, 0, &mut buf).unwrap(),
+        4096
+    );
+    assert_eq!(buf, pattern(4096, 39));
+}
+
+#[test]
+fn a_read_after_the_file_system_stopped_is_an_io_error() {
+    let dev = device(4096);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/f", OpenFlags::create()).unwrap();
+    p.write(fd, &pattern(10_000, 1)).unwrap();
+    p.fsync(fd).unwrap();
+    let mut back = vec![0u8; 10_000];
+    assert_eq!(p.pread(fd, &mut back, 0).unwrap(), 10_000);
+    // A commit whose flush fails stops the file system; the file's pages are still cached.
+    p.chmod("/f", 0o600).unwrap();
+    dev.fail_flush(1);
+    assert!(k.fs().commit().is_err());
+    assert!(k.fs().stat(k.fs().root()).is_err(), "the file system stopped");
+    assert_eq!(p.pread(fd, &mut back, 0).unwrap_err().errno, Errno::Io);
+    assert_eq!(p.read(fd, &mut back).unwrap_err().errno, Errno::Io);
+}

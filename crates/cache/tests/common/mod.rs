@@ -21,8 +21,8 @@ impl Backing for File {
     fn locate(&self, index: u64) -> io::Result<Option<u64>> {
         Ok((index < self.allocated).then_some(self.base + index))
     }
-    fn size(&self) -> u64 {
-        self.size.load(Ordering::Relaxed)
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.size.load(Ordering::Relaxed))
     }
 }
 
