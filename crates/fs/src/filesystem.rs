@@ -9,6 +9,7 @@ use crate::layout::*;
 use crate::meta::{JournalState, Meta, MetaCounters};
 use crate::placement::{BlockBuddy, Placement};
 use crate::state::{AllocCounters, DirEntry, FsState, Mode, NewFile, SetAttr, Stat};
+use crate::write::DeviceTarget;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::io;
@@ -75,8 +76,8 @@ pub struct Allocation {
 /// including the metadata reads and the journal writes they cause. It is held for the length
 /// of one operation and released between the blocks of a multi-block read or write, whose data
 /// transfers happen outside it. Concurrent writers to the *same* file must be serialised by the
-/// caller (the kernel's per-file lock): the uncached data path reads a file's size and then
-/// writes, not atomically.
+/// caller (the kernel's per-file lock): a write or a resize ([`FileSystem::write_with`],
+/// [`FileSystem::set_size_with`]) reads the file's size and then writes, not atomically.
 ///
 /// # Durability
 ///
@@ -249,7 +250,7 @@ impl FileSystem {
     /// committed first; an operation that runs out of space while freed blocks wait for a
     /// checkpoint is retried once after committing and checkpointing. Either commit goes through
     /// [`FileSystem::commit`], data hook first, with the lock released while the hook runs.
-    fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
+    pub(crate) fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
         let mut committed = false;
         while g.meta.dirty_count() >= self.hard_commit || (!committed && g.meta.dirty_count() >= self.soft_commit) {
@@ -465,16 +466,10 @@ impl FileSystem {
 
     /// Sets a regular file's size. Shrinking frees the blocks past the new end (in the running
     /// transaction); growing zeroes what the old last block holds past the old end (on the
-    /// device) and leaves a hole after it.
+    /// device) and leaves a hole after it. The kernel, whose data is in its page cache, uses
+    /// [`FileSystem::set_size_with`] instead.
     pub fn set_size(&self, ino: u64, size: u64) -> Result<()> {
-        let old = self.stat(ino)?;
-        if old.kind == FileType::Directory {
-            return Err(FsError::IsADirectory(format!("inode {ino}")));
-        }
-        if size > old.size {
-            self.zero_tail(ino, old.size, size)?;
-        }
-        self.in_transaction(|g| g.set_size(ino, size))
+        self.set_size_with(ino, size, &mut DeviceTarget(&*self.dev))
     }
 
     /// Same as [`FileSystem::set_size`].
@@ -482,32 +477,13 @@ impl FileSystem {
         self.set_size(ino, size)
     }
 
-    /// Grows a file's size to at least `end`, as after a write through the page cache.
+    /// Grows a file's size to at least `end`, for a caller that wrote the data itself
+    /// ([`FileSystem::write_with`] grows the size as part of the write).
     pub fn extend_size(&self, ino: u64, end: u64) -> Result<()> {
         if end > MAX_FILE_SIZE {
             return Err(FsError::FileTooLarge);
         }
         self.in_transaction(|g| g.extend(ino, end))
-    }
-
-    /// Zeroes bytes `[old_size, min(new_size, end of its block))` of the block holding the old
-    /// end of file, so that growing the file shows zeros there.
-    fn zero_tail(&self, ino: u64, old_size: u64, new_size: u64) -> Result<()> {
-        let within = (old_size % BS as u64) as usize;
-        if within == 0 {
-            return Ok(());
-        }
-        let Some(b) = self.locate(ino, old_size / BS as u64)? else {
-            return Ok(());
-        };
-        let upto = ((new_size - old_size) as usize).min(BS - within) + within;
-        let mut buf = [0u8; BS];
-        self.dev.read_blocks(b, &mut buf)?;
-        if buf[within..upto].iter().any(|&x| x != 0) {
-            buf[within..upto].fill(0);
-            self.dev.write_blocks(b, &buf)?;
-        }
-        Ok(())
     }
 
     // ---- the uncached data path -----------------------------------------------------------
@@ -559,61 +535,15 @@ impl FileSystem {
 
     /// Writes `data` at `offset`, straight to the device, allocating blocks as needed; returns
     /// how many bytes were written. If the device fills up part way, the bytes that fit are
-    /// written and counted (a short write); if none fit, [`FsError::NoSpace`].
+    /// written and counted (a short write); if none fit, [`FsError::NoSpace`]. The rules (zeros
+    /// where nobody wrote, short writes, sizes) are [`crate::write`]'s.
     ///
     /// This is the uncached path, used by tests, mkfs/fsck and tools; the kernel writes through
-    /// the page cache instead, using [`FileSystem::allocate_block`] and
-    /// [`FileSystem::extend_size`]. Either way the data is durable after the next commit
+    /// its page cache instead, by the same rules ([`FileSystem::write_with`] with the cache as
+    /// the target). Either way the data is durable after the next commit
     /// ([`FileSystem::fsync`]).
     pub fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
-        if data.is_empty() {
-            return Ok(0);
-        }
-        offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or(FsError::FileTooLarge)?;
-        let old = self.stat(ino)?;
-        if old.kind == FileType::Directory {
-            return Err(FsError::IsADirectory(format!("inode {ino}")));
-        }
-        if offset > old.size {
-            self.zero_tail(ino, old.size, offset)?;
-        }
-        let mut done = 0usize;
-        let mut block = [0u8; BS];
-        while done < data.len() {
-            let pos = offset + done as u64;
-            let fb = pos / BS as u64;
-            let within = (pos % BS as u64) as usize;
-            let take = (BS - within).min(data.len() - done);
-            let a = match self.allocate_block(ino, fb) {
-                Ok(a) => a,
-                Err(FsError::NoSpace | FsError::NoInodes) if done > 0 => break,
-                Err(e) => return Err(e),
-            };
-            let chunk = &data[done..done + take];
-            if take == BS {
-                self.dev.write_blocks(a.block, chunk)?;
-            } else {
-                if a.fresh {
-                    block.fill(0);
-                } else {
-                    self.dev.read_blocks(a.block, &mut block)?;
-                    // Bytes past the old end of file read as zeros once the file grows over them.
-                    let block_start = fb * BS as u64;
-                    if old.size < block_start + BS as u64 {
-                        let from = old.size.saturating_sub(block_start) as usize;
-                        block[from..].fill(0);
-                    }
-                }
-                block[within..within + take].copy_from_slice(chunk);
-                self.dev.write_blocks(a.block, &block)?;
-            }
-            done += take;
-        }
-        self.in_transaction(|g| g.extend(ino, offset + done as u64))?;
-        Ok(done)
+        self.write_with(ino, offset, data, &mut DeviceTarget(&*self.dev))
     }
 
     // ---- durability -----------------------------------------------------------------------

@@ -14,11 +14,13 @@
 //!
 //! [`mkfs`] makes a file system, [`FileSystem::mount`] mounts one, [`fsck`](fn@fsck) checks and repairs
 //! one. In the kernel, file data goes through the page cache, which this crate does not know:
-//! the kernel maps and allocates a file's blocks with [`FileSystem::locate`] and
-//! [`FileSystem::allocate_block`], sets sizes with [`FileSystem::extend_size`] and
-//! [`FileSystem::set_size`], and registers a [`DataHook`] so that a commit writes the cache's
-//! data first; tests and tools use the uncached [`FileSystem::read_at`] /
-//! [`FileSystem::write_at`].
+//! the kernel finds a file's blocks with [`FileSystem::locate`], writes and resizes files with
+//! [`FileSystem::write_with`] and [`FileSystem::set_size_with`], and registers a [`DataHook`]
+//! so that a commit writes the cache's data first. In a write the file system decides which
+//! blocks to allocate, which bytes become zeros and what a full disk does ([`write`](mod@write)); the
+//! cache, as a [`WriteTarget`], only holds the bytes. Tests and tools use the uncached
+//! [`FileSystem::read_at`] / [`FileSystem::write_at`], which follow the same rules straight to
+//! the device.
 
 mod error;
 mod filesystem;
@@ -29,6 +31,7 @@ pub mod meta;
 mod mkfs;
 pub mod placement;
 mod state;
+pub mod write;
 
 pub use error::{FsError, FsErrorKind, Result};
 pub use filesystem::{Allocation, DataHook, FileSystem, FsStats, MountOptions};
@@ -38,3 +41,4 @@ pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
 pub use state::{AllocCounters, DirEntry, NewFile, SetAttr, Stat};
+pub use write::{BlockWrite, WriteTarget};

@@ -4,13 +4,16 @@
 //! * [`FileBacking`]: one file of the [`FileSystem`] as the cache's [`Backing`] (where its
 //!   blocks are, how big it is);
 //! * [`SchedulerIo`] and [`QueueIo`]: the cache's [`PageIo`] through the I/O scheduler (the
-//!   kernel's choice) or straight to a device queue (benchmarks of the cache alone).
+//!   kernel's choice) or straight to a device queue (benchmarks of the cache alone);
+//! * [`CacheTarget`]: the page cache as where a file's written bytes go
+//!   ([`vino_fs::WriteTarget`]): the file system decides, for both its own uncached path and
+//!   this one, which blocks a write allocates and which bytes become zeros ([`vino_fs::write`]).
 
 use std::io;
 use std::sync::Arc;
-use vino_blockdev::{IoQueue, IoRequest, Ticket};
-use vino_cache::{Backing, PageIo};
-use vino_fs::FileSystem;
+use vino_blockdev::{BLOCK_SIZE, IoQueue, IoRequest, Ticket};
+use vino_cache::{Backing, IoCtx, PageCache, PageIo};
+use vino_fs::{BlockWrite, FileSystem, WriteTarget};
 use vino_iosched::IoScheduler;
 
 /// One file as the page cache sees it.
@@ -36,6 +39,40 @@ impl Backing for FileBacking {
 
     fn size(&self) -> io::Result<u64> {
         Ok(self.fs.stat(self.ino)?.size)
+    }
+}
+
+/// Where the kernel's writes go: a file's pages in the page cache (written back later, or by
+/// the file system's data hook before a commit).
+pub struct CacheTarget<'a> {
+    pub cache: &'a PageCache,
+    pub ctx: IoCtx<'a>,
+    pub ino: u64,
+    pub backing: &'a FileBacking,
+}
+
+impl WriteTarget for CacheTarget<'_> {
+    fn put(&mut self, piece: &BlockWrite<'_>) -> io::Result<()> {
+        let start = piece.index * BLOCK_SIZE as u64;
+        if !piece.needs_old() {
+            // The whole block, from zeros: the cache need not read it from the device.
+            let mut block = [0u8; BLOCK_SIZE];
+            piece.apply(&mut block);
+            return self.cache.write(&self.ctx, self.ino, self.backing, start, &block);
+        }
+        const ZEROS: [u8; BLOCK_SIZE] = [0; BLOCK_SIZE];
+        for r in piece.zeroed() {
+            self.cache
+                .write(&self.ctx, self.ino, self.backing, start + r.start as u64, &ZEROS[r])?;
+        }
+        self.cache
+            .write(&self.ctx, self.ino, self.backing, start + piece.at as u64, piece.data)
+    }
+
+    fn forget(&mut self, from: u64) {
+        // Dirty data there is dropped: a page written back after its block was freed could land
+        // on a block reused for another file or for metadata.
+        self.cache.invalidate(self.ino, from);
     }
 }
 

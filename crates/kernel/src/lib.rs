@@ -31,7 +31,7 @@ mod perm;
 mod process;
 
 pub use attrs::SetTime;
-pub use cache_io::{FileBacking, QueueIo, SchedulerIo};
+pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
 pub use error::{Errno, SysError, SysResult};
 pub use events::{
     CloseEvent, CreateEvent, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats, FsEvent, FsEventPoint,

@@ -1,18 +1,15 @@
 //! A process and its system calls.
 
-use crate::cache_io::FileBacking;
+use crate::cache_io::{CacheTarget, FileBacking};
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::{Fd, FdTable, OpenFile, OpenFlags};
 use crate::perm::{self, Credentials, EXEC, READ, WRITE};
 use crate::{Kernel, Pid};
 use parking_lot::Mutex;
 use std::sync::Arc;
-use vino_blockdev::BLOCK_SIZE;
 use vino_cache::{IoCtx, ReadAhead};
 use vino_fs::{DirEntry, FileType, NewFile, Stat};
 use vino_graft::{GraftEvent, GraftInfo, ManagedSlot, Namespace, Owner, Principal, SlotInfo};
-
-const BS: u64 = BLOCK_SIZE as u64;
 
 /// A graft system call on a named graftpoint, for callers that dispatch on data (the daemon).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,8 +297,9 @@ impl Process {
             .inspect(|_| self.kernel.events.modified(self, f.ino))
     }
 
-    /// Allocates each block (through the file's placement policy), then writes it into the cache.
-    /// If the disk fills up part way, the bytes already written stay and their count is returned.
+    /// Writes into the page cache. The file system allocates each block (through the file's
+    /// placement policy) and decides which bytes become zeros and what a full disk part way
+    /// does (a short write), by the same rules as its uncached path ([`vino_fs::write`]).
     fn write_file(&self, fd: Fd, f: &OpenFile, offset: u64, data: &[u8]) -> SysResult<usize> {
         if !f.flags.write {
             return Err(SysError::new(
@@ -309,37 +307,13 @@ impl Process {
                 format!("descriptor {fd} is not open for writing"),
             ));
         }
-        let ctx = IoCtx::new(self.pid);
-        let cache = &self.kernel.cache;
-        // Writing past the end: the old last block may hold stale bytes past the old end (left
-        // by a truncate); what lies between the old end and this write must read as zero.
-        let size = self.fs().stat(f.ino)?.size;
-        if offset > size && size % BS != 0 && self.fs().locate(f.ino, size / BS)?.is_some() {
-            let gap = ((BS - size % BS) as usize).min((offset - size) as usize);
-            cache.write(&ctx, f.ino, &f.backing, size, &[0u8; BLOCK_SIZE][..gap])?;
-        }
-        let mut done = 0usize;
-        while done < data.len() {
-            let pos = offset + done as u64;
-            let (index, within) = (pos / BS, (pos % BS) as usize);
-            let take = (BLOCK_SIZE - within).min(data.len() - done);
-            let alloc = match self.fs().allocate_block(f.ino, index) {
-                Ok(a) => a,
-                Err(e) if done > 0 => {
-                    let _ = e;
-                    break;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if alloc.fresh && take < BLOCK_SIZE {
-                // A new block holds stale data: what this write does not cover must read as zero.
-                cache.write(&ctx, f.ino, &f.backing, index * BS, &[0u8; BLOCK_SIZE])?;
-            }
-            cache.write(&ctx, f.ino, &f.backing, pos, &data[done..done + take])?;
-            done += take;
-            self.fs().extend_size(f.ino, pos + take as u64)?;
-        }
-        Ok(done)
+        let mut target = CacheTarget {
+            cache: &self.kernel.cache,
+            ctx: IoCtx::new(self.pid),
+            ino: f.ino,
+            backing: &f.backing,
+        };
+        Ok(self.fs().write_with(f.ino, offset, data, &mut target)?)
     }
 
     pub fn seek(&self, fd: Fd, offset: u64) -> SysResult<()> {
@@ -367,13 +341,19 @@ impl Process {
             .inspect(|_| self.kernel.events.modified(self, f.ino))
     }
 
-    /// Sets a file's size: its dirty pages go to the device first, then the cache forgets the
-    /// pages from the new end on (a partial last page included), then the file system frees.
+    /// Sets a file's size, by the file system's rules ([`vino_fs::write`]): the cache forgets
+    /// the pages of the blocks the file system frees (past the new end, or past the old end of
+    /// a file that grows) before it frees them; growing zeroes, in the cache, the bytes past the
+    /// old end in the old last page.
     fn resize(&self, ino: u64, size: u64) -> SysResult<()> {
-        self.zero_tail(ino, size)?;
-        self.kernel.cache.sync_object(ino)?;
-        self.kernel.cache.invalidate(ino, size / BS);
-        Ok(self.fs().set_size(ino, size)?)
+        let backing = FileBacking::new(self.kernel.fs.clone(), ino);
+        let mut target = CacheTarget {
+            cache: &self.kernel.cache,
+            ctx: IoCtx::new(self.pid),
+            ino,
+            backing: &backing,
+        };
+        Ok(self.fs().set_size_with(ino, size, &mut target)?)
     }
 
     pub fn fstat(&self, fd: Fd) -> SysResult<Stat> {
