@@ -87,6 +87,7 @@ impl Default for FileTable {
 }
 
 impl FileTable {
+    /// Counts one more open of `ino` (an open being set up holds it; see `Process::open`).
     pub fn opened(&self, ino: u64) {
         *self.open.lock().entry(ino).or_default() += 1;
     }

@@ -8,9 +8,12 @@
 //! ```
 //!
 //! The page cache, the file system and the I/O scheduler do not know each other; the kernel
-//! wires them: a file as the cache's backing ([`FileBacking`]), the scheduler as the cache's I/O
-//! path ([`SchedulerIo`]), and the file system's data hook, which writes a file's dirty pages
-//! before a journal commit makes its new blocks or size durable (ordered mode).
+//! wires them (`cache_io`): a file as the cache's backing ([`FileBacking`]), the scheduler as
+//! the cache's I/O path ([`SchedulerIo`]), the cache as where a write's bytes go
+//! ([`CacheTarget`]: the file system decides which blocks a write allocates and which bytes
+//! become zeros, for its uncached path and this one alike), and the file system's data hook,
+//! which writes a file's dirty pages before a journal commit makes its new blocks or size
+//! durable (ordered mode).
 //!
 //! Every policy on that path is a graftpoint: `vas.pick_victim` (per process),
 //! `file.compute_ra/<fd>` (per open file), `file.block_buddy/<fd>` (per file, its creator only),
