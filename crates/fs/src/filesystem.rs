@@ -567,10 +567,14 @@ impl FileSystem {
             if g.meta.dirty_count() == 0 {
                 return Ok(());
             }
-            let Some(hook) = self.hook.lock().clone() else { break };
             if g.alloc_inos.is_empty() {
                 break;
             }
+            let Some(hook) = self.hook.lock().clone() else {
+                // No cache above: the data is on the device already.
+                g.alloc_inos.clear();
+                break;
+            };
             let inos: Vec<u64> = std::mem::take(&mut g.alloc_inos).into_iter().collect();
             drop(g);
             if let Err(e) = hook(&inos) {

@@ -117,3 +117,20 @@ fn a_commit_forced_by_a_full_disk_writes_the_cached_data_first() {
     assert!(back != vec![0xAB; BS], "c shows the removed file's bytes");
     assert_eq!(back, data);
 }
+
+#[test]
+fn a_commit_without_a_hook_forgets_the_files_it_committed() {
+    let dev = fresh(4096, &small_opts(1024));
+    let fs = mount(&dev);
+    let who = NewFile::by(1);
+    let a = fs.create(fs.root(), "a", &who).unwrap();
+    fs.write_at(a, 0, &pattern(1, 3 * BS)).unwrap();
+    fs.commit().unwrap();
+    // A hook set later hears only of files written since.
+    let cache = Cache::new(&dev);
+    fs.set_data_hook(Some(cache.hook()));
+    let b = fs.create(fs.root(), "b", &who).unwrap();
+    fs.write_at(b, 0, b"b").unwrap();
+    fs.commit().unwrap();
+    assert_eq!(*cache.asked.lock(), vec![b]);
+}
