@@ -308,8 +308,8 @@ fn cache_hits(budget: Budget, ops: &mut Vec<Op>) {
         fn locate(&self, index: u64) -> std::io::Result<Option<u64>> {
             Ok(Some(index))
         }
-        fn size(&self) -> u64 {
-            16 * 4096
+        fn size(&self) -> std::io::Result<u64> {
+            Ok(16 * 4096)
         }
     }
     let rounds = budget.rounds(15, 60);
@@ -321,7 +321,7 @@ fn cache_hits(budget: Budget, ops: &mut Vec<Op>) {
         frames: 16,
         writeback_every: None,
     };
-    let cache = vino_cache::PageCache::new(config, Arc::new(queue), &rt);
+    let cache = vino_cache::PageCache::new(config, Arc::new(vino_kernel::QueueIo(queue)), &rt);
     let ctx = vino_cache::IoCtx::new(1);
     let mut record = [0u8; 208];
     let mut page = vec![0u8; 4096];

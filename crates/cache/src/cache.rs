@@ -366,7 +366,8 @@ impl PageCache {
     }
 
     /// Reads up to `buf.len()` bytes at `offset` of `object` (never past its size); returns how
-    /// many. Then asks the open file's read-ahead policy what to prefetch.
+    /// many. Then asks the open file's read-ahead policy what to prefetch. An error getting the
+    /// size, finding a block or reading one fails the read.
     pub fn read(
         &self,
         ctx: &IoCtx,
@@ -375,7 +376,7 @@ impl PageCache {
         offset: u64,
         buf: &mut [u8],
     ) -> io::Result<usize> {
-        let size = backing.size();
+        let size = backing.size()?;
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
@@ -762,8 +763,11 @@ impl PageCache {
                 if self.table.lock().map.contains_key(&(object, index)) {
                     continue;
                 }
-                let Ok(Some(block)) = backing.locate(index) else {
-                    continue;
+                let block = match backing.locate(index) {
+                    Ok(Some(block)) => block,
+                    Ok(None) => continue,
+                    // Read-ahead is advice: the read it follows succeeded; stop here.
+                    Err(_) => return,
                 };
                 let mut t = self.table.lock();
                 let key = (object, index);

@@ -13,8 +13,11 @@
 //! * `cache.writeback` (privileged): which dirty pages to write now. Default: pages dirty for
 //!   longer than 30 s; `sync_object` (fsync) writes all of a file's.
 //!
-//! The cache does no placement: the file system decides where a file's blocks live
-//! ([`Backing`]) and allocates them before data is written.
+//! The cache knows neither the file system nor the I/O scheduler: it asks a [`Backing`] where an
+//! object's blocks live and how big it is, and sends its reads and writes to a [`PageIo`]. The
+//! kernel wires both (a file of the file system as a `Backing`, the scheduler as the `PageIo`).
+//! The cache does no placement: the file system decides where a file's blocks live and
+//! allocates them before data is written.
 
 #![forbid(unsafe_code)]
 
@@ -28,35 +31,27 @@ pub use points::{ComputeRa, PickVictim, RaFile, RaMode, Read, ReadAhead, Writeba
 pub use stats::{CacheCounters, CacheStats};
 
 use std::io;
-use vino_blockdev::{IoQueue, IoRequest, Ticket};
+use vino_blockdev::{IoRequest, Ticket};
 
 /// A process, as the cache knows it: the owner of the pages it brings in.
 pub type Pid = u64;
 
-/// How the cache finds the blocks of one cached object (a file): the file system implements it.
+/// How the cache finds the blocks of one cached object (a file); the kernel implements it over
+/// the file system.
 pub trait Backing: Send + Sync {
     /// The device block that holds block `index` of the object, or `None` for a hole (reads as
     /// zeros).
     fn locate(&self, index: u64) -> io::Result<Option<u64>>;
-    /// The object's size in bytes (reads and read-ahead never go past it).
-    fn size(&self) -> u64;
+    /// The object's size in bytes (reads and read-ahead never go past it). An error (the file
+    /// system could not read the file's inode) fails the read that asked: it is not an empty
+    /// file.
+    fn size(&self) -> io::Result<u64>;
 }
 
-/// Where the cache sends its reads and writes: the I/O scheduler, or a device queue directly.
+/// Where the cache sends its reads and writes: in the kernel the I/O scheduler, or a device
+/// queue directly (the kernel's adapters implement it for both).
 pub trait PageIo: Send + Sync {
     fn submit(&self, request: IoRequest) -> Ticket;
-}
-
-impl PageIo for IoQueue {
-    fn submit(&self, request: IoRequest) -> Ticket {
-        IoQueue::submit(self, request)
-    }
-}
-
-impl PageIo for vino_iosched::IoScheduler {
-    fn submit(&self, request: IoRequest) -> Ticket {
-        vino_iosched::IoScheduler::submit(self, request)
-    }
 }
 
 /// Who asks, and how: the process (its pages, its eviction graft, its counters) and, for reads,

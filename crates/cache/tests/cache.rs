@@ -312,3 +312,26 @@ fn concurrent_readers_always_see_the_right_data() {
     assert_eq!(st.total.hits + st.total.misses, 8000);
     s.cache.check_invariants();
 }
+
+#[test]
+fn a_read_of_an_object_whose_size_is_unknown_fails() {
+    use std::io;
+    struct Unreadable;
+    impl vino_cache::Backing for Unreadable {
+        fn locate(&self, index: u64) -> io::Result<Option<u64>> {
+            Ok(Some(index))
+        }
+        fn size(&self) -> io::Result<u64> {
+            Err(io::Error::other("the inode could not be read"))
+        }
+    }
+    let s = setup(16, 64);
+    let ra = ReadAhead::new(&s.runtime, 1, "0");
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    let err = s
+        .cache
+        .read(&IoCtx::with_read_ahead(1, &ra), 3, &Unreadable, 0, &mut buf)
+        .unwrap_err();
+    assert!(err.to_string().contains("inode could not be read"), "{err}");
+    assert_eq!(s.cache.object_counters(3).misses, 0, "nothing read");
+}

@@ -643,7 +643,7 @@ impl Checker<'_> {
                     *o = 0;
                 }
             }
-            let now = crate::core::now_ns();
+            let now = crate::state::now_ns();
             self.inodes[ROOT_INO as usize] = Inode {
                 mode: S_IFDIR | 0o755,
                 nlink: 2,
@@ -860,7 +860,7 @@ impl Checker<'_> {
         let Some(ino) = (1..=self.geo.inode_count()).find(|&i| !self.in_use[i as usize]) else {
             return Ok(None);
         };
-        let now = crate::core::now_ns();
+        let now = crate::state::now_ns();
         self.inodes[ino as usize] = Inode {
             mode: S_IFDIR | 0o700,
             nlink: 2,

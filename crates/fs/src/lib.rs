@@ -13,30 +13,37 @@
 //! the first indirect block, which the NoSwitch graft of the thesis removes.
 //!
 //! [`mkfs`] makes a file system, [`FileSystem::mount`] mounts one, [`fsck`](fn@fsck) checks and repairs
-//! one. File data goes through the page cache in the kernel ([`FileSystem::backing`],
-//! [`FileSystem::allocate_block`], [`FileSystem::set_size`], [`FileSystem::fsync`]); tests and
-//! tools use the uncached [`FileSystem::read_at`] / [`FileSystem::write_at`].
+//! one. In the kernel, file data goes through the page cache, which this crate does not know:
+//! the kernel finds a file's blocks with [`FileSystem::locate`], writes and resizes files with
+//! [`FileSystem::write_with`] and [`FileSystem::set_size_with`], and registers a [`DataHook`]
+//! so that a commit writes the cache's data first. In a write the file system decides which
+//! blocks to allocate, which bytes become zeros and what a full disk does ([`write`](mod@write)); the
+//! cache, as a [`WriteTarget`], only holds the bytes. Tests and tools use the uncached
+//! [`FileSystem::read_at`] / [`FileSystem::write_at`], which follow the same rules straight to
+//! the device.
 
 #![forbid(unsafe_code)]
 
-mod core;
 mod error;
-mod fs;
+mod filesystem;
 pub mod fsck;
 pub mod journal;
 pub mod layout;
 pub mod meta;
 mod mkfs;
 pub mod placement;
+mod state;
+pub mod write;
 
-pub use crate::core::{AllocCounters, DirEntry, NewFile, SetAttr, Stat};
 pub use error::{FsError, FsErrorKind, Result};
-pub use fs::{Allocation, DataHook, FileBacking, FileSystem, FsStats, MountOptions};
+pub use filesystem::{Allocation, DataHook, FileSystem, FsStats, MountOptions};
 pub use fsck::{FsckReport, Problem, fsck};
 pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, ROOT_INO};
 pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
+pub use state::{AllocCounters, DirEntry, NewFile, SetAttr, Stat};
+pub use write::{BlockWrite, WriteTarget};
 
 // The crate's tests run with its invariant checks on, in release builds too: the dev-dependency
 // on itself enables the `invariants` feature.

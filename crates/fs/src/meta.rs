@@ -10,8 +10,9 @@
 //! [`Meta::commit`] writes the images of the dirty blocks to the journal as one transaction and
 //! flushes; from then on they are *committed*: their images are kept for the checkpoint, which
 //! writes them home, flushes, and moves the journal's tail past them. The checkpoint is lazy: it
-//! runs when the journal is out of room, at `sync` and at unmount. Until it runs, a committed
-//! image is the block's contents as far as readers are concerned.
+//! runs when the journal is out of room, when an allocation needs the blocks a committed
+//! transaction freed, at `sync` and at unmount. Until it runs, a committed image is the block's
+//! contents as far as readers are concerned.
 
 use crate::journal::{self, JournalHeader};
 use crate::layout::{BS, Block, Geometry};

@@ -57,7 +57,7 @@ pub struct MkfsReport {
 fn random_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(crate::core::now_ns());
+    h.write_u64(crate::state::now_ns());
     h.write_u32(std::process::id());
     h.finish() | 1
 }
@@ -118,7 +118,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     }
     let maxbpg = opts.maxbpg.unwrap_or((bpg / 4).max(1));
     let fs_id = random_id();
-    let now = crate::core::now_ns();
+    let now = crate::state::now_ns();
     let mut sb = Superblock {
         block_count: n,
         blocks_per_group: bpg,

@@ -213,12 +213,10 @@ fn the_data_hook_runs_before_a_commit_with_the_files_that_got_blocks() {
     assert_eq!(fs.commit().map_err(|e| e.kind()), Err(FsErrorKind::Io));
     fs.set_data_hook(None);
     fs.commit().unwrap();
-    // The backing the page cache uses.
-    let backing = fs.backing(b);
-    use vino_cache::Backing;
-    assert_eq!(backing.size(), 4 * 4096);
-    assert_eq!(backing.locate(3).unwrap(), Some(first.block));
-    assert_eq!(backing.locate(0).unwrap(), None);
+    // What a page cache above asks: the size, and where blocks are.
+    assert_eq!(fs.stat(b).unwrap().size, 4 * 4096);
+    assert_eq!(fs.locate(b, 3).unwrap(), Some(first.block));
+    assert_eq!(fs.locate(b, 0).unwrap(), None);
     fs.unmount().unwrap();
     assert_clean(&*dev, "after allocations through the cache interface");
 }

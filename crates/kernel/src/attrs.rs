@@ -6,11 +6,7 @@
 use crate::error::{Errno, SysError, SysResult};
 use crate::perm::{self, EXEC, WRITE};
 use crate::process::Process;
-use vino_blockdev::BLOCK_SIZE;
-use vino_cache::IoCtx;
 use vino_fs::{FileType, FsStats, SetAttr, Stat};
-
-const BS: u64 = BLOCK_SIZE as u64;
 
 /// A timestamp to set, as `utimensat` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -177,24 +173,6 @@ impl Process {
     pub fn fsync_path(&self, path: &str) -> SysResult<()> {
         let (ino, _) = self.stat_checked(path)?;
         Ok(self.kernel().fs().fsync(ino)?)
-    }
-}
-
-impl Process {
-    /// Before a file grows to `new_size`: the bytes past its old end in a partial last block may
-    /// be stale (a shrinking truncate leaves them on the device), and must read as zero.
-    pub(crate) fn zero_tail(&self, ino: u64, new_size: u64) -> SysResult<()> {
-        let fs = self.kernel().fs();
-        let old = fs.stat(ino)?.size;
-        if new_size <= old || old % BS == 0 || fs.locate(ino, old / BS)?.is_none() {
-            return Ok(());
-        }
-        let gap = (BS - old % BS).min(new_size - old) as usize;
-        let ctx = IoCtx::new(self.pid());
-        Ok(self
-            .kernel()
-            .cache
-            .write(&ctx, ino, &fs.backing(ino), old, &[0u8; BLOCK_SIZE][..gap])?)
     }
 }
 

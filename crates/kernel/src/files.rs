@@ -1,12 +1,13 @@
 //! Open files: descriptors, flags, the per-open-file read-ahead state, and the kernel-wide table
 //! of how often each file is open (so that a file unlinked while open lives until its last close).
 
+use crate::cache_io::FileBacking;
 use crate::error::{Errno, SysError, SysResult};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use vino_cache::ReadAhead;
-use vino_fs::{FileBacking, FileSystem, NewFile};
+use vino_fs::{FileSystem, NewFile};
 
 /// A file descriptor.
 pub type Fd = u32;
@@ -86,6 +87,7 @@ impl Default for FileTable {
 }
 
 impl FileTable {
+    /// Counts one more open of `ino` (an open being set up holds it; see `Process::open`).
     pub fn opened(&self, ino: u64) {
         *self.open.lock().entry(ino).or_default() += 1;
     }
@@ -109,8 +111,10 @@ impl FileTable {
     }
 
     /// Moves an open file out of the namespace instead of freeing it (POSIX: an unlinked file
-    /// lives on while it is open).
-    pub fn orphan(&self, fs: &FileSystem, ino: u64, dir: u64, name: &[u8]) -> SysResult<()> {
+    /// lives on while it is open). The last close may come while it moves (after the caller
+    /// saw the file open), and then finds nothing to free: this returns where the file waits,
+    /// for the caller to free it at once.
+    pub fn orphan(&self, fs: &FileSystem, ino: u64, dir: u64, name: &[u8]) -> SysResult<Option<String>> {
         let orphans = match fs.resolve(ORPHANS) {
             Ok(d) => d,
             Err(_) => fs.mkdir_path(
@@ -124,7 +128,12 @@ impl FileTable {
         let parked = format!("{ORPHANS}/{ino}");
         fs.rename(dir, name, orphans, ino.to_string())?;
         self.orphans.lock().insert(ino, parked);
-        Ok(())
+        if self.is_open(ino) {
+            // Its last close will find it.
+            return Ok(None);
+        }
+        // Closed meanwhile: whichever of this and `closed` takes it out of the table frees it.
+        Ok(self.orphans.lock().remove(&ino))
     }
 
     /// Removes orphans left by a crash (nothing can have them open after a reboot).

@@ -7,6 +7,14 @@
 //!      namespace ops, block allocation ── FileSystem (journaled metadata) ── BlockDevice
 //! ```
 //!
+//! The page cache, the file system and the I/O scheduler do not know each other; the kernel
+//! wires them (`cache_io`): a file as the cache's backing ([`FileBacking`]), the scheduler as
+//! the cache's I/O path ([`SchedulerIo`]), the cache as where a write's bytes go
+//! ([`CacheTarget`]: the file system decides which blocks a write allocates and which bytes
+//! become zeros, for its uncached path and this one alike), and the file system's data hook,
+//! which writes a file's dirty pages before a journal commit makes its new blocks or size
+//! durable (ordered mode).
+//!
 //! Every policy on that path is a graftpoint: `vas.pick_victim` (per process),
 //! `file.compute_ra/<fd>` (per open file), `file.block_buddy/<fd>` (per file, its creator only),
 //! `lock.grant/<fd>` (per file, its creator), `disk.pick_request` and `cache.writeback` (global,
@@ -20,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod attrs;
+mod cache_io;
 mod error;
 mod events;
 mod file_grafts;
@@ -30,6 +39,7 @@ mod perm;
 mod process;
 
 pub use attrs::SetTime;
+pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
 pub use error::{Errno, SysError, SysResult};
 pub use events::{
     CloseEvent, CreateEvent, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats, FsEvent, FsEventPoint,
@@ -50,7 +60,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use vino_blockdev::BlockDevice;
-use vino_cache::{CacheConfig, PageCache, PageIo};
+use vino_cache::{CacheConfig, PageCache};
 use vino_fs::{FileSystem, MountOptions};
 use vino_graft::{Namespace, Runtime, RuntimeConfig};
 use vino_iosched::{IoScheduler, SchedConfig};
@@ -112,7 +122,7 @@ impl Kernel {
             frames: config.cache_frames,
             writeback_every: config.writeback_every,
         };
-        let cache = PageCache::new(cache_config, sched.clone() as Arc<dyn PageIo>, &runtime);
+        let cache = PageCache::new(cache_config, Arc::new(SchedulerIo(sched.clone())), &runtime);
         let fs = FileSystem::mount(device, &runtime, &config.mount)?;
         // Ordered mode: before a journal commit makes new allocations durable, the data written
         // into those blocks goes to the device.

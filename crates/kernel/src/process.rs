@@ -1,17 +1,15 @@
 //! A process and its system calls.
 
+use crate::cache_io::{CacheTarget, FileBacking};
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::{Fd, FdTable, OpenFile, OpenFlags};
 use crate::perm::{self, Credentials, EXEC, READ, WRITE};
 use crate::{Kernel, Pid};
 use parking_lot::Mutex;
 use std::sync::Arc;
-use vino_blockdev::BLOCK_SIZE;
 use vino_cache::{IoCtx, ReadAhead};
 use vino_fs::{DirEntry, FileType, NewFile, Stat};
 use vino_graft::{GraftEvent, GraftInfo, ManagedSlot, Namespace, Owner, Principal, SlotInfo};
-
-const BS: u64 = BLOCK_SIZE as u64;
 
 /// A graft system call on a named graftpoint, for callers that dispatch on data (the daemon).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +30,38 @@ pub struct Process {
     /// `file.block_buddy/<fd>`.
     pub(crate) namespace: Namespace,
     events: Arc<Mutex<Vec<GraftEvent>>>,
+}
+
+/// One open count of a file taken while an open is set up; given back when dropped unless
+/// [`OpenHold::keep`] handed it to the new descriptor (whose close gives it back).
+struct OpenHold<'p> {
+    process: &'p Process,
+    ino: u64,
+    kept: bool,
+}
+
+impl<'p> OpenHold<'p> {
+    fn new(process: &'p Process, ino: u64) -> Self {
+        process.kernel.files.opened(ino);
+        OpenHold {
+            process,
+            ino,
+            kept: false,
+        }
+    }
+
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for OpenHold<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            // The open failed; freeing a file it kept alive can fail only as a later unlink would.
+            let _ = self.process.release_open(self.ino);
+        }
+    }
 }
 
 /// Splits an absolute path into its directory and last name.
@@ -105,27 +135,9 @@ impl Process {
     pub fn open(&self, path: &str, flags: OpenFlags) -> SysResult<Fd> {
         let (dir_path, name) = split(path)?;
         let dir = self.dir(dir_path, false)?;
-        let ino = match self.fs().lookup(dir, name) {
-            Ok(ino) => {
-                if flags.create && flags.exclusive {
-                    return Err(SysError::new(Errno::Exist, format!("file exists: {path}")));
-                }
-                ino
-            }
-            Err(e) if flags.create && e.errno() == Errno::NoEnt as i32 => {
-                self.dir(dir_path, true)?;
-                let attrs = NewFile {
-                    mode: flags.mode & 0o7777,
-                    uid: self.cred.uid,
-                    gid: self.cred.gid,
-                    creator: self.pid,
-                };
-                self.kernel
-                    .events
-                    .created(self, dir, name, self.fs().create(dir, name, &attrs)?)
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let (ino, held) = self.find_and_hold(dir, dir_path, name, path, flags)?;
+        // From here on the file is counted open: an unlink parks it instead of freeing it, and
+        // if the open fails, dropping `held` gives the count back (and frees a parked file).
         let st = self.fs().stat(ino)?;
         if st.kind == FileType::Directory {
             return Err(SysError::new(Errno::IsDir, format!("is a directory: {path}")));
@@ -136,6 +148,8 @@ impl Process {
             self.resize(ino, 0)?;
         }
         let kernel = &self.kernel;
+        let buddy = kernel.fs.block_buddy(ino)?;
+        // Nothing below fails: the open is made.
         let mut files = self.files.lock();
         let fd = (0..).find(|fd| files.get(*fd).is_err()).expect("a free descriptor");
         let file = Arc::new(OpenFile {
@@ -143,12 +157,11 @@ impl Process {
             flags,
             offset: Mutex::new(0),
             ra: ReadAhead::new(&kernel.runtime, self.pid, &fd.to_string()),
-            backing: kernel.fs.backing(ino),
+            backing: FileBacking::new(kernel.fs.clone(), ino),
         });
-        kernel.files.opened(ino);
+        held.keep();
         kernel.file_grafts.on_open(ino, &file.ra);
         self.namespace.register(file.ra.slot().clone());
-        let buddy = kernel.fs.block_buddy(ino)?;
         self.namespace
             .register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
         self.locks_opened(fd, &st);
@@ -156,6 +169,50 @@ impl Process {
         debug_assert_eq!(got, fd);
         self.kernel.events.opened(self, ino, dir, name, &st);
         Ok(fd)
+    }
+
+    /// The inode `name` in `dir` names (created if `flags` say so), counted open. The name is
+    /// looked up again once the count is taken: a file unlinked in between (freed, its inode
+    /// perhaps reused by another file) is not the one to open.
+    fn find_and_hold(
+        &self,
+        dir: u64,
+        dir_path: &str,
+        name: &str,
+        path: &str,
+        flags: OpenFlags,
+    ) -> SysResult<(u64, OpenHold<'_>)> {
+        loop {
+            let ino = match self.fs().lookup(dir, name) {
+                Ok(ino) => {
+                    if flags.create && flags.exclusive {
+                        return Err(SysError::new(Errno::Exist, format!("file exists: {path}")));
+                    }
+                    ino
+                }
+                Err(e) if flags.create && e.errno() == Errno::NoEnt as i32 => {
+                    self.dir(dir_path, true)?;
+                    let attrs = NewFile {
+                        mode: flags.mode & 0o7777,
+                        uid: self.cred.uid,
+                        gid: self.cred.gid,
+                        creator: self.pid,
+                    };
+                    self.kernel
+                        .events
+                        .created(self, dir, name, self.fs().create(dir, name, &attrs)?)
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let held = OpenHold::new(self, ino);
+            match self.fs().lookup(dir, name) {
+                Ok(now) if now == ino => return Ok((ino, held)),
+                // Unlinked, perhaps replaced, meanwhile: look again.
+                Ok(_) => continue,
+                Err(e) if e.errno() == Errno::NoEnt as i32 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     pub fn close(&self, fd: Fd) -> SysResult<()> {
@@ -171,13 +228,23 @@ impl Process {
             ra.unload();
         }
         self.namespace.forget(&format!("file.block_buddy/{fd}"));
-        if let Some(parked) = self.kernel.files.closed(file.ino) {
-            // The cache forgets the file before its blocks are freed: a stale dirty page written
-            // back later could land on a block reused for metadata.
-            self.kernel.cache.invalidate(file.ino, 0);
-            self.fs().unlink_path(&parked)?;
+        self.release_open(file.ino)
+    }
+
+    /// Gives back one open count of `ino`; the last one of a file unlinked while open frees it.
+    fn release_open(&self, ino: u64) -> SysResult<()> {
+        match self.kernel.files.closed(ino) {
+            Some(parked) => self.free_parked(ino, &parked),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Frees a file unlinked while open, parked at `parked`, now that nothing has it open.
+    fn free_parked(&self, ino: u64, parked: &str) -> SysResult<()> {
+        // The cache forgets the file before its blocks are freed: a stale dirty page written back
+        // later could land on a block reused for metadata.
+        self.kernel.cache.invalidate(ino, 0);
+        Ok(self.fs().unlink_path(parked)?)
     }
 
     pub(crate) fn file(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {
@@ -230,8 +297,9 @@ impl Process {
             .inspect(|_| self.kernel.events.modified(self, f.ino))
     }
 
-    /// Allocates each block (through the file's placement policy), then writes it into the cache.
-    /// If the disk fills up part way, the bytes already written stay and their count is returned.
+    /// Writes into the page cache. The file system allocates each block (through the file's
+    /// placement policy) and decides which bytes become zeros and what a full disk part way
+    /// does (a short write), by the same rules as its uncached path ([`vino_fs::write`]).
     fn write_file(&self, fd: Fd, f: &OpenFile, offset: u64, data: &[u8]) -> SysResult<usize> {
         if !f.flags.write {
             return Err(SysError::new(
@@ -239,37 +307,13 @@ impl Process {
                 format!("descriptor {fd} is not open for writing"),
             ));
         }
-        let ctx = IoCtx::new(self.pid);
-        let cache = &self.kernel.cache;
-        // Writing past the end: the old last block may hold stale bytes past the old end (left
-        // by a truncate); what lies between the old end and this write must read as zero.
-        let size = self.fs().stat(f.ino)?.size;
-        if offset > size && size % BS != 0 && self.fs().locate(f.ino, size / BS)?.is_some() {
-            let gap = ((BS - size % BS) as usize).min((offset - size) as usize);
-            cache.write(&ctx, f.ino, &f.backing, size, &[0u8; BLOCK_SIZE][..gap])?;
-        }
-        let mut done = 0usize;
-        while done < data.len() {
-            let pos = offset + done as u64;
-            let (index, within) = (pos / BS, (pos % BS) as usize);
-            let take = (BLOCK_SIZE - within).min(data.len() - done);
-            let alloc = match self.fs().allocate_block(f.ino, index) {
-                Ok(a) => a,
-                Err(e) if done > 0 => {
-                    let _ = e;
-                    break;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if alloc.fresh && take < BLOCK_SIZE {
-                // A new block holds stale data: what this write does not cover must read as zero.
-                cache.write(&ctx, f.ino, &f.backing, index * BS, &[0u8; BLOCK_SIZE])?;
-            }
-            cache.write(&ctx, f.ino, &f.backing, pos, &data[done..done + take])?;
-            done += take;
-            self.fs().extend_size(f.ino, pos + take as u64)?;
-        }
-        Ok(done)
+        let mut target = CacheTarget {
+            cache: &self.kernel.cache,
+            ctx: IoCtx::new(self.pid),
+            ino: f.ino,
+            backing: &f.backing,
+        };
+        Ok(self.fs().write_with(f.ino, offset, data, &mut target)?)
     }
 
     pub fn seek(&self, fd: Fd, offset: u64) -> SysResult<()> {
@@ -297,13 +341,19 @@ impl Process {
             .inspect(|_| self.kernel.events.modified(self, f.ino))
     }
 
-    /// Sets a file's size: its dirty pages go to the device first, then the cache forgets the
-    /// pages from the new end on (a partial last page included), then the file system frees.
+    /// Sets a file's size, by the file system's rules ([`vino_fs::write`]): the cache forgets
+    /// the pages of the blocks the file system frees (past the new end, or past the old end of
+    /// a file that grows) before it frees them; growing zeroes, in the cache, the bytes past the
+    /// old end in the old last page.
     fn resize(&self, ino: u64, size: u64) -> SysResult<()> {
-        self.zero_tail(ino, size)?;
-        self.kernel.cache.sync_object(ino)?;
-        self.kernel.cache.invalidate(ino, size / BS);
-        Ok(self.fs().set_size(ino, size)?)
+        let backing = FileBacking::new(self.kernel.fs.clone(), ino);
+        let mut target = CacheTarget {
+            cache: &self.kernel.cache,
+            ctx: IoCtx::new(self.pid),
+            ino,
+            backing: &backing,
+        };
+        Ok(self.fs().set_size_with(ino, size, &mut target)?)
     }
 
     pub fn fstat(&self, fd: Fd) -> SysResult<Stat> {
@@ -359,7 +409,10 @@ impl Process {
             return Err(SysError::new(Errno::IsDir, format!("is a directory: {name}")));
         }
         if st.nlink == 1 && self.kernel.files.is_open(ino) {
-            return self.kernel.files.orphan(self.fs(), ino, dir, name.as_bytes());
+            return match self.kernel.files.orphan(self.fs(), ino, dir, name.as_bytes())? {
+                Some(parked) => self.free_parked(ino, &parked),
+                None => Ok(()),
+            };
         }
         if st.nlink == 1 {
             self.kernel.cache.invalidate(ino, 0);
@@ -379,9 +432,13 @@ impl Process {
             replaced = Some(target).filter(|_| target != source && st.kind != FileType::Directory);
             if target != source && st.kind != FileType::Directory && st.nlink == 1 {
                 if self.kernel.files.is_open(target) {
-                    self.kernel
+                    if let Some(parked) = self
+                        .kernel
                         .files
-                        .orphan(self.fs(), target, td_ino, to_name.as_bytes())?;
+                        .orphan(self.fs(), target, td_ino, to_name.as_bytes())?
+                    {
+                        self.free_parked(target, &parked)?;
+                    }
                 } else {
                     self.kernel.cache.invalidate(target, 0);
                 }

@@ -252,3 +252,214 @@ fn a_full_disk_gives_a_short_write_then_an_error_and_loses_nothing() {
         assert_eq!(c, &chunk[..c.len()], "chunk {i}");
     }
 }
+
+/// Files in the orphans' directory (unlinked while open, waiting for their last close).
+fn orphans(k: &Arc<Kernel>) -> Vec<String> {
+    let p = k.spawn(Credentials::root());
+    let names = p
+        .readdir("/.vino-orphans")
+        .map(|v| v.iter().map(|e| e.name_lossy()).collect())
+        .unwrap_or_default();
+    k.exit(p.pid());
+    names
+}
+
+#[test]
+fn an_unlink_racing_the_last_close_frees_the_file() {
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let dev = device(8192);
+    let k = boot(&dev);
+    let a = k.spawn(Credentials::root());
+    let b = k.spawn(Credentials::root());
+    // The orphans' directory exists from the start, so that the free counts compare.
+    let fd = a.open("/seed", OpenFlags::create()).unwrap();
+    b.unlink("/seed").unwrap();
+    a.close(fd).unwrap();
+    let before = k.fs().stats();
+    let go = Arc::new(Barrier::new(2));
+    let (fd, done) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicBool::new(false)));
+    let closer = {
+        let (a, go, fd, done) = (a.clone(), go.clone(), fd.clone(), done.clone());
+        std::thread::spawn(move || {
+            loop {
+                go.wait();
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                a.close(fd.load(Ordering::Relaxed)).unwrap();
+                go.wait();
+            }
+        })
+    };
+    for _ in 0..5000 {
+        let w = b.open("/f", OpenFlags::create()).unwrap();
+        b.write(w, &[7u8; 5000]).unwrap();
+        b.close(w).unwrap();
+        fd.store(a.open("/f", OpenFlags::read_only()).unwrap(), Ordering::Relaxed);
+        // a's last close and b's unlink at once.
+        go.wait();
+        b.unlink("/f").unwrap();
+        go.wait();
+    }
+    done.store(true, Ordering::Relaxed);
+    go.wait();
+    closer.join().unwrap();
+    assert_eq!(
+        orphans(&k),
+        Vec::<String>::new(),
+        "files left waiting for a close that came already"
+    );
+    let after = k.fs().stats();
+    assert_eq!(after.free_inodes, before.free_inodes);
+    assert_eq!(after.free_blocks, before.free_blocks);
+}
+
+#[test]
+fn failed_opens_leave_the_open_count_as_it_was() {
+    let dev = device(4096);
+    let k = boot(&dev);
+    let root = k.spawn(Credentials::root());
+    let user = k.spawn(Credentials::user(1000, 1000));
+    root.mkdir("/d", 0o755).unwrap();
+    let fd = root.open("/d/secret", OpenFlags::create()).unwrap();
+    root.write(fd, &[1u8; 10_000]).unwrap();
+    root.close(fd).unwrap();
+    root.chmod("/d/secret", 0o600).unwrap();
+    let free = k.fs().stats();
+    // Opens that fail after the file was found: not allowed, a directory, exclusive.
+    let denied = user.open("/d/secret", OpenFlags::read_only()).unwrap_err();
+    assert_eq!(denied.errno, Errno::Acces);
+    assert_eq!(root.open("/d", OpenFlags::read_only()).unwrap_err().errno, Errno::IsDir);
+    let exclusive = OpenFlags {
+        exclusive: true,
+        ..OpenFlags::create()
+    };
+    assert_eq!(root.open("/d/secret", exclusive).unwrap_err().errno, Errno::Exist);
+    // Nobody has the file open: the unlink frees it at once.
+    root.unlink("/d/secret").unwrap();
+    assert_eq!(orphans(&k), Vec::<String>::new());
+    let after = k.fs().stats();
+    assert_eq!(after.free_inodes, free.free_inodes + 1);
+    assert!(after.free_blocks > free.free_blocks, "its blocks are free");
+    // A file open twice, one open failed, unlinked: freed at the last real close.
+    let fd = root.open("/d/f", OpenFlags::create()).unwrap();
+    root.write(fd, &[2u8; 10_000]).unwrap();
+    root.chmod("/d/f", 0o600).unwrap();
+    assert_eq!(
+        user.open("/d/f", OpenFlags::read_only()).unwrap_err().errno,
+        Errno::Acces
+    );
+    root.unlink("/d/f").unwrap();
+    assert_eq!(orphans(&k).len(), 1, "open: parked until closed");
+    let free = k.fs().stats();
+    root.close(fd).unwrap();
+    assert_eq!(orphans(&k), Vec::<String>::new());
+    let after = k.fs().stats();
+    assert_eq!(after.free_inodes, free.free_inodes + 1);
+    assert!(after.free_blocks > free.free_blocks, "its blocks are free");
+}
+
+#[test]
+fn opens_racing_unlinks_leave_no_file_behind() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dev = device(8192);
+    let k = boot(&dev);
+    // The orphans' directory exists from the start, so that the free counts compare.
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/seed", OpenFlags::create()).unwrap();
+    p.unlink("/seed").unwrap();
+    p.close(fd).unwrap();
+    let before = k.fs().stats();
+    let done = Arc::new(AtomicBool::new(false));
+    let opener = {
+        let (k, done) = (k.clone(), done.clone());
+        std::thread::spawn(move || {
+            let a = k.spawn(Credentials::root());
+            let mut opened = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                // Fails (ENOENT, or the file went half way through) as often as not.
+                if let Ok(fd) = a.open("/f", OpenFlags::read_only()) {
+                    opened += 1;
+                    a.close(fd).unwrap();
+                }
+            }
+            opened
+        })
+    };
+    let b = k.spawn(Credentials::root());
+    for _ in 0..3000 {
+        let _ = b.unlink("/f");
+        let fd = b.open("/f", OpenFlags::create()).unwrap();
+        b.write(fd, &[7u8; 5000]).unwrap();
+        b.close(fd).unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let opened = opener.join().unwrap();
+    assert!(opened > 0, "the opener never got the file");
+    b.unlink("/f").unwrap();
+    // Nothing is open: every file unlinked is gone for good.
+    assert_eq!(
+        orphans(&k),
+        Vec::<String>::new(),
+        "files left waiting for a close that never comes"
+    );
+    let after = k.fs().stats();
+    assert_eq!(after.free_inodes, before.free_inodes);
+    assert_eq!(after.free_blocks, before.free_blocks);
+}
+
+#[test]
+fn a_size_the_file_system_cannot_read_is_an_error_not_an_empty_file() {
+    use vino_cache::{Backing, IoCtx};
+    use vino_kernel::FileBacking;
+    let dev = device(4096);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    // Enough files that the last one's inode is in another inode block than the root's.
+    for i in 0..40 {
+        let fd = p.open(&format!("/f{i}"), OpenFlags::create()).unwrap();
+        p.write(fd, &pattern(3 * 4096, i as u8)).unwrap();
+        p.close(fd).unwrap();
+    }
+    let ino = k.fs().resolve("/f39").unwrap();
+    k.shutdown().unwrap();
+    drop((p, k));
+    // After a reboot the file system has not read that inode yet: getting the file's size
+    // reads the device, and the device fails.
+    let k = boot(&dev);
+    dev.set_dead(true);
+    let backing = FileBacking::new(k.fs().clone(), ino);
+    let mut buf = vec![0u8; 4096];
+    assert!(backing.size().is_err());
+    let got = k.cache().read(&IoCtx::new(1), ino, &backing, 0, &mut buf);
+    assert!(
+        got.is_err(),
+        "a size that could not be read read as an empty file: {got:?}"
+    );
+    dev.set_dead(false);
+    assert_eq!(
+        k.cache().read(&IoCtx::new(1), ino, &backing, 0, &mut buf).unwrap(),
+        4096
+    );
+    assert_eq!(buf, pattern(4096, 39));
+}
+
+#[test]
+fn a_read_after_the_file_system_stopped_is_an_io_error() {
+    let dev = device(4096);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/f", OpenFlags::create()).unwrap();
+    p.write(fd, &pattern(10_000, 1)).unwrap();
+    p.fsync(fd).unwrap();
+    let mut back = vec![0u8; 10_000];
+    assert_eq!(p.pread(fd, &mut back, 0).unwrap(), 10_000);
+    // A commit whose flush fails stops the file system; the file's pages are still cached.
+    p.chmod("/f", 0o600).unwrap();
+    dev.fail_flush(1);
+    assert!(k.fs().commit().is_err());
+    assert!(k.fs().stat(k.fs().root()).is_err(), "the file system stopped");
+    assert_eq!(p.pread(fd, &mut back, 0).unwrap_err().errno, Errno::Io);
+    assert_eq!(p.read(fd, &mut back).unwrap_err().errno, Errno::Io);
+}

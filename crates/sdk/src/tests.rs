@@ -497,20 +497,42 @@ fn the_reader_refuses_garbage_without_panicking() {
     }
 }
 
+/// Writes an executable script at `path` through a child process, so that no descriptor open
+/// for writing on it ever exists in this process: a thread of another test forking meanwhile
+/// would hand one to its child until that child's exec, and executing the script then fails
+/// with ETXTBSY ("text file busy").
+#[cfg(unix)]
+fn write_script(path: &std::path::Path, text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("cat > \"$1\" && chmod 755 \"$1\"")
+        .arg("sh")
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("sh runs");
+    child
+        .stdin
+        .take()
+        .expect("a pipe to sh")
+        .write_all(text.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "writing {}", path.display());
+}
+
 #[cfg(unix)]
 #[test]
 fn a_clang_without_wasm_ld_says_so() {
-    use std::os::unix::fs::PermissionsExt;
     // A "clang" that answers --version but, like clang without lld, echoes the bare linker name.
     let tmp = tempfile::tempdir().unwrap();
     let fake = tmp.path().join("clang");
-    std::fs::write(
+    write_script(
         &fake,
         "#!/bin/sh\ncase \"$*\" in\n*--version*) echo 'clang version 99.0.0';;\n\
          *print-prog-name*) echo wasm-ld;;\n*) exit 1;;\nesac\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let opts = BuildOptions {
         clang: Some(fake.clone()),
         ..Default::default()

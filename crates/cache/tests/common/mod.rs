@@ -5,8 +5,8 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use vino_blockdev::{BLOCK_SIZE, BlockDevice, IoQueue, MemDevice};
-use vino_cache::{Backing, CacheConfig, PageCache};
+use vino_blockdev::{BLOCK_SIZE, BlockDevice, IoQueue, IoRequest, MemDevice, Ticket};
+use vino_cache::{Backing, CacheConfig, PageCache, PageIo};
 use vino_graft::Runtime;
 
 /// A file whose block i lives at device block `base + i`; blocks at or past `allocated` are
@@ -21,8 +21,8 @@ impl Backing for File {
     fn locate(&self, index: u64) -> io::Result<Option<u64>> {
         Ok((index < self.allocated).then_some(self.base + index))
     }
-    fn size(&self) -> u64 {
-        self.size.load(Ordering::Relaxed)
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.size.load(Ordering::Relaxed))
     }
 }
 
@@ -31,6 +31,15 @@ pub fn file(base: u64, blocks: u64) -> File {
         base,
         size: AtomicU64::new(blocks * BLOCK_SIZE as u64),
         allocated: blocks,
+    }
+}
+
+/// The cache's I/O straight to a device queue (the kernel puts its scheduler there instead).
+pub struct Queue(pub IoQueue);
+
+impl PageIo for Queue {
+    fn submit(&self, request: IoRequest) -> Ticket {
+        self.0.submit(request)
     }
 }
 
@@ -57,7 +66,7 @@ pub fn setup(frames: usize, device_blocks: u64) -> Setup {
             frames,
             writeback_every: None,
         },
-        Arc::new(queue),
+        Arc::new(Queue(queue)),
         &runtime,
     );
     Setup { device, cache, runtime }

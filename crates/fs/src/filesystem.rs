@@ -1,11 +1,15 @@
-//! The mounted file system: its public operations, mount and unmount.
+//! The mounted file system, [`FileSystem`]: mount, its public operations, commit, sync and
+//! unmount, and the uncached data path. Each operation takes the lock around the state
+//! ([`crate::state`]): `with_state` for one that only reads, `in_transaction` for one that changes
+//! metadata (it goes whole into the running journal transaction, which it may first commit).
 
-use crate::core::{AllocCounters, DirEntry, Inner, Mode, NewFile, SetAttr, Stat};
 use crate::error::{FsError, Result, corrupt};
 use crate::journal::{self, JournalHeader, ScanError};
 use crate::layout::*;
 use crate::meta::{JournalState, Meta, MetaCounters};
 use crate::placement::{BlockBuddy, Placement};
+use crate::state::{AllocCounters, DirEntry, FsState, Mode, NewFile, SetAttr, Stat};
+use crate::write::DeviceTarget;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::io;
@@ -13,10 +17,14 @@ use std::sync::Arc;
 use vino_blockdev::BlockDevice;
 use vino_graft::{Access, GraftSlot, Runtime};
 
-/// Called before a commit with the inodes that got blocks since the last one: the page cache
-/// writes their dirty pages, so that the commit (which flushes the device first) never makes an
-/// allocation durable before the data it was made for.
+/// Called before every commit with the inodes that got blocks or a new size since the last one:
+/// the page cache writes their dirty pages, so that the commit (which flushes the device first)
+/// never makes an allocation or a size durable before the data it exposes. It is called without
+/// the file system's lock and may call back into the file system.
 pub type DataHook = Arc<dyn Fn(&[u64]) -> io::Result<()> + Send + Sync>;
+
+/// Most rounds of the data hook one commit runs (see [`FileSystem::commit`]).
+const HOOK_ROUNDS: usize = 4;
 
 /// How to mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,19 +76,20 @@ pub struct Allocation {
 /// including the metadata reads and the journal writes they cause. It is held for the length
 /// of one operation and released between the blocks of a multi-block read or write, whose data
 /// transfers happen outside it. Concurrent writers to the *same* file must be serialised by the
-/// caller (the kernel's per-file lock): the uncached data path reads a file's size and then
-/// writes, not atomically.
+/// caller (the kernel's per-file lock): a write or a resize ([`FileSystem::write_with`],
+/// [`FileSystem::set_size_with`]) reads the file's size and then writes, not atomically.
 ///
 /// # Durability
 ///
 /// Metadata changes are atomic and reach the disk at the next commit: [`FileSystem::commit`],
 /// [`FileSystem::fsync`], [`FileSystem::sync`], or when the running transaction grows past the
-/// commit threshold. File data is not journaled (ordered mode): a commit first flushes the
-/// device, so data written before the commit is durable before the allocations that point at
-/// it. Dropping a `FileSystem` without [`FileSystem::unmount`] is like a power cut: what was
+/// commit threshold, or when an allocation needs the blocks freed in it. File data is not
+/// journaled (ordered mode): every commit first has the data hook write the data of files that
+/// got blocks or a new size (a page cache above keeps it), then flushes the device, so data
+/// written before the commit is durable before the allocations and sizes that expose it. Dropping a `FileSystem` without [`FileSystem::unmount`] is like a power cut: what was
 /// committed survives.
 pub struct FileSystem {
-    inner: Mutex<Inner>,
+    state: Mutex<FsState>,
     dev: Arc<dyn BlockDevice>,
     runtime: Runtime,
     geo: Geometry,
@@ -198,20 +207,20 @@ impl FileSystem {
         let placement = Arc::new(Placement::new(&geo, &free));
         let log = geo.log_len() as usize;
         let meta = Meta::new(dev.clone(), geo.clone(), journal, opts.meta_cache_blocks);
-        let mut inner = Inner::new(meta, placement.clone());
-        let root = inner.read_inode(ROOT_INO)?;
+        let mut state = FsState::new(meta, placement.clone());
+        let root = state.read_inode(ROOT_INO)?;
         if !root.is_dir() {
             return Err(corrupt("the root inode is not a directory"));
         }
-        inner.dir(ROOT_INO)?;
+        state.dir(ROOT_INO)?;
         sb.state = STATE_MOUNTED;
         sb.mount_count = sb.mount_count.wrapping_add(1);
-        sb.mounted_ns = crate::core::now_ns();
+        sb.mounted_ns = crate::state::now_ns();
         write_superblock(&*dev, &sb)?;
         let hard = log / 2;
         let soft = opts.commit_blocks.unwrap_or(log / 4).clamp(1, hard);
         Ok(Arc::new(FileSystem {
-            inner: Mutex::new(inner),
+            state: Mutex::new(state),
             dev,
             runtime: runtime.clone(),
             geo,
@@ -224,29 +233,31 @@ impl FileSystem {
         }))
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
-        let g = self.inner.lock();
+    fn lock(&self) -> Result<MutexGuard<'_, FsState>> {
+        let g = self.state.lock();
         g.usable()?;
         Ok(g)
     }
 
-    /// Runs a read-only operation.
-    fn read<T>(&self, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+    /// Runs a read-only operation on the state, under the lock.
+    fn with_state<T>(&self, f: impl FnOnce(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
         f(&mut g)
     }
 
-    /// Runs an operation that changes metadata: all of it or none of it goes into the running
-    /// transaction. One that runs out of space while freed blocks wait for a checkpoint is
-    /// retried once after committing and checkpointing.
-    fn op<T>(&self, mut f: impl FnMut(&mut Inner) -> Result<T>) -> Result<T> {
-        let dirty = self.lock()?.meta.dirty_count();
-        if dirty >= self.soft_commit {
-            self.commit()?;
-        }
+    /// Runs an operation that changes metadata, under the lock: all of it or none of it goes
+    /// into the running journal transaction. A transaction past the commit threshold is
+    /// committed first; an operation that runs out of space while freed blocks wait for a
+    /// checkpoint is retried once after committing and checkpointing. Either commit goes through
+    /// [`FileSystem::commit`], data hook first, with the lock released while the hook runs.
+    pub(crate) fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
-        if g.meta.dirty_count() >= self.hard_commit {
-            g.commit_locked()?;
+        let mut committed = false;
+        while g.meta.dirty_count() >= self.hard_commit || (!committed && g.meta.dirty_count() >= self.soft_commit) {
+            drop(g);
+            self.commit()?;
+            committed = true;
+            g = self.lock()?;
         }
         let mut retried = false;
         loop {
@@ -260,7 +271,9 @@ impl FileSystem {
                     g.rollback_op();
                     if matches!(e, FsError::NoSpace) && !retried && g.has_deferred() {
                         retried = true;
-                        g.commit_locked()?;
+                        drop(g);
+                        self.commit()?;
+                        g = self.lock()?;
                         g.checkpoint_locked()?;
                         continue;
                     }
@@ -290,7 +303,7 @@ impl FileSystem {
     }
 
     pub fn stats(&self) -> FsStats {
-        let mut g = self.inner.lock();
+        let mut g = self.state.lock();
         let free_blocks = (0..self.geo.groups).map(|i| u64::from(self.placement.free(i))).sum();
         let free_inodes = (0..self.geo.groups)
             .map(|i| g.header(i).map_or(0, |h| u64::from(h.free_inodes)))
@@ -310,98 +323,98 @@ impl FileSystem {
     // ---- namespace ------------------------------------------------------------------------
 
     pub fn lookup(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<u64> {
-        self.read(|g| g.lookup(dir, name.as_ref()))
+        self.with_state(|g| g.lookup(dir, name.as_ref()))
     }
 
     /// The inode of an absolute path.
     pub fn resolve(&self, path: impl AsRef<[u8]>) -> Result<u64> {
-        self.read(|g| g.resolve(path.as_ref()))
+        self.with_state(|g| g.resolve(path.as_ref()))
     }
 
     /// Creates a regular file.
     pub fn create(&self, dir: u64, name: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
-        self.op(|g| g.create(dir, name.as_ref(), FileType::Regular, attrs))
+        self.in_transaction(|g| g.create(dir, name.as_ref(), FileType::Regular, attrs))
     }
 
     /// Creates a directory.
     pub fn mkdir(&self, dir: u64, name: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
-        self.op(|g| g.create(dir, name.as_ref(), FileType::Directory, attrs))
+        self.in_transaction(|g| g.create(dir, name.as_ref(), FileType::Directory, attrs))
     }
 
     /// Gives a regular file another name.
     pub fn link(&self, ino: u64, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| g.link(ino, dir, name.as_ref()))
+        self.in_transaction(|g| g.link(ino, dir, name.as_ref()))
     }
 
     /// Removes a name of a regular file; the file goes when its last name does. (A file still
     /// open elsewhere is the caller's to keep: the file system frees it at once.)
     pub fn unlink(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| g.unlink(dir, name.as_ref()))
+        self.in_transaction(|g| g.unlink(dir, name.as_ref()))
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| g.rmdir(dir, name.as_ref()))
+        self.in_transaction(|g| g.rmdir(dir, name.as_ref()))
     }
 
     /// Renames, replacing an existing destination of the same kind (an empty directory for a
     /// directory); refuses to move a directory into its own subtree.
     pub fn rename(&self, from_dir: u64, from: impl AsRef<[u8]>, to_dir: u64, to: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| g.rename(from_dir, from.as_ref(), to_dir, to.as_ref()))
+        self.in_transaction(|g| g.rename(from_dir, from.as_ref(), to_dir, to.as_ref()))
     }
 
     /// A directory's entries, `.` and `..` left out, in on-disk order.
     pub fn readdir(&self, dir: u64) -> Result<Vec<DirEntry>> {
-        self.read(|g| g.readdir(dir))
+        self.with_state(|g| g.readdir(dir))
     }
 
     pub fn stat(&self, ino: u64) -> Result<Stat> {
-        self.read(|g| g.stat(ino))
+        self.with_state(|g| g.stat(ino))
     }
 
     pub fn set_attr(&self, ino: u64, attrs: &SetAttr) -> Result<Stat> {
-        self.op(|g| g.set_attr(ino, attrs))
+        self.in_transaction(|g| g.set_attr(ino, attrs))
     }
 
     // ---- by path --------------------------------------------------------------------------
 
     pub fn stat_path(&self, path: impl AsRef<[u8]>) -> Result<Stat> {
-        self.read(|g| {
+        self.with_state(|g| {
             let ino = g.resolve(path.as_ref())?;
             g.stat(ino)
         })
     }
 
     pub fn create_path(&self, path: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (dir, name) = g.resolve_parent(path.as_ref())?;
             g.create(dir, name, FileType::Regular, attrs)
         })
     }
 
     pub fn mkdir_path(&self, path: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (dir, name) = g.resolve_parent(path.as_ref())?;
             g.create(dir, name, FileType::Directory, attrs)
         })
     }
 
     pub fn unlink_path(&self, path: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (dir, name) = g.resolve_parent(path.as_ref())?;
             g.unlink(dir, name)
         })
     }
 
     pub fn rmdir_path(&self, path: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (dir, name) = g.resolve_parent(path.as_ref())?;
             g.rmdir(dir, name)
         })
     }
 
     pub fn rename_path(&self, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>) -> Result<()> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             let (fd, fname) = g.resolve_parent(from.as_ref())?;
             let (td, tname) = g.resolve_parent(to.as_ref())?;
             g.rename(fd, fname, td, tname)
@@ -409,17 +422,17 @@ impl FileSystem {
     }
 
     pub fn readdir_path(&self, path: impl AsRef<[u8]>) -> Result<Vec<DirEntry>> {
-        self.read(|g| {
+        self.with_state(|g| {
             let ino = g.resolve(path.as_ref())?;
             g.readdir(ino)
         })
     }
 
-    // ---- block mapping and allocation (the page cache's interface) ------------------------
+    // ---- block mapping and allocation (what a page cache above needs) ---------------------
 
     /// The device block holding file block `index`, or `None` for a hole.
     pub fn locate(&self, ino: u64, index: u64) -> Result<Option<u64>> {
-        self.read(|g| {
+        self.with_state(|g| {
             let i = g.live(ino)?;
             g.bmap(ino, &i, index)
         })
@@ -427,7 +440,7 @@ impl FileSystem {
 
     /// The device block of each file block up to the end of the file (0 for a hole).
     pub fn block_map(&self, ino: u64) -> Result<Vec<u64>> {
-        self.read(|g| {
+        self.with_state(|g| {
             let i = g.live(ino)?;
             let n = i.size.div_ceil(BS as u64);
             (0..n).map(|fb| Ok(g.bmap(ino, &i, fb)?.unwrap_or(0))).collect()
@@ -442,7 +455,7 @@ impl FileSystem {
 
     /// Like [`FileSystem::allocate`], and says whether the block is new.
     pub fn allocate_block(&self, ino: u64, index: u64) -> Result<Allocation> {
-        self.op(|g| {
+        self.in_transaction(|g| {
             if g.live(ino)?.is_dir() {
                 return Err(FsError::IsADirectory(format!("inode {ino}")));
             }
@@ -453,16 +466,10 @@ impl FileSystem {
 
     /// Sets a regular file's size. Shrinking frees the blocks past the new end (in the running
     /// transaction); growing zeroes what the old last block holds past the old end (on the
-    /// device) and leaves a hole after it.
+    /// device) and leaves a hole after it. The kernel, whose data is in its page cache, uses
+    /// [`FileSystem::set_size_with`] instead.
     pub fn set_size(&self, ino: u64, size: u64) -> Result<()> {
-        let old = self.stat(ino)?;
-        if old.kind == FileType::Directory {
-            return Err(FsError::IsADirectory(format!("inode {ino}")));
-        }
-        if size > old.size {
-            self.zero_tail(ino, old.size, size)?;
-        }
-        self.op(|g| g.set_size(ino, size))
+        self.set_size_with(ino, size, &mut DeviceTarget(&*self.dev))
     }
 
     /// Same as [`FileSystem::set_size`].
@@ -470,37 +477,13 @@ impl FileSystem {
         self.set_size(ino, size)
     }
 
-    /// Grows a file's size to at least `end`, as after a write through the page cache.
+    /// Grows a file's size to at least `end`, for a caller that wrote the data itself
+    /// ([`FileSystem::write_with`] grows the size as part of the write).
     pub fn extend_size(&self, ino: u64, end: u64) -> Result<()> {
         if end > MAX_FILE_SIZE {
             return Err(FsError::FileTooLarge);
         }
-        self.op(|g| g.extend(ino, end))
-    }
-
-    /// Zeroes bytes `[old_size, min(new_size, end of its block))` of the block holding the old
-    /// end of file, so that growing the file shows zeros there.
-    fn zero_tail(&self, ino: u64, old_size: u64, new_size: u64) -> Result<()> {
-        let within = (old_size % BS as u64) as usize;
-        if within == 0 {
-            return Ok(());
-        }
-        let Some(b) = self.locate(ino, old_size / BS as u64)? else {
-            return Ok(());
-        };
-        let upto = ((new_size - old_size) as usize).min(BS - within) + within;
-        let mut buf = [0u8; BS];
-        self.dev.read_blocks(b, &mut buf)?;
-        if buf[within..upto].iter().any(|&x| x != 0) {
-            buf[within..upto].fill(0);
-            self.dev.write_blocks(b, &buf)?;
-        }
-        Ok(())
-    }
-
-    /// An implementation of the page cache's [`vino_cache::Backing`] for one file.
-    pub fn backing(self: &Arc<Self>, ino: u64) -> FileBacking {
-        FileBacking { fs: self.clone(), ino }
+        self.in_transaction(|g| g.extend(ino, end))
     }
 
     // ---- the uncached data path -----------------------------------------------------------
@@ -509,9 +492,9 @@ impl FileSystem {
     /// (0 at or past the end of file). Holes read as zeros.
     ///
     /// This is the uncached path, used by tests, mkfs/fsck and tools; the kernel reads through
-    /// the page cache instead, using [`FileSystem::backing`].
+    /// its page cache instead, which finds a file's blocks with [`FileSystem::locate`].
     pub fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let (size, map) = self.read(|g| {
+        let (size, map) = self.with_state(|g| {
             let i = g.live(ino)?;
             if i.is_dir() {
                 return Err(FsError::IsADirectory(format!("inode {ino}")));
@@ -552,61 +535,15 @@ impl FileSystem {
 
     /// Writes `data` at `offset`, straight to the device, allocating blocks as needed; returns
     /// how many bytes were written. If the device fills up part way, the bytes that fit are
-    /// written and counted (a short write); if none fit, [`FsError::NoSpace`].
+    /// written and counted (a short write); if none fit, [`FsError::NoSpace`]. The rules (zeros
+    /// where nobody wrote, short writes, sizes) are [`crate::write`]'s.
     ///
     /// This is the uncached path, used by tests, mkfs/fsck and tools; the kernel writes through
-    /// the page cache instead, using [`FileSystem::allocate_block`] and
-    /// [`FileSystem::extend_size`]. Either way the data is durable after the next commit
+    /// its page cache instead, by the same rules ([`FileSystem::write_with`] with the cache as
+    /// the target). Either way the data is durable after the next commit
     /// ([`FileSystem::fsync`]).
     pub fn write_at(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
-        if data.is_empty() {
-            return Ok(0);
-        }
-        offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or(FsError::FileTooLarge)?;
-        let old = self.stat(ino)?;
-        if old.kind == FileType::Directory {
-            return Err(FsError::IsADirectory(format!("inode {ino}")));
-        }
-        if offset > old.size {
-            self.zero_tail(ino, old.size, offset)?;
-        }
-        let mut done = 0usize;
-        let mut block = [0u8; BS];
-        while done < data.len() {
-            let pos = offset + done as u64;
-            let fb = pos / BS as u64;
-            let within = (pos % BS as u64) as usize;
-            let take = (BS - within).min(data.len() - done);
-            let a = match self.allocate_block(ino, fb) {
-                Ok(a) => a,
-                Err(FsError::NoSpace | FsError::NoInodes) if done > 0 => break,
-                Err(e) => return Err(e),
-            };
-            let chunk = &data[done..done + take];
-            if take == BS {
-                self.dev.write_blocks(a.block, chunk)?;
-            } else {
-                if a.fresh {
-                    block.fill(0);
-                } else {
-                    self.dev.read_blocks(a.block, &mut block)?;
-                    // Bytes past the old end of file read as zeros once the file grows over them.
-                    let block_start = fb * BS as u64;
-                    if old.size < block_start + BS as u64 {
-                        let from = old.size.saturating_sub(block_start) as usize;
-                        block[from..].fill(0);
-                    }
-                }
-                block[within..within + take].copy_from_slice(chunk);
-                self.dev.write_blocks(a.block, &block)?;
-            }
-            done += take;
-        }
-        self.op(|g| g.extend(ino, offset + done as u64))?;
-        Ok(done)
+        self.write_with(ino, offset, data, &mut DeviceTarget(&*self.dev))
     }
 
     // ---- durability -----------------------------------------------------------------------
@@ -616,27 +553,38 @@ impl FileSystem {
         *self.hook.lock() = hook;
     }
 
-    /// Commits the running transaction: the data hook writes the data of files that got blocks,
-    /// the device is flushed, the transaction is written to the journal and flushed. After it
-    /// returns, every change made before the call survives a crash.
+    /// Commits the running transaction: the data hook writes the data of files that got blocks
+    /// or a new size, the device is flushed, the transaction is written to the journal and
+    /// flushed. After it returns, every change made before the call survives a crash.
+    ///
+    /// This is the only way a transaction commits. The hook runs without the lock (it writes
+    /// through the page cache, which may call back into the file system); files that got blocks
+    /// or a new size meanwhile are handed to it in another round before the commit, up to four
+    /// rounds (so that a commit racing writers that never pause still ends).
     pub fn commit(&self) -> Result<()> {
-        let inos: Vec<u64> = {
-            let mut g = self.lock()?;
+        let mut g = self.lock()?;
+        for _ in 0..HOOK_ROUNDS {
             if g.meta.dirty_count() == 0 {
                 return Ok(());
             }
-            std::mem::take(&mut g.alloc_inos).into_iter().collect()
-        };
-        let hook = self.hook.lock().clone();
-        if let Some(h) = hook
-            && !inos.is_empty()
-            && let Err(e) = h(&inos)
-        {
-            // Not committed: the next commit asks about these files again.
-            self.inner.lock().alloc_inos.extend(inos);
-            return Err(FsError::Io(e));
+            if g.alloc_inos.is_empty() {
+                break;
+            }
+            let Some(hook) = self.hook.lock().clone() else {
+                // No cache above: the data is on the device already.
+                g.alloc_inos.clear();
+                break;
+            };
+            let inos: Vec<u64> = std::mem::take(&mut g.alloc_inos).into_iter().collect();
+            drop(g);
+            if let Err(e) = hook(&inos) {
+                // Not committed: the next commit asks about these files again.
+                self.state.lock().alloc_inos.extend(inos);
+                return Err(FsError::Io(e));
+            }
+            g = self.lock()?;
         }
-        self.lock()?.commit_locked()
+        g.commit_locked()
     }
 
     /// Makes a file durable. The caller has written the file's dirty data to the device first
@@ -692,27 +640,5 @@ impl FileSystem {
         ));
         g.slots.insert(ino, slot.clone());
         Ok(slot)
-    }
-}
-
-/// One file as the page cache sees it (see [`vino_cache::Backing`]).
-pub struct FileBacking {
-    fs: Arc<FileSystem>,
-    ino: u64,
-}
-
-impl FileBacking {
-    pub fn ino(&self) -> u64 {
-        self.ino
-    }
-}
-
-impl vino_cache::Backing for FileBacking {
-    fn locate(&self, index: u64) -> io::Result<Option<u64>> {
-        self.fs.locate(self.ino, index).map_err(io::Error::from)
-    }
-
-    fn size(&self) -> u64 {
-        self.fs.stat(self.ino).map_or(0, |s| s.size)
     }
 }

@@ -1,9 +1,15 @@
-//! The file system's state and every operation on it, run under the file system's lock.
+//! The mounted file system's in-memory state, [`FsState`], and every operation on it: names
+//! (lookup, create, link, unlink, rename, directories), inodes and attributes, mapping and
+//! allocating file blocks, file sizes, commits and checkpoints. [`FsState`] holds the metadata
+//! blocks and the running journal transaction ([`crate::meta`]), the freed blocks waiting for a
+//! checkpoint, the inodes whose data a commit must write first, and the `file.block_buddy`
+//! graftpoints.
 //!
-//! Operations that change metadata run as *ops* (see [`crate::meta`]): all or nothing within the
-//! running transaction. The data path's logic (mapping a file block, allocating one, changing a
-//! file's size) lives here once and serves both the uncached path of [`crate::FileSystem`] and
-//! the page cache.
+//! Everything here runs under the file system's lock, which [`crate::FileSystem`] takes around
+//! each call. Operations that change metadata run as *ops* (see [`crate::meta`]): all or nothing
+//! within the running transaction. The data path's logic (mapping a file block, allocating one,
+//! changing a file's size) lives here once and serves both the uncached path of
+//! [`crate::FileSystem`] and a page cache above it.
 
 use crate::error::{FsError, Result, corrupt};
 use crate::layout::*;
@@ -139,7 +145,8 @@ impl Found {
     }
 }
 
-pub(crate) struct Inner {
+/// The state of a mounted file system (see the module documentation).
+pub(crate) struct FsState {
     pub meta: Meta,
     pub geo: Geometry,
     pub placement: Arc<Placement>,
@@ -147,7 +154,7 @@ pub(crate) struct Inner {
     pending_unslot: Vec<u64>,
     /// Blocks freed and not yet reusable, with the sequence number of the transaction that
     /// freed them: reusable once that transaction has been checkpointed (see
-    /// [`Inner::release_deferred`]).
+    /// [`FsState::release_deferred`]).
     deferred: VecDeque<(u64, u64)>,
     deferred_set: HashSet<u64>,
     deferred_in_group: Vec<u32>,
@@ -193,10 +200,10 @@ fn next_pref(geo: &Geometry, b: u64) -> u64 {
     if b + 1 < geo.block_count { b + 1 } else { b }
 }
 
-impl Inner {
-    pub fn new(meta: Meta, placement: Arc<Placement>) -> Inner {
+impl FsState {
+    pub fn new(meta: Meta, placement: Arc<Placement>) -> FsState {
         let geo = meta.geo.clone();
-        Inner {
+        FsState {
             deferred_in_group: vec![0; geo.groups as usize],
             meta,
             geo,
@@ -278,7 +285,9 @@ impl Inner {
     }
 
     /// Commits the running transaction (data first: the device is flushed before the journal is
-    /// written). An I/O error stops the file system.
+    /// written). An I/O error stops the file system. Only [`crate::FileSystem::commit`] calls
+    /// this, after the data hook has written the data the transaction's allocations and sizes
+    /// expose.
     pub fn commit_locked(&mut self) -> Result<()> {
         if self.meta.dirty_count() == 0 {
             return Ok(());
@@ -716,14 +725,11 @@ impl Inner {
         Ok((data, true))
     }
 
-    /// Frees the pointers `from..` of indirect block `blk` (whose block stays).
-    fn free_entries(&mut self, ino: u64, blk: u64, from: usize, inode: &mut Inode) -> Result<()> {
+    /// Frees the pointers `range` of indirect block `blk` (whose block stays).
+    fn free_entries(&mut self, ino: u64, blk: u64, range: std::ops::Range<usize>, inode: &mut Inode) -> Result<()> {
         let ptrs: Vec<(usize, u32)> = {
             let b = self.meta.get(blk)?;
-            (from..NINDIRECT as usize)
-                .map(|i| (i, ind_get(b, i)))
-                .filter(|&(_, p)| p != 0)
-                .collect()
+            range.map(|i| (i, ind_get(b, i))).filter(|&(_, p)| p != 0).collect()
         };
         for &(_, p) in &ptrs {
             let p = self.ptr(ino, p)?;
@@ -765,46 +771,59 @@ impl Inner {
     /// Frees every block of the file from file block `keep` on, indirect blocks that map
     /// nothing any more included.
     pub fn free_from(&mut self, ino: u64, inode: &mut Inode, keep: u64) -> Result<()> {
-        for i in keep.min(NDIRECT) as usize..NDIRECT as usize {
-            let p = self.ptr(ino, inode.direct[i])?;
+        self.free_range(ino, inode, keep, MAX_FILE_BLOCKS)
+    }
+
+    /// Frees every block of the file in file blocks `[from, to)`; an indirect block whose whole
+    /// span is in the range goes too.
+    fn free_range(&mut self, ino: u64, inode: &mut Inode, from: u64, to: u64) -> Result<()> {
+        let to = to.min(MAX_FILE_BLOCKS);
+        if from >= to {
+            return Ok(());
+        }
+        for i in from.min(NDIRECT)..to.min(NDIRECT) {
+            let p = self.ptr(ino, inode.direct[i as usize])?;
             if p != 0 {
                 self.free_block(p)?;
-                inode.direct[i] = 0;
+                inode.direct[i as usize] = 0;
                 inode.blocks = inode.blocks.saturating_sub(1);
             }
         }
+        // The part of [from, to) an indirect span [base, base + len) covers, relative to base.
+        let within = |base: u64, len: u64| {
+            let lo = from.saturating_sub(base).min(len);
+            let hi = to.saturating_sub(base).min(len);
+            lo..hi
+        };
         let ind = self.ptr(ino, inode.indirect)?;
-        if ind != 0 {
-            let from = keep.saturating_sub(NDIRECT);
-            if from == 0 {
+        let r = within(NDIRECT, NINDIRECT);
+        if ind != 0 && !r.is_empty() {
+            if r == (0..NINDIRECT) {
                 self.free_tree(ino, ind, 1, inode)?;
                 inode.indirect = 0;
-            } else if from < NINDIRECT {
-                self.free_entries(ino, ind, from as usize, inode)?;
+            } else {
+                self.free_entries(ino, ind, r.start as usize..r.end as usize, inode)?;
             }
         }
         let d = self.ptr(ino, inode.dindirect)?;
-        if d != 0 {
-            let from = keep.saturating_sub(NDIRECT + NINDIRECT);
-            if from == 0 {
+        let r = within(NDIRECT + NINDIRECT, NINDIRECT * NINDIRECT);
+        if d != 0 && !r.is_empty() {
+            if r == (0..NINDIRECT * NINDIRECT) {
                 self.free_tree(ino, d, 2, inode)?;
                 inode.dindirect = 0;
             } else {
-                for i in 0..NINDIRECT {
-                    let lo = i * NINDIRECT;
-                    if lo + NINDIRECT <= from {
-                        continue;
-                    }
+                for i in r.start / NINDIRECT..r.end.div_ceil(NINDIRECT) {
                     let l1 = self.ind(ino, d, i as usize)?;
                     if l1 == 0 {
                         continue;
                     }
-                    let efrom = from.saturating_sub(lo);
-                    if efrom == 0 {
+                    let lo = r.start.saturating_sub(i * NINDIRECT).min(NINDIRECT);
+                    let hi = r.end.saturating_sub(i * NINDIRECT).min(NINDIRECT);
+                    if lo == 0 && hi == NINDIRECT {
                         self.free_tree(ino, l1, 1, inode)?;
                         ind_set(self.meta.get_mut(d)?, i as usize, 0);
                     } else {
-                        self.free_entries(ino, l1, efrom as usize, inode)?;
+                        self.free_entries(ino, l1, lo as usize..hi as usize, inode)?;
                     }
                 }
             }
@@ -812,7 +831,26 @@ impl Inner {
         Ok(())
     }
 
-    /// Sets a regular file's size: blocks past the new end are freed. Growing leaves a hole.
+    /// Frees the blocks a file holds past its end, up to file block `upto` (exclusive), before
+    /// the file grows over them: a write that failed after allocating, or a crash between an
+    /// allocation's commit and the size's, leaves them holding bytes nobody wrote to this file.
+    /// Growing over a hole shows zeros.
+    pub fn free_past_end(&mut self, ino: u64, upto: u64) -> Result<()> {
+        let mut inode = self.live(ino)?;
+        let from = inode.size.div_ceil(BS as u64);
+        if from >= upto {
+            return Ok(());
+        }
+        let blocks = inode.blocks;
+        self.free_range(ino, &mut inode, from, upto)?;
+        if inode.blocks != blocks {
+            self.write_inode(ino, &inode)?;
+        }
+        Ok(())
+    }
+
+    /// Sets a regular file's size: blocks past the new end are freed. Growing leaves a hole
+    /// (blocks past the old end are freed first).
     pub fn set_size(&mut self, ino: u64, size: u64) -> Result<()> {
         if size > MAX_FILE_SIZE {
             return Err(FsError::FileTooLarge);
@@ -821,8 +859,14 @@ impl Inner {
         if inode.is_dir() {
             return Err(FsError::IsADirectory(format!("inode {ino}")));
         }
-        if size < inode.size {
-            self.free_from(ino, &mut inode, size.div_ceil(BS as u64))?;
+        // Shrinking frees the blocks past the new end; growing, those past the old end (see
+        // `free_past_end`).
+        let keep = size.min(inode.size).div_ceil(BS as u64);
+        self.free_from(ino, &mut inode, keep)?;
+        if size > inode.size {
+            // Ordered mode: the zeroed tail of the old last block (in a page cache, perhaps)
+            // reaches the device before the size that exposes it.
+            self.alloc_inos.insert(ino);
         }
         let now = now_ns();
         inode.size = size;

@@ -1,0 +1,248 @@
+//! Writing file data: the rules, decided here once for both data paths, the file system's
+//! uncached one ([`FileSystem::write_at`], [`FileSystem::set_size`]: straight to the device)
+//! and the kernel's (through its page cache). A path only says where bytes go, as a
+//! [`WriteTarget`]; [`FileSystem::write_with`] and [`FileSystem::set_size_with`] decide what
+//! goes where:
+//!
+//! * Each block is allocated (placed by the file's `file.block_buddy` policy) before its data is
+//!   written, block by block.
+//! * Zero-fill: a file never shows bytes nobody wrote to it. After a write, every byte of a block
+//!   it touched is written data, or what the block held below the file's old end, or zero: the
+//!   whole of a block just allocated (stale on the device) and, in any block, the bytes at or
+//!   past the old end. When a file grows past a partial last block (a write that starts in a
+//!   later block, or a truncate that grows it), that block's bytes past the old end become zeros
+//!   too (a shrinking truncate leaves them on the device), and the blocks the file holds past
+//!   its end between the two (a write that failed after allocating, or a crash between an
+//!   allocation's commit and the size's, leaves some) are freed: holes, they read as zeros.
+//! * A device that fills up part way: the bytes written so far stay and count, and the size
+//!   covers them (a short write, ending at a block boundary); if no byte was written,
+//!   [`FsError::NoSpace`]. Any other error (an I/O error) is the answer even part way: the
+//!   bytes written before it stay, but the size does not grow over them.
+//! * A write that would end past [`MAX_FILE_SIZE`] is refused whole ([`FsError::FileTooLarge`]);
+//!   an empty write changes nothing, not even past the end.
+//! * The size grows to the end of what was written, once the data is written.
+
+use crate::error::{FsError, Result};
+use crate::filesystem::FileSystem;
+use crate::layout::{BS, FileType, MAX_FILE_SIZE};
+use std::io;
+use std::ops::Range;
+use vino_blockdev::BlockDevice;
+
+/// One block's part of a write: what the block holds afterwards. Its first `keep` bytes keep
+/// their contents, `data` goes at `at`, every other byte becomes zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockWrite<'a> {
+    /// The file block.
+    pub index: u64,
+    /// The device block that holds it.
+    pub block: u64,
+    /// How many leading bytes keep their contents (0 for a block just allocated; the file's
+    /// old size within the block otherwise).
+    pub keep: usize,
+    /// Where `data` goes in the block.
+    pub at: usize,
+    pub data: &'a [u8],
+}
+
+impl BlockWrite<'_> {
+    /// True if the block's old contents matter (some byte it keeps is not overwritten): a
+    /// writer must have them. Otherwise the block can be written whole, from zeros.
+    pub fn needs_old(&self) -> bool {
+        self.keep > 0 && !(self.at == 0 && self.data.len() >= self.keep)
+    }
+
+    /// The byte ranges of the block that become zeros (besides the kept bytes and the data).
+    pub fn zeroed(&self) -> impl Iterator<Item = Range<usize>> {
+        let end = self.at + self.data.len();
+        [self.keep..self.at, end.max(self.keep)..BS]
+            .into_iter()
+            .filter(|r| !r.is_empty())
+    }
+
+    /// Applies the write to the block's old contents (any contents if [`Self::needs_old`] is
+    /// false).
+    pub fn apply(&self, block: &mut [u8]) {
+        assert_eq!(block.len(), BS);
+        block[self.keep.min(BS)..].fill(0);
+        block[self.at..self.at + self.data.len()].copy_from_slice(self.data);
+    }
+}
+
+/// Where a write's bytes go: the device (the uncached path) or a page cache (the kernel's).
+pub trait WriteTarget {
+    /// Makes the block hold what `piece` says.
+    fn put(&mut self, piece: &BlockWrite<'_>) -> io::Result<()>;
+
+    /// The file system is about to free the file's blocks from file block `from` on (they lie
+    /// past the file's end, old or new): drop whatever is held for them, unwritten. The device
+    /// holds nothing; a page cache drops the pages.
+    fn forget(&mut self, from: u64);
+}
+
+/// The uncached path's target: read, change and write each block on the device.
+pub(crate) struct DeviceTarget<'d>(pub &'d dyn BlockDevice);
+
+impl WriteTarget for DeviceTarget<'_> {
+    fn put(&mut self, piece: &BlockWrite<'_>) -> io::Result<()> {
+        if piece.at == 0 && piece.data.len() == BS {
+            return self.0.write_blocks(piece.block, piece.data);
+        }
+        let mut buf = [0u8; BS];
+        if piece.needs_old() {
+            self.0.read_blocks(piece.block, &mut buf)?;
+            let old = buf;
+            piece.apply(&mut buf);
+            if buf == old {
+                return Ok(());
+            }
+        } else {
+            piece.apply(&mut buf);
+        }
+        self.0.write_blocks(piece.block, &buf)
+    }
+
+    fn forget(&mut self, _from: u64) {}
+}
+
+impl FileSystem {
+    /// Writes `data` at `offset` of file `ino`, the bytes going through `target`, by the rules
+    /// of [`crate::write`]; returns how many bytes were written.
+    pub fn write_with(&self, ino: u64, offset: u64, data: &[u8], target: &mut dyn WriteTarget) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(FsError::FileTooLarge)?;
+        let old = self.regular_size(ino)?;
+        let bs = BS as u64;
+        if offset / bs > old / bs {
+            self.zero_past_end(ino, old, target)?;
+        }
+        // Blocks past the old end before the first block written are freed with the new size.
+        let gap = old.div_ceil(bs)..offset / bs;
+        if !gap.is_empty() {
+            target.forget(gap.start);
+        }
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let (index, at) = (pos / bs, (pos % bs) as usize);
+            let take = (BS - at).min(data.len() - done);
+            let a = match self.allocate_block(ino, index) {
+                Ok(a) => a,
+                Err(FsError::NoSpace | FsError::NoInodes) if done > 0 => break,
+                Err(e) => return Err(e),
+            };
+            let keep = if a.fresh {
+                0
+            } else {
+                old.saturating_sub(index * bs).min(bs) as usize
+            };
+            let piece = BlockWrite {
+                index,
+                block: a.block,
+                keep,
+                at,
+                data: &data[done..done + take],
+            };
+            target.put(&piece)?;
+            done += take;
+        }
+        self.in_transaction(|g| {
+            g.free_past_end(ino, gap.end)?;
+            g.extend(ino, offset + done as u64)
+        })?;
+        Ok(done)
+    }
+
+    /// Sets a regular file's size, by the rules of [`crate::write`]: growing zeroes, through
+    /// `target`, the bytes past the old end in the old last block, and frees the blocks past the
+    /// old end; shrinking frees the blocks past the new end (in the running transaction).
+    /// `target` is told to forget the blocks freed first.
+    pub fn set_size_with(&self, ino: u64, size: u64, target: &mut dyn WriteTarget) -> Result<()> {
+        if size > MAX_FILE_SIZE {
+            return Err(FsError::FileTooLarge);
+        }
+        let old = self.regular_size(ino)?;
+        if size > old {
+            self.zero_past_end(ino, old, target)?;
+        }
+        target.forget(size.min(old).div_ceil(BS as u64));
+        self.in_transaction(|g| g.set_size(ino, size))
+    }
+
+    /// The size of regular file `ino`.
+    fn regular_size(&self, ino: u64) -> Result<u64> {
+        let st = self.stat(ino)?;
+        if st.kind == FileType::Directory {
+            return Err(FsError::IsADirectory(format!("inode {ino}")));
+        }
+        Ok(st.size)
+    }
+
+    /// Before a file of `size` bytes grows: the bytes of its partial last block past the end
+    /// become zeros.
+    fn zero_past_end(&self, ino: u64, size: u64, target: &mut dyn WriteTarget) -> Result<()> {
+        let (index, keep) = (size / BS as u64, (size % BS as u64) as usize);
+        if keep == 0 {
+            return Ok(());
+        }
+        let Some(block) = self.locate(ino, index)? else {
+            return Ok(());
+        };
+        let piece = BlockWrite {
+            index,
+            block,
+            keep,
+            at: keep,
+            data: &[],
+        };
+        Ok(target.put(&piece)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(keep: usize, at: usize, data: &[u8]) -> BlockWrite<'_> {
+        BlockWrite {
+            index: 0,
+            block: 0,
+            keep,
+            at,
+            data,
+        }
+    }
+
+    #[test]
+    fn a_block_holds_kept_bytes_data_and_zeros() {
+        let data = [9u8; 10];
+        // A fresh block: zeros around the data, the old contents do not matter.
+        let p = piece(0, 100, &data);
+        assert!(!p.needs_old());
+        assert_eq!(p.zeroed().collect::<Vec<_>>(), vec![0..100, 110..BS]);
+        // Past the old end (50) in the same block: the gap and the rest become zeros.
+        let p = piece(50, 100, &data);
+        assert!(p.needs_old());
+        assert_eq!(p.zeroed().collect::<Vec<_>>(), vec![50..100, 110..BS]);
+        let mut b = [7u8; BS];
+        p.apply(&mut b);
+        assert!(b[..50].iter().all(|&x| x == 7));
+        assert!(b[50..100].iter().all(|&x| x == 0));
+        assert_eq!(&b[100..110], &data);
+        assert!(b[110..].iter().all(|&x| x == 0));
+        // Inside the file: only the data changes.
+        let p = piece(BS, 100, &data);
+        assert!(p.needs_old());
+        assert_eq!(p.zeroed().count(), 0);
+        // Over everything the block keeps: no need for the old contents.
+        assert!(!piece(50, 0, &[1u8; 60]).needs_old());
+        assert!(!piece(BS, 0, &[1u8; BS]).needs_old());
+        // Only zeroing a tail.
+        assert_eq!(piece(300, 300, &[]).zeroed().collect::<Vec<_>>(), vec![300..BS]);
+    }
+}
