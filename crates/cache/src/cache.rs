@@ -169,12 +169,12 @@ impl Table {
     /// Settles a read-ahead whose I/O is done but that nobody waited for.
     fn settle(&mut self, f: u32) {
         let fr = &mut self.frames[f as usize];
-        if fr.state == State::Loading {
-            if let Some(t) = fr.ticket.take() {
-                let result = t.wait();
-                // A failed read-ahead just frees its frame.
-                let _ = self.finish_load(f, result);
-            }
+        if fr.state == State::Loading
+            && let Some(t) = fr.ticket.take()
+        {
+            let result = t.wait();
+            // A failed read-ahead just frees its frame.
+            let _ = self.finish_load(f, result);
         }
     }
 
@@ -358,10 +358,10 @@ impl PageCache {
 
     /// Forgets a process's graft (it exited); its pages stay cached, owned by nobody special.
     pub fn unregister_process(&self, pid: Pid) {
-        if let Some(p) = self.table.lock().procs.get_mut(&pid) {
-            if let Some(slot) = p.victim.take() {
-                slot.unload();
-            }
+        if let Some(p) = self.table.lock().procs.get_mut(&pid)
+            && let Some(slot) = p.victim.take()
+        {
+            slot.unload();
         }
     }
 
@@ -676,18 +676,18 @@ impl PageCache {
             }
             // Cao's rule: if this miss is on a page a graft evicted in place of the kernel's
             // choice, and that page is still here, the process pays with it.
-            if let Some(kept) = t.placeholders.remove(&key) {
-                if let Some(&a) = t.map.get(&kept) {
-                    if t.frames[a as usize].owner == pid && t.evictable(a) && t.frames[a as usize].dirty_since.is_none()
-                    {
-                        t.settle(a);
-                        if t.frames[a as usize].state == State::Valid {
-                            count!(t, pid, kept.0, graft_mistakes);
-                            count!(t, pid, kept.0, evicted_by_lru);
-                            t.remove(a);
-                            return Ok(a);
-                        }
-                    }
+            if let Some(kept) = t.placeholders.remove(&key)
+                && let Some(&a) = t.map.get(&kept)
+                && t.frames[a as usize].owner == pid
+                && t.evictable(a)
+                && t.frames[a as usize].dirty_since.is_none()
+            {
+                t.settle(a);
+                if t.frames[a as usize].state == State::Valid {
+                    count!(t, pid, kept.0, graft_mistakes);
+                    count!(t, pid, kept.0, evicted_by_lru);
+                    t.remove(a);
+                    return Ok(a);
                 }
             }
             let Some(candidate) = t.lru.iter(&t.global).find(|&f| t.evictable(f)) else {
@@ -881,7 +881,7 @@ impl PageCache {
         if offered.is_empty() {
             return Ok(0);
         }
-        offered.sort_by(|a, b| b.age_ns.cmp(&a.age_ns));
+        offered.sort_by_key(|p| std::cmp::Reverse(p.age_ns));
         offered.truncate(WRITEBACK_MAX);
         let chosen = self.writeback.invoke(&offered.as_slice());
         let keys: Vec<PageKey> = chosen

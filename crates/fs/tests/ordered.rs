@@ -13,9 +13,12 @@ use vino_fs::*;
 /// Stands for the kernel's page cache: data written to it waits in memory until the file
 /// system's data hook asks for its file, then goes to the device (not flushed: the commit
 /// flushes before it writes the journal).
+/// Writes waiting in the stand-in cache, by inode: (offset, bytes).
+type Pending = HashMap<u64, Vec<(u64, Vec<u8>)>>;
+
 struct Cache {
     dev: Arc<MemDevice>,
-    pending: Mutex<HashMap<u64, Vec<(u64, Vec<u8>)>>>,
+    pending: Mutex<Pending>,
     asked: Mutex<Vec<u64>>,
 }
 
