@@ -167,6 +167,33 @@ int32_t file_compute_ra(int64_t offset, int32_t len, int64_t file_size);
 #endif
 static inline struct vino_extent *vino_ra_extents(void) { return (struct vino_extent *)vino_args; }
 
+/* cache.writeback (global, privileged; Seltzer et al. 1995, 3): called about once a second while
+ * pages are dirty. The argument area holds n <= VINO_WRITEBACK_MAX dirty pages, oldest first,
+ * with `write` zero. Set `write` on the pages to write now and return how many were set; a count
+ * that does not match is invalid. Default: every page dirty for 30 s or more. */
+#define VINO_WRITEBACK_MAX 128
+struct vino_dirty_page {
+    uint64_t object;  /* the file */
+    uint64_t index;   /* block of the file */
+    uint64_t age_ns;  /* dirty for this long */
+    uint32_t write;   /* set to nonzero: write it now */
+    uint32_t pad;
+};
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t cache_writeback(int32_t n, int64_t now_ns);
+#endif
+static inline struct vino_dirty_page *vino_dirty_pages(void) { return (struct vino_dirty_page *)vino_args; }
+
+/* file.block_buddy (per file, its creator; thesis 7.5, 7.7.7): called when block `index` of file
+ * `ino` gets a device block. `prev` is the device block of file block index - 1 (0 for a hole or
+ * index 0), `group` the cylinder group of the file's inode, `groups` and `per_group` the
+ * geometry. Return a preferred device block (the allocator takes the first free one at or after
+ * it, in its group, then the following groups) or 0 for no preference. No argument area.
+ * Default: FFS placement, switching groups at the first indirect block. */
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int64_t file_block_buddy(int64_t ino, int64_t index, int64_t prev, int32_t group, int32_t groups, int64_t per_group);
+#endif
+
 /* disk.pick_request (global, privileged): the argument area holds n <= VINO_DISK_PICK_MAX waiting
  * requests in arrival order; `head` is the block after the last one dispatched. Return the index
  * of the request to serve next; anything else is invalid. Default: one-way elevator (C-LOOK). */

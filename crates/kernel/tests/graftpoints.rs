@@ -172,3 +172,35 @@ fn the_sdk_examples_check_at_their_graftpoint_and_load_there() {
         assert!((g.check)(&rt, &counter).is_err(), "toy_counter at {}", g.name);
     }
 }
+
+/// The C header declares every graftpoint's entry with the types the kernel checks at load
+/// (`int32_t` for i32, `int64_t` for i64), so a graft written against it loads.
+#[test]
+fn the_sdk_header_declares_every_graftpoint_with_its_signature() {
+    let c = |t: &WasmType| match t {
+        WasmType::I32 => "int32_t",
+        WasmType::I64 => "int64_t",
+    };
+    let header = vino_sdk::HEADER;
+    for p in graftpoints::all() {
+        let export = p.name.replace('.', "_");
+        let [result] = p.signature.results else {
+            panic!("{}: one result expected", p.name)
+        };
+        let line = header
+            .lines()
+            .find(|l| l.contains(&format!(" {export}(")) && l.trim_end().ends_with(");"))
+            .unwrap_or_else(|| panic!("vino_graft.h declares no `{export}`"));
+        let params: Vec<&str> = line[line.find('(').unwrap() + 1..line.rfind(')').unwrap()]
+            .split(',')
+            .map(|a| a.split_whitespace().next().unwrap_or(""))
+            .collect();
+        let want: Vec<&str> = p.signature.params.iter().map(c).collect();
+        assert!(
+            line.trim_start().starts_with(c(result)),
+            "{}: `{line}` returns the wrong type",
+            p.name
+        );
+        assert_eq!(params, want, "{}: `{line}` takes the wrong parameters", p.name);
+    }
+}
