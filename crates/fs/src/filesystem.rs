@@ -23,7 +23,8 @@ use vino_graft::{Access, GraftSlot, Runtime};
 /// the file system's lock and may call back into the file system.
 pub type DataHook = Arc<dyn Fn(&[u64]) -> io::Result<()> + Send + Sync>;
 
-/// Most rounds of the data hook one commit runs (see [`FileSystem::commit`]).
+/// Rounds of the data hook one commit runs without the lock before a last one under it (see
+/// [`FileSystem::commit`]).
 const HOOK_ROUNDS: usize = 4;
 
 /// How to mount.
@@ -557,13 +558,15 @@ impl FileSystem {
     /// or a new size, the device is flushed, the transaction is written to the journal and
     /// flushed. After it returns, every change made before the call survives a crash.
     ///
-    /// This is the only way a transaction commits. The hook runs without the lock (it writes
-    /// through the page cache, which may call back into the file system); files that got blocks
-    /// or a new size meanwhile are handed to it in another round before the commit, up to four
-    /// rounds (so that a commit racing writers that never pause still ends).
+    /// This is the only way a transaction commits. The hook runs without the lock (other
+    /// operations go on meanwhile); files that got blocks or a new size during a round are handed
+    /// to it in another round, and after [`HOOK_ROUNDS`] rounds the last one runs under the lock,
+    /// so no allocation is ever committed before its data, however busy the writers. The hook
+    /// must not need the file system's lock: the kernel's writes dirty pages whose device blocks
+    /// the cache already holds.
     pub fn commit(&self) -> Result<()> {
         let mut g = self.lock()?;
-        for _ in 0..HOOK_ROUNDS {
+        for round in 0..=HOOK_ROUNDS {
             if g.meta.dirty_count() == 0 {
                 return Ok(());
             }
@@ -576,14 +579,25 @@ impl FileSystem {
                 break;
             };
             let inos: Vec<u64> = std::mem::take(&mut g.alloc_inos).into_iter().collect();
-            drop(g);
-            if let Err(e) = hook(&inos) {
+            let done = if round < HOOK_ROUNDS {
+                drop(g);
+                let done = hook(&inos);
+                g = self.state.lock();
+                done
+            } else {
+                hook(&inos)
+            };
+            if let Err(e) = done {
                 // Not committed: the next commit asks about these files again.
-                self.state.lock().alloc_inos.extend(inos);
+                g.alloc_inos.extend(inos);
                 return Err(FsError::Io(e));
             }
-            g = self.lock()?;
+            g.usable()?;
         }
+        debug_assert!(
+            g.alloc_inos.is_empty(),
+            "a commit would make allocations durable before their data"
+        );
         g.commit_locked()
     }
 
