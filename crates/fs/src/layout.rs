@@ -431,6 +431,11 @@ pub fn initial_inode_bitmap(geo: &Geometry) -> Box<Block> {
 pub enum FileType {
     Regular,
     Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
 }
 
 impl FileType {
@@ -438,6 +443,7 @@ impl FileType {
         match self {
             FileType::Regular => FT_REG,
             FileType::Directory => FT_DIR,
+            _ => todo!(),
         }
     }
     pub fn from_dirent_code(c: u8) -> Option<FileType> {
@@ -451,6 +457,7 @@ impl FileType {
         match self {
             FileType::Regular => S_IFREG,
             FileType::Directory => S_IFDIR,
+            _ => todo!(),
         }
     }
 }
