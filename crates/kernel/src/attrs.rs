@@ -1,12 +1,15 @@
-//! System calls on attributes and names beyond the core set: access, chmod, chown, utimes, link,
-//! statfs and a directory's fsync. Real programs run on a FUSE mount need them (cp -p, tar, git).
-//! The rules are POSIX's: the owner (or a privileged process) changes modes and sets explicit
-//! times, only a privileged process gives a file away, anyone who may write may touch a file.
+//! System calls on attributes: setattr in all its forms (chmod, chown, truncate, utimes), access,
+//! extended attributes, fallocate, statfs and a path's fsync. The rules are POSIX's and Linux's:
+//! the owner (or a privileged process) changes modes and sets explicit times, only a privileged
+//! process gives a file away, anyone who may write may truncate a file or touch its times; a
+//! chown drops set-ID bits, a chmod by a non-member drops set-group-ID.
 
 use crate::error::{Errno, SysError, SysResult};
-use crate::perm::{self, EXEC, WRITE};
+use crate::files::Fd;
+use crate::namei::{At, Found};
+use crate::perm::{self, READ, WRITE};
 use crate::process::Process;
-use vino_fs::{FileType, FsStats, SetAttr, Stat};
+use vino_fs::{FileType, FsStats, SetAttr, Stat, XattrSet};
 
 /// A timestamp to set, as `utimensat` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,7 +23,24 @@ pub enum SetTime {
     At(u64),
 }
 
-fn now_ns() -> u64 {
+/// Attributes to change in one setattr; `None` (or [`SetTime::Omit`]) leaves one as it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attrs {
+    /// Permission bits, `0o7777` at most.
+    pub mode: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: SetTime,
+    pub mtime: SetTime,
+}
+
+/// Extended attribute values are at most this long (Linux's `XATTR_SIZE_MAX`).
+pub const XATTR_SIZE_MAX: usize = 65536;
+/// Names are at most this long (`XATTR_NAME_MAX`).
+pub const XATTR_NAME_MAX: usize = 255;
+
+pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -36,132 +56,230 @@ impl SetTime {
     }
 }
 
+fn err(errno: Errno, what: impl Into<String>) -> SysError {
+    SysError::new(errno, what)
+}
+
 impl Process {
-    fn stat_checked(&self, path: &str) -> SysResult<(u64, Stat)> {
-        let fs = self.kernel().fs();
-        let ino = fs.resolve(path)?;
-        Ok((ino, fs.stat(ino)?))
+    /// Changes the attributes of the file at `path` (a trailing symbolic link followed if
+    /// `follow`).
+    pub fn setattr_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool, attrs: &Attrs) -> SysResult<Stat> {
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(at, path.as_ref(), follow)?;
+        self.apply_attrs(&f, attrs, false)
     }
 
-    fn is_owner(&self, st: &Stat) -> bool {
+    /// Changes the attributes of the file open as `fd`: a size change needs the descriptor open
+    /// for writing (`EINVAL`, as Linux's ftruncate), not write permission on the file.
+    pub fn fsetattr(&self, fd: Fd, attrs: &Attrs) -> SysResult<Stat> {
+        let file = self.file(fd)?;
+        if attrs.size.is_some() && !file.flags.write {
+            return Err(err(Errno::Inval, format!("descriptor {fd} is not open for writing")));
+        }
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(At::Fd(fd), b"", false)?;
+        self.apply_attrs(&f, attrs, true)
+    }
+
+    /// One setattr, checked as Linux checks it: each requested change needs its own right.
+    fn apply_attrs(&self, f: &Found, a: &Attrs, writable_fd: bool) -> SysResult<Stat> {
         let cred = self.credentials();
-        cred.privileged || cred.uid == st.uid
-    }
-
-    fn set_attr(&self, ino: u64, attrs: &SetAttr) -> SysResult<Stat> {
-        Ok(self.kernel().fs().set_attr(ino, attrs)?)
+        let st = &f.stat;
+        let mut set = SetAttr::default();
+        if a.uid.is_some() || a.gid.is_some() {
+            if !perm::may_chown(cred, st, a.uid, a.gid) {
+                return Err(err(Errno::Perm, "may not change the owner or group"));
+            }
+            set.uid = a.uid;
+            set.gid = a.gid;
+            set.mode = perm::after_chown(st);
+        }
+        if let Some(mode) = a.mode {
+            if !cred.owns(st) {
+                return Err(err(Errno::Perm, "only the owner may change the mode"));
+            }
+            let mut after = st.clone();
+            after.gid = a.gid.unwrap_or(st.gid);
+            set.mode = Some(perm::chmod_mode(cred, &after, mode));
+        }
+        if let Some(size) = a.size {
+            match st.kind {
+                FileType::Directory => return Err(err(Errno::IsDir, "cannot truncate a directory")),
+                FileType::Regular => {}
+                _ => return Err(err(Errno::Inval, "only a regular file has a size to set")),
+            }
+            if !writable_fd && !perm::may(cred, st, WRITE) {
+                return Err(err(Errno::Acces, "no write permission"));
+            }
+            if size > vino_fs::MAX_FILE_SIZE {
+                return Err(err(Errno::FBig, format!("size {size} is past the largest file")));
+            }
+        }
+        let explicit = matches!(a.atime, SetTime::At(_)) || matches!(a.mtime, SetTime::At(_));
+        let touch = a.atime != SetTime::Omit || a.mtime != SetTime::Omit;
+        if touch && !cred.owns(st) {
+            if explicit {
+                return Err(err(Errno::Perm, "only the owner may set explicit times"));
+            }
+            if !perm::may(cred, st, WRITE) {
+                return Err(err(Errno::Acces, "no write permission to touch the file"));
+            }
+        }
+        let now = now_ns();
+        set.atime_ns = a.atime.resolve(now);
+        set.mtime_ns = a.mtime.resolve(now);
+        if let Some(size) = a.size {
+            let _writer = self.kernel().files.write_lock(f.ino);
+            self.resize(f.ino, size)?;
+            if set.mode.is_none() {
+                set.mode = perm::after_write(cred, st);
+            }
+            set.mtime_ns = set.mtime_ns.or(Some(now));
+        }
+        // Always a setattr: even an empty one marks the change time, as chown(-1, -1) does.
+        let st = self.kernel().fs().set_attr(f.ino, &set)?;
+        if self.kernel().changes.wanted() {
+            self.kernel().changes.tell(self.pid(), &[crate::Change::Attr { ino: f.ino }]);
+        }
+        Ok(st)
     }
 
     /// Checks `want` (a mask of 4 read, 2 write, 1 execute; 0: the file exists) on `path`.
-    pub fn access(&self, path: &str, want: u32) -> SysResult<()> {
-        assert!(want <= 7, "access mask {want} has bits besides read, write and execute");
-        let (_, st) = self.stat_checked(path)?;
-        if perm::may(self.credentials(), &st, want) {
+    pub fn access_at(&self, at: At, path: impl AsRef<[u8]>, want: u32, follow: bool) -> SysResult<()> {
+        if want > 7 {
+            return Err(err(Errno::Inval, format!("access mask {want} has bits besides read, write and execute")));
+        }
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(at, path.as_ref(), follow)?;
+        if perm::may(self.credentials(), &f.stat, want) {
             Ok(())
         } else {
-            Err(SysError::new(Errno::Acces, format!("permission denied: {path}")))
+            Err(err(Errno::Acces, "permission denied"))
         }
+    }
+
+    /// Checks that extended attribute `name` may be used on `f` (`user.` names on regular files
+    /// and directories; others are not supported), with `want` permission on the file.
+    fn xattr_checks(&self, f: &Found, name: &[u8], want: u32) -> SysResult<()> {
+        if name.is_empty() || name.len() > XATTR_NAME_MAX {
+            return Err(err(Errno::Range, format!("attribute name of {} bytes", name.len())));
+        }
+        if !name.starts_with(b"user.") || name.len() == 5 {
+            return Err(err(Errno::NotSup, "only `user.` extended attributes are supported"));
+        }
+        if !matches!(f.stat.kind, FileType::Regular | FileType::Directory) {
+            return Err(err(Errno::Perm, "`user.` attributes are for regular files and directories"));
+        }
+        if !perm::may(self.credentials(), &f.stat, want) {
+            return Err(err(Errno::Acces, "permission denied"));
+        }
+        Ok(())
+    }
+
+    /// The value of extended attribute `name` (`ENODATA` if it has none).
+    pub fn getxattr_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool, name: &[u8]) -> SysResult<Vec<u8>> {
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(at, path.as_ref(), follow)?;
+        self.xattr_checks(&f, name, READ)?;
+        Ok(self.kernel().fs().get_xattr(f.ino, name)?)
+    }
+
+    /// Sets extended attribute `name`; `how` as `XATTR_CREATE` / `XATTR_REPLACE` ask.
+    pub fn setxattr_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool, name: &[u8], value: &[u8], how: XattrSet) -> SysResult<()> {
+        if value.len() > XATTR_SIZE_MAX {
+            return Err(err(Errno::Range, format!("attribute value of {} bytes", value.len())));
+        }
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(at, path.as_ref(), follow)?;
+        self.xattr_checks(&f, name, WRITE)?;
+        self.kernel().fs().set_xattr(f.ino, name, value, how)?;
+        self.tell_attr(f.ino);
+        Ok(())
+    }
+
+    /// The names of the file's extended attributes.
+    pub fn listxattr_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool) -> SysResult<Vec<Vec<u8>>> {
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(at, path.as_ref(), follow)?;
+        Ok(self.kernel().fs().list_xattr(f.ino)?)
+    }
+
+    pub fn removexattr_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool, name: &[u8]) -> SysResult<()> {
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(at, path.as_ref(), follow)?;
+        self.xattr_checks(&f, name, WRITE)?;
+        self.kernel().fs().remove_xattr(f.ino, name)?;
+        self.tell_attr(f.ino);
+        Ok(())
+    }
+
+    fn tell_attr(&self, ino: u64) {
+        if self.kernel().changes.wanted() {
+            self.kernel().changes.tell(self.pid(), &[crate::Change::Attr { ino }]);
+        }
+    }
+
+    /// Allocates the blocks of `len` bytes from `offset` in the file open as `fd` (for
+    /// writing), so that writes there cannot fail for want of space; the size grows to cover
+    /// them unless `keep_size` (`FALLOC_FL_KEEP_SIZE`).
+    pub fn fallocate(&self, fd: Fd, keep_size: bool, offset: u64, len: u64) -> SysResult<()> {
+        let file = self.file(fd)?;
+        if !file.flags.write {
+            return Err(err(Errno::BadF, format!("descriptor {fd} is not open for writing")));
+        }
+        match file.kind {
+            FileType::Regular => {}
+            FileType::Directory => return Err(err(Errno::IsDir, "cannot allocate in a directory")),
+            _ => return Err(err(Errno::Inval, "only a regular file has blocks to allocate")),
+        }
+        if len == 0 {
+            return Err(err(Errno::Inval, "fallocate of 0 bytes"));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > vino_fs::MAX_FILE_SIZE) {
+            return Err(err(Errno::FBig, "past the largest file"));
+        }
+        let _writer = self.kernel().files.write_lock(file.ino);
+        self.kernel().fs().fallocate(file.ino, offset, len, keep_size)?;
+        self.tell_attr(file.ino);
+        Ok(())
+    }
+
+    // ---- the path calls, as wrappers ---------------------------------------------------------
+
+    /// Checks `want` (a mask of 4 read, 2 write, 1 execute; 0: the file exists) on `path`.
+    pub fn access(&self, path: &str, want: u32) -> SysResult<()> {
+        self.access_at(At::Root, path, want, true)
     }
 
     /// Sets the permission bits (`0o7777` at most). The owner or a privileged process only.
     pub fn chmod(&self, path: &str, mode: u16) -> SysResult<Stat> {
-        let (ino, st) = self.stat_checked(path)?;
-        if !self.is_owner(&st) {
-            return Err(SysError::new(
-                Errno::Perm,
-                format!("only the owner may change the mode of {path}"),
-            ));
-        }
-        self.set_attr(
-            ino,
-            &SetAttr {
-                mode: Some(mode & 0o7777),
-                ..SetAttr::default()
-            },
-        )
+        let attrs = Attrs {
+            mode: Some(mode),
+            ..Attrs::default()
+        };
+        self.setattr_at(At::Root, path, true, &attrs)
     }
 
     /// Changes the owner or group. A privileged process may do anything; an owner may only set
     /// the group to one of its own.
     pub fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> SysResult<Stat> {
-        let (ino, st) = self.stat_checked(path)?;
-        let cred = self.credentials();
-        let allowed = cred.privileged
-            || (cred.uid == st.uid
-                && uid.is_none_or(|u| u == st.uid)
-                && gid.is_none_or(|g| g == cred.gid || cred.groups.contains(&g)));
-        if !allowed {
-            return Err(SysError::new(
-                Errno::Perm,
-                format!("may not change the owner of {path}"),
-            ));
-        }
-        self.set_attr(
-            ino,
-            &SetAttr {
-                uid,
-                gid,
-                ..SetAttr::default()
-            },
-        )
+        let attrs = Attrs {
+            uid,
+            gid,
+            ..Attrs::default()
+        };
+        self.setattr_at(At::Root, path, true, &attrs)
     }
 
     /// Sets the access and modification times. Explicit times need the owner (or privilege);
     /// setting both to now needs only write permission, as `touch` does.
     pub fn utimes(&self, path: &str, atime: SetTime, mtime: SetTime) -> SysResult<Stat> {
-        let (ino, st) = self.stat_checked(path)?;
-        let explicit = matches!(atime, SetTime::At(_)) || matches!(mtime, SetTime::At(_));
-        if !self.is_owner(&st) {
-            if explicit {
-                return Err(SysError::new(
-                    Errno::Perm,
-                    format!("only the owner may set the times of {path}"),
-                ));
-            }
-            if !perm::may(self.credentials(), &st, WRITE) {
-                return Err(SysError::new(Errno::Acces, format!("permission denied: {path}")));
-            }
-        }
-        let now = now_ns();
-        let attrs = SetAttr {
-            atime_ns: atime.resolve(now),
-            mtime_ns: mtime.resolve(now),
-            ..SetAttr::default()
+        let attrs = Attrs {
+            atime,
+            mtime,
+            ..Attrs::default()
         };
-        self.set_attr(ino, &attrs)
-    }
-
-    /// Gives the regular file at `from` a second name, `to`.
-    pub fn link(&self, from: &str, to: &str) -> SysResult<()> {
-        let (ino, st) = self.stat_checked(from)?;
-        if st.kind == FileType::Directory {
-            return Err(SysError::new(Errno::Perm, format!("cannot link a directory: {from}")));
-        }
-        let (dir, name) = self.writable_parent(to)?;
-        Ok(self.kernel().fs().link(ino, dir, name)?)
-    }
-
-    /// The directory holding `path` and the last name, checked for search and write.
-    fn writable_parent<'p>(&self, path: &'p str) -> SysResult<(u64, &'p str)> {
-        let trimmed = path.trim_end_matches('/');
-        let cut = trimmed
-            .rfind('/')
-            .filter(|_| path.starts_with('/') && !trimmed.is_empty());
-        let Some(cut) = cut else {
-            return Err(SysError::new(
-                Errno::Inval,
-                format!("`{path}`: an absolute path to a file is needed"),
-            ));
-        };
-        let dir_path = if cut == 0 { "/" } else { &trimmed[..cut] };
-        let (dir, st) = self.stat_checked(dir_path)?;
-        if st.kind != FileType::Directory {
-            return Err(SysError::new(Errno::NotDir, format!("not a directory: {dir_path}")));
-        }
-        if !perm::may(self.credentials(), &st, EXEC | WRITE) {
-            return Err(SysError::new(Errno::Acces, format!("permission denied: {dir_path}")));
-        }
-        Ok((dir, &trimmed[cut + 1..]))
+        self.setattr_at(At::Root, path, true, &attrs)
     }
 
     /// Sizes and free space of the file system.
@@ -171,7 +289,7 @@ impl Process {
 
     /// Makes every metadata change so far durable (`fsync` on a directory: its entries).
     pub fn fsync_path(&self, path: &str) -> SysResult<()> {
-        let (ino, _) = self.stat_checked(path)?;
+        let ino = self.stat_at(At::Root, path, true)?.ino;
         Ok(self.kernel().fs().fsync(ino)?)
     }
 }

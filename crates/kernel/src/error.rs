@@ -12,19 +12,63 @@ pub enum Errno {
     NoEnt = 2,
     Intr = 4,
     Io = 5,
+    NxIo = 6,
     BadF = 9,
     Again = 11,
     Acces = 13,
+    Busy = 16,
     Exist = 17,
+    XDev = 18,
     NotDir = 20,
     IsDir = 21,
     Inval = 22,
     FBig = 27,
     NoSpc = 28,
+    Range = 34,
     Deadlk = 35,
     NameTooLong = 36,
     NotEmpty = 39,
+    Loop = 40,
+    NoData = 61,
+    NotSup = 95,
+    Stale = 116,
     UClean = 117,
+}
+
+impl Errno {
+    /// Every errno the kernel returns.
+    pub const ALL: [Errno; 25] = [
+        Errno::Perm,
+        Errno::NoEnt,
+        Errno::Intr,
+        Errno::Io,
+        Errno::NxIo,
+        Errno::BadF,
+        Errno::Again,
+        Errno::Acces,
+        Errno::Busy,
+        Errno::Exist,
+        Errno::XDev,
+        Errno::NotDir,
+        Errno::IsDir,
+        Errno::Inval,
+        Errno::FBig,
+        Errno::NoSpc,
+        Errno::Range,
+        Errno::Deadlk,
+        Errno::NameTooLong,
+        Errno::NotEmpty,
+        Errno::Loop,
+        Errno::NoData,
+        Errno::NotSup,
+        Errno::Stale,
+        Errno::UClean,
+    ];
+
+    /// The errno with Linux number `n`, if the kernel knows it.
+    pub fn from_number(n: i32) -> Option<Errno> {
+        Errno::ALL.into_iter().find(|e| *e as i32 == n)
+    }
 }
 
 /// A failed system call.
@@ -55,19 +99,7 @@ pub type SysResult<T> = Result<T, SysError>;
 
 impl From<FsError> for SysError {
     fn from(e: FsError) -> Self {
-        let errno = match e.errno() {
-            2 => Errno::NoEnt,
-            17 => Errno::Exist,
-            20 => Errno::NotDir,
-            21 => Errno::IsDir,
-            39 => Errno::NotEmpty,
-            36 => Errno::NameTooLong,
-            28 => Errno::NoSpc,
-            27 => Errno::FBig,
-            22 => Errno::Inval,
-            117 => Errno::UClean,
-            _ => Errno::Io,
-        };
+        let errno = Errno::from_number(e.errno()).unwrap_or(Errno::Io);
         SysError::new(errno, e.to_string())
     }
 }

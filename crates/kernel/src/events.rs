@@ -687,8 +687,9 @@ impl Events {
         }
     }
 
-    pub(crate) fn opened(&self, actor: &Process, inode: u64, dir: u64, name: &str, stat: &Stat) {
-        self.raise(EventKind::Open, actor, inode, dir, Some(name), Some(stat));
+    /// An open; `name` is `None` for an open by inode (the mount's), which knows no name.
+    pub(crate) fn opened(&self, actor: &Process, inode: u64, dir: u64, name: Option<&str>, stat: &Stat) {
+        self.raise(EventKind::Open, actor, inode, dir, name, Some(stat));
     }
 
     pub(crate) fn closed(&self, actor: &Process, inode: u64) {
@@ -706,27 +707,10 @@ impl Events {
         inode
     }
 
-    /// Runs `remove` (which takes a name away from `inode` in `dir`) and raises an unlink event
-    /// if it succeeds, checking permission on the file as it was before.
-    pub(crate) fn unlinking<T>(
-        &self,
-        actor: &Process,
-        dir: u64,
-        name: &str,
-        inode: Option<u64>,
-        remove: impl FnOnce() -> SysResult<T>,
-    ) -> SysResult<T> {
-        let Some(inode) = inode.filter(|_| self.heard(EventKind::Unlink)) else {
-            let r = remove()?;
-            if inode.is_some() {
-                bump(&self.shared.counters[EventKind::Unlink.index()].raised);
-            }
-            return Ok(r);
-        };
-        let before = actor.kernel().fs().stat(inode).ok();
-        let r = remove()?;
-        self.raise(EventKind::Unlink, actor, inode, dir, Some(name), before.as_ref());
-        Ok(r)
+    /// A name of `inode` was removed from `dir` (by unlink, or by a rename that replaced it);
+    /// `before` is the file as it was, for the permission check on listeners.
+    pub(crate) fn unlinked(&self, actor: &Process, dir: u64, name: &str, inode: u64, before: &Stat) {
+        self.raise(EventKind::Unlink, actor, inode, dir, Some(name), Some(before));
     }
 
     #[inline(never)]

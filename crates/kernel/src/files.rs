@@ -1,13 +1,14 @@
 //! Open files: descriptors, flags, the per-open-file read-ahead state, and the kernel-wide table
-//! of how often each file is open (so that a file unlinked while open lives until its last close).
+//! of references to inodes (open files and the mount's nodes), so that a file unlinked while
+//! referenced lives, nameless, until its last reference goes.
 
 use crate::cache_io::FileBacking;
 use crate::error::{Errno, SysError, SysResult};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use vino_cache::ReadAhead;
-use vino_fs::{FileSystem, NewFile};
+use vino_fs::FileType;
 
 /// A file descriptor.
 pub type Fd = u32;
@@ -22,6 +23,11 @@ pub struct OpenFlags {
     pub exclusive: bool,
     pub truncate: bool,
     pub append: bool,
+    /// Fail with `ELOOP` if the last component is a symbolic link (`O_NOFOLLOW`).
+    pub nofollow: bool,
+    /// Fail with `ENOTDIR` unless it is a directory (`O_DIRECTORY`); a directory opened this way
+    /// (read-only) serves as the starting point of `*at` calls and for reading entries.
+    pub directory: bool,
     /// Permission bits of a file this open creates.
     pub mode: u16,
 }
@@ -53,98 +59,103 @@ impl OpenFlags {
             ..Default::default()
         }
     }
+
+    /// A directory, for reading its entries and as the start of `*at` calls.
+    pub fn directory() -> Self {
+        OpenFlags {
+            read: true,
+            directory: true,
+            ..Default::default()
+        }
+    }
 }
 
 /// One open file.
 pub struct OpenFile {
     pub ino: u64,
+    /// The inode's generation when opened: a directory removed while open is freed, and a
+    /// descriptor of it must not reach another file that reuses the number.
+    pub generation: u32,
+    pub kind: FileType,
     pub flags: OpenFlags,
     pub offset: Mutex<u64>,
     pub ra: ReadAhead,
     pub backing: FileBacking,
 }
 
-/// Where files unlinked while open wait for their last close.
-pub const ORPHANS: &str = "/.vino-orphans";
-
-/// Kernel-wide state of open files.
+/// Kernel-wide references to inodes: every open file and every node the mount holds counts one.
+/// A non-directory whose last name goes while it is referenced is *parked*: the file system
+/// keeps it on its orphan list, and the last reference frees it.
 pub struct FileTable {
-    open: Mutex<HashMap<u64, usize>>,
-    orphans: Mutex<HashMap<u64, String>>,
+    refs: Mutex<Refs>,
     /// Writers to one file are serialised (the file system's size update is not atomic with
     /// the data write); striped by inode.
     write_locks: [Mutex<()>; 64],
 }
 
+#[derive(Default)]
+struct Refs {
+    count: HashMap<u64, usize>,
+    parked: HashSet<u64>,
+}
+
 impl Default for FileTable {
     fn default() -> Self {
         FileTable {
-            open: Mutex::default(),
-            orphans: Mutex::default(),
+            refs: Mutex::default(),
             write_locks: std::array::from_fn(|_| Mutex::new(())),
         }
     }
 }
 
 impl FileTable {
-    /// Counts one more open of `ino` (an open being set up holds it; see `Process::open`).
-    pub fn opened(&self, ino: u64) {
-        *self.open.lock().entry(ino).or_default() += 1;
+    /// Counts one more reference to `ino`. The caller holds the namespace lock (read), so the
+    /// inode cannot lose its last name and be freed while it is being taken.
+    pub fn take(&self, ino: u64) {
+        *self.refs.lock().count.entry(ino).or_default() += 1;
     }
 
-    pub fn is_open(&self, ino: u64) -> bool {
-        self.open.lock().get(&ino).is_some_and(|&n| n > 0)
-    }
-
-    /// Drops one open of `ino`; at the last close of an orphan, returns the path it waits at,
-    /// for the caller to remove for good.
-    pub fn closed(&self, ino: u64) -> Option<String> {
-        let mut open = self.open.lock();
-        let n = open.get_mut(&ino).expect("closing a file that is not open");
+    /// Drops one reference; true if it was the last of a parked file, which the caller frees.
+    #[must_use]
+    pub fn drop_ref(&self, ino: u64) -> bool {
+        let mut refs = self.refs.lock();
+        let n = refs.count.get_mut(&ino).expect("dropping a reference that was never taken");
         *n -= 1;
         if *n > 0 {
-            return None;
+            return false;
         }
-        open.remove(&ino);
-        drop(open);
-        self.orphans.lock().remove(&ino)
+        refs.count.remove(&ino);
+        refs.parked.remove(&ino)
     }
 
-    /// Moves an open file out of the namespace instead of freeing it (POSIX: an unlinked file
-    /// lives on while it is open). The last close may come while it moves (after the caller
-    /// saw the file open), and then finds nothing to free: this returns where the file waits,
-    /// for the caller to free it at once.
-    pub fn orphan(&self, fs: &FileSystem, ino: u64, dir: u64, name: &[u8]) -> SysResult<Option<String>> {
-        let orphans = match fs.resolve(ORPHANS) {
-            Ok(d) => d,
-            Err(_) => fs.mkdir_path(
-                ORPHANS,
-                &NewFile {
-                    mode: 0o700,
-                    ..NewFile::by(0)
-                },
-            )?,
-        };
-        let parked = format!("{ORPHANS}/{ino}");
-        fs.rename(dir, name, orphans, ino.to_string())?;
-        self.orphans.lock().insert(ino, parked);
-        if self.is_open(ino) {
-            // Its last close will find it.
-            return Ok(None);
+    /// Marks `ino`, about to lose its last name, as parked if anything references it; true if
+    /// it did (the caller then keeps the inode instead of freeing it). Called under the
+    /// namespace lock (write).
+    pub fn park_if_referenced(&self, ino: u64) -> bool {
+        let mut refs = self.refs.lock();
+        if refs.count.get(&ino).is_some_and(|&n| n > 0) {
+            refs.parked.insert(ino);
+            true
+        } else {
+            false
         }
-        // Closed meanwhile: whichever of this and `closed` takes it out of the table frees it.
-        Ok(self.orphans.lock().remove(&ino))
     }
 
-    /// Removes orphans left by a crash (nothing can have them open after a reboot).
-    pub fn clear_orphans(&self, fs: &FileSystem) -> SysResult<()> {
-        let Ok(dir) = fs.resolve(ORPHANS) else { return Ok(()) };
-        for e in fs.readdir(dir)? {
-            if e.name != b"." && e.name != b".." {
-                fs.unlink(dir, &e.name)?;
-            }
-        }
-        Ok(())
+    /// Takes back a mark of [`FileTable::park_if_referenced`] whose removal failed.
+    pub fn unpark(&self, ino: u64) {
+        self.refs.lock().parked.remove(&ino);
+    }
+
+    /// Inodes referenced now.
+    pub fn referenced(&self) -> usize {
+        self.refs.lock().count.len()
+    }
+
+    /// Parked inodes (nameless, waiting for their last reference), sorted.
+    pub fn parked(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.refs.lock().parked.iter().copied().collect();
+        v.sort_unstable();
+        v
     }
 
     pub fn write_lock(&self, ino: u64) -> parking_lot::MutexGuard<'_, ()> {

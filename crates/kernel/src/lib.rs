@@ -29,16 +29,20 @@
 
 mod attrs;
 mod cache_io;
+mod changes;
 mod error;
 mod events;
 mod file_grafts;
 mod files;
 pub mod graftpoints;
 mod locks;
-mod perm;
+mod namei;
+mod names;
+pub mod perm;
 mod process;
 
-pub use attrs::SetTime;
+pub use attrs::{Attrs, SetTime};
+pub use changes::{Change, ChangeHook};
 pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
 pub use error::{Errno, SysError, SysResult};
 pub use events::{
@@ -48,13 +52,15 @@ pub use events::{
 pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};
 pub use locks::{LockRequest, LockType};
+pub use namei::{At, MAX_SYMLINKS, NAME_MAX, PATH_MAX};
+pub use names::RenameFlags;
 pub use perm::Credentials;
 pub use process::{GraftCall, Process};
 pub use vino_cache::RaMode;
 pub use vino_fs::{DirEntry, FileType, Stat};
 pub use vino_locks::{Lock, LockKind, LockStats};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,6 +113,10 @@ pub struct Kernel {
     pub(crate) file_grafts: file_grafts::FileGrafts,
     pub(crate) events: events::Events,
     pub(crate) locks: locks::KernelLocks,
+    /// The namespace lock: a system call that changes names holds it for writing, one that
+    /// looks names up for reading, each for its whole walk and operation (see `names`).
+    pub(crate) ns: RwLock<()>,
+    pub(crate) changes: changes::ChangeHooks,
 }
 
 impl Kernel {
@@ -148,8 +158,9 @@ impl Kernel {
             files: files::FileTable::default(),
             file_grafts: Default::default(),
             events: events::Events::default(),
+            ns: RwLock::new(()),
+            changes: Default::default(),
         });
-        kernel.files.clear_orphans(&kernel.fs)?;
         Ok(kernel)
     }
 
@@ -221,5 +232,61 @@ impl Kernel {
 
     pub fn global_graftpoints(&self) -> &Namespace {
         &self.global
+    }
+
+    /// Takes a reference to the inode `ino`, if it still holds the file of `generation` (else
+    /// `ESTALE`): while referenced, the file lives on even if its last name goes. The mount
+    /// holds each node it has told Linux of this way. [`Kernel::release_inode`] gives it back.
+    pub fn hold_inode(&self, ino: u64, generation: u32) -> SysResult<Stat> {
+        let _ns = self.ns.read();
+        match self.fs.stat(ino) {
+            Ok(st) if st.generation == generation && (st.nlink > 0 || self.files.parked().contains(&ino)) => {
+                self.files.take(ino);
+                Ok(st)
+            }
+            _ => Err(SysError::new(
+                Errno::Stale,
+                format!("inode {ino} (generation {generation}) is gone"),
+            )),
+        }
+    }
+
+    /// Gives back a reference taken by [`Kernel::hold_inode`].
+    pub fn release_inode(&self, ino: u64) -> SysResult<()> {
+        self.release_ref(ino)
+    }
+
+    /// Drops a reference; the last one of a parked file frees it.
+    pub(crate) fn release_ref(&self, ino: u64) -> SysResult<()> {
+        if !self.files.drop_ref(ino) {
+            return Ok(());
+        }
+        // The unlink that parked the file holds the namespace lock until the file system has
+        // it on its orphan list.
+        let _ns = self.ns.read();
+        // The cache forgets the file before its blocks are freed: a stale dirty page written
+        // back later could land on a block reused for metadata.
+        self.cache.invalidate(ino, 0);
+        Ok(self.fs.release_orphan(ino)?)
+    }
+
+    /// Files unlinked while referenced, waiting for their last reference (inode numbers).
+    pub fn parked_files(&self) -> Vec<u64> {
+        self.files.parked()
+    }
+
+    /// Inodes referenced now (by open files and the mount's nodes).
+    pub fn referenced_inodes(&self) -> usize {
+        self.files.referenced()
+    }
+
+    /// Calls `hook` after every change to names or attributes; returns an id for
+    /// [`Kernel::remove_change_hook`].
+    pub fn on_change(&self, hook: ChangeHook) -> u64 {
+        self.changes.add(hook)
+    }
+
+    pub fn remove_change_hook(&self, id: u64) {
+        self.changes.remove(id);
     }
 }

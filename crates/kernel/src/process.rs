@@ -3,12 +3,13 @@
 use crate::cache_io::{CacheTarget, FileBacking};
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::{Fd, FdTable, OpenFile, OpenFlags};
+use crate::namei::{At, Found};
 use crate::perm::{self, Credentials, EXEC, READ, WRITE};
 use crate::{Kernel, Pid};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use vino_cache::{IoCtx, ReadAhead};
-use vino_fs::{DirEntry, FileType, NewFile, Stat};
+use vino_fs::{FileType, NewFile, Stat};
 use vino_graft::{GraftEvent, GraftInfo, ManagedSlot, Namespace, Owner, Principal, SlotInfo};
 
 /// A graft system call on a named graftpoint, for callers that dispatch on data (the daemon).
@@ -32,49 +33,27 @@ pub struct Process {
     events: Arc<Mutex<Vec<GraftEvent>>>,
 }
 
-/// One open count of a file taken while an open is set up; given back when dropped unless
-/// [`OpenHold::keep`] handed it to the new descriptor (whose close gives it back).
-struct OpenHold<'p> {
+/// A reference to an inode taken while an open is set up; given back when dropped unless
+/// [`Held::keep`] handed it to the new descriptor (whose close gives it back).
+struct Held<'p> {
     process: &'p Process,
     ino: u64,
     kept: bool,
 }
 
-impl<'p> OpenHold<'p> {
-    fn new(process: &'p Process, ino: u64) -> Self {
-        process.kernel.files.opened(ino);
-        OpenHold {
-            process,
-            ino,
-            kept: false,
-        }
-    }
-
+impl Held<'_> {
     fn keep(mut self) {
         self.kept = true;
     }
 }
 
-impl Drop for OpenHold<'_> {
+impl Drop for Held<'_> {
     fn drop(&mut self) {
         if !self.kept {
             // The open failed; freeing a file it kept alive can fail only as a later unlink would.
-            let _ = self.process.release_open(self.ino);
+            let _ = self.process.kernel.release_ref(self.ino);
         }
     }
-}
-
-/// Splits an absolute path into its directory and last name.
-fn split(path: &str) -> SysResult<(&str, &str)> {
-    let trimmed = path.trim_end_matches('/');
-    if !path.starts_with('/') || trimmed.is_empty() {
-        return Err(SysError::new(
-            Errno::Inval,
-            format!("`{path}`: an absolute path to a file is needed"),
-        ));
-    }
-    let cut = trimmed.rfind('/').expect("starts with /");
-    Ok((if cut == 0 { "/" } else { &trimmed[..cut] }, &trimmed[cut + 1..]))
 }
 
 impl Process {
@@ -111,108 +90,203 @@ impl Process {
         &self.kernel.fs
     }
 
-    fn check(&self, stat: &Stat, want: u32, path: &str) -> SysResult<()> {
-        if perm::may(&self.cred, stat, want) {
-            Ok(())
-        } else {
-            Err(SysError::new(Errno::Acces, format!("permission denied: {path}")))
-        }
-    }
-
-    /// The directory `dir` (checked for search and, if `write`, for changing its entries).
-    fn dir(&self, dir: &str, write: bool) -> SysResult<u64> {
-        let ino = self.fs().resolve(dir)?;
-        let st = self.fs().stat(ino)?;
-        if st.kind != FileType::Directory {
-            return Err(SysError::new(Errno::NotDir, format!("not a directory: {dir}")));
-        }
-        self.check(&st, EXEC | if write { WRITE } else { 0 }, dir)?;
-        Ok(ino)
-    }
-
     // ---- files ------------------------------------------------------------------------------
 
+    /// Opens the file at `path` (from `at`), creating it if `flags` say so.
+    pub fn open_at(&self, at: At, path: impl AsRef<[u8]>, flags: OpenFlags) -> SysResult<Fd> {
+        let path = path.as_ref();
+        let (found, dir, name, created, held) = {
+            // A create changes the namespace; a plain open only reads it.
+            let _ns_w;
+            let _ns_r;
+            if flags.create {
+                _ns_w = self.kernel.ns.write();
+            } else {
+                _ns_r = self.kernel.ns.read();
+            }
+            let (found, dir, name, created) = self.find_or_create(at, path, flags)?;
+            let held = self.hold(found.ino);
+            (found, dir, name, created, held)
+        };
+        // From here on the file is referenced: an unlink parks it instead of freeing it, and if
+        // the open fails, dropping `held` gives the reference back (and frees a parked file).
+        self.check_open(&found.stat, flags, created)?;
+        let name = name.map(|n| String::from_utf8_lossy(&n).into_owned());
+        self.install(found, flags, created, held, dir, name.as_deref())
+    }
+
+    /// Opens the inode `ino` (the mount's: it holds the inode and Linux has walked the path),
+    /// checking the file's own permissions only.
+    pub fn open_inode(&self, ino: u64, generation: u32, flags: OpenFlags) -> SysResult<Fd> {
+        if flags.create {
+            return Err(SysError::new(Errno::Inval, "open by inode cannot create"));
+        }
+        let (found, held) = {
+            let _ns = self.kernel.ns.read();
+            let found = self.handle(ino, generation)?;
+            let held = self.hold(ino);
+            (found, held)
+        };
+        self.check_open(&found.stat, flags, false)?;
+        self.install(found, flags, false, held, 0, None)
+    }
+
+    /// Opens `path`, an absolute path (the path call, as a wrapper).
     pub fn open(&self, path: &str, flags: OpenFlags) -> SysResult<Fd> {
-        let (dir_path, name) = split(path)?;
-        let dir = self.dir(dir_path, false)?;
-        let (ino, held) = self.find_and_hold(dir, dir_path, name, path, flags)?;
-        // From here on the file is counted open: an unlink parks it instead of freeing it, and
-        // if the open fails, dropping `held` gives the count back (and frees a parked file).
-        let st = self.fs().stat(ino)?;
-        if st.kind == FileType::Directory {
-            return Err(SysError::new(Errno::IsDir, format!("is a directory: {path}")));
+        self.open_at(At::Root, path, flags)
+    }
+
+    fn hold(&self, ino: u64) -> Held<'_> {
+        self.kernel.files.take(ino);
+        Held {
+            process: self,
+            ino,
+            kept: false,
         }
-        let want = if flags.read { READ } else { 0 } | if flags.write || flags.truncate { WRITE } else { 0 };
-        self.check(&st, want, path)?;
-        if flags.truncate && flags.write && st.size > 0 {
-            self.resize(ino, 0)?;
+    }
+
+    /// What an open of `path` finds or makes: the file, the directory and name it was found
+    /// by, and whether this open created it. Called under the namespace lock.
+    fn find_or_create(&self, at: At, path: &[u8], flags: OpenFlags) -> SysResult<(Found, u64, Option<Vec<u8>>, bool)> {
+        let p = self.walk_parent(at, path)?;
+        let fs = self.kernel.fs();
+        let existing = if matches!(p.name.as_slice(), b"" | b"." | b"..") {
+            Some(self.walk(at, path, true)?)
+        } else {
+            match fs.lookup(p.dir, &p.name) {
+                Ok(ino) => Some(Found { ino, stat: fs.stat(ino)? }),
+                Err(e) if e.errno() == Errno::NoEnt as i32 => None,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        match existing {
+            Some(_) if flags.create && flags.exclusive => {
+                Err(SysError::new(Errno::Exist, format!("file exists: {}", String::from_utf8_lossy(path))))
+            }
+            Some(f) if f.stat.kind == FileType::Symlink => {
+                if flags.nofollow {
+                    return Err(SysError::new(Errno::Loop, "the last component is a symbolic link (O_NOFOLLOW)"));
+                }
+                Ok((self.walk(at, path, true)?, p.dir, Some(p.name), false))
+            }
+            Some(f) => {
+                if p.trailing_slash && f.stat.kind != FileType::Directory {
+                    return Err(SysError::new(Errno::NotDir, "not a directory"));
+                }
+                Ok((f, p.dir, Some(p.name), false))
+            }
+            None if !flags.create => Err(SysError::new(
+                Errno::NoEnt,
+                format!("no such file: {}", String::from_utf8_lossy(path)),
+            )),
+            None => {
+                if p.trailing_slash {
+                    return Err(SysError::new(Errno::IsDir, "cannot create a file named with a trailing /"));
+                }
+                if !perm::may(&self.cred, &p.dir_stat, WRITE | EXEC) {
+                    return Err(SysError::new(Errno::Acces, "no write permission on the directory"));
+                }
+                let (gid, mode) = perm::new_file_owner(&self.cred, &p.dir_stat, flags.mode, FileType::Regular);
+                let attrs = NewFile {
+                    mode,
+                    uid: self.cred.uid,
+                    gid,
+                    creator: self.pid,
+                };
+                let ino = fs.create(p.dir, &p.name, &attrs)?;
+                self.tell_changes(p.dir, &p.name, &[p.dir]);
+                let name = String::from_utf8_lossy(&p.name).into_owned();
+                self.kernel.events.created(self, p.dir, &name, ino);
+                Ok((Found { ino, stat: fs.stat(ino)? }, p.dir, Some(p.name), true))
+            }
         }
+    }
+
+    /// May this process open the file `st` as `flags` ask? A file this open created is opened
+    /// as asked whatever its mode (POSIX).
+    fn check_open(&self, st: &Stat, flags: OpenFlags, created: bool) -> SysResult<()> {
+        let writes = flags.write || flags.truncate;
+        match st.kind {
+            FileType::Directory if writes || flags.create => {
+                return Err(SysError::new(Errno::IsDir, "is a directory"));
+            }
+            FileType::Directory | FileType::Regular => {}
+            // VINO stores these nodes; their I/O is the host's (through the mount, which Linux
+            // serves itself for FIFOs and sockets, and refuses for devices under `nodev`).
+            _ => return Err(SysError::new(Errno::NxIo, "a FIFO, socket or device is not opened through VINO")),
+        }
+        if flags.directory && st.kind != FileType::Directory {
+            return Err(SysError::new(Errno::NotDir, "not a directory (O_DIRECTORY)"));
+        }
+        let want = if flags.read { READ } else { 0 } | if writes { WRITE } else { 0 };
+        if !created && !perm::may(&self.cred, st, want) {
+            return Err(SysError::new(Errno::Acces, format!("permission denied (inode {})", st.ino)));
+        }
+        Ok(())
+    }
+
+    /// Makes the descriptor of an open that has passed its checks.
+    fn install(&self, found: Found, flags: OpenFlags, created: bool, held: Held<'_>, dir: u64, name: Option<&str>) -> SysResult<Fd> {
+        let (ino, mut st) = (found.ino, found.stat);
         let kernel = &self.kernel;
-        let buddy = kernel.fs.block_buddy(ino)?;
+        let regular = st.kind == FileType::Regular;
+        if flags.truncate && regular && !created {
+            // POSIX: O_TRUNC on an existing file marks it modified even if it was empty.
+            let _writer = kernel.files.write_lock(ino);
+            self.resize(ino, 0)?;
+            st = self.after_change(ino, true)?.expect("a touched file's attributes");
+        }
+        let buddy = if regular { Some(kernel.fs.block_buddy(ino)?) } else { None };
         // Nothing below fails: the open is made.
         let mut files = self.files.lock();
         let fd = (0..).find(|fd| files.get(*fd).is_err()).expect("a free descriptor");
         let file = Arc::new(OpenFile {
             ino,
+            generation: st.generation,
+            kind: st.kind,
             flags,
             offset: Mutex::new(0),
             ra: ReadAhead::new(&kernel.runtime, self.pid, &fd.to_string()),
             backing: FileBacking::new(kernel.fs.clone(), ino),
         });
         held.keep();
-        kernel.file_grafts.on_open(ino, &file.ra);
-        self.namespace.register(file.ra.slot().clone());
-        self.namespace
-            .register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
+        if let Some(buddy) = buddy {
+            kernel.file_grafts.on_open(ino, &file.ra);
+            self.namespace.register(file.ra.slot().clone());
+            self.namespace
+                .register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
+        }
         self.locks_opened(fd, &st);
         let got = files.insert(file);
         debug_assert_eq!(got, fd);
-        self.kernel.events.opened(self, ino, dir, name, &st);
+        drop(files);
+        kernel.events.opened(self, ino, dir, name, &st);
         Ok(fd)
     }
 
-    /// The inode `name` in `dir` names (created if `flags` say so), counted open. The name is
-    /// looked up again once the count is taken: a file unlinked in between (freed, its inode
-    /// perhaps reused by another file) is not the one to open.
-    fn find_and_hold(
-        &self,
-        dir: u64,
-        dir_path: &str,
-        name: &str,
-        path: &str,
-        flags: OpenFlags,
-    ) -> SysResult<(u64, OpenHold<'_>)> {
-        loop {
-            let ino = match self.fs().lookup(dir, name) {
-                Ok(ino) => {
-                    if flags.create && flags.exclusive {
-                        return Err(SysError::new(Errno::Exist, format!("file exists: {path}")));
-                    }
-                    ino
-                }
-                Err(e) if flags.create && e.errno() == Errno::NoEnt as i32 => {
-                    self.dir(dir_path, true)?;
-                    let attrs = NewFile {
-                        mode: flags.mode & 0o7777,
-                        uid: self.cred.uid,
-                        gid: self.cred.gid,
-                        creator: self.pid,
-                    };
-                    self.kernel
-                        .events
-                        .created(self, dir, name, self.fs().create(dir, name, &attrs)?)
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let held = OpenHold::new(self, ino);
-            match self.fs().lookup(dir, name) {
-                Ok(now) if now == ino => return Ok((ino, held)),
-                // Unlinked, perhaps replaced, meanwhile: look again.
-                Ok(_) => continue,
-                Err(e) if e.errno() == Errno::NoEnt as i32 => continue,
-                Err(e) => return Err(e.into()),
-            }
+    /// After a write or resize of `ino` by this process: drops set-ID bits as an unprivileged
+    /// writer must, optionally marks the file modified now, and tells the change hooks.
+    fn after_change(&self, ino: u64, touch: bool) -> SysResult<Option<Stat>> {
+        let mut st = None;
+        if !self.cred.privileged || touch {
+            let fs = self.fs();
+            let now = fs.stat(ino)?;
+            let mode = perm::after_write(&self.cred, &now);
+            st = Some(if mode.is_some() || touch {
+                let attrs = vino_fs::SetAttr {
+                    mode,
+                    mtime_ns: touch.then(crate::attrs::now_ns),
+                    ..Default::default()
+                };
+                fs.set_attr(ino, &attrs)?
+            } else {
+                now
+            });
         }
+        if self.kernel.changes.wanted() {
+            self.kernel.changes.tell(self.pid, &[crate::Change::Attr { ino }]);
+        }
+        Ok(st)
     }
 
     pub fn close(&self, fd: Fd) -> SysResult<()> {
@@ -223,28 +297,14 @@ impl Process {
     fn drop_file(&self, fd: Fd, file: &OpenFile) -> SysResult<()> {
         self.kernel.events.closed(self, file.ino);
         self.locks_closed(fd, file.ino);
-        self.kernel.file_grafts.on_close(file.ino, &file.ra);
-        if let Some(ra) = self.namespace.forget(&format!("file.compute_ra/{fd}")) {
-            ra.unload();
+        if file.kind == FileType::Regular {
+            self.kernel.file_grafts.on_close(file.ino, &file.ra);
+            if let Some(ra) = self.namespace.forget(&format!("file.compute_ra/{fd}")) {
+                ra.unload();
+            }
+            self.namespace.forget(&format!("file.block_buddy/{fd}"));
         }
-        self.namespace.forget(&format!("file.block_buddy/{fd}"));
-        self.release_open(file.ino)
-    }
-
-    /// Gives back one open count of `ino`; the last one of a file unlinked while open frees it.
-    fn release_open(&self, ino: u64) -> SysResult<()> {
-        match self.kernel.files.closed(ino) {
-            Some(parked) => self.free_parked(ino, &parked),
-            None => Ok(()),
-        }
-    }
-
-    /// Frees a file unlinked while open, parked at `parked`, now that nothing has it open.
-    fn free_parked(&self, ino: u64, parked: &str) -> SysResult<()> {
-        // The cache forgets the file before its blocks are freed: a stale dirty page written back
-        // later could land on a block reused for metadata.
-        self.kernel.cache.invalidate(ino, 0);
-        Ok(self.fs().unlink_path(parked)?)
+        self.kernel.release_ref(file.ino)
     }
 
     pub(crate) fn file(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {
@@ -286,6 +346,7 @@ impl Process {
         };
         let n = self.write_file(fd, &f, at, data)?;
         *offset = at + n as u64;
+        self.after_change(f.ino, false)?;
         self.kernel.events.modified(self, f.ino);
         Ok(n)
     }
@@ -293,8 +354,10 @@ impl Process {
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> SysResult<usize> {
         let f = self.file(fd)?;
         let _writer = self.kernel.files.write_lock(f.ino);
-        self.write_file(fd, &f, offset, data)
-            .inspect(|_| self.kernel.events.modified(self, f.ino))
+        let n = self.write_file(fd, &f, offset, data)?;
+        self.after_change(f.ino, false)?;
+        self.kernel.events.modified(self, f.ino);
+        Ok(n)
     }
 
     /// Writes into the page cache. The file system allocates each block (through the file's
@@ -337,15 +400,17 @@ impl Process {
             ));
         }
         let _writer = self.kernel.files.write_lock(f.ino);
-        self.resize(f.ino, size)
-            .inspect(|_| self.kernel.events.modified(self, f.ino))
+        self.resize(f.ino, size)?;
+        self.after_change(f.ino, true)?;
+        self.kernel.events.modified(self, f.ino);
+        Ok(())
     }
 
     /// Sets a file's size, by the file system's rules ([`vino_fs::write`]): the cache forgets
     /// the pages of the blocks the file system frees (past the new end, or past the old end of
     /// a file that grows) before it frees them; growing zeroes, in the cache, the bytes past the
     /// old end in the old last page.
-    fn resize(&self, ino: u64, size: u64) -> SysResult<()> {
+    pub(crate) fn resize(&self, ino: u64, size: u64) -> SysResult<()> {
         let backing = FileBacking::new(self.kernel.fs.clone(), ino);
         let mut target = CacheTarget {
             cache: &self.kernel.cache,
@@ -357,95 +422,11 @@ impl Process {
     }
 
     pub fn fstat(&self, fd: Fd) -> SysResult<Stat> {
-        Ok(self.fs().stat(self.file(fd)?.ino)?)
-    }
-
-    // ---- names ------------------------------------------------------------------------------
-
-    pub fn stat(&self, path: &str) -> SysResult<Stat> {
-        Ok(self.fs().stat_path(path)?)
-    }
-
-    pub fn mkdir(&self, path: &str, mode: u16) -> SysResult<()> {
-        let (dir_path, name) = split(path)?;
-        let dir = self.dir(dir_path, true)?;
-        let attrs = NewFile {
-            mode: mode & 0o7777,
-            uid: self.cred.uid,
-            gid: self.cred.gid,
-            creator: self.pid,
-        };
-        self.fs().mkdir(dir, name, &attrs)?;
-        Ok(())
-    }
-
-    pub fn rmdir(&self, path: &str) -> SysResult<()> {
-        let (dir_path, name) = split(path)?;
-        let dir = self.dir(dir_path, true)?;
-        Ok(self.fs().rmdir(dir, name)?)
-    }
-
-    pub fn readdir(&self, path: &str) -> SysResult<Vec<DirEntry>> {
-        let ino = self.fs().resolve(path)?;
-        let st = self.fs().stat(ino)?;
-        self.check(&st, READ, path)?;
-        Ok(self.fs().readdir(ino)?)
-    }
-
-    /// Removes a name. A file still open somewhere lives on, out of the namespace, until its
-    /// last close.
-    pub fn unlink(&self, path: &str) -> SysResult<()> {
-        let (dir_path, name) = split(path)?;
-        let dir = self.dir(dir_path, true)?;
-        let ino = self.fs().lookup(dir, name)?;
-        self.kernel
-            .events
-            .unlinking(self, dir, name, Some(ino), || self.remove_name(dir, name, ino))
-    }
-
-    fn remove_name(&self, dir: u64, name: &str, ino: u64) -> SysResult<()> {
-        let st = self.fs().stat(ino)?;
-        if st.kind == FileType::Directory {
-            return Err(SysError::new(Errno::IsDir, format!("is a directory: {name}")));
+        let f = self.file(fd)?;
+        match self.fs().stat(f.ino) {
+            Ok(st) if st.generation == f.generation => Ok(st),
+            _ => Err(SysError::new(Errno::NoEnt, format!("descriptor {fd}: its file was removed"))),
         }
-        if st.nlink == 1 && self.kernel.files.is_open(ino) {
-            return match self.kernel.files.orphan(self.fs(), ino, dir, name.as_bytes())? {
-                Some(parked) => self.free_parked(ino, &parked),
-                None => Ok(()),
-            };
-        }
-        if st.nlink == 1 {
-            self.kernel.cache.invalidate(ino, 0);
-        }
-        Ok(self.fs().unlink(dir, name)?)
-    }
-
-    pub fn rename(&self, from: &str, to: &str) -> SysResult<()> {
-        let (from_dir, from_name) = split(from)?;
-        let (to_dir, to_name) = split(to)?;
-        let (fd_ino, td_ino) = (self.dir(from_dir, true)?, self.dir(to_dir, true)?);
-        // A file replaced by the rename goes the way of an unlinked one.
-        let mut replaced = None;
-        if let Ok(target) = self.fs().lookup(td_ino, to_name) {
-            let source = self.fs().lookup(fd_ino, from_name)?;
-            let st = self.fs().stat(target)?;
-            replaced = Some(target).filter(|_| target != source && st.kind != FileType::Directory);
-            if target != source && st.kind != FileType::Directory && st.nlink == 1 {
-                if self.kernel.files.is_open(target) {
-                    if let Some(parked) = self
-                        .kernel
-                        .files
-                        .orphan(self.fs(), target, td_ino, to_name.as_bytes())?
-                    {
-                        self.free_parked(target, &parked)?;
-                    }
-                } else {
-                    self.kernel.cache.invalidate(target, 0);
-                }
-            }
-        }
-        let rename = || Ok(self.fs().rename(fd_ino, from_name, td_ino, to_name)?);
-        self.kernel.events.unlinking(self, td_ino, to_name, replaced, rename)
     }
 
     // ---- grafts -----------------------------------------------------------------------------

@@ -1,0 +1,433 @@
+//! System calls on names, `*at` style: mkdir, mknod, symlink, readlink, link, unlink, rmdir,
+//! rename, readdir and stat, each from a starting directory ([`At`]) and a path of bytes.
+//!
+//! Each runs whole under the kernel's namespace lock (write for a change, read for a lookup):
+//! the walk, the permission checks and the file system operation see one state, so a rename is
+//! atomic against every open, lookup and other rename, and what was checked is what is changed.
+//! The order of the checks is Linux's, so that callers see the same errno: the walk (`ENOENT`,
+//! `ENOTDIR`, `EACCES` for search, `ELOOP`), then existence, then write permission on the
+//! directory, then the sticky bit.
+
+use crate::Change;
+use crate::error::{Errno, SysError, SysResult};
+use crate::namei::{At, Found, Parent};
+use crate::perm::{self, READ, WRITE};
+use crate::process::Process;
+use vino_fs::{DirEntry, FileType, NewFile, ROOT_INO, Stat};
+
+/// How a rename may treat an existing destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    /// Fail with `EEXIST` rather than replace (`RENAME_NOREPLACE`).
+    pub no_replace: bool,
+}
+
+fn err(errno: Errno, what: impl Into<String>) -> SysError {
+    SysError::new(errno, what)
+}
+
+fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// True for the names a directory always has, or none (the root's own path, `/`).
+fn special(name: &[u8]) -> bool {
+    name.is_empty() || name == b"." || name == b".."
+}
+
+impl Process {
+    /// Write and search permission on the directory a name is made in or removed from.
+    fn may_change(&self, p: &Parent) -> SysResult<()> {
+        if perm::may(self.credentials(), &p.dir_stat, WRITE | perm::EXEC) {
+            Ok(())
+        } else {
+            Err(err(Errno::Acces, format!("no write permission on the directory of {}", show(&p.name))))
+        }
+    }
+
+    /// The name `p.name` in `p.dir`, if there is one.
+    fn existing(&self, p: &Parent) -> SysResult<Option<Found>> {
+        let fs = self.kernel().fs();
+        match fs.lookup(p.dir, &p.name) {
+            Ok(ino) => Ok(Some(Found {
+                ino,
+                stat: fs.stat(ino)?,
+            })),
+            Err(e) if e.errno() == Errno::NoEnt as i32 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Checks that `p.name` may be made: a new name, in a directory this process may write.
+    fn new_name(&self, p: &Parent) -> SysResult<()> {
+        if special(&p.name) || self.existing(p)?.is_some() {
+            return Err(err(Errno::Exist, format!("file exists: {}", show(&p.name))));
+        }
+        self.may_change(p)
+    }
+
+    /// What a file made by this process in `p.dir` is given.
+    fn new_file(&self, p: &Parent, mode: u16, kind: FileType) -> NewFile {
+        let (gid, mode) = perm::new_file_owner(self.credentials(), &p.dir_stat, mode, kind);
+        NewFile {
+            mode,
+            uid: self.credentials().uid,
+            gid,
+            creator: self.pid(),
+        }
+    }
+
+    /// Tells the change hooks that `name` in `dir` changed, and the inodes' attributes.
+    pub(crate) fn tell_changes(&self, dir: u64, name: &[u8], inodes: &[u64]) {
+        let kernel = self.kernel();
+        if !kernel.changes.wanted() {
+            return;
+        }
+        let mut changes = vec![Change::Entry {
+            dir,
+            name: name.to_vec(),
+        }];
+        changes.extend(inodes.iter().map(|&ino| Change::Attr { ino }));
+        kernel.changes.tell(self.pid(), &changes);
+    }
+
+    /// Makes a directory.
+    pub fn mkdir_at(&self, at: At, path: impl AsRef<[u8]>, mode: u16) -> SysResult<Stat> {
+        let path = path.as_ref();
+        let st = {
+            let _ns = self.kernel().ns.write();
+            let p = self.walk_parent(at, path)?;
+            self.new_name(&p)?;
+            let attrs = self.new_file(&p, mode, FileType::Directory);
+            let ino = self.kernel().fs().mkdir(p.dir, &p.name, &attrs)?;
+            self.tell_changes(p.dir, &p.name, &[p.dir]);
+            self.kernel().events.created(self, p.dir, &show(&p.name), ino);
+            self.kernel().fs().stat(ino)?
+        };
+        Ok(st)
+    }
+
+    /// Makes a regular file, FIFO, socket or device node. Device nodes only by a privileged
+    /// process (`EPERM`); what a FIFO, socket or device does is the host's business (through the
+    /// mount): VINO stores the node.
+    pub fn mknod_at(&self, at: At, path: impl AsRef<[u8]>, kind: FileType, mode: u16, rdev: u64) -> SysResult<Stat> {
+        match kind {
+            FileType::CharDevice | FileType::BlockDevice if !self.credentials().privileged => {
+                return Err(err(Errno::Perm, "only a privileged process may make device nodes"));
+            }
+            FileType::Directory | FileType::Symlink => {
+                return Err(err(Errno::Inval, "mknod makes files, FIFOs, sockets and devices only"));
+            }
+            _ => {}
+        }
+        let path = path.as_ref();
+        let _ns = self.kernel().ns.write();
+        let p = self.walk_parent(at, path)?;
+        self.new_name(&p)?;
+        let attrs = self.new_file(&p, mode, kind);
+        let fs = self.kernel().fs();
+        let ino = fs.mknod(p.dir, &p.name, kind, rdev, &attrs)?;
+        self.tell_changes(p.dir, &p.name, &[p.dir]);
+        self.kernel().events.created(self, p.dir, &show(&p.name), ino);
+        Ok(fs.stat(ino)?)
+    }
+
+    /// Makes a symbolic link at `path` holding `target` (not checked: it may dangle).
+    pub fn symlink_at(&self, target: impl AsRef<[u8]>, at: At, path: impl AsRef<[u8]>) -> SysResult<Stat> {
+        let target = target.as_ref();
+        if target.is_empty() {
+            return Err(err(Errno::NoEnt, "a symbolic link needs a target"));
+        }
+        if target.len() > crate::namei::PATH_MAX {
+            return Err(err(Errno::NameTooLong, format!("target of {} bytes", target.len())));
+        }
+        let _ns = self.kernel().ns.write();
+        let p = self.walk_parent(at, path.as_ref())?;
+        self.new_name(&p)?;
+        let attrs = self.new_file(&p, 0o777, FileType::Symlink);
+        let fs = self.kernel().fs();
+        let ino = fs.symlink(p.dir, &p.name, target, &attrs)?;
+        self.tell_changes(p.dir, &p.name, &[p.dir]);
+        self.kernel().events.created(self, p.dir, &show(&p.name), ino);
+        Ok(fs.stat(ino)?)
+    }
+
+    /// The target of the symbolic link at `path` (`EINVAL` if it is not one).
+    pub fn readlink_at(&self, at: At, path: impl AsRef<[u8]>) -> SysResult<Vec<u8>> {
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(at, path.as_ref(), false)?;
+        if f.stat.kind != FileType::Symlink {
+            return Err(err(Errno::Inval, "not a symbolic link"));
+        }
+        Ok(self.kernel().fs().readlink(f.ino)?)
+    }
+
+    /// What `path` names; a last component that is a symbolic link is followed if `follow`.
+    pub fn stat_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool) -> SysResult<Stat> {
+        let _ns = self.kernel().ns.read();
+        Ok(self.walk(at, path.as_ref(), follow)?.stat)
+    }
+
+    /// The entries of the directory at `path`, `.` and `..` left out. Needs read permission.
+    pub fn readdir_at(&self, at: At, path: impl AsRef<[u8]>) -> SysResult<Vec<DirEntry>> {
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(at, path.as_ref(), true)?;
+        if f.stat.kind != FileType::Directory {
+            return Err(err(Errno::NotDir, "not a directory"));
+        }
+        if !perm::may(self.credentials(), &f.stat, READ) {
+            return Err(err(Errno::Acces, "no read permission on the directory"));
+        }
+        Ok(self.kernel().fs().readdir(f.ino)?)
+    }
+
+    /// Gives the file at `from` (not a directory) a second name, `to`. With `follow`, a symbolic
+    /// link at `from` is followed (`AT_SYMLINK_FOLLOW`); without, the link itself is linked.
+    pub fn link_at(&self, from_at: At, from: impl AsRef<[u8]>, to_at: At, to: impl AsRef<[u8]>, follow: bool) -> SysResult<Stat> {
+        let _ns = self.kernel().ns.write();
+        let src = self.walk(from_at, from.as_ref(), follow)?;
+        if src.stat.kind == FileType::Directory {
+            return Err(err(Errno::Perm, "cannot link a directory"));
+        }
+        if src.stat.nlink == 0 {
+            return Err(err(Errno::NoEnt, "the file has no name left to link to"));
+        }
+        let p = self.walk_parent(to_at, to.as_ref())?;
+        if p.trailing_slash {
+            return Err(err(Errno::NotDir, format!("{}/: not a directory", show(&p.name))));
+        }
+        self.new_name(&p)?;
+        let fs = self.kernel().fs();
+        fs.link(src.ino, p.dir, &p.name)?;
+        self.tell_changes(p.dir, &p.name, &[p.dir, src.ino]);
+        Ok(fs.stat(src.ino)?)
+    }
+
+    /// Removes a name of a file that is not a directory. A file whose last name goes while it
+    /// is open (or held by the mount) lives on, nameless, until its last reference goes.
+    pub fn unlink_at(&self, at: At, path: impl AsRef<[u8]>) -> SysResult<()> {
+        let _ns = self.kernel().ns.write();
+        let p = self.walk_parent(at, path.as_ref())?;
+        if special(&p.name) {
+            return Err(err(Errno::IsDir, format!("cannot unlink `{}`", show(&p.name))));
+        }
+        let victim = self
+            .existing(&p)?
+            .ok_or_else(|| err(Errno::NoEnt, format!("no such file: {}", show(&p.name))))?;
+        if victim.stat.kind == FileType::Directory {
+            return Err(err(Errno::IsDir, format!("is a directory: {}", show(&p.name))));
+        }
+        if p.trailing_slash {
+            return Err(err(Errno::NotDir, format!("not a directory: {}", show(&p.name))));
+        }
+        self.may_change(&p)?;
+        self.sticky_check(&p, &victim.stat)?;
+        let fs = self.kernel().fs();
+        self.drop_name(&victim.stat, |keep| {
+            if keep {
+                fs.unlink_keep(p.dir, &p.name)
+            } else {
+                fs.unlink(p.dir, &p.name)
+            }
+        })?;
+        self.tell_changes(p.dir, &p.name, &[p.dir, victim.ino]);
+        self.kernel()
+            .events
+            .unlinked(self, p.dir, &show(&p.name), victim.ino, &victim.stat);
+        Ok(())
+    }
+
+    fn sticky_check(&self, p: &Parent, victim: &Stat) -> SysResult<()> {
+        if perm::may_remove_from(self.credentials(), &p.dir_stat, victim) {
+            Ok(())
+        } else {
+            Err(err(
+                Errno::Perm,
+                format!("{}: the directory is sticky and the file is another user's", show(&p.name)),
+            ))
+        }
+    }
+
+    /// Runs `remove`, which takes a name from the non-directory `victim`. If that is its last
+    /// name and something references the file, `remove` is told to keep the inode (the file
+    /// system's orphan list) and the last reference frees it; if nothing does, the file goes
+    /// now, its cached pages first (a stale dirty page must not be written to a reused block).
+    fn drop_name(&self, victim: &Stat, remove: impl FnOnce(bool) -> vino_fs::Result<()>) -> SysResult<()> {
+        let kernel = self.kernel();
+        if victim.nlink > 1 {
+            return Ok(remove(false)?);
+        }
+        let parked = kernel.files.park_if_referenced(victim.ino);
+        if let Err(e) = remove(true) {
+            if parked {
+                kernel.files.unpark(victim.ino);
+            }
+            return Err(e.into());
+        }
+        if !parked {
+            kernel.cache().invalidate(victim.ino, 0);
+            kernel.fs().release_orphan(victim.ino)?;
+        }
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir_at(&self, at: At, path: impl AsRef<[u8]>) -> SysResult<()> {
+        let _ns = self.kernel().ns.write();
+        let p = self.walk_parent(at, path.as_ref())?;
+        match p.name.as_slice() {
+            b"." => return Err(err(Errno::Inval, "cannot remove `.`")),
+            b".." => return Err(err(Errno::NotEmpty, "cannot remove `..`")),
+            b"" => return Err(err(Errno::Busy, "cannot remove the root")),
+            _ => {}
+        }
+        let victim = self
+            .existing(&p)?
+            .ok_or_else(|| err(Errno::NoEnt, format!("no such directory: {}", show(&p.name))))?;
+        if victim.stat.kind != FileType::Directory {
+            return Err(err(Errno::NotDir, format!("not a directory: {}", show(&p.name))));
+        }
+        self.may_change(&p)?;
+        self.sticky_check(&p, &victim.stat)?;
+        self.kernel().fs().rmdir(p.dir, &p.name)?;
+        self.tell_changes(p.dir, &p.name, &[p.dir, victim.ino]);
+        self.kernel()
+            .events
+            .unlinked(self, p.dir, &show(&p.name), victim.ino, &victim.stat);
+        Ok(())
+    }
+
+    /// Renames `from` to `to`, atomically: `to` names either the old file or the moved one at
+    /// every instant, for every other system call. A replaced file goes as an unlinked one does.
+    pub fn rename_at(&self, from_at: At, from: impl AsRef<[u8]>, to_at: At, to: impl AsRef<[u8]>, flags: RenameFlags) -> SysResult<()> {
+        let _ns = self.kernel().ns.write();
+        let sp = self.walk_parent(from_at, from.as_ref())?;
+        let dp = self.walk_parent(to_at, to.as_ref())?;
+        if special(&sp.name) {
+            return Err(err(Errno::Busy, format!("cannot rename `{}`", show(&sp.name))));
+        }
+        if special(&dp.name) {
+            let errno = if flags.no_replace { Errno::Exist } else { Errno::Busy };
+            return Err(err(errno, format!("cannot rename onto `{}`", show(&dp.name))));
+        }
+        let src = self
+            .existing(&sp)?
+            .ok_or_else(|| err(Errno::NoEnt, format!("no such file: {}", show(&sp.name))))?;
+        let is_dir = src.stat.kind == FileType::Directory;
+        if (sp.trailing_slash || dp.trailing_slash) && !is_dir {
+            return Err(err(Errno::NotDir, format!("not a directory: {}", show(&sp.name))));
+        }
+        let dst = self.existing(&dp)?;
+        if flags.no_replace && dst.is_some() {
+            return Err(err(Errno::Exist, format!("file exists: {}", show(&dp.name))));
+        }
+        self.may_change(&sp)?;
+        self.may_change(&dp)?;
+        self.sticky_check(&sp, &src.stat)?;
+        if let Some(dst) = &dst {
+            if dst.ino == src.ino {
+                // Two names of one file: POSIX says do nothing.
+                return Ok(());
+            }
+            self.sticky_check(&dp, &dst.stat)?;
+            match (is_dir, dst.stat.kind == FileType::Directory) {
+                (true, false) => return Err(err(Errno::NotDir, format!("not a directory: {}", show(&dp.name)))),
+                (false, true) => return Err(err(Errno::IsDir, format!("is a directory: {}", show(&dp.name)))),
+                _ => {}
+            }
+        }
+        // A directory that moves rewrites its `..`: that needs write permission on it.
+        if is_dir && sp.dir != dp.dir && !perm::may(self.credentials(), &src.stat, WRITE) {
+            return Err(err(Errno::Acces, format!("no write permission on {}", show(&sp.name))));
+        }
+        if is_dir && src.ino == ROOT_INO {
+            return Err(err(Errno::Busy, "cannot rename the root"));
+        }
+        let fs = self.kernel().fs();
+        let rename = |keep| {
+            let f = vino_fs::RenameFlags {
+                no_replace: flags.no_replace,
+                keep_replaced: keep,
+            };
+            fs.rename_with(sp.dir, &sp.name, dp.dir, &dp.name, f)
+        };
+        match &dst {
+            Some(dst) if dst.stat.kind != FileType::Directory => self.drop_name(&dst.stat, rename)?,
+            _ => rename(false)?,
+        }
+        let kernel = self.kernel();
+        if kernel.changes.wanted() {
+            let mut changes = vec![
+                Change::Entry {
+                    dir: sp.dir,
+                    name: sp.name.clone(),
+                },
+                Change::Entry {
+                    dir: dp.dir,
+                    name: dp.name.clone(),
+                },
+                Change::Attr { ino: sp.dir },
+                Change::Attr { ino: dp.dir },
+                Change::Attr { ino: src.ino },
+            ];
+            changes.extend(dst.as_ref().map(|d| Change::Attr { ino: d.ino }));
+            kernel.changes.tell(self.pid(), &changes);
+        }
+        if let Some(dst) = &dst {
+            kernel.events.unlinked(self, dp.dir, &show(&dp.name), dst.ino, &dst.stat);
+        }
+        Ok(())
+    }
+
+    /// The entries of the directory open as `fd`.
+    pub fn readdir_fd(&self, fd: crate::Fd) -> SysResult<Vec<DirEntry>> {
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(At::Fd(fd), b"", true)?;
+        if f.stat.kind != FileType::Directory {
+            return Err(err(Errno::NotDir, format!("descriptor {fd} is not a directory")));
+        }
+        Ok(self.kernel().fs().readdir(f.ino)?)
+    }
+
+    // ---- the path calls, as wrappers ---------------------------------------------------------
+
+    pub fn stat(&self, path: &str) -> SysResult<Stat> {
+        self.stat_at(At::Root, path, true)
+    }
+
+    pub fn lstat(&self, path: &str) -> SysResult<Stat> {
+        self.stat_at(At::Root, path, false)
+    }
+
+    pub fn mkdir(&self, path: &str, mode: u16) -> SysResult<()> {
+        self.mkdir_at(At::Root, path, mode).map(drop)
+    }
+
+    pub fn rmdir(&self, path: &str) -> SysResult<()> {
+        self.rmdir_at(At::Root, path)
+    }
+
+    pub fn readdir(&self, path: &str) -> SysResult<Vec<DirEntry>> {
+        self.readdir_at(At::Root, path)
+    }
+
+    pub fn unlink(&self, path: &str) -> SysResult<()> {
+        self.unlink_at(At::Root, path)
+    }
+
+    pub fn rename(&self, from: &str, to: &str) -> SysResult<()> {
+        self.rename_at(At::Root, from, At::Root, to, RenameFlags::default())
+    }
+
+    pub fn link(&self, from: &str, to: &str) -> SysResult<()> {
+        self.link_at(At::Root, from, At::Root, to, false).map(drop)
+    }
+
+    pub fn symlink(&self, target: &str, path: &str) -> SysResult<()> {
+        self.symlink_at(target, At::Root, path).map(drop)
+    }
+
+    pub fn readlink(&self, path: &str) -> SysResult<Vec<u8>> {
+        self.readlink_at(At::Root, path)
+    }
+}
