@@ -1,14 +1,23 @@
 //! The VINO kernel mounted through FUSE, so ordinary programs (cp, tar, git, sqlite) use it.
 //!
 //! Every request is served by system calls of a kernel [`vino_kernel::Process`]: one per
-//! caller's uid/gid pair (uid 0 privileged), made on first use. Permission checks, graft events
-//! and per-file grafts (`file.compute_ra/<fd>` of the descriptor a FUSE open makes) therefore
-//! apply exactly as for any other client of the kernel. The kernel's API is path based, so the
-//! mount keeps a table from inode to parent and name ([`nodes`]).
+//! caller's credentials (uid, gid and supplementary groups; uid 0 privileged), made on first
+//! use. Permission checks, graft events and per-file grafts (`file.compute_ra/<fd>` of the
+//! descriptor a FUSE open makes) therefore apply exactly as for any other client of the kernel.
+//! Requests name files by handle (node id = inode number, with its generation), never by path:
+//! the mount's table ([`nodes`]) only counts Linux's lookups, each node holding its inode in the
+//! kernel.
+//!
+//! The mount asks Linux to check permissions too (`default_permissions`): Linux walks cached
+//! entries without asking, so only its own checks can hold once entries are cached. The
+//! kernel's change notices keep those caches current when other clients change the file
+//! system ([`invalidate`]).
 //!
 //! Files are opened with `FOPEN_DIRECT_IO`: Linux's page cache is bypassed and every read is
-//! served by VINO's cache, whose policies grafts set. Locks (`fcntl`, `flock`) are left to
-//! Linux, which handles them locally for a FUSE file system that does not implement them.
+//! served by VINO's cache, whose policies grafts set. Locks (`fcntl`, and `flock`, which FUSE
+//! passes the same way) go to the kernel's lock manager, shared with the socket's clients.
+//! FIFOs and sockets made on the mount are served by Linux itself; device nodes may be made (by
+//! root) but not used unless the mount allows devices ([`MountConfig::dev`]).
 //!
 //! Mounting needs `/dev/fuse` and root (the mount is made with `mount(2)` directly; no
 //! `fusermount` helper or libfuse is used).
@@ -16,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+mod invalidate;
 pub mod nodes;
 mod ops;
 
@@ -39,6 +49,10 @@ pub struct MountConfig {
     pub fsname: String,
     /// Threads serving requests.
     pub threads: usize,
+    /// Let device nodes on the mount be used (no `nodev`).
+    pub dev: bool,
+    /// Honour set-user-ID and set-group-ID bits when programs on the mount run (no `nosuid`).
+    pub suid: bool,
 }
 
 impl Default for MountConfig {
@@ -48,6 +62,8 @@ impl Default for MountConfig {
             attr_ttl: Duration::from_secs(1),
             fsname: "vino".into(),
             threads: 2,
+            dev: false,
+            suid: false,
         }
     }
 }
@@ -58,9 +74,14 @@ fn session_config(config: &MountConfig) -> Config {
     c.mount_options = vec![
         MountOption::FSName(config.fsname.clone()),
         MountOption::Subtype("vino".into()),
-        MountOption::NoDev,
-        MountOption::NoSuid,
+        MountOption::DefaultPermissions,
     ];
+    if !config.dev {
+        c.mount_options.push(MountOption::NoDev);
+    }
+    if !config.suid {
+        c.mount_options.push(MountOption::NoSuid);
+    }
     c.acl = if config.allow_other {
         SessionACL::All
     } else {
@@ -70,27 +91,33 @@ fn session_config(config: &MountConfig) -> Config {
     c
 }
 
-fn session(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<(Session<VinoFs>, Arc<State>)> {
-    let state = Arc::new(State::new(kernel, config));
+type Served = (Session<VinoFs>, Arc<State>, invalidate::Invalidator);
+
+fn session(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<Served> {
+    let state = State::new(kernel.clone(), config).map_err(|e| io::Error::other(e.to_string()))?;
+    let state = Arc::new(state);
     let session = Session::new(VinoFs(state.clone()), mountpoint, &session_config(config))
         .map_err(|e| io::Error::new(e.kind(), format!("mounting VINO on {}: {e}", mountpoint.display())))?;
-    Ok((session, state))
+    let invalidator = invalidate::start(kernel, &state, session.notifier())?;
+    Ok((session, state, invalidator))
 }
 
 /// A mounted kernel, served by background threads. Dropping it unmounts.
 pub struct Mount {
     session: Option<fuser::BackgroundSession>,
     state: Arc<State>,
+    invalidator: Option<invalidate::Invalidator>,
     mountpoint: PathBuf,
 }
 
 /// Mounts `kernel` on `mountpoint` and serves it in background threads.
 pub fn mount(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<Mount> {
-    let (session, state) = session(kernel, mountpoint, config)?;
+    let (session, state, invalidator) = session(kernel, mountpoint, config)?;
     let session = Some(session.spawn()?);
     Ok(Mount {
         session,
         state,
+        invalidator: Some(invalidator),
         mountpoint: mountpoint.to_path_buf(),
     })
 }
@@ -98,8 +125,9 @@ pub fn mount(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io
 /// Mounts `kernel` on `mountpoint` and serves it on this thread until it is unmounted (by
 /// `umount` or `fusermount -u`).
 pub fn serve_foreground(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<()> {
-    let (session, state) = session(kernel, mountpoint, config)?;
+    let (session, state, invalidator) = session(kernel, mountpoint, config)?;
     let served = session.run();
+    drop(invalidator);
     state.release_all();
     served
 }
@@ -109,9 +137,14 @@ impl Mount {
         &self.mountpoint
     }
 
-    /// The kernel processes made for the callers so far (one per uid/gid pair).
+    /// The kernel processes made for the callers so far (one per set of credentials).
     pub fn processes(&self) -> Vec<Arc<Process>> {
         self.state.processes()
+    }
+
+    /// Nodes Linux holds now (each holds its inode in the kernel), the root not counted.
+    pub fn nodes(&self) -> usize {
+        self.state.nodes.len()
     }
 
     /// Unmounts, waits for the serving threads, closes what is still open and ends the mount's
@@ -127,6 +160,7 @@ impl Mount {
                 .umount_and_join()
                 .map_err(|e| io::Error::new(e.kind(), format!("unmounting {}: {e}", self.mountpoint.display())))?;
         }
+        self.invalidator.take();
         self.state.release_all();
         Ok(())
     }

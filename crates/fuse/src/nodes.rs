@@ -1,164 +1,121 @@
-//! The inode-to-path table. FUSE names files by inode; the kernel's system calls take paths. Each
-//! inode Linux knows of is recorded with its parent and name (the last ones it was looked up
-//! under), so a path is a walk to the root, and a rename of a directory moves its whole subtree
-//! by changing one entry.
+//! The mount's inode table: the kernel inodes Linux knows of, with how many lookups it holds on
+//! each. FUSE node ids are kernel inode numbers and FUSE generations the inodes' generations, so
+//! nothing here maps to paths: every request names its file by handle, and the kernel resolves
+//! names itself, atomically.
+//!
+//! Each node holds one kernel reference ([`Kernel::hold_inode`]) from its first lookup to its
+//! last forget: a file whose last name goes while Linux still knows it (open, or just looked up)
+//! lives on, nameless, as POSIX asks, and is freed when Linux forgets it.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
+use vino_kernel::{At, Errno, Kernel, Stat, SysError, SysResult};
 
 /// The root's inode, in FUSE and in the VINO file system alike.
 pub const ROOT: u64 = 1;
 
-/// Parent of a node that has no name any more (unlinked while Linux still holds it).
-const DETACHED: u64 = 0;
-
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct Node {
-    parent: u64,
-    name: String,
+    generation: u32,
     /// Lookups Linux holds (it sends `forget` to drop them).
     lookups: u64,
 }
 
-/// Inodes Linux holds, with where they are in the namespace.
-#[derive(Debug)]
+/// Inodes Linux holds.
 pub struct Nodes {
-    map: HashMap<u64, Node>,
-}
-
-impl Default for Nodes {
-    fn default() -> Self {
-        let root = Node {
-            parent: ROOT,
-            name: String::new(),
-            lookups: 1,
-        };
-        Nodes {
-            map: HashMap::from([(ROOT, root)]),
-        }
-    }
-}
-
-/// `dir/name` for an absolute directory path.
-pub fn join(dir: &str, name: &str) -> String {
-    if dir == "/" {
-        format!("/{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
+    kernel: Arc<Kernel>,
+    map: Mutex<HashMap<u64, Node>>,
+    root_generation: u32,
 }
 
 impl Nodes {
-    /// The absolute path of `ino`, or `None` if it is unknown or has lost its name.
-    pub fn path(&self, ino: u64) -> Option<String> {
-        let mut names = Vec::new();
-        let mut at = ino;
-        while at != ROOT {
-            let node = self.map.get(&at)?;
-            if node.parent == DETACHED {
-                return None;
-            }
-            names.push(node.name.as_str());
-            at = node.parent;
-            // A cycle would mean a rename moved a directory into itself, which the kernel refuses.
-            assert!(names.len() <= self.map.len(), "the inode table has a cycle at {ino}");
-        }
-        let mut path = String::from("/");
-        path.push_str(&names.into_iter().rev().collect::<Vec<_>>().join("/"));
-        Some(path)
+    pub fn new(kernel: Arc<Kernel>) -> SysResult<Nodes> {
+        let root_generation = kernel.fs().stat(ROOT)?.generation;
+        Ok(Nodes {
+            kernel,
+            map: Mutex::default(),
+            root_generation,
+        })
     }
 
-    /// The path of `name` in directory `parent`.
-    pub fn child_path(&self, parent: u64, name: &str) -> Option<String> {
-        self.path(parent).map(|dir| join(&dir, name))
-    }
-
-    /// The parent recorded for `ino` (the root is its own parent).
-    pub fn parent(&self, ino: u64) -> Option<u64> {
-        self.map.get(&ino).map(|n| n.parent).filter(|&p| p != DETACHED)
-    }
-
-    /// Linux was told of `ino` as `name` in `parent` (a lookup, create, mkdir or link reply).
-    pub fn looked_up(&mut self, ino: u64, parent: u64, name: &str) {
+    /// The kernel handle of node `ino` (`ESTALE` if Linux names a node it has forgotten).
+    pub fn at(&self, ino: u64) -> SysResult<At> {
         if ino == ROOT {
-            return;
+            return Ok(At::Inode {
+                ino,
+                generation: self.root_generation,
+            });
         }
-        let node = self.map.entry(ino).or_insert(Node {
-            parent,
-            name: String::new(),
-            lookups: 0,
-        });
-        node.parent = parent;
-        node.name = name.to_string();
-        node.lookups += 1;
+        let generation = self
+            .map
+            .lock()
+            .get(&ino)
+            .map(|n| n.generation)
+            .ok_or_else(|| SysError::new(Errno::Stale, format!("node {ino} is not known")))?;
+        Ok(At::Inode { ino, generation })
     }
 
-    /// Linux dropped `n` lookups of `ino`; at none left the entry goes.
-    pub fn forget(&mut self, ino: u64, n: u64) {
-        if ino == ROOT {
-            return;
+    /// Records one more lookup of the file `st` (about to be told to Linux), taking the kernel
+    /// reference if the node is new. `ESTALE`: the file went between the caller's lookup and
+    /// now; the caller looks again.
+    pub fn looked_up(&self, st: &Stat) -> SysResult<()> {
+        if st.ino == ROOT {
+            return Ok(());
         }
-        if let Some(node) = self.map.get_mut(&ino) {
-            node.lookups = node.lookups.saturating_sub(n);
-            if node.lookups == 0 {
-                self.map.remove(&ino);
+        let mut map = self.map.lock();
+        match map.get_mut(&st.ino) {
+            Some(n) if n.generation == st.generation => {
+                n.lookups += 1;
+                return Ok(());
+            }
+            Some(_) => {
+                // The number now holds another file (a directory freed while Linux knew it):
+                // the old node's reference goes, the new file takes its place.
+                map.remove(&st.ino);
+                let _ = self.kernel.release_inode(st.ino);
+            }
+            None => {}
+        }
+        self.kernel.hold_inode(st.ino, st.generation)?;
+        map.insert(
+            st.ino,
+            Node {
+                generation: st.generation,
+                lookups: 1,
+            },
+        );
+        Ok(())
+    }
+
+    /// Linux forgets `n` lookups of `ino`; the last one drops the kernel reference.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let mut map = self.map.lock();
+        let Some(node) = map.get_mut(&ino) else { return };
+        node.lookups = node.lookups.saturating_sub(n);
+        if node.lookups == 0 {
+            map.remove(&ino);
+            drop(map);
+            if let Err(e) = self.kernel.release_inode(ino) {
+                eprintln!("vino-fuse: freeing inode {ino}: {e}");
             }
         }
     }
 
-    /// `ino` was renamed to `name` in `parent`.
-    pub fn moved(&mut self, ino: u64, parent: u64, name: &str) {
-        if let Some(node) = self.map.get_mut(&ino) {
-            node.parent = parent;
-            node.name = name.to_string();
-        }
-    }
-
-    /// The name `name` in `parent` is gone; `ino` loses its path if that was the one recorded.
-    pub fn removed(&mut self, ino: u64, parent: u64, name: &str) {
-        if let Some(node) = self.map.get_mut(&ino)
-            && node.parent == parent
-            && node.name == name
-        {
-            node.parent = DETACHED;
-        }
-    }
-
-    /// Inodes held (the root included).
+    /// Nodes Linux holds now (the root not counted).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.map.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_follow_renames_of_a_subtree_and_forget_drops_entries() {
-        let mut t = Nodes::default();
-        t.looked_up(2, ROOT, "a");
-        t.looked_up(3, 2, "b");
-        t.looked_up(4, 3, "c.txt");
-        assert_eq!(t.path(4).as_deref(), Some("/a/b/c.txt"));
-        assert_eq!(t.child_path(ROOT, "x").as_deref(), Some("/x"));
-        t.moved(3, ROOT, "moved");
-        assert_eq!(t.path(4).as_deref(), Some("/moved/c.txt"));
-        t.removed(4, 3, "other");
-        assert_eq!(t.path(4).as_deref(), Some("/moved/c.txt"));
-        t.removed(4, 3, "c.txt");
-        assert_eq!(t.path(4), None);
-        t.looked_up(4, 3, "again");
-        assert_eq!(t.path(4).as_deref(), Some("/moved/again"));
-        t.forget(4, 1);
-        assert_eq!(t.path(4).as_deref(), Some("/moved/again"));
-        t.forget(4, 1);
-        assert_eq!(t.path(4), None);
-        t.forget(ROOT, 5);
-        assert_eq!(t.path(ROOT).as_deref(), Some("/"));
-        assert_eq!(t.len(), 3);
+    /// Drops every node (the mount is gone).
+    pub fn clear(&self) {
+        let all: Vec<u64> = self.map.lock().drain().map(|(ino, _)| ino).collect();
+        for ino in all {
+            let _ = self.kernel.release_inode(ino);
+        }
     }
 }

@@ -1,19 +1,27 @@
-//! The FUSE requests, each served by system calls of the kernel process of the caller's uid/gid.
+//! The FUSE requests, each served by system calls of the kernel process of the caller's
+//! credentials, naming files by handle ([`At::Inode`]): the kernel walks, checks and acts in one
+//! step, so the mount adds no check-then-act window of its own.
 
 use crate::MountConfig;
-use crate::nodes::{Nodes, ROOT};
+use crate::nodes::Nodes;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    OpenAccMode, OpenFlags as FuseOpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    LockOwner, OpenAccMode, OpenFlags as FuseOpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::Mutex;
-use std::collections::HashMap;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use vino_kernel::{Credentials, Fd, FileType, Kernel, OpenFlags, Process, SetTime, Stat, SysError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use vino_kernel::{
+    At, Attrs, Credentials, Fd, FileType, Kernel, LockRequest, LockType, OpenFlags, Pid, Process, RenameFlags, SetTime,
+    Stat, SysError, SysResult,
+};
 
 type R<T> = Result<T, Errno>;
 
@@ -40,21 +48,34 @@ fn attr_of(st: &Stat) -> FileAttr {
         nlink: st.nlink,
         uid: st.uid,
         gid: st.gid,
-        rdev: 0,
+        rdev: st.rdev as u32,
         blksize: vino_fs::BS as u32,
         flags: 0,
     }
 }
 
-fn kind_of(kind: FileType) -> fuser::FileType {
+pub(crate) fn kind_of(kind: FileType) -> fuser::FileType {
     match kind {
         FileType::Directory => fuser::FileType::Directory,
         FileType::Regular => fuser::FileType::RegularFile,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
     }
 }
 
-fn name_of(name: &OsStr) -> R<&str> {
-    name.to_str().ok_or(Errno::EINVAL)
+/// The file type of a `mknod` mode (`S_IFMT` bits).
+fn kind_of_mode(mode: u32) -> R<FileType> {
+    Ok(match mode & libc::S_IFMT {
+        libc::S_IFREG | 0 => FileType::Regular,
+        libc::S_IFIFO => FileType::Fifo,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => return Err(Errno::EINVAL),
+    })
 }
 
 fn set_time(t: Option<TimeOrNow>) -> SetTime {
@@ -71,55 +92,108 @@ fn set_time(t: Option<TimeOrNow>) -> SetTime {
 struct Handle {
     process: Arc<Process>,
     fd: Fd,
-    ino: u64,
     /// Writes go to the end (the kernel's `write` finds it; `pwrite` would not).
     append: bool,
 }
 
 /// A directory listing taken at opendir, so offsets stay valid while the directory changes.
-type Listing = Arc<Vec<(u64, fuser::FileType, String)>>;
+type Listing = Arc<Vec<(u64, fuser::FileType, Vec<u8>)>>;
+
+/// Blocking lock waits served at once, each on a thread of its own (so that the mount's
+/// threads stay free to serve the unlock that ends the wait); more get `ENOLCK`.
+const MAX_LOCK_WAITERS: usize = 256;
+
+/// How long a caller's supplementary groups, read from `/proc`, are trusted.
+const GROUPS_FRESH: Duration = Duration::from_secs(1);
 
 /// Everything the mount keeps between requests.
 pub(crate) struct State {
     kernel: Arc<Kernel>,
     ttl: Duration,
-    nodes: Mutex<Nodes>,
+    pub(crate) nodes: Nodes,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
-    dirs: Mutex<HashMap<u64, Listing>>,
-    processes: Mutex<HashMap<(u32, u32), Arc<Process>>>,
+    dirs: Mutex<HashMap<u64, (Arc<Handle>, Listing)>>,
+    processes: Mutex<HashMap<(u32, u32, Vec<u32>), Arc<Process>>>,
+    /// The kernel pids of the mount's processes: changes they make need no notice to Linux.
+    pub(crate) own: RwLock<HashSet<Pid>>,
+    groups: Mutex<HashMap<u32, (Instant, Vec<u32>)>>,
+    lock_waiters: Arc<AtomicUsize>,
+    /// Linux pid of each lock owner, for `F_GETLK`'s answer.
+    lock_pids: Mutex<HashMap<u64, u32>>,
     next_fh: AtomicU64,
 }
 
 impl State {
-    pub(crate) fn new(kernel: Arc<Kernel>, config: &MountConfig) -> State {
-        assert_eq!(vino_fs::ROOT_INO, ROOT, "FUSE's root inode must be the file system's");
-        State {
+    pub(crate) fn new(kernel: Arc<Kernel>, config: &MountConfig) -> SysResult<State> {
+        assert_eq!(
+            vino_fs::ROOT_INO,
+            crate::nodes::ROOT,
+            "FUSE's root inode must be the file system's"
+        );
+        Ok(State {
+            nodes: Nodes::new(kernel.clone())?,
             kernel,
             ttl: config.attr_ttl,
-            nodes: Mutex::default(),
             files: Mutex::default(),
             dirs: Mutex::default(),
             processes: Mutex::default(),
+            own: RwLock::default(),
+            groups: Mutex::default(),
+            lock_waiters: Arc::default(),
+            lock_pids: Mutex::default(),
             next_fh: AtomicU64::new(1),
-        }
+        })
     }
 
-    /// The kernel process of a uid/gid pair, made on first use (uid 0 is privileged).
+    /// The supplementary groups of the calling Linux process (FUSE does not send them; read
+    /// from `/proc`, kept for a second per pid).
+    fn groups_of(&self, pid: u32) -> Vec<u32> {
+        let mut cache = self.groups.lock();
+        if let Some((at, groups)) = cache.get(&pid)
+            && at.elapsed() < GROUPS_FRESH
+        {
+            return groups.clone();
+        }
+        if cache.len() > 4096 {
+            cache.retain(|_, (at, _)| at.elapsed() < GROUPS_FRESH);
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let mut groups: Vec<u32> = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default();
+        groups.sort_unstable();
+        groups.dedup();
+        cache.insert(pid, (Instant::now(), groups.clone()));
+        groups
+    }
+
+    /// The kernel process of the caller's credentials (uid, gid, groups), made on first use
+    /// (uid 0 privileged).
     fn process(&self, req: &Request) -> Arc<Process> {
-        let key = (req.uid(), req.gid());
+        let groups = if req.uid() == 0 {
+            Vec::new()
+        } else {
+            self.groups_of(req.pid())
+        };
+        let key = (req.uid(), req.gid(), groups);
         let mut all = self.processes.lock();
-        let process = all.entry(key).or_insert_with(|| {
-            let cred = if key.0 == 0 {
-                Credentials {
-                    gid: key.1,
-                    ..Credentials::root()
-                }
-            } else {
-                Credentials::user(key.0, key.1)
-            };
-            self.kernel.spawn(cred)
-        });
-        process.clone()
+        if let Some(p) = all.get(&key) {
+            return p.clone();
+        }
+        let cred = if key.0 == 0 {
+            Credentials {
+                gid: key.1,
+                ..Credentials::root()
+            }
+        } else {
+            Credentials::user(key.0, key.1).with_groups(key.2.clone())
+        };
+        let process = self.kernel.spawn(cred);
+        self.own.write().insert(process.pid());
+        all.insert(key, process.clone());
+        process
     }
 
     /// Kernel processes the mount made so far.
@@ -127,191 +201,167 @@ impl State {
         self.processes.lock().values().cloned().collect()
     }
 
-    /// Closes every file still open and ends the mount's processes.
+    /// Closes every file still open, drops every node and ends the mount's processes.
     pub(crate) fn release_all(&self) {
         for (_, h) in self.files.lock().drain() {
             let _ = h.process.close(h.fd);
         }
-        self.dirs.lock().clear();
+        for (_, (h, _)) in self.dirs.lock().drain() {
+            let _ = h.process.close(h.fd);
+        }
+        self.nodes.clear();
         for (_, p) in self.processes.lock().drain() {
             self.kernel.exit(p.pid());
         }
     }
 
-    fn path(&self, ino: u64) -> R<String> {
-        self.nodes.lock().path(ino).ok_or(Errno::ENOENT)
-    }
-
-    fn child(&self, parent: u64, name: &OsStr) -> R<(String, String)> {
-        let name = name_of(name)?;
-        let path = self.nodes.lock().child_path(parent, name).ok_or(Errno::ENOENT)?;
-        Ok((path, name.to_string()))
+    fn at(&self, ino: INodeNo) -> R<At> {
+        self.nodes.at(ino.0).map_err(sys)
     }
 
     fn handle(&self, fh: u64) -> R<Arc<Handle>> {
         self.files.lock().get(&fh).cloned().ok_or(Errno::EBADF)
     }
 
-    /// Any open handle on `ino` (for a file that has lost its name but is still open).
-    fn handle_of(&self, ino: u64) -> Option<Arc<Handle>> {
-        self.files.lock().values().find(|h| h.ino == ino).cloned()
-    }
-
     fn new_fh(&self) -> u64 {
         self.next_fh.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Records the reply of a lookup-like request and gives its attributes.
-    fn entry(&self, st: &Stat, parent: u64, name: &str) -> (FileAttr, Generation) {
-        self.nodes.lock().looked_up(st.ino, parent, name);
-        (attr_of(st), Generation(u64::from(st.generation)))
+    /// Looks `name` up in `parent` and records the node. A file that goes between the lookup
+    /// and the node's reference (freed, its number perhaps reused) is looked up again.
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr) -> R<(FileAttr, Generation)> {
+        let p = self.process(req);
+        let at = self.at(parent)?;
+        loop {
+            let st = p.stat_at(at, name.as_bytes(), false).map_err(sys)?;
+            match self.entry(&st) {
+                Err(Errno::ESTALE) => continue,
+                r => return r,
+            }
+        }
     }
 
-    fn stat(&self, p: &Process, ino: u64, fh: Option<FileHandle>) -> R<Stat> {
+    /// Records a node Linux is told of and gives its attributes.
+    fn entry(&self, st: &Stat) -> R<(FileAttr, Generation)> {
+        self.nodes.looked_up(st).map_err(sys)?;
+        Ok((attr_of(st), Generation(u64::from(st.generation))))
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>) -> R<Stat> {
         if let Some(h) = fh.and_then(|fh| self.handle(fh.0).ok()) {
             return h.process.fstat(h.fd).map_err(sys);
         }
-        match self.path(ino) {
-            Ok(path) => p.stat(&path).map_err(sys),
-            Err(e) => {
-                let h = self.handle_of(ino).ok_or(e)?;
-                h.process.fstat(h.fd).map_err(sys)
+        self.process(req).stat_at(self.at(ino)?, b"", false).map_err(sys)
+    }
+
+    fn setattr(&self, req: &Request, ino: INodeNo, attrs: &Attrs, fh: Option<FileHandle>) -> R<FileAttr> {
+        let handle = fh.and_then(|fh| self.handle(fh.0).ok());
+        let st = match handle {
+            // ftruncate: the descriptor's right to write, not the file's mode.
+            Some(h) if attrs.size.is_some() && attrs.mode.is_none() && attrs.uid.is_none() && attrs.gid.is_none() => {
+                let p = self.process(req);
+                if p.pid() == h.process.pid() {
+                    p.fsetattr(h.fd, attrs)
+                } else {
+                    p.setattr_at(self.at(ino)?, b"", false, attrs)
+                }
             }
-        }
+            _ => self.process(req).setattr_at(self.at(ino)?, b"", false, attrs),
+        };
+        Ok(attr_of(&st.map_err(sys)?))
     }
 
-    fn lookup(&self, req: &Request, parent: u64, name: &OsStr) -> R<(FileAttr, Generation)> {
-        let (path, name) = self.child(parent, name)?;
-        let st = self.process(req).stat(&path).map_err(sys)?;
-        Ok(self.entry(&st, parent, &name))
-    }
-
-    /// Sets the size through a descriptor open for writing: the request's own, else a
-    /// temporary one opened by the caller (so the caller needs write permission).
-    fn truncate(&self, p: &Process, ino: u64, fh: Option<FileHandle>, size: u64) -> R<()> {
-        let h = fh.and_then(|fh| self.handle(fh.0).ok());
-        if let Some(h) = h
-            && h.process.ftruncate(h.fd, size).is_ok()
-        {
-            return Ok(());
-        }
-        let path = self.path(ino)?;
-        let fd = p
-            .open(
-                &path,
-                OpenFlags {
-                    write: true,
-                    ..OpenFlags::default()
-                },
-            )
-            .map_err(sys)?;
-        let done = p.ftruncate(fd, size).map_err(sys);
-        p.close(fd).map_err(sys)?;
-        done
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: u64,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        fh: Option<FileHandle>,
-    ) -> R<FileAttr> {
+    fn opendir(&self, req: &Request, ino: INodeNo) -> R<u64> {
         let p = self.process(req);
-        if let Some(size) = size {
-            self.truncate(&p, ino, fh, size)?;
-        }
-        if mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some() || mtime.is_some() {
-            let path = self.path(ino)?;
-            if let Some(mode) = mode {
-                p.chmod(&path, (mode & 0o7777) as u16).map_err(sys)?;
+        let At::Inode { ino, generation } = self.at(ino)? else {
+            unreachable!("nodes are inodes")
+        };
+        let fd = p.open_inode(ino, generation, OpenFlags::directory()).map_err(sys)?;
+        let entries = p.readdir_fd(fd);
+        let entries = match entries {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = p.close(fd);
+                return Err(sys(e));
             }
-            if uid.is_some() || gid.is_some() {
-                p.chown(&path, uid, gid).map_err(sys)?;
-            }
-            if atime.is_some() || mtime.is_some() {
-                p.utimes(&path, set_time(atime), set_time(mtime)).map_err(sys)?;
-            }
-        }
-        Ok(attr_of(&self.stat(&p, ino, fh)?))
-    }
-
-    fn opendir(&self, req: &Request, ino: u64) -> R<u64> {
-        let path = self.path(ino)?;
-        let entries = self.process(req).readdir(&path).map_err(sys)?;
-        let parent = self.nodes.lock().parent(ino).unwrap_or(ROOT);
+        };
+        let parent = p.stat_at(At::Fd(fd), b"..", false).map_or(ino, |st| st.ino);
         let mut listing = vec![
-            (ino, fuser::FileType::Directory, ".".into()),
-            (parent, fuser::FileType::Directory, "..".into()),
+            (ino, fuser::FileType::Directory, b".".to_vec()),
+            (parent, fuser::FileType::Directory, b"..".to_vec()),
         ];
-        listing.extend(entries.into_iter().map(|e| (e.ino, kind_of(e.kind), e.name_lossy())));
+        listing.extend(entries.into_iter().map(|e| (e.ino, kind_of(e.kind), e.name)));
         let fh = self.new_fh();
-        self.dirs.lock().insert(fh, Arc::new(listing));
+        let handle = Arc::new(Handle {
+            process: p,
+            fd,
+            append: false,
+        });
+        self.dirs.lock().insert(fh, (handle, Arc::new(listing)));
         Ok(fh)
     }
 
     /// Fills a readdir reply from entry `offset` on; each entry's offset is the next one's index.
     fn readdir(&self, fh: u64, offset: u64, reply: &mut ReplyDirectory) -> R<()> {
-        let listing = self.dirs.lock().get(&fh).cloned().ok_or(Errno::EBADF)?;
+        let listing = self.dirs.lock().get(&fh).map(|(_, l)| l.clone()).ok_or(Errno::EBADF)?;
         for (i, (ino, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
+            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, OsStr::from_bytes(name)) {
                 break;
             }
         }
         Ok(())
     }
 
-    fn open_handle(&self, process: Arc<Process>, path: &str, flags: OpenFlags) -> R<(u64, Arc<Handle>)> {
-        let fd = process.open(path, flags).map_err(sys)?;
-        let ino = process.inode(fd).map_err(sys)?;
+    fn releasedir(&self, fh: u64) -> R<()> {
+        let (h, _) = self.dirs.lock().remove(&fh).ok_or(Errno::EBADF)?;
+        h.process.close(h.fd).map_err(sys)
+    }
+
+    fn keep_handle(&self, process: Arc<Process>, fd: Fd, flags: OpenFlags) -> u64 {
         let handle = Arc::new(Handle {
             process,
             fd,
-            ino,
             append: flags.append,
         });
         let fh = self.new_fh();
-        self.files.lock().insert(fh, handle.clone());
-        Ok((fh, handle))
+        self.files.lock().insert(fh, handle);
+        fh
     }
 
-    fn open(&self, req: &Request, ino: u64, flags: FuseOpenFlags) -> R<u64> {
-        let path = self.path(ino)?;
-        Ok(self.open_handle(self.process(req), &path, open_flags(flags.0, 0))?.0)
+    fn open(&self, req: &Request, ino: INodeNo, flags: FuseOpenFlags) -> R<u64> {
+        let p = self.process(req);
+        let At::Inode { ino, generation } = self.at(ino)? else {
+            unreachable!("nodes are inodes")
+        };
+        let flags = open_flags(flags.0, 0);
+        let fd = p.open_inode(ino, generation, flags).map_err(sys)?;
+        Ok(self.keep_handle(p, fd, flags))
     }
 
-    /// Creates and opens. The kernel checks the new file's mode against the open; POSIX lets the
-    /// creator open it whatever the mode (git makes objects 0444 and opens them for writing), so
-    /// an unprivileged creator gets owner read/write until the file is open.
+    /// Creates and opens, in one kernel call.
     fn create(
         &self,
         req: &Request,
-        parent: u64,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         flags: i32,
     ) -> R<(FileAttr, Generation, u64)> {
-        let (path, name) = self.child(parent, name)?;
         let p = self.process(req);
-        let mode = (mode & !umask & 0o7777) as u16;
-        let widen = !p.credentials().privileged && mode & 0o600 != 0o600;
-        let mut open = open_flags(flags, if widen { mode | 0o600 } else { mode });
+        let mut open = open_flags(flags, (mode & !umask & 0o7777) as u16);
         open.create = true;
         open.exclusive = flags & libc::O_EXCL != 0;
-        let (fh, h) = self.open_handle(p.clone(), &path, open)?;
-        if widen {
-            p.chmod(&path, mode).map_err(sys)?;
+        let fd = p.open_at(self.at(parent)?, name.as_bytes(), open).map_err(sys)?;
+        // The descriptor holds the file: it cannot go before the node does.
+        let made = p.fstat(fd).map_err(sys).and_then(|st| self.entry(&st));
+        match made {
+            Ok((attr, generation)) => Ok((attr, generation, self.keep_handle(p, fd, open))),
+            Err(e) => {
+                let _ = p.close(fd);
+                Err(e)
+            }
         }
-        let st = h.process.fstat(h.fd).map_err(sys)?;
-        let (attr, generation) = self.entry(&st, parent, &name);
-        Ok((attr, generation, fh))
     }
 
     fn read(&self, fh: u64, offset: u64, size: u32) -> R<Vec<u8>> {
@@ -332,57 +382,193 @@ impl State {
         Ok(n.map_err(sys)? as u32)
     }
 
-    fn release(&self, fh: u64) -> R<()> {
+    fn release(&self, fh: u64, flock_owner: Option<LockOwner>) -> R<()> {
         let h = self.files.lock().remove(&fh).ok_or(Errno::EBADF)?;
+        if let Some(owner) = flock_owner {
+            let _ = h.process.lock_for(h.fd, owner.0, LockRequest::unlock(0, 0), false);
+            self.lock_pids.lock().remove(&owner.0);
+        }
         h.process.close(h.fd).map_err(sys)
     }
 
-    fn mkdir(&self, req: &Request, parent: u64, name: &OsStr, mode: u32, umask: u32) -> R<(FileAttr, Generation)> {
-        let (path, name) = self.child(parent, name)?;
-        let p = self.process(req);
-        p.mkdir(&path, (mode & !umask & 0o7777) as u16).map_err(sys)?;
-        let st = p.stat(&path).map_err(sys)?;
-        Ok(self.entry(&st, parent, &name))
-    }
-
-    /// unlink or rmdir: the name goes, and with it the path recorded for its inode.
-    fn remove(&self, req: &Request, parent: u64, name: &OsStr, dir: bool) -> R<()> {
-        let (path, name) = self.child(parent, name)?;
-        let p = self.process(req);
-        let ino = p.stat(&path).map_err(sys)?.ino;
-        if dir { p.rmdir(&path) } else { p.unlink(&path) }.map_err(sys)?;
-        self.nodes.lock().removed(ino, parent, &name);
+    /// A close by some Linux process: POSIX drops its locks on the file.
+    fn flush(&self, fh: u64, owner: LockOwner) -> R<()> {
+        let h = self.handle(fh)?;
+        h.process
+            .lock_for(h.fd, owner.0, LockRequest::unlock(0, 0), false)
+            .map_err(sys)?;
+        self.lock_pids.lock().remove(&owner.0);
         Ok(())
     }
 
-    fn rename(&self, req: &Request, from: (u64, &OsStr), to: (u64, &OsStr), flags: RenameFlags) -> R<()> {
-        let (from_path, _) = self.child(from.0, from.1)?;
-        let (to_path, to_name) = self.child(to.0, to.1)?;
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32) -> R<(FileAttr, Generation)> {
         let p = self.process(req);
-        let moved = p.stat(&from_path).map_err(sys)?.ino;
-        let replaced = p.stat(&to_path).ok().map(|st| st.ino);
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) && replaced.is_some() {
-            return Err(Errno::EEXIST);
-        }
-        if !(flags - RenameFlags::RENAME_NOREPLACE).is_empty() {
+        let mode = (mode & !umask & 0o7777) as u16;
+        // The new directory may go (rmdir by another client) before its node is recorded.
+        let st = p.mkdir_at(self.at(parent)?, name.as_bytes(), mode).map_err(sys)?;
+        self.entry(&st)
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> R<(FileAttr, Generation)> {
+        let p = self.process(req);
+        let kind = kind_of_mode(mode)?;
+        let perm = (mode & !umask & 0o7777) as u16;
+        let st = p
+            .mknod_at(self.at(parent)?, name.as_bytes(), kind, perm, u64::from(rdev))
+            .map_err(sys)?;
+        self.entry(&st)
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, name: &OsStr, target: &Path) -> R<(FileAttr, Generation)> {
+        let p = self.process(req);
+        let st = p
+            .symlink_at(target.as_os_str().as_bytes(), self.at(parent)?, name.as_bytes())
+            .map_err(sys)?;
+        self.entry(&st)
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, parent: INodeNo, name: &OsStr) -> R<(FileAttr, Generation)> {
+        let p = self.process(req);
+        let st = p
+            .link_at(self.at(ino)?, b"", self.at(parent)?, name.as_bytes(), false)
+            .map_err(sys)?;
+        self.entry(&st)
+    }
+
+    fn rename(&self, req: &Request, from: (INodeNo, &OsStr), to: (INodeNo, &OsStr), flags: FuseRenameFlags) -> R<()> {
+        if !(flags - FuseRenameFlags::RENAME_NOREPLACE).is_empty() {
+            // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported.
             return Err(Errno::EINVAL);
         }
-        p.rename(&from_path, &to_path).map_err(sys)?;
-        let mut nodes = self.nodes.lock();
-        if let Some(old) = replaced.filter(|&old| old != moved) {
-            nodes.removed(old, to.0, &to_name);
-        }
-        nodes.moved(moved, to.0, &to_name);
-        Ok(())
+        let flags = RenameFlags {
+            no_replace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
+        };
+        let p = self.process(req);
+        p.rename_at(
+            self.at(from.0)?,
+            from.1.as_bytes(),
+            self.at(to.0)?,
+            to.1.as_bytes(),
+            flags,
+        )
+        .map_err(sys)
     }
 
-    fn link(&self, req: &Request, ino: u64, parent: u64, name: &OsStr) -> R<(FileAttr, Generation)> {
-        let from = self.path(ino)?;
-        let (to, name) = self.child(parent, name)?;
-        let p = self.process(req);
-        p.link(&from, &to).map_err(sys)?;
-        let st = p.stat(&to).map_err(sys)?;
-        Ok(self.entry(&st, parent, &name))
+    /// A reply to an extended-attribute read: the size only if `size` is 0, `ERANGE` if the
+    /// caller's buffer is too small.
+    fn xattr_reply(data: SysResult<Vec<u8>>, size: u32, reply: ReplyXattr) {
+        match data {
+            Err(e) => reply.error(sys(e)),
+            Ok(d) if size == 0 => reply.size(d.len() as u32),
+            Ok(d) if d.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(d) => reply.data(&d),
+        }
+    }
+
+    /// `F_SETLK` / `F_SETLKW` (and `flock`, which Linux sends the same way for the whole file,
+    /// owned by the open file): the kernel's lock manager, so that the mount's programs and
+    /// the socket's clients conflict, and `lock.grant` grafts decide for both.
+    #[allow(clippy::too_many_arguments)]
+    fn setlk(
+        &self,
+        fh: u64,
+        owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let h = match self.handle(fh) {
+            Ok(h) => h,
+            Err(e) => return reply.error(e),
+        };
+        let req = match lock_request(start, end, typ) {
+            Ok(r) => r,
+            Err(e) => return reply.error(e),
+        };
+        if req.kind != LockType::Unlock {
+            self.lock_pids.lock().insert(owner.0, pid);
+        }
+        if !sleep || req.kind == LockType::Unlock {
+            return match h.process.lock_for(h.fd, owner.0, req, false) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(sys(e)),
+            };
+        }
+        // Try without waiting first: most locks are free, and need no thread.
+        match h.process.lock_for(h.fd, owner.0, req, false) {
+            Ok(()) => return reply.ok(),
+            Err(e) if e.errno != vino_kernel::Errno::Again => return reply.error(sys(e)),
+            Err(_) => {}
+        }
+        let waiters = self.lock_waiters.clone();
+        if waiters.fetch_add(1, Ordering::AcqRel) >= MAX_LOCK_WAITERS {
+            waiters.fetch_sub(1, Ordering::AcqRel);
+            return reply.error(Errno::ENOLCK);
+        }
+        let spawned = std::thread::Builder::new()
+            .name("vino-fuse-lock".into())
+            .spawn(move || {
+                match h.process.lock_for(h.fd, owner.0, req, true) {
+                    Ok(()) => reply.ok(),
+                    Err(e) => reply.error(sys(e)),
+                }
+                waiters.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            self.lock_waiters.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn getlk(&self, fh: u64, owner: LockOwner, start: u64, end: u64, typ: i32, reply: ReplyLock) {
+        let result = self.handle(fh).and_then(|h| {
+            let req = lock_request(start, end, typ)?;
+            h.process.getlk_for(h.fd, owner.0, req).map_err(sys)
+        });
+        match result {
+            Err(e) => reply.error(e),
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Ok(Some(lock)) => {
+                let end = if lock.range.end == u64::MAX {
+                    i64::MAX as u64
+                } else {
+                    lock.range.end - 1
+                };
+                let typ = match lock.kind {
+                    vino_kernel::LockKind::Read => libc::F_RDLCK,
+                    vino_kernel::LockKind::Write => libc::F_WRLCK,
+                };
+                let pid = self.lock_pids.lock().get(&lock.owner).copied().unwrap_or(0);
+                reply.locked(lock.range.start, end, typ, pid);
+            }
+        }
+    }
+}
+
+/// A FUSE lock range (`start..=end`, `end` = `OFFSET_MAX` for "to the end") as the kernel's.
+fn lock_request(start: u64, end: u64, typ: i32) -> R<LockRequest> {
+    let len = if end >= i64::MAX as u64 {
+        0
+    } else if end < start {
+        return Err(Errno::EINVAL);
+    } else {
+        end - start + 1
+    };
+    match typ {
+        libc::F_RDLCK => Ok(LockRequest::read(start, len)),
+        libc::F_WRLCK => Ok(LockRequest::write(start, len)),
+        libc::F_UNLCK => Ok(LockRequest::unlock(start, len)),
+        _ => Err(Errno::EINVAL),
     }
 }
 
@@ -415,8 +601,16 @@ macro_rules! answer {
 impl Filesystem for VinoFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // O_TRUNC comes with the open (one system call, not an open and a setattr); shared
-        // mappings of direct-I/O files are allowed (sqlite maps its shared-memory file).
-        let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        // mappings of direct-I/O files are allowed (sqlite maps its shared-memory file); locks
+        // come to VINO's lock manager; set-ID bits are the kernel's to drop on write, truncate
+        // and chown (Linux would otherwise send a chmod as the writer, which a non-owner may not
+        // do).
+        let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
+            | InitFlags::FUSE_POSIX_LOCKS
+            | InitFlags::FUSE_FLOCK_LOCKS
+            | InitFlags::FUSE_HANDLE_KILLPRIV
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         let _ = config.add_capabilities(wanted & config.capabilities());
         Ok(())
     }
@@ -427,17 +621,16 @@ impl Filesystem for VinoFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let ttl = self.0.ttl;
-        answer!(reply, self.0.lookup(req, parent.0, name), |(a, g)| reply
+        answer!(reply, self.0.lookup(req, parent, name), |(a, g)| reply
             .entry(&ttl, &a, g));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.0.nodes.lock().forget(ino.0, nlookup);
+        self.0.nodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let p = self.0.process(req);
-        answer!(reply, self.0.stat(&p, ino.0, fh), |st| reply
+        answer!(reply, self.0.getattr(req, ino, fh), |st| reply
             .attr(&self.0.ttl, &attr_of(&st)));
     }
 
@@ -459,22 +652,59 @@ impl Filesystem for VinoFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let result = self.0.setattr(req, ino.0, mode, uid, gid, size, atime, mtime, fh);
-        answer!(reply, result, |a| reply.attr(&self.0.ttl, &a));
+        let attrs = Attrs {
+            mode: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            size,
+            atime: set_time(atime),
+            mtime: set_time(mtime),
+        };
+        answer!(reply, self.0.setattr(req, ino, &attrs, fh), |a| reply
+            .attr(&self.0.ttl, &a));
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let target = self
+            .0
+            .at(ino)
+            .and_then(|at| self.0.process(req).readlink_at(at, b"").map_err(sys));
+        answer!(reply, target, |t| reply.data(&t));
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let ttl = self.0.ttl;
+        answer!(reply, self.0.mknod(req, parent, name, mode, umask, rdev), |(a, g)| {
+            reply.entry(&ttl, &a, g)
+        });
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let ttl = self.0.ttl;
-        answer!(reply, self.0.mkdir(req, parent.0, name, mode, umask), |(a, g)| reply
+        answer!(reply, self.0.mkdir(req, parent, name, mode, umask), |(a, g)| reply
             .entry(&ttl, &a, g));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        answer!(reply, self.0.remove(req, parent.0, name, false), |()| reply.ok());
+        let result = self
+            .0
+            .at(parent)
+            .and_then(|at| self.0.process(req).unlink_at(at, name.as_bytes()).map_err(sys));
+        answer!(reply, result, |()| reply.ok());
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        answer!(reply, self.0.remove(req, parent.0, name, true), |()| reply.ok());
+        let result = self
+            .0
+            .at(parent)
+            .and_then(|at| self.0.process(req).rmdir_at(at, name.as_bytes()).map_err(sys));
+        answer!(reply, result, |()| reply.ok());
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let ttl = self.0.ttl;
+        answer!(reply, self.0.symlink(req, parent, link_name, target), |(a, g)| reply
+            .entry(&ttl, &a, g));
     }
 
     fn rename(
@@ -484,21 +714,21 @@ impl Filesystem for VinoFs {
         name: &OsStr,
         newparent: INodeNo,
         newname: &OsStr,
-        flags: RenameFlags,
+        flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        let result = self.0.rename(req, (parent.0, name), (newparent.0, newname), flags);
+        let result = self.0.rename(req, (parent, name), (newparent, newname), flags);
         answer!(reply, result, |()| reply.ok());
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let ttl = self.0.ttl;
-        answer!(reply, self.0.link(req, ino.0, newparent.0, newname), |(a, g)| reply
+        answer!(reply, self.0.link(req, ino, newparent, newname), |(a, g)| reply
             .entry(&ttl, &a, g));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.0.open(req, ino.0, flags), |fh| reply
+        answer!(reply, self.0.open(req, ino, flags), |fh| reply
             .opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO));
     }
 
@@ -513,11 +743,13 @@ impl Filesystem for VinoFs {
         reply: ReplyCreate,
     ) {
         let ttl = self.0.ttl;
-        answer!(
-            reply,
-            self.0.create(req, parent.0, name, mode, umask, flags),
-            |(a, g, fh)| { reply.created(&ttl, &a, g, FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO) }
-        );
+        answer!(reply, self.0.create(req, parent, name, mode, umask, flags), |(
+            a,
+            g,
+            fh,
+        )| {
+            reply.created(&ttl, &a, g, FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+        });
     }
 
     fn read(
@@ -528,7 +760,7 @@ impl Filesystem for VinoFs {
         offset: u64,
         size: u32,
         _flags: FuseOpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         answer!(reply, self.0.read(fh.0, offset, size), |data| reply.data(&data));
@@ -543,15 +775,14 @@ impl Filesystem for VinoFs {
         data: &[u8],
         _write_flags: WriteFlags,
         _flags: FuseOpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         answer!(reply, self.0.write(fh.0, offset, data), |n| reply.written(n));
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: fuser::LockOwner, reply: ReplyEmpty) {
-        // Data lives in VINO's cache, which every process shares: nothing to hand over at close.
-        answer!(reply, self.0.handle(fh.0), |_| reply.ok());
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+        answer!(reply, self.0.flush(fh.0, lock_owner), |()| reply.ok());
     }
 
     fn release(
@@ -560,11 +791,11 @@ impl Filesystem for VinoFs {
         _ino: INodeNo,
         fh: FileHandle,
         _flags: FuseOpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        answer!(reply, self.0.release(fh.0), |()| reply.ok());
+        answer!(reply, self.0.release(fh.0, lock_owner), |()| reply.ok());
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
@@ -573,7 +804,7 @@ impl Filesystem for VinoFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.0.opendir(req, ino.0), |fh| reply
+        answer!(reply, self.0.opendir(req, ino), |fh| reply
             .opened(FileHandle(fh), FopenFlags::empty()));
     }
 
@@ -582,15 +813,14 @@ impl Filesystem for VinoFs {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
-        self.0.dirs.lock().remove(&fh.0);
-        reply.ok();
+        answer!(reply, self.0.releasedir(fh.0), |()| reply.ok());
     }
 
     fn fsyncdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let result = self
             .0
-            .path(ino.0)
-            .and_then(|path| self.0.process(req).fsync_path(&path).map_err(sys));
+            .getattr(req, ino, None)
+            .and_then(|st| self.0.kernel.fs().fsync(st.ino).map_err(|e| sys(e.into())));
         answer!(reply, result, |()| reply.ok());
     }
 
@@ -610,12 +840,124 @@ impl Filesystem for VinoFs {
         );
     }
 
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let how = match flags {
+            0 => vino_fs::XattrSet::Any,
+            libc::XATTR_CREATE => vino_fs::XattrSet::Create,
+            libc::XATTR_REPLACE => vino_fs::XattrSet::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let result = self.0.at(ino).and_then(|at| {
+            self.0
+                .process(req)
+                .setxattr_at(at, b"", false, name.as_bytes(), value, how)
+                .map_err(sys)
+        });
+        answer!(reply, result, |()| reply.ok());
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let at = match self.0.at(ino) {
+            Ok(at) => at,
+            Err(e) => return reply.error(e),
+        };
+        let value = self.0.process(req).getxattr_at(at, b"", false, name.as_bytes());
+        State::xattr_reply(value, size, reply);
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let at = match self.0.at(ino) {
+            Ok(at) => at,
+            Err(e) => return reply.error(e),
+        };
+        let names = self.0.process(req).listxattr_at(at, b"", false).map(|names| {
+            names.into_iter().fold(Vec::new(), |mut all, n| {
+                all.extend_from_slice(&n);
+                all.push(0);
+                all
+            })
+        });
+        State::xattr_reply(names, size, reply);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.0.at(ino).and_then(|at| {
+            self.0
+                .process(req)
+                .removexattr_at(at, b"", false, name.as_bytes())
+                .map_err(sys)
+        });
+        answer!(reply, result, |()| reply.ok());
+    }
+
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let want = (mask.bits() & 7) as u32;
+        let want = mask.bits() as u32 & 7;
         let result = self
             .0
-            .path(ino.0)
-            .and_then(|path| self.0.process(req).access(&path, want).map_err(sys));
+            .at(ino)
+            .and_then(|at| self.0.process(req).access_at(at, b"", want, false).map_err(sys));
+        answer!(reply, result, |()| reply.ok());
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.0.getlk(fh.0, lock_owner, start, end, typ, reply);
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.0.setlk(fh.0, lock_owner, start, end, typ, pid, sleep, reply);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let keep_size = match mode {
+            0 => false,
+            libc::FALLOC_FL_KEEP_SIZE => true,
+            _ => return reply.error(Errno::EOPNOTSUPP),
+        };
+        let result = self
+            .0
+            .handle(fh.0)
+            .and_then(|h| h.process.fallocate(h.fd, keep_size, offset, length).map_err(sys));
         answer!(reply, result, |()| reply.ok());
     }
 }

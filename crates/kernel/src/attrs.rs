@@ -139,7 +139,9 @@ impl Process {
         // Always a setattr: even an empty one marks the change time, as chown(-1, -1) does.
         let st = self.kernel().fs().set_attr(f.ino, &set)?;
         if self.kernel().changes.wanted() {
-            self.kernel().changes.tell(self.pid(), &[crate::Change::Attr { ino: f.ino }]);
+            self.kernel()
+                .changes
+                .tell(self.pid(), &[crate::Change::Attr { ino: f.ino }]);
         }
         Ok(st)
     }
@@ -147,7 +149,10 @@ impl Process {
     /// Checks `want` (a mask of 4 read, 2 write, 1 execute; 0: the file exists) on `path`.
     pub fn access_at(&self, at: At, path: impl AsRef<[u8]>, want: u32, follow: bool) -> SysResult<()> {
         if want > 7 {
-            return Err(err(Errno::Inval, format!("access mask {want} has bits besides read, write and execute")));
+            return Err(err(
+                Errno::Inval,
+                format!("access mask {want} has bits besides read, write and execute"),
+            ));
         }
         let _ns = self.kernel().ns.read();
         let f = self.walk(at, path.as_ref(), follow)?;
@@ -168,7 +173,10 @@ impl Process {
             return Err(err(Errno::NotSup, "only `user.` extended attributes are supported"));
         }
         if !matches!(f.stat.kind, FileType::Regular | FileType::Directory) {
-            return Err(err(Errno::Perm, "`user.` attributes are for regular files and directories"));
+            return Err(err(
+                Errno::Perm,
+                "`user.` attributes are for regular files and directories",
+            ));
         }
         if !perm::may(self.credentials(), &f.stat, want) {
             return Err(err(Errno::Acces, "permission denied"));
@@ -185,7 +193,15 @@ impl Process {
     }
 
     /// Sets extended attribute `name`; `how` as `XATTR_CREATE` / `XATTR_REPLACE` ask.
-    pub fn setxattr_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool, name: &[u8], value: &[u8], how: XattrSet) -> SysResult<()> {
+    pub fn setxattr_at(
+        &self,
+        at: At,
+        path: impl AsRef<[u8]>,
+        follow: bool,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> SysResult<()> {
         if value.len() > XATTR_SIZE_MAX {
             return Err(err(Errno::Range, format!("attribute value of {} bytes", value.len())));
         }

@@ -119,7 +119,10 @@ impl FileTable {
     #[must_use]
     pub fn drop_ref(&self, ino: u64) -> bool {
         let mut refs = self.refs.lock();
-        let n = refs.count.get_mut(&ino).expect("dropping a reference that was never taken");
+        let n = refs
+            .count
+            .get_mut(&ino)
+            .expect("dropping a reference that was never taken");
         *n -= 1;
         if *n > 0 {
             return false;

@@ -42,8 +42,8 @@ pub mod perm;
 mod process;
 
 pub use attrs::{Attrs, SetTime};
-pub use changes::{Change, ChangeHook};
 pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
+pub use changes::{Change, ChangeHook};
 pub use error::{Errno, SysError, SysResult};
 pub use events::{
     CloseEvent, CreateEvent, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats, FsEvent, FsEventPoint,

@@ -106,12 +106,20 @@ impl Process {
     /// cancelled because the process exits). A read lock needs a descriptor open for reading, a
     /// write lock one open for writing (`EBADF`).
     pub fn lock(&self, fd: Fd, req: LockRequest, wait: bool) -> SysResult<()> {
+        self.lock_for(fd, self.pid(), req, wait)
+    }
+
+    /// As [`Process::lock`], for lock owner `owner` instead of this process: the mount serves
+    /// many Linux processes (and open files, for `flock`) through one kernel process, and names
+    /// each lock's owner itself. Owners that are not process ids must not collide with them
+    /// (the mount's are Linux kernel addresses).
+    pub fn lock_for(&self, fd: Fd, owner: u64, req: LockRequest, wait: bool) -> SysResult<()> {
         let file = self.file(fd)?;
         let range = req.range()?;
         let manager = &self.kernel().locks.manager;
         let kind = match req.kind {
             LockType::Unlock => {
-                manager.unlock(file.ino, self.pid(), range);
+                manager.unlock(file.ino, owner, range);
                 return Ok(());
             }
             LockType::Read if !file.flags.read => {
@@ -130,12 +138,17 @@ impl Process {
             LockType::Write => LockKind::Write,
         };
         let wait = if wait { Wait::Forever } else { Wait::No };
-        Ok(manager.lock(file.ino, self.pid(), kind, range, wait)?)
+        Ok(manager.lock(file.ino, owner, kind, range, wait)?)
     }
 
     /// `fcntl(F_GETLK)`: a lock of another process that would block `req`, or `None` (also for an
     /// unlock request).
     pub fn getlk(&self, fd: Fd, req: LockRequest) -> SysResult<Option<Lock>> {
+        self.getlk_for(fd, self.pid(), req)
+    }
+
+    /// As [`Process::getlk`], for lock owner `owner` (see [`Process::lock_for`]).
+    pub fn getlk_for(&self, fd: Fd, owner: u64, req: LockRequest) -> SysResult<Option<Lock>> {
         let file = self.file(fd)?;
         let range = req.range()?;
         let kind = match req.kind {
@@ -143,7 +156,7 @@ impl Process {
             LockType::Read => LockKind::Read,
             LockType::Write => LockKind::Write,
         };
-        Ok(self.kernel().locks.manager.get_lock(file.ino, self.pid(), kind, range))
+        Ok(self.kernel().locks.manager.get_lock(file.ino, owner, kind, range))
     }
 
     /// The `lock.grant` graftpoint of an open file, for kernel-side code (experiments bind native

@@ -89,7 +89,8 @@ impl Process {
                 At::Fd(fd) => {
                     let f = self.file(fd)?;
                     let stat = fs.stat(f.ino).ok().filter(|s| s.generation == f.generation);
-                    let stat = stat.ok_or_else(|| err(Errno::NoEnt, format!("descriptor {fd}: its file was removed")))?;
+                    let stat =
+                        stat.ok_or_else(|| err(Errno::NoEnt, format!("descriptor {fd}: its file was removed")))?;
                     return Ok(Found { ino: f.ino, stat });
                 }
                 At::Inode { ino, generation } => return self.handle(ino, generation),
@@ -105,7 +106,10 @@ impl Process {
     pub(crate) fn handle(&self, ino: u64, generation: u32) -> SysResult<Found> {
         match self.kernel().fs().stat(ino) {
             Ok(stat) if stat.generation == generation => Ok(Found { ino, stat }),
-            _ => Err(err(Errno::Stale, format!("inode {ino} (generation {generation}) is gone"))),
+            _ => Err(err(
+                Errno::Stale,
+                format!("inode {ino} (generation {generation}) is gone"),
+            )),
         }
     }
 
@@ -191,7 +195,10 @@ impl Process {
             return Err(err(Errno::NotDir, format!("not a directory: {}", show(&dir_path))));
         }
         if !perm::may(self.credentials(), &dir.stat, EXEC) {
-            return Err(err(Errno::Acces, format!("no search permission on {}", show(&dir_path))));
+            return Err(err(
+                Errno::Acces,
+                format!("no search permission on {}", show(&dir_path)),
+            ));
         }
         Ok(Parent {
             dir: dir.ino,

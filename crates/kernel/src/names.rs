@@ -41,7 +41,10 @@ impl Process {
         if perm::may(self.credentials(), &p.dir_stat, WRITE | perm::EXEC) {
             Ok(())
         } else {
-            Err(err(Errno::Acces, format!("no write permission on the directory of {}", show(&p.name))))
+            Err(err(
+                Errno::Acces,
+                format!("no write permission on the directory of {}", show(&p.name)),
+            ))
         }
     }
 
@@ -183,7 +186,14 @@ impl Process {
 
     /// Gives the file at `from` (not a directory) a second name, `to`. With `follow`, a symbolic
     /// link at `from` is followed (`AT_SYMLINK_FOLLOW`); without, the link itself is linked.
-    pub fn link_at(&self, from_at: At, from: impl AsRef<[u8]>, to_at: At, to: impl AsRef<[u8]>, follow: bool) -> SysResult<Stat> {
+    pub fn link_at(
+        &self,
+        from_at: At,
+        from: impl AsRef<[u8]>,
+        to_at: At,
+        to: impl AsRef<[u8]>,
+        follow: bool,
+    ) -> SysResult<Stat> {
         let _ns = self.kernel().ns.write();
         let src = self.walk(from_at, from.as_ref(), follow)?;
         if src.stat.kind == FileType::Directory {
@@ -243,7 +253,10 @@ impl Process {
         } else {
             Err(err(
                 Errno::Perm,
-                format!("{}: the directory is sticky and the file is another user's", show(&p.name)),
+                format!(
+                    "{}: the directory is sticky and the file is another user's",
+                    show(&p.name)
+                ),
             ))
         }
     }
@@ -299,7 +312,14 @@ impl Process {
 
     /// Renames `from` to `to`, atomically: `to` names either the old file or the moved one at
     /// every instant, for every other system call. A replaced file goes as an unlinked one does.
-    pub fn rename_at(&self, from_at: At, from: impl AsRef<[u8]>, to_at: At, to: impl AsRef<[u8]>, flags: RenameFlags) -> SysResult<()> {
+    pub fn rename_at(
+        &self,
+        from_at: At,
+        from: impl AsRef<[u8]>,
+        to_at: At,
+        to: impl AsRef<[u8]>,
+        flags: RenameFlags,
+    ) -> SysResult<()> {
         let _ns = self.kernel().ns.write();
         let sp = self.walk_parent(from_at, from.as_ref())?;
         let dp = self.walk_parent(to_at, to.as_ref())?;
@@ -374,7 +394,9 @@ impl Process {
             kernel.changes.tell(self.pid(), &changes);
         }
         if let Some(dst) = &dst {
-            kernel.events.unlinked(self, dp.dir, &show(&dp.name), dst.ino, &dst.stat);
+            kernel
+                .events
+                .unlinked(self, dp.dir, &show(&dp.name), dst.ino, &dst.stat);
         }
         Ok(())
     }

@@ -197,7 +197,11 @@ mod tests {
         assert!(!may_remove_from(&user, &dir, &theirs));
         assert!(may_remove_from(&user, &dir, &stat(FileType::Regular, 0o600, 1000, 1)));
         assert!(may_remove_from(&user, &stat(FileType::Directory, 0o777, 0, 0), &theirs));
-        assert!(may_remove_from(&user, &stat(FileType::Directory, 0o1777, 1000, 0), &theirs));
+        assert!(may_remove_from(
+            &user,
+            &stat(FileType::Directory, 0o1777, 1000, 0),
+            &theirs
+        ));
     }
 
     #[test]
@@ -211,7 +215,10 @@ mod tests {
         assert_eq!(after_chown(&f), Some(0o0755));
         assert_eq!(after_chown(&stat(FileType::Directory, 0o6755, 1, 1)), None);
         // A non-member's chmod cannot set S_ISGID.
-        assert_eq!(chmod_mode(&user, &stat(FileType::Regular, 0o644, 1000, 5), 0o2755), 0o755);
+        assert_eq!(
+            chmod_mode(&user, &stat(FileType::Regular, 0o644, 1000, 5), 0o2755),
+            0o755
+        );
         assert_eq!(chmod_mode(&user, &f, 0o2755), 0o2755);
     }
 

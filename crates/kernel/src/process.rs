@@ -154,18 +154,25 @@ impl Process {
             Some(self.walk(at, path, true)?)
         } else {
             match fs.lookup(p.dir, &p.name) {
-                Ok(ino) => Some(Found { ino, stat: fs.stat(ino)? }),
+                Ok(ino) => Some(Found {
+                    ino,
+                    stat: fs.stat(ino)?,
+                }),
                 Err(e) if e.errno() == Errno::NoEnt as i32 => None,
                 Err(e) => return Err(e.into()),
             }
         };
         match existing {
-            Some(_) if flags.create && flags.exclusive => {
-                Err(SysError::new(Errno::Exist, format!("file exists: {}", String::from_utf8_lossy(path))))
-            }
+            Some(_) if flags.create && flags.exclusive => Err(SysError::new(
+                Errno::Exist,
+                format!("file exists: {}", String::from_utf8_lossy(path)),
+            )),
             Some(f) if f.stat.kind == FileType::Symlink => {
                 if flags.nofollow {
-                    return Err(SysError::new(Errno::Loop, "the last component is a symbolic link (O_NOFOLLOW)"));
+                    return Err(SysError::new(
+                        Errno::Loop,
+                        "the last component is a symbolic link (O_NOFOLLOW)",
+                    ));
                 }
                 Ok((self.walk(at, path, true)?, p.dir, Some(p.name), false))
             }
@@ -181,7 +188,10 @@ impl Process {
             )),
             None => {
                 if p.trailing_slash {
-                    return Err(SysError::new(Errno::IsDir, "cannot create a file named with a trailing /"));
+                    return Err(SysError::new(
+                        Errno::IsDir,
+                        "cannot create a file named with a trailing /",
+                    ));
                 }
                 if !perm::may(&self.cred, &p.dir_stat, WRITE | EXEC) {
                     return Err(SysError::new(Errno::Acces, "no write permission on the directory"));
@@ -197,7 +207,15 @@ impl Process {
                 self.tell_changes(p.dir, &p.name, &[p.dir]);
                 let name = String::from_utf8_lossy(&p.name).into_owned();
                 self.kernel.events.created(self, p.dir, &name, ino);
-                Ok((Found { ino, stat: fs.stat(ino)? }, p.dir, Some(p.name), true))
+                Ok((
+                    Found {
+                        ino,
+                        stat: fs.stat(ino)?,
+                    },
+                    p.dir,
+                    Some(p.name),
+                    true,
+                ))
             }
         }
     }
@@ -213,20 +231,36 @@ impl Process {
             FileType::Directory | FileType::Regular => {}
             // VINO stores these nodes; their I/O is the host's (through the mount, which Linux
             // serves itself for FIFOs and sockets, and refuses for devices under `nodev`).
-            _ => return Err(SysError::new(Errno::NxIo, "a FIFO, socket or device is not opened through VINO")),
+            _ => {
+                return Err(SysError::new(
+                    Errno::NxIo,
+                    "a FIFO, socket or device is not opened through VINO",
+                ));
+            }
         }
         if flags.directory && st.kind != FileType::Directory {
             return Err(SysError::new(Errno::NotDir, "not a directory (O_DIRECTORY)"));
         }
         let want = if flags.read { READ } else { 0 } | if writes { WRITE } else { 0 };
         if !created && !perm::may(&self.cred, st, want) {
-            return Err(SysError::new(Errno::Acces, format!("permission denied (inode {})", st.ino)));
+            return Err(SysError::new(
+                Errno::Acces,
+                format!("permission denied (inode {})", st.ino),
+            ));
         }
         Ok(())
     }
 
     /// Makes the descriptor of an open that has passed its checks.
-    fn install(&self, found: Found, flags: OpenFlags, created: bool, held: Held<'_>, dir: u64, name: Option<&str>) -> SysResult<Fd> {
+    fn install(
+        &self,
+        found: Found,
+        flags: OpenFlags,
+        created: bool,
+        held: Held<'_>,
+        dir: u64,
+        name: Option<&str>,
+    ) -> SysResult<Fd> {
         let (ino, mut st) = (found.ino, found.stat);
         let kernel = &self.kernel;
         let regular = st.kind == FileType::Regular;
@@ -236,7 +270,11 @@ impl Process {
             self.resize(ino, 0)?;
             st = self.after_change(ino, true)?.expect("a touched file's attributes");
         }
-        let buddy = if regular { Some(kernel.fs.block_buddy(ino)?) } else { None };
+        let buddy = if regular {
+            Some(kernel.fs.block_buddy(ino)?)
+        } else {
+            None
+        };
         // Nothing below fails: the open is made.
         let mut files = self.files.lock();
         let fd = (0..).find(|fd| files.get(*fd).is_err()).expect("a free descriptor");
@@ -425,7 +463,10 @@ impl Process {
         let f = self.file(fd)?;
         match self.fs().stat(f.ino) {
             Ok(st) if st.generation == f.generation => Ok(st),
-            _ => Err(SysError::new(Errno::NoEnt, format!("descriptor {fd}: its file was removed"))),
+            _ => Err(SysError::new(
+                Errno::NoEnt,
+                format!("descriptor {fd}: its file was removed"),
+            )),
         }
     }
 
