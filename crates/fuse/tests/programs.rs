@@ -8,84 +8,16 @@ use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
-use tempfile::TempDir;
-use vino_blockdev::{BlockDevice, FileDevice};
+use vino_blockdev::BlockDevice;
 use vino_fs::{MkfsOptions, fsck, mkfs};
-use vino_fuse::{Mount, MountConfig, mount};
+use vino_fuse::MountConfig;
 use vino_kernel::{Kernel, KernelConfig};
 
-const IMAGE_BYTES: u64 = 128 << 20;
-
-/// An image, the kernel booted on it and its mount.
-struct Mounted {
-    dir: TempDir,
-    image: PathBuf,
-    kernel: Arc<Kernel>,
-    mount: Option<Mount>,
-}
-
-impl Mounted {
-    fn new() -> Mounted {
-        let dir = tempfile::tempdir().unwrap();
-        // Other users must reach the mount point.
-        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-        let image = dir.path().join("disk.img");
-        let dev = FileDevice::create(&image, IMAGE_BYTES).unwrap();
-        mkfs(&dev, &MkfsOptions::default()).unwrap();
-        let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-        let kernel = Kernel::boot(dev, &KernelConfig::default()).unwrap();
-        let mnt = dir.path().join("mnt");
-        fs::create_dir(&mnt).unwrap();
-        let config = MountConfig {
-            allow_other: true,
-            ..MountConfig::default()
-        };
-        let mount = mount(kernel.clone(), &mnt, &config).expect("mounting needs root and /dev/fuse");
-        let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let line = table.lines().find(|l| l.contains(&format!(" {} ", mnt.display())));
-        assert!(
-            line.is_some_and(|l| l.contains(" - fuse") && l.contains(" vino ")),
-            "{} is not a VINO mount:\n{table}",
-            mnt.display()
-        );
-        Mounted {
-            dir,
-            image,
-            kernel,
-            mount: Some(mount),
-        }
-    }
-
-    /// What the kernel itself says of a path on the mount.
-    fn kernel_stat(&self, path: &str) -> vino_kernel::Stat {
-        let p = self.kernel.spawn(vino_kernel::Credentials::root());
-        let st = p.stat(path).unwrap();
-        self.kernel.exit(p.pid());
-        st
-    }
-
-    fn mnt(&self) -> PathBuf {
-        self.dir.path().join("mnt")
-    }
-
-    /// A directory outside the mount, for programs' inputs and outputs.
-    fn host(&self, name: &str) -> PathBuf {
-        let p = self.dir.path().join(name);
-        fs::create_dir_all(&p).unwrap();
-        p
-    }
-
-    /// Unmounts, shuts the kernel down, and checks the image.
-    fn finish(mut self) {
-        self.mount.take().unwrap().unmount().unwrap();
-        self.kernel.shutdown().unwrap();
-        let report = fsck(&FileDevice::open(&self.image).unwrap(), false).unwrap();
-        assert!(report.is_clean(), "fsck after unmount: {:?}", report.problems);
-    }
-}
+mod common;
+use common::Mounted;
 
 /// Runs a program and fails the test, saying why, unless it succeeds.
 fn run(cmd: &mut Command) -> Output {

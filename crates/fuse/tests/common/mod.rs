@@ -1,0 +1,84 @@
+//! What the mount tests share: an image, the kernel booted on it and its mount.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tempfile::TempDir;
+use vino_blockdev::{BlockDevice, FileDevice};
+use vino_fs::{MkfsOptions, fsck, mkfs};
+use vino_fuse::{Mount, MountConfig, mount};
+use vino_kernel::{Kernel, KernelConfig};
+
+const IMAGE_BYTES: u64 = 128 << 20;
+
+/// An image, the kernel booted on it and its mount.
+pub struct Mounted {
+    pub dir: TempDir,
+    pub image: PathBuf,
+    pub kernel: Arc<Kernel>,
+    pub mount: Option<Mount>,
+}
+
+impl Mounted {
+    pub fn new() -> Mounted {
+        let dir = tempfile::tempdir().unwrap();
+        // Other users must reach the mount point.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let image = dir.path().join("disk.img");
+        let dev = FileDevice::create(&image, IMAGE_BYTES).unwrap();
+        mkfs(&dev, &MkfsOptions::default()).unwrap();
+        let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+        let kernel = Kernel::boot(dev, &KernelConfig::default()).unwrap();
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        let config = MountConfig {
+            allow_other: true,
+            ..MountConfig::default()
+        };
+        let mount = mount(kernel.clone(), &mnt, &config).expect("mounting needs root and /dev/fuse");
+        let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let line = table.lines().find(|l| l.contains(&format!(" {} ", mnt.display())));
+        assert!(
+            line.is_some_and(|l| l.contains(" - fuse") && l.contains(" vino ")),
+            "{} is not a VINO mount:\n{table}",
+            mnt.display()
+        );
+        Mounted {
+            dir,
+            image,
+            kernel,
+            mount: Some(mount),
+        }
+    }
+
+    /// What the kernel itself says of a path on the mount.
+    pub fn kernel_stat(&self, path: &str) -> vino_kernel::Stat {
+        let p = self.kernel.spawn(vino_kernel::Credentials::root());
+        let st = p.stat(path).unwrap();
+        self.kernel.exit(p.pid());
+        st
+    }
+
+    pub fn mnt(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+
+    /// A directory outside the mount, for programs' inputs and outputs.
+    pub fn host(&self, name: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// Unmounts, shuts the kernel down, and checks the image.
+    pub fn finish(mut self) {
+        self.mount.take().unwrap().unmount().unwrap();
+        self.kernel.shutdown().unwrap();
+        let report = fsck(&FileDevice::open(&self.image).unwrap(), false).unwrap();
+        assert!(report.is_clean(), "fsck after unmount: {:?}", report.problems);
+    }
+}
+
