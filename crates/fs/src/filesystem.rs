@@ -655,17 +655,4 @@ impl FileSystem {
         g.slots.insert(ino, slot.clone());
         Ok(slot)
     }
-
-    pub fn mknod(&self, dir: u64, name: impl AsRef<[u8]>, kind: FileType, rdev: u64, attrs: &NewFile) -> Result<u64> { todo!() }
-    pub fn symlink(&self, dir: u64, name: impl AsRef<[u8]>, target: &[u8], attrs: &NewFile) -> Result<u64> { todo!() }
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> { todo!() }
-    pub fn get_xattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> { todo!() }
-    pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8], how: crate::state::XattrSet) -> Result<()> { todo!() }
-    pub fn list_xattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> { todo!() }
-    pub fn remove_xattr(&self, ino: u64, name: &[u8]) -> Result<()> { todo!() }
-    pub fn fallocate(&self, ino: u64, offset: u64, len: u64, keep_size: bool) -> Result<()> { todo!() }
-    pub fn unlink_keep(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<()> { todo!() }
-    pub fn rename_with(&self, from_dir: u64, from: impl AsRef<[u8]>, to_dir: u64, to: impl AsRef<[u8]>, flags: crate::state::RenameFlags) -> Result<()> { todo!() }
-    pub fn release_orphan(&self, ino: u64) -> Result<()> { todo!() }
-    pub fn orphans(&self) -> Result<Vec<u64>> { todo!() }
 }

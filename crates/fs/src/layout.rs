@@ -431,11 +431,6 @@ pub fn initial_inode_bitmap(geo: &Geometry) -> Box<Block> {
 pub enum FileType {
     Regular,
     Directory,
-    Symlink,
-    Fifo,
-    Socket,
-    CharDevice,
-    BlockDevice,
 }
 
 impl FileType {
@@ -443,7 +438,6 @@ impl FileType {
         match self {
             FileType::Regular => FT_REG,
             FileType::Directory => FT_DIR,
-            _ => todo!(),
         }
     }
     pub fn from_dirent_code(c: u8) -> Option<FileType> {
@@ -457,7 +451,6 @@ impl FileType {
         match self {
             FileType::Regular => S_IFREG,
             FileType::Directory => S_IFDIR,
-            _ => todo!(),
         }
     }
 }

@@ -42,7 +42,7 @@ pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, ROOT_INO};
 pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
-pub use state::{AllocCounters, DirEntry, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
+pub use state::{AllocCounters, DirEntry, NewFile, SetAttr, Stat};
 pub use write::{BlockWrite, WriteTarget};
 
 // The crate's tests run with its invariant checks on, in release builds too: the dev-dependency

@@ -91,12 +91,7 @@ pub struct Stat {
     pub ctime_ns: u64,
     pub generation: u32,
     pub creator: u64,
-    pub rdev: u64,
 }
-
-pub enum XattrSet { Any, Create, Replace }
-#[derive(Default, Clone, Copy)]
-pub struct RenameFlags { pub no_replace: bool, pub keep_replaced: bool }
 
 fn stat_of(ino: u64, i: &Inode) -> Stat {
     Stat {
@@ -113,7 +108,6 @@ fn stat_of(ino: u64, i: &Inode) -> Stat {
         ctime_ns: i.ctime_ns,
         generation: i.generation,
         creator: i.creator,
-        rdev: 0,
     }
 }
 
