@@ -25,6 +25,12 @@ pub enum FsError {
     FileTooLarge,
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    #[error("no such attribute: {0}")]
+    NoData(String),
+    #[error("out of range: {0}")]
+    Range(String),
+    #[error("unsupported format: {0}")]
+    Version(String),
     #[error("corrupt file system: {0}")]
     Corrupt(String),
     #[error("I/O error: {0}")]
@@ -44,6 +50,9 @@ pub enum FsErrorKind {
     NoInodes,
     FileTooLarge,
     InvalidArgument,
+    NoData,
+    Range,
+    Version,
     Corrupt,
     Io,
 }
@@ -61,6 +70,9 @@ impl FsError {
             FsError::NoInodes => FsErrorKind::NoInodes,
             FsError::FileTooLarge => FsErrorKind::FileTooLarge,
             FsError::InvalidArgument(_) => FsErrorKind::InvalidArgument,
+            FsError::NoData(_) => FsErrorKind::NoData,
+            FsError::Range(_) => FsErrorKind::Range,
+            FsError::Version(_) => FsErrorKind::Version,
             FsError::Corrupt(_) => FsErrorKind::Corrupt,
             FsError::Io(_) => FsErrorKind::Io,
         }
@@ -79,6 +91,9 @@ impl FsError {
             FsErrorKind::NoInodes => 28,        // ENOSPC
             FsErrorKind::FileTooLarge => 27,    // EFBIG
             FsErrorKind::InvalidArgument => 22, // EINVAL
+            FsErrorKind::NoData => 61,          // ENODATA
+            FsErrorKind::Range => 34,           // ERANGE
+            FsErrorKind::Version => 22,         // EINVAL
             FsErrorKind::Corrupt => 117,        // EUCLEAN, as Linux file systems report corruption
             FsErrorKind::Io => 5,               // EIO
         }
@@ -98,6 +113,9 @@ impl From<FsError> for io::Error {
             FsErrorKind::IsADirectory => io::ErrorKind::IsADirectory,
             FsErrorKind::NotEmpty => io::ErrorKind::DirectoryNotEmpty,
             FsErrorKind::NameTooLong => io::ErrorKind::InvalidFilename,
+            FsErrorKind::NoData => io::ErrorKind::NotFound,
+            FsErrorKind::Range => io::ErrorKind::InvalidInput,
+            FsErrorKind::Version => io::ErrorKind::Unsupported,
             FsErrorKind::Io => io::ErrorKind::Other,
         };
         match e {

@@ -8,7 +8,7 @@ use crate::journal::{self, JournalHeader, ScanError};
 use crate::layout::*;
 use crate::meta::{JournalState, Meta, MetaCounters};
 use crate::placement::{BlockBuddy, Placement};
-use crate::state::{AllocCounters, DirEntry, FsState, Mode, NewFile, SetAttr, Stat};
+use crate::state::{AllocCounters, DirEntry, FsState, Mode, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
 use crate::write::DeviceTarget;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
@@ -56,6 +56,8 @@ pub struct FsStats {
     pub free_inodes: u64,
     /// Journal transactions replayed when this file system was mounted.
     pub replayed_transactions: u64,
+    /// Inodes on the orphan list freed when this file system was mounted.
+    pub orphans_freed_at_mount: u64,
     pub meta: MetaCounters,
     pub alloc: AllocCounters,
 }
@@ -100,6 +102,7 @@ pub struct FileSystem {
     hard_commit: usize,
     hook: Mutex<Option<DataHook>>,
     replayed: u64,
+    orphans_freed: u64,
 }
 
 /// Reads the superblock, falling back to the backup. Returns it and whether the primary was
@@ -107,6 +110,7 @@ pub struct FileSystem {
 pub(crate) fn read_superblock(dev: &dyn BlockDevice) -> Result<(Superblock, bool)> {
     let mut b = [0u8; BS];
     dev.read_blocks(SB_PRIMARY, &mut b)?;
+    check_version(&b)?;
     let primary = Superblock::decode(&b);
     let primary = match primary {
         Ok(sb) => return Ok((sb, false)),
@@ -174,6 +178,49 @@ pub(crate) fn recover(dev: &dyn BlockDevice, geo: &Geometry, fs_id: u64) -> Resu
     Ok((state, replayed))
 }
 
+/// Refuses a superblock of another format version with [`FsError::Version`] (saying how to
+/// upgrade an older one).
+pub(crate) fn check_version(b: &[u8]) -> Result<()> {
+    match Superblock::version_of(b).and_then(version_problem) {
+        Some(why) => Err(FsError::Version(why)),
+        None => Ok(()),
+    }
+}
+
+/// Upgrades the file system on `dev` (not mounted) to this format version ([`VERSION`]):
+/// rewrites its superblocks. Returns the version it had. Version 1 differs from version 2 only
+/// by fields that are zero in every version-1 record (inode and group header), so nothing else
+/// changes; the journal is left for the next mount to replay.
+pub fn upgrade(dev: &dyn BlockDevice) -> Result<u32> {
+    let mut b = [0u8; BS];
+    let mut found = None;
+    for at in [SB_PRIMARY, SB_BACKUP] {
+        dev.read_blocks(at, &mut b)?;
+        match Superblock::decode_any(&b) {
+            Ok(v) => {
+                found = Some(v);
+                break;
+            }
+            Err(why) => {
+                if let Some(why) = Superblock::version_of(&b)
+                    .filter(|&v| v > VERSION)
+                    .and_then(version_problem)
+                {
+                    return Err(FsError::Version(why));
+                }
+                if at == SB_BACKUP {
+                    return Err(corrupt(format!("no valid superblock ({why})")));
+                }
+            }
+        }
+    }
+    let (sb, version) = found.expect("found or returned");
+    if version < VERSION {
+        write_superblock(dev, &sb)?;
+    }
+    Ok(version)
+}
+
 fn write_superblock(dev: &dyn BlockDevice, sb: &Superblock) -> io::Result<()> {
     let b = sb.encode();
     dev.write_blocks(SB_PRIMARY, &b[..])?;
@@ -220,7 +267,7 @@ impl FileSystem {
         write_superblock(&*dev, &sb)?;
         let hard = log / 2;
         let soft = opts.commit_blocks.unwrap_or(log / 4).clamp(1, hard);
-        Ok(Arc::new(FileSystem {
+        let mut fs = FileSystem {
             state: Mutex::new(state),
             dev,
             runtime: runtime.clone(),
@@ -231,7 +278,18 @@ impl FileSystem {
             hard_commit: hard,
             hook: Mutex::new(None),
             replayed,
-        }))
+            orphans_freed: 0,
+        };
+        // Nothing can hold an orphan open after a restart: free them all.
+        let orphans = fs.orphans()?;
+        for &ino in &orphans {
+            fs.in_transaction(|g| g.release_orphan(ino))?;
+        }
+        if !orphans.is_empty() {
+            fs.commit()?;
+        }
+        fs.orphans_freed = orphans.len() as u64;
+        Ok(Arc::new(fs))
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, FsState>> {
@@ -316,6 +374,7 @@ impl FileSystem {
             free_blocks,
             free_inodes,
             replayed_transactions: self.replayed,
+            orphans_freed_at_mount: self.orphans_freed,
             meta: g.meta.counters,
             alloc: g.counters,
         }
@@ -342,13 +401,73 @@ impl FileSystem {
         self.in_transaction(|g| g.create(dir, name.as_ref(), FileType::Directory, attrs))
     }
 
-    /// Gives a regular file another name.
+    /// Makes a special file: a fifo, a socket, a character or block device (`rdev`, its device
+    /// number; ignored for the others) or a regular file. Not a directory or a symlink.
+    pub fn mknod(&self, dir: u64, name: impl AsRef<[u8]>, kind: FileType, rdev: u64, attrs: &NewFile) -> Result<u64> {
+        if matches!(kind, FileType::Directory | FileType::Symlink) {
+            return Err(FsError::InvalidArgument(format!("mknod cannot make a {kind:?}")));
+        }
+        self.in_transaction(|g| g.create_node(dir, name.as_ref(), kind, rdev, None, attrs))
+    }
+
+    /// Makes a symlink to `target` (1..=4095 bytes, no NUL). Its mode is always 0o777 and its
+    /// size the target's length; `attrs.mode` is ignored.
+    pub fn symlink(&self, dir: u64, name: impl AsRef<[u8]>, target: &[u8], attrs: &NewFile) -> Result<u64> {
+        crate::posix::check_target(target)?;
+        self.in_transaction(|g| g.create_node(dir, name.as_ref(), FileType::Symlink, 0, Some(target), attrs))
+    }
+
+    /// A symlink's target; InvalidArgument if `ino` is not a symlink.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        self.with_state(|g| g.readlink(ino))
+    }
+
+    /// An extended attribute's value; [`FsError::NoData`] (ENODATA) if there is none.
+    pub fn get_xattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        self.with_state(|g| g.get_xattr(ino, name))
+    }
+
+    /// Sets an extended attribute (any name of 1..=255 bytes, else ERANGE; namespaces are the
+    /// kernel's policy). All of an inode's attributes share one 4 KiB block: NoSpace (ENOSPC)
+    /// when it is full. `how`: see [`XattrSet`].
+    pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        self.in_transaction(|g| g.set_xattr(ino, name, value, how))
+    }
+
+    /// The names of an inode's extended attributes, sorted.
+    pub fn list_xattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        self.with_state(|g| Ok(g.xattrs(ino)?.into_iter().map(|(n, _)| n).collect()))
+    }
+
+    /// Removes an extended attribute; ENODATA if there is none.
+    pub fn remove_xattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.in_transaction(|g| g.remove_xattr(ino, name))
+    }
+
+    /// Like [`FileSystem::unlink`], but an inode losing its last name is not freed: it keeps
+    /// nlink 0 and goes on the orphan list, to be freed by [`FileSystem::release_orphan`] (when
+    /// the kernel closes it) or at the next mount.
+    pub fn unlink_keep(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
+        self.in_transaction(|g| g.unlink_with(dir, name.as_ref(), true))
+    }
+
+    /// Frees an inode on the orphan list (its blocks, its xattrs, the inode).
+    pub fn release_orphan(&self, ino: u64) -> Result<()> {
+        self.in_transaction(|g| g.release_orphan(ino))
+    }
+
+    /// The inodes on the orphan list.
+    pub fn orphans(&self) -> Result<Vec<u64>> {
+        self.with_state(|g| g.orphans())
+    }
+
+    /// Gives another name to a file of any type but a directory.
     pub fn link(&self, ino: u64, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
         self.in_transaction(|g| g.link(ino, dir, name.as_ref()))
     }
 
-    /// Removes a name of a regular file; the file goes when its last name does. (A file still
-    /// open elsewhere is the caller's to keep: the file system frees it at once.)
+    /// Removes a name of anything but a directory; the file goes when its last name does. (A
+    /// file still open elsewhere: see [`FileSystem::unlink_keep`].)
     pub fn unlink(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<()> {
         self.in_transaction(|g| g.unlink(dir, name.as_ref()))
     }
@@ -362,6 +481,18 @@ impl FileSystem {
     /// directory); refuses to move a directory into its own subtree.
     pub fn rename(&self, from_dir: u64, from: impl AsRef<[u8]>, to_dir: u64, to: impl AsRef<[u8]>) -> Result<()> {
         self.in_transaction(|g| g.rename(from_dir, from.as_ref(), to_dir, to.as_ref()))
+    }
+
+    /// [`FileSystem::rename`] with flags (see [`RenameFlags`]).
+    pub fn rename_with(
+        &self,
+        from_dir: u64,
+        from: impl AsRef<[u8]>,
+        to_dir: u64,
+        to: impl AsRef<[u8]>,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.in_transaction(|g| g.rename_with(from_dir, from.as_ref(), to_dir, to.as_ref(), flags))
     }
 
     /// A directory's entries, `.` and `..` left out, in on-disk order.
@@ -457,9 +588,7 @@ impl FileSystem {
     /// Like [`FileSystem::allocate`], and says whether the block is new.
     pub fn allocate_block(&self, ino: u64, index: u64) -> Result<Allocation> {
         self.in_transaction(|g| {
-            if g.live(ino)?.is_dir() {
-                return Err(FsError::IsADirectory(format!("inode {ino}")));
-            }
+            crate::state::regular(ino, &g.live(ino)?)?;
             g.ensure_block(ino, index)
                 .map(|(block, fresh)| Allocation { block, fresh })
         })
@@ -497,9 +626,7 @@ impl FileSystem {
     pub fn read_at(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let (size, map) = self.with_state(|g| {
             let i = g.live(ino)?;
-            if i.is_dir() {
-                return Err(FsError::IsADirectory(format!("inode {ino}")));
-            }
+            crate::state::regular(ino, &i)?;
             if offset >= i.size || buf.is_empty() {
                 return Ok((i.size, Vec::new()));
             }

@@ -12,6 +12,14 @@
 //! * reachability from the root: unreachable files and directories go to `lost+found` (named
 //!   `#<inode>`); unreachable empty files are freed;
 //! * link counts against the entries that name each inode;
+//! * the file types: a symlink's target (1..=4095 bytes, its length the size, in the record if
+//!   short, else in one block, no NUL), a device's number (only devices have one), fifos,
+//!   sockets and devices have no blocks and size 0;
+//! * every xattr block (claimed once, checksum, sorted records);
+//! * the orphan list (its head in group 0's header): the chain has no cycle and names inodes in
+//!   use, not directories, with no link and no entry naming them. Such inodes are not
+//!   "unreachable"; with `repair` they are freed, as a mount would. An inode with no link that
+//!   is neither named nor on the list is freed;
 //! * both bitmaps of every group against the inodes in use and the blocks they claim, and the
 //!   group headers' counts and bitmap checksums against the bitmaps.
 //!
@@ -41,6 +49,11 @@ pub enum ProblemKind {
     DirectoryEntry,
     LinkCount,
     Orphan,
+    /// A symlink, device or other special file that is not what its type says.
+    FileType,
+    Xattr,
+    /// The orphan list's chain.
+    OrphanList,
 }
 
 /// One problem, and whether it was fixed on the device.
@@ -65,6 +78,8 @@ pub struct FsckReport {
     pub used_blocks: u64,
     pub free_blocks: u64,
     pub used_inodes: u64,
+    /// Inodes on the orphan list (freed with `repair`, as a mount would).
+    pub orphans: u64,
 }
 
 impl FsckReport {
@@ -170,6 +185,12 @@ struct Checker<'a> {
     subdirs: HashMap<u64, u32>,
     refs: HashMap<u64, u32>,
     lost_found: Option<u64>,
+    /// The orphan list as found (its bad links cut).
+    orphan_list: Vec<u64>,
+    /// Blocks and inodes of the orphans a repair frees: the on-disk bitmaps are compared with
+    /// them freed, since freeing them is not a problem.
+    released_blocks: HashSet<u64>,
+    released_inodes: HashSet<u64>,
 }
 
 /// Checks the file system on `dev`, repairing what it can if `repair` (see the module
@@ -190,7 +211,8 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
         })
     };
 
-    // Superblock.
+    // Superblock: another format version is refused, not repaired.
+    crate::filesystem::check_version(img.get(SB_PRIMARY)?)?;
     let primary = Superblock::decode(img.get(SB_PRIMARY)?);
     let backup = Superblock::decode(img.get(SB_BACKUP)?);
     let mut sb = match (primary, backup) {
@@ -305,10 +327,17 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
         subdirs: HashMap::new(),
         refs: HashMap::new(),
         lost_found: None,
+        orphan_list: Vec::new(),
+        released_blocks: HashSet::new(),
+        released_inodes: HashSet::new(),
     };
     c.scan_inodes()?;
+    c.check_types()?;
+    c.orphan_chain()?;
     c.claim_all()?;
     c.traverse()?;
+    report.orphans = c.orphan_list.len() as u64;
+    c.settle_orphans();
     c.orphans()?;
     c.link_counts();
     c.write_inodes()?;
@@ -517,6 +546,21 @@ impl Checker<'_> {
                 Some(false) => inode.dindirect = 0,
                 Some(true) => {
                     count += 1 + self.claim_tree(ino, u64::from(inode.dindirect), 2, NDIRECT + NINDIRECT, &mut data)?
+                }
+            }
+            match self.claim(ino, inode.xattr, "the xattr pointer") {
+                None => {}
+                Some(false) => inode.xattr = 0,
+                Some(true) => {
+                    let b = u64::from(inode.xattr);
+                    match xattr_parse(self.img.get(b)?, ino) {
+                        Ok(_) => count += 1,
+                        Err(why) => {
+                            self.problem(ProblemKind::Xattr, format!("{why}: attributes dropped"));
+                            self.owner[b as usize] = 0;
+                            inode.xattr = 0;
+                        }
+                    }
                 }
             }
             if inode.is_dir() {
@@ -947,10 +991,22 @@ impl Checker<'_> {
             if !self.in_use[ino as usize] || self.inodes[ino as usize].is_dir() || self.refs.contains_key(&ino) {
                 continue;
             }
-            let (size, blocks, generation) = {
+            if self.orphan_list.contains(&ino) {
+                continue;
+            }
+            let (size, blocks, generation, nlink) = {
                 let i = &self.inodes[ino as usize];
-                (i.size, i.blocks, i.generation)
+                (i.size, i.blocks, i.generation, i.nlink)
             };
+            let ft = self.inodes[ino as usize].file_type().expect("in use").dirent_code();
+            if nlink == 0 {
+                self.problem(
+                    ProblemKind::Orphan,
+                    format!("inode {ino} has no link, no name and is not on the orphan list: freed"),
+                );
+                self.free_inode(ino);
+                continue;
+            }
             if size == 0 && blocks == 0 {
                 self.problem(
                     ProblemKind::Orphan,
@@ -967,7 +1023,7 @@ impl Checker<'_> {
             let name = format!("#{ino}");
             let lf = self.lost_found()?;
             let linked = match lf {
-                Some(lf) => self.add_entry(lf, name.as_bytes(), ino, FT_REG)?,
+                Some(lf) => self.add_entry(lf, name.as_bytes(), ino, ft)?,
                 None => false,
             };
             if linked {
@@ -1056,21 +1112,43 @@ impl Checker<'_> {
             report.used_blocks += geo.data_blocks(g) - u64::from(free_blocks);
             let on_disk_ib = *self.img.get(geo.inode_bitmap(g))?;
             let on_disk_bb = *self.img.get(geo.block_bitmap(g))?;
+            // What the bitmaps would be once the orphans a repair frees are freed.
+            let mut freed_ib = on_disk_ib;
+            let mut freed_inodes = 0u32;
+            for k in 0..geo.ipg {
+                if self.released_inodes.contains(&(geo.first_ino(g) + k)) && bit(&freed_ib, k) {
+                    set_bit(&mut freed_ib, k, false);
+                    freed_inodes += 1;
+                }
+            }
+            let mut freed_bb = on_disk_bb;
+            let mut freed_blocks = 0u32;
+            for b in geo.data_start(g)..geo.group_end(g) {
+                let k = b - geo.group_start(g);
+                if self.released_blocks.contains(&b) && bit(&freed_bb, k) {
+                    set_bit(&mut freed_bb, k, false);
+                    freed_blocks += 1;
+                }
+            }
             let diff = |a: &Block, b: &Block| a.iter().zip(b.iter()).map(|(x, y)| (x ^ y).count_ones()).sum::<u32>();
-            let d = diff(&ib, &on_disk_ib);
+            let d = diff(&ib, &freed_ib);
             if d > 0 {
                 self.problem(
                     ProblemKind::InodeBitmap,
                     format!("group {g}: inode bitmap wrong in {d} places: rewritten"),
                 );
+            }
+            if *ib != on_disk_ib {
                 self.img.put(geo.inode_bitmap(g), &ib);
             }
-            let d = diff(&bb, &on_disk_bb);
+            let d = diff(&bb, &freed_bb);
             if d > 0 {
                 self.problem(
                     ProblemKind::BlockBitmap,
                     format!("group {g}: block bitmap wrong in {d} places: rewritten"),
                 );
+            }
+            if *bb != on_disk_bb {
                 self.img.put(geo.block_bitmap(g), &bb);
             }
             let want = GroupHeader {
@@ -1080,10 +1158,34 @@ impl Checker<'_> {
                 dirs,
                 inode_bitmap_crc: bitmap_crc(g, &ib[..]),
                 block_bitmap_crc: bitmap_crc(g, &bb[..]),
+                orphan_head: if g == 0 { self.orphan_head() } else { 0 },
             };
             let hb = geo.header(g);
             match GroupHeader::decode(self.img.get(hb)?, g, &geo) {
                 Ok(h) if h == want => {}
+                Ok(h)
+                    if GroupHeader {
+                        free_blocks: h.free_blocks + freed_blocks,
+                        free_inodes: h.free_inodes + freed_inodes,
+                        inode_bitmap_crc: if h.inode_bitmap_crc == bitmap_crc(g, &on_disk_ib[..]) {
+                            want.inode_bitmap_crc
+                        } else {
+                            h.inode_bitmap_crc
+                        },
+                        block_bitmap_crc: if h.block_bitmap_crc == bitmap_crc(g, &on_disk_bb[..]) {
+                            want.block_bitmap_crc
+                        } else {
+                            h.block_bitmap_crc
+                        },
+                        // The orphan list's problems are reported with the list.
+                        orphan_head: want.orphan_head,
+                        ..h
+                    } == want =>
+                {
+                    let mut blk = [0u8; BS];
+                    want.encode_into(&mut blk);
+                    self.img.put(hb, &blk);
+                }
                 Ok(h) => {
                     let mut what = Vec::new();
                     if h.free_blocks != want.free_blocks {
@@ -1120,4 +1222,196 @@ impl Checker<'_> {
 
 fn show(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
+}
+
+impl Checker<'_> {
+    /// Frees an inode in use and the blocks it claims.
+    fn free_inode(&mut self, ino: u64) {
+        let generation = self.inodes[ino as usize].generation;
+        self.in_use[ino as usize] = false;
+        self.inodes[ino as usize] = Inode {
+            generation,
+            ..Default::default()
+        };
+        self.dirty_inodes.insert(ino);
+        for o in self.owner.iter_mut().filter(|o| **o == ino as u32) {
+            *o = 0;
+        }
+    }
+
+    /// Checks what each inode's type says it holds (before its blocks are claimed).
+    fn check_types(&mut self) -> Result<()> {
+        for ino in 1..=self.geo.inode_count() {
+            if !self.in_use[ino as usize] {
+                continue;
+            }
+            let mut i = self.inodes[ino as usize].clone();
+            let kind = i.file_type().expect("in use");
+            let mut bad: Vec<String> = Vec::new();
+            if kind != FileType::Symlink && !i.inline.is_empty() {
+                bad.push("a symlink target in a record that is not a symlink: cleared".into());
+                i.inline.clear();
+            }
+            if !kind.is_device() && i.rdev != 0 {
+                bad.push(format!("a device number but type {kind:?}: cleared"));
+                i.rdev = 0;
+            }
+            let no_pointers = |i: &Inode| i.direct.iter().all(|&p| p == 0) && i.indirect == 0 && i.dindirect == 0;
+            let mut clear = None;
+            match kind {
+                FileType::Fifo | FileType::Socket | FileType::CharDevice | FileType::BlockDevice => {
+                    if i.size != 0 || !no_pointers(&i) {
+                        bad.push(format!("a {kind:?} with size {} or block pointers: cleared", i.size));
+                        i.size = 0;
+                        i.direct = [0; NDIRECT as usize];
+                        i.indirect = 0;
+                        i.dindirect = 0;
+                    }
+                }
+                FileType::Symlink => {
+                    let len = i.size as usize;
+                    if len == 0 || len > MAX_SYMLINK {
+                        clear = Some(format!("symlink {ino}: target of {len} bytes"));
+                    } else if len <= INLINE_SYMLINK {
+                        if i.inline.len() != len || !no_pointers(&i) {
+                            clear = Some(format!(
+                                "symlink {ino}: size {len} but {} bytes of target in the record",
+                                i.inline.len()
+                            ));
+                        }
+                    } else {
+                        let p = u64::from(i.direct[0]);
+                        let mut only = i.clone();
+                        only.direct[0] = 0;
+                        if !i.inline.is_empty() || !no_pointers(&only) || !self.geo.is_data_block(p) {
+                            clear = Some(format!("symlink {ino}: its target block is not where it should be"));
+                        } else if self.img.get(p)?[..len].contains(&0) {
+                            clear = Some(format!("symlink {ino}: target shorter than its size {len}"));
+                        }
+                    }
+                }
+                FileType::Regular | FileType::Directory => {}
+            }
+            if let Some(why) = clear {
+                self.problem(ProblemKind::FileType, format!("{why}: inode cleared"));
+                let generation = i.generation;
+                self.in_use[ino as usize] = false;
+                self.inodes[ino as usize] = Inode {
+                    generation,
+                    ..Default::default()
+                };
+                self.dirty_inodes.insert(ino);
+                continue;
+            }
+            for why in bad {
+                self.problem(ProblemKind::FileType, format!("inode {ino}: {why}"));
+            }
+            if i != self.inodes[ino as usize] {
+                self.inodes[ino as usize] = i;
+                self.dirty_inodes.insert(ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// The orphan list's head as the repaired image has it.
+    fn orphan_head(&self) -> u32 {
+        self.orphan_list.first().map_or(0, |&o| o as u32)
+    }
+
+    /// Follows the orphan list from group 0's header: cut where it names an inode that cannot
+    /// be an orphan (free, a directory, linked) or loops; `next_orphan` cleared elsewhere.
+    fn orphan_chain(&mut self) -> Result<()> {
+        let head = match GroupHeader::decode(self.img.get(self.geo.header(0))?, 0, &self.geo) {
+            Ok(h) => u64::from(h.orphan_head),
+            Err(_) => 0,
+        };
+        let mut list = Vec::new();
+        let mut seen = HashSet::new();
+        let mut cur = head;
+        while cur != 0 {
+            let why = if !self.geo.valid_ino(cur) || !self.in_use[cur as usize] {
+                Some("which is not in use")
+            } else if self.inodes[cur as usize].is_dir() {
+                Some("a directory")
+            } else if self.inodes[cur as usize].nlink != 0 {
+                Some("which has links")
+            } else if !seen.insert(cur) {
+                Some("a second time (a cycle)")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                self.problem(
+                    ProblemKind::OrphanList,
+                    format!("the orphan list names inode {cur}, {why}: list cut there"),
+                );
+                break;
+            }
+            list.push(cur);
+            cur = u64::from(self.inodes[cur as usize].next_orphan);
+        }
+        let on: HashSet<u64> = list.iter().copied().collect();
+        for ino in 1..=self.geo.inode_count() {
+            if self.in_use[ino as usize] && self.inodes[ino as usize].next_orphan != 0 && !on.contains(&ino) {
+                self.problem(
+                    ProblemKind::OrphanList,
+                    format!("inode {ino} is not on the orphan list but links into it: cleared"),
+                );
+                self.inodes[ino as usize].next_orphan = 0;
+                self.dirty_inodes.insert(ino);
+            }
+        }
+        self.orphan_list = list;
+        self.relink_orphans();
+        Ok(())
+    }
+
+    /// Makes the orphans' `next_orphan` fields chain `orphan_list`.
+    fn relink_orphans(&mut self) {
+        let list = self.orphan_list.clone();
+        for (k, &ino) in list.iter().enumerate() {
+            let next = list.get(k + 1).map_or(0, |&n| n as u32);
+            if self.inodes[ino as usize].next_orphan != next {
+                self.inodes[ino as usize].next_orphan = next;
+                self.dirty_inodes.insert(ino);
+            }
+        }
+    }
+
+    /// After the walk: an orphan some entry names leaves the list; with `repair` the others are
+    /// freed, as a mount would.
+    fn settle_orphans(&mut self) {
+        let named: Vec<u64> = self
+            .orphan_list
+            .iter()
+            .copied()
+            .filter(|o| self.refs.contains_key(o))
+            .collect();
+        if !named.is_empty() {
+            for &ino in &named {
+                self.problem(
+                    ProblemKind::OrphanList,
+                    format!("inode {ino} is on the orphan list but has a name: taken off"),
+                );
+            }
+            self.orphan_list.retain(|o| !named.contains(o));
+            for ino in named {
+                self.inodes[ino as usize].next_orphan = 0;
+                self.dirty_inodes.insert(ino);
+            }
+            self.relink_orphans();
+        }
+        if self.repair {
+            for ino in std::mem::take(&mut self.orphan_list) {
+                for (b, o) in self.owner.iter().enumerate() {
+                    if *o == ino as u32 {
+                        self.released_blocks.insert(b as u64);
+                    }
+                }
+                self.released_inodes.insert(ino);
+                self.free_inode(ino);
+            }
+        }
+    }
 }

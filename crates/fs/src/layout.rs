@@ -22,7 +22,11 @@ pub const BS: usize = BLOCK_SIZE;
 pub type Block = [u8; BS];
 
 pub const MAGIC: [u8; 8] = *b"VINOFS\x00\x01";
-pub const VERSION: u32 = 1;
+/// On-disk format version. Version 2 added file types besides regular files and directories,
+/// symlinks, device numbers, extended attributes and the orphan list: fields that are zero in
+/// every version-1 record, so a version-1 image becomes a version-2 one by its superblock alone
+/// ([`crate::upgrade`]).
+pub const VERSION: u32 = 2;
 pub const INODE_SIZE: usize = 256;
 pub const INODES_PER_BLOCK: u64 = (BS / INODE_SIZE) as u64;
 /// Direct block pointers in an inode.
@@ -55,12 +59,31 @@ pub const STATE_CLEAN: u32 = 1;
 pub const STATE_MOUNTED: u32 = 2;
 
 pub const S_IFMT: u16 = 0o170000;
+pub const S_IFSOCK: u16 = 0o140000;
+pub const S_IFLNK: u16 = 0o120000;
 pub const S_IFREG: u16 = 0o100000;
+pub const S_IFBLK: u16 = 0o060000;
 pub const S_IFDIR: u16 = 0o040000;
+pub const S_IFCHR: u16 = 0o020000;
+pub const S_IFIFO: u16 = 0o010000;
 
-/// Type codes in directory entries.
+/// Type codes in directory entries (as ext2's, Linux's on-disk codes).
 pub const FT_REG: u8 = 1;
 pub const FT_DIR: u8 = 2;
+pub const FT_CHR: u8 = 3;
+pub const FT_BLK: u8 = 4;
+pub const FT_FIFO: u8 = 5;
+pub const FT_SOCK: u8 = 6;
+pub const FT_LNK: u8 = 7;
+
+/// Longest symlink target, in bytes (POSIX's PATH_MAX less the NUL).
+pub const MAX_SYMLINK: usize = 4095;
+/// Symlink targets up to this long live in the inode record (a fast symlink); longer ones in
+/// one data block (`direct[0]`), zero-padded.
+pub const INLINE_SYMLINK: usize = INODE_INLINE_END - INODE_INLINE;
+/// Where the inode record keeps a fast symlink's target.
+pub const INODE_INLINE: usize = 136;
+pub const INODE_INLINE_END: usize = INODE_SIZE - 4;
 
 pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
@@ -125,9 +148,14 @@ pub struct Superblock {
 
 impl Superblock {
     pub fn encode(&self) -> Box<Block> {
+        self.encode_as(VERSION)
+    }
+
+    /// Encodes the superblock saying format `version` (an older one only to make test images).
+    pub fn encode_as(&self, version: u32) -> Box<Block> {
         let mut b = Box::new([0u8; BS]);
         b[0..8].copy_from_slice(&MAGIC);
-        put_u32(&mut b[..], 8, VERSION);
+        put_u32(&mut b[..], 8, version);
         put_u32(&mut b[..], 12, BS as u32);
         put_u64(&mut b[..], 16, self.block_count);
         put_u32(&mut b[..], 24, self.blocks_per_group);
@@ -147,8 +175,22 @@ impl Superblock {
         b
     }
 
-    /// Decodes and checks a superblock.
+    /// Decodes and checks a superblock of this format version.
     pub fn decode(b: &[u8]) -> Result<Superblock, String> {
+        Self::decode_any(b).and_then(|(sb, version)| match version_problem(version) {
+            Some(why) => Err(why),
+            None => Ok(sb),
+        })
+    }
+
+    /// The format version a superblock says, if it is a sealed VINO superblock.
+    pub fn version_of(b: &[u8]) -> Option<u32> {
+        (b.len() == BS && b[0..8] == MAGIC && block_sealed(b, 0)).then(|| get_u32(b, 8))
+    }
+
+    /// Decodes and checks a superblock of any known version (1..=[`VERSION`]); returns it and
+    /// its version. [`Superblock::encode`] writes the current version.
+    pub fn decode_any(b: &[u8]) -> Result<(Superblock, u32), String> {
         if b.len() != BS || b[0..8] != MAGIC {
             return Err("bad magic number (not a VINO file system)".into());
         }
@@ -156,8 +198,8 @@ impl Superblock {
             return Err("checksum mismatch".into());
         }
         let version = get_u32(b, 8);
-        if version != VERSION {
-            return Err(format!("unsupported version {version}"));
+        if version == 0 || version > VERSION {
+            return Err(version_problem(version).unwrap_or_default());
         }
         if get_u32(b, 12) as usize != BS || get_u32(b, 36) as usize != INODE_SIZE {
             return Err("unsupported block or inode size".into());
@@ -182,7 +224,24 @@ impl Superblock {
         if sb.state != STATE_CLEAN && sb.state != STATE_MOUNTED {
             return Err(format!("unknown state {}", sb.state));
         }
-        Ok(sb)
+        Ok((sb, version))
+    }
+}
+
+/// Why a file system of format `version` cannot be mounted by this VINO, if it cannot.
+pub fn version_problem(version: u32) -> Option<String> {
+    if version == VERSION {
+        None
+    } else if version == 0 {
+        Some("format version 0 is not a VINO format".into())
+    } else if version < VERSION {
+        Some(format!(
+            "format version {version} is older than this VINO ({VERSION}): run `vino fsck --upgrade IMAGE`"
+        ))
+    } else {
+        Some(format!(
+            "format version {version} was made by a newer VINO (this one knows {VERSION})"
+        ))
     }
 }
 
@@ -340,6 +399,9 @@ pub struct GroupHeader {
     pub dirs: u32,
     pub inode_bitmap_crc: u32,
     pub block_bitmap_crc: u32,
+    /// Group 0 only: the first inode of the orphan list (inodes with no name left that are
+    /// still in use, freed at the next mount), 0 if empty. Journaled with the group header.
+    pub orphan_head: u32,
 }
 
 impl GroupHeader {
@@ -352,6 +414,7 @@ impl GroupHeader {
         put_u32(b, 16, self.dirs);
         put_u32(b, 20, self.inode_bitmap_crc);
         put_u32(b, 24, self.block_bitmap_crc);
+        put_u32(b, 28, self.orphan_head);
         seal_block(b, self.group);
     }
 
@@ -369,9 +432,13 @@ impl GroupHeader {
             dirs: get_u32(b, 16),
             inode_bitmap_crc: get_u32(b, 20),
             block_bitmap_crc: get_u32(b, 24),
+            orphan_head: get_u32(b, 28),
         };
         if h.group != group {
             return Err(format!("group {group}: header says group {}", h.group));
+        }
+        if (group != 0 && h.orphan_head != 0) || u64::from(h.orphan_head) > geo.inode_count() {
+            return Err(format!("group {group}: bad orphan list head {}", h.orphan_head));
         }
         if u64::from(h.free_blocks) > geo.data_blocks(group)
             || u64::from(h.free_inodes) > geo.ipg
@@ -431,27 +498,69 @@ pub fn initial_inode_bitmap(geo: &Geometry) -> Box<Block> {
 pub enum FileType {
     Regular,
     Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
 }
 
 impl FileType {
+    pub const ALL: [FileType; 7] = [
+        FileType::Regular,
+        FileType::Directory,
+        FileType::Symlink,
+        FileType::Fifo,
+        FileType::Socket,
+        FileType::CharDevice,
+        FileType::BlockDevice,
+    ];
+
+    /// The type code of a directory entry on disk (ext2's).
     pub fn dirent_code(self) -> u8 {
         match self {
             FileType::Regular => FT_REG,
             FileType::Directory => FT_DIR,
+            FileType::Symlink => FT_LNK,
+            FileType::Fifo => FT_FIFO,
+            FileType::Socket => FT_SOCK,
+            FileType::CharDevice => FT_CHR,
+            FileType::BlockDevice => FT_BLK,
         }
     }
     pub fn from_dirent_code(c: u8) -> Option<FileType> {
-        match c {
-            FT_REG => Some(FileType::Regular),
-            FT_DIR => Some(FileType::Directory),
-            _ => None,
+        FileType::ALL.into_iter().find(|t| t.dirent_code() == c)
+    }
+    /// The `d_type` of Linux's `getdents` (`DT_REG` and so on).
+    pub fn dt_type(self) -> u8 {
+        match self {
+            FileType::Fifo => 1,
+            FileType::CharDevice => 2,
+            FileType::Directory => 4,
+            FileType::BlockDevice => 6,
+            FileType::Regular => 8,
+            FileType::Symlink => 10,
+            FileType::Socket => 12,
         }
     }
+    /// The `S_IF*` bits of `st_mode`.
     pub fn mode_bits(self) -> u16 {
         match self {
             FileType::Regular => S_IFREG,
             FileType::Directory => S_IFDIR,
+            FileType::Symlink => S_IFLNK,
+            FileType::Fifo => S_IFIFO,
+            FileType::Socket => S_IFSOCK,
+            FileType::CharDevice => S_IFCHR,
+            FileType::BlockDevice => S_IFBLK,
         }
+    }
+    pub fn from_mode(mode: u16) -> Option<FileType> {
+        FileType::ALL.into_iter().find(|t| t.mode_bits() == mode & S_IFMT)
+    }
+    /// A character or block device: the inode holds a device number.
+    pub fn is_device(self) -> bool {
+        matches!(self, FileType::CharDevice | FileType::BlockDevice)
     }
 }
 
@@ -476,6 +585,14 @@ pub struct Inode {
     pub direct: [u32; NDIRECT as usize],
     pub indirect: u32,
     pub dindirect: u32,
+    /// The block of the inode's extended attributes (0: none); counted in `blocks`.
+    pub xattr: u32,
+    /// The next inode on the orphan list (0: the last), for an inode on it.
+    pub next_orphan: u32,
+    /// Device number of a character or block device.
+    pub rdev: u64,
+    /// A fast symlink's target (at most [`INLINE_SYMLINK`] bytes); empty otherwise.
+    pub inline: Vec<u8>,
 }
 
 impl Inode {
@@ -484,11 +601,20 @@ impl Inode {
     }
 
     pub fn file_type(&self) -> Option<FileType> {
-        match self.mode & S_IFMT {
-            S_IFREG => Some(FileType::Regular),
-            S_IFDIR => Some(FileType::Directory),
-            _ => None,
-        }
+        FileType::from_mode(self.mode)
+    }
+
+    pub fn is_regular(&self) -> bool {
+        self.file_type() == Some(FileType::Regular)
+    }
+
+    pub fn is_symlink(&self) -> bool {
+        self.file_type() == Some(FileType::Symlink)
+    }
+
+    /// A symlink whose target is in the record.
+    pub fn is_fast_symlink(&self) -> bool {
+        self.is_symlink() && self.size as usize <= INLINE_SYMLINK
     }
 
     pub fn is_dir(&self) -> bool {
@@ -514,6 +640,12 @@ impl Inode {
         }
         put_u32(b, 112, self.indirect);
         put_u32(b, 116, self.dindirect);
+        // Version 2: zero in every version-1 record.
+        put_u32(b, 120, self.xattr);
+        put_u32(b, 124, self.next_orphan);
+        put_u64(b, 128, self.rdev);
+        let n = self.inline.len().min(INLINE_SYMLINK);
+        b[INODE_INLINE..INODE_INLINE + n].copy_from_slice(&self.inline[..n]);
         let c = crc(ino as u32, &b[..INODE_SIZE - 4]);
         put_u32(b, INODE_SIZE - 4, c);
     }
@@ -547,6 +679,14 @@ impl Inode {
             direct,
             indirect: get_u32(b, 112),
             dindirect: get_u32(b, 116),
+            xattr: get_u32(b, 120),
+            next_orphan: get_u32(b, 124),
+            rdev: get_u64(b, 128),
+            inline: {
+                let area = &b[INODE_INLINE..INODE_INLINE_END];
+                let n = area.iter().position(|&c| c == 0).unwrap_or(area.len());
+                area[..n].to_vec()
+            },
         };
         if !inode.is_free() && inode.file_type().is_none() {
             return Err(format!("inode {ino}: unknown file type (mode {:o})", inode.mode));
@@ -586,6 +726,84 @@ pub fn ind_get(b: &[u8], i: usize) -> u32 {
 }
 pub fn ind_set(b: &mut [u8], i: usize, v: u32) {
     put_u32(b, 4 * i, v)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extended attribute blocks
+// ---------------------------------------------------------------------------------------------
+
+const XATTR_MAGIC: u32 = 0x5441_5856; // "VXAT"
+/// Header of an xattr block: magic (4), record count (2), reserved (2).
+const XATTR_HEADER: usize = 8;
+/// Fixed part of an xattr record: name length (1), value length (2).
+const XATTR_REC: usize = 3;
+/// Longest xattr name.
+pub const MAX_XATTR_NAME: usize = 255;
+
+/// One extended attribute: name and value.
+pub type Xattr = (Vec<u8>, Vec<u8>);
+
+/// Bytes the records of `attrs` take in an xattr block.
+pub fn xattr_bytes(attrs: &[Xattr]) -> usize {
+    attrs.iter().map(|(n, v)| XATTR_REC + n.len() + v.len()).sum()
+}
+
+/// True if `attrs` fit one xattr block.
+pub fn xattr_fits(attrs: &[Xattr]) -> bool {
+    xattr_bytes(attrs) <= BS - XATTR_HEADER - 4
+}
+
+/// Encodes an inode's extended attributes (sorted by name, as given) into its xattr block,
+/// sealed with a checksum seeded with the inode number. The caller checks [`xattr_fits`].
+pub fn xattr_encode(b: &mut [u8], ino: u64, attrs: &[Xattr]) {
+    b.fill(0);
+    put_u32(b, 0, XATTR_MAGIC);
+    put_u16(b, 4, attrs.len() as u16);
+    let mut off = XATTR_HEADER;
+    for (n, v) in attrs {
+        b[off] = n.len() as u8;
+        put_u16(b, off + 1, v.len() as u16);
+        off += XATTR_REC;
+        b[off..off + n.len()].copy_from_slice(n);
+        off += n.len();
+        b[off..off + v.len()].copy_from_slice(v);
+        off += v.len();
+    }
+    seal_block(b, ino as u32);
+}
+
+/// Parses and checks an xattr block: magic, checksum, records within the block, names
+/// 1..=255 bytes, sorted and unique, zeros after the last record.
+pub fn xattr_parse(b: &[u8], ino: u64) -> Result<Vec<Xattr>, String> {
+    if b.len() != BS || get_u32(b, 0) != XATTR_MAGIC || !block_sealed(b, ino as u32) {
+        return Err(format!("inode {ino}: xattr block checksum mismatch"));
+    }
+    let count = usize::from(get_u16(b, 4));
+    let end = BS - 4;
+    let mut off = XATTR_HEADER;
+    let mut out: Vec<Xattr> = Vec::with_capacity(count);
+    for _ in 0..count {
+        if off + XATTR_REC > end {
+            return Err(format!("inode {ino}: xattr record at {off} runs past the block"));
+        }
+        let nl = usize::from(b[off]);
+        let vl = usize::from(get_u16(b, off + 1));
+        off += XATTR_REC;
+        if nl == 0 || off + nl + vl > end {
+            return Err(format!("inode {ino}: bad xattr record at {off}"));
+        }
+        let name = b[off..off + nl].to_vec();
+        let value = b[off + nl..off + nl + vl].to_vec();
+        off += nl + vl;
+        if out.last().is_some_and(|(last, _)| *last >= name) {
+            return Err(format!("inode {ino}: xattr names not sorted"));
+        }
+        out.push((name, value));
+    }
+    if b[off..end].iter().any(|&c| c != 0) {
+        return Err(format!("inode {ino}: bytes after the last xattr record"));
+    }
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -843,6 +1061,7 @@ mod tests {
             dirs: 3,
             inode_bitmap_crc: 5,
             block_bitmap_crc: 6,
+            orphan_head: 0,
         };
         let mut b = [0u8; BS];
         h.encode_into(&mut b);
@@ -874,6 +1093,68 @@ mod tests {
         b[30] ^= 1;
         assert!(Inode::decode(42, &b).is_err());
         assert!(Inode::decode(5, &[0u8; INODE_SIZE]).unwrap().is_free());
+    }
+
+    #[test]
+    fn new_inode_fields_round_trip_and_v1_records_read_as_v2() {
+        let mut i = Inode {
+            mode: S_IFLNK | 0o777,
+            nlink: 1,
+            size: 5,
+            xattr: 99,
+            next_orphan: 7,
+            rdev: 0x1234_5678_9abc,
+            inline: b"abcde".to_vec(),
+            ..Default::default()
+        };
+        let mut b = [0u8; INODE_SIZE];
+        i.encode_into(9, &mut b);
+        assert_eq!(Inode::decode(9, &b).unwrap(), i);
+        i.inline = vec![b'x'; INLINE_SYMLINK];
+        i.size = INLINE_SYMLINK as u64;
+        i.encode_into(9, &mut b);
+        assert_eq!(Inode::decode(9, &b).unwrap(), i);
+        // A version-1 record: the new fields are zero, and the checksum covers the same bytes.
+        let v1 = Inode {
+            mode: S_IFREG | 0o600,
+            nlink: 1,
+            ..Default::default()
+        };
+        v1.encode_into(3, &mut b);
+        assert!(b[120..INODE_SIZE - 4].iter().all(|&c| c == 0));
+        assert_eq!(get_u32(&b, INODE_SIZE - 4), crc(3, &b[..INODE_SIZE - 4]));
+        for t in FileType::ALL {
+            assert_eq!(FileType::from_mode(t.mode_bits() | 0o644), Some(t));
+            assert_eq!(FileType::from_dirent_code(t.dirent_code()), Some(t));
+        }
+    }
+
+    #[test]
+    fn xattr_blocks() {
+        let attrs = vec![(b"a".to_vec(), b"1".to_vec()), (b"user.b".to_vec(), vec![])];
+        let mut b = [0u8; BS];
+        xattr_encode(&mut b, 4, &attrs);
+        assert_eq!(xattr_parse(&b, 4).unwrap(), attrs);
+        assert!(xattr_parse(&b, 5).is_err());
+        b[10] ^= 1;
+        assert!(xattr_parse(&b, 4).is_err());
+        assert!(xattr_fits(&[(b"n".to_vec(), vec![0; BS - 16])]));
+        assert!(!xattr_fits(&[(b"n".to_vec(), vec![0; BS - 15])]));
+    }
+
+    #[test]
+    fn superblock_versions() {
+        let b = sb().encode();
+        assert_eq!(Superblock::version_of(&b[..]), Some(VERSION));
+        let mut old = b.clone();
+        put_u32(&mut old[..], 8, 1);
+        seal_block(&mut old[..], 0);
+        assert!(Superblock::decode(&old[..]).unwrap_err().contains("older"));
+        assert_eq!(Superblock::decode_any(&old[..]).unwrap().1, 1);
+        put_u32(&mut old[..], 8, VERSION + 1);
+        seal_block(&mut old[..], 0);
+        assert!(Superblock::decode(&old[..]).unwrap_err().contains("newer"));
+        assert!(Superblock::decode_any(&old[..]).is_err());
     }
 
     #[test]

@@ -32,17 +32,18 @@ pub mod layout;
 pub mod meta;
 mod mkfs;
 pub mod placement;
+mod posix;
 mod state;
 pub mod write;
 
 pub use error::{FsError, FsErrorKind, Result};
-pub use filesystem::{Allocation, DataHook, FileSystem, FsStats, MountOptions};
+pub use filesystem::{Allocation, DataHook, FileSystem, FsStats, MountOptions, upgrade};
 pub use fsck::{FsckReport, Problem, fsck};
-pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, ROOT_INO};
+pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, MAX_SYMLINK, MAX_XATTR_NAME, ROOT_INO, VERSION};
 pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
-pub use state::{AllocCounters, DirEntry, NewFile, SetAttr, Stat};
+pub use state::{AllocCounters, DirEntry, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
 pub use write::{BlockWrite, WriteTarget};
 
 // The crate's tests run with its invariant checks on, in release builds too: the dev-dependency

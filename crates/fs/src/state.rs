@@ -91,9 +91,33 @@ pub struct Stat {
     pub ctime_ns: u64,
     pub generation: u32,
     pub creator: u64,
+    /// Device number of a character or block device, 0 otherwise.
+    pub rdev: u64,
 }
 
-fn stat_of(ino: u64, i: &Inode) -> Stat {
+/// How [`crate::FileSystem::set_xattr`] treats an existing attribute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Create only: EEXIST if the attribute exists.
+    Create,
+    /// Replace only: ENODATA if it does not.
+    Replace,
+}
+
+/// Flags of [`crate::FileSystem::rename_with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    /// Fail with EEXIST if the destination exists (`RENAME_NOREPLACE`).
+    pub no_replace: bool,
+    /// A replaced non-directory that loses its last name goes on the orphan list instead of
+    /// being freed (the kernel still has it open).
+    pub keep_replaced: bool,
+}
+
+pub(crate) fn stat_of(ino: u64, i: &Inode) -> Stat {
     Stat {
         ino,
         kind: i.file_type().unwrap_or(FileType::Regular),
@@ -108,6 +132,11 @@ fn stat_of(ino: u64, i: &Inode) -> Stat {
         ctime_ns: i.ctime_ns,
         generation: i.generation,
         creator: i.creator,
+        rdev: if i.file_type().is_some_and(FileType::is_device) {
+            i.rdev
+        } else {
+            0
+        },
     }
 }
 
@@ -178,7 +207,7 @@ fn bad_name(name: &[u8]) -> Option<FsError> {
     None
 }
 
-fn show(name: &[u8]) -> String {
+pub(crate) fn show(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
 }
 
@@ -347,12 +376,12 @@ impl FsState {
 
     // ---- groups and bitmaps ---------------------------------------------------------------
 
-    pub fn header(&mut self, g: u32) -> Result<GroupHeader> {
+    pub(crate) fn header(&mut self, g: u32) -> Result<GroupHeader> {
         let b = self.meta.get(self.geo.header(g))?;
         GroupHeader::decode(b, g, &self.geo).map_err(FsError::Corrupt)
     }
 
-    fn put_header(&mut self, h: &GroupHeader) -> Result<()> {
+    pub(crate) fn put_header(&mut self, h: &GroupHeader) -> Result<()> {
         let b = self.meta.get_mut(self.geo.header(h.group))?;
         h.encode_into(b);
         self.placement.set_free(h.group, h.free_blocks);
@@ -424,7 +453,7 @@ impl FsState {
 
     /// Frees a block (a data block or a metadata block of a file). Not reusable until the
     /// transaction freeing it has been checkpointed.
-    pub fn free_block(&mut self, b: u64) -> Result<()> {
+    pub(crate) fn free_block(&mut self, b: u64) -> Result<()> {
         if !self.geo.is_data_block(b) {
             return Err(corrupt(format!("freeing block {b}, which is not a data block")));
         }
@@ -542,7 +571,7 @@ impl FsState {
     }
 
     /// An inode in use that a directory entry points to: a free one is corruption.
-    fn linked(&mut self, ino: u64) -> Result<Inode> {
+    pub(crate) fn linked(&mut self, ino: u64) -> Result<Inode> {
         if !self.geo.valid_ino(ino) {
             return Err(corrupt(format!(
                 "a directory entry points to inode {ino}, which does not exist"
@@ -564,7 +593,7 @@ impl FsState {
         Ok(())
     }
 
-    fn modify(&mut self, ino: u64, f: impl FnOnce(&mut Inode)) -> Result<Inode> {
+    pub(crate) fn modify(&mut self, ino: u64, f: impl FnOnce(&mut Inode)) -> Result<Inode> {
         let mut i = self.live(ino)?;
         f(&mut i);
         self.write_inode(ino, &i)?;
@@ -604,7 +633,7 @@ impl FsState {
 
     // ---- block mapping --------------------------------------------------------------------
 
-    fn ptr(&self, ino: u64, p: u32) -> Result<u64> {
+    pub(crate) fn ptr(&self, ino: u64, p: u32) -> Result<u64> {
         let p = u64::from(p);
         if p == 0 || self.geo.is_data_block(p) {
             Ok(p)
@@ -776,7 +805,7 @@ impl FsState {
 
     /// Frees every block of the file in file blocks `[from, to)`; an indirect block whose whole
     /// span is in the range goes too.
-    fn free_range(&mut self, ino: u64, inode: &mut Inode, from: u64, to: u64) -> Result<()> {
+    pub(crate) fn free_range(&mut self, ino: u64, inode: &mut Inode, from: u64, to: u64) -> Result<()> {
         let to = to.min(MAX_FILE_BLOCKS);
         if from >= to {
             return Ok(());
@@ -856,9 +885,7 @@ impl FsState {
             return Err(FsError::FileTooLarge);
         }
         let mut inode = self.live(ino)?;
-        if inode.is_dir() {
-            return Err(FsError::IsADirectory(format!("inode {ino}")));
-        }
+        regular(ino, &inode)?;
         // Shrinking frees the blocks past the new end; growing, those past the old end (see
         // `free_past_end`).
         let keep = size.min(inode.size).div_ceil(BS as u64);
@@ -968,7 +995,7 @@ impl FsState {
         Ok(true)
     }
 
-    fn dir_add_entry(&mut self, dir: u64, name: &[u8], ino: u64, ftype: u8) -> Result<()> {
+    pub(crate) fn dir_add_entry(&mut self, dir: u64, name: &[u8], ino: u64, ftype: u8) -> Result<()> {
         let d = self.dir(dir)?;
         let need = dirent_size(name.len());
         let blocks = d.size / BS as u64;
@@ -999,13 +1026,13 @@ impl FsState {
         Ok(())
     }
 
-    fn dir_drop_entry(&mut self, dir: u64, f: &Found) -> Result<()> {
+    pub(crate) fn dir_drop_entry(&mut self, dir: u64, f: &Found) -> Result<()> {
         let blk = self.meta.get_mut(f.block)?;
         dir_remove(blk, &f.entries, f.index, dir);
         Ok(())
     }
 
-    fn touch_dir(&mut self, dir: u64, nlink_delta: i32) -> Result<()> {
+    pub(crate) fn touch_dir(&mut self, dir: u64, nlink_delta: i32) -> Result<()> {
         let now = now_ns();
         self.modify(dir, |i| {
             i.mtime_ns = now;
@@ -1015,14 +1042,32 @@ impl FsState {
         Ok(())
     }
 
-    /// Frees an inode and all its blocks.
-    fn release(&mut self, ino: u64, mut inode: Inode) -> Result<()> {
+    /// Frees an inode and all its blocks (its xattr block included).
+    pub(crate) fn release(&mut self, ino: u64, mut inode: Inode) -> Result<()> {
         self.free_from(ino, &mut inode, 0)?;
+        if inode.xattr != 0 {
+            let x = self.ptr(ino, inode.xattr)?;
+            self.free_block(x)?;
+        }
         self.free_inode(ino, inode.is_dir(), inode.generation)
     }
 
     /// Creates a file or directory `name` in `dir`.
     pub fn create(&mut self, dir: u64, name: &[u8], kind: FileType, attrs: &NewFile) -> Result<u64> {
+        self.create_node(dir, name, kind, 0, None, attrs)
+    }
+
+    /// Creates an inode of any type: `rdev` for a device, `target` for a symlink (checked by
+    /// the caller).
+    pub(crate) fn create_node(
+        &mut self,
+        dir: u64,
+        name: &[u8],
+        kind: FileType,
+        rdev: u64,
+        target: Option<&[u8]>,
+        attrs: &NewFile,
+    ) -> Result<u64> {
         check_new_name(name)?;
         if attrs.mode & !0o7777 != 0 {
             return Err(FsError::InvalidArgument("mode has bits outside 0o7777".into()));
@@ -1038,8 +1083,10 @@ impl FsState {
             return Err(corrupt(format!("inode {ino} is free in its bitmap but in use")));
         }
         let now = now_ns();
+        let symlink = kind == FileType::Symlink;
+        let target = target.unwrap_or_default();
         let inode = Inode {
-            mode: kind.mode_bits() | attrs.mode,
+            mode: kind.mode_bits() | if symlink { 0o777 } else { attrs.mode },
             nlink: if is_dir { 2 } else { 1 },
             uid: attrs.uid,
             gid: attrs.gid,
@@ -1048,9 +1095,23 @@ impl FsState {
             ctime_ns: now,
             generation: old.generation.wrapping_add(1),
             creator: attrs.creator,
+            rdev: if kind.is_device() { rdev } else { 0 },
+            size: if symlink { target.len() as u64 } else { 0 },
+            inline: if symlink && target.len() <= INLINE_SYMLINK {
+                target.to_vec()
+            } else {
+                Vec::new()
+            },
             ..Inode::default()
         };
         self.write_inode(ino, &inode)?;
+        if symlink && target.len() > INLINE_SYMLINK {
+            // A slow symlink: the target in one block, journaled like a directory block.
+            let (b, _) = self.ensure_block(ino, 0)?;
+            let blk = self.meta.create(b)?;
+            blk.fill(0);
+            blk[..target.len()].copy_from_slice(target);
+        }
         if is_dir {
             let (b, _) = self.ensure_block(ino, 0)?;
             let blk = self.meta.create(b)?;
@@ -1071,11 +1132,15 @@ impl FsState {
                 "inode {ino}: directories cannot be linked"
             )));
         }
+        if i.nlink == 0 {
+            return Err(FsError::NotFound(format!("inode {ino} has no name left")));
+        }
         let d = self.dir(dir)?;
         if self.dir_find(dir, &d, name)?.is_some() {
             return Err(FsError::Exists(show(name)));
         }
-        self.dir_add_entry(dir, name, ino, FT_REG)?;
+        let ftype = i.file_type().expect("live inode has a type").dirent_code();
+        self.dir_add_entry(dir, name, ino, ftype)?;
         let now = now_ns();
         self.modify(ino, |i| {
             i.nlink += 1;
@@ -1085,6 +1150,12 @@ impl FsState {
     }
 
     pub fn unlink(&mut self, dir: u64, name: &[u8]) -> Result<()> {
+        self.unlink_with(dir, name, false)
+    }
+
+    /// Removes a name of a non-directory; if it was the last, the inode is freed, or with
+    /// `keep` put on the orphan list.
+    pub(crate) fn unlink_with(&mut self, dir: u64, name: &[u8], keep: bool) -> Result<()> {
         if let Some(e) = bad_name(name) {
             return Err(e);
         }
@@ -1093,19 +1164,28 @@ impl FsState {
             .dir_find(dir, &d, name)?
             .ok_or_else(|| FsError::NotFound(show(name)))?;
         let ino = f.ino();
-        let mut target = self.linked(ino)?;
+        let target = self.linked(ino)?;
         if target.is_dir() {
             return Err(FsError::IsADirectory(show(name)));
         }
         self.dir_drop_entry(dir, &f)?;
-        target.nlink = target.nlink.saturating_sub(1);
-        if target.nlink == 0 {
-            self.release(ino, target)?;
-        } else {
-            target.ctime_ns = now_ns();
-            self.write_inode(ino, &target)?;
-        }
+        self.drop_link(ino, target, keep)?;
         self.touch_dir(dir, 0)
+    }
+
+    /// A non-directory loses a name: freed if it was the last (or, with `keep`, put on the
+    /// orphan list), else its ctime changes.
+    fn drop_link(&mut self, ino: u64, mut target: Inode, keep: bool) -> Result<()> {
+        target.nlink = target.nlink.saturating_sub(1);
+        if target.nlink == 0 && !keep {
+            return self.release(ino, target);
+        }
+        target.ctime_ns = now_ns();
+        self.write_inode(ino, &target)?;
+        if target.nlink == 0 {
+            self.push_orphan(ino)?;
+        }
+        Ok(())
     }
 
     pub fn rmdir(&mut self, dir: u64, name: &[u8]) -> Result<()> {
@@ -1145,6 +1225,10 @@ impl FsState {
     }
 
     pub fn rename(&mut self, sdir: u64, sname: &[u8], ddir: u64, dname: &[u8]) -> Result<()> {
+        self.rename_with(sdir, sname, ddir, dname, RenameFlags::default())
+    }
+
+    pub fn rename_with(&mut self, sdir: u64, sname: &[u8], ddir: u64, dname: &[u8], flags: RenameFlags) -> Result<()> {
         check_new_name(sname)?;
         check_new_name(dname)?;
         let sd = self.dir(sdir)?;
@@ -1156,6 +1240,9 @@ impl FsState {
         let s = self.linked(s_ino)?;
         let s_is_dir = s.is_dir();
         let dst = self.dir_find(ddir, &dd, dname)?;
+        if flags.no_replace && dst.is_some() {
+            return Err(FsError::Exists(show(dname)));
+        }
         if let Some(d) = &dst
             && d.ino() == s_ino
         {
@@ -1186,7 +1273,7 @@ impl FsState {
         match dst {
             Some(d) => {
                 let d_ino = d.ino();
-                let mut target = self.linked(d_ino)?;
+                let target = self.linked(d_ino)?;
                 match (s_is_dir, target.is_dir()) {
                     (true, false) => return Err(FsError::NotADirectory(show(dname))),
                     (false, true) => return Err(FsError::IsADirectory(show(dname))),
@@ -1199,13 +1286,7 @@ impl FsState {
                     self.release(d_ino, target)?;
                     self.touch_dir(ddir, -1)?;
                 } else {
-                    target.nlink = target.nlink.saturating_sub(1);
-                    if target.nlink == 0 {
-                        self.release(d_ino, target)?;
-                    } else {
-                        target.ctime_ns = now_ns();
-                        self.write_inode(d_ino, &target)?;
-                    }
+                    self.drop_link(d_ino, target, flags.keep_replaced)?;
                 }
             }
             None => self.dir_add_entry(ddir, dname, s_ino, ftype)?,
@@ -1272,6 +1353,16 @@ impl FsState {
             return Err(FsError::InvalidArgument("the root has no parent".into()));
         }
         Ok((self.resolve(dir)?, name))
+    }
+}
+
+/// Checks that an inode is a regular file: IsADirectory for a directory, InvalidArgument for
+/// the other types.
+pub(crate) fn regular(ino: u64, i: &Inode) -> Result<()> {
+    match i.file_type() {
+        Some(FileType::Regular) => Ok(()),
+        Some(FileType::Directory) => Err(FsError::IsADirectory(format!("inode {ino}"))),
+        _ => Err(FsError::InvalidArgument(format!("inode {ino} is not a regular file"))),
     }
 }
 

@@ -177,10 +177,83 @@ impl FileSystem {
     /// The size of regular file `ino`.
     fn regular_size(&self, ino: u64) -> Result<u64> {
         let st = self.stat(ino)?;
-        if st.kind == FileType::Directory {
-            return Err(FsError::IsADirectory(format!("inode {ino}")));
+        match st.kind {
+            FileType::Regular => Ok(st.size),
+            FileType::Directory => Err(FsError::IsADirectory(format!("inode {ino}"))),
+            _ => Err(FsError::InvalidArgument(format!("inode {ino} is not a regular file"))),
         }
-        Ok(st.size)
+    }
+
+    /// Allocates the blocks of bytes `[offset, offset + len)` of a regular file, so that later
+    /// writes there cannot fail for want of space; blocks just allocated, and blocks past the end
+    /// of file in the range, are zeroed on the device before the allocation can become durable.
+    /// Without `keep_size` the size grows to at least `offset + len` (mtime and ctime change).
+    /// FileTooLarge past [`MAX_FILE_SIZE`]; NoSpace leaves the file as it was.
+    pub fn fallocate(&self, ino: u64, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        self.fallocate_with(ino, offset, len, keep_size, &mut DeviceTarget(&**self.device()))
+    }
+
+    /// [`FileSystem::fallocate`] with the bytes of the old last block past the old end zeroed
+    /// through `target` when the size grows (the kernel passes its page cache).
+    pub fn fallocate_with(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+        target: &mut dyn WriteTarget,
+    ) -> Result<()> {
+        if len == 0 {
+            return Err(FsError::InvalidArgument("fallocate of 0 bytes".into()));
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(FsError::FileTooLarge)?;
+        let old = self.regular_size(ino)?;
+        let bs = BS as u64;
+        let (first, last) = (offset / bs, end.div_ceil(bs));
+        // Blocks past the end of file hold zeros (preallocated) or bytes nobody wrote to this
+        // file (a failed write, a crash): zeroed too.
+        let past_end = old.div_ceil(bs);
+        const CHUNK: u64 = 256;
+        let zero = [0u8; BS];
+        let mut allocated: Vec<u64> = Vec::new();
+        let mut c = first;
+        while c < last {
+            let to = (c + CHUNK).min(last);
+            let r = self.in_transaction(|g| {
+                let fresh = g.preallocate(ino, c..to)?;
+                let inode = g.live(ino)?;
+                let dev = self.device();
+                for fb in c.max(past_end)..to {
+                    if let Some(b) = g.bmap(ino, &inode, fb)? {
+                        dev.write_blocks(b, &zero)?;
+                    }
+                }
+                for &(fb, b) in &fresh {
+                    if fb < past_end {
+                        dev.write_blocks(b, &zero)?;
+                    }
+                }
+                Ok(fresh)
+            });
+            match r {
+                Ok(fresh) => allocated.extend(fresh.into_iter().map(|(fb, _)| fb)),
+                Err(e) => {
+                    if !allocated.is_empty() {
+                        self.in_transaction(|g| g.unallocate(ino, &allocated))?;
+                    }
+                    return Err(e);
+                }
+            }
+            c = to;
+        }
+        if !keep_size && end > old {
+            self.zero_past_end(ino, old, target)?;
+            self.in_transaction(|g| g.extend(ino, end))?;
+        }
+        Ok(())
     }
 
     /// Before a file of `size` bytes grows: the bytes of its partial last block past the end

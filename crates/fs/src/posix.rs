@@ -1,0 +1,242 @@
+//! The POSIX file types beyond regular files and directories (symlinks, fifos, sockets,
+//! devices), extended attributes, the orphan list and preallocation, as operations on
+//! [`FsState`] under the file system's lock (see [`crate::state`]).
+//!
+//! * A symlink's target lives in its inode record if it is at most [`INLINE_SYMLINK`] bytes (a
+//!   fast symlink), else in one data block (`direct[0]`), zero-padded and journaled like a
+//!   directory block. Its size is the target's length; its mode is always `0o777`.
+//! * A device's number is in the inode record (`rdev`).
+//! * An inode's extended attributes are one block (`xattr` in the record, counted in `blocks`):
+//!   records sorted by name, sealed with a checksum ([`xattr_encode`]).
+//! * The orphan list (as ext4's) chains, through `next_orphan`, the inodes that lost their last
+//!   name while the kernel still had them open; its head is in group 0's header, so that it is
+//!   journaled with the rest. Mount frees what is on it.
+
+use crate::error::{FsError, Result, corrupt};
+use crate::layout::*;
+use crate::state::{FsState, XattrSet, now_ns};
+
+/// Checks a symlink target: 1..=4095 bytes, no NUL.
+pub(crate) fn check_target(target: &[u8]) -> Result<()> {
+    if target.is_empty() || target.contains(&0) {
+        return Err(FsError::InvalidArgument(
+            "a symlink target is 1 to 4095 bytes without NUL".into(),
+        ));
+    }
+    if target.len() > MAX_SYMLINK {
+        return Err(FsError::NameTooLong(target.len()));
+    }
+    Ok(())
+}
+
+fn check_xattr_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_XATTR_NAME {
+        return Err(FsError::Range(format!(
+            "an attribute name is 1 to {MAX_XATTR_NAME} bytes, not {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+impl FsState {
+    // ---- symlinks -------------------------------------------------------------------------
+
+    pub fn readlink(&mut self, ino: u64) -> Result<Vec<u8>> {
+        let i = self.live(ino)?;
+        if !i.is_symlink() {
+            return Err(FsError::InvalidArgument(format!("inode {ino} is not a symlink")));
+        }
+        let len = i.size as usize;
+        if len == 0 || len > MAX_SYMLINK {
+            return Err(corrupt(format!("symlink {ino}: size {len}")));
+        }
+        if i.is_fast_symlink() {
+            if i.inline.len() != len {
+                return Err(corrupt(format!(
+                    "symlink {ino}: target of {} bytes, size {len}",
+                    i.inline.len()
+                )));
+            }
+            return Ok(i.inline);
+        }
+        let b = self.ptr(ino, i.direct[0])?;
+        if b == 0 {
+            return Err(corrupt(format!("symlink {ino}: no target block")));
+        }
+        let t = self.meta.get(b)?[..len].to_vec();
+        if t.contains(&0) {
+            return Err(corrupt(format!("symlink {ino}: target shorter than its size")));
+        }
+        Ok(t)
+    }
+
+    // ---- extended attributes --------------------------------------------------------------
+
+    /// The inode's attributes, sorted by name.
+    pub fn xattrs(&mut self, ino: u64) -> Result<Vec<Xattr>> {
+        let i = self.live(ino)?;
+        if i.xattr == 0 {
+            return Ok(Vec::new());
+        }
+        let b = self.ptr(ino, i.xattr)?;
+        xattr_parse(self.meta.get(b)?, ino).map_err(FsError::Corrupt)
+    }
+
+    pub fn get_xattr(&mut self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        check_xattr_name(name)?;
+        self.xattrs(ino)?
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .ok_or_else(|| FsError::NoData(crate::state::show(name)))
+    }
+
+    /// Writes the inode's attribute list: a block allocated for the first, freed with the last.
+    fn put_xattrs(&mut self, ino: u64, attrs: &[Xattr]) -> Result<()> {
+        if !xattr_fits(attrs) {
+            return Err(FsError::NoSpace);
+        }
+        let mut i = self.live(ino)?;
+        if attrs.is_empty() {
+            if i.xattr != 0 {
+                let b = self.ptr(ino, i.xattr)?;
+                self.free_block(b)?;
+                i.xattr = 0;
+                i.blocks = i.blocks.saturating_sub(1);
+            }
+        } else {
+            let b = if i.xattr == 0 {
+                let pref = self.geo.data_start(self.geo.ino_group(ino));
+                let b = self.alloc_block(pref)?;
+                self.meta.create(b)?;
+                i.xattr = b as u32;
+                i.blocks = i.blocks.saturating_add(1);
+                b
+            } else {
+                self.ptr(ino, i.xattr)?
+            };
+            xattr_encode(self.meta.get_mut(b)?, ino, attrs);
+        }
+        i.ctime_ns = now_ns();
+        self.write_inode(ino, &i)
+    }
+
+    pub fn set_xattr(&mut self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        check_xattr_name(name)?;
+        let mut attrs = self.xattrs(ino)?;
+        match attrs.binary_search_by(|(n, _)| n.as_slice().cmp(name)) {
+            Ok(i) => {
+                if how == XattrSet::Create {
+                    return Err(FsError::Exists(crate::state::show(name)));
+                }
+                attrs[i].1 = value.to_vec();
+            }
+            Err(i) => {
+                if how == XattrSet::Replace {
+                    return Err(FsError::NoData(crate::state::show(name)));
+                }
+                attrs.insert(i, (name.to_vec(), value.to_vec()));
+            }
+        }
+        self.put_xattrs(ino, &attrs)
+    }
+
+    pub fn remove_xattr(&mut self, ino: u64, name: &[u8]) -> Result<()> {
+        check_xattr_name(name)?;
+        let mut attrs = self.xattrs(ino)?;
+        let Ok(i) = attrs.binary_search_by(|(n, _)| n.as_slice().cmp(name)) else {
+            return Err(FsError::NoData(crate::state::show(name)));
+        };
+        attrs.remove(i);
+        self.put_xattrs(ino, &attrs)
+    }
+
+    // ---- the orphan list ------------------------------------------------------------------
+
+    fn orphan_head(&mut self) -> Result<u64> {
+        Ok(u64::from(self.header(0)?.orphan_head))
+    }
+
+    fn set_orphan_head(&mut self, ino: u64) -> Result<()> {
+        let mut h = self.header(0)?;
+        h.orphan_head = ino as u32;
+        self.put_header(&h)
+    }
+
+    /// Puts an inode with no name left on the orphan list.
+    pub(crate) fn push_orphan(&mut self, ino: u64) -> Result<()> {
+        let head = self.orphan_head()?;
+        self.modify(ino, |i| i.next_orphan = head as u32)?;
+        self.set_orphan_head(ino)
+    }
+
+    /// The inodes on the orphan list, first to last.
+    pub fn orphans(&mut self) -> Result<Vec<u64>> {
+        let mut out = Vec::new();
+        let mut cur = self.orphan_head()?;
+        while cur != 0 {
+            if out.len() as u64 >= self.geo.inode_count() {
+                return Err(corrupt("the orphan list has a cycle; run fsck"));
+            }
+            let i = self
+                .live(cur)
+                .map_err(|_| corrupt(format!("the orphan list names free inode {cur}; run fsck")))?;
+            if i.nlink != 0 || i.is_dir() {
+                return Err(corrupt(format!(
+                    "the orphan list names inode {cur}, which has {} links; run fsck",
+                    i.nlink
+                )));
+            }
+            out.push(cur);
+            cur = u64::from(i.next_orphan);
+        }
+        Ok(out)
+    }
+
+    /// Takes an inode off the orphan list and frees it (blocks, xattrs, the inode).
+    pub fn release_orphan(&mut self, ino: u64) -> Result<()> {
+        let list = self.orphans()?;
+        let Some(at) = list.iter().position(|&o| o == ino) else {
+            return Err(FsError::InvalidArgument(format!(
+                "inode {ino} is not on the orphan list"
+            )));
+        };
+        let mut inode = self.live(ino)?;
+        let next = inode.next_orphan;
+        if at == 0 {
+            self.set_orphan_head(u64::from(next))?;
+        } else {
+            self.modify(list[at - 1], |p| p.next_orphan = next)?;
+        }
+        inode.next_orphan = 0;
+        self.release(ino, inode)
+    }
+
+    // ---- preallocation --------------------------------------------------------------------
+
+    /// Gives every hole among file blocks `range` of a regular file a block; returns the
+    /// blocks just allocated (with their file block), whose contents the caller zeroes on the
+    /// device before the allocation can become durable.
+    pub(crate) fn preallocate(&mut self, ino: u64, range: std::ops::Range<u64>) -> Result<Vec<(u64, u64)>> {
+        let i = self.live(ino)?;
+        crate::state::regular(ino, &i)?;
+        let mut fresh = Vec::new();
+        for fb in range {
+            let (b, new) = self.ensure_block(ino, fb)?;
+            if new {
+                fresh.push((fb, b));
+            }
+        }
+        Ok(fresh)
+    }
+
+    /// Undoes [`FsState::preallocate`]: frees the given file blocks.
+    pub(crate) fn unallocate(&mut self, ino: u64, fbs: &[u64]) -> Result<()> {
+        let mut inode = self.live(ino)?;
+        for &fb in fbs {
+            self.free_range(ino, &mut inode, fb, fb + 1)?;
+        }
+        self.write_inode(ino, &inode)
+    }
+}
