@@ -148,9 +148,10 @@ fn permissions_are_checked() {
     let ro = alice.open("/home/secret", OpenFlags::read_only()).unwrap();
     assert_eq!(alice.write(ro, b"x").unwrap_err().errno, Errno::BadF);
     assert_eq!(alice.read(99, &mut [0u8; 1]).unwrap_err().errno, Errno::BadF);
+    // A process has no working directory: a relative path starts at the root.
     assert_eq!(
         alice.open("relative", OpenFlags::read_only()).unwrap_err().errno,
-        Errno::Inval
+        Errno::NoEnt
     );
 }
 
@@ -323,7 +324,7 @@ fn failed_opens_leave_the_open_count_as_it_was() {
     // Opens that fail after the file was found: not allowed, a directory, exclusive.
     let denied = user.open("/d/secret", OpenFlags::read_only()).unwrap_err();
     assert_eq!(denied.errno, Errno::Acces);
-    assert_eq!(root.open("/d", OpenFlags::read_only()).unwrap_err().errno, Errno::IsDir);
+    assert_eq!(root.open("/d", OpenFlags::read_write()).unwrap_err().errno, Errno::IsDir);
     let exclusive = OpenFlags {
         exclusive: true,
         ..OpenFlags::create()
