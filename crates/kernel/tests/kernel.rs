@@ -324,7 +324,10 @@ fn failed_opens_leave_the_open_count_as_it_was() {
     // Opens that fail after the file was found: not allowed, a directory, exclusive.
     let denied = user.open("/d/secret", OpenFlags::read_only()).unwrap_err();
     assert_eq!(denied.errno, Errno::Acces);
-    assert_eq!(root.open("/d", OpenFlags::read_write()).unwrap_err().errno, Errno::IsDir);
+    assert_eq!(
+        root.open("/d", OpenFlags::read_write()).unwrap_err().errno,
+        Errno::IsDir
+    );
     let exclusive = OpenFlags {
         exclusive: true,
         ..OpenFlags::create()

@@ -95,7 +95,11 @@ fn sticky_directories_keep_other_users_names() {
     assert_eq!(errno(bob.rmdir("/tmp/ad")), Errno::Perm);
     assert_eq!(errno(bob.rename("/tmp/a", "/tmp/b")), Errno::Perm);
     write_file(&bob, "/tmp/b", b"bob", 0o666);
-    assert_eq!(errno(bob.rename("/tmp/b", "/tmp/a")), Errno::Perm, "replacing alice's file");
+    assert_eq!(
+        errno(bob.rename("/tmp/b", "/tmp/a")),
+        Errno::Perm,
+        "replacing alice's file"
+    );
     // The file's owner and the directory's owner may.
     alice.rename("/tmp/a", "/tmp/a2").unwrap();
     root.unlink("/tmp/b").unwrap();
@@ -213,15 +217,23 @@ fn special_files_are_stored_and_devices_need_privilege() {
     root.mkdir("/dev", 0o777).unwrap();
     let fifo = user.mknod_at(At::Root, "/dev/fifo", FileType::Fifo, 0o644, 0).unwrap();
     assert_eq!(fifo.kind, FileType::Fifo);
-    user.mknod_at(At::Root, "/dev/sock", FileType::Socket, 0o644, 0).unwrap();
+    user.mknod_at(At::Root, "/dev/sock", FileType::Socket, 0o644, 0)
+        .unwrap();
     assert_eq!(
         errno(user.mknod_at(At::Root, "/dev/null", FileType::CharDevice, 0o666, 0x103)),
         Errno::Perm
     );
-    let null = root.mknod_at(At::Root, "/dev/null", FileType::CharDevice, 0o666, 0x103).unwrap();
+    let null = root
+        .mknod_at(At::Root, "/dev/null", FileType::CharDevice, 0o666, 0x103)
+        .unwrap();
     assert_eq!((null.kind, null.rdev), (FileType::CharDevice, 0x103));
     assert_eq!(errno(root.open("/dev/fifo", OpenFlags::read_only())), Errno::NxIo);
-    let names: Vec<_> = root.readdir("/dev").unwrap().into_iter().map(|e| (e.name, e.kind)).collect();
+    let names: Vec<_> = root
+        .readdir("/dev")
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.kind))
+        .collect();
     assert!(names.contains(&(b"fifo".to_vec(), FileType::Fifo)), "{names:?}");
     user.unlink("/dev/fifo").unwrap();
 }
@@ -243,13 +255,28 @@ fn extended_attributes_in_the_user_namespace() {
         errno(set(&user, b"user.size", b"1", vino_fs::XattrSet::Replace)),
         Errno::NoData
     );
-    assert_eq!(errno(set(&user, b"trusted.x", b"1", vino_fs::XattrSet::Any)), Errno::NotSup);
-    assert_eq!(errno(set(&root, &[b'u'; 300], b"1", vino_fs::XattrSet::Any)), Errno::Range);
+    assert_eq!(
+        errno(set(&user, b"trusted.x", b"1", vino_fs::XattrSet::Any)),
+        Errno::NotSup
+    );
+    assert_eq!(
+        errno(set(&root, &[b'u'; 300], b"1", vino_fs::XattrSet::Any)),
+        Errno::Range
+    );
     let other = k.spawn(Credentials::user(1001, 1001));
-    assert_eq!(errno(set(&other, b"user.colour", b"x", vino_fs::XattrSet::Any)), Errno::Acces);
-    assert_eq!(user.listxattr_at(At::Root, "/x", true).unwrap(), vec![b"user.colour".to_vec()]);
+    assert_eq!(
+        errno(set(&other, b"user.colour", b"x", vino_fs::XattrSet::Any)),
+        Errno::Acces
+    );
+    assert_eq!(
+        user.listxattr_at(At::Root, "/x", true).unwrap(),
+        vec![b"user.colour".to_vec()]
+    );
     user.removexattr_at(At::Root, "/x", true, b"user.colour").unwrap();
-    assert_eq!(errno(user.getxattr_at(At::Root, "/x", true, b"user.colour")), Errno::NoData);
+    assert_eq!(
+        errno(user.getxattr_at(At::Root, "/x", true, b"user.colour")),
+        Errno::NoData
+    );
 }
 
 #[test]
@@ -262,7 +289,10 @@ fn names_are_bytes() {
     let listed: Vec<Vec<u8>> = p.readdir("/").unwrap().into_iter().map(|e| e.name).collect();
     assert!(listed.contains(&name[1..].to_vec()));
     p.unlink_at(At::Root, name).unwrap();
-    assert_eq!(errno(p.open_at(At::Root, &[b'a'; 256][..], OpenFlags::create())), Errno::NameTooLong);
+    assert_eq!(
+        errno(p.open_at(At::Root, &[b'a'; 256][..], OpenFlags::create())),
+        Errno::NameTooLong
+    );
 }
 
 #[test]
@@ -312,7 +342,10 @@ fn rename_rules() {
     write_file(&p, "/f", b"f", 0o644);
     write_file(&p, "/g", b"g", 0o644);
     let no_replace = RenameFlags { no_replace: true };
-    assert_eq!(errno(p.rename_at(At::Root, "/f", At::Root, "/g", no_replace)), Errno::Exist);
+    assert_eq!(
+        errno(p.rename_at(At::Root, "/f", At::Root, "/g", no_replace)),
+        Errno::Exist
+    );
     assert_eq!(errno(p.rename("/d", "/d/sub/x")), Errno::Inval);
     assert_eq!(errno(p.rename("/f", "/d")), Errno::IsDir);
     assert_eq!(errno(p.rename("/e", "/f")), Errno::NotDir);
@@ -368,7 +401,11 @@ fn renames_over_a_file_never_bind_an_open_to_the_wrong_file() {
                 let n = p.pread(fd, &mut buf, 0).unwrap();
                 let content = std::str::from_utf8(&buf[..n]).unwrap();
                 if content != "0" {
-                    assert_eq!(content, st.ino.to_string(), "the open is bound to the file fstat describes");
+                    assert_eq!(
+                        content,
+                        st.ino.to_string(),
+                        "the open is bound to the file fstat describes"
+                    );
                 }
                 p.close(fd).unwrap();
                 opens.fetch_add(1, Ordering::Relaxed);

@@ -24,6 +24,13 @@ pub struct Mounted {
 
 impl Mounted {
     pub fn new() -> Mounted {
+        Self::with_config(MountConfig {
+            allow_other: true,
+            ..MountConfig::default()
+        })
+    }
+
+    pub fn with_config(config: MountConfig) -> Mounted {
         let dir = tempfile::tempdir().unwrap();
         // Other users must reach the mount point.
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
@@ -34,10 +41,6 @@ impl Mounted {
         let kernel = Kernel::boot(dev, &KernelConfig::default()).unwrap();
         let mnt = dir.path().join("mnt");
         fs::create_dir(&mnt).unwrap();
-        let config = MountConfig {
-            allow_other: true,
-            ..MountConfig::default()
-        };
         let mount = mount(kernel.clone(), &mnt, &config).expect("mounting needs root and /dev/fuse");
         let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
         let line = table.lines().find(|l| l.contains(&format!(" {} ", mnt.display())));
@@ -81,4 +84,3 @@ impl Mounted {
         assert!(report.is_clean(), "fsck after unmount: {:?}", report.problems);
     }
 }
-
