@@ -42,6 +42,11 @@ typedef struct vino_client vino_client;
 /* What a name is (vino_stat.kind, vino_dirent.kind). */
 #define VINO_KIND_REGULAR 1
 #define VINO_KIND_DIRECTORY 2
+#define VINO_KIND_SYMLINK 3
+#define VINO_KIND_FIFO 4
+#define VINO_KIND_SOCKET 5
+#define VINO_KIND_CHAR_DEVICE 6
+#define VINO_KIND_BLOCK_DEVICE 7
 
 /* Byte-range lock kinds (vino_lock, vino_getlk). */
 #define VINO_LOCK_UNLOCK 0

@@ -11,6 +11,11 @@ fn kind_code(k: FileKind) -> u32 {
     match k {
         FileKind::Regular => 1,
         FileKind::Directory => 2,
+        FileKind::Symlink => 3,
+        FileKind::Fifo => 4,
+        FileKind::Socket => 5,
+        FileKind::CharDevice => 6,
+        FileKind::BlockDevice => 7,
     }
 }
 

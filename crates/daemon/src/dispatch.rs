@@ -145,6 +145,7 @@ fn flags(f: vino_proto::OpenFlags) -> vino_kernel::OpenFlags {
         truncate: f.truncate,
         append: f.append,
         mode: f.mode,
+        ..vino_kernel::OpenFlags::default()
     }
 }
 
@@ -152,6 +153,11 @@ fn kind(k: vino_kernel::FileType) -> vino_proto::FileKind {
     match k {
         vino_kernel::FileType::Regular => vino_proto::FileKind::Regular,
         vino_kernel::FileType::Directory => vino_proto::FileKind::Directory,
+        vino_kernel::FileType::Symlink => vino_proto::FileKind::Symlink,
+        vino_kernel::FileType::Fifo => vino_proto::FileKind::Fifo,
+        vino_kernel::FileType::Socket => vino_proto::FileKind::Socket,
+        vino_kernel::FileType::CharDevice => vino_proto::FileKind::CharDevice,
+        vino_kernel::FileType::BlockDevice => vino_proto::FileKind::BlockDevice,
     }
 }
 

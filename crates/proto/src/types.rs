@@ -52,6 +52,11 @@ impl OpenFlags {
 pub enum FileKind {
     Regular,
     Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
 }
 
 /// A file's attributes.
