@@ -106,6 +106,9 @@ const MAX_LOCK_WAITERS: usize = 256;
 /// How long a caller's supplementary groups, read from `/proc`, are trusted.
 const GROUPS_FRESH: Duration = Duration::from_secs(1);
 
+/// A caller's credentials: uid, gid and supplementary groups.
+type Caller = (u32, u32, Vec<u32>);
+
 /// Everything the mount keeps between requests.
 pub(crate) struct State {
     kernel: Arc<Kernel>,
@@ -113,7 +116,7 @@ pub(crate) struct State {
     pub(crate) nodes: Nodes,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, (Arc<Handle>, Listing)>>,
-    processes: Mutex<HashMap<(u32, u32, Vec<u32>), Arc<Process>>>,
+    processes: Mutex<HashMap<Caller, Arc<Process>>>,
     /// The kernel pids of the mount's processes: changes they make need no notice to Linux.
     pub(crate) own: RwLock<HashSet<Pid>>,
     groups: Mutex<HashMap<u32, (Instant, Vec<u32>)>>,
