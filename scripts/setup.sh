@@ -13,6 +13,9 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v gzip >/dev/null 2>&1 || need+=(gzip)
 command -v tar >/dev/null 2>&1 || need+=(tar)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# pjdfstest (built below) links libacl; setpriv runs the mount tests' programs as other users.
+[ -e /usr/include/acl/libacl.h ] || need+=(libacl1-dev)
+command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
@@ -47,3 +50,12 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
     fi
 fi
 cargo fetch --quiet
+# The POSIX suite the mount tests run (crates/fuse/tests/pjdfstest.rs).
+if ! cargo install --list 2>/dev/null | grep -q '^pjdfstest v0\.2\.2:'; then
+    log=$(mktemp)
+    if ! cargo install pjdfstest --version 0.2.2 --locked >"$log" 2>&1; then
+        cat "$log" >&2
+        exit 1
+    fi
+    rm -f "$log"
+fi
