@@ -122,6 +122,52 @@ def test_directories():
         c.sync()
 
 
+def test_the_at_calls_links_nodes_attributes_and_byte_names():
+    d = unique("at")
+    with vino.Client() as c:
+        c.mkdir_at(vino.AT_ROOT, d)
+        dirfd = c.open_at(vino.AT_ROOT, d, vino.O_RDONLY | vino.O_DIRECTORY)
+        fd = c.open_at(dirfd, b"caf\xe9", vino.O_WRONLY | vino.O_CREAT, 0o600)
+        c.write(fd, b"bytes")
+        c.close(fd)
+        c.symlink(b"caf\xe9", b"link", dirfd=dirfd)
+        assert c.readlink(d + "/link") == b"caf\xe9"
+        assert c.lstat(d + "/link").kind == vino.KIND_SYMLINK
+        assert c.stat_at(dirfd, "link").size == 5
+        e = raises(OSError, c.open_at, dirfd, "link", vino.O_RDONLY | vino.O_NOFOLLOW)
+        assert e.errno == errno.ELOOP
+        c.mknod_at(dirfd, "fifo", vino.KIND_FIFO)
+        assert c.stat_at(dirfd, "fifo").kind == vino.KIND_FIFO
+        c.link(d + "/link", d + "/hard", follow=True)
+        assert c.stat(d + "/hard").nlink == 2
+        e = raises(OSError, c.rename_at, dirfd, "fifo", dirfd, "hard", True)
+        assert e.errno == errno.EEXIST
+        c.chmod(d + "/hard", 0o640)
+        c.chown(d + "/hard")
+        c.utimens(d + "/hard", 10**9, vino.UTIME_OMIT)
+        st = c.stat(d + "/hard")
+        assert st.mode & 0o7777 == 0o640 and st.atime_ns == 10**9
+        c.access(d + "/hard", 4)
+        c.setxattr(d + "/hard", "user.k", b"v" * 100)
+        assert c.getxattr(d + "/hard", "user.k") == b"v" * 100
+        assert c.listxattr(d + "/hard") == [b"user.k"]
+        e = raises(OSError, c.setxattr, d + "/hard", "user.k", b"x", vino.XATTR_CREATE)
+        assert e.errno == errno.EEXIST
+        c.removexattr(d + "/hard", "user.k")
+        e = raises(OSError, c.getxattr, d + "/hard", "user.k")
+        assert e.errno == errno.ENODATA
+        fd = c.open(d + "/hard", vino.O_WRONLY)
+        c.fallocate(fd, 0, 8192)
+        c.close(fd)
+        assert c.stat(d + "/hard").size == 8192
+        c.truncate(d + "/hard", 1)
+        assert c.stat(d + "/hard").size == 1
+        for name in (b"caf\xe9", b"link", b"fifo", b"hard"):
+            c.unlink_at(dirfd, name)
+        c.close(dirfd)
+        c.rmdir_at(vino.AT_ROOT, d)
+
+
 def test_top_lists_this_process():
     with vino.Client() as c:
         fd = c.open(unique("top"), vino.O_RDWR | vino.O_CREAT)

@@ -19,7 +19,9 @@ from typing import Iterable, List, NamedTuple, Optional
 __all__ = [
     "Client", "Stat", "DirEntry", "GraftInfo", "Lock", "Event", "find_library",
     "O_READ", "O_WRITE", "O_RDONLY", "O_WRONLY", "O_RDWR", "O_CREAT", "O_EXCL", "O_TRUNC", "O_APPEND",
-    "KIND_REGULAR", "KIND_DIRECTORY", "LOCK_UNLOCK", "LOCK_READ", "LOCK_WRITE",
+    "O_NOFOLLOW", "O_DIRECTORY", "AT_ROOT", "UTIME_NOW", "UTIME_OMIT", "XATTR_CREATE", "XATTR_REPLACE",
+    "KIND_REGULAR", "KIND_DIRECTORY", "KIND_SYMLINK", "KIND_FIFO", "KIND_SOCKET", "KIND_CHAR_DEVICE",
+    "KIND_BLOCK_DEVICE", "LOCK_UNLOCK", "LOCK_READ", "LOCK_WRITE",
     "EVENT_OPEN", "EVENT_CLOSE", "EVENT_CREATE", "EVENT_UNLINK", "EVENT_MODIFY",
 ]
 
@@ -33,9 +35,25 @@ O_CREAT = 0x04
 O_EXCL = 0x08
 O_TRUNC = 0x10
 O_APPEND = 0x20
+O_NOFOLLOW = 0x40
+O_DIRECTORY = 0x80
+
+# The dirfd of the *_at methods that starts paths at the root.
+AT_ROOT = -100
+# Client.utimens times besides nanoseconds since the epoch.
+UTIME_NOW = -1
+UTIME_OMIT = -2
+# Client.setxattr flags.
+XATTR_CREATE = 1
+XATTR_REPLACE = 2
 
 KIND_REGULAR = 1
 KIND_DIRECTORY = 2
+KIND_SYMLINK = 3
+KIND_FIFO = 4
+KIND_SOCKET = 5
+KIND_CHAR_DEVICE = 6
+KIND_BLOCK_DEVICE = 7
 
 LOCK_UNLOCK = 0
 LOCK_READ = 1
@@ -53,7 +71,7 @@ _NAME_MAX = 255
 class Stat(NamedTuple):
     """A file's attributes."""
     ino: int
-    kind: int  # KIND_REGULAR or KIND_DIRECTORY
+    kind: int  # KIND_*
     mode: int  # type and permission bits, as st_mode
     nlink: int
     uid: int
@@ -63,6 +81,7 @@ class Stat(NamedTuple):
     atime_ns: int
     mtime_ns: int
     ctime_ns: int
+    rdev: int = 0  # the device of a device node
 
 
 class DirEntry(NamedTuple):
@@ -102,7 +121,8 @@ class Event(NamedTuple):
 class _Stat(ctypes.Structure):
     _fields_ = [("ino", c_uint64), ("kind", c_uint32), ("mode", c_uint32), ("nlink", c_uint32),
                 ("uid", c_uint32), ("gid", c_uint32), ("_pad", c_uint32), ("size", c_uint64),
-                ("blocks", c_uint64), ("atime_ns", c_uint64), ("mtime_ns", c_uint64), ("ctime_ns", c_uint64)]
+                ("blocks", c_uint64), ("atime_ns", c_uint64), ("mtime_ns", c_uint64), ("ctime_ns", c_uint64),
+                ("rdev", c_uint64)]
 
 
 class _Dirent(ctypes.Structure):
@@ -151,6 +171,26 @@ _SIGNATURES = {
     "vino_readdir": (c_int, [_CLIENT, c_char_p, POINTER(POINTER(_Dirent))]),
     "vino_readdir_free": (None, [POINTER(_Dirent), c_size_t]),
     "vino_sync": (c_int, [_CLIENT]),
+    "vino_open_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_uint]),
+    "vino_stat_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, POINTER(_Stat)]),
+    "vino_mkdir_at": (c_int, [_CLIENT, c_int, c_char_p, c_uint]),
+    "vino_mknod_at": (c_int, [_CLIENT, c_int, c_char_p, c_uint, c_uint, c_uint64]),
+    "vino_symlink_at": (c_int, [_CLIENT, c_char_p, c_int, c_char_p]),
+    "vino_readlink_at": (c_int64, [_CLIENT, c_int, c_char_p, c_void_p, c_size_t]),
+    "vino_unlink_at": (c_int, [_CLIENT, c_int, c_char_p]),
+    "vino_rmdir_at": (c_int, [_CLIENT, c_int, c_char_p]),
+    "vino_rename_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_char_p, c_int]),
+    "vino_link_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_char_p, c_int]),
+    "vino_chmod": (c_int, [_CLIENT, c_char_p, c_uint]),
+    "vino_chown": (c_int, [_CLIENT, c_char_p, c_int64, c_int64]),
+    "vino_truncate": (c_int, [_CLIENT, c_char_p, c_uint64]),
+    "vino_utimens": (c_int, [_CLIENT, c_char_p, c_int64, c_int64]),
+    "vino_access_at": (c_int, [_CLIENT, c_int, c_char_p, c_uint]),
+    "vino_getxattr": (c_int64, [_CLIENT, c_char_p, c_char_p, c_void_p, c_size_t]),
+    "vino_setxattr": (c_int, [_CLIENT, c_char_p, c_char_p, c_char_p, c_size_t, c_int]),
+    "vino_listxattr": (c_int64, [_CLIENT, c_char_p, c_void_p, c_size_t]),
+    "vino_removexattr": (c_int, [_CLIENT, c_char_p, c_char_p]),
+    "vino_fallocate": (c_int, [_CLIENT, c_int, c_int, c_uint64, c_uint64]),
     "vino_graft_load": (c_int, [_CLIENT, c_char_p, c_char_p, c_size_t, POINTER(_GraftInfo)]),
     "vino_graft_load_file": (c_int, [_CLIENT, c_char_p, c_char_p, c_char_p, c_size_t, POINTER(_GraftInfo)]),
     "vino_graft_unload": (c_int, [_CLIENT, c_char_p]),
@@ -327,7 +367,7 @@ class Client:
     @staticmethod
     def _stat(st: _Stat) -> Stat:
         return Stat(st.ino, st.kind, st.mode, st.nlink, st.uid, st.gid, st.size, st.blocks,
-                    st.atime_ns, st.mtime_ns, st.ctime_ns)
+                    st.atime_ns, st.mtime_ns, st.ctime_ns, st.rdev)
 
     def fstat(self, fd: int) -> Stat:
         st = _Stat()
@@ -362,6 +402,92 @@ class Client:
     def sync(self) -> None:
         """Writes everything to the device."""
         self._call("sync")
+
+    # ---- the *_at calls: paths (str or bytes) from a directory descriptor (AT_ROOT: the root) -
+
+    def open_at(self, dirfd: int, path, flags: int = O_RDONLY, mode: int = 0o644) -> int:
+        return self._call("open_at", dirfd, _path(path), flags, mode)
+
+    def stat_at(self, dirfd: int, path, follow: bool = True) -> Stat:
+        """stat (follow) or lstat (not) of path from dirfd."""
+        st = _Stat()
+        self._call("stat_at", dirfd, _path(path), int(follow), byref(st))
+        return self._stat(st)
+
+    def lstat(self, path) -> Stat:
+        return self.stat_at(AT_ROOT, path, follow=False)
+
+    def mkdir_at(self, dirfd: int, path, mode: int = 0o755) -> None:
+        self._call("mkdir_at", dirfd, _path(path), mode)
+
+    def mknod_at(self, dirfd: int, path, kind: int, mode: int = 0o644, rdev: int = 0) -> None:
+        """A regular file, FIFO, socket or (privileged) device node (kind: KIND_*)."""
+        self._call("mknod_at", dirfd, _path(path), kind, mode, rdev)
+
+    def symlink(self, target, path, dirfd: int = AT_ROOT) -> None:
+        self._call("symlink_at", _path(target), dirfd, _path(path))
+
+    def readlink(self, path, dirfd: int = AT_ROOT) -> bytes:
+        return self._sized(lambda buf, n: self._call("readlink_at", dirfd, _path(path), buf, n))
+
+    def unlink_at(self, dirfd: int, path) -> None:
+        self._call("unlink_at", dirfd, _path(path))
+
+    def rmdir_at(self, dirfd: int, path) -> None:
+        self._call("rmdir_at", dirfd, _path(path))
+
+    def rename_at(self, from_dirfd: int, old, to_dirfd: int, new, no_replace: bool = False) -> None:
+        self._call("rename_at", from_dirfd, _path(old), to_dirfd, _path(new), int(no_replace))
+
+    def link(self, old, new, follow: bool = False) -> None:
+        self._call("link_at", AT_ROOT, _path(old), AT_ROOT, _path(new), int(follow))
+
+    def chmod(self, path, mode: int) -> None:
+        self._call("chmod", _path(path), mode)
+
+    def chown(self, path, uid: int = -1, gid: int = -1) -> None:
+        """-1 leaves the owner or group as it is."""
+        self._call("chown", _path(path), uid, gid)
+
+    def truncate(self, path, size: int) -> None:
+        self._call("truncate", _path(path), size)
+
+    def utimens(self, path, atime_ns: int = UTIME_NOW, mtime_ns: int = UTIME_NOW) -> None:
+        self._call("utimens", _path(path), atime_ns, mtime_ns)
+
+    def access(self, path, mode: int, dirfd: int = AT_ROOT) -> None:
+        """Raises OSError unless mode (4 read, 2 write, 1 execute, 0 exists) is allowed."""
+        self._call("access_at", dirfd, _path(path), mode)
+
+    def _sized(self, call) -> bytes:
+        """Asks a length-first call for the length, then for the bytes."""
+        while True:
+            n = call(None, 0)
+            buf = ctypes.create_string_buffer(max(n, 1))
+            try:
+                got = call(buf, max(n, 1))
+            except OSError as e:
+                if e.errno == 34:  # ERANGE: it grew in between
+                    continue
+                raise
+            return buf.raw[:got]
+
+    def getxattr(self, path, name) -> bytes:
+        return self._sized(lambda buf, n: self._call("getxattr", _path(path), _path(name), buf, n))
+
+    def setxattr(self, path, name, value: bytes, flags: int = 0) -> None:
+        """flags: 0, XATTR_CREATE or XATTR_REPLACE."""
+        self._call("setxattr", _path(path), _path(name), value, len(value), flags)
+
+    def listxattr(self, path) -> List[bytes]:
+        raw = self._sized(lambda buf, n: self._call("listxattr", _path(path), buf, n))
+        return [n for n in raw.split(b"\0") if n]
+
+    def removexattr(self, path, name) -> None:
+        self._call("removexattr", _path(path), _path(name))
+
+    def fallocate(self, fd: int, offset: int, length: int, keep_size: bool = False) -> None:
+        self._call("fallocate", fd, int(keep_size), offset, length)
 
     # ---- grafts -----------------------------------------------------------------------------
 

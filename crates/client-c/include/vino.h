@@ -38,6 +38,19 @@ typedef struct vino_client vino_client;
 #define VINO_O_EXCL 0x08   /* with VINO_O_CREAT: fail with -EEXIST if it exists */
 #define VINO_O_TRUNC 0x10  /* truncate to 0 bytes */
 #define VINO_O_APPEND 0x20 /* every write goes to the end */
+#define VINO_O_NOFOLLOW 0x40  /* fail with -ELOOP if the last component is a symbolic link */
+#define VINO_O_DIRECTORY 0x80 /* fail with -ENOTDIR unless it is a directory */
+
+/* The dirfd of the *_at calls that starts paths at the root. */
+#define VINO_AT_ROOT (-100)
+
+/* vino_utimens times besides nanoseconds since the epoch. */
+#define VINO_UTIME_NOW (-1)
+#define VINO_UTIME_OMIT (-2)
+
+/* vino_setxattr flags. */
+#define VINO_XATTR_CREATE 1
+#define VINO_XATTR_REPLACE 2
 
 /* What a name is (vino_stat.kind, vino_dirent.kind). */
 #define VINO_KIND_REGULAR 1
@@ -77,6 +90,7 @@ struct vino_stat {
     uint64_t atime_ns; /* nanoseconds since the Unix epoch */
     uint64_t mtime_ns;
     uint64_t ctime_ns;
+    uint64_t rdev; /* the device of a device node */
 };
 
 /* A directory entry (vino_readdir). */
@@ -175,6 +189,42 @@ void vino_readdir_free(struct vino_dirent *entries, size_t count);
 
 /* Writes everything to the device. */
 int vino_sync(vino_client *client);
+
+/* ---- the *_at calls: paths (bytes, not necessarily UTF-8) from a directory descriptor -------
+ * (VINO_AT_ROOT: the root); each returns 0 (or a count) or -errno. */
+
+int vino_open_at(vino_client *client, int dirfd, const char *path, int flags, unsigned mode);
+/* follow != 0: a symbolic link as the last component is followed (stat), else not (lstat). */
+int vino_stat_at(vino_client *client, int dirfd, const char *path, int follow, struct vino_stat *st);
+int vino_mkdir_at(vino_client *client, int dirfd, const char *path, unsigned mode);
+/* kind: VINO_KIND_REGULAR, _FIFO, _SOCKET, _CHAR_DEVICE or _BLOCK_DEVICE (devices: privileged). */
+int vino_mknod_at(vino_client *client, int dirfd, const char *path, unsigned kind, unsigned mode, uint64_t rdev);
+int vino_symlink_at(vino_client *client, const char *target, int dirfd, const char *path);
+/* Copies the link's target into buf (not NUL-terminated); returns its length. len 0: the length
+ * only; -ERANGE if it does not fit. */
+int64_t vino_readlink_at(vino_client *client, int dirfd, const char *path, uint8_t *buf, size_t len);
+int vino_unlink_at(vino_client *client, int dirfd, const char *path);
+int vino_rmdir_at(vino_client *client, int dirfd, const char *path);
+/* no_replace != 0: -EEXIST rather than replace `to`. */
+int vino_rename_at(vino_client *client, int from_dirfd, const char *from, int to_dirfd, const char *to, int no_replace);
+/* follow != 0: a symbolic link at `from` is followed. */
+int vino_link_at(vino_client *client, int from_dirfd, const char *from, int to_dirfd, const char *to, int follow);
+int vino_chmod(vino_client *client, const char *path, unsigned mode);
+/* uid or gid -1: leave it as it is. */
+int vino_chown(vino_client *client, const char *path, int64_t uid, int64_t gid);
+int vino_truncate(vino_client *client, const char *path, uint64_t size);
+/* Times in nanoseconds since the epoch, or VINO_UTIME_NOW / VINO_UTIME_OMIT. */
+int vino_utimens(vino_client *client, const char *path, int64_t atime_ns, int64_t mtime_ns);
+/* mode: 4 read, 2 write, 1 execute, 0 exists. */
+int vino_access_at(vino_client *client, int dirfd, const char *path, unsigned mode);
+/* Extended attributes (`user.` names). get and list copy into buf and return the length (len 0:
+ * the length only); list gives the names NUL-terminated, one after another. */
+int64_t vino_getxattr(vino_client *client, const char *path, const char *name, uint8_t *buf, size_t len);
+int vino_setxattr(vino_client *client, const char *path, const char *name, const uint8_t *value, size_t len, int flags);
+int64_t vino_listxattr(vino_client *client, const char *path, uint8_t *buf, size_t len);
+int vino_removexattr(vino_client *client, const char *path, const char *name);
+/* Allocates len bytes from offset; keep_size != 0 keeps the size (FALLOC_FL_KEEP_SIZE). */
+int vino_fallocate(vino_client *client, int fd, int keep_size, uint64_t offset, uint64_t len);
 
 /* ---- grafts ------------------------------------------------------------------------------- */
 

@@ -39,7 +39,12 @@ pub const VINO_O_CREAT: c_int = 0x04;
 pub const VINO_O_EXCL: c_int = 0x08;
 pub const VINO_O_TRUNC: c_int = 0x10;
 pub const VINO_O_APPEND: c_int = 0x20;
-const VINO_O_ALL: c_int = 0x3f;
+pub const VINO_O_NOFOLLOW: c_int = 0x40;
+pub const VINO_O_DIRECTORY: c_int = 0x80;
+const VINO_O_ALL: c_int = 0xff;
+/// `dirfd` for the root (paths of the `*_at` calls start there), as `AT_FDCWD` is for the
+/// working directory.
+pub const VINO_AT_ROOT: c_int = -100;
 
 /// A connection, as C sees it (opaque there).
 pub struct vino_client {
@@ -133,6 +138,48 @@ unsafe fn arg_str<'a>(p: *const c_char, what: &str) -> Res<&'a str> {
         .map_err(|_| inval(&format!("{what} is not UTF-8")))
 }
 
+/// A NUL-terminated string argument as bytes (paths and names need not be UTF-8).
+///
+/// # Safety
+///
+/// `p` is a string (see the [pointer contract](crate#pointer-contract)) valid for `'a`.
+unsafe fn arg_cbytes<'a>(p: *const c_char, what: &str) -> Res<&'a [u8]> {
+    if p.is_null() {
+        return Err(inval(&format!("{what} is NULL")));
+    }
+    // SAFETY: `p` is not NULL (checked), so by this function's contract it points to a
+    // NUL-terminated string that stays valid and unchanged for `'a`.
+    Ok(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// A `dirfd` argument: [`VINO_AT_ROOT`] or a descriptor.
+fn arg_dirfd(dirfd: c_int) -> Res<Option<u32>> {
+    if dirfd == VINO_AT_ROOT {
+        Ok(None)
+    } else {
+        arg_fd(dirfd).map(Some)
+    }
+}
+
+/// Copies `data` into the output buffer `(buf, len)` and returns its length; with `len` 0, only
+/// the length (as getxattr and readlink callers ask first); `ERANGE` if it does not fit.
+///
+/// # Safety
+///
+/// `(buf, len)` is an output buffer (see the [pointer contract](crate#pointer-contract)).
+unsafe fn give_bytes(data: &[u8], buf: *mut u8, len: usize) -> Res<i64> {
+    if len == 0 {
+        return Ok(to_i64(data.len()));
+    }
+    if data.len() > len {
+        return Err(fail(errno::ERANGE, format!("{} bytes do not fit in {len}", data.len())));
+    }
+    // SAFETY: `(buf, len)` is an output buffer by this function's contract.
+    let out = unsafe { arg_bytes_mut(buf, len, "buf")? };
+    out[..data.len()].copy_from_slice(data);
+    Ok(to_i64(data.len()))
+}
+
 /// An input buffer `(p, len)` as a slice; NULL is allowed with length 0.
 ///
 /// # Safety
@@ -202,6 +249,8 @@ fn open_flags(flags: c_int, mode: c_uint) -> Res<OpenFlags> {
         truncate: flags & VINO_O_TRUNC != 0,
         append: flags & VINO_O_APPEND != 0,
         mode,
+        nofollow: flags & VINO_O_NOFOLLOW != 0,
+        directory: flags & VINO_O_DIRECTORY != 0,
     })
 }
 
@@ -602,6 +651,479 @@ pub unsafe extern "C" fn vino_readdir_free(entries: *mut vino_dirent, count: usi
 pub unsafe extern "C" fn vino_sync(client: *mut vino_client) -> c_int {
     // SAFETY: `client` is a client, by this function's contract.
     unsafe { with_client_int(client, |c, _| c.sync().map(|_| 0)) }
+}
+
+// ---- the `*_at` calls --------------------------------------------------------------------------
+
+/// Opens `path` from the directory open as `dirfd` ([`VINO_AT_ROOT`]: the root).
+///
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_open_at(
+    client: *mut vino_client,
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            let fd = c.open_at(arg_dirfd(dirfd)?, arg_cbytes(path, "path")?, open_flags(flags, mode)?)?;
+            Ok(i64::from(fd))
+        })
+    }
+}
+
+/// `follow` non-zero: a symbolic link as the last component is followed (stat), else not.
+///
+/// # Safety
+///
+/// `client` is a client, `path` a string and `st` an out pointer (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_stat_at(
+    client: *mut vino_client,
+    dirfd: c_int,
+    path: *const c_char,
+    follow: c_int,
+    st: *mut vino_stat,
+) -> c_int {
+    // SAFETY: `client` is a client, `path` a string and `st` an out pointer, by this function's
+    // contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            check_out(st, "st")?;
+            let s = c.stat_at(arg_dirfd(dirfd)?, arg_cbytes(path, "path")?, follow != 0)?;
+            put(st, vino_stat::from(&s));
+            Ok(0)
+        })
+    }
+}
+
+fn arg_mode(mode: c_uint) -> Res<u16> {
+    u16::try_from(mode).map_err(|_| inval(&format!("mode {mode:#o} is too large")))
+}
+
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_mkdir_at(
+    client: *mut vino_client,
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            c.mkdir_at(arg_dirfd(dirfd)?, arg_cbytes(path, "path")?, arg_mode(mode)?)
+                .map(|_| 0)
+        })
+    }
+}
+
+/// Makes a regular file, FIFO, socket or device node: `kind` is a `VINO_KIND_*`.
+///
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_mknod_at(
+    client: *mut vino_client,
+    dirfd: c_int,
+    path: *const c_char,
+    kind: c_uint,
+    mode: c_uint,
+    rdev: u64,
+) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            let kind = types::kind_of_code(kind).ok_or_else(|| inval(&format!("unknown kind {kind}")))?;
+            c.mknod_at(
+                arg_dirfd(dirfd)?,
+                arg_cbytes(path, "path")?,
+                kind,
+                arg_mode(mode)?,
+                rdev,
+            )
+            .map(|_| 0)
+        })
+    }
+}
+
+/// # Safety
+///
+/// `client` is a client, `target` and `path` strings (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_symlink_at(
+    client: *mut vino_client,
+    target: *const c_char,
+    dirfd: c_int,
+    path: *const c_char,
+) -> c_int {
+    // SAFETY: `client` is a client, `target` and `path` strings, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            c.symlink_at(
+                arg_cbytes(target, "target")?,
+                arg_dirfd(dirfd)?,
+                arg_cbytes(path, "path")?,
+            )
+            .map(|_| 0)
+        })
+    }
+}
+
+/// Copies the target of the symbolic link at `path` into `(buf, len)` (not NUL-terminated) and
+/// returns its length; with `len` 0, only the length.
+///
+/// # Safety
+///
+/// `client` is a client, `path` a string and `(buf, len)` an output buffer (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_readlink_at(
+    client: *mut vino_client,
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut u8,
+    len: usize,
+) -> i64 {
+    // SAFETY: `client` is a client, `path` a string and `(buf, len)` an output buffer, by this
+    // function's contract.
+    unsafe {
+        with_client(client, |c, _| {
+            let target = c.readlink_at(arg_dirfd(dirfd)?, arg_cbytes(path, "path")?)?;
+            give_bytes(&target, buf, len)
+        })
+    }
+}
+
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_unlink_at(client: *mut vino_client, dirfd: c_int, path: *const c_char) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            c.unlink_at(arg_dirfd(dirfd)?, arg_cbytes(path, "path")?).map(|_| 0)
+        })
+    }
+}
+
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_rmdir_at(client: *mut vino_client, dirfd: c_int, path: *const c_char) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            c.rmdir_at(arg_dirfd(dirfd)?, arg_cbytes(path, "path")?).map(|_| 0)
+        })
+    }
+}
+
+/// `no_replace` non-zero: fail with `-EEXIST` rather than replace `to`.
+///
+/// # Safety
+///
+/// `client` is a client, `from` and `to` strings (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_rename_at(
+    client: *mut vino_client,
+    from_dirfd: c_int,
+    from: *const c_char,
+    to_dirfd: c_int,
+    to: *const c_char,
+    no_replace: c_int,
+) -> c_int {
+    // SAFETY: `client` is a client, `from` and `to` strings, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            let (from, to) = (arg_cbytes(from, "from")?, arg_cbytes(to, "to")?);
+            c.rename_at(arg_dirfd(from_dirfd)?, from, arg_dirfd(to_dirfd)?, to, no_replace != 0)
+                .map(|_| 0)
+        })
+    }
+}
+
+/// `follow` non-zero: a symbolic link at `from` is followed (`AT_SYMLINK_FOLLOW`).
+///
+/// # Safety
+///
+/// `client` is a client, `from` and `to` strings (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_link_at(
+    client: *mut vino_client,
+    from_dirfd: c_int,
+    from: *const c_char,
+    to_dirfd: c_int,
+    to: *const c_char,
+    follow: c_int,
+) -> c_int {
+    // SAFETY: `client` is a client, `from` and `to` strings, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            let (from, to) = (arg_cbytes(from, "from")?, arg_cbytes(to, "to")?);
+            c.link_at(arg_dirfd(from_dirfd)?, from, arg_dirfd(to_dirfd)?, to, follow != 0)
+                .map(|_| 0)
+        })
+    }
+}
+
+/// Changes the mode bits of `path` (a symbolic link is followed).
+///
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_chmod(client: *mut vino_client, path: *const c_char, mode: c_uint) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            c.chmod(arg_cbytes(path, "path")?, arg_mode(mode)?).map(|_| 0)
+        })
+    }
+}
+
+/// Changes the owner and group of `path`; -1 leaves one as it is.
+///
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_chown(client: *mut vino_client, path: *const c_char, uid: i64, gid: i64) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            let id = |v: i64| (v >= 0).then(|| u32::try_from(v).map_err(|_| inval(&format!("id {v} is too large"))));
+            let (uid, gid) = (id(uid).transpose()?, id(gid).transpose()?);
+            c.chown(arg_cbytes(path, "path")?, uid, gid).map(|_| 0)
+        })
+    }
+}
+
+/// Sets the size of `path` (needs write permission on it).
+///
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_truncate(client: *mut vino_client, path: *const c_char, size: u64) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            let attrs = ::vino_client::SetAttrs {
+                size: Some(size),
+                ..Default::default()
+            };
+            c.setattr_at(None, arg_cbytes(path, "path")?, true, attrs).map(|_| 0)
+        })
+    }
+}
+
+/// The time of `utimensat`: [`VINO_UTIME_NOW`], [`VINO_UTIME_OMIT`], or nanoseconds since the
+/// epoch.
+fn set_time(t: i64) -> ::vino_client::SetTime {
+    match t {
+        VINO_UTIME_NOW => ::vino_client::SetTime::Now,
+        VINO_UTIME_OMIT => ::vino_client::SetTime::Omit,
+        t => ::vino_client::SetTime::At(t.max(0) as u64),
+    }
+}
+
+/// `vino_utimens` time: the current time.
+pub const VINO_UTIME_NOW: i64 = -1;
+/// `vino_utimens` time: leave it as it is.
+pub const VINO_UTIME_OMIT: i64 = -2;
+
+/// Sets the access and modification times of `path`, in nanoseconds since the epoch (or
+/// [`VINO_UTIME_NOW`], [`VINO_UTIME_OMIT`]).
+///
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_utimens(
+    client: *mut vino_client,
+    path: *const c_char,
+    atime_ns: i64,
+    mtime_ns: i64,
+) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            c.utimes(arg_cbytes(path, "path")?, set_time(atime_ns), set_time(mtime_ns))
+                .map(|_| 0)
+        })
+    }
+}
+
+/// Checks `mode` (4 read, 2 write, 1 execute; 0: exists) on `path`.
+///
+/// # Safety
+///
+/// `client` is a client and `path` a string (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_access_at(
+    client: *mut vino_client,
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: `client` is a client and `path` a string, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            c.access_at(arg_dirfd(dirfd)?, arg_cbytes(path, "path")?, mode, true)
+                .map(|_| 0)
+        })
+    }
+}
+
+/// Copies the value of extended attribute `name` of `path` into `(buf, len)` and returns its
+/// length (with `len` 0, only the length).
+///
+/// # Safety
+///
+/// `client` is a client, `path` and `name` strings and `(buf, len)` an output buffer (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_getxattr(
+    client: *mut vino_client,
+    path: *const c_char,
+    name: *const c_char,
+    buf: *mut u8,
+    len: usize,
+) -> i64 {
+    // SAFETY: `client` is a client, `path` and `name` strings and `(buf, len)` an output
+    // buffer, by this function's contract.
+    unsafe {
+        with_client(client, |c, _| {
+            let value = c.getxattr_at(None, arg_cbytes(path, "path")?, true, arg_cbytes(name, "name")?)?;
+            give_bytes(&value, buf, len)
+        })
+    }
+}
+
+/// `VINO_XATTR_CREATE`, `VINO_XATTR_REPLACE`, or 0 (create or replace).
+pub const VINO_XATTR_CREATE: c_int = 1;
+pub const VINO_XATTR_REPLACE: c_int = 2;
+
+/// Sets extended attribute `name` of `path` to `(value, len)`.
+///
+/// # Safety
+///
+/// `client` is a client, `path` and `name` strings and `(value, len)` an input buffer (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_setxattr(
+    client: *mut vino_client,
+    path: *const c_char,
+    name: *const c_char,
+    value: *const u8,
+    len: usize,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: `client` is a client, `path` and `name` strings and `(value, len)` an input
+    // buffer, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            let how = match flags {
+                0 => ::vino_client::XattrHow::Any,
+                VINO_XATTR_CREATE => ::vino_client::XattrHow::Create,
+                VINO_XATTR_REPLACE => ::vino_client::XattrHow::Replace,
+                _ => return Err(inval(&format!("unknown setxattr flags {flags}"))),
+            };
+            let value = arg_slice(value, len, "value")?;
+            c.setxattr_at(
+                None,
+                arg_cbytes(path, "path")?,
+                true,
+                arg_cbytes(name, "name")?,
+                value,
+                how,
+            )
+            .map(|_| 0)
+        })
+    }
+}
+
+/// Copies the names of the extended attributes of `path`, each NUL-terminated, into
+/// `(buf, len)` and returns their total length (with `len` 0, only the length).
+///
+/// # Safety
+///
+/// `client` is a client, `path` a string and `(buf, len)` an output buffer (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_listxattr(
+    client: *mut vino_client,
+    path: *const c_char,
+    buf: *mut u8,
+    len: usize,
+) -> i64 {
+    // SAFETY: `client` is a client, `path` a string and `(buf, len)` an output buffer, by this
+    // function's contract.
+    unsafe {
+        with_client(client, |c, _| {
+            let names = c.listxattr_at(None, arg_cbytes(path, "path")?, true)?;
+            let all: Vec<u8> = names
+                .into_iter()
+                .flat_map(|mut n| {
+                    n.push(0);
+                    n
+                })
+                .collect();
+            give_bytes(&all, buf, len)
+        })
+    }
+}
+
+/// # Safety
+///
+/// `client` is a client, `path` and `name` strings (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_removexattr(client: *mut vino_client, path: *const c_char, name: *const c_char) -> c_int {
+    // SAFETY: `client` is a client, `path` and `name` strings, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            c.removexattr_at(None, arg_cbytes(path, "path")?, true, arg_cbytes(name, "name")?)
+                .map(|_| 0)
+        })
+    }
+}
+
+/// Allocates `len` bytes from `offset` of the file open as `fd`; `keep_size` non-zero keeps
+/// the size (`FALLOC_FL_KEEP_SIZE`).
+///
+/// # Safety
+///
+/// `client` is a client (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_fallocate(
+    client: *mut vino_client,
+    fd: c_int,
+    keep_size: c_int,
+    offset: u64,
+    len: u64,
+) -> c_int {
+    // SAFETY: `client` is a client, by this function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            c.fallocate(arg_fd(fd)?, keep_size != 0, offset, len).map(|_| 0)
+        })
+    }
 }
 
 // ---- grafts -----------------------------------------------------------------------------------
@@ -1017,7 +1539,9 @@ mod tests {
         let f = open_flags(VINO_O_READ | VINO_O_WRITE | VINO_O_CREAT | VINO_O_TRUNC, 0o600).expect("valid");
         assert!(f.read && f.write && f.create && f.truncate && !f.exclusive && !f.append);
         assert_eq!(f.mode, 0o600);
-        assert!(open_flags(0x40, 0).is_err());
+        let f = open_flags(VINO_O_READ | VINO_O_NOFOLLOW | VINO_O_DIRECTORY, 0).expect("valid");
+        assert!(f.nofollow && f.directory && !f.write);
+        assert!(open_flags(0x100, 0).is_err());
         assert!(open_flags(VINO_O_READ, 0o1_000_000).is_err());
         assert!(lock_kind(3).is_err());
     }

@@ -7,6 +7,21 @@ use std::ffi::{CString, c_char, c_int};
 /// `VINO_NAME_MAX`: the longest file name.
 pub const NAME_MAX: usize = 255;
 
+/// The kind of a `VINO_KIND_*` code.
+pub fn kind_of_code(code: u32) -> Option<FileKind> {
+    [
+        FileKind::Regular,
+        FileKind::Directory,
+        FileKind::Symlink,
+        FileKind::Fifo,
+        FileKind::Socket,
+        FileKind::CharDevice,
+        FileKind::BlockDevice,
+    ]
+    .into_iter()
+    .find(|&k| kind_code(k) == code)
+}
+
 fn kind_code(k: FileKind) -> u32 {
     match k {
         FileKind::Regular => 1,
@@ -35,6 +50,7 @@ pub struct vino_stat {
     pub atime_ns: u64,
     pub mtime_ns: u64,
     pub ctime_ns: u64,
+    pub rdev: u64,
 }
 
 impl From<&Stat> for vino_stat {
@@ -52,6 +68,7 @@ impl From<&Stat> for vino_stat {
             atime_ns: s.atime_ns,
             mtime_ns: s.mtime_ns,
             ctime_ns: s.ctime_ns,
+            rdev: s.rdev,
         }
     }
 }
@@ -231,7 +248,8 @@ mod tests {
     #[test]
     fn layouts_match_the_header() {
         // Offsets as a C compiler lays out the structs of vino.h on LP64.
-        assert_eq!(std::mem::size_of::<vino_stat>(), 72);
+        assert_eq!(std::mem::size_of::<vino_stat>(), 80);
+        assert_eq!(std::mem::offset_of!(vino_stat, rdev), 72);
         assert_eq!(std::mem::size_of::<vino_dirent>(), 24);
         assert_eq!(std::mem::size_of::<vino_graft_info>(), 104);
         assert_eq!(std::mem::offset_of!(vino_graft_info, size), 72);

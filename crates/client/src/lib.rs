@@ -21,7 +21,7 @@ mod shm;
 pub use shm::SharedMemory;
 pub use vino_proto::{
     CacheTop, DEFAULT_SOCKET, DirEntry, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats, GraftTop,
-    LockInfo, LockKind, MAX_DATA, OpenFlags, ProcessTop, SlotInfo, Stat, Top, errno,
+    LockInfo, LockKind, MAX_DATA, OpenFlags, ProcessTop, SetAttrs, SetTime, SlotInfo, Stat, Top, XattrHow, errno,
 };
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
@@ -374,6 +374,242 @@ impl Client {
         self.ok(Request::Rename {
             from: from.into(),
             to: to.into(),
+        })
+    }
+
+    // ---- the `*at` calls: paths of bytes from a directory descriptor (`None`: the root) ----
+
+    pub fn open_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, flags: OpenFlags) -> Result<u32> {
+        let req = Request::OpenAt {
+            dirfd,
+            path: path.as_ref().to_vec(),
+            flags,
+        };
+        expect!(self.call(&req)?, Response::Fd(fd) => fd)
+    }
+
+    fn stat_call(&mut self, req: Request) -> Result<Stat> {
+        expect!(self.call(&req)?, Response::Stat(s) => s)
+    }
+
+    /// `follow`: a symbolic link as the last component is followed (stat), else not (lstat).
+    pub fn stat_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, follow: bool) -> Result<Stat> {
+        let path = path.as_ref().to_vec();
+        self.stat_call(Request::StatAt { dirfd, path, follow })
+    }
+
+    pub fn mkdir_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, mode: u16) -> Result<Stat> {
+        let path = path.as_ref().to_vec();
+        self.stat_call(Request::MkdirAt { dirfd, path, mode })
+    }
+
+    /// A regular file, FIFO, socket or (privileged) device node.
+    pub fn mknod_at(
+        &mut self,
+        dirfd: Option<u32>,
+        path: impl AsRef<[u8]>,
+        kind: FileKind,
+        mode: u16,
+        rdev: u64,
+    ) -> Result<Stat> {
+        let path = path.as_ref().to_vec();
+        self.stat_call(Request::MknodAt {
+            dirfd,
+            path,
+            kind,
+            mode,
+            rdev,
+        })
+    }
+
+    pub fn symlink_at(&mut self, target: impl AsRef<[u8]>, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<Stat> {
+        let (target, path) = (target.as_ref().to_vec(), path.as_ref().to_vec());
+        self.stat_call(Request::SymlinkAt { target, dirfd, path })
+    }
+
+    pub fn readlink_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<Vec<u8>> {
+        let path = path.as_ref().to_vec();
+        expect!(self.call(&Request::ReadlinkAt { dirfd, path })?, Response::Data(d) => d)
+    }
+
+    pub fn unlink_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<()> {
+        let path = path.as_ref().to_vec();
+        self.ok(Request::UnlinkAt { dirfd, path })
+    }
+
+    pub fn rmdir_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<()> {
+        let path = path.as_ref().to_vec();
+        self.ok(Request::RmdirAt { dirfd, path })
+    }
+
+    /// `no_replace`: fail with `EEXIST` rather than replace `to`.
+    pub fn rename_at(
+        &mut self,
+        from_dirfd: Option<u32>,
+        from: impl AsRef<[u8]>,
+        to_dirfd: Option<u32>,
+        to: impl AsRef<[u8]>,
+        no_replace: bool,
+    ) -> Result<()> {
+        self.ok(Request::RenameAt {
+            from_dirfd,
+            from: from.as_ref().to_vec(),
+            to_dirfd,
+            to: to.as_ref().to_vec(),
+            no_replace,
+        })
+    }
+
+    /// `follow`: a symbolic link at `from` is followed (`AT_SYMLINK_FOLLOW`).
+    pub fn link_at(
+        &mut self,
+        from_dirfd: Option<u32>,
+        from: impl AsRef<[u8]>,
+        to_dirfd: Option<u32>,
+        to: impl AsRef<[u8]>,
+        follow: bool,
+    ) -> Result<Stat> {
+        self.stat_call(Request::LinkAt {
+            from_dirfd,
+            from: from.as_ref().to_vec(),
+            to_dirfd,
+            to: to.as_ref().to_vec(),
+            follow,
+        })
+    }
+
+    /// chmod, chown, truncate and utimes in one call.
+    pub fn setattr_at(
+        &mut self,
+        dirfd: Option<u32>,
+        path: impl AsRef<[u8]>,
+        follow: bool,
+        attrs: SetAttrs,
+    ) -> Result<Stat> {
+        let path = path.as_ref().to_vec();
+        self.stat_call(Request::SetattrAt {
+            dirfd,
+            path,
+            follow,
+            attrs,
+        })
+    }
+
+    pub fn fsetattr(&mut self, fd: u32, attrs: SetAttrs) -> Result<Stat> {
+        self.stat_call(Request::Fsetattr { fd, attrs })
+    }
+
+    pub fn chmod(&mut self, path: impl AsRef<[u8]>, mode: u16) -> Result<Stat> {
+        let attrs = SetAttrs {
+            mode: Some(mode),
+            ..SetAttrs::default()
+        };
+        self.setattr_at(None, path, true, attrs)
+    }
+
+    pub fn chown(&mut self, path: impl AsRef<[u8]>, uid: Option<u32>, gid: Option<u32>) -> Result<Stat> {
+        let attrs = SetAttrs {
+            uid,
+            gid,
+            ..SetAttrs::default()
+        };
+        self.setattr_at(None, path, true, attrs)
+    }
+
+    pub fn utimes(&mut self, path: impl AsRef<[u8]>, atime: SetTime, mtime: SetTime) -> Result<Stat> {
+        let attrs = SetAttrs {
+            atime,
+            mtime,
+            ..SetAttrs::default()
+        };
+        self.setattr_at(None, path, true, attrs)
+    }
+
+    /// `mode`: a mask of 4 read, 2 write, 1 execute (0: the file exists).
+    pub fn access_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, mode: u32, follow: bool) -> Result<()> {
+        let path = path.as_ref().to_vec();
+        self.ok(Request::AccessAt {
+            dirfd,
+            path,
+            mode,
+            follow,
+        })
+    }
+
+    pub fn readdir_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<Vec<DirEntry>> {
+        let path = path.as_ref().to_vec();
+        expect!(self.call(&Request::ReaddirAt { dirfd, path })?, Response::Entries(e) => e)
+    }
+
+    /// The entries of the directory open as `fd`.
+    pub fn readdir_fd(&mut self, fd: u32) -> Result<Vec<DirEntry>> {
+        expect!(self.call(&Request::ReaddirFd { fd })?, Response::Entries(e) => e)
+    }
+
+    pub fn getxattr_at(
+        &mut self,
+        dirfd: Option<u32>,
+        path: impl AsRef<[u8]>,
+        follow: bool,
+        name: impl AsRef<[u8]>,
+    ) -> Result<Vec<u8>> {
+        let req = Request::GetXattr {
+            dirfd,
+            path: path.as_ref().to_vec(),
+            follow,
+            name: name.as_ref().to_vec(),
+        };
+        expect!(self.call(&req)?, Response::Data(d) => d)
+    }
+
+    pub fn setxattr_at(
+        &mut self,
+        dirfd: Option<u32>,
+        path: impl AsRef<[u8]>,
+        follow: bool,
+        name: impl AsRef<[u8]>,
+        value: &[u8],
+        how: XattrHow,
+    ) -> Result<()> {
+        self.ok(Request::SetXattr {
+            dirfd,
+            path: path.as_ref().to_vec(),
+            follow,
+            name: name.as_ref().to_vec(),
+            value: value.to_vec(),
+            how,
+        })
+    }
+
+    pub fn listxattr_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, follow: bool) -> Result<Vec<Vec<u8>>> {
+        let path = path.as_ref().to_vec();
+        let req = Request::ListXattr { dirfd, path, follow };
+        expect!(self.call(&req)?, Response::Names(n) => n.into_iter().map(|b| b.into_vec()).collect())
+    }
+
+    pub fn removexattr_at(
+        &mut self,
+        dirfd: Option<u32>,
+        path: impl AsRef<[u8]>,
+        follow: bool,
+        name: impl AsRef<[u8]>,
+    ) -> Result<()> {
+        self.ok(Request::RemoveXattr {
+            dirfd,
+            path: path.as_ref().to_vec(),
+            follow,
+            name: name.as_ref().to_vec(),
+        })
+    }
+
+    /// Allocates `len` bytes from `offset` of the file open as `fd`; the size grows to cover
+    /// them unless `keep_size`.
+    pub fn fallocate(&mut self, fd: u32, keep_size: bool, offset: u64, len: u64) -> Result<()> {
+        self.ok(Request::Fallocate {
+            fd,
+            keep_size,
+            offset,
+            len,
         })
     }
 

@@ -145,7 +145,57 @@ fn flags(f: vino_proto::OpenFlags) -> vino_kernel::OpenFlags {
         truncate: f.truncate,
         append: f.append,
         mode: f.mode,
-        ..vino_kernel::OpenFlags::default()
+        nofollow: f.nofollow,
+        directory: f.directory,
+    }
+}
+
+/// A request's directory descriptor: `None` is the root. Clients name directories they have
+/// open, never inodes.
+fn at(dirfd: Option<u32>) -> vino_kernel::At {
+    dirfd.map_or(vino_kernel::At::Root, vino_kernel::At::Fd)
+}
+
+fn stat_answer(r: Result<vino_kernel::Stat, SysError>) -> Answer {
+    r.map(|s| Response::Stat(stat(s))).map_err(sys)
+}
+
+fn file_type(k: vino_proto::FileKind) -> vino_kernel::FileType {
+    match k {
+        vino_proto::FileKind::Regular => vino_kernel::FileType::Regular,
+        vino_proto::FileKind::Directory => vino_kernel::FileType::Directory,
+        vino_proto::FileKind::Symlink => vino_kernel::FileType::Symlink,
+        vino_proto::FileKind::Fifo => vino_kernel::FileType::Fifo,
+        vino_proto::FileKind::Socket => vino_kernel::FileType::Socket,
+        vino_proto::FileKind::CharDevice => vino_kernel::FileType::CharDevice,
+        vino_proto::FileKind::BlockDevice => vino_kernel::FileType::BlockDevice,
+    }
+}
+
+fn set_time(t: vino_proto::SetTime) -> vino_kernel::SetTime {
+    match t {
+        vino_proto::SetTime::Omit => vino_kernel::SetTime::Omit,
+        vino_proto::SetTime::Now => vino_kernel::SetTime::Now,
+        vino_proto::SetTime::At(ns) => vino_kernel::SetTime::At(ns),
+    }
+}
+
+fn attrs(a: vino_proto::SetAttrs) -> vino_kernel::Attrs {
+    vino_kernel::Attrs {
+        mode: a.mode,
+        uid: a.uid,
+        gid: a.gid,
+        size: a.size,
+        atime: set_time(a.atime),
+        mtime: set_time(a.mtime),
+    }
+}
+
+fn xattr_how(h: vino_proto::XattrHow) -> vino_fs::XattrSet {
+    match h {
+        vino_proto::XattrHow::Any => vino_fs::XattrSet::Any,
+        vino_proto::XattrHow::Create => vino_fs::XattrSet::Create,
+        vino_proto::XattrHow::Replace => vino_fs::XattrSet::Replace,
     }
 }
 
@@ -174,6 +224,7 @@ fn stat(s: vino_kernel::Stat) -> vino_proto::Stat {
         atime_ns: s.atime_ns,
         mtime_ns: s.mtime_ns,
         ctime_ns: s.ctime_ns,
+        rdev: s.rdev,
     }
 }
 
@@ -305,6 +356,87 @@ impl Session<'_> {
             Request::Top => Ok(Response::Top(self.daemon.top())),
             Request::Mount { path } => self.mount(&path, true),
             Request::Unmount { path } => self.mount(&path, false),
+            Request::OpenAt { dirfd, path, flags: f } => {
+                p.open_at(at(dirfd), path, flags(f)).map(Response::Fd).map_err(sys)
+            }
+            Request::StatAt { dirfd, path, follow } => stat_answer(p.stat_at(at(dirfd), path, follow)),
+            Request::MkdirAt { dirfd, path, mode } => stat_answer(p.mkdir_at(at(dirfd), path, mode)),
+            Request::MknodAt {
+                dirfd,
+                path,
+                kind,
+                mode,
+                rdev,
+            } => stat_answer(p.mknod_at(at(dirfd), path, file_type(kind), mode, rdev)),
+            Request::SymlinkAt { target, dirfd, path } => stat_answer(p.symlink_at(target, at(dirfd), path)),
+            Request::ReadlinkAt { dirfd, path } => p.readlink_at(at(dirfd), path).map(Response::Data).map_err(sys),
+            Request::UnlinkAt { dirfd, path } => ok(p.unlink_at(at(dirfd), path)),
+            Request::RmdirAt { dirfd, path } => ok(p.rmdir_at(at(dirfd), path)),
+            Request::RenameAt {
+                from_dirfd,
+                from,
+                to_dirfd,
+                to,
+                no_replace,
+            } => {
+                let flags = vino_kernel::RenameFlags { no_replace };
+                ok(p.rename_at(at(from_dirfd), from, at(to_dirfd), to, flags))
+            }
+            Request::LinkAt {
+                from_dirfd,
+                from,
+                to_dirfd,
+                to,
+                follow,
+            } => stat_answer(p.link_at(at(from_dirfd), from, at(to_dirfd), to, follow)),
+            Request::SetattrAt {
+                dirfd,
+                path,
+                follow,
+                attrs: a,
+            } => stat_answer(p.setattr_at(at(dirfd), path, follow, &attrs(a))),
+            Request::Fsetattr { fd, attrs: a } => stat_answer(p.fsetattr(fd, &attrs(a))),
+            Request::AccessAt {
+                dirfd,
+                path,
+                mode,
+                follow,
+            } => ok(p.access_at(at(dirfd), path, mode, follow)),
+            Request::ReaddirAt { dirfd, path } => p.readdir_at(at(dirfd), path).map(entries).map_err(sys),
+            Request::ReaddirFd { fd } => p.readdir_fd(fd).map(entries).map_err(sys),
+            Request::GetXattr {
+                dirfd,
+                path,
+                follow,
+                name,
+            } => p
+                .getxattr_at(at(dirfd), path, follow, &name)
+                .map(Response::Data)
+                .map_err(sys),
+            Request::SetXattr {
+                dirfd,
+                path,
+                follow,
+                name,
+                value,
+                how,
+            } => ok(p.setxattr_at(at(dirfd), path, follow, &name, &value, xattr_how(how))),
+            Request::ListXattr { dirfd, path, follow } => p
+                .listxattr_at(at(dirfd), path, follow)
+                .map(|names| Response::Names(names.into_iter().map(vino_proto::ByteBuf::from).collect()))
+                .map_err(sys),
+            Request::RemoveXattr {
+                dirfd,
+                path,
+                follow,
+                name,
+            } => ok(p.removexattr_at(at(dirfd), path, follow, &name)),
+            Request::Fallocate {
+                fd,
+                keep_size,
+                offset,
+                len,
+            } => ok(p.fallocate(fd, keep_size, offset, len)),
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! The daemon boots a [`vino_kernel::Kernel`] on a disk image (made on first use) and listens on
 //! a Unix socket. Each connection is a kernel process whose credentials come from the socket
-//! (`SO_PEERCRED`, supplementary groups from `/proc`); it is privileged if root or a member of
+//! (`SO_PEERCRED`, supplementary groups by `SO_PEERGROUPS`); it is privileged if root or a member of
 //! the configured group. A thread serves each connection; whatever ends it (the client closing,
 //! dying, or sending something malformed), its process exits: files closed, grafts unloaded.
 //! `SIGTERM` or `SIGINT` stops the daemon cleanly: clients are disconnected, the cache is

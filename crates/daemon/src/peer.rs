@@ -1,6 +1,9 @@
-//! Who is at the other end of a connection: SO_PEERCRED, and the groups from /proc.
+//! Who is at the other end of a connection: `SO_PEERCRED` and `SO_PEERGROUPS`, both taken by
+//! the kernel when the peer connected, so a process cannot change its groups between connecting
+//! and being asked. (`/proc` is read only where the kernel has no `SO_PEERGROUPS`.)
 
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 /// The identity of a connected process.
@@ -22,13 +25,47 @@ impl Peer {
             pid,
             uid: cred.uid(),
             gid: cred.gid(),
-            groups: groups_of(pid),
+            groups: match peer_groups(stream) {
+                Ok(groups) => groups,
+                Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => groups_of(pid),
+                Err(e) => return Err(e),
+            },
         })
     }
 
     /// True if the peer is root or in group `gid`.
     pub fn privileged(&self, gid: Option<u32>) -> bool {
         self.uid == 0 || gid.is_some_and(|g| self.gid == g || self.groups.contains(&g))
+    }
+}
+
+/// The peer's supplementary groups as they were when it connected (`SO_PEERGROUPS`).
+fn peer_groups(stream: &UnixStream) -> std::io::Result<Vec<u32>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: the buffer is `len` bytes of gid_t that live through the call; the kernel
+        // writes at most `len` bytes and says how many in `len`.
+        let r = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<libc::gid_t>();
+        if r == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = std::io::Error::last_os_error();
+        // ERANGE: the buffer was too small; `len` says how much is needed.
+        if e.raw_os_error() != Some(libc::ERANGE) || n <= groups.len() {
+            return Err(e);
+        }
+        groups.resize(n, 0);
     }
 }
 
@@ -74,5 +111,10 @@ mod tests {
         let p = Peer::of(&a).unwrap();
         assert_eq!(p.pid, std::process::id());
         assert_eq!(p.uid, nix::unistd::getuid().as_raw());
+        let mut ours: Vec<u32> = nix::unistd::getgroups().unwrap().iter().map(|g| g.as_raw()).collect();
+        let mut theirs = p.groups.clone();
+        ours.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(theirs, ours, "SO_PEERGROUPS gives the peer's supplementary groups");
     }
 }

@@ -18,12 +18,15 @@ mod types;
 
 pub use frame::{FrameError, decode, encode, read_frame, read_frame_after_header, write_frame};
 pub use poll::{SPIN, spin_until_readable};
+pub use serde_bytes::ByteBuf;
 pub use types::*;
 
 use serde::{Deserialize, Serialize};
 
 /// The protocol version; the daemon refuses a Hello with another.
-pub const VERSION: u32 = 1;
+/// Version 2: open flags `nofollow` and `directory`, `Stat::rdev`, the new file kinds and the
+/// `*at` requests.
+pub const VERSION: u32 = 2;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
 /// Largest in-band data of one read, write or graft-memory request.
@@ -45,6 +48,17 @@ pub mod errno {
     pub const ENOENT: i32 = 2;
     pub const EINTR: i32 = 4;
     pub const EIO: i32 = 5;
+    pub const ENXIO: i32 = 6;
+    pub const EBUSY: i32 = 16;
+    pub const EEXIST: i32 = 17;
+    pub const EXDEV: i32 = 18;
+    pub const ENOTDIR: i32 = 20;
+    pub const EISDIR: i32 = 21;
+    pub const ERANGE: i32 = 34;
+    pub const ELOOP: i32 = 40;
+    pub const ENODATA: i32 = 61;
+    pub const EOPNOTSUPP: i32 = 95;
+    pub const ESTALE: i32 = 116;
     pub const EBADF: i32 = 9;
     pub const EAGAIN: i32 = 11;
     pub const EACCES: i32 = 13;
@@ -222,6 +236,144 @@ pub enum Request {
     Unmount {
         path: String,
     },
+    // ---- the `*at` calls: a path of bytes from a directory descriptor (`None`: the root) --
+    OpenAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        flags: OpenFlags,
+    },
+    /// `follow`: a symbolic link as the last component is followed (stat, not lstat).
+    StatAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        follow: bool,
+    },
+    MkdirAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        mode: u16,
+    },
+    /// A regular file, FIFO, socket or device node (devices: privileged processes only).
+    MknodAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        kind: FileKind,
+        mode: u16,
+        rdev: u64,
+    },
+    SymlinkAt {
+        #[serde(with = "serde_bytes")]
+        target: Vec<u8>,
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+    },
+    ReadlinkAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+    },
+    UnlinkAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+    },
+    RmdirAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+    },
+    /// `no_replace`: `EEXIST` rather than replace (`RENAME_NOREPLACE`).
+    RenameAt {
+        from_dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        from: Vec<u8>,
+        to_dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        to: Vec<u8>,
+        no_replace: bool,
+    },
+    /// `follow`: link the target of a symbolic link at `from` (`AT_SYMLINK_FOLLOW`).
+    LinkAt {
+        from_dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        from: Vec<u8>,
+        to_dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        to: Vec<u8>,
+        follow: bool,
+    },
+    SetattrAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        follow: bool,
+        attrs: SetAttrs,
+    },
+    Fsetattr {
+        fd: u32,
+        attrs: SetAttrs,
+    },
+    /// `mode`: a mask of 4 read, 2 write, 1 execute (0: exists).
+    AccessAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        mode: u32,
+        follow: bool,
+    },
+    ReaddirAt {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+    },
+    ReaddirFd {
+        fd: u32,
+    },
+    GetXattr {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        follow: bool,
+        #[serde(with = "serde_bytes")]
+        name: Vec<u8>,
+    },
+    SetXattr {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        follow: bool,
+        #[serde(with = "serde_bytes")]
+        name: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+        how: XattrHow,
+    },
+    ListXattr {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        follow: bool,
+    },
+    RemoveXattr {
+        dirfd: Option<u32>,
+        #[serde(with = "serde_bytes")]
+        path: Vec<u8>,
+        follow: bool,
+        #[serde(with = "serde_bytes")]
+        name: Vec<u8>,
+    },
+    /// Allocates `len` bytes from `offset`; the size grows to cover them unless `keep_size`.
+    Fallocate {
+        fd: u32,
+        keep_size: bool,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl Request {
@@ -230,6 +382,13 @@ impl Request {
         let path = |p: &str| {
             if p.len() > MAX_PATH {
                 Err(format!("a path of {} bytes", p.len()))
+            } else {
+                Ok(())
+            }
+        };
+        let bytes = |p: &[u8]| {
+            if p.len() > MAX_PATH {
+                Err(format!("a path or name of {} bytes", p.len()))
             } else {
                 Ok(())
             }
@@ -278,6 +437,25 @@ impl Request {
                 list(inodes.len()).and(list(names.len()))?;
                 names.iter().try_for_each(|n| path(n))
             }
+            Request::OpenAt { path: p, .. }
+            | Request::StatAt { path: p, .. }
+            | Request::MkdirAt { path: p, .. }
+            | Request::MknodAt { path: p, .. }
+            | Request::ReadlinkAt { path: p, .. }
+            | Request::UnlinkAt { path: p, .. }
+            | Request::RmdirAt { path: p, .. }
+            | Request::SetattrAt { path: p, .. }
+            | Request::AccessAt { path: p, .. }
+            | Request::ReaddirAt { path: p, .. }
+            | Request::ListXattr { path: p, .. } => bytes(p),
+            Request::SymlinkAt { target, path: p, .. } => bytes(target).and(bytes(p)),
+            Request::RenameAt { from, to, .. } | Request::LinkAt { from, to, .. } => bytes(from).and(bytes(to)),
+            Request::GetXattr { path: p, name, .. } | Request::RemoveXattr { path: p, name, .. } => {
+                bytes(p).and(bytes(name))
+            }
+            Request::SetXattr {
+                path: p, name, value, ..
+            } => bytes(p).and(bytes(name)).and(data(value.len(), MAX_DATA)),
             _ => Ok(()),
         }
     }
@@ -322,7 +500,27 @@ impl Request {
             EventWait,
             Top,
             Mount,
-            Unmount
+            Unmount,
+            OpenAt,
+            StatAt,
+            MkdirAt,
+            MknodAt,
+            SymlinkAt,
+            ReadlinkAt,
+            UnlinkAt,
+            RmdirAt,
+            RenameAt,
+            LinkAt,
+            SetattrAt,
+            Fsetattr,
+            AccessAt,
+            ReaddirAt,
+            ReaddirFd,
+            GetXattr,
+            SetXattr,
+            ListXattr,
+            RemoveXattr,
+            Fallocate
         )
     }
 }
@@ -353,4 +551,6 @@ pub enum Response {
     Events(Vec<Event>),
     Top(Top),
     Error(ErrorReply),
+    /// Names, as listxattr gives them.
+    Names(Vec<ByteBuf>),
 }

@@ -16,6 +16,10 @@ pub struct OpenFlags {
     pub append: bool,
     /// Permission bits of a file this open creates.
     pub mode: u16,
+    /// Fail with `ELOOP` if the last component is a symbolic link (`O_NOFOLLOW`).
+    pub nofollow: bool,
+    /// Fail with `ENOTDIR` unless it is a directory (`O_DIRECTORY`).
+    pub directory: bool,
 }
 
 impl OpenFlags {
@@ -74,6 +78,44 @@ pub struct Stat {
     pub atime_ns: u64,
     pub mtime_ns: u64,
     pub ctime_ns: u64,
+    /// The device of a character or block device node.
+    pub rdev: u64,
+}
+
+/// A timestamp to set, as `utimensat` takes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetTime {
+    /// Leave it as it is.
+    #[default]
+    Omit,
+    /// The current time.
+    Now,
+    /// Nanoseconds since the Unix epoch.
+    At(u64),
+}
+
+/// Attributes to change in one setattr (chmod, chown, truncate, utimes); `None` or
+/// [`SetTime::Omit`] leaves one as it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAttrs {
+    pub mode: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: SetTime,
+    pub mtime: SetTime,
+}
+
+/// How a setxattr treats an existing attribute (`XATTR_CREATE`, `XATTR_REPLACE`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrHow {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail with `EEXIST` if it exists.
+    Create,
+    /// Fail with `ENODATA` unless it exists.
+    Replace,
 }
 
 /// A directory entry.

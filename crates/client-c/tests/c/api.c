@@ -184,6 +184,49 @@ static void locks_and_events(void) {
     printf("locks and events ok\n");
 }
 
+static void namespace_at(void) {
+    CHECK(vino_mkdir_at(c, VINO_AT_ROOT, "/at", 0755) == 0, "mkdir_at");
+    int dir = vino_open_at(c, VINO_AT_ROOT, "/at", VINO_O_READ | VINO_O_DIRECTORY, 0);
+    CHECK(dir >= 0, "open a directory: %d", dir);
+    int fd = vino_open_at(c, dir, "f", VINO_O_WRITE | VINO_O_CREAT, 0600);
+    CHECK(fd >= 0 && vino_write(c, fd, "abc", 3) == 3 && vino_close(c, fd) == 0, "a file from the directory");
+    CHECK(vino_symlink_at(c, "f", dir, "link") == 0, "symlink_at");
+    uint8_t target[16];
+    CHECK(vino_readlink_at(c, dir, "link", target, 0) == 1, "readlink_at: the length first");
+    CHECK(vino_readlink_at(c, dir, "link", target, sizeof target) == 1 && target[0] == 'f', "readlink_at");
+    struct vino_stat st;
+    CHECK(vino_stat_at(c, dir, "link", 0, &st) == 0 && st.kind == VINO_KIND_SYMLINK, "lstat");
+    CHECK(vino_stat_at(c, dir, "link", 1, &st) == 0 && st.kind == VINO_KIND_REGULAR && st.size == 3, "stat");
+    CHECK(vino_open_at(c, dir, "link", VINO_O_READ | VINO_O_NOFOLLOW, 0) == -ELOOP, "O_NOFOLLOW");
+    CHECK(vino_mknod_at(c, dir, "fifo", VINO_KIND_FIFO, 0644, 0) == 0, "mkfifo");
+    CHECK(vino_stat_at(c, dir, "fifo", 0, &st) == 0 && st.kind == VINO_KIND_FIFO, "a FIFO");
+    CHECK(vino_link_at(c, dir, "f", VINO_AT_ROOT, "/at/g", 0) == 0, "link_at");
+    CHECK(vino_rename_at(c, dir, "g", dir, "f", 0) == 0, "rename over another name of the same file");
+    CHECK(vino_rename_at(c, dir, "fifo", dir, "f", 1) == -EEXIST, "RENAME_NOREPLACE");
+    CHECK(vino_chmod(c, "/at/f", 0640) == 0 && vino_stat(c, "/at/f", &st) == 0 && (st.mode & 07777) == 0640, "chmod");
+    CHECK(vino_chown(c, "/at/f", -1, -1) == 0, "chown to the same owner");
+    CHECK(vino_utimens(c, "/at/f", 1000000000, VINO_UTIME_OMIT) == 0 && vino_stat(c, "/at/f", &st) == 0 &&
+              st.atime_ns == 1000000000, "utimens");
+    CHECK(vino_access_at(c, dir, "f", 4) == 0, "access");
+    CHECK(vino_setxattr(c, "/at/f", "user.k", (const uint8_t *)"v1", 2, VINO_XATTR_CREATE) == 0, "setxattr");
+    CHECK(vino_setxattr(c, "/at/f", "user.k", (const uint8_t *)"v2", 2, VINO_XATTR_CREATE) == -EEXIST, "XATTR_CREATE");
+    uint8_t value[8];
+    CHECK(vino_getxattr(c, "/at/f", "user.k", value, sizeof value) == 2 && memcmp(value, "v1", 2) == 0, "getxattr");
+    CHECK(vino_getxattr(c, "/at/f", "user.k", value, 1) == -ERANGE, "a buffer too small");
+    uint8_t names[32];
+    CHECK(vino_listxattr(c, "/at/f", names, sizeof names) == 7 && strcmp((char *)names, "user.k") == 0, "listxattr");
+    CHECK(vino_removexattr(c, "/at/f", "user.k") == 0, "removexattr");
+    fd = vino_open_at(c, dir, "f", VINO_O_WRITE, 0);
+    CHECK(fd >= 0 && vino_fallocate(c, fd, 0, 0, 8192) == 0 && vino_close(c, fd) == 0, "fallocate");
+    CHECK(vino_stat(c, "/at/f", &st) == 0 && st.size == 8192, "fallocate grows the file");
+    CHECK(vino_truncate(c, "/at/f", 10) == 0 && vino_stat(c, "/at/f", &st) == 0 && st.size == 10, "truncate");
+    CHECK(vino_unlink_at(c, dir, "link") == 0 && vino_unlink_at(c, dir, "fifo") == 0 && vino_unlink_at(c, dir, "f") == 0 &&
+              vino_unlink_at(c, dir, "g") == 0,
+          "unlink_at");
+    CHECK(vino_close(c, dir) == 0 && vino_rmdir_at(c, VINO_AT_ROOT, "/at") == 0, "rmdir_at");
+    printf("namespace ok\n");
+}
+
 static void top(void) {
     char *json = NULL;
     int n = vino_top_json(c, &json);
@@ -200,6 +243,7 @@ int main(int argc, char **argv) {
     directories();
     grafts(argv[1]);
     locks_and_events();
+    namespace_at();
     top();
     vino_disconnect(c);
     vino_disconnect(NULL);
