@@ -38,6 +38,15 @@ impl OpenFlags {
         }
     }
 
+    /// A directory, for reading its entries and as the start of `*at` calls.
+    pub fn directory() -> Self {
+        OpenFlags {
+            read: true,
+            directory: true,
+            ..Default::default()
+        }
+    }
+
     /// Create (or truncate) for reading and writing, mode 0644.
     pub fn create() -> Self {
         OpenFlags {
