@@ -231,6 +231,44 @@ impl FsState {
         Ok(fresh)
     }
 
+    /// Fails with NoSpace unless the free blocks (those freed but not yet reusable left out)
+    /// cover what allocating every hole of file blocks `range` takes, indirect blocks included.
+    pub(crate) fn check_room(&mut self, ino: u64, range: std::ops::Range<u64>) -> Result<()> {
+        let i = self.live(ino)?;
+        crate::state::regular(ino, &i)?;
+        let mut need = 0u64;
+        let mut l1_missing = std::collections::BTreeSet::new();
+        for fb in range.clone() {
+            if self.bmap(ino, &i, fb)?.is_none() {
+                need += 1;
+            }
+        }
+        let single = NDIRECT..NDIRECT + NINDIRECT;
+        if i.indirect == 0 && range.start < single.end && range.end > single.start {
+            need += 1;
+        }
+        let double_start = NDIRECT + NINDIRECT;
+        if range.end > double_start {
+            let d = self.ptr(ino, i.dindirect)?;
+            if d == 0 {
+                need += 1;
+            }
+            let first = (range.start.max(double_start) - double_start) / NINDIRECT;
+            let last = (range.end - 1 - double_start) / NINDIRECT;
+            for k in first..=last {
+                let present = d != 0 && ind_get(self.meta.get(d)?, k as usize) != 0;
+                if !present {
+                    l1_missing.insert(k);
+                }
+            }
+        }
+        need += l1_missing.len() as u64;
+        if need > self.free_now()? {
+            return Err(FsError::NoSpace);
+        }
+        Ok(())
+    }
+
     /// Undoes [`FsState::preallocate`]: frees the given file blocks.
     pub(crate) fn unallocate(&mut self, ino: u64, fbs: &[u64]) -> Result<()> {
         let mut inode = self.live(ino)?;

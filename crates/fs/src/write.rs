@@ -217,6 +217,9 @@ impl FileSystem {
         // file (a failed write, a crash): zeroed too.
         let past_end = old.div_ceil(bs);
         const CHUNK: u64 = 256;
+        // All or nothing: refuse at once what cannot fit (after a checkpoint, if freed blocks
+        // are waiting for one).
+        self.in_transaction(|g| g.check_room(ino, first..last))?;
         let zero = [0u8; BS];
         let mut allocated: Vec<u64> = Vec::new();
         let mut c = first;
