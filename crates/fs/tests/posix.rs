@@ -656,7 +656,7 @@ fn every_kind(fs: &FileSystem, seed: u64) -> Vec<u64> {
     fs.mknod(d, "blk", FileType::BlockDevice, 0x802, &nf()).unwrap();
     fs.link(c, root, format!("chr{seed}")).unwrap();
     let p = fs.create(d, "pre", &nf()).unwrap();
-    fs.fallocate(p, 0, 20 * BS as u64, seed % 2 == 0).unwrap();
+    fs.fallocate(p, 0, 20 * BS as u64, seed.is_multiple_of(2)).unwrap();
     fs.set_xattr(d, b"user.dir", b"x", XattrSet::Any).unwrap();
     let o = fs.create(d, "open", &nf()).unwrap();
     fs.write_at(o, 0, &pattern(seed + 1, 2 * BS)).unwrap();
