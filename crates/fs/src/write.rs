@@ -109,6 +109,7 @@ impl FileSystem {
     /// Writes `data` at `offset` of file `ino`, the bytes going through `target`, by the rules
     /// of [`crate::write`]; returns how many bytes were written.
     pub fn write_with(&self, ino: u64, offset: u64, data: &[u8], target: &mut dyn WriteTarget) -> Result<usize> {
+        let old = self.regular_size(ino)?;
         if data.is_empty() {
             return Ok(0);
         }
@@ -116,7 +117,6 @@ impl FileSystem {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or(FsError::FileTooLarge)?;
-        let old = self.regular_size(ino)?;
         let bs = BS as u64;
         if offset / bs > old / bs {
             self.zero_past_end(ino, old, target)?;

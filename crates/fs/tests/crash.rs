@@ -133,7 +133,16 @@ fn random_op(rng: &mut SplitMix64) -> Op {
             path: random_path(rng),
             size: rng.below(90_000),
         },
-        12 => Op::Unlink(random_path(rng)),
+        12 => match rng.next_u64() % 4 {
+            0 => Op::UnlinkKeep(random_path(rng)),
+            1 => Op::Symlink {
+                path: random_path(rng),
+                seed: rng.next_u64() as u8,
+                len: 1 + (rng.next_u64() % 300) as usize,
+            },
+            2 => Op::Mknod(random_path(rng)),
+            _ => Op::Unlink(random_path(rng)),
+        },
         13 => Op::Rmdir(random_path(rng)),
         14..=15 => Op::Rename(random_path(rng), random_path(rng)),
         16..=18 => Op::Fsync(random_path(rng)),
@@ -201,9 +210,11 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
             // The operation may or may not have reached the running transaction; either tree is
             // possible, as are the paths it touches.
             match &op {
-                Op::Write { path, .. } | Op::Truncate { path, .. } | Op::Unlink(path) | Op::Rmdir(path) => {
-                    p.touch(path)
-                }
+                Op::Write { path, .. }
+                | Op::Truncate { path, .. }
+                | Op::Unlink(path)
+                | Op::UnlinkKeep(path)
+                | Op::Rmdir(path) => p.touch(path),
                 Op::Rename(a, b) => {
                     p.touch(a);
                     p.touch(b);
@@ -218,7 +229,11 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
         assert_eq!(got, want, "seed {seed}: {op:?}");
         m = trial;
         match &op {
-            Op::Write { path, .. } | Op::Truncate { path, .. } | Op::Unlink(path) | Op::Rmdir(path) => p.touch(path),
+            Op::Write { path, .. }
+            | Op::Truncate { path, .. }
+            | Op::Unlink(path)
+            | Op::UnlinkKeep(path)
+            | Op::Rmdir(path) => p.touch(path),
             Op::Rename(a, b) => {
                 p.touch(a);
                 p.touch(b);
@@ -267,7 +282,8 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
                     got.len()
                 )
             }
-            (Node::Dir, Some(Node::Dir)) => {}
+            (Node::Dir, Some(Node::Dir)) | (Node::Fifo, Some(Node::Fifo)) => {}
+            (Node::Symlink(want), Some(Node::Symlink(got))) => assert_eq!(want, got, "seed {seed}: {path}"),
             (_, got) => panic!("seed {seed}: durable {path} is {got:?} after the crash"),
         }
     }
@@ -288,11 +304,20 @@ fn collect(fs: &FileSystem, dir: &str, m: &mut Model) {
         } else {
             format!("{dir}/{name}")
         };
-        if e.kind == vino_fs::FileType::Directory {
-            m.nodes.insert(path.clone(), Node::Dir);
-            collect(fs, &path, m);
-        } else {
-            m.nodes.insert(path, Node::File(read_all(fs, e.ino)));
+        match e.kind {
+            vino_fs::FileType::Directory => {
+                m.nodes.insert(path.clone(), Node::Dir);
+                collect(fs, &path, m);
+            }
+            vino_fs::FileType::Symlink => {
+                m.nodes.insert(path, Node::Symlink(fs.readlink(e.ino).unwrap()));
+            }
+            vino_fs::FileType::Fifo => {
+                m.nodes.insert(path, Node::Fifo);
+            }
+            _ => {
+                m.nodes.insert(path, Node::File(read_all(fs, e.ino)));
+            }
         }
     }
 }

@@ -24,6 +24,10 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(path, offset, len, seed)| Op::Write { path, offset, len, seed }),
         2 => (path(), 0u64..100_000).prop_map(|(path, size)| Op::Truncate { path, size }),
         2 => path().prop_map(Op::Unlink),
+        1 => path().prop_map(Op::UnlinkKeep),
+        1 => (path(), any::<u8>(), prop_oneof![1usize..140, 1usize..4096])
+            .prop_map(|(path, seed, len)| Op::Symlink { path, seed, len }),
+        1 => path().prop_map(Op::Mknod),
         2 => path().prop_map(Op::Rmdir),
         3 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => path().prop_map(Op::Fsync),
