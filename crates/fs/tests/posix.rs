@@ -797,3 +797,75 @@ fn power_cuts_with_every_type_leave_clean_images() {
     fs.sync().unwrap();
     cut(step + 1);
 }
+
+/// Reads inode `ino`'s record, lets `f` change it, writes it back sealed.
+fn patch_inode(dev: &MemDevice, ino: u64, f: impl FnOnce(&mut vino_fs::layout::Inode)) {
+    let geo = geometry(dev);
+    let (blk, off) = geo.inode_location(ino);
+    let mut t = [0u8; BS];
+    dev.read_blocks(blk, &mut t).unwrap();
+    let mut i = vino_fs::layout::Inode::decode(ino, &t[off..off + 256]).unwrap();
+    f(&mut i);
+    i.encode_into(ino, &mut t[off..off + 256]);
+    dev.write_blocks(blk, &t).unwrap();
+}
+
+fn geometry(dev: &MemDevice) -> vino_fs::layout::Geometry {
+    let mut b = [0u8; BS];
+    dev.read_blocks(SB_PRIMARY, &mut b).unwrap();
+    vino_fs::layout::Geometry::new(&Superblock::decode(&b).unwrap()).unwrap()
+}
+
+#[test]
+fn fsck_checks_symlinks_devices_and_xattr_blocks() {
+    use vino_fs::fsck::ProblemKind;
+    let dev = dev();
+    let fs = mount(&dev);
+    let root = fs.root();
+    let short = fs.symlink(root, "short", b"abc", &nf()).unwrap();
+    let long = fs.symlink(root, "long", &[b'L'; 700], &nf()).unwrap();
+    let fifo = fs.mknod(root, "fifo", FileType::Fifo, 0, &nf()).unwrap();
+    let f = fs.create(root, "f", &nf()).unwrap();
+    fs.set_xattr(f, b"user.a", b"b", XattrSet::Any).unwrap();
+    let xblock = {
+        fs.unmount().unwrap();
+        let geo = geometry(&dev);
+        let (blk, off) = geo.inode_location(f);
+        let mut t = [0u8; BS];
+        dev.read_blocks(blk, &mut t).unwrap();
+        u64::from(vino_fs::layout::Inode::decode(f, &t[off..off + 256]).unwrap().xattr)
+    };
+    assert_clean(&*dev, "healthy");
+    // A fast symlink whose size says more than its target.
+    patch_inode(&dev, short, |i| i.size = 10);
+    // A slow symlink whose block holds a shorter target.
+    let lb = {
+        let geo = geometry(&dev);
+        let (blk, off) = geo.inode_location(long);
+        let mut t = [0u8; BS];
+        dev.read_blocks(blk, &mut t).unwrap();
+        u64::from(vino_fs::layout::Inode::decode(long, &t[off..off + 256]).unwrap().direct[0])
+    };
+    let mut b = [0u8; BS];
+    dev.read_blocks(lb, &mut b).unwrap();
+    b[100] = 0;
+    dev.write_blocks(lb, &b).unwrap();
+    // A fifo with a device number, a regular file with a symlink target.
+    patch_inode(&dev, fifo, |i| i.rdev = 5);
+    // A damaged xattr block.
+    dev.read_blocks(xblock, &mut b).unwrap();
+    b[9] ^= 0xff;
+    dev.write_blocks(xblock, &b).unwrap();
+    let r = fsck(&*dev, false).unwrap();
+    assert_eq!(r.count(ProblemKind::FileType), 3, "{r}");
+    assert_eq!(r.count(ProblemKind::Xattr), 1, "{r}");
+    let r = fsck(&*dev, true).unwrap();
+    assert!(r.repaired, "{r}");
+    assert_clean(&*dev, "repaired");
+    let fs = mount(&dev);
+    assert_eq!(kind(fs.lookup(root, "short")), FsErrorKind::NotFound);
+    assert_eq!(kind(fs.lookup(root, "long")), FsErrorKind::NotFound);
+    assert_eq!(fs.stat(fifo).unwrap().rdev, 0);
+    assert_eq!(fs.list_xattr(f).unwrap(), Vec::<Vec<u8>>::new());
+    assert_eq!(fs.stat(f).unwrap().blocks, 0);
+}
