@@ -133,7 +133,17 @@ fn random_op(rng: &mut SplitMix64) -> Op {
             path: random_path(rng),
             size: rng.below(90_000),
         },
-        12 => match rng.next_u64() % 4 {
+        12 => match rng.next_u64() % 6 {
+            4 => Op::Fallocate {
+                path: random_path(rng),
+                offset: rng.next_u64() % 60_000,
+                len: 1 + rng.next_u64() % 40_000,
+                keep_size: rng.next_u64() % 2 == 0,
+            },
+            5 => Op::SetXattr {
+                path: random_path(rng),
+                seed: rng.next_u64(),
+            },
             0 => Op::UnlinkKeep(random_path(rng)),
             1 => Op::Symlink {
                 path: random_path(rng),
@@ -214,6 +224,7 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
                 | Op::Truncate { path, .. }
                 | Op::Unlink(path)
                 | Op::UnlinkKeep(path)
+                | Op::Fallocate { path, .. }
                 | Op::Rmdir(path) => p.touch(path),
                 Op::Rename(a, b) => {
                     p.touch(a);
@@ -233,6 +244,7 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
             | Op::Truncate { path, .. }
             | Op::Unlink(path)
             | Op::UnlinkKeep(path)
+            | Op::Fallocate { path, .. }
             | Op::Rmdir(path) => p.touch(path),
             Op::Rename(a, b) => {
                 p.touch(a);

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use vino_fs::{FileSystem, FileType, FsErrorKind, NewFile};
+use vino_fs::{FileSystem, FileType, FsErrorKind, NewFile, XattrSet};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Node {
@@ -44,6 +44,17 @@ pub enum Op {
         len: usize,
     },
     Mknod(String),
+    Fallocate {
+        path: String,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    /// Sets an xattr (`user.<seed % 4>`) on anything; the model does not keep them.
+    SetXattr {
+        path: String,
+        seed: u64,
+    },
     Rename(String, String),
     Fsync(String),
     Sync,
@@ -143,6 +154,18 @@ impl Model {
             f.resize(end, 0);
         }
         f[offset as usize..end].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    pub fn fallocate(&mut self, path: &str, offset: u64, len: u64, keep_size: bool) -> R {
+        let f = self.file_mut(path)?;
+        if len == 0 {
+            return Err(FsErrorKind::InvalidArgument);
+        }
+        let end = (offset + len) as usize;
+        if !keep_size && f.len() < end {
+            f.resize(end, 0);
+        }
         Ok(())
     }
 
@@ -258,6 +281,26 @@ pub fn run_fs(fs: &FileSystem, op: &Op) -> R {
             let dir = fs.resolve(d).map_err(k)?;
             fs.mknod(dir, name, FileType::Fifo, 0, &who).map(|_| ()).map_err(k)
         }
+        Op::Fallocate {
+            path,
+            offset,
+            len,
+            keep_size,
+        } => {
+            let ino = fs.resolve(path).map_err(k)?;
+            fs.fallocate(ino, *offset, *len, *keep_size).map_err(k)
+        }
+        Op::SetXattr { path, seed } => {
+            let ino = fs.resolve(path).map_err(k)?;
+            let name = format!("user.{}", seed % 4);
+            fs.set_xattr(
+                ino,
+                name.as_bytes(),
+                &data(*seed, (*seed % 300) as usize),
+                XattrSet::Any,
+            )
+            .map_err(k)
+        }
         Op::Rmdir(p) => fs.rmdir_path(p).map_err(k),
         Op::Rename(a, b) => fs.rename_path(a, b).map_err(k),
         Op::Fsync(p) => {
@@ -284,6 +327,13 @@ pub fn run_model(m: &mut Model, op: &Op) -> R {
         Op::Unlink(p) | Op::UnlinkKeep(p) => m.unlink(p),
         Op::Symlink { path, seed, len } => m.make(path, Node::Symlink(target(*seed, *len))),
         Op::Mknod(p) => m.make(p, Node::Fifo),
+        Op::Fallocate {
+            path,
+            offset,
+            len,
+            keep_size,
+        } => m.fallocate(path, *offset, *len, *keep_size),
+        Op::SetXattr { path, .. } => m.resolve(path).map(|_| ()),
         Op::Rmdir(p) => m.rmdir(p),
         Op::Rename(a, b) => m.rename(a, b),
         Op::Fsync(p) => m.resolve(p).map(|_| ()),
