@@ -1079,7 +1079,7 @@ impl FsState {
         attrs: &NewFile,
     ) -> Result<u64> {
         check_new_name(name)?;
-        if attrs.mode & !0o7777 != 0 {
+        if kind != FileType::Symlink && attrs.mode & !0o7777 != 0 {
             return Err(FsError::InvalidArgument("mode has bits outside 0o7777".into()));
         }
         let d = self.dir(dir)?;

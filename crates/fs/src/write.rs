@@ -220,7 +220,6 @@ impl FileSystem {
         // All or nothing: refuse at once what cannot fit (after a checkpoint, if freed blocks
         // are waiting for one).
         self.in_transaction(|g| g.check_room(ino, first..last))?;
-        let zero = [0u8; BS];
         let mut allocated: Vec<u64> = Vec::new();
         let mut c = first;
         while c < last {
@@ -228,17 +227,11 @@ impl FileSystem {
             let r = self.in_transaction(|g| {
                 let fresh = g.preallocate(ino, c..to)?;
                 let inode = g.live(ino)?;
-                let dev = self.device();
+                let mut zero: Vec<u64> = fresh.iter().filter(|f| f.0 < past_end).map(|f| f.1).collect();
                 for fb in c.max(past_end)..to {
-                    if let Some(b) = g.bmap(ino, &inode, fb)? {
-                        dev.write_blocks(b, &zero)?;
-                    }
+                    zero.extend(g.bmap(ino, &inode, fb)?);
                 }
-                for &(fb, b) in &fresh {
-                    if fb < past_end {
-                        dev.write_blocks(b, &zero)?;
-                    }
-                }
+                write_zeros(&**self.device(), zero)?;
                 Ok(fresh)
             });
             match r {
@@ -278,6 +271,24 @@ impl FileSystem {
         };
         Ok(target.put(&piece)?)
     }
+}
+
+/// Writes zeros over `blocks`, a run of consecutive blocks at a time.
+fn write_zeros(dev: &dyn BlockDevice, mut blocks: Vec<u64>) -> io::Result<()> {
+    const RUN: usize = 64;
+    blocks.sort_unstable();
+    blocks.dedup();
+    let zeros = vec![0u8; RUN * BS];
+    let mut i = 0;
+    while i < blocks.len() {
+        let mut n = 1;
+        while i + n < blocks.len() && n < RUN && blocks[i + n] == blocks[i] + n as u64 {
+            n += 1;
+        }
+        dev.write_blocks(blocks[i], &zeros[..n * BS])?;
+        i += n;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -869,3 +869,35 @@ fn fsck_checks_symlinks_devices_and_xattr_blocks() {
     assert_eq!(fs.list_xattr(f).unwrap(), Vec::<Vec<u8>>::new());
     assert_eq!(fs.stat(f).unwrap().blocks, 0);
 }
+
+#[test]
+fn fallocate_takes_exactly_what_is_free_or_nothing() {
+    let dev = fresh(4096, &small_opts(1024));
+    let fs = mount(&dev);
+    let f = fs.create(fs.root(), "big", &nf()).unwrap();
+    let (free_blocks, _) = free(&fs);
+    let overhead = |n: u64| {
+        let mut o = u64::from(n > 12);
+        if n > 12 + 1024 {
+            o += 1 + (n - 12 - 1024).div_ceil(1024);
+        }
+        o
+    };
+    let n = (1..=free_blocks)
+        .rev()
+        .find(|&n| n + overhead(n) <= free_blocks)
+        .unwrap();
+    assert!(n > 1036, "into the double indirect tree ({n} blocks)");
+    assert_eq!(errno(fs.fallocate(f, 0, (n + 1) * BS as u64, false)), 28);
+    assert_eq!(free(&fs).0, free_blocks, "nothing taken");
+    assert_eq!(fs.stat(f).unwrap().blocks, 0);
+    fs.fallocate(f, 0, n * BS as u64, false).unwrap();
+    assert_eq!(free(&fs).0, free_blocks - n - overhead(n));
+    let st = fs.stat(f).unwrap();
+    assert_eq!((st.size, st.blocks), (n * BS as u64, n + overhead(n)));
+    let mut buf = vec![1u8; st.size as usize];
+    assert_eq!(fs.read_at(f, 0, &mut buf).unwrap(), buf.len());
+    assert!(buf.iter().all(|&b| b == 0));
+    fs.unmount().unwrap();
+    assert_clean(&*dev, "full of preallocated blocks");
+}
