@@ -138,7 +138,7 @@ fn random_op(rng: &mut SplitMix64) -> Op {
                 path: random_path(rng),
                 offset: rng.next_u64() % 60_000,
                 len: 1 + rng.next_u64() % 40_000,
-                keep_size: rng.next_u64() % 2 == 0,
+                keep_size: rng.next_u64().is_multiple_of(2),
             },
             5 => Op::SetXattr {
                 path: random_path(rng),
