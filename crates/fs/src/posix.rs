@@ -171,8 +171,9 @@ impl FsState {
         self.set_orphan_head(ino)
     }
 
-    /// The inodes on the orphan list, first to last.
-    pub fn orphans(&mut self) -> Result<Vec<u64>> {
+    /// Walks the orphan list, checking each inode on it, until `stop` says so for one; returns
+    /// the inodes walked (the one it stopped at last).
+    fn walk_orphans(&mut self, mut stop: impl FnMut(u64) -> bool) -> Result<Vec<u64>> {
         let mut out = Vec::new();
         let mut cur = self.orphan_head()?;
         while cur != 0 {
@@ -189,25 +190,35 @@ impl FsState {
                 )));
             }
             out.push(cur);
+            if stop(cur) {
+                break;
+            }
             cur = u64::from(i.next_orphan);
         }
         Ok(out)
     }
 
-    /// Takes an inode off the orphan list and frees it (blocks, xattrs, the inode).
+    /// The inodes on the orphan list, first to last.
+    pub fn orphans(&mut self) -> Result<Vec<u64>> {
+        self.walk_orphans(|_| false)
+    }
+
+    /// Takes an inode off the orphan list and frees it (blocks, xattrs, the inode). The list
+    /// is walked up to it only (a mount, which frees from the head, walks nothing).
     pub fn release_orphan(&mut self, ino: u64) -> Result<()> {
-        let list = self.orphans()?;
-        let Some(at) = list.iter().position(|&o| o == ino) else {
+        let walked = self.walk_orphans(|o| o == ino)?;
+        if walked.last() != Some(&ino) {
             return Err(FsError::InvalidArgument(format!(
                 "inode {ino} is not on the orphan list"
             )));
-        };
+        }
         let mut inode = self.live(ino)?;
         let next = inode.next_orphan;
-        if at == 0 {
-            self.set_orphan_head(u64::from(next))?;
-        } else {
-            self.modify(list[at - 1], |p| p.next_orphan = next)?;
+        match walked.len() {
+            1 => self.set_orphan_head(u64::from(next))?,
+            n => {
+                self.modify(walked[n - 2], |p| p.next_orphan = next)?;
+            }
         }
         inode.next_orphan = 0;
         self.release(ino, inode)
