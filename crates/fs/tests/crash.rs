@@ -392,6 +392,48 @@ fn crash_during_recovery_is_recovered_from() {
     }
 }
 
+/// A power cut while a mount frees the orphan list: the next mount frees what is left, and the
+/// free counts come back to what they were before the files were made.
+#[test]
+fn crash_while_a_mount_frees_orphans_is_recovered_from() {
+    for trip in 1..40u64 {
+        let mem = Arc::new(MemDevice::new(2048));
+        vino_fs::mkfs(
+            &*mem,
+            &MkfsOptions {
+                blocks_per_group: 512,
+                inodes_per_group: Some(64),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let fs = mount(&mem);
+        let before = (fs.stats().free_blocks, fs.stats().free_inodes);
+        let root = fs.root();
+        for i in 0..12u64 {
+            let name = format!("o{i}");
+            let f = fs.create(root, &name, &vino_fs::NewFile::by(1)).unwrap();
+            fs.write_at(f, 0, &pattern(i, (i as usize + 1) * 3000)).unwrap();
+            if i % 3 == 0 {
+                fs.set_xattr(f, b"user.x", b"y", vino_fs::XattrSet::Any).unwrap();
+            }
+            fs.unlink_keep(root, &name).unwrap();
+        }
+        fs.commit().unwrap();
+        drop(fs);
+        let dev = Arc::new(Tripwire::new(mem.clone(), trip, trip * 31, CrashOptions::default()));
+        let d: Arc<dyn BlockDevice> = dev.clone();
+        let _ = FileSystem::mount(d, runtime(), &MountOptions::default());
+        let crashed = Arc::new(MemDevice::from_image(dev.crashed()).unwrap());
+        assert_clean(&*crashed, &format!("trip {trip}: the cut image"));
+        let fs = mount(&crashed);
+        assert!(fs.orphans().unwrap().is_empty());
+        assert_eq!((fs.stats().free_blocks, fs.stats().free_inodes), before, "trip {trip}");
+        fs.unmount().unwrap();
+        assert_clean(&*crashed, &format!("trip {trip}: after recovery"));
+    }
+}
+
 /// Blocks a truncate frees must not be reused before the truncate commits: a crash would bring
 /// the old file back pointing at another file's data.
 #[test]
