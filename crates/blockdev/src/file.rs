@@ -30,6 +30,10 @@ pub struct FileOptions {
 /// An image file or a real block device, read and written with `pread`/`pwrite` at
 /// `block * BLOCK_SIZE` (safe to share between threads), flushed with `fdatasync`.
 ///
+/// Opening takes a `flock` on the file, exclusive for reading and writing, shared when read
+/// only, held until the device is dropped: a second writer (or a writer and a reader) of one
+/// image is refused with [`io::ErrorKind::WouldBlock`].
+///
 /// With `O_DIRECT` transfers must be aligned: the device copies through an aligned buffer when
 /// the caller's is not. A trailing partial block of an image whose size is not a multiple of
 /// [`BLOCK_SIZE`] is not part of the device.
@@ -96,6 +100,7 @@ impl FileDevice {
                 file = open(false).map_err(|e| with_path(path, "cannot open", e))?;
             }
         }
+        lock_image(&file, path, options.read_only)?;
         Ok(FileDevice {
             file,
             path: path.to_path_buf(),
@@ -142,6 +147,28 @@ impl FileDevice {
 
     fn io_error(&self, what: String, e: io::Error) -> io::Error {
         io::Error::new(e.kind(), format!("{}: {what}: {e}", self.name))
+    }
+}
+
+/// Takes the image's lock: exclusive for a writer, shared for a reader (`flock`, released when
+/// the file is closed), so that two VINOs never write one image at once. A busy image is an
+/// error of kind [`io::ErrorKind::WouldBlock`].
+fn lock_image(file: &File, path: &Path, read_only: bool) -> io::Result<()> {
+    let r = if read_only {
+        file.try_lock_shared()
+    } else {
+        file.try_lock()
+    };
+    match r {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!(
+                "{}: in use by another VINO (the daemon, a mount or fsck): stop it first",
+                path.display()
+            ),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(with_path(path, "cannot lock", e)),
     }
 }
 

@@ -165,6 +165,7 @@ fn errors_name_the_file_and_never_panic() {
     assert_eq!(dev.stats().errors, 4);
     dev.read_blocks(0, &mut []).unwrap();
     assert_eq!(dev.stats().reads, 0, "an empty read does nothing");
+    drop(dev);
 
     let ro = FileDevice::open_with(
         &path,
@@ -216,4 +217,33 @@ fn block_devices_report_their_size() {
         }
     }
     println!("note: no block device to open; BLKGETSIZE64 not exercised");
+}
+
+#[test]
+fn one_writer_per_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locked.img");
+    let ro = FileOptions {
+        read_only: true,
+        ..FileOptions::default()
+    };
+    let first = FileDevice::create(&path, 16 * BLOCK_SIZE as u64).unwrap();
+    for second in [FileDevice::open(&path), FileDevice::open_with(&path, ro)] {
+        let e = second.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(
+            e.to_string()
+                .contains("locked.img: in use by another VINO (the daemon, a mount or fsck): stop it first"),
+            "{e}"
+        );
+    }
+    drop(first);
+    let writer = FileDevice::open(&path).unwrap();
+    drop(writer);
+    // Readers share the image, and keep writers out.
+    let r1 = FileDevice::open_with(&path, ro).unwrap();
+    let r2 = FileDevice::open_with(&path, ro).unwrap();
+    assert_eq!(FileDevice::open(&path).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    drop((r1, r2));
+    FileDevice::open(&path).unwrap();
 }

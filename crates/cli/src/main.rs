@@ -56,12 +56,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Check a VINO file system (replaying its journal) and, with --repair, fix what is wrong.
+    /// Check a VINO file system (replaying its journal) and, with --repair, fix what is wrong;
+    /// with --upgrade, first bring an image of an older format version to this one.
     /// Exit status: 0 clean, 1 repaired, 4 problems left, 8 could not check.
     Fsck {
         image: PathBuf,
         #[arg(long)]
         repair: bool,
+        /// Upgrade an image made by an older VINO to this format version, then check it.
+        #[arg(long)]
+        upgrade: bool,
         #[arg(long)]
         json: bool,
     },
@@ -149,7 +153,12 @@ fn main() -> ExitCode {
             blocks_per_group,
             json,
         } => storage::run_mkfs(&image, size, blocks_per_group, json),
-        Command::Fsck { image, repair, json } => match storage::run_fsck(&image, repair, json) {
+        Command::Fsck {
+            image,
+            repair,
+            upgrade,
+            json,
+        } => match storage::run_fsck(&image, repair, upgrade, json) {
             Ok(status) => return ExitCode::from(status as u8),
             Err(e) => Err(e),
         },

@@ -72,8 +72,32 @@ impl From<&vino_fs::MkfsReport> for MkfsJson {
 }
 
 /// fsck's exit status, as e2fsck: 0 clean, 1 problems repaired, 4 problems left, 8 could not check.
-pub fn run_fsck(image: &Path, repair: bool, json: bool) -> Result<i32> {
-    let dev = FileDevice::open(image)?;
+/// With `upgrade`, an image of an older format version is upgraded first. A check that changes
+/// nothing opens the image read only.
+pub fn run_fsck(image: &Path, repair: bool, upgrade: bool, json: bool) -> Result<i32> {
+    let dev = FileDevice::open_with(
+        image,
+        vino_blockdev::FileOptions {
+            read_only: !repair && !upgrade,
+            ..Default::default()
+        },
+    )?;
+    if upgrade {
+        match vino_fs::upgrade(&dev) {
+            Ok(v) if v < vino_fs::VERSION => {
+                eprintln!(
+                    "vino: fsck {}: upgraded from format version {v} to {}",
+                    image.display(),
+                    vino_fs::VERSION
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("vino: fsck {}: {e}", image.display());
+                return Ok(8);
+            }
+        }
+    }
     let report = match vino_fs::fsck(&dev, repair) {
         Ok(r) => r,
         Err(e) => {
@@ -97,7 +121,8 @@ pub fn run_fsck(image: &Path, repair: bool, json: bool) -> Result<i32> {
         let out = serde_json::json!({
             "clean": report.is_clean(), "status": status, "replayed": report.replayed,
             "was_mounted": report.was_mounted, "files": report.files, "directories": report.directories,
-            "used_blocks": report.used_blocks, "free_blocks": report.free_blocks, "problems": problems,
+            "used_blocks": report.used_blocks, "free_blocks": report.free_blocks, "orphans": report.orphans,
+            "problems": problems,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {

@@ -270,3 +270,42 @@ fn fsck_reports_a_corrupt_image_and_mkfs_refuses_nonsense() {
     assert_ne!(out.status.code(), Some(0));
     assert!(!out.stderr.is_empty());
 }
+
+#[test]
+fn fsck_upgrade_brings_an_old_image_to_this_format() {
+    use vino_fs::layout::{BS, Superblock};
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = dir.path().join("old.img");
+    let img = image.to_str().unwrap();
+    assert!(
+        vino_cmd()
+            .args(["mkfs", img, "--size", "16M"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // As a VINO of format version 1 made it.
+    let mut bytes = std::fs::read(&image).unwrap();
+    let (sb, v) = Superblock::decode_any(&bytes[..BS]).unwrap();
+    assert_eq!(v, vino_fs::VERSION);
+    let old = sb.encode_as(1);
+    bytes[..BS].copy_from_slice(&old[..]);
+    bytes[BS..2 * BS].copy_from_slice(&old[..]);
+    std::fs::write(&image, &bytes).unwrap();
+    let out = vino_cmd().args(["fsck", img]).output().unwrap();
+    assert_eq!(out.status.code(), Some(8));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("format version 1 is older than this VINO (2): run `vino fsck --upgrade IMAGE`"),
+        "{err}"
+    );
+    let out = vino_cmd().args(["fsck", "--upgrade", img]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("upgraded from format version 1 to 2"), "{err}");
+    let out = vino_cmd().args(["fsck", "--upgrade", img]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stderr.is_empty(), "nothing to upgrade, nothing said");
+    let out = vino_cmd().args(["fsck", img, "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -586,6 +586,16 @@ impl Checker<'_> {
                     inode.size = leading * BS as u64;
                 }
             }
+            if inode.is_symlink() && !inode.is_fast_symlink() && inode.direct[0] == 0 {
+                // Its target block went (claimed twice, out of range): nothing left to point to.
+                self.problem(
+                    ProblemKind::FileType,
+                    format!("symlink {ino}: its target block is gone: inode cleared"),
+                );
+                self.inodes[ino as usize] = inode;
+                self.free_inode(ino);
+                continue;
+            }
             if inode.blocks != count {
                 self.problem(
                     ProblemKind::Inode,
@@ -1227,6 +1237,14 @@ fn show(name: &[u8]) -> String {
 impl Checker<'_> {
     /// Frees an inode in use and the blocks it claims.
     fn free_inode(&mut self, ino: u64) {
+        self.clear_inode(ino);
+        for o in self.owner.iter_mut().filter(|o| **o == ino as u32) {
+            *o = 0;
+        }
+    }
+
+    /// Marks an inode free (its blocks are the caller's).
+    fn clear_inode(&mut self, ino: u64) {
         let generation = self.inodes[ino as usize].generation;
         self.in_use[ino as usize] = false;
         self.inodes[ino as usize] = Inode {
@@ -1234,9 +1252,6 @@ impl Checker<'_> {
             ..Default::default()
         };
         self.dirty_inodes.insert(ino);
-        for o in self.owner.iter_mut().filter(|o| **o == ino as u32) {
-            *o = 0;
-        }
     }
 
     /// Checks what each inode's type says it holds (before its blocks are claimed).
@@ -1402,15 +1417,20 @@ impl Checker<'_> {
             }
             self.relink_orphans();
         }
-        if self.repair {
-            for ino in std::mem::take(&mut self.orphan_list) {
-                for (b, o) in self.owner.iter().enumerate() {
-                    if *o == ino as u32 {
-                        self.released_blocks.insert(b as u64);
-                    }
+        if self.repair && !self.orphan_list.is_empty() {
+            let list: HashSet<u32> = std::mem::take(&mut self.orphan_list)
+                .into_iter()
+                .map(|o| o as u32)
+                .collect();
+            for (b, o) in self.owner.iter_mut().enumerate() {
+                if list.contains(o) {
+                    self.released_blocks.insert(b as u64);
+                    *o = 0;
                 }
-                self.released_inodes.insert(ino);
-                self.free_inode(ino);
+            }
+            for ino in list {
+                self.released_inodes.insert(u64::from(ino));
+                self.clear_inode(u64::from(ino));
             }
         }
     }

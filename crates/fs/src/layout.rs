@@ -564,7 +564,11 @@ impl FileType {
     }
 }
 
-/// An inode record (256 bytes on disk).
+/// An inode record (256 bytes on disk): mode (0), links (4), uid (8), gid (12), size (16),
+/// atime, mtime, ctime (24, 32, 40), generation (48), blocks (52), creator (56), direct pointers
+/// (64..112), indirect (112), double indirect (116); since version 2: xattr block (120), next
+/// orphan (124), device number (128), a fast symlink's target ([`INODE_INLINE`]..252, NUL
+/// padded); the checksum (252) covers bytes 0..252, seeded with the inode number.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inode {
     /// Type and permission bits; 0 for a free inode.

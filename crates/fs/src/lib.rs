@@ -12,6 +12,14 @@
 //! the file's creator; the default is FFS's, including its switch to another cylinder group at
 //! the first indirect block, which the NoSwitch graft of the thesis removes.
 //!
+//! Besides regular files and directories it has the other POSIX file types (symlinks, fifos,
+//! sockets, character and block devices), extended attributes (one block per inode),
+//! preallocation ([`FileSystem::fallocate`]) and an on-disk orphan list (ext4's): an inode whose
+//! last name goes while the kernel still has it open ([`FileSystem::unlink_keep`]) stays until
+//! [`FileSystem::release_orphan`] or the next mount frees it. See `posix` for how they are kept.
+//! The on-disk format is version [`VERSION`]; an image of an older version is refused until
+//! [`upgrade`] (`vino fsck --upgrade`) brings it over.
+//!
 //! [`mkfs`] makes a file system, [`FileSystem::mount`] mounts one, [`fsck`](fn@fsck) checks and repairs
 //! one. In the kernel, file data goes through the page cache, which this crate does not know:
 //! the kernel finds a file's blocks with [`FileSystem::locate`], writes and resizes files with

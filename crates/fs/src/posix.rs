@@ -171,8 +171,9 @@ impl FsState {
         self.set_orphan_head(ino)
     }
 
-    /// The inodes on the orphan list, first to last.
-    pub fn orphans(&mut self) -> Result<Vec<u64>> {
+    /// Walks the orphan list, checking each inode on it, until `stop` says so for one; returns
+    /// the inodes walked (the one it stopped at last).
+    fn walk_orphans(&mut self, mut stop: impl FnMut(u64) -> bool) -> Result<Vec<u64>> {
         let mut out = Vec::new();
         let mut cur = self.orphan_head()?;
         while cur != 0 {
@@ -189,25 +190,35 @@ impl FsState {
                 )));
             }
             out.push(cur);
+            if stop(cur) {
+                break;
+            }
             cur = u64::from(i.next_orphan);
         }
         Ok(out)
     }
 
-    /// Takes an inode off the orphan list and frees it (blocks, xattrs, the inode).
+    /// The inodes on the orphan list, first to last.
+    pub fn orphans(&mut self) -> Result<Vec<u64>> {
+        self.walk_orphans(|_| false)
+    }
+
+    /// Takes an inode off the orphan list and frees it (blocks, xattrs, the inode). The list
+    /// is walked up to it only (a mount, which frees from the head, walks nothing).
     pub fn release_orphan(&mut self, ino: u64) -> Result<()> {
-        let list = self.orphans()?;
-        let Some(at) = list.iter().position(|&o| o == ino) else {
+        let walked = self.walk_orphans(|o| o == ino)?;
+        if walked.last() != Some(&ino) {
             return Err(FsError::InvalidArgument(format!(
                 "inode {ino} is not on the orphan list"
             )));
-        };
+        }
         let mut inode = self.live(ino)?;
         let next = inode.next_orphan;
-        if at == 0 {
-            self.set_orphan_head(u64::from(next))?;
-        } else {
-            self.modify(list[at - 1], |p| p.next_orphan = next)?;
+        match walked.len() {
+            1 => self.set_orphan_head(u64::from(next))?,
+            n => {
+                self.modify(walked[n - 2], |p| p.next_orphan = next)?;
+            }
         }
         inode.next_orphan = 0;
         self.release(ino, inode)
@@ -229,6 +240,44 @@ impl FsState {
             }
         }
         Ok(fresh)
+    }
+
+    /// Fails with NoSpace unless the free blocks (those freed but not yet reusable left out)
+    /// cover what allocating every hole of file blocks `range` takes, indirect blocks included.
+    pub(crate) fn check_room(&mut self, ino: u64, range: std::ops::Range<u64>) -> Result<()> {
+        let i = self.live(ino)?;
+        crate::state::regular(ino, &i)?;
+        let mut need = 0u64;
+        let mut l1_missing = std::collections::BTreeSet::new();
+        for fb in range.clone() {
+            if self.bmap(ino, &i, fb)?.is_none() {
+                need += 1;
+            }
+        }
+        let single = NDIRECT..NDIRECT + NINDIRECT;
+        if i.indirect == 0 && range.start < single.end && range.end > single.start {
+            need += 1;
+        }
+        let double_start = NDIRECT + NINDIRECT;
+        if range.end > double_start {
+            let d = self.ptr(ino, i.dindirect)?;
+            if d == 0 {
+                need += 1;
+            }
+            let first = (range.start.max(double_start) - double_start) / NINDIRECT;
+            let last = (range.end - 1 - double_start) / NINDIRECT;
+            for k in first..=last {
+                let present = d != 0 && ind_get(self.meta.get(d)?, k as usize) != 0;
+                if !present {
+                    l1_missing.insert(k);
+                }
+            }
+        }
+        need += l1_missing.len() as u64;
+        if need > self.free_now()? {
+            return Err(FsError::NoSpace);
+        }
+        Ok(())
     }
 
     /// Undoes [`FsState::preallocate`]: frees the given file blocks.

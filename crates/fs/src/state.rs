@@ -293,6 +293,16 @@ impl FsState {
         }
     }
 
+    /// Blocks an allocation can take now (free ones not waiting for a checkpoint).
+    pub(crate) fn free_now(&mut self) -> Result<u64> {
+        let mut n = 0u64;
+        for g in 0..self.geo.groups {
+            let h = self.header(g)?;
+            n += u64::from(h.free_blocks.saturating_sub(self.deferred_in_group[g as usize]));
+        }
+        Ok(n)
+    }
+
     pub fn has_deferred(&self) -> bool {
         !self.deferred.is_empty()
     }
@@ -1069,7 +1079,7 @@ impl FsState {
         attrs: &NewFile,
     ) -> Result<u64> {
         check_new_name(name)?;
-        if attrs.mode & !0o7777 != 0 {
+        if kind != FileType::Symlink && attrs.mode & !0o7777 != 0 {
             return Err(FsError::InvalidArgument("mode has bits outside 0o7777".into()));
         }
         let d = self.dir(dir)?;

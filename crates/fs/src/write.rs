@@ -109,6 +109,7 @@ impl FileSystem {
     /// Writes `data` at `offset` of file `ino`, the bytes going through `target`, by the rules
     /// of [`crate::write`]; returns how many bytes were written.
     pub fn write_with(&self, ino: u64, offset: u64, data: &[u8], target: &mut dyn WriteTarget) -> Result<usize> {
+        let old = self.regular_size(ino)?;
         if data.is_empty() {
             return Ok(0);
         }
@@ -116,7 +117,6 @@ impl FileSystem {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or(FsError::FileTooLarge)?;
-        let old = self.regular_size(ino)?;
         let bs = BS as u64;
         if offset / bs > old / bs {
             self.zero_past_end(ino, old, target)?;
@@ -217,7 +217,9 @@ impl FileSystem {
         // file (a failed write, a crash): zeroed too.
         let past_end = old.div_ceil(bs);
         const CHUNK: u64 = 256;
-        let zero = [0u8; BS];
+        // All or nothing: refuse at once what cannot fit (after a checkpoint, if freed blocks
+        // are waiting for one).
+        self.in_transaction(|g| g.check_room(ino, first..last))?;
         let mut allocated: Vec<u64> = Vec::new();
         let mut c = first;
         while c < last {
@@ -225,17 +227,11 @@ impl FileSystem {
             let r = self.in_transaction(|g| {
                 let fresh = g.preallocate(ino, c..to)?;
                 let inode = g.live(ino)?;
-                let dev = self.device();
+                let mut zero: Vec<u64> = fresh.iter().filter(|f| f.0 < past_end).map(|f| f.1).collect();
                 for fb in c.max(past_end)..to {
-                    if let Some(b) = g.bmap(ino, &inode, fb)? {
-                        dev.write_blocks(b, &zero)?;
-                    }
+                    zero.extend(g.bmap(ino, &inode, fb)?);
                 }
-                for &(fb, b) in &fresh {
-                    if fb < past_end {
-                        dev.write_blocks(b, &zero)?;
-                    }
-                }
+                write_zeros(&**self.device(), zero)?;
                 Ok(fresh)
             });
             match r {
@@ -275,6 +271,24 @@ impl FileSystem {
         };
         Ok(target.put(&piece)?)
     }
+}
+
+/// Writes zeros over `blocks`, a run of consecutive blocks at a time.
+fn write_zeros(dev: &dyn BlockDevice, mut blocks: Vec<u64>) -> io::Result<()> {
+    const RUN: usize = 64;
+    blocks.sort_unstable();
+    blocks.dedup();
+    let zeros = vec![0u8; RUN * BS];
+    let mut i = 0;
+    while i < blocks.len() {
+        let mut n = 1;
+        while i + n < blocks.len() && n < RUN && blocks[i + n] == blocks[i] + n as u64 {
+            n += 1;
+        }
+        dev.write_blocks(blocks[i], &zeros[..n * BS])?;
+        i += n;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -133,7 +133,26 @@ fn random_op(rng: &mut SplitMix64) -> Op {
             path: random_path(rng),
             size: rng.below(90_000),
         },
-        12 => Op::Unlink(random_path(rng)),
+        12 => match rng.next_u64() % 6 {
+            4 => Op::Fallocate {
+                path: random_path(rng),
+                offset: rng.next_u64() % 60_000,
+                len: 1 + rng.next_u64() % 40_000,
+                keep_size: rng.next_u64().is_multiple_of(2),
+            },
+            5 => Op::SetXattr {
+                path: random_path(rng),
+                seed: rng.next_u64(),
+            },
+            0 => Op::UnlinkKeep(random_path(rng)),
+            1 => Op::Symlink {
+                path: random_path(rng),
+                seed: rng.next_u64() as u8,
+                len: 1 + (rng.next_u64() % 300) as usize,
+            },
+            2 => Op::Mknod(random_path(rng)),
+            _ => Op::Unlink(random_path(rng)),
+        },
         13 => Op::Rmdir(random_path(rng)),
         14..=15 => Op::Rename(random_path(rng), random_path(rng)),
         16..=18 => Op::Fsync(random_path(rng)),
@@ -201,9 +220,12 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
             // The operation may or may not have reached the running transaction; either tree is
             // possible, as are the paths it touches.
             match &op {
-                Op::Write { path, .. } | Op::Truncate { path, .. } | Op::Unlink(path) | Op::Rmdir(path) => {
-                    p.touch(path)
-                }
+                Op::Write { path, .. }
+                | Op::Truncate { path, .. }
+                | Op::Unlink(path)
+                | Op::UnlinkKeep(path)
+                | Op::Fallocate { path, .. }
+                | Op::Rmdir(path) => p.touch(path),
                 Op::Rename(a, b) => {
                     p.touch(a);
                     p.touch(b);
@@ -218,7 +240,12 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
         assert_eq!(got, want, "seed {seed}: {op:?}");
         m = trial;
         match &op {
-            Op::Write { path, .. } | Op::Truncate { path, .. } | Op::Unlink(path) | Op::Rmdir(path) => p.touch(path),
+            Op::Write { path, .. }
+            | Op::Truncate { path, .. }
+            | Op::Unlink(path)
+            | Op::UnlinkKeep(path)
+            | Op::Fallocate { path, .. }
+            | Op::Rmdir(path) => p.touch(path),
             Op::Rename(a, b) => {
                 p.touch(a);
                 p.touch(b);
@@ -267,7 +294,8 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
                     got.len()
                 )
             }
-            (Node::Dir, Some(Node::Dir)) => {}
+            (Node::Dir, Some(Node::Dir)) | (Node::Fifo, Some(Node::Fifo)) => {}
+            (Node::Symlink(want), Some(Node::Symlink(got))) => assert_eq!(want, got, "seed {seed}: {path}"),
             (_, got) => panic!("seed {seed}: durable {path} is {got:?} after the crash"),
         }
     }
@@ -288,11 +316,20 @@ fn collect(fs: &FileSystem, dir: &str, m: &mut Model) {
         } else {
             format!("{dir}/{name}")
         };
-        if e.kind == vino_fs::FileType::Directory {
-            m.nodes.insert(path.clone(), Node::Dir);
-            collect(fs, &path, m);
-        } else {
-            m.nodes.insert(path, Node::File(read_all(fs, e.ino)));
+        match e.kind {
+            vino_fs::FileType::Directory => {
+                m.nodes.insert(path.clone(), Node::Dir);
+                collect(fs, &path, m);
+            }
+            vino_fs::FileType::Symlink => {
+                m.nodes.insert(path, Node::Symlink(fs.readlink(e.ino).unwrap()));
+            }
+            vino_fs::FileType::Fifo => {
+                m.nodes.insert(path, Node::Fifo);
+            }
+            _ => {
+                m.nodes.insert(path, Node::File(read_all(fs, e.ino)));
+            }
         }
     }
 }
@@ -352,6 +389,48 @@ fn crash_during_recovery_is_recovered_from() {
         check_equal(&fs, &m, &format!("seed {seed}: after a crash during recovery"));
         fs.unmount().unwrap();
         assert_clean(&*crashed, "after recovery");
+    }
+}
+
+/// A power cut while a mount frees the orphan list: the next mount frees what is left, and the
+/// free counts come back to what they were before the files were made.
+#[test]
+fn crash_while_a_mount_frees_orphans_is_recovered_from() {
+    for trip in 1..40u64 {
+        let mem = Arc::new(MemDevice::new(2048));
+        vino_fs::mkfs(
+            &*mem,
+            &MkfsOptions {
+                blocks_per_group: 512,
+                inodes_per_group: Some(64),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let fs = mount(&mem);
+        let before = (fs.stats().free_blocks, fs.stats().free_inodes);
+        let root = fs.root();
+        for i in 0..12u64 {
+            let name = format!("o{i}");
+            let f = fs.create(root, &name, &vino_fs::NewFile::by(1)).unwrap();
+            fs.write_at(f, 0, &pattern(i, (i as usize + 1) * 3000)).unwrap();
+            if i % 3 == 0 {
+                fs.set_xattr(f, b"user.x", b"y", vino_fs::XattrSet::Any).unwrap();
+            }
+            fs.unlink_keep(root, &name).unwrap();
+        }
+        fs.commit().unwrap();
+        drop(fs);
+        let dev = Arc::new(Tripwire::new(mem.clone(), trip, trip * 31, CrashOptions::default()));
+        let d: Arc<dyn BlockDevice> = dev.clone();
+        let _ = FileSystem::mount(d, runtime(), &MountOptions::default());
+        let crashed = Arc::new(MemDevice::from_image(dev.crashed()).unwrap());
+        assert_clean(&*crashed, &format!("trip {trip}: the cut image"));
+        let fs = mount(&crashed);
+        assert!(fs.orphans().unwrap().is_empty());
+        assert_eq!((fs.stats().free_blocks, fs.stats().free_inodes), before, "trip {trip}");
+        fs.unmount().unwrap();
+        assert_clean(&*crashed, &format!("trip {trip}: after recovery"));
     }
 }
 

@@ -24,6 +24,13 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(path, offset, len, seed)| Op::Write { path, offset, len, seed }),
         2 => (path(), 0u64..100_000).prop_map(|(path, size)| Op::Truncate { path, size }),
         2 => path().prop_map(Op::Unlink),
+        1 => path().prop_map(Op::UnlinkKeep),
+        1 => (path(), any::<u8>(), prop_oneof![1usize..140, 1usize..4096])
+            .prop_map(|(path, seed, len)| Op::Symlink { path, seed, len }),
+        1 => path().prop_map(Op::Mknod),
+        1 => (path(), 0u64..90_000, 0u64..40_000, any::<bool>())
+            .prop_map(|(path, offset, len, keep_size)| Op::Fallocate { path, offset, len, keep_size }),
+        1 => (path(), any::<u64>()).prop_map(|(path, seed)| Op::SetXattr { path, seed }),
         2 => path().prop_map(Op::Rmdir),
         3 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => path().prop_map(Op::Fsync),

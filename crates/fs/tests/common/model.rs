@@ -3,12 +3,14 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use vino_fs::{FileSystem, FileType, FsErrorKind, NewFile};
+use vino_fs::{FileSystem, FileType, FsErrorKind, NewFile, XattrSet};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Node {
     File(Vec<u8>),
     Dir,
+    Symlink(Vec<u8>),
+    Fifo,
 }
 
 /// The tree: absolute path (no trailing slash) → node. The root is implicit.
@@ -32,7 +34,27 @@ pub enum Op {
         size: u64,
     },
     Unlink(String),
+    /// Unlink, the inode kept on the orphan list (as for a file still open).
+    UnlinkKeep(String),
     Rmdir(String),
+    /// A symlink to `t<seed>` repeated `len` times.
+    Symlink {
+        path: String,
+        seed: u8,
+        len: usize,
+    },
+    Mknod(String),
+    Fallocate {
+        path: String,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    /// Sets an xattr (`user.<seed % 4>`) on anything; the model does not keep them.
+    SetXattr {
+        path: String,
+        seed: u64,
+    },
     Rename(String, String),
     Fsync(String),
     Sync,
@@ -44,6 +66,14 @@ type R<T = ()> = Result<T, FsErrorKind>;
 fn parent(path: &str) -> (&str, &str) {
     let cut = path.rfind('/').expect("absolute");
     (if cut == 0 { "/" } else { &path[..cut] }, &path[cut + 1..])
+}
+
+/// A symlink target: `t<seed>` repeated to at least `len` bytes (at most 4095).
+pub fn target(seed: u8, len: usize) -> Vec<u8> {
+    let unit = format!("t{seed}");
+    let mut t = unit.repeat(len.max(1).div_ceil(unit.len()));
+    t.truncate(len.clamp(1, 4095));
+    t.into_bytes()
 }
 
 pub fn data(seed: u64, len: usize) -> Vec<u8> {
@@ -79,7 +109,7 @@ impl Model {
         let (p, _) = parent(path);
         match self.resolve(p)? {
             Node::Dir => Ok(p.to_string()),
-            Node::File(_) => Err(FsErrorKind::NotADirectory),
+            _ => Err(FsErrorKind::NotADirectory),
         }
     }
 
@@ -91,18 +121,22 @@ impl Model {
     }
 
     pub fn create(&mut self, path: &str, dir: bool) -> R {
+        self.make(path, if dir { Node::Dir } else { Node::File(Vec::new()) })
+    }
+
+    pub fn make(&mut self, path: &str, node: Node) -> R {
         self.parent_dir(path)?;
         if self.nodes.contains_key(path) {
             return Err(FsErrorKind::Exists);
         }
-        self.nodes
-            .insert(path.to_string(), if dir { Node::Dir } else { Node::File(Vec::new()) });
+        self.nodes.insert(path.to_string(), node);
         Ok(())
     }
 
     fn file_mut(&mut self, path: &str) -> R<&mut Vec<u8>> {
         match self.resolve(path)? {
             Node::Dir => Err(FsErrorKind::IsADirectory),
+            Node::Symlink(_) | Node::Fifo => Err(FsErrorKind::InvalidArgument),
             Node::File(_) => match self.nodes.get_mut(path) {
                 Some(Node::File(d)) => Ok(d),
                 _ => unreachable!(),
@@ -123,6 +157,18 @@ impl Model {
         Ok(())
     }
 
+    pub fn fallocate(&mut self, path: &str, offset: u64, len: u64, keep_size: bool) -> R {
+        let f = self.file_mut(path)?;
+        if len == 0 {
+            return Err(FsErrorKind::InvalidArgument);
+        }
+        let end = (offset + len) as usize;
+        if !keep_size && f.len() < end {
+            f.resize(end, 0);
+        }
+        Ok(())
+    }
+
     pub fn truncate(&mut self, path: &str, size: u64) -> R {
         self.file_mut(path)?.resize(size as usize, 0);
         Ok(())
@@ -133,7 +179,7 @@ impl Model {
         match self.nodes.get(path) {
             None => Err(FsErrorKind::NotFound),
             Some(Node::Dir) => Err(FsErrorKind::IsADirectory),
-            Some(Node::File(_)) => {
+            Some(_) => {
                 self.nodes.remove(path);
                 Ok(())
             }
@@ -144,7 +190,7 @@ impl Model {
         self.parent_dir(path)?;
         match self.nodes.get(path) {
             None => Err(FsErrorKind::NotFound),
-            Some(Node::File(_)) => Err(FsErrorKind::NotADirectory),
+            Some(Node::File(_) | Node::Symlink(_) | Node::Fifo) => Err(FsErrorKind::NotADirectory),
             Some(Node::Dir) => {
                 if self.children(path).next().is_some() {
                     return Err(FsErrorKind::NotEmpty);
@@ -171,8 +217,8 @@ impl Model {
             return Err(FsErrorKind::InvalidArgument);
         }
         match (self.nodes.get(to), &src) {
-            (Some(Node::File(_)), Node::Dir) => return Err(FsErrorKind::NotADirectory),
-            (Some(Node::Dir), Node::File(_)) => return Err(FsErrorKind::IsADirectory),
+            (Some(n), Node::Dir) if *n != Node::Dir => return Err(FsErrorKind::NotADirectory),
+            (Some(Node::Dir), n) if *n != Node::Dir => return Err(FsErrorKind::IsADirectory),
             (Some(Node::Dir), Node::Dir) if self.children(to).next().is_some() => return Err(FsErrorKind::NotEmpty),
             _ => {}
         }
@@ -220,6 +266,41 @@ pub fn run_fs(fs: &FileSystem, op: &Op) -> R {
             fs.truncate(ino, *size).map_err(k)
         }
         Op::Unlink(p) => fs.unlink_path(p).map_err(k),
+        Op::UnlinkKeep(p) => {
+            let (d, name) = parent(p);
+            let dir = fs.resolve(d).map_err(k)?;
+            fs.unlink_keep(dir, name).map_err(k)
+        }
+        Op::Symlink { path, seed, len } => {
+            let (d, name) = parent(path);
+            let dir = fs.resolve(d).map_err(k)?;
+            fs.symlink(dir, name, &target(*seed, *len), &who).map(|_| ()).map_err(k)
+        }
+        Op::Mknod(p) => {
+            let (d, name) = parent(p);
+            let dir = fs.resolve(d).map_err(k)?;
+            fs.mknod(dir, name, FileType::Fifo, 0, &who).map(|_| ()).map_err(k)
+        }
+        Op::Fallocate {
+            path,
+            offset,
+            len,
+            keep_size,
+        } => {
+            let ino = fs.resolve(path).map_err(k)?;
+            fs.fallocate(ino, *offset, *len, *keep_size).map_err(k)
+        }
+        Op::SetXattr { path, seed } => {
+            let ino = fs.resolve(path).map_err(k)?;
+            let name = format!("user.{}", seed % 4);
+            fs.set_xattr(
+                ino,
+                name.as_bytes(),
+                &data(*seed, (*seed % 300) as usize),
+                XattrSet::Any,
+            )
+            .map_err(k)
+        }
         Op::Rmdir(p) => fs.rmdir_path(p).map_err(k),
         Op::Rename(a, b) => fs.rename_path(a, b).map_err(k),
         Op::Fsync(p) => {
@@ -243,7 +324,16 @@ pub fn run_model(m: &mut Model, op: &Op) -> R {
             seed,
         } => m.write(path, *offset, &data(*seed, *len)),
         Op::Truncate { path, size } => m.truncate(path, *size),
-        Op::Unlink(p) => m.unlink(p),
+        Op::Unlink(p) | Op::UnlinkKeep(p) => m.unlink(p),
+        Op::Symlink { path, seed, len } => m.make(path, Node::Symlink(target(*seed, *len))),
+        Op::Mknod(p) => m.make(p, Node::Fifo),
+        Op::Fallocate {
+            path,
+            offset,
+            len,
+            keep_size,
+        } => m.fallocate(path, *offset, *len, *keep_size),
+        Op::SetXattr { path, .. } => m.resolve(path).map(|_| ()),
         Op::Rmdir(p) => m.rmdir(p),
         Op::Rename(a, b) => m.rename(a, b),
         Op::Fsync(p) => m.resolve(p).map(|_| ()),
@@ -273,6 +363,21 @@ pub fn check_equal(fs: &FileSystem, m: &Model, context: &str) {
         assert_eq!(st.nlink, 2 + subdirs, "{context}: link count of {d}");
     }
     for (p, n) in &m.nodes {
+        if let Node::Symlink(want) = n {
+            let ino = fs.resolve(p).unwrap_or_else(|e| panic!("{context}: resolve {p}: {e}"));
+            let st = fs.stat(ino).unwrap();
+            assert_eq!(
+                (st.kind, st.nlink, st.size),
+                (FileType::Symlink, 1, want.len() as u64),
+                "{context}: {p}"
+            );
+            assert_eq!(fs.readlink(ino).unwrap(), *want, "{context}: target of {p}");
+        }
+        if *n == Node::Fifo {
+            let ino = fs.resolve(p).unwrap_or_else(|e| panic!("{context}: resolve {p}: {e}"));
+            let st = fs.stat(ino).unwrap();
+            assert_eq!((st.kind, st.nlink, st.size), (FileType::Fifo, 1, 0), "{context}: {p}");
+        }
         if let Node::File(want) = n {
             let ino = fs.resolve(p).unwrap_or_else(|e| panic!("{context}: resolve {p}: {e}"));
             let st = fs.stat(ino).unwrap();
