@@ -1,20 +1,27 @@
 //! pjdfstest, the POSIX file-system suite (its Rust port, `pjdfstest` 0.2.2, installed by
 //! `scripts/setup.sh`), run as root against the mount. Every case must pass except those listed
-//! in `pjdfstest-expected-failures.txt`, each with the reason a FUSE file system cannot pass it;
-//! a listed case that passes fails the test too, so the list stays exact.
+//! in `pjdfstest-expected-failures.txt` (one case name a line, `#` comments), and a listed case
+//! that passes (or no longer runs) fails the test too, so the list stays exact. Afterwards the
+//! mount comes down, the kernel shuts down and fsck must find the image clean. Needs root and
+//! /dev/fuse, like the other mount tests.
 //!
 //! `VINO_PJDFSTEST_WRITE_EXPECTED=1` rewrites the list from a run instead of judging it (the
-//! reasons are then to be written again by hand). `VINO_PJDFSTEST_PRINT=1` prints the counts.
+//! names sorted, without reasons: write those again by hand). `VINO_PJDFSTEST_PRINT=1` also
+//! prints the suite's whole output.
 
 mod common;
 
 use common::Mounted;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The users the suite switches to: Debian's `nobody`/`nogroup` and `daemon`.
+/// The suite's configuration. Features on: everything Linux and the mount have; off: the BSD
+/// ones (`chflags`, its `SF_SNAPSHOT` flag, `st_birthtime`) and NFSv4 ACLs. 0.2.2 has no
+/// switch for xattrs or POSIX ACLs (no case uses them). The users the suite switches to are
+/// Debian's `nobody`/`nogroup` and `daemon`/`daemon`.
 const CONFIG: &str = r#"
 [features]
 posix_fallocate = {}
@@ -36,8 +43,10 @@ entries = [
 ]
 "#;
 
-/// The longest the suite may take (it takes seconds).
+/// The longest the suite may take (on the mount it takes seconds).
 const LIMIT: Duration = Duration::from_secs(600);
+
+const VERSION: &str = "pjdfstest 0.2.2";
 
 fn expected_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pjdfstest-expected-failures.txt")
@@ -64,91 +73,206 @@ fn pjdfstest() -> PathBuf {
     }
 }
 
-/// Each case's verdict: `ok`, `FAILED` or `skipped`.
-fn parse(stdout: &str) -> Vec<(String, String)> {
+/// One case of the run: its name (`area::case`), its verdict (`ok`, `FAILED` or `skipped`)
+/// and what the suite printed under it (a failure's assertion, a skip's reason).
+struct Case {
+    name: String,
+    verdict: String,
+    detail: String,
+}
+
+/// The suite prints a line per case, the name padded and then the verdict, and under a failed
+/// or skipped case the assertion or the reason, indented.
+fn parse(stdout: &str) -> Vec<Case> {
+    let mut cases: Vec<Case> = Vec::new();
+    for line in stdout.lines() {
+        let mut words = line.split_whitespace();
+        let verdict_line = match (words.next(), words.next(), words.next()) {
+            (Some(name), Some(verdict), None)
+                if !line.starts_with(char::is_whitespace)
+                    && name.contains("::")
+                    && matches!(verdict, "ok" | "FAILED" | "skipped") =>
+            {
+                Some((name, verdict))
+            }
+            _ => None,
+        };
+        if let Some((name, verdict)) = verdict_line {
+            cases.push(Case {
+                name: name.to_string(),
+                verdict: verdict.to_string(),
+                detail: String::new(),
+            });
+        } else if line.starts_with("Summary:") {
+            break;
+        } else if let Some(case) = cases.last_mut()
+            && !line.trim().is_empty()
+        {
+            case.detail.push_str(line.trim());
+            case.detail.push('\n');
+        }
+    }
+    cases
+}
+
+/// The total of the suite's last line, `Summary: 0 failed, 14 skipped, 384 passed, 0 expected
+/// failures, 398 total`.
+fn summary_total(stdout: &str) -> Option<usize> {
+    let line = stdout.lines().find(|l| l.starts_with("Summary:"))?;
+    let total = line.rsplit(',').next()?.trim().strip_suffix(" total")?;
+    total.parse().ok()
+}
+
+/// Runs the suite on `mnt`, its output to files in `dir`, and returns its stdout: the files and
+/// not pipes, so that a long output cannot stall it while this waits.
+fn run_suite(conf: &Path, mnt: &Path, secondary: &Path, dir: &Path) -> String {
+    let (out_path, err_path) = (dir.join("pjdfstest.out"), dir.join("pjdfstest.err"));
+    let mut child = Command::new(pjdfstest())
+        .arg("-c")
+        .arg(conf)
+        .arg("-p")
+        .arg(mnt)
+        // The EXDEV cases need a second file system: the host's, beside the image.
+        .arg("-s")
+        .arg(secondary)
+        .env("RUST_BACKTRACE", "0")
+        .env("NO_COLOR", "1")
+        .env_remove("CLICOLOR_FORCE")
+        .stdin(Stdio::null())
+        .stdout(File::create(&out_path).unwrap())
+        .stderr(File::create(&err_path).unwrap())
+        .spawn()
+        .expect("run scripts/setup.sh: it installs pjdfstest 0.2.2 (cargo install pjdfstest)");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+            let last: Vec<_> = out.lines().rev().take(10).collect();
+            panic!(
+                "pjdfstest ran past {LIMIT:?} on the mount and was killed; its last lines:\n{}",
+                last.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stdout = std::fs::read_to_string(&out_path).unwrap();
+    let stderr = std::fs::read_to_string(&err_path).unwrap();
+    eprintln!(
+        "pjdfstest ran {:.1} s on the mount ({status})",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(
+        summary_total(&stdout).is_some(),
+        "pjdfstest did not finish its run ({status}):\n{stdout}\n{stderr}"
+    );
     stdout
-        .lines()
-        .filter_map(|l| {
-            let mut words = l.split_whitespace();
-            let (name, verdict) = (words.next()?, words.next()?);
-            (words.next().is_none() && name.contains("::") && matches!(verdict, "ok" | "FAILED" | "skipped"))
-                .then(|| (name.to_string(), verdict.to_string()))
-        })
-        .collect()
 }
 
 #[test]
 fn pjdfstest_passes_but_for_the_listed_cases() {
+    let version = Command::new(pjdfstest())
+        .arg("-V")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        version, VERSION,
+        "run scripts/setup.sh: it installs {VERSION} (cargo install pjdfstest --version 0.2.2 --locked)"
+    );
     let m = Mounted::new();
     let conf = m.dir.path().join("pjdfstest.toml");
     std::fs::write(&conf, CONFIG).unwrap();
     let secondary = m.host("secondary");
-    let mut child = Command::new(pjdfstest())
-        .arg("-c")
-        .arg(&conf)
-        .arg("-p")
-        .arg(m.mnt())
-        // The EXDEV cases need a second file system: the host's, beside the image.
-        .arg("-s")
-        .arg(&secondary)
-        .env("RUST_BACKTRACE", "0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pjdfstest 0.2.2 is installed by scripts/setup.sh (cargo install pjdfstest)");
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!("pjdfstest ran past {LIMIT:?} on the mount");
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let stdout = run_suite(&conf, &m.mnt(), &secondary, m.dir.path());
+    if std::env::var_os("VINO_PJDFSTEST_PRINT").is_some() {
+        eprintln!("{stdout}");
     }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
     let cases = parse(&stdout);
-    assert!(
-        cases.len() > 300,
-        "pjdfstest ran too few cases:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    assert_eq!(
+        Some(cases.len()),
+        summary_total(&stdout),
+        "not every case of the suite's output was read:\n{stdout}"
     );
     let failed: BTreeSet<String> = cases
         .iter()
-        .filter(|(_, v)| v == "FAILED")
-        .map(|(n, _)| n.clone())
+        .filter(|c| c.verdict == "FAILED")
+        .map(|c| c.name.clone())
         .collect();
-    let count = |v: &str| cases.iter().filter(|(_, x)| x == v).count();
+    let count = |v: &str| cases.iter().filter(|c| c.verdict == v).count();
+    let expected = expected_failures();
     let summary = format!(
-        "pjdfstest on the mount: {} cases, {} passed, {} failed, {} skipped",
+        "pjdfstest on the mount: {} cases run, {} passed, {} failed ({} of them expected to fail, \
+         of {} listed), {} skipped",
         cases.len(),
         count("ok"),
         failed.len(),
+        failed.intersection(&expected).count(),
+        expected.len(),
         count("skipped")
     );
+    eprintln!("{summary}");
     if std::env::var_os("VINO_PJDFSTEST_WRITE_EXPECTED").is_some() {
-        let mut text =
-            String::from("# pjdfstest cases a FUSE file system cannot pass (see the README for the reasons).\n");
+        let mut text = String::from(
+            "# pjdfstest cases the mount fails today, one a line (`# reason` comments allowed).\n\
+             # Written by VINO_PJDFSTEST_WRITE_EXPECTED=1 cargo test --release -p vino-fuse --test pjdfstest\n",
+        );
         for name in &failed {
             text.push_str(name);
             text.push('\n');
         }
         std::fs::write(expected_path(), text).unwrap();
-        eprintln!("{summary}; the list of expected failures is rewritten");
+        eprintln!("{} is rewritten", expected_path().display());
     } else {
-        let expected = expected_failures();
-        let unexpected: Vec<_> = failed.difference(&expected).collect();
+        let unexpected: Vec<String> = cases
+            .iter()
+            .filter(|c| c.verdict == "FAILED" && !expected.contains(&c.name))
+            .map(|c| format!("{}\n{}", c.name, c.detail))
+            .collect();
         let fixed: Vec<_> = expected.difference(&failed).collect();
         assert!(
             unexpected.is_empty(),
-            "{summary}; failed but not expected to: {unexpected:?}\n{stdout}"
+            "{summary}; failed but not listed as expected to:\n{}",
+            unexpected.join("\n")
         );
         assert!(
             fixed.is_empty(),
             "{summary}; listed as failing but passed or did not run (take them off the list): {fixed:?}"
         );
-        if std::env::var_os("VINO_PJDFSTEST_PRINT").is_some() {
-            eprintln!("{summary}, all {} failures expected\n{stdout}", failed.len());
-        }
     }
     m.finish();
+}
+
+#[test]
+fn the_suites_output_is_read_case_by_case() {
+    let out = "\
+link::exdev_target                                                        FAILED
+\tassertion `left == right` failed
+  left: Ok(())
+ right: Err(EXDEV)
+chmod::erofs_named                                                       skipped
+\tRemounts (allow_remount) are not allowed in the configuration file
+chown::eloop_final_comp                                                       ok
+
+Summary: 1 failed, 1 skipped, 1 passed, 0 expected failures, 3 total
+";
+    let cases = parse(out);
+    let verdicts: Vec<_> = cases.iter().map(|c| (c.name.as_str(), c.verdict.as_str())).collect();
+    assert_eq!(
+        verdicts,
+        [
+            ("link::exdev_target", "FAILED"),
+            ("chmod::erofs_named", "skipped"),
+            ("chown::eloop_final_comp", "ok")
+        ]
+    );
+    assert_eq!(
+        cases[0].detail,
+        "assertion `left == right` failed\nleft: Ok(())\nright: Err(EXDEV)\n"
+    );
+    assert_eq!(summary_total(out), Some(3));
 }
