@@ -150,15 +150,30 @@ impl FileDevice {
     }
 }
 
+/// How long opening a busy image waits for its lock.
+pub const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Takes the image's lock: exclusive for a writer, shared for a reader (`flock`, released when
 /// the file is closed), so that two VINOs never write one image at once. A busy image is an
 /// error of kind [`io::ErrorKind::WouldBlock`].
+///
+/// A holder that just died may keep the lock a moment: the kernel tears down its io_uring
+/// instance, which holds the file open, asynchronously. So a busy image is tried again for up
+/// to [`LOCK_PATIENCE`] before the error.
 fn lock_image(file: &File, path: &Path, read_only: bool) -> io::Result<()> {
-    let r = if read_only {
-        file.try_lock_shared()
-    } else {
-        file.try_lock()
+    let try_once = || {
+        if read_only {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        }
     };
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    let mut r = try_once();
+    while matches!(r, Err(std::fs::TryLockError::WouldBlock)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        r = try_once();
+    }
     match r {
         Ok(()) => Ok(()),
         Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(

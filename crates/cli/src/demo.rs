@@ -267,6 +267,8 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
         ]);
     }
     kernel.shutdown()?;
+    // The kernel holds the image (and its lock) until it is gone.
+    drop((p, kernel));
     let report = vino_fs::fsck(&vino_blockdev::FileDevice::open(image)?, false)?;
     t.note(format!(
         "fsck after unmount: {}",

@@ -161,6 +161,8 @@ fn crash_check(image: &Path, log: &Path) -> Result<Vec<String>> {
             second.problems.len()
         ));
     }
+    // One user of an image at a time: fsck's device goes before the kernel boots on it.
+    drop(dev);
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut durable = [0u64; 4];
     for line in text.lines() {

@@ -88,6 +88,8 @@ fn search_permission_is_checked_on_every_component() {
     // And through the kernel's own calls (the socket's path), the same answer.
     let alice = m.kernel.spawn(Credentials::user(ALICE, ALICE));
     assert_eq!(alice.stat("/x/y/f").unwrap_err().errno, vino_kernel::Errno::Acces);
+    m.kernel.exit(alice.pid());
+    drop(alice);
     m.finish();
 }
 
@@ -312,6 +314,7 @@ fn locks_on_the_mount_meet_the_kernels_other_clients() {
     other.lock(fd, LockRequest::write(0, 0), false).unwrap();
     other.close(fd).unwrap();
     m.kernel.exit(other.pid());
+    drop(other);
     m.finish();
 }
 
@@ -345,6 +348,7 @@ fn changes_by_other_clients_reach_linux_at_once() {
     assert!(soon(&|| !f.exists()), "Linux's cached entry was invalidated");
     assert!(m.mnt().join("g").exists());
     m.kernel.exit(other.pid());
+    drop(other);
     m.finish();
 }
 

@@ -255,7 +255,7 @@ impl Process {
             return Err(err(Errno::FBig, "past the largest file"));
         }
         let _writer = self.kernel().files.write_lock(file.ino);
-        self.kernel().fs().fallocate(file.ino, offset, len, keep_size)?;
+        self.allocate(file.ino, offset, len, keep_size)?;
         self.tell_attr(file.ino);
         Ok(())
     }

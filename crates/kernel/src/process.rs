@@ -449,6 +449,21 @@ impl Process {
     /// a file that grows) before it frees them; growing zeroes, in the cache, the bytes past the
     /// old end in the old last page.
     pub(crate) fn resize(&self, ino: u64, size: u64) -> SysResult<()> {
+        self.through_cache(ino, |fs, target| fs.set_size_with(ino, size, target))
+    }
+
+    /// fallocate through the cache (a size that grows zeroes, in the cache, the old last page
+    /// past the old end, as a resize does).
+    pub(crate) fn allocate(&self, ino: u64, offset: u64, len: u64, keep_size: bool) -> SysResult<()> {
+        self.through_cache(ino, |fs, target| fs.fallocate_with(ino, offset, len, keep_size, target))
+    }
+
+    /// Runs a file-system change of `ino`'s data with the page cache as where its bytes go.
+    fn through_cache(
+        &self,
+        ino: u64,
+        change: impl FnOnce(&vino_fs::FileSystem, &mut CacheTarget<'_>) -> vino_fs::Result<()>,
+    ) -> SysResult<()> {
         let backing = FileBacking::new(self.kernel.fs.clone(), ino);
         let mut target = CacheTarget {
             cache: &self.kernel.cache,
@@ -456,7 +471,7 @@ impl Process {
             ino,
             backing: &backing,
         };
-        Ok(self.fs().set_size_with(ino, size, &mut target)?)
+        Ok(change(self.fs(), &mut target)?)
     }
 
     pub fn fstat(&self, fd: Fd) -> SysResult<Stat> {

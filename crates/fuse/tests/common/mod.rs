@@ -80,7 +80,17 @@ impl Mounted {
     pub fn finish(mut self) {
         self.mount.take().unwrap().unmount().unwrap();
         self.kernel.shutdown().unwrap();
-        let report = fsck(&FileDevice::open(&self.image).unwrap(), false).unwrap();
+        // The kernel holds the image (and its lock) until it is gone.
+        let Mounted { kernel, image, dir, .. } = self;
+        // The mount's threads may hold it a moment longer after they are told to end.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while Arc::strong_count(&kernel) > 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(Arc::strong_count(&kernel), 1, "something still holds the kernel");
+        drop(kernel);
+        let report = fsck(&FileDevice::open(&image).unwrap(), false).unwrap();
         assert!(report.is_clean(), "fsck after unmount: {:?}", report.problems);
+        drop(dir);
     }
 }
