@@ -1,6 +1,15 @@
-//! Who is at the other end of a connection: SO_PEERCRED, and the groups from /proc.
+//! Who is at the other end of a connection: SO_PEERCRED and SO_PEERGROUPS, both as the kernel
+//! recorded them when the client connected.
+//!
+//! The supplementary groups come with the socket too (`SO_PEERGROUPS`, Linux 4.13 and later), so
+//! they are the groups the client had at `connect`, not whatever its pid holds later: a client
+//! that drops a group after connecting, or a pid reused by another program, changes nothing.
+//! Only a kernel that refuses the option (`ENOPROTOOPT`) makes the daemon read
+//! `/proc/<pid>/status` instead, which is racy in exactly those ways.
 
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 
 /// The identity of a connected process.
@@ -9,20 +18,25 @@ pub struct Peer {
     pub pid: u32,
     pub uid: u32,
     pub gid: u32,
-    /// Supplementary groups (empty if /proc could not tell).
+    /// Supplementary groups.
     pub groups: Vec<u32>,
 }
 
 impl Peer {
     /// The credentials the kernel gave the socket's peer when it connected.
-    pub fn of(stream: &UnixStream) -> std::io::Result<Peer> {
+    pub fn of(stream: &UnixStream) -> io::Result<Peer> {
         let cred = getsockopt(stream, PeerCredentials)?;
         let pid = cred.pid().max(0) as u32;
+        let groups = match peer_groups(stream.as_fd()) {
+            Ok(g) => g,
+            Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => groups_of(pid),
+            Err(e) => return Err(e),
+        };
         Ok(Peer {
             pid,
             uid: cred.uid(),
             gid: cred.gid(),
-            groups: groups_of(pid),
+            groups,
         })
     }
 
@@ -32,7 +46,47 @@ impl Peer {
     }
 }
 
-/// The supplementary groups of process `pid` (the `Groups:` line of its status).
+/// The supplementary groups the socket's peer had when it connected (`SO_PEERGROUPS`). The
+/// buffer grows as the kernel asks (`ERANGE` with the size needed).
+fn peer_groups(fd: BorrowedFd<'_>) -> io::Result<Vec<u32>> {
+    peer_groups_with(fd, 64)
+}
+
+/// [`peer_groups`], first asking with room for `room` groups.
+fn peer_groups_with(fd: BorrowedFd<'_>, room: usize) -> io::Result<Vec<u32>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; room];
+    loop {
+        let mut len = (groups.len() * size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is a buffer of `len` writable bytes (aligned for gid_t) that lives
+        // through the call, `len` is a valid socklen_t the kernel may write, and the descriptor
+        // is borrowed, so open, for as long.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let got = len as usize / size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(got);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        // The kernel says how much it needs; ask for at least one more group, so the loop ends
+        // even if it did not.
+        if e.raw_os_error() == Some(libc::ERANGE) && groups.len() < 1 << 16 {
+            groups.resize(got.max(groups.len() + 1).max(groups.len() * 2).min(1 << 16), 0);
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+/// The supplementary groups of process `pid` (the `Groups:` line of its status), for kernels
+/// without `SO_PEERGROUPS`; empty if /proc cannot tell.
 fn groups_of(pid: u32) -> Vec<u32> {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return Vec::new();
@@ -68,11 +122,32 @@ mod tests {
         assert!(p.privileged(Some(27)) && !p.privileged(Some(28)) && !p.privileged(None));
     }
 
+    /// This process's supplementary groups, as `getgroups` gives them.
+    fn my_groups() -> Vec<u32> {
+        let mut groups = nix::unistd::getgroups()
+            .unwrap()
+            .into_iter()
+            .map(|g| g.as_raw())
+            .collect::<Vec<_>>();
+        groups.sort_unstable();
+        groups
+    }
+
     #[test]
-    fn a_socket_pair_sees_this_process() {
+    fn a_socket_pair_sees_this_process_and_its_groups() {
         let (a, _b) = UnixStream::pair().unwrap();
         let p = Peer::of(&a).unwrap();
         assert_eq!(p.pid, std::process::id());
         assert_eq!(p.uid, nix::unistd::getuid().as_raw());
+        assert_eq!(p.gid, nix::unistd::getgid().as_raw());
+        let mut groups = p.groups.clone();
+        groups.sort_unstable();
+        assert_eq!(groups, my_groups());
+        // The socket's own answer, not /proc's.
+        for room in [0, 1, 64] {
+            let mut direct = peer_groups_with(a.as_fd(), room).unwrap();
+            direct.sort_unstable();
+            assert_eq!(direct, my_groups(), "first asking with room for {room}");
+        }
     }
 }
