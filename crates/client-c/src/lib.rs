@@ -22,9 +22,17 @@
 
 #![allow(non_camel_case_types)]
 
+mod at;
 mod types;
 
-pub use types::{vino_dirent, vino_event, vino_graft_info, vino_lock, vino_stat};
+pub use at::{
+    VINO_AT_ROOT, VINO_AT_SYMLINK_FOLLOW, VINO_AT_SYMLINK_NOFOLLOW, VINO_FALLOC_KEEP_SIZE, VINO_RENAME_NOREPLACE,
+    VINO_XATTR_CREATE, VINO_XATTR_REPLACE,
+};
+pub use types::{
+    VINO_SET_ATIME, VINO_SET_ATIME_NOW, VINO_SET_GID, VINO_SET_MODE, VINO_SET_MTIME, VINO_SET_MTIME_NOW, VINO_SET_SIZE,
+    VINO_SET_UID, vino_dirent, vino_event, vino_graft_info, vino_lock, vino_setattr, vino_stat,
+};
 
 use ::vino_client::{Client, ClientError, Event, LockKind, OpenFlags, errno};
 use std::cell::RefCell;
@@ -39,7 +47,9 @@ pub const VINO_O_CREAT: c_int = 0x04;
 pub const VINO_O_EXCL: c_int = 0x08;
 pub const VINO_O_TRUNC: c_int = 0x10;
 pub const VINO_O_APPEND: c_int = 0x20;
-const VINO_O_ALL: c_int = 0x3f;
+pub const VINO_O_NOFOLLOW: c_int = 0x40;
+pub const VINO_O_DIRECTORY: c_int = 0x80;
+const VINO_O_ALL: c_int = 0xff;
 
 /// A connection, as C sees it (opaque there).
 pub struct vino_client {
@@ -202,6 +212,8 @@ fn open_flags(flags: c_int, mode: c_uint) -> Res<OpenFlags> {
         truncate: flags & VINO_O_TRUNC != 0,
         append: flags & VINO_O_APPEND != 0,
         mode,
+        nofollow: flags & VINO_O_NOFOLLOW != 0,
+        directory: flags & VINO_O_DIRECTORY != 0,
     })
 }
 
@@ -1016,8 +1028,11 @@ mod tests {
     fn open_flags_map_one_to_one_and_unknown_bits_are_refused() {
         let f = open_flags(VINO_O_READ | VINO_O_WRITE | VINO_O_CREAT | VINO_O_TRUNC, 0o600).expect("valid");
         assert!(f.read && f.write && f.create && f.truncate && !f.exclusive && !f.append);
+        assert!(!f.nofollow && !f.directory);
         assert_eq!(f.mode, 0o600);
-        assert!(open_flags(0x40, 0).is_err());
+        let f = open_flags(VINO_O_READ | VINO_O_NOFOLLOW | VINO_O_DIRECTORY, 0).expect("valid");
+        assert!(f.read && f.nofollow && f.directory && !f.write);
+        assert!(open_flags(0x100, 0).is_err());
         assert!(open_flags(VINO_O_READ, 0o1_000_000).is_err());
         assert!(lock_kind(3).is_err());
     }
