@@ -150,4 +150,33 @@ mod tests {
             assert_eq!(direct, my_groups(), "first asking with room for {room}");
         }
     }
+
+    /// Credentials are per thread in Linux: a thread that takes other groups (with the raw
+    /// system call, which glibc would apply to every thread) and makes a socket pair is seen
+    /// with its groups, while /proc shows the process's. The daemon goes by the socket.
+    #[test]
+    fn the_groups_are_the_connecting_threads_not_what_proc_shows() {
+        // SAFETY: geteuid takes no arguments and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to take other groups");
+            return;
+        }
+        let (a, _b) = std::thread::spawn(|| {
+            let groups: [libc::gid_t; 2] = [4242, 4243];
+            // SAFETY: setgroups reads `groups.len()` gids from the array, which lives through
+            // the call; the raw system call changes this thread's credentials only, and the
+            // thread ends right after.
+            let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+            assert_eq!(rc, 0, "setgroups: {}", io::Error::last_os_error());
+            UnixStream::pair().unwrap()
+        })
+        .join()
+        .unwrap();
+        let mut seen = Peer::of(&a).unwrap().groups;
+        seen.sort_unstable();
+        assert_eq!(seen, vec![4242, 4243]);
+        let mut proc = groups_of(std::process::id());
+        proc.sort_unstable();
+        assert_eq!(proc, my_groups(), "/proc shows the process's groups");
+    }
 }
