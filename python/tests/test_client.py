@@ -122,50 +122,131 @@ def test_directories():
         c.sync()
 
 
-def test_the_at_calls_links_nodes_attributes_and_byte_names():
+def test_names_at_from_a_directory_descriptor_with_byte_names():
     d = unique("at")
     with vino.Client() as c:
-        c.mkdir_at(vino.AT_ROOT, d)
-        dirfd = c.open_at(vino.AT_ROOT, d, vino.O_RDONLY | vino.O_DIRECTORY)
-        fd = c.open_at(dirfd, b"caf\xe9", vino.O_WRONLY | vino.O_CREAT, 0o600)
-        c.write(fd, b"bytes")
+        c.mkdir_at(d, 0o755)
+        dfd = c.open_at(d, vino.O_RDONLY | vino.O_DIRECTORY)
+        raw = b"caf\xe9"  # Latin-1, not UTF-8
+        fd = c.open_at(raw, vino.O_RDWR | vino.O_CREAT | vino.O_EXCL, 0o640, dir_fd=dfd)
+        c.write(fd, raw)
         c.close(fd)
-        c.symlink(b"caf\xe9", b"link", dirfd=dirfd)
-        assert c.readlink(d + "/link") == b"caf\xe9"
+        st = c.stat_at(raw, dir_fd=dfd)
+        assert (st.size, st.mode & 0o7777, st.kind) == (4, 0o640, vino.KIND_REGULAR)
+        assert st.generation > 0 and st.rdev == 0
+        # Listed from a bytes path: bytes; from a str path: str that goes back to the same bytes.
+        assert [e.name for e in c.readdir_at(os.fsencode(d))] == [raw]
+        (name,) = [e.name for e in c.readdir(d)]
+        assert isinstance(name, str) and c.stat(d + "/" + name).ino == st.ino
+        assert [e.name for e in c.readdir_fd(dfd)] == [name]
+        c.rename_at(raw, "renamed", src_dir_fd=dfd, dst_dir_fd=dfd)
+        fd = c.open_at("renamed", dir_fd=dfd)
+        assert c.read(fd, 10) == raw
+        c.close(fd)
+        c.mkdir_at("sub", dir_fd=dfd)
+        e = raises(FileExistsError, c.rename_at, "renamed", "sub", dfd, dfd, True)
+        assert e.errno == errno.EEXIST
+        c.rmdir_at("sub", dir_fd=dfd)
+        e = raises(NotADirectoryError, c.open_at, d + "/renamed", vino.O_RDONLY | vino.O_DIRECTORY)
+        e = raises(OSError, c.stat_at, "x", 9999)
+        assert e.errno == errno.EBADF
+        c.unlink_at("renamed", dir_fd=dfd)
+        c.close(dfd)
+        c.rmdir_at(d)
+
+
+def test_symbolic_links_and_hard_links():
+    d = unique("links")
+    with vino.Client() as c:
+        c.mkdir(d)
+        fd = c.open(d + "/target", vino.O_WRONLY | vino.O_CREAT)
+        c.write(fd, b"T")
+        c.close(fd)
+        c.symlink("target", d + "/link")
+        assert c.readlink(d + "/link") == "target"
+        assert c.readlink(os.fsencode(d + "/link")) == b"target"
+        long_target = "x" * 1000  # past readlink's first buffer
+        c.symlink(long_target, d + "/long")
+        assert c.readlink(d + "/long") == long_target
         assert c.lstat(d + "/link").kind == vino.KIND_SYMLINK
-        assert c.stat_at(dirfd, "link").size == 5
-        e = raises(OSError, c.open_at, dirfd, "link", vino.O_RDONLY | vino.O_NOFOLLOW)
+        assert c.stat_at(d + "/link").ino == c.stat(d + "/target").ino
+        e = raises(OSError, c.open_at, d + "/link", vino.O_RDONLY | vino.O_NOFOLLOW)
         assert e.errno == errno.ELOOP
-        c.mknod_at(dirfd, "fifo", vino.KIND_FIFO)
-        assert c.stat_at(dirfd, "fifo").kind == vino.KIND_FIFO
-        c.link(d + "/link", d + "/hard", follow=True)
-        assert c.stat(d + "/hard").nlink == 2
-        e = raises(OSError, c.rename_at, dirfd, "fifo", dirfd, "hard", True)
-        assert e.errno == errno.EEXIST
-        c.chmod(d + "/hard", 0o640)
-        c.chown(d + "/hard")
-        c.utimens(d + "/hard", 10**9, vino.UTIME_OMIT)
-        st = c.stat(d + "/hard")
-        assert st.mode & 0o7777 == 0o640 and st.atime_ns == 10**9
-        c.access(d + "/hard", 4)
-        c.setxattr(d + "/hard", "user.k", b"v" * 100)
-        assert c.getxattr(d + "/hard", "user.k") == b"v" * 100
-        assert c.listxattr(d + "/hard") == [b"user.k"]
-        e = raises(OSError, c.setxattr, d + "/hard", "user.k", b"x", vino.XATTR_CREATE)
-        assert e.errno == errno.EEXIST
-        c.removexattr(d + "/hard", "user.k")
-        e = raises(OSError, c.getxattr, d + "/hard", "user.k")
-        assert e.errno == errno.ENODATA
-        fd = c.open(d + "/hard", vino.O_WRONLY)
-        c.fallocate(fd, 0, 8192)
+        c.symlink("b", d + "/a")
+        c.symlink("a", d + "/b")
+        e = raises(OSError, c.stat_at, d + "/a")
+        assert e.errno == errno.ELOOP
+        c.link(d + "/link", d + "/hard", follow_symlinks=True)
+        assert c.stat(d + "/target").nlink == 2
+        for n in ("link", "long", "a", "b", "hard", "target"):
+            c.unlink_at(d + "/" + n)
+        c.rmdir(d)
+
+
+def test_setattr_access_and_fallocate():
+    path = unique("attrs")
+    with vino.Client() as c:
+        fd = c.open(path, vino.O_RDWR | vino.O_CREAT | vino.O_EXCL, 0o644)
+        assert not c.access(path, os.X_OK)  # nobody may execute it, root neither
+        assert c.access(path, os.F_OK)
+        st = c.chmod(path, 0o755)
+        assert st.mode & 0o7777 == 0o755 and c.access(path, os.X_OK)
+        raises(FileNotFoundError, c.access, unique("missing"), os.F_OK)
+        st = c.setattr(path, size=10, atime_ns=1_000_000_000, mtime_ns=2_000_000_000)
+        assert (st.size, st.atime_ns, st.mtime_ns) == (10, 1_000_000_000, 2_000_000_000)
+        st = c.utime(path)
+        assert st.mtime_ns > 2_000_000_000
+        st = c.utime(path, (5, 6))
+        assert (st.atime_ns, st.mtime_ns) == (5, 6)
+        assert c.truncate(path, 3).size == 3
+        assert c.fsetattr(fd, size=1, mtime_ns=vino.UTIME_NOW).size == 1
+        st = c.chown(path, -1, -1)
+        assert st.uid == c.fstat(fd).uid
+        c.fallocate(fd, 0, 1 << 20)
+        st = c.fstat(fd)
+        assert st.size == 1 << 20 and st.blocks >= 256
+        c.fallocate(fd, 1 << 20, 1 << 20, keep_size=True)
+        assert c.fstat(fd).size == 1 << 20
+        e = raises(OSError, c.fallocate, fd, 0, 0)
+        assert e.errno == errno.EINVAL
         c.close(fd)
-        assert c.stat(d + "/hard").size == 8192
-        c.truncate(d + "/hard", 1)
-        assert c.stat(d + "/hard").size == 1
-        for name in (b"caf\xe9", b"link", b"fifo", b"hard"):
-            c.unlink_at(dirfd, name)
-        c.close(dirfd)
-        c.rmdir_at(vino.AT_ROOT, d)
+        c.unlink(path)
+
+
+def test_nodes_and_extended_attributes():
+    d = unique("nodes")
+    with vino.Client() as c:
+        c.mkdir(d)
+        c.mknod(d + "/fifo", vino.KIND_FIFO, 0o600)
+        assert c.stat(d + "/fifo").kind == vino.KIND_FIFO
+        e = raises(OSError, c.open, d + "/fifo")
+        assert e.errno == errno.ENXIO
+        if c.privileged:
+            c.mknod(d + "/null", vino.KIND_CHAR_DEVICE, 0o666, (1 << 8) | 3)
+            st = c.stat(d + "/null")
+            assert (st.kind, st.rdev) == (vino.KIND_CHAR_DEVICE, (1 << 8) | 3)
+            c.unlink(d + "/null")
+        else:
+            raises(PermissionError, c.mknod, d + "/null", vino.KIND_CHAR_DEVICE, 0o666, 259)
+        f = d + "/f"
+        c.close(c.open(f, vino.O_WRONLY | vino.O_CREAT))
+        value = bytes(range(256))
+        c.setxattr(f, "user.all", value, vino.XATTR_CREATE)
+        raises(FileExistsError, c.setxattr, f, "user.all", b"x", vino.XATTR_CREATE)
+        e = raises(OSError, c.setxattr, f, "user.none", b"x", vino.XATTR_REPLACE)
+        assert e.errno == errno.ENODATA
+        c.setxattr(f, "user.empty", b"")
+        assert c.getxattr(f, "user.all") == value and c.getxattr(f, "user.empty") == b""
+        assert sorted(c.listxattr(f)) == ["user.all", "user.empty"]
+        assert sorted(c.listxattr(os.fsencode(f))) == [b"user.all", b"user.empty"]
+        e = raises(OSError, c.setxattr, f, "trusted.x", b"1")
+        assert e.errno == errno.EOPNOTSUPP
+        c.removexattr(f, "user.all")
+        e = raises(OSError, c.getxattr, f, "user.all")
+        assert e.errno == errno.ENODATA
+        for n in ("fifo", "f"):
+            c.unlink(d + "/" + n)
+        c.rmdir(d)
 
 
 def test_top_lists_this_process():

@@ -2,7 +2,12 @@
 
 A :class:`Client` is one connection, and so one kernel process: its open files, grafts and locks
 go away when it is closed. Every method sends one request and waits for the answer; a failure
-raises ``OSError(errno, message)``. Data is ``bytes``; paths are ``str``.
+raises ``OSError(errno, message)``. Data is ``bytes``; paths are ``str`` or ``bytes`` (a name
+need not be UTF-8: a ``str`` path is encoded with ``surrogateescape``, as ``os.fsencode`` does,
+and names listed from a ``bytes`` path come back as ``bytes``, as with ``os.listdir``).
+
+The ``*_at`` methods and those with a ``dir_fd`` argument walk the path from ``dir_fd``: None for
+the root, or a directory opened with ``O_DIRECTORY``; an absolute path starts at the root.
 
 The library is ``$VINO_LIB`` (the file, or a directory holding ``libvino.so``), else
 ``libvino.so`` next to this package, else the workspace's ``target/release`` (or
@@ -14,14 +19,15 @@ import json
 import os
 from ctypes import POINTER, byref, c_char, c_char_p, c_int, c_int64, c_size_t, c_uint, c_uint32, c_uint64, c_void_p
 from pathlib import Path
-from typing import Iterable, List, NamedTuple, Optional
+from typing import Iterable, List, NamedTuple, Optional, Union
 
 __all__ = [
     "Client", "Stat", "DirEntry", "GraftInfo", "Lock", "Event", "find_library",
     "O_READ", "O_WRITE", "O_RDONLY", "O_WRONLY", "O_RDWR", "O_CREAT", "O_EXCL", "O_TRUNC", "O_APPEND",
-    "O_NOFOLLOW", "O_DIRECTORY", "AT_ROOT", "UTIME_NOW", "UTIME_OMIT", "XATTR_CREATE", "XATTR_REPLACE",
+    "O_NOFOLLOW", "O_DIRECTORY",
     "KIND_REGULAR", "KIND_DIRECTORY", "KIND_SYMLINK", "KIND_FIFO", "KIND_SOCKET", "KIND_CHAR_DEVICE",
-    "KIND_BLOCK_DEVICE", "LOCK_UNLOCK", "LOCK_READ", "LOCK_WRITE",
+    "KIND_BLOCK_DEVICE", "XATTR_CREATE", "XATTR_REPLACE", "UTIME_NOW",
+    "LOCK_UNLOCK", "LOCK_READ", "LOCK_WRITE",
     "EVENT_OPEN", "EVENT_CLOSE", "EVENT_CREATE", "EVENT_UNLINK", "EVENT_MODIFY",
 ]
 
@@ -35,17 +41,8 @@ O_CREAT = 0x04
 O_EXCL = 0x08
 O_TRUNC = 0x10
 O_APPEND = 0x20
-O_NOFOLLOW = 0x40
-O_DIRECTORY = 0x80
-
-# The dirfd of the *_at methods that starts paths at the root.
-AT_ROOT = -100
-# Client.utimens times besides nanoseconds since the epoch.
-UTIME_NOW = -1
-UTIME_OMIT = -2
-# Client.setxattr flags.
-XATTR_CREATE = 1
-XATTR_REPLACE = 2
+O_NOFOLLOW = 0x40  # fail with ELOOP if the last component is a symbolic link
+O_DIRECTORY = 0x80  # fail with ENOTDIR unless a directory (open it read-only)
 
 KIND_REGULAR = 1
 KIND_DIRECTORY = 2
@@ -54,6 +51,28 @@ KIND_FIFO = 4
 KIND_SOCKET = 5
 KIND_CHAR_DEVICE = 6
 KIND_BLOCK_DEVICE = 7
+
+# Client.setxattr flags, as XATTR_CREATE / XATTR_REPLACE.
+XATTR_CREATE = 1
+XATTR_REPLACE = 2
+
+
+class _Now:
+    def __repr__(self):
+        return "UTIME_NOW"
+
+
+# A time for Client.setattr and Client.utime: the current time.
+UTIME_NOW = _Now()
+
+# The values of vino.h.
+_AT_ROOT = -100
+_AT_SYMLINK_NOFOLLOW = 0x100
+_AT_SYMLINK_FOLLOW = 0x400
+_RENAME_NOREPLACE = 1
+_FALLOC_KEEP_SIZE = 1
+_SET_MODE, _SET_UID, _SET_GID, _SET_SIZE = 0x01, 0x02, 0x04, 0x08
+_SET_ATIME, _SET_MTIME, _SET_ATIME_NOW, _SET_MTIME_NOW = 0x10, 0x20, 0x40, 0x80
 
 LOCK_UNLOCK = 0
 LOCK_READ = 1
@@ -81,11 +100,12 @@ class Stat(NamedTuple):
     atime_ns: int
     mtime_ns: int
     ctime_ns: int
-    rdev: int = 0  # the device of a device node
+    rdev: int = 0  # the device a KIND_*_DEVICE node stands for
+    generation: int = 0  # changes each time the inode number is reused
 
 
 class DirEntry(NamedTuple):
-    name: str
+    name: Union[str, bytes]  # bytes when listed from a bytes path
     ino: int
     kind: int
 
@@ -122,7 +142,12 @@ class _Stat(ctypes.Structure):
     _fields_ = [("ino", c_uint64), ("kind", c_uint32), ("mode", c_uint32), ("nlink", c_uint32),
                 ("uid", c_uint32), ("gid", c_uint32), ("_pad", c_uint32), ("size", c_uint64),
                 ("blocks", c_uint64), ("atime_ns", c_uint64), ("mtime_ns", c_uint64), ("ctime_ns", c_uint64),
-                ("rdev", c_uint64)]
+                ("rdev", c_uint64), ("generation", c_uint32), ("_pad2", c_uint32)]
+
+
+class _SetAttr(ctypes.Structure):
+    _fields_ = [("valid", c_uint32), ("mode", c_uint32), ("uid", c_uint32), ("gid", c_uint32),
+                ("size", c_uint64), ("atime_ns", c_uint64), ("mtime_ns", c_uint64)]
 
 
 class _Dirent(ctypes.Structure):
@@ -172,24 +197,24 @@ _SIGNATURES = {
     "vino_readdir_free": (None, [POINTER(_Dirent), c_size_t]),
     "vino_sync": (c_int, [_CLIENT]),
     "vino_open_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_uint]),
-    "vino_stat_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, POINTER(_Stat)]),
+    "vino_stat_at": (c_int, [_CLIENT, c_int, c_char_p, POINTER(_Stat), c_int]),
     "vino_mkdir_at": (c_int, [_CLIENT, c_int, c_char_p, c_uint]),
-    "vino_mknod_at": (c_int, [_CLIENT, c_int, c_char_p, c_uint, c_uint, c_uint64]),
+    "vino_mknod_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_uint, c_uint64]),
     "vino_symlink_at": (c_int, [_CLIENT, c_char_p, c_int, c_char_p]),
     "vino_readlink_at": (c_int64, [_CLIENT, c_int, c_char_p, c_void_p, c_size_t]),
     "vino_unlink_at": (c_int, [_CLIENT, c_int, c_char_p]),
     "vino_rmdir_at": (c_int, [_CLIENT, c_int, c_char_p]),
-    "vino_rename_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_char_p, c_int]),
+    "vino_rename_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_char_p, c_uint]),
     "vino_link_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_char_p, c_int]),
-    "vino_chmod": (c_int, [_CLIENT, c_char_p, c_uint]),
-    "vino_chown": (c_int, [_CLIENT, c_char_p, c_int64, c_int64]),
-    "vino_truncate": (c_int, [_CLIENT, c_char_p, c_uint64]),
-    "vino_utimens": (c_int, [_CLIENT, c_char_p, c_int64, c_int64]),
-    "vino_access_at": (c_int, [_CLIENT, c_int, c_char_p, c_uint]),
-    "vino_getxattr": (c_int64, [_CLIENT, c_char_p, c_char_p, c_void_p, c_size_t]),
-    "vino_setxattr": (c_int, [_CLIENT, c_char_p, c_char_p, c_char_p, c_size_t, c_int]),
-    "vino_listxattr": (c_int64, [_CLIENT, c_char_p, c_void_p, c_size_t]),
-    "vino_removexattr": (c_int, [_CLIENT, c_char_p, c_char_p]),
+    "vino_setattr_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, POINTER(_SetAttr), POINTER(_Stat)]),
+    "vino_fsetattr": (c_int, [_CLIENT, c_int, POINTER(_SetAttr), POINTER(_Stat)]),
+    "vino_access_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_int]),
+    "vino_readdir_at": (c_int, [_CLIENT, c_int, c_char_p, POINTER(POINTER(_Dirent))]),
+    "vino_readdir_fd": (c_int, [_CLIENT, c_int, POINTER(POINTER(_Dirent))]),
+    "vino_getxattr_at": (c_int64, [_CLIENT, c_int, c_char_p, c_int, c_char_p, c_void_p, c_size_t]),
+    "vino_setxattr_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_char_p, c_char_p, c_size_t, c_int]),
+    "vino_listxattr_at": (c_int64, [_CLIENT, c_int, c_char_p, c_int, c_void_p, c_size_t]),
+    "vino_removexattr_at": (c_int, [_CLIENT, c_int, c_char_p, c_int, c_char_p]),
     "vino_fallocate": (c_int, [_CLIENT, c_int, c_int, c_uint64, c_uint64]),
     "vino_graft_load": (c_int, [_CLIENT, c_char_p, c_char_p, c_size_t, POINTER(_GraftInfo)]),
     "vino_graft_load_file": (c_int, [_CLIENT, c_char_p, c_char_p, c_char_p, c_size_t, POINTER(_GraftInfo)]),
@@ -256,11 +281,28 @@ def _library():
 
 
 def _path(p) -> bytes:
-    return os.fsencode(p) if not isinstance(p, str) else p.encode("utf-8")
+    """A path (or name) as the bytes the daemon sees: str as UTF-8 (surrogateescape, so a name
+    read as str from a non-UTF-8 one goes back as it was), bytes as they are."""
+    if isinstance(p, str):
+        return p.encode("utf-8", "surrogateescape")
+    return os.fsencode(p)
 
 
 def _name(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
+
+
+def _like(b: bytes, model):
+    """`b` as bytes if `model` (the path asked about) is bytes, else as str."""
+    return b if isinstance(model, (bytes, bytearray)) else _name(b)
+
+
+def _dirfd(dir_fd: Optional[int]) -> int:
+    return _AT_ROOT if dir_fd is None else dir_fd
+
+
+def _nofollow(follow_symlinks: bool) -> int:
+    return 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
 
 
 class Client:
@@ -327,9 +369,11 @@ class Client:
 
     # ---- files ------------------------------------------------------------------------------
 
-    def open(self, path: str, flags: int = O_RDONLY, mode: int = 0o644) -> int:
+    # The path calls are the *_at calls from the root, so that their paths may be bytes too.
+
+    def open(self, path, flags: int = O_RDONLY, mode: int = 0o644) -> int:
         """Opens a file (flags: O_*); returns its descriptor."""
-        return self._call("open", _path(path), flags, mode)
+        return self.open_at(path, flags, mode)
 
     def close(self, fd: int) -> None:
         """Closes a file descriptor (see :meth:`disconnect` for the connection)."""
@@ -367,7 +411,7 @@ class Client:
     @staticmethod
     def _stat(st: _Stat) -> Stat:
         return Stat(st.ino, st.kind, st.mode, st.nlink, st.uid, st.gid, st.size, st.blocks,
-                    st.atime_ns, st.mtime_ns, st.ctime_ns, st.rdev)
+                    st.atime_ns, st.mtime_ns, st.ctime_ns, st.rdev, st.generation)
 
     def fstat(self, fd: int) -> Stat:
         st = _Stat()
@@ -375,27 +419,28 @@ class Client:
         return self._stat(st)
 
     def stat(self, path: str) -> Stat:
-        st = _Stat()
-        self._call("stat", _path(path), byref(st))
-        return self._stat(st)
+        return self.stat_at(path)
 
     def mkdir(self, path: str, mode: int = 0o755) -> None:
-        self._call("mkdir", _path(path), mode)
+        self.mkdir_at(path, mode)
 
     def rmdir(self, path: str) -> None:
-        self._call("rmdir", _path(path))
+        self.rmdir_at(path)
 
     def unlink(self, path: str) -> None:
-        self._call("unlink", _path(path))
+        self.unlink_at(path)
 
     def rename(self, old: str, new: str) -> None:
-        self._call("rename", _path(old), _path(new))
+        self.rename_at(old, new)
 
     def readdir(self, path: str) -> List[DirEntry]:
+        return self.readdir_at(path)
+
+    def _entries(self, model, name: str, *args) -> List[DirEntry]:
         entries = POINTER(_Dirent)()
-        n = self._call("readdir", _path(path), byref(entries))
+        n = self._call(name, *args, byref(entries))
         try:
-            return [DirEntry(_name(entries[i].name), entries[i].ino, entries[i].kind) for i in range(n)]
+            return [DirEntry(_like(entries[i].name, model), entries[i].ino, entries[i].kind) for i in range(n)]
         finally:
             self._lib.vino_readdir_free(entries, n)
 
@@ -403,91 +448,159 @@ class Client:
         """Writes everything to the device."""
         self._call("sync")
 
-    # ---- the *_at calls: paths (str or bytes) from a directory descriptor (AT_ROOT: the root) -
+    # ---- names, *at style -------------------------------------------------------------------
 
-    def open_at(self, dirfd: int, path, flags: int = O_RDONLY, mode: int = 0o644) -> int:
-        return self._call("open_at", dirfd, _path(path), flags, mode)
+    def open_at(self, path, flags: int = O_RDONLY, mode: int = 0o644, dir_fd: Optional[int] = None) -> int:
+        """Opens path from dir_fd (flags: O_*, O_NOFOLLOW and O_DIRECTORY included)."""
+        return self._call("open_at", _dirfd(dir_fd), _path(path), flags, mode)
 
-    def stat_at(self, dirfd: int, path, follow: bool = True) -> Stat:
-        """stat (follow) or lstat (not) of path from dirfd."""
+    def stat_at(self, path, dir_fd: Optional[int] = None, follow_symlinks: bool = True) -> Stat:
         st = _Stat()
-        self._call("stat_at", dirfd, _path(path), int(follow), byref(st))
+        self._call("stat_at", _dirfd(dir_fd), _path(path), byref(st), _nofollow(follow_symlinks))
         return self._stat(st)
 
-    def lstat(self, path) -> Stat:
-        return self.stat_at(AT_ROOT, path, follow=False)
+    def lstat(self, path, dir_fd: Optional[int] = None) -> Stat:
+        """The symbolic link itself, not what it points to."""
+        return self.stat_at(path, dir_fd, follow_symlinks=False)
 
-    def mkdir_at(self, dirfd: int, path, mode: int = 0o755) -> None:
-        self._call("mkdir_at", dirfd, _path(path), mode)
+    def mkdir_at(self, path, mode: int = 0o755, dir_fd: Optional[int] = None) -> None:
+        self._call("mkdir_at", _dirfd(dir_fd), _path(path), mode)
 
-    def mknod_at(self, dirfd: int, path, kind: int, mode: int = 0o644, rdev: int = 0) -> None:
-        """A regular file, FIFO, socket or (privileged) device node (kind: KIND_*)."""
-        self._call("mknod_at", dirfd, _path(path), kind, mode, rdev)
+    def mknod(self, path, kind: int = KIND_REGULAR, mode: int = 0o600, rdev: int = 0,
+              dir_fd: Optional[int] = None) -> None:
+        """Makes a KIND_REGULAR, _FIFO, _SOCKET or (privileged) _CHAR_DEVICE / _BLOCK_DEVICE node."""
+        self._call("mknod_at", _dirfd(dir_fd), _path(path), kind, mode, rdev)
 
-    def symlink(self, target, path, dirfd: int = AT_ROOT) -> None:
-        self._call("symlink_at", _path(target), dirfd, _path(path))
+    def symlink(self, target, path, dir_fd: Optional[int] = None) -> None:
+        """Makes a symbolic link at path holding target."""
+        self._call("symlink_at", _path(target), _dirfd(dir_fd), _path(path))
 
-    def readlink(self, path, dirfd: int = AT_ROOT) -> bytes:
-        return self._sized(lambda buf, n: self._call("readlink_at", dirfd, _path(path), buf, n))
-
-    def unlink_at(self, dirfd: int, path) -> None:
-        self._call("unlink_at", dirfd, _path(path))
-
-    def rmdir_at(self, dirfd: int, path) -> None:
-        self._call("rmdir_at", dirfd, _path(path))
-
-    def rename_at(self, from_dirfd: int, old, to_dirfd: int, new, no_replace: bool = False) -> None:
-        self._call("rename_at", from_dirfd, _path(old), to_dirfd, _path(new), int(no_replace))
-
-    def link(self, old, new, follow: bool = False) -> None:
-        self._call("link_at", AT_ROOT, _path(old), AT_ROOT, _path(new), int(follow))
-
-    def chmod(self, path, mode: int) -> None:
-        self._call("chmod", _path(path), mode)
-
-    def chown(self, path, uid: int = -1, gid: int = -1) -> None:
-        """-1 leaves the owner or group as it is."""
-        self._call("chown", _path(path), uid, gid)
-
-    def truncate(self, path, size: int) -> None:
-        self._call("truncate", _path(path), size)
-
-    def utimens(self, path, atime_ns: int = UTIME_NOW, mtime_ns: int = UTIME_NOW) -> None:
-        self._call("utimens", _path(path), atime_ns, mtime_ns)
-
-    def access(self, path, mode: int, dirfd: int = AT_ROOT) -> None:
-        """Raises OSError unless mode (4 read, 2 write, 1 execute, 0 exists) is allowed."""
-        self._call("access_at", dirfd, _path(path), mode)
-
-    def _sized(self, call) -> bytes:
-        """Asks a length-first call for the length, then for the bytes."""
+    def readlink(self, path, dir_fd: Optional[int] = None):
+        """The target of a symbolic link: bytes for a bytes path, else str (as os.readlink)."""
+        size = 256
         while True:
-            n = call(None, 0)
-            buf = ctypes.create_string_buffer(max(n, 1))
+            buf = ctypes.create_string_buffer(size)
+            n = self._call("readlink_at", _dirfd(dir_fd), _path(path), buf, size)
+            if n <= size:
+                return _like(buf.raw[:n], path)
+            size = n
+
+    def unlink_at(self, path, dir_fd: Optional[int] = None) -> None:
+        self._call("unlink_at", _dirfd(dir_fd), _path(path))
+
+    def rmdir_at(self, path, dir_fd: Optional[int] = None) -> None:
+        self._call("rmdir_at", _dirfd(dir_fd), _path(path))
+
+    def rename_at(self, src, dst, src_dir_fd: Optional[int] = None, dst_dir_fd: Optional[int] = None,
+                  noreplace: bool = False) -> None:
+        """Renames atomically; with noreplace an existing dst raises FileExistsError."""
+        flags = _RENAME_NOREPLACE if noreplace else 0
+        self._call("rename_at", _dirfd(src_dir_fd), _path(src), _dirfd(dst_dir_fd), _path(dst), flags)
+
+    def link(self, src, dst, src_dir_fd: Optional[int] = None, dst_dir_fd: Optional[int] = None,
+             follow_symlinks: bool = False) -> None:
+        """A second name dst for the file at src (follow_symlinks: a link at src is followed)."""
+        flags = _AT_SYMLINK_FOLLOW if follow_symlinks else 0
+        self._call("link_at", _dirfd(src_dir_fd), _path(src), _dirfd(dst_dir_fd), _path(dst), flags)
+
+    @staticmethod
+    def _setattr(mode, uid, gid, size, atime_ns, mtime_ns) -> _SetAttr:
+        a = _SetAttr()
+        for value, bit, field in ((mode, _SET_MODE, "mode"), (uid, _SET_UID, "uid"), (gid, _SET_GID, "gid"),
+                                  (size, _SET_SIZE, "size")):
+            if value is not None:
+                a.valid |= bit
+                setattr(a, field, value)
+        for value, at, now, field in ((atime_ns, _SET_ATIME, _SET_ATIME_NOW, "atime_ns"),
+                                      (mtime_ns, _SET_MTIME, _SET_MTIME_NOW, "mtime_ns")):
+            if value is UTIME_NOW:
+                a.valid |= now
+            elif value is not None:
+                a.valid |= at
+                setattr(a, field, value)
+        return a
+
+    def setattr(self, path, mode: Optional[int] = None, uid: Optional[int] = None, gid: Optional[int] = None,
+                size: Optional[int] = None, atime_ns=None, mtime_ns=None, dir_fd: Optional[int] = None,
+                follow_symlinks: bool = True) -> Stat:
+        """Changes what is not None (times: nanoseconds or UTIME_NOW) at once; the attributes after."""
+        a, st = self._setattr(mode, uid, gid, size, atime_ns, mtime_ns), _Stat()
+        self._call("setattr_at", _dirfd(dir_fd), _path(path), _nofollow(follow_symlinks), byref(a), byref(st))
+        return self._stat(st)
+
+    def fsetattr(self, fd: int, mode: Optional[int] = None, uid: Optional[int] = None, gid: Optional[int] = None,
+                 size: Optional[int] = None, atime_ns=None, mtime_ns=None) -> Stat:
+        a, st = self._setattr(mode, uid, gid, size, atime_ns, mtime_ns), _Stat()
+        self._call("fsetattr", fd, byref(a), byref(st))
+        return self._stat(st)
+
+    def chmod(self, path, mode: int, dir_fd: Optional[int] = None) -> Stat:
+        return self.setattr(path, mode=mode, dir_fd=dir_fd)
+
+    def chown(self, path, uid: int = -1, gid: int = -1, dir_fd: Optional[int] = None) -> Stat:
+        """Changes the owner and/or group (-1 leaves one as it is, as os.chown)."""
+        return self.setattr(path, uid=None if uid == -1 else uid, gid=None if gid == -1 else gid, dir_fd=dir_fd)
+
+    def utime(self, path, ns=None, dir_fd: Optional[int] = None) -> Stat:
+        """Sets (atime_ns, mtime_ns), or both to now if ns is None (as os.utime)."""
+        atime, mtime = (UTIME_NOW, UTIME_NOW) if ns is None else ns
+        return self.setattr(path, atime_ns=atime, mtime_ns=mtime, dir_fd=dir_fd)
+
+    def truncate(self, path, size: int, dir_fd: Optional[int] = None) -> Stat:
+        return self.setattr(path, size=size, dir_fd=dir_fd)
+
+    def access(self, path, mode: int, dir_fd: Optional[int] = None, follow_symlinks: bool = True) -> bool:
+        """True if this process may access path as mode asks (os.R_OK | os.W_OK | os.X_OK, or
+        os.F_OK); other failures (a missing file...) raise."""
+        try:
+            self._call("access_at", _dirfd(dir_fd), _path(path), mode, _nofollow(follow_symlinks))
+            return True
+        except PermissionError:
+            return False
+
+    def readdir_at(self, path, dir_fd: Optional[int] = None) -> List[DirEntry]:
+        return self._entries(path, "readdir_at", _dirfd(dir_fd), _path(path))
+
+    def readdir_fd(self, fd: int) -> List[DirEntry]:
+        """The entries of the directory open as fd (names as str)."""
+        return self._entries("", "readdir_fd", fd)
+
+    def _sized(self, name: str, *args) -> bytes:
+        """Calls a vino_*xattr_at that answers a size with a NULL buffer, until the buffer fits."""
+        while True:
+            size = self._call(name, *args, None, 0)
+            buf = ctypes.create_string_buffer(max(size, 1))
             try:
-                got = call(buf, max(n, 1))
+                n = self._call(name, *args, buf, max(size, 1))
             except OSError as e:
-                if e.errno == 34:  # ERANGE: it grew in between
+                if e.errno == 34:  # ERANGE: it grew meanwhile
                     continue
                 raise
-            return buf.raw[:got]
+            return buf.raw[:n]
 
-    def getxattr(self, path, name) -> bytes:
-        return self._sized(lambda buf, n: self._call("getxattr", _path(path), _path(name), buf, n))
+    def getxattr(self, path, name, dir_fd: Optional[int] = None, follow_symlinks: bool = True) -> bytes:
+        """The value of extended attribute name (only "user." names are supported)."""
+        return self._sized("getxattr_at", _dirfd(dir_fd), _path(path), _nofollow(follow_symlinks), _path(name))
 
-    def setxattr(self, path, name, value: bytes, flags: int = 0) -> None:
-        """flags: 0, XATTR_CREATE or XATTR_REPLACE."""
-        self._call("setxattr", _path(path), _path(name), value, len(value), flags)
+    def setxattr(self, path, name, value: bytes, flags: int = 0, dir_fd: Optional[int] = None,
+                 follow_symlinks: bool = True) -> None:
+        """Sets extended attribute name (flags: 0, XATTR_CREATE or XATTR_REPLACE)."""
+        value = bytes(value)
+        self._call("setxattr_at", _dirfd(dir_fd), _path(path), _nofollow(follow_symlinks), _path(name),
+                   value, len(value), flags)
 
-    def listxattr(self, path) -> List[bytes]:
-        raw = self._sized(lambda buf, n: self._call("listxattr", _path(path), buf, n))
-        return [n for n in raw.split(b"\0") if n]
+    def listxattr(self, path, dir_fd: Optional[int] = None, follow_symlinks: bool = True) -> list:
+        """The names of the file's extended attributes: bytes for a bytes path, else str."""
+        raw = self._sized("listxattr_at", _dirfd(dir_fd), _path(path), _nofollow(follow_symlinks))
+        return [_like(n, path) for n in raw.split(b"\0")[:-1]]
 
-    def removexattr(self, path, name) -> None:
-        self._call("removexattr", _path(path), _path(name))
+    def removexattr(self, path, name, dir_fd: Optional[int] = None, follow_symlinks: bool = True) -> None:
+        self._call("removexattr_at", _dirfd(dir_fd), _path(path), _nofollow(follow_symlinks), _path(name))
 
     def fallocate(self, fd: int, offset: int, length: int, keep_size: bool = False) -> None:
-        self._call("fallocate", fd, int(keep_size), offset, length)
+        """Allocates length bytes from offset in the file open for writing as fd; the size grows
+        to cover them unless keep_size."""
+        self._call("fallocate", fd, _FALLOC_KEEP_SIZE if keep_size else 0, offset, length)
 
     # ---- grafts -----------------------------------------------------------------------------
 

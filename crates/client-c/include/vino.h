@@ -8,7 +8,11 @@
  *   - Calls return a value >= 0 on success and -errno (Linux numbering, e.g. -ENOENT) on failure;
  *     vino_last_error(client) then gives the daemon's (or the library's) message.
  *   - A NULL client or a NULL pointer where data is required fails with -EINVAL. Strings are
- *     NUL-terminated UTF-8. A buffer may be NULL only when its length is 0.
+ *     NUL-terminated UTF-8, except the paths and names of the *_at calls, which are bytes (a
+ *     POSIX name need not be UTF-8). A buffer may be NULL only when its length is 0.
+ *   - The *_at calls walk `path` from `dirfd`: VINO_AT_ROOT for the root directory, or a
+ *     directory opened with VINO_O_DIRECTORY. An absolute path starts at the root either way.
+ *     Flags take Linux's values (VINO_AT_SYMLINK_NOFOLLOW is AT_SYMLINK_NOFOLLOW, ...).
  *   - A vino_client is not safe to use from two threads at once: give each thread its own, or
  *     lock around calls.
  *   - Memory the library hands out (readdir arrays, JSON strings) is freed with the matching
@@ -39,18 +43,26 @@ typedef struct vino_client vino_client;
 #define VINO_O_TRUNC 0x10  /* truncate to 0 bytes */
 #define VINO_O_APPEND 0x20 /* every write goes to the end */
 #define VINO_O_NOFOLLOW 0x40  /* fail with -ELOOP if the last component is a symbolic link */
-#define VINO_O_DIRECTORY 0x80 /* fail with -ENOTDIR unless it is a directory */
+#define VINO_O_DIRECTORY 0x80 /* fail with -ENOTDIR unless a directory (open it read-only) */
 
-/* The dirfd of the *_at calls that starts paths at the root. */
-#define VINO_AT_ROOT (-100)
+/* The *_at calls. */
+#define VINO_AT_ROOT (-100)               /* dirfd: the root directory */
+#define VINO_AT_SYMLINK_NOFOLLOW 0x100    /* the last component's link itself */
+#define VINO_AT_SYMLINK_FOLLOW 0x400      /* vino_link_at: follow a link at `from` */
+#define VINO_RENAME_NOREPLACE 1           /* vino_rename_at: fail with -EEXIST, never replace */
+#define VINO_XATTR_CREATE 1               /* vino_setxattr_at: fail with -EEXIST if it exists */
+#define VINO_XATTR_REPLACE 2              /* vino_setxattr_at: fail with -ENODATA if it does not */
+#define VINO_FALLOC_KEEP_SIZE 1           /* vino_fallocate: allocate, keep the size */
 
-/* vino_utimens times besides nanoseconds since the epoch. */
-#define VINO_UTIME_NOW (-1)
-#define VINO_UTIME_OMIT (-2)
-
-/* vino_setxattr flags. */
-#define VINO_XATTR_CREATE 1
-#define VINO_XATTR_REPLACE 2
+/* What struct vino_setattr changes (its `valid` bits). */
+#define VINO_SET_MODE 0x01
+#define VINO_SET_UID 0x02
+#define VINO_SET_GID 0x04
+#define VINO_SET_SIZE 0x08
+#define VINO_SET_ATIME 0x10     /* to atime_ns */
+#define VINO_SET_MTIME 0x20     /* to mtime_ns */
+#define VINO_SET_ATIME_NOW 0x40 /* to the current time */
+#define VINO_SET_MTIME_NOW 0x80
 
 /* What a name is (vino_stat.kind, vino_dirent.kind). */
 #define VINO_KIND_REGULAR 1
@@ -90,12 +102,26 @@ struct vino_stat {
     uint64_t atime_ns; /* nanoseconds since the Unix epoch */
     uint64_t mtime_ns;
     uint64_t ctime_ns;
-    uint64_t rdev; /* the device of a device node */
+    /* Since protocol 2 (the fields above keep their offsets): */
+    uint64_t rdev;       /* the device of a VINO_KIND_*_DEVICE node */
+    uint32_t generation; /* changes each time the inode number is reused */
+    uint32_t _pad2;
 };
 
-/* A directory entry (vino_readdir). */
+/* Attributes to change (vino_setattr_at, vino_fsetattr): those `valid` names. */
+struct vino_setattr {
+    uint32_t valid; /* VINO_SET_* */
+    uint32_t mode;  /* permission bits, 07777 at most */
+    uint32_t uid;
+    uint32_t gid;
+    uint64_t size;
+    uint64_t atime_ns; /* nanoseconds since the Unix epoch */
+    uint64_t mtime_ns;
+};
+
+/* A directory entry (vino_readdir, vino_readdir_at, vino_readdir_fd). */
 struct vino_dirent {
-    char *name; /* NUL-terminated */
+    char *name; /* NUL-terminated bytes */
     uint64_t ino;
     uint32_t kind; /* VINO_KIND_* */
     uint32_t _pad;
@@ -190,41 +216,67 @@ void vino_readdir_free(struct vino_dirent *entries, size_t count);
 /* Writes everything to the device. */
 int vino_sync(vino_client *client);
 
-/* ---- the *_at calls: paths (bytes, not necessarily UTF-8) from a directory descriptor -------
- * (VINO_AT_ROOT: the root); each returns 0 (or a count) or -errno. */
+/* ---- names, *at style ---------------------------------------------------------------------- */
 
+/* Opens `path` from `dirfd` (VINO_O_* flags, VINO_O_NOFOLLOW and VINO_O_DIRECTORY included). */
 int vino_open_at(vino_client *client, int dirfd, const char *path, int flags, unsigned mode);
-/* follow != 0: a symbolic link as the last component is followed (stat), else not (lstat). */
-int vino_stat_at(vino_client *client, int dirfd, const char *path, int follow, struct vino_stat *st);
+
+/* What `path` names; `flags` VINO_AT_SYMLINK_NOFOLLOW: a symbolic link itself (lstat). */
+int vino_stat_at(vino_client *client, int dirfd, const char *path, struct vino_stat *st, int flags);
 int vino_mkdir_at(vino_client *client, int dirfd, const char *path, unsigned mode);
-/* kind: VINO_KIND_REGULAR, _FIFO, _SOCKET, _CHAR_DEVICE or _BLOCK_DEVICE (devices: privileged). */
-int vino_mknod_at(vino_client *client, int dirfd, const char *path, unsigned kind, unsigned mode, uint64_t rdev);
+
+/* Makes a node of VINO_KIND_REGULAR, _FIFO, _SOCKET, or (privileged: else -EPERM)
+ * _CHAR_DEVICE / _BLOCK_DEVICE standing for `rdev`. */
+int vino_mknod_at(vino_client *client, int dirfd, const char *path, int kind, unsigned mode, uint64_t rdev);
+
+/* Makes a symbolic link at `path` holding `target` (which may dangle). */
 int vino_symlink_at(vino_client *client, const char *target, int dirfd, const char *path);
-/* Copies the link's target into buf (not NUL-terminated); returns its length. len 0: the length
- * only; -ERANGE if it does not fit. */
-int64_t vino_readlink_at(vino_client *client, int dirfd, const char *path, uint8_t *buf, size_t len);
+
+/* The target of the link at `path`: returns its length and copies at most `len` bytes of it
+ * to `buf`, without a NUL (a result over `len` means it was cut). */
+int64_t vino_readlink_at(vino_client *client, int dirfd, const char *path, char *buf, size_t len);
 int vino_unlink_at(vino_client *client, int dirfd, const char *path);
 int vino_rmdir_at(vino_client *client, int dirfd, const char *path);
-/* no_replace != 0: -EEXIST rather than replace `to`. */
-int vino_rename_at(vino_client *client, int from_dirfd, const char *from, int to_dirfd, const char *to, int no_replace);
-/* follow != 0: a symbolic link at `from` is followed. */
-int vino_link_at(vino_client *client, int from_dirfd, const char *from, int to_dirfd, const char *to, int follow);
-int vino_chmod(vino_client *client, const char *path, unsigned mode);
-/* uid or gid -1: leave it as it is. */
-int vino_chown(vino_client *client, const char *path, int64_t uid, int64_t gid);
-int vino_truncate(vino_client *client, const char *path, uint64_t size);
-/* Times in nanoseconds since the epoch, or VINO_UTIME_NOW / VINO_UTIME_OMIT. */
-int vino_utimens(vino_client *client, const char *path, int64_t atime_ns, int64_t mtime_ns);
-/* mode: 4 read, 2 write, 1 execute, 0 exists. */
-int vino_access_at(vino_client *client, int dirfd, const char *path, unsigned mode);
-/* Extended attributes (`user.` names). get and list copy into buf and return the length (len 0:
- * the length only); list gives the names NUL-terminated, one after another. */
-int64_t vino_getxattr(vino_client *client, const char *path, const char *name, uint8_t *buf, size_t len);
-int vino_setxattr(vino_client *client, const char *path, const char *name, const uint8_t *value, size_t len, int flags);
-int64_t vino_listxattr(vino_client *client, const char *path, uint8_t *buf, size_t len);
-int vino_removexattr(vino_client *client, const char *path, const char *name);
-/* Allocates len bytes from offset; keep_size != 0 keeps the size (FALLOC_FL_KEEP_SIZE). */
-int vino_fallocate(vino_client *client, int fd, int keep_size, uint64_t offset, uint64_t len);
+
+/* Renames atomically: `to` names the old file or the moved one at every instant.
+ * `flags`: 0 or VINO_RENAME_NOREPLACE. */
+int vino_rename_at(vino_client *client, int from_dirfd, const char *from, int to_dirfd, const char *to,
+                   unsigned flags);
+
+/* A second name `to` for the file at `from`; `flags`: 0 or VINO_AT_SYMLINK_FOLLOW. */
+int vino_link_at(vino_client *client, int from_dirfd, const char *from, int to_dirfd, const char *to,
+                 int flags);
+
+/* Changes what `attrs->valid` names (chmod, chown, truncate, utimes at once), each as its own
+ * right allows; the attributes after go to *st unless it is NULL. `flags`: 0 or
+ * VINO_AT_SYMLINK_NOFOLLOW. */
+int vino_setattr_at(vino_client *client, int dirfd, const char *path, int flags,
+                    const struct vino_setattr *attrs, struct vino_stat *st);
+int vino_fsetattr(vino_client *client, int fd, const struct vino_setattr *attrs, struct vino_stat *st);
+
+/* 0 if this process may access `path` as `mode` asks (4 read, 2 write, 1 execute; 0: it
+ * exists), else -EACCES. */
+int vino_access_at(vino_client *client, int dirfd, const char *path, int mode, int flags);
+
+/* As vino_readdir, for the directory at `path` from `dirfd`, or the one open as `fd`. */
+int vino_readdir_at(vino_client *client, int dirfd, const char *path, struct vino_dirent **entries);
+int vino_readdir_fd(vino_client *client, int fd, struct vino_dirent **entries);
+
+/* Extended attributes (only "user." names; others: -EOPNOTSUPP). vino_getxattr_at returns the
+ * value's size and, if `len` > 0, copies it to `buf` (-ERANGE if it does not fit);
+ * vino_listxattr_at does the same with the names, each NUL-terminated, one after the other.
+ * `how`: 0, VINO_XATTR_CREATE or VINO_XATTR_REPLACE. */
+int64_t vino_getxattr_at(vino_client *client, int dirfd, const char *path, int flags, const char *name,
+                         void *buf, size_t len);
+int vino_setxattr_at(vino_client *client, int dirfd, const char *path, int flags, const char *name,
+                     const void *value, size_t len, int how);
+int64_t vino_listxattr_at(vino_client *client, int dirfd, const char *path, int flags, char *buf, size_t len);
+int vino_removexattr_at(vino_client *client, int dirfd, const char *path, int flags, const char *name);
+
+/* Allocates `len` bytes from `offset` in the file open for writing as `fd`, so writes there
+ * cannot fail for want of space; `mode`: 0 (the size grows to cover them) or
+ * VINO_FALLOC_KEEP_SIZE. */
+int vino_fallocate(vino_client *client, int fd, int mode, uint64_t offset, uint64_t len);
 
 /* ---- grafts ------------------------------------------------------------------------------- */
 

@@ -1,25 +1,24 @@
 //! The C structures of `vino.h` and their conversions from the protocol's types.
 
 use crate::{Res, inval};
-use ::vino_client::{DirEntry, Event, EventKind, FileKind, GraftInfo, LockInfo, LockKind, Stat};
+use ::vino_client::{DirEntry, Event, EventKind, FileKind, GraftInfo, LockInfo, LockKind, SetAttrs, SetTime, Stat};
 use std::ffi::{CString, c_char, c_int};
 
 /// `VINO_NAME_MAX`: the longest file name.
 pub const NAME_MAX: usize = 255;
 
-/// The kind of a `VINO_KIND_*` code.
-pub fn kind_of_code(code: u32) -> Option<FileKind> {
-    [
-        FileKind::Regular,
-        FileKind::Directory,
-        FileKind::Symlink,
-        FileKind::Fifo,
-        FileKind::Socket,
-        FileKind::CharDevice,
-        FileKind::BlockDevice,
-    ]
-    .into_iter()
-    .find(|&k| kind_code(k) == code)
+/// `VINO_KIND_*` to the protocol's kind.
+pub fn kind_of(code: c_int) -> Res<FileKind> {
+    Ok(match code {
+        1 => FileKind::Regular,
+        2 => FileKind::Directory,
+        3 => FileKind::Symlink,
+        4 => FileKind::Fifo,
+        5 => FileKind::Socket,
+        6 => FileKind::CharDevice,
+        7 => FileKind::BlockDevice,
+        _ => return Err(inval(&format!("unknown file kind {code}"))),
+    })
 }
 
 fn kind_code(k: FileKind) -> u32 {
@@ -50,7 +49,10 @@ pub struct vino_stat {
     pub atime_ns: u64,
     pub mtime_ns: u64,
     pub ctime_ns: u64,
+    /// Added in protocol 2, at the end: the fields before keep their offsets.
     pub rdev: u64,
+    pub generation: u32,
+    pub _pad2: u32,
 }
 
 impl From<&Stat> for vino_stat {
@@ -69,7 +71,69 @@ impl From<&Stat> for vino_stat {
             mtime_ns: s.mtime_ns,
             ctime_ns: s.ctime_ns,
             rdev: s.rdev,
+            generation: s.generation,
+            _pad2: 0,
         }
+    }
+}
+
+/// `vino_setattr.valid` bits, as in `vino.h`.
+pub const VINO_SET_MODE: u32 = 0x01;
+pub const VINO_SET_UID: u32 = 0x02;
+pub const VINO_SET_GID: u32 = 0x04;
+pub const VINO_SET_SIZE: u32 = 0x08;
+pub const VINO_SET_ATIME: u32 = 0x10;
+pub const VINO_SET_MTIME: u32 = 0x20;
+pub const VINO_SET_ATIME_NOW: u32 = 0x40;
+pub const VINO_SET_MTIME_NOW: u32 = 0x80;
+const VINO_SET_ALL: u32 = 0xff;
+
+/// `struct vino_setattr`: what to change (`valid`) and to what.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct vino_setattr {
+    pub valid: u32,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub atime_ns: u64,
+    pub mtime_ns: u64,
+}
+
+impl vino_setattr {
+    /// The protocol's attributes; `EINVAL` for unknown bits, a mode past `07777`, or a time
+    /// given both as a value and as now.
+    pub fn attrs(&self) -> Res<SetAttrs> {
+        let v = self.valid;
+        if v & !VINO_SET_ALL != 0 {
+            return Err(inval(&format!("unknown setattr bits {:#x}", v & !VINO_SET_ALL)));
+        }
+        let has = |bit: u32| v & bit != 0;
+        let time = |at: u32, now: u32, ns: u64| -> Res<SetTime> {
+            match (has(at), has(now)) {
+                (true, true) => Err(inval("a time both given and now")),
+                (true, false) => Ok(SetTime::At(ns)),
+                (false, true) => Ok(SetTime::Now),
+                (false, false) => Ok(SetTime::Omit),
+            }
+        };
+        let mode = if has(VINO_SET_MODE) {
+            if self.mode > 0o7777 {
+                return Err(inval(&format!("mode {:#o} has bits past 07777", self.mode)));
+            }
+            Some(self.mode as u16)
+        } else {
+            None
+        };
+        Ok(SetAttrs {
+            mode,
+            uid: has(VINO_SET_UID).then_some(self.uid),
+            gid: has(VINO_SET_GID).then_some(self.gid),
+            size: has(VINO_SET_SIZE).then_some(self.size),
+            atime: time(VINO_SET_ATIME, VINO_SET_ATIME_NOW, self.atime_ns)?,
+            mtime: time(VINO_SET_MTIME, VINO_SET_MTIME_NOW, self.mtime_ns)?,
+        })
     }
 }
 
@@ -248,14 +312,61 @@ mod tests {
     #[test]
     fn layouts_match_the_header() {
         // Offsets as a C compiler lays out the structs of vino.h on LP64.
-        assert_eq!(std::mem::size_of::<vino_stat>(), 80);
+        assert_eq!(std::mem::size_of::<vino_stat>(), 88);
+        assert_eq!(std::mem::offset_of!(vino_stat, ctime_ns), 64);
         assert_eq!(std::mem::offset_of!(vino_stat, rdev), 72);
+        assert_eq!(std::mem::offset_of!(vino_stat, generation), 80);
+        assert_eq!(std::mem::size_of::<vino_setattr>(), 40);
+        assert_eq!(std::mem::offset_of!(vino_setattr, size), 16);
         assert_eq!(std::mem::size_of::<vino_dirent>(), 24);
         assert_eq!(std::mem::size_of::<vino_graft_info>(), 104);
         assert_eq!(std::mem::offset_of!(vino_graft_info, size), 72);
         assert_eq!(std::mem::size_of::<vino_lock>(), 32);
         assert_eq!(std::mem::offset_of!(vino_event, name), 32);
         assert_eq!(std::mem::size_of::<vino_event>(), 288);
+    }
+
+    #[test]
+    fn setattr_bits_map_to_attributes() {
+        let a = vino_setattr {
+            valid: VINO_SET_MODE | VINO_SET_GID | VINO_SET_ATIME_NOW | VINO_SET_MTIME,
+            mode: 0o4755,
+            gid: 7,
+            mtime_ns: 9,
+            ..Default::default()
+        };
+        let got = a.attrs().unwrap();
+        assert_eq!(
+            (got.mode, got.uid, got.gid, got.size),
+            (Some(0o4755), None, Some(7), None)
+        );
+        assert_eq!((got.atime, got.mtime), (SetTime::Now, SetTime::At(9)));
+        let both = vino_setattr {
+            valid: VINO_SET_ATIME | VINO_SET_ATIME_NOW,
+            ..Default::default()
+        };
+        assert!(both.attrs().is_err());
+        assert!(
+            vino_setattr {
+                valid: 0x100,
+                ..Default::default()
+            }
+            .attrs()
+            .is_err()
+        );
+        assert!(
+            vino_setattr {
+                valid: VINO_SET_MODE,
+                mode: 0o10000,
+                ..Default::default()
+            }
+            .attrs()
+            .is_err()
+        );
+        for code in 1..=7 {
+            assert_eq!(kind_code(kind_of(code).unwrap()) as c_int, code);
+        }
+        assert!(kind_of(0).is_err() && kind_of(8).is_err());
     }
 
     #[test]

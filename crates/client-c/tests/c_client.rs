@@ -67,3 +67,78 @@ fn every_call_of_the_header_works_from_c() {
     drop(c);
     d.stop();
 }
+
+/// An integer as C or Rust source writes it: `0x40`, `-100`, `(-100)`, `1`.
+fn parse_int(text: &str) -> Option<i64> {
+    let t = text.trim().trim_start_matches('(').trim_end_matches(')').trim();
+    let (neg, t) = t.strip_prefix('-').map_or((false, t), |rest| (true, rest));
+    let v = match t.strip_prefix("0x") {
+        Some(hex) => i64::from_str_radix(hex, 16).ok()?,
+        None => t.parse().ok()?,
+    };
+    Some(if neg { -v } else { v })
+}
+
+/// The functions `vino.h` declares and the Rust side exports are the same set, and every
+/// `VINO_*` constant both define has the same value in both: a call added on one side only, or
+/// a flag renumbered on one side only, fails here before a C program misbehaves.
+#[test]
+fn the_header_and_the_library_agree_on_functions_and_constants() {
+    let header = std::fs::read_to_string(crate_dir().join("include/vino.h")).expect("vino.h");
+    let mut rust = String::new();
+    for entry in std::fs::read_dir(crate_dir().join("src")).expect("src") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            rust.push_str(&std::fs::read_to_string(&path).expect("a source file"));
+        }
+    }
+    // Declarations: `... vino_name(` at the start of a line's declaration, comments left out.
+    let mut declared = std::collections::BTreeSet::new();
+    for line in header.lines() {
+        let code = line.split("/*").next().unwrap_or_default();
+        if code.trim_start().starts_with('#') {
+            continue;
+        }
+        if let Some(open) = code.find('(') {
+            let before = &code[..open];
+            if let Some(name) = before.split(|c: char| !c.is_alphanumeric() && c != '_').next_back()
+                && name.starts_with("vino_")
+            {
+                declared.insert(name.to_string());
+            }
+        }
+    }
+    let exported: std::collections::BTreeSet<String> = rust
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub unsafe extern \"C\" fn "))
+        .map(|rest| rest.split('(').next().expect("a name").to_string())
+        .collect();
+    assert!(declared.len() > 40, "too few declarations found: {declared:?}");
+    assert_eq!(declared, exported, "vino.h and the library's exports differ");
+
+    let defines: std::collections::BTreeMap<&str, i64> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("#define "))
+        .filter_map(|rest| {
+            let (name, value) = rest.split_once(char::is_whitespace)?;
+            let value = value.split("/*").next()?;
+            Some((name, parse_int(value)?))
+        })
+        .collect();
+    let mut compared = 0;
+    for line in rust.lines() {
+        let Some(rest) = line.trim().strip_prefix("pub const VINO_") else {
+            continue;
+        };
+        let (name, value) = rest.split_once(':').expect("a typed constant");
+        let name = format!("VINO_{name}");
+        let value = parse_int(value.split('=').nth(1).expect("a value").trim_end_matches(';')).expect("an integer");
+        match defines.get(name.as_str()) {
+            Some(&v) => assert_eq!(v, value, "{name}: {v} in vino.h, {value} in the library"),
+            None if name == "VINO_O_ALL" => {}
+            None => panic!("{name} is not in vino.h"),
+        }
+        compared += 1;
+    }
+    assert!(compared >= 20, "only {compared} constants compared");
+}

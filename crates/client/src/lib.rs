@@ -15,6 +15,21 @@
 //! [`SHM_THRESHOLD`] bytes go through shared memory when the connection has it.
 //!
 //! The socket is `$VINO_SOCKET`, or [`DEFAULT_SOCKET`] (`/run/vino/vinod.sock`).
+//!
+//! The `*_at` methods take paths as bytes (`&str`, `&[u8]`, `Vec<u8>`: a name need not be
+//! UTF-8) and a starting directory: `None` for the root, `Some(fd)` for a directory opened with
+//! [`OpenFlags::directory`]. An absolute path starts at the root either way.
+//!
+//! ```no_run
+//! use vino_client::{Client, OpenFlags};
+//! let mut c = Client::connect_default()?;
+//! c.mkdir_at(None, "/d", 0o755)?;
+//! let dir = c.open_at(None, "/d", OpenFlags::directory())?;
+//! let fd = c.open_at(Some(dir), b"caf\xe9", OpenFlags::create())?;
+//! c.symlink_at("caf\u{e9}", Some(dir), "link")?;
+//! assert_eq!(c.readlink_at(Some(dir), "link")?, "caf\u{e9}".as_bytes());
+//! # Ok::<(), vino_client::ClientError>(())
+//! ```
 
 mod shm;
 
@@ -377,8 +392,18 @@ impl Client {
         })
     }
 
-    // ---- the `*at` calls: paths of bytes from a directory descriptor (`None`: the root) ----
+    /// Writes everything to the device.
+    pub fn sync(&mut self) -> Result<()> {
+        self.ok(Request::Sync)
+    }
 
+    // ---- names, *at style -------------------------------------------------------------------
+
+    fn stat_answer(&mut self, req: Request) -> Result<Stat> {
+        expect!(self.call(&req)?, Response::Stat(s) => s)
+    }
+
+    /// Opens (or creates) `path` from `dirfd` (`None`: the root).
     pub fn open_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, flags: OpenFlags) -> Result<u32> {
         let req = Request::OpenAt {
             dirfd,
@@ -388,22 +413,29 @@ impl Client {
         expect!(self.call(&req)?, Response::Fd(fd) => fd)
     }
 
-    fn stat_call(&mut self, req: Request) -> Result<Stat> {
-        expect!(self.call(&req)?, Response::Stat(s) => s)
+    /// What `path` names; a trailing symbolic link is followed if `follow` (else `lstat`).
+    pub fn stat_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, follow: bool) -> Result<Stat> {
+        self.stat_answer(Request::StatAt {
+            dirfd,
+            path: path.as_ref().to_vec(),
+            follow,
+        })
     }
 
-    /// `follow`: a symbolic link as the last component is followed (stat), else not (lstat).
-    pub fn stat_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, follow: bool) -> Result<Stat> {
-        let path = path.as_ref().to_vec();
-        self.stat_call(Request::StatAt { dirfd, path, follow })
+    /// The symbolic link itself, not what it points to.
+    pub fn lstat(&mut self, path: impl AsRef<[u8]>) -> Result<Stat> {
+        self.stat_at(None, path, false)
     }
 
     pub fn mkdir_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, mode: u16) -> Result<Stat> {
-        let path = path.as_ref().to_vec();
-        self.stat_call(Request::MkdirAt { dirfd, path, mode })
+        self.stat_answer(Request::MkdirAt {
+            dirfd,
+            path: path.as_ref().to_vec(),
+            mode,
+        })
     }
 
-    /// A regular file, FIFO, socket or (privileged) device node.
+    /// Makes a regular file, FIFO, socket, or (privileged) device node `rdev`.
     pub fn mknod_at(
         &mut self,
         dirfd: Option<u32>,
@@ -412,37 +444,48 @@ impl Client {
         mode: u16,
         rdev: u64,
     ) -> Result<Stat> {
-        let path = path.as_ref().to_vec();
-        self.stat_call(Request::MknodAt {
+        self.stat_answer(Request::MknodAt {
             dirfd,
-            path,
+            path: path.as_ref().to_vec(),
             kind,
             mode,
             rdev,
         })
     }
 
+    /// Makes a symbolic link at `path` holding `target` (which may dangle).
     pub fn symlink_at(&mut self, target: impl AsRef<[u8]>, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<Stat> {
-        let (target, path) = (target.as_ref().to_vec(), path.as_ref().to_vec());
-        self.stat_call(Request::SymlinkAt { target, dirfd, path })
+        self.stat_answer(Request::SymlinkAt {
+            target: target.as_ref().to_vec(),
+            dirfd,
+            path: path.as_ref().to_vec(),
+        })
     }
 
+    /// The target of the symbolic link at `path`.
     pub fn readlink_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<Vec<u8>> {
-        let path = path.as_ref().to_vec();
-        expect!(self.call(&Request::ReadlinkAt { dirfd, path })?, Response::Data(d) => d)
+        let req = Request::ReadlinkAt {
+            dirfd,
+            path: path.as_ref().to_vec(),
+        };
+        expect!(self.call(&req)?, Response::Data(d) => d)
     }
 
     pub fn unlink_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<()> {
-        let path = path.as_ref().to_vec();
-        self.ok(Request::UnlinkAt { dirfd, path })
+        self.ok(Request::UnlinkAt {
+            dirfd,
+            path: path.as_ref().to_vec(),
+        })
     }
 
     pub fn rmdir_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<()> {
-        let path = path.as_ref().to_vec();
-        self.ok(Request::RmdirAt { dirfd, path })
+        self.ok(Request::RmdirAt {
+            dirfd,
+            path: path.as_ref().to_vec(),
+        })
     }
 
-    /// `no_replace`: fail with `EEXIST` rather than replace `to`.
+    /// Renames atomically; with `no_replace` an existing `to` fails with `EEXIST`.
     pub fn rename_at(
         &mut self,
         from_dirfd: Option<u32>,
@@ -460,7 +503,8 @@ impl Client {
         })
     }
 
-    /// `follow`: a symbolic link at `from` is followed (`AT_SYMLINK_FOLLOW`).
+    /// Gives the file at `from` a second name `to`; `follow`: a symbolic link at `from` is
+    /// followed. The file's attributes after.
     pub fn link_at(
         &mut self,
         from_dirfd: Option<u32>,
@@ -469,7 +513,7 @@ impl Client {
         to: impl AsRef<[u8]>,
         follow: bool,
     ) -> Result<Stat> {
-        self.stat_call(Request::LinkAt {
+        self.stat_answer(Request::LinkAt {
             from_dirfd,
             from: from.as_ref().to_vec(),
             to_dirfd,
@@ -478,7 +522,8 @@ impl Client {
         })
     }
 
-    /// chmod, chown, truncate and utimes in one call.
+    /// Changes mode, owner, size and times at once (each as its own right allows); the
+    /// attributes after.
     pub fn setattr_at(
         &mut self,
         dirfd: Option<u32>,
@@ -486,19 +531,20 @@ impl Client {
         follow: bool,
         attrs: SetAttrs,
     ) -> Result<Stat> {
-        let path = path.as_ref().to_vec();
-        self.stat_call(Request::SetattrAt {
+        self.stat_answer(Request::SetattrAt {
             dirfd,
-            path,
+            path: path.as_ref().to_vec(),
             follow,
             attrs,
         })
     }
 
+    /// [`Client::setattr_at`] on an open file.
     pub fn fsetattr(&mut self, fd: u32, attrs: SetAttrs) -> Result<Stat> {
-        self.stat_call(Request::Fsetattr { fd, attrs })
+        self.stat_answer(Request::Fsetattr { fd, attrs })
     }
 
+    /// Sets the permission bits (`0o7777` at most).
     pub fn chmod(&mut self, path: impl AsRef<[u8]>, mode: u16) -> Result<Stat> {
         let attrs = SetAttrs {
             mode: Some(mode),
@@ -507,6 +553,7 @@ impl Client {
         self.setattr_at(None, path, true, attrs)
     }
 
+    /// Changes the owner and/or group (`None` leaves one as it is).
     pub fn chown(&mut self, path: impl AsRef<[u8]>, uid: Option<u32>, gid: Option<u32>) -> Result<Stat> {
         let attrs = SetAttrs {
             uid,
@@ -516,6 +563,7 @@ impl Client {
         self.setattr_at(None, path, true, attrs)
     }
 
+    /// Sets the access and modification times.
     pub fn utimes(&mut self, path: impl AsRef<[u8]>, atime: SetTime, mtime: SetTime) -> Result<Stat> {
         let attrs = SetAttrs {
             atime,
@@ -525,20 +573,31 @@ impl Client {
         self.setattr_at(None, path, true, attrs)
     }
 
-    /// `mode`: a mask of 4 read, 2 write, 1 execute (0: the file exists).
+    /// Sets the size of the file at `path` (write permission needed).
+    pub fn truncate(&mut self, path: impl AsRef<[u8]>, size: u64) -> Result<Stat> {
+        let attrs = SetAttrs {
+            size: Some(size),
+            ..SetAttrs::default()
+        };
+        self.setattr_at(None, path, true, attrs)
+    }
+
+    /// Checks `mode` (4 read, 2 write, 1 execute; 0: the file exists): `EACCES` if refused.
     pub fn access_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, mode: u32, follow: bool) -> Result<()> {
-        let path = path.as_ref().to_vec();
         self.ok(Request::AccessAt {
             dirfd,
-            path,
+            path: path.as_ref().to_vec(),
             mode,
             follow,
         })
     }
 
     pub fn readdir_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<Vec<DirEntry>> {
-        let path = path.as_ref().to_vec();
-        expect!(self.call(&Request::ReaddirAt { dirfd, path })?, Response::Entries(e) => e)
+        let req = Request::ReaddirAt {
+            dirfd,
+            path: path.as_ref().to_vec(),
+        };
+        expect!(self.call(&req)?, Response::Entries(e) => e)
     }
 
     /// The entries of the directory open as `fd`.
@@ -546,7 +605,8 @@ impl Client {
         expect!(self.call(&Request::ReaddirFd { fd })?, Response::Entries(e) => e)
     }
 
-    pub fn getxattr_at(
+    /// The value of extended attribute `name` (`ENODATA` if there is none).
+    pub fn getxattr(
         &mut self,
         dirfd: Option<u32>,
         path: impl AsRef<[u8]>,
@@ -562,7 +622,8 @@ impl Client {
         expect!(self.call(&req)?, Response::Data(d) => d)
     }
 
-    pub fn setxattr_at(
+    /// Sets extended attribute `name` (only `user.` names are supported).
+    pub fn setxattr(
         &mut self,
         dirfd: Option<u32>,
         path: impl AsRef<[u8]>,
@@ -581,13 +642,17 @@ impl Client {
         })
     }
 
-    pub fn listxattr_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, follow: bool) -> Result<Vec<Vec<u8>>> {
-        let path = path.as_ref().to_vec();
-        let req = Request::ListXattr { dirfd, path, follow };
-        expect!(self.call(&req)?, Response::Names(n) => n.into_iter().map(|b| b.into_vec()).collect())
+    /// The names of the file's extended attributes.
+    pub fn listxattr(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, follow: bool) -> Result<Vec<Vec<u8>>> {
+        let req = Request::ListXattr {
+            dirfd,
+            path: path.as_ref().to_vec(),
+            follow,
+        };
+        expect!(self.call(&req)?, Response::Names(n) => n)
     }
 
-    pub fn removexattr_at(
+    pub fn removexattr(
         &mut self,
         dirfd: Option<u32>,
         path: impl AsRef<[u8]>,
@@ -602,8 +667,8 @@ impl Client {
         })
     }
 
-    /// Allocates `len` bytes from `offset` of the file open as `fd`; the size grows to cover
-    /// them unless `keep_size`.
+    /// Allocates `len` bytes from `offset` in the file open (for writing) as `fd`; the size
+    /// grows to cover them unless `keep_size`.
     pub fn fallocate(&mut self, fd: u32, keep_size: bool, offset: u64, len: u64) -> Result<()> {
         self.ok(Request::Fallocate {
             fd,
@@ -611,11 +676,6 @@ impl Client {
             offset,
             len,
         })
-    }
-
-    /// Writes everything to the device.
-    pub fn sync(&mut self) -> Result<()> {
-        self.ok(Request::Sync)
     }
 
     // ---- grafts -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use vino_kernel::{Process, SysError};
+use vino_kernel::{At, Process, RenameFlags, SysError};
 use vino_proto::{ErrorReply, Payload, Request, Response, errno};
 
 /// What a connection did, for `top`.
@@ -144,31 +144,43 @@ fn flags(f: vino_proto::OpenFlags) -> vino_kernel::OpenFlags {
         exclusive: f.exclusive,
         truncate: f.truncate,
         append: f.append,
-        mode: f.mode,
         nofollow: f.nofollow,
         directory: f.directory,
+        mode: f.mode,
     }
 }
 
-/// A request's directory descriptor: `None` is the root. Clients name directories they have
-/// open, never inodes.
-fn at(dirfd: Option<u32>) -> vino_kernel::At {
-    dirfd.map_or(vino_kernel::At::Root, vino_kernel::At::Fd)
+/// Where a walk starts: the root, or a directory the connection has open. Never an inode: a
+/// client reaches only what its walks reach.
+fn at(dirfd: Option<u32>) -> At {
+    dirfd.map_or(At::Root, At::Fd)
 }
 
-fn stat_answer(r: Result<vino_kernel::Stat, SysError>) -> Answer {
-    r.map(|s| Response::Stat(stat(s))).map_err(sys)
-}
-
-fn file_type(k: vino_proto::FileKind) -> vino_kernel::FileType {
+fn kind(k: vino_kernel::FileType) -> vino_proto::FileKind {
+    use vino_kernel::FileType as K;
+    use vino_proto::FileKind as P;
     match k {
-        vino_proto::FileKind::Regular => vino_kernel::FileType::Regular,
-        vino_proto::FileKind::Directory => vino_kernel::FileType::Directory,
-        vino_proto::FileKind::Symlink => vino_kernel::FileType::Symlink,
-        vino_proto::FileKind::Fifo => vino_kernel::FileType::Fifo,
-        vino_proto::FileKind::Socket => vino_kernel::FileType::Socket,
-        vino_proto::FileKind::CharDevice => vino_kernel::FileType::CharDevice,
-        vino_proto::FileKind::BlockDevice => vino_kernel::FileType::BlockDevice,
+        K::Regular => P::Regular,
+        K::Directory => P::Directory,
+        K::Symlink => P::Symlink,
+        K::Fifo => P::Fifo,
+        K::Socket => P::Socket,
+        K::CharDevice => P::CharDevice,
+        K::BlockDevice => P::BlockDevice,
+    }
+}
+
+fn kernel_kind(k: vino_proto::FileKind) -> vino_kernel::FileType {
+    use vino_kernel::FileType as K;
+    use vino_proto::FileKind as P;
+    match k {
+        P::Regular => K::Regular,
+        P::Directory => K::Directory,
+        P::Symlink => K::Symlink,
+        P::Fifo => K::Fifo,
+        P::Socket => K::Socket,
+        P::CharDevice => K::CharDevice,
+        P::BlockDevice => K::BlockDevice,
     }
 }
 
@@ -199,18 +211,6 @@ fn xattr_how(h: vino_proto::XattrHow) -> vino_fs::XattrSet {
     }
 }
 
-fn kind(k: vino_kernel::FileType) -> vino_proto::FileKind {
-    match k {
-        vino_kernel::FileType::Regular => vino_proto::FileKind::Regular,
-        vino_kernel::FileType::Directory => vino_proto::FileKind::Directory,
-        vino_kernel::FileType::Symlink => vino_proto::FileKind::Symlink,
-        vino_kernel::FileType::Fifo => vino_proto::FileKind::Fifo,
-        vino_kernel::FileType::Socket => vino_proto::FileKind::Socket,
-        vino_kernel::FileType::CharDevice => vino_proto::FileKind::CharDevice,
-        vino_kernel::FileType::BlockDevice => vino_proto::FileKind::BlockDevice,
-    }
-}
-
 fn stat(s: vino_kernel::Stat) -> vino_proto::Stat {
     vino_proto::Stat {
         ino: s.ino,
@@ -225,6 +225,7 @@ fn stat(s: vino_kernel::Stat) -> vino_proto::Stat {
         mtime_ns: s.mtime_ns,
         ctime_ns: s.ctime_ns,
         rdev: s.rdev,
+        generation: s.generation,
     }
 }
 
@@ -285,6 +286,7 @@ impl Session<'_> {
     fn answer(&mut self, req: Request) -> Answer {
         let p = self.process.clone();
         let ok = |r: Result<(), SysError>| r.map(|_| Response::Ok).map_err(sys);
+        let st = |r: Result<vino_kernel::Stat, SysError>| r.map(|s| Response::Stat(stat(s))).map_err(sys);
         match req {
             Request::Hello { .. } => Err(ErrorReply::new(errno::EPROTO, "Hello was already said")),
             Request::Null => Ok(Response::Ok),
@@ -357,52 +359,49 @@ impl Session<'_> {
             Request::Mount { path } => self.mount(&path, true),
             Request::Unmount { path } => self.mount(&path, false),
             Request::OpenAt { dirfd, path, flags: f } => {
-                p.open_at(at(dirfd), path, flags(f)).map(Response::Fd).map_err(sys)
+                p.open_at(at(dirfd), &path, flags(f)).map(Response::Fd).map_err(sys)
             }
-            Request::StatAt { dirfd, path, follow } => stat_answer(p.stat_at(at(dirfd), path, follow)),
-            Request::MkdirAt { dirfd, path, mode } => stat_answer(p.mkdir_at(at(dirfd), path, mode)),
+            Request::StatAt { dirfd, path, follow } => st(p.stat_at(at(dirfd), &path, follow)),
+            Request::MkdirAt { dirfd, path, mode } => st(p.mkdir_at(at(dirfd), &path, mode)),
             Request::MknodAt {
                 dirfd,
                 path,
-                kind,
+                kind: k,
                 mode,
                 rdev,
-            } => stat_answer(p.mknod_at(at(dirfd), path, file_type(kind), mode, rdev)),
-            Request::SymlinkAt { target, dirfd, path } => stat_answer(p.symlink_at(target, at(dirfd), path)),
-            Request::ReadlinkAt { dirfd, path } => p.readlink_at(at(dirfd), path).map(Response::Data).map_err(sys),
-            Request::UnlinkAt { dirfd, path } => ok(p.unlink_at(at(dirfd), path)),
-            Request::RmdirAt { dirfd, path } => ok(p.rmdir_at(at(dirfd), path)),
+            } => st(p.mknod_at(at(dirfd), &path, kernel_kind(k), mode, rdev)),
+            Request::SymlinkAt { target, dirfd, path } => st(p.symlink_at(&target, at(dirfd), &path)),
+            Request::ReadlinkAt { dirfd, path } => p.readlink_at(at(dirfd), &path).map(Response::Data).map_err(sys),
+            Request::UnlinkAt { dirfd, path } => ok(p.unlink_at(at(dirfd), &path)),
+            Request::RmdirAt { dirfd, path } => ok(p.rmdir_at(at(dirfd), &path)),
             Request::RenameAt {
                 from_dirfd,
                 from,
                 to_dirfd,
                 to,
                 no_replace,
-            } => {
-                let flags = vino_kernel::RenameFlags { no_replace };
-                ok(p.rename_at(at(from_dirfd), from, at(to_dirfd), to, flags))
-            }
+            } => ok(p.rename_at(at(from_dirfd), &from, at(to_dirfd), &to, RenameFlags { no_replace })),
             Request::LinkAt {
                 from_dirfd,
                 from,
                 to_dirfd,
                 to,
                 follow,
-            } => stat_answer(p.link_at(at(from_dirfd), from, at(to_dirfd), to, follow)),
+            } => st(p.link_at(at(from_dirfd), &from, at(to_dirfd), &to, follow)),
             Request::SetattrAt {
                 dirfd,
                 path,
                 follow,
                 attrs: a,
-            } => stat_answer(p.setattr_at(at(dirfd), path, follow, &attrs(a))),
-            Request::Fsetattr { fd, attrs: a } => stat_answer(p.fsetattr(fd, &attrs(a))),
+            } => st(p.setattr_at(at(dirfd), &path, follow, &attrs(a))),
+            Request::Fsetattr { fd, attrs: a } => st(p.fsetattr(fd, &attrs(a))),
             Request::AccessAt {
                 dirfd,
                 path,
                 mode,
                 follow,
-            } => ok(p.access_at(at(dirfd), path, mode, follow)),
-            Request::ReaddirAt { dirfd, path } => p.readdir_at(at(dirfd), path).map(entries).map_err(sys),
+            } => ok(p.access_at(at(dirfd), &path, mode, follow)),
+            Request::ReaddirAt { dirfd, path } => p.readdir_at(at(dirfd), &path).map(entries).map_err(sys),
             Request::ReaddirFd { fd } => p.readdir_fd(fd).map(entries).map_err(sys),
             Request::GetXattr {
                 dirfd,
@@ -410,7 +409,7 @@ impl Session<'_> {
                 follow,
                 name,
             } => p
-                .getxattr_at(at(dirfd), path, follow, &name)
+                .getxattr_at(at(dirfd), &path, follow, &name)
                 .map(Response::Data)
                 .map_err(sys),
             Request::SetXattr {
@@ -420,17 +419,17 @@ impl Session<'_> {
                 name,
                 value,
                 how,
-            } => ok(p.setxattr_at(at(dirfd), path, follow, &name, &value, xattr_how(how))),
+            } => ok(p.setxattr_at(at(dirfd), &path, follow, &name, &value, xattr_how(how))),
             Request::ListXattr { dirfd, path, follow } => p
-                .listxattr_at(at(dirfd), path, follow)
-                .map(|names| Response::Names(names.into_iter().map(vino_proto::ByteBuf::from).collect()))
+                .listxattr_at(at(dirfd), &path, follow)
+                .map(Response::Names)
                 .map_err(sys),
             Request::RemoveXattr {
                 dirfd,
                 path,
                 follow,
                 name,
-            } => ok(p.removexattr_at(at(dirfd), path, follow, &name)),
+            } => ok(p.removexattr_at(at(dirfd), &path, follow, &name)),
             Request::Fallocate {
                 fd,
                 keep_size,
@@ -555,4 +554,33 @@ fn entries(list: Vec<vino_kernel::DirEntry>) -> Response {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_errno_has_its_name_in_the_protocol() {
+        for e in vino_kernel::Errno::ALL {
+            let name = errno::name(e as i32);
+            assert!(name.is_some(), "{e:?} ({}) is not in vino_proto::errno", e as i32);
+        }
+    }
+
+    #[test]
+    fn every_file_kind_maps_both_ways() {
+        use vino_kernel::FileType as K;
+        for k in [
+            K::Regular,
+            K::Directory,
+            K::Symlink,
+            K::Fifo,
+            K::Socket,
+            K::CharDevice,
+            K::BlockDevice,
+        ] {
+            assert_eq!(kernel_kind(kind(k)), k);
+        }
+    }
 }

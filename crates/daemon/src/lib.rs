@@ -2,8 +2,9 @@
 //!
 //! The daemon boots a [`vino_kernel::Kernel`] on a disk image (made on first use) and listens on
 //! a Unix socket. Each connection is a kernel process whose credentials come from the socket
-//! (`SO_PEERCRED`, supplementary groups by `SO_PEERGROUPS`); it is privileged if root or a member of
-//! the configured group. A thread serves each connection; whatever ends it (the client closing,
+//! as it connected (`SO_PEERCRED`, and `SO_PEERGROUPS` for the supplementary groups, which
+//! grant group permissions and chgrp); it is privileged if root or a member of the configured
+//! group. A thread serves each connection; whatever ends it (the client closing,
 //! dying, or sending something malformed), its process exits: files closed, grafts unloaded.
 //! `SIGTERM` or `SIGINT` stops the daemon cleanly: clients are disconnected, the cache is
 //! written back and the file system unmounted.

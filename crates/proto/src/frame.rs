@@ -79,7 +79,7 @@ pub fn read_frame_after_header(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MAX_FRAME, OpenFlags, Payload, Request, Response};
+    use crate::{FileKind, MAX_FRAME, OpenFlags, Payload, Request, Response, SetAttrs, SetTime, Stat, XattrHow};
 
     fn round_trip(req: &Request) -> Request {
         let bytes = encode(req);
@@ -116,9 +116,87 @@ mod tests {
                 args: vec![-1, i64::MAX],
             },
             Request::Top,
+            Request::OpenAt {
+                dirfd: Some(4),
+                path: b"d/\xff\xfe-not-utf8".to_vec(),
+                flags: OpenFlags {
+                    nofollow: true,
+                    directory: true,
+                    ..OpenFlags::read_only()
+                },
+            },
+            Request::MknodAt {
+                dirfd: None,
+                path: b"/dev-null".to_vec(),
+                kind: FileKind::CharDevice,
+                mode: 0o666,
+                rdev: (1 << 8) | 3,
+            },
+            Request::RenameAt {
+                from_dirfd: None,
+                from: b"a".to_vec(),
+                to_dirfd: Some(0),
+                to: b"b".to_vec(),
+                no_replace: true,
+            },
+            Request::SetattrAt {
+                dirfd: None,
+                path: b"/f".to_vec(),
+                follow: false,
+                attrs: SetAttrs {
+                    mode: Some(0o4755),
+                    gid: Some(100),
+                    atime: SetTime::Now,
+                    mtime: SetTime::At(1_700_000_000_000_000_000),
+                    ..SetAttrs::default()
+                },
+            },
+            Request::SetXattr {
+                dirfd: Some(1),
+                path: Vec::new(),
+                follow: true,
+                name: b"user.x".to_vec(),
+                value: vec![0, 1, 2, 255],
+                how: XattrHow::Create,
+            },
+            Request::Fallocate {
+                fd: 3,
+                keep_size: true,
+                offset: 4096,
+                len: 1 << 20,
+            },
         ];
         for r in &reqs {
             assert_eq!(&round_trip(r), r);
+        }
+    }
+
+    #[test]
+    fn responses_survive_the_wire() {
+        let resps = [
+            Response::Stat(Stat {
+                ino: 12,
+                kind: FileKind::BlockDevice,
+                mode: 0o060_660,
+                nlink: 1,
+                uid: 0,
+                gid: 6,
+                size: 0,
+                blocks: 0,
+                atime_ns: 1,
+                mtime_ns: 2,
+                ctime_ns: 3,
+                rdev: (8 << 8) | 1,
+                generation: 7,
+            }),
+            Response::Names(vec![b"user.a".to_vec(), b"user.\xff".to_vec()]),
+            Response::Data(b"target/of/a/link".to_vec()),
+        ];
+        for r in &resps {
+            let bytes = encode(r);
+            let mut buf = Vec::new();
+            read_frame(&mut &bytes[..], &mut buf, MAX_FRAME).unwrap();
+            assert_eq!(&decode::<Response>(&buf).unwrap(), r);
         }
     }
 
@@ -193,5 +271,32 @@ mod tests {
             .is_ok()
         );
         assert_eq!(Request::Top.name(), "Top");
+        let long = vec![b'a'; crate::MAX_PATH + 1];
+        let at = |path: Vec<u8>| Request::StatAt {
+            dirfd: None,
+            path,
+            follow: true,
+        };
+        assert!(at(long.clone()).check().is_err());
+        assert!(at(b"/ok".to_vec()).check().is_ok());
+        let rename = Request::RenameAt {
+            from_dirfd: None,
+            from: b"a".to_vec(),
+            to_dirfd: None,
+            to: long,
+            no_replace: false,
+        };
+        assert!(rename.check().is_err());
+        let xattr = |n: usize| Request::SetXattr {
+            dirfd: None,
+            path: b"/f".to_vec(),
+            follow: true,
+            name: b"user.big".to_vec(),
+            value: vec![0; n],
+            how: XattrHow::Any,
+        };
+        assert!(xattr(crate::MAX_XATTR).check().is_ok());
+        assert!(xattr(crate::MAX_XATTR + 1).check().is_err());
+        assert_eq!(crate::errno::name(crate::errno::ELOOP), Some("ELOOP"));
     }
 }

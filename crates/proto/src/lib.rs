@@ -11,6 +11,16 @@
 //!
 //! The types here are the protocol's own (no dependency on the kernel), so that clients stay
 //! light and the C and Python bindings have plain data to map.
+//!
+//! # Names
+//!
+//! The `*at` requests ([`Request::OpenAt`], [`Request::StatAt`], ...) take paths as bytes (a
+//! POSIX name need not be UTF-8) and start from `dirfd`: `None` is the root directory, `Some(fd)`
+//! a directory the connection has open (with [`OpenFlags::directory`]); an absolute path starts
+//! at the root whatever `dirfd` says. A client never names an inode: what it may reach is what
+//! its walks from the root, with search permission on every directory passed, reach. The older
+//! path requests ([`Request::Open`], [`Request::Stat`], ...) remain, as the same calls from the
+//! root with UTF-8 paths.
 
 mod frame;
 mod poll;
@@ -18,14 +28,13 @@ mod types;
 
 pub use frame::{FrameError, decode, encode, read_frame, read_frame_after_header, write_frame};
 pub use poll::{SPIN, spin_until_readable};
-pub use serde_bytes::ByteBuf;
 pub use types::*;
 
 use serde::{Deserialize, Serialize};
 
-/// The protocol version; the daemon refuses a Hello with another.
-/// Version 2: open flags `nofollow` and `directory`, `Stat::rdev`, the new file kinds and the
-/// `*at` requests.
+/// The protocol version; the daemon refuses a Hello with another. Version 2: the `*at`
+/// requests, [`OpenFlags`] with `nofollow` and `directory`, [`Stat`] with `rdev` and
+/// `generation`, the new [`FileKind`]s (a version-1 peer would misread each of them).
 pub const VERSION: u32 = 2;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
@@ -35,6 +44,8 @@ pub const MAX_DATA: usize = 1 << 20;
 pub const MAX_FRAME: usize = MAX_MODULE + (64 << 10);
 /// Largest path or name in a request.
 pub const MAX_PATH: usize = 4096;
+/// Largest extended attribute value (Linux's `XATTR_SIZE_MAX`).
+pub const MAX_XATTR: usize = 65536;
 /// Largest list in a request (control-call arguments, event filters).
 pub const MAX_LIST: usize = 1024;
 /// Largest shared-memory area a client may pass in Hello.
@@ -42,34 +53,80 @@ pub const MAX_SHM: u64 = 256 << 20;
 /// The socket clients use when `VINO_SOCKET` is not set.
 pub const DEFAULT_SOCKET: &str = "/run/vino/vinod.sock";
 
-/// Errno values the daemon itself returns (Linux numbering).
+/// Errno values the daemon and its kernel return (Linux numbering). An error travels as its
+/// number ([`ErrorReply::errno`]), so any of them reaches the client as it is.
 pub mod errno {
     pub const EPERM: i32 = 1;
     pub const ENOENT: i32 = 2;
     pub const EINTR: i32 = 4;
     pub const EIO: i32 = 5;
     pub const ENXIO: i32 = 6;
+    pub const E2BIG: i32 = 7;
+    pub const EBADF: i32 = 9;
+    pub const EAGAIN: i32 = 11;
+    pub const EACCES: i32 = 13;
     pub const EBUSY: i32 = 16;
     pub const EEXIST: i32 = 17;
     pub const EXDEV: i32 = 18;
     pub const ENOTDIR: i32 = 20;
     pub const EISDIR: i32 = 21;
+    pub const EINVAL: i32 = 22;
+    pub const EFBIG: i32 = 27;
+    pub const ENOSPC: i32 = 28;
     pub const ERANGE: i32 = 34;
+    pub const EDEADLK: i32 = 35;
+    pub const ENAMETOOLONG: i32 = 36;
+    pub const ENOSYS: i32 = 38;
+    pub const ENOTEMPTY: i32 = 39;
     pub const ELOOP: i32 = 40;
     pub const ENODATA: i32 = 61;
-    pub const EOPNOTSUPP: i32 = 95;
-    pub const ESTALE: i32 = 116;
-    pub const EBADF: i32 = 9;
-    pub const EAGAIN: i32 = 11;
-    pub const EACCES: i32 = 13;
-    pub const EINVAL: i32 = 22;
-    pub const E2BIG: i32 = 7;
-    pub const EDEADLK: i32 = 35;
-    pub const ENOSYS: i32 = 38;
     pub const EPROTO: i32 = 71;
-    pub const EMSGSIZE: i32 = 90;
     pub const EUSERS: i32 = 87;
+    pub const EMSGSIZE: i32 = 90;
+    pub const EOPNOTSUPP: i32 = 95;
     pub const ETIMEDOUT: i32 = 110;
+    pub const ESTALE: i32 = 116;
+    pub const EUCLEAN: i32 = 117;
+
+    /// Every errno named here, with its name.
+    pub const ALL: [(i32, &str); 31] = [
+        (EPERM, "EPERM"),
+        (ENOENT, "ENOENT"),
+        (EINTR, "EINTR"),
+        (EIO, "EIO"),
+        (ENXIO, "ENXIO"),
+        (E2BIG, "E2BIG"),
+        (EBADF, "EBADF"),
+        (EAGAIN, "EAGAIN"),
+        (EACCES, "EACCES"),
+        (EBUSY, "EBUSY"),
+        (EEXIST, "EEXIST"),
+        (EXDEV, "EXDEV"),
+        (ENOTDIR, "ENOTDIR"),
+        (EISDIR, "EISDIR"),
+        (EINVAL, "EINVAL"),
+        (EFBIG, "EFBIG"),
+        (ENOSPC, "ENOSPC"),
+        (ERANGE, "ERANGE"),
+        (EDEADLK, "EDEADLK"),
+        (ENAMETOOLONG, "ENAMETOOLONG"),
+        (ENOSYS, "ENOSYS"),
+        (ENOTEMPTY, "ENOTEMPTY"),
+        (ELOOP, "ELOOP"),
+        (ENODATA, "ENODATA"),
+        (EPROTO, "EPROTO"),
+        (EUSERS, "EUSERS"),
+        (EMSGSIZE, "EMSGSIZE"),
+        (EOPNOTSUPP, "EOPNOTSUPP"),
+        (ETIMEDOUT, "ETIMEDOUT"),
+        (ESTALE, "ESTALE"),
+        (EUCLEAN, "EUCLEAN"),
+    ];
+
+    /// The name of errno `n` (`"EACCES"`), if it is one of these.
+    pub fn name(n: i32) -> Option<&'static str> {
+        ALL.iter().find(|(e, _)| *e == n).map(|(_, name)| *name)
+    }
 }
 
 /// Where the bytes of a write are.
@@ -236,27 +293,31 @@ pub enum Request {
     Unmount {
         path: String,
     },
-    // ---- the `*at` calls: a path of bytes from a directory descriptor (`None`: the root) --
+
+    // ---- the *at requests (see "Names" above) ------------------------------------------------
+    /// Opens (or creates) `path`: [`Response::Fd`].
     OpenAt {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
         path: Vec<u8>,
         flags: OpenFlags,
     },
-    /// `follow`: a symbolic link as the last component is followed (stat, not lstat).
+    /// What `path` names; a trailing symbolic link followed if `follow`: [`Response::Stat`].
     StatAt {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
         path: Vec<u8>,
         follow: bool,
     },
+    /// Makes a directory: [`Response::Stat`] of it.
     MkdirAt {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
         path: Vec<u8>,
         mode: u16,
     },
-    /// A regular file, FIFO, socket or device node (devices: privileged processes only).
+    /// Makes a regular file, FIFO, socket or device node (devices: privileged only):
+    /// [`Response::Stat`].
     MknodAt {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
@@ -265,6 +326,7 @@ pub enum Request {
         mode: u16,
         rdev: u64,
     },
+    /// Makes a symbolic link at `path` holding `target`: [`Response::Stat`].
     SymlinkAt {
         #[serde(with = "serde_bytes")]
         target: Vec<u8>,
@@ -272,6 +334,7 @@ pub enum Request {
         #[serde(with = "serde_bytes")]
         path: Vec<u8>,
     },
+    /// The target of a symbolic link: [`Response::Data`].
     ReadlinkAt {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
@@ -287,7 +350,7 @@ pub enum Request {
         #[serde(with = "serde_bytes")]
         path: Vec<u8>,
     },
-    /// `no_replace`: `EEXIST` rather than replace (`RENAME_NOREPLACE`).
+    /// Renames atomically; with `no_replace`, fails with `EEXIST` rather than replace.
     RenameAt {
         from_dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
@@ -297,7 +360,8 @@ pub enum Request {
         to: Vec<u8>,
         no_replace: bool,
     },
-    /// `follow`: link the target of a symbolic link at `from` (`AT_SYMLINK_FOLLOW`).
+    /// A second name for a file; `follow`: a symbolic link at `from` is followed
+    /// (`AT_SYMLINK_FOLLOW`). [`Response::Stat`] of the file.
     LinkAt {
         from_dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
@@ -307,6 +371,7 @@ pub enum Request {
         to: Vec<u8>,
         follow: bool,
     },
+    /// chmod, chown, truncate and utimes in one: [`Response::Stat`] after.
     SetattrAt {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
@@ -314,11 +379,13 @@ pub enum Request {
         follow: bool,
         attrs: SetAttrs,
     },
+    /// [`Request::SetattrAt`] on an open file (a size change needs it open for writing).
     Fsetattr {
         fd: u32,
         attrs: SetAttrs,
     },
-    /// `mode`: a mask of 4 read, 2 write, 1 execute (0: exists).
+    /// Checks `mode` (4 read, 2 write, 1 execute; 0: exists) for this process: [`Response::Ok`]
+    /// or `EACCES`.
     AccessAt {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
@@ -326,14 +393,17 @@ pub enum Request {
         mode: u32,
         follow: bool,
     },
+    /// The entries of a directory: [`Response::Entries`].
     ReaddirAt {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
         path: Vec<u8>,
     },
+    /// The entries of the directory open as `fd`.
     ReaddirFd {
         fd: u32,
     },
+    /// An extended attribute's value: [`Response::Data`] (`ENODATA` if there is none).
     GetXattr {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
@@ -353,6 +423,7 @@ pub enum Request {
         value: Vec<u8>,
         how: XattrHow,
     },
+    /// The names of a file's extended attributes: [`Response::Names`].
     ListXattr {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
@@ -367,7 +438,8 @@ pub enum Request {
         #[serde(with = "serde_bytes")]
         name: Vec<u8>,
     },
-    /// Allocates `len` bytes from `offset`; the size grows to cover them unless `keep_size`.
+    /// Allocates `len` bytes from `offset` in the file open (for writing) as `fd`; the size
+    /// grows to cover them unless `keep_size` (`FALLOC_FL_KEEP_SIZE`).
     Fallocate {
         fd: u32,
         keep_size: bool,
@@ -379,20 +451,14 @@ pub enum Request {
 impl Request {
     /// Checks the limits a decoded request must respect; the reason if it does not.
     pub fn check(&self) -> Result<(), String> {
-        let path = |p: &str| {
+        let bytes = |p: &[u8]| {
             if p.len() > MAX_PATH {
                 Err(format!("a path of {} bytes", p.len()))
             } else {
                 Ok(())
             }
         };
-        let bytes = |p: &[u8]| {
-            if p.len() > MAX_PATH {
-                Err(format!("a path or name of {} bytes", p.len()))
-            } else {
-                Ok(())
-            }
-        };
+        let path = |p: &str| bytes(p.as_bytes());
         let data = |n: usize, max: usize| {
             if n > max {
                 Err(format!("{n} bytes of data (at most {max})"))
@@ -455,7 +521,7 @@ impl Request {
             }
             Request::SetXattr {
                 path: p, name, value, ..
-            } => bytes(p).and(bytes(name)).and(data(value.len(), MAX_DATA)),
+            } => bytes(p).and(bytes(name)).and(data(value.len(), MAX_XATTR)),
             _ => Ok(()),
         }
     }
@@ -551,6 +617,6 @@ pub enum Response {
     Events(Vec<Event>),
     Top(Top),
     Error(ErrorReply),
-    /// Names, as listxattr gives them.
-    Names(Vec<ByteBuf>),
+    /// Names (of extended attributes), each as bytes.
+    Names(Vec<Vec<u8>>),
 }

@@ -18,7 +18,8 @@ pub struct OpenFlags {
     pub mode: u16,
     /// Fail with `ELOOP` if the last component is a symbolic link (`O_NOFOLLOW`).
     pub nofollow: bool,
-    /// Fail with `ENOTDIR` unless it is a directory (`O_DIRECTORY`).
+    /// Fail with `ENOTDIR` unless it is a directory (`O_DIRECTORY`); a directory opened so
+    /// (read-only) is the starting point of `*at` requests and can be listed.
     pub directory: bool,
 }
 
@@ -38,15 +39,6 @@ impl OpenFlags {
         }
     }
 
-    /// A directory, for reading its entries and as the start of `*at` calls.
-    pub fn directory() -> Self {
-        OpenFlags {
-            read: true,
-            directory: true,
-            ..Default::default()
-        }
-    }
-
     /// Create (or truncate) for reading and writing, mode 0644.
     pub fn create() -> Self {
         OpenFlags {
@@ -55,6 +47,15 @@ impl OpenFlags {
             create: true,
             truncate: true,
             mode: 0o644,
+            ..Default::default()
+        }
+    }
+
+    /// A directory, read-only, to start `*at` requests from (`O_DIRECTORY`).
+    pub fn directory() -> Self {
+        OpenFlags {
+            read: true,
+            directory: true,
             ..Default::default()
         }
     }
@@ -87,8 +88,10 @@ pub struct Stat {
     pub atime_ns: u64,
     pub mtime_ns: u64,
     pub ctime_ns: u64,
-    /// The device of a character or block device node.
+    /// The device a character or block device node stands for (0 for other files).
     pub rdev: u64,
+    /// Changes each time the inode number is reused for a new file.
+    pub generation: u32,
 }
 
 /// A timestamp to set, as `utimensat` takes it.
@@ -103,10 +106,11 @@ pub enum SetTime {
     At(u64),
 }
 
-/// Attributes to change in one setattr (chmod, chown, truncate, utimes); `None` or
-/// [`SetTime::Omit`] leaves one as it is.
+/// Attributes to change in one setattr (chmod, chown, truncate, utimes at once); `None` (or
+/// [`SetTime::Omit`]) leaves one as it is. Each change needs its own right, as on Linux.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SetAttrs {
+    /// Permission bits, `0o7777` at most.
     pub mode: Option<u16>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
@@ -115,15 +119,15 @@ pub struct SetAttrs {
     pub mtime: SetTime,
 }
 
-/// How a setxattr treats an existing attribute (`XATTR_CREATE`, `XATTR_REPLACE`).
+/// How a setxattr treats an attribute that exists or not.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum XattrHow {
     /// Create or replace.
     #[default]
     Any,
-    /// Fail with `EEXIST` if it exists.
+    /// Fail with `EEXIST` if it exists (`XATTR_CREATE`).
     Create,
-    /// Fail with `ENODATA` unless it exists.
+    /// Fail with `ENODATA` if it does not (`XATTR_REPLACE`).
     Replace,
 }
 

@@ -4,6 +4,7 @@
  *
  * Prints one line per checked step; exits 1 at the first failed check, saying why. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,15 @@
 #include "vino.h"
 
 static vino_client *c;
+
+/* The layouts libvino's Rust side has (crates/client-c/src/types.rs checks the same numbers). */
+#define LAYOUT(name, cond) typedef char layout_##name[(cond) ? 1 : -1]
+LAYOUT(stat_size, sizeof(struct vino_stat) == 88);
+LAYOUT(stat_ctime, offsetof(struct vino_stat, ctime_ns) == 64);
+LAYOUT(stat_rdev, offsetof(struct vino_stat, rdev) == 72);
+LAYOUT(stat_generation, offsetof(struct vino_stat, generation) == 80);
+LAYOUT(setattr_size, sizeof(struct vino_setattr) == 40);
+LAYOUT(setattr_size_field, offsetof(struct vino_setattr, size) == 16);
 
 #define CHECK(cond, ...)                                                                         \
     do {                                                                                         \
@@ -118,6 +128,118 @@ static void directories(void) {
     printf("directories ok\n");
 }
 
+static int listed(struct vino_dirent *entries, int n, const char *name) {
+    int found = 0;
+    for (int i = 0; i < n; i++)
+        found += strcmp(entries[i].name, name) == 0;
+    return found;
+}
+
+static void names_at(void) {
+    CHECK(vino_mkdir_at(c, VINO_AT_ROOT, "/at", 0755) == 0, "mkdir_at");
+    int dir = vino_open_at(c, VINO_AT_ROOT, "/at", VINO_O_READ | VINO_O_DIRECTORY, 0);
+    CHECK(dir >= 0, "open_at a directory: %d", dir);
+    CHECK(vino_open_at(c, VINO_AT_ROOT, "/api.txt", VINO_O_READ | VINO_O_DIRECTORY, 0) == -ENOTDIR,
+          "O_DIRECTORY on a file");
+    CHECK(vino_open_at(c, -5, "x", VINO_O_READ, 0) == -EBADF, "a bad dirfd");
+
+    /* A name that is not UTF-8, relative to the directory. */
+    const char *name = "caf\xe9";
+    int fd = vino_open_at(c, dir, name, VINO_O_RDWR | VINO_O_CREAT | VINO_O_EXCL, 0640);
+    CHECK(fd >= 0, "open_at a byte name: %d", fd);
+    CHECK(vino_write(c, fd, "bytes", 5) == 5, "write");
+    struct vino_stat st;
+    CHECK(vino_stat_at(c, dir, name, &st, 0) == 0 && st.size == 5 && (st.mode & 0777) == 0640, "stat_at");
+    CHECK(st.generation != 0 && st.rdev == 0, "generation %u rdev %llu", st.generation, (unsigned long long)st.rdev);
+    CHECK(vino_stat_at(c, dir, name, &st, 0x8000) == -EINVAL, "unknown stat flags");
+    struct vino_dirent *entries = NULL;
+    int n = vino_readdir_fd(c, dir, &entries);
+    CHECK(n == 1 && listed(entries, n, name) == 1, "readdir_fd: %d", n);
+    vino_readdir_free(entries, (size_t)n);
+
+    /* Symbolic links. */
+    CHECK(vino_symlink_at(c, name, dir, "link") == 0, "symlink_at");
+    char target[16];
+    CHECK(vino_readlink_at(c, dir, "link", target, sizeof target) == 4 && memcmp(target, name, 4) == 0, "readlink_at");
+    CHECK(vino_readlink_at(c, dir, "link", target, 2) == 4, "a cut readlink gives the whole length");
+    CHECK(vino_stat_at(c, dir, "link", &st, VINO_AT_SYMLINK_NOFOLLOW) == 0 && st.kind == VINO_KIND_SYMLINK, "lstat");
+    CHECK(vino_stat_at(c, dir, "link", &st, 0) == 0 && st.kind == VINO_KIND_REGULAR, "stat through the link");
+    CHECK(vino_open_at(c, dir, "link", VINO_O_READ | VINO_O_NOFOLLOW, 0) == -ELOOP, "O_NOFOLLOW");
+    CHECK(vino_link_at(c, dir, "link", VINO_AT_ROOT, "/at/hard", VINO_AT_SYMLINK_FOLLOW) == 0, "link_at");
+    CHECK(vino_stat_at(c, VINO_AT_ROOT, "/at/hard", &st, 0) == 0 && st.nlink == 2, "nlink %u", st.nlink);
+
+    /* Nodes. */
+    CHECK(vino_mknod_at(c, dir, "fifo", VINO_KIND_FIFO, 0600, 0) == 0, "mknod_at a FIFO");
+    if (vino_privileged(c)) {
+        CHECK(vino_mknod_at(c, dir, "null", VINO_KIND_CHAR_DEVICE, 0666, (1 << 8) | 3) == 0, "mknod_at a device");
+        CHECK(vino_stat_at(c, dir, "null", &st, 0) == 0 && st.kind == VINO_KIND_CHAR_DEVICE &&
+                  st.rdev == ((1 << 8) | 3),
+              "the device node");
+    } else {
+        CHECK(vino_mknod_at(c, dir, "null", VINO_KIND_CHAR_DEVICE, 0666, (1 << 8) | 3) == -EPERM, "devices: root's");
+        CHECK(vino_mknod_at(c, dir, "null", VINO_KIND_SOCKET, 0600, 0) == 0, "mknod_at a socket");
+    }
+    CHECK(vino_mknod_at(c, dir, "x", 42, 0600, 0) == -EINVAL, "an unknown kind");
+
+    /* Attributes. */
+    struct vino_setattr sa = {0};
+    sa.valid = VINO_SET_MODE | VINO_SET_SIZE | VINO_SET_MTIME;
+    sa.mode = 0600;
+    sa.size = 2;
+    sa.mtime_ns = 1000000000ull;
+    CHECK(vino_setattr_at(c, dir, name, 0, &sa, &st) == 0, "setattr_at");
+    CHECK((st.mode & 07777) == 0600 && st.size == 2 && st.mtime_ns == 1000000000ull, "after setattr");
+    sa.valid = VINO_SET_SIZE;
+    sa.size = 1;
+    CHECK(vino_fsetattr(c, fd, &sa, NULL) == 0, "fsetattr");
+    CHECK(vino_fstat(c, fd, &st) == 0 && st.size == 1, "after fsetattr");
+    sa.valid = VINO_SET_ATIME | VINO_SET_ATIME_NOW;
+    CHECK(vino_fsetattr(c, fd, &sa, NULL) == -EINVAL, "a time both given and now");
+    CHECK(vino_setattr_at(c, dir, name, 0, NULL, NULL) == -EINVAL, "NULL attributes");
+    CHECK(vino_access_at(c, dir, name, 6, 0) == 0, "access_at");
+    CHECK(vino_access_at(c, dir, "missing", 0, 0) == -ENOENT, "access_at a missing file");
+
+    /* Extended attributes. */
+    CHECK(vino_setxattr_at(c, dir, name, 0, "user.k", "value", 5, VINO_XATTR_CREATE) == 0, "setxattr_at");
+    CHECK(vino_setxattr_at(c, dir, name, 0, "user.k", "v", 1, VINO_XATTR_CREATE) == -EEXIST, "XATTR_CREATE");
+    CHECK(vino_setxattr_at(c, dir, name, 0, "trusted.k", "v", 1, 0) == -EOPNOTSUPP, "trusted.");
+    char value[16];
+    CHECK(vino_getxattr_at(c, dir, name, 0, "user.k", NULL, 0) == 5, "the size of a value");
+    CHECK(vino_getxattr_at(c, dir, name, 0, "user.k", value, 2) == -ERANGE, "a short buffer");
+    CHECK(vino_getxattr_at(c, dir, name, 0, "user.k", value, sizeof value) == 5 && memcmp(value, "value", 5) == 0,
+          "getxattr_at");
+    char names[64];
+    int64_t len = vino_listxattr_at(c, dir, name, 0, names, sizeof names);
+    CHECK(len == 7 && strcmp(names, "user.k") == 0, "listxattr_at: %lld", (long long)len);
+    CHECK(vino_removexattr_at(c, dir, name, 0, "user.k") == 0, "removexattr_at");
+    CHECK(vino_getxattr_at(c, dir, name, 0, "user.k", NULL, 0) == -ENODATA, "a removed attribute");
+
+    /* fallocate */
+    CHECK(vino_fallocate(c, fd, 0, 0, 65536) == 0, "fallocate");
+    CHECK(vino_fstat(c, fd, &st) == 0 && st.size == 65536 && st.blocks >= 16, "allocated");
+    CHECK(vino_fallocate(c, fd, VINO_FALLOC_KEEP_SIZE, 65536, 65536) == 0 && vino_fstat(c, fd, &st) == 0 &&
+              st.size == 65536,
+          "FALLOC_FL_KEEP_SIZE");
+    CHECK(vino_fallocate(c, fd, 8, 0, 1) == -EOPNOTSUPP, "an unknown fallocate mode");
+    CHECK(vino_close(c, fd) == 0, "close");
+
+    /* Renames and removals. */
+    CHECK(vino_rename_at(c, dir, name, dir, "fifo", VINO_RENAME_NOREPLACE) == -EEXIST, "RENAME_NOREPLACE");
+    CHECK(vino_rename_at(c, dir, name, VINO_AT_ROOT, "/at/renamed", 0) == 0, "rename_at");
+    CHECK(vino_mkdir_at(c, dir, "sub", 0755) == 0, "mkdir_at from a descriptor");
+    n = vino_readdir_at(c, VINO_AT_ROOT, "/at", &entries);
+    CHECK(n == 6 && listed(entries, n, "renamed") && listed(entries, n, "sub") && !listed(entries, n, name),
+          "readdir_at: %d", n);
+    vino_readdir_free(entries, (size_t)n);
+    CHECK(vino_rmdir_at(c, dir, "sub") == 0, "rmdir_at");
+    const char *gone[] = {"renamed", "link", "hard", "fifo", "null"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+        CHECK(vino_unlink_at(c, dir, gone[i]) == 0, "unlink_at %s", gone[i]);
+    CHECK(vino_close(c, dir) == 0, "close the directory");
+    CHECK(vino_rmdir_at(c, VINO_AT_ROOT, "/at") == 0, "rmdir_at the emptied directory");
+    printf("names at ok\n");
+}
+
 static void grafts(const char *wasm_path) {
     size_t len;
     void *wasm = read_file(wasm_path, &len);
@@ -184,49 +306,6 @@ static void locks_and_events(void) {
     printf("locks and events ok\n");
 }
 
-static void namespace_at(void) {
-    CHECK(vino_mkdir_at(c, VINO_AT_ROOT, "/at", 0755) == 0, "mkdir_at");
-    int dir = vino_open_at(c, VINO_AT_ROOT, "/at", VINO_O_READ | VINO_O_DIRECTORY, 0);
-    CHECK(dir >= 0, "open a directory: %d", dir);
-    int fd = vino_open_at(c, dir, "f", VINO_O_WRITE | VINO_O_CREAT, 0600);
-    CHECK(fd >= 0 && vino_write(c, fd, "abc", 3) == 3 && vino_close(c, fd) == 0, "a file from the directory");
-    CHECK(vino_symlink_at(c, "f", dir, "link") == 0, "symlink_at");
-    uint8_t target[16];
-    CHECK(vino_readlink_at(c, dir, "link", target, 0) == 1, "readlink_at: the length first");
-    CHECK(vino_readlink_at(c, dir, "link", target, sizeof target) == 1 && target[0] == 'f', "readlink_at");
-    struct vino_stat st;
-    CHECK(vino_stat_at(c, dir, "link", 0, &st) == 0 && st.kind == VINO_KIND_SYMLINK, "lstat");
-    CHECK(vino_stat_at(c, dir, "link", 1, &st) == 0 && st.kind == VINO_KIND_REGULAR && st.size == 3, "stat");
-    CHECK(vino_open_at(c, dir, "link", VINO_O_READ | VINO_O_NOFOLLOW, 0) == -ELOOP, "O_NOFOLLOW");
-    CHECK(vino_mknod_at(c, dir, "fifo", VINO_KIND_FIFO, 0644, 0) == 0, "mkfifo");
-    CHECK(vino_stat_at(c, dir, "fifo", 0, &st) == 0 && st.kind == VINO_KIND_FIFO, "a FIFO");
-    CHECK(vino_link_at(c, dir, "f", VINO_AT_ROOT, "/at/g", 0) == 0, "link_at");
-    CHECK(vino_rename_at(c, dir, "g", dir, "f", 0) == 0, "rename over another name of the same file");
-    CHECK(vino_rename_at(c, dir, "fifo", dir, "f", 1) == -EEXIST, "RENAME_NOREPLACE");
-    CHECK(vino_chmod(c, "/at/f", 0640) == 0 && vino_stat(c, "/at/f", &st) == 0 && (st.mode & 07777) == 0640, "chmod");
-    CHECK(vino_chown(c, "/at/f", -1, -1) == 0, "chown to the same owner");
-    CHECK(vino_utimens(c, "/at/f", 1000000000, VINO_UTIME_OMIT) == 0 && vino_stat(c, "/at/f", &st) == 0 &&
-              st.atime_ns == 1000000000, "utimens");
-    CHECK(vino_access_at(c, dir, "f", 4) == 0, "access");
-    CHECK(vino_setxattr(c, "/at/f", "user.k", (const uint8_t *)"v1", 2, VINO_XATTR_CREATE) == 0, "setxattr");
-    CHECK(vino_setxattr(c, "/at/f", "user.k", (const uint8_t *)"v2", 2, VINO_XATTR_CREATE) == -EEXIST, "XATTR_CREATE");
-    uint8_t value[8];
-    CHECK(vino_getxattr(c, "/at/f", "user.k", value, sizeof value) == 2 && memcmp(value, "v1", 2) == 0, "getxattr");
-    CHECK(vino_getxattr(c, "/at/f", "user.k", value, 1) == -ERANGE, "a buffer too small");
-    uint8_t names[32];
-    CHECK(vino_listxattr(c, "/at/f", names, sizeof names) == 7 && strcmp((char *)names, "user.k") == 0, "listxattr");
-    CHECK(vino_removexattr(c, "/at/f", "user.k") == 0, "removexattr");
-    fd = vino_open_at(c, dir, "f", VINO_O_WRITE, 0);
-    CHECK(fd >= 0 && vino_fallocate(c, fd, 0, 0, 8192) == 0 && vino_close(c, fd) == 0, "fallocate");
-    CHECK(vino_stat(c, "/at/f", &st) == 0 && st.size == 8192, "fallocate grows the file");
-    CHECK(vino_truncate(c, "/at/f", 10) == 0 && vino_stat(c, "/at/f", &st) == 0 && st.size == 10, "truncate");
-    CHECK(vino_unlink_at(c, dir, "link") == 0 && vino_unlink_at(c, dir, "fifo") == 0 && vino_unlink_at(c, dir, "f") == 0 &&
-              vino_unlink_at(c, dir, "g") == 0,
-          "unlink_at");
-    CHECK(vino_close(c, dir) == 0 && vino_rmdir_at(c, VINO_AT_ROOT, "/at") == 0, "rmdir_at");
-    printf("namespace ok\n");
-}
-
 static void top(void) {
     char *json = NULL;
     int n = vino_top_json(c, &json);
@@ -241,9 +320,9 @@ int main(int argc, char **argv) {
     connections();
     files();
     directories();
+    names_at();
     grafts(argv[1]);
     locks_and_events();
-    namespace_at();
     top();
     vino_disconnect(c);
     vino_disconnect(NULL);
