@@ -2,7 +2,9 @@
 //! image it was killed on. Not part of the `vino` command.
 //!
 //! `vino-crashtest workload IMAGE --log LOG [--seed N]` appends to a few files through the kernel
-//! and fsyncs at random until killed, logging on the host what was fsync'd;
+//! and fsyncs at random until killed, logging on the host what was fsync'd, and between the
+//! appends changes names: symbolic links, FIFOs, hard links, renames over names, extended
+//! attributes, fallocate, and files unlinked while open (left on the orphan list by the kill);
 //! `vino-crashtest check IMAGE --log LOG` then requires fsck to find the image clean after journal
 //! replay and every fsync'd byte to be there (exit status 1 and the problems on stderr if not).
 
@@ -104,6 +106,7 @@ fn crash_workload(image: &Path, log: &Path, seed: u64) -> Result<()> {
         )?;
         fds.push((fd, p.fstat(fd)?.size));
     }
+    let mut held = Vec::new();
     loop {
         let f = (next() % u64::from(FILES)) as usize;
         if fds[f].1 > 4 << 20 {
@@ -121,18 +124,61 @@ fn crash_workload(image: &Path, log: &Path, seed: u64) -> Result<()> {
             p.fsync(fd)?;
             log_line(&mut log, &format!("{f} {}", size + len))?;
         }
-        if next() % 50 == 0 {
-            // Namespace changes in the middle, too.
-            let name = format!("/tmp{}", next() % 8);
-            if let Ok(t) = p.open(&name, vino_kernel::OpenFlags::create()) {
+        if next() % 25 == 0 {
+            namespace_change(&p, next(), &mut held)?;
+        }
+    }
+}
+
+/// One namespace change of the crash workload, chosen by `r`: scratch files, symbolic links,
+/// FIFOs, hard links, renames over a name, extended attributes, fallocate, and files unlinked
+/// while still open (`held` keeps a few open, so that a kill leaves them on the orphan list,
+/// which the next mount or fsck frees).
+fn namespace_change(p: &vino_kernel::Process, r: u64, held: &mut Vec<vino_kernel::Fd>) -> Result<()> {
+    use vino_kernel::{At, FileType, OpenFlags};
+    let name = format!("/tmp{}", r % 8);
+    let other = format!("/tmp{}", (r >> 8) % 8);
+    // Each may fail (the name exists or is gone): the crash is what is tested, not the calls.
+    match (r >> 16) % 8 {
+        0 => {
+            if let Ok(t) = p.open(&name, OpenFlags::create()) {
                 p.write(t, b"scratch")?;
                 p.close(t)?;
-                if next() % 2 == 0 {
-                    let _ = p.unlink(&name);
-                }
+            }
+        }
+        1 => drop(p.symlink(&other, &name)),
+        2 => drop(p.mknod_at(At::Root, &name, FileType::Fifo, 0o644, 0)),
+        3 => drop(p.link(&other, &name)),
+        4 => drop(p.rename(&other, &name)),
+        5 => drop(p.setxattr_at(
+            At::Root,
+            &name,
+            false,
+            b"user.crash",
+            &r.to_le_bytes(),
+            vino_fs::XattrSet::Any,
+        )),
+        6 => {
+            if let Ok(t) = p.open(&name, OpenFlags::read_write()) {
+                let _ = p.fallocate(t, r % 2 == 0, 0, 1 + (r >> 24) % 100_000);
+                p.close(t)?;
+            }
+        }
+        _ => {
+            if held.len() >= 4 {
+                p.close(held.remove(0))?;
+            }
+            if let Ok(t) = p.open(&name, OpenFlags::create()) {
+                p.write(t, b"held while unlinked")?;
+                let _ = p.unlink(&name);
+                held.push(t);
             }
         }
     }
+    if r % 5 == 0 {
+        let _ = p.unlink(&name);
+    }
+    Ok(())
 }
 
 /// Appends one line to the crash workload's log and forces it out. One `write` for the whole
