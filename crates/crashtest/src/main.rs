@@ -160,7 +160,7 @@ fn namespace_change(p: &vino_kernel::Process, r: u64, held: &mut Vec<vino_kernel
         )),
         6 => {
             if let Ok(t) = p.open(&name, OpenFlags::read_write()) {
-                let _ = p.fallocate(t, r % 2 == 0, 0, 1 + (r >> 24) % 100_000);
+                let _ = p.fallocate(t, r.is_multiple_of(2), 0, 1 + (r >> 24) % 100_000);
                 p.close(t)?;
             }
         }
@@ -175,7 +175,7 @@ fn namespace_change(p: &vino_kernel::Process, r: u64, held: &mut Vec<vino_kernel
             }
         }
     }
-    if r % 5 == 0 {
+    if r.is_multiple_of(5) {
         let _ = p.unlink(&name);
     }
     Ok(())
