@@ -148,6 +148,18 @@ impl Process {
     /// What an open of `path` finds or makes: the file, the directory and name it was found
     /// by, and whether this open created it. Called under the namespace lock.
     fn find_or_create(&self, at: At, path: &[u8], flags: OpenFlags) -> SysResult<(Found, u64, Option<Vec<u8>>, bool)> {
+        self.find_or_create_via(at, path, flags, 0)
+    }
+
+    /// [`Process::find_or_create`] after `links` symbolic links: `O_CREAT` through a dangling
+    /// link creates the file it names, as Linux does.
+    fn find_or_create_via(
+        &self,
+        at: At,
+        path: &[u8],
+        flags: OpenFlags,
+        links: usize,
+    ) -> SysResult<(Found, u64, Option<Vec<u8>>, bool)> {
         let p = self.walk_parent(at, path)?;
         let fs = self.kernel.fs();
         let existing = if matches!(p.name.as_slice(), b"" | b"." | b"..") {
@@ -174,7 +186,21 @@ impl Process {
                         "the last component is a symbolic link (O_NOFOLLOW)",
                     ));
                 }
-                Ok((self.walk(at, path, true)?, p.dir, Some(p.name), false))
+                match self.walk(at, path, true) {
+                    Ok(found) => Ok((found, p.dir, Some(p.name), false)),
+                    Err(e) if e.errno == Errno::NoEnt && flags.create => {
+                        if links >= crate::MAX_SYMLINKS {
+                            return Err(SysError::new(Errno::Loop, "too many symbolic links"));
+                        }
+                        let target = fs.readlink(f.ino)?;
+                        let dir = At::Inode {
+                            ino: p.dir,
+                            generation: p.dir_stat.generation,
+                        };
+                        self.find_or_create_via(dir, &target, flags, links + 1)
+                    }
+                    Err(e) => Err(e),
+                }
             }
             Some(f) => {
                 if p.trailing_slash && f.stat.kind != FileType::Directory {

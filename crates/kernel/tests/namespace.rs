@@ -189,6 +189,16 @@ fn symbolic_links_are_followed_where_posix_says() {
     assert_eq!(p.lstat("/rel").unwrap().kind, FileType::Symlink);
     assert_eq!(p.stat("/rel").unwrap().kind, FileType::Regular);
     assert_eq!(errno(p.stat("/dangling")), Errno::NoEnt);
+    // O_CREAT through a dangling link makes what it names (O_EXCL refuses the link itself).
+    let exclusive = OpenFlags {
+        exclusive: true,
+        ..OpenFlags::create()
+    };
+    assert_eq!(errno(p.open("/dangling", exclusive)), Errno::Exist);
+    let fd = p.open("/dangling", OpenFlags::create()).unwrap();
+    p.close(fd).unwrap();
+    assert_eq!(p.stat("/nowhere").unwrap().kind, FileType::Regular);
+    p.unlink("/nowhere").unwrap();
     assert_eq!(errno(p.readlink("/d/target")), Errno::Inval);
     let nofollow = OpenFlags {
         nofollow: true,
