@@ -277,12 +277,21 @@ def test_graft_load_call_memory_unload():
         at = c.graft_symbol(point, "hot_list")
         c.graft_write_memory(point, at, struct.pack("<Q", 0))  # empty the list
         assert c.graft_call(point, "hot_add", 42) == 1
+        # Out of range, refused rather than wrapped or truncated.
+        e = raises(OSError, c.graft_write_memory, point, 2**32 + at, b"x")
+        assert e.errno == errno.EINVAL
+        e = raises(OSError, c.graft_call, point, "hot_add", 2**64 + 42)
+        assert e.errno == errno.EINVAL
+        assert c.graft_call(point, "hot_add", 43) == 2, "nothing was written by the refused calls"
         stats = c.graft_stats(point)
         assert stats["point"] == point and stats["policy"] == "wasm"
         assert any(s["point"] == point for s in c.graft_list())
         c.graft_unload(point)
         raises(OSError, c.graft_call, point, "hot_add", 1)
         raises(OSError, c.graft_load, point, b"not wasm")
+        # Too large: said so (not "Broken pipe").
+        e = raises(OSError, c.graft_load, point, bytes(16 * 2**20 + 1))
+        assert e.errno == errno.E2BIG and "16777217 bytes" in e.strerror, e
 
 
 def test_locks_conflict_between_two_clients():

@@ -288,6 +288,12 @@ def _path(p) -> bytes:
     return os.fsencode(p)
 
 
+def _check_range(what: str, value: int, low: int, high: int) -> None:
+    """Raises OSError(EINVAL) unless low <= value <= high."""
+    if not isinstance(value, int) or not low <= value <= high:
+        raise OSError(22, f"{what} {value!r} is outside {low}..{high}")
+
+
 def _name(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
 
@@ -629,6 +635,8 @@ class Client:
     def graft_write_memory(self, point: str, offset: int, data: bytes) -> None:
         """Writes into the graft's memory (its shared state, e.g. a hot list)."""
         data = bytes(data)
+        # The C call takes a 32-bit offset: ctypes would wrap a larger one silently.
+        _check_range("offset", offset, 0, 2**32 - 1)
         self._call("graft_write_memory", _path(point), offset, data, len(data))
 
     def graft_symbol(self, point: str, symbol: str) -> int:
@@ -637,6 +645,9 @@ class Client:
 
     def graft_call(self, point: str, control: str, *args: int) -> int:
         """Calls one of the graft's exported control functions; returns its answer."""
+        for i, a in enumerate(args):
+            # Each argument is a 64-bit integer: ctypes would truncate a larger one silently.
+            _check_range(f"argument {i}", a, -2**63, 2**63 - 1)
         argv = (c_int64 * len(args))(*args)
         result = c_int64()
         self._call("graft_call", _path(point), _path(control), argv, len(args), byref(result))

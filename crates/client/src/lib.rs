@@ -258,6 +258,14 @@ impl Client {
 
     /// Sends one request and returns its answer (an error answer as `Err`).
     pub fn call(&mut self, req: &Request) -> Result<Response> {
+        // What the daemon would refuse (and hang up on) is refused here, with the reason,
+        // instead of surfacing as a broken pipe half way through sending it.
+        if let Err(why) = req.check() {
+            return Err(ClientError {
+                errno: errno::E2BIG,
+                message: format!("{}: {why}, more than vinod accepts", req.name()),
+            });
+        }
         let started = std::time::Instant::now();
         vino_proto::write_frame(&mut self.stream, req)?;
         // Most answers come within microseconds: poll briefly before sleeping on the socket.

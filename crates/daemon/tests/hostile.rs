@@ -293,3 +293,14 @@ fn sixty_four_clients_lose_no_update_and_leak_nothing() {
     assert_eq!(top.processes[0].open_files, 1);
     assert!(top.grafts.is_empty());
 }
+
+#[test]
+fn a_module_too_large_is_refused_with_its_reason_and_the_connection_lives() {
+    let d = TestDaemon::start();
+    let mut c = d.client();
+    let huge = vec![0u8; vino_proto::MAX_MODULE + 1];
+    let e = c.graft_load("vas.pick_victim", &huge).unwrap_err();
+    assert_eq!(e.errno, errno::E2BIG, "{e}");
+    assert!(e.message.contains("more than vinod accepts"), "not a broken pipe: {e}");
+    c.null().expect("the connection is still usable");
+}

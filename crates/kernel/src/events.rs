@@ -317,6 +317,10 @@ fn file_write(env: &EventEnv, memory: &[u8], fd: i32, offset: i64, ptr: i32, len
     if len < 0 || len as usize > EVENT_WRITE_MAX || offset < -1 {
         return Ok(errno(Errno::Inval));
     }
+    // A write that cannot land is refused now, not dropped at commit after a success.
+    if offset >= 0 && (offset as u64).saturating_add(len as u64) > vino_fs::MAX_FILE_SIZE {
+        return Ok(errno(Errno::FBig));
+    }
     let start = ptr as u32 as usize;
     let Some(bytes) = memory.get(start..start + len as usize) else {
         return Ok(-14);

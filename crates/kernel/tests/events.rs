@@ -263,8 +263,9 @@ const WRITE_THEN: &str = r#"
         if (c == 'n')
             return -1;                         /* an invalid result aborts as well */
         if (c == 'b') {                        /* bad arguments come back as -errno */
-            int32_t e[4] = {vino_file_write(77, -1, &c, 1), vino_file_write(log_fd, -1, (void *)0x7ffffff0, 64),
-                            vino_file_write(log_fd, -5, &c, 1), vino_file_fsync(-3)};
+            int32_t e[5] = {vino_file_write(77, -1, &c, 1), vino_file_write(log_fd, -1, (void *)0x7ffffff0, 64),
+                            vino_file_write(log_fd, -5, &c, 1), vino_file_fsync(-3),
+                            vino_file_write(log_fd, 0x7ffffffffffffff0LL, &c, 1)};
             return vino_file_write(log_fd, -1, e, sizeof e) < 0 ? -1 : 0;
         }
         return r == 1 ? 0 : -1;
@@ -286,18 +287,19 @@ fn a_deferred_write_happens_on_commit_and_not_on_abort() {
     assert_eq!(read_all(&owner, log), b"oy", "only the committed invocations wrote");
     let s = k.event_stats().of(EventKind::Unlink);
     assert_eq!((s.delivered_graft, s.graft_aborts), (2, 2));
-    // Bad descriptor, buffer outside memory, bad offset, bad fsync descriptor.
+    // Bad descriptor, buffer outside memory, bad offset, bad fsync descriptor, past the
+    // largest file (refused at the call, not dropped at commit).
     touch(&owner, "/bad", 0o644);
     owner.unlink("/bad").unwrap();
     quiesce(&k);
     let bytes = read_all(&owner, log);
     assert_eq!(&bytes[..3], b"oyb");
-    assert_eq!(bytes.len(), 3 + 16);
+    assert_eq!(bytes.len(), 3 + 20);
     let e: Vec<i32> = bytes[3..]
         .chunks(4)
         .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
         .collect();
-    assert_eq!(e, [-9, -14, -22, -9]);
+    assert_eq!(e, [-9, -14, -22, -9, -27]);
     // A write to a descriptor open only for reading is refused too.
     let ro = owner
         .open(&format!("/log-{}", owner.pid()), OpenFlags::read_only())
@@ -308,7 +310,7 @@ fn a_deferred_write_happens_on_commit_and_not_on_abort() {
     touch(&owner, "/yes", 0o644);
     owner.unlink("/yes").unwrap();
     quiesce(&k);
-    assert_eq!(read_all(&owner, log).len(), 3 + 16);
+    assert_eq!(read_all(&owner, log).len(), 3 + 20);
     assert_eq!(k.event_stats().of(EventKind::Unlink).graft_aborts, 3);
 }
 
