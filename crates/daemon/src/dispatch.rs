@@ -340,10 +340,13 @@ impl Session<'_> {
                 wait,
             } => {
                 let req = lock_request(kind, start, len);
-                if wait {
-                    ok(self.cancelled_on_hangup(|| p.lock(fd, req, true)))
-                } else {
-                    ok(p.lock(fd, req, false))
+                // Most locks are free: only a request that must wait pays for the watch on its
+                // client (a thread and a socket pair).
+                match p.lock(fd, req, false) {
+                    Err(e) if wait && e.errno == vino_kernel::Errno::Again => {
+                        ok(self.cancelled_on_hangup(|| p.lock(fd, req, true)))
+                    }
+                    r => ok(r),
                 }
             }
             Request::GetLk { fd, kind, start, len } => p
