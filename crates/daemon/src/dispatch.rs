@@ -266,13 +266,8 @@ pub(crate) fn slot_info(s: vino_graft::SlotInfo) -> vino_proto::SlotInfo {
 
 fn event_text(e: vino_graft::GraftEvent) -> String {
     match e {
-        vino_graft::GraftEvent::Unloaded {
-            point,
-            failures,
-            last_error,
-        } => {
-            format!("{point}: unloaded after {failures} failures in a row ({last_error})")
-        }
+        // `last_error` says why: so many failures in a row, or too many of its recent calls.
+        vino_graft::GraftEvent::Unloaded { point, last_error, .. } => format!("{point}: unloaded: {last_error}"),
     }
 }
 

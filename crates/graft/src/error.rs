@@ -49,7 +49,12 @@ pub enum GraftError {
     #[error("control function `{name}`: {why}")]
     Control { name: String, why: String },
     #[error("control function `{name}` aborted: {failure}")]
-    ControlAborted { name: String, failure: String },
+    ControlAborted {
+        name: String,
+        failure: String,
+        /// The graft's own doing (a trap, its budget), not a lock conflict with others.
+        grafts_fault: bool,
+    },
 }
 
 pub(crate) fn describe_access(access: Access) -> String {

@@ -46,6 +46,11 @@ pub struct RuntimeConfig {
     pub control_budget: Duration,
     /// Failures in a row after which a graft is unloaded and its owner told.
     pub max_consecutive_failures: u32,
+    /// A graft is also unloaded when, within one [`RuntimeConfig::failure_window`], at least
+    /// this many of its calls (control calls included) failed and they were at least half of
+    /// its calls: a graft that fails every other call never fails twice in a row.
+    pub failure_rate_min: u32,
+    pub failure_window: Duration,
     /// Compiled modules kept for reloading.
     pub module_cache_entries: usize,
     pub vlt: VltConfig,
@@ -62,6 +67,8 @@ impl Default for RuntimeConfig {
             invocation_budget: crate::point::DEFAULT_BUDGET,
             control_budget: Duration::from_secs(1),
             max_consecutive_failures: 8,
+            failure_rate_min: 16,
+            failure_window: Duration::from_secs(60),
             module_cache_entries: 256,
             vlt: VltConfig::default(),
         }

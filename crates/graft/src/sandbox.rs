@@ -287,6 +287,7 @@ impl<G: GraftPoint> WasmGraft<G> {
         .map_err(|f| GraftError::ControlAborted {
             name: name.to_string(),
             failure: f.to_string(),
+            grafts_fault: f.is_grafts_fault(),
         })?;
         Ok(match results.first() {
             Some(Val::I32(v)) => *v as i64,

@@ -18,10 +18,13 @@ use std::time::{Instant, SystemTime};
 /// What happened to a graft that its owner should hear about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GraftEvent {
-    /// The graft failed too many times in a row and was unloaded; the default is back.
+    /// The graft failed too often (too many times in a row, or at least half of its calls in a
+    /// window with enough failures; control calls count) and was unloaded; the default is back.
     Unloaded {
         point: String,
+        /// The failures that decided it (in the run, or in the window).
         failures: u64,
+        /// Why, with the last failure's error.
         last_error: String,
     },
 }
@@ -168,11 +171,7 @@ impl<G: GraftPoint> GraftSlot<G> {
                 output
             }
             Err(failure) => {
-                let why = failure.to_string();
-                let in_a_row = binding.counters.failed(spent, why.clone(), failure.is_grafts_fault());
-                if in_a_row >= u64::from(self.runtime.config().max_consecutive_failures) {
-                    self.unload_failing(binding, in_a_row, why);
-                }
+                self.count_failure(binding, spent, failure.to_string(), failure.is_grafts_fault());
                 G::default_policy(&self.env, args)
             }
         }
@@ -309,8 +308,52 @@ impl<G: GraftPoint> GraftSlot<G> {
         self.with_graft(|g| g.symbol_address(name))
     }
 
+    /// Calls a control function of the bound graft. An abort of the graft's own doing counts
+    /// as a failed call, towards unloading it, as a failed invocation does.
     pub fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
-        self.with_graft(|g| g.call_control(name, args))
+        let guard = self.binding.load();
+        let Some(binding) = guard.as_ref() else {
+            return Err(GraftError::NotLoaded(self.name.clone()));
+        };
+        let Policy::Wasm { graft, .. } = &binding.policy else {
+            return Err(GraftError::NotWasm(self.name.clone()));
+        };
+        let started = clock::ticks();
+        let result = graft.call_control(name, args);
+        if let Err(GraftError::ControlAborted {
+            failure,
+            grafts_fault: true,
+            ..
+        }) = &result
+        {
+            let spent = clock::ticks().wrapping_sub(started);
+            self.count_failure(binding, spent, format!("control function `{name}`: {failure}"), true);
+        }
+        result
+    }
+
+    /// Counts a failed call and unloads the graft if it fails too often: too many times in a
+    /// row, or at least half of its calls in a window with enough failures in it.
+    fn count_failure(&self, binding: &Arc<Binding<G>>, spent: u64, why: String, grafts_fault: bool) {
+        let config = self.runtime.config();
+        let v = binding
+            .counters
+            .failed(spent, why.clone(), grafts_fault, config.failure_window);
+        let in_a_row = v.in_a_row >= u64::from(config.max_consecutive_failures);
+        let too_often = v.in_window >= u64::from(config.failure_rate_min) && 2 * v.in_window >= v.calls_in_window;
+        if in_a_row {
+            self.unload_failing(
+                binding,
+                v.in_a_row,
+                format!("{} failures in a row; the last: {why}", v.in_a_row),
+            );
+        } else if too_often {
+            let reason = format!(
+                "{} of its last {} calls failed (in {:?}); the last: {why}",
+                v.in_window, v.calls_in_window, config.failure_window
+            );
+            self.unload_failing(binding, v.in_window, reason);
+        }
     }
 
     /// Unloads a graft that keeps failing, unless it was replaced meanwhile, and tells its owner.

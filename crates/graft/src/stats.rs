@@ -3,6 +3,7 @@
 use crate::clock;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Counters of one binding of a graftpoint (they start at zero when a graft is loaded).
 #[derive(Default)]
@@ -13,6 +14,25 @@ pub(crate) struct Counters {
     ticks: AtomicU64,
     last_error: Mutex<Option<String>>,
     last_log: Mutex<Option<String>>,
+    /// Failures of the graft's own doing in the current window, and the calls when it began
+    /// (kept on the failure path only: a success costs nothing more).
+    window: Mutex<Option<FailureWindow>>,
+}
+
+struct FailureWindow {
+    began: Instant,
+    invocations_before: u64,
+    failures: u64,
+}
+
+/// What a failure means for the graft's future.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// Failures of its own doing in a row.
+    pub in_a_row: u64,
+    /// Failures of its own doing in the current window, and all its calls there.
+    pub in_window: u64,
+    pub calls_in_window: u64,
 }
 
 impl Counters {
@@ -27,15 +47,38 @@ impl Counters {
 
     /// Counts a failure; returns how many failures of the graft's own doing there have been in
     /// a row (a lost lock conflict is counted but neither adds to nor resets that run).
-    pub(crate) fn failed(&self, ticks: u64, why: String, grafts_fault: bool) -> u64 {
-        self.invocations.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn failed(&self, ticks: u64, why: String, grafts_fault: bool, window: Duration) -> Verdict {
+        let invocations = self.invocations.fetch_add(1, Ordering::Relaxed) + 1;
         self.ticks.fetch_add(ticks, Ordering::Relaxed);
         self.failures.fetch_add(1, Ordering::Relaxed);
         *self.last_error.lock() = Some(why);
-        if grafts_fault {
-            self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1
-        } else {
-            self.consecutive_failures.load(Ordering::Relaxed)
+        if !grafts_fault {
+            let w = self.window.lock();
+            let (in_window, calls_in_window) = w
+                .as_ref()
+                .map_or((0, 0), |w| (w.failures, invocations - w.invocations_before));
+            return Verdict {
+                in_a_row: self.consecutive_failures.load(Ordering::Relaxed),
+                in_window,
+                calls_in_window,
+            };
+        }
+        let in_a_row = self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut w = self.window.lock();
+        let now = Instant::now();
+        let w = match &mut *w {
+            Some(w) if now.duration_since(w.began) < window => w,
+            slot => slot.insert(FailureWindow {
+                began: now,
+                invocations_before: invocations - 1,
+                failures: 0,
+            }),
+        };
+        w.failures += 1;
+        Verdict {
+            in_a_row,
+            in_window: w.failures,
+            calls_in_window: invocations - w.invocations_before,
         }
     }
 

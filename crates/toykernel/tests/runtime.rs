@@ -236,6 +236,74 @@ fn failing_graft_is_unloaded_after_the_limit_and_owner_told() {
 }
 
 #[test]
+fn a_graft_failing_every_other_call_is_unloaded_by_its_failure_rate() {
+    let rt = Runtime::new(RuntimeConfig {
+        max_consecutive_failures: 3,
+        failure_rate_min: 6,
+        ..RuntimeConfig::default()
+    });
+    let k = ToyKernel::new(1);
+    let slot = apply_slot(&rt, &k);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let owner = Owner {
+        process: 1,
+        notify: Some(Arc::new(move |e: GraftEvent| sink.lock().unwrap().push(e))),
+    };
+    let flaky = r#"(module (func (export "toy_apply") (param i64) (result i64)
+        (if (i64.eqz (i64.rem_u (local.get 0) (i64.const 2))) (then (return (local.get 0))))
+        unreachable))"#;
+    slot.load(&wasm(flaky), owner).unwrap();
+    // Never twice in a row: the run rule never fires, the rate rule does at the sixth failure.
+    for i in 0..5 {
+        slot.invoke(&(2 * i));
+        slot.invoke(&1);
+    }
+    assert_eq!(
+        slot.policy_kind(),
+        PolicyKind::Wasm,
+        "five failures in ten calls: not yet"
+    );
+    slot.invoke(&2);
+    slot.invoke(&1);
+    assert_eq!(slot.policy_kind(), PolicyKind::Default, "six failures in eleven calls");
+    let events = events.lock().unwrap();
+    let GraftEvent::Unloaded {
+        failures, last_error, ..
+    } = &events[0];
+    assert_eq!(*failures, 6);
+    // The window opens at its first failure: the success before it is not in it.
+    assert!(last_error.contains("6 of its last 11 calls failed"), "{last_error}");
+}
+
+#[test]
+fn control_calls_that_abort_count_towards_unloading() {
+    let rt = Runtime::new(RuntimeConfig {
+        max_consecutive_failures: 3,
+        ..RuntimeConfig::default()
+    });
+    let k = ToyKernel::new(1);
+    let slot = apply_slot(&rt, &k);
+    let trapping = r#"(module
+        (func (export "toy_apply") (param i64) (result i64) local.get 0)
+        (func (export "vino_ctl_boom") (result i64) unreachable))"#;
+    slot.load(&wasm(trapping), Owner::process(1)).unwrap();
+    for _ in 0..2 {
+        assert!(matches!(
+            slot.call_control("boom", &[]),
+            Err(GraftError::ControlAborted { .. })
+        ));
+    }
+    assert_eq!(slot.policy_kind(), PolicyKind::Wasm);
+    assert!(slot.call_control("boom", &[]).is_err());
+    assert_eq!(
+        slot.policy_kind(),
+        PolicyKind::Default,
+        "three aborted control calls in a row"
+    );
+}
+
+#[test]
 fn control_functions_and_memory_writes_reach_the_graft() {
     let rt = runtime();
     let k = ToyKernel::new(1);
