@@ -479,3 +479,75 @@ fn no_event_is_lost_under_concurrent_raisers() {
         ((THREADS * FILES) as u64, (THREADS * FILES) as u64)
     );
 }
+
+#[test]
+fn a_process_hears_only_of_names_in_directories_it_may_list() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let root = k.spawn(Credentials::root());
+    // Root's directories: closed (0700), searchable but not listable (0711), open (0755), one
+    // open to a group (0750), and an open one under a closed one (the walk up must pass).
+    for (dir, mode) in [
+        ("/closed", 0o700),
+        ("/search", 0o711),
+        ("/open", 0o755),
+        ("/open/deep", 0o755),
+        ("/open/deep/deeper", 0o755),
+        ("/staff", 0o750),
+        ("/closed/inside", 0o777),
+    ] {
+        root.mkdir(dir, mode).unwrap();
+    }
+    root.chown("/staff", None, Some(50)).unwrap();
+    let spy = k.spawn(Credentials::user(1000, 100));
+    let member = k.spawn(Credentials::user(1001, 100).with_groups(vec![50]));
+    let admin = k.spawn(Credentials::root());
+    for p in [&spy, &member, &admin] {
+        p.event_subscribe(EventKind::Create).unwrap();
+        p.event_subscribe(EventKind::Unlink).unwrap();
+    }
+    let dirs = [
+        "/closed",
+        "/search",
+        "/open",
+        "/open/deep/deeper",
+        "/staff",
+        "/closed/inside",
+    ];
+    for dir in dirs {
+        touch(&root, &format!("{dir}/f"), 0o644);
+        root.unlink(&format!("{dir}/f")).unwrap();
+    }
+    let heard = |p: &Process| -> Vec<(EventKind, String)> {
+        let ev = p.event_wait(Duration::from_secs(1));
+        let dirs: Vec<(u64, &str)> = dirs.iter().map(|d| (root.stat(d).unwrap().ino, *d)).collect();
+        ev.iter()
+            .map(|e| {
+                let dir = dirs.iter().find(|(ino, _)| *ino == e.parent).unwrap().1;
+                (e.kind, format!("{dir}/{}", e.name.as_deref().unwrap()))
+            })
+            .collect()
+    };
+    use EventKind::{Create, Unlink};
+    let both = |paths: &[&str]| -> Vec<(EventKind, String)> {
+        paths
+            .iter()
+            .flat_map(|p| [(Create, format!("{p}/f")), (Unlink, format!("{p}/f"))])
+            .collect()
+    };
+    assert_eq!(heard(&spy), both(&["/open", "/open/deep/deeper"]));
+    assert_eq!(heard(&member), both(&["/open", "/open/deep/deeper", "/staff"]));
+    assert_eq!(heard(&admin), both(&dirs));
+    let s = k.event_stats();
+    // The spy was refused 4 directories, the member 3, each for a create and an unlink.
+    assert_eq!((s.of(Create).denied, s.of(Unlink).denied), (7, 7));
+
+    // A directory opened to the spy later is heard from then on; closing an ancestor stops it.
+    root.chmod("/search", 0o755).unwrap();
+    touch(&root, "/search/g", 0o644);
+    root.chmod("/open", 0o700).unwrap();
+    touch(&root, "/open/deep/deeper/g", 0o644);
+    let ev = spy.event_wait(Duration::from_secs(1));
+    assert_eq!(names(&ev), ["g"]);
+    assert_eq!(ev[0].parent, root.stat("/search").unwrap().ino);
+}
