@@ -875,6 +875,12 @@ impl Process {
     /// Waits up to `timeout` for events on this process's user-level queue and takes them all,
     /// oldest first (empty if none came).
     pub fn event_wait(&self, timeout: Duration) -> Vec<FsEvent> {
+        self.event_wait_at_most(timeout, usize::MAX)
+    }
+
+    /// Like [`Process::event_wait`], but takes at most `max` events (the oldest); the rest stay
+    /// queued, in order, for the next wait.
+    pub fn event_wait_at_most(&self, timeout: Duration, max: usize) -> Vec<FsEvent> {
         let Ok(l) = self.kernel().events.listener(self.pid()) else {
             return Vec::new();
         };
@@ -885,7 +891,8 @@ impl Process {
                 break;
             }
         }
-        queue.drain(..).collect()
+        let n = queue.len().min(max);
+        queue.drain(..n).collect()
     }
 
     /// The graftpoint `event.fs.<kind>` of this process, for kernel-side code (experiments bind

@@ -551,3 +551,23 @@ fn a_process_hears_only_of_names_in_directories_it_may_list() {
     assert_eq!(names(&ev), ["g"]);
     assert_eq!(ev[0].parent, root.stat("/search").unwrap().ino);
 }
+
+#[test]
+fn a_bounded_wait_takes_the_oldest_and_leaves_the_rest_queued() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let w = k.spawn(Credentials::root());
+    w.event_subscribe(EventKind::Create).unwrap();
+    let p = k.spawn(Credentials::root());
+    for i in 0..10 {
+        touch(&p, &format!("/f{i}"), 0o644);
+    }
+    let mut heard = Vec::new();
+    for want in [3, 3, 3, 1] {
+        let got = w.event_wait_at_most(Duration::from_secs(1), 3);
+        assert_eq!(got.len(), want);
+        heard.extend(got);
+    }
+    assert_eq!(names(&heard), (0..10).map(|i| format!("f{i}")).collect::<Vec<_>>());
+    assert!(w.event_wait_at_most(Duration::from_millis(10), 3).is_empty());
+}
