@@ -3,6 +3,7 @@
 
 use crate::Daemon;
 use crate::shm::ClientMemory;
+use crate::top::visible_slot;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -334,8 +335,16 @@ impl Session<'_> {
             Request::GraftCall { point, control, args } => {
                 p.graft_call(&point, &control, &args).map(Response::Value).map_err(sys)
             }
-            Request::GraftList => Ok(Response::Slots(p.graft_list().into_iter().map(slot_info).collect())),
-            Request::GraftStats { point } => p.graft_stats(&point).map(|s| Response::Slot(slot_info(s))).map_err(sys),
+            Request::GraftList => Ok(Response::Slots(
+                p.graft_list()
+                    .into_iter()
+                    .map(|s| slot_info(visible_slot(p.kernel(), p.credentials(), s)))
+                    .collect(),
+            )),
+            Request::GraftStats { point } => p
+                .graft_stats(&point)
+                .map(|s| Response::Slot(slot_info(visible_slot(p.kernel(), p.credentials(), s))))
+                .map_err(sys),
             Request::GraftEvents => Ok(Response::GraftEvents(
                 p.graft_events().into_iter().map(event_text).collect(),
             )),
@@ -362,7 +371,7 @@ impl Session<'_> {
             }
             Request::EventSubscribe { kind } => ok(p.event_subscribe(event_kind(kind))),
             Request::EventWait { timeout_ms } => Ok(Response::Events(self.event_wait(timeout_ms))),
-            Request::Top => Ok(Response::Top(self.daemon.top())),
+            Request::Top => Ok(Response::Top(self.daemon.top_for(p.credentials()))),
             Request::Mount { path } => self.mount(&path, true),
             Request::Unmount { path } => self.mount(&path, false),
             Request::OpenAt { dirfd, path, flags: f } => {
