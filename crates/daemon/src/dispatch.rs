@@ -3,6 +3,7 @@
 
 use crate::Daemon;
 use crate::shm::ClientMemory;
+use crate::top::visible_slot;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -89,6 +90,13 @@ fn event(e: vino_kernel::FsEvent) -> vino_proto::Event {
         name: e.name.unwrap_or_default(),
     }
 }
+
+/// Most bytes one event takes in an answer: kind, three integers, and a name of 255 bytes, each
+/// byte possibly shown as U+FFFD (3 bytes) if the name is not UTF-8, with room to spare.
+const EVENT_BYTES_MAX: usize = 1024;
+
+/// Most events one `EventWait` answer carries: 1 MiB of events, well under a frame.
+pub const EVENTS_PER_WAIT: usize = (1 << 20) / EVENT_BYTES_MAX;
 
 /// How often a blocked request looks whether its client is still there.
 const HANGUP_POLL: Duration = Duration::from_millis(50);
@@ -322,8 +330,16 @@ impl Session<'_> {
             Request::GraftCall { point, control, args } => {
                 p.graft_call(&point, &control, &args).map(Response::Value).map_err(sys)
             }
-            Request::GraftList => Ok(Response::Slots(p.graft_list().into_iter().map(slot_info).collect())),
-            Request::GraftStats { point } => p.graft_stats(&point).map(|s| Response::Slot(slot_info(s))).map_err(sys),
+            Request::GraftList => Ok(Response::Slots(
+                p.graft_list()
+                    .into_iter()
+                    .map(|s| slot_info(visible_slot(p.kernel(), p.credentials(), s)))
+                    .collect(),
+            )),
+            Request::GraftStats { point } => p
+                .graft_stats(&point)
+                .map(|s| Response::Slot(slot_info(visible_slot(p.kernel(), p.credentials(), s))))
+                .map_err(sys),
             Request::GraftEvents => Ok(Response::GraftEvents(
                 p.graft_events().into_iter().map(event_text).collect(),
             )),
@@ -353,7 +369,7 @@ impl Session<'_> {
             }
             Request::EventSubscribe { kind } => ok(p.event_subscribe(event_kind(kind))),
             Request::EventWait { timeout_ms } => Ok(Response::Events(self.event_wait(timeout_ms))),
-            Request::Top => Ok(Response::Top(self.daemon.top())),
+            Request::Top => Ok(Response::Top(self.daemon.top_for(p.credentials()))),
             Request::Mount { path } => self.mount(&path, true),
             Request::Unmount { path } => self.mount(&path, false),
             Request::OpenAt { dirfd, path, flags: f } => {
@@ -478,12 +494,13 @@ impl Session<'_> {
     }
 
     /// Waits up to `timeout_ms` for events, in short steps, so a client that leaves does not hold
-    /// its thread until the timeout.
+    /// its thread until the timeout. Takes at most [`EVENTS_PER_WAIT`], so the answer fits a
+    /// frame; the rest stay queued for the next wait.
     fn event_wait(&self, timeout_ms: u32) -> Vec<vino_proto::Event> {
         let until = Instant::now() + Duration::from_millis(timeout_ms as u64);
         loop {
             let left = until.saturating_duration_since(Instant::now());
-            let got = self.process.event_wait(left.min(HANGUP_POLL));
+            let got = self.process.event_wait_at_most(left.min(HANGUP_POLL), EVENTS_PER_WAIT);
             if !got.is_empty() || left <= HANGUP_POLL || hung_up(self.client.as_fd(), Duration::ZERO) {
                 return got.into_iter().map(event).collect();
             }
@@ -564,6 +581,23 @@ mod tests {
             let name = errno::name(e as i32);
             assert!(name.is_some(), "{e:?} ({}) is not in vino_proto::errno", e as i32);
         }
+    }
+
+    #[test]
+    fn the_largest_event_answer_fits_well_inside_a_frame() {
+        let worst = vino_proto::Event {
+            kind: vino_proto::EventKind::Unlink,
+            ino: u64::MAX,
+            dir: u64::MAX,
+            pid: u64::MAX,
+            name: String::from_utf8_lossy(&[0xff; vino_kernel::NAME_MAX]).into_owned(),
+        };
+        assert_eq!(worst.name.len(), 3 * vino_kernel::NAME_MAX);
+        assert!(vino_proto::encode(&worst).len() <= EVENT_BYTES_MAX);
+        let answer = Response::Events(vec![worst; EVENTS_PER_WAIT]);
+        let bytes = vino_proto::encode(&answer).len();
+        assert!(bytes <= (1 << 20) + 64, "{bytes} bytes");
+        assert!(bytes < vino_proto::MAX_FRAME / 8);
     }
 
     #[test]

@@ -19,7 +19,7 @@ mod shm;
 mod top;
 
 pub use config::Config;
-pub use dispatch::Account;
+pub use dispatch::{Account, EVENTS_PER_WAIT};
 pub use peer::Peer;
 
 use parking_lot::Mutex;

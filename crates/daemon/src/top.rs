@@ -1,11 +1,30 @@
-//! The `Top` snapshot: every process's accounts and every bound graft.
+//! The `Top` snapshot: every process's accounts and every bound graft, as far as the asking
+//! process may see them: a privileged process sees all; another sees the processes of its own
+//! uid and the grafts they loaded, and nothing of other users' (their clients, files, grafts).
 
 use crate::Daemon;
 use crate::dispatch::graft_stats;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use vino_graft::{PolicyKind, SlotInfo};
+use vino_kernel::{Credentials, Kernel, Pid};
 use vino_proto::{CacheTop, GraftTop, ProcessTop, Top};
+
+/// True if `viewer` may see what the process `owner` is and has (its accounts, its grafts and
+/// their details): it is privileged, or `owner` is a live process of the same uid.
+pub(crate) fn sees(kernel: &Kernel, viewer: &Credentials, owner: Pid) -> bool {
+    viewer.privileged || kernel.process(owner).is_some_and(|p| p.credentials().uid == viewer.uid)
+}
+
+/// A graftpoint as `viewer` may see it: a graft loaded by a process it may not see keeps its
+/// point and policy but loses its details (owner, hash, statistics, log).
+pub(crate) fn visible_slot(kernel: &Kernel, viewer: &Credentials, mut s: SlotInfo) -> SlotInfo {
+    if s.graft.as_ref().is_some_and(|g| !sees(kernel, viewer, g.owner)) {
+        s.graft = None;
+        s.stats = None;
+    }
+    s
+}
 
 fn graft_row(s: &SlotInfo, scope: String) -> Option<GraftTop> {
     let g = s.graft.as_ref()?;
@@ -24,13 +43,28 @@ fn graft_row(s: &SlotInfo, scope: String) -> Option<GraftTop> {
 impl Daemon {
     /// A snapshot of every process and every bound graft.
     pub fn top(&self) -> Top {
+        self.top_for(&Credentials::root())
+    }
+
+    /// A snapshot of the processes and grafts `viewer` may see: all if it is privileged, else
+    /// the processes of its uid and the grafts they loaded.
+    pub fn top_for(&self, viewer: &Credentials) -> Top {
         let kernel = &self.kernel;
+        let sees = |owner: Pid| sees(kernel, viewer, owner);
         let global = kernel.global_graftpoints().list();
         let global_names: HashSet<&str> = global.iter().map(|s| s.point.as_str()).collect();
-        let file_grafts = kernel.file_grafts();
-        let mut grafts: Vec<GraftTop> = global.iter().filter_map(|s| graft_row(s, "global".into())).collect();
+        let mut file_grafts = kernel.file_grafts();
+        file_grafts.retain(|f| sees(f.owner));
+        let mut grafts: Vec<GraftTop> = global
+            .iter()
+            .filter(|s| s.graft.as_ref().is_some_and(|g| sees(g.owner)))
+            .filter_map(|s| graft_row(s, "global".into()))
+            .collect();
         let mut processes = Vec::new();
         for p in kernel.processes() {
+            if !viewer.privileged && p.credentials().uid != viewer.uid {
+                continue;
+            }
             let pid = p.pid();
             let mut row = ProcessTop {
                 pid,

@@ -142,3 +142,68 @@ fn events_reach_a_subscribed_client_once_each_through_its_filter() {
     );
     assert!(watcher.event_wait(200).unwrap().is_empty(), "each event comes once");
 }
+
+#[test]
+fn a_backlog_larger_than_a_frame_is_drained_over_several_waits_each_event_once() {
+    use vino_kernel::{At, Credentials, OpenFlags as KFlags};
+    // Create-and-unlink pairs of names of 255 bytes that are not UTF-8, so each event carries
+    // 3 bytes per byte of the name: together far more than one frame holds.
+    const PAIRS: usize = 12_000;
+    let d = TestDaemon::start();
+    let mut watcher = d.client();
+    watcher.event_subscribe(EventKind::Create).unwrap();
+    watcher.event_subscribe(EventKind::Unlink).unwrap();
+    let actor = d.handle().kernel().spawn(Credentials::root());
+    let name = |i: usize| {
+        let mut n = format!("f{i}-").into_bytes();
+        n.resize(255, 0xff);
+        n
+    };
+    for i in 0..PAIRS {
+        let fd = actor.open_at(At::Root, name(i), KFlags::create()).unwrap();
+        actor.close(fd).unwrap();
+        actor.unlink_at(At::Root, name(i)).unwrap();
+    }
+    let backlog: usize = (0..PAIRS).map(|i| 2 * String::from_utf8_lossy(&name(i)).len()).sum();
+    assert!(
+        backlog > MAX_FRAME,
+        "the backlog ({backlog} bytes of names) outgrows a frame"
+    );
+
+    let mut seen = std::collections::BTreeSet::new();
+    let mut waits = 0;
+    while seen.len() < PAIRS * 2 {
+        let got = watcher.event_wait(1000).unwrap();
+        assert!(!got.is_empty(), "events stopped after {}", seen.len());
+        assert!(
+            got.len() <= vino_daemon::EVENTS_PER_WAIT,
+            "{} events in one answer",
+            got.len()
+        );
+        waits += 1;
+        for e in got {
+            let lossy = String::from_utf8_lossy(&name(0)).len();
+            assert!(e.name.len() >= lossy - 3 * 5, "the name came whole: {}", e.name.len());
+            let i: usize = e.name[1..].split('-').next().unwrap().parse().unwrap();
+            assert!(
+                seen.insert((e.kind == EventKind::Create, i)),
+                "{:?} of f{i} came twice",
+                e.kind
+            );
+        }
+    }
+    assert!(waits >= 2 * PAIRS / vino_daemon::EVENTS_PER_WAIT, "{waits} waits");
+    for i in 0..PAIRS {
+        for create in [true, false] {
+            assert!(
+                seen.contains(&(create, i)),
+                "an event of f{i} was lost (create: {create})"
+            );
+        }
+    }
+    // Nothing more, and the connection is still in step.
+    assert!(watcher.event_wait(100).unwrap().is_empty());
+    let fd = watcher.open("/after", OpenFlags::create()).unwrap();
+    assert_eq!(watcher.fstat(fd).unwrap().size, 0);
+    watcher.close(fd).unwrap();
+}

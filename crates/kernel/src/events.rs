@@ -7,7 +7,11 @@
 //! inodes and a set of names (a created or unlinked name), checked in the kernel with hash sets
 //! so the cost does not grow with the filter. An empty filter accepts every event of its kind.
 //! A process hears only of files it may read (checked on the file's state when the event
-//! happens).
+//! happens), and of a name (open, create, unlink) only if it may list the directory holding it:
+//! read and search permission on the directory and search permission on every directory above
+//! it (found through `..`), as a walk to it and a `readdir` of it would need. Privileged
+//! processes hear everything. The directory check runs only for a listener the event would
+//! otherwise reach, once per set of credentials and event.
 //!
 //! A process receives an event if it has a graft (or a native policy) bound on that kind's
 //! graftpoint, or has asked for user-level delivery ([`Process::event_subscribe`], then
@@ -30,7 +34,7 @@
 
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::Fd;
-use crate::perm::{self, Credentials, READ};
+use crate::perm::{self, Credentials, EXEC, READ};
 use crate::{Kernel, Pid, Process};
 use parking_lot::{Condvar, Mutex, RwLock};
 use rustc_hash::FxHashSet;
@@ -153,7 +157,8 @@ pub struct KindStats {
     pub raised: u64,
     /// Listeners an event did not reach: rejected by the filter or not allowed to read the file.
     pub filtered_out: u64,
-    /// Of those, the ones refused because the listener may not read the file.
+    /// Of those, the ones refused because the listener may not read the file, or may not list
+    /// the directory holding the name the event carries.
     pub denied: u64,
     /// Event graft invocations that committed.
     pub delivered_graft: u64,
@@ -732,6 +737,8 @@ impl Events {
         let listeners = s.listeners[kind.index()].read();
         let mut looked_up: Option<Option<Stat>> = stat.map(|st| Some(st.clone()));
         let mut event: Option<FsEvent> = None;
+        // Whether the directory's names may be seen, one answer per set of credentials.
+        let mut reached: Vec<(&Credentials, bool)> = Vec::new();
         for l in listeners.iter() {
             let (graft, user) = (
                 l.slots[kind.index()].bound(),
@@ -749,6 +756,22 @@ impl Events {
                 bump(&counters.filtered_out);
                 bump(&counters.denied);
                 continue;
+            }
+            // A name in a directory: heard only by who could list that directory.
+            if name.is_some() && parent != 0 && !l.cred.privileged {
+                let seen = match reached.iter().find(|(c, _)| **c == l.cred) {
+                    Some(&(_, seen)) => seen,
+                    None => {
+                        let seen = may_list(actor.kernel().fs(), &l.cred, parent);
+                        reached.push((&l.cred, seen));
+                        seen
+                    }
+                };
+                if !seen {
+                    bump(&counters.filtered_out);
+                    bump(&counters.denied);
+                    continue;
+                }
             }
             let ev = event
                 .get_or_insert_with(|| FsEvent {
@@ -774,6 +797,36 @@ impl Events {
             }
         }
     }
+}
+
+/// Most steps of the walk from a directory up to the root before it counts as unreachable.
+const REACH_STEPS: usize = 4096;
+
+/// True if `cred` may list the names of directory `dir`: read permission on it, and search
+/// permission on it and on every directory above it up to the root (found through `..`). A
+/// directory that cannot be stat'ed, or a walk that does not reach the root, counts as unseen.
+fn may_list(fs: &vino_fs::FileSystem, cred: &Credentials, dir: u64) -> bool {
+    if cred.privileged {
+        return true;
+    }
+    match fs.stat(dir) {
+        Ok(st) if perm::may(cred, &st, READ | EXEC) => {}
+        _ => return false,
+    }
+    let mut at = dir;
+    for _ in 0..REACH_STEPS {
+        if at == vino_fs::ROOT_INO {
+            return true;
+        }
+        let Ok(up) = fs.lookup(at, b"..") else {
+            return false;
+        };
+        match fs.stat(up) {
+            Ok(st) if perm::may(cred, &st, EXEC) => at = up,
+            _ => return false,
+        }
+    }
+    false
 }
 
 fn managed_of(slot: Arc<dyn EventSlot>) -> Arc<dyn ManagedSlot> {
@@ -826,6 +879,12 @@ impl Process {
     /// Waits up to `timeout` for events on this process's user-level queue and takes them all,
     /// oldest first (empty if none came).
     pub fn event_wait(&self, timeout: Duration) -> Vec<FsEvent> {
+        self.event_wait_at_most(timeout, usize::MAX)
+    }
+
+    /// Like [`Process::event_wait`], but takes at most `max` events (the oldest); the rest stay
+    /// queued, in order, for the next wait.
+    pub fn event_wait_at_most(&self, timeout: Duration, max: usize) -> Vec<FsEvent> {
         let Ok(l) = self.kernel().events.listener(self.pid()) else {
             return Vec::new();
         };
@@ -836,7 +895,8 @@ impl Process {
                 break;
             }
         }
-        queue.drain(..).collect()
+        let n = queue.len().min(max);
+        queue.drain(..n).collect()
     }
 
     /// The graftpoint `event.fs.<kind>` of this process, for kernel-side code (experiments bind

@@ -481,3 +481,97 @@ fn no_event_is_lost_under_concurrent_raisers() {
         ((THREADS * FILES) as u64, (THREADS * FILES) as u64)
     );
 }
+
+#[test]
+fn a_process_hears_only_of_names_in_directories_it_may_list() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let root = k.spawn(Credentials::root());
+    // Root's directories: closed (0700), searchable but not listable (0711), open (0755), one
+    // open to a group (0750), and an open one under a closed one (the walk up must pass).
+    for (dir, mode) in [
+        ("/closed", 0o700),
+        ("/search", 0o711),
+        ("/open", 0o755),
+        ("/open/deep", 0o755),
+        ("/open/deep/deeper", 0o755),
+        ("/staff", 0o750),
+        ("/closed/inside", 0o777),
+    ] {
+        root.mkdir(dir, mode).unwrap();
+    }
+    root.chown("/staff", None, Some(50)).unwrap();
+    let spy = k.spawn(Credentials::user(1000, 100));
+    let member = k.spawn(Credentials::user(1001, 100).with_groups(vec![50]));
+    let admin = k.spawn(Credentials::root());
+    for p in [&spy, &member, &admin] {
+        for kind in [EventKind::Create, EventKind::Open, EventKind::Unlink] {
+            p.event_subscribe(kind).unwrap();
+        }
+    }
+    let dirs = [
+        "/closed",
+        "/search",
+        "/open",
+        "/open/deep/deeper",
+        "/staff",
+        "/closed/inside",
+    ];
+    for dir in dirs {
+        touch(&root, &format!("{dir}/f"), 0o644);
+        root.unlink(&format!("{dir}/f")).unwrap();
+    }
+    let heard = |p: &Process| -> Vec<(EventKind, String)> {
+        let ev = p.event_wait(Duration::from_secs(1));
+        let dirs: Vec<(u64, &str)> = dirs.iter().map(|d| (root.stat(d).unwrap().ino, *d)).collect();
+        ev.iter()
+            .map(|e| {
+                let dir = dirs.iter().find(|(ino, _)| *ino == e.parent).unwrap().1;
+                (e.kind, format!("{dir}/{}", e.name.as_deref().unwrap()))
+            })
+            .collect()
+    };
+    use EventKind::{Create, Open, Unlink};
+    let both = |paths: &[&str]| -> Vec<(EventKind, String)> {
+        paths
+            .iter()
+            .flat_map(|p| [Create, Open, Unlink].map(|kind| (kind, format!("{p}/f"))))
+            .collect()
+    };
+    assert_eq!(heard(&spy), both(&["/open", "/open/deep/deeper"]));
+    assert_eq!(heard(&member), both(&["/open", "/open/deep/deeper", "/staff"]));
+    assert_eq!(heard(&admin), both(&dirs));
+    let s = k.event_stats();
+    // The spy was refused 4 directories, the member 3, each for a create, an open (by name)
+    // and an unlink.
+    assert_eq!((s.of(Create).denied, s.of(Open).denied, s.of(Unlink).denied), (7, 7, 7));
+
+    // A directory opened to the spy later is heard from then on; closing an ancestor stops it.
+    root.chmod("/search", 0o755).unwrap();
+    touch(&root, "/search/g", 0o644);
+    root.chmod("/open", 0o700).unwrap();
+    touch(&root, "/open/deep/deeper/g", 0o644);
+    let ev = spy.event_wait(Duration::from_secs(1));
+    assert_eq!(names(&ev), ["g", "g"]);
+    assert!(ev.iter().all(|e| e.parent == root.stat("/search").unwrap().ino));
+}
+
+#[test]
+fn a_bounded_wait_takes_the_oldest_and_leaves_the_rest_queued() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let w = k.spawn(Credentials::root());
+    w.event_subscribe(EventKind::Create).unwrap();
+    let p = k.spawn(Credentials::root());
+    for i in 0..10 {
+        touch(&p, &format!("/f{i}"), 0o644);
+    }
+    let mut heard = Vec::new();
+    for want in [3, 3, 3, 1] {
+        let got = w.event_wait_at_most(Duration::from_secs(1), 3);
+        assert_eq!(got.len(), want);
+        heard.extend(got);
+    }
+    assert_eq!(names(&heard), (0..10).map(|i| format!("f{i}")).collect::<Vec<_>>());
+    assert!(w.event_wait_at_most(Duration::from_millis(10), 3).is_empty());
+}
