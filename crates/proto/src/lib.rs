@@ -283,7 +283,8 @@ pub enum Request {
     EventWait {
         timeout_ms: u32,
     },
-    /// A snapshot of every process and every bound graft.
+    /// A snapshot of the processes and bound grafts the caller may see (all of them if it is
+    /// privileged; its own uid's otherwise).
     Top,
     /// Mount the file system through FUSE at this absolute path (privileged).
     Mount {
