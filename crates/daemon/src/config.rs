@@ -132,7 +132,10 @@ mod tests {
         assert_eq!(c.privileged_gid().unwrap(), Some(0));
         assert!(toml::from_str::<Config>("sockets = 1").is_err());
         let c: Config = toml::from_str("frame_timeout = 3\nmax_connections_per_user = 4").unwrap();
-        assert_eq!((c.frame_timeout, c.max_connections_per_user), (Duration::from_secs(3), 4));
+        assert_eq!(
+            (c.frame_timeout, c.max_connections_per_user),
+            (Duration::from_secs(3), 4)
+        );
         let c: Config = toml::from_str("frame_timeout = 0.25").unwrap();
         assert_eq!(c.frame_timeout, Duration::from_millis(250));
         assert!(toml::from_str::<Config>("frame_timeout = 0").is_err());

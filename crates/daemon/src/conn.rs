@@ -75,10 +75,7 @@ fn frame_error(stream: &mut UnixStream, e: &FrameError) {
 
 /// Reads the first frame's header with `recvmsg`, so that a file descriptor sent with it
 /// (the client's shared memory) arrives too; the rest of the header from `rest`.
-fn read_hello_header(
-    stream: &mut UnixStream,
-    rest: &mut impl Read,
-) -> Result<([u8; 4], Option<OwnedFd>), FrameError> {
+fn read_hello_header(stream: &mut UnixStream, rest: &mut impl Read) -> Result<([u8; 4], Option<OwnedFd>), FrameError> {
     let mut header = [0u8; 4];
     let mut cmsg = nix::cmsg_space!([RawFd; 4]);
     let (got, fds) = {
@@ -103,8 +100,7 @@ fn read_hello_header(
     if got == 0 {
         return Err(FrameError::Closed);
     }
-    rest.read_exact(&mut header[got..])
-        .map_err(|_| FrameError::Truncated)?;
+    rest.read_exact(&mut header[got..]).map_err(|_| FrameError::Truncated)?;
     // One descriptor is expected at most; others are closed as they drop.
     Ok((header, fds.into_iter().next()))
 }
@@ -120,7 +116,9 @@ fn hello(stream: &mut UnixStream, max_shm: u64) -> Option<(String, Option<Client
     rest.deadline = Some(deadline);
     let mut buf = Vec::new();
     let read = read_hello_header(stream, &mut rest)
-        .and_then(|(header, fd)| vino_proto::read_frame_after_header(header, &mut rest, &mut buf, MAX_FRAME).map(|_| fd))
+        .and_then(|(header, fd)| {
+            vino_proto::read_frame_after_header(header, &mut rest, &mut buf, MAX_FRAME).map(|_| fd)
+        })
         .and_then(|fd| Ok((vino_proto::decode::<Request>(&buf)?, fd)));
     let _ = stream.set_read_timeout(None);
     let (req, fd) = match read {

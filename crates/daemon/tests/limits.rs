@@ -125,7 +125,10 @@ fn a_stalled_or_dribbled_frame_ends_its_connection_and_an_idle_one_lives() {
     idle.write_all(&frame[..2]).unwrap();
     std::thread::sleep(timeout / 4);
     idle.write_all(&frame[2..]).unwrap();
-    assert!(matches!(answer(&mut idle), Some(Response::Ok)), "the idle connection was served");
+    assert!(
+        matches!(answer(&mut idle), Some(Response::Ok)),
+        "the idle connection was served"
+    );
     drop((idle, good));
     d.wait_processes(0);
 }
@@ -245,7 +248,10 @@ fn each_user_has_its_own_limit_and_root_a_reserve() {
     // Every place is given back: root and the users fill them all again.
     let (mut alice, _) = hold(&d, ALICE, 3);
     let (mut bob, extra) = hold(&d, BOB, 2);
-    assert!(extra.starts_with("REFUSED: too many connections for users other than root"), "{extra}");
+    assert!(
+        extra.starts_with("REFUSED: too many connections for users other than root"),
+        "{extra}"
+    );
     let root = [probe(&socket).unwrap(), probe(&socket).unwrap()];
     assert_eq!(probe(&socket).unwrap_err(), "too many connections (7)");
     drop(root);
