@@ -184,16 +184,41 @@ fn child_role() {
         Err(why) => println!("REFUSED: {why}"),
     }
     println!("HELD");
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
+    // Until killed, or orphaned (a test that failed), a minute at most.
+    let parent = nix::unistd::getppid();
+    let until = Instant::now() + Duration::from_secs(60);
+    while nix::unistd::getppid() == parent && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::process::exit(0);
+}
+
+/// A child holding connections, killed when dropped (a failing test included).
+struct Holder(std::process::Child);
+
+impl Holder {
+    /// Kills the child and waits for it (its connections close).
+    fn end(self) {}
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
 /// A child holding `n` connections as `uid`; returns it and what became of one more.
-fn hold(d: &TestDaemon, uid: u32, n: usize) -> (std::process::Child, String) {
+fn hold(d: &TestDaemon, uid: u32, n: usize) -> (Holder, String) {
     let n = n.to_string();
-    let mut child = spawn_child(TEST, "hold", &d.socket(), &[("VINO_TEST_HOLD", &n)], Some(uid));
-    let lines = wait_line(&mut child, "HELD");
+    let mut child = Holder(spawn_child(
+        TEST,
+        "hold",
+        &d.socket(),
+        &[("VINO_TEST_HOLD", &n)],
+        Some(uid),
+    ));
+    let lines = wait_line(&mut child.0, "HELD");
     let extra = lines
         .iter()
         .find(|l| l.starts_with("ACCEPTED") || l.starts_with("REFUSED"))
@@ -216,11 +241,11 @@ fn each_user_has_its_own_limit_and_root_a_reserve() {
     let socket = d.socket();
 
     // Alice fills her own limit.
-    let (mut alice, extra) = hold(&d, ALICE, 3);
+    let (alice, extra) = hold(&d, ALICE, 3);
     assert_eq!(extra, format!("REFUSED: too many connections for uid {ALICE} (3)"));
 
     // Bob still connects, up to the users' share (5 of 7).
-    let (mut bob, extra) = hold(&d, BOB, 2);
+    let (bob, extra) = hold(&d, BOB, 2);
     assert_eq!(
         extra,
         "REFUSED: too many connections for users other than root (5; 2 kept for root)"
@@ -235,19 +260,15 @@ fn each_user_has_its_own_limit_and_root_a_reserve() {
     drop(root);
 
     // Once Alice's connections close, she connects again (and fills her limit again).
-    alice.kill().unwrap();
-    alice.wait().unwrap();
-    let (mut again, extra) = hold(&d, ALICE, 3);
+    alice.end();
+    let (again, extra) = hold(&d, ALICE, 3);
     assert_eq!(extra, format!("REFUSED: too many connections for uid {ALICE} (3)"));
-
-    for c in [&mut again, &mut bob] {
-        c.kill().unwrap();
-        c.wait().unwrap();
-    }
+    again.end();
+    bob.end();
     d.wait_processes(0);
     // Every place is given back: root and the users fill them all again.
-    let (mut alice, _) = hold(&d, ALICE, 3);
-    let (mut bob, extra) = hold(&d, BOB, 2);
+    let (alice, _) = hold(&d, ALICE, 3);
+    let (bob, extra) = hold(&d, BOB, 2);
     assert!(
         extra.starts_with("REFUSED: too many connections for users other than root"),
         "{extra}"
@@ -255,9 +276,7 @@ fn each_user_has_its_own_limit_and_root_a_reserve() {
     let root = [probe(&socket).unwrap(), probe(&socket).unwrap()];
     assert_eq!(probe(&socket).unwrap_err(), "too many connections (7)");
     drop(root);
-    for c in [&mut alice, &mut bob] {
-        c.kill().unwrap();
-        c.wait().unwrap();
-    }
+    alice.end();
+    bob.end();
     d.wait_processes(0);
 }
