@@ -67,6 +67,7 @@ fn closes_within(s: &mut UnixStream, limit: Duration) -> Option<Duration> {
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 return None;
             }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return Some(start.elapsed()),
         }
     }
