@@ -80,13 +80,18 @@ fn read_hello_header(stream: &mut UnixStream, rest: &mut impl Read) -> Result<([
     let mut cmsg = nix::cmsg_space!([RawFd; 4]);
     let (got, fds) = {
         let mut iov = [IoSliceMut::new(&mut header)];
-        let msg = recvmsg::<()>(
-            stream.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|e| FrameError::Io(e.into()))?;
+        // A signal interrupts a read with a timeout rather than restarting it: read again.
+        let msg = loop {
+            match recvmsg::<()>(
+                stream.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                r => break r.map_err(|e| FrameError::Io(e.into()))?,
+            }
+        };
         let mut fds = Vec::new();
         for c in msg.cmsgs().map_err(|e| FrameError::Io(e.into()))? {
             if let ControlMessageOwned::ScmRights(list) = c {
