@@ -1,5 +1,5 @@
 //! What a connection may hold: a request that has begun must arrive within `frame_timeout` (an
-//! idle connection between requests is fine), and connections are limited per uid, with a
+//! idle connection between requests is fine), the Hello within 10 s, and connections are limited per uid, with a
 //! reserve that only root may use.
 //!
 //! The tests with other users run them as child processes of this binary (`child_role`) that
@@ -102,6 +102,22 @@ fn a_stalled_or_dribbled_frame_ends_its_connection_and_an_idle_one_lives() {
         })
     };
 
+    // A Hello dribbled a byte every 2 s (each byte well within a read's patience), never whole.
+    let mut slow_hello = UnixStream::connect(&socket).unwrap();
+    let hello_dribbler = {
+        let mut s = slow_hello.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let _ = s.write_all(&(1u32 << 20).to_le_bytes());
+            for _ in 0..15 {
+                std::thread::sleep(Duration::from_secs(2));
+                if s.write_all(&[0]).is_err() {
+                    return true;
+                }
+            }
+            false
+        })
+    };
+
     // A connection that says nothing for longer than the timeout between requests.
     let mut idle = raw(&socket);
 
@@ -131,6 +147,11 @@ fn a_stalled_or_dribbled_frame_ends_its_connection_and_an_idle_one_lives() {
         "the idle connection was served"
     );
     drop((idle, good));
+
+    // The Hello has 10 s, in all.
+    let took = closes_within(&mut slow_hello, Duration::from_secs(20)).expect("a dribbled Hello ends");
+    assert!(took >= Duration::from_secs(5), "closed after {took:?}, before its time");
+    assert!(hello_dribbler.join().unwrap(), "the Hello dribbler was cut off");
     d.wait_processes(0);
 }
 
