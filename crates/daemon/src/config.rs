@@ -7,11 +7,15 @@
 //! cache_frames = 1024         # 4 KiB frames
 //! privileged_group = "vino"   # members may graft global graftpoints (a name or a gid)
 //! max_connections = 256
+//! max_connections_per_user = 64   # for each uid but root's
+//! root_reserved_connections = 8   # of max_connections, kept for root
+//! frame_timeout = 10          # seconds a request may take to arrive once it has begun
 //! socket_mode = 0o666
 //! ```
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// How the daemon runs.
 #[derive(Debug, Clone, Deserialize)]
@@ -24,7 +28,17 @@ pub struct Config {
     pub cache_frames: usize,
     /// A group (name or number) whose members are privileged, as root is.
     pub privileged_group: Option<String>,
+    /// Connections at once, all users together.
     pub max_connections: usize,
+    /// Connections at once of any one uid but root.
+    pub max_connections_per_user: usize,
+    /// Of `max_connections`, how many only root may use: the users other than root together
+    /// have `max_connections - root_reserved_connections`.
+    pub root_reserved_connections: usize,
+    /// How long a frame may take to arrive once its first byte has (seconds in the file, e.g.
+    /// `10` or `2.5`); a connection that takes longer is closed.
+    #[serde(deserialize_with = "seconds")]
+    pub frame_timeout: Duration,
     /// Permission bits of the socket (who may connect).
     pub socket_mode: u32,
     /// Largest shared memory a client may pass.
@@ -42,6 +56,9 @@ impl Default for Config {
             cache_frames: 1024,
             privileged_group: None,
             max_connections: 256,
+            max_connections_per_user: 64,
+            root_reserved_connections: 8,
+            frame_timeout: Duration::from_secs(10),
             socket_mode: 0o666,
             max_shm: vino_proto::MAX_SHM,
             mount: None,
@@ -77,6 +94,15 @@ impl Config {
     }
 }
 
+/// A positive number of seconds.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = f64::deserialize(d)?;
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| serde::de::Error::custom(format!("{s} is not a positive number of seconds")))
+}
+
 /// Parses a size such as `64M`, `2G`, `4096`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
@@ -105,6 +131,17 @@ mod tests {
         assert_eq!(c.cache_frames, 64);
         assert_eq!(c.privileged_gid().unwrap(), Some(0));
         assert!(toml::from_str::<Config>("sockets = 1").is_err());
+        let c: Config = toml::from_str("frame_timeout = 3\nmax_connections_per_user = 4").unwrap();
+        assert_eq!(
+            (c.frame_timeout, c.max_connections_per_user),
+            (Duration::from_secs(3), 4)
+        );
+        let c: Config = toml::from_str("frame_timeout = 0.25").unwrap();
+        assert_eq!(c.frame_timeout, Duration::from_millis(250));
+        assert!(toml::from_str::<Config>("frame_timeout = 0").is_err());
+        assert!(toml::from_str::<Config>("frame_timeout = -1").is_err());
+        let d = Config::default();
+        assert_eq!((d.max_connections_per_user, d.root_reserved_connections), (64, 8));
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
         assert!(parse_size("12Q").is_err());
     }

@@ -6,15 +6,58 @@ use crate::peer::Peer;
 use crate::shm::ClientMemory;
 use crate::{ConnInfo, Daemon};
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-use std::io::{IoSliceMut, Read, Write};
+use std::io::{self, BufRead, IoSliceMut, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use vino_kernel::{Credentials, Pid};
 use vino_proto::{ErrorReply, FrameError, MAX_FRAME, Request, Response, VERSION, errno};
 
-/// How long a new connection may take to say Hello.
-const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a new connection may take to say Hello (its whole frame).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connection's socket, read against a deadline while a frame is in flight: each read waits
+/// only for what is left of the time the whole frame has, so that a client dribbling a frame a
+/// byte at a time is cut off as surely as one that stops. Without a deadline (between frames) a
+/// read waits as long as it takes.
+struct Timed {
+    stream: UnixStream,
+    deadline: Option<Instant>,
+    /// True while the socket has a read timeout (cleared at the first read without a deadline).
+    timeout_set: bool,
+}
+
+impl Timed {
+    fn new(stream: UnixStream) -> Timed {
+        Timed {
+            stream,
+            deadline: None,
+            timeout_set: false,
+        }
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.deadline {
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "the frame took too long"));
+                }
+                self.stream.set_read_timeout(Some(left))?;
+                self.timeout_set = true;
+            }
+            None if self.timeout_set => {
+                self.stream.set_read_timeout(None)?;
+                self.timeout_set = false;
+            }
+            None => {}
+        }
+        self.stream.read(buf)
+    }
+}
 
 /// Sends an error answer, ignoring a peer that is gone.
 fn refuse(stream: &mut UnixStream, errno: i32, message: impl Into<String>) {
@@ -31,19 +74,24 @@ fn frame_error(stream: &mut UnixStream, e: &FrameError) {
 }
 
 /// Reads the first frame's header with `recvmsg`, so that a file descriptor sent with it
-/// (the client's shared memory) arrives too.
-fn read_hello_header(stream: &mut UnixStream) -> Result<([u8; 4], Option<OwnedFd>), FrameError> {
+/// (the client's shared memory) arrives too; the rest of the header from `rest`.
+fn read_hello_header(stream: &mut UnixStream, rest: &mut impl Read) -> Result<([u8; 4], Option<OwnedFd>), FrameError> {
     let mut header = [0u8; 4];
     let mut cmsg = nix::cmsg_space!([RawFd; 4]);
     let (got, fds) = {
         let mut iov = [IoSliceMut::new(&mut header)];
-        let msg = recvmsg::<()>(
-            stream.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|e| FrameError::Io(e.into()))?;
+        // A signal interrupts a read with a timeout rather than restarting it: read again.
+        let msg = loop {
+            match recvmsg::<()>(
+                stream.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                r => break r.map_err(|e| FrameError::Io(e.into()))?,
+            }
+        };
         let mut fds = Vec::new();
         for c in msg.cmsgs().map_err(|e| FrameError::Io(e.into()))? {
             if let ControlMessageOwned::ScmRights(list) = c {
@@ -57,20 +105,27 @@ fn read_hello_header(stream: &mut UnixStream) -> Result<([u8; 4], Option<OwnedFd
     if got == 0 {
         return Err(FrameError::Closed);
     }
-    stream
-        .read_exact(&mut header[got..])
-        .map_err(|_| FrameError::Truncated)?;
+    rest.read_exact(&mut header[got..]).map_err(|_| FrameError::Truncated)?;
     // One descriptor is expected at most; others are closed as they drop.
     Ok((header, fds.into_iter().next()))
 }
 
 /// The Hello exchange: the client's version and shared memory. Returns the client's name and
-/// its memory, or `None` after refusing it.
+/// its memory, or `None` after refusing it. The whole Hello must arrive within
+/// [`HELLO_TIMEOUT`] of the connection.
 fn hello(stream: &mut UnixStream, max_shm: u64) -> Option<(String, Option<ClientMemory>)> {
+    let deadline = Instant::now() + HELLO_TIMEOUT;
+    // A client that connects and says nothing does not hold a thread (or a shutdown) for long.
+    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
+    let mut rest = Timed::new(stream.try_clone().ok()?);
+    rest.deadline = Some(deadline);
     let mut buf = Vec::new();
-    let read = read_hello_header(stream)
-        .and_then(|(header, fd)| vino_proto::read_frame_after_header(header, stream, &mut buf, MAX_FRAME).map(|_| fd))
+    let read = read_hello_header(stream, &mut rest)
+        .and_then(|(header, fd)| {
+            vino_proto::read_frame_after_header(header, &mut rest, &mut buf, MAX_FRAME).map(|_| fd)
+        })
         .and_then(|fd| Ok((vino_proto::decode::<Request>(&buf)?, fd)));
+    let _ = stream.set_read_timeout(None);
     let (req, fd) = match read {
         Ok(r) => r,
         Err(e) => {
@@ -139,18 +194,11 @@ impl Drop for Cleanup<'_> {
     }
 }
 
-/// Serves a connection until it ends.
-pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream) {
-    let peer = match Peer::of(&stream) {
-        Ok(p) => p,
-        Err(e) => return refuse(&mut stream, errno::EIO, format!("cannot tell who connected: {e}")),
-    };
-    // A client that connects and says nothing does not hold a thread (or a shutdown) for long.
-    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
+/// Serves a connection from `peer` until it ends.
+pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream, peer: Peer) {
     let Some((client, shm)) = hello(&mut stream, daemon.config.max_shm) else {
         return;
     };
-    let _ = stream.set_read_timeout(None);
     let privileged = peer.privileged(daemon.privileged_gid);
     let cred = Credentials {
         uid: peer.uid,
@@ -197,19 +245,32 @@ pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream) {
     requests(&mut stream, &mut session);
 }
 
-/// Reads, serves and answers requests until the client leaves or misbehaves.
+/// Reads, serves and answers requests until the client leaves or misbehaves. Between requests
+/// the client may take its time; once a request's first byte has arrived, the rest must follow
+/// within the configured `frame_timeout`, or the connection ends.
 fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
     let Ok(clone) = stream.try_clone() else { return };
+    let frame_timeout = session.daemon.config.frame_timeout;
     // Buffered: a small request's header and body come in one read.
-    let mut reader = std::io::BufReader::with_capacity(64 << 10, clone);
+    let mut reader = io::BufReader::with_capacity(64 << 10, Timed::new(clone));
     let mut buf = Vec::new();
     loop {
-        // A client in a tight loop sends its next request within microseconds: a few
-        // connections at a time poll for it before sleeping (see vino_proto::spin_until_readable).
-        if reader.buffer().is_empty() && session.daemon.try_spin() {
-            vino_proto::spin_until_readable(stream.as_fd(), vino_proto::SPIN);
-            session.daemon.end_spin();
+        if reader.buffer().is_empty() {
+            // A client in a tight loop sends its next request within microseconds: a few
+            // connections at a time poll for it before sleeping (see vino_proto::spin_until_readable).
+            if session.daemon.try_spin() {
+                vino_proto::spin_until_readable(stream.as_fd(), vino_proto::SPIN);
+                session.daemon.end_spin();
+            }
+            reader.get_mut().deadline = None;
+            match reader.fill_buf() {
+                Ok([]) => return,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            }
         }
+        reader.get_mut().deadline = Some(Instant::now() + frame_timeout);
         if let Err(e) = vino_proto::read_frame(&mut reader, &mut buf, MAX_FRAME) {
             return frame_error(stream, &e);
         }

@@ -61,8 +61,8 @@ pub struct Daemon {
     config: Config,
     privileged_gid: Option<u32>,
     conns: Mutex<HashMap<Pid, ConnInfo>>,
-    /// Connections being served (the Hello exchange included).
-    active: AtomicUsize,
+    /// Connections being served (the Hello exchange included), counted as they are accepted.
+    slots: Mutex<Slots>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     stopping: AtomicBool,
     started: Instant,
@@ -134,7 +134,7 @@ pub fn start(config: Config) -> Result<Handle> {
         config,
         privileged_gid,
         conns: Mutex::new(HashMap::new()),
-        active: AtomicUsize::new(0),
+        slots: Mutex::new(Slots::default()),
         threads: Mutex::new(Vec::new()),
         stopping: AtomicBool::new(false),
         started: Instant::now(),
@@ -236,12 +236,23 @@ impl Drop for Handle {
     }
 }
 
-/// Decrements the count of active connections when a connection thread ends.
-struct Active<'a>(&'a AtomicUsize);
+/// The connections being served: all of them, those of users other than root, and each uid's.
+#[derive(Default)]
+struct Slots {
+    all: usize,
+    unprivileged: usize,
+    per_uid: HashMap<u32, usize>,
+}
 
-impl Drop for Active<'_> {
+/// Gives a connection's slot back when its thread ends.
+struct Slot<'a> {
+    daemon: &'a Daemon,
+    uid: u32,
+}
+
+impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.daemon.release_slot(self.uid);
     }
 }
 
@@ -309,6 +320,51 @@ impl Daemon {
         self.spinning.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// Takes a connection's place for `uid`, or says which limit refuses it: root may use all
+    /// of `max_connections`; the other users together all but `root_reserved_connections`, and
+    /// each of them `max_connections_per_user`.
+    fn take_slot(&self, uid: u32) -> std::result::Result<(), String> {
+        let c = &self.config;
+        let mut slots = self.slots.lock();
+        if slots.all >= c.max_connections {
+            return Err(format!("too many connections ({})", c.max_connections));
+        }
+        if uid != 0 {
+            let mine = slots.per_uid.get(&uid).copied().unwrap_or(0);
+            if mine >= c.max_connections_per_user {
+                return Err(format!(
+                    "too many connections for uid {uid} ({})",
+                    c.max_connections_per_user
+                ));
+            }
+            let shared = c.max_connections.saturating_sub(c.root_reserved_connections);
+            if slots.unprivileged >= shared {
+                return Err(format!(
+                    "too many connections for users other than root ({shared}; {} kept for root)",
+                    c.root_reserved_connections
+                ));
+            }
+            slots.unprivileged += 1;
+            *slots.per_uid.entry(uid).or_default() += 1;
+        }
+        slots.all += 1;
+        Ok(())
+    }
+
+    fn release_slot(&self, uid: u32) {
+        let mut slots = self.slots.lock();
+        slots.all -= 1;
+        if uid != 0 {
+            slots.unprivileged -= 1;
+            if let std::collections::hash_map::Entry::Occupied(mut e) = slots.per_uid.entry(uid) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+    }
+
     /// Clients connected now (their Hello done).
     pub fn connections(&self) -> usize {
         self.conns.lock().len()
@@ -320,26 +376,33 @@ impl Daemon {
                 break;
             }
             let Ok(mut stream) = stream else { continue };
-            if self.active.fetch_add(1, Ordering::SeqCst) >= self.config.max_connections {
-                self.active.fetch_sub(1, Ordering::SeqCst);
-                let e = ErrorReply::new(
-                    errno::EUSERS,
-                    format!("too many connections ({})", self.config.max_connections),
-                );
-                let _ = vino_proto::write_frame(&mut stream, &Response::Error(e));
+            let refuse = |stream: &mut UnixStream, code, why| {
+                let _ = vino_proto::write_frame(stream, &Response::Error(ErrorReply::new(code, why)));
+            };
+            // Who connected, from the socket, before anything is read from it.
+            let peer = match Peer::of(&stream) {
+                Ok(p) => p,
+                Err(e) => {
+                    refuse(&mut stream, errno::EIO, format!("cannot tell who connected: {e}"));
+                    continue;
+                }
+            };
+            let uid = peer.uid;
+            if let Err(why) = self.take_slot(uid) {
+                refuse(&mut stream, errno::EUSERS, why);
                 continue;
             }
             let d = self.clone();
             let spawned = std::thread::Builder::new().name("vinod-conn".into()).spawn(move || {
-                let _active = Active(&d.active);
-                conn::serve(&d, stream);
+                let _slot = Slot { daemon: &d, uid };
+                conn::serve(&d, stream, peer);
             });
             let mut threads = self.threads.lock();
             threads.retain(|t| !t.is_finished());
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
-                    self.active.fetch_sub(1, Ordering::SeqCst);
+                    self.release_slot(uid);
                     eprintln!("vinod: cannot start a connection thread: {e}");
                 }
             }

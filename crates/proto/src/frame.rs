@@ -41,7 +41,8 @@ pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> 
 }
 
 /// Reads one frame's payload into `buf` (replacing its contents). A length over `max` is
-/// refused before `buf` grows.
+/// refused before `buf` grows, and `buf` grows only as the payload arrives (to about twice what
+/// has arrived, 64 KiB at least, and never past the announced length).
 pub fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>, max: usize) -> Result<(), FrameError> {
     let mut header = [0u8; 4];
     let mut got = 0;
@@ -57,6 +58,10 @@ pub fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>, max: usize) -> Result<()
     read_frame_after_header(header, r, buf, max)
 }
 
+/// How much of a frame is read at a time: the buffer grows as the payload arrives, so that a
+/// header announcing a large frame costs the reader no more memory than the bytes that follow it.
+const READ_CHUNK: usize = 64 << 10;
+
 /// Like [`read_frame`], for a caller that already read the 4-byte header.
 pub fn read_frame_after_header(
     header: [u8; 4],
@@ -69,11 +74,26 @@ pub fn read_frame_after_header(
         return Err(FrameError::TooLarge { len: len as u64, max });
     }
     buf.clear();
-    buf.resize(len, 0);
-    r.read_exact(buf).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => FrameError::Truncated,
-        _ => FrameError::Io(e),
-    })
+    while buf.len() < len {
+        let start = buf.len();
+        let want = (len - start).min(READ_CHUNK);
+        if buf.capacity() < start + want {
+            // Doubling as the bytes arrive, never past the frame's length.
+            let target = (2 * buf.capacity()).clamp(start + want, len);
+            buf.reserve_exact(target - start);
+        }
+        buf.resize(start + want, 0);
+        let got = r.read(&mut buf[start..]);
+        buf.truncate(start + *got.as_ref().unwrap_or(&0));
+        match got {
+            Ok(0) => return Err(FrameError::Truncated),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Truncated),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -225,6 +245,57 @@ mod tests {
             read_frame(&mut &[5, 0, 0, 0, 1][..], &mut buf, 64),
             Err(FrameError::Truncated)
         ));
+    }
+
+    /// Announces `len` bytes, delivers `body`, then reports the end of the stream.
+    struct Liar {
+        header: Option<[u8; 4]>,
+        body: Vec<u8>,
+        at: usize,
+    }
+
+    impl Read for Liar {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            if let Some(h) = self.header.take() {
+                out[..4].copy_from_slice(&h);
+                return Ok(4);
+            }
+            let n = out.len().min(self.body.len() - self.at);
+            out[..n].copy_from_slice(&self.body[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_large_announced_frame_costs_only_the_bytes_that_arrive() {
+        let mut r = Liar {
+            header: Some(((16 << 20) as u32).to_le_bytes()),
+            body: vec![7; 10],
+            at: 0,
+        };
+        let mut buf = Vec::new();
+        let err = read_frame(&mut r, &mut buf, MAX_FRAME).unwrap_err();
+        assert!(matches!(err, FrameError::Truncated), "{err}");
+        assert!(
+            buf.capacity() < 1 << 20,
+            "{} bytes held for 10 received",
+            buf.capacity()
+        );
+
+        // A whole large frame still arrives whole, in a buffer no larger than the frame.
+        let body: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
+        let mut r = Liar {
+            header: Some((body.len() as u32).to_le_bytes()),
+            body: body.clone(),
+            at: 0,
+        };
+        read_frame(&mut r, &mut buf, MAX_FRAME).unwrap();
+        assert_eq!(buf, body);
+        assert!(buf.capacity() <= body.len());
+        // And a small frame after it reuses the buffer.
+        read_frame(&mut &encode(&Request::Top)[..], &mut buf, MAX_FRAME).unwrap();
+        assert_eq!(decode::<Request>(&buf).unwrap(), Request::Top);
     }
 
     #[test]
