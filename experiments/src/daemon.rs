@@ -44,7 +44,9 @@ pub fn start_daemon(dir: &Path, cache_frames: usize) -> Result<Handle, String> {
         image: dir.join("disk.img"),
         image_size: "256M".into(),
         cache_frames,
+        // The benchmarks' clients are all one user's: the per-user limit must not cap them.
         max_connections: 1024,
+        max_connections_per_user: 1024,
         ..Config::default()
     };
     vino_daemon::start(config).map_err(|e| e.to_string())
