@@ -310,8 +310,16 @@ fn locks_on_the_mount_meet_the_kernels_other_clients() {
     other.lock(fd, LockRequest::unlock(0, 0), false).unwrap();
     assert_eq!(try_lock("lockf").trim(), "locked");
     assert_eq!(try_lock("flock").trim(), "locked");
-    // The mount's locks went with the programs that took them.
-    other.lock(fd, LockRequest::write(0, 0), false).unwrap();
+    // The mount's locks went with the programs that took them: fcntl locks at their close (FUSE's
+    // flush), a flock when Linux releases the file, which it does a moment after the close.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while other.lock(fd, LockRequest::write(0, 0), false).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mount's flock was never released"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     other.close(fd).unwrap();
     m.kernel.exit(other.pid());
     drop(other);
