@@ -195,6 +195,22 @@ fn invalid_result_aborts_undoes_and_falls_back_to_default() {
     assert_eq!(rt.vlt().locked_objects(), 0);
 }
 
+/// A graft that fails for odd arguments and returns even ones.
+const FLAKY: &str = r#"(module (func (export "toy_apply") (param i64) (result i64)
+    (if (i64.eqz (i64.rem_u (local.get 0) (i64.const 2))) (then (return (local.get 0))))
+    unreachable))"#;
+
+/// Process 1 as an owner, and what it is told.
+fn owner_told() -> (Owner, Arc<Mutex<Vec<GraftEvent>>>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let owner = Owner {
+        process: 1,
+        notify: Some(Arc::new(move |e: GraftEvent| sink.lock().unwrap().push(e))),
+    };
+    (owner, events)
+}
+
 #[test]
 fn failing_graft_is_unloaded_after_the_limit_and_owner_told() {
     let rt = Runtime::new(RuntimeConfig {
@@ -203,17 +219,9 @@ fn failing_graft_is_unloaded_after_the_limit_and_owner_told() {
     });
     let k = ToyKernel::new(1);
     let slot = apply_slot(&rt, &k);
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = events.clone();
-    let owner = Owner {
-        process: 1,
-        notify: Some(Arc::new(move |e: GraftEvent| sink.lock().unwrap().push(e))),
-    };
+    let (owner, events) = owner_told();
     // Fails only for odd arguments: successes in between reset the count.
-    let flaky = r#"(module (func (export "toy_apply") (param i64) (result i64)
-        (if (i64.eqz (i64.rem_u (local.get 0) (i64.const 2))) (then (return (local.get 0))))
-        unreachable))"#;
-    slot.load(&wasm(flaky), owner).unwrap();
+    slot.load(&wasm(FLAKY), owner).unwrap();
     for arg in [1, 1, 2, 1, 1] {
         assert_eq!(slot.invoke(&arg), arg);
     }
@@ -244,16 +252,8 @@ fn a_graft_failing_every_other_call_is_unloaded_by_its_failure_rate() {
     });
     let k = ToyKernel::new(1);
     let slot = apply_slot(&rt, &k);
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = events.clone();
-    let owner = Owner {
-        process: 1,
-        notify: Some(Arc::new(move |e: GraftEvent| sink.lock().unwrap().push(e))),
-    };
-    let flaky = r#"(module (func (export "toy_apply") (param i64) (result i64)
-        (if (i64.eqz (i64.rem_u (local.get 0) (i64.const 2))) (then (return (local.get 0))))
-        unreachable))"#;
-    slot.load(&wasm(flaky), owner).unwrap();
+    let (owner, events) = owner_told();
+    slot.load(&wasm(FLAKY), owner).unwrap();
     // Never twice in a row: the run rule never fires, the rate rule does at the sixth failure.
     for i in 0..5 {
         slot.invoke(&(2 * i));
