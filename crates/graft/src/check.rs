@@ -11,7 +11,7 @@
 use crate::callable::Callables;
 use crate::error::LoadError;
 use crate::point::{GraftPoint, Signature, export_name, func_text, types_match};
-use crate::runtime::{Compiled, Runtime, RuntimeConfig};
+use crate::runtime::{Compiled, ModuleLimits, Runtime, RuntimeConfig};
 use crate::sandbox::CONTROL_PREFIX;
 use wasmtime::{ExternType, FuncType, Module, ValType};
 
@@ -175,4 +175,75 @@ fn check_arg_area(module: &Module, point: &str) -> Result<(), LoadError> {
 /// A function type in the notation of [`Signature`]'s `Display`.
 fn describe(ty: &FuncType) -> String {
     func_text(ty.params(), ty.results())
+}
+
+/// Checks what compiling `wasm` would cost before any compiling: its size, its number of
+/// functions, and the size, locals and nesting of each body (see [`ModuleLimits`]). A module that
+/// does not even parse is refused here as malformed.
+pub(crate) fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadError> {
+    use wasmparser::{Operator, Parser, Payload};
+    let too_large = |why: String| Err(LoadError::TooLarge(why));
+    let malformed = |e: wasmparser::BinaryReaderError| LoadError::Malformed(e.to_string());
+    if wasm.len() > limits.max_bytes {
+        return too_large(format!(
+            "the module is {} bytes; a graft may be at most {}",
+            wasm.len(),
+            limits.max_bytes
+        ));
+    }
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload.map_err(malformed)? {
+            Payload::CodeSectionStart { count, .. } if count > limits.max_functions => {
+                return too_large(format!(
+                    "the module defines {count} functions; a graft may define at most {}",
+                    limits.max_functions
+                ));
+            }
+            Payload::CodeSectionEntry(body) => {
+                let len = body.range().len();
+                if len > limits.max_body_bytes {
+                    return too_large(format!(
+                        "a function body is {len} bytes; a graft's may be at most {}",
+                        limits.max_body_bytes
+                    ));
+                }
+                let mut locals: u64 = 0;
+                for entry in body.get_locals_reader().map_err(malformed)? {
+                    locals += u64::from(entry.map_err(malformed)?.0);
+                }
+                if locals > u64::from(limits.max_locals) {
+                    return too_large(format!(
+                        "a function declares {locals} locals; a graft's may declare at most {}",
+                        limits.max_locals
+                    ));
+                }
+                let mut depth: u32 = 0;
+                let mut ops = body.get_operators_reader().map_err(malformed)?;
+                while !ops.eof() {
+                    match ops.read().map_err(malformed)? {
+                        Operator::Block { .. }
+                        | Operator::Loop { .. }
+                        | Operator::If { .. }
+                        | Operator::TryTable { .. }
+                        | Operator::Try { .. } => {
+                            depth += 1;
+                            if depth > limits.max_nesting {
+                                return too_large(format!(
+                                    "blocks nest deeper than {} in a function body",
+                                    limits.max_nesting
+                                ));
+                            }
+                        }
+                        Operator::End => depth = depth.saturating_sub(1),
+                        _ => {}
+                    }
+                }
+            }
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => {
+                return Err(LoadError::Malformed("a graft is a core module, not a component".into()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

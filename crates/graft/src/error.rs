@@ -27,6 +27,18 @@ pub enum LoadError {
     Start(String),
     #[error("cannot read graft file {path}: {why}")]
     Read { path: String, why: String },
+    /// The module would cost too much to compile (see `ModuleLimits`).
+    #[error("graft refused before compiling: {0}")]
+    TooLarge(String),
+    /// Too many compiles wait for a turn (EAGAIN).
+    #[error("the kernel is busy compiling: {0}")]
+    Busy(String),
+    /// The client that asked went away before its compile had a turn.
+    #[error("the load was abandoned: its client went away")]
+    Cancelled,
+    /// A limit of the owner's account (EDQUOT, EAGAIN).
+    #[error("{0}")]
+    Limit(#[from] vino_account::Exceeded),
 }
 
 /// Errors of the graft system calls (load, unload, memory, control).

@@ -38,8 +38,9 @@ pub use point::{
     Access, DEFAULT_BUDGET, GraftPoint, Invalid, NativePolicy, Signature, WasmScalar, WasmType, WasmTypes, export_name,
 };
 pub use registry::{ManagedSlot, Namespace, Principal, SlotWrapper};
-pub use runtime::{Compiled, Interrupt, Runtime, RuntimeConfig, sandbox_config};
+pub use runtime::{Compiled, Interrupt, ModuleLimits, Runtime, RuntimeConfig, code_bytes, sandbox_config};
 pub use sandbox::{ARG_BYTES, CONTROL_PREFIX, Failure, HostState};
 pub use slot::{GraftEvent, GraftInfo, GraftSlot, Owner, PolicyKind, SlotInfo};
 pub use stats::GraftStats;
+pub use vino_account as account;
 pub use vino_vlt as vlt;

@@ -11,7 +11,12 @@ use std::time::Duration;
 
 /// The CPU budget of one invocation of a graftpoint that sets none of its own
 /// ([`GraftPoint::BUDGET`]).
-pub const DEFAULT_BUDGET: Duration = Duration::from_millis(10);
+///
+/// About 100 µs of work: the default is for kernel paths others may wait on (eviction under the
+/// cache's lock, placement under the file system's, lock grants), where the kernel would rather
+/// decide by default than let one owner's policy hold everyone. Grafts on their own threads
+/// (events) set a larger one.
+pub const DEFAULT_BUDGET: Duration = Duration::from_micros(100);
 
 /// Who may graft a graftpoint (Small 1998, 3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -54,6 +59,11 @@ pub trait GraftPoint: Send + Sync + 'static {
     ///
     /// [`RuntimeConfig::invocation_budget`]: crate::RuntimeConfig::invocation_budget
     const BUDGET: Duration = DEFAULT_BUDGET;
+    /// What an invocation does when the graft's instance is busy (its owner is in a control
+    /// call, or another kernel thread is in it): `false`, the default decides at once, so no
+    /// kernel path waits for an owner's call; `true`, it waits its turn (for grafts whose calls
+    /// must each reach the graft, on threads only their owner's work runs on).
+    const WAIT_WHEN_BUSY: bool = false;
 
     /// The kernel state the default, the native policies and the graft-callable functions see.
     type Env: Send + Sync + 'static;

@@ -2,7 +2,7 @@
 //! grafts, a cache of compiled modules, and the transaction manager every invocation uses.
 
 use crate::error::LoadError;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
@@ -12,17 +12,52 @@ use std::time::{Duration, Instant};
 use vino_vlt::{Vlt, VltConfig};
 use wasmtime::{Config, Engine, Module, OptLevel};
 
-/// How a running graft is stopped when its time is up.
+/// How a running graft is stopped when its budget is spent.
+///
+/// The budget is measured in the graft's own work (fuel, the default), not in wall time: a graft
+/// descheduled under CPU contention is not charged for the time others ran, and the same graft
+/// with the same input stops at the same instruction every time (which a deterministic
+/// simulation of the kernel needs). Fuel also needs no clock read per call and no ticker thread
+/// waking a thousand times a second. Its one cost: a transaction's lock-holding deadline is seen
+/// only when the graft calls into the kernel or returns, so a graft holding a lock may run to the
+/// end of its budget before it is stopped; budgets on paths others wait for are small for that
+/// reason (about 100 µs of work).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Interrupt {
     /// A ticker thread advances the engine's epoch every [`RuntimeConfig::tick`]; compiled code
-    /// checks the epoch at loop heads and function entries. Cheap, and lets the runtime also stop
-    /// a graft whose transaction passed its lock-holding deadline. The default.
+    /// checks the epoch at loop heads and function entries. Budgets are then wall time, and the
+    /// runtime also stops a graft whose transaction passed its deadline mid-loop. Kept so the two
+    /// can be measured side by side.
     Epoch,
-    /// Compiled code counts fuel per instruction block. Deterministic but slower, and the
-    /// transaction deadline is then seen only when the graft calls into the kernel. Kept so the
-    /// two can be measured side by side.
+    /// Compiled code counts fuel (about one unit per instruction) per basic block and traps when
+    /// the invocation's fuel is spent. The default.
     Fuel,
+}
+
+/// What a module may be before the kernel spends any time compiling it. Compiling costs time and
+/// memory roughly in proportion to the number of functions and the size and nesting of their
+/// bodies; these bound all three, so no compile runs long (wasmtime cannot cancel one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleLimits {
+    pub max_bytes: usize,
+    pub max_functions: u32,
+    pub max_body_bytes: usize,
+    /// Deepest nesting of blocks, loops and ifs in one body.
+    pub max_nesting: u32,
+    pub max_locals: u32,
+}
+
+impl Default for ModuleLimits {
+    fn default() -> Self {
+        // The example grafts are a few KiB with tens of functions: these leave a hundredfold room.
+        ModuleLimits {
+            max_bytes: 1 << 20,
+            max_functions: 4096,
+            max_body_bytes: 128 << 10,
+            max_nesting: 256,
+            max_locals: 50_000,
+        }
+    }
 }
 
 /// Limits and settings of the graft runtime.
@@ -31,7 +66,8 @@ pub struct RuntimeConfig {
     pub interrupt: Interrupt,
     /// Epoch tick (the granularity of CPU budgets).
     pub tick: Duration,
-    /// Fuel units per millisecond of budget, in fuel mode.
+    /// Fuel units per millisecond of budget, in fuel mode: the rate at which budgets written as
+    /// times are turned into work (about what one core runs of simple Wasm in that time).
     pub fuel_per_ms: u64,
     /// Cap on a graft's linear memory.
     pub memory_cap: usize,
@@ -53,23 +89,35 @@ pub struct RuntimeConfig {
     pub failure_window: Duration,
     /// Compiled modules kept for reloading.
     pub module_cache_entries: usize,
+    /// Bytes of compiled code the module cache may keep.
+    pub module_cache_bytes: usize,
+    /// Checks of a module before it is compiled.
+    pub module_limits: ModuleLimits,
+    /// Compiles that may run at once, all users together; others wait their turn.
+    pub compile_threads: usize,
+    /// Compiles that may wait for a turn; more are refused (EAGAIN).
+    pub compile_queue: usize,
     pub vlt: VltConfig,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
-            interrupt: Interrupt::Epoch,
+            interrupt: Interrupt::Fuel,
             tick: Duration::from_millis(1),
-            fuel_per_ms: 2_000_000,
+            fuel_per_ms: 5_000_000,
             memory_cap: 16 << 20,
             max_wasm_stack: 256 << 10,
-            invocation_budget: crate::point::DEFAULT_BUDGET,
-            control_budget: Duration::from_secs(1),
+            invocation_budget: Duration::from_millis(10),
+            control_budget: Duration::from_millis(100),
             max_consecutive_failures: 8,
             failure_rate_min: 16,
             failure_window: Duration::from_secs(60),
             module_cache_entries: 256,
+            module_cache_bytes: 256 << 20,
+            module_limits: ModuleLimits::default(),
+            compile_threads: std::thread::available_parallelism().map_or(1, |n| n.get().div_ceil(2)),
+            compile_queue: 64,
             vlt: VltConfig::default(),
         }
     }
@@ -83,10 +131,12 @@ pub fn sandbox_config(interrupt: Interrupt, max_wasm_stack: usize) -> Config {
     c.max_wasm_stack(max_wasm_stack);
     // Reads and writes are both confined to the graft's memory by guard pages around a large
     // reservation (the default on 64-bit hosts), so no per-access bounds check is compiled in.
-    match interrupt {
-        Interrupt::Epoch => c.epoch_interruption(true),
-        Interrupt::Fuel => c.consume_fuel(true),
-    };
+    // Epoch checks are compiled in either way: with fuel they stop a graft whose transaction
+    // passed its lock-holding deadline (a waiter advances the epoch then; no ticker runs).
+    c.epoch_interruption(true);
+    if interrupt == Interrupt::Fuel {
+        c.consume_fuel(true);
+    }
     c
 }
 
@@ -95,6 +145,7 @@ pub(crate) struct Inner {
     pub(crate) config: RuntimeConfig,
     pub(crate) vlt: Vlt,
     cache: Mutex<ModuleCache>,
+    pool: CompilePool,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -130,8 +181,14 @@ impl Runtime {
         let engine = Engine::new(&sandbox_config(config.interrupt, config.max_wasm_stack))
             .expect("the sandbox configuration is valid");
         let stop_ticker = Arc::new(AtomicBool::new(false));
-        if config.interrupt == Interrupt::Epoch {
-            spawn_ticker(engine.clone(), config.tick, stop_ticker.clone());
+        match config.interrupt {
+            Interrupt::Epoch => spawn_ticker(engine.clone(), config.tick, stop_ticker.clone()),
+            Interrupt::Fuel => {
+                // Only a waiter whose holder passed its deadline advances the epoch: running
+                // grafts then look at their own transaction and the late one aborts.
+                let engine = engine.clone();
+                vlt.add_deadline_hook(Arc::new(move || engine.increment_epoch()));
+            }
         }
         crate::clock::calibrate();
         Runtime {
@@ -140,6 +197,7 @@ impl Runtime {
                 config,
                 vlt,
                 cache: Mutex::new(ModuleCache::default()),
+                pool: CompilePool::default(),
                 stop_ticker,
             }),
         }
@@ -159,6 +217,25 @@ impl Runtime {
 
     /// Validates and compiles a module, or finds it in the cache by content hash.
     pub fn compile(&self, wasm: &[u8]) -> Result<Compiled, LoadError> {
+        self.compile_while(wasm, &|| true)
+    }
+
+    /// Like [`Runtime::compile`], for a caller that may go away: the module is checked against
+    /// [`RuntimeConfig::module_limits`] first, then waits for one of the
+    /// [`RuntimeConfig::compile_threads`] turns; while it waits `wanted` is asked now and then,
+    /// and once it says no the compile is dropped ([`LoadError::Cancelled`]).
+    pub fn compile_while(&self, wasm: &[u8], wanted: &dyn Fn() -> bool) -> Result<Compiled, LoadError> {
+        let limits = &self.inner.config.module_limits;
+        if wasm.len() > limits.max_bytes {
+            return Err(LoadError::TooLarge(format!(
+                "the module is {} bytes; a graft may be at most {}",
+                wasm.len(),
+                limits.max_bytes
+            )));
+        }
+        // The text format is accepted too (tests and hand-written grafts): checked as binary.
+        let binary = wat::parse_bytes(wasm).map_err(|e| LoadError::Malformed(e.to_string()))?;
+        crate::check::precheck(&binary, limits)?;
         let hash: [u8; 32] = Sha256::digest(wasm).into();
         if let Some(module) = self.inner.cache.lock().get(&hash) {
             return Ok(Compiled {
@@ -168,13 +245,15 @@ impl Runtime {
                 compile_time: Duration::ZERO,
             });
         }
+        let _turn = self.inner.pool.turn(&self.inner.config, wanted)?;
         let started = Instant::now();
-        let module = Module::new(&self.inner.engine, wasm).map_err(|e| LoadError::Malformed(format!("{e:#}")))?;
+        let module = Module::new(&self.inner.engine, &binary).map_err(|e| LoadError::Malformed(format!("{e:#}")))?;
         let compile_time = started.elapsed();
+        let c = &self.inner.config;
         self.inner
             .cache
             .lock()
-            .insert(hash, module.clone(), self.inner.config.module_cache_entries);
+            .insert(hash, module.clone(), c.module_cache_entries, c.module_cache_bytes);
         Ok(Compiled {
             module,
             hash,
@@ -188,8 +267,71 @@ impl Runtime {
         let c = &self.inner.config;
         match c.interrupt {
             Interrupt::Epoch => (budget.as_nanos() / c.tick.as_nanos().max(1)).max(1) as u64,
-            Interrupt::Fuel => (budget.as_millis().max(1) as u64).saturating_mul(c.fuel_per_ms),
+            Interrupt::Fuel => {
+                let units = budget.as_nanos().saturating_mul(u128::from(c.fuel_per_ms)) / 1_000_000;
+                units.clamp(1, u128::from(u64::MAX)) as u64
+            }
         }
+    }
+}
+
+/// Bytes of machine code a compiled module occupies.
+pub fn code_bytes(module: &Module) -> usize {
+    let r = module.image_range();
+    (r.end as usize).saturating_sub(r.start as usize)
+}
+
+/// The turns of the compile pool: at most `compile_threads` compiles run, at most
+/// `compile_queue` wait.
+#[derive(Default)]
+struct CompilePool {
+    state: Mutex<PoolState>,
+    turn_over: Condvar,
+}
+
+#[derive(Default)]
+struct PoolState {
+    running: usize,
+    waiting: usize,
+}
+
+/// A compile's turn; ends when dropped.
+struct Turn<'a>(&'a CompilePool);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().running -= 1;
+        self.0.turn_over.notify_one();
+    }
+}
+
+impl CompilePool {
+    fn turn(&self, config: &RuntimeConfig, wanted: &dyn Fn() -> bool) -> Result<Turn<'_>, LoadError> {
+        let mut st = self.state.lock();
+        if st.running >= config.compile_threads.max(1) {
+            if st.waiting >= config.compile_queue {
+                return Err(LoadError::Busy(format!(
+                    "{} compiles are waiting already; try again later",
+                    st.waiting
+                )));
+            }
+            st.waiting += 1;
+            while st.running >= config.compile_threads.max(1) {
+                if !wanted() {
+                    st.waiting -= 1;
+                    // Another waiter may take the turn this one was woken for.
+                    self.turn_over.notify_one();
+                    return Err(LoadError::Cancelled);
+                }
+                self.turn_over.wait_for(&mut st, Duration::from_millis(50));
+            }
+            st.waiting -= 1;
+        }
+        if !wanted() {
+            return Err(LoadError::Cancelled);
+        }
+        st.running += 1;
+        Ok(Turn(self))
     }
 }
 
@@ -211,25 +353,32 @@ fn spawn_ticker(engine: Engine, tick: Duration, stop: Arc<AtomicBool>) {
         .expect("spawning the epoch ticker");
 }
 
-/// Compiled modules by content hash, oldest dropped first.
+/// Compiled modules by content hash, oldest dropped first, within a count and a size.
 #[derive(Default)]
 struct ModuleCache {
-    modules: FxHashMap<[u8; 32], Module>,
+    modules: FxHashMap<[u8; 32], (Module, usize)>,
     order: VecDeque<[u8; 32]>,
+    bytes: usize,
 }
 
 impl ModuleCache {
     fn get(&self, hash: &[u8; 32]) -> Option<Module> {
-        self.modules.get(hash).cloned()
+        self.modules.get(hash).map(|(m, _)| m.clone())
     }
 
-    fn insert(&mut self, hash: [u8; 32], module: Module, cap: usize) {
-        if self.modules.insert(hash, module).is_none() {
-            self.order.push_back(hash);
+    fn insert(&mut self, hash: [u8; 32], module: Module, cap: usize, cap_bytes: usize) {
+        let size = code_bytes(&module);
+        if size > cap_bytes {
+            return;
         }
-        while self.order.len() > cap.max(1) {
-            if let Some(old) = self.order.pop_front() {
-                self.modules.remove(&old);
+        if self.modules.insert(hash, (module, size)).is_none() {
+            self.order.push_back(hash);
+            self.bytes += size;
+        }
+        while self.order.len() > cap.max(1) || self.bytes > cap_bytes {
+            let Some(old) = self.order.pop_front() else { break };
+            if let Some((_, n)) = self.modules.remove(&old) {
+                self.bytes -= n;
             }
         }
     }

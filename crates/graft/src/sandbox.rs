@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+use vino_account::{Account, Charge, Exceeded, Resource};
 use vino_vlt::VltError;
 use wasmtime::{Func, Instance, Memory, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline, Val, ValType};
 
@@ -37,12 +38,17 @@ pub enum Failure {
     Conflict(VltError),
     /// The graft's decision was out of range.
     Invalid(String),
+    /// The graft's instance was busy (its owner in a control call): the default decided
+    /// without waiting. Not the graft's fault.
+    Busy,
+    /// Growing the graft's memory would pass its owner's account limit.
+    Quota(vino_account::Exceeded),
 }
 
 impl Failure {
     /// True if the failure is the graft's doing (and so counts towards unloading it).
     pub fn is_grafts_fault(&self) -> bool {
-        !matches!(self, Failure::Conflict(_))
+        !matches!(self, Failure::Conflict(_) | Failure::Busy)
     }
 }
 
@@ -56,6 +62,8 @@ impl fmt::Display for Failure {
             Failure::Refused(e) => write!(f, "refused: {e}"),
             Failure::Conflict(e) => write!(f, "lock conflict: {e}"),
             Failure::Invalid(why) => write!(f, "invalid result: {why}"),
+            Failure::Busy => f.write_str("its instance was busy (its owner in a control call)"),
+            Failure::Quota(e) => write!(f, "memory: {e}"),
         }
     }
 }
@@ -71,6 +79,8 @@ pub(crate) enum HostAbort {
     Deadline,
     #[error("memory cap reached")]
     MemoryCap,
+    #[error("{0}")]
+    Quota(vino_account::Exceeded),
 }
 
 /// What a graft's store carries: the kernel state its callable functions reach, and its limits.
@@ -81,12 +91,35 @@ pub struct HostState<E> {
     ticks_left: u64,
     /// Where `vino_log` leaves its messages.
     pub(crate) counters: Arc<Counters>,
+    /// Whom the graft's memory is charged to, and the charge (refunded when the store goes).
+    account: Option<Arc<Account>>,
+    memory_charge: Option<Charge>,
+}
+
+impl<E> HostState<E> {
+    /// Charges `bytes` more of graft memory to the owner's account.
+    fn charge_memory(&mut self, bytes: u64) -> Result<(), Exceeded> {
+        let Some(account) = &self.account else { return Ok(()) };
+        match &mut self.memory_charge {
+            Some(c) => c.grow(bytes),
+            None => {
+                self.memory_charge = Some(account.charge(Resource::GraftMemory, bytes)?);
+                Ok(())
+            }
+        }
+    }
 }
 
 impl<E: Send + Sync + 'static> ResourceLimiter for HostState<E> {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_cap {
             return Err(wasmtime::Error::new(HostAbort::MemoryCap));
+        }
+        let more = desired.saturating_sub(current) as u64;
+        if more > 0
+            && let Err(e) = self.charge_memory(more)
+        {
+            return Err(wasmtime::Error::new(HostAbort::Quota(e)));
         }
         Ok(true)
     }
@@ -127,6 +160,7 @@ impl<G: GraftPoint> WasmGraft<G> {
         env: Arc<G::Env>,
         counters: Arc<Counters>,
         point: &str,
+        account: Option<Arc<Account>>,
     ) -> Result<Self, LoadError> {
         let config = runtime.config();
         let state = HostState {
@@ -134,11 +168,14 @@ impl<G: GraftPoint> WasmGraft<G> {
             memory_cap: config.memory_cap,
             ticks_left: 0,
             counters,
+            account,
+            memory_charge: None,
         };
         let mut store = Store::new(runtime.engine(), state);
         store.limiter(|s| s as &mut dyn ResourceLimiter);
-        if config.interrupt == Interrupt::Epoch {
-            store.epoch_deadline_callback(on_tick);
+        match config.interrupt {
+            Interrupt::Epoch => store.epoch_deadline_callback(on_tick),
+            Interrupt::Fuel => store.epoch_deadline_callback(on_epoch_with_fuel),
         }
         // A start function runs at instantiation: it gets the control budget.
         arm(&mut store, runtime, runtime.budget_units(config.control_budget));
@@ -147,6 +184,7 @@ impl<G: GraftPoint> WasmGraft<G> {
             .instantiate(&mut store, module)
             .map_err(|e| match classify(&e) {
                 Failure::MemoryCap => LoadError::MemoryCap { cap: config.memory_cap },
+                Failure::Quota(limit) => LoadError::Limit(limit),
                 Failure::Trap(t) if is_link_error(&e) => LoadError::Link(t),
                 other if is_link_error(&e) => LoadError::Link(other.to_string()),
                 other => LoadError::Start(other.to_string()),
@@ -180,7 +218,11 @@ impl<G: GraftPoint> WasmGraft<G> {
 
     /// Runs the graft once, inside a transaction (nested in the caller's, if it has one).
     pub(crate) fn invoke(&self, env: &G::Env, args: &G::Args<'_>, transactional: bool) -> Result<G::Output, Failure> {
-        let mut guard = self.live.lock();
+        let mut guard = if G::WAIT_WHEN_BUSY {
+            self.live.lock()
+        } else {
+            self.live.try_lock().ok_or(Failure::Busy)?
+        };
         let live = &mut *guard;
         let run = |live: &mut Live<G>| -> Result<G::Output, Failure> {
             arm(&mut live.store, &self.runtime, self.invocation_units);
@@ -316,8 +358,18 @@ fn arm<E>(store: &mut Store<HostState<E>>, runtime: &Runtime, units: u64) {
         }
         Interrupt::Fuel => {
             store.set_fuel(units).expect("fuel is enabled in fuel mode");
+            store.set_epoch_deadline(1);
         }
     }
+}
+
+/// Called in fuel mode when a waiter advanced the epoch (some transaction passed its deadline):
+/// stops this graft if it is that transaction; the budget itself is the fuel.
+fn on_epoch_with_fuel<E>(_: wasmtime::StoreContextMut<'_, HostState<E>>) -> wasmtime::Result<UpdateDeadline> {
+    if vino_vlt::current::check().is_err() {
+        return Err(wasmtime::Error::new(HostAbort::Deadline));
+    }
+    Ok(UpdateDeadline::Continue(1))
 }
 
 /// Called on every epoch tick while a graft runs: stops it when its budget is spent or its
@@ -346,6 +398,7 @@ fn classify(e: &wasmtime::Error) -> Failure {
             HostAbort::Budget => Failure::Budget,
             HostAbort::Deadline => Failure::Deadline,
             HostAbort::MemoryCap => Failure::MemoryCap,
+            HostAbort::Quota(e) => Failure::Quota(e.clone()),
         };
     }
     if let Some(trap) = e.downcast_ref::<Trap>() {

@@ -8,12 +8,13 @@ use crate::check;
 use crate::clock;
 use crate::error::{GraftError, LoadError};
 use crate::point::{Access, GraftPoint, NativePolicy};
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, code_bytes};
 use crate::sandbox::{Failure, WasmGraft};
 use crate::stats::{Counters, GraftStats};
 use arc_swap::ArcSwapOption;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use vino_account::{Account, Charge, Resource};
 
 /// What happened to a graft that its owner should hear about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,15 +31,24 @@ pub enum GraftEvent {
 }
 
 /// Whom a loaded graft belongs to, and how to tell it about its graft.
+///
+/// With an `account`, a load charges it one graft, the compiled code's bytes and (as the graft
+/// grows it) its linear memory, and a compile's turn; all is refunded when the graft goes.
 #[derive(Clone, Default)]
 pub struct Owner {
     pub process: u64,
     pub notify: Option<Arc<dyn Fn(GraftEvent) + Send + Sync>>,
+    pub account: Option<Arc<Account>>,
+    /// Asked while a compile waits for its turn: false once the owner went away.
+    pub wanted: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
 }
 
 impl Owner {
     pub fn process(process: u64) -> Self {
-        Owner { process, notify: None }
+        Owner {
+            process,
+            ..Owner::default()
+        }
     }
 }
 
@@ -94,6 +104,9 @@ enum Policy<G: GraftPoint> {
 struct Binding<G: GraftPoint> {
     policy: Policy<G>,
     counters: Arc<Counters>,
+    /// What the graft is charged to its owner (one graft, its compiled code), refunded with the
+    /// binding.
+    _charges: Vec<Charge>,
 }
 
 /// A graftpoint on one kernel object.
@@ -170,6 +183,10 @@ impl<G: GraftPoint> GraftSlot<G> {
                 binding.counters.succeeded(spent);
                 output
             }
+            Err(Failure::Busy) => {
+                binding.counters.busy();
+                G::default_policy(&self.env, args)
+            }
             Err(failure) => {
                 self.count_failure(binding, spent, failure.to_string(), failure.is_grafts_fault());
                 G::default_policy(&self.env, args)
@@ -193,7 +210,30 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// On error nothing changes.
     pub fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
         let started = Instant::now();
-        let compiled = self.runtime.compile(wasm)?;
+        let mut charges = Vec::new();
+        if let Some(a) = &owner.account {
+            charges.push(a.charge(Resource::Grafts, 1)?);
+        }
+        let compiled = {
+            let _turn = owner
+                .account
+                .as_ref()
+                .map(|a| a.charge(Resource::Compiles, 1))
+                .transpose()?;
+            let wanted = owner.wanted.clone();
+            let compiled = self
+                .runtime
+                .compile_while(wasm, &|| wanted.as_ref().is_none_or(|w| w()))?;
+            if let Some(a) = &owner.account
+                && !compiled.cached
+            {
+                a.add_cpu(compiled.compile_time);
+            }
+            compiled
+        };
+        if let Some(a) = &owner.account {
+            charges.push(a.charge(Resource::GraftCode, code_bytes(&compiled.module) as u64)?);
+        }
         let summary = check::check::<G>(
             &compiled,
             wasm.len(),
@@ -209,6 +249,7 @@ impl<G: GraftPoint> GraftSlot<G> {
             self.env.clone(),
             counters.clone(),
             &self.name,
+            owner.account.clone(),
         )?;
         let info = GraftInfo {
             hash: summary.hash,
@@ -222,6 +263,7 @@ impl<G: GraftPoint> GraftSlot<G> {
         let mut binding = Binding {
             policy: Policy::Wasm { graft, info, owner },
             counters,
+            _charges: charges,
         };
         let load_ns = started.elapsed().as_nanos() as u64;
         if let Policy::Wasm { info, .. } = &mut binding.policy {
@@ -250,6 +292,7 @@ impl<G: GraftPoint> GraftSlot<G> {
         let binding = Binding {
             policy: Policy::Native { policy, transactional },
             counters: Arc::default(),
+            _charges: Vec::new(),
         };
         self.binding.store(Some(Arc::new(binding)));
     }
@@ -315,11 +358,16 @@ impl<G: GraftPoint> GraftSlot<G> {
         let Some(binding) = guard.as_ref() else {
             return Err(GraftError::NotLoaded(self.name.clone()));
         };
-        let Policy::Wasm { graft, .. } = &binding.policy else {
+        let Policy::Wasm { graft, owner, .. } = &binding.policy else {
             return Err(GraftError::NotWasm(self.name.clone()));
         };
         let started = clock::ticks();
         let result = graft.call_control(name, args);
+        if let Some(a) = &owner.account {
+            a.add_cpu(std::time::Duration::from_nanos(clock::ticks_to_ns(
+                clock::ticks().wrapping_sub(started),
+            )));
+        }
         if let Err(GraftError::ControlAborted {
             failure,
             grafts_fault: true,

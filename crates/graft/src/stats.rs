@@ -11,6 +11,8 @@ pub(crate) struct Counters {
     invocations: AtomicU64,
     failures: AtomicU64,
     consecutive_failures: AtomicU64,
+    /// Calls that found the instance busy and took the default without reaching the graft.
+    busy: AtomicU64,
     ticks: AtomicU64,
     last_error: Mutex<Option<String>>,
     last_log: Mutex<Option<String>>,
@@ -82,6 +84,11 @@ impl Counters {
         }
     }
 
+    /// Counts a call that found the instance busy: it never reached the graft.
+    pub(crate) fn busy(&self) {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn logged(&self, message: String) {
         *self.last_log.lock() = Some(message);
     }
@@ -91,6 +98,7 @@ impl Counters {
             invocations: self.invocations.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             consecutive_failures: self.consecutive_failures.load(Ordering::Relaxed),
+            busy: self.busy.load(Ordering::Relaxed),
             time_ns: clock::ticks_to_ns(self.ticks.load(Ordering::Relaxed)),
             last_error: self.last_error.lock().clone(),
             last_log: self.last_log.lock().clone(),
@@ -106,6 +114,9 @@ pub struct GraftStats {
     /// Calls whose transaction aborted (trap, budget, deadline, refusal, invalid result).
     pub failures: u64,
     pub consecutive_failures: u64,
+    /// Calls that found the graft's instance busy (its owner in a control call) and took the
+    /// default at once; not counted in `invocations`.
+    pub busy: u64,
     /// Time spent in the graft, transaction included.
     pub time_ns: u64,
     pub last_error: Option<String>,

@@ -13,6 +13,7 @@ pub enum Errno {
     Intr = 4,
     Io = 5,
     NxIo = 6,
+    TooBig = 7,
     BadF = 9,
     Again = 11,
     Acces = 13,
@@ -22,6 +23,7 @@ pub enum Errno {
     NotDir = 20,
     IsDir = 21,
     Inval = 22,
+    MFile = 24,
     FBig = 27,
     NoSpc = 28,
     Range = 34,
@@ -30,19 +32,23 @@ pub enum Errno {
     NotEmpty = 39,
     Loop = 40,
     NoData = 61,
+    Users = 87,
     NotSup = 95,
+    NoBufs = 105,
     Stale = 116,
     UClean = 117,
+    DQuot = 122,
 }
 
 impl Errno {
     /// Every errno the kernel returns.
-    pub const ALL: [Errno; 25] = [
+    pub const ALL: [Errno; 30] = [
         Errno::Perm,
         Errno::NoEnt,
         Errno::Intr,
         Errno::Io,
         Errno::NxIo,
+        Errno::TooBig,
         Errno::BadF,
         Errno::Again,
         Errno::Acces,
@@ -52,6 +58,7 @@ impl Errno {
         Errno::NotDir,
         Errno::IsDir,
         Errno::Inval,
+        Errno::MFile,
         Errno::FBig,
         Errno::NoSpc,
         Errno::Range,
@@ -60,9 +67,12 @@ impl Errno {
         Errno::NotEmpty,
         Errno::Loop,
         Errno::NoData,
+        Errno::Users,
         Errno::NotSup,
+        Errno::NoBufs,
         Errno::Stale,
         Errno::UClean,
+        Errno::DQuot,
     ];
 
     /// The errno with Linux number `n`, if the kernel knows it.
@@ -122,9 +132,19 @@ impl From<GraftError> for SysError {
         let errno = match &e {
             GraftError::UnknownGraftpoint(_) | GraftError::NotLoaded(_) | GraftError::NoSymbol(_) => Errno::NoEnt,
             GraftError::PermissionDenied { .. } => Errno::Perm,
+            GraftError::Load(LoadError::Limit(x)) => Errno::from_number(x.errno()).unwrap_or(Errno::Again),
+            GraftError::Load(LoadError::Busy(_)) => Errno::Again,
+            GraftError::Load(LoadError::TooLarge(_)) => Errno::TooBig,
+            GraftError::Load(LoadError::Cancelled) => Errno::Intr,
             _ => Errno::Inval,
         };
         SysError::new(errno, e.to_string())
+    }
+}
+
+impl From<vino_graft::account::Exceeded> for SysError {
+    fn from(e: vino_graft::account::Exceeded) -> Self {
+        SysError::new(Errno::from_number(e.errno()).unwrap_or(Errno::Again), e.to_string())
     }
 }
 

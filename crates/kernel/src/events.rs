@@ -261,6 +261,12 @@ impl<const K: usize> GraftPoint for FsEventPoint<K> {
     const NAME: &'static str = POINT_NAMES[K];
     const CALLABLE: &'static [&'static str] = &["vino_file_write", "vino_file_fsync"];
     const USES_ARG_AREA: bool = true;
+    /// Event grafts run on the event threads, off every system call's path: more room than
+    /// the kernel paths' 100 µs.
+    const BUDGET: std::time::Duration = std::time::Duration::from_millis(10);
+    /// Every event must reach the graft: a delivery that finds the owner in a control call waits
+    /// for it (at most the control budget) on the event thread.
+    const WAIT_WHEN_BUSY: bool = true;
     type Env = EventEnv;
     type Args<'a> = FsEvent;
     /// True if a policy ran and committed.

@@ -8,10 +8,11 @@
 //! unbinds it, and is then unloaded from every descriptor it reached.
 
 use crate::error::{Errno, SysError, SysResult};
-use crate::{Kernel, Pid, Process};
+use crate::{Account, Kernel, Pid, Process, Resource};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use vino_cache::{ComputeRa, ReadAhead};
+use vino_graft::account::Charge;
 use vino_graft::{GraftInfo, GraftPoint, GraftSlot, GraftStats, Owner};
 
 /// The graftpoints a file-wide graft may name.
@@ -29,6 +30,10 @@ struct Binding {
     slots: Vec<Weak<GraftSlot<ComputeRa>>>,
     /// What it did on descriptors closed since (their slots' counters die with them).
     retired: GraftStats,
+    /// The binder's account: the binding counts against its bindings, and every copy loaded on
+    /// a descriptor (whoever opened it) against its grafts and graft memory.
+    account: Arc<Account>,
+    _charge: Charge,
 }
 
 fn add(total: &mut GraftStats, s: &GraftStats) {
@@ -68,17 +73,24 @@ fn runs(slot: &GraftSlot<ComputeRa>, loader: Pid, hash: &str) -> bool {
 impl FileGrafts {
     /// Loads the file-wide grafts of `ino` into a descriptor's read-ahead slot (a new open).
     pub(crate) fn on_open(&self, ino: u64, ra: &ReadAhead) {
-        let wanted: Vec<(u64, Arc<[u8]>, Pid)> = {
+        /// A binding's id, module, binder and the binder's account.
+        type Wanted = (u64, Arc<[u8]>, Pid, Arc<Account>);
+        let wanted: Vec<Wanted> = {
             let bound = self.bound.lock();
             bound
                 .iter()
                 .filter(|b| b.ino == ino)
-                .map(|b| (b.id, b.wasm.clone(), b.loader))
+                .map(|b| (b.id, b.wasm.clone(), b.loader, b.account.clone()))
                 .collect()
         };
-        for (id, wasm, loader) in wanted {
-            // The module was checked when it was bound; a failure here leaves the default.
-            if ra.slot().load(&wasm, Owner::process(loader)).is_err() {
+        for (id, wasm, loader, account) in wanted {
+            // The module was checked when it was bound; a failure here (the binder's account
+            // full) leaves the default: the opener's open goes on either way.
+            let owner = Owner {
+                account: Some(account),
+                ..Owner::process(loader)
+            };
+            if ra.slot().load(&wasm, owner).is_err() {
                 continue;
             }
             let mut bound = self.bound.lock();
@@ -169,9 +181,10 @@ impl Process {
     /// it at `point` (`file.compute_ra`). Replaces an earlier binding of that file and point.
     pub fn graft_load_file(&self, path: &str, point: &str, wasm: &[u8]) -> SysResult<GraftInfo> {
         let ino = self.file_graft_target(path, point)?;
+        let charge = self.account().charge(Resource::Bindings, 1)?;
         // Check the module where it will run: a descriptor's slot of the same graftpoint.
         let probe = ReadAhead::new(&self.kernel().runtime, self.pid(), "file");
-        let info = probe.slot().load(wasm, Owner::process(self.pid()))?;
+        let info = probe.slot().load(wasm, self.graft_owner())?;
         let fg = &self.kernel().file_grafts;
         let binding = Binding {
             id: fg.next_id(),
@@ -183,6 +196,8 @@ impl Process {
             loader: self.pid(),
             slots: Vec::new(),
             retired: GraftStats::default(),
+            account: self.account().clone(),
+            _charge: charge,
         };
         let replaced = {
             let mut bound = fg.bound.lock();

@@ -81,6 +81,8 @@ pub struct OpenFile {
     pub offset: Mutex<u64>,
     pub ra: ReadAhead,
     pub backing: FileBacking,
+    /// The descriptor, charged to its process's account until it closes.
+    pub(crate) _charge: vino_graft::account::Charge,
 }
 
 /// Kernel-wide references to inodes: every open file and every node the mount holds counts one.

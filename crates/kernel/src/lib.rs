@@ -58,6 +58,7 @@ pub use perm::Credentials;
 pub use process::{GraftCall, Process};
 pub use vino_cache::RaMode;
 pub use vino_fs::{DirEntry, FileType, Stat};
+pub use vino_graft::account::{self, Account, Resource};
 pub use vino_locks::{Lock, LockKind, LockStats};
 
 use parking_lot::{Mutex, RwLock};
@@ -68,6 +69,7 @@ use std::time::Duration;
 use vino_blockdev::BlockDevice;
 use vino_cache::{CacheConfig, PageCache};
 use vino_fs::{FileSystem, MountOptions};
+use vino_graft::account::{Accounts, LimitsConfig};
 use vino_graft::{Namespace, Runtime, RuntimeConfig};
 use vino_iosched::{IoScheduler, SchedConfig};
 
@@ -85,6 +87,8 @@ pub struct KernelConfig {
     pub writeback_every: Option<Duration>,
     pub mount: MountOptions,
     pub runtime: RuntimeConfig,
+    /// What each process and user may make the kernel hold.
+    pub limits: LimitsConfig,
 }
 
 impl Default for KernelConfig {
@@ -95,6 +99,7 @@ impl Default for KernelConfig {
             writeback_every: Some(Duration::from_secs(1)),
             mount: MountOptions::default(),
             runtime: RuntimeConfig::default(),
+            limits: LimitsConfig::default(),
         }
     }
 }
@@ -117,6 +122,7 @@ pub struct Kernel {
     /// looks names up for reading, each for its whole walk and operation (see `names`).
     pub(crate) ns: RwLock<()>,
     pub(crate) changes: changes::ChangeHooks,
+    pub(crate) accounts: Accounts,
 }
 
 impl Kernel {
@@ -160,6 +166,7 @@ impl Kernel {
             events: events::Events::default(),
             ns: RwLock::new(()),
             changes: Default::default(),
+            accounts: Accounts::new(config.limits),
         });
         Ok(kernel)
     }
@@ -171,6 +178,11 @@ impl Kernel {
         self.events.attach(&process);
         self.processes.lock().insert(pid, process.clone());
         process
+    }
+
+    /// The resource accounts of every user, and the limits they are held to.
+    pub fn accounts(&self) -> &Accounts {
+        &self.accounts
     }
 
     pub fn process(&self, pid: Pid) -> Option<Arc<Process>> {

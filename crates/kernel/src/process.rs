@@ -5,7 +5,7 @@ use crate::error::{Errno, SysError, SysResult};
 use crate::files::{Fd, FdTable, OpenFile, OpenFlags};
 use crate::namei::{At, Found};
 use crate::perm::{self, Credentials, EXEC, READ, WRITE};
-use crate::{Kernel, Pid};
+use crate::{Account, Kernel, Pid, Resource};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use vino_cache::{IoCtx, ReadAhead};
@@ -31,6 +31,11 @@ pub struct Process {
     /// `file.block_buddy/<fd>`.
     pub(crate) namespace: Namespace,
     events: Arc<Mutex<Vec<GraftEvent>>>,
+    /// What this process makes the kernel hold, charged here, to its user and to the total.
+    account: Arc<Account>,
+    /// Asked during long waits on the process's behalf (a compile waiting its turn): false once
+    /// whoever runs the process (a daemon connection) is gone.
+    alive: Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>,
 }
 
 /// A reference to an inode taken while an open is set up; given back when dropped unless
@@ -60,6 +65,7 @@ impl Process {
     pub(crate) fn new(kernel: Arc<Kernel>, pid: Pid, cred: Credentials) -> Arc<Process> {
         let namespace = Namespace::new();
         namespace.register(kernel.cache.register_process(pid));
+        let account = kernel.accounts.process(cred.uid, format!("process {pid}"));
         Arc::new(Process {
             pid,
             cred,
@@ -67,7 +73,32 @@ impl Process {
             files: Mutex::new(FdTable::default()),
             namespace,
             events: Arc::default(),
+            account,
+            alive: Mutex::new(None),
         })
+    }
+
+    /// What this process holds of the kernel, and its limits.
+    pub fn account(&self) -> &Arc<Account> {
+        &self.account
+    }
+
+    /// Tells the kernel how to see that whoever runs this process has gone (a closed
+    /// connection), so work queued for it can be dropped.
+    pub fn set_alive_check(&self, alive: Arc<dyn Fn() -> bool + Send + Sync>) {
+        *self.alive.lock() = Some(alive);
+    }
+
+    /// The owner of a graft this process loads: it is told of unloads, charged for the graft,
+    /// and its compile is dropped if the process's runner goes while it waits.
+    pub(crate) fn graft_owner(&self) -> Owner {
+        let events = self.events.clone();
+        Owner {
+            process: self.pid,
+            notify: Some(Arc::new(move |e| events.lock().push(e))),
+            account: Some(self.account.clone()),
+            wanted: self.alive.lock().clone(),
+        }
     }
 
     pub fn pid(&self) -> Pid {
@@ -296,6 +327,7 @@ impl Process {
             self.resize(ino, 0)?;
             st = self.after_change(ino, true)?.expect("a touched file's attributes");
         }
+        let charge = self.account.charge(Resource::Descriptors, 1)?;
         let buddy = if regular {
             Some(kernel.fs.block_buddy(ino)?)
         } else {
@@ -312,6 +344,7 @@ impl Process {
             offset: Mutex::new(0),
             ra: ReadAhead::new(&kernel.runtime, self.pid, &fd.to_string()),
             backing: FileBacking::new(kernel.fs.clone(), ino),
+            _charge: charge,
         });
         held.keep();
         if let Some(buddy) = buddy {
@@ -532,11 +565,7 @@ impl Process {
     /// Loads a graft at `point`. The owner hears, through [`Process::graft_events`], if the
     /// kernel unloads it for failing.
     pub fn graft_load(&self, point: &str, wasm: &[u8]) -> SysResult<GraftInfo> {
-        let events = self.events.clone();
-        let owner = Owner {
-            process: self.pid,
-            notify: Some(Arc::new(move |e| events.lock().push(e))),
-        };
+        let owner = self.graft_owner();
         Ok(self.namespace_of(point).load(self.principal(), point, wasm, owner)?)
     }
 
@@ -558,10 +587,14 @@ impl Process {
             .symbol_address(symbol)?)
     }
 
+    /// Calls a control function of a graft this process owns. Control calls use the owner's
+    /// CPU: one user runs at most its limit of them at once (others of its calls wait their turn,
+    /// up to twice the control budget, then `EAGAIN`), so its calls cannot take every core.
     pub fn graft_call(&self, point: &str, control: &str, args: &[i64]) -> SysResult<i64> {
-        Ok(self
-            .namespace_of(point)
-            .call_control(self.principal(), point, control, args)?)
+        let slot = self.namespace_of(point).authorized(self.principal(), point)?;
+        let patience = self.kernel.runtime.config().control_budget.saturating_mul(2);
+        let _turn = self.account.charge_waiting(Resource::ControlCalls, 1, patience)?;
+        Ok(slot.call_control(control, args)?)
     }
 
     /// One graft system call, by data.

@@ -207,6 +207,7 @@ fn owner_told() -> (Owner, Arc<Mutex<Vec<GraftEvent>>>) {
     let owner = Owner {
         process: 1,
         notify: Some(Arc::new(move |e: GraftEvent| sink.lock().unwrap().push(e))),
+        ..Owner::default()
     };
     (owner, events)
 }

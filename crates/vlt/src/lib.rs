@@ -98,6 +98,15 @@ impl Vlt {
         self.inner.config
     }
 
+    /// Adds a hook that a waiter calls when the transaction it waits for has passed the deadline
+    /// the wait imposed on it, while that transaction still holds the lock: a transaction that
+    /// computes without calling back into the kernel cannot see its deadline itself, so whoever
+    /// runs it (the graft runtime) is asked to interrupt it. Called again about every
+    /// millisecond until the lock is released.
+    pub fn add_deadline_hook(&self, hook: std::sync::Arc<dyn Fn() + Send + Sync>) {
+        self.inner.deadline_hooks.write().push(hook);
+    }
+
     /// Number of kernel objects on which some transaction holds a lock right now. Zero when the
     /// system is quiet: a non-zero count then means a leaked lock.
     pub fn locked_objects(&self) -> usize {

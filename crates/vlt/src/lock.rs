@@ -114,6 +114,9 @@ pub(crate) struct Manager {
     lock_timeouts: AtomicU64,
     deadlocks: AtomicU64,
     deadlines_set: AtomicU64,
+    /// Called when a holder someone waits for has passed its deadline (see
+    /// [`crate::Vlt::add_deadline_hook`]).
+    pub(crate) deadline_hooks: parking_lot::RwLock<Vec<Arc<dyn Fn() + Send + Sync>>>,
 }
 
 fn shard_of(obj: ObjectId) -> usize {
@@ -140,6 +143,7 @@ impl Manager {
             lock_timeouts: AtomicU64::new(0),
             deadlocks: AtomicU64::new(0),
             deadlines_set: AtomicU64::new(0),
+            deadline_hooks: parking_lot::RwLock::new(Vec::new()),
         }
     }
 
@@ -189,11 +193,17 @@ impl Manager {
                 counted = true;
                 self.lock_waits.fetch_add(1, Ordering::Relaxed);
             }
-            *fam.waits_for.lock() = blocker;
+            *fam.waits_for.lock() = blocker.clone();
             // Wake at least every millisecond to re-check our own deadline, which another waiter
             // may have lowered while we slept.
             let nap = Duration::from_nanos((until - now).min(1_000_000));
             shard.released.wait_for(&mut table, nap);
+            if let Some(b) = &blocker
+                && b.deadline_passed()
+            {
+                // The holder is past its time and still holds the lock: have it interrupted.
+                self.deadline_hooks.read().iter().for_each(|hook| hook());
+            }
             *fam.waits_for.lock() = None;
             table.get_mut(&obj).expect("a waiter keeps the entry alive").waiters -= 1;
         }

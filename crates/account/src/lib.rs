@@ -1,0 +1,613 @@
+//! Resource accounts: what each principal makes the kernel hold, and its limits.
+//!
+//! "Applications are offered control over resource use; VINO retains control over resource
+//! allocation" (Small 1998, 2.2). Every resource a principal can make the kernel hold (open
+//! descriptors, grafts and their memory and compiled code, file-wide bindings, event
+//! subscriptions, connections, request buffers, compiles and control calls in progress) is
+//! charged to an [`Account`] before the kernel takes it, and refunded when the kernel lets it go.
+//! Accounts form a tree, as Tock's grants and the resource containers of Banga et al. do: a
+//! process's account is charged, then its user's, then the total of all users, and a charge that
+//! would pass any limit on that path fails with an [`Exceeded`] that names the account, the
+//! resource and the limit, and maps to the errno a program expects ([`Resource::errno`]).
+//!
+//! A [`Charge`] is the kernel holding something: dropping it refunds the account, so a resource
+//! freed by any path (close, unload, a client that dies) is refunded exactly once.
+//!
+//! Root (uid 0) has no per-user limits, and only root may use the last
+//! [`LimitsConfig::root_reserve_percent`] of each total, so other users together can never lock
+//! the administrator out.
+
+#![forbid(unsafe_code)]
+
+use parking_lot::{Condvar, Mutex};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// A kind of resource the kernel holds for a principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resource {
+    /// Open file descriptors.
+    Descriptors,
+    /// Grafts loaded (each an instance with its own memory reservation).
+    Grafts,
+    /// Bytes of grafts' linear memory.
+    GraftMemory,
+    /// Bytes of grafts' compiled code.
+    GraftCode,
+    /// Grafts bound to a file for all its users (file-wide bindings).
+    Bindings,
+    /// Kinds of file-system event subscribed to, over all of a principal's processes.
+    Subscriptions,
+    /// Connections to the daemon.
+    Connections,
+    /// Bytes of requests being received.
+    FrameBytes,
+    /// Compiles running or waiting.
+    Compiles,
+    /// Control-function calls running.
+    ControlCalls,
+}
+
+impl Resource {
+    pub const COUNT: usize = 10;
+    pub const ALL: [Resource; Resource::COUNT] = [
+        Resource::Descriptors,
+        Resource::Grafts,
+        Resource::GraftMemory,
+        Resource::GraftCode,
+        Resource::Bindings,
+        Resource::Subscriptions,
+        Resource::Connections,
+        Resource::FrameBytes,
+        Resource::Compiles,
+        Resource::ControlCalls,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The errno of a charge that would pass a limit: `EMFILE` for descriptors, `EUSERS` for
+    /// connections, `EAGAIN` for work in progress (try again when some finishes), `EDQUOT` for
+    /// what a user keeps (grafts, memory, code, bindings, subscriptions, buffers).
+    pub fn errno(self) -> i32 {
+        match self {
+            Resource::Descriptors => 24,                                           // EMFILE
+            Resource::Connections => 87,                                           // EUSERS
+            Resource::Compiles | Resource::ControlCalls => 11,                     // EAGAIN
+            Resource::FrameBytes => 105,                                           // ENOBUFS
+            Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122, // EDQUOT
+            Resource::Bindings | Resource::Subscriptions => 122,                   // EDQUOT
+        }
+    }
+
+    /// True if the resource is counted in bytes (shown as sizes).
+    pub fn is_bytes(self) -> bool {
+        matches!(self, Resource::GraftMemory | Resource::GraftCode | Resource::FrameBytes)
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Resource::Descriptors => "open descriptors",
+            Resource::Grafts => "grafts",
+            Resource::GraftMemory => "graft memory",
+            Resource::GraftCode => "compiled graft code",
+            Resource::Bindings => "file-wide graft bindings",
+            Resource::Subscriptions => "event subscriptions",
+            Resource::Connections => "connections",
+            Resource::FrameBytes => "request buffers",
+            Resource::Compiles => "compiles in progress",
+            Resource::ControlCalls => "control calls in progress",
+        }
+    }
+}
+
+/// A limit per resource; `u64::MAX` is no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table([u64; Resource::COUNT]);
+
+impl Table {
+    pub const UNLIMITED: Table = Table([u64::MAX; Resource::COUNT]);
+
+    pub fn get(&self, r: Resource) -> u64 {
+        self.0[r.index()]
+    }
+
+    pub fn set(&mut self, r: Resource, limit: u64) -> &mut Table {
+        self.0[r.index()] = limit;
+        self
+    }
+
+    /// This table with one limit changed.
+    pub fn with(mut self, r: Resource, limit: u64) -> Table {
+        self.set(r, limit);
+        self
+    }
+}
+
+/// The limits of every account: per process, per user, and all users together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitsConfig {
+    pub process: Table,
+    pub user: Table,
+    pub total: Table,
+    /// Percent of each total that only root may use.
+    pub root_reserve_percent: u8,
+}
+
+const MIB: u64 = 1 << 20;
+
+impl Default for LimitsConfig {
+    /// Limits for a shared machine: no user can hold more than a small part of what the kernel
+    /// can give, and the total leaves the address space and memory of the daemon bounded (each
+    /// graft reserves about 6 GiB of address space for its sandbox; 4096 of them stay far below
+    /// the 128 TiB a 64-bit process has).
+    fn default() -> Self {
+        let process = Table::UNLIMITED
+            .with(Resource::Descriptors, 1024)
+            .with(Resource::Compiles, 1)
+            .with(Resource::ControlCalls, 1);
+        let user = Table::UNLIMITED
+            .with(Resource::Descriptors, 16384)
+            .with(Resource::Grafts, 64)
+            .with(Resource::GraftMemory, 256 * MIB)
+            .with(Resource::GraftCode, 64 * MIB)
+            .with(Resource::Bindings, 64)
+            .with(Resource::Subscriptions, 256)
+            .with(Resource::Connections, 64)
+            .with(Resource::FrameBytes, 128 * MIB)
+            .with(Resource::Compiles, 2)
+            .with(Resource::ControlCalls, 1);
+        let total = Table::UNLIMITED
+            .with(Resource::Grafts, 4096)
+            .with(Resource::GraftMemory, 4096 * MIB)
+            .with(Resource::GraftCode, 1024 * MIB)
+            .with(Resource::Connections, 256);
+        LimitsConfig {
+            process,
+            user,
+            total,
+            root_reserve_percent: 5,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// No limits at all (tests and benchmarks that measure something else).
+    pub fn unlimited() -> LimitsConfig {
+        LimitsConfig {
+            process: Table::UNLIMITED,
+            user: Table::UNLIMITED,
+            total: Table::UNLIMITED,
+            root_reserve_percent: 0,
+        }
+    }
+}
+
+/// A charge refused: `account` would pass its limit of `resource`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct Exceeded {
+    pub resource: Resource,
+    /// Whose limit: "process 12", "uid 1000", "all users".
+    pub account: String,
+    pub limit: u64,
+    pub used: u64,
+    pub asked: u64,
+}
+
+impl Exceeded {
+    pub fn errno(&self) -> i32 {
+        self.resource.errno()
+    }
+}
+
+impl fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let amount = |n: u64| {
+            if self.resource.is_bytes() {
+                format!("{} KiB", n.div_ceil(1024))
+            } else {
+                n.to_string()
+            }
+        };
+        write!(
+            f,
+            "{} limit of {} {} reached ({} in use, {} more asked)",
+            self.account,
+            amount(self.limit),
+            self.resource.describe(),
+            amount(self.used),
+            amount(self.asked)
+        )
+    }
+}
+
+/// What an account holds now, for `top` and tests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub account: String,
+    pub used: Vec<(Resource, u64)>,
+    /// Nanoseconds of CPU spent in this principal's grafts, control calls and compiles.
+    pub cpu_ns: u64,
+}
+
+/// One principal's account.
+pub struct Account {
+    label: String,
+    limits: Table,
+    /// Which share of its parent's limits it may use: root may use the reserve.
+    may_use_reserve: bool,
+    reserve_percent: u8,
+    parent: Option<Arc<Account>>,
+    used: [AtomicU64; Resource::COUNT],
+    cpu_ns: AtomicU64,
+    /// Woken when something is refunded, for charges that wait ([`Account::charge_waiting`]).
+    refunded: (Mutex<()>, Condvar),
+}
+
+impl fmt::Debug for Account {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Account")
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Account {
+    fn new(label: String, limits: Table, parent: Option<Arc<Account>>, root: bool, reserve: u8) -> Account {
+        Account {
+            label,
+            limits,
+            may_use_reserve: root,
+            reserve_percent: reserve,
+            parent,
+            used: Default::default(),
+            cpu_ns: AtomicU64::new(0),
+            refunded: (Mutex::new(()), Condvar::new()),
+        }
+    }
+
+    /// An account with no parent (tests, and kernels run without a daemon).
+    pub fn standalone(label: impl Into<String>, limits: Table) -> Arc<Account> {
+        Arc::new(Account::new(label.into(), limits, None, false, 0))
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    pub fn used(&self, r: Resource) -> u64 {
+        self.used[r.index()].load(Ordering::Relaxed)
+    }
+
+    pub fn limit(&self, r: Resource) -> u64 {
+        self.limits.get(r)
+    }
+
+    pub fn parent(&self) -> Option<&Arc<Account>> {
+        self.parent.as_ref()
+    }
+
+    /// The limit a child with `may_use_reserve` meets here.
+    fn limit_for(&self, r: Resource, reserve_ok: bool) -> u64 {
+        let limit = self.limits.get(r);
+        if limit == u64::MAX || reserve_ok || self.reserve_percent == 0 {
+            return limit;
+        }
+        limit - (limit.saturating_mul(u64::from(self.reserve_percent)) / 100)
+    }
+
+    /// Adds `n` of `r` here and in every account above, or nowhere.
+    fn add(&self, r: Resource, n: u64, reserve_ok: bool) -> Result<(), Exceeded> {
+        let reserve_ok = reserve_ok || self.may_use_reserve;
+        let limit = self.limit_for(r, reserve_ok);
+        let slot = &self.used[r.index()];
+        let before = slot.fetch_add(n, Ordering::AcqRel);
+        if before.saturating_add(n) > limit {
+            slot.fetch_sub(n, Ordering::AcqRel);
+            return Err(Exceeded {
+                resource: r,
+                account: self.label.clone(),
+                limit,
+                used: before,
+                asked: n,
+            });
+        }
+        if let Some(parent) = &self.parent
+            && let Err(e) = parent.add(r, n, reserve_ok)
+        {
+            slot.fetch_sub(n, Ordering::AcqRel);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn sub(&self, r: Resource, n: u64) {
+        let before = self.used[r.index()].fetch_sub(n, Ordering::AcqRel);
+        assert!(
+            before >= n,
+            "{}: refunded {n} {} but held only {before}",
+            self.label,
+            r.describe()
+        );
+        if let Some(parent) = &self.parent {
+            parent.sub(r, n);
+        }
+        let (lock, cv) = &self.refunded;
+        let _g = lock.lock();
+        cv.notify_all();
+    }
+
+    /// Charges `n` of `r`; the [`Charge`] refunds it when dropped.
+    pub fn charge(self: &Arc<Self>, r: Resource, n: u64) -> Result<Charge, Exceeded> {
+        self.add(r, n, false)?;
+        Ok(Charge {
+            account: self.clone(),
+            resource: r,
+            amount: n,
+        })
+    }
+
+    /// Like [`Account::charge`], but waits up to `patience` for this account's own holdings to
+    /// fall under its limit (a second control call of a process waits for its first). A limit
+    /// reached higher up (the user's, the total) still waits on this account's refunds only, so
+    /// it fails after `patience`.
+    pub fn charge_waiting(self: &Arc<Self>, r: Resource, n: u64, patience: Duration) -> Result<Charge, Exceeded> {
+        let deadline = Instant::now() + patience;
+        loop {
+            let (lock, cv) = &self.refunded;
+            let mut g = lock.lock();
+            match self.charge(r, n) {
+                Ok(c) => return Ok(c),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => {
+                    // Refunds anywhere up the tree notify their own account; wake now and then
+                    // to see those too.
+                    let until = deadline.min(Instant::now() + Duration::from_millis(20));
+                    cv.wait_until(&mut g, until);
+                }
+            }
+        }
+    }
+
+    /// Adds CPU time spent for this principal (here and above).
+    pub fn add_cpu(&self, spent: Duration) {
+        let ns = spent.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.cpu_ns.fetch_add(ns, Ordering::Relaxed);
+        if let Some(p) = &self.parent {
+            p.add_cpu(spent);
+        }
+    }
+
+    pub fn cpu_ns(&self) -> u64 {
+        self.cpu_ns.load(Ordering::Relaxed)
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage {
+            account: self.label.clone(),
+            used: Resource::ALL
+                .iter()
+                .map(|&r| (r, self.used(r)))
+                .filter(|&(_, n)| n > 0)
+                .collect(),
+            cpu_ns: self.cpu_ns(),
+        }
+    }
+}
+
+/// Something the kernel holds for an account; dropping it refunds the account.
+#[must_use = "dropping a charge refunds it at once"]
+pub struct Charge {
+    account: Arc<Account>,
+    resource: Resource,
+    amount: u64,
+}
+
+impl fmt::Debug for Charge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Charge({} {:?} {})", self.account.label, self.resource, self.amount)
+    }
+}
+
+impl Charge {
+    pub fn amount(&self) -> u64 {
+        self.amount
+    }
+
+    pub fn account(&self) -> &Arc<Account> {
+        &self.account
+    }
+
+    /// Charges `n` more to the same account and resource.
+    pub fn grow(&mut self, n: u64) -> Result<(), Exceeded> {
+        self.account.add(self.resource, n, false)?;
+        self.amount += n;
+        Ok(())
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if self.amount > 0 {
+            self.account.sub(self.resource, self.amount);
+        }
+    }
+}
+
+/// Every account of a kernel: the total of all users, one per user, one per process.
+pub struct Accounts {
+    config: LimitsConfig,
+    total: Arc<Account>,
+    users: Mutex<HashMap<u32, Weak<Account>>>,
+}
+
+impl Accounts {
+    pub fn new(config: LimitsConfig) -> Accounts {
+        let total = Arc::new(Account::new(
+            "all users".into(),
+            config.total,
+            None,
+            false,
+            config.root_reserve_percent,
+        ));
+        Accounts {
+            config,
+            total,
+            users: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &LimitsConfig {
+        &self.config
+    }
+
+    pub fn total(&self) -> &Arc<Account> {
+        &self.total
+    }
+
+    /// The account of user `uid`, made on first use and kept while anything of it lives.
+    pub fn user(&self, uid: u32) -> Arc<Account> {
+        let mut users = self.users.lock();
+        if let Some(a) = users.get(&uid).and_then(Weak::upgrade) {
+            return a;
+        }
+        let root = uid == 0;
+        let limits = if root { Table::UNLIMITED } else { self.config.user };
+        let a = Arc::new(Account::new(
+            format!("uid {uid}"),
+            limits,
+            Some(self.total.clone()),
+            root,
+            0,
+        ));
+        users.retain(|_, w| w.strong_count() > 0);
+        users.insert(uid, Arc::downgrade(&a));
+        a
+    }
+
+    /// A new account for a process of user `uid`, labelled `label` ("process 12").
+    pub fn process(&self, uid: u32, label: impl Into<String>) -> Arc<Account> {
+        Arc::new(Account::new(
+            label.into(),
+            self.config.process,
+            Some(self.user(uid)),
+            false,
+            0,
+        ))
+    }
+
+    /// The users with an account now, and what they hold.
+    pub fn users(&self) -> Vec<(u32, Usage)> {
+        let users = self.users.lock();
+        let mut v: Vec<_> = users
+            .iter()
+            .filter_map(|(&uid, w)| w.upgrade().map(|a| (uid, a.usage())))
+            .collect();
+        v.sort_by_key(|(uid, _)| *uid);
+        v
+    }
+}
+
+impl Default for Accounts {
+    fn default() -> Self {
+        Accounts::new(LimitsConfig::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> LimitsConfig {
+        LimitsConfig {
+            process: Table::UNLIMITED.with(Resource::Descriptors, 3),
+            user: Table::UNLIMITED
+                .with(Resource::Descriptors, 5)
+                .with(Resource::Grafts, 2),
+            total: Table::UNLIMITED.with(Resource::Grafts, 20),
+            root_reserve_percent: 50,
+        }
+    }
+
+    #[test]
+    fn a_charge_passes_every_limit_on_its_path_or_none() {
+        let accounts = Accounts::new(small());
+        let p1 = accounts.process(1000, "process 1");
+        let p2 = accounts.process(1000, "process 2");
+        let held: Vec<_> = (0..3).map(|_| p1.charge(Resource::Descriptors, 1).unwrap()).collect();
+        let e = p1.charge(Resource::Descriptors, 1).unwrap_err();
+        assert_eq!((e.account.as_str(), e.limit, e.errno()), ("process 1", 3, 24));
+        let more: Vec<_> = (0..2).map(|_| p2.charge(Resource::Descriptors, 1).unwrap()).collect();
+        let e = p2.charge(Resource::Descriptors, 1).unwrap_err();
+        assert_eq!(e.account, "uid 1000");
+        // The refused charge left nothing behind anywhere.
+        assert_eq!(
+            (
+                p2.used(Resource::Descriptors),
+                accounts.user(1000).used(Resource::Descriptors)
+            ),
+            (2, 5)
+        );
+        drop(held);
+        drop(more);
+        assert_eq!(accounts.user(1000).used(Resource::Descriptors), 0);
+        assert_eq!(accounts.total().used(Resource::Descriptors), 0);
+    }
+
+    #[test]
+    fn other_users_cannot_take_roots_reserve() {
+        let accounts = Accounts::new(small());
+        let mut held = Vec::new();
+        for uid in 1000..1010 {
+            let p = accounts.process(uid, format!("p{uid}"));
+            while let Ok(c) = p.charge(Resource::Grafts, 1) {
+                held.push(c);
+            }
+        }
+        // Half of the total of 20 is root's.
+        assert_eq!(accounts.total().used(Resource::Grafts), 10);
+        let e = accounts.process(1011, "late").charge(Resource::Grafts, 1).unwrap_err();
+        assert_eq!((e.account.as_str(), e.errno()), ("all users", 122));
+        let root = accounts.process(0, "root");
+        let mine: Vec<_> = (0..10).map(|_| root.charge(Resource::Grafts, 1).unwrap()).collect();
+        assert!(root.charge(Resource::Grafts, 1).is_err());
+        drop(mine);
+        drop(held);
+        assert_eq!(accounts.total().used(Resource::Grafts), 0);
+    }
+
+    #[test]
+    fn a_waiting_charge_goes_when_the_first_is_refunded() {
+        let a = Account::standalone("p", Table::UNLIMITED.with(Resource::ControlCalls, 1));
+        let first = a.charge(Resource::ControlCalls, 1).unwrap();
+        assert!(
+            a.charge_waiting(Resource::ControlCalls, 1, Duration::from_millis(30))
+                .is_err()
+        );
+        let a2 = a.clone();
+        let t = std::thread::spawn(move || {
+            a2.charge_waiting(Resource::ControlCalls, 1, Duration::from_secs(30))
+                .is_ok()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        drop(first);
+        assert!(t.join().unwrap());
+    }
+
+    #[test]
+    fn growing_a_charge_is_checked_and_refunded_whole() {
+        let a = Account::standalone("p", Table::UNLIMITED.with(Resource::GraftMemory, 100));
+        let mut c = a.charge(Resource::GraftMemory, 40).unwrap();
+        c.grow(60).unwrap();
+        assert!(c.grow(1).is_err());
+        assert_eq!(a.used(Resource::GraftMemory), 100);
+        drop(c);
+        assert_eq!(a.used(Resource::GraftMemory), 0);
+    }
+}

@@ -1,0 +1,217 @@
+//! The runtime's limits on what a graft's owner can make the kernel spend: modules refused
+//! before compiling, compiles that wait their turn and are dropped when unwanted, memory and
+//! grafts charged to the owner's account, budgets measured in work, and a busy instance that
+//! never makes the kernel wait.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use vino_graft::account::{Account, Resource, Table};
+use vino_graft::{Access, GraftPoint, GraftSlot, Invalid, LoadError, ModuleLimits, Owner, Runtime, RuntimeConfig};
+
+/// `test.step(i64) -> i64`: returns its argument plus what the graft adds.
+struct Step;
+
+impl GraftPoint for Step {
+    const NAME: &'static str = "test.step";
+    type Env = ();
+    type Args<'a> = i64;
+    type Output = i64;
+    type Params = (i64,);
+    type Results = i64;
+
+    fn default_policy(_: &(), n: &i64) -> i64 {
+        -*n
+    }
+    fn encode(_: &(), n: &i64, _: &mut [u8]) -> (i64,) {
+        (*n,)
+    }
+    fn decode(_: &(), _: &i64, r: i64, _: &[u8]) -> Result<i64, Invalid> {
+        Ok(r)
+    }
+}
+
+const ADD_ONE: &str = r#"(module
+  (memory (export "memory") 1)
+  (func (export "test_step") (param i64) (result i64) (i64.add (local.get 0) (i64.const 1)))
+  (func (export "vino_ctl_spin") (result i32) (loop (br 0)) (i32.const 0)))"#;
+
+fn slot(rt: &Runtime) -> GraftSlot<Step> {
+    GraftSlot::new(rt, Arc::new(()), Access::Process(1), None)
+}
+
+fn owned_by(account: &Arc<Account>) -> Owner {
+    Owner {
+        account: Some(account.clone()),
+        ..Owner::process(1)
+    }
+}
+
+/// A module of `n` functions, each `(func)`.
+fn many_functions(n: usize) -> Vec<u8> {
+    let mut wat = String::from("(module");
+    for _ in 0..n {
+        wat.push_str(" (func)");
+    }
+    wat.push(')');
+    wat::parse_str(&wat).unwrap()
+}
+
+/// A module with one body of `depth` nested blocks.
+fn deep_blocks(depth: usize) -> Vec<u8> {
+    let wat = format!("(module (func {} {}))", "(block ".repeat(depth), ")".repeat(depth));
+    wat::parse_str(&wat).unwrap()
+}
+
+#[test]
+fn costly_modules_are_refused_before_compiling() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let limits = ModuleLimits::default();
+    let s = slot(&rt);
+    let started = Instant::now();
+    for (what, wasm) in [
+        ("functions", many_functions(limits.max_functions as usize + 1)),
+        ("nest", deep_blocks(limits.max_nesting as usize + 1)),
+        ("bytes", vec![0u8; limits.max_bytes + 1]),
+    ] {
+        match s.load(&wasm, Owner::process(1)) {
+            Err(LoadError::TooLarge(why)) => assert!(why.contains(what), "{what}: {why}"),
+            other => panic!("{what}: {:?}", other.map(|i| i.hash)),
+        }
+    }
+    // Refused by reading, not by compiling: far quicker than any compile of such modules.
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Within the limits, the same shapes load (the limits leave room for real grafts).
+    let mut fine = String::from("(module");
+    fine.push_str(&" (func)".repeat(1000));
+    fine.push_str(&format!(" (func {} {})", "(block ".repeat(200), ")".repeat(200)));
+    fine.push_str(r#" (func (export "test_step") (param i64) (result i64) (local.get 0)))"#);
+    s.load(fine.as_bytes(), Owner::process(1)).unwrap();
+}
+
+#[test]
+fn a_compile_waits_its_turn_and_is_dropped_when_its_owner_goes() {
+    let rt = Runtime::new(RuntimeConfig {
+        compile_threads: 1,
+        compile_queue: 1,
+        ..RuntimeConfig::default()
+    });
+    // Hold the only turn with a compile that takes a while.
+    let big = many_functions(4000);
+    let rt2 = rt.clone();
+    let busy = std::thread::spawn(move || rt2.compile(&big).map(|_| ()));
+    std::thread::sleep(Duration::from_millis(20));
+    let gone = Arc::new(AtomicBool::new(false));
+    let flag = gone.clone();
+    let rt3 = rt.clone();
+    let waiting = std::thread::spawn(move || {
+        let m = many_functions(3);
+        rt3.compile_while(&m, &|| !flag.load(Ordering::Relaxed)).map(|_| ())
+    });
+    std::thread::sleep(Duration::from_millis(5));
+    gone.store(true, Ordering::Relaxed);
+    let waited = waiting.join().unwrap();
+    let first = busy.join().unwrap();
+    assert!(first.is_ok());
+    // The waiter either saw its owner gone while it waited, or the first compile was already
+    // done and it never waited: both are right; a compile never runs for an owner known gone.
+    if let Err(e) = waited {
+        assert_eq!(e, LoadError::Cancelled);
+    }
+    let never = rt.compile_while(&many_functions(5), &|| false);
+    assert_eq!(never.err(), Some(LoadError::Cancelled));
+}
+
+#[test]
+fn grafts_and_their_memory_are_charged_to_the_owner_and_refunded() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let limits = Table::UNLIMITED
+        .with(Resource::Grafts, 2)
+        .with(Resource::GraftMemory, 3 << 16);
+    let account = Account::standalone("uid 1000", limits);
+    let slots: Vec<_> = (0..3).map(|_| slot(&rt)).collect();
+    slots[0].load(ADD_ONE.as_bytes(), owned_by(&account)).unwrap();
+    assert_eq!(account.used(Resource::Grafts), 1);
+    assert_eq!(account.used(Resource::GraftMemory), 1 << 16);
+    assert!(account.used(Resource::GraftCode) > 0);
+    slots[1].load(ADD_ONE.as_bytes(), owned_by(&account)).unwrap();
+    match slots[2].load(ADD_ONE.as_bytes(), owned_by(&account)) {
+        Err(LoadError::Limit(e)) => assert_eq!((e.resource, e.errno()), (Resource::Grafts, 122)),
+        other => panic!("{:?}", other.map(|i| i.hash)),
+    }
+    // Memory: a module asking for more than is left is refused at instantiation.
+    slots[1].unload();
+    let hungry = r#"(module (memory (export "memory") 3)
+      (func (export "test_step") (param i64) (result i64) (local.get 0)))"#;
+    match slots[2].load(hungry.as_bytes(), owned_by(&account)) {
+        Err(LoadError::Limit(e)) => assert_eq!(e.resource, Resource::GraftMemory),
+        other => panic!("{:?}", other.map(|i| i.hash)),
+    }
+    // Everything comes back when the grafts go.
+    slots[0].unload();
+    assert_eq!(account.used(Resource::Grafts), 0);
+    assert_eq!(account.used(Resource::GraftMemory), 0);
+    assert_eq!(account.used(Resource::GraftCode), 0);
+}
+
+#[test]
+fn growing_memory_past_the_account_fails_the_call_not_the_kernel() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let account = Account::standalone("uid 1000", Table::UNLIMITED.with(Resource::GraftMemory, 2 << 16));
+    let s = slot(&rt);
+    let grows = r#"(module (memory (export "memory") 1)
+      (func (export "test_step") (param i64) (result i64)
+        (drop (memory.grow (i32.const 4))) (local.get 0)))"#;
+    s.load(grows.as_bytes(), owned_by(&account)).unwrap();
+    assert_eq!(s.invoke(&7), -7, "the default decided");
+    assert!(s.stats().unwrap().last_error.unwrap().contains("graft memory"));
+    assert_eq!(account.used(Resource::GraftMemory), 1 << 16);
+}
+
+#[test]
+fn a_budget_is_work_so_the_same_graft_stops_at_the_same_place() {
+    // The graft counts loop turns in its memory until its budget stops it.
+    let counter = r#"(module (memory (export "memory") 1)
+      (func (export "test_step") (param i64) (result i64)
+        (i64.store (i32.const 0) (i64.const 0))
+        (loop (i64.store (i32.const 0) (i64.add (i64.load (i32.const 0)) (i64.const 1))) (br 0))
+        (local.get 0)))"#;
+    let rt = Runtime::new(RuntimeConfig::default());
+    let mut turns = Vec::new();
+    for _ in 0..3 {
+        let s = slot(&rt);
+        s.load(counter.as_bytes(), Owner::process(1)).unwrap();
+        assert_eq!(s.invoke(&1), -1);
+        let bytes = s.read_memory(0, 8).unwrap();
+        turns.push(u64::from_le_bytes(bytes.try_into().unwrap()));
+    }
+    assert!(turns[0] > 1000, "{turns:?}");
+    assert!(turns.iter().all(|&t| t == turns[0]), "{turns:?}");
+}
+
+#[test]
+fn a_busy_instance_makes_the_kernel_take_the_default_at_once() {
+    let rt = Runtime::new(RuntimeConfig {
+        control_budget: Duration::from_secs(2),
+        ..RuntimeConfig::default()
+    });
+    let s = Arc::new(slot(&rt));
+    s.load(ADD_ONE.as_bytes(), Owner::process(1)).unwrap();
+    assert_eq!(s.invoke(&1), 2);
+    // The owner spins in a control call (until its budget); meanwhile kernel calls go on.
+    let owner = s.clone();
+    let spinning = std::thread::spawn(move || owner.call_control("spin", &[]));
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    for _ in 0..100 {
+        assert_eq!(s.invoke(&5), -5, "the default decided");
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "no call waited for the owner"
+    );
+    assert!(spinning.join().unwrap().is_err());
+    let stats = s.stats().unwrap();
+    assert_eq!(stats.busy, 100);
+    assert_eq!(s.invoke(&1), 2, "the graft decides again once free");
+}
