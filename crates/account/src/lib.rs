@@ -43,8 +43,6 @@ pub enum Resource {
     Bindings,
     /// Kinds of file-system event subscribed to, over all of a principal's processes.
     Subscriptions,
-    /// Connections to the daemon.
-    Connections,
     /// Bytes of requests being received.
     FrameBytes,
     /// Compiles running or waiting.
@@ -54,7 +52,7 @@ pub enum Resource {
 }
 
 impl Resource {
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 9;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -62,7 +60,6 @@ impl Resource {
         Resource::GraftCode,
         Resource::Bindings,
         Resource::Subscriptions,
-        Resource::Connections,
         Resource::FrameBytes,
         Resource::Compiles,
         Resource::ControlCalls,
@@ -72,13 +69,13 @@ impl Resource {
         self as usize
     }
 
-    /// The errno of a charge that would pass a limit: `EMFILE` for descriptors, `EUSERS` for
-    /// connections, `EAGAIN` for work in progress (try again when some finishes), `EDQUOT` for
-    /// what a user keeps (grafts, memory, code, bindings, subscriptions, buffers).
+    /// The errno of a charge that would pass a limit: `EMFILE` for descriptors, `EAGAIN` for
+    /// work in progress (try again when some finishes), `ENOBUFS` for request buffers, `EDQUOT`
+    /// for what a user keeps (grafts, memory, code, bindings, subscriptions). (Connections are
+    /// the daemon's to count: `EUSERS`.)
     pub fn errno(self) -> i32 {
         match self {
             Resource::Descriptors => 24,                                           // EMFILE
-            Resource::Connections => 87,                                           // EUSERS
             Resource::Compiles | Resource::ControlCalls => 11,                     // EAGAIN
             Resource::FrameBytes => 105,                                           // ENOBUFS
             Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122, // EDQUOT
@@ -99,7 +96,6 @@ impl Resource {
             Resource::GraftCode => "compiled graft code",
             Resource::Bindings => "file-wide graft bindings",
             Resource::Subscriptions => "event subscriptions",
-            Resource::Connections => "connections",
             Resource::FrameBytes => "request buffers",
             Resource::Compiles => "compiles in progress",
             Resource::ControlCalls => "control calls in progress",
@@ -159,7 +155,6 @@ impl Default for LimitsConfig {
             .with(Resource::GraftCode, 64 * MIB)
             .with(Resource::Bindings, 64)
             .with(Resource::Subscriptions, 256)
-            .with(Resource::Connections, 64)
             .with(Resource::FrameBytes, 128 * MIB)
             .with(Resource::Compiles, 2)
             .with(Resource::ControlCalls, 1);
@@ -167,7 +162,7 @@ impl Default for LimitsConfig {
             .with(Resource::Grafts, 4096)
             .with(Resource::GraftMemory, 4096 * MIB)
             .with(Resource::GraftCode, 1024 * MIB)
-            .with(Resource::Connections, 256);
+            .with(Resource::FrameBytes, 1024 * MIB);
         LimitsConfig {
             process,
             user,

@@ -11,11 +11,27 @@
 //! root_reserved_connections = 8   # of max_connections, kept for root
 //! frame_timeout = 10          # seconds a request may take to arrive once it has begun
 //! socket_mode = 0o666
+//!
+//! [limits]                    # per principal; the defaults are vino_account's
+//! descriptors_per_process = 1024
+//! descriptors_per_user = 16384
+//! grafts_per_user = 64
+//! grafts_total = 4096
+//! graft_memory_per_user = "256M"
+//! graft_memory_total = "4G"
+//! graft_code_per_user = "64M"
+//! bindings_per_user = 64        # file-wide graft bindings
+//! subscriptions_per_user = 256  # event kinds subscribed, over all of a user's processes
+//! request_buffers_per_user = "128M"
+//! compiles_per_user = 2
+//! control_calls_per_user = 1
+//! root_reserve_percent = 5      # of each total, for root only
 //! ```
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use vino_kernel::account::{LimitsConfig, Resource};
 
 /// How the daemon runs.
 #[derive(Debug, Clone, Deserialize)]
@@ -45,6 +61,112 @@ pub struct Config {
     pub max_shm: u64,
     /// Where to mount the file system through FUSE (for unmodified programs), if anywhere.
     pub mount: Option<PathBuf>,
+    /// What each process and user may make the kernel hold.
+    pub limits: LimitsFile,
+}
+
+/// Which table of [`LimitsConfig`] a key sets.
+#[derive(Clone, Copy)]
+enum Scope {
+    Process,
+    User,
+    Total,
+}
+
+impl Scope {
+    fn of(self, l: &mut LimitsConfig) -> &mut vino_kernel::account::Table {
+        match self {
+            Scope::Process => &mut l.process,
+            Scope::User => &mut l.user,
+            Scope::Total => &mut l.total,
+        }
+    }
+}
+
+/// The `[limits]` table: every key optional, the rest from [`LimitsConfig::default`].
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsFile {
+    pub descriptors_per_process: Option<u64>,
+    pub descriptors_per_user: Option<u64>,
+    pub grafts_per_user: Option<u64>,
+    pub grafts_total: Option<u64>,
+    pub graft_memory_per_user: Option<String>,
+    pub graft_memory_total: Option<String>,
+    pub graft_code_per_user: Option<String>,
+    pub bindings_per_user: Option<u64>,
+    pub subscriptions_per_user: Option<u64>,
+    pub request_buffers_per_user: Option<String>,
+    pub compiles_per_user: Option<u64>,
+    pub control_calls_per_user: Option<u64>,
+    pub root_reserve_percent: Option<u8>,
+}
+
+impl LimitsFile {
+    /// The kernel's limits: the defaults with this table's keys over them.
+    pub fn resolve(&self) -> Result<LimitsConfig, String> {
+        let mut l = LimitsConfig::default();
+        let size = |key: &str, v: &Option<String>| -> Result<Option<u64>, String> {
+            v.as_deref()
+                .map(parse_size)
+                .transpose()
+                .map_err(|e| format!("limits.{key}: {e}"))
+        };
+        use Scope::*;
+        let counts = [
+            (Process, Resource::Descriptors, self.descriptors_per_process),
+            (User, Resource::Descriptors, self.descriptors_per_user),
+            (User, Resource::Grafts, self.grafts_per_user),
+            (Total, Resource::Grafts, self.grafts_total),
+            (User, Resource::Bindings, self.bindings_per_user),
+            (User, Resource::Subscriptions, self.subscriptions_per_user),
+            (User, Resource::Compiles, self.compiles_per_user),
+            (User, Resource::ControlCalls, self.control_calls_per_user),
+        ];
+        for (scope, r, v) in counts {
+            if let Some(n) = v {
+                scope.of(&mut l).set(r, n);
+            }
+        }
+        let sizes = [
+            (
+                "graft_memory_per_user",
+                User,
+                Resource::GraftMemory,
+                &self.graft_memory_per_user,
+            ),
+            (
+                "graft_memory_total",
+                Total,
+                Resource::GraftMemory,
+                &self.graft_memory_total,
+            ),
+            (
+                "graft_code_per_user",
+                User,
+                Resource::GraftCode,
+                &self.graft_code_per_user,
+            ),
+            (
+                "request_buffers_per_user",
+                User,
+                Resource::FrameBytes,
+                &self.request_buffers_per_user,
+            ),
+        ];
+        for (key, scope, r, v) in sizes {
+            if let Some(n) = size(key, v)? {
+                scope.of(&mut l).set(r, n);
+            }
+        }
+        if let Some(p) = self.root_reserve_percent {
+            if p > 50 {
+                return Err(format!("limits.root_reserve_percent: {p} is more than 50"));
+            }
+            l.root_reserve_percent = p;
+        }
+        Ok(l)
+    }
 }
 
 impl Default for Config {
@@ -62,6 +184,7 @@ impl Default for Config {
             socket_mode: 0o666,
             max_shm: vino_proto::MAX_SHM,
             mount: None,
+            limits: LimitsFile::default(),
         }
     }
 }
@@ -143,6 +266,13 @@ mod tests {
         let d = Config::default();
         assert_eq!((d.max_connections_per_user, d.root_reserved_connections), (64, 8));
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        let c: Config = toml::from_str("[limits]\ngrafts_per_user = 3\ngraft_memory_total = \"1G\"").unwrap();
+        let l = c.limits.resolve().unwrap();
+        assert_eq!(l.user.get(Resource::Grafts), 3);
+        assert_eq!(l.total.get(Resource::GraftMemory), 1 << 30);
+        assert!(toml::from_str::<Config>("[limits]\ngrafts = 3").is_err());
+        let bad: Config = toml::from_str("[limits]\ngraft_code_per_user = \"lots\"").unwrap();
+        assert!(bad.limits.resolve().unwrap_err().contains("graft_code_per_user"));
         assert!(parse_size("12Q").is_err());
     }
 }

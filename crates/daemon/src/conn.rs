@@ -11,8 +11,11 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vino_kernel::{Credentials, Pid};
+use vino_kernel::{Credentials, Pid, Resource};
 use vino_proto::{ErrorReply, FrameError, MAX_FRAME, Request, Response, VERSION, errno};
+
+/// Largest request buffer a connection keeps between requests (uncharged).
+const RETAINED_BUFFER: usize = 256 << 10;
 
 /// How long a new connection may take to say Hello (its whole frame).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -208,6 +211,13 @@ pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream, peer: Peer) {
     };
     let process = daemon.kernel.spawn(cred);
     let pid = process.pid();
+    // Work the kernel queues for this connection (a compile waiting its turn) is dropped once
+    // the client has gone.
+    if let Ok(watch) = stream.try_clone() {
+        process.set_alive_check(Arc::new(move || {
+            !crate::dispatch::hung_up(watch.as_fd(), Duration::ZERO)
+        }));
+    }
     let account = Arc::new(Account::default());
     let Ok(handle) = stream.try_clone() else {
         return daemon.kernel.exit(pid);
@@ -271,7 +281,18 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
             }
         }
         reader.get_mut().deadline = Some(Instant::now() + frame_timeout);
-        if let Err(e) = vino_proto::read_frame(&mut reader, &mut buf, MAX_FRAME) {
+        let mut header = [0u8; 4];
+        if reader.read_exact(&mut header).is_err() {
+            return;
+        }
+        // The frame's buffer is charged to the user before it grows: one user's many slow big
+        // frames cannot make the daemon hold more than its share.
+        let announced = (u32::from_le_bytes(header) as usize).min(MAX_FRAME) as u64;
+        let _buffer = match session.process.account().charge(Resource::FrameBytes, announced) {
+            Ok(c) => c,
+            Err(e) => return refuse(stream, e.errno(), e.to_string()),
+        };
+        if let Err(e) = vino_proto::read_frame_after_header(header, &mut reader, &mut buf, MAX_FRAME) {
             return frame_error(stream, &e);
         }
         let req: Request = match vino_proto::decode(&buf) {
@@ -285,8 +306,9 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
         if stream.write_all(&answer).is_err() {
             return;
         }
-        // A big request's buffer is not kept for the rest of the connection.
-        if buf.capacity() > 4 * vino_proto::MAX_DATA {
+        // A big request's buffer is not kept for the rest of the connection (its charge ends
+        // here, so neither may its memory).
+        if buf.capacity() > RETAINED_BUFFER {
             buf = Vec::new();
         }
     }

@@ -102,7 +102,7 @@ pub const EVENTS_PER_WAIT: usize = (1 << 20) / EVENT_BYTES_MAX;
 const HANGUP_POLL: Duration = Duration::from_millis(50);
 
 /// True if the client closed its end of the connection (or it broke), waiting up to `wait`.
-fn hung_up(fd: BorrowedFd<'_>, wait: Duration) -> bool {
+pub(crate) fn hung_up(fd: BorrowedFd<'_>, wait: Duration) -> bool {
     // POLLRDHUP, which nix does not name: the peer shut down or closed.
     let mut pfd = libc::pollfd {
         fd: fd.as_raw_fd(),

@@ -118,6 +118,7 @@ pub fn start(config: Config) -> Result<Handle> {
     let device = open_image(&config)?;
     let kconfig = KernelConfig {
         cache_frames: config.cache_frames,
+        limits: config.limits.resolve().map_err(err)?,
         ..Default::default()
     };
     let kernel =

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use vino_account::{Account, Charge, Resource};
 use vino_vlt::{Vlt, VltConfig};
 use wasmtime::{Config, Engine, Module, OptLevel};
 
@@ -225,6 +226,19 @@ impl Runtime {
     /// [`RuntimeConfig::compile_threads`] turns; while it waits `wanted` is asked now and then,
     /// and once it says no the compile is dropped ([`LoadError::Cancelled`]).
     pub fn compile_while(&self, wasm: &[u8], wanted: &dyn Fn() -> bool) -> Result<Compiled, LoadError> {
+        self.compile_for(wasm, None, wanted)
+    }
+
+    /// Like [`Runtime::compile_while`], charged to `account`: a compile (not a cache hit) takes
+    /// one of its compiles in progress, waiting for one of its own to end if it has too many (a
+    /// user's many loads wait for each other, not for other users'), and its time is added to
+    /// the account's CPU.
+    pub fn compile_for(
+        &self,
+        wasm: &[u8],
+        account: Option<&Arc<Account>>,
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Compiled, LoadError> {
         let limits = &self.inner.config.module_limits;
         if wasm.len() > limits.max_bytes {
             return Err(LoadError::TooLarge(format!(
@@ -245,10 +259,17 @@ impl Runtime {
                 compile_time: Duration::ZERO,
             });
         }
+        let _mine = match account {
+            Some(a) => Some(charge_compile(a, wanted)?),
+            None => None,
+        };
         let _turn = self.inner.pool.turn(&self.inner.config, wanted)?;
         let started = Instant::now();
         let module = Module::new(&self.inner.engine, &binary).map_err(|e| LoadError::Malformed(format!("{e:#}")))?;
         let compile_time = started.elapsed();
+        if let Some(a) = account {
+            a.add_cpu(compile_time);
+        }
         let c = &self.inner.config;
         self.inner
             .cache
@@ -271,6 +292,22 @@ impl Runtime {
                 let units = budget.as_nanos().saturating_mul(u128::from(c.fuel_per_ms)) / 1_000_000;
                 units.clamp(1, u128::from(u64::MAX)) as u64
             }
+        }
+    }
+}
+
+/// How long a load waits for one of its owner's own compiles to end before `EAGAIN`.
+const COMPILE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Takes one of `account`'s compiles in progress, waiting (while `wanted`) for its own others.
+fn charge_compile(account: &Arc<Account>, wanted: &dyn Fn() -> bool) -> Result<Charge, LoadError> {
+    let until = Instant::now() + COMPILE_PATIENCE;
+    loop {
+        match account.charge_waiting(Resource::Compiles, 1, Duration::from_millis(50)) {
+            Ok(c) => return Ok(c),
+            Err(_) if !wanted() => return Err(LoadError::Cancelled),
+            Err(e) if Instant::now() >= until => return Err(LoadError::Limit(e)),
+            Err(_) => {}
         }
     }
 }

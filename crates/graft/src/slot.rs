@@ -214,23 +214,10 @@ impl<G: GraftPoint> GraftSlot<G> {
         if let Some(a) = &owner.account {
             charges.push(a.charge(Resource::Grafts, 1)?);
         }
-        let compiled = {
-            let _turn = owner
-                .account
-                .as_ref()
-                .map(|a| a.charge(Resource::Compiles, 1))
-                .transpose()?;
-            let wanted = owner.wanted.clone();
-            let compiled = self
-                .runtime
-                .compile_while(wasm, &|| wanted.as_ref().is_none_or(|w| w()))?;
-            if let Some(a) = &owner.account
-                && !compiled.cached
-            {
-                a.add_cpu(compiled.compile_time);
-            }
-            compiled
-        };
+        let wanted = owner.wanted.clone();
+        let compiled = self
+            .runtime
+            .compile_for(wasm, owner.account.as_ref(), &|| wanted.as_ref().is_none_or(|w| w()))?;
         if let Some(a) = &owner.account {
             charges.push(a.charge(Resource::GraftCode, code_bytes(&compiled.module) as u64)?);
         }

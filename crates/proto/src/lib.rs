@@ -71,6 +71,7 @@ pub mod errno {
     pub const ENOTDIR: i32 = 20;
     pub const EISDIR: i32 = 21;
     pub const EINVAL: i32 = 22;
+    pub const EMFILE: i32 = 24;
     pub const EFBIG: i32 = 27;
     pub const ENOSPC: i32 = 28;
     pub const ERANGE: i32 = 34;
@@ -84,12 +85,14 @@ pub mod errno {
     pub const EUSERS: i32 = 87;
     pub const EMSGSIZE: i32 = 90;
     pub const EOPNOTSUPP: i32 = 95;
+    pub const ENOBUFS: i32 = 105;
     pub const ETIMEDOUT: i32 = 110;
     pub const ESTALE: i32 = 116;
     pub const EUCLEAN: i32 = 117;
+    pub const EDQUOT: i32 = 122;
 
     /// Every errno named here, with its name.
-    pub const ALL: [(i32, &str); 31] = [
+    pub const ALL: [(i32, &str); 34] = [
         (EPERM, "EPERM"),
         (ENOENT, "ENOENT"),
         (EINTR, "EINTR"),
@@ -105,6 +108,7 @@ pub mod errno {
         (ENOTDIR, "ENOTDIR"),
         (EISDIR, "EISDIR"),
         (EINVAL, "EINVAL"),
+        (EMFILE, "EMFILE"),
         (EFBIG, "EFBIG"),
         (ENOSPC, "ENOSPC"),
         (ERANGE, "ERANGE"),
@@ -118,9 +122,11 @@ pub mod errno {
         (EUSERS, "EUSERS"),
         (EMSGSIZE, "EMSGSIZE"),
         (EOPNOTSUPP, "EOPNOTSUPP"),
+        (ENOBUFS, "ENOBUFS"),
         (ETIMEDOUT, "ETIMEDOUT"),
         (ESTALE, "ESTALE"),
         (EUCLEAN, "EUCLEAN"),
+        (EDQUOT, "EDQUOT"),
     ];
 
     /// The name of errno `n` (`"EACCES"`), if it is one of these.

@@ -1,0 +1,338 @@
+//! Limits per principal, tried by one real user against another: a user who loads grafts until
+//! refused, opens files until refused, spins in control calls on many connections, sends costly
+//! modules or announces big frames is held to its own limits (with the errno a program
+//! expects), and the other user goes on loading, opening and calling as before.
+//!
+//! The users are child processes of this binary (`child_role`) running as uids 1000 and 1001;
+//! the tests are skipped unless they run as root.
+
+mod common;
+
+use common::{TestDaemon, is_root, spawn_child, wait_line};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use vino_client::{Client, OpenFlags};
+use vino_daemon::Config;
+use vino_kernel::Resource;
+use vino_proto::{MAX_FRAME, Request, Response, errno};
+
+const TEST: &str = "child_role";
+const ALICE: u32 = 1000;
+const BOB: u32 = 1001;
+
+fn daemon(tune: impl FnOnce(&mut Config)) -> TestDaemon {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut config = Config {
+        socket: dir.path().join("vinod.sock"),
+        image: dir.path().join("disk.img"),
+        image_size: "64M".into(),
+        cache_frames: 256,
+        ..Config::default()
+    };
+    tune(&mut config);
+    let handle = vino_daemon::start(config).unwrap();
+    TestDaemon {
+        handle: Some(handle),
+        dir,
+    }
+}
+
+/// A read-ahead graft that touches `pages` pages of memory (64 KiB each) and has a control
+/// function that spins until its budget stops it.
+fn hog(pages: u32) -> String {
+    format!(
+        r#"(module (memory (export "memory") {pages})
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "file_compute_ra") (param i64 i32 i64) (result i32) (i32.const 0))
+  (func (export "vino_ctl_spin") (result i32) (loop (br 0)) (i32.const 0))
+  (func (export "vino_ctl_one") (result i32) (i32.const 1)))"#
+    )
+}
+
+/// Runs a role of this binary as `uid` and returns the lines it printed up to `DONE`.
+fn run_as(d: &TestDaemon, uid: u32, role: &str, env: &[(&str, &str)]) -> Vec<String> {
+    let mut child = spawn_child(TEST, role, &d.socket(), env, Some(uid));
+    let lines = wait_line(&mut child, "DONE");
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+}
+
+/// The value of `key=` in the child's lines.
+fn field<'a>(lines: &'a [String], key: &str) -> &'a str {
+    lines
+        .iter()
+        .find_map(|l| l.trim().strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {lines:?}"))
+}
+
+/// The roles children of this binary play (selected by `VINO_TEST_ROLE`); a no-op otherwise.
+#[test]
+fn child_role() {
+    let Ok(role) = std::env::var("VINO_TEST_ROLE") else {
+        return;
+    };
+    let socket = std::path::PathBuf::from(std::env::var("VINO_SOCKET").unwrap());
+    let mut c = Client::connect(&socket).unwrap();
+    let home = format!("/home{}", nix::unistd::getuid());
+    match role.as_str() {
+        // Loads 16 MiB grafts on descriptors of its own files until refused; prints how many
+        // went in and the refusal.
+        "graft-hog" => {
+            let wasm = hog(256);
+            let mut loaded = 0;
+            let refusal = loop {
+                let fd = c.open(&format!("{home}/f{loaded}"), OpenFlags::create()).unwrap();
+                match c.graft_load(&format!("file.compute_ra/{fd}"), wasm.as_bytes()) {
+                    Ok(_) => loaded += 1,
+                    Err(e) => break e,
+                }
+                assert!(loaded < 1000, "never refused");
+            };
+            println!("loaded={loaded}");
+            println!("errno={}", refusal.errno);
+            println!("message={}", refusal.message);
+        }
+        // Loads one small graft and calls it: what a victim does.
+        "graft-one" => {
+            let fd = c.open(&format!("{home}/mine"), OpenFlags::create()).unwrap();
+            let point = format!("file.compute_ra/{fd}");
+            let loaded = c.graft_load(&point, hog(1).as_bytes()).map(|_| ());
+            println!("load={}", loaded.map_or_else(|e| e.to_string(), |_| "ok".into()));
+            println!("call={}", c.graft_call(&point, "one", &[]).unwrap());
+        }
+        // Opens descriptors until refused.
+        "fd-hog" => {
+            let mut n = 0;
+            let refusal = loop {
+                match c.open(&format!("{home}/mine"), OpenFlags::create()) {
+                    Ok(_) => n += 1,
+                    Err(e) => break e,
+                }
+                assert!(n < 100_000, "never refused");
+            };
+            println!("opened={n}");
+            println!("errno={}", refusal.errno);
+        }
+        // Spins in control calls on VINO_TEST_CONNS connections at once, for VINO_TEST_MS.
+        "control-spin" => {
+            let conns: usize = std::env::var("VINO_TEST_CONNS").unwrap().parse().unwrap();
+            let ms: u64 = std::env::var("VINO_TEST_MS").unwrap().parse().unwrap();
+            let until = Instant::now() + Duration::from_millis(ms);
+            let threads: Vec<_> = (0..conns)
+                .map(|i| {
+                    let socket = socket.clone();
+                    let home = home.clone();
+                    std::thread::spawn(move || {
+                        let mut c = Client::connect(&socket).unwrap();
+                        let fd = c.open(&format!("{home}/spin{i}"), OpenFlags::create()).unwrap();
+                        let point = format!("file.compute_ra/{fd}");
+                        c.graft_load(&point, hog(1).as_bytes()).unwrap();
+                        let (mut aborted, mut again) = (0, 0);
+                        while Instant::now() < until {
+                            match c.graft_call(&point, "spin", &[]) {
+                                Err(e) if e.errno == errno::EAGAIN => again += 1,
+                                Err(_) => aborted += 1,
+                                Ok(_) => panic!("an endless loop returned"),
+                            }
+                            // A graft that fails every call is unloaded: load it again.
+                            if c.graft_stats(&point).map(|s| s.graft.is_none()).unwrap_or(true) {
+                                let _ = c.graft_load(&point, hog(1).as_bytes());
+                            }
+                        }
+                        (aborted, again)
+                    })
+                })
+                .collect();
+            println!("STARTED");
+            let (mut aborted, mut again) = (0, 0);
+            for t in threads {
+                let (a, g) = t.join().unwrap();
+                aborted += a;
+                again += g;
+            }
+            println!("aborted={aborted}");
+            println!("again={again}");
+        }
+        // Announces big frames on several connections and sends part of each.
+        "big-frames" => {
+            let n: usize = std::env::var("VINO_TEST_CONNS").unwrap().parse().unwrap();
+            let mut refused = 0;
+            let mut held = Vec::new();
+            for _ in 0..n {
+                let mut s = raw(&socket);
+                s.write_all(&(16u32 << 20).to_le_bytes()).unwrap();
+                // A refused frame's connection is closed at once: the rest may not go.
+                let _ = s.write_all(&[0u8; 4096]);
+                s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+                if let Some(Response::Error(e)) = answer(&mut s) {
+                    assert_eq!(e.errno, errno::ENOBUFS, "{}", e.message);
+                    refused += 1;
+                }
+                held.push(s);
+            }
+            println!("refused={refused}");
+        }
+        other => panic!("unknown role {other}"),
+    }
+    println!("DONE");
+}
+
+fn answer(s: &mut UnixStream) -> Option<Response> {
+    let mut buf = Vec::new();
+    vino_proto::read_frame(s, &mut buf, MAX_FRAME).ok()?;
+    vino_proto::decode(&buf).ok()
+}
+
+/// A raw connection that has said Hello.
+fn raw(socket: &Path) -> UnixStream {
+    let mut s = UnixStream::connect(socket).unwrap();
+    let hello = Request::Hello {
+        version: vino_proto::VERSION,
+        client: "raw".into(),
+        shm_len: 0,
+    };
+    vino_proto::write_frame(&mut s, &hello).unwrap();
+    assert!(matches!(answer(&mut s), Some(Response::Hello { .. })));
+    s
+}
+
+/// Home directories for both users, made by root.
+fn homes(d: &TestDaemon) {
+    let mut root = d.client();
+    for uid in [ALICE, BOB] {
+        let home = format!("/home{uid}");
+        root.mkdir(&home, 0o755).unwrap();
+        root.chown(home.as_str(), Some(uid), Some(uid)).unwrap();
+    }
+}
+
+#[test]
+fn a_users_grafts_are_held_to_its_limits_and_never_fail_anothers_load() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run children as other users");
+        return;
+    }
+    let d = daemon(|c| {
+        c.limits.graft_memory_per_user = Some("56M".into());
+        c.limits.grafts_per_user = Some(16);
+    });
+    homes(&d);
+    let alice = run_as(&d, ALICE, "graft-hog", &[]);
+    // 16 MiB each: three fit in 56 MiB and the fourth is refused (EDQUOT), by her memory limit.
+    assert_eq!(field(&alice, "loaded"), "3", "{alice:?}");
+    assert_eq!(field(&alice, "errno"), errno::EDQUOT.to_string());
+    assert!(field(&alice, "message").contains("uid 1000"), "{alice:?}");
+    // Her grafts went with her connection, and all she was charged came back.
+    d.wait_processes(0);
+    let accounts = d.handle().kernel().accounts();
+    for r in [Resource::Grafts, Resource::GraftMemory, Resource::GraftCode] {
+        assert_eq!(accounts.total().used(r), 0, "{r:?} not refunded");
+    }
+
+    // While Alice holds as much as she may, Bob loads and calls his graft.
+    let mut hold = spawn_child(TEST, "graft-hog", &d.socket(), &[], Some(ALICE));
+    wait_line(&mut hold, "DONE");
+    let bob = run_as(&d, BOB, "graft-one", &[]);
+    assert_eq!(field(&bob, "load"), "ok", "{bob:?}");
+    assert_eq!(field(&bob, "call"), "1");
+    let _ = hold.kill();
+    let _ = hold.wait();
+    d.wait_processes(0);
+}
+
+#[test]
+fn descriptors_are_limited_per_process_with_emfile() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run children as other users");
+        return;
+    }
+    let d = daemon(|c| c.limits.descriptors_per_process = Some(40));
+    homes(&d);
+    let alice = run_as(&d, ALICE, "fd-hog", &[]);
+    assert_eq!(field(&alice, "opened"), "40");
+    assert_eq!(field(&alice, "errno"), errno::EMFILE.to_string());
+    let bob = run_as(&d, BOB, "fd-hog", &[]);
+    assert_eq!(field(&bob, "opened"), "40", "Bob's own limit, untouched by Alice");
+    d.wait_processes(0);
+    assert_eq!(d.handle().kernel().accounts().total().used(Resource::Descriptors), 0);
+}
+
+#[test]
+fn a_user_runs_one_control_call_at_a_time_however_many_connections_it_has() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run children as other users");
+        return;
+    }
+    let d = daemon(|_| {});
+    homes(&d);
+    let mut spin = spawn_child(
+        TEST,
+        "control-spin",
+        &d.socket(),
+        &[("VINO_TEST_CONNS", "8"), ("VINO_TEST_MS", "2000")],
+        Some(ALICE),
+    );
+    wait_line(&mut spin, "STARTED");
+    // While eight of Alice's connections spin, at most one of her calls runs at any moment.
+    let kernel = d.handle().kernel();
+    let (mut samples, mut running) = (0, 0);
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        let used = kernel.accounts().user(ALICE).used(Resource::ControlCalls);
+        assert!(used <= 1, "{used} control calls of one user at once");
+        running += used;
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(running > 0, "never saw a call running in {samples} samples");
+    // Meanwhile Bob's calls are served.
+    let bob = run_as(&d, BOB, "graft-one", &[]);
+    assert_eq!(field(&bob, "call"), "1");
+    let lines = wait_line(&mut spin, "DONE");
+    let _ = spin.wait();
+    let aborted: u64 = field(&lines, "aborted").parse().unwrap();
+    assert!(aborted > 0, "{lines:?}");
+    d.wait_processes(0);
+    // Alice's CPU in control calls was charged to her.
+    assert!(kernel.accounts().user(ALICE).cpu_ns() > 0 || kernel.accounts().total().cpu_ns() > 0);
+}
+
+#[test]
+fn big_frames_are_charged_to_their_user_who_gets_enobufs() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run children as other users");
+        return;
+    }
+    let d = daemon(|c| c.limits.request_buffers_per_user = Some("40M".into()));
+    let alice = run_as(&d, ALICE, "big-frames", &[("VINO_TEST_CONNS", "4")]);
+    // Two 16 MiB frames fit in 40 MiB; the third and fourth are refused.
+    assert_eq!(field(&alice, "refused"), "2", "{alice:?}");
+    let mut bob = d.client();
+    bob.null().unwrap();
+    d.wait_processes(1);
+    drop(bob);
+    d.wait_processes(0);
+    assert_eq!(d.handle().kernel().accounts().total().used(Resource::FrameBytes), 0);
+}
+
+#[test]
+fn a_module_too_costly_to_compile_is_refused_at_once() {
+    let d = daemon(|_| {});
+    let mut c = d.client();
+    let fd = c.open("/f", OpenFlags::create()).unwrap();
+    // 20,000 functions: refused by counting, before any compiling.
+    let mut wat = String::from("(module");
+    wat.push_str(&" (func)".repeat(20_000));
+    wat.push(')');
+    let wasm = wat::parse_str(&wat).unwrap();
+    let started = Instant::now();
+    let e = c.graft_load(&format!("file.compute_ra/{fd}"), &wasm).unwrap_err();
+    assert_eq!(e.errno, errno::E2BIG, "{e}");
+    assert!(e.message.contains("before compiling"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    c.null().unwrap();
+}
