@@ -6,7 +6,7 @@ use clap::Subcommand;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vino_client::{Client, GraftTop, ProcessTop, Top};
+use vino_client::{Client, GraftTop, ProcessTop, Top, UserTop};
 
 /// The graft commands served by the daemon.
 #[derive(Subcommand)]
@@ -276,10 +276,40 @@ fn process_table(procs: &[ProcessTop]) -> String {
     out
 }
 
+/// What each user holds against its limits: grafts, graft memory, code, descriptors, CPU.
+fn user_table(users: &[UserTop]) -> String {
+    let held = |u: &UserTop, r: &str, unit: u64| {
+        u.held.iter().find(|h| h.resource == r).map_or("-".to_string(), |h| {
+            let limit = if h.limit == u64::MAX {
+                "-".to_string()
+            } else {
+                (h.limit / unit).to_string()
+            };
+            format!("{}/{limit}", h.used.div_ceil(unit))
+        })
+    };
+    let mut out = format!(
+        "{:>6} {:>12} {:>14} {:>12} {:>12} {:>10}\n",
+        "UID", "GRAFTS", "GRAFT MEM MiB", "CODE MiB", "FILES", "CPU ms"
+    );
+    for u in users {
+        out += &format!(
+            "{:>6} {:>12} {:>14} {:>12} {:>12} {:>10.1}\n",
+            u.uid,
+            held(u, "Grafts", 1),
+            held(u, "GraftMemory", 1 << 20),
+            held(u, "GraftCode", 1 << 20),
+            held(u, "Descriptors", 1),
+            u.cpu_ns as f64 / 1e6
+        );
+    }
+    out
+}
+
 fn render(top: &Top) -> String {
     let c = &top.cache;
     format!(
-        "vinod: up {:.0} s, {} clients; cache {}/{} frames ({} dirty), {} hits, {} misses\n\n{}\n{}",
+        "vinod: up {:.0} s, {} clients; cache {}/{} frames ({} dirty), {} hits, {} misses\n\n{}\n{}\n{}",
         top.uptime_ms as f64 / 1e3,
         top.connections,
         c.resident,
@@ -288,7 +318,8 @@ fn render(top: &Top) -> String {
         c.hits,
         c.misses,
         process_table(&top.processes),
-        graft_table(&top.grafts)
+        graft_table(&top.grafts),
+        user_table(&top.users)
     )
 }
 

@@ -35,8 +35,9 @@ mod shm;
 
 pub use shm::SharedMemory;
 pub use vino_proto::{
-    CacheTop, DEFAULT_SOCKET, DirEntry, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats, GraftTop,
-    LockInfo, LockKind, MAX_DATA, OpenFlags, ProcessTop, SetAttrs, SetTime, SlotInfo, Stat, Top, XattrHow, errno,
+    CacheTop, DEFAULT_SOCKET, DirEntry, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats, GraftTop, Held,
+    LockInfo, LockKind, MAX_DATA, OpenFlags, ProcessTop, SetAttrs, SetTime, SlotInfo, Stat, Top, UserTop, XattrHow,
+    errno,
 };
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};

@@ -7,8 +7,8 @@ use crate::dispatch::graft_stats;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use vino_graft::{PolicyKind, SlotInfo};
-use vino_kernel::{Credentials, Kernel, Pid};
-use vino_proto::{CacheTop, GraftTop, ProcessTop, Top};
+use vino_kernel::{Credentials, Kernel, Pid, Resource};
+use vino_proto::{CacheTop, GraftTop, Held, ProcessTop, Top, UserTop};
 
 /// True if `viewer` may see what the process `owner` is and has (its accounts, its grafts and
 /// their details): it is privileged, or `owner` is a live process of the same uid.
@@ -135,6 +135,32 @@ impl Daemon {
             processes,
             grafts,
             cache,
+            users: users(kernel, viewer),
         }
     }
+}
+
+/// The accounts of the users `viewer` may see: its own, or every one if it is privileged.
+fn users(kernel: &Kernel, viewer: &Credentials) -> Vec<UserTop> {
+    let accounts = kernel.accounts();
+    accounts
+        .users()
+        .into_iter()
+        .filter(|(uid, _)| viewer.privileged || *uid == viewer.uid)
+        .map(|(uid, usage)| {
+            let account = accounts.user(uid);
+            UserTop {
+                uid,
+                held: Resource::ALL
+                    .iter()
+                    .map(|&r| Held {
+                        resource: format!("{r:?}"),
+                        used: account.used(r),
+                        limit: account.limit(r),
+                    })
+                    .collect(),
+                cpu_ns: usage.cpu_ns,
+            }
+        })
+        .collect()
 }

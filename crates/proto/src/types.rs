@@ -255,6 +255,24 @@ pub struct GraftTop {
     pub aborts: u64,
 }
 
+/// What one user holds of the kernel, against its limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserTop {
+    pub uid: u32,
+    /// Per resource (`grafts`, `graft_memory`, ...): in use and the limit (`u64::MAX`: none).
+    pub held: Vec<Held>,
+    /// CPU spent in its control calls and compiles.
+    pub cpu_ns: u64,
+}
+
+/// One resource of an account.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    pub resource: String,
+    pub used: u64,
+    pub limit: u64,
+}
+
 /// The whole cache.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheTop {
@@ -273,6 +291,8 @@ pub struct Top {
     pub processes: Vec<ProcessTop>,
     pub grafts: Vec<GraftTop>,
     pub cache: CacheTop,
+    /// The users with an account (only the viewer's own, unless it is privileged).
+    pub users: Vec<UserTop>,
 }
 
 /// A failed request: an errno (Linux numbering) and what was wrong.
