@@ -31,6 +31,11 @@ impl Mounted {
     }
 
     pub fn with_config(config: MountConfig) -> Mounted {
+        Self::with_kernel(&KernelConfig::default(), config)
+    }
+
+    /// A mount of a kernel booted with `kernel` (its limits, its file system's options).
+    pub fn with_kernel(kernel: &KernelConfig, config: MountConfig) -> Mounted {
         let dir = tempfile::tempdir().unwrap();
         // Other users must reach the mount point.
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
@@ -38,7 +43,7 @@ impl Mounted {
         let dev = FileDevice::create(&image, IMAGE_BYTES).unwrap();
         mkfs(&dev, &MkfsOptions::default()).unwrap();
         let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-        let kernel = Kernel::boot(dev, &KernelConfig::default()).unwrap();
+        let kernel = Kernel::boot(dev, kernel).unwrap();
         let mnt = dir.path().join("mnt");
         fs::create_dir(&mnt).unwrap();
         let mount = mount(kernel.clone(), &mnt, &config).expect("mounting needs root and /dev/fuse");
