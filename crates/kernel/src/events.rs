@@ -18,10 +18,20 @@
 //! [`Process::event_wait`]); with both, it gets both.
 //!
 //! Delivery is asynchronous: the system call that raises the event only filters and enqueues.
-//! A small pool of kernel threads runs the event grafts, each invocation inside its transaction;
-//! the events of one process go to one thread, so its graft sees them in order. Each event
-//! reaches each process that should get it exactly once. With nobody listening, raising an
-//! event costs one counter increment and one load (the thesis' "no handler" row).
+//! A small pool of kernel threads runs the event grafts, each invocation inside its transaction.
+//! Each listener has its own queue of graft jobs; the threads serve the listeners that have jobs
+//! in turn (a run queue: take the listener at the head, run at most [`EVENT_BATCH`] of its jobs,
+//! put it back at the tail if it has more). A listener is served by one thread at a time, so its
+//! graft sees its events in order, and a slow graft delays only its own events: another
+//! listener waits at most about one batch per other busy listener. Each event reaches each
+//! process that should get it exactly once, unless its queue is full. With nobody listening,
+//! raising an event costs one counter increment and one load (the thesis' "no handler" row).
+//!
+//! Both queues of a listener (user-level events, graft jobs) are bounded by the kernel's
+//! `event_queue_max`. An event for a full queue is dropped and counted ([`KindStats::dropped`]);
+//! the user-level queue then gets one [`EventKind::Overflow`] marker in its place (as
+//! inotify's `IN_Q_OVERFLOW`), and no other until its reader has taken it below the bound
+//! again. A full graft queue just counts its drops: a graft that cannot keep up loses events.
 //!
 //! Event grafts may call `vino_file_write(fd, offset, ptr, len)` and `vino_file_fsync(fd)` on a
 //! file their owner has open for writing. The arguments are checked at the call (a negative
@@ -52,6 +62,10 @@ use vino_graft::{
 
 /// Kernel threads that run event grafts.
 pub const EVENT_THREADS: usize = 2;
+/// Most graft jobs of one listener an event thread runs before serving the next listener.
+pub const EVENT_BATCH: usize = 4;
+/// Default bound of each listener's queues (`KernelConfig::event_queue_max`).
+pub const EVENT_QUEUE_MAX: usize = 4096;
 /// Most bytes one `vino_file_write` may write.
 pub const EVENT_WRITE_MAX: usize = 64 * 1024;
 /// Most entries (inodes and names together) of one filter.
@@ -77,9 +91,13 @@ pub enum EventKind {
     Unlink = 3,
     /// write, pwrite, ftruncate.
     Modify = 4,
+    /// Not an event of the file system: the marker a full user-level queue gets in place of the
+    /// events it dropped. It has no graftpoint, no filter and cannot be subscribed to.
+    Overflow = 5,
 }
 
 impl EventKind {
+    /// The kinds the file system raises (every kind but [`EventKind::Overflow`]).
     pub const ALL: [EventKind; 5] = [
         EventKind::Open,
         EventKind::Close,
@@ -88,17 +106,32 @@ impl EventKind {
         EventKind::Modify,
     ];
 
-    /// The graftpoint of this kind (`event.fs.unlink`).
-    pub fn point(self) -> &'static str {
-        POINT_NAMES[self as usize]
+    /// The graftpoint of this kind (`event.fs.unlink`); `None` for [`EventKind::Overflow`].
+    pub fn point(self) -> Option<&'static str> {
+        POINT_NAMES.get(self as usize).copied()
     }
 
+    /// The index of a kind the file system raises, in [`EventKind::ALL`] order (callers check
+    /// for [`EventKind::Overflow`] first, with [`raised_kind`]).
     fn index(self) -> usize {
+        debug_assert!(self != EventKind::Overflow, "overflow has no per-kind state");
         self as usize
     }
 }
 
+/// `kind` if the file system raises it; `EINVAL` for [`EventKind::Overflow`], which has no
+/// graftpoint, filter or subscription.
+fn raised_kind(kind: EventKind) -> SysResult<EventKind> {
+    if kind == EventKind::Overflow {
+        return Err(SysError::new(Errno::Inval, "overflow is not an event one can ask for"));
+    }
+    Ok(kind)
+}
+
 /// One file-system event. What an event graft is told, and what [`Process::event_wait`] returns.
+///
+/// An [`EventKind::Overflow`] marker has `inode`, `parent` and `pid` 0, no name, and the `seq`
+/// of the first event its queue dropped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsEvent {
     pub kind: EventKind,
@@ -168,12 +201,18 @@ pub struct KindStats {
     pub graft_aborts: u64,
     /// Deferred writes or fsyncs that failed at commit (descriptor closed, disk full).
     pub commit_errors: u64,
+    /// Deliveries dropped because the listener's queue (user-level or graft) was full.
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 /// Counters of the event service, one entry per kind in [`EventKind::ALL`] order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventStats {
     pub kinds: Vec<(EventKind, KindStats)>,
+    /// [`EventKind::Overflow`] markers put on user-level queues.
+    #[serde(default)]
+    pub overflows: u64,
 }
 
 impl EventStats {
@@ -195,6 +234,7 @@ struct Counters {
     delivered_user: AtomicU64,
     graft_aborts: AtomicU64,
     commit_errors: AtomicU64,
+    dropped: AtomicU64,
 }
 
 impl Counters {
@@ -208,6 +248,7 @@ impl Counters {
             delivered_user: r(&self.delivered_user),
             graft_aborts: r(&self.graft_aborts),
             commit_errors: r(&self.commit_errors),
+            dropped: r(&self.dropped),
         }
     }
 }
@@ -446,13 +487,15 @@ impl SlotWrapper for Watched {
 
 /// One process's side of the event service.
 struct Listener {
-    pid: Pid,
     cred: Credentials,
     slots: [Arc<dyn EventSlot>; 5],
     filters: [RwLock<Filter>; 5],
     subscribed: [AtomicBool; 5],
-    queue: Mutex<VecDeque<FsEvent>>,
+    /// User-level delivery, read by [`Process::event_wait`].
+    queue: Mutex<UserQueue>,
     ready: Condvar,
+    /// Events waiting for this process's grafts.
+    jobs: Mutex<GraftJobs>,
     gone: AtomicBool,
 }
 
@@ -461,17 +504,62 @@ impl Listener {
         !self.gone.load(Ordering::Relaxed)
             && (self.subscribed[kind.index()].load(Ordering::Relaxed) || self.slots[kind.index()].bound())
     }
+
+    /// Events queued for this process, both queues together.
+    fn queued(&self) -> usize {
+        self.queue.lock().events.len() + self.jobs.lock().events.len()
+    }
 }
 
-struct Job {
-    listener: Arc<Listener>,
-    event: FsEvent,
-}
-
+/// A user-level queue: at most the bound of events, plus one overflow marker.
 #[derive(Default)]
-struct WorkQueue {
-    jobs: Mutex<VecDeque<Job>>,
-    ready: Condvar,
+struct UserQueue {
+    events: VecDeque<FsEvent>,
+    /// A marker was queued and the reader has not yet taken the queue below the bound.
+    overflowed: bool,
+}
+
+impl UserQueue {
+    /// Queues `ev`, or drops it (false) and queues a marker if this overflow has none yet.
+    fn push(&mut self, ev: &FsEvent, max: usize, overflows: &AtomicU64) -> bool {
+        if self.events.len() < max {
+            self.events.push_back(ev.clone());
+            return true;
+        }
+        if !self.overflowed {
+            self.overflowed = true;
+            self.events.push_back(FsEvent {
+                kind: EventKind::Overflow,
+                inode: 0,
+                parent: 0,
+                pid: 0,
+                name: None,
+                time_ns: ev.time_ns,
+                seq: ev.seq,
+            });
+            bump(overflows);
+        }
+        debug_assert!(self.events.len() <= max + 1, "a full queue holds one marker at most");
+        false
+    }
+
+    /// Takes the oldest `max` events; below the bound again, the next overflow gets a marker.
+    fn take(&mut self, max: usize, bound: usize) -> Vec<FsEvent> {
+        let n = self.events.len().min(max);
+        let got: Vec<FsEvent> = self.events.drain(..n).collect();
+        if self.events.len() < bound {
+            self.overflowed = false;
+        }
+        got
+    }
+}
+
+/// A listener's graft jobs.
+#[derive(Default)]
+struct GraftJobs {
+    events: VecDeque<FsEvent>,
+    /// On the run queue or being served by an event thread (never both, never two threads).
+    scheduled: bool,
 }
 
 /// What the kernel and the event threads share.
@@ -481,8 +569,14 @@ struct Shared {
     /// Per kind: `listeners[k].len()`, read without the lock on every raise.
     count: [AtomicUsize; 5],
     counters: [Counters; 5],
+    /// Overflow markers queued.
+    overflows: AtomicU64,
     procs: RwLock<HashMap<Pid, Arc<Listener>>>,
-    queues: Vec<WorkQueue>,
+    /// Bound of each listener's user-level queue and of its graft jobs.
+    queue_max: usize,
+    /// Listeners with graft jobs, waiting for an event thread, served in turn.
+    run: Mutex<VecDeque<Arc<Listener>>>,
+    runnable: Condvar,
     started: OnceLock<()>,
     /// Graft deliveries queued or running.
     pending: Mutex<u64>,
@@ -492,6 +586,25 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(queue_max: usize) -> Shared {
+        assert!(queue_max > 0, "an event queue holds at least one event");
+        Shared {
+            listeners: Default::default(),
+            count: Default::default(),
+            counters: Default::default(),
+            overflows: AtomicU64::new(0),
+            procs: RwLock::default(),
+            queue_max,
+            run: Mutex::default(),
+            runnable: Condvar::new(),
+            started: OnceLock::new(),
+            pending: Mutex::new(0),
+            idle: Condvar::new(),
+            stop: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
+        }
+    }
+
     /// Puts `l` on kind's list if it listens, takes it off if not.
     fn refresh(&self, kind: EventKind, l: &Arc<Listener>) {
         let mut list = self.listeners[kind.index()].write();
@@ -506,66 +619,125 @@ impl Shared {
         self.count[kind.index()].store(list.len(), Ordering::Release);
     }
 
-    fn enqueue(self: &Arc<Self>, job: Job) {
+    /// Puts `ev` on `l`'s user-level queue, or counts it dropped.
+    fn deliver_user(&self, l: &Listener, ev: &FsEvent) {
+        let counters = &self.counters[ev.kind.index()];
+        if l.queue.lock().push(ev, self.queue_max, &self.overflows) {
+            bump(&counters.delivered_user);
+        } else {
+            bump(&counters.dropped);
+        }
+        l.ready.notify_all();
+    }
+
+    /// Queues `ev` for `l`'s graft (dropped and counted if its queue is full), and puts `l` on
+    /// the run queue if no thread has it.
+    fn enqueue(self: &Arc<Self>, l: &Arc<Listener>, ev: FsEvent) {
+        let mut jobs = l.jobs.lock();
+        if jobs.events.len() >= self.queue_max {
+            bump(&self.counters[ev.kind.index()].dropped);
+            return;
+        }
         self.started.get_or_init(|| self.start_threads());
         *self.pending.lock() += 1;
-        let q = &self.queues[(job.listener.pid % self.queues.len() as u64) as usize];
-        q.jobs.lock().push_back(job);
-        q.ready.notify_one();
+        jobs.events.push_back(ev);
+        if !std::mem::replace(&mut jobs.scheduled, true) {
+            drop(jobs);
+            self.make_runnable(l);
+        }
+    }
+
+    fn make_runnable(&self, l: &Arc<Listener>) {
+        self.run.lock().push_back(l.clone());
+        self.runnable.notify_one();
     }
 
     fn start_threads(self: &Arc<Self>) {
-        for i in 0..self.queues.len() {
+        for i in 0..EVENT_THREADS {
             let weak = Arc::downgrade(self);
             std::thread::Builder::new()
                 .name(format!("vino-events-{i}"))
-                .spawn(move || worker(weak, i))
+                .spawn(move || worker(weak))
                 .expect("spawning an event thread");
         }
     }
 
-    fn done(&self) {
+    /// The listener at the head of the run queue; `None` after a while with none, or at stop.
+    fn next_runnable(&self) -> Option<Arc<Listener>> {
+        let mut run = self.run.lock();
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            if let Some(l) = run.pop_front() {
+                return Some(l);
+            }
+            // Wake now and then to notice the kernel went away (its drop also wakes us).
+            if self.runnable.wait_for(&mut run, Duration::from_millis(200)).timed_out() {
+                return None;
+            }
+        }
+    }
+
+    /// Runs up to [`EVENT_BATCH`] of `l`'s jobs, in order, then puts `l` back at the tail of the
+    /// run queue if it has more.
+    fn serve(&self, l: &Arc<Listener>) {
+        let batch: Vec<FsEvent> = {
+            let mut jobs = l.jobs.lock();
+            debug_assert!(jobs.scheduled, "a listener on the run queue is scheduled");
+            let n = jobs.events.len().min(EVENT_BATCH);
+            jobs.events.drain(..n).collect()
+        };
+        for ev in &batch {
+            self.run_job(l, ev);
+            self.done(1);
+        }
+        let mut jobs = l.jobs.lock();
+        if jobs.events.is_empty() {
+            jobs.scheduled = false;
+        } else {
+            drop(jobs);
+            self.make_runnable(l);
+        }
+    }
+
+    fn run_job(&self, l: &Listener, ev: &FsEvent) {
+        let k = ev.kind.index();
+        // A graft unloaded since the event was queued (for failing, or by its owner) hears no more.
+        let slot = &l.slots[k];
+        if !l.gone.load(Ordering::Relaxed) && slot.bound() {
+            if slot.deliver(ev) {
+                bump(&self.counters[k].delivered_graft);
+            } else {
+                bump(&self.counters[k].graft_aborts);
+            }
+        }
+    }
+
+    /// `n` deliveries ran or were dropped.
+    fn done(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
         let mut pending = self.pending.lock();
-        *pending -= 1;
+        assert!(*pending >= n, "more deliveries done than queued");
+        *pending -= n;
         if *pending == 0 {
             self.idle.notify_all();
         }
     }
 }
 
-/// An event thread: runs the event grafts of the processes whose pid falls to it, in order.
-fn worker(shared: Weak<Shared>, i: usize) {
+/// An event thread: serves the listeners on the run queue in turn.
+fn worker(shared: Weak<Shared>) {
     loop {
         let Some(s) = shared.upgrade() else { return };
-        let job = {
-            let q = &s.queues[i];
-            let mut jobs = q.jobs.lock();
-            loop {
-                if s.stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                if let Some(j) = jobs.pop_front() {
-                    break Some(j);
-                }
-                // Wake now and then to notice the kernel went away.
-                if q.ready.wait_for(&mut jobs, Duration::from_millis(200)).timed_out() {
-                    break None;
-                }
-            }
-        };
-        let Some(job) = job else { continue };
-        let k = job.event.kind.index();
-        // A graft unloaded since the event was queued (for failing, or by its owner) hears no more.
-        let slot = &job.listener.slots[k];
-        if !job.listener.gone.load(Ordering::Relaxed) && slot.bound() {
-            if slot.deliver(&job.event) {
-                bump(&s.counters[k].delivered_graft);
-            } else {
-                bump(&s.counters[k].graft_aborts);
-            }
+        if s.stop.load(Ordering::Relaxed) {
+            return;
         }
-        drop(job);
-        s.done();
+        if let Some(l) = s.next_runnable() {
+            s.serve(&l);
+        }
     }
 }
 
@@ -574,33 +746,26 @@ pub(crate) struct Events {
     shared: Arc<Shared>,
 }
 
+impl Events {
+    /// An event service whose listeners' queues hold at most `queue_max` events each.
+    pub(crate) fn new(queue_max: usize) -> Events {
+        Events {
+            shared: Arc::new(Shared::new(queue_max)),
+        }
+    }
+}
+
 impl Default for Events {
     fn default() -> Self {
-        let shared = Shared {
-            listeners: Default::default(),
-            count: Default::default(),
-            counters: Default::default(),
-            procs: RwLock::default(),
-            queues: (0..EVENT_THREADS).map(|_| WorkQueue::default()).collect(),
-            started: OnceLock::new(),
-            pending: Mutex::new(0),
-            idle: Condvar::new(),
-            stop: AtomicBool::new(false),
-            seq: AtomicU64::new(0),
-        };
-        Events {
-            shared: Arc::new(shared),
-        }
+        Events::new(EVENT_QUEUE_MAX)
     }
 }
 
 impl Drop for Events {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        for q in &self.shared.queues {
-            let _guard = q.jobs.lock();
-            q.ready.notify_all();
-        }
+        let _guard = self.shared.run.lock();
+        self.shared.runnable.notify_all();
     }
 }
 
@@ -631,13 +796,13 @@ impl Events {
             slot::<4>(p, s),
         ];
         let listener = Arc::new(Listener {
-            pid: p.pid(),
             cred: p.credentials().clone(),
             slots: slots.clone(),
             filters: Default::default(),
             subscribed: Default::default(),
             queue: Mutex::default(),
             ready: Condvar::new(),
+            jobs: Mutex::default(),
             gone: AtomicBool::new(false),
         });
         for (kind, slot) in EventKind::ALL.into_iter().zip(slots) {
@@ -648,13 +813,14 @@ impl Events {
                 listener: Arc::downgrade(&listener),
                 shared: Arc::downgrade(s),
             };
-            p.namespace().register_as(kind.point(), Arc::new(watched));
+            let point = kind.point().expect("every raised kind has a graftpoint");
+            p.namespace().register_as(point, Arc::new(watched));
         }
         s.procs.write().insert(p.pid(), listener);
     }
 
-    /// Forgets an exiting process: its filters, its queue, its place on every list; events
-    /// queued for its grafts are dropped.
+    /// Forgets an exiting process: its filters, its queues, its place on every list; events
+    /// queued for its grafts are dropped (a thread serving it finishes the job it runs).
     pub(crate) fn detach(&self, pid: Pid) {
         let Some(l) = self.shared.procs.write().remove(&pid) else {
             return;
@@ -665,8 +831,10 @@ impl Events {
             *l.filters[kind.index()].write() = Filter::default();
             self.shared.refresh(kind, &l);
         }
-        l.queue.lock().clear();
+        *l.queue.lock() = UserQueue::default();
         l.ready.notify_all();
+        let dropped = std::mem::take(&mut l.jobs.lock().events).len();
+        self.shared.done(dropped as u64);
     }
 
     fn listener(&self, pid: Pid) -> SysResult<Arc<Listener>> {
@@ -791,15 +959,10 @@ impl Events {
                 })
                 .clone();
             if user {
-                l.queue.lock().push_back(ev.clone());
-                l.ready.notify_all();
-                bump(&counters.delivered_user);
+                s.deliver_user(l, &ev);
             }
             if graft {
-                s.enqueue(Job {
-                    listener: l.clone(),
-                    event: ev,
-                });
+                s.enqueue(l, ev);
             }
         }
     }
@@ -859,6 +1022,7 @@ impl Process {
                 format!("an event filter holds at most {FILTER_MAX} entries"),
             ));
         }
+        let kind = raised_kind(kind)?;
         let l = self.kernel().events.listener(self.pid())?;
         *l.filters[kind.index()].write() = Filter::new(filter);
         Ok(())
@@ -875,6 +1039,7 @@ impl Process {
     }
 
     fn set_subscribed(&self, kind: EventKind, on: bool) -> SysResult<()> {
+        let kind = raised_kind(kind)?;
         let events = &self.kernel().events;
         let l = events.listener(self.pid())?;
         l.subscribed[kind.index()].store(on, Ordering::Relaxed);
@@ -889,20 +1054,26 @@ impl Process {
     }
 
     /// Like [`Process::event_wait`], but takes at most `max` events (the oldest); the rest stay
-    /// queued, in order, for the next wait.
+    /// queued, in order, for the next wait. Taking the queue below the kernel's bound again
+    /// ends an overflow: the next one gets its own [`EventKind::Overflow`] marker.
     pub fn event_wait_at_most(&self, timeout: Duration, max: usize) -> Vec<FsEvent> {
         let Ok(l) = self.kernel().events.listener(self.pid()) else {
             return Vec::new();
         };
         let until = Instant::now() + timeout;
         let mut queue = l.queue.lock();
-        while queue.is_empty() && !l.gone.load(Ordering::Relaxed) {
+        while queue.events.is_empty() && !l.gone.load(Ordering::Relaxed) {
             if l.ready.wait_until(&mut queue, until).timed_out() {
                 break;
             }
         }
-        let n = queue.len().min(max);
-        queue.drain(..n).collect()
+        queue.take(max, self.kernel().events.shared.queue_max)
+    }
+
+    /// Events the kernel holds for this process now: its user-level queue (markers included)
+    /// and its grafts' pending jobs. Each is bounded by the kernel's `event_queue_max`.
+    pub fn events_queued(&self) -> usize {
+        self.kernel().events.listener(self.pid()).map_or(0, |l| l.queued())
     }
 
     /// The graftpoint `event.fs.<kind>` of this process, for kernel-side code (experiments bind
@@ -925,6 +1096,7 @@ impl Process {
 
     /// Puts `event.fs.<kind>` back to nothing bound.
     pub fn event_unbind(&self, kind: EventKind) -> SysResult<()> {
+        let kind = raised_kind(kind)?;
         let l = self.kernel().events.listener(self.pid())?;
         managed_of(l.slots[kind.index()].clone()).unload();
         self.event_refresh(kind)
@@ -965,13 +1137,17 @@ impl Kernel {
                 .iter()
                 .map(|&k| (k, s.counters[k.index()].snapshot()))
                 .collect(),
+            overflows: s.overflows.load(Ordering::Relaxed),
         }
     }
 
     /// Raises an event by hand as if `actor`'s system call had, for benchmarks and tests of the
     /// filtering path.
+    /// [`EventKind::Overflow`] is not raised (it is no event of the file system).
     pub fn event_raise(&self, kind: EventKind, actor: &Process, inode: u64, parent: u64, name: Option<&str>) {
-        self.events.raise(kind, actor, inode, parent, name, None);
+        if kind != EventKind::Overflow {
+            self.events.raise(kind, actor, inode, parent, name, None);
+        }
     }
 }
 

@@ -46,8 +46,8 @@ pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
 pub use changes::{Change, ChangeHook};
 pub use error::{Errno, SysError, SysResult};
 pub use events::{
-    CloseEvent, CreateEvent, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats, FsEvent, FsEventPoint,
-    KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
+    CloseEvent, CreateEvent, EVENT_BATCH, EVENT_QUEUE_MAX, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats,
+    FsEvent, FsEventPoint, KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
 };
 pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};
@@ -89,6 +89,9 @@ pub struct KernelConfig {
     pub runtime: RuntimeConfig,
     /// What each process and user may make the kernel hold.
     pub limits: LimitsConfig,
+    /// Most events each listener's user-level queue, and each listener's queue of event graft
+    /// jobs, holds; more are dropped (the user-level queue gets one overflow marker).
+    pub event_queue_max: usize,
 }
 
 impl Default for KernelConfig {
@@ -100,6 +103,7 @@ impl Default for KernelConfig {
             mount: MountOptions::default(),
             runtime: RuntimeConfig::default(),
             limits: LimitsConfig::default(),
+            event_queue_max: EVENT_QUEUE_MAX,
         }
     }
 }
@@ -128,6 +132,9 @@ pub struct Kernel {
 impl Kernel {
     /// Mounts the file system on `device` (replaying its journal) and starts the kernel.
     pub fn boot(device: Arc<dyn BlockDevice>, config: &KernelConfig) -> SysResult<Arc<Kernel>> {
+        if config.event_queue_max == 0 {
+            return Err(SysError::new(Errno::Inval, "event_queue_max must be at least 1"));
+        }
         let runtime = Runtime::new(config.runtime);
         let sched = Arc::new(IoScheduler::with_config(
             device.clone(),
@@ -163,7 +170,7 @@ impl Kernel {
             next_pid: AtomicU64::new(1),
             files: files::FileTable::default(),
             file_grafts: Default::default(),
-            events: events::Events::default(),
+            events: events::Events::new(config.event_queue_max),
             ns: RwLock::new(()),
             changes: Default::default(),
             accounts: Accounts::new(config.limits),
