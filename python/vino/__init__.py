@@ -28,7 +28,8 @@ __all__ = [
     "KIND_REGULAR", "KIND_DIRECTORY", "KIND_SYMLINK", "KIND_FIFO", "KIND_SOCKET", "KIND_CHAR_DEVICE",
     "KIND_BLOCK_DEVICE", "XATTR_CREATE", "XATTR_REPLACE", "UTIME_NOW",
     "LOCK_UNLOCK", "LOCK_READ", "LOCK_WRITE",
-    "EVENT_OPEN", "EVENT_CLOSE", "EVENT_CREATE", "EVENT_UNLINK", "EVENT_MODIFY",
+    "EVENT_OPEN", "EVENT_CLOSE", "EVENT_CREATE", "EVENT_UNLINK", "EVENT_MODIFY", "EVENT_OVERFLOW",
+    "EVENT_NAMES",
 ]
 
 # Flags of Client.open, as VINO_O_* in vino.h.
@@ -83,6 +84,15 @@ EVENT_CLOSE = 2
 EVENT_CREATE = 3
 EVENT_UNLINK = 4
 EVENT_MODIFY = 5
+# Not asked for: the marker event_wait returns in place of events dropped because the queue was
+# full (ino, dir and pid 0, empty name); one per overflow, until the queue is read below its bound.
+EVENT_OVERFLOW = 6
+
+# The name of each EVENT_* kind.
+EVENT_NAMES = {
+    EVENT_OPEN: "open", EVENT_CLOSE: "close", EVENT_CREATE: "create", EVENT_UNLINK: "unlink",
+    EVENT_MODIFY: "modify", EVENT_OVERFLOW: "overflow",
+}
 
 _NAME_MAX = 255
 

@@ -84,6 +84,10 @@ typedef struct vino_client vino_client;
 #define VINO_EVENT_CREATE 3
 #define VINO_EVENT_UNLINK 4
 #define VINO_EVENT_MODIFY 5
+/* Not asked for: the marker vino_event_wait returns in place of events dropped because the
+ * queue was full (ino, dir and pid 0, empty name); one per overflow, until the queue is read
+ * below its bound again. */
+#define VINO_EVENT_OVERFLOW 6
 
 /* Longest file name, in bytes (without the NUL). */
 #define VINO_NAME_MAX 255

@@ -264,6 +264,8 @@ pub fn event_kind(kind: c_int) -> Res<EventKind> {
         3 => EventKind::Create,
         4 => EventKind::Unlink,
         5 => EventKind::Modify,
+        // Passed on so the daemon refuses it as it refuses any client (EINVAL).
+        6 => EventKind::Overflow,
         _ => return Err(inval(&format!("unknown event kind {kind}"))),
     })
 }
@@ -275,6 +277,7 @@ fn event_code(kind: EventKind) -> u32 {
         EventKind::Create => 3,
         EventKind::Unlink => 4,
         EventKind::Modify => 5,
+        EventKind::Overflow => 6,
     }
 }
 

@@ -783,7 +783,8 @@ impl Client {
         self.ok(Request::EventSubscribe { kind })
     }
 
-    /// Waits up to `timeout_ms` for events; returns those that came (maybe none).
+    /// Waits up to `timeout_ms` for events; returns those that came (maybe none). An
+    /// [`EventKind::Overflow`] among them stands for events dropped because the queue was full.
     pub fn event_wait(&mut self, timeout_ms: u32) -> Result<Vec<Event>> {
         expect!(self.call(&Request::EventWait { timeout_ms })?, Response::Events(e) => e)
     }

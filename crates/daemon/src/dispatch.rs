@@ -71,6 +71,8 @@ fn event_kind(k: vino_proto::EventKind) -> vino_kernel::EventKind {
         vino_proto::EventKind::Create => vino_kernel::EventKind::Create,
         vino_proto::EventKind::Unlink => vino_kernel::EventKind::Unlink,
         vino_proto::EventKind::Modify => vino_kernel::EventKind::Modify,
+        // The kernel refuses to filter or subscribe to it (EINVAL).
+        vino_proto::EventKind::Overflow => vino_kernel::EventKind::Overflow,
     }
 }
 
@@ -81,6 +83,7 @@ fn event(e: vino_kernel::FsEvent) -> vino_proto::Event {
         vino_kernel::EventKind::Create => vino_proto::EventKind::Create,
         vino_kernel::EventKind::Unlink => vino_proto::EventKind::Unlink,
         vino_kernel::EventKind::Modify => vino_proto::EventKind::Modify,
+        vino_kernel::EventKind::Overflow => vino_proto::EventKind::Overflow,
     };
     vino_proto::Event {
         kind,

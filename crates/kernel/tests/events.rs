@@ -575,3 +575,240 @@ fn a_bounded_wait_takes_the_oldest_and_leaves_the_rest_queued() {
     assert_eq!(names(&heard), (0..10).map(|i| format!("f{i}")).collect::<Vec<_>>());
     assert!(w.event_wait_at_most(Duration::from_millis(10), 3).is_empty());
 }
+
+// ---- bounded queues and fair service -------------------------------------------------------------
+
+fn boot_with(dev: &Arc<MemDevice>, config: KernelConfig) -> Arc<Kernel> {
+    Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap()
+}
+
+fn small_queues(dev: &Arc<MemDevice>, bound: usize) -> Arc<Kernel> {
+    boot_with(
+        dev,
+        KernelConfig {
+            cache_frames: 128,
+            writeback_every: None,
+            event_queue_max: bound,
+            ..KernelConfig::default()
+        },
+    )
+}
+
+/// Raises `n` create events on `ino` (a file anyone may read), as `actor`'s system calls would.
+fn raise_creates(k: &Kernel, actor: &Process, ino: u64, n: usize) {
+    for _ in 0..n {
+        k.event_raise(EventKind::Create, actor, ino, 0, None);
+    }
+}
+
+#[test]
+fn a_subscriber_that_never_waits_is_held_to_the_bound_with_one_overflow_marker() {
+    const BOUND: usize = 64;
+    let dev = device(8192);
+    let k = small_queues(&dev, BOUND);
+    let actor = k.spawn(Credentials::root());
+    let ino = touch(&actor, "/watched", 0o644);
+    let w = k.spawn(Credentials::user(1000, 1000));
+    w.event_subscribe(EventKind::Create).unwrap();
+    let before = k.event_stats().of(EventKind::Create);
+    raise_creates(&k, &actor, ino, 200);
+    assert_eq!(w.events_queued(), BOUND + 1, "the bound and one marker");
+    let s = k.event_stats();
+    let c = s.of(EventKind::Create);
+    assert_eq!(c.delivered_user - before.delivered_user, BOUND as u64);
+    assert_eq!(c.dropped - before.dropped, (200 - BOUND) as u64);
+    assert_eq!(s.overflows, 1);
+
+    let got = w.event_wait(Duration::from_secs(1));
+    assert_eq!(got.len(), BOUND + 1);
+    assert!(
+        got[..BOUND]
+            .iter()
+            .all(|e| e.kind == EventKind::Create && e.inode == ino)
+    );
+    let marker = &got[BOUND];
+    assert_eq!(
+        (
+            marker.kind,
+            marker.inode,
+            marker.parent,
+            marker.pid,
+            marker.name.as_deref()
+        ),
+        (EventKind::Overflow, 0, 0, 0, None)
+    );
+    assert_eq!(
+        marker.seq,
+        got[BOUND - 1].seq + 1,
+        "the marker names the first event lost"
+    );
+    assert_eq!(w.events_queued(), 0);
+
+    // Drained: events arrive again.
+    raise_creates(&k, &actor, ino, 1);
+    let got = w.event_wait(Duration::from_secs(1));
+    assert_eq!((got.len(), got[0].kind), (1, EventKind::Create));
+
+    // Full again: a new marker; a reader that takes one event leaves the queue at the bound, so
+    // the overflow goes on with no second marker; below the bound, the next overflow has one.
+    raise_creates(&k, &actor, ino, BOUND + 10);
+    assert_eq!(k.event_stats().overflows, 2);
+    assert_eq!(w.event_wait_at_most(Duration::ZERO, 1).len(), 1);
+    raise_creates(&k, &actor, ino, 5);
+    assert_eq!((w.events_queued(), k.event_stats().overflows), (BOUND, 2));
+    assert_eq!(w.event_wait_at_most(Duration::ZERO, 2).len(), 2);
+    raise_creates(&k, &actor, ino, 5);
+    assert_eq!((w.events_queued(), k.event_stats().overflows), (BOUND + 1, 3));
+    let kinds: Vec<EventKind> = w.event_wait(Duration::ZERO).iter().map(|e| e.kind).collect();
+    assert_eq!(kinds.iter().filter(|&&k| k == EventKind::Overflow).count(), 2);
+    assert_eq!(kinds.last(), Some(&EventKind::Overflow));
+}
+
+#[test]
+fn overflow_cannot_be_asked_for() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    assert_eq!(EventKind::Overflow.point(), None);
+    assert!(EventKind::ALL.iter().all(|k| k.point().is_some()));
+    for r in [
+        p.event_subscribe(EventKind::Overflow),
+        p.event_unsubscribe(EventKind::Overflow),
+        p.event_filter(EventKind::Overflow, EventFilter::default()),
+        p.event_unbind(EventKind::Overflow),
+    ] {
+        assert_eq!(r.unwrap_err().errno, vino_kernel::Errno::Inval);
+    }
+    k.event_raise(EventKind::Overflow, &p, 1, 0, None);
+    assert_eq!(k.event_stats().kinds.len(), EventKind::ALL.len());
+}
+
+#[test]
+fn fifty_subscribers_that_never_wait_hold_at_most_their_bounds() {
+    const BOUND: usize = 1024;
+    const LISTENERS: usize = 50;
+    const EVENTS: usize = 100_000;
+    let dev = device(8192);
+    let k = small_queues(&dev, BOUND);
+    let actor = k.spawn(Credentials::root());
+    let ino = touch(&actor, "/hot", 0o644);
+    let subs: Vec<Arc<Process>> = (0..LISTENERS)
+        .map(|i| {
+            let p = k.spawn(Credentials::user(1000 + i as u32, 1000));
+            p.event_subscribe(EventKind::Create).unwrap();
+            p
+        })
+        .collect();
+    raise_creates(&k, &actor, ino, EVENTS);
+    let queued: usize = subs.iter().map(|p| p.events_queued()).sum();
+    assert!(queued <= LISTENERS * (BOUND + 1), "{queued} events held");
+    assert!(subs.iter().all(|p| p.events_queued() == BOUND + 1));
+    let s = k.event_stats();
+    assert_eq!(s.of(EventKind::Create).dropped, (LISTENERS * (EVENTS - BOUND)) as u64);
+    assert_eq!(s.overflows, LISTENERS as u64);
+}
+
+#[test]
+fn a_graft_queue_that_overflows_counts_its_drops_and_quiesces() {
+    const BOUND: usize = 16;
+    let dev = device(8192);
+    let k = small_queues(&dev, BOUND);
+    let owner = k.spawn(Credentials::root());
+    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (count, gate) = (heard.clone(), Arc::new(std::sync::Mutex::new(())));
+    let held = gate.lock().unwrap();
+    let g = gate.clone();
+    let policy = move |_: &vino_kernel::EventEnv, _: &FsEvent| -> Result<bool, vino_graft::Invalid> {
+        drop(g.lock().unwrap());
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(true)
+    };
+    owner.event_bind_native::<2>(Arc::new(policy), false).unwrap();
+    let ino = touch(&owner, "/f", 0o644);
+    // The graft is held at its first event: the rest wait in its bounded queue.
+    raise_creates(&k, &owner, ino, 100);
+    assert!(owner.events_queued() <= BOUND, "{} queued", owner.events_queued());
+    drop(held);
+    quiesce(&k);
+    let s = k.event_stats().of(EventKind::Create);
+    let ran = heard.load(std::sync::atomic::Ordering::Relaxed);
+    // `touch` raised one create too.
+    assert_eq!(ran + s.dropped, 101);
+    assert!(ran <= BOUND as u64 + 1 + EVENT_BATCH_SLACK, "{ran} ran");
+    assert_eq!(s.delivered_graft, ran);
+    assert_eq!(k.event_stats().overflows, 0, "no marker for a graft queue");
+}
+
+/// Jobs an event thread may have taken off a queue (one batch) before the queue filled.
+const EVENT_BATCH_SLACK: u64 = vino_kernel::EVENT_BATCH as u64;
+
+#[test]
+fn a_graft_that_spins_to_its_budget_does_not_delay_another_listener() {
+    const FLOOD: usize = 2000;
+    const VICTIM: u64 = 100;
+    let dev = device(8192);
+    let mut config = KernelConfig {
+        cache_frames: 128,
+        writeback_every: None,
+        ..KernelConfig::default()
+    };
+    // The attackers' grafts stay loaded however often they fail, each invocation spending its
+    // whole (short) budget.
+    config.runtime.invocation_budget = Duration::from_millis(2);
+    config.runtime.max_consecutive_failures = u32::MAX;
+    config.runtime.failure_rate_min = u32::MAX;
+    let k = boot_with(&dev, config);
+    let spin = r#"
+        #include "vino_graft.h"
+        static volatile uint64_t spins;
+        VINO_GRAFT(event_fs_create)
+        int32_t event_fs_create(int32_t kind, int64_t inode, int64_t parent, int64_t pid, int64_t t, int32_t n) {
+            for (;;)
+                spins += (uint64_t)inode;
+        }
+    "#;
+    let wasm = graft(spin);
+    // One attacker per event thread, so the old pid-hashed queues had no free thread.
+    let attackers: Vec<Arc<Process>> = (0..vino_kernel::EVENT_THREADS)
+        .map(|_| {
+            let a = k.spawn(Credentials::root());
+            a.graft_load("event.fs.create", &wasm).unwrap();
+            a
+        })
+        .collect();
+    let actor = k.spawn(Credentials::root());
+    let ino = touch(&actor, "/f", 0o644);
+    raise_creates(&k, &actor, ino, FLOOD);
+
+    let victim = k.spawn(Credentials::root());
+    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count = heard.clone();
+    let policy = move |_: &vino_kernel::EventEnv, _: &FsEvent| -> Result<bool, vino_graft::Invalid> {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(true)
+    };
+    victim.event_bind_native::<2>(Arc::new(policy), false).unwrap();
+    raise_creates(&k, &actor, ino, VICTIM as usize);
+
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    while heard.load(std::sync::atomic::Ordering::Relaxed) < VICTIM {
+        assert!(std::time::Instant::now() < until, "the victim's events are stuck");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for a in &attackers {
+        assert!(
+            a.events_queued() > 1000,
+            "the victim waited for the attacker: {} left",
+            a.events_queued()
+        );
+    }
+    assert!(
+        k.event_stats().of(EventKind::Create).graft_aborts > 0,
+        "the attackers spun"
+    );
+    // Their backlog goes with them.
+    for a in &attackers {
+        k.exit(a.pid());
+    }
+    quiesce(&k);
+}

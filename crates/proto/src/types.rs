@@ -201,6 +201,11 @@ pub enum EventKind {
     Create,
     Unlink,
     Modify,
+    /// Not an event one asks for: the marker that takes the place of the events dropped
+    /// because the process's queue was full (its `ino`, `dir` and `pid` are 0, its name empty).
+    /// A new marker comes only after the queue was read below its bound. Added after the
+    /// others, so every other kind keeps its encoding.
+    Overflow,
 }
 
 /// One event.
