@@ -144,10 +144,10 @@ fn events_reach_a_subscribed_client_once_each_through_its_filter() {
 }
 
 #[test]
-fn a_backlog_larger_than_a_frame_is_drained_over_several_waits_each_event_once() {
-    use vino_kernel::{At, Credentials, OpenFlags as KFlags};
+fn a_backlog_is_held_to_the_bound_drained_over_several_waits_and_ends_in_one_overflow_marker() {
+    use vino_kernel::{At, Credentials, EVENT_QUEUE_MAX, OpenFlags as KFlags};
     // Create-and-unlink pairs of names of 255 bytes that are not UTF-8, so each event carries
-    // 3 bytes per byte of the name: together far more than one frame holds.
+    // 3 bytes per byte of the name; far more events than the queue holds.
     const PAIRS: usize = 12_000;
     let d = TestDaemon::start();
     let mut watcher = d.client();
@@ -164,46 +164,62 @@ fn a_backlog_larger_than_a_frame_is_drained_over_several_waits_each_event_once()
         actor.close(fd).unwrap();
         actor.unlink_at(At::Root, name(i)).unwrap();
     }
-    let backlog: usize = (0..PAIRS).map(|i| 2 * String::from_utf8_lossy(&name(i)).len()).sum();
-    assert!(
-        backlog > MAX_FRAME,
-        "the backlog ({backlog} bytes of names) outgrows a frame"
-    );
 
-    let mut seen = std::collections::BTreeSet::new();
+    let mut got = Vec::new();
     let mut waits = 0;
-    while seen.len() < PAIRS * 2 {
-        let got = watcher.event_wait(1000).unwrap();
-        assert!(!got.is_empty(), "events stopped after {}", seen.len());
+    while got.len() < EVENT_QUEUE_MAX + 1 {
+        let answer = watcher.event_wait(1000).unwrap();
+        assert!(!answer.is_empty(), "events stopped after {}", got.len());
         assert!(
-            got.len() <= vino_daemon::EVENTS_PER_WAIT,
+            answer.len() <= vino_daemon::EVENTS_PER_WAIT,
             "{} events in one answer",
-            got.len()
+            answer.len()
         );
         waits += 1;
-        for e in got {
-            let lossy = String::from_utf8_lossy(&name(0)).len();
-            assert!(e.name.len() >= lossy - 3 * 5, "the name came whole: {}", e.name.len());
-            let i: usize = e.name[1..].split('-').next().unwrap().parse().unwrap();
-            assert!(
-                seen.insert((e.kind == EventKind::Create, i)),
-                "{:?} of f{i} came twice",
-                e.kind
-            );
-        }
+        got.extend(answer);
     }
-    assert!(waits >= 2 * PAIRS / vino_daemon::EVENTS_PER_WAIT, "{waits} waits");
-    for i in 0..PAIRS {
-        for create in [true, false] {
-            assert!(
-                seen.contains(&(create, i)),
-                "an event of f{i} was lost (create: {create})"
-            );
-        }
+    assert!(waits >= EVENT_QUEUE_MAX / vino_daemon::EVENTS_PER_WAIT, "{waits} waits");
+    assert_eq!(got.len(), EVENT_QUEUE_MAX + 1, "the bound and one marker");
+    // The oldest events, in order, each once; then the marker.
+    for (j, e) in got[..EVENT_QUEUE_MAX].iter().enumerate() {
+        let want = if j % 2 == 0 {
+            EventKind::Create
+        } else {
+            EventKind::Unlink
+        };
+        let lossy = String::from_utf8_lossy(&name(0)).len();
+        assert!(e.name.len() >= lossy - 3 * 5, "the name came whole: {}", e.name.len());
+        let i: usize = e.name[1..].split('-').next().unwrap().parse().unwrap();
+        assert_eq!((e.kind, i), (want, j / 2));
     }
-    // Nothing more, and the connection is still in step.
+    let marker = &got[EVENT_QUEUE_MAX];
+    assert_eq!(
+        (marker.kind, marker.ino, marker.dir, marker.pid, marker.name.as_str()),
+        (EventKind::Overflow, 0, 0, 0, "")
+    );
+    let stats = d.handle().kernel().event_stats();
+    let dropped = stats.of(vino_kernel::EventKind::Create).dropped + stats.of(vino_kernel::EventKind::Unlink).dropped;
+    assert_eq!(dropped as usize, 2 * PAIRS - EVENT_QUEUE_MAX);
+    assert_eq!(stats.overflows, 1);
+
+    // Drained: nothing more, the connection is still in step, and new events come again.
     assert!(watcher.event_wait(100).unwrap().is_empty());
     let fd = watcher.open("/after", OpenFlags::create()).unwrap();
     assert_eq!(watcher.fstat(fd).unwrap().size, 0);
     watcher.close(fd).unwrap();
+    let after = watcher.event_wait(1000).unwrap();
+    assert_eq!(
+        after.iter().map(|e| (e.kind, e.name.as_str())).collect::<Vec<_>>(),
+        [(EventKind::Create, "after")]
+    );
+}
+
+#[test]
+fn overflow_cannot_be_subscribed_to_through_the_socket() {
+    let d = TestDaemon::start();
+    let mut c = d.client();
+    let err = c.event_subscribe(EventKind::Overflow).unwrap_err();
+    assert_eq!(err.errno, errno::EINVAL, "{err}");
+    let err = c.event_filter(EventKind::Overflow, &[], &[]).unwrap_err();
+    assert_eq!(err.errno, errno::EINVAL, "{err}");
 }
