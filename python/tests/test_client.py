@@ -323,6 +323,9 @@ def test_events_reach_a_subscribed_client_through_its_filter():
         got = watcher.event_wait(5000)
         assert [(e.kind, e.name, e.pid) for e in got] == [(vino.EVENT_CREATE, name.lstrip("/"), actor.pid)], got
         assert watcher.event_wait(100) == []
+        e = raises(OSError, watcher.event_subscribe, vino.EVENT_OVERFLOW)
+        assert e.errno == errno.EINVAL
+        assert vino.EVENT_NAMES[vino.EVENT_OVERFLOW] == "overflow"
 
 
 def test_library_lookup_honours_vino_lib():

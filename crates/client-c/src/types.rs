@@ -330,6 +330,16 @@ mod tests {
     }
 
     #[test]
+    fn every_event_kind_round_trips_through_its_c_code() {
+        // VINO_EVENT_OPEN .. VINO_EVENT_OVERFLOW in vino.h.
+        for code in 1..=6 {
+            assert_eq!(event_code(event_kind(code).unwrap()), code as u32);
+        }
+        assert_eq!(event_code(EventKind::Overflow), 6);
+        assert!(event_kind(7).is_err());
+    }
+
+    #[test]
     fn setattr_bits_map_to_attributes() {
         let a = vino_setattr {
             valid: VINO_SET_MODE | VINO_SET_GID | VINO_SET_ATIME_NOW | VINO_SET_MTIME,

@@ -294,6 +294,7 @@ static void locks_and_events(void) {
     CHECK(vino_event_filter(c, VINO_EVENT_CREATE, NULL, 0, names, 1) == 0, "event_filter: %s", vino_last_error(c));
     CHECK(vino_event_filter(c, VINO_EVENT_CREATE, NULL, 2, NULL, 0) == -EINVAL, "NULL inodes");
     CHECK(vino_event_subscribe(c, 99) == -EINVAL, "an unknown event kind");
+    CHECK(vino_event_subscribe(c, VINO_EVENT_OVERFLOW) == -EINVAL, "overflow is not asked for");
     int made = vino_open(c, "/not-watched", VINO_O_RDWR | VINO_O_CREAT, 0644);
     CHECK(made >= 0 && vino_close(c, made) == 0, "create a file the filter rejects");
     made = vino_open(c, "/watched-by-c", VINO_O_RDWR | VINO_O_CREAT, 0644);
