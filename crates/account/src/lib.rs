@@ -49,10 +49,12 @@ pub enum Resource {
     Compiles,
     /// Control-function calls running.
     ControlCalls,
+    /// Blocking lock waits that each hold a kernel thread (the mount's).
+    LockWaits,
 }
 
 impl Resource {
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -63,6 +65,7 @@ impl Resource {
         Resource::FrameBytes,
         Resource::Compiles,
         Resource::ControlCalls,
+        Resource::LockWaits,
     ];
 
     fn index(self) -> usize {
@@ -78,6 +81,7 @@ impl Resource {
             Resource::Descriptors => 24,                                           // EMFILE
             Resource::Compiles | Resource::ControlCalls => 11,                     // EAGAIN
             Resource::FrameBytes => 105,                                           // ENOBUFS
+            Resource::LockWaits => 37,                                             // ENOLCK
             Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122, // EDQUOT
             Resource::Bindings | Resource::Subscriptions => 122,                   // EDQUOT
         }
@@ -99,6 +103,7 @@ impl Resource {
             Resource::FrameBytes => "request buffers",
             Resource::Compiles => "compiles in progress",
             Resource::ControlCalls => "control calls in progress",
+            Resource::LockWaits => "blocking lock waits",
         }
     }
 }
@@ -157,12 +162,14 @@ impl Default for LimitsConfig {
             .with(Resource::Subscriptions, 256)
             .with(Resource::FrameBytes, 128 * MIB)
             .with(Resource::Compiles, 2)
-            .with(Resource::ControlCalls, 1);
+            .with(Resource::ControlCalls, 1)
+            .with(Resource::LockWaits, 64);
         let total = Table::UNLIMITED
             .with(Resource::Grafts, 4096)
             .with(Resource::GraftMemory, 4096 * MIB)
             .with(Resource::GraftCode, 1024 * MIB)
-            .with(Resource::FrameBytes, 1024 * MIB);
+            .with(Resource::FrameBytes, 1024 * MIB)
+            .with(Resource::LockWaits, 256);
         LimitsConfig {
             process,
             user,

@@ -10,6 +10,7 @@
 //! max_connections_per_user = 64   # for each uid but root's
 //! root_reserved_connections = 8   # of max_connections, kept for root
 //! frame_timeout = 10          # seconds a request may take to arrive once it has begun
+//! event_queue_max = 4096      # events queued per listener before an overflow marker
 //! socket_mode = 0o666
 //!
 //! [limits]                    # per principal; the defaults are vino_account's
@@ -25,6 +26,7 @@
 //! request_buffers_per_user = "128M"
 //! compiles_per_user = 2
 //! control_calls_per_user = 1
+//! lock_waits_per_user = 64      # blocking lock waits through the mount (each holds a thread)
 //! root_reserve_percent = 5      # of each total, for root only
 //! ```
 
@@ -61,6 +63,9 @@ pub struct Config {
     pub max_shm: u64,
     /// Where to mount the file system through FUSE (for unmodified programs), if anywhere.
     pub mount: Option<PathBuf>,
+    /// Events queued for one listener (each of its user-level and graft queues) before the
+    /// rest are dropped behind an overflow marker.
+    pub event_queue_max: usize,
     /// What each process and user may make the kernel hold.
     pub limits: LimitsFile,
 }
@@ -99,6 +104,7 @@ pub struct LimitsFile {
     pub request_buffers_per_user: Option<String>,
     pub compiles_per_user: Option<u64>,
     pub control_calls_per_user: Option<u64>,
+    pub lock_waits_per_user: Option<u64>,
     pub root_reserve_percent: Option<u8>,
 }
 
@@ -122,6 +128,7 @@ impl LimitsFile {
             (User, Resource::Subscriptions, self.subscriptions_per_user),
             (User, Resource::Compiles, self.compiles_per_user),
             (User, Resource::ControlCalls, self.control_calls_per_user),
+            (User, Resource::LockWaits, self.lock_waits_per_user),
         ];
         for (scope, r, v) in counts {
             if let Some(n) = v {
@@ -184,6 +191,7 @@ impl Default for Config {
             socket_mode: 0o666,
             max_shm: vino_proto::MAX_SHM,
             mount: None,
+            event_queue_max: vino_kernel::EVENT_QUEUE_MAX,
             limits: LimitsFile::default(),
         }
     }

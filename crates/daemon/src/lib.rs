@@ -119,6 +119,7 @@ pub fn start(config: Config) -> Result<Handle> {
     let kconfig = KernelConfig {
         cache_frames: config.cache_frames,
         limits: config.limits.resolve().map_err(err)?,
+        event_queue_max: config.event_queue_max,
         ..Default::default()
     };
     let kernel =

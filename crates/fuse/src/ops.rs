@@ -16,11 +16,11 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vino_kernel::{
-    At, Attrs, Credentials, Fd, FileType, Kernel, LockRequest, LockType, OpenFlags, Pid, Process, RenameFlags, SetTime,
-    Stat, SysError, SysResult,
+    At, Attrs, Credentials, Fd, FileType, Kernel, LockRequest, LockType, OpenFlags, Pid, Process, RenameFlags,
+    Resource, SetTime, Stat, SysError, SysResult,
 };
 
 type R<T> = Result<T, Errno>;
@@ -99,10 +99,6 @@ struct Handle {
 /// A directory listing taken at opendir, so offsets stay valid while the directory changes.
 type Listing = Arc<Vec<(u64, fuser::FileType, Vec<u8>)>>;
 
-/// Blocking lock waits served at once, each on a thread of its own (so that the mount's
-/// threads stay free to serve the unlock that ends the wait); more get `ENOLCK`.
-const MAX_LOCK_WAITERS: usize = 256;
-
 /// How long a caller's supplementary groups, read from `/proc`, are trusted.
 const GROUPS_FRESH: Duration = Duration::from_secs(1);
 
@@ -120,7 +116,6 @@ pub(crate) struct State {
     /// The kernel pids of the mount's processes: changes they make need no notice to Linux.
     pub(crate) own: RwLock<HashSet<Pid>>,
     groups: Mutex<HashMap<u32, (Instant, Vec<u32>)>>,
-    lock_waiters: Arc<AtomicUsize>,
     /// Linux pid of each lock owner, for `F_GETLK`'s answer.
     lock_pids: Mutex<HashMap<u64, u32>>,
     next_fh: AtomicU64,
@@ -142,7 +137,6 @@ impl State {
             processes: Mutex::default(),
             own: RwLock::default(),
             groups: Mutex::default(),
-            lock_waiters: Arc::default(),
             lock_pids: Mutex::default(),
             next_fh: AtomicU64::new(1),
         })
@@ -514,23 +508,22 @@ impl State {
             Err(e) if e.errno != vino_kernel::Errno::Again => return reply.error(sys(e)),
             Err(_) => {}
         }
-        let waiters = self.lock_waiters.clone();
-        if waiters.fetch_add(1, Ordering::AcqRel) >= MAX_LOCK_WAITERS {
-            waiters.fetch_sub(1, Ordering::AcqRel);
-            return reply.error(Errno::ENOLCK);
-        }
-        let spawned = std::thread::Builder::new()
+        // A blocking wait holds a thread of its own (so that the mount's threads stay free to
+        // serve the unlock that ends it), charged to the caller: one user's waits beyond its
+        // share get ENOLCK, and cannot use up the threads other users' waits need.
+        let thread = match h.process.account().charge(Resource::LockWaits, 1) {
+            Ok(c) => c,
+            Err(_) => return reply.error(Errno::ENOLCK),
+        };
+        let _ = std::thread::Builder::new()
             .name("vino-fuse-lock".into())
             .spawn(move || {
                 match h.process.lock_for(h.fd, owner.0, req, true) {
                     Ok(()) => reply.ok(),
                     Err(e) => reply.error(sys(e)),
                 }
-                waiters.fetch_sub(1, Ordering::AcqRel);
+                drop(thread);
             });
-        if spawned.is_err() {
-            self.lock_waiters.fetch_sub(1, Ordering::AcqRel);
-        }
     }
 
     fn getlk(&self, fh: u64, owner: LockOwner, start: u64, end: u64, typ: i32, reply: ReplyLock) {

@@ -64,15 +64,85 @@ fn a_users_open_files_through_the_mount_are_limited_and_anothers_are_not() {
         assert_eq!(words, ["64", emfile.as_str()], "uid {uid}: {out:?}");
     }
     // Everything the programs held is given back once Linux releases their files.
+    refunded(&m, Resource::Descriptors);
+    m.finish();
+}
+
+/// Waits until nothing of `r` is charged (the mount gives things back a moment after the
+/// programs see their answers).
+fn refunded(m: &Mounted, r: Resource) {
     let total = m.kernel.accounts().total().clone();
     let until = Instant::now() + Duration::from_secs(10);
-    while total.used(Resource::Descriptors) != 0 {
-        assert!(
-            Instant::now() < until,
-            "{} descriptors still charged",
-            total.used(Resource::Descriptors)
-        );
+    while total.used(r) != 0 {
+        assert!(Instant::now() < until, "{} of {r:?} still charged", total.used(r));
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Starts `n` children as `uid` that each wait for a write lock on `path` (`lockf`), and prints
+/// `REFUSED k` once the `k` refused at once (`ENOLCK`) have ended, then `GRANTED g` when the rest
+/// have had the lock.
+fn lock_waiters(uid: u32, path: &str, n: usize, refused: usize) -> std::process::Child {
+    let script = format!(
+        "import fcntl, os, sys\nkids = []\nfor i in range({n}):\n    pid = os.fork()\n    if pid == 0:\n        fd = os.open('{path}', os.O_RDWR)\n        try:\n            fcntl.lockf(fd, fcntl.LOCK_EX)\n            os._exit(0)\n        except OSError as e:\n            os._exit(e.errno)\n    kids.append(pid)\ncodes = []\nwhile len(codes) < {refused}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('REFUSED', sum(1 for c in codes if c == 37), flush=True)\nwhile len(codes) < {n}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('GRANTED', sum(1 for c in codes if c == 0), flush=True)\n"
+    );
+    Command::new("setpriv")
+        .args([
+            format!("--reuid={uid}"),
+            format!("--regid={uid}"),
+            "--clear-groups".into(),
+        ])
+        .args(["/usr/bin/python3", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv and python3 run programs as other users")
+}
+
+fn line(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut l = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut l)
+        .unwrap();
+    l.trim().to_string()
+}
+
+#[test]
+fn one_users_blocked_locks_through_the_mount_cannot_take_anothers_wait_threads() {
+    let mut limits = LimitsConfig::default();
+    limits.user.set(Resource::LockWaits, 4);
+    let kernel = KernelConfig {
+        limits,
+        ..KernelConfig::default()
+    };
+    let m = Mounted::with_kernel(
+        &kernel,
+        MountConfig {
+            allow_other: true,
+            ..MountConfig::default()
+        },
+    );
+    let f = m.mnt().join("shared");
+    fs::write(&f, b"x").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o666)).unwrap();
+    // Root holds the file's lock through the socket's side of the kernel.
+    let holder = m.kernel.spawn(vino_kernel::Credentials::root());
+    let fd = holder.open("/shared", vino_kernel::OpenFlags::read_write()).unwrap();
+    holder.lock(fd, vino_kernel::LockRequest::write(0, 0), false).unwrap();
+    let path = f.display().to_string();
+    // Alice starts eight waits: four wait (her share of threads), four get ENOLCK at once.
+    let mut alice = lock_waiters(ALICE, &path, 8, 4);
+    assert_eq!(line(&mut alice), "REFUSED 4");
+    // Bob's waits have threads of their own.
+    let mut bob = lock_waiters(BOB, &path, 2, 0);
+    assert_eq!(line(&mut bob), "REFUSED 0");
+    holder.lock(fd, vino_kernel::LockRequest::unlock(0, 0), false).unwrap();
+    assert_eq!(line(&mut alice), "GRANTED 4");
+    assert_eq!(line(&mut bob), "GRANTED 2");
+    alice.wait().unwrap();
+    bob.wait().unwrap();
+    m.kernel.exit(holder.pid());
+    drop(holder);
+    refunded(&m, Resource::LockWaits);
     m.finish();
 }

@@ -45,7 +45,7 @@
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::Fd;
 use crate::perm::{self, Credentials, EXEC, READ};
-use crate::{Kernel, Pid, Process};
+use crate::{Kernel, Pid, Process, Resource};
 use parking_lot::{Condvar, Mutex, RwLock};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
@@ -55,6 +55,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use vino_fs::Stat;
+use vino_graft::account::Charge;
 use vino_graft::{
     Access, CallError, Callables, GraftInfo, GraftPoint, GraftSlot, Invalid, LoadError, ManagedSlot, NativePolicy,
     Owner, SlotWrapper,
@@ -491,6 +492,8 @@ struct Listener {
     slots: [Arc<dyn EventSlot>; 5],
     filters: [RwLock<Filter>; 5],
     subscribed: [AtomicBool; 5],
+    /// Each subscription is charged to the process's account while it lasts.
+    subscriptions: Mutex<[Option<Charge>; 5]>,
     /// User-level delivery, read by [`Process::event_wait`].
     queue: Mutex<UserQueue>,
     ready: Condvar,
@@ -800,6 +803,7 @@ impl Events {
             slots: slots.clone(),
             filters: Default::default(),
             subscribed: Default::default(),
+            subscriptions: Mutex::default(),
             queue: Mutex::default(),
             ready: Condvar::new(),
             jobs: Mutex::default(),
@@ -831,6 +835,7 @@ impl Events {
             *l.filters[kind.index()].write() = Filter::default();
             self.shared.refresh(kind, &l);
         }
+        *l.subscriptions.lock() = Default::default();
         *l.queue.lock() = UserQueue::default();
         l.ready.notify_all();
         let dropped = std::mem::take(&mut l.jobs.lock().events).len();
@@ -1042,7 +1047,16 @@ impl Process {
         let kind = raised_kind(kind)?;
         let events = &self.kernel().events;
         let l = events.listener(self.pid())?;
-        l.subscribed[kind.index()].store(on, Ordering::Relaxed);
+        {
+            let mut charges = l.subscriptions.lock();
+            let charge = &mut charges[kind.index()];
+            if on && charge.is_none() {
+                *charge = Some(self.account().charge(Resource::Subscriptions, 1)?);
+            } else if !on {
+                *charge = None;
+            }
+            l.subscribed[kind.index()].store(on, Ordering::Relaxed);
+        }
         events.shared.refresh(kind, &l);
         Ok(())
     }

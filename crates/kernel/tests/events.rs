@@ -814,3 +814,39 @@ fn a_graft_that_spins_to_its_budget_does_not_delay_another_listener() {
     }
     quiesce(&k);
 }
+
+#[test]
+fn subscriptions_are_charged_to_their_user_and_refunded() {
+    let mut limits = vino_kernel::account::LimitsConfig::default();
+    limits.user.set(vino_kernel::Resource::Subscriptions, 3);
+    let config = KernelConfig {
+        cache_frames: 128,
+        writeback_every: None,
+        limits,
+        ..KernelConfig::default()
+    };
+    let k = Kernel::boot(device(4096) as Arc<dyn BlockDevice>, &config).unwrap();
+    let a = k.spawn(Credentials::user(1000, 100));
+    let b = k.spawn(Credentials::user(1000, 100));
+    let other = k.spawn(Credentials::user(2000, 200));
+    a.event_subscribe(EventKind::Create).unwrap();
+    a.event_subscribe(EventKind::Create).unwrap(); // the same subscription again: no new charge
+    a.event_subscribe(EventKind::Unlink).unwrap();
+    b.event_subscribe(EventKind::Create).unwrap();
+    let e = b.event_subscribe(EventKind::Unlink).unwrap_err();
+    assert_eq!(e.errno, vino_kernel::Errno::DQuot, "{e}");
+    assert!(e.message.contains("uid 1000"), "{e}");
+    // Another user has its own share.
+    for kind in [EventKind::Create, EventKind::Unlink, EventKind::Open] {
+        other.event_subscribe(kind).unwrap();
+    }
+    // Unsubscribing and exiting give subscriptions back.
+    a.event_unsubscribe(EventKind::Unlink).unwrap();
+    b.event_subscribe(EventKind::Unlink).unwrap();
+    let accounts = k.accounts();
+    assert_eq!(accounts.user(1000).used(vino_kernel::Resource::Subscriptions), 3);
+    for p in [&a, &b, &other] {
+        k.exit(p.pid());
+    }
+    assert_eq!(accounts.total().used(vino_kernel::Resource::Subscriptions), 0);
+}
