@@ -153,6 +153,11 @@ impl NativePolicy<BlockBuddy> for NoSwitch {
 
 /// `file.block_buddy`: where to put a block of a file being allocated.
 ///
+/// It is asked under the file system's lock, which every user's metadata changes need: so its
+/// budget is the kernel paths' small one (about 100 µs of work), an instance found busy (its
+/// owner in a control call) leaves the choice to the default at once, and its answer is only a
+/// preference that the allocator checks and may pass over.
+///
 /// Graft entry point: `file_block_buddy(ino: i64, index: i64, prev: i64, group: i32, groups: i32,
 /// per_group: i64) -> i64`. Result: a preferred device block in `[1, block_count)`, or 0 for "no
 /// preference" (the default decides, and the call counts as a success). Anything else is

@@ -230,3 +230,91 @@ fn a_timed_out_writer_lets_the_readers_behind_it_go_under_fifo() {
     assert_eq!(r.join().unwrap(), Ok(()));
     assert_eq!(holders(&m), vec![(1, Read), (3, Read)]);
 }
+
+/// A runtime whose 100 µs budgets are a long spin (a huge fuel rate), so a graft that spins to
+/// its budget is seen running for about a second.
+fn slow_runtime() -> Runtime {
+    Runtime::new(vino_graft::RuntimeConfig {
+        fuel_per_ms: 50_000_000_000,
+        ..Default::default()
+    })
+}
+
+#[test]
+fn a_spinning_graft_on_one_file_never_holds_up_locks_on_another() {
+    let m = Arc::new(LockManager::new(&slow_runtime()));
+    let slot = m.graftpoint(OBJ, Access::Process(1));
+    slot.load(&hostile("(loop (br 0)) i64.const 0"), Owner::process(1))
+        .unwrap();
+    m.lock(OBJ, 1, Write, BYTE0, Wait::No).unwrap();
+    let h = waiter(&m, 2, Write);
+    // The unlock asks the spinning graft, with the manager's mutex released.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (m2, done2) = (m.clone(), done.clone());
+    let unlocker = thread::spawn(move || {
+        m2.unlock(OBJ, 1, BYTE0);
+        done2.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    // Let it enter the graft (which spins for most of a second).
+    thread::sleep(Duration::from_millis(50));
+    // Other owners lock and unlock another object many times while the graft spins.
+    const OTHER: u64 = 77;
+    for i in 0..1000u64 {
+        m.lock(OTHER, 10 + i % 3, Write, BYTE0, Wait::No).unwrap();
+        m.unlock(OTHER, 10 + i % 3, BYTE0);
+    }
+    m.lock(OTHER, 20, Read, BYTE0, Wait::Forever).unwrap();
+    m.release_owner(20);
+    assert!(
+        !done.load(std::sync::atomic::Ordering::SeqCst),
+        "the other object's locks waited for the graft"
+    );
+    unlocker.join().unwrap();
+    assert_eq!(
+        h.join().unwrap(),
+        Ok(()),
+        "the default decided once the graft was stopped"
+    );
+    assert_eq!(holders(&m), vec![(2, Write)]);
+    m.check_invariants();
+}
+
+#[test]
+fn an_object_that_changes_while_its_graft_decides_is_decided_again() {
+    // Several owners lock and unlock one object with a FIFO graft deciding and others changing
+    // the queue meanwhile: invariants hold after every step and nobody is stranded.
+    let (m, slot) = manager(Policy::FifoGraft);
+    let threads: Vec<_> = (0..6u64)
+        .map(|owner| {
+            let m = m.clone();
+            thread::spawn(move || {
+                for i in 0..200u64 {
+                    let kind = if (owner + i) % 3 == 0 { Write } else { Read };
+                    let range = Range {
+                        start: i % 4,
+                        end: i % 4 + 2,
+                    };
+                    m.lock(OBJ, owner, kind, range, Wait::Forever).unwrap_or_else(|e| {
+                        assert!(matches!(e, LockError::Deadlock { .. }), "{e}");
+                    });
+                    m.check_invariants();
+                    // Held a moment, so others queue behind it and the graft decides.
+                    thread::sleep(Duration::from_micros(200));
+                    m.unlock(OBJ, owner, range);
+                }
+                m.release_owner(owner);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(m.waiting(OBJ).is_empty() && m.held(OBJ).is_empty());
+    assert!(
+        slot.stats().unwrap().invocations > 0,
+        "the graft decided: {:?} {:?}",
+        slot.stats(),
+        m.stats()
+    );
+    m.check_invariants();
+}
