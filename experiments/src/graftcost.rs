@@ -287,16 +287,17 @@ fn invocation(budget: Budget, ops: &mut Vec<Op>) {
         None,
     ));
 
-    let fuel = Runtime::new(RuntimeConfig {
-        interrupt: Interrupt::Fuel,
+    // The runtime meters fuel; the other way, an epoch ticker, for comparison.
+    let epochs = Runtime::new(RuntimeConfig {
+        interrupt: Interrupt::Epoch,
         ..RuntimeConfig::default()
     });
-    let fslot: GraftSlot<ToyApply> = GraftSlot::new(&fuel, kernel, Access::Process(1), None);
-    fslot.load(&wasm, Owner::process(1)).expect("null graft loads");
+    let eslot: GraftSlot<ToyApply> = GraftSlot::new(&epochs, kernel, Access::Process(1), None);
+    eslot.load(&wasm, Owner::process(1)).expect("null graft loads");
     ops.push(op(
         "null graft",
-        "Wasm graft + transaction, fuel instead of epochs",
-        bench(rounds, iters, || fslot.invoke(&black_box(7))),
+        "Wasm graft + transaction, epoch ticker instead of fuel",
+        bench(rounds, iters, || eslot.invoke(&black_box(7))),
         None,
     ));
 }

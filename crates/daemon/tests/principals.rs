@@ -176,6 +176,40 @@ fn child_role() {
             }
             println!("refused={refused}");
         }
+        // Grafts a lock.grant that spins to its budget on its own file and makes it decide, over
+        // and over, for VINO_TEST_MS (loading it again whenever it is unloaded for failing).
+        "grant-spin" => {
+            let ms: u64 = std::env::var("VINO_TEST_MS").unwrap().parse().unwrap();
+            let path = format!("{home}/locked");
+            let fd = c.open(&path, OpenFlags::create()).unwrap();
+            let point = format!("lock.grant/{fd}");
+            let spin = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
+              (func (export "lock_grant") (param i32 i32) (result i64) (loop (br 0)) (i64.const 0)))"#;
+            let mut other = Client::connect(&socket).unwrap();
+            let ofd = other.open(&path, OpenFlags::read_write()).unwrap();
+            let until = Instant::now() + Duration::from_millis(ms);
+            let (mut rounds, mut loads) = (0, 0);
+            println!("STARTED");
+            while Instant::now() < until {
+                if c.graft_stats(&point).map(|s| s.graft.is_none()).unwrap_or(true) {
+                    c.graft_load(&point, spin.as_bytes()).unwrap();
+                    loads += 1;
+                }
+                c.lock(fd, vino_proto::LockKind::Write, 0, 0, false).unwrap();
+                let waiter = std::thread::spawn(move || {
+                    other.lock(ofd, vino_proto::LockKind::Write, 0, 0, true).unwrap();
+                    other.lock(ofd, vino_proto::LockKind::Unlock, 0, 0, false).unwrap();
+                    other
+                });
+                std::thread::sleep(Duration::from_millis(2));
+                // The release asks the spinning graft; the default decides when it is stopped.
+                c.lock(fd, vino_proto::LockKind::Unlock, 0, 0, false).unwrap();
+                other = waiter.join().unwrap();
+                rounds += 1;
+            }
+            println!("rounds={rounds}");
+            println!("loads={loads}");
+        }
         other => panic!("unknown role {other}"),
     }
     println!("DONE");
@@ -336,6 +370,39 @@ fn a_user_runs_one_control_call_at_a_time_however_many_connections_it_has() {
     d.wait_processes(0);
     // Alice's CPU in control calls was charged to her.
     assert!(kernel.accounts().user(ALICE).cpu_ns() > 0 || kernel.accounts().total().cpu_ns() > 0);
+}
+
+#[test]
+fn a_spinning_lock_grant_graft_on_one_users_file_leaves_anothers_locks_alone() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run children as other users");
+        return;
+    }
+    let d = daemon(|_| {});
+    homes(&d);
+    let mut alice = spawn_child(
+        TEST,
+        "grant-spin",
+        &d.socket(),
+        &[("VINO_TEST_MS", "1500")],
+        Some(ALICE),
+    );
+    wait_line(&mut alice, "STARTED");
+    // Bob's locks on his own file all go through while Alice's graft keeps being asked.
+    let mut bob = d.client();
+    let fd = bob.open("/bobs", OpenFlags::create()).unwrap();
+    for _ in 0..500 {
+        bob.lock(fd, vino_proto::LockKind::Write, 0, 0, true).unwrap();
+        bob.lock(fd, vino_proto::LockKind::Unlock, 0, 0, false).unwrap();
+    }
+    let lines = wait_line(&mut alice, "DONE");
+    let _ = alice.wait();
+    let rounds: u64 = field(&lines, "rounds").parse().unwrap();
+    let loads: u64 = field(&lines, "loads").parse().unwrap();
+    assert!(rounds > 0, "{lines:?}");
+    // A graft that fails every call is unloaded after 8 in a row: Alice had to load it again.
+    assert!(loads > 1 || rounds < 8, "{lines:?}");
+    d.handle().kernel().locks().check_invariants();
 }
 
 #[test]
