@@ -17,6 +17,10 @@ use vino_proto::{ErrorReply, FrameError, MAX_FRAME, Request, Response, VERSION, 
 /// Largest request buffer a connection keeps between requests (uncharged).
 const RETAINED_BUFFER: usize = 256 << 10;
 
+/// Largest Hello frame (a version, a client name, a size): nothing is charged before Hello, so
+/// nothing big is read either.
+const MAX_HELLO: usize = vino_proto::MAX_PATH + 1024;
+
 /// How long a new connection may take to say Hello (its whole frame).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -125,7 +129,7 @@ fn hello(stream: &mut UnixStream, max_shm: u64) -> Option<(String, Option<Client
     let mut buf = Vec::new();
     let read = read_hello_header(stream, &mut rest)
         .and_then(|(header, fd)| {
-            vino_proto::read_frame_after_header(header, &mut rest, &mut buf, MAX_FRAME).map(|_| fd)
+            vino_proto::read_frame_after_header(header, &mut rest, &mut buf, MAX_HELLO).map(|_| fd)
         })
         .and_then(|fd| Ok((vino_proto::decode::<Request>(&buf)?, fd)));
     let _ = stream.set_read_timeout(None);

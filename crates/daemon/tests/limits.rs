@@ -74,6 +74,18 @@ fn closes_within(s: &mut UnixStream, limit: Duration) -> Option<Duration> {
 }
 
 #[test]
+fn a_hello_larger_than_a_hello_can_be_is_refused_at_once() {
+    let d = daemon(|_| {});
+    let mut s = UnixStream::connect(d.socket()).unwrap();
+    s.write_all(&(16u32 << 20).to_le_bytes()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    match answer(&mut s) {
+        Some(Response::Error(e)) => assert_eq!(e.errno, vino_proto::errno::EMSGSIZE, "{}", e.message),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_stalled_or_dribbled_frame_ends_its_connection_and_an_idle_one_lives() {
     let timeout = Duration::from_millis(600);
     let d = daemon(|c| c.frame_timeout = timeout);
@@ -107,7 +119,7 @@ fn a_stalled_or_dribbled_frame_ends_its_connection_and_an_idle_one_lives() {
     let hello_dribbler = {
         let mut s = slow_hello.try_clone().unwrap();
         std::thread::spawn(move || {
-            let _ = s.write_all(&(1u32 << 20).to_le_bytes());
+            let _ = s.write_all(&4000u32.to_le_bytes());
             for _ in 0..15 {
                 std::thread::sleep(Duration::from_secs(2));
                 if s.write_all(&[0]).is_err() {
