@@ -156,14 +156,33 @@ impl Mount {
 
     fn stop(&mut self) -> io::Result<()> {
         if let Some(session) = self.session.take() {
-            session
-                .umount_and_join()
-                .map_err(|e| io::Error::new(e.kind(), format!("unmounting {}: {e}", self.mountpoint.display())))?;
+            match unmount_patiently(&self.mountpoint) {
+                Ok(()) => session.join(),
+                // Not ours to unmount (a mount made through fusermount): fuser's way.
+                Err(_) => session.umount_and_join(),
+            }
+            .map_err(|e| io::Error::new(e.kind(), format!("unmounting {}: {e}", self.mountpoint.display())))?;
         }
         self.invalidator.take();
         self.state.release_all();
         Ok(())
     }
+}
+
+/// Unmounts `at`, trying again for a while if Linux says it is busy: any fork of any thread of
+/// this process holds the descriptors it had open on the mount until the child execs (they are
+/// close-on-exec), so an unmount racing a fork elsewhere may find the mount busy for a moment.
+/// Still busy after two seconds, the mount is detached (it goes when its last user does).
+fn unmount_patiently(at: &std::path::Path) -> Result<(), nix::errno::Errno> {
+    use nix::errno::Errno;
+    use nix::mount::{MntFlags, umount2};
+    for _ in 0..200 {
+        match umount2(at, MntFlags::empty()) {
+            Err(Errno::EBUSY) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            other => return other,
+        }
+    }
+    umount2(at, MntFlags::MNT_DETACH)
 }
 
 impl Drop for Mount {

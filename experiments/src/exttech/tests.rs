@@ -263,6 +263,7 @@ fn sandbox_stops_a_runaway_graft() {
     let spin = wasmtime::Module::new(&engine, r#"(module (func (export "spin") (loop (br 0))))"#).unwrap();
     let mut store = wasmtime::Store::new(&engine, 0u64);
     store.set_fuel(1_000_000).unwrap();
+    store.set_epoch_deadline(1 << 60);
     let f = wasmtime::Instance::new(&mut store, &spin, &[])
         .unwrap()
         .get_typed_func::<(), ()>(&mut store, "spin")

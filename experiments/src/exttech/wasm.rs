@@ -54,7 +54,8 @@ pub fn sandbox_config(interrupt: Interruption) -> Config {
     vino_graft::sandbox_config(interrupt, vino_graft::RuntimeConfig::default().max_wasm_stack)
 }
 
-/// The engine grafts are compiled with (epoch interruption).
+/// The sandbox engine with epoch interruption (the kernel's runtime meters fuel; both are
+/// measured).
 pub fn sandbox_engine() -> Engine {
     sandbox_engine_with(Interruption::Epoch)
 }
@@ -215,7 +216,12 @@ fn arm(store: &mut Store<u64>, interrupt: Interruption) -> Result<()> {
             *store.data_mut() = EPOCH_BUDGET_TICKS;
             store.set_epoch_deadline(1);
         }
-        Interruption::Fuel => store.set_fuel(FUEL_BUDGET)?,
+        Interruption::Fuel => {
+            store.set_fuel(FUEL_BUDGET)?;
+            // The sandbox's configuration compiles epoch checks in with fuel too (the kernel
+            // uses them for lock deadlines); here no epoch ever ends a call.
+            store.set_epoch_deadline(1 << 60);
+        }
     }
     Ok(())
 }
