@@ -347,8 +347,12 @@ fn contend(rt: &Runtime, kernel: &ToyKernel) -> std::thread::JoinHandle<Result<(
     let vlt = rt.vlt().clone();
     let object = kernel.object(0);
     std::thread::spawn(move || {
-        // Give the hog time to take the lock first.
-        std::thread::sleep(Duration::from_millis(5));
+        // Let the hog take the lock first (on a loaded machine it may start late): a contender
+        // that came first would find no holder to impose a deadline on.
+        let hog_started = Instant::now() + Duration::from_secs(10);
+        while vlt.locked_objects() == 0 && Instant::now() < hog_started {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let give_up = Instant::now() + Duration::from_secs(30);
         loop {
             let mut txn = vlt.begin();
