@@ -434,7 +434,10 @@ impl FileSystem {
         uids.sort_unstable();
         uids.dedup();
         for uid in uids {
-            let (k, c) = (kept.get(&uid).copied().unwrap_or_default(), counted.get(&uid).copied().unwrap_or_default());
+            let (k, c) = (
+                kept.get(&uid).copied().unwrap_or_default(),
+                counted.get(&uid).copied().unwrap_or_default(),
+            );
             if k != c {
                 return Err(corrupt(format!("uid {uid}: usage kept {k:?}, counted {c:?}")));
             }

@@ -51,8 +51,8 @@ pub use fsck::{FsckReport, Problem, fsck};
 pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, MAX_SYMLINK, MAX_XATTR_NAME, ROOT_INO, VERSION};
 pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
-pub use quota::{Quota, QuotaUsage, UNLIMITED};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
+pub use quota::{Quota, QuotaUsage, UNLIMITED};
 pub use state::{AllocCounters, DirEntry, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
 pub use write::{BlockWrite, WriteTarget};
 

@@ -141,7 +141,10 @@ impl Accounting {
 
     /// Every uid holding something, with what it holds.
     pub fn all(&self) -> impl Iterator<Item = (u32, Held)> + '_ {
-        self.held.iter().map(|(&u, &h)| (u, h)).filter(|(_, h)| *h != Held::default())
+        self.held
+            .iter()
+            .map(|(&u, &h)| (u, h))
+            .filter(|(_, h)| *h != Held::default())
     }
 
     /// Checks that `uid` may take `blocks` more blocks and `inodes` more inodes (root: always).

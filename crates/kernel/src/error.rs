@@ -120,6 +120,7 @@ impl From<io::Error> for SysError {
             io::ErrorKind::NotFound => Errno::NoEnt,
             io::ErrorKind::InvalidInput => Errno::Inval,
             io::ErrorKind::StorageFull => Errno::NoSpc,
+            io::ErrorKind::QuotaExceeded => Errno::DQuot,
             io::ErrorKind::PermissionDenied => Errno::Acces,
             _ => Errno::Io,
         };
