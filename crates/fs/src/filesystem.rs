@@ -326,7 +326,8 @@ impl FileSystem {
     /// Runs an operation that changes metadata, under the lock: all of it or none of it goes
     /// into the running journal transaction. A transaction past the commit threshold is
     /// committed first; an operation that runs out of space while freed blocks wait for a
-    /// checkpoint is retried once after committing and checkpointing. Either commit goes through
+    /// checkpoint is retried once after committing and checkpointing (not one refused for
+    /// root's reserve, which counts those blocks free already). Either commit goes through
     /// [`FileSystem::commit`], data hook first, with the lock released while the hook runs.
     pub(crate) fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
@@ -347,7 +348,8 @@ impl FileSystem {
                 }
                 Err(e) => {
                     g.rollback_op();
-                    if matches!(e, FsError::NoSpace) && !retried && g.has_deferred() {
+                    let reusable = g.has_deferred() && !g.quota.reserve_refused;
+                    if matches!(e, FsError::NoSpace) && !retried && reusable {
                         retried = true;
                         drop(g);
                         self.commit()?;

@@ -17,6 +17,8 @@
 //! preallocation ([`FileSystem::fallocate`]) and an on-disk orphan list (ext4's): an inode whose
 //! last name goes while the kernel still has it open ([`FileSystem::unlink_keep`]) stays until
 //! [`FileSystem::release_orphan`] or the next mount frees it. See `posix` for how they are kept.
+//! Blocks and inodes are charged to their owner's uid: quotas per user and a reserve only root
+//! may use ([`quota`], set by [`MountOptions::quota`]), kept in memory and recounted at mount.
 //! The on-disk format is version [`VERSION`]; an image of an older version is refused until
 //! [`upgrade`] (`vino fsck --upgrade`) brings it over.
 //!

@@ -89,6 +89,9 @@ pub(crate) struct Accounting {
     pub inode_limit: u64,
     pub block_reserve: u64,
     pub inode_reserve: u64,
+    /// The running operation was refused blocks for root's reserve (not for want of free
+    /// ones): a checkpoint, which only makes freed blocks reusable, cannot help.
+    pub reserve_refused: bool,
 }
 
 /// `percent` of `n`.
@@ -115,6 +118,7 @@ impl Accounting {
             inode_limit: q.user_inodes.unwrap_or((inodes - inode_reserve) / 2),
             block_reserve,
             inode_reserve,
+            reserve_refused: false,
         })
     }
 
@@ -161,8 +165,12 @@ impl Accounting {
 
     /// Checks that an owner may take `n` blocks when `free` are free: root may take them all,
     /// another owner must leave root's reserve.
-    pub fn check_block_reserve(&self, uid: u32, n: u64, free: u64) -> Result<()> {
-        if n > free || (uid != 0 && free - n < self.block_reserve) {
+    pub fn check_block_reserve(&mut self, uid: u32, n: u64, free: u64) -> Result<()> {
+        if n > free {
+            return Err(FsError::NoSpace);
+        }
+        if uid != 0 && free - n < self.block_reserve {
+            self.reserve_refused = true;
             return Err(FsError::NoSpace);
         }
         Ok(())
@@ -196,6 +204,7 @@ impl Accounting {
     /// An operation begins: its charges start being recorded.
     pub fn begin(&mut self) {
         self.undo.clear();
+        self.reserve_refused = false;
     }
 
     /// The running operation rolled back: its charges are undone.

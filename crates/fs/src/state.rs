@@ -199,6 +199,8 @@ pub(crate) struct FsState {
     pub counters: AllocCounters,
     /// Blocks and inodes charged to each owner, and the limits (see [`crate::quota`]).
     pub quota: Accounting,
+    /// Free blocks of all groups (the sum of what placement knows of each).
+    free_blocks: u64,
 }
 
 fn bad_name(name: &[u8]) -> Option<FsError> {
@@ -239,6 +241,7 @@ fn next_pref(geo: &Geometry, b: u64) -> u64 {
 impl FsState {
     pub fn new(meta: Meta, placement: Arc<Placement>, quota: Accounting) -> FsState {
         let geo = meta.geo.clone();
+        let free_blocks = (0..geo.groups).map(|g| u64::from(placement.free(g))).sum();
         FsState {
             deferred_in_group: vec![0; geo.groups as usize],
             meta,
@@ -253,6 +256,7 @@ impl FsState {
             mode: Mode::Mounted,
             counters: AllocCounters::default(),
             quota,
+            free_blocks,
         }
     }
 
@@ -298,9 +302,16 @@ impl FsState {
             if blocks.contains(&self.geo.header(g))
                 && let Ok(h) = self.header(g)
             {
-                self.placement.set_free(g, h.free_blocks);
+                self.set_group_free(g, h.free_blocks);
             }
         }
+    }
+
+    /// Records group `g`'s free blocks for placement, and in the total.
+    fn set_group_free(&mut self, g: u32, free: u32) {
+        let old = self.placement.free(g);
+        self.free_blocks = self.free_blocks - u64::from(old) + u64::from(free);
+        self.placement.set_free(g, free);
     }
 
     /// Blocks an allocation can take now (free ones not waiting for a checkpoint).
@@ -316,7 +327,11 @@ impl FsState {
     /// Free blocks, those waiting for a checkpoint included (what root's reserve is measured
     /// against, as statfs shows it).
     pub(crate) fn free_blocks_total(&self) -> u64 {
-        (0..self.geo.groups).map(|g| u64::from(self.placement.free(g))).sum()
+        if cfg!(any(debug_assertions, feature = "invariants")) {
+            let sum: u64 = (0..self.geo.groups).map(|g| u64::from(self.placement.free(g))).sum();
+            assert_eq!(self.free_blocks, sum, "the free block total drifted");
+        }
+        self.free_blocks
     }
 
     /// Free inodes.
@@ -419,7 +434,7 @@ impl FsState {
     pub(crate) fn put_header(&mut self, h: &GroupHeader) -> Result<()> {
         let b = self.meta.get_mut(self.geo.header(h.group))?;
         h.encode_into(b);
-        self.placement.set_free(h.group, h.free_blocks);
+        self.set_group_free(h.group, h.free_blocks);
         Ok(())
     }
 

@@ -306,6 +306,32 @@ fn the_reserve_leaves_users_enospc_while_root_still_writes() {
 }
 
 #[test]
+fn a_refusal_for_the_reserve_does_not_force_a_checkpoint() {
+    let dev = fresh(4096, &small_opts(1024));
+    let quota = Quota {
+        user_blocks: Some(UNLIMITED),
+        user_inodes: Some(UNLIMITED),
+        root_reserve_percent: 10,
+    };
+    let fs = mount_with(&dev, &with_quota(quota));
+    let a = fs.create(fs.root(), "a", &owned(ALICE)).unwrap();
+    assert_eq!(fill(&fs, a).kind(), FsErrorKind::NoSpace);
+    // Root takes a block of the reserve and frees it: it waits for a checkpoint, counted free.
+    let r = fs.create(fs.root(), "r", &owned(0)).unwrap();
+    write(&fs, r, 0, BS).unwrap();
+    fs.commit().unwrap();
+    fs.unlink(fs.root(), "r").unwrap();
+    let before = fs.stats().meta;
+    let end = fs.stat(a).unwrap().size;
+    assert_eq!(end % BS as u64, 0);
+    for _ in 0..5 {
+        assert_eq!(write(&fs, a, end, BS).unwrap_err().kind(), FsErrorKind::NoSpace);
+    }
+    let after = fs.stats().meta;
+    assert_eq!((after.commits, after.checkpoints), (before.commits, before.checkpoints));
+}
+
+#[test]
 fn the_inode_reserve_is_roots() {
     let dev = fresh(4096, &small_opts(1024));
     let quota = Quota {
