@@ -167,3 +167,18 @@ impl From<vino_locks::LockError> for SysError {
         SysError::new(errno, e.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_quota_exceeded_is_edquot() {
+        assert_eq!(SysError::from(FsError::QuotaExceeded).errno, Errno::DQuot);
+        assert_eq!(
+            SysError::from(io::Error::from(FsError::QuotaExceeded)).errno,
+            Errno::DQuot
+        );
+        assert_eq!(SysError::from(FsError::NoSpace).errno, Errno::NoSpc);
+    }
+}
