@@ -1,6 +1,6 @@
 //! Disk quotas through the mount: a user's `dd` that goes past its quota of blocks gets
-//! "Disk quota exceeded" (EDQUOT), while another user still writes, and root writes into the
-//! reserve users cannot touch. (Run as root; the users' programs run under `setpriv`.)
+//! "Disk quota exceeded" (EDQUOT), while another user still writes; and at root's reserve users
+//! get "No space left on device" while root still writes. (Run as root; the users' programs run under `setpriv`.)
 
 mod common;
 
@@ -30,13 +30,10 @@ fn sh_as(uid: u32, script: &str) -> Output {
         .expect("setpriv (util-linux) runs programs as other users")
 }
 
-fn mounted() -> Mounted {
+fn mounted(quota: Quota) -> Mounted {
     let kernel = KernelConfig {
         mount: MountOptions {
-            quota: Quota {
-                user_blocks: Some(QUOTA_BLOCKS),
-                ..Quota::default()
-            },
+            quota,
             ..MountOptions::default()
         },
         ..KernelConfig::default()
@@ -50,16 +47,24 @@ fn mounted() -> Mounted {
     )
 }
 
-#[test]
-fn a_user_past_its_quota_gets_edquot_while_another_still_writes() {
-    let m = mounted();
-    let mnt = m.mnt();
+/// `/alice` and `/bob`, each user's own.
+fn home_dirs(m: &Mounted) {
     for (name, uid) in [("alice", ALICE), ("bob", BOB)] {
-        let d = mnt.join(name);
+        let d = m.mnt().join(name);
         fs::create_dir(&d).unwrap();
         std::os::unix::fs::chown(&d, Some(uid), Some(uid)).unwrap();
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
     }
+}
+
+#[test]
+fn a_user_past_its_quota_gets_edquot_while_another_still_writes() {
+    let m = mounted(Quota {
+        user_blocks: Some(QUOTA_BLOCKS),
+        ..Quota::default()
+    });
+    let mnt = m.mnt();
+    home_dirs(&m);
     // 8 MiB asked, 4 MiB allowed: dd stops with EDQUOT (at a write, or at the flush on close).
     let big = mnt.join("alice/big");
     let out = sh_as(
@@ -104,5 +109,41 @@ fn a_user_past_its_quota_gets_edquot_while_another_still_writes() {
         ),
     );
     assert!(out.status.success(), "{out:?}");
+    m.finish();
+}
+
+#[test]
+fn users_get_enospc_at_roots_reserve_while_root_still_writes() {
+    // Half the disk is root's; users have no quota, so Alice alone reaches the reserve.
+    let m = mounted(Quota {
+        user_blocks: Some(vino_fs::UNLIMITED),
+        user_inodes: Some(vino_fs::UNLIMITED),
+        root_reserve_percent: 50,
+    });
+    let mnt = m.mnt();
+    home_dirs(&m);
+    let out = sh_as(
+        ALICE,
+        &format!(
+            "dd if=/dev/zero of={}/alice/big bs=1M count=128 conv=fsync",
+            mnt.display()
+        ),
+    );
+    assert!(!out.status.success(), "dd past the reserve succeeded: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("No space left on device"), "dd: {err}");
+    let s = m.kernel.fs().stats();
+    assert!(
+        s.free_blocks >= s.reserved_blocks && s.free_blocks <= s.reserved_blocks + 16,
+        "{s:?}"
+    );
+    let out = sh_as(
+        BOB,
+        &format!("dd if=/dev/zero of={}/bob/f bs=64k count=1 conv=fsync", mnt.display()),
+    );
+    assert!(!out.status.success(), "{out:?}");
+    // Root writes into the reserve.
+    fs::write(mnt.join("root-file"), vec![1u8; 4 << 20]).unwrap();
+    assert_eq!(fs::metadata(mnt.join("root-file")).unwrap().len(), 4 << 20);
     m.finish();
 }
