@@ -12,6 +12,9 @@
 //! frame_timeout = 10          # seconds a request may take to arrive once it has begun
 //! event_queue_max = 4096      # events queued per listener before an overflow marker
 //! socket_mode = 0o666
+//! user_block_quota = "64M"    # disk space of each uid but root ("unlimited"; default: half)
+//! user_inode_quota = 10000    # inodes of each uid but root ("unlimited"; default: half)
+//! root_reserve_percent = 5    # of the disk's blocks and inodes, for root only
 //!
 //! [limits]                    # per principal; the defaults are vino_account's
 //! descriptors_per_process = 1024
@@ -68,6 +71,32 @@ pub struct Config {
     pub event_queue_max: usize,
     /// What each process and user may make the kernel hold.
     pub limits: LimitsFile,
+    /// Disk space (a size, or `unlimited`) each uid but root may hold in the file system; by
+    /// default half of what root's reserve leaves (see [`vino_fs::Quota`]).
+    pub user_block_quota: Option<Amount>,
+    /// Inodes (a count, or `unlimited`) each uid but root may hold; by default half.
+    pub user_inode_quota: Option<Amount>,
+    /// Percent of the disk's blocks and inodes only root may allocate (at most 50).
+    pub root_reserve_percent: u8,
+}
+
+/// A quota in the configuration: a number, a size such as `"64M"`, or `"unlimited"`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Amount {
+    Count(u64),
+    Text(String),
+}
+
+impl Amount {
+    /// The amount, [`vino_fs::UNLIMITED`] for `unlimited`; a text is parsed with `parse`.
+    fn resolve(&self, key: &str, parse: impl Fn(&str) -> Result<u64, String>) -> Result<u64, String> {
+        match self {
+            Amount::Count(n) => Ok(*n),
+            Amount::Text(t) if t.trim().eq_ignore_ascii_case("unlimited") => Ok(vino_fs::UNLIMITED),
+            Amount::Text(t) => parse(t).map_err(|e| format!("{key}: {e}")),
+        }
+    }
 }
 
 /// Which table of [`LimitsConfig`] a key sets.
@@ -193,6 +222,9 @@ impl Default for Config {
             mount: None,
             event_queue_max: vino_kernel::EVENT_QUEUE_MAX,
             limits: LimitsFile::default(),
+            user_block_quota: None,
+            user_inode_quota: None,
+            root_reserve_percent: 5,
         }
     }
 }
@@ -202,6 +234,40 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The file system's quotas: a size in bytes becomes whole 4 KiB blocks.
+    pub fn quota(&self) -> Result<vino_fs::Quota, String> {
+        if self.root_reserve_percent > 50 {
+            return Err(format!(
+                "root_reserve_percent: {} is more than 50",
+                self.root_reserve_percent
+            ));
+        }
+        let bytes = |t: &str| parse_size(t);
+        let blocks = self
+            .user_block_quota
+            .as_ref()
+            .map(|a| a.resolve("user_block_quota", bytes))
+            .transpose()?
+            .map(|b| {
+                if b == vino_fs::UNLIMITED {
+                    b
+                } else {
+                    b / vino_fs::BS as u64
+                }
+            });
+        let count = |t: &str| t.trim().parse::<u64>().map_err(|_| format!("`{t}` is not a count"));
+        let inodes = self
+            .user_inode_quota
+            .as_ref()
+            .map(|a| a.resolve("user_inode_quota", count))
+            .transpose()?;
+        Ok(vino_fs::Quota {
+            user_blocks: blocks,
+            user_inodes: inodes,
+            root_reserve_percent: self.root_reserve_percent,
+        })
     }
 
     /// The image size in bytes.
@@ -282,5 +348,28 @@ mod tests {
         let bad: Config = toml::from_str("[limits]\ngraft_code_per_user = \"lots\"").unwrap();
         assert!(bad.limits.resolve().unwrap_err().contains("graft_code_per_user"));
         assert!(parse_size("12Q").is_err());
+    }
+
+    #[test]
+    fn quota_keys_read_as_blocks_inodes_and_a_reserve() {
+        let q = Config::default().quota().unwrap();
+        assert_eq!(q, vino_fs::Quota::default());
+        let c: Config =
+            toml::from_str("user_block_quota = \"64M\"\nuser_inode_quota = 100\nroot_reserve_percent = 10").unwrap();
+        let q = c.quota().unwrap();
+        assert_eq!(
+            (q.user_blocks, q.user_inodes, q.root_reserve_percent),
+            (Some(16384), Some(100), 10)
+        );
+        let c: Config = toml::from_str("user_block_quota = \"unlimited\"\nuser_inode_quota = \"unlimited\"").unwrap();
+        let q = c.quota().unwrap();
+        assert_eq!(
+            (q.user_blocks, q.user_inodes),
+            (Some(vino_fs::UNLIMITED), Some(vino_fs::UNLIMITED))
+        );
+        let bad: Config = toml::from_str("user_block_quota = \"lots\"").unwrap();
+        assert!(bad.quota().unwrap_err().contains("user_block_quota"));
+        let bad: Config = toml::from_str("root_reserve_percent = 60").unwrap();
+        assert!(bad.quota().is_err());
     }
 }

@@ -120,6 +120,10 @@ pub fn start(config: Config) -> Result<Handle> {
         cache_frames: config.cache_frames,
         limits: config.limits.resolve().map_err(err)?,
         event_queue_max: config.event_queue_max,
+        mount: vino_fs::MountOptions {
+            quota: config.quota().map_err(err)?,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let kernel =

@@ -21,6 +21,9 @@ pub enum FsError {
     NoSpace,
     #[error("no free inodes left on device")]
     NoInodes,
+    /// The owner's quota of blocks or inodes is used up (see [`crate::Quota`]).
+    #[error("disk quota exceeded")]
+    QuotaExceeded,
     #[error("file too large")]
     FileTooLarge,
     #[error("invalid argument: {0}")]
@@ -48,6 +51,7 @@ pub enum FsErrorKind {
     NameTooLong,
     NoSpace,
     NoInodes,
+    QuotaExceeded,
     FileTooLarge,
     InvalidArgument,
     NoData,
@@ -68,6 +72,7 @@ impl FsError {
             FsError::NameTooLong(_) => FsErrorKind::NameTooLong,
             FsError::NoSpace => FsErrorKind::NoSpace,
             FsError::NoInodes => FsErrorKind::NoInodes,
+            FsError::QuotaExceeded => FsErrorKind::QuotaExceeded,
             FsError::FileTooLarge => FsErrorKind::FileTooLarge,
             FsError::InvalidArgument(_) => FsErrorKind::InvalidArgument,
             FsError::NoData(_) => FsErrorKind::NoData,
@@ -89,6 +94,7 @@ impl FsError {
             FsErrorKind::NameTooLong => 36,     // ENAMETOOLONG
             FsErrorKind::NoSpace => 28,         // ENOSPC
             FsErrorKind::NoInodes => 28,        // ENOSPC
+            FsErrorKind::QuotaExceeded => 122,  // EDQUOT
             FsErrorKind::FileTooLarge => 27,    // EFBIG
             FsErrorKind::InvalidArgument => 22, // EINVAL
             FsErrorKind::NoData => 61,          // ENODATA
@@ -108,6 +114,7 @@ impl From<FsError> for io::Error {
             FsErrorKind::InvalidArgument => io::ErrorKind::InvalidInput,
             FsErrorKind::Corrupt => io::ErrorKind::InvalidData,
             FsErrorKind::NoSpace | FsErrorKind::NoInodes => io::ErrorKind::StorageFull,
+            FsErrorKind::QuotaExceeded => io::ErrorKind::QuotaExceeded,
             FsErrorKind::FileTooLarge => io::ErrorKind::FileTooLarge,
             FsErrorKind::NotADirectory => io::ErrorKind::NotADirectory,
             FsErrorKind::IsADirectory => io::ErrorKind::IsADirectory,

@@ -8,6 +8,7 @@ use crate::journal::{self, JournalHeader, ScanError};
 use crate::layout::*;
 use crate::meta::{JournalState, Meta, MetaCounters};
 use crate::placement::{BlockBuddy, Placement};
+use crate::quota::{Accounting, Quota, QuotaUsage, count_usage};
 use crate::state::{AllocCounters, DirEntry, FsState, Mode, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
 use crate::write::DeviceTarget;
 use parking_lot::{Mutex, MutexGuard};
@@ -35,6 +36,8 @@ pub struct MountOptions {
     pub commit_blocks: Option<usize>,
     /// Metadata blocks kept in memory (dirty ones always are).
     pub meta_cache_blocks: usize,
+    /// Quotas per user and root's reserve (see [`crate::quota`]).
+    pub quota: Quota,
 }
 
 impl Default for MountOptions {
@@ -42,6 +45,7 @@ impl Default for MountOptions {
         MountOptions {
             commit_blocks: None,
             meta_cache_blocks: 8192,
+            quota: Quota::default(),
         }
     }
 }
@@ -54,6 +58,16 @@ pub struct FsStats {
     pub inodes: u64,
     pub free_blocks: u64,
     pub free_inodes: u64,
+    /// Blocks only root may allocate (root's reserve).
+    pub reserved_blocks: u64,
+    /// Inodes only root may allocate.
+    pub reserved_inodes: u64,
+    /// Blocks each uid but root may hold.
+    pub user_block_limit: u64,
+    /// Inodes each uid but root may hold.
+    pub user_inode_limit: u64,
+    /// Uids holding blocks or inodes.
+    pub quota_users: u64,
     /// Journal transactions replayed when this file system was mounted.
     pub replayed_transactions: u64,
     /// Inodes on the orphan list freed when this file system was mounted.
@@ -255,7 +269,12 @@ impl FileSystem {
         let placement = Arc::new(Placement::new(&geo, &free));
         let log = geo.log_len() as usize;
         let meta = Meta::new(dev.clone(), geo.clone(), journal, opts.meta_cache_blocks);
-        let mut state = FsState::new(meta, placement.clone());
+        let data_blocks = (0..geo.groups).map(|g| geo.data_blocks(g)).sum();
+        let mut quota = Accounting::new(&opts.quota, data_blocks, geo.inode_count())?;
+        // In memory only, rebuilt at every mount (the journal is replayed: the device is
+        // current). Orphans count until freed below.
+        quota.set_counted(count_usage(&geo, &mut |b, buf| Ok(dev.read_blocks(b, buf)?))?);
+        let mut state = FsState::new(meta, placement.clone(), quota);
         let root = state.read_inode(ROOT_INO)?;
         if !root.is_dir() {
             return Err(corrupt("the root inode is not a directory"));
@@ -307,7 +326,8 @@ impl FileSystem {
     /// Runs an operation that changes metadata, under the lock: all of it or none of it goes
     /// into the running journal transaction. A transaction past the commit threshold is
     /// committed first; an operation that runs out of space while freed blocks wait for a
-    /// checkpoint is retried once after committing and checkpointing. Either commit goes through
+    /// checkpoint is retried once after committing and checkpointing (not one refused for
+    /// root's reserve, which counts those blocks free already). Either commit goes through
     /// [`FileSystem::commit`], data hook first, with the lock released while the hook runs.
     pub(crate) fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
@@ -328,7 +348,8 @@ impl FileSystem {
                 }
                 Err(e) => {
                     g.rollback_op();
-                    if matches!(e, FsError::NoSpace) && !retried && g.has_deferred() {
+                    let reusable = g.has_deferred() && !g.quota.reserve_refused;
+                    if matches!(e, FsError::NoSpace) && !retried && reusable {
                         retried = true;
                         drop(g);
                         self.commit()?;
@@ -373,11 +394,57 @@ impl FileSystem {
             inodes: self.geo.inode_count(),
             free_blocks,
             free_inodes,
+            reserved_blocks: g.quota.block_reserve,
+            reserved_inodes: g.quota.inode_reserve,
+            user_block_limit: g.quota.block_limit,
+            user_inode_limit: g.quota.inode_limit,
+            quota_users: g.quota.all().count() as u64,
             replayed_transactions: self.replayed,
             orphans_freed_at_mount: self.orphans_freed,
             meta: g.meta.counters,
             alloc: g.counters,
         }
+    }
+
+    // ---- quotas ---------------------------------------------------------------------------
+
+    /// What `uid` holds (blocks, indirect, xattr and symlink blocks included, and inodes) and
+    /// may hold (see [`crate::quota`]).
+    pub fn quota_usage(&self, uid: u32) -> QuotaUsage {
+        self.state.lock().quota.usage(uid)
+    }
+
+    /// Every uid holding blocks or inodes, with its usage, by uid.
+    pub fn quota_report(&self) -> Vec<(u32, QuotaUsage)> {
+        let g = self.state.lock();
+        let mut all: Vec<(u32, QuotaUsage)> = g.quota.all().map(|(u, _)| (u, g.quota.usage(u))).collect();
+        all.sort_by_key(|&(u, _)| u);
+        all
+    }
+
+    /// Checks the usage kept against a count from the inode table (as a mount makes it);
+    /// [`FsError::Corrupt`] saying which uid differs. For tests and audits: it reads the whole
+    /// inode table.
+    pub fn verify_quota(&self) -> Result<()> {
+        let mut g = self.lock()?;
+        let kept = g.quota.snapshot();
+        let counted = count_usage(&self.geo, &mut |b, buf| {
+            buf.copy_from_slice(g.meta.get(b)?);
+            Ok(())
+        })?;
+        let mut uids: Vec<u32> = kept.keys().chain(counted.keys()).copied().collect();
+        uids.sort_unstable();
+        uids.dedup();
+        for uid in uids {
+            let (k, c) = (
+                kept.get(&uid).copied().unwrap_or_default(),
+                counted.get(&uid).copied().unwrap_or_default(),
+            );
+            if k != c {
+                return Err(corrupt(format!("uid {uid}: usage kept {k:?}, counted {c:?}")));
+            }
+        }
+        Ok(())
     }
 
     // ---- namespace ------------------------------------------------------------------------

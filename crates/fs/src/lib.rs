@@ -17,6 +17,8 @@
 //! preallocation ([`FileSystem::fallocate`]) and an on-disk orphan list (ext4's): an inode whose
 //! last name goes while the kernel still has it open ([`FileSystem::unlink_keep`]) stays until
 //! [`FileSystem::release_orphan`] or the next mount frees it. See `posix` for how they are kept.
+//! Blocks and inodes are charged to their owner's uid: quotas per user and a reserve only root
+//! may use ([`quota`], set by [`MountOptions::quota`]), kept in memory and recounted at mount.
 //! The on-disk format is version [`VERSION`]; an image of an older version is refused until
 //! [`upgrade`] (`vino fsck --upgrade`) brings it over.
 //!
@@ -41,6 +43,7 @@ pub mod meta;
 mod mkfs;
 pub mod placement;
 mod posix;
+pub mod quota;
 mod state;
 pub mod write;
 
@@ -51,6 +54,7 @@ pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, MAX_SYMLINK, MAX_XATTR_N
 pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
+pub use quota::{Quota, QuotaUsage, UNLIMITED};
 pub use state::{AllocCounters, DirEntry, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
 pub use write::{BlockWrite, WriteTarget};
 

@@ -101,14 +101,14 @@ impl FsState {
         if attrs.is_empty() {
             if i.xattr != 0 {
                 let b = self.ptr(ino, i.xattr)?;
-                self.free_block(b)?;
+                self.free_block(i.uid, b)?;
                 i.xattr = 0;
                 i.blocks = i.blocks.saturating_sub(1);
             }
         } else {
             let b = if i.xattr == 0 {
                 let pref = self.geo.data_start(self.geo.ino_group(ino));
-                let b = self.alloc_block(pref)?;
+                let b = self.alloc_block(i.uid, pref)?;
                 self.meta.create(b)?;
                 i.xattr = b as u32;
                 i.blocks = i.blocks.saturating_add(1);
@@ -274,6 +274,9 @@ impl FsState {
             }
         }
         need += l1_missing.len() as u64;
+        self.quota.check(i.uid, need, 0)?;
+        let free = self.free_blocks_total();
+        self.quota.check_block_reserve(i.uid, need, free)?;
         if need > self.free_now()? {
             return Err(FsError::NoSpace);
         }

@@ -15,6 +15,7 @@ use crate::error::{FsError, Result, corrupt};
 use crate::layout::*;
 use crate::meta::Meta;
 use crate::placement::{BlockBuddy, BuddyArgs, Placement, ffs_policy};
+use crate::quota::Accounting;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use vino_graft::GraftSlot;
@@ -71,6 +72,10 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub atime_ns: Option<u64>,
     pub mtime_ns: Option<u64>,
+    /// A chown (`uid`) may put the new owner over its quota: set by the kernel for a
+    /// privileged caller (Linux's CAP_SYS_RESOURCE); otherwise such a chown fails with
+    /// QuotaExceeded (EDQUOT).
+    pub ignore_quota: bool,
 }
 
 /// What `stat` says about a file.
@@ -192,6 +197,10 @@ pub(crate) struct FsState {
     pub alloc_inos: BTreeSet<u64>,
     pub mode: Mode,
     pub counters: AllocCounters,
+    /// Blocks and inodes charged to each owner, and the limits (see [`crate::quota`]).
+    pub quota: Accounting,
+    /// Free blocks of all groups (the sum of what placement knows of each).
+    free_blocks: u64,
 }
 
 fn bad_name(name: &[u8]) -> Option<FsError> {
@@ -230,8 +239,9 @@ fn next_pref(geo: &Geometry, b: u64) -> u64 {
 }
 
 impl FsState {
-    pub fn new(meta: Meta, placement: Arc<Placement>) -> FsState {
+    pub fn new(meta: Meta, placement: Arc<Placement>, quota: Accounting) -> FsState {
         let geo = meta.geo.clone();
+        let free_blocks = (0..geo.groups).map(|g| u64::from(placement.free(g))).sum();
         FsState {
             deferred_in_group: vec![0; geo.groups as usize],
             meta,
@@ -245,6 +255,8 @@ impl FsState {
             alloc_inos: BTreeSet::new(),
             mode: Mode::Mounted,
             counters: AllocCounters::default(),
+            quota,
+            free_blocks,
         }
     }
 
@@ -264,6 +276,7 @@ impl FsState {
         self.meta.begin_op();
         self.deferred_mark = self.deferred.len();
         self.pending_unslot.clear();
+        self.quota.begin();
     }
 
     pub fn end_op(&mut self) {
@@ -284,13 +297,21 @@ impl FsState {
             self.deferred_in_group[g] = self.deferred_in_group[g].saturating_sub(1);
         }
         self.pending_unslot.clear();
+        self.quota.rollback();
         for g in 0..self.geo.groups {
             if blocks.contains(&self.geo.header(g))
                 && let Ok(h) = self.header(g)
             {
-                self.placement.set_free(g, h.free_blocks);
+                self.set_group_free(g, h.free_blocks);
             }
         }
+    }
+
+    /// Records group `g`'s free blocks for placement, and in the total.
+    fn set_group_free(&mut self, g: u32, free: u32) {
+        let old = self.placement.free(g);
+        self.free_blocks = self.free_blocks - u64::from(old) + u64::from(free);
+        self.placement.set_free(g, free);
     }
 
     /// Blocks an allocation can take now (free ones not waiting for a checkpoint).
@@ -299,6 +320,25 @@ impl FsState {
         for g in 0..self.geo.groups {
             let h = self.header(g)?;
             n += u64::from(h.free_blocks.saturating_sub(self.deferred_in_group[g as usize]));
+        }
+        Ok(n)
+    }
+
+    /// Free blocks, those waiting for a checkpoint included (what root's reserve is measured
+    /// against, as statfs shows it).
+    pub(crate) fn free_blocks_total(&self) -> u64 {
+        if cfg!(any(debug_assertions, feature = "invariants")) {
+            let sum: u64 = (0..self.geo.groups).map(|g| u64::from(self.placement.free(g))).sum();
+            assert_eq!(self.free_blocks, sum, "the free block total drifted");
+        }
+        self.free_blocks
+    }
+
+    /// Free inodes.
+    pub(crate) fn free_inodes_total(&mut self) -> Result<u64> {
+        let mut n = 0u64;
+        for g in 0..self.geo.groups {
+            n += u64::from(self.header(g)?.free_inodes);
         }
         Ok(n)
     }
@@ -394,7 +434,7 @@ impl FsState {
     pub(crate) fn put_header(&mut self, h: &GroupHeader) -> Result<()> {
         let b = self.meta.get_mut(self.geo.header(h.group))?;
         h.encode_into(b);
-        self.placement.set_free(h.group, h.free_blocks);
+        self.set_group_free(h.group, h.free_blocks);
         Ok(())
     }
 
@@ -422,9 +462,20 @@ impl FsState {
         Ok(b)
     }
 
-    /// Allocates a block: the first free one at or after `pref` in `pref`'s group (wrapping
-    /// around the group), else in the following groups.
-    pub fn alloc_block(&mut self, pref: u64) -> Result<u64> {
+    /// Allocates a block charged to `owner`: the first free one at or after `pref` in
+    /// `pref`'s group (wrapping around the group), else in the following groups. QuotaExceeded
+    /// past the owner's quota; NoSpace for an owner but root when only root's reserve is left.
+    pub fn alloc_block(&mut self, owner: u32, pref: u64) -> Result<u64> {
+        self.quota.check(owner, 1, 0)?;
+        let free = self.free_blocks_total();
+        self.quota.check_block_reserve(owner, 1, free)?;
+        let b = self.take_block(pref)?;
+        self.quota.charge(owner, 1, 0);
+        Ok(b)
+    }
+
+    /// Takes the first free block at or after `pref` (see [`FsState::alloc_block`]).
+    fn take_block(&mut self, pref: u64) -> Result<u64> {
         let geo = self.geo.clone();
         let pref = if geo.is_data_block(pref) {
             pref
@@ -461,9 +512,9 @@ impl FsState {
         Err(FsError::NoSpace)
     }
 
-    /// Frees a block (a data block or a metadata block of a file). Not reusable until the
-    /// transaction freeing it has been checkpointed.
-    pub(crate) fn free_block(&mut self, b: u64) -> Result<()> {
+    /// Frees a block (a data block or a metadata block of a file) charged to `owner`. Not
+    /// reusable until the transaction freeing it has been checkpointed.
+    pub(crate) fn free_block(&mut self, owner: u32, b: u64) -> Result<()> {
         if !self.geo.is_data_block(b) {
             return Err(corrupt(format!("freeing block {b}, which is not a data block")));
         }
@@ -483,13 +534,25 @@ impl FsState {
         self.deferred_set.insert(b);
         self.deferred_in_group[g as usize] += 1;
         self.counters.blocks_freed += 1;
+        self.quota.charge(owner, -1, 0);
         Ok(())
     }
 
     /// Allocates an inode: for a directory, in a group with at least the average free inodes
     /// and the fewest directories (FFS's `dirpref`); for a file, in its directory's group, or
-    /// the next one with a free inode.
-    fn alloc_inode(&mut self, parent_group: u32, is_dir: bool) -> Result<u64> {
+    /// the next one with a free inode. Charged to `owner`: QuotaExceeded past its quota,
+    /// NoInodes for an owner but root when only root's reserve is left.
+    fn alloc_inode(&mut self, parent_group: u32, is_dir: bool, owner: u32) -> Result<u64> {
+        self.quota.check(owner, 0, 1)?;
+        let free = self.free_inodes_total()?;
+        self.quota.check_inode_reserve(owner, free)?;
+        let ino = self.take_inode(parent_group, is_dir)?;
+        self.quota.charge(owner, 0, 1);
+        Ok(ino)
+    }
+
+    /// Takes a free inode (see [`FsState::alloc_inode`]).
+    fn take_inode(&mut self, parent_group: u32, is_dir: bool) -> Result<u64> {
         let groups = self.geo.groups;
         let mut order: Vec<u32> = (0..groups).map(|i| (parent_group + i) % groups).collect();
         if is_dir {
@@ -533,7 +596,7 @@ impl FsState {
         Err(FsError::NoInodes)
     }
 
-    fn free_inode(&mut self, ino: u64, was_dir: bool, generation: u32) -> Result<()> {
+    fn free_inode(&mut self, ino: u64, was_dir: bool, generation: u32, owner: u32) -> Result<()> {
         let g = self.geo.ino_group(ino);
         let bit = (ino - 1) % self.geo.ipg;
         let mut h = self.header(g)?;
@@ -557,6 +620,7 @@ impl FsState {
         )?;
         self.pending_unslot.push(ino);
         self.counters.inodes_freed += 1;
+        self.quota.charge(owner, 0, -1);
         Ok(())
     }
 
@@ -619,6 +683,10 @@ impl FsState {
         if a.mode.is_some_and(|m| m & !0o7777 != 0) {
             return Err(FsError::InvalidArgument("mode has bits outside 0o7777".into()));
         }
+        let old = self.live(ino)?;
+        if let Some(to) = a.uid.filter(|&to| to != old.uid) {
+            self.transfer(&old, to, a.ignore_quota)?;
+        }
         let now = now_ns();
         let i = self.modify(ino, |i| {
             if let Some(m) = a.mode {
@@ -639,6 +707,22 @@ impl FsState {
             i.ctime_ns = now;
         })?;
         Ok(stat_of(ino, &i))
+    }
+
+    /// Chown's accounting: moves an inode's charge (itself and its blocks) from its owner to
+    /// `to`. QuotaExceeded if that puts `to` over its quota, unless `ignore_quota` (a
+    /// privileged caller, as Linux's CAP_SYS_RESOURCE). Root's reserve is not involved: no
+    /// block is allocated.
+    fn transfer(&mut self, i: &Inode, to: u32, ignore_quota: bool) -> Result<()> {
+        let blocks = u64::from(i.blocks);
+        if !ignore_quota {
+            self.quota.check(to, blocks, 1)?;
+        }
+        let b = i64::from(i.blocks);
+        self.quota.charge(i.uid, -b, -1);
+        self.quota.charge(to, b, 1);
+        debug_assert!(blocks == 0 || self.quota.held(to).blocks >= blocks);
+        Ok(())
     }
 
     // ---- block mapping --------------------------------------------------------------------
@@ -722,25 +806,25 @@ impl FsState {
         let data;
         match path {
             BlockPath::Direct(i) => {
-                data = self.alloc_block(cursor)?;
+                data = self.alloc_block(inode.uid, cursor)?;
                 inode.direct[i] = data as u32;
             }
             BlockPath::Single(i) => {
                 let mut ind = self.ptr(ino, inode.indirect)?;
                 if ind == 0 {
-                    ind = self.alloc_block(cursor)?;
+                    ind = self.alloc_block(inode.uid, cursor)?;
                     self.meta.create(ind)?;
                     inode.indirect = ind as u32;
                     cursor = next_pref(&self.geo, ind);
                     added += 1;
                 }
-                data = self.alloc_block(cursor)?;
+                data = self.alloc_block(inode.uid, cursor)?;
                 ind_set(self.meta.get_mut(ind)?, i, data as u32);
             }
             BlockPath::Double(i, j) => {
                 let mut d = self.ptr(ino, inode.dindirect)?;
                 if d == 0 {
-                    d = self.alloc_block(cursor)?;
+                    d = self.alloc_block(inode.uid, cursor)?;
                     self.meta.create(d)?;
                     inode.dindirect = d as u32;
                     cursor = next_pref(&self.geo, d);
@@ -748,13 +832,13 @@ impl FsState {
                 }
                 let mut l1 = self.ind(ino, d, i)?;
                 if l1 == 0 {
-                    l1 = self.alloc_block(cursor)?;
+                    l1 = self.alloc_block(inode.uid, cursor)?;
                     self.meta.create(l1)?;
                     ind_set(self.meta.get_mut(d)?, i, l1 as u32);
                     cursor = next_pref(&self.geo, l1);
                     added += 1;
                 }
-                data = self.alloc_block(cursor)?;
+                data = self.alloc_block(inode.uid, cursor)?;
                 ind_set(self.meta.get_mut(l1)?, j, data as u32);
             }
         }
@@ -772,7 +856,7 @@ impl FsState {
         };
         for &(_, p) in &ptrs {
             let p = self.ptr(ino, p)?;
-            self.free_block(p)?;
+            self.free_block(inode.uid, p)?;
             inode.blocks = inode.blocks.saturating_sub(1);
         }
         if !ptrs.is_empty() {
@@ -798,11 +882,11 @@ impl FsState {
             if depth > 1 {
                 self.free_tree(ino, p, depth - 1, inode)?;
             } else {
-                self.free_block(p)?;
+                self.free_block(inode.uid, p)?;
                 inode.blocks = inode.blocks.saturating_sub(1);
             }
         }
-        self.free_block(blk)?;
+        self.free_block(inode.uid, blk)?;
         inode.blocks = inode.blocks.saturating_sub(1);
         Ok(())
     }
@@ -823,7 +907,7 @@ impl FsState {
         for i in from.min(NDIRECT)..to.min(NDIRECT) {
             let p = self.ptr(ino, inode.direct[i as usize])?;
             if p != 0 {
-                self.free_block(p)?;
+                self.free_block(inode.uid, p)?;
                 inode.direct[i as usize] = 0;
                 inode.blocks = inode.blocks.saturating_sub(1);
             }
@@ -1057,9 +1141,9 @@ impl FsState {
         self.free_from(ino, &mut inode, 0)?;
         if inode.xattr != 0 {
             let x = self.ptr(ino, inode.xattr)?;
-            self.free_block(x)?;
+            self.free_block(inode.uid, x)?;
         }
-        self.free_inode(ino, inode.is_dir(), inode.generation)
+        self.free_inode(ino, inode.is_dir(), inode.generation, inode.uid)
     }
 
     /// Creates a file or directory `name` in `dir`.
@@ -1087,7 +1171,7 @@ impl FsState {
             return Err(FsError::Exists(show(name)));
         }
         let is_dir = kind == FileType::Directory;
-        let ino = self.alloc_inode(self.geo.ino_group(dir), is_dir)?;
+        let ino = self.alloc_inode(self.geo.ino_group(dir), is_dir, attrs.uid)?;
         let old = self.read_inode(ino).unwrap_or_default();
         if !old.is_free() {
             return Err(corrupt(format!("inode {ino} is free in its bitmap but in use")));

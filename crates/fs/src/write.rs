@@ -16,7 +16,8 @@
 //!   allocation's commit and the size's, leaves some) are freed: holes, they read as zeros.
 //! * A device that fills up part way: the bytes written so far stay and count, and the size
 //!   covers them (a short write, ending at a block boundary); if no byte was written,
-//!   [`FsError::NoSpace`]. Any other error (an I/O error) is the answer even part way: the
+//!   [`FsError::NoSpace`]. The owner's quota running out ([`FsError::QuotaExceeded`]) is the
+//!   same: a short write, else the error. Any other error (an I/O error) is the answer even part way: the
 //!   bytes written before it stay, but the size does not grow over them.
 //! * A write that would end past [`MAX_FILE_SIZE`] is refused whole ([`FsError::FileTooLarge`]);
 //!   an empty write changes nothing, not even past the end.
@@ -133,7 +134,7 @@ impl FileSystem {
             let take = (BS - at).min(data.len() - done);
             let a = match self.allocate_block(ino, index) {
                 Ok(a) => a,
-                Err(FsError::NoSpace | FsError::NoInodes) if done > 0 => break,
+                Err(FsError::NoSpace | FsError::NoInodes | FsError::QuotaExceeded) if done > 0 => break,
                 Err(e) => return Err(e),
             };
             let keep = if a.fresh {

@@ -58,6 +58,7 @@ proptest! {
             let want = run_model(&mut m, op);
             let got = run_fs(&fs, op);
             prop_assert_eq!(got, want, "op {} {:?}", i, op);
+            fs.verify_quota().unwrap();
         }
         check_equal(&fs, &m, "end of sequence");
         fs.sync().unwrap();

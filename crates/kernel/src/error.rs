@@ -120,6 +120,7 @@ impl From<io::Error> for SysError {
             io::ErrorKind::NotFound => Errno::NoEnt,
             io::ErrorKind::InvalidInput => Errno::Inval,
             io::ErrorKind::StorageFull => Errno::NoSpc,
+            io::ErrorKind::QuotaExceeded => Errno::DQuot,
             io::ErrorKind::PermissionDenied => Errno::Acces,
             _ => Errno::Io,
         };
@@ -164,5 +165,20 @@ impl From<vino_locks::LockError> for SysError {
             L::Invalid(_) => Errno::Inval,
         };
         SysError::new(errno, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_quota_exceeded_is_edquot() {
+        assert_eq!(SysError::from(FsError::QuotaExceeded).errno, Errno::DQuot);
+        assert_eq!(
+            SysError::from(io::Error::from(FsError::QuotaExceeded)).errno,
+            Errno::DQuot
+        );
+        assert_eq!(SysError::from(FsError::NoSpace).errno, Errno::NoSpc);
     }
 }
