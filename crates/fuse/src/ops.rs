@@ -821,13 +821,20 @@ impl Filesystem for VinoFs {
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.0.process(req).statfs();
+        let p = self.0.process(req);
+        let s = p.statfs();
         let bs = vino_fs::BS as u32;
         let max_name = vino_fs::MAX_NAME as u32;
+        // As ext4: what users other than root may still take leaves out root's reserve.
+        let available = if p.credentials().uid == 0 {
+            s.free_blocks
+        } else {
+            s.free_blocks.saturating_sub(s.reserved_blocks)
+        };
         reply.statfs(
             s.block_count,
             s.free_blocks,
-            s.free_blocks,
+            available,
             s.inodes,
             s.free_inodes,
             bs,

@@ -93,6 +93,8 @@ impl Process {
             set.uid = a.uid;
             set.gid = a.gid;
             set.mode = perm::after_chown(st);
+            // As Linux with CAP_SYS_RESOURCE: root may give a user a file past its quota.
+            set.ignore_quota = cred.privileged;
         }
         if let Some(mode) = a.mode {
             if !cred.owns(st) {
