@@ -38,6 +38,10 @@ pub const VICTIM_UID: u32 = 1001;
 pub const ATTACKER_UID: u32 = 1000;
 /// The goal: the victim's p99 under attack at most this many times its p99 alone.
 pub const GOAL_RATIO: f64 = 2.0;
+/// The baseline phase's name.
+pub const ALONE: &str = "alone";
+/// The phase after the attacks, alone again.
+pub const ALONE_AFTER: &str = "alone, after";
 /// The victim's operations, in the order each loop runs them.
 pub const VICTIM_OPS: [&str; 4] = [
     "open/read 4 KiB/close",
@@ -201,12 +205,22 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<IsolationRe
     let handle = start(dir.path(), sock_dir.path())?;
     make_homes(&handle, root)?;
     let mut phases = Vec::new();
+    // Alone first (the baseline) and, after the attacks, alone again: how far the baseline
+    // itself moves on this machine, and whether an attack left anything behind.
     let mut attacks: Vec<Option<Attack>> = vec![None];
     attacks.extend(opts.attacks.iter().copied().map(Some));
+    if !opts.attacks.is_empty() {
+        attacks.push(None);
+    }
     for (i, attack) in attacks.iter().enumerate() {
-        let name = attack.map_or("alone", Attack::name);
+        let name = match attack {
+            Some(a) => a.name(),
+            None if i == 0 => ALONE,
+            None => ALONE_AFTER,
+        };
         progress(&format!("phase {}/{}: {name}", i + 1, attacks.len()));
-        let p = phase(&handle, opts, &graft, *attack, root);
+        let mut p = phase(&handle, opts, &graft, *attack, root);
+        p.name = name.to_string();
         phases.push(p);
         wait_idle(&handle);
     }
@@ -428,7 +442,7 @@ fn report(phases: Vec<Phase>, phase: Duration, root: bool) -> IsolationReport {
     let [victim_uid, attacker_uid] = role_uids(root);
     let alone: Vec<OpStats> = phases
         .iter()
-        .find(|p| p.name == "alone")
+        .find(|p| p.name == ALONE)
         .map(|p| p.victim.ops.clone())
         .unwrap_or_default();
     let mut rows = Vec::new();
@@ -462,7 +476,7 @@ fn report(phases: Vec<Phase>, phase: Duration, root: bool) -> IsolationReport {
 
 /// A phase's rows: one per victim operation (one row with the error if it measured nothing).
 fn phase_rows(p: &Phase, alone: &[OpStats]) -> Vec<Row> {
-    let attacked = p.name != "alone";
+    let attacked = !p.name.starts_with(ALONE);
     let row = |o: &OpStats, note: String| {
         let base = alone.iter().find(|a| a.op == o.op).map_or(0, |a| a.p99_ns);
         let ratio = if base > 0 && o.samples > 0 {
@@ -706,8 +720,11 @@ impl Victim {
             ..Default::default()
         };
         let mut c = Client::connect_with(socket, &opts)?;
+        // Written once: a later phase's setup needs no space (the disk may be full).
         let fd = c.open(&format!("{home}/data"), OpenFlags::create())?;
-        c.pwrite(fd, &[0x5a; 4096], 0)?;
+        if c.fstat(fd)?.size < 4096 {
+            c.pwrite(fd, &[0x5a; 4096], 0)?;
+        }
         c.close(fd)?;
         match c.mkdir(&format!("{home}/ev"), 0o755) {
             Err(e) if e.errno != errno::EEXIST => return Err(e),
