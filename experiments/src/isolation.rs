@@ -161,7 +161,10 @@ pub struct Row {
     pub p99_ns: u64,
     pub max_ns: u64,
     pub errors: u64,
-    /// p99 under this phase over p99 alone (1 for the alone phase).
+    /// The victim's p99 alone that this row is compared with: for an attack, measured just
+    /// before it; otherwise the first alone phase's.
+    pub alone_p99_ns: u64,
+    /// p99 under this phase over `alone_p99_ns` (1 for the first alone phase).
     pub p99_ratio: f64,
     /// Under attack: p99 within [`GOAL_RATIO`] of alone and no failed call.
     pub pass: Option<bool>,
@@ -205,22 +208,27 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<IsolationRe
     let handle = start(dir.path(), sock_dir.path())?;
     make_homes(&handle, root)?;
     let mut phases = Vec::new();
-    // Alone first (the baseline) and, after the attacks, alone again: how far the baseline
-    // itself moves on this machine, and whether an attack left anything behind.
-    let mut attacks: Vec<Option<Attack>> = vec![None];
-    attacks.extend(opts.attacks.iter().copied().map(Some));
-    if !opts.attacks.is_empty() {
-        attacks.push(None);
-    }
-    for (i, attack) in attacks.iter().enumerate() {
-        let name = match attack {
-            Some(a) => a.name(),
-            None if i == 0 => ALONE,
-            None => ALONE_AFTER,
+    // Each attack against the victim alone just before it (this machine's load from elsewhere
+    // moves the baseline between phases); after the attacks, alone again against the first.
+    let mut plan: Vec<(String, Option<Attack>)> = Vec::new();
+    for (i, a) in opts.attacks.iter().enumerate() {
+        let alone = if i == 0 {
+            ALONE.to_string()
+        } else {
+            format!("{ALONE} before {}", a.name())
         };
-        progress(&format!("phase {}/{}: {name}", i + 1, attacks.len()));
+        plan.push((alone, None));
+        plan.push((a.name().to_string(), Some(*a)));
+    }
+    if plan.is_empty() {
+        plan.push((ALONE.to_string(), None));
+    } else {
+        plan.push((ALONE_AFTER.to_string(), None));
+    }
+    for (i, (name, attack)) in plan.iter().enumerate() {
+        progress(&format!("phase {}/{}: {name}", i + 1, plan.len()));
         let mut p = phase(&handle, opts, &graft, *attack, root);
-        p.name = name.to_string();
+        p.name = name.clone();
         phases.push(p);
         wait_idle(&handle);
     }
@@ -446,8 +454,17 @@ fn report(phases: Vec<Phase>, phase: Duration, root: bool) -> IsolationReport {
         .map(|p| p.victim.ops.clone())
         .unwrap_or_default();
     let mut rows = Vec::new();
+    let mut before: &[OpStats] = &alone;
     for p in &phases {
-        rows.extend(phase_rows(p, &alone));
+        if p.name == ALONE || p.name == ALONE_AFTER {
+            rows.extend(phase_rows(p, &alone));
+        } else if p.name.starts_with(ALONE) {
+            // A baseline of the next attack: in the JSON, not in the table.
+            before = &p.victim.ops;
+        } else {
+            rows.extend(phase_rows(p, before));
+            before = &alone;
+        }
     }
     let lock = alone
         .iter()
@@ -492,6 +509,7 @@ fn phase_rows(p: &Phase, alone: &[OpStats]) -> Vec<Row> {
             p99_ns: o.p99_ns,
             max_ns: o.max_ns,
             errors: o.errors,
+            alone_p99_ns: base,
             p99_ratio: ratio,
             pass: attacked.then_some(ratio <= GOAL_RATIO && o.errors == 0 && o.samples > 0),
             rss_mib: p.rss_mib,
@@ -532,6 +550,7 @@ impl IsolationReport {
                 "p50",
                 "p99",
                 "max",
+                "alone p99",
                 "p99 / alone",
                 "errors",
                 "daemon RSS MiB",
@@ -553,6 +572,7 @@ impl IsolationReport {
                 fmt_ns(r.p50_ns as f64),
                 fmt_ns(r.p99_ns as f64),
                 fmt_ns(r.max_ns as f64),
+                fmt_ns(r.alone_p99_ns as f64),
                 fmt_ratio(r.p99_ratio),
                 r.errors.to_string(),
                 format!("{:.0}", r.rss_mib),
@@ -569,6 +589,10 @@ impl IsolationReport {
              {verdict} ({passed} of {} rows pass; informational)",
             judged.len()
         ));
+        t.note(
+            "alone p99: each attack against the victim alone just before it; alone, after: against the first alone"
+                .to_string(),
+        );
         t.note(format!(
             "alone: uncontended lock/unlock max {} over {} calls",
             fmt_ns(self.alone_lock_max_ns as f64),
