@@ -1159,7 +1159,8 @@ fn graft_hog(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
     Ok(note)
 }
 
-/// The costliest modules the default module limits let through: the most functions, one body
+/// The costliest modules the default module limits let through (each sent with bytes of its
+/// own: see [`unique`]): the most functions, one body
 /// nested as deep as allowed and as long, and the most bytes of such bodies.
 fn bombs() -> Vec<Vec<u8>> {
     let limits = vino_graft::ModuleLimits::default();
@@ -1180,6 +1181,17 @@ fn bombs() -> Vec<Vec<u8>> {
     let n = (limits.max_bytes / limits.max_body_bytes).saturating_sub(1).max(1);
     let many = format!("(module {entry} {})", body.repeat(n));
     [funcs, deep, many].iter().map(|w| wasm(w)).collect()
+}
+
+/// `module` with a custom section holding `n`: the same code, other bytes, so that no cache of
+/// compiled modules spares the daemon the compile.
+fn unique(module: &[u8], n: u64) -> Vec<u8> {
+    let mut m = module.to_vec();
+    // Section id 0 (custom), 13 bytes: the name "uniq" (length 4) and `n`.
+    m.extend_from_slice(&[0, 13, 4]);
+    m.extend_from_slice(b"uniq");
+    m.extend_from_slice(&n.to_le_bytes());
+    m
 }
 
 /// A raw connection that has said Hello, or the daemon's refusal.
@@ -1226,7 +1238,7 @@ fn compile_bomb(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
                     };
                     let req = Request::GraftLoad {
                         point: "vas.pick_victim".into(),
-                        wasm: modules[i % modules.len()].clone(),
+                        wasm: unique(&modules[i % modules.len()], i as u64),
                     };
                     if vino_proto::write_frame(&mut conn, &req).is_err() {
                         tally.add("send failed");
