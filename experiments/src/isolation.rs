@@ -264,19 +264,23 @@ fn start(dir: &Path, sock_dir: &Path) -> Result<Handle, String> {
     vino_daemon::start(config).map_err(|e| e.to_string())
 }
 
-/// `/home<uid>` for each role, owned by its user.
+/// `/home<uid>` for each role, owned by its user: made by a root process of the daemon's kernel
+/// (in this program), so that this works when the bench itself is not root.
 fn make_homes(handle: &Handle, root: bool) -> Result<(), String> {
-    let e = |e: ClientError| format!("making the home directories: {e}");
-    let mut c = Client::connect(handle.socket()).map_err(e)?;
-    for uid in role_uids(root) {
-        let home = format!("/home{uid}");
-        match c.mkdir(&home, 0o755) {
-            Err(err) if err.errno != errno::EEXIST => return Err(e(err)),
-            _ => {}
+    let kernel = handle.kernel();
+    let p = kernel.spawn(vino_kernel::Credentials::root());
+    let made = (|| {
+        for uid in role_uids(root) {
+            let home = format!("/home{uid}");
+            if p.stat(&home).is_err() {
+                p.mkdir(&home, 0o755)?;
+            }
+            p.chown(&home, Some(uid), Some(uid))?;
         }
-        c.chown(home.as_str(), Some(uid), Some(uid)).map_err(e)?;
-    }
-    Ok(())
+        Ok::<(), vino_kernel::SysError>(())
+    })();
+    kernel.exit(p.pid());
+    made.map_err(|e| format!("making the home directories: {e}"))
 }
 
 /// The victim's and the attacker's uids: the configured ones as root, else this program's.
