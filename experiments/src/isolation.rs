@@ -20,7 +20,8 @@
 //! The daemon's configuration is the default one, limits included: the bench needs nothing
 //! raised (the victim holds one connection; the attacker's 50 subscribers and 32 spinning
 //! connections fit the default 64 connections per user). The image is 128 MiB so that the
-//! disk-fill attack fills it within its phase.
+//! disk-fill attack reaches its end (the user's block quota, by default half the disk, or a full
+//! device) within seconds.
 
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Write};
