@@ -12,6 +12,7 @@
 //! | `vino-bench-linux` | [`e9_linux`] | E9 the Wisconsin query on Linux's own stack |
 //! | `vino-bench-daemon` | [`daemon`] | what serving the kernel from vinod costs |
 //! | `vino-bench-soak` | [`daemon`] | many clients against one daemon, nothing lost or leaked |
+//! | `vino-bench-isolation` | [`isolation`] | one user's latency alone and under another user's attacks |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -26,5 +27,6 @@ pub mod e9_linux;
 pub mod exttech;
 pub mod front;
 pub mod graftcost;
+pub mod isolation;
 pub mod progress;
 pub mod wisconsin;

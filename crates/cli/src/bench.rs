@@ -51,6 +51,11 @@ pub enum BenchCommand {
     /// Many clients against one daemon for a while; checks no record lost and nothing leaked.
     #[command(disable_help_flag = true)]
     Soak(Pass),
+    /// Whether one user can hurt another: a victim user's latency alone and under each attack by
+    /// another user (spinning grafts, control calls, event floods, memory, compiles, connections,
+    /// the disk).
+    #[command(disable_help_flag = true)]
+    Isolation(Pass),
 }
 
 impl BenchCommand {
@@ -66,6 +71,7 @@ impl BenchCommand {
             BenchCommand::Linux(p) => ("linux", p.args),
             BenchCommand::Daemon(p) => ("daemon", p.args),
             BenchCommand::Soak(p) => ("soak", p.args),
+            BenchCommand::Isolation(p) => ("isolation", p.args),
         }
     }
 }
