@@ -228,6 +228,7 @@ fn bench_runs_the_experiment_program_beside_it_with_the_arguments_as_given() {
         "linux",
         "daemon",
         "soak",
+        "isolation",
     ] {
         assert!(help.contains(name), "{help}");
     }
