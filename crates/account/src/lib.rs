@@ -248,8 +248,9 @@ pub struct Account {
     parent: Option<Arc<Account>>,
     used: [AtomicU64; Resource::COUNT],
     cpu_ns: AtomicU64,
-    /// Woken when something is refunded, for charges that wait ([`Account::charge_waiting`]).
-    refunded: (Mutex<()>, Condvar),
+    /// Per resource: woken (one waiter per unit) when some is refunded, for charges that wait
+    /// ([`Account::charge_waiting`]).
+    refunded: [(Mutex<()>, Condvar); Resource::COUNT],
 }
 
 impl fmt::Debug for Account {
@@ -270,7 +271,7 @@ impl Account {
             parent,
             used: Default::default(),
             cpu_ns: AtomicU64::new(0),
-            refunded: (Mutex::new(()), Condvar::new()),
+            refunded: std::array::from_fn(|_| (Mutex::new(()), Condvar::new())),
         }
     }
 
@@ -340,9 +341,15 @@ impl Account {
         if let Some(parent) = &self.parent {
             parent.sub(r, n);
         }
-        let (lock, cv) = &self.refunded;
+        // One unit back lets one waiter in: waking all of them would have every waiting
+        // connection of a user wake for each refund.
+        let (lock, cv) = &self.refunded[r.index()];
         let _g = lock.lock();
-        cv.notify_all();
+        if n == 1 {
+            cv.notify_one();
+        } else {
+            cv.notify_all();
+        }
     }
 
     /// Charges `n` of `r`; the [`Charge`] refunds it when dropped.
@@ -362,17 +369,52 @@ impl Account {
     pub fn charge_waiting(self: &Arc<Self>, r: Resource, n: u64, patience: Duration) -> Result<Charge, Exceeded> {
         let deadline = Instant::now() + patience;
         loop {
-            let (lock, cv) = &self.refunded;
-            let mut g = lock.lock();
-            match self.charge(r, n) {
+            let e = match self.charge(r, n) {
                 Ok(c) => return Ok(c),
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => {
-                    // Refunds anywhere up the tree notify their own account; wake now and then
-                    // to see those too.
-                    let until = deadline.min(Instant::now() + Duration::from_millis(20));
-                    cv.wait_until(&mut g, until);
-                }
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(e);
+            }
+            // Wait on the account whose limit refused: its refunds are what can let this in.
+            let full = self.on_path(&e.account);
+            let (lock, cv) = &full.refunded[r.index()];
+            let mut g = lock.lock();
+            if full.used(r).saturating_add(n) > full.limit_for(r, self.reserve_ok_at(full)) {
+                // A refund between the refusal and taking the lock woke nobody: wake now and
+                // then as well.
+                let until = deadline.min(Instant::now() + Duration::from_millis(20));
+                cv.wait_until(&mut g, until);
+            }
+        }
+    }
+
+    /// True if this account's charges may use `above`'s reserve: an account between them
+    /// (root's user account) may.
+    fn reserve_ok_at(&self, above: &Account) -> bool {
+        let mut a = self;
+        while !std::ptr::eq(a, above) {
+            if a.may_use_reserve {
+                return true;
+            }
+            match &a.parent {
+                Some(p) => a = p,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    /// The account labelled `label` on the path from this one to the root (this one if none).
+    fn on_path(&self, label: &str) -> &Account {
+        let mut a = self;
+        loop {
+            if a.label == label {
+                return a;
+            }
+            match &a.parent {
+                Some(p) => a = p,
+                None => return self,
             }
         }
     }

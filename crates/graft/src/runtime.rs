@@ -129,6 +129,9 @@ impl Default for RuntimeConfig {
 pub fn sandbox_config(interrupt: Interrupt, max_wasm_stack: usize) -> Config {
     let mut c = Config::new();
     c.cranelift_opt_level(OptLevel::Speed);
+    // A compile runs on the thread that asked for it, so the compile pool's bound is the CPU
+    // compiles take (wasmtime would otherwise spread each over every core).
+    c.parallel_compilation(false);
     c.max_wasm_stack(max_wasm_stack);
     // Reads and writes are both confined to the graft's memory by guard pages around a large
     // reservation (the default on 64-bit hosts), so no per-access bounds check is compiled in.
