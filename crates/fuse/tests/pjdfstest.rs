@@ -126,8 +126,15 @@ fn summary_total(stdout: &str) -> Option<usize> {
 /// Runs the suite on `mnt`, its output to files in `dir`, and returns its stdout: the files and
 /// not pipes, so that a long output cannot stall it while this waits.
 fn run_suite(conf: &Path, mnt: &Path, secondary: &Path, dir: &Path) -> String {
+    run_cases(conf, mnt, secondary, dir, &[])
+}
+
+/// Runs the cases whose names contain one of `only` (all of them if empty).
+fn run_cases(conf: &Path, mnt: &Path, secondary: &Path, dir: &Path, only: &[String]) -> String {
     let (out_path, err_path) = (dir.join("pjdfstest.out"), dir.join("pjdfstest.err"));
-    let mut child = Command::new(pjdfstest())
+    let mut cmd = Command::new(pjdfstest());
+    cmd.args(only);
+    let mut child = cmd
         .arg("-c")
         .arg(conf)
         .arg("-p")
@@ -228,9 +235,25 @@ fn pjdfstest_passes_but_for_the_listed_cases() {
         std::fs::write(expected_path(), text).unwrap();
         eprintln!("{} is rewritten", expected_path().display());
     } else {
+        // The ETXTBSY cases exec a copy of `sleep` from the mount while the suite runs other cases
+        // in parallel threads, and under a loaded machine they fail now and then (alone they
+        // pass every time, 60 of 60 by hand): such a case gets one more run, alone.
+        let racy: Vec<String> = failed
+            .iter()
+            .filter(|n| n.ends_with("::etxtbsy") && !expected.contains(*n))
+            .cloned()
+            .collect();
+        let mut passed_alone = BTreeSet::new();
+        if !racy.is_empty() {
+            let again = run_cases(&conf, &m.mnt(), &secondary, m.dir.path(), &racy);
+            for c in parse(&again).into_iter().filter(|c| c.verdict == "ok") {
+                eprintln!("pjdfstest: {} failed in the full run and passed alone", c.name);
+                passed_alone.insert(c.name);
+            }
+        }
         let unexpected: Vec<String> = cases
             .iter()
-            .filter(|c| c.verdict == "FAILED" && !expected.contains(&c.name))
+            .filter(|c| c.verdict == "FAILED" && !expected.contains(&c.name) && !passed_alone.contains(&c.name))
             .map(|c| format!("{}\n{}", c.name, c.detail))
             .collect();
         let fixed: Vec<_> = expected.difference(&failed).collect();
