@@ -82,21 +82,30 @@ fn callers_see_old_or_new_graft_while_it_is_replaced() {
     };
     let grafts: Vec<Vec<u8>> = (2..6).map(|n| times(n).into_bytes()).collect();
     let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let callers: Vec<_> = (0..2)
         .map(|_| {
-            let (slot, stop) = (slot.clone(), stop.clone());
+            let (slot, stop, started) = (slot.clone(), stop.clone(), started.clone());
             std::thread::spawn(move || {
                 let mut seen = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let r = slot.invoke(&7);
                     // Default (7) or one of the grafts (14, 21, 28, 35): never anything else.
                     assert!(r % 7 == 0 && (1..=5).contains(&(r / 7)), "impossible answer {r}");
+                    if seen == 0 {
+                        started.fetch_add(1, Ordering::Relaxed);
+                    }
                     seen += 1;
                 }
                 seen
             })
         })
         .collect();
+    // Both callers are calling before the grafts start changing (a loaded machine may start
+    // them late).
+    while started.load(Ordering::Relaxed) < 2 {
+        std::thread::yield_now();
+    }
     for round in 0..200 {
         let g = &grafts[round % grafts.len()];
         if round % 7 == 6 {
