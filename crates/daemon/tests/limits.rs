@@ -19,21 +19,7 @@ use vino_proto::{MAX_FRAME, Request, Response};
 const TEST: &str = "child_role";
 
 fn daemon(tune: impl FnOnce(&mut Config)) -> TestDaemon {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut config = Config {
-        socket: dir.path().join("vinod.sock"),
-        image: dir.path().join("disk.img"),
-        image_size: "64M".into(),
-        cache_frames: 256,
-        ..Config::default()
-    };
-    tune(&mut config);
-    let handle = vino_daemon::start(config).unwrap();
-    TestDaemon {
-        handle: Some(handle),
-        dir,
-    }
+    TestDaemon::with(tune)
 }
 
 fn answer(s: &mut UnixStream) -> Option<Response> {

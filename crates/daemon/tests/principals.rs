@@ -23,21 +23,7 @@ const ALICE: u32 = 1000;
 const BOB: u32 = 1001;
 
 fn daemon(tune: impl FnOnce(&mut Config)) -> TestDaemon {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut config = Config {
-        socket: dir.path().join("vinod.sock"),
-        image: dir.path().join("disk.img"),
-        image_size: "64M".into(),
-        cache_frames: 256,
-        ..Config::default()
-    };
-    tune(&mut config);
-    let handle = vino_daemon::start(config).unwrap();
-    TestDaemon {
-        handle: Some(handle),
-        dir,
-    }
+    TestDaemon::with(tune)
 }
 
 /// A read-ahead graft that touches `pages` pages of memory (64 KiB each) and has a control

@@ -34,21 +34,28 @@ fn open_until_refused(uid: u32, dir: &str) -> Output {
         .expect("setpriv and python3 run programs as other users")
 }
 
-#[test]
-fn a_users_open_files_through_the_mount_are_limited_and_anothers_are_not() {
+/// A mount open to every user, of a kernel with the default limits as `tune` changes them.
+fn mounted_with(tune: impl FnOnce(&mut LimitsConfig)) -> Mounted {
     let mut limits = LimitsConfig::default();
-    limits.process.set(Resource::Descriptors, 64);
+    tune(&mut limits);
     let kernel = KernelConfig {
         limits,
         ..KernelConfig::default()
     };
-    let m = Mounted::with_kernel(
+    Mounted::with_kernel(
         &kernel,
         MountConfig {
             allow_other: true,
             ..MountConfig::default()
         },
-    );
+    )
+}
+
+#[test]
+fn a_users_open_files_through_the_mount_are_limited_and_anothers_are_not() {
+    let m = mounted_with(|limits| {
+        limits.process.set(Resource::Descriptors, 64);
+    });
     let mnt = m.mnt();
     for uid in [ALICE, BOB] {
         let home = mnt.join(format!("home{uid}"));
@@ -109,19 +116,9 @@ fn line(child: &mut std::process::Child) -> String {
 
 #[test]
 fn one_users_blocked_locks_through_the_mount_cannot_take_anothers_wait_threads() {
-    let mut limits = LimitsConfig::default();
-    limits.user.set(Resource::LockWaits, 4);
-    let kernel = KernelConfig {
-        limits,
-        ..KernelConfig::default()
-    };
-    let m = Mounted::with_kernel(
-        &kernel,
-        MountConfig {
-            allow_other: true,
-            ..MountConfig::default()
-        },
-    );
+    let m = mounted_with(|limits| {
+        limits.user.set(Resource::LockWaits, 4);
+    });
     let f = m.mnt().join("shared");
     fs::write(&f, b"x").unwrap();
     fs::set_permissions(&f, fs::Permissions::from_mode(0o666)).unwrap();

@@ -19,16 +19,22 @@ pub struct TestDaemon {
 
 impl TestDaemon {
     pub fn start() -> TestDaemon {
+        Self::with(|_| {})
+    }
+
+    /// A daemon whose test configuration `tune` changes first (limits, timeouts).
+    pub fn with(tune: impl FnOnce(&mut Config)) -> TestDaemon {
         let dir = tempfile::tempdir().unwrap();
         // Children running as another user must reach the socket.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let config = Config {
+        let mut config = Config {
             socket: dir.path().join("vinod.sock"),
             image: dir.path().join("disk.img"),
             image_size: "64M".into(),
             cache_frames: 256,
             ..Config::default()
         };
+        tune(&mut config);
         let handle = vino_daemon::start(config).unwrap();
         TestDaemon {
             handle: Some(handle),
