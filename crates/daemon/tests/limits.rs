@@ -7,38 +7,19 @@
 
 mod common;
 
-use common::{TestDaemon, is_root, spawn_child, wait_line};
+use common::{TestDaemon, answer, is_root, raw, spawn_child, wait_line};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use vino_client::{Client, OpenFlags};
 use vino_daemon::Config;
-use vino_proto::{MAX_FRAME, Request, Response};
+use vino_proto::{Request, Response};
 
 const TEST: &str = "child_role";
 
 fn daemon(tune: impl FnOnce(&mut Config)) -> TestDaemon {
     TestDaemon::with(tune)
-}
-
-fn answer(s: &mut UnixStream) -> Option<Response> {
-    let mut buf = Vec::new();
-    vino_proto::read_frame(s, &mut buf, MAX_FRAME).ok()?;
-    vino_proto::decode(&buf).ok()
-}
-
-/// A raw connection that has said Hello.
-fn raw(socket: &Path) -> UnixStream {
-    let mut s = UnixStream::connect(socket).unwrap();
-    let hello = Request::Hello {
-        version: vino_proto::VERSION,
-        client: "raw".into(),
-        shm_len: 0,
-    };
-    vino_proto::write_frame(&mut s, &hello).unwrap();
-    assert!(matches!(answer(&mut s), Some(Response::Hello { .. })));
-    s
 }
 
 /// How long until the daemon closes `s` (at most `limit`; `None` if it did not).

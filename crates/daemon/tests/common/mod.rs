@@ -5,11 +5,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use vino_daemon::{Config, Handle};
+use vino_proto::{MAX_FRAME, Request, Response};
 
 pub struct TestDaemon {
     // Dropped first: the daemon stops before its directory goes.
@@ -123,4 +125,24 @@ pub fn graft(name: &str) -> (Vec<u8>, PathBuf) {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     (std::fs::read(&path).unwrap(), path)
+}
+
+/// The daemon's next answer on a raw connection, if one comes.
+pub fn answer(s: &mut UnixStream) -> Option<Response> {
+    let mut buf = Vec::new();
+    vino_proto::read_frame(s, &mut buf, MAX_FRAME).ok()?;
+    vino_proto::decode(&buf).ok()
+}
+
+/// A raw connection that has said Hello.
+pub fn raw(socket: &Path) -> UnixStream {
+    let mut s = UnixStream::connect(socket).unwrap();
+    let hello = Request::Hello {
+        version: vino_proto::VERSION,
+        client: "raw".into(),
+        shm_len: 0,
+    };
+    vino_proto::write_frame(&mut s, &hello).unwrap();
+    assert!(matches!(answer(&mut s), Some(Response::Hello { .. })));
+    s
 }
