@@ -5,12 +5,11 @@
 
 mod common;
 
-use common::Mounted;
+use common::{Mounted, python_as};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
-use vino_fuse::MountConfig;
 use vino_kernel::KernelConfig;
 use vino_kernel::account::{LimitsConfig, Resource};
 
@@ -22,14 +21,7 @@ fn open_until_refused(uid: u32, dir: &str) -> Output {
     let script = format!(
         "import os\nfds = []\ntry:\n    while len(fds) < 5000:\n        fds.append(os.open('{dir}/f%d' % len(fds), os.O_CREAT | os.O_RDWR, 0o644))\nexcept OSError as e:\n    print(len(fds), e.errno)\n"
     );
-    Command::new("setpriv")
-        .args([
-            format!("--reuid={uid}"),
-            format!("--regid={uid}"),
-            "--clear-groups".into(),
-        ])
-        // The system's Python: a per-user install (pyenv) may not be reachable by other users.
-        .args(["/usr/bin/python3", "-c", &script])
+    python_as(uid, &script)
         .output()
         .expect("setpriv and python3 run programs as other users")
 }
@@ -42,13 +34,7 @@ fn mounted_with(tune: impl FnOnce(&mut LimitsConfig)) -> Mounted {
         limits,
         ..KernelConfig::default()
     };
-    Mounted::with_kernel(
-        &kernel,
-        MountConfig {
-            allow_other: true,
-            ..MountConfig::default()
-        },
-    )
+    Mounted::for_all(&kernel)
 }
 
 #[test]
@@ -93,13 +79,7 @@ fn lock_waiters(uid: u32, path: &str, n: usize, refused: usize) -> std::process:
     let script = format!(
         "import fcntl, os, sys\nkids = []\nfor i in range({n}):\n    pid = os.fork()\n    if pid == 0:\n        fd = os.open('{path}', os.O_RDWR)\n        try:\n            fcntl.lockf(fd, fcntl.LOCK_EX)\n            os._exit(0)\n        except OSError as e:\n            os._exit(e.errno)\n    kids.append(pid)\ncodes = []\nwhile len(codes) < {refused}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('REFUSED', sum(1 for c in codes if c == 37), flush=True)\nwhile len(codes) < {n}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('GRANTED', sum(1 for c in codes if c == 0), flush=True)\n"
     );
-    Command::new("setpriv")
-        .args([
-            format!("--reuid={uid}"),
-            format!("--regid={uid}"),
-            "--clear-groups".into(),
-        ])
-        .args(["/usr/bin/python3", "-c", &script])
+    python_as(uid, &script)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("setpriv and python3 run programs as other users")

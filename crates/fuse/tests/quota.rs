@@ -9,7 +9,6 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::{Command, Output};
 use vino_fs::{MountOptions, Quota};
-use vino_fuse::MountConfig;
 use vino_kernel::KernelConfig;
 
 const ALICE: u32 = 1000;
@@ -38,13 +37,7 @@ fn mounted(quota: Quota) -> Mounted {
         },
         ..KernelConfig::default()
     };
-    Mounted::with_kernel(
-        &kernel,
-        MountConfig {
-            allow_other: true,
-            ..MountConfig::default()
-        },
-    )
+    Mounted::for_all(&kernel)
 }
 
 /// `/alice` and `/bob`, each user's own.

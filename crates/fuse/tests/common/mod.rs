@@ -30,6 +30,17 @@ impl Mounted {
         })
     }
 
+    /// A mount open to every user (`allow_other`) of a kernel booted with `kernel`.
+    pub fn for_all(kernel: &KernelConfig) -> Mounted {
+        Self::with_kernel(
+            kernel,
+            MountConfig {
+                allow_other: true,
+                ..MountConfig::default()
+            },
+        )
+    }
+
     pub fn with_config(config: MountConfig) -> Mounted {
         Self::with_kernel(&KernelConfig::default(), config)
     }
@@ -98,4 +109,17 @@ impl Mounted {
         assert!(report.is_clean(), "fsck after unmount: {:?}", report.problems);
         drop(dir);
     }
+}
+
+/// The system's Python running `script` as `uid` (group `uid`, no supplementary groups), under
+/// `setpriv`. The system's, because a per-user install (pyenv) may not be reachable by others.
+pub fn python_as(uid: u32, script: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args([
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+        "--clear-groups".into(),
+    ])
+    .args(["/usr/bin/python3", "-c", script]);
+    cmd
 }
