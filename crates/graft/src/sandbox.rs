@@ -175,7 +175,10 @@ impl<G: GraftPoint> WasmGraft<G> {
         store.limiter(|s| s as &mut dyn ResourceLimiter);
         match config.interrupt {
             Interrupt::Epoch => store.epoch_deadline_callback(on_tick),
-            Interrupt::Fuel => store.epoch_deadline_callback(on_epoch_with_fuel),
+            Interrupt::Fuel => {
+                store.epoch_deadline_callback(on_epoch_with_fuel);
+                store.set_epoch_deadline(1);
+            }
         }
         // A start function runs at instantiation: it gets the control budget.
         arm(&mut store, runtime, runtime.budget_units(config.control_budget));
@@ -357,8 +360,8 @@ fn arm<E>(store: &mut Store<HostState<E>>, runtime: &Runtime, units: u64) {
             store.set_epoch_deadline(1);
         }
         Interrupt::Fuel => {
+            // The epoch deadline was set once at instantiation and its callback re-arms it.
             store.set_fuel(units).expect("fuel is enabled in fuel mode");
-            store.set_epoch_deadline(1);
         }
     }
 }
