@@ -68,7 +68,10 @@ pub struct RuntimeConfig {
     /// Epoch tick (the granularity of CPU budgets).
     pub tick: Duration,
     /// Fuel units per millisecond of budget, in fuel mode: the rate at which budgets written as
-    /// times are turned into work (about what one core runs of simple Wasm in that time).
+    /// times are turned into work. Set by the slowest fuel a core burns, a one-instruction loop
+    /// (about 0.45M units/ms; arithmetic and memory code burns about 4M/ms, so it gets a tenth
+    /// of the budget's time): a budget is then a bound on time, whatever shape the code has.
+    /// `cargo run --release -p vino-graft --example fuel_rate` measures the shapes.
     pub fuel_per_ms: u64,
     /// Cap on a graft's linear memory.
     pub memory_cap: usize,
@@ -106,7 +109,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             interrupt: Interrupt::Fuel,
             tick: Duration::from_millis(1),
-            fuel_per_ms: 5_000_000,
+            fuel_per_ms: 400_000,
             memory_cap: 16 << 20,
             max_wasm_stack: 256 << 10,
             invocation_budget: Duration::from_millis(10),
