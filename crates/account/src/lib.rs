@@ -17,13 +17,17 @@
 //! [`LimitsConfig::root_reserve_percent`] of each total, so other users together can never lock
 //! the administrator out.
 
-#![forbid(unsafe_code)]
+// Unsafe only in `cpu::os`, for the thread-priority and CPU-clock system calls.
+#![deny(unsafe_code)]
 
+pub mod cpu;
+
+pub use cpu::{CpuConfig, CpuShares, Worker};
 use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -139,6 +143,8 @@ pub struct LimitsConfig {
     pub total: Table,
     /// Percent of each total that only root may use.
     pub root_reserve_percent: u8,
+    /// How users share the CPU of the kernel's threads.
+    pub cpu: CpuConfig,
 }
 
 const MIB: u64 = 1 << 20;
@@ -175,6 +181,7 @@ impl Default for LimitsConfig {
             user,
             total,
             root_reserve_percent: 5,
+            cpu: CpuConfig::default(),
         }
     }
 }
@@ -187,6 +194,7 @@ impl LimitsConfig {
             user: Table::UNLIMITED,
             total: Table::UNLIMITED,
             root_reserve_percent: 0,
+            cpu: CpuConfig::default(),
         }
     }
 }
@@ -248,6 +256,14 @@ pub struct Account {
     parent: Option<Arc<Account>>,
     used: [AtomicU64; Resource::COUNT],
     cpu_ns: AtomicU64,
+    /// CPU its work took since the sampler's last tick, its recent rate (hundredths of a
+    /// percent of a core) and whether that makes it heavy (see [`cpu`]).
+    cpu_tick_ns: AtomicU64,
+    cpu_tick_threads: AtomicU64,
+    cpu_rate: AtomicU64,
+    cpu_heavy: AtomicBool,
+    /// The nice value its work runs at now.
+    cpu_nice: AtomicI32,
     /// Per resource: woken (one waiter per unit) when some is refunded, for charges that wait
     /// ([`Account::charge_waiting`]).
     refunded: [(Mutex<()>, Condvar); Resource::COUNT],
@@ -271,6 +287,11 @@ impl Account {
             parent,
             used: Default::default(),
             cpu_ns: AtomicU64::new(0),
+            cpu_tick_ns: AtomicU64::new(0),
+            cpu_tick_threads: AtomicU64::new(0),
+            cpu_rate: AtomicU64::new(0),
+            cpu_heavy: AtomicBool::new(false),
+            cpu_nice: AtomicI32::new(0),
             refunded: std::array::from_fn(|_| (Mutex::new(()), Condvar::new())),
         }
     }
@@ -432,6 +453,21 @@ impl Account {
         self.cpu_ns.load(Ordering::Relaxed)
     }
 
+    /// True if this user's work lately took more than its share of the CPU (see [`cpu`]).
+    pub fn cpu_heavy(&self) -> bool {
+        self.cpu_heavy.load(Ordering::Relaxed)
+    }
+
+    /// The nice value this user's work runs at now (see [`cpu`]).
+    pub fn cpu_nice(&self) -> i32 {
+        self.cpu_nice.load(Ordering::Relaxed)
+    }
+
+    /// The recent CPU rate of this user's work in the kernel threads, in percent of one core.
+    pub fn cpu_percent(&self) -> f64 {
+        self.cpu_rate.load(Ordering::Relaxed) as f64 / 100.0
+    }
+
     pub fn usage(&self) -> Usage {
         Usage {
             account: self.label.clone(),
@@ -487,6 +523,7 @@ impl Drop for Charge {
 /// Every account of a kernel: the total of all users, one per user, one per process.
 pub struct Accounts {
     config: LimitsConfig,
+    cpu: CpuShares,
     total: Arc<Account>,
     users: Mutex<HashMap<u32, Weak<Account>>>,
 }
@@ -501,6 +538,7 @@ impl Accounts {
             config.root_reserve_percent,
         ));
         Accounts {
+            cpu: CpuShares::new(config.cpu),
             config,
             total,
             users: Mutex::new(HashMap::new()),
@@ -509,6 +547,11 @@ impl Accounts {
 
     pub fn config(&self) -> &LimitsConfig {
         &self.config
+    }
+
+    /// How the users share the CPU of the threads that serve them.
+    pub fn cpu(&self) -> &CpuShares {
+        &self.cpu
     }
 
     pub fn total(&self) -> &Arc<Account> {
@@ -576,6 +619,7 @@ mod tests {
                 .with(Resource::Grafts, 2),
             total: Table::UNLIMITED.with(Resource::Grafts, 20),
             root_reserve_percent: 50,
+            cpu: CpuConfig::default(),
         }
     }
 

@@ -135,6 +135,11 @@ pub struct LimitsFile {
     pub control_calls_per_user: Option<u64>,
     pub lock_waits_per_user: Option<u64>,
     pub root_reserve_percent: Option<u8>,
+    /// Nice value (0-19) of the threads serving a user that took more than its CPU share; 0
+    /// only measures.
+    pub cpu_heavy_nice: Option<i32>,
+    /// Percent of one core a user's work may take while others have work, before it is heavy.
+    pub cpu_heavy_percent: Option<u32>,
 }
 
 impl LimitsFile {
@@ -200,6 +205,18 @@ impl LimitsFile {
                 return Err(format!("limits.root_reserve_percent: {p} is more than 50"));
             }
             l.root_reserve_percent = p;
+        }
+        if let Some(n) = self.cpu_heavy_nice {
+            if !(0..=19).contains(&n) {
+                return Err(format!("limits.cpu_heavy_nice: {n} is not a nice value from 0 to 19"));
+            }
+            l.cpu.heavy_nice = n;
+        }
+        if let Some(p) = self.cpu_heavy_percent {
+            if p == 0 {
+                return Err("limits.cpu_heavy_percent: 0 would make every user heavy".into());
+            }
+            l.cpu.heavy_percent = p;
         }
         Ok(l)
     }

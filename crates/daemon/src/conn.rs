@@ -215,6 +215,10 @@ pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream, peer: Peer) {
     };
     let process = daemon.kernel.spawn(cred);
     let pid = process.pid();
+    let cpu = daemon.kernel.accounts().cpu().register();
+    if let Some(user) = process.account().parent() {
+        cpu.serve(user);
+    }
     // Work the kernel queues for this connection (a compile waiting its turn) is dropped once
     // the client has gone.
     if let Ok(watch) = stream.try_clone() {
@@ -255,6 +259,7 @@ pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream, peer: Peer) {
         account,
         scratch: Vec::new(),
         client,
+        cpu,
     };
     requests(&mut stream, &mut session);
 }
@@ -269,11 +274,15 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
     let mut reader = io::BufReader::with_capacity(64 << 10, Timed::new(clone));
     let mut buf = Vec::new();
     loop {
+        session.cpu.end();
         if reader.buffer().is_empty() {
             // A client in a tight loop sends its next request within microseconds: a few
             // connections at a time poll for it before sleeping (see vino_proto::spin_until_readable).
-            if session.daemon.try_spin() {
+            if !session.daemon.kernel.accounts().cpu().shared() && session.daemon.try_spin() {
+                let polling = Instant::now();
                 vino_proto::spin_until_readable(stream.as_fd(), vino_proto::SPIN);
+                // Polling uses only a core nobody else wants: not charged to the user.
+                session.cpu.spun(polling.elapsed());
                 session.daemon.end_spin();
             }
             reader.get_mut().deadline = None;
@@ -284,6 +293,7 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
                 Err(_) => return,
             }
         }
+        session.cpu.begin();
         reader.get_mut().deadline = Some(Instant::now() + frame_timeout);
         let mut header = [0u8; 4];
         if reader.read_exact(&mut header).is_err() {

@@ -30,6 +30,8 @@ pub(crate) struct Session<'a> {
     pub scratch: Vec<u8>,
     /// The connection, watched for a hang-up while a request blocks.
     pub client: UnixStream,
+    /// This thread's CPU, charged to the connection's user (see `vino_account::cpu`).
+    pub cpu: vino_kernel::account::Worker,
 }
 
 type Answer = Result<Response, ErrorReply>;

@@ -337,6 +337,71 @@ fn a_user_runs_one_control_call_at_a_time_however_many_connections_it_has() {
     assert!(kernel.accounts().user(ALICE).cpu_ns() > 0 || kernel.accounts().total().cpu_ns() > 0);
 }
 
+/// Nice values of this process's threads (the daemon runs in the test process).
+fn thread_nices() -> Vec<i32> {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        // The fields after the command name (which may hold spaces): nice is the 17th of them.
+        .filter_map(|stat| stat.rsplit_once(')')?.1.split_whitespace().nth(16)?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_user_taking_more_than_its_cpu_share_is_served_at_low_priority_until_it_stops() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run children as other users");
+        return;
+    }
+    // A fifth of a core, so that tests running beside this one cannot keep Alice under the line.
+    let d = daemon(|c| c.limits.cpu_heavy_percent = Some(20));
+    homes(&d);
+    let kernel = d.handle().kernel();
+    let shares = kernel.accounts().cpu();
+    assert!(shares.lowering(), "root may lower and raise threads again");
+    let mut spin = spawn_child(
+        TEST,
+        "control-spin",
+        &d.socket(),
+        &[("VINO_TEST_CONNS", "4"), ("VINO_TEST_MS", "6000")],
+        Some(ALICE),
+    );
+    wait_line(&mut spin, "STARTED");
+    // Root works beside her, so the cores are shared.
+    let mut c = Client::connect(d.socket()).unwrap();
+    let alice = kernel.accounts().user(ALICE);
+    let until = Instant::now() + Duration::from_secs(4);
+    while alice.cpu_nice() != 19 && Instant::now() < until {
+        c.null().unwrap();
+    }
+    assert!(
+        alice.cpu_heavy(),
+        "a whole core of control calls: {}% of a core",
+        alice.cpu_percent()
+    );
+    assert_eq!(alice.cpu_nice(), 19);
+    assert!(shares.shared(), "two users have work");
+    assert_eq!(kernel.accounts().user(0).cpu_nice(), 0, "root's work is never lowered");
+    // Her connection threads run at nice 19 (the next request of each settles it, the sampler
+    // the ones in a call).
+    let until = Instant::now() + Duration::from_secs(2);
+    while !thread_nices().contains(&19) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(thread_nices().contains(&19), "{:?}", thread_nices());
+    wait_line(&mut spin, "DONE");
+    let _ = spin.wait();
+    drop(c);
+    d.wait_processes(0);
+    // Once she stops, her rate decays and no thread stays lowered.
+    let until = Instant::now() + Duration::from_secs(5);
+    while (alice.cpu_heavy() || thread_nices().contains(&19)) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!alice.cpu_heavy());
+    assert!(!thread_nices().contains(&19), "{:?}", thread_nices());
+}
+
 #[test]
 fn a_spinning_lock_grant_graft_on_one_users_file_leaves_anothers_locks_alone() {
     if !is_root() {

@@ -42,10 +42,11 @@
 //! A graft that writes to a file whose modify events its own process hears, unfiltered, will
 //! keep hearing of its own writes: filter them out.
 
+use crate::account::{CpuShares, Worker};
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::Fd;
 use crate::perm::{self, Credentials, EXEC, READ};
-use crate::{Kernel, Pid, Process, Resource};
+use crate::{Account, Kernel, Pid, Process, Resource};
 use parking_lot::{Condvar, Mutex, RwLock};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
@@ -489,6 +490,8 @@ impl SlotWrapper for Watched {
 /// One process's side of the event service.
 struct Listener {
     cred: Credentials,
+    /// The account of the process's user, whose CPU share its grafts' events run at.
+    user: Option<Arc<Account>>,
     slots: [Arc<dyn EventSlot>; 5],
     filters: [RwLock<Filter>; 5],
     subscribed: [AtomicBool; 5],
@@ -586,10 +589,12 @@ struct Shared {
     idle: Condvar,
     stop: AtomicBool,
     seq: AtomicU64,
+    /// The event threads' CPU is charged to the user whose listener they serve.
+    cpu: Option<CpuShares>,
 }
 
 impl Shared {
-    fn new(queue_max: usize) -> Shared {
+    fn new(queue_max: usize, cpu: Option<CpuShares>) -> Shared {
         assert!(queue_max > 0, "an event queue holds at least one event");
         Shared {
             listeners: Default::default(),
@@ -605,6 +610,7 @@ impl Shared {
             idle: Condvar::new(),
             stop: AtomicBool::new(false),
             seq: AtomicU64::new(0),
+            cpu,
         }
     }
 
@@ -658,9 +664,10 @@ impl Shared {
     fn start_threads(self: &Arc<Self>) {
         for i in 0..EVENT_THREADS {
             let weak = Arc::downgrade(self);
+            let cpu = self.cpu.clone();
             std::thread::Builder::new()
                 .name(format!("vino-events-{i}"))
-                .spawn(move || worker(weak))
+                .spawn(move || worker(weak, cpu.as_ref().map(CpuShares::register)))
                 .expect("spawning an event thread");
         }
     }
@@ -732,14 +739,22 @@ impl Shared {
 }
 
 /// An event thread: serves the listeners on the run queue in turn.
-fn worker(shared: Weak<Shared>) {
+fn worker(shared: Weak<Shared>, cpu: Option<Worker>) {
     loop {
         let Some(s) = shared.upgrade() else { return };
         if s.stop.load(Ordering::Relaxed) {
             return;
         }
         if let Some(l) = s.next_runnable() {
+            // The turn runs at the priority the listener's user has earned (see vino_account::cpu).
+            if let (Some(w), Some(user)) = (&cpu, &l.user) {
+                w.serve(user);
+                w.begin();
+            }
             s.serve(&l);
+            if let Some(w) = &cpu {
+                w.end();
+            }
         }
     }
 }
@@ -751,16 +766,16 @@ pub(crate) struct Events {
 
 impl Events {
     /// An event service whose listeners' queues hold at most `queue_max` events each.
-    pub(crate) fn new(queue_max: usize) -> Events {
+    pub(crate) fn new(queue_max: usize, cpu: Option<CpuShares>) -> Events {
         Events {
-            shared: Arc::new(Shared::new(queue_max)),
+            shared: Arc::new(Shared::new(queue_max, cpu)),
         }
     }
 }
 
 impl Default for Events {
     fn default() -> Self {
-        Events::new(EVENT_QUEUE_MAX)
+        Events::new(EVENT_QUEUE_MAX, None)
     }
 }
 
@@ -800,6 +815,7 @@ impl Events {
         ];
         let listener = Arc::new(Listener {
             cred: p.credentials().clone(),
+            user: p.account().parent().cloned(),
             slots: slots.clone(),
             filters: Default::default(),
             subscribed: Default::default(),

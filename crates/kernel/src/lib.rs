@@ -159,6 +159,7 @@ impl Kernel {
         let global = Namespace::new();
         global.register(sched.slot().clone());
         global.register(cache.writeback_slot().clone());
+        let accounts = Accounts::new(config.limits);
         let kernel = Arc::new(Kernel {
             locks: locks::KernelLocks::new(&runtime),
             runtime,
@@ -170,10 +171,10 @@ impl Kernel {
             next_pid: AtomicU64::new(1),
             files: files::FileTable::default(),
             file_grafts: Default::default(),
-            events: events::Events::new(config.event_queue_max),
+            events: events::Events::new(config.event_queue_max, Some(accounts.cpu().clone())),
             ns: RwLock::new(()),
             changes: Default::default(),
-            accounts: Accounts::new(config.limits),
+            accounts,
         });
         Ok(kernel)
     }
