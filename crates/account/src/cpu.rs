@@ -27,8 +27,8 @@
 
 use crate::Account;
 use parking_lot::{Condvar, Mutex};
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -138,10 +138,6 @@ impl CpuShares {
         }
     }
 
-    pub fn config(&self) -> CpuConfig {
-        self.inner.config
-    }
-
     /// True if heavy users' threads are lowered (not only measured).
     pub fn lowering(&self) -> bool {
         self.inner.lowering
@@ -177,7 +173,7 @@ impl CpuShares {
             inner: self.inner.clone(),
             shared,
             serving: RefCell::new(None),
-            settled: AtomicI32::new(-1),
+            settled: Cell::new(-1),
         }
     }
 }
@@ -189,7 +185,7 @@ pub struct Worker {
     /// The thread's own copy of whom it serves (read on every request without a lock).
     serving: RefCell<Option<Arc<Account>>>,
     /// The nice value the thread last settled on for its user (-1: not yet).
-    settled: AtomicI32,
+    settled: Cell<i32>,
 }
 
 impl Worker {
@@ -199,7 +195,7 @@ impl Worker {
         if !same {
             *self.serving.borrow_mut() = Some(user.clone());
             *self.shared.serving.lock() = Some(user.clone());
-            self.settled.store(-1, Ordering::Relaxed);
+            self.settled.set(-1);
         }
         self.settle();
     }
@@ -209,6 +205,9 @@ impl Worker {
         self.shared.touched.store(true, Ordering::Relaxed);
         self.shared.busy.store(true, Ordering::Relaxed);
         if self.inner.asleep.load(Ordering::Relaxed) {
+            // Under the sampler's lock: it is either not yet waiting (and sees the flag
+            // cleared) or waiting (and is woken); no wake-up is lost between the two.
+            let _g = self.inner.wake.0.lock();
             self.inner.asleep.store(false, Ordering::Relaxed);
             self.inner.wake.1.notify_one();
         }
@@ -233,7 +232,7 @@ impl Worker {
             return;
         }
         let want = self.serving.borrow().as_ref().map_or(0, |u| u.cpu_nice());
-        if self.settled.swap(want, Ordering::Relaxed) != want {
+        if self.settled.replace(want) != want {
             self.shared.settle(want);
         }
     }
@@ -288,11 +287,7 @@ fn sampler(inner: Weak<Inner>) {
                 tracked.push(user);
             }
         }
-        let changed = update_rates(&mut tracked, &inner.config);
-        let active = tracked
-            .iter()
-            .filter(|u| u.cpu_rate.load(Ordering::Relaxed) >= ACTIVE)
-            .count();
+        let (changed, active) = update_rates(&mut tracked, &inner.config);
         inner.active_users.store(active, Ordering::Relaxed);
         if changed && inner.lowering {
             for w in &workers {
@@ -320,8 +315,9 @@ fn sampler(inner: Weak<Inner>) {
 /// Folds each tracked user's CPU of the last tick into its recent rate, decides who is heavy
 /// (more than `heavy_percent` of a core while some other user is active; hysteresis: it stays
 /// heavy until below three quarters of that) and sets each user's nice value ([`user_nice`]).
-/// Users with no recent work are dropped. True if any user's nice value changed.
-fn update_rates(tracked: &mut Vec<Arc<Account>>, config: &CpuConfig) -> bool {
+/// Users with no recent work are dropped. Returns whether any user's nice value changed, and
+/// how many users have work.
+fn update_rates(tracked: &mut Vec<Arc<Account>>, config: &CpuConfig) -> (bool, usize) {
     let heavy_percent = config.heavy_percent;
     let tick_ns = TICK.as_nanos() as u64;
     for u in tracked.iter() {
@@ -350,7 +346,7 @@ fn update_rates(tracked: &mut Vec<Arc<Account>>, config: &CpuConfig) -> bool {
         }
     }
     tracked.retain(|u| u.cpu_rate.load(Ordering::Relaxed) > 0 || u.cpu_heavy());
-    changed
+    (changed, active)
 }
 
 /// The nice value of a user's threads: each of its `threads` busy threads gets about
@@ -426,6 +422,7 @@ mod os {
 mod tests {
     use super::*;
     use crate::{Accounts, LimitsConfig};
+    use std::sync::atomic::AtomicI32;
     use std::time::Instant;
 
     fn nice_of(tid: i32) -> i32 {

@@ -24,6 +24,18 @@ fn owned(uid: u32) -> NewFile {
     }
 }
 
+/// A small file system with no per-user quotas, only root's reserve of `percent`.
+fn reserve_only(percent: u8) -> (Arc<MemDevice>, Arc<FileSystem>) {
+    let dev = fresh(4096, &small_opts(1024));
+    let quota = Quota {
+        user_blocks: Some(UNLIMITED),
+        user_inodes: Some(UNLIMITED),
+        root_reserve_percent: percent,
+    };
+    let fs = mount_with(&dev, &with_quota(quota));
+    (dev, fs)
+}
+
 fn with_quota(quota: Quota) -> MountOptions {
     MountOptions {
         quota,
@@ -269,13 +281,7 @@ fn fill(fs: &FileSystem, ino: u64) -> FsError {
 
 #[test]
 fn the_reserve_leaves_users_enospc_while_root_still_writes() {
-    let dev = fresh(4096, &small_opts(1024));
-    let quota = Quota {
-        user_blocks: Some(UNLIMITED),
-        user_inodes: Some(UNLIMITED),
-        root_reserve_percent: 10,
-    };
-    let fs = mount_with(&dev, &with_quota(quota));
+    let (dev, fs) = reserve_only(10);
     let stats = fs.stats();
     assert!(stats.reserved_blocks > 0);
     let a = fs.create(fs.root(), "a", &owned(ALICE)).unwrap();
@@ -307,13 +313,7 @@ fn the_reserve_leaves_users_enospc_while_root_still_writes() {
 
 #[test]
 fn a_refusal_for_the_reserve_does_not_force_a_checkpoint() {
-    let dev = fresh(4096, &small_opts(1024));
-    let quota = Quota {
-        user_blocks: Some(UNLIMITED),
-        user_inodes: Some(UNLIMITED),
-        root_reserve_percent: 10,
-    };
-    let fs = mount_with(&dev, &with_quota(quota));
+    let (_dev, fs) = reserve_only(10);
     let a = fs.create(fs.root(), "a", &owned(ALICE)).unwrap();
     assert_eq!(fill(&fs, a).kind(), FsErrorKind::NoSpace);
     // Root takes a block of the reserve and frees it: it waits for a checkpoint, counted free.
@@ -333,13 +333,7 @@ fn a_refusal_for_the_reserve_does_not_force_a_checkpoint() {
 
 #[test]
 fn the_inode_reserve_is_roots() {
-    let dev = fresh(4096, &small_opts(1024));
-    let quota = Quota {
-        user_blocks: Some(UNLIMITED),
-        user_inodes: Some(UNLIMITED),
-        root_reserve_percent: 25,
-    };
-    let fs = mount_with(&dev, &with_quota(quota));
+    let (_dev, fs) = reserve_only(25);
     let reserve = fs.stats().reserved_inodes;
     let mut n = 0;
     let e = loop {
