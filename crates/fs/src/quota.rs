@@ -176,6 +176,11 @@ impl Accounting {
         Ok(())
     }
 
+    /// True if `uid` is held to root's inode reserve (it is not root, and there is one).
+    pub fn inode_reserve_applies(&self, uid: u32) -> bool {
+        uid != 0 && self.inode_reserve > 0
+    }
+
     /// Checks that an owner may take an inode when `free` are free (see
     /// [`Accounting::check_block_reserve`]).
     pub fn check_inode_reserve(&self, uid: u32, free: u64) -> Result<()> {

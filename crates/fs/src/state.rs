@@ -544,8 +544,12 @@ impl FsState {
     /// NoInodes for an owner but root when only root's reserve is left.
     fn alloc_inode(&mut self, parent_group: u32, is_dir: bool, owner: u32) -> Result<u64> {
         self.quota.check(owner, 0, 1)?;
-        let free = self.free_inodes_total()?;
-        self.quota.check_inode_reserve(owner, free)?;
+        // Counting free inodes reads every group's header: only when a reserve applies (root,
+        // or no reserve, meets NoInodes from take_inode itself when none is left).
+        if self.quota.inode_reserve_applies(owner) {
+            let free = self.free_inodes_total()?;
+            self.quota.check_inode_reserve(owner, free)?;
+        }
         let ino = self.take_inode(parent_group, is_dir)?;
         self.quota.charge(owner, 0, 1);
         Ok(ino)
