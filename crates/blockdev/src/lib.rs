@@ -18,6 +18,7 @@
 //!   time; [`DiskParams::st32272n`] is the thesis' test disk.
 
 mod buf;
+pub mod clock;
 mod file;
 mod mem;
 mod model;
@@ -26,6 +27,7 @@ pub mod rng;
 mod uring;
 
 pub use buf::AlignedBuf;
+pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use file::{Direct, FileDevice, FileOptions};
 pub use mem::{CrashOptions, MemDevice};
 pub use model::{DiskModel, DiskParams, Geometry, ModelError, ModelStats, SeekCurve, Timing};

@@ -7,7 +7,11 @@
 //!
 //! * io_uring, for devices that offer a file descriptor ([`BlockDevice::uring_fd`]) when the
 //!   kernel grants this process a ring (containers often forbid `io_uring_setup`);
-//! * a small pool of threads calling the device's synchronous methods, for every device.
+//! * a small pool of threads calling the device's synchronous methods, for every device;
+//! * inline: the submitting thread serves its own request before `submit` returns. No thread
+//!   is woken and the order of device operations is exactly the order of submissions, which is
+//!   what a deterministic simulation of the kernel needs (and the cheapest path to a device that
+//!   answers at once, such as memory).
 
 use crate::{AlignedBuf, BLOCK_SIZE, BlockDevice, check_transfer, uring};
 use parking_lot::{Condvar, Mutex};
@@ -209,6 +213,8 @@ pub enum Backend {
     Uring,
     /// A pool of threads calling the device's synchronous methods.
     Threads,
+    /// The submitting thread serves its request itself.
+    Inline,
 }
 
 /// Which backend to ask for.
@@ -221,6 +227,8 @@ pub enum BackendChoice {
     Uring,
     /// The thread pool.
     Threads,
+    /// The submitting thread (see the module documentation).
+    Inline,
 }
 
 /// How to build an [`IoQueue`].
@@ -319,6 +327,7 @@ impl QueueShared {
 enum Engine {
     Threads(Pool),
     Uring(uring::Ring),
+    Inline,
 }
 
 /// A queue of asynchronous requests to one device (see the module documentation).
@@ -349,6 +358,13 @@ impl IoQueue {
             config.threads
         };
         let want_uring = match config.backend {
+            BackendChoice::Inline => {
+                return Ok(IoQueue {
+                    shared,
+                    engine: Engine::Inline,
+                    uring_note: None,
+                });
+            }
             BackendChoice::Threads => false,
             BackendChoice::Auto | BackendChoice::Uring => true,
         };
@@ -389,6 +405,7 @@ impl IoQueue {
         match self.engine {
             Engine::Threads(_) => Backend::Threads,
             Engine::Uring(_) => Backend::Uring,
+            Engine::Inline => Backend::Inline,
         }
     }
 
@@ -478,6 +495,7 @@ impl IoQueue {
         match &self.engine {
             Engine::Threads(pool) => pool.push(job),
             Engine::Uring(ring) => ring.push(job),
+            Engine::Inline => serve(&self.shared, job),
         }
     }
 
@@ -597,14 +615,19 @@ fn worker(shared: &PoolShared, queue: &QueueShared) {
                 shared.ready.wait(&mut s);
             }
         };
-        let Job {
-            meta,
-            mut buf,
-            completer,
-        } = job;
-        let result = run_sync(&*queue.device, meta.op, meta.block, &mut buf).map(|()| buf);
-        queue.finish(meta, completer, result);
+        serve(queue, job);
     }
+}
+
+/// Serves one request on the device's synchronous methods, on this thread, and completes it.
+fn serve(queue: &QueueShared, job: Job) {
+    let Job {
+        meta,
+        mut buf,
+        completer,
+    } = job;
+    let result = run_sync(&*queue.device, meta.op, meta.block, &mut buf).map(|()| buf);
+    queue.finish(meta, completer, result);
 }
 
 impl Drop for Pool {

@@ -64,6 +64,19 @@ fn round_trip(q: &IoQueue, version: u8) {
 }
 
 #[test]
+fn the_inline_backend_serves_each_request_before_submit_returns() {
+    let (_dir, dev) = image();
+    let q = queue(dev.clone(), 4, BackendChoice::Inline).unwrap();
+    assert_eq!(q.backend(), Backend::Inline);
+    let t = q.submit(IoRequest::write(3, AlignedBuf::from_slice(&pattern(3, 9))));
+    assert!(t.is_done());
+    t.wait().unwrap();
+    assert_eq!(q.in_flight(), 0);
+    round_trip(&q, 1);
+    assert_eq!(q.max_in_flight(), 1, "one at a time, on the caller's thread");
+}
+
+#[test]
 fn thread_pool_backend_round_trips() {
     let (_dir, dev) = image();
     let q = queue(dev.clone(), 8, BackendChoice::Threads).unwrap();

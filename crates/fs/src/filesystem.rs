@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
-use vino_blockdev::BlockDevice;
+use vino_blockdev::{BlockDevice, SharedClock};
 use vino_graft::{Access, GraftSlot, Runtime};
 
 /// Called before every commit with the inodes that got blocks or a new size since the last one:
@@ -38,6 +38,8 @@ pub struct MountOptions {
     pub meta_cache_blocks: usize,
     /// Quotas per user and root's reserve (see [`crate::quota`]).
     pub quota: Quota,
+    /// Where timestamps come from (the machine's clock; a simulation's own).
+    pub clock: SharedClock,
 }
 
 impl Default for MountOptions {
@@ -46,6 +48,7 @@ impl Default for MountOptions {
             commit_blocks: None,
             meta_cache_blocks: 8192,
             quota: Quota::default(),
+            clock: SharedClock::default(),
         }
     }
 }
@@ -274,7 +277,7 @@ impl FileSystem {
         // In memory only, rebuilt at every mount (the journal is replayed: the device is
         // current). Orphans count until freed below.
         quota.set_counted(count_usage(&geo, &mut |b, buf| Ok(dev.read_blocks(b, buf)?))?);
-        let mut state = FsState::new(meta, placement.clone(), quota);
+        let mut state = FsState::new(meta, placement.clone(), quota, opts.clock.clone());
         let root = state.read_inode(ROOT_INO)?;
         if !root.is_dir() {
             return Err(corrupt("the root inode is not a directory"));
@@ -282,7 +285,7 @@ impl FileSystem {
         state.dir(ROOT_INO)?;
         sb.state = STATE_MOUNTED;
         sb.mount_count = sb.mount_count.wrapping_add(1);
-        sb.mounted_ns = crate::state::now_ns();
+        sb.mounted_ns = opts.clock.wall_ns();
         write_superblock(&*dev, &sb)?;
         let hard = log / 2;
         let soft = opts.commit_blocks.unwrap_or(log / 4).clamp(1, hard);

@@ -3,7 +3,7 @@
 use crate::error::{FsError, Result};
 use crate::journal::JournalHeader;
 use crate::layout::*;
-use vino_blockdev::BlockDevice;
+use vino_blockdev::{BlockDevice, SharedClock};
 
 /// How to lay out a new file system. `Default` suits devices from a few MiB up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +22,10 @@ pub struct MkfsOptions {
     pub journal_blocks: Option<u32>,
     /// FFS's maxbpg (default: a quarter of a group).
     pub maxbpg: Option<u32>,
+    /// The file system's identity (default: random); a simulation fixes it to replay a seed.
+    pub fs_id: Option<u64>,
+    /// Where the root's timestamps come from.
+    pub clock: SharedClock,
 }
 
 impl Default for MkfsOptions {
@@ -33,6 +37,8 @@ impl Default for MkfsOptions {
             inodes_per_group: None,
             journal_blocks: None,
             maxbpg: None,
+            fs_id: None,
+            clock: SharedClock::default(),
         }
     }
 }
@@ -117,8 +123,8 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         )));
     }
     let maxbpg = opts.maxbpg.unwrap_or((bpg / 4).max(1));
-    let fs_id = random_id();
-    let now = crate::state::now_ns();
+    let fs_id = opts.fs_id.unwrap_or_else(random_id);
+    let now = opts.clock.wall_ns();
     let mut sb = Superblock {
         block_count: n,
         blocks_per_group: bpg,

@@ -14,7 +14,7 @@
 
 use crate::error::{FsError, Result, corrupt};
 use crate::layout::*;
-use crate::state::{FsState, XattrSet, now_ns};
+use crate::state::{FsState, XattrSet};
 
 /// Checks a symlink target: 1..=4095 bytes, no NUL.
 pub(crate) fn check_target(target: &[u8]) -> Result<()> {
@@ -118,7 +118,7 @@ impl FsState {
             };
             xattr_encode(self.meta.get_mut(b)?, ino, attrs);
         }
-        i.ctime_ns = now_ns();
+        i.ctime_ns = self.now_ns();
         self.write_inode(ino, &i)
     }
 

@@ -18,12 +18,11 @@ use crate::placement::{BlockBuddy, BuddyArgs, Placement, ffs_policy};
 use crate::quota::Accounting;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use vino_blockdev::SharedClock;
 use vino_graft::GraftSlot;
 
 pub(crate) fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+    SharedClock::default().wall_ns()
 }
 
 /// A directory entry as [`crate::FileSystem::readdir`] returns it.
@@ -181,6 +180,8 @@ impl Found {
 
 /// The state of a mounted file system (see the module documentation).
 pub(crate) struct FsState {
+    /// Where timestamps come from.
+    pub clock: SharedClock,
     pub meta: Meta,
     pub geo: Geometry,
     pub placement: Arc<Placement>,
@@ -239,10 +240,16 @@ fn next_pref(geo: &Geometry, b: u64) -> u64 {
 }
 
 impl FsState {
-    pub fn new(meta: Meta, placement: Arc<Placement>, quota: Accounting) -> FsState {
+    /// Now, for a timestamp.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock.wall_ns()
+    }
+
+    pub fn new(meta: Meta, placement: Arc<Placement>, quota: Accounting, clock: SharedClock) -> FsState {
         let geo = meta.geo.clone();
         let free_blocks = (0..geo.groups).map(|g| u64::from(placement.free(g))).sum();
         FsState {
+            clock,
             deferred_in_group: vec![0; geo.groups as usize],
             meta,
             geo,
@@ -691,7 +698,7 @@ impl FsState {
         if let Some(to) = a.uid.filter(|&to| to != old.uid) {
             self.transfer(&old, to, a.ignore_quota)?;
         }
-        let now = now_ns();
+        let now = self.now_ns();
         let i = self.modify(ino, |i| {
             if let Some(m) = a.mode {
                 i.mode = (i.mode & S_IFMT) | m;
@@ -993,7 +1000,7 @@ impl FsState {
             // reaches the device before the size that exposes it.
             self.alloc_inos.insert(ino);
         }
-        let now = now_ns();
+        let now = self.now_ns();
         inode.size = size;
         inode.mtime_ns = now;
         inode.ctime_ns = now;
@@ -1002,7 +1009,7 @@ impl FsState {
 
     /// Grows a regular file's size to at least `end` (after a write).
     pub fn extend(&mut self, ino: u64, end: u64) -> Result<()> {
-        let now = now_ns();
+        let now = self.now_ns();
         self.modify(ino, |i| {
             i.size = i.size.max(end);
             i.mtime_ns = now;
@@ -1131,7 +1138,7 @@ impl FsState {
     }
 
     pub(crate) fn touch_dir(&mut self, dir: u64, nlink_delta: i32) -> Result<()> {
-        let now = now_ns();
+        let now = self.now_ns();
         self.modify(dir, |i| {
             i.mtime_ns = now;
             i.ctime_ns = now;
@@ -1180,7 +1187,7 @@ impl FsState {
         if !old.is_free() {
             return Err(corrupt(format!("inode {ino} is free in its bitmap but in use")));
         }
-        let now = now_ns();
+        let now = self.now_ns();
         let symlink = kind == FileType::Symlink;
         let target = target.unwrap_or_default();
         let inode = Inode {
@@ -1239,7 +1246,7 @@ impl FsState {
         }
         let ftype = i.file_type().expect("live inode has a type").dirent_code();
         self.dir_add_entry(dir, name, ino, ftype)?;
-        let now = now_ns();
+        let now = self.now_ns();
         self.modify(ino, |i| {
             i.nlink += 1;
             i.ctime_ns = now;
@@ -1278,7 +1285,7 @@ impl FsState {
         if target.nlink == 0 && !keep {
             return self.release(ino, target);
         }
-        target.ctime_ns = now_ns();
+        target.ctime_ns = self.now_ns();
         self.write_inode(ino, &target)?;
         if target.nlink == 0 {
             self.push_orphan(ino)?;
@@ -1410,7 +1417,7 @@ impl FsState {
                 self.touch_dir(ddir, 0)?;
             }
         }
-        let now = now_ns();
+        let now = self.now_ns();
         self.modify(s_ino, |i| i.ctime_ns = now)?;
         Ok(())
     }

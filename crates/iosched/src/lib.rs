@@ -41,18 +41,28 @@
 //! to dispatch, in `[0, n)`; anything else is invalid: the transaction aborts, the elevator
 //! decides, and the failure is counted. With more than 128 requests waiting, the 128 that have
 //! waited longest are offered.
+//!
+//! # Who dispatches
+//!
+//! [`Dispatch::Thread`] (the default) runs the dispatcher on a thread of its own. With
+//! [`Dispatch::Caller`] there is no such thread: whoever makes the queue ready runs it, the
+//! thread that submits or unplugs, or the one that completes a request and frees a place at the
+//! device. One thread at a time dispatches; another that finds it busy leaves its request for
+//! it. Together with the inline device queue ([`BackendChoice::Inline`]) a request is then served
+//! on the thread that needs it, with no hand-off, and every device operation happens in an
+//! order fixed by the callers alone: what the deterministic simulator needs.
 
 #![forbid(unsafe_code)]
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vino_blockdev::{
     AlignedBuf, BLOCK_SIZE, Backend, BackendChoice, BlockDevice, Completer, Finished, IoOp, IoQueue, IoRequest,
-    QueueConfig, Ticket, check_transfer, ticket,
+    QueueConfig, SharedClock, Ticket, check_transfer, ticket,
 };
 use vino_graft::{Access, GraftPoint, GraftSlot, Invalid, NativePolicy, Runtime};
 
@@ -183,8 +193,18 @@ pub enum Policy {
     Fifo,
 }
 
+/// Which thread runs the dispatcher (see the crate documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dispatch {
+    /// A thread of the scheduler's own.
+    #[default]
+    Thread,
+    /// The threads that submit, unplug and complete requests.
+    Caller,
+}
+
 /// How to build an [`IoScheduler`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SchedConfig {
     /// Most requests in flight at the device (at least 1). A disk of the 1990s serves one at a
     /// time: depth 1 leaves every choice to the scheduler.
@@ -193,6 +213,9 @@ pub struct SchedConfig {
     pub age_cap: Duration,
     /// Backend of the device queue.
     pub backend: BackendChoice,
+    pub dispatch: Dispatch,
+    /// Where request ages come from.
+    pub clock: SharedClock,
 }
 
 impl SchedConfig {
@@ -201,6 +224,8 @@ impl SchedConfig {
             depth,
             age_cap: DEFAULT_AGE_CAP,
             backend: BackendChoice::Auto,
+            dispatch: Dispatch::Thread,
+            clock: SharedClock::default(),
         }
     }
 }
@@ -250,7 +275,8 @@ impl SchedStats {
 struct Pending {
     req: IoRequest,
     completer: Completer,
-    submitted: Instant,
+    /// When it was submitted, on the scheduler's clock.
+    submitted: Duration,
 }
 
 struct State {
@@ -258,6 +284,8 @@ struct State {
     in_flight: usize,
     plugged: bool,
     shutdown: bool,
+    /// A thread is dispatching ([`Dispatch::Caller`]): others leave their requests to it.
+    dispatching: bool,
     head: u64,
     stats: SchedStats,
 }
@@ -266,6 +294,7 @@ struct Shared {
     state: Mutex<State>,
     cv: Condvar,
     depth: usize,
+    clock: SharedClock,
 }
 
 impl Shared {
@@ -282,11 +311,18 @@ impl Shared {
 
 /// The I/O scheduler of one device (see the crate documentation).
 pub struct IoScheduler {
-    shared: Arc<Shared>,
-    queue: Arc<IoQueue>,
-    slot: Arc<GraftSlot<PickRequest>>,
+    core: Arc<Core>,
     device: Arc<dyn BlockDevice>,
+    /// The dispatcher's thread ([`Dispatch::Thread`]).
     dispatcher: Option<JoinHandle<()>>,
+}
+
+/// What dispatching needs, shared with the dispatcher's thread or the completion hook.
+struct Core {
+    shared: Arc<Shared>,
+    queue: IoQueue,
+    slot: Arc<GraftSlot<PickRequest>>,
+    dispatch: Dispatch,
 }
 
 impl IoScheduler {
@@ -307,13 +343,19 @@ impl IoScheduler {
                 in_flight: 0,
                 plugged: false,
                 shutdown: false,
+                dispatching: false,
                 head: 0,
                 stats: SchedStats::default(),
             }),
             cv: Condvar::new(),
             depth,
+            clock: config.clock.clone(),
         });
         let for_hook = shared.clone();
+        // Dispatching by the callers: a completion frees a place, so the completing thread
+        // dispatches what waits for it. The hook is made before the core it needs.
+        let core_for_hook: Arc<OnceLock<Weak<Core>>> = Arc::new(OnceLock::new());
+        let hook_core = core_for_hook.clone();
         let hook = Arc::new(move |done: &Finished| {
             {
                 let mut st = for_hook.state.lock();
@@ -325,8 +367,11 @@ impl IoScheduler {
                 }
             }
             for_hook.cv.notify_all();
+            if let Some(core) = hook_core.get().and_then(Weak::upgrade) {
+                core.run();
+            }
         });
-        let queue = Arc::new(IoQueue::with_config(
+        let queue = IoQueue::with_config(
             device.clone(),
             QueueConfig {
                 depth,
@@ -334,29 +379,41 @@ impl IoScheduler {
                 threads: 0,
                 hook: Some(hook),
             },
-        )?);
+        )?;
         let env = Arc::new(PickEnv {
             age_cap_ns: config.age_cap.as_nanos().min(u64::MAX as u128) as u64,
         });
         let slot = Arc::new(GraftSlot::new(runtime, env, Access::Privileged, None));
-        let dispatcher = {
-            let (shared, queue, slot) = (shared.clone(), queue.clone(), slot.clone());
-            std::thread::Builder::new()
-                .name("vino-iosched".into())
-                .spawn(move || dispatch(&shared, &queue, &slot))?
-        };
-        Ok(IoScheduler {
+        let core = Arc::new(Core {
             shared,
             queue,
             slot,
+            dispatch: config.dispatch,
+        });
+        let dispatcher = match config.dispatch {
+            Dispatch::Thread => {
+                let core = core.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("vino-iosched".into())
+                        .spawn(move || core.dispatch_loop())?,
+                )
+            }
+            Dispatch::Caller => {
+                let _ = core_for_hook.set(Arc::downgrade(&core));
+                None
+            }
+        };
+        Ok(IoScheduler {
+            core,
             device,
-            dispatcher: Some(dispatcher),
+            dispatcher,
         })
     }
 
     /// The graftpoint, for the kernel to register in its namespace.
     pub fn slot(&self) -> &Arc<GraftSlot<PickRequest>> {
-        &self.slot
+        &self.core.slot
     }
 
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
@@ -365,29 +422,35 @@ impl IoScheduler {
 
     /// The backend of the device queue.
     pub fn backend(&self) -> Backend {
-        self.queue.backend()
+        self.core.queue.backend()
     }
 
     pub fn depth(&self) -> usize {
-        self.shared.depth
+        self.core.shared.depth
+    }
+
+    /// Who runs the dispatcher.
+    pub fn dispatch(&self) -> Dispatch {
+        self.core.dispatch
     }
 
     /// Binds one of the kernel's own policies (or puts the default back).
     pub fn set_policy(&self, policy: Policy) {
+        let slot = &self.core.slot;
         match policy {
             Policy::Default => {
-                self.slot.unload();
+                slot.unload();
             }
             Policy::Elevator => {
                 let p: Arc<dyn NativePolicy<PickRequest>> = Arc::new(|env: &PickEnv, args: &PickArgs<'_>| {
                     Ok(elevator(args.pending, args.head, env.age_cap_ns))
                 });
-                self.slot.bind_native(p, false);
+                slot.bind_native(p, false);
             }
             Policy::Fifo => {
                 let p: Arc<dyn NativePolicy<PickRequest>> =
                     Arc::new(|_: &PickEnv, args: &PickArgs<'_>| Ok(fifo(args.pending, args.head)));
-                self.slot.bind_native(p, false);
+                slot.bind_native(p, false);
             }
         }
     }
@@ -396,22 +459,24 @@ impl IoScheduler {
     /// does not fit the device completes at once with an error.
     pub fn submit(&self, req: IoRequest) -> Ticket {
         if let Err(e) = req.check(&*self.device) {
-            self.shared.state.lock().stats.refused += 1;
+            self.core.shared.state.lock().stats.refused += 1;
             self.device.counters().refused();
             return Ticket::ready(Err(e));
         }
         let (t, completer) = ticket();
+        let shared = &self.core.shared;
         {
-            let mut st = self.shared.state.lock();
+            let mut st = shared.state.lock();
             st.pending.push_back(Pending {
                 req,
                 completer,
-                submitted: Instant::now(),
+                submitted: shared.clock.monotonic(),
             });
             st.stats.submitted += 1;
             st.stats.max_pending = st.stats.max_pending.max(st.pending.len() as u64);
         }
-        self.shared.cv.notify_all();
+        shared.cv.notify_all();
+        self.core.run();
         t
     }
 
@@ -440,65 +505,111 @@ impl IoScheduler {
     /// Holds dispatching: requests queue up until [`IoScheduler::unplug`] (as Linux plugs a
     /// block queue to gather a batch).
     pub fn plug(&self) {
-        self.shared.state.lock().plugged = true;
+        self.core.shared.state.lock().plugged = true;
     }
 
     pub fn unplug(&self) {
-        self.shared.state.lock().plugged = false;
-        self.shared.cv.notify_all();
+        self.core.shared.state.lock().plugged = false;
+        self.core.shared.cv.notify_all();
+        self.core.run();
     }
 
     /// Requests waiting to be dispatched.
     pub fn pending(&self) -> usize {
-        self.shared.state.lock().pending.len()
+        self.core.shared.state.lock().pending.len()
     }
 
     /// Requests at the device.
     pub fn in_flight(&self) -> usize {
-        self.shared.state.lock().in_flight
+        self.core.shared.state.lock().in_flight
     }
 
     /// Where the last dispatched request ended.
     pub fn head(&self) -> u64 {
-        self.shared.state.lock().head
+        self.core.shared.state.lock().head
     }
 
     /// Waits until nothing is waiting or in flight (unplugging first).
     pub fn drain(&self) {
         self.unplug();
-        let mut st = self.shared.state.lock();
+        let shared = &self.core.shared;
+        let mut st = shared.state.lock();
         while !st.pending.is_empty() || st.in_flight > 0 {
-            self.shared.cv.wait(&mut st);
+            shared.cv.wait(&mut st);
         }
     }
 
     pub fn stats(&self) -> SchedStats {
-        self.shared.state.lock().stats
+        self.core.shared.state.lock().stats
     }
 }
 
 impl Drop for IoScheduler {
     /// Serves every request still waiting, then stops.
     fn drop(&mut self) {
-        self.shared.state.lock().shutdown = true;
-        self.shared.cv.notify_all();
-        if let Some(d) = self.dispatcher.take() {
-            let _ = d.join();
+        self.core.shared.state.lock().shutdown = true;
+        self.core.shared.cv.notify_all();
+        match self.dispatcher.take() {
+            Some(d) => {
+                let _ = d.join();
+            }
+            None => self.core.run(),
         }
         // The queue, dropped with the last reference, waits for the requests in flight.
     }
 }
 
-fn dispatch(shared: &Shared, queue: &IoQueue, slot: &GraftSlot<PickRequest>) {
-    let mut candidates: Vec<Candidate> = Vec::with_capacity(PICK_MAX);
-    loop {
-        let mut st = shared.state.lock();
-        while !shared.ready(&st) {
-            if st.shutdown && st.pending.is_empty() {
-                return;
-            }
-            shared.cv.wait(&mut st);
+impl Core {
+    /// [`Dispatch::Caller`]: dispatches on this thread whatever the device can take now,
+    /// unless another thread is doing so (it will see what was queued: the flag is cleared
+    /// only under the lock, after finding the queue not ready).
+    fn run(&self) {
+        if self.dispatch != Dispatch::Caller {
+            return;
         }
+        let mut candidates = Vec::new();
+        let mut st = self.shared.state.lock();
+        if st.dispatching {
+            return;
+        }
+        st.dispatching = true;
+        while self.shared.ready(&st) {
+            let (guard, p) = self.take_next(st, &mut candidates);
+            drop(guard);
+            // An inline queue serves it here; its completion calls `run` again, which
+            // returns at once: this loop goes on.
+            self.queue.submit_with(p.req, p.completer);
+            st = self.shared.state.lock();
+        }
+        st.dispatching = false;
+    }
+
+    /// [`Dispatch::Thread`]: the dispatcher's thread.
+    fn dispatch_loop(&self) {
+        let mut candidates: Vec<Candidate> = Vec::with_capacity(PICK_MAX);
+        loop {
+            let mut st = self.shared.state.lock();
+            while !self.shared.ready(&st) {
+                if st.shutdown && st.pending.is_empty() {
+                    return;
+                }
+                self.shared.cv.wait(&mut st);
+            }
+            let (guard, p) = self.take_next(st, &mut candidates);
+            drop(guard);
+            self.queue.submit_with(p.req, p.completer);
+        }
+    }
+
+    /// Takes the request to send next from a ready queue, asking the policy when several
+    /// wait, and counts it in flight. Only the dispatching thread removes requests, so the
+    /// candidates stay where they are while the policy runs without the lock.
+    fn take_next<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        candidates: &mut Vec<Candidate>,
+    ) -> (MutexGuard<'a, State>, Pending) {
+        let now = self.shared.clock.monotonic();
         let chosen = if st.pending[0].req.op == IoOp::Flush {
             0
         } else {
@@ -512,36 +623,33 @@ fn dispatch(shared: &Shared, queue: &IoQueue, slot: &GraftSlot<PickRequest>) {
             if n == 1 {
                 0
             } else {
-                let now = Instant::now();
                 candidates.clear();
                 candidates.extend(st.pending.iter().take(n).map(|p| Candidate {
                     block: p.req.block,
                     nblocks: p.req.blocks().min(u32::MAX as u64) as u32,
                     flags: if p.req.op == IoOp::Write { FLAG_WRITE } else { 0 },
-                    age_ns: now.duration_since(p.submitted).as_nanos() as u64,
+                    age_ns: now.saturating_sub(p.submitted).as_nanos() as u64,
                 }));
                 let head = st.head;
-                // Only this thread removes requests, so the candidates stay where they are
-                // while the policy runs without the lock.
                 drop(st);
+                let slot = &self.slot;
                 let failures_before = slot.stats().map_or(0, |s| s.failures);
                 let choice = slot.invoke(&PickArgs {
-                    pending: &candidates,
+                    pending: candidates,
                     head,
                 });
                 let failures_after = slot.stats().map_or(0, |s| s.failures);
-                st = shared.state.lock();
+                st = self.shared.state.lock();
                 st.stats.decisions += 1;
                 st.stats.graft_failures += failures_after.saturating_sub(failures_before);
                 choice
             }
         };
         let p = st.pending.remove(chosen).expect("the policy's choice was checked");
-        let mut guard = st;
-        let st = &mut *guard;
-        let stats = &mut st.stats;
+        let st_ref = &mut *st;
+        let stats = &mut st_ref.stats;
         stats.dispatched += 1;
-        stats.wait_ns += p.submitted.elapsed().as_nanos() as u64;
+        stats.wait_ns += now.saturating_sub(p.submitted).as_nanos() as u64;
         if chosen != 0 {
             stats.reorderings += 1;
         }
@@ -551,12 +659,11 @@ fn dispatch(shared: &Shared, queue: &IoQueue, slot: &GraftSlot<PickRequest>) {
             IoOp::Flush => stats.flushes += 1,
         }
         if p.req.op != IoOp::Flush {
-            stats.head_travel_blocks += p.req.block.abs_diff(st.head);
-            st.head = p.req.block + p.req.blocks();
+            stats.head_travel_blocks += p.req.block.abs_diff(st_ref.head);
+            st_ref.head = p.req.block + p.req.blocks();
         }
-        st.in_flight += 1;
-        drop(guard);
-        queue.submit_with(p.req, p.completer);
+        st_ref.in_flight += 1;
+        (st, p)
     }
 }
 

@@ -12,7 +12,7 @@ use vino_blockdev::{
     MemDevice, Ticket, Timing,
 };
 use vino_graft::{Access, Namespace, Owner, PolicyKind, Principal, Runtime};
-use vino_iosched::{IoScheduler, Policy, SchedConfig, elevator};
+use vino_iosched::{Dispatch, IoScheduler, Policy, SchedConfig, elevator};
 use vino_sdk::{BuildOptions, build_c_bytes, example_path};
 
 /// A device that records the order it serves requests in, and holds them at a gate until it is
@@ -469,4 +469,73 @@ fn a_file_device_through_the_scheduler_on_either_backend() {
         images.push(image);
     }
     assert!(images[0] == images[1]);
+}
+
+fn caller_dispatched(dev: Arc<dyn BlockDevice>, rt: &Runtime, depth: usize, backend: BackendChoice) -> IoScheduler {
+    IoScheduler::with_config(
+        dev,
+        rt,
+        SchedConfig {
+            backend,
+            dispatch: Dispatch::Caller,
+            ..SchedConfig::new(depth)
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn callers_dispatch_and_the_inline_queue_serves_each_request_on_the_thread_that_asked() {
+    let rt = Runtime::default();
+    let dev = Recorder::new(1024, true);
+    let s = caller_dispatched(dev.clone(), &rt, 1, BackendChoice::Inline);
+    assert_eq!(s.dispatch(), Dispatch::Caller);
+    let t = s.submit(IoRequest::read(BUSY_BLOCK, 1));
+    assert!(t.is_done(), "served before submit returned");
+    t.wait().unwrap();
+    // A plugged batch is ordered by the policy when the caller unplugs.
+    s.plug();
+    let tickets: Vec<Ticket> = BATCH.iter().map(|&b| s.submit(IoRequest::read(b, 1))).collect();
+    assert_eq!(s.pending(), BATCH.len());
+    assert!(tickets.iter().all(|t| !t.is_done()));
+    s.unplug();
+    assert!(tickets.iter().all(Ticket::is_done));
+    assert_eq!(
+        dev.blocks_served()[1..],
+        SWEEP,
+        "the elevator's order, from after block 500"
+    );
+    assert_eq!(dev.max_active.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn with_several_callers_and_a_threaded_queue_no_request_is_left_behind() {
+    // Callers race to dispatch while completions (on the queue's threads) free places and
+    // dispatch too: every request must be served.
+    let rt = Runtime::default();
+    let dev = Recorder::new(4096, true);
+    let s = Arc::new(caller_dispatched(dev.clone(), &rt, 2, BackendChoice::Threads));
+    let workers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut rng = SplitMix64::new(w);
+                for _ in 0..500 {
+                    let t = s.submit(IoRequest::read(rng.below(4096), 1));
+                    if rng.chance(0.1) {
+                        s.flush_sync().unwrap();
+                    }
+                    t.wait().unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    s.drain();
+    let st = s.stats();
+    assert_eq!(st.completed, st.submitted);
+    assert_eq!(st.reads, 2000);
+    assert!(dev.max_active.load(Ordering::SeqCst) <= 2, "the depth holds");
 }

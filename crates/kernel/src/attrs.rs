@@ -40,12 +40,6 @@ pub const XATTR_SIZE_MAX: usize = 65536;
 /// Names are at most this long (`XATTR_NAME_MAX`).
 pub const XATTR_NAME_MAX: usize = 255;
 
-pub(crate) fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 impl SetTime {
     fn resolve(self, now: u64) -> Option<u64> {
         match self {
@@ -127,7 +121,7 @@ impl Process {
                 return Err(err(Errno::Acces, "no write permission to touch the file"));
             }
         }
-        let now = now_ns();
+        let now = self.kernel().clock.wall_ns();
         set.atime_ns = a.atime.resolve(now);
         set.mtime_ns = a.mtime.resolve(now);
         if let Some(size) = a.size {

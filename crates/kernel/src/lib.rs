@@ -66,12 +66,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use vino_blockdev::BlockDevice;
+use vino_blockdev::{BackendChoice, BlockDevice, SharedClock};
 use vino_cache::{CacheConfig, PageCache};
 use vino_fs::{FileSystem, MountOptions};
 use vino_graft::account::{Accounts, LimitsConfig};
 use vino_graft::{Namespace, Runtime, RuntimeConfig};
-use vino_iosched::{IoScheduler, SchedConfig};
+use vino_iosched::{Dispatch, IoScheduler, SchedConfig};
 
 /// A process id.
 pub type Pid = u64;
@@ -92,6 +92,14 @@ pub struct KernelConfig {
     /// Most events each listener's user-level queue, and each listener's queue of event graft
     /// jobs, holds; more are dropped (the user-level queue gets one overflow marker).
     pub event_queue_max: usize,
+    /// The device queue's backend.
+    pub io_backend: BackendChoice,
+    /// Who runs the I/O scheduler's dispatcher: its own thread, or the threads that need the
+    /// I/O (with the inline backend, a request is served on the thread that asked for it).
+    pub dispatch: Dispatch,
+    /// Where time comes from: request ages, timestamps (the file system's too: `boot` hands
+    /// this clock to the mount).
+    pub clock: SharedClock,
 }
 
 impl Default for KernelConfig {
@@ -104,6 +112,9 @@ impl Default for KernelConfig {
             runtime: RuntimeConfig::default(),
             limits: LimitsConfig::default(),
             event_queue_max: EVENT_QUEUE_MAX,
+            io_backend: BackendChoice::Auto,
+            dispatch: Dispatch::Thread,
+            clock: SharedClock::default(),
         }
     }
 }
@@ -127,6 +138,7 @@ pub struct Kernel {
     pub(crate) ns: RwLock<()>,
     pub(crate) changes: changes::ChangeHooks,
     pub(crate) accounts: Accounts,
+    pub(crate) clock: SharedClock,
 }
 
 impl Kernel {
@@ -139,14 +151,23 @@ impl Kernel {
         let sched = Arc::new(IoScheduler::with_config(
             device.clone(),
             &runtime,
-            SchedConfig::new(config.queue_depth),
+            SchedConfig {
+                backend: config.io_backend,
+                dispatch: config.dispatch,
+                clock: config.clock.clone(),
+                ..SchedConfig::new(config.queue_depth)
+            },
         )?);
         let cache_config = CacheConfig {
             frames: config.cache_frames,
             writeback_every: config.writeback_every,
         };
         let cache = PageCache::new(cache_config, Arc::new(SchedulerIo(sched.clone())), &runtime);
-        let fs = FileSystem::mount(device, &runtime, &config.mount)?;
+        let mount = MountOptions {
+            clock: config.clock.clone(),
+            ..config.mount.clone()
+        };
+        let fs = FileSystem::mount(device, &runtime, &mount)?;
         // Ordered mode: before a journal commit makes new allocations durable, the data written
         // into those blocks goes to the device.
         let hook_cache = Arc::downgrade(&cache);
@@ -175,6 +196,7 @@ impl Kernel {
             ns: RwLock::new(()),
             changes: Default::default(),
             accounts,
+            clock: config.clock.clone(),
         });
         Ok(kernel)
     }

@@ -372,7 +372,7 @@ impl Process {
             st = Some(if mode.is_some() || touch {
                 let attrs = vino_fs::SetAttr {
                     mode,
-                    mtime_ns: touch.then(crate::attrs::now_ns),
+                    mtime_ns: touch.then(|| self.kernel().clock.wall_ns()),
                     ..Default::default()
                 };
                 fs.set_attr(ino, &attrs)?
