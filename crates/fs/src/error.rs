@@ -61,6 +61,30 @@ pub enum FsErrorKind {
     Io,
 }
 
+impl FsErrorKind {
+    /// The Linux errno for errors of this kind.
+    pub fn errno(self) -> i32 {
+        match self {
+            FsErrorKind::NotFound => 2,         // ENOENT
+            FsErrorKind::Exists => 17,          // EEXIST
+            FsErrorKind::NotADirectory => 20,   // ENOTDIR
+            FsErrorKind::IsADirectory => 21,    // EISDIR
+            FsErrorKind::NotEmpty => 39,        // ENOTEMPTY
+            FsErrorKind::NameTooLong => 36,     // ENAMETOOLONG
+            FsErrorKind::NoSpace => 28,         // ENOSPC
+            FsErrorKind::NoInodes => 28,        // ENOSPC
+            FsErrorKind::QuotaExceeded => 122,  // EDQUOT
+            FsErrorKind::FileTooLarge => 27,    // EFBIG
+            FsErrorKind::InvalidArgument => 22, // EINVAL
+            FsErrorKind::NoData => 61,          // ENODATA
+            FsErrorKind::Range => 34,           // ERANGE
+            FsErrorKind::Version => 22,         // EINVAL
+            FsErrorKind::Corrupt => 117,        // EUCLEAN, as Linux file systems report corruption
+            FsErrorKind::Io => 5,               // EIO
+        }
+    }
+}
+
 impl FsError {
     pub fn kind(&self) -> FsErrorKind {
         match self {
@@ -85,24 +109,7 @@ impl FsError {
 
     /// The Linux errno for this error.
     pub fn errno(&self) -> i32 {
-        match self.kind() {
-            FsErrorKind::NotFound => 2,         // ENOENT
-            FsErrorKind::Exists => 17,          // EEXIST
-            FsErrorKind::NotADirectory => 20,   // ENOTDIR
-            FsErrorKind::IsADirectory => 21,    // EISDIR
-            FsErrorKind::NotEmpty => 39,        // ENOTEMPTY
-            FsErrorKind::NameTooLong => 36,     // ENAMETOOLONG
-            FsErrorKind::NoSpace => 28,         // ENOSPC
-            FsErrorKind::NoInodes => 28,        // ENOSPC
-            FsErrorKind::QuotaExceeded => 122,  // EDQUOT
-            FsErrorKind::FileTooLarge => 27,    // EFBIG
-            FsErrorKind::InvalidArgument => 22, // EINVAL
-            FsErrorKind::NoData => 61,          // ENODATA
-            FsErrorKind::Range => 34,           // ERANGE
-            FsErrorKind::Version => 22,         // EINVAL
-            FsErrorKind::Corrupt => 117,        // EUCLEAN, as Linux file systems report corruption
-            FsErrorKind::Io => 5,               // EIO
-        }
+        self.kind().errno()
     }
 }
 

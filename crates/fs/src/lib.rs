@@ -41,6 +41,8 @@ pub mod journal;
 pub mod layout;
 pub mod meta;
 mod mkfs;
+#[cfg(feature = "model")]
+pub mod model;
 pub mod placement;
 mod posix;
 pub mod quota;

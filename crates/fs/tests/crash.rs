@@ -11,7 +11,6 @@ mod model;
 use common::*;
 use model::*;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,33 +80,6 @@ impl BlockDevice for Tripwire {
     }
     fn counters(&self) -> &DeviceCounters {
         self.inner.counters()
-    }
-}
-
-/// What the workload promised: the state at its last durable point, the paths touched since,
-/// and the shapes of the tree since then.
-struct Promises {
-    durable: BTreeMap<String, Node>,
-    touched: BTreeSet<String>,
-    shapes: Vec<BTreeMap<String, bool>>,
-}
-
-impl Promises {
-    fn durable_point(&mut self, m: &Model) {
-        self.durable = m.nodes.clone();
-        self.touched.clear();
-        self.shapes = vec![m.shape()];
-    }
-
-    fn touch(&mut self, p: &str) {
-        self.touched.insert(p.to_string());
-    }
-
-    /// True if `p` (or a directory above it) was changed since the durable point.
-    fn changed(&self, p: &str) -> bool {
-        self.touched
-            .iter()
-            .any(|t| p == t || p.starts_with(&format!("{t}/")) || t.starts_with(&format!("{p}/")))
     }
 }
 
@@ -206,11 +178,7 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
     dev.writes.store(0, Ordering::Relaxed);
     dev.armed.store(true, Ordering::Relaxed);
     let mut m = Model::default();
-    let mut p = Promises {
-        durable: BTreeMap::new(),
-        touched: BTreeSet::new(),
-        shapes: vec![BTreeMap::new()],
-    };
+    let mut p = Promises::new();
     for _ in 0..ops {
         let op = random_op(&mut rng);
         let mut trial = m.clone();
@@ -219,19 +187,7 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
         if dev.tripped() {
             // The operation may or may not have reached the running transaction; either tree is
             // possible, as are the paths it touches.
-            match &op {
-                Op::Write { path, .. }
-                | Op::Truncate { path, .. }
-                | Op::Unlink(path)
-                | Op::UnlinkKeep(path)
-                | Op::Fallocate { path, .. }
-                | Op::Rmdir(path) => p.touch(path),
-                Op::Rename(a, b) => {
-                    p.touch(a);
-                    p.touch(b);
-                }
-                _ => {}
-            }
+            p.touch_op(&op);
             if want.is_ok() {
                 p.shapes.push(trial.shape());
             }
@@ -239,19 +195,7 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
         }
         assert_eq!(got, want, "seed {seed}: {op:?}");
         m = trial;
-        match &op {
-            Op::Write { path, .. }
-            | Op::Truncate { path, .. }
-            | Op::Unlink(path)
-            | Op::UnlinkKeep(path)
-            | Op::Fallocate { path, .. }
-            | Op::Rmdir(path) => p.touch(path),
-            Op::Rename(a, b) => {
-                p.touch(a);
-                p.touch(b);
-            }
-            _ => {}
-        }
+        p.touch_op(&op);
         if matches!(op, Op::Sync) || (matches!(op, Op::Fsync(_)) && got.is_ok()) {
             p.durable_point(&m);
         } else {
@@ -275,29 +219,8 @@ fn run_with_trip(seed: u64, ops: usize, commit_blocks: Option<usize>, trip: u64)
     let fs = mount(&crashed);
     let mut after = Model::default();
     collect(&fs, "/", &mut after);
-    let shape = after.shape();
-    assert!(
-        p.shapes.contains(&shape),
-        "seed {seed}: tree after the crash {shape:?} is none of the {} since the last durable point",
-        p.shapes.len()
-    );
-    for (path, node) in &p.durable {
-        if p.changed(path) {
-            continue;
-        }
-        match (node, after.nodes.get(path)) {
-            (Node::File(want), Some(Node::File(got))) => {
-                assert!(
-                    want == got,
-                    "seed {seed}: {path} lost bytes ({} durable, {} after)",
-                    want.len(),
-                    got.len()
-                )
-            }
-            (Node::Dir, Some(Node::Dir)) | (Node::Fifo, Some(Node::Fifo)) => {}
-            (Node::Symlink(want), Some(Node::Symlink(got))) => assert_eq!(want, got, "seed {seed}: {path}"),
-            (_, got) => panic!("seed {seed}: durable {path} is {got:?} after the crash"),
-        }
+    if let Err(e) = p.check(&after) {
+        panic!("seed {seed}: {e}");
     }
     fs.unmount().unwrap();
     assert_clean(&*crashed, &format!("seed {seed}: after recovery and unmount"));

@@ -44,17 +44,8 @@ pub fn assert_clean(dev: &dyn BlockDevice, context: &str) {
 }
 
 /// Deterministic bytes for file contents.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
+#[allow(unused_imports)]
+pub use vino_fs::model::pattern;
 
 pub fn read_all(fs: &FileSystem, ino: u64) -> Vec<u8> {
     let size = fs.stat(ino).expect("stat").size as usize;
