@@ -574,6 +574,11 @@ impl FileSystem {
         self.with_state(|g| g.stat(ino))
     }
 
+    /// True if directory `dir` is `ancestor` or lies below it (following `..`).
+    pub fn is_within(&self, dir: u64, ancestor: u64) -> Result<bool> {
+        self.with_state(|g| g.within(dir, ancestor))
+    }
+
     pub fn set_attr(&self, ino: u64, attrs: &SetAttr) -> Result<Stat> {
         self.in_transaction(|g| g.set_attr(ino, attrs))
     }

@@ -1329,6 +1329,25 @@ impl FsState {
         }
     }
 
+    /// True if directory `dir` is `ancestor` or lies below it.
+    pub fn within(&mut self, dir: u64, ancestor: u64) -> Result<bool> {
+        let mut cur = dir;
+        let mut steps = 0u64;
+        loop {
+            if cur == ancestor {
+                return Ok(true);
+            }
+            if cur == ROOT_INO {
+                return Ok(false);
+            }
+            cur = self.parent_of(cur)?;
+            steps += 1;
+            if steps > self.geo.inode_count() {
+                return Err(corrupt("directory tree has a cycle"));
+            }
+        }
+    }
+
     pub fn rename(&mut self, sdir: u64, sname: &[u8], ddir: u64, dname: &[u8]) -> Result<()> {
         self.rename_with(sdir, sname, ddir, dname, RenameFlags::default())
     }
@@ -1353,26 +1372,12 @@ impl FsState {
         {
             return Ok(());
         }
-        if s_is_dir {
-            // Refuse to move a directory into its own subtree.
-            let mut cur = ddir;
-            let mut steps = 0u64;
-            loop {
-                if cur == s_ino {
-                    return Err(FsError::InvalidArgument(format!(
-                        "cannot move directory `{}` into its own subtree",
-                        show(sname)
-                    )));
-                }
-                if cur == ROOT_INO {
-                    break;
-                }
-                cur = self.parent_of(cur)?;
-                steps += 1;
-                if steps > self.geo.inode_count() {
-                    return Err(corrupt("directory tree has a cycle"));
-                }
-            }
+        // Refuse to move a directory into its own subtree.
+        if s_is_dir && self.within(ddir, s_ino)? {
+            return Err(FsError::InvalidArgument(format!(
+                "cannot move directory `{}` into its own subtree",
+                show(sname)
+            )));
         }
         let ftype = s.file_type().expect("live inode has a type").dirent_code();
         match dst {

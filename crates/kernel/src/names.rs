@@ -341,6 +341,13 @@ impl Process {
         if flags.no_replace && dst.is_some() {
             return Err(err(Errno::Exist, format!("file exists: {}", show(&dp.name))));
         }
+        // Before the destination's kind and the permissions, as Linux checks.
+        if is_dir && self.kernel().fs().is_within(dp.dir, src.ino)? {
+            return Err(err(
+                Errno::Inval,
+                format!("cannot move directory {} into its own subtree", show(&sp.name)),
+            ));
+        }
         self.may_change(&sp)?;
         self.may_change(&dp)?;
         self.sticky_check(&sp, &src.stat)?;

@@ -450,3 +450,20 @@ fn fallocate_reserves_blocks_that_read_as_zeros() {
     assert_eq!(errno(p.fallocate(ro, false, 0, 10)), Errno::BadF);
     assert_eq!(errno(p.fallocate(fd, false, 0, 0)), Errno::Inval);
 }
+
+#[test]
+fn renames_report_errors_in_the_order_linux_checks_them() {
+    let k = boot();
+    let p = k.spawn(Credentials::user(1000, 1000));
+    p.mkdir("/d", 0o755).unwrap();
+    write_file(&p, "/d/f", b"x", 0o644);
+    // A directory into its own subtree is EINVAL, even onto a file there (before the kinds).
+    assert_eq!(errno(p.rename("/d", "/d/f")), Errno::Inval);
+    assert_eq!(errno(p.rename("/d", "/d/new")), Errno::Inval);
+    // The source's directory is walked first: a file there is ENOTDIR though the
+    // destination's directory is missing.
+    assert_eq!(errno(p.rename("/d/f/x", "/missing/y")), Errno::NotDir);
+    assert_eq!(errno(p.rename("/missing/x", "/d/f/y")), Errno::NoEnt);
+    p.rename("/d", "/e").unwrap();
+    assert_eq!(read_file(&p, "/e/f").unwrap(), b"x");
+}
