@@ -7,7 +7,7 @@ use crate::namei::{At, Found};
 use crate::perm::{self, Credentials, EXEC, READ, WRITE};
 use crate::{Account, Kernel, Pid, Resource};
 use parking_lot::Mutex;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use vino_cache::{IoCtx, ReadAhead};
 use vino_fs::{FileType, NewFile, Stat};
 use vino_graft::{GraftEvent, GraftInfo, ManagedSlot, Namespace, Owner, Principal, SlotInfo};
@@ -36,7 +36,13 @@ pub struct Process {
     /// Asked during long waits on the process's behalf (a compile waiting its turn): false once
     /// whoever runs the process (a daemon connection) is gone.
     alive: Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>,
+    /// Per-file slots this process loaded grafts into: they outlive its descriptors, so its
+    /// exit unloads what it still owns there.
+    file_slots: Mutex<Vec<Weak<dyn ManagedSlot>>>,
 }
+
+/// Graftpoints kept with the file, not the descriptor they are reached through.
+const PER_FILE_POINTS: &[&str] = &["file.block_buddy", "lock.grant"];
 
 /// A reference to an inode taken while an open is set up; given back when dropped unless
 /// [`Held::keep`] handed it to the new descriptor (whose close gives it back).
@@ -75,6 +81,7 @@ impl Process {
             events: Arc::default(),
             account,
             alive: Mutex::new(None),
+            file_slots: Mutex::new(Vec::new()),
         })
     }
 
@@ -566,7 +573,28 @@ impl Process {
     /// kernel unloads it for failing.
     pub fn graft_load(&self, point: &str, wasm: &[u8]) -> SysResult<GraftInfo> {
         let owner = self.graft_owner();
-        Ok(self.namespace_of(point).load(self.principal(), point, wasm, owner)?)
+        let info = self.namespace_of(point).load(self.principal(), point, wasm, owner)?;
+        if let Some(slot) = self.per_file_slot(point) {
+            let slot = Arc::downgrade(&slot);
+            let mut kept = self.file_slots.lock();
+            kept.retain(|w| w.strong_count() > 0 && !Weak::ptr_eq(w, &slot));
+            kept.push(slot);
+        }
+        Ok(info)
+    }
+
+    /// The file's own slot behind `point` if it is one of [`PER_FILE_POINTS`] (not the
+    /// wrapper a descriptor may reach it through).
+    fn per_file_slot(&self, point: &str) -> Option<Arc<dyn ManagedSlot>> {
+        let (base, fd) = point.split_once('/')?;
+        if !PER_FILE_POINTS.contains(&base) {
+            return None;
+        }
+        let ino = self.file(fd.parse().ok()?).ok()?.ino;
+        match base {
+            "file.block_buddy" => Some(self.kernel.fs.block_buddy(ino).ok()? as Arc<dyn ManagedSlot>),
+            _ => Some(self.kernel.locks.manager.existing_graftpoint(ino)? as Arc<dyn ManagedSlot>),
+        }
     }
 
     pub fn graft_unload(&self, point: &str) -> SysResult<()> {
@@ -658,6 +686,11 @@ impl Process {
         }
         self.locks_released();
         self.namespace.unload_owned_by(self.pid);
+        for slot in self.file_slots.lock().drain(..).filter_map(|w| w.upgrade()) {
+            if slot.info().graft.is_some_and(|g| g.owner == self.pid) {
+                slot.unload();
+            }
+        }
         self.kernel.file_grafts.release(self.pid);
         for info in self.namespace.list() {
             self.namespace.forget(&info.point);

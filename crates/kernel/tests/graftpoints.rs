@@ -204,3 +204,32 @@ fn the_sdk_header_declares_every_graftpoint_with_its_signature() {
         assert_eq!(params, want, "{}: `{line}` takes the wrong parameters", p.name);
     }
 }
+
+#[test]
+fn grafts_kept_with_a_file_go_when_their_loader_exits() {
+    // file.block_buddy and lock.grant are kept with the file, not the descriptor: closing the
+    // descriptor leaves the graft bound, and the exit of the process that loaded it unloads it
+    // (root grafting another process's file included), releasing every charge.
+    let kernel = boot();
+    kernel.spawn(Credentials::root()).chmod("/", 0o777).unwrap();
+    let grafts = || kernel.accounts().total().used(vino_kernel::Resource::Grafts);
+    let creator = kernel.spawn(Credentials::user(1000, 1000));
+    let fd = creator.open("/mine", OpenFlags::create()).unwrap();
+    for point in ["file.block_buddy", "lock.grant"] {
+        let g = graftpoints::find(point).unwrap();
+        creator.graft_load(&slot_name(g, fd), &minimal(g, "")).unwrap();
+    }
+    creator.close(fd).unwrap();
+    assert_eq!(grafts(), 2, "bound after the close");
+    kernel.exit(creator.pid());
+    assert_eq!(grafts(), 0, "the creator's grafts outlived it");
+
+    let root = kernel.spawn(Credentials::root());
+    let fd = root.open("/mine", OpenFlags::read_write()).unwrap();
+    let g = graftpoints::find("lock.grant").unwrap();
+    root.graft_load(&slot_name(g, fd), &minimal(g, "")).unwrap();
+    root.close(fd).unwrap();
+    assert_eq!(grafts(), 1);
+    kernel.exit(root.pid());
+    assert_eq!(grafts(), 0, "root's graft on another's file outlived it");
+}

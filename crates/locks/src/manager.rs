@@ -132,6 +132,11 @@ impl LockManager {
             .clone()
     }
 
+    /// The object's graftpoint if it has one.
+    pub fn existing_graftpoint(&self, object: u64) -> Option<Arc<GraftSlot<LockGrant>>> {
+        self.state.lock().slots.get(&object).cloned()
+    }
+
     /// Forgets an object's graftpoint (the object is gone); its graft is unloaded.
     pub fn forget_graftpoint(&self, object: u64) {
         if let Some(slot) = self.state.lock().slots.remove(&object) {
