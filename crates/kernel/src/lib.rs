@@ -59,6 +59,7 @@ pub use process::{GraftCall, Process};
 pub use vino_cache::RaMode;
 pub use vino_fs::{DirEntry, FileType, Stat};
 pub use vino_graft::account::{self, Account, Resource};
+pub use vino_iosched::Dispatch;
 pub use vino_locks::{Lock, LockKind, LockStats};
 
 use parking_lot::{Mutex, RwLock};
@@ -71,7 +72,7 @@ use vino_cache::{CacheConfig, PageCache};
 use vino_fs::{FileSystem, MountOptions};
 use vino_graft::account::{Accounts, LimitsConfig};
 use vino_graft::{Namespace, Runtime, RuntimeConfig};
-use vino_iosched::{Dispatch, IoScheduler, SchedConfig};
+use vino_iosched::{IoScheduler, SchedConfig};
 
 /// A process id.
 pub type Pid = u64;

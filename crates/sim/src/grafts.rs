@@ -1,0 +1,91 @@
+//! The grafts a simulation binds: for every graftpoint of the kernel's registry (event handlers
+//! aside: they run on the kernel's event threads), modules built from its signature alone that
+//! behave well or badly in each way the sandbox must survive.
+
+use vino_kernel::graftpoints::{self, Grafter, Graftpoint};
+
+/// How a simulated graft behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Answers 0: for a choice among candidates, the first (the oldest); a valid decision.
+    Zero,
+    /// Answers its first argument: for a count of candidates, one past the last (invalid).
+    FirstArg,
+    /// Answers -1 (invalid almost everywhere).
+    Negative,
+    /// Never returns: the CPU budget must stop it.
+    Spin,
+    /// Traps at once.
+    Trap,
+    /// Stores outside its memory.
+    OutOfBounds,
+}
+
+pub const BEHAVIOURS: [Behaviour; 6] = [
+    Behaviour::Zero,
+    Behaviour::FirstArg,
+    Behaviour::Negative,
+    Behaviour::Spin,
+    Behaviour::Trap,
+    Behaviour::OutOfBounds,
+];
+
+/// Graftpoints a simulated process may bind (event handlers excluded).
+pub fn points() -> Vec<&'static Graftpoint> {
+    graftpoints::all()
+        .iter()
+        .filter(|g| g.who != Grafter::Listener && !g.name.starts_with("event."))
+        .collect()
+}
+
+/// A module (text format) for `g` behaving as `b`.
+pub fn module(g: &Graftpoint, b: Behaviour) -> Vec<u8> {
+    let params: Vec<&str> = g.signature.params.iter().map(|t| t.name()).collect();
+    let result = match g.signature.results {
+        [t] => t.name(),
+        other => panic!("{}: results {other:?}", g.name),
+    };
+    let konst = |v: i64| format!("{result}.const {v}");
+    let body = match b {
+        Behaviour::Zero => konst(0),
+        Behaviour::FirstArg => match g.signature.params.first() {
+            Some(t) if t.name() == result => "local.get 0".to_string(),
+            Some(t) if t.name() == "i32" => "local.get 0 i64.extend_i32_s".to_string(),
+            Some(_) => "local.get 0 i32.wrap_i64".to_string(),
+            None => konst(1),
+        },
+        Behaviour::Negative => konst(-1),
+        Behaviour::Spin => "(loop $l (br $l)) unreachable".to_string(),
+        Behaviour::Trap => "unreachable".to_string(),
+        Behaviour::OutOfBounds => format!("i32.const -8 i64.const 1 i64.store {}", konst(0)),
+    };
+    // Every module has a memory (the out-of-bounds store needs one); the argument area where
+    // the graftpoint passes its arguments there.
+    let area = if g.uses_arg_area {
+        r#"(memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))"#
+    } else {
+        "(memory 1)"
+    };
+    format!(
+        r#"(module {area} (func (export "{}") (param {}) (result {result}) {body}))"#,
+        g.export(),
+        params.join(" ")
+    )
+    .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vino_graft::Runtime;
+
+    #[test]
+    fn every_module_passes_its_graftpoints_checks() {
+        let rt = Runtime::default();
+        for g in points() {
+            for b in BEHAVIOURS {
+                (g.check)(&rt, &module(g, b)).unwrap_or_else(|e| panic!("{} {b:?}: {e}", g.name));
+            }
+        }
+    }
+}

@@ -1,0 +1,697 @@
+//! A deterministic simulator of the whole kernel.
+//!
+//! One seed decides everything: the kernel's shape (cache frames, queue depth, journal commit
+//! size), the processes (root and two users) and the system calls they make, the grafts they
+//! bind (well-behaved and hostile, at every graftpoint but the event handlers), when the
+//! write-back worker runs and how far the clock moves. The kernel runs with no thread of its
+//! own on the I/O path: the device queue is inline, the I/O scheduler is dispatched by its
+//! callers, write-back is stepped by the simulation, time is a [`ManualClock`] and grafts run
+//! in fuel mode (their budgets count instructions, not time). Every device operation then
+//! happens in an order fixed by the seed, which [`SimDevice`] hashes into a trace.
+//!
+//! A seed runs twice. The first run goes to the end, checking every answer against the model
+//! (`vino_fs::model`), every read against the bytes the model holds, and at the end the whole
+//! tree, that nothing leaked (references, parked files, account charges) and a clean fsck. It
+//! counts the device writes. The second run cuts the power at one of those writes (chosen by
+//! the seed; writes since the last flush survive, tear or vanish), then the crash image must
+//! pass fsck, mount (replaying the journal) and hold what the workload was promised: a tree
+//! the workload passed through since its last durable point (sync or fsync), and every file
+//! durable then and not changed since, byte for byte. A failure names its seed; the same seed
+//! fails the same way again (the traces are compared).
+
+#![forbid(unsafe_code)]
+
+pub mod device;
+pub mod grafts;
+
+pub use device::SimDevice;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+use vino_blockdev::rng::SplitMix64;
+use vino_blockdev::{BackendChoice, BlockDevice, CrashOptions, ManualClock, MemDevice, SharedClock};
+use vino_fs::model::{Model, Node, Op, Promises, data, run_model};
+use vino_fs::{FileType, MkfsOptions, MountOptions, fsck, mkfs};
+use vino_kernel::graftpoints::Grafter;
+use vino_kernel::{Credentials, Errno, Fd, Kernel, KernelConfig, OpenFlags, Process, Resource, SysError};
+
+/// Blocks of the simulated disk (8 MiB: room for the workload, which makes at most a dozen
+/// files of up to 90 KB, and small enough to copy at every power cut).
+const DISK_BLOCKS: u64 = 2048;
+/// Descriptors a process keeps open at once between steps.
+const HELD_MAX: usize = 3;
+
+/// What to simulate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Steps of the workload.
+    pub steps: usize,
+    /// Run the second pass, with a power cut.
+    pub crash: bool,
+    /// Ordered mode (a file's data reaches the disk before a commit makes its new size or
+    /// blocks durable). Off only to show that the simulator finds the hole it leaves.
+    pub ordered: bool,
+}
+
+impl SimOptions {
+    /// The `vino-sim` flags that give these options.
+    pub fn flags(&self) -> String {
+        let mut f = String::new();
+        if self.steps != SimOptions::default().steps {
+            f += &format!(" --steps {}", self.steps);
+        }
+        if !self.crash {
+            f += " --no-crash";
+        }
+        if !self.ordered {
+            f += " --unordered";
+        }
+        f
+    }
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            steps: 400,
+            crash: true,
+            ordered: true,
+        }
+    }
+}
+
+/// What one seed did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Report {
+    pub seed: u64,
+    /// Steps run to the end (first pass).
+    pub steps: usize,
+    /// Device writes of the first pass.
+    pub writes: u64,
+    /// Hash of every device operation of the first pass.
+    pub trace: u64,
+    /// The write at which the second pass cut the power, and the step it was in.
+    pub cut_at_write: Option<u64>,
+    pub cut_in_step: Option<usize>,
+    /// Grafts loaded, and invocations that failed (the default decided).
+    pub grafts_loaded: u64,
+    pub graft_failures: u64,
+}
+
+/// A seed that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub seed: u64,
+    pub what: String,
+    /// The options that differ from the defaults, as `vino-sim` flags.
+    pub flags: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {}: {}\n  rerun: cargo run --release -p vino-sim -- --seed {}{}",
+            self.seed, self.what, self.seed, self.flags
+        )
+    }
+}
+
+impl std::error::Error for Failure {}
+
+type Check<T = ()> = Result<T, String>;
+
+/// Runs one seed (see the crate documentation). A panic anywhere in the kernel is a failure
+/// of the seed, not of the caller.
+pub fn run(seed: u64, opts: &SimOptions) -> Result<Report, Failure> {
+    let fail = |what: String| Failure {
+        seed,
+        what,
+        flags: opts.flags(),
+    };
+    let caught = catch_unwind(AssertUnwindSafe(|| run_passes(seed, opts)));
+    match caught {
+        Ok(r) => r.map_err(fail),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic".into());
+            Err(fail(format!("panicked: {msg}")))
+        }
+    }
+}
+
+fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
+    let mut clean = Sim::new(seed, opts, None)?;
+    clean.run_to_end()?;
+    let mut report = Report {
+        seed,
+        steps: opts.steps,
+        writes: clean.workload_writes(),
+        trace: clean.dev.trace(),
+        cut_at_write: None,
+        cut_in_step: None,
+        grafts_loaded: clean.grafts_loaded,
+        graft_failures: clean.graft_failures(),
+    };
+    clean.finish()?;
+    if !opts.crash || report.writes == 0 {
+        return Ok(report);
+    }
+    let trip = 1 + SplitMix64::new(seed ^ 0xc0ff_ee00_5eed).below(report.writes);
+    let mut cut = Sim::new(seed, opts, Some(trip))?;
+    let step = cut.run_to_cut()?;
+    report.cut_at_write = Some(trip);
+    report.cut_in_step = step;
+    cut.recover_and_check()?;
+    Ok(report)
+}
+
+/// A simulated process and the descriptors it keeps open.
+struct Proc {
+    p: Arc<Process>,
+    held: Vec<Fd>,
+}
+
+/// One step of the workload.
+#[derive(Debug, Clone)]
+enum Step {
+    /// An operation of the model, by process `who`.
+    Fs(usize, Op),
+    /// Reads a whole file and compares it with the model.
+    Read(usize, String),
+    /// Opens a file and keeps the descriptor (an unlinked file then lives on, parked).
+    Hold(usize, String),
+    /// Closes one kept descriptor.
+    Release(usize),
+    /// Binds a graft to a graftpoint the process may reach.
+    Graft(usize, usize, grafts::Behaviour),
+    /// One round of the write-back worker.
+    Writeback,
+    /// Drops every clean page, so later reads go to the disk.
+    DropClean,
+    /// Time passes.
+    Tick(u64),
+}
+
+struct Sim {
+    rng: SplitMix64,
+    opts: SimOptions,
+    dev: Arc<SimDevice>,
+    clock: Arc<ManualClock>,
+    config: KernelConfig,
+    kernel: Arc<Kernel>,
+    procs: Vec<Proc>,
+    model: Model,
+    promises: Promises,
+    writes_at_start: u64,
+    grafts_loaded: u64,
+}
+
+impl Sim {
+    fn new(seed: u64, opts: &SimOptions, trip: Option<u64>) -> Check<Sim> {
+        let mut rng = SplitMix64::new(seed);
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
+        let shared_clock = SharedClock::new(clock.clone());
+        let mem = MemDevice::new(DISK_BLOCKS);
+        mkfs(
+            &mem,
+            &MkfsOptions {
+                blocks_per_group: 512,
+                inodes_per_group: Some(64),
+                fs_id: Some(seed | 1),
+                clock: shared_clock.clone(),
+                ..MkfsOptions::default()
+            },
+        )
+        .map_err(|e| format!("mkfs: {e}"))?;
+        mem.flush().map_err(|e| format!("flush after mkfs: {e}"))?;
+        let dev = Arc::new(SimDevice::new(mem));
+        let config = KernelConfig {
+            cache_frames: 8 + rng.below(56) as usize,
+            queue_depth: 1 + rng.below(4) as usize,
+            writeback_every: None,
+            io_backend: BackendChoice::Inline,
+            dispatch: vino_kernel::Dispatch::Caller,
+            clock: shared_clock,
+            mount: MountOptions {
+                commit_blocks: rng.chance(0.5).then(|| 4 + rng.below(60) as usize),
+                ..MountOptions::default()
+            },
+            ..KernelConfig::default()
+        };
+        let kernel = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).map_err(|e| format!("boot: {e}"))?;
+        if !opts.ordered {
+            // The hole put back: commits no longer write the files' data first.
+            kernel.fs().set_data_hook(None);
+        }
+        let root = kernel.spawn(Credentials::root());
+        root.chmod("/", 0o777).map_err(|e| format!("chmod /: {e}"))?;
+        let mut procs = vec![Proc {
+            p: root,
+            held: Vec::new(),
+        }];
+        for uid in [1000, 1001] {
+            procs.push(Proc {
+                p: kernel.spawn(Credentials::user(uid, uid)),
+                held: Vec::new(),
+            });
+        }
+        let writes_at_start = dev.writes();
+        if let Some(trip) = trip {
+            // From a generator of its own: the workload's must not depend on the pass.
+            let mut cut = SplitMix64::new(seed ^ 0x0c07_c07c_07c0);
+            let options = CrashOptions {
+                survive: cut.next_f64() * 0.8,
+                tear: cut.next_f64() * 0.3,
+                sector_bytes: 512,
+            };
+            dev.arm(trip, cut.next_u64(), options);
+        }
+        Ok(Sim {
+            rng,
+            opts: opts.clone(),
+            dev,
+            clock,
+            config,
+            kernel,
+            procs,
+            model: Model::default(),
+            promises: Promises::new(),
+            writes_at_start,
+            grafts_loaded: 0,
+        })
+    }
+
+    fn workload_writes(&self) -> u64 {
+        self.dev.writes() - self.writes_at_start
+    }
+
+    fn graft_failures(&self) -> u64 {
+        self.kernel
+            .processes()
+            .iter()
+            .flat_map(|p| p.graft_list())
+            .map(|s| s.stats.map_or(0, |st| st.failures))
+            .sum()
+    }
+
+    fn random_path(&mut self) -> String {
+        let depth = 1 + self.rng.below(2) as usize;
+        (0..depth)
+            .map(|_| format!("/{}", ["a", "b", "c"][self.rng.below(3) as usize]))
+            .collect()
+    }
+
+    fn random_step(&mut self) -> Step {
+        let who = self.rng.below(self.procs.len() as u64) as usize;
+        let path = self.random_path();
+        let op = match self.rng.below(32) {
+            0..=2 => Op::Create(path),
+            3..=4 => Op::Mkdir(path),
+            5..=11 => Op::Write {
+                path,
+                offset: self.rng.below(60_000),
+                len: self.rng.below(30_000) as usize,
+                seed: self.rng.next_u64(),
+            },
+            12 => Op::Truncate {
+                path,
+                size: self.rng.below(70_000),
+            },
+            13 => Op::Fallocate {
+                path,
+                offset: self.rng.below(50_000),
+                len: 1 + self.rng.below(30_000),
+                keep_size: self.rng.chance(0.5),
+            },
+            14..=15 => Op::Unlink(path),
+            16 => Op::Rmdir(path),
+            17..=18 => Op::Rename(path, self.random_path()),
+            19..=20 => Op::Fsync(path),
+            21 => Op::Sync,
+            22..=24 => return Step::Read(who, path),
+            25 => return Step::Hold(who, path),
+            26 => return Step::Release(who),
+            27 => {
+                let points = grafts::points().len() as u64;
+                let b = grafts::BEHAVIOURS[self.rng.below(grafts::BEHAVIOURS.len() as u64) as usize];
+                return Step::Graft(who, self.rng.below(points) as usize, b);
+            }
+            28..=29 => return Step::Writeback,
+            30 => return Step::DropClean,
+            _ => return Step::Tick(1 + self.rng.below(50)),
+        };
+        Step::Fs(who, op)
+    }
+
+    /// The first pass: every step, every answer checked.
+    fn run_to_end(&mut self) -> Check {
+        for i in 0..self.opts.steps {
+            let step = self.random_step();
+            self.apply(i, &step, true)?;
+        }
+        Ok(())
+    }
+
+    /// The second pass: steps until the power goes. Returns the step it went in.
+    fn run_to_cut(&mut self) -> Check<Option<usize>> {
+        for i in 0..self.opts.steps {
+            let step = self.random_step();
+            if let Step::Fs(_, op) = &step {
+                // The operation may or may not have reached the running transaction: either
+                // tree is possible, as are the paths it touches.
+                let mut trial = self.model.clone();
+                let want = run_model(&mut trial, op);
+                self.apply(i, &step, false)?;
+                if self.dev.crashed().is_some() {
+                    self.promises.touch_op(op);
+                    if want.is_ok() {
+                        self.promises.shapes.push(trial.shape());
+                    }
+                    return Ok(Some(i));
+                }
+            } else {
+                self.apply(i, &step, false)?;
+                if self.dev.crashed().is_some() {
+                    return Ok(Some(i));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Runs one step; with `strict`, a kernel answer that differs from the model's fails
+    /// the seed (in the second pass answers after the power cut are errors by design).
+    fn apply(&mut self, i: usize, step: &Step, strict: bool) -> Check {
+        let ctx = |what: String| format!("step {i} {step:?}: {what}");
+        match step {
+            Step::Fs(who, op) => {
+                let mut trial = self.model.clone();
+                let want = run_model(&mut trial, op).map_err(|k| Errno::from_number(k.errno()));
+                let got = self.kernel_op(*who, op).map_err(|e| Some(e.errno));
+                if self.dev.crashed().is_some() {
+                    return Ok(());
+                }
+                if strict && got != want {
+                    return Err(ctx(format!("the kernel answered {got:?}, the model {want:?}")));
+                }
+                if got.is_ok() {
+                    self.model = trial;
+                    self.promises.touch_op(op);
+                    match op {
+                        Op::Sync | Op::Fsync(_) => self.promises.durable_point(&self.model),
+                        _ => self.promises.shapes.push(self.model.shape()),
+                    }
+                }
+            }
+            Step::Read(who, path) => {
+                let Some(Node::File(want)) = self.model.nodes.get(path) else {
+                    return Ok(());
+                };
+                let want = want.clone();
+                let got = read_file(&self.procs[*who].p, path);
+                if self.dev.crashed().is_some() {
+                    return Ok(());
+                }
+                let got = got.map_err(|e| ctx(format!("read failed: {e}")))?;
+                if got != want {
+                    let first = got.iter().zip(&want).position(|(a, b)| a != b);
+                    return Err(ctx(format!(
+                        "read {} bytes, the model holds {} (first difference at {first:?})",
+                        got.len(),
+                        want.len()
+                    )));
+                }
+            }
+            Step::Hold(who, path) => {
+                let proc = &mut self.procs[*who];
+                if proc.held.len() < HELD_MAX
+                    && let Ok(fd) = proc.p.open(path, OpenFlags::read_only())
+                {
+                    proc.held.push(fd);
+                }
+            }
+            Step::Release(who) => {
+                let proc = &mut self.procs[*who];
+                if let Some(fd) = proc.held.pop() {
+                    let _ = proc.p.close(fd);
+                }
+            }
+            Step::Graft(who, point, behaviour) => self.graft(*who, *point, *behaviour),
+            Step::Writeback => {
+                let _ = self.kernel.cache().run_writeback();
+            }
+            Step::DropClean => {
+                let _ = self.kernel.cache().drop_clean();
+            }
+            Step::Tick(ms) => self.clock.advance(Duration::from_millis(*ms)),
+        }
+        Ok(())
+    }
+
+    /// Runs a model operation through the kernel's system calls.
+    fn kernel_op(&self, who: usize, op: &Op) -> Result<(), SysError> {
+        let p = &self.procs[who].p;
+        let rw = OpenFlags::read_write();
+        let with_fd = |path: &str, flags: OpenFlags, f: &dyn Fn(Fd) -> Result<(), SysError>| {
+            let fd = p.open(path, flags)?;
+            let r = f(fd);
+            p.close(fd)?;
+            r
+        };
+        match op {
+            Op::Create(path) => {
+                let flags = OpenFlags {
+                    read: true,
+                    write: true,
+                    create: true,
+                    exclusive: true,
+                    mode: 0o666,
+                    ..OpenFlags::default()
+                };
+                with_fd(path, flags, &|_| Ok(()))
+            }
+            Op::Mkdir(path) => p.mkdir(path, 0o777),
+            Op::Write {
+                path,
+                offset,
+                len,
+                seed,
+            } => with_fd(path, rw, &|fd| {
+                let bytes = data(*seed, *len);
+                let n = p.pwrite(fd, &bytes, *offset)?;
+                if n != bytes.len() {
+                    return Err(SysError::new(Errno::Io, format!("short write: {n} of {}", bytes.len())));
+                }
+                Ok(())
+            }),
+            Op::Truncate { path, size } => with_fd(path, rw, &|fd| p.ftruncate(fd, *size)),
+            Op::Fallocate {
+                path,
+                offset,
+                len,
+                keep_size,
+            } => with_fd(path, rw, &|fd| p.fallocate(fd, *keep_size, *offset, *len)),
+            Op::Unlink(path) | Op::UnlinkKeep(path) => p.unlink(path),
+            Op::Rmdir(path) => p.rmdir(path),
+            Op::Rename(from, to) => p.rename(from, to),
+            Op::Fsync(path) => with_fd(path, OpenFlags::read_only(), &|fd| p.fsync(fd)),
+            Op::Sync => self.kernel.sync(),
+            Op::Symlink { .. } | Op::Mknod(_) | Op::SetXattr { .. } | Op::Remount => {
+                unreachable!("the simulator does not make {op:?}")
+            }
+        }
+    }
+
+    /// Loads a graft at graftpoint number `point` where process `who` may reach it (on a
+    /// descriptor it keeps open, for per-file graftpoints). Refusals are part of the game.
+    fn graft(&mut self, who: usize, point: usize, behaviour: grafts::Behaviour) {
+        let g = grafts::points()[point];
+        let proc = &self.procs[who];
+        let slot = match g.who {
+            Grafter::Opener | Grafter::FileCreator | Grafter::FileCreatorOrPrivileged => match proc.held.last() {
+                Some(fd) => format!("{}/{fd}", g.name),
+                None => return,
+            },
+            _ => g.name.to_string(),
+        };
+        let _ = proc.p.graft_unload(&slot);
+        if proc.p.graft_load(&slot, &grafts::module(g, behaviour)).is_ok() {
+            self.grafts_loaded += 1;
+        }
+    }
+
+    /// End of the first pass: the whole tree against the model, nothing leaked, a clean disk.
+    fn finish(self) -> Check {
+        for proc in &self.procs {
+            for &fd in &proc.held {
+                proc.p.close(fd).map_err(|e| format!("close: {e}"))?;
+            }
+        }
+        self.kernel.sync().map_err(|e| format!("sync at the end: {e}"))?;
+        let tree = collect(&self.procs[0].p)?;
+        if tree != self.model {
+            return Err(describe_difference(&self.model, &tree));
+        }
+        self.kernel.cache().check_invariants();
+        for proc in &self.procs {
+            self.kernel.exit(proc.p.pid());
+        }
+        if self.kernel.referenced_inodes() != 0 || !self.kernel.parked_files().is_empty() {
+            return Err(format!(
+                "after every process exited: {} inodes referenced, parked {:?}",
+                self.kernel.referenced_inodes(),
+                self.kernel.parked_files()
+            ));
+        }
+        let total = self.kernel.accounts().total();
+        for r in Resource::ALL {
+            if total.used(r) != 0 {
+                return Err(format!(
+                    "after every process exited, {} {r:?} still charged",
+                    total.used(r)
+                ));
+            }
+        }
+        self.kernel.shutdown().map_err(|e| format!("shutdown: {e}"))?;
+        assert_clean(&*self.dev, "after the clean run")
+    }
+
+    /// After the power cut: fsck, mount, and the promises.
+    fn recover_and_check(self) -> Check {
+        let image = self.dev.crashed().ok_or("the power was never cut")?;
+        let Sim {
+            kernel,
+            procs,
+            promises,
+            config,
+            ..
+        } = self;
+        drop(procs);
+        // The old kernel's device is dead: it can neither write nor hang.
+        drop(kernel);
+        let disk = Arc::new(MemDevice::from_image(image).map_err(|e| e.to_string())?);
+        assert_clean(&*disk, "the crash image")?;
+        let kernel = Kernel::boot(disk.clone() as Arc<dyn BlockDevice>, &config)
+            .map_err(|e| format!("mount after the crash: {e}"))?;
+        let root = kernel.spawn(Credentials::root());
+        let after = collect(&root)?;
+        promises.check(&after)?;
+        kernel.exit(root.pid());
+        kernel.shutdown().map_err(|e| format!("shutdown after recovery: {e}"))?;
+        assert_clean(&*disk, "after recovery")
+    }
+}
+
+/// Reads a whole file through a process.
+fn read_file(p: &Process, path: &str) -> Result<Vec<u8>, SysError> {
+    let fd = p.open(path, OpenFlags::read_only())?;
+    let size = p.fstat(fd)?.size as usize;
+    let mut buf = vec![0u8; size];
+    let mut done = 0;
+    while done < size {
+        let n = p.pread(fd, &mut buf[done..], done as u64)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    p.close(fd)?;
+    buf.truncate(done);
+    Ok(buf)
+}
+
+/// The tree as a process sees it, in the model's terms (`lost+found` left out).
+fn collect(p: &Process) -> Check<Model> {
+    let mut m = Model::default();
+    let mut dirs = vec!["/".to_string()];
+    while let Some(dir) = dirs.pop() {
+        let entries = p.readdir(&dir).map_err(|e| format!("readdir {dir}: {e}"))?;
+        for e in entries {
+            let name = String::from_utf8_lossy(&e.name).into_owned();
+            if name == "." || name == ".." || (dir == "/" && name == "lost+found") {
+                continue;
+            }
+            let path = if dir == "/" {
+                format!("/{name}")
+            } else {
+                format!("{dir}/{name}")
+            };
+            let node = match e.kind {
+                FileType::Directory => {
+                    dirs.push(path.clone());
+                    Node::Dir
+                }
+                FileType::Regular => Node::File(read_file(p, &path).map_err(|e| format!("read {path}: {e}"))?),
+                other => return Err(format!("{path} is a {other:?}: the workload makes none")),
+            };
+            m.nodes.insert(path, node);
+        }
+    }
+    Ok(m)
+}
+
+fn describe_difference(want: &Model, got: &Model) -> String {
+    let mut diffs = Vec::new();
+    let paths: std::collections::BTreeSet<&String> = want.nodes.keys().chain(got.nodes.keys()).collect();
+    for p in paths {
+        let (w, g) = (want.nodes.get(p), got.nodes.get(p));
+        if w != g {
+            let show = |n: Option<&Node>| match n {
+                None => "absent".to_string(),
+                Some(Node::File(d)) => format!("a file of {} bytes", d.len()),
+                Some(n) => format!("{n:?}"),
+            };
+            diffs.push(format!("{p}: model {}, kernel {}", show(w), show(g)));
+        }
+    }
+    format!("the tree differs from the model: {}", diffs.join("; "))
+}
+
+fn assert_clean(dev: &dyn BlockDevice, when: &str) -> Check {
+    let report = fsck(dev, false).map_err(|e| format!("fsck {when}: {e}"))?;
+    if !report.is_clean() {
+        return Err(format!("fsck {when} found problems:\n{report}"));
+    }
+    Ok(())
+}
+
+/// Runs `seeds` from `from`, calling `progress` after each; returns the reports and failures.
+pub fn run_many(
+    from: u64,
+    seeds: u64,
+    opts: &SimOptions,
+    mut progress: impl FnMut(u64, &Result<Report, Failure>),
+) -> (Vec<Report>, Vec<Failure>) {
+    let mut reports = Vec::new();
+    let mut failures = Vec::new();
+    for seed in from..from.saturating_add(seeds) {
+        let r = run(seed, opts);
+        progress(seed, &r);
+        match r {
+            Ok(rep) => reports.push(rep),
+            Err(f) => failures.push(f),
+        }
+    }
+    (reports, failures)
+}
+
+/// Summary counts of a batch, for the command line.
+pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
+    let mut s = BTreeMap::new();
+    s.insert("seeds", reports.len() as u64);
+    s.insert(
+        "power_cuts",
+        reports.iter().filter(|r| r.cut_at_write.is_some()).count() as u64,
+    );
+    s.insert("device_writes", reports.iter().map(|r| r.writes).sum());
+    s.insert("grafts_loaded", reports.iter().map(|r| r.grafts_loaded).sum());
+    s.insert("graft_failures", reports.iter().map(|r| r.graft_failures).sum());
+    s
+}
