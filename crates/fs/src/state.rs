@@ -1442,7 +1442,8 @@ impl FsState {
         Ok(cur)
     }
 
-    /// Resolves the directory of an absolute path and returns it with the last component.
+    /// Resolves the directory of an absolute path and returns it with the last component
+    /// (NotADirectory if it is something else).
     pub fn resolve_parent<'p>(&mut self, path: &'p [u8]) -> Result<(u64, &'p [u8])> {
         if path.first() != Some(&b'/') {
             return Err(FsError::InvalidArgument(format!(
@@ -1462,7 +1463,11 @@ impl FsState {
         if name.is_empty() {
             return Err(FsError::InvalidArgument("the root has no parent".into()));
         }
-        Ok((self.resolve(dir)?, name))
+        // The directory must be one (ENOTDIR) before any later path of the same call is
+        // looked at, as a POSIX path walk stops there.
+        let ino = self.resolve(dir)?;
+        self.dir(ino)?;
+        Ok((ino, name))
     }
 }
 
