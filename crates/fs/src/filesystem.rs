@@ -173,11 +173,15 @@ pub(crate) fn recover(dev: &dyn BlockDevice, geo: &Geometry, fs_id: u64) -> Resu
             dev.write_blocks(*home, &img[..])?;
         }
         dev.flush()?;
+    }
+    let next_seq = journal::fresh_seq(geo, fs_id, scan.next_seq, &mut read)?;
+    if replayed > 0 || next_seq != header.seq {
+        // Durable before the writer's first transaction, which a later scan must find here.
         let h = JournalHeader {
             fs_id,
             generation: generation + 1,
             tail: scan.end,
-            seq: scan.next_seq,
+            seq: next_seq,
         };
         dev.write_blocks(h.slot(), &h.encode()[..])?;
         dev.flush()?;
@@ -189,8 +193,8 @@ pub(crate) fn recover(dev: &dyn BlockDevice, geo: &Geometry, fs_id: u64) -> Resu
         tail: scan.end,
         head: scan.end,
         used: 0,
-        next_seq: scan.next_seq,
-        tail_seq: scan.next_seq,
+        next_seq,
+        tail_seq: next_seq,
     };
     Ok((state, replayed))
 }

@@ -269,7 +269,10 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
     // Journal: replay what is committed, as a mount would.
     let slot0 = *img.get(JOURNAL_START)?;
     let header = journal::pick_header(&slot0, img.get(JOURNAL_START + 1)?, sb.fs_id, geo.log_len());
-    let reset = |img: &mut Image, generation: u64, tail: u64, seq: u64| {
+    // A reset header numbers the writer's next transaction past any left in the log.
+    let reset = |img: &mut Image, generation: u64, tail: u64, seq: u64| -> io::Result<()> {
+        let mut read = |b: u64| -> io::Result<Box<Block>> { Ok(Box::new(*img.get(b)?)) };
+        let seq = journal::fresh_seq(&geo, sb.fs_id, seq, &mut read)?;
         let h = JournalHeader {
             fs_id: sb.fs_id,
             generation,
@@ -277,6 +280,7 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
             seq,
         };
         img.put(h.slot(), &h.encode());
+        Ok(())
     };
     match header {
         None => {
@@ -286,7 +290,7 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
                 "journal header damaged (both copies): journal reset".into(),
             );
             img.put(geo.log_start(), &[0u8; BS]);
-            reset(&mut img, 2, 0, 1);
+            reset(&mut img, 2, 0, 1)?;
             img.put(JOURNAL_START + 1, &[0u8; BS]);
         }
         Some(h) => {
@@ -300,14 +304,14 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
                                 img.put(*home, data);
                             }
                         }
-                        reset(&mut img, h.generation + 1, scan.end, scan.next_seq);
+                        reset(&mut img, h.generation + 1, scan.end, scan.next_seq)?;
                     }
                 }
                 Err(ScanError::Io(e)) => return Err(FsError::Io(e)),
                 Err(ScanError::Corrupt(why)) => {
                     problem(&mut problems, ProblemKind::Journal, format!("{why}: journal reset"));
                     img.put(geo.log_start() + h.tail, &[0u8; BS]);
-                    reset(&mut img, h.generation + 1, h.tail, h.seq + 1);
+                    reset(&mut img, h.generation + 1, h.tail, h.seq + 1)?;
                 }
             }
         }

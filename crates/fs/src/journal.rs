@@ -217,6 +217,31 @@ pub fn scan(
     })
 }
 
+/// The first sequence number a writer may use after a scan that expected `next` next: past
+/// every committed transaction anywhere in the log. A scan stops at the first transaction that
+/// is damaged, but older writes may have left whole transactions after it with the numbers
+/// that follow; were the writer to number its own from `next`, a later scan could run from a
+/// new transaction into one of those and replay stale blocks. Only commit blocks that check
+/// (magic, identity, their own checksum) count.
+pub fn fresh_seq(
+    geo: &Geometry,
+    fs_id: u64,
+    next: u64,
+    read: &mut dyn FnMut(u64) -> io::Result<Box<Block>>,
+) -> io::Result<u64> {
+    let mut fresh = next;
+    for p in 0..geo.log_len() {
+        let c = read(geo.log_start() + p)?;
+        if get_u32(&c[..], 0) == COMMIT_MAGIC
+            && get_u64(&c[..], 8) == fs_id
+            && get_u32(&c[..], BS - 4) == crc(0, &c[..BS - 4])
+        {
+            fresh = fresh.max(get_u64(&c[..], 16).saturating_add(1));
+        }
+    }
+    Ok(fresh)
+}
+
 #[derive(Debug)]
 pub enum ScanError {
     Io(io::Error),
@@ -323,6 +348,45 @@ mod tests {
         // A header expecting another sequence number finds nothing.
         let s = scan(&g, &JournalHeader { seq: 8, ..h }, &mut reader(&disk)).unwrap();
         assert_eq!(s.transactions.len(), 0);
+    }
+
+    #[test]
+    fn a_writer_after_a_damaged_transaction_numbers_past_the_whole_ones_behind_it() {
+        let g = geo();
+        let mut disk = HashMap::new();
+        let p1 = write_log(&mut disk, &g, 0, 7, &[(100, img(1))]);
+        let p2 = write_log(&mut disk, &g, p1, 8, &[(200, img(2))]);
+        write_log(&mut disk, &g, p2, 9, &[(300, img(3))]);
+        // Transaction 8 damaged: the scan stops before it, and 9 lies whole behind it.
+        disk.get_mut(&(g.log_start() + p1 + 1)).unwrap()[0] ^= 1;
+        let h = JournalHeader {
+            fs_id: 9,
+            generation: 1,
+            tail: 0,
+            seq: 7,
+        };
+        let s = scan(&g, &h, &mut reader(&disk)).unwrap();
+        assert_eq!((s.transactions.len(), s.next_seq), (1, 8));
+        let fresh = fresh_seq(&g, 9, s.next_seq, &mut reader(&disk)).unwrap();
+        assert_eq!(fresh, 10);
+        // Were the writer to number from 8, a new transaction 8 as long as the damaged one
+        // would lead a later scan into the stale 9; numbered from 10 it cannot.
+        let mut reused = disk.clone();
+        assert_eq!(write_log(&mut reused, &g, p1, 8, &[(200, img(4))]), p2, "as long");
+        let s = scan(&g, &JournalHeader { tail: p1, seq: 8, ..h }, &mut reader(&reused)).unwrap();
+        assert_eq!(s.transactions.len(), 2, "the stale transaction 9 is replayed");
+        write_log(&mut disk, &g, p1, fresh, &[(200, img(4))]);
+        let s = scan(
+            &g,
+            &JournalHeader {
+                tail: p1,
+                seq: fresh,
+                ..h
+            },
+            &mut reader(&disk),
+        )
+        .unwrap();
+        assert_eq!(s.transactions.len(), 1);
     }
 
     #[test]
