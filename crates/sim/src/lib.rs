@@ -54,6 +54,16 @@ pub struct SimOptions {
     /// Ordered mode (a file's data reaches the disk before a commit makes its new size or
     /// blocks durable). Off only to show that the simulator finds the hole it leaves.
     pub ordered: bool,
+    /// One module every graft step binds, instead of the simulator's own (the graft fuzzer
+    /// runs the workload around each module it makes). The first steps bind it at once.
+    pub graft: Option<CustomGraft>,
+}
+
+/// A module of the caller's, bound at one graftpoint of [`grafts::points`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomGraft {
+    pub point: &'static str,
+    pub wasm: Arc<Vec<u8>>,
 }
 
 impl SimOptions {
@@ -69,6 +79,9 @@ impl SimOptions {
         if !self.ordered {
             f += " --unordered";
         }
+        if let Some(g) = &self.graft {
+            f += &format!(" (and the caller's graft at {})", g.point);
+        }
         f
     }
 }
@@ -79,6 +92,7 @@ impl Default for SimOptions {
             steps: 400,
             crash: true,
             ordered: true,
+            graft: None,
         }
     }
 }
@@ -350,10 +364,35 @@ impl Sim {
         Step::Fs(who, op)
     }
 
+    /// Step `i` of the workload: random, but for a custom graft's first steps, which bind it
+    /// (on a file of its own, for a per-file graftpoint) before anything else happens.
+    fn step(&mut self, i: usize) -> Step {
+        let Some(custom) = &self.opts.graft else {
+            return self.random_step();
+        };
+        let point = grafts::points()
+            .iter()
+            .position(|g| g.name == custom.point)
+            .expect("a custom graft's point is one of grafts::points()");
+        let path = "/graft".to_string();
+        let prologue = [
+            Step::Fs(0, Op::Create(path.clone())),
+            Step::Hold(0, path),
+            Step::Graft(0, point, grafts::Behaviour::Zero),
+        ];
+        match prologue.get(i) {
+            Some(step) => step.clone(),
+            None => match self.random_step() {
+                Step::Graft(who, _, b) => Step::Graft(who, point, b),
+                other => other,
+            },
+        }
+    }
+
     /// The first pass: every step, every answer checked.
     fn run_to_end(&mut self) -> Check {
         for i in 0..self.opts.steps {
-            let step = self.random_step();
+            let step = self.step(i);
             self.apply(i, &step, true)?;
         }
         Ok(())
@@ -362,7 +401,7 @@ impl Sim {
     /// The second pass: steps until the power goes. Returns the step it went in.
     fn run_to_cut(&mut self) -> Check<Option<usize>> {
         for i in 0..self.opts.steps {
-            let step = self.random_step();
+            let step = self.step(i);
             if let Step::Fs(_, op) = &step {
                 // The operation may or may not have reached the running transaction: either
                 // tree is possible, as are the paths it touches.
@@ -522,7 +561,11 @@ impl Sim {
             _ => g.name.to_string(),
         };
         let _ = proc.p.graft_unload(&slot);
-        if proc.p.graft_load(&slot, &grafts::module(g, behaviour)).is_ok() {
+        let wasm = match &self.opts.graft {
+            Some(custom) => custom.wasm.to_vec(),
+            None => grafts::module(g, behaviour),
+        };
+        if proc.p.graft_load(&slot, &wasm).is_ok() {
             self.grafts_loaded += 1;
         }
     }
@@ -573,8 +616,12 @@ impl Sim {
             config,
             ..
         } = self;
-        drop(procs);
-        // The old kernel's device is dead: it can neither write nor hang.
+        // The old kernel's device is dead: it can neither write nor hang. Its processes exit
+        // (a process holds its kernel: without this the old kernel, its cache and its disk
+        // would outlive the seed).
+        for proc in procs {
+            kernel.exit(proc.p.pid());
+        }
         drop(kernel);
         let disk = Arc::new(MemDevice::from_image(image).map_err(|e| e.to_string())?);
         assert_clean(&*disk, "the crash image")?;

@@ -49,6 +49,7 @@ fn main() -> ExitCode {
         steps: args.steps,
         crash: !args.no_crash,
         ordered: !args.unordered,
+        graft: None,
     };
     let (from, count) = match args.seed {
         Some(s) => (s, 1),
