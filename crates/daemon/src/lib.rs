@@ -24,6 +24,7 @@ pub use peer::Peer;
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::os::fd::RawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -66,8 +67,9 @@ pub struct Daemon {
     threads: Mutex<Vec<JoinHandle<()>>>,
     stopping: AtomicBool,
     started: Instant,
-    /// The listening socket, shut down to wake the accept loop at shutdown.
-    listener_fd: std::os::fd::RawFd,
+    /// The listening socket, shut down to wake the accept loop at shutdown (none for a daemon
+    /// [`Daemon::in_process`]).
+    listener_fd: Option<RawFd>,
     /// FUSE mounts of the file system this daemon serves (unmounted at shutdown).
     mounts: Mutex<Vec<vino_fuse::Mount>>,
     /// Connection threads polling for their next request now, and how many may.
@@ -112,11 +114,9 @@ fn bind(path: &Path, mode: u32) -> Result<UnixListener> {
     Ok(listener)
 }
 
-/// Starts a daemon: boots the kernel on the image and serves the socket from a thread.
-pub fn start(config: Config) -> Result<Handle> {
-    let privileged_gid = config.privileged_gid().map_err(err)?;
-    let device = open_image(&config)?;
-    let kconfig = KernelConfig {
+/// The kernel's configuration from the daemon's.
+fn kernel_config(config: &Config) -> Result<KernelConfig> {
+    Ok(KernelConfig {
         cache_frames: config.cache_frames,
         limits: config.limits.resolve().map_err(err)?,
         event_queue_max: config.event_queue_max,
@@ -125,7 +125,63 @@ pub fn start(config: Config) -> Result<Handle> {
             ..Default::default()
         },
         ..Default::default()
-    };
+    })
+}
+
+impl Daemon {
+    fn new(kernel: Arc<Kernel>, config: Config, privileged_gid: Option<u32>, listener_fd: Option<RawFd>) -> Daemon {
+        Daemon {
+            kernel,
+            config,
+            privileged_gid,
+            conns: Mutex::new(HashMap::new()),
+            slots: Mutex::new(Slots::default()),
+            threads: Mutex::new(Vec::new()),
+            stopping: AtomicBool::new(false),
+            started: Instant::now(),
+            listener_fd,
+            mounts: Mutex::new(Vec::new()),
+            spinning: AtomicUsize::new(0),
+            // Leave a CPU to the clients (which poll for their answers too).
+            max_spinning: std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1)),
+        }
+    }
+
+    /// A daemon without a socket or threads of its own, on a kernel booted by the caller
+    /// (`config.image` and `config.socket` are not used): connections are handed to it with
+    /// [`Daemon::serve`]. The protocol fuzzer drives the whole request path this way, from
+    /// frame to system call and back, in one process.
+    pub fn in_process(kernel: Arc<Kernel>, config: Config) -> Result<Arc<Daemon>> {
+        let privileged_gid = config.privileged_gid().map_err(err)?;
+        Ok(Arc::new(Daemon::new(kernel, config, privileged_gid, None)))
+    }
+
+    /// The kernel configuration a daemon with `config` boots (for [`Daemon::in_process`]).
+    pub fn kernel_config(config: &Config) -> Result<KernelConfig> {
+        kernel_config(config)
+    }
+
+    /// Serves one connection from `peer` on the calling thread until it ends, as the accept
+    /// loop serves one from the socket: a connection slot first (refused with `EUSERS` past the
+    /// limits), then the Hello exchange and the requests.
+    pub fn serve(&self, mut stream: UnixStream, peer: Peer) {
+        if let Err(why) = self.take_slot(peer.uid) {
+            let _ = vino_proto::write_frame(&mut stream, &Response::Error(ErrorReply::new(errno::EUSERS, why)));
+            return;
+        }
+        let _slot = Slot {
+            daemon: self,
+            uid: peer.uid,
+        };
+        conn::serve(self, stream, peer);
+    }
+}
+
+/// Starts a daemon: boots the kernel on the image and serves the socket from a thread.
+pub fn start(config: Config) -> Result<Handle> {
+    let privileged_gid = config.privileged_gid().map_err(err)?;
+    let device = open_image(&config)?;
+    let kconfig = kernel_config(&config)?;
     let kernel =
         Kernel::boot(device, &kconfig).map_err(|e| err(format!("booting on {}: {e}", config.image.display())))?;
     let listener = match bind(&config.socket, config.socket_mode) {
@@ -135,21 +191,8 @@ pub fn start(config: Config) -> Result<Handle> {
             return Err(e);
         }
     };
-    let daemon = Arc::new(Daemon {
-        kernel,
-        config,
-        privileged_gid,
-        conns: Mutex::new(HashMap::new()),
-        slots: Mutex::new(Slots::default()),
-        threads: Mutex::new(Vec::new()),
-        stopping: AtomicBool::new(false),
-        started: Instant::now(),
-        listener_fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
-        mounts: Mutex::new(Vec::new()),
-        spinning: AtomicUsize::new(0),
-        // Leave a CPU to the clients (which poll for their answers too).
-        max_spinning: std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1)),
-    });
+    let listener_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&listener));
+    let daemon = Arc::new(Daemon::new(kernel, config, privileged_gid, listener_fd));
     if let Some(at) = daemon.config.mount.clone()
         && let Err(e) = daemon.mount(&at)
     {
@@ -212,7 +255,9 @@ impl Handle {
         let d = &self.daemon;
         d.stopping.store(true, Ordering::SeqCst);
         // Wakes the accept loop (the listener stays open until the loop ends, so the fd is valid).
-        let _ = nix::sys::socket::shutdown(d.listener_fd, nix::sys::socket::Shutdown::Both);
+        if let Some(fd) = d.listener_fd {
+            let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
+        }
         let _ = acceptor.join();
         for c in d.conns.lock().values() {
             let _ = c.stream.shutdown(std::net::Shutdown::Both);
