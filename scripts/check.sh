@@ -14,3 +14,11 @@ step "cargo clippy -D warnings"
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
 cargo test --release --workspace
+# Each fuzz target briefly under libFuzzer, where a nightly toolchain is installed (none is
+# downloaded); the tests above replayed every target's corpus on stable either way.
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    step "fuzz each target ${VINO_FUZZ_SECONDS:-20} s"
+    bash scripts/fuzz.sh --time "${VINO_FUZZ_SECONDS:-20}"
+else
+    echo "check: no nightly toolchain installed: the fuzz targets ran only as corpus tests" >&2
+fi

@@ -1,0 +1,276 @@
+//! The inputs each fuzz target starts from: real request sequences, images with a few
+//! patches, modules of every graftpoint. `scripts/fuzz.sh` writes them into the corpus before
+//! a run; the corpus test runs them on stable.
+
+use vino_blockdev::rng::SplitMix64;
+use vino_kernel::graftpoints::{self, Grafter, Graftpoint};
+use vino_proto::{EventKind, LockKind, OpenFlags, Payload, Request, XattrHow};
+
+/// The seeds of target `name`.
+pub fn seeds(name: &str) -> Vec<Vec<u8>> {
+    match name {
+        "protocol" => protocol(),
+        "image" => image(),
+        "graft" => graft(),
+        other => panic!("no fuzz target {other}"),
+    }
+}
+
+/// `count` inputs of up to `max_len` pseudo-random bytes (from `seed`).
+pub fn random(seed: u64, count: usize, max_len: usize) -> Vec<Vec<u8>> {
+    let mut rng = SplitMix64::new(seed);
+    (0..count)
+        .map(|_| {
+            let len = rng.below(max_len as u64 + 1) as usize;
+            (0..len).map(|_| rng.next_u64() as u8).collect()
+        })
+        .collect()
+}
+
+fn protocol() -> Vec<Vec<u8>> {
+    use crate::protocol::input;
+    let s = |p: &str| p.to_string();
+    let b = |p: &str| p.as_bytes().to_vec();
+    let rw = OpenFlags::read_write();
+    let files = vec![
+        Request::Null,
+        Request::Open {
+            path: s("/a"),
+            flags: rw,
+        },
+        Request::Read {
+            fd: 0,
+            len: 4096,
+            offset: Some(100),
+            to_shm: None,
+        },
+        Request::Write {
+            fd: 0,
+            data: Payload::Inline(vec![1; 3000]),
+            offset: Some(4000),
+        },
+        Request::Seek { fd: 0, offset: 10 },
+        Request::Ftruncate { fd: 0, size: 20_000 },
+        Request::Fallocate {
+            fd: 0,
+            keep_size: true,
+            offset: 0,
+            len: 40_000,
+        },
+        Request::Fsync { fd: 0 },
+        Request::Fstat { fd: 0 },
+        Request::Close { fd: 0 },
+        Request::Stat { path: s("/d/f") },
+        Request::Sync,
+    ];
+    let names = vec![
+        Request::Mkdir {
+            path: s("/x"),
+            mode: 0o755,
+        },
+        Request::Open {
+            path: s("/x/y"),
+            flags: OpenFlags::create(),
+        },
+        Request::Rename {
+            from: s("/x/y"),
+            to: s("/x/z"),
+        },
+        Request::Readdir { path: s("/x") },
+        Request::OpenAt {
+            dirfd: None,
+            path: b("/x"),
+            flags: OpenFlags::directory(),
+        },
+        Request::MkdirAt {
+            dirfd: Some(1),
+            path: b("sub"),
+            mode: 0o700,
+        },
+        Request::SymlinkAt {
+            target: b("/a"),
+            dirfd: Some(1),
+            path: b("ln"),
+        },
+        Request::ReadlinkAt {
+            dirfd: Some(1),
+            path: b("ln"),
+        },
+        Request::StatAt {
+            dirfd: Some(1),
+            path: b("ln"),
+            follow: true,
+        },
+        Request::LinkAt {
+            from_dirfd: None,
+            from: b("/x/z"),
+            to_dirfd: Some(1),
+            to: b("hard"),
+            follow: false,
+        },
+        Request::RenameAt {
+            from_dirfd: Some(1),
+            from: b("sub"),
+            to_dirfd: None,
+            to: b("/sub2"),
+            no_replace: true,
+        },
+        Request::SetXattr {
+            dirfd: None,
+            path: b("/x/z"),
+            follow: true,
+            name: b("user.k"),
+            value: b("v"),
+            how: XattrHow::Create,
+        },
+        Request::ListXattr {
+            dirfd: None,
+            path: b("/x/z"),
+            follow: true,
+        },
+        Request::AccessAt {
+            dirfd: None,
+            path: b("/p"),
+            mode: 4,
+            follow: true,
+        },
+        Request::ReaddirFd { fd: 1 },
+        Request::UnlinkAt {
+            dirfd: Some(1),
+            path: b("hard"),
+        },
+        Request::Unlink { path: s("/x/z") },
+        Request::RmdirAt {
+            dirfd: None,
+            path: b("/sub2"),
+        },
+    ];
+    let locks = vec![
+        Request::Open {
+            path: s("/d/f"),
+            flags: rw,
+        },
+        Request::Lock {
+            fd: 0,
+            kind: LockKind::Write,
+            start: 0,
+            len: 100,
+            wait: false,
+        },
+        Request::GetLk {
+            fd: 0,
+            kind: LockKind::Read,
+            start: 50,
+            len: 10,
+        },
+        Request::Lock {
+            fd: 0,
+            kind: LockKind::Unlock,
+            start: 0,
+            len: 0,
+            wait: true,
+        },
+        Request::EventFilter {
+            kind: EventKind::Modify,
+            inodes: Vec::new(),
+            names: vec![s("f")],
+        },
+        Request::EventSubscribe {
+            kind: EventKind::Modify,
+        },
+        Request::Write {
+            fd: 0,
+            data: Payload::Inline(b"x".to_vec()),
+            offset: None,
+        },
+        Request::EventWait { timeout_ms: 0 },
+        Request::Top,
+    ];
+    let mut out = vec![input(0, &files), input(1, &files), input(0, &names), input(0, &locks)];
+    // A graft at every graftpoint the fuzzed user may bind, its list, stats, a control call,
+    // and the unload; per-file graftpoints on descriptor 0.
+    for g in graftpoints::all() {
+        let (slot, open) = match g.who {
+            Grafter::Privileged => continue,
+            Grafter::Opener => (
+                format!("{}/0", g.name),
+                Some(Request::Open {
+                    path: s("/a"),
+                    flags: rw,
+                }),
+            ),
+            // A file of the client's own making, which it may graft.
+            Grafter::FileCreator | Grafter::FileCreatorOrPrivileged => (
+                format!("{}/0", g.name),
+                Some(Request::Open {
+                    path: s("/mine"),
+                    flags: OpenFlags::create(),
+                }),
+            ),
+            Grafter::PageOwner | Grafter::Listener => (g.name.to_string(), None),
+        };
+        let wasm = answer_zero(g);
+        let mut reqs: Vec<Request> = open.into_iter().collect();
+        reqs.extend([
+            Request::GraftLoad {
+                point: slot.clone(),
+                wasm,
+            },
+            Request::GraftList,
+            Request::GraftStats { point: slot.clone() },
+            Request::GraftCall {
+                point: slot.clone(),
+                control: s("none"),
+                args: vec![1, 2],
+            },
+            Request::GraftEvents,
+            Request::Read {
+                fd: 0,
+                len: 100,
+                offset: Some(0),
+                to_shm: None,
+            },
+            Request::GraftUnload { point: slot },
+        ]);
+        out.push(input(0, &reqs));
+    }
+    out.extend(random(0x09e0_70c0, 8, 200));
+    out
+}
+
+/// A module for `g` that answers 0 (or nothing, if its entry point returns nothing).
+fn answer_zero(g: &Graftpoint) -> Vec<u8> {
+    let params: Vec<&str> = g.signature.params.iter().map(|t| t.name()).collect();
+    let (result, body) = match g.signature.results {
+        [t] => (format!("(result {})", t.name()), format!("{}.const 0", t.name())),
+        _ => (String::new(), String::new()),
+    };
+    let area = match g.uses_arg_area {
+        true => r#"(memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))"#,
+        false => "",
+    };
+    format!(
+        r#"(module {area} (func (export "{}") (param {}) {result} {body}))"#,
+        g.export(),
+        params.join(" ")
+    )
+    .into_bytes()
+}
+
+fn image() -> Vec<Vec<u8>> {
+    let mut out = vec![
+        Vec::new(),
+        // The primary superblock's first bytes.
+        vec![0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0],
+    ];
+    // A few bytes somewhere in each of the first used blocks.
+    for block in 0..16u8 {
+        out.push(vec![block, 40, 0, 4, 0xde, 0xad, 0xbe, 0xef]);
+    }
+    out.extend(random(0x1a6e, 16, 64));
+    out
+}
+
+fn graft() -> Vec<Vec<u8>> {
+    random(0x6aaf7, 24, 2000)
+}

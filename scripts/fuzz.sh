@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs VINO's fuzz targets under libFuzzer (cargo-fuzz, on the nightly toolchain), each for a
+# while, starting from the seeds and the kept regressions. Quiet on success; on a failure it
+# prints libFuzzer's report and where the failing input is (fuzz/artifacts/<target>/), which
+# `cargo +nightly fuzz run <target> <file>` runs again. Move a fixed failure's input into
+# fuzz/regressions/<target>/: the corpus tests then replay it on stable.
+#
+#   scripts/fuzz.sh [TARGET...] [--time SECONDS] [--jobs N] [--sanitizer address|none]
+#
+# Targets: protocol, image, graft (all by default). --time is per target (60 s by default);
+# --jobs runs that many libFuzzer processes per target. Long runs: e.g.
+#   scripts/fuzz.sh graft --time 36000 --jobs 8
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+time=60
+jobs=1
+sanitizer=address
+targets=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --time) time=$2; shift 2 ;;
+        --jobs) jobs=$2; shift 2 ;;
+        --sanitizer) sanitizer=$2; shift 2 ;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "fuzz: unknown option $1" >&2; exit 2 ;;
+        *) targets+=("$1"); shift ;;
+    esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=(protocol image graft)
+
+# Only a nightly toolchain already installed: nothing here downloads one.
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    echo "fuzz: no nightly toolchain installed (rustup toolchain install nightly); the corpus tests replay every target on stable: cargo test -p vino-fuzzing" >&2
+    exit 3
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    log=$(mktemp)
+    if ! cargo install cargo-fuzz --locked >"$log" 2>&1; then
+        cat "$log" >&2
+        exit 1
+    fi
+    rm -f "$log"
+fi
+
+cargo run -q --release -p vino-fuzzing --bin vino-fuzz-seeds -- fuzz/corpus
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! cargo +nightly fuzz build -O --sanitizer "$sanitizer" >"$log" 2>&1; then
+    cat "$log" >&2
+    exit 1
+fi
+for t in "${targets[@]}"; do
+    extra=()
+    [ -d "fuzz/regressions/$t" ] && extra+=("fuzz/regressions/$t")
+    if ! cargo +nightly fuzz run -O --sanitizer "$sanitizer" --jobs "$jobs" "$t" "fuzz/corpus/$t" "${extra[@]}" -- \
+        -max_total_time="$time" -timeout=60 -rss_limit_mb=4096 >"$log" 2>&1; then
+        tail -n 60 "$log" >&2
+        echo "fuzz: $t failed; the input is in fuzz/artifacts/$t/" >&2
+        exit 1
+    fi
+    [ -z "${CI:-}" ] || echo "fuzz: $t: $(grep -o '#[0-9]* *DONE.*' "$log" | tail -n 1)" >&2
+done
