@@ -321,6 +321,7 @@ fn cache_hits(budget: Budget, ops: &mut Vec<Op>) {
     let config = vino_cache::CacheConfig {
         frames: 16,
         writeback_every: None,
+        ..vino_cache::CacheConfig::default()
     };
     let cache = vino_cache::PageCache::new(config, Arc::new(vino_kernel::QueueIo(queue)), &rt);
     let ctx = vino_cache::IoCtx::new(1);

@@ -14,7 +14,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use vino_blockdev::{AlignedBuf, BLOCK_SIZE, IoRequest, Ticket};
+use vino_blockdev::{AlignedBuf, BLOCK_SIZE, IoRequest, SharedClock, Ticket};
 use vino_graft::abi::Extents;
 use vino_graft::{Access, GraftSlot, PolicyKind, Runtime};
 
@@ -23,12 +23,14 @@ const BS: u64 = BLOCK_SIZE as u64;
 /// Most blocks one read-ahead advice may bring in.
 const MAX_PREFETCH_BLOCKS: u64 = 256;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct CacheConfig {
     /// Number of 4 KB frames.
     pub frames: usize,
     /// How often the write-back policy runs (`None`: only on `sync`).
     pub writeback_every: Option<Duration>,
+    /// Where the ages of dirty pages come from (the machine's clock; a simulation's own).
+    pub clock: SharedClock,
 }
 
 impl Default for CacheConfig {
@@ -36,6 +38,7 @@ impl Default for CacheConfig {
         CacheConfig {
             frames: 1024,
             writeback_every: Some(Duration::from_secs(1)),
+            clock: SharedClock::default(),
         }
     }
 }
@@ -332,10 +335,15 @@ impl PageCache {
             stop: Arc::new(AtomicBool::new(false)),
             config,
         });
-        if let Some(every) = config.writeback_every {
+        if let Some(every) = cache.config.writeback_every {
             spawn_writeback(Arc::downgrade(&cache), cache.stop.clone(), every);
         }
         cache
+    }
+
+    /// The cache's clock, in nanoseconds (for the ages of dirty pages).
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.config.clock.monotonic().as_nanos()).unwrap_or(u64::MAX)
     }
 
     pub fn config(&self) -> &CacheConfig {
@@ -424,7 +432,7 @@ impl PageCache {
             fr.buf[within..within + take].copy_from_slice(&data[done..done + take]);
             fr.dev = Some(dev);
             fr.generation += 1;
-            fr.dirty_since.get_or_insert_with(vino_vlt::now_ns);
+            fr.dirty_since.get_or_insert_with(|| self.now_ns());
             self.unpin(&mut t, f);
             t.checked();
             done += take;
@@ -794,7 +802,7 @@ impl PageCache {
     fn write_back(&self, pick: impl Fn(PageKey, u64) -> bool) -> io::Result<()> {
         let mut t = self.table.lock();
         loop {
-            let now = vino_vlt::now_ns();
+            let now = self.now_ns();
             let dirty: Vec<u32> = t
                 .map
                 .values()
@@ -863,7 +871,7 @@ impl PageCache {
 
     /// One round of the `cache.writeback` policy.
     pub fn run_writeback(&self) -> io::Result<usize> {
-        let now = vino_vlt::now_ns();
+        let now = self.now_ns();
         let mut offered: Vec<WritebackArgs> = {
             let t = self.table.lock();
             t.map

@@ -162,6 +162,7 @@ impl Kernel {
         let cache_config = CacheConfig {
             frames: config.cache_frames,
             writeback_every: config.writeback_every,
+            clock: config.clock.clone(),
         };
         let cache = PageCache::new(cache_config, Arc::new(SchedulerIo(sched.clone())), &runtime);
         let mount = MountOptions {

@@ -113,6 +113,8 @@ pub struct Report {
     /// Grafts loaded, and invocations that failed (the default decided).
     pub grafts_loaded: u64,
     pub graft_failures: u64,
+    /// Dirty pages the write-back policy wrote in its rounds (first pass).
+    pub written_back: u64,
 }
 
 /// A seed that failed.
@@ -171,6 +173,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
         cut_at_write: None,
         cut_in_step: None,
         grafts_loaded: clean.grafts_loaded,
+        written_back: clean.written_back,
         graft_failures: clean.graft_failures(),
     };
     clean.finish()?;
@@ -225,6 +228,7 @@ struct Sim {
     promises: Promises,
     writes_at_start: u64,
     grafts_loaded: u64,
+    written_back: u64,
 }
 
 impl Sim {
@@ -299,6 +303,7 @@ impl Sim {
             promises: Promises::new(),
             writes_at_start,
             grafts_loaded: 0,
+            written_back: 0,
         })
     }
 
@@ -359,7 +364,11 @@ impl Sim {
             }
             28..=29 => return Step::Writeback,
             30 => return Step::DropClean,
-            _ => return Step::Tick(1 + self.rng.below(50)),
+            // Now and then a pause long enough for the write-back policy's age (30 s).
+            _ => match self.rng.chance(0.25) {
+                true => return Step::Tick(31_000),
+                false => return Step::Tick(1 + self.rng.below(50)),
+            },
         };
         Step::Fs(who, op)
     }
@@ -484,7 +493,9 @@ impl Sim {
             }
             Step::Graft(who, point, behaviour) => self.graft(*who, *point, *behaviour),
             Step::Writeback => {
-                let _ = self.kernel.cache().run_writeback();
+                if let Ok(n) = self.kernel.cache().run_writeback() {
+                    self.written_back += n as u64;
+                }
             }
             Step::DropClean => {
                 let _ = self.kernel.cache().drop_clean();
@@ -740,5 +751,6 @@ pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
     s.insert("device_writes", reports.iter().map(|r| r.writes).sum());
     s.insert("grafts_loaded", reports.iter().map(|r| r.grafts_loaded).sum());
     s.insert("graft_failures", reports.iter().map(|r| r.graft_failures).sum());
+    s.insert("written_back", reports.iter().map(|r| r.written_back).sum());
     s
 }

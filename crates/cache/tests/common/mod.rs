@@ -65,6 +65,7 @@ pub fn setup(frames: usize, device_blocks: u64) -> Setup {
         CacheConfig {
             frames,
             writeback_every: None,
+            ..CacheConfig::default()
         },
         Arc::new(Queue(queue)),
         &runtime,
