@@ -2,7 +2,7 @@
 # Runs VINO's fuzz targets under libFuzzer (cargo-fuzz, on the nightly toolchain), each for a
 # while, starting from the seeds and the kept regressions. Quiet on success; on a failure it
 # prints libFuzzer's report and where the failing input is (fuzz/artifacts/<target>/), which
-# `cargo +nightly fuzz run <target> <file>` runs again. Move a fixed failure's input into
+# `fuzz/target/<host>/release/<target> <file>` runs again. Move a fixed failure's input into
 # fuzz/regressions/<target>/: the corpus tests then replay it on stable.
 #
 #   scripts/fuzz.sh [TARGET...] [--time SECONDS] [--jobs N] [--sanitizer address|none]
@@ -50,14 +50,18 @@ if ! cargo +nightly fuzz build -O --sanitizer "$sanitizer" >"$log" 2>&1; then
     cat "$log" >&2
     exit 1
 fi
+# The targets run as built (not through `cargo fuzz run`, which would build again first).
+bin="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release"
 for t in "${targets[@]}"; do
+    mkdir -p "fuzz/artifacts/$t"
     extra=()
     [ -d "fuzz/regressions/$t" ] && extra+=("fuzz/regressions/$t")
-    if ! cargo +nightly fuzz run -O --sanitizer "$sanitizer" --jobs "$jobs" "$t" "fuzz/corpus/$t" "${extra[@]}" -- \
-        -max_total_time="$time" -timeout=60 -rss_limit_mb=4096 >"$log" 2>&1; then
+    [ "$jobs" -gt 1 ] && extra+=("-fork=$jobs")
+    if ! "$bin/$t" -artifact_prefix="fuzz/artifacts/$t/" -max_total_time="$time" -timeout=60 \
+        -rss_limit_mb=4096 "fuzz/corpus/$t" "${extra[@]}" >"$log" 2>&1; then
         tail -n 60 "$log" >&2
-        echo "fuzz: $t failed; the input is in fuzz/artifacts/$t/" >&2
+        echo "fuzz: $t failed; the input is in fuzz/artifacts/$t/ (run it again: $bin/$t FILE)" >&2
         exit 1
     fi
-    [ -z "${CI:-}" ] || echo "fuzz: $t: $(grep -o '#[0-9]* *DONE.*' "$log" | tail -n 1)" >&2
+    [ -z "${CI:-}" ] || echo "fuzz: $t: $(grep -o 'DONE.*' "$log" | tail -n 1)" >&2
 done
