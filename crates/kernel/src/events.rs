@@ -46,7 +46,7 @@ use crate::account::{CpuShares, Worker};
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::Fd;
 use crate::perm::{self, Credentials, EXEC, READ};
-use crate::{Account, Kernel, Pid, Process, Resource};
+use crate::{Account, Dispatch, Kernel, Pid, Process, Resource};
 use parking_lot::{Condvar, Mutex, RwLock};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
@@ -591,10 +591,12 @@ struct Shared {
     seq: AtomicU64,
     /// The event threads' CPU is charged to the user whose listener they serve.
     cpu: Option<CpuShares>,
+    /// No event threads: graft jobs wait for [`Kernel::run_events`] (or a quiesce).
+    stepped: bool,
 }
 
 impl Shared {
-    fn new(queue_max: usize, cpu: Option<CpuShares>) -> Shared {
+    fn new(queue_max: usize, cpu: Option<CpuShares>, stepped: bool) -> Shared {
         assert!(queue_max > 0, "an event queue holds at least one event");
         Shared {
             listeners: Default::default(),
@@ -611,6 +613,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             seq: AtomicU64::new(0),
             cpu,
+            stepped,
         }
     }
 
@@ -647,7 +650,9 @@ impl Shared {
             bump(&self.counters[ev.kind.index()].dropped);
             return;
         }
-        self.started.get_or_init(|| self.start_threads());
+        if !self.stepped {
+            self.started.get_or_init(|| self.start_threads());
+        }
         *self.pending.lock() += 1;
         jobs.events.push_back(ev);
         if !std::mem::replace(&mut jobs.scheduled, true) {
@@ -765,17 +770,20 @@ pub(crate) struct Events {
 }
 
 impl Events {
-    /// An event service whose listeners' queues hold at most `queue_max` events each.
-    pub(crate) fn new(queue_max: usize, cpu: Option<CpuShares>) -> Events {
+    /// An event service whose listeners' queues hold at most `queue_max` events each. Its
+    /// graft jobs run on event threads of its own, or with `Dispatch::Caller` when someone calls
+    /// [`Kernel::run_events`].
+    pub(crate) fn new(queue_max: usize, cpu: Option<CpuShares>, dispatch: Dispatch) -> Events {
+        let stepped = dispatch == Dispatch::Caller;
         Events {
-            shared: Arc::new(Shared::new(queue_max, cpu)),
+            shared: Arc::new(Shared::new(queue_max, cpu, stepped)),
         }
     }
 }
 
 impl Default for Events {
     fn default() -> Self {
-        Events::new(EVENT_QUEUE_MAX, None)
+        Events::new(EVENT_QUEUE_MAX, None, Dispatch::Thread)
     }
 }
 
@@ -1144,6 +1152,9 @@ impl Kernel {
     /// first.
     pub fn events_quiesce_for(&self, timeout: Duration) -> bool {
         let s = &self.events.shared;
+        if s.stepped {
+            self.run_events();
+        }
         let until = Instant::now() + timeout;
         let mut pending = s.pending.lock();
         while *pending > 0 {
@@ -1152,6 +1163,23 @@ impl Kernel {
             }
         }
         true
+    }
+
+    /// Runs the queued event graft jobs on this thread, listener by listener in turn, until
+    /// none is left; returns how many turns it ran. Only with `event_dispatch:
+    /// Dispatch::Caller` (without event threads); with threads it leaves the jobs to them.
+    pub fn run_events(&self) -> usize {
+        let s = &self.events.shared;
+        if !s.stepped {
+            return 0;
+        }
+        let mut turns = 0;
+        loop {
+            let next = s.run.lock().pop_front();
+            let Some(l) = next else { return turns };
+            s.serve(&l);
+            turns += 1;
+        }
     }
 
     /// Waits until every event graft delivery queued so far has run.

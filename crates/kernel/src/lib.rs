@@ -101,6 +101,9 @@ pub struct KernelConfig {
     /// Where time comes from: request ages, timestamps (the file system's too: `boot` hands
     /// this clock to the mount).
     pub clock: SharedClock,
+    /// Who runs event grafts: the kernel's event threads, or whoever calls
+    /// [`Kernel::run_events`] (a simulation's steps; a quiesce or shutdown runs them too).
+    pub event_dispatch: Dispatch,
 }
 
 impl Default for KernelConfig {
@@ -116,6 +119,7 @@ impl Default for KernelConfig {
             io_backend: BackendChoice::Auto,
             dispatch: Dispatch::Thread,
             clock: SharedClock::default(),
+            event_dispatch: Dispatch::Thread,
         }
     }
 }
@@ -194,7 +198,11 @@ impl Kernel {
             next_pid: AtomicU64::new(1),
             files: files::FileTable::default(),
             file_grafts: Default::default(),
-            events: events::Events::new(config.event_queue_max, Some(accounts.cpu().clone())),
+            events: events::Events::new(
+                config.event_queue_max,
+                Some(accounts.cpu().clone()),
+                config.event_dispatch,
+            ),
             ns: RwLock::new(()),
             changes: Default::default(),
             accounts,

@@ -850,3 +850,35 @@ fn subscriptions_are_charged_to_their_user_and_refunded() {
     }
     assert_eq!(accounts.total().used(vino_kernel::Resource::Subscriptions), 0);
 }
+
+#[test]
+fn without_event_threads_graft_jobs_wait_for_whoever_runs_them() {
+    let dev = device(8192);
+    let config = KernelConfig {
+        cache_frames: 128,
+        writeback_every: None,
+        event_dispatch: vino_kernel::Dispatch::Caller,
+        ..KernelConfig::default()
+    };
+    let k = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
+    let owner = k.spawn(Credentials::root());
+    owner.graft_load("event.fs.unlink", &example("unlink_log")).unwrap();
+    let log = log_for(&owner);
+    for i in 0..3 {
+        touch(&owner, &format!("/f{i}"), 0o644);
+        owner.unlink(&format!("/f{i}")).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let s = k.event_stats().of(EventKind::Unlink);
+    assert_eq!((s.raised, s.delivered_graft), (3, 0), "no thread ran the jobs");
+    assert_eq!(k.run_events(), 1, "one listener's turn");
+    assert_eq!(k.event_stats().of(EventKind::Unlink).delivered_graft, 3);
+    assert_eq!(records(&owner, log).len(), 3);
+    assert_eq!(k.run_events(), 0, "nothing left");
+    // A quiesce (and so a shutdown) runs what is queued itself rather than wait for threads.
+    touch(&owner, "/g", 0o644);
+    owner.unlink("/g").unwrap();
+    quiesce(&k);
+    assert_eq!(k.event_stats().of(EventKind::Unlink).delivered_graft, 4);
+    k.shutdown().unwrap();
+}

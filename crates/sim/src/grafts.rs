@@ -1,8 +1,8 @@
 //! The grafts a simulation binds: for every graftpoint of the kernel's registry (event handlers
-//! aside: they run on the kernel's event threads), modules built from its signature alone that
-//! behave well or badly in each way the sandbox must survive.
+//! included: the simulation runs them in its `Events` steps), modules built from its signature
+//! alone that behave well or badly in each way the sandbox must survive.
 
-use vino_kernel::graftpoints::{self, Grafter, Graftpoint};
+use vino_kernel::graftpoints::{self, Graftpoint};
 
 /// How a simulated graft behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,29 +30,29 @@ pub const BEHAVIOURS: [Behaviour; 6] = [
     Behaviour::OutOfBounds,
 ];
 
-/// Graftpoints a simulated process may bind (event handlers excluded).
+/// Graftpoints a simulated process may bind: all of them.
 pub fn points() -> Vec<&'static Graftpoint> {
-    graftpoints::all()
-        .iter()
-        .filter(|g| g.who != Grafter::Listener && !g.name.starts_with("event."))
-        .collect()
+    graftpoints::all().iter().collect()
 }
 
 /// A module (text format) for `g` behaving as `b`.
 pub fn module(g: &Graftpoint, b: Behaviour) -> Vec<u8> {
     let params: Vec<&str> = g.signature.params.iter().map(|t| t.name()).collect();
+    // An event handler returns nothing: its answers are empty.
     let result = match g.signature.results {
-        [t] => t.name(),
+        [t] => Some(t.name()),
+        [] => None,
         other => panic!("{}: results {other:?}", g.name),
     };
-    let konst = |v: i64| format!("{result}.const {v}");
+    let konst = |v: i64| result.map(|r| format!("{r}.const {v}")).unwrap_or_default();
     let body = match b {
         Behaviour::Zero => konst(0),
-        Behaviour::FirstArg => match g.signature.params.first() {
-            Some(t) if t.name() == result => "local.get 0".to_string(),
-            Some(t) if t.name() == "i32" => "local.get 0 i64.extend_i32_s".to_string(),
-            Some(_) => "local.get 0 i32.wrap_i64".to_string(),
-            None => konst(1),
+        Behaviour::FirstArg => match (g.signature.params.first(), result) {
+            (_, None) => String::new(),
+            (Some(t), Some(r)) if t.name() == r => "local.get 0".to_string(),
+            (Some(t), _) if t.name() == "i32" => "local.get 0 i64.extend_i32_s".to_string(),
+            (Some(_), _) => "local.get 0 i32.wrap_i64".to_string(),
+            (None, _) => konst(1),
         },
         Behaviour::Negative => konst(-1),
         Behaviour::Spin => "(loop $l (br $l)) unreachable".to_string(),
@@ -66,8 +66,9 @@ pub fn module(g: &Graftpoint, b: Behaviour) -> Vec<u8> {
     } else {
         "(memory 1)"
     };
+    let result = result.map(|r| format!("(result {r})")).unwrap_or_default();
     format!(
-        r#"(module {area} (func (export "{}") (param {}) (result {result}) {body}))"#,
+        r#"(module {area} (func (export "{}") (param {}) {result} {body}))"#,
         g.export(),
         params.join(" ")
     )

@@ -115,6 +115,8 @@ pub struct Report {
     pub graft_failures: u64,
     /// Dirty pages the write-back policy wrote in its rounds (first pass).
     pub written_back: u64,
+    /// Events handed to event grafts, whether they ran to the end or aborted (first pass).
+    pub event_deliveries: u64,
 }
 
 /// A seed that failed.
@@ -174,6 +176,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
         cut_in_step: None,
         grafts_loaded: clean.grafts_loaded,
         written_back: clean.written_back,
+        event_deliveries: clean.event_deliveries(),
         graft_failures: clean.graft_failures(),
     };
     clean.finish()?;
@@ -210,6 +213,8 @@ enum Step {
     Graft(usize, usize, grafts::Behaviour),
     /// One round of the write-back worker.
     Writeback,
+    /// The event graft jobs queued so far run (the kernel has no event threads here).
+    Events,
     /// Drops every clean page, so later reads go to the disk.
     DropClean,
     /// Time passes.
@@ -256,6 +261,7 @@ impl Sim {
             writeback_every: None,
             io_backend: BackendChoice::Inline,
             dispatch: vino_kernel::Dispatch::Caller,
+            event_dispatch: vino_kernel::Dispatch::Caller,
             clock: shared_clock,
             mount: MountOptions {
                 commit_blocks: rng.chance(0.5).then(|| 4 + rng.below(60) as usize),
@@ -311,6 +317,15 @@ impl Sim {
         self.dev.writes() - self.writes_at_start
     }
 
+    fn event_deliveries(&self) -> u64 {
+        let stats = self.kernel.event_stats();
+        stats
+            .kinds
+            .iter()
+            .map(|(_, k)| k.delivered_graft + k.graft_aborts)
+            .sum()
+    }
+
     fn graft_failures(&self) -> u64 {
         self.kernel
             .processes()
@@ -362,7 +377,8 @@ impl Sim {
                 let b = grafts::BEHAVIOURS[self.rng.below(grafts::BEHAVIOURS.len() as u64) as usize];
                 return Step::Graft(who, self.rng.below(points) as usize, b);
             }
-            28..=29 => return Step::Writeback,
+            28 => return Step::Writeback,
+            29 => return Step::Events,
             30 => return Step::DropClean,
             // Now and then a pause long enough for the write-back policy's age (30 s).
             _ => match self.rng.chance(0.25) {
@@ -492,6 +508,9 @@ impl Sim {
                 }
             }
             Step::Graft(who, point, behaviour) => self.graft(*who, *point, *behaviour),
+            Step::Events => {
+                self.kernel.run_events();
+            }
             Step::Writeback => {
                 if let Ok(n) = self.kernel.cache().run_writeback() {
                     self.written_back += n as u64;
@@ -752,5 +771,6 @@ pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
     s.insert("grafts_loaded", reports.iter().map(|r| r.grafts_loaded).sum());
     s.insert("graft_failures", reports.iter().map(|r| r.graft_failures).sum());
     s.insert("written_back", reports.iter().map(|r| r.written_back).sum());
+    s.insert("event_deliveries", reports.iter().map(|r| r.event_deliveries).sum());
     s
 }

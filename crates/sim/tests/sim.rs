@@ -29,6 +29,10 @@ fn three_hundred_seeds_of_the_whole_kernel_survive_their_power_cuts() {
         reports.iter().map(|r| r.written_back).sum::<u64>() > 0,
         "the write-back policy wrote pages"
     );
+    assert!(
+        reports.iter().map(|r| r.event_deliveries).sum::<u64>() > 0,
+        "event grafts ran in the simulation's steps"
+    );
 }
 
 #[test]
