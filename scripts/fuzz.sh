@@ -10,6 +10,9 @@
 # Targets: protocol, image, graft (all by default). --time is per target (60 s by default);
 # --jobs runs that many libFuzzer processes per target. Long runs: e.g.
 #   scripts/fuzz.sh graft --time 36000 --jobs 8
+#
+# Exit status: 0 no finding, 1 a finding, 3 no nightly toolchain, 4 cargo-fuzz or the nightly
+# build failed (a toolchain problem; the stable build is checked by scripts/check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,7 +41,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     log=$(mktemp)
     if ! cargo install cargo-fuzz --locked >"$log" 2>&1; then
         cat "$log" >&2
-        exit 1
+        exit 4
     fi
     rm -f "$log"
 fi
@@ -47,8 +50,9 @@ cargo run -q --release -p vino-fuzzing --bin vino-fuzz-seeds -- fuzz/corpus
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 if ! cargo +nightly fuzz build -O --sanitizer "$sanitizer" >"$log" 2>&1; then
-    cat "$log" >&2
-    exit 1
+    tail -n 40 "$log" >&2
+    echo "fuzz: the nightly build of the fuzz targets failed" >&2
+    exit 4
 fi
 # The targets run as built (not through `cargo fuzz run`, which would build again first).
 bin="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release"
