@@ -41,13 +41,14 @@ fn small_disk(blocks: u64, fs_id: u64) -> std::sync::Arc<vino_blockdev::MemDevic
 }
 
 /// `base` with no thread of the kernel's own doing work: the device served inline, the I/O
-/// scheduler by its callers, write-back only when asked. One input then does the same thing
-/// every time.
+/// scheduler by its callers, write-back only when asked, event grafts when the kernel quiesces.
+/// One input then does the same thing every time.
 fn stepped(base: vino_kernel::KernelConfig) -> vino_kernel::KernelConfig {
     vino_kernel::KernelConfig {
         writeback_every: None,
         io_backend: vino_blockdev::BackendChoice::Inline,
         dispatch: vino_kernel::Dispatch::Caller,
+        event_dispatch: vino_kernel::Dispatch::Caller,
         ..base
     }
 }

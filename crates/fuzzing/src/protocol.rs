@@ -51,7 +51,7 @@ fn decode_all(payloads: &[Vec<u8>]) -> Vec<Response> {
     payloads.iter().map_while(|p| vino_proto::decode(p).ok()).collect()
 }
 
-/// The frames of a Hello for `client` (what every input is sent after).
+/// The frame of the Hello every input is sent after.
 pub fn hello() -> Vec<u8> {
     vino_proto::encode(&Request::Hello {
         version: VERSION,
