@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
-use vino_blockdev::{BlockDevice, SharedClock};
+use vino_blockdev::{AlignedBuf, BlockDevice, SharedClock};
 use vino_graft::{Access, GraftSlot, Runtime};
 
 /// Called before every commit with the inodes that got blocks or a new size since the last one:
@@ -174,7 +174,14 @@ pub(crate) fn recover(dev: &dyn BlockDevice, geo: &Geometry, fs_id: u64) -> Resu
         }
         dev.flush()?;
     }
-    let next_seq = journal::fresh_seq(geo, fs_id, scan.next_seq, &mut read)?;
+    // The whole log in one read (it is looked at block by block).
+    let mut log = AlignedBuf::new(geo.log_len() as usize);
+    dev.read_blocks(geo.log_start(), &mut log)?;
+    let mut read_log = |b: u64| -> io::Result<Box<Block>> {
+        let at = (b - geo.log_start()) as usize * BS;
+        Ok(Box::new(log[at..at + BS].try_into().expect("a whole block")))
+    };
+    let next_seq = journal::fresh_seq(geo, fs_id, scan.next_seq, &mut read_log)?;
     if replayed > 0 || next_seq != header.seq {
         // Durable before the writer's first transaction, which a later scan must find here.
         let h = JournalHeader {
