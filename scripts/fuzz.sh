@@ -5,10 +5,11 @@
 # `fuzz/target/<host>/release/<target> <file>` runs again. Move a fixed failure's input into
 # fuzz/regressions/<target>/: the corpus tests then replay it on stable.
 #
-#   scripts/fuzz.sh [TARGET...] [--time SECONDS] [--jobs N] [--sanitizer address|none]
+#   scripts/fuzz.sh [TARGET...] [--time SECONDS] [--jobs N] [--sanitizer address|none] [-v]
 #
 # Targets: protocol, image, graft (all by default). --time is per target (60 s by default);
-# --jobs runs that many libFuzzer processes per target. Long runs: e.g.
+# --jobs runs that many libFuzzer processes per target; -v (or CI set) prints each target's last
+# libFuzzer status line (inputs run, coverage, corpus). Long runs: e.g.
 #   scripts/fuzz.sh graft --time 36000 --jobs 8
 #
 # Exit status: 0 no finding, 1 a finding, 3 no nightly toolchain, 4 cargo-fuzz or the nightly
@@ -19,13 +20,15 @@ cd "$(dirname "$0")/.."
 time=60
 jobs=1
 sanitizer=address
+verbose=${CI:-}
 targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --time) time=$2; shift 2 ;;
         --jobs) jobs=$2; shift 2 ;;
         --sanitizer) sanitizer=$2; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -v|--verbose) verbose=1; shift ;;
+        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "fuzz: unknown option $1" >&2; exit 2 ;;
         *) targets+=("$1"); shift ;;
     esac
@@ -67,5 +70,5 @@ for t in "${targets[@]}"; do
         echo "fuzz: $t failed; the input is in fuzz/artifacts/$t/ (run it again: $bin/$t FILE)" >&2
         exit 1
     fi
-    [ -z "${CI:-}" ] || echo "fuzz: $t: $(grep -o 'DONE.*' "$log" | tail -n 1)" >&2
+    [ -z "$verbose" ] || echo "fuzz: $t: $(grep -E '^#[0-9]+' "$log" | tail -n 1)" >&2
 done
