@@ -3,8 +3,9 @@
 //! a run; the corpus test runs them on stable.
 
 use vino_blockdev::rng::SplitMix64;
-use vino_kernel::graftpoints::{self, Grafter, Graftpoint};
+use vino_kernel::graftpoints::{self, Grafter};
 use vino_proto::{EventKind, LockKind, OpenFlags, Payload, Request, XattrHow};
+use vino_sim::grafts::{self, Behaviour};
 
 /// The seeds of target `name`.
 pub fn seeds(name: &str) -> Vec<Vec<u8>> {
@@ -209,7 +210,7 @@ fn protocol() -> Vec<Vec<u8>> {
             ),
             Grafter::PageOwner | Grafter::Listener => (g.name.to_string(), None),
         };
-        let wasm = answer_zero(g);
+        let wasm = grafts::module(g, Behaviour::Zero);
         let mut reqs: Vec<Request> = open.into_iter().collect();
         reqs.extend([
             Request::GraftLoad {
@@ -236,25 +237,6 @@ fn protocol() -> Vec<Vec<u8>> {
     }
     out.extend(random(0x09e0_70c0, 8, 200));
     out
-}
-
-/// A module for `g` that answers 0 (or nothing, if its entry point returns nothing).
-fn answer_zero(g: &Graftpoint) -> Vec<u8> {
-    let params: Vec<&str> = g.signature.params.iter().map(|t| t.name()).collect();
-    let (result, body) = match g.signature.results {
-        [t] => (format!("(result {})", t.name()), format!("{}.const 0", t.name())),
-        _ => (String::new(), String::new()),
-    };
-    let area = match g.uses_arg_area {
-        true => r#"(memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))"#,
-        false => "",
-    };
-    format!(
-        r#"(module {area} (func (export "{}") (param {}) {result} {body}))"#,
-        g.export(),
-        params.join(" ")
-    )
-    .into_bytes()
 }
 
 fn image() -> Vec<Vec<u8>> {
