@@ -34,6 +34,7 @@
 
 #![forbid(unsafe_code)]
 
+mod dirindex;
 mod error;
 mod filesystem;
 pub mod fsck;

@@ -11,6 +11,7 @@
 //! changing a file's size) lives here once and serves both the uncached path of
 //! [`crate::FileSystem`] and a page cache above it.
 
+use crate::dirindex::{DirIdx, DirIndex, Slot, room_of};
 use crate::error::{FsError, Result, corrupt};
 use crate::layout::*;
 use crate::meta::Meta;
@@ -167,6 +168,8 @@ pub(crate) enum Mode {
 
 /// A directory entry found by name.
 pub(crate) struct Found {
+    /// The directory's file block that holds the entry, and its device block.
+    pub fb: u64,
     pub block: u64,
     pub entries: Vec<RawEntry>,
     pub index: usize,
@@ -194,6 +197,14 @@ pub(crate) struct FsState {
     deferred_set: HashSet<u64>,
     deferred_in_group: Vec<u32>,
     deferred_mark: usize,
+    /// Per group, a bit of its block bitmap below which no block can be taken (each one is in
+    /// use or waits for a checkpoint), so that filling a group does not rescan its start for
+    /// every block. Only ever lowered by frees, releases and rollbacks; raised by allocations.
+    block_floor: Vec<u64>,
+    /// The same for each group's inode bitmap.
+    inode_floor: Vec<u64>,
+    /// The directories in use, indexed by name.
+    dirs: DirIndex,
     /// Inodes that got blocks since the last commit (for the data write-back hook).
     pub alloc_inos: BTreeSet<u64>,
     pub mode: Mode,
@@ -251,6 +262,9 @@ impl FsState {
         FsState {
             clock,
             deferred_in_group: vec![0; geo.groups as usize],
+            block_floor: vec![0; geo.groups as usize],
+            inode_floor: vec![0; geo.groups as usize],
+            dirs: DirIndex::default(),
             meta,
             geo,
             placement,
@@ -284,6 +298,7 @@ impl FsState {
         self.deferred_mark = self.deferred.len();
         self.pending_unslot.clear();
         self.quota.begin();
+        self.dirs.begin_op();
     }
 
     pub fn end_op(&mut self) {
@@ -305,6 +320,10 @@ impl FsState {
         }
         self.pending_unslot.clear();
         self.quota.rollback();
+        // The rolled-back operation may have taken blocks or inodes: their bits are clear again.
+        self.block_floor.fill(0);
+        self.inode_floor.fill(0);
+        self.dirs.rollback();
         for g in 0..self.geo.groups {
             if blocks.contains(&self.geo.header(g))
                 && let Ok(h) = self.header(g)
@@ -366,6 +385,8 @@ impl FsState {
             self.deferred_set.remove(&b);
             let g = self.geo.group_of(b) as usize;
             self.deferred_in_group[g] = self.deferred_in_group[g].saturating_sub(1);
+            let bit = b - self.geo.group_start(g as u32);
+            self.block_floor[g] = self.block_floor[g].min(bit);
         }
         self.deferred_mark = self.deferred.len();
     }
@@ -497,18 +518,27 @@ impl FsState {
                 continue;
             }
             let start = geo.group_start(g);
-            let first_data = geo.data_start(g) - start;
-            let from = if i == 0 { pref - start } else { first_data };
+            let floor = self.block_floor[g as usize].max(geo.data_start(g) - start);
+            let from = if i == 0 { (pref - start).max(floor) } else { floor };
             let end = geo.group_len(g);
             let bm = self.bitmap(g, false)?;
             let found = {
                 let map = self.meta.get(bm)?;
                 let skip = |bit: u64| self.deferred_set.contains(&(start + bit));
-                find_zero(map, from, end, &skip).or_else(|| find_zero(map, first_data, from, &skip))
+                if cfg!(any(debug_assertions, feature = "invariants")) {
+                    let below = find_zero(map, geo.data_start(g) - start, floor, &skip);
+                    assert_eq!(below, None, "group {g}: a free block below the allocation floor");
+                }
+                find_zero(map, from, end, &skip).or_else(|| find_zero(map, floor, from, &skip))
             };
             let Some(bit) = found else {
+                self.block_floor[g as usize] = end;
                 continue;
             };
+            if from == floor {
+                // Found by a scan from the floor: nothing between the floor and `bit` is free.
+                self.block_floor[g as usize] = bit + 1;
+            }
             let map = self.meta.get_mut(bm)?;
             set_bit(map, bit, true);
             h.free_blocks -= 1;
@@ -589,12 +619,14 @@ impl FsState {
                 continue;
             }
             let bm = self.bitmap(g, true)?;
-            let Some(bit) = find_zero(self.meta.get(bm)?, 0, self.geo.ipg, &|_| false) else {
+            let floor = self.inode_floor[g as usize];
+            let Some(bit) = find_zero(self.meta.get(bm)?, floor, self.geo.ipg, &|_| false) else {
                 return Err(corrupt(format!(
                     "group {g}: header counts {} free inodes, bitmap has none",
                     h.free_inodes
                 )));
             };
+            self.inode_floor[g as usize] = bit + 1;
             set_bit(self.meta.get_mut(bm)?, bit, true);
             h.free_inodes -= 1;
             if is_dir {
@@ -617,6 +649,7 @@ impl FsState {
             return Err(corrupt(format!("inode {ino} is freed but already free in its bitmap")));
         }
         set_bit(map, bit, false);
+        self.inode_floor[g as usize] = self.inode_floor[g as usize].min(bit);
         h.free_inodes += 1;
         if was_dir {
             h.dirs = h.dirs.saturating_sub(1);
@@ -1044,15 +1077,70 @@ impl FsState {
         dir_parse(self.meta.get(b)?, ino).map_err(FsError::Corrupt)
     }
 
-    pub fn dir_find(&mut self, dir: u64, inode: &Inode, name: &[u8]) -> Result<Option<Found>> {
-        for fb in 0..inode.size / BS as u64 {
-            let block = self.dir_block(dir, inode, fb)?;
-            let entries = self.dir_entries(dir, block)?;
-            if let Some(index) = entries.iter().position(|e| e.ino != 0 && e.name == name) {
-                return Ok(Some(Found { block, entries, index }));
+    /// The index of directory `dir` (see [`crate::dirindex`]), built from its blocks if needed.
+    fn dir_index(&mut self, dir: u64, inode: &Inode) -> Result<&DirIdx> {
+        if self.dirs.get(dir).is_none() {
+            let mut idx = DirIdx::default();
+            for fb in 0..inode.size / BS as u64 {
+                let block = self.dir_block(dir, inode, fb)?;
+                idx.add_block(fb, &self.dir_entries(dir, block)?);
             }
+            self.dirs.insert(dir, idx);
         }
-        Ok(None)
+        Ok(self.dirs.get(dir).expect("just indexed"))
+    }
+
+    /// Checks the index of `dir` against its blocks, in builds that check invariants, for
+    /// directories small enough that doing so after every change stays cheap.
+    fn check_dir_index(&mut self, dir: u64) -> Result<()> {
+        if !cfg!(any(debug_assertions, feature = "invariants")) {
+            return Ok(());
+        }
+        let inode = self.dir(dir)?;
+        if inode.size / BS as u64 > 16 {
+            return Ok(());
+        }
+        let mut fresh = DirIdx::default();
+        for fb in 0..inode.size / BS as u64 {
+            let block = self.dir_block(dir, &inode, fb)?;
+            fresh.add_block(fb, &self.dir_entries(dir, block)?);
+        }
+        if let Some(idx) = self.dirs.get(dir) {
+            assert_eq!(
+                idx.blocks(),
+                fresh.blocks(),
+                "directory {dir}: the index's block count is off"
+            );
+            assert!(
+                idx.same_as(&fresh),
+                "directory {dir}: the index does not match the blocks"
+            );
+        }
+        self.dirs.check();
+        Ok(())
+    }
+
+    /// Finds `name` in directory `dir`: its index says which block, that block is parsed.
+    pub fn dir_find(&mut self, dir: u64, inode: &Inode, name: &[u8]) -> Result<Option<Found>> {
+        let Some(slot) = self.dir_index(dir, inode)?.get(name) else {
+            return Ok(None);
+        };
+        let block = self.dir_block(dir, inode, slot.fb)?;
+        let entries = self.dir_entries(dir, block)?;
+        let Some(index) = entries.iter().position(|e| e.ino != 0 && e.name == name) else {
+            self.dirs.forget(dir);
+            return Err(corrupt(format!(
+                "directory {dir}: `{}` is not in block {} where its index says",
+                show(name),
+                slot.fb
+            )));
+        };
+        Ok(Some(Found {
+            fb: slot.fb,
+            block,
+            entries,
+            index,
+        }))
     }
 
     pub fn lookup(&mut self, dir: u64, name: &[u8]) -> Result<u64> {
@@ -1060,8 +1148,8 @@ impl FsState {
             return Err(e);
         }
         let d = self.dir(dir)?;
-        match self.dir_find(dir, &d, name)? {
-            Some(f) => Ok(f.ino()),
+        match self.dir_index(dir, &d)?.get(name) {
+            Some(slot) => Ok(u64::from(slot.ino)),
             None => Err(FsError::NotFound(show(name))),
         }
     }
@@ -1087,54 +1175,51 @@ impl FsState {
     }
 
     fn dir_is_empty(&mut self, dir: u64, inode: &Inode) -> Result<bool> {
-        for fb in 0..inode.size / BS as u64 {
-            let b = self.dir_block(dir, inode, fb)?;
-            if self
-                .dir_entries(dir, b)?
-                .iter()
-                .any(|e| e.ino != 0 && e.name != b"." && e.name != b"..")
-            {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        Ok(self.dir_index(dir, inode)?.is_empty())
     }
 
     pub(crate) fn dir_add_entry(&mut self, dir: u64, name: &[u8], ino: u64, ftype: u8) -> Result<()> {
         let d = self.dir(dir)?;
         let need = dirent_size(name.len());
-        let blocks = d.size / BS as u64;
-        for fb in 0..blocks {
-            let b = self.dir_block(dir, &d, fb)?;
-            let entries = self.dir_entries(dir, b)?;
-            let room = entries.iter().any(|e| {
-                if e.ino == 0 {
-                    e.rec_len >= need
-                } else {
-                    e.rec_len - dirent_size(e.name.len()) >= need
-                }
-            });
-            if room {
-                let blk = self.meta.get_mut(b)?;
-                let added = dir_add(blk, &entries, dir, name, ino, ftype);
-                debug_assert!(added);
-                return Ok(());
+        let (fb, b) = match self.dir_index(dir, &d)?.block_with_room(need) {
+            Some(fb) => (fb, self.dir_block(dir, &d, fb)?),
+            None => {
+                // No room: a new block at the end of the directory.
+                let fb = d.size / BS as u64;
+                let (b, _) = self.ensure_block(dir, fb)?;
+                dir_empty_block(self.meta.create(b)?, dir);
+                self.modify(dir, |i| i.size = (fb + 1) * BS as u64)?;
+                (fb, b)
             }
+        };
+        let entries = self.dir_entries(dir, b)?;
+        let blk = self.meta.get_mut(b)?;
+        if !dir_add(blk, &entries, dir, name, ino, ftype) {
+            self.dirs.forget(dir);
+            return Err(corrupt(format!(
+                "directory {dir}: block {fb} has less room than its index says"
+            )));
         }
-        // No room: a new block at the end of the directory.
-        let (b, _) = self.ensure_block(dir, blocks)?;
-        let blk = self.meta.create(b)?;
-        dir_empty_block(blk, dir);
-        let entries = dir_parse_records(blk).expect("fresh block");
-        dir_add(blk, &entries, dir, name, ino, ftype);
-        self.modify(dir, |i| i.size = (blocks + 1) * BS as u64)?;
-        Ok(())
+        let room = room_of(&dir_parse_records(blk).map_err(FsError::Corrupt)?);
+        let slot = Slot { fb, ino: ino as u32 };
+        self.dirs.added(dir, name, slot, room);
+        self.check_dir_index(dir)
     }
 
     pub(crate) fn dir_drop_entry(&mut self, dir: u64, f: &Found) -> Result<()> {
         let blk = self.meta.get_mut(f.block)?;
         dir_remove(blk, &f.entries, f.index, dir);
-        Ok(())
+        let room = room_of(&dir_parse_records(blk).map_err(FsError::Corrupt)?);
+        self.dirs.removed(dir, &f.entries[f.index].name, f.fb, room);
+        self.check_dir_index(dir)
+    }
+
+    /// Points the entry `f` of `dir` at another inode.
+    fn dir_retarget_entry(&mut self, dir: u64, f: &Found, ino: u64, ftype: u8) -> Result<()> {
+        let blk = self.meta.get_mut(f.block)?;
+        dir_retarget(blk, &f.entries[f.index], dir, ino, ftype);
+        self.dirs.retargeted(dir, &f.entries[f.index].name, ino as u32);
+        self.check_dir_index(dir)
     }
 
     pub(crate) fn touch_dir(&mut self, dir: u64, nlink_delta: i32) -> Result<()> {
@@ -1149,6 +1234,10 @@ impl FsState {
 
     /// Frees an inode and all its blocks (its xattr block included).
     pub(crate) fn release(&mut self, ino: u64, mut inode: Inode) -> Result<()> {
+        if inode.is_dir() {
+            // The number may come back as another directory.
+            self.dirs.forget(ino);
+        }
         self.free_from(ino, &mut inode, 0)?;
         if inode.xattr != 0 {
             let x = self.ptr(ino, inode.xattr)?;
@@ -1390,8 +1479,7 @@ impl FsState {
                     (true, true) if !self.dir_is_empty(d_ino, &target)? => return Err(FsError::NotEmpty(show(dname))),
                     _ => {}
                 }
-                let blk = self.meta.get_mut(d.block)?;
-                dir_retarget(blk, &d.entries[d.index], ddir, s_ino, ftype);
+                self.dir_retarget_entry(ddir, &d, s_ino, ftype)?;
                 if target.is_dir() {
                     self.release(d_ino, target)?;
                     self.touch_dir(ddir, -1)?;
@@ -1412,8 +1500,7 @@ impl FsState {
             let dotdot = self
                 .dir_find(s_ino, &s_inode, b"..")?
                 .ok_or_else(|| corrupt(format!("directory {s_ino} has no `..`")))?;
-            let blk = self.meta.get_mut(dotdot.block)?;
-            dir_retarget(blk, &dotdot.entries[dotdot.index], s_ino, ddir, FT_DIR);
+            self.dir_retarget_entry(s_ino, &dotdot, ddir, FT_DIR)?;
             self.touch_dir(sdir, -1)?;
             self.touch_dir(ddir, 1)?;
         } else {
