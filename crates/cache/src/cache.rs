@@ -10,7 +10,9 @@ use crate::stats::{CacheCounters, CacheStats};
 use crate::{Backing, IoCtx, PageIo, Pid};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
 use std::io;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -22,6 +24,20 @@ const BS: u64 = BLOCK_SIZE as u64;
 
 /// Most blocks one read-ahead advice may bring in.
 const MAX_PREFETCH_BLOCKS: u64 = 256;
+
+/// Most blocks in one device write: adjacent dirty pages go to the device together, up to this.
+const MAX_WRITE_BLOCKS: usize = 256;
+
+/// Most dirty pages one write-back round copies and submits before it waits (16 MiB).
+const WRITEBACK_BATCH: usize = 4096;
+
+/// When the page to evict is dirty, up to this many of the least recently used dirty pages are
+/// written with it, so a cache full of dirty pages pays one device round trip per batch rather
+/// than one per page.
+const EVICTION_CLEAN_BATCH: usize = 256;
+
+/// How far from the cold end of the LRU list eviction looks for those pages.
+const EVICTION_SCAN: usize = 4096;
 
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
@@ -44,6 +60,14 @@ impl Default for CacheConfig {
 }
 
 type PageKey = (u64, u64);
+
+/// A frame in a device write, with the generation of the data copied for it.
+type Member = (u32, u64);
+
+/// Every page of `object`, as a range of keys.
+fn object_range(object: u64) -> RangeInclusive<PageKey> {
+    (object, 0)..=(object, u64::MAX)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -70,6 +94,24 @@ struct Frame {
     pins: u32,
 }
 
+impl Frame {
+    fn empty() -> Frame {
+        Frame {
+            key: (0, 0),
+            owner: 0,
+            state: State::Free,
+            ticket: None,
+            buf: AlignedBuf::new(1),
+            dev: None,
+            dirty_since: None,
+            generation: 0,
+            writing: false,
+            prefetched: false,
+            pins: 0,
+        }
+    }
+}
+
 struct Proc {
     pages: List,
     victim: Option<Arc<GraftSlot<PickVictim>>>,
@@ -77,12 +119,20 @@ struct Proc {
 }
 
 struct Table {
+    /// Frames made so far; they are made on first need, up to `capacity`, so a large cache costs
+    /// memory only as it fills.
     frames: Vec<Frame>,
+    capacity: usize,
     global: Vec<Links>,
     owned: Vec<Links>,
     lru: List,
     free: Vec<u32>,
     map: FxHashMap<PageKey, u32>,
+    /// The keys of `map` in order, for the pages of one file (truncate, unlink).
+    keys: BTreeSet<PageKey>,
+    /// The dirty pages, in order: a file's are found without a scan, and adjacent ones are
+    /// written together.
+    dirty: BTreeSet<PageKey>,
     procs: FxHashMap<Pid, Proc>,
     objects: FxHashMap<u64, CacheCounters>,
     /// Cao's placeholders: page the graft evicted -> page the kernel had chosen (kept instead).
@@ -142,6 +192,7 @@ impl Table {
             buf: std::mem::replace(&mut fr.buf, AlignedBuf::new(0)),
         };
         self.map.insert(key, f);
+        self.keys.insert(key);
         self.lru.push_back(&mut self.global, f);
         let mut pages = self.proc_mut(owner).pages;
         pages.push_back(&mut self.owned, f);
@@ -155,6 +206,8 @@ impl Table {
             (fr.key, fr.owner, fr.prefetched)
         };
         self.map.remove(&key);
+        self.keys.remove(&key);
+        self.dirty.remove(&key);
         self.lru.remove(&mut self.global, f);
         let mut pages = self.proc_mut(owner).pages;
         pages.remove(&mut self.owned, f);
@@ -167,6 +220,51 @@ impl Table {
         fr.dirty_since = None;
         fr.prefetched = false;
         fr.ticket = None;
+    }
+
+    /// Marks a mapped page dirty (if it is not already) as of `now`.
+    fn mark_dirty(&mut self, f: u32, now: u64) {
+        let fr = &mut self.frames[f as usize];
+        if fr.dirty_since.is_none() {
+            fr.dirty_since = Some(now);
+            self.dirty.insert(fr.key);
+        }
+    }
+
+    fn mark_clean(&mut self, f: u32) {
+        let fr = &mut self.frames[f as usize];
+        if fr.dirty_since.take().is_some() {
+            self.dirty.remove(&fr.key);
+        }
+    }
+
+    /// A frame that holds no page: one from the free list, or a new one while the table is
+    /// below its capacity.
+    fn take_free(&mut self) -> Option<u32> {
+        if let Some(f) = self.free.pop() {
+            return Some(f);
+        }
+        if self.frames.len() >= self.capacity {
+            return None;
+        }
+        self.frames.push(Frame::empty());
+        self.global.push(Links::default());
+        self.owned.push(Links::default());
+        Some((self.frames.len() - 1) as u32)
+    }
+
+    /// Up to `max` dirty pages that could be written now (not pinned or being written), from
+    /// the cold end of the LRU list, looking at most `scan` pages deep.
+    fn cold_dirty(&self, max: usize, scan: usize) -> Vec<u32> {
+        self.lru
+            .iter(&self.global)
+            .take(scan)
+            .filter(|&f| {
+                let fr = &self.frames[f as usize];
+                fr.dirty_since.is_some() && fr.state == State::Valid && !fr.writing && fr.pins == 0
+            })
+            .take(max)
+            .collect()
     }
 
     /// Settles a read-ahead whose I/O is done but that nobody waited for.
@@ -228,6 +326,32 @@ impl Table {
             n,
             "frames lost: neither free nor mapped"
         );
+        assert!(n <= self.capacity, "more frames than the cache's capacity");
+        assert!(
+            self.global.len() == n && self.owned.len() == n,
+            "list links do not match the frames"
+        );
+        assert_eq!(self.keys.len(), self.map.len(), "the ordered keys do not match the map");
+        assert!(
+            self.keys.iter().all(|k| self.map.contains_key(k)),
+            "the ordered keys name a page that is not mapped"
+        );
+        let dirty = self
+            .frames
+            .iter()
+            .filter(|f| f.state != State::Free && f.dirty_since.is_some());
+        assert_eq!(
+            dirty.count(),
+            self.dirty.len(),
+            "the dirty set does not match the dirty frames"
+        );
+        for key in &self.dirty {
+            let f = self.map.get(key).expect("a dirty key is mapped");
+            assert!(
+                self.frames[*f as usize].dirty_since.is_some(),
+                "the dirty set names a clean page"
+            );
+        }
         for (key, &f) in &self.map {
             let fr = &self.frames[f as usize];
             assert!(!free[f as usize], "frame {f} is both free and mapped");
@@ -299,28 +423,17 @@ pub struct PageCache {
 impl PageCache {
     pub fn new(config: CacheConfig, io: Arc<dyn PageIo>, runtime: &Runtime) -> Arc<PageCache> {
         assert!(config.frames > 0, "a cache needs frames");
-        let frames = (0..config.frames)
-            .map(|_| Frame {
-                key: (0, 0),
-                owner: 0,
-                state: State::Free,
-                ticket: None,
-                buf: AlignedBuf::new(1),
-                dev: None,
-                dirty_since: None,
-                generation: 0,
-                writing: false,
-                prefetched: false,
-                pins: 0,
-            })
-            .collect();
+        assert!(config.frames < u32::MAX as usize, "frame numbers are 32 bits");
         let table = Table {
-            frames,
-            global: vec![Links::default(); config.frames],
-            owned: vec![Links::default(); config.frames],
+            frames: Vec::new(),
+            capacity: config.frames,
+            global: Vec::new(),
+            owned: Vec::new(),
             lru: List::default(),
-            free: (0..config.frames as u32).rev().collect(),
+            free: Vec::new(),
             map: FxHashMap::default(),
+            keys: BTreeSet::new(),
+            dirty: BTreeSet::new(),
             procs: FxHashMap::default(),
             objects: FxHashMap::default(),
             placeholders: FxHashMap::default(),
@@ -432,7 +545,7 @@ impl PageCache {
             fr.buf[within..within + take].copy_from_slice(&data[done..done + take]);
             fr.dev = Some(dev);
             fr.generation += 1;
-            fr.dirty_since.get_or_insert_with(|| self.now_ns());
+            t.mark_dirty(f, self.now_ns());
             self.unpin(&mut t, f);
             t.checked();
             done += take;
@@ -442,14 +555,22 @@ impl PageCache {
 
     /// Writes every dirty page of `object` and waits until the device has them (fsync's data part).
     pub fn sync_object(&self, object: u64) -> io::Result<()> {
-        self.write_back(|key, _| key.0 == object)?;
+        self.write_back(&[object_range(object)])?;
         self.barrier()
     }
 
     /// Writes every dirty page and flushes the device.
     pub fn sync_all(&self) -> io::Result<()> {
-        self.write_back(|_, _| true)?;
+        self.write_back(&[(0, 0)..=(u64::MAX, u64::MAX)])?;
         self.barrier()
+    }
+
+    /// Writes every dirty page of these objects and waits for the writes, without flushing the
+    /// device: for a caller that flushes next (a journal commit writing the data of the files
+    /// it allocated for first). Adjacent pages of all of them go to the device together.
+    pub fn write_objects(&self, objects: &[u64]) -> io::Result<()> {
+        let ranges: Vec<_> = objects.iter().map(|&o| object_range(o)).collect();
+        self.write_back(&ranges)
     }
 
     fn barrier(&self) -> io::Result<()> {
@@ -462,10 +583,9 @@ impl PageCache {
         let mut t = self.table.lock();
         loop {
             let doomed: Vec<u32> = t
-                .map
-                .iter()
-                .filter(|(k, _)| k.0 == object && k.1 >= from)
-                .map(|(_, &f)| f)
+                .keys
+                .range((object, from)..=(object, u64::MAX))
+                .map(|k| t.map[k])
                 .collect();
             if doomed.is_empty() {
                 t.checked();
@@ -483,7 +603,7 @@ impl PageCache {
                 if t.frames[f as usize].state == State::Free {
                     continue;
                 }
-                t.frames[f as usize].dirty_since = None;
+                t.mark_clean(f);
                 t.remove(f);
                 t.free.push(f);
             }
@@ -511,13 +631,9 @@ impl PageCache {
     pub fn stats(&self) -> CacheStats {
         let t = self.table.lock();
         CacheStats {
-            frames: t.frames.len(),
+            frames: t.capacity,
             resident: t.map.len(),
-            dirty: t
-                .frames
-                .iter()
-                .filter(|f| f.state != State::Free && f.dirty_since.is_some())
-                .count(),
+            dirty: t.dirty.len(),
             total: t.total,
         }
     }
@@ -679,7 +795,7 @@ impl PageCache {
     /// A free frame for `key`, evicting a page if none is free.
     fn allocate(&self, t: &mut MutexGuard<'_, Table>, pid: Pid, key: PageKey) -> io::Result<u32> {
         loop {
-            if let Some(f) = t.free.pop() {
+            if let Some(f) = t.take_free() {
                 return Ok(f);
             }
             // Cao's rule: if this miss is on a page a graft evicted in place of the kernel's
@@ -709,7 +825,11 @@ impl PageCache {
             }
             let victim = self.choose_victim(t, candidate);
             if t.frames[victim as usize].dirty_since.is_some() {
-                self.write_frames(t, &[victim])?;
+                let mut batch = t.cold_dirty(EVICTION_CLEAN_BATCH, EVICTION_SCAN);
+                if !batch.contains(&victim) {
+                    batch.push(victim);
+                }
+                self.write_frames(t, &batch)?;
                 continue;
             }
             let (vkey, owner) = (t.frames[victim as usize].key, t.frames[victim as usize].owner);
@@ -798,23 +918,20 @@ impl PageCache {
         }
     }
 
-    /// Writes the dirty pages `pick` selects and waits for them.
-    fn write_back(&self, pick: impl Fn(PageKey, u64) -> bool) -> io::Result<()> {
+    /// Writes the dirty pages in `ranges` and waits for them, and for those others were writing.
+    fn write_back(&self, ranges: &[RangeInclusive<PageKey>]) -> io::Result<()> {
         let mut t = self.table.lock();
         loop {
-            let now = self.now_ns();
-            let dirty: Vec<u32> = t
-                .map
-                .values()
-                .copied()
-                .filter(|&f| {
-                    let fr = &t.frames[f as usize];
-                    fr.dirty_since
-                        .is_some_and(|since| pick(fr.key, now.saturating_sub(since)))
-                })
-                .collect();
-            let busy = dirty.iter().any(|&f| t.frames[f as usize].writing);
-            let ready: Vec<u32> = dirty.into_iter().filter(|&f| !t.frames[f as usize].writing).collect();
+            let mut busy = false;
+            let mut ready = Vec::new();
+            for key in ranges.iter().flat_map(|r| t.dirty.range(r.clone())) {
+                let f = t.map[key];
+                if t.frames[f as usize].writing {
+                    busy = true;
+                } else if ready.len() < WRITEBACK_BATCH {
+                    ready.push(f);
+                }
+            }
             if ready.is_empty() && !busy {
                 t.checked();
                 return Ok(());
@@ -827,42 +944,63 @@ impl PageCache {
         }
     }
 
-    /// Writes `frames` (dirty, not being written) to the device in parallel and marks them clean
-    /// if no write came in meanwhile. The table is unlocked during the I/O; the pages stay
-    /// readable and writable (the device gets a copy).
+    /// Writes `frames` (dirty, not being written) to the device and marks them clean if no
+    /// write came in meanwhile. Pages on adjacent device blocks go in one request (up to
+    /// [`MAX_WRITE_BLOCKS`]); the requests are in flight together. The table is unlocked during
+    /// the I/O; the pages stay readable and writable (the device gets a copy).
     fn write_frames(&self, t: &mut MutexGuard<'_, Table>, frames: &[u32]) -> io::Result<()> {
-        let mut pending = Vec::with_capacity(frames.len());
+        let mut pages = Vec::with_capacity(frames.len());
         for &f in frames {
-            let fr = &mut t.frames[f as usize];
+            let fr = &t.frames[f as usize];
             let Some(dev) = fr.dev else {
                 return Err(io::Error::other(format!("dirty page {:?} has no device block", fr.key)));
             };
-            fr.writing = true;
-            pending.push((f, fr.generation, dev, AlignedBuf::from_slice(&fr.buf)));
+            pages.push((dev, f));
         }
-        let tickets: Vec<(u32, u64, Ticket)> = MutexGuard::unlocked(t, || {
-            pending
+        pages.sort_unstable();
+        pages.dedup();
+        let mut runs: Vec<(u64, Vec<Member>, AlignedBuf)> = Vec::new();
+        let mut i = 0;
+        while i < pages.len() {
+            let mut j = i + 1;
+            while j < pages.len() && j - i < MAX_WRITE_BLOCKS && pages[j].0 == pages[j - 1].0 + 1 {
+                j += 1;
+            }
+            let mut copy = AlignedBuf::new(j - i);
+            let mut members = Vec::with_capacity(j - i);
+            for (k, &(_, f)) in pages[i..j].iter().enumerate() {
+                let fr = &mut t.frames[f as usize];
+                fr.writing = true;
+                copy[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE].copy_from_slice(&fr.buf);
+                members.push((f, fr.generation));
+            }
+            runs.push((pages[i].0, members, copy));
+            i = j;
+        }
+        let results: Vec<(Vec<Member>, io::Result<AlignedBuf>)> = MutexGuard::unlocked(t, || {
+            let tickets: Vec<_> = runs
                 .into_iter()
-                .map(|(f, g, dev, copy)| (f, g, self.io.submit(IoRequest::write(dev, copy))))
-                .collect()
+                .map(|(dev, members, copy)| (members, self.io.submit(IoRequest::write(dev, copy))))
+                .collect();
+            tickets.into_iter().map(|(members, tk)| (members, tk.wait())).collect()
         });
-        let results: Vec<(u32, u64, io::Result<AlignedBuf>)> =
-            MutexGuard::unlocked(t, || tickets.into_iter().map(|(f, g, tk)| (f, g, tk.wait())).collect());
         let mut first_error = None;
-        for (f, generation, result) in results {
-            let fr = &mut t.frames[f as usize];
-            fr.writing = false;
-            match result {
-                Ok(_) => {
-                    if fr.generation == generation {
-                        fr.dirty_since = None;
-                    }
-                    let (owner, object) = (fr.owner, fr.key.0);
-                    count!(t, owner, object, written_back);
+        for (members, result) in results {
+            if let Err(e) = result {
+                for (f, _) in members {
+                    t.frames[f as usize].writing = false;
                 }
-                Err(e) => {
-                    first_error.get_or_insert(e);
+                first_error.get_or_insert(e);
+                continue;
+            }
+            for (f, generation) in members {
+                t.frames[f as usize].writing = false;
+                if t.frames[f as usize].generation == generation {
+                    t.mark_clean(f);
                 }
+                let fr = &t.frames[f as usize];
+                let (owner, object) = (fr.owner, fr.key.0);
+                count!(t, owner, object, written_back);
             }
         }
         self.changed.notify_all();
@@ -874,10 +1012,10 @@ impl PageCache {
         let now = self.now_ns();
         let mut offered: Vec<WritebackArgs> = {
             let t = self.table.lock();
-            t.map
+            t.dirty
                 .iter()
-                .filter_map(|(k, &f)| {
-                    let fr = &t.frames[f as usize];
+                .filter_map(|k| {
+                    let fr = &t.frames[t.map[k] as usize];
                     fr.dirty_since.filter(|_| !fr.writing).map(|since| WritebackArgs {
                         object: k.0,
                         index: k.1,

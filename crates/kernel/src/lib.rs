@@ -175,13 +175,14 @@ impl Kernel {
         };
         let fs = FileSystem::mount(device, &runtime, &mount)?;
         // Ordered mode: before a journal commit makes new allocations durable, the data written
-        // into those blocks goes to the device.
+        // into those blocks goes to the device, all files' together; the commit's own device
+        // flush then makes it durable.
         let hook_cache = Arc::downgrade(&cache);
         fs.set_data_hook(Some(Arc::new(move |inos: &[u64]| {
             let Some(cache) = hook_cache.upgrade() else {
                 return Ok(());
             };
-            inos.iter().try_for_each(|&ino| cache.sync_object(ino))
+            cache.write_objects(inos)
         })));
         let global = Namespace::new();
         global.register(sched.slot().clone());
