@@ -4,7 +4,8 @@
 //! socket = "/run/vino/vinod.sock"
 //! image = "/var/lib/vino/disk.img"
 //! image_size = "1G"          # made with this size on first use
-//! cache_frames = 1024         # 4 KiB frames
+//! cache_size = "12%"          # the page cache: a size ("2G") or a share of the machine's memory
+//! cache_frames = 262144       # or the same as a count of 4 KiB frames (cache_size wins)
 //! privileged_group = "vino"   # members may graft global graftpoints (a name or a gid)
 //! max_connections = 256
 //! max_connections_per_user = 64   # for each uid but root's
@@ -46,7 +47,12 @@ pub struct Config {
     pub image: PathBuf,
     /// Size of an image made on first use, e.g. `256M`, `1G`.
     pub image_size: String,
+    /// Frames (4 KiB) of the page cache; by default [`DEFAULT_CACHE_PERCENT`] of the machine's
+    /// memory. Frames are made as the cache fills, so a large cache costs nothing until used.
     pub cache_frames: usize,
+    /// The page cache as a size (`"2G"`) or a share of the machine's memory (`"25%"`); when
+    /// set, it decides instead of `cache_frames`.
+    pub cache_size: Option<String>,
     /// A group (name or number) whose members are privileged, as root is.
     pub privileged_group: Option<String>,
     /// Connections at once, all users together.
@@ -228,7 +234,8 @@ impl Default for Config {
             socket: PathBuf::from(vino_proto::DEFAULT_SOCKET),
             image: PathBuf::from("vino.img"),
             image_size: "256M".into(),
-            cache_frames: 1024,
+            cache_frames: default_cache_frames(),
+            cache_size: None,
             privileged_group: None,
             max_connections: 256,
             max_connections_per_user: 64,
@@ -287,6 +294,28 @@ impl Config {
         })
     }
 
+    /// Frames of the page cache: `cache_size` if set, else `cache_frames`.
+    pub fn cache_frames(&self) -> Result<usize, String> {
+        let Some(size) = &self.cache_size else {
+            return Ok(self.cache_frames);
+        };
+        let bytes = match size.trim().strip_suffix('%') {
+            Some(p) => {
+                let p: f64 = p
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|p| (0.0..=90.0).contains(p))
+                    .ok_or_else(|| format!("cache_size: `{size}` is not a percentage from 0 to 90"))?;
+                (machine_memory() as f64 * p / 100.0) as u64
+            }
+            None => parse_size(size).map_err(|e| format!("cache_size: {e}"))?,
+        };
+        Ok(usize::try_from(bytes / vino_fs::BS as u64)
+            .unwrap_or(usize::MAX)
+            .clamp(MIN_CACHE_FRAMES, MAX_CACHE_FRAMES))
+    }
+
     /// The image size in bytes.
     pub fn image_bytes(&self) -> Result<u64, String> {
         parse_size(&self.image_size)
@@ -318,6 +347,33 @@ fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error>
 }
 
 /// Parses a size such as `64M`, `2G`, `4096`.
+/// The page cache's default share of the machine's memory, in percent.
+pub const DEFAULT_CACHE_PERCENT: u64 = 12;
+
+/// The smallest page cache (the thesis' 4 MB).
+pub const MIN_CACHE_FRAMES: usize = 1024;
+
+/// The largest page cache (frame numbers are 32 bits; 64 GiB).
+pub const MAX_CACHE_FRAMES: usize = 1 << 24;
+
+/// [`DEFAULT_CACHE_PERCENT`] of the machine's memory, in frames.
+fn default_cache_frames() -> usize {
+    let frames = machine_memory() / 100 * DEFAULT_CACHE_PERCENT / vino_fs::BS as u64;
+    usize::try_from(frames)
+        .unwrap_or(usize::MAX)
+        .clamp(MIN_CACHE_FRAMES, MAX_CACHE_FRAMES)
+}
+
+/// The machine's memory in bytes (`MemTotal` of /proc/meminfo; 1 GiB if it cannot be read).
+fn machine_memory() -> u64 {
+    let kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    });
+    kib.map_or(1 << 30, |k| k * 1024)
+}
+
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
@@ -342,7 +398,7 @@ mod tests {
     fn a_config_file_reads_and_unknown_keys_are_refused() {
         let c: Config = toml::from_str("socket = \"/tmp/s\"\ncache_frames = 64\nprivileged_group = \"0\"").unwrap();
         assert_eq!(c.socket, PathBuf::from("/tmp/s"));
-        assert_eq!(c.cache_frames, 64);
+        assert_eq!(c.cache_frames().unwrap(), 64);
         assert_eq!(c.privileged_gid().unwrap(), Some(0));
         assert!(toml::from_str::<Config>("sockets = 1").is_err());
         let c: Config = toml::from_str("frame_timeout = 3\nmax_connections_per_user = 4").unwrap();
@@ -365,6 +421,32 @@ mod tests {
         let bad: Config = toml::from_str("[limits]\ngraft_code_per_user = \"lots\"").unwrap();
         assert!(bad.limits.resolve().unwrap_err().contains("graft_code_per_user"));
         assert!(parse_size("12Q").is_err());
+    }
+
+    #[test]
+    fn the_cache_is_a_size_or_a_share_of_memory() {
+        let frames = |text: &str| toml::from_str::<Config>(text).unwrap().cache_frames();
+        assert_eq!(frames("cache_size = \"64M\"").unwrap(), 16384);
+        assert_eq!(
+            frames("cache_size = \"64M\"\ncache_frames = 5").unwrap(),
+            16384,
+            "the size wins"
+        );
+        assert_eq!(
+            frames("cache_size = \"1K\"").unwrap(),
+            MIN_CACHE_FRAMES,
+            "at least 4 MB"
+        );
+        let share = frames("cache_size = \"50%\"").unwrap();
+        let default = Config::default().cache_frames().unwrap();
+        assert!(
+            share >= default,
+            "50% of memory ({share}) is less than the default ({default})"
+        );
+        assert!(default >= MIN_CACHE_FRAMES);
+        for bad in ["cache_size = \"lots\"", "cache_size = \"95%\"", "cache_size = \"-1%\""] {
+            assert!(frames(bad).unwrap_err().contains("cache_size"), "{bad}");
+        }
     }
 
     #[test]

@@ -117,7 +117,7 @@ fn bind(path: &Path, mode: u32) -> Result<UnixListener> {
 /// The kernel's configuration from the daemon's.
 fn kernel_config(config: &Config) -> Result<KernelConfig> {
     Ok(KernelConfig {
-        cache_frames: config.cache_frames,
+        cache_frames: config.cache_frames().map_err(err)?,
         limits: config.limits.resolve().map_err(err)?,
         event_queue_max: config.event_queue_max,
         mount: vino_fs::MountOptions {
