@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use vino_daemon::Config;
 
+// The allocator `vino` uses too (see the workspace's Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const USAGE: &str = "usage: vinod [--config FILE] [--image IMAGE] [--socket PATH]";
 
 fn parse() -> Result<Config, String> {
