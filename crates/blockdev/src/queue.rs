@@ -136,6 +136,8 @@ pub struct Ticket {
 /// uncompleted completes the ticket with an error, so a waiter never hangs.
 pub struct Completer {
     slot: Option<Arc<Slot>>,
+    /// Instead of a slot: a function given the result (a merged request completing its parts).
+    then: Option<Box<dyn FnOnce(io::Result<AlignedBuf>) + Send>>,
 }
 
 /// A connected ticket and completer, for layers that carry requests themselves (a scheduler
@@ -145,7 +147,13 @@ pub fn ticket() -> (Ticket, Completer) {
         result: Mutex::new(None),
         cv: Condvar::new(),
     });
-    (Ticket { slot: slot.clone() }, Completer { slot: Some(slot) })
+    (
+        Ticket { slot: slot.clone() },
+        Completer {
+            slot: Some(slot),
+            then: None,
+        },
+    )
 }
 
 impl Ticket {
@@ -189,19 +197,33 @@ impl fmt::Debug for Ticket {
 }
 
 impl Completer {
+    /// A completer that hands the result to `f` (which runs on the completing thread) instead
+    /// of to a ticket.
+    pub fn then(f: impl FnOnce(io::Result<AlignedBuf>) + Send + 'static) -> Completer {
+        Completer {
+            slot: None,
+            then: Some(Box::new(f)),
+        }
+    }
+
     pub fn complete(mut self, result: io::Result<AlignedBuf>) {
+        self.deliver(result);
+    }
+
+    fn deliver(&mut self, result: io::Result<AlignedBuf>) {
         if let Some(slot) = self.slot.take() {
             *slot.result.lock() = Some(result);
             slot.cv.notify_all();
+        } else if let Some(f) = self.then.take() {
+            f(result);
         }
     }
 }
 
 impl Drop for Completer {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            *slot.result.lock() = Some(Err(io::Error::other("the request was abandoned before it completed")));
-            slot.cv.notify_all();
+        if self.slot.is_some() || self.then.is_some() {
+            self.deliver(Err(io::Error::other("the request was abandoned before it completed")));
         }
     }
 }

@@ -258,6 +258,8 @@ pub struct SchedStats {
     pub service_ns: u64,
     /// Total head movement between consecutive dispatches, in blocks.
     pub head_travel_blocks: u64,
+    /// Requests that went to the device as part of another's (adjacent blocks, same direction).
+    pub merged: u64,
 }
 
 impl SchedStats {
@@ -646,6 +648,7 @@ impl Core {
             }
         };
         let p = st.pending.remove(chosen).expect("the policy's choice was checked");
+        let p = merge_adjacent(&mut st, p);
         let st_ref = &mut *st;
         let stats = &mut st_ref.stats;
         stats.dispatched += 1;
@@ -664,6 +667,87 @@ impl Core {
         }
         st_ref.in_flight += 1;
         (st, p)
+    }
+}
+
+/// Most blocks a merged request carries (1 MiB).
+pub const MERGE_MAX_BLOCKS: u64 = 256;
+
+/// Takes into `first` the waiting requests (before any flush) that continue it on the device in
+/// the same direction, on either side, up to [`MERGE_MAX_BLOCKS`]: one device request serves
+/// them all, and each part's ticket completes with its own buffer (a read's filled from the
+/// merged one). The policy has ordered the queue; merging only saves the device round trips,
+/// as Linux's elevator merges a bio into a queued request.
+fn merge_adjacent(st: &mut State, first: Pending) -> Pending {
+    let op = first.req.op;
+    if op == IoOp::Flush {
+        return first;
+    }
+    let mut limit = st
+        .pending
+        .iter()
+        .position(|p| p.req.op == IoOp::Flush)
+        .unwrap_or(st.pending.len());
+    let (mut start, mut end) = (first.req.block, first.req.block + first.req.blocks());
+    let mut parts = vec![first];
+    while end - start < MERGE_MAX_BLOCKS {
+        let next = st.pending.iter().take(limit).position(|p| {
+            let r = &p.req;
+            r.op == op
+                && r.blocks() > 0
+                && (r.block == end || r.block + r.blocks() == start)
+                && end - start + r.blocks() <= MERGE_MAX_BLOCKS
+        });
+        let Some(i) = next else { break };
+        let p = st.pending.remove(i).expect("found above");
+        limit -= 1;
+        if p.req.block == end {
+            end += p.req.blocks();
+        } else {
+            start = p.req.block;
+        }
+        parts.push(p);
+    }
+    if parts.len() == 1 {
+        return parts.pop().expect("one part");
+    }
+    st.stats.merged += parts.len() as u64 - 1;
+    parts.sort_by_key(|p| p.req.block);
+    let submitted = parts.iter().map(|p| p.submitted).min().expect("parts");
+    let mut buf = AlignedBuf::new((end - start) as usize);
+    let mut members = Vec::with_capacity(parts.len());
+    for p in parts {
+        let off = (p.req.block - start) as usize * BLOCK_SIZE;
+        if op == IoOp::Write {
+            buf[off..off + p.req.buf.len()].copy_from_slice(&p.req.buf);
+        }
+        members.push((off, p.req.buf, p.completer));
+    }
+    let completer = Completer::then(move |result| match result {
+        Ok(data) => {
+            for (off, mut own, c) in members {
+                if op == IoOp::Read {
+                    let len = own.len();
+                    own.copy_from_slice(&data[off..off + len]);
+                }
+                c.complete(Ok(own));
+            }
+        }
+        Err(e) => {
+            for (_, _, c) in members {
+                c.complete(Err(io::Error::new(e.kind(), e.to_string())));
+            }
+        }
+    });
+    Pending {
+        req: IoRequest {
+            op,
+            block: start,
+            buf,
+            tag: 0,
+        },
+        completer,
+        submitted,
     }
 }
 

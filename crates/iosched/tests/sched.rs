@@ -177,7 +177,8 @@ fn the_c_grafts_decide_as_the_native_policies() {
     let elevator_wasm = build("elevator");
     let fifo_wasm = build("fifo");
     let mut rng = SplitMix64::new(2024);
-    let batch: Vec<u64> = (0..60).map(|_| rng.below(4000)).collect();
+    // Even blocks only: no two requests are adjacent, so none merges and every one is a choice.
+    let batch: Vec<u64> = (0..60).map(|_| rng.below(2000) * 2).collect();
     let mut orders = Vec::new();
     for (policy, graft) in [(Policy::Elevator, &elevator_wasm), (Policy::Fifo, &fifo_wasm)] {
         let native = {
@@ -538,4 +539,74 @@ fn with_several_callers_and_a_threaded_queue_no_request_is_left_behind() {
     assert_eq!(st.completed, st.submitted);
     assert_eq!(st.reads, 2000);
     assert!(dev.max_active.load(Ordering::SeqCst) <= 2, "the depth holds");
+}
+
+#[test]
+fn adjacent_requests_are_merged_and_each_gets_its_own_data() {
+    let rt = Runtime::default();
+    let dev = Recorder::new(2048, false);
+    // Blocks 200..210 hold recognisable data; written behind the busy request, adjacent in
+    // shuffled order, so they merge into one device write.
+    let s = sched(dev.clone(), &rt, 1);
+    let busy = s.submit(IoRequest::read(BUSY_BLOCK, 1));
+    dev.wait_arrived(1);
+    let fill = |b: u64| AlignedBuf::from_slice(&vec![(b % 251) as u8; BLOCK_SIZE]);
+    let order = [204u64, 200, 209, 201, 207, 203, 202, 206, 205, 208];
+    let writes: Vec<Ticket> = order.iter().map(|&b| s.submit(IoRequest::write(b, fill(b)))).collect();
+    // A far request and a flush: neither merges, and nothing merges across the flush.
+    let far = s.submit(IoRequest::write(1500, fill(1500)));
+    let flush = s.submit(IoRequest::flush());
+    let after = s.submit(IoRequest::write(210, fill(210)));
+    dev.open();
+    busy.wait().unwrap();
+    for (t, &b) in writes.into_iter().zip(&order) {
+        let own = t.wait().unwrap();
+        assert!(
+            own.iter().all(|&x| x == (b % 251) as u8),
+            "block {b}'s buffer came back changed"
+        );
+    }
+    far.wait().unwrap();
+    flush.wait().unwrap();
+    after.wait().unwrap();
+    let st = s.stats();
+    assert_eq!(st.merged, 9, "ten adjacent writes went as one: {st:?}");
+    // The elevator sweeps up from the busy block (1500), then takes 200..210 as one write
+    // starting at its lowest block; 210 waited for the flush.
+    assert_eq!(dev.blocks_served(), [BUSY_BLOCK, 1500, 200, 210]);
+
+    // Reads of the same blocks, merged, each filled with its own block.
+    let reads: Vec<(u64, Ticket)> = {
+        s.plug();
+        let r = order.iter().map(|&b| (b, s.submit(IoRequest::read(b, 1)))).collect();
+        s.unplug();
+        r
+    };
+    for (b, t) in reads {
+        let data = t.wait().unwrap();
+        assert!(
+            data.iter().all(|&x| x == (b % 251) as u8),
+            "block {b} read someone else's data"
+        );
+    }
+    assert!(s.stats().merged >= 18, "{:?}", s.stats());
+}
+
+#[test]
+fn a_merged_request_that_fails_fails_every_part() {
+    let rt = Runtime::default();
+    let dev = Recorder::new(64, false);
+    let s = sched(dev.clone(), &rt, 1);
+    let busy = s.submit(IoRequest::read(10, 1));
+    dev.wait_arrived(1);
+    // 60..64 exist, 64 does not: refused at submission, so 60..63 merge and succeed.
+    let ok: Vec<Ticket> = (60..64).map(|b| s.submit(IoRequest::read(b, 1))).collect();
+    let past = s.submit(IoRequest::read(64, 1));
+    dev.open();
+    busy.wait().unwrap();
+    assert!(past.wait().is_err());
+    for t in ok {
+        t.wait().unwrap();
+    }
+    assert_eq!(s.stats().merged, 3);
 }
