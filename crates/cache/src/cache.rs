@@ -91,6 +91,8 @@ struct Frame {
     writing: bool,
     /// Brought in by read-ahead and not used yet.
     prefetched: bool,
+    /// Being loaded for a read that counted its miss already: its first use is not a hit.
+    demanded: bool,
     pins: u32,
 }
 
@@ -107,6 +109,7 @@ impl Frame {
             generation: 0,
             writing: false,
             prefetched: false,
+            demanded: false,
             pins: 0,
         }
     }
@@ -188,6 +191,7 @@ impl Table {
             generation: 0,
             writing: false,
             prefetched: false,
+            demanded: false,
             pins: 0,
             buf: std::mem::replace(&mut fr.buf, AlignedBuf::new(0)),
         };
@@ -219,6 +223,7 @@ impl Table {
         fr.state = State::Free;
         fr.dirty_since = None;
         fr.prefetched = false;
+        fr.demanded = false;
         fr.ticket = None;
     }
 
@@ -502,6 +507,16 @@ impl PageCache {
             return Ok(0);
         }
         let n = buf.len().min((size - offset) as usize);
+        if (offset % BS) as usize + n > BLOCK_SIZE {
+            // Several pages: the missing ones are read together (adjacent ones merge into one
+            // device request) before the copy below waits for each.
+            let mut whole = Extents::new();
+            whole.push(vino_graft::abi::Extent {
+                off: offset,
+                len: n as u64,
+            });
+            self.load(ctx.pid, object, backing, &whole, true);
+        }
         let mut done = 0;
         while done < n {
             let pos = offset + done as u64;
@@ -515,7 +530,7 @@ impl PageCache {
         }
         if let Some(ra) = ctx.ra {
             let extents = ra.advise(offset, n, size);
-            self.prefetch(ctx.pid, object, backing, &extents);
+            self.load(ctx.pid, object, backing, &extents, false);
         }
         self.table.lock().checked();
         Ok(n)
@@ -694,7 +709,9 @@ impl PageCache {
                         if std::mem::take(&mut t.frames[f as usize].prefetched) {
                             count!(t, owner, object, prefetch_used);
                         }
-                        count!(t, pid, object, hits);
+                        if !std::mem::take(&mut t.frames[f as usize].demanded) {
+                            count!(t, pid, object, hits);
+                        }
                         t.frames[f as usize].pins += 1;
                         return Ok(f);
                     }
@@ -878,8 +895,10 @@ impl PageCache {
         }
     }
 
-    /// Starts reads of the blocks in `extents` that are not cached, without waiting for them.
-    fn prefetch(&self, pid: Pid, object: u64, backing: &dyn Backing, extents: &Extents) {
+    /// Starts reads of the blocks in `extents` that are not cached, without waiting for them:
+    /// read-ahead, or (`demand`) the pages of a read about to wait for them, whose misses are
+    /// counted here.
+    fn load(&self, pid: Pid, object: u64, backing: &dyn Backing, extents: &Extents, demand: bool) {
         let mut budget = MAX_PREFETCH_BLOCKS;
         for e in extents.as_slice() {
             let (first, last) = (e.off / BS, (e.off + e.len).div_ceil(BS));
@@ -908,11 +927,16 @@ impl PageCache {
                     continue;
                 }
                 t.install(f, key, pid, Some(block));
-                count!(&mut t, pid, object, prefetched);
+                if demand {
+                    count!(&mut t, pid, object, misses);
+                } else {
+                    count!(&mut t, pid, object, prefetched);
+                }
                 let buf = std::mem::replace(&mut t.frames[f as usize].buf, AlignedBuf::new(0));
                 let fr = &mut t.frames[f as usize];
                 fr.state = State::Loading;
-                fr.prefetched = true;
+                fr.prefetched = !demand;
+                fr.demanded = demand;
                 fr.ticket = Some(self.io.submit(IoRequest::read_into(block, buf)));
             }
         }
