@@ -123,7 +123,7 @@ pub struct Capabilities {
     pub drop_caches: Capability,
     /// Where children cgroups are made, if anywhere.
     #[serde(skip)]
-    cgroup: Option<CgroupSite>,
+    pub(crate) cgroup: Option<CgroupSite>,
 }
 
 impl Capabilities {
@@ -179,19 +179,19 @@ impl Capabilities {
 // ---- cgroups --------------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
-struct CgroupSite {
+pub(crate) struct CgroupSite {
     /// The directory children are made in (this process's own cgroup).
     parent: PathBuf,
     v2: bool,
 }
 
-struct Cgroup {
-    dir: PathBuf,
+pub(crate) struct Cgroup {
+    pub(crate) dir: PathBuf,
     v2: bool,
 }
 
 impl CgroupSite {
-    fn create(&self, name: &str) -> Result<Cgroup> {
+    pub(crate) fn create(&self, name: &str) -> Result<Cgroup> {
         let dir = self.parent.join(name);
         fs::create_dir(&dir).with_context(|| format!("creating the cgroup {}", dir.display()))?;
         Ok(Cgroup { dir, v2: self.v2 })
@@ -217,7 +217,7 @@ impl Cgroup {
         self.write("cgroup.procs", &pid.to_string())
     }
 
-    fn set_limit(&self, bytes: u64) -> Result<()> {
+    pub(crate) fn set_limit(&self, bytes: u64) -> Result<()> {
         self.write(
             if self.v2 { "memory.max" } else { "memory.limit_in_bytes" },
             &bytes.to_string(),
@@ -232,7 +232,7 @@ impl Cgroup {
         })
     }
 
-    fn peak(&self) -> Option<u64> {
+    pub(crate) fn peak(&self) -> Option<u64> {
         self.read_u64(if self.v2 {
             "memory.peak"
         } else {
@@ -358,7 +358,7 @@ fn try_site(site: &CgroupSite) -> Result<()> {
 
 // ---- external tools -------------------------------------------------------------------------
 
-fn find_tool(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_tool(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/sbin", "/usr/sbin", "/usr/local/sbin"].map(PathBuf::from))
@@ -366,7 +366,7 @@ fn find_tool(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn run_tool(program: impl AsRef<std::ffi::OsStr>, args: &[&std::ffi::OsStr]) -> Result<String> {
+pub(crate) fn run_tool(program: impl AsRef<std::ffi::OsStr>, args: &[&std::ffi::OsStr]) -> Result<String> {
     let program = program.as_ref();
     let out = Command::new(program)
         .args(args)
@@ -385,15 +385,15 @@ fn run_tool(program: impl AsRef<std::ffi::OsStr>, args: &[&std::ffi::OsStr]) -> 
 }
 
 /// An ext4 file system on a loop device over an image, mounted; undone on drop.
-struct Mounted {
+pub(crate) struct Mounted {
     image: PathBuf,
-    dir: PathBuf,
-    loop_dev: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) loop_dev: String,
     mounted: bool,
 }
 
 impl Mounted {
-    fn make(mkfs: &Path, image: &Path, dir: &Path, bytes: u64) -> Result<Mounted> {
+    pub(crate) fn make(mkfs: &Path, image: &Path, dir: &Path, bytes: u64) -> Result<Mounted> {
         let f = fs::File::create(image).with_context(|| format!("creating {}", image.display()))?;
         f.set_len(bytes)?;
         drop(f);
@@ -438,6 +438,25 @@ impl Mounted {
         )?;
         m.mounted = true;
         Ok(m)
+    }
+
+    /// Unmounts and mounts again: Linux's caches of the file system are empty after.
+    pub(crate) fn remount(&mut self) -> Result<()> {
+        run_tool("umount", &[self.dir.as_os_str()])?;
+        self.mounted = false;
+        run_tool(
+            "mount",
+            &[
+                "-t".as_ref(),
+                "ext4".as_ref(),
+                "-o".as_ref(),
+                "noatime".as_ref(),
+                self.loop_dev.as_ref(),
+                self.dir.as_os_str(),
+            ],
+        )?;
+        self.mounted = true;
+        Ok(())
     }
 
     fn sys_block(&self, file: &str) -> Option<String> {

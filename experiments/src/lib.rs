@@ -13,6 +13,7 @@
 //! | `vino-bench-daemon` | [`daemon`] | what serving the kernel from vinod costs |
 //! | `vino-bench-soak` | [`daemon`] | many clients against one daemon, nothing lost or leaked |
 //! | `vino-bench-isolation` | [`isolation`] | one user's latency alone and under another user's attacks |
+//! | `vino-bench-programs` | [`programs`] | unmodified programs on the VINO mount against ext4 |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -28,5 +29,6 @@ pub mod exttech;
 pub mod front;
 pub mod graftcost;
 pub mod isolation;
+pub mod programs;
 pub mod progress;
 pub mod wisconsin;

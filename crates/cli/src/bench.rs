@@ -56,6 +56,10 @@ pub enum BenchCommand {
     /// the disk).
     #[command(disable_help_flag = true)]
     Isolation(Pass),
+    /// Unmodified programs (tar, cp, du, find, sha256sum, diff, git, SQLite, dd, random reads) on
+    /// the VINO mount against ext4 on a loop device with the same cache memory.
+    #[command(disable_help_flag = true)]
+    Programs(Pass),
 }
 
 impl BenchCommand {
@@ -72,6 +76,7 @@ impl BenchCommand {
             BenchCommand::Daemon(p) => ("daemon", p.args),
             BenchCommand::Soak(p) => ("soak", p.args),
             BenchCommand::Isolation(p) => ("isolation", p.args),
+            BenchCommand::Programs(p) => ("programs", p.args),
         }
     }
 }

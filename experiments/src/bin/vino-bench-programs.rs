@@ -1,0 +1,65 @@
+//! `vino-bench-programs` (`vino bench programs`): unmodified programs (tar, cp, du, find,
+//! sha256sum, diff, git, SQLite, dd, random reads) on the VINO mount and on ext4 over a loop
+//! device with the same cache memory, in one run. Writes `programs.json` and `programs.svg`.
+//! Needs root, FUSE, a loop device and mkfs.ext4.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vino_experiments::front::{self, Common};
+use vino_experiments::programs as p;
+
+#[derive(Parser)]
+#[command(name = "vino-bench-programs")]
+struct Args {
+    #[command(flatten)]
+    common: Common,
+    /// Where the images, the tree and the mounts go (a real disk).
+    #[arg(long, default_value = "target/vino-bench")]
+    scratch: PathBuf,
+    /// Page cache of each side in MiB (default 256; quick 64).
+    #[arg(long)]
+    cache_mib: Option<u64>,
+    /// Whole runs of both sides; the median of each step is reported.
+    #[arg(long, default_value_t = 1)]
+    repeats: usize,
+    /// Only these steps (by name, e.g. --only "tar x"), repeatable.
+    #[arg(long)]
+    only: Vec<String>,
+    #[command(subcommand)]
+    tool: Option<Tool>,
+}
+
+/// The small programs the steps run (this program again).
+#[derive(Subcommand)]
+enum Tool {
+    /// N random 4 KiB reads of FILE.
+    Randread { file: PathBuf, n: u64 },
+    /// ROWS SQLite inserts into DB.
+    Sqlite { db: PathBuf, rows: u64 },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match args.tool {
+        Some(Tool::Randread { file, n }) => p::random_reads(&file, n),
+        Some(Tool::Sqlite { db, rows }) => p::sqlite_inserts(&db, rows),
+        None => {
+            let mut opts = p::ProgramsOptions::new(args.common.quick);
+            opts.scratch = args.scratch;
+            opts.repeats = args.repeats.max(1);
+            opts.only = args.only;
+            if let Some(mib) = args.cache_mib {
+                opts.cache = mib << 20;
+            }
+            front::experiment(
+                &args.common,
+                "programs",
+                |progress| p::run(&opts, progress),
+                |r| r.tables(),
+                |r, path| r.plot(path),
+            )
+        }
+    };
+    front::exit("vino-bench-programs", result)
+}

@@ -1,0 +1,614 @@
+//! `vino bench programs`: unmodified programs on the VINO mount against the same programs on
+//! ext4, in one run.
+//!
+//! The VINO side is `vino mount` of a fresh image with a page cache of `--cache` bytes; the ext4
+//! side is ext4 on a loop device over an image file of the same size on the same disk
+//! (`losetup --direct-io=on`, so the host caches nothing), its programs run in a memory cgroup
+//! limited to the same bytes plus [`PROGRAM_HEADROOM`] for the programs themselves. Both sides
+//! run the same steps in the same order; every step that writes ends with the file system made
+//! durable (the daemon's `sync` for VINO, `sync -f` for ext4), inside the step's time. "Cold"
+//! steps run on a file system mounted again just before (VINO: the daemon restarted; ext4:
+//! unmounted and mounted), "warm" ones right after the cold one.
+//!
+//! The tree is made by the program (seeded, so every run and machine gets the same): source-like
+//! text files in nested directories, packed with `tar` once on the scratch disk.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde::Serialize;
+use vino_measure::report::{Table, bar_chart};
+
+use crate::e9_linux::{self, Cgroup, Mounted};
+
+/// Memory the ext4 side's cgroup allows beyond the cache, for the programs' own memory.
+pub const PROGRAM_HEADROOM: u64 = 64 << 20;
+
+#[derive(Clone, Debug)]
+pub struct ProgramsOptions {
+    pub quick: bool,
+    /// Where the images, the tree and the mount points go (a real disk, not tmpfs).
+    pub scratch: PathBuf,
+    /// Page cache of each side, bytes.
+    pub cache: u64,
+    /// Image size of each side, bytes.
+    pub image: u64,
+    /// Whole runs of both sides; each step's median is reported.
+    pub repeats: usize,
+    /// Only these steps (by name), if any.
+    pub only: Vec<String>,
+}
+
+impl ProgramsOptions {
+    pub fn new(quick: bool) -> ProgramsOptions {
+        ProgramsOptions {
+            quick,
+            scratch: PathBuf::from("target/vino-bench"),
+            cache: if quick { 64 << 20 } else { 256 << 20 },
+            image: if quick { 1 << 30 } else { 4 << 30 },
+            repeats: 1,
+            only: Vec::new(),
+        }
+    }
+
+    fn tree(&self) -> TreeShape {
+        if self.quick {
+            TreeShape {
+                files: 1_500,
+                mean_bytes: 16 << 10,
+            }
+        } else {
+            TreeShape {
+                files: 15_000,
+                mean_bytes: 22 << 10,
+            }
+        }
+    }
+
+    fn big_mib(&self) -> u64 {
+        if self.quick { 64 } else { 512 }
+    }
+
+    fn random_reads(&self) -> u64 {
+        if self.quick { 2_000 } else { 20_000 }
+    }
+
+    fn sqlite_rows(&self) -> u64 {
+        if self.quick { 30_000 } else { 300_000 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct TreeShape {
+    pub files: usize,
+    pub mean_bytes: u64,
+}
+
+/// One step's times on both sides (medians over the repeats), seconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepResult {
+    pub step: String,
+    pub command: String,
+    pub vino_s: f64,
+    pub ext4_s: f64,
+    /// VINO's time over ext4's.
+    pub ratio: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramsReport {
+    pub cache_bytes: u64,
+    pub image_bytes: u64,
+    pub tree: TreeShape,
+    pub tree_bytes: u64,
+    pub repeats: usize,
+    /// How the ext4 side's memory was limited, or why it was not.
+    pub ext4_memory: String,
+    pub steps: Vec<StepResult>,
+    pub skipped: Vec<String>,
+}
+
+/// A step: a shell command run in the mount (`$M` is the mount point, `$T` the tree's tar file,
+/// `$B` this program), whether it runs on a freshly mounted file system, and whether it ends
+/// with a sync.
+struct Step {
+    name: &'static str,
+    command: String,
+    cold: bool,
+    sync: bool,
+    needs: Option<&'static str>,
+}
+
+fn steps(opts: &ProgramsOptions) -> Vec<Step> {
+    let step = |name, command: String, cold, sync| Step {
+        name,
+        command,
+        cold,
+        sync,
+        needs: None,
+    };
+    let big = opts.big_mib();
+    let reads = opts.random_reads();
+    let rows = opts.sqlite_rows();
+    vec![
+        step("tar x", "tar xf \"$T\" -C \"$M\"".into(), false, true),
+        step("cp -a", "cp -a \"$M/tree\" \"$M/copy\"".into(), true, true),
+        step("du (cold)", "du -s \"$M\" > /dev/null".into(), true, false),
+        step("du (warm)", "du -s \"$M\" > /dev/null".into(), false, false),
+        step("find (cold)", "find \"$M\" > /dev/null".into(), true, false),
+        step("find (warm)", "find \"$M\" > /dev/null".into(), false, false),
+        step(
+            "sha256sum (cold)",
+            "find \"$M/tree\" -type f -print0 | xargs -0 sha256sum > /dev/null".into(),
+            true,
+            false,
+        ),
+        step(
+            "sha256sum (warm)",
+            "find \"$M/tree\" -type f -print0 | xargs -0 sha256sum > /dev/null".into(),
+            false,
+            false,
+        ),
+        step("diff -r (cold)", "diff -r \"$M/tree\" \"$M/copy\"".into(), true, false),
+        Step {
+            needs: Some("git"),
+            ..step(
+                "git add/commit",
+                "cd \"$M/copy\" && git init -q && git -c user.name=b -c user.email=b@b add -A && git -c user.name=b -c user.email=b@b commit -qm tree".into(),
+                false,
+                true,
+            )
+        },
+        step("rm -rf", "rm -rf \"$M/tree\" \"$M/copy\"".into(), false, true),
+        Step {
+            needs: Some("python3"),
+            ..step(
+                "sqlite inserts",
+                format!("\"$B\" sqlite \"$M/db.sqlite\" {rows}"),
+                false,
+                true,
+            )
+        },
+        step(
+            "dd write",
+            format!("dd if=/dev/zero of=\"$M/big\" bs=1M count={big} conv=fsync status=none"),
+            false,
+            true,
+        ),
+        step(
+            "dd read (cold)",
+            "dd if=\"$M/big\" of=/dev/null bs=1M status=none".into(),
+            true,
+            false,
+        ),
+        step("cat (warm)", "cat \"$M/big\" > /dev/null".into(), false, false),
+        step(
+            "random 4K reads (cold)",
+            format!("\"$B\" randread \"$M/big\" {reads}"),
+            true,
+            false,
+        ),
+        step(
+            "random 4K reads (warm)",
+            format!("\"$B\" randread \"$M/big\" {reads}"),
+            false,
+            false,
+        ),
+    ]
+}
+
+/// One side: where it is mounted, how to mount it again cold, how to make it durable, and how
+/// to run a command in it.
+trait Side {
+    fn mount_point(&self) -> &Path;
+    fn remount(&mut self) -> Result<()>;
+    fn sync(&mut self) -> Result<()>;
+    fn command(&self, script: &str) -> Command;
+}
+
+struct VinoSide {
+    vino: PathBuf,
+    image: PathBuf,
+    config: PathBuf,
+    socket: PathBuf,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl VinoSide {
+    fn start(&mut self) -> Result<()> {
+        let child = Command::new(&self.vino)
+            .arg("mount")
+            .arg("--config")
+            .arg(&self.config)
+            .arg(&self.image)
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {} mount", self.vino.display()))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_mount_point(&self.dir) {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                bail!("vino mount exited before mounting ({status})");
+            }
+            ensure!(Instant::now() < deadline, "vino mount did not mount in 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        // SAFETY: kill with a pid we spawned and have not reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+        let status = child.wait()?;
+        ensure!(status.success(), "vino mount ended with {status}");
+        ensure!(
+            !is_mount_point(&self.dir),
+            "vino mount left {} mounted",
+            self.dir.display()
+        );
+        Ok(())
+    }
+}
+
+impl Drop for VinoSide {
+    fn drop(&mut self) {
+        if self.stop().is_err() {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}
+
+impl Side for VinoSide {
+    fn mount_point(&self) -> &Path {
+        &self.dir
+    }
+    fn remount(&mut self) -> Result<()> {
+        self.stop()?;
+        self.start()
+    }
+    fn sync(&mut self) -> Result<()> {
+        let mut client = vino_client::Client::connect(&self.socket).context("connecting to the daemon")?;
+        client.sync().context("the daemon's sync")?;
+        Ok(())
+    }
+    fn command(&self, script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(script);
+        c
+    }
+}
+
+struct Ext4Side {
+    mounted: Mounted,
+    cgroup: Option<Cgroup>,
+}
+
+impl Side for Ext4Side {
+    fn mount_point(&self) -> &Path {
+        &self.mounted.dir
+    }
+    fn remount(&mut self) -> Result<()> {
+        self.mounted.remount()
+    }
+    fn sync(&mut self) -> Result<()> {
+        let status = Command::new("sync").arg("-f").arg(&self.mounted.dir).status()?;
+        ensure!(status.success(), "sync -f failed");
+        Ok(())
+    }
+    fn command(&self, script: &str) -> Command {
+        let mut c = Command::new("sh");
+        match &self.cgroup {
+            // The shell moves itself into the cgroup, then runs the step.
+            Some(cg) => c.arg("-c").arg(format!(
+                "echo $$ > \"{}\" && {script}",
+                cg.dir.join("cgroup.procs").display()
+            )),
+            None => c.arg("-c").arg(script),
+        };
+        c
+    }
+}
+
+fn is_mount_point(dir: &Path) -> bool {
+    let Ok(canon) = dir.canonicalize() else { return false };
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    info.lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .any(|p| Path::new(p) == canon)
+}
+
+/// Runs one step on one side; its time in seconds (the sync included).
+fn run_step(side: &mut dyn Side, step: &Step, tar: &Path, me: &Path) -> Result<f64> {
+    if step.cold {
+        side.remount()
+            .with_context(|| format!("mounting again before {}", step.name))?;
+    }
+    let mut cmd = side.command(&step.command);
+    cmd.env("M", side.mount_point())
+        .env("T", tar)
+        .env("B", me)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    let start = Instant::now();
+    let status = cmd.status().with_context(|| format!("running {}", step.name))?;
+    ensure!(status.success(), "{} failed ({status}): {}", step.name, step.command);
+    if step.sync {
+        side.sync()?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// A seeded generator (SplitMix64) for the tree.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Makes the tree under `root/tree` and packs it into `tar`; returns its bytes.
+fn make_tree(shape: TreeShape, root: &Path, tar: &Path) -> Result<u64> {
+    const WORDS: &[&str] = &[
+        "fn", "let", "mut", "struct", "impl", "return", "match", "self", "page", "block", "cache", "graft", "kernel",
+        "lock", "read", "write", "the", "of", "if", "else", "for", "in", "0", "1", "{", "}", "(", ")", ";", "->",
+    ];
+    let tree = root.join("tree");
+    let mut rng = Rng(1998);
+    let mut dirs = vec![tree.clone()];
+    fs::create_dir_all(&tree)?;
+    let mut bytes = 0u64;
+    for i in 0..shape.files {
+        // A new directory every 8 files on average, under a random existing one.
+        if rng.below(8) == 0 {
+            let parent = dirs[rng.below(dirs.len() as u64) as usize].clone();
+            let d = parent.join(format!("d{i}"));
+            fs::create_dir(&d)?;
+            dirs.push(d);
+        }
+        let dir = &dirs[rng.below(dirs.len() as u64) as usize];
+        // Sizes spread from a few hundred bytes to ~8x the mean, most below it.
+        let size = (shape.mean_bytes / 4 + rng.below(shape.mean_bytes / 2 + 1)) << (rng.below(4) as u32) >> 1;
+        let mut text = Vec::with_capacity(size as usize + 16);
+        while (text.len() as u64) < size {
+            text.extend_from_slice(WORDS[rng.below(WORDS.len() as u64) as usize].as_bytes());
+            text.push(if rng.below(12) == 0 { b'\n' } else { b' ' });
+        }
+        bytes += text.len() as u64;
+        fs::File::create(dir.join(format!("f{i}.rs")))?.write_all(&text)?;
+    }
+    let status = Command::new("tar")
+        .arg("cf")
+        .arg(tar)
+        .arg("-C")
+        .arg(root)
+        .arg("tree")
+        .status()?;
+    ensure!(status.success(), "packing the tree with tar failed");
+    fs::remove_dir_all(&tree)?;
+    Ok(bytes)
+}
+
+fn has_tool(name: &str) -> bool {
+    e9_linux::find_tool(name).is_some()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<ProgramsReport> {
+    let caps = e9_linux::probe(&opts.scratch);
+    ensure!(
+        caps.root.available,
+        "needs root (a loop mount and FUSE): {}",
+        caps.root.detail
+    );
+    ensure!(caps.mkfs_ext4.available, "{}", caps.mkfs_ext4.detail);
+    ensure!(caps.loop_mount.available, "no loop mount: {}", caps.loop_mount.detail);
+    let me = std::env::current_exe()?;
+    let vino = me.with_file_name("vino");
+    ensure!(
+        vino.is_file(),
+        "{} is missing: build it with cargo build --release -p vino",
+        vino.display()
+    );
+    let work = crate::front::scratch_dir(&opts.scratch)?;
+    let root = work.path().to_path_buf();
+    progress("making the tree");
+    let tar = root.join("tree.tar");
+    let tree_bytes = make_tree(opts.tree(), &root, &tar)?;
+
+    let mut skipped = Vec::new();
+    let all: Vec<Step> = steps(opts)
+        .into_iter()
+        .filter(|s| opts.only.is_empty() || opts.only.iter().any(|o| o == s.name))
+        .filter(|s| match s.needs {
+            Some(tool) if !has_tool(tool) => {
+                skipped.push(format!("{}: {tool} is not installed", s.name));
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    let mut times: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); all.len()];
+    let mut ext4_memory = String::new();
+    for round in 0..opts.repeats {
+        // VINO.
+        let image = root.join("vino.img");
+        let _ = fs::remove_file(&image);
+        let config = root.join("vino.toml");
+        let socket = root.join("vino.sock");
+        fs::write(
+            &config,
+            format!(
+                "socket = \"{}\"\ncache_size = \"{}\"\nimage_size = \"{}\"\n",
+                socket.display(),
+                opts.cache,
+                opts.image
+            ),
+        )?;
+        let dir = root.join("vino-mnt");
+        fs::create_dir_all(&dir)?;
+        let mut vino_side = VinoSide {
+            vino: vino.clone(),
+            image: image.clone(),
+            config,
+            socket,
+            dir,
+            child: None,
+        };
+        vino_side.start()?;
+        for (i, s) in all.iter().enumerate() {
+            progress(&format!("round {}/{}: VINO: {}", round + 1, opts.repeats, s.name));
+            times[i].0.push(run_step(&mut vino_side, s, &tar, &me)?);
+        }
+        drop(vino_side);
+        let _ = fs::remove_file(&image);
+
+        // ext4, the programs in a memory cgroup of the same cache size.
+        let mkfs = e9_linux::find_tool("mkfs.ext4").expect("probed");
+        let mounted = Mounted::make(&mkfs, &root.join("ext4.img"), &root.join("ext4-mnt"), opts.image)?;
+        let cgroup = match &caps.cgroup {
+            Some(site) => {
+                let cg = site.create(&format!("vino-programs-{}", std::process::id()))?;
+                cg.set_limit(opts.cache + PROGRAM_HEADROOM)?;
+                ext4_memory = format!(
+                    "memory cgroup limit {} MiB (cache {} MiB + {} MiB for the programs)",
+                    (opts.cache + PROGRAM_HEADROOM) >> 20,
+                    opts.cache >> 20,
+                    PROGRAM_HEADROOM >> 20
+                );
+                Some(cg)
+            }
+            None => {
+                ext4_memory = format!("not limited: {}", caps.memory_cgroup.detail);
+                None
+            }
+        };
+        let mut ext4 = Ext4Side { mounted, cgroup };
+        for (i, s) in all.iter().enumerate() {
+            progress(&format!("round {}/{}: ext4: {}", round + 1, opts.repeats, s.name));
+            times[i].1.push(run_step(&mut ext4, s, &tar, &me)?);
+        }
+    }
+    let steps = all
+        .iter()
+        .zip(times)
+        .map(|(s, (v, e))| {
+            let (vino_s, ext4_s) = (median(v), median(e));
+            StepResult {
+                step: s.name.to_string(),
+                command: s.command.clone(),
+                vino_s,
+                ext4_s,
+                ratio: vino_s / ext4_s.max(1e-6),
+            }
+        })
+        .collect();
+    Ok(ProgramsReport {
+        cache_bytes: opts.cache,
+        image_bytes: opts.image,
+        tree: opts.tree(),
+        tree_bytes,
+        repeats: opts.repeats,
+        ext4_memory,
+        steps,
+        skipped,
+    })
+}
+
+impl ProgramsReport {
+    pub fn tables(&self) -> Vec<Table> {
+        let mut t = Table::new(
+            format!(
+                "Programs on the VINO mount and on ext4 (tree: {} files, {} MiB; cache {} MiB each)",
+                self.tree.files,
+                self.tree_bytes >> 20,
+                self.cache_bytes >> 20
+            ),
+            &["step", "VINO", "ext4", "VINO / ext4"],
+        );
+        for s in &self.steps {
+            t.row([
+                s.step.clone(),
+                format!("{:.3} s", s.vino_s),
+                format!("{:.3} s", s.ext4_s),
+                format!("{:.1}x", s.ratio),
+            ]);
+        }
+        t.note(format!("ext4 side: {}", self.ext4_memory));
+        t.note("steps that write end with a sync of the file system, inside their time");
+        for s in &self.skipped {
+            t.note(format!("skipped {s}"));
+        }
+        vec![t]
+    }
+
+    pub fn plot(&self, path: &Path) -> Result<()> {
+        let groups: Vec<(String, Vec<(String, f64)>)> = self
+            .steps
+            .iter()
+            .map(|s| (s.step.clone(), vec![("VINO / ext4".to_string(), s.ratio)]))
+            .collect();
+        bar_chart(
+            path,
+            "Programs: VINO mount time over ext4's",
+            "time ratio (1 = ext4)",
+            &groups,
+        )
+    }
+}
+
+/// `randread FILE N`: N random 4 KiB reads of FILE (a seeded order), one `pread` each.
+pub fn random_reads(path: &Path, n: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let pages = f.metadata()?.len() / 4096;
+    ensure!(pages > 0, "{} is empty", path.display());
+    let mut rng = Rng(7);
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..n {
+        f.read_exact_at(&mut buf, rng.below(pages) * 4096)?;
+    }
+    Ok(())
+}
+
+/// `sqlite DB ROWS`: ROWS inserts into a fresh SQLite database through Python's sqlite3 module
+/// (the SQLite library itself), committed every 1,000 rows.
+pub fn sqlite_inserts(db: &Path, rows: u64) -> Result<()> {
+    let script = format!(
+        "import sqlite3\n\
+         c = sqlite3.connect({db:?})\n\
+         c.execute('create table t (id integer primary key, name text, value integer)')\n\
+         for i in range({rows}):\n\
+         \x20   c.execute('insert into t (name, value) values (?, ?)', ('row%d' % i, i * 7))\n\
+         \x20   if i % 1000 == 999: c.commit()\n\
+         c.commit()\n\
+         assert c.execute('pragma integrity_check').fetchone()[0] == 'ok'\n",
+        db = db.display().to_string()
+    );
+    let status = Command::new("python3").arg("-c").arg(script).status()?;
+    ensure!(status.success(), "the SQLite inserts failed ({status})");
+    Ok(())
+}
