@@ -66,3 +66,76 @@ fn no_files_prints_the_tables_and_writes_nothing() {
     assert!(text.contains("Wasm graft + transaction (protected)"), "{text}");
     assert!(!text.contains("written:") && !out.exists(), "{text}");
 }
+
+#[test]
+fn programs_runs_steps_on_both_sides_or_says_why_not() {
+    let program = env!("CARGO_BIN_EXE_vino-bench-programs");
+    let vino = std::path::Path::new(program).with_file_name("vino");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !vino.is_file() || !std::path::Path::new("/dev/loop-control").exists() {
+        eprintln!("skipped: needs root, a loop device and the vino program next to the experiment");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let o = run(
+        program,
+        &[
+            "--quick",
+            "--json",
+            "--out",
+            path,
+            "--scratch",
+            path,
+            "--only",
+            "tar x",
+            "--only",
+            "dd write",
+            "--only",
+            "dd read (cold)",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() && (stderr.contains("loop mount") || stderr.contains("mkfs.ext4")) {
+        eprintln!("skipped: {stderr}");
+        return;
+    }
+    assert!(o.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
+    let steps = v["steps"].as_array().expect("steps");
+    let names: Vec<&str> = steps.iter().map(|s| s["step"].as_str().unwrap()).collect();
+    assert_eq!(names, ["tar x", "dd write", "dd read (cold)"]);
+    for s in steps {
+        assert!(
+            s["vino_s"].as_f64().unwrap() > 0.0 && s["ext4_s"].as_f64().unwrap() > 0.0,
+            "{s}"
+        );
+    }
+    assert!(dir.path().join("programs.json").exists() && dir.path().join("programs.svg").exists());
+}
+
+#[test]
+fn the_programs_small_tools_work_on_any_file_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    std::fs::write(&file, vec![7u8; 64 << 10]).unwrap();
+    let program = env!("CARGO_BIN_EXE_vino-bench-programs");
+    let o = run(program, &["randread", file.to_str().unwrap(), "100"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let o = run(program, &["randread", empty.to_str().unwrap(), "1"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("empty"));
+    if Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3")
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let db = dir.path().join("db");
+        let o = run(program, &["sqlite", db.to_str().unwrap(), "2500"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(db.exists());
+    }
+}

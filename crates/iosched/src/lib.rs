@@ -237,6 +237,8 @@ pub struct SchedStats {
     pub submitted: u64,
     /// Requests refused at submission (a range past the device, a bad buffer).
     pub refused: u64,
+    /// Device requests sent and completed: a merged request counts once for all its parts
+    /// (`submitted` = `completed` + `merged` once everything is served).
     pub dispatched: u64,
     pub completed: u64,
     pub reads: u64,
