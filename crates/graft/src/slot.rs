@@ -163,7 +163,8 @@ impl<G: GraftPoint> GraftSlot<G> {
         let Some(binding) = guard.as_ref() else {
             return G::default_policy(&self.env, args);
         };
-        let started = clock::ticks();
+        let timed = binding.counters.should_time();
+        let started = if timed { clock::ticks() } else { 0 };
         let result = match &binding.policy {
             Policy::Native {
                 policy,
@@ -177,7 +178,7 @@ impl<G: GraftPoint> GraftSlot<G> {
             }),
             Policy::Wasm { graft, .. } => graft.invoke(&self.env, args, true),
         };
-        let spent = clock::ticks().wrapping_sub(started);
+        let spent = timed.then(|| clock::ticks().wrapping_sub(started));
         match result {
             Ok(output) => {
                 binding.counters.succeeded(spent);
@@ -362,14 +363,19 @@ impl<G: GraftPoint> GraftSlot<G> {
         }) = &result
         {
             let spent = clock::ticks().wrapping_sub(started);
-            self.count_failure(binding, spent, format!("control function `{name}`: {failure}"), true);
+            self.count_failure(
+                binding,
+                Some(spent),
+                format!("control function `{name}`: {failure}"),
+                true,
+            );
         }
         result
     }
 
     /// Counts a failed call and unloads the graft if it fails too often: too many times in a
     /// row, or at least half of its calls in a window with enough failures in it.
-    fn count_failure(&self, binding: &Arc<Binding<G>>, spent: u64, why: String, grafts_fault: bool) {
+    fn count_failure(&self, binding: &Arc<Binding<G>>, spent: Option<u64>, why: String, grafts_fault: bool) {
         let config = self.runtime.config();
         let v = binding
             .counters
