@@ -367,6 +367,22 @@ impl ModelStats {
     }
 }
 
+/// How the head moved to serve a request from the platter.
+#[derive(Clone, Copy)]
+enum Moved {
+    Seek(u64),
+    HeadSwitch,
+    Stay,
+}
+
+/// A request served from the platter, as [`DiskModel::platter`] computes it.
+struct Platter {
+    charge: Charge,
+    begin: f64,
+    done: f64,
+    moved: Moved,
+}
+
 /// The read-ahead stream the drive started with its last read that missed the buffer: the head
 /// read `first` from `start_ns` on and went on sector after sector (skewing across tracks).
 #[derive(Debug, Clone, Copy)]
@@ -521,6 +537,20 @@ impl<D: BlockDevice> DiskModel<D> {
         self.now_ns(s)
     }
 
+    /// When a request that arrived at `arrived` (real time, before it waited for the model's
+    /// lock) starts: as soon as it arrived and the drive was free. Under [`Timing::Sleep`] the
+    /// time a queued request's thread takes to be woken and take the lock after the one before
+    /// it completed is the host's, not the drive's: a drive starts its next queued command at
+    /// once.
+    fn start_after(&self, s: &State, arrived: Instant) -> f64 {
+        match self.timing {
+            Timing::Virtual => s.free_at_ns,
+            Timing::Sleep { scale } => {
+                (arrived.saturating_duration_since(self.epoch).as_nanos() as f64 / scale).max(s.free_at_ns)
+            }
+        }
+    }
+
     /// Serves one request from `start`: updates the state and returns the modeled completion.
     fn serve(&self, s: &mut State, op: IoOp, first: u64, blocks: u64, start: f64) -> f64 {
         let g = &self.geometry;
@@ -540,54 +570,41 @@ impl<D: BlockDevice> DiskModel<D> {
                     (IoOp::Read, Some(st)) => self.buffered(&st, lo, hi),
                     _ => None,
                 };
-                if let Some(ready) = hit {
-                    s.stats.track_buffer_hits += 1;
-                    let done = (start + c.overhead + bus_ns(sectors)).max(ready);
-                    c.transfer = done - start - c.overhead;
-                    if let Some(st) = &mut s.stream {
-                        st.host_end = st.host_end.max(hi + 1);
+                let from_buffer = hit.map(|ready| (start + c.overhead + bus_ns(sectors)).max(ready));
+                // A read ahead of the stream waits for it, unless going to the platter (which
+                // stops the stream) is sooner, as when the stream would first cross tracks.
+                let platter = self.platter(s, lo, hi, start, c.overhead);
+                match from_buffer {
+                    Some(done) if done <= platter.done => {
+                        s.stats.track_buffer_hits += 1;
+                        c.transfer = done - start - c.overhead;
+                        if let Some(st) = &mut s.stream {
+                            st.host_end = st.host_end.max(hi + 1);
+                        }
+                        done
                     }
-                    done
-                } else {
-                    // The drive starts a new command on the platter: read-ahead stops where the
-                    // head is now.
-                    if let Some(st) = &mut s.stream {
-                        st.stop_ns = st.stop_ns.min(start);
-                        s.head_lba = self.stream_position(st, start);
+                    _ => {
+                        if let Some(st) = &mut s.stream {
+                            st.stop_ns = st.stop_ns.min(start);
+                        }
+                        match platter.moved {
+                            Moved::Seek(d) => {
+                                s.stats.seeks += 1;
+                                s.stats.seek_cylinders += d;
+                            }
+                            Moved::HeadSwitch => s.stats.head_switches += 1,
+                            Moved::Stay => {}
+                        }
+                        c = platter.charge;
+                        s.head_lba = hi;
+                        s.stream = (op == IoOp::Read && self.buffer_sectors > 0).then_some(Stream {
+                            first: lo,
+                            start_ns: platter.begin,
+                            host_end: hi + 1,
+                            stop_ns: f64::INFINITY,
+                        });
+                        platter.done
                     }
-                    let spt = g.sectors_per_track;
-                    let (track0, s0) = (lo / spt, lo % spt);
-                    let track_last = hi / spt;
-                    let here = s.head_lba / spt;
-                    let (cyl, head) = (track0 / g.heads, track0 % g.heads);
-                    let (here_cyl, here_head) = (here / g.heads, here % g.heads);
-                    if cyl != here_cyl {
-                        let d = cyl.abs_diff(here_cyl);
-                        c.seek = self.seek.time_ns(d);
-                        s.stats.seeks += 1;
-                        s.stats.seek_cylinders += d;
-                    } else if head != here_head {
-                        c.seek = self.params.head_switch_ms * 1e6;
-                        s.stats.head_switches += 1;
-                    }
-                    let arrive = start + c.overhead + c.seek;
-                    // Sector `s0` of track `track0` passes under the head at this angle (in
-                    // sectors); the platter's angle is the clock modulo a revolution.
-                    let target = ((track0 * g.track_skew + s0) % spt) as f64;
-                    let angle = (arrive % g.revolution_ns) / g.sector_ns;
-                    c.rotation = (target - angle).rem_euclid(spt as f64) * g.sector_ns;
-                    let begin = arrive + c.rotation;
-                    let media = (sectors + (track_last - track0) * g.track_skew) as f64 * g.sector_ns;
-                    let done = (begin + media).max(begin + bus_ns(sectors));
-                    c.transfer = done - begin;
-                    s.head_lba = hi;
-                    s.stream = (op == IoOp::Read && self.buffer_sectors > 0).then_some(Stream {
-                        first: lo,
-                        start_ns: begin,
-                        host_end: hi + 1,
-                        stop_ns: f64::INFINITY,
-                    });
-                    done
                 }
             }
         };
@@ -606,6 +623,61 @@ impl<D: BlockDevice> DiskModel<D> {
         st.clock_ns = done as u64;
         s.free_at_ns = done;
         done
+    }
+
+    /// Serving sectors `lo..=hi` from the platter, starting at `start` (the read-ahead stream,
+    /// if any, stops then): the charge, when the media transfer begins and ends, and how the head
+    /// moved. Changes nothing.
+    fn platter(&self, s: &State, lo: u64, hi: u64, start: f64, overhead: f64) -> Platter {
+        let g = &self.geometry;
+        let mut c = Charge {
+            overhead,
+            ..Charge::default()
+        };
+        let head_lba = match &s.stream {
+            Some(st) => self.stream_position(
+                &Stream {
+                    stop_ns: st.stop_ns.min(start),
+                    ..*st
+                },
+                start,
+            ),
+            None => s.head_lba,
+        };
+        let sectors = hi - lo + 1;
+        let spt = g.sectors_per_track;
+        let (track0, s0) = (lo / spt, lo % spt);
+        let track_last = hi / spt;
+        let here = head_lba / spt;
+        let (cyl, head) = (track0 / g.heads, track0 % g.heads);
+        let (here_cyl, here_head) = (here / g.heads, here % g.heads);
+        let moved = if cyl != here_cyl {
+            let d = cyl.abs_diff(here_cyl);
+            c.seek = self.seek.time_ns(d);
+            Moved::Seek(d)
+        } else if head != here_head {
+            c.seek = self.params.head_switch_ms * 1e6;
+            Moved::HeadSwitch
+        } else {
+            Moved::Stay
+        };
+        let arrive = start + c.overhead + c.seek;
+        // Sector `s0` of track `track0` passes under the head at this angle (in sectors); the
+        // platter's angle is the clock modulo a revolution.
+        let target = ((track0 * g.track_skew + s0) % spt) as f64;
+        let angle = (arrive % g.revolution_ns) / g.sector_ns;
+        c.rotation = (target - angle).rem_euclid(spt as f64) * g.sector_ns;
+        let begin = arrive + c.rotation;
+        let media = (sectors + (track_last - track0) * g.track_skew) as f64 * g.sector_ns;
+        let bus = (sectors * g.sector_bytes) as f64 / (self.params.bus_mb_per_s * 1e6) * 1e9;
+        let done = (begin + media).max(begin + bus);
+        c.transfer = done - begin;
+        Platter {
+            charge: c,
+            begin,
+            done,
+            moved,
+        }
     }
 
     /// When sector `x` (at or after the stream's first) has been read by the stream.
@@ -658,8 +730,9 @@ impl<D: BlockDevice> DiskModel<D> {
     /// Serves a request on the real device under the model: the state stays locked (one
     /// request at a time) until the modeled completion.
     fn run<T>(&self, op: IoOp, first: u64, blocks: u64, io: impl FnOnce(&D) -> io::Result<T>) -> io::Result<T> {
+        let arrived = Instant::now();
         let mut s = self.state.lock();
-        let start = self.start_ns(&s);
+        let start = self.start_after(&s, arrived);
         let done = self.serve(&mut s, op, first, blocks, start);
         let result = io(&self.inner);
         if let Timing::Sleep { scale } = self.timing {

@@ -301,3 +301,30 @@ fn parameters_load_from_toml_and_json() {
     let e = DiskParams::from_json(r#"{"average_seek_ms": 20.0}"#).unwrap_err();
     assert!(e.to_string().contains("seek times must grow"), "{e}");
 }
+
+#[test]
+fn a_read_ahead_of_the_stream_goes_to_the_platter_when_that_is_sooner() {
+    let disk = virtual_disk(16);
+    let p = disk.params();
+    let (spt, per_block) = (
+        u64::from(p.sectors_per_track),
+        BLOCK_SIZE as u64 / u64::from(p.sector_bytes),
+    );
+    assert_eq!(spt % per_block, 0, "the test wants whole blocks per track");
+    let blocks_per_track = spt / per_block;
+    let first = 1000 * blocks_per_track;
+    // Two tracks on, same cylinder, inside the track buffer's reach: the stream would get there
+    // after about two revolutions; a head switch and at most one revolution is sooner.
+    let target = first + 2 * blocks_per_track;
+    assert!(2 * spt * u64::from(p.sector_bytes) < u64::from(p.track_buffer_kb) * 1024);
+    disk.simulate(IoOp::Read, first, 1);
+    let before = disk.model_stats();
+    let t = disk.simulate(IoOp::Read, target, 1);
+    let s = delta(&before, &disk.model_stats());
+    let rev = p.revolution_ms();
+    assert!(ms(t.as_nanos() as f64) < 1.3 * rev, "waited for the stream: {t:?}");
+    assert_eq!(s.track_buffer_hits, 0, "served from the platter");
+    // Just ahead of the stream on the same track, waiting is sooner: a buffer hit.
+    let near = disk.simulate(IoOp::Read, target + 1, 1);
+    assert!(ms(near.as_nanos() as f64) < 0.5 * rev, "{near:?}");
+}
