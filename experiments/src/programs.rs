@@ -158,7 +158,8 @@ fn steps(opts: &ProgramsOptions) -> Vec<Step> {
             needs: Some("git"),
             ..step(
                 "git add/commit",
-                "cd \"$M/copy\" && git init -q && git -c user.name=b -c user.email=b@b add -A && git -c user.name=b -c user.email=b@b commit -qm tree".into(),
+                // No automatic gc: it would go on in the background into the next step.
+                "cd \"$M/copy\" && git init -q && git -c user.name=b -c user.email=b@b -c gc.auto=0 add -A && git -c user.name=b -c user.email=b@b -c gc.auto=0 commit -qm tree".into(),
                 false,
                 true,
             )
