@@ -32,7 +32,8 @@ pub use file::{Direct, FileDevice, FileOptions};
 pub use mem::{CrashOptions, MemDevice};
 pub use model::{DiskModel, DiskParams, Geometry, ModelError, ModelStats, SeekCurve, Timing};
 pub use queue::{
-    Backend, BackendChoice, Completer, CompletionHook, Finished, IoOp, IoQueue, IoRequest, QueueConfig, Ticket, ticket,
+    Backend, BackendChoice, Completer, CompletionHook, Finished, IoOp, IoQueue, IoRequest, QueueConfig,
+    SPIN_BEFORE_SLEEP, Ticket, set_ticket_spin, ticket,
 };
 pub use uring::uring_available;
 
