@@ -7,7 +7,8 @@
 //! a thread of the mount's sends them to Linux. Sending a notice from a thread that serves
 //! requests could deadlock: Linux may wait for that very thread to answer a request on the same
 //! directory. A full queue drops notices: the entries then stay stale for at most the mount's
-//! attribute timeout.
+//! attribute timeout (30 s by default; otherwise the notices keep Linux's caches valid, so the
+//! timeout can be long and a warm `find` or `du` asks the kernel nothing).
 
 use crate::ops::State;
 use fuser::{INodeNo, Notifier};
@@ -17,8 +18,8 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use vino_kernel::{Change, Kernel};
 
-/// Notices waiting to be sent, at most.
-const QUEUE: usize = 4096;
+/// Notices waiting to be sent, at most (a few MiB of names at worst).
+const QUEUE: usize = 16384;
 
 /// The hook's registration; dropping it stops the notices (and ends the thread).
 pub(crate) struct Invalidator {

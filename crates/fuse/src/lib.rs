@@ -43,7 +43,9 @@ pub struct MountConfig {
     /// Let users other than the mounting one use the mount (`allow_other`); the kernel's own
     /// permission checks still apply to each of them.
     pub allow_other: bool,
-    /// How long Linux may cache names and attributes.
+    /// How long Linux may cache names and attributes. Other clients' changes reach Linux as
+    /// invalidation notices at once, so this bounds staleness only for a notice dropped because
+    /// the queue of notices was full.
     pub attr_ttl: Duration,
     /// The source shown in the mount table.
     pub fsname: String,
@@ -59,7 +61,7 @@ impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
             allow_other: false,
-            attr_ttl: Duration::from_secs(1),
+            attr_ttl: Duration::from_secs(30),
             fsname: "vino".into(),
             threads: 2,
             dev: false,
