@@ -14,6 +14,7 @@
 //! | `vino-bench-soak` | [`daemon`] | many clients against one daemon, nothing lost or leaked |
 //! | `vino-bench-isolation` | [`isolation`] | one user's latency alone and under another user's attacks |
 //! | `vino-bench-programs` | [`programs`] | unmodified programs on the VINO mount against ext4 |
+//! | `vino-bench-miss` | [`miss`] | a cold random 4 KiB read, layer by layer |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -29,6 +30,7 @@ pub mod exttech;
 pub mod front;
 pub mod graftcost;
 pub mod isolation;
+pub mod miss;
 pub mod programs;
 pub mod progress;
 pub mod wisconsin;

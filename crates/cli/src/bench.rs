@@ -60,6 +60,10 @@ pub enum BenchCommand {
     /// the VINO mount against ext4 on a loop device with the same cache memory.
     #[command(disable_help_flag = true)]
     Programs(Pass),
+    /// A cold random 4 KiB read, layer by layer: raw O_DIRECT pread, VINO's device, its queue,
+    /// the I/O scheduler, a page-cache miss.
+    #[command(disable_help_flag = true)]
+    Miss(Pass),
 }
 
 impl BenchCommand {
@@ -77,6 +81,7 @@ impl BenchCommand {
             BenchCommand::Soak(p) => ("soak", p.args),
             BenchCommand::Isolation(p) => ("isolation", p.args),
             BenchCommand::Programs(p) => ("programs", p.args),
+            BenchCommand::Miss(p) => ("miss", p.args),
         }
     }
 }
