@@ -900,11 +900,15 @@ impl PageCache {
     /// counted here.
     fn load(&self, pid: Pid, object: u64, backing: &dyn Backing, extents: &Extents, demand: bool) {
         let mut budget = MAX_PREFETCH_BLOCKS;
-        for e in extents.as_slice() {
+        // Frames installed as loading, and their reads: submitted together at the end, so the
+        // scheduler can merge adjacent ones. Until then a reader of one of these pages waits on
+        // the condition variable (a loading frame without a ticket).
+        let mut batch: Vec<(u32, IoRequest)> = Vec::new();
+        'extents: for e in extents.as_slice() {
             let (first, last) = (e.off / BS, (e.off + e.len).div_ceil(BS));
             for index in first..last {
                 if budget == 0 {
-                    return;
+                    break 'extents;
                 }
                 budget -= 1;
                 if self.table.lock().map.contains_key(&(object, index)) {
@@ -914,14 +918,23 @@ impl PageCache {
                     Ok(Some(block)) => block,
                     Ok(None) => continue,
                     // Read-ahead is advice: the read it follows succeeded; stop here.
-                    Err(_) => return,
+                    Err(_) => break 'extents,
                 };
                 let mut t = self.table.lock();
+                if !batch.is_empty() && t.free.is_empty() && t.frames.len() >= t.capacity {
+                    // A frame must be evicted, which may mean waiting for reads to finish:
+                    // never while holding reads not yet submitted.
+                    drop(t);
+                    self.submit_loads(&mut batch);
+                    t = self.table.lock();
+                }
                 let key = (object, index);
                 if t.map.contains_key(&key) {
                     continue;
                 }
-                let Ok(f) = self.allocate(&mut t, pid, key) else { return };
+                let Ok(f) = self.allocate(&mut t, pid, key) else {
+                    break 'extents;
+                };
                 if t.map.contains_key(&key) {
                     t.free.push(f);
                     continue;
@@ -937,9 +950,29 @@ impl PageCache {
                 fr.state = State::Loading;
                 fr.prefetched = !demand;
                 fr.demanded = demand;
-                fr.ticket = Some(self.io.submit(IoRequest::read_into(block, buf)));
+                // Pinned until its ticket is set, so no eviction finds it loading without one.
+                fr.pins += 1;
+                batch.push((f, IoRequest::read_into(block, buf)));
             }
         }
+        self.submit_loads(&mut batch);
+    }
+
+    /// Submits the reads of frames installed as loading (pinned, without a ticket) together,
+    /// gives each frame its ticket and unpins it.
+    fn submit_loads(&self, batch: &mut Vec<(u32, IoRequest)>) {
+        if batch.is_empty() {
+            return;
+        }
+        let (frames, requests): (Vec<u32>, Vec<IoRequest>) = std::mem::take(batch).into_iter().unzip();
+        let tickets = self.io.submit_batch(requests);
+        let mut t = self.table.lock();
+        for (f, ticket) in frames.into_iter().zip(tickets) {
+            let fr = &mut t.frames[f as usize];
+            fr.ticket = Some(ticket);
+            fr.pins -= 1;
+        }
+        self.changed.notify_all();
     }
 
     /// Writes the dirty pages in `ranges` and waits for them, and for those others were writing.

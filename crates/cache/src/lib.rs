@@ -52,6 +52,11 @@ pub trait Backing: Send + Sync {
 /// queue directly (the kernel's adapters implement it for both).
 pub trait PageIo: Send + Sync {
     fn submit(&self, request: IoRequest) -> Ticket;
+
+    /// Several requests queued together (a scheduler may then order and merge them).
+    fn submit_batch(&self, requests: Vec<IoRequest>) -> Vec<Ticket> {
+        requests.into_iter().map(|r| self.submit(r)).collect()
+    }
 }
 
 /// Who asks, and how: the process (its pages, its eviction graft, its counters) and, for reads,

@@ -484,6 +484,37 @@ impl IoScheduler {
         t
     }
 
+    /// Queues several requests at once, then dispatches: all of them wait together, so the
+    /// policy orders them and adjacent ones merge even when the device could take the first
+    /// at once (as a plugged Linux queue gathers a task's batch).
+    pub fn submit_batch(&self, reqs: Vec<IoRequest>) -> Vec<Ticket> {
+        let shared = &self.core.shared;
+        let mut tickets = Vec::with_capacity(reqs.len());
+        {
+            let mut st = shared.state.lock();
+            for req in reqs {
+                if let Err(e) = req.check(&*self.device) {
+                    st.stats.refused += 1;
+                    self.device.counters().refused();
+                    tickets.push(Ticket::ready(Err(e)));
+                    continue;
+                }
+                let (t, completer) = ticket();
+                st.pending.push_back(Pending {
+                    req,
+                    completer,
+                    submitted: shared.clock.monotonic(),
+                });
+                st.stats.submitted += 1;
+                tickets.push(t);
+            }
+            st.stats.max_pending = st.stats.max_pending.max(st.pending.len() as u64);
+        }
+        shared.cv.notify_all();
+        self.core.run();
+        tickets
+    }
+
     /// Reads `buf.len() / BLOCK_SIZE` blocks at `block` through the scheduler and waits.
     pub fn read_sync(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
         let blocks = check_transfer(self.device.name(), self.device.block_count(), block, buf.len())?;

@@ -83,6 +83,10 @@ impl PageIo for SchedulerIo {
     fn submit(&self, request: IoRequest) -> Ticket {
         self.0.submit(request)
     }
+
+    fn submit_batch(&self, requests: Vec<IoRequest>) -> Vec<Ticket> {
+        self.0.submit_batch(requests)
+    }
 }
 
 /// The page cache's I/O straight to a device queue, with no scheduler in between.
