@@ -425,25 +425,12 @@ impl Mounted {
             ],
         )?;
         fs::create_dir_all(dir)?;
-        run_tool(
-            "mount",
-            &[
-                "-t".as_ref(),
-                "ext4".as_ref(),
-                "-o".as_ref(),
-                "noatime".as_ref(),
-                m.loop_dev.as_ref(),
-                dir.as_os_str(),
-            ],
-        )?;
-        m.mounted = true;
+        m.mount()?;
         Ok(m)
     }
 
-    /// Unmounts and mounts again: Linux's caches of the file system are empty after.
-    pub(crate) fn remount(&mut self) -> Result<()> {
-        run_tool("umount", &[self.dir.as_os_str()])?;
-        self.mounted = false;
+    /// Mounts the loop device's ext4 at the directory.
+    fn mount(&mut self) -> Result<()> {
         run_tool(
             "mount",
             &[
@@ -457,6 +444,13 @@ impl Mounted {
         )?;
         self.mounted = true;
         Ok(())
+    }
+
+    /// Unmounts and mounts again: Linux's caches of the file system are empty after.
+    pub(crate) fn remount(&mut self) -> Result<()> {
+        run_tool("umount", &[self.dir.as_os_str()])?;
+        self.mounted = false;
+        self.mount()
     }
 
     fn sys_block(&self, file: &str) -> Option<String> {

@@ -98,12 +98,17 @@ struct Frame {
 
 impl Frame {
     fn empty() -> Frame {
+        Frame::empty_with(AlignedBuf::new(1))
+    }
+
+    /// A free frame holding `buf`.
+    fn empty_with(buf: AlignedBuf) -> Frame {
         Frame {
             key: (0, 0),
             owner: 0,
             state: State::Free,
             ticket: None,
-            buf: AlignedBuf::new(1),
+            buf,
             dev: None,
             dirty_since: None,
             generation: 0,
@@ -186,14 +191,8 @@ impl Table {
             owner,
             dev,
             state: State::Valid,
-            ticket: None,
-            dirty_since: None,
-            generation: 0,
-            writing: false,
-            prefetched: false,
-            demanded: false,
-            pins: 0,
             buf: std::mem::replace(&mut fr.buf, AlignedBuf::new(0)),
+            ..Frame::empty_with(AlignedBuf::new(0))
         };
         self.map.insert(key, f);
         self.keys.insert(key);
