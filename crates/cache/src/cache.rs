@@ -25,9 +25,6 @@ const BS: u64 = BLOCK_SIZE as u64;
 /// Most blocks one read-ahead advice may bring in.
 const MAX_PREFETCH_BLOCKS: u64 = 256;
 
-/// Most blocks in one device write: adjacent dirty pages go to the device together, up to this.
-const MAX_WRITE_BLOCKS: usize = 256;
-
 /// Most dirty pages one write-back round copies and submits before it waits (16 MiB).
 const WRITEBACK_BATCH: usize = 4096;
 
@@ -60,9 +57,6 @@ impl Default for CacheConfig {
 }
 
 type PageKey = (u64, u64);
-
-/// A frame in a device write, with the generation of the data copied for it.
-type Member = (u32, u64);
 
 /// Every page of `object`, as a range of keys.
 fn object_range(object: u64) -> RangeInclusive<PageKey> {
@@ -1001,63 +995,38 @@ impl PageCache {
     }
 
     /// Writes `frames` (dirty, not being written) to the device and marks them clean if no
-    /// write came in meanwhile. Pages on adjacent device blocks go in one request (up to
-    /// [`MAX_WRITE_BLOCKS`]); the requests are in flight together. The table is unlocked during
-    /// the I/O; the pages stay readable and writable (the device gets a copy).
+    /// write came in meanwhile. The writes are queued at the scheduler together, which merges
+    /// those on adjacent device blocks into one request. The table is unlocked during the I/O;
+    /// the pages stay readable and writable (the device gets a copy).
     fn write_frames(&self, t: &mut MutexGuard<'_, Table>, frames: &[u32]) -> io::Result<()> {
-        let mut pages = Vec::with_capacity(frames.len());
+        let mut members = Vec::with_capacity(frames.len());
+        let mut requests = Vec::with_capacity(frames.len());
         for &f in frames {
-            let fr = &t.frames[f as usize];
+            let fr = &mut t.frames[f as usize];
             let Some(dev) = fr.dev else {
                 return Err(io::Error::other(format!("dirty page {:?} has no device block", fr.key)));
             };
-            pages.push((dev, f));
+            fr.writing = true;
+            members.push((f, fr.generation));
+            requests.push(IoRequest::write(dev, AlignedBuf::from_slice(&fr.buf)));
         }
-        pages.sort_unstable();
-        pages.dedup();
-        let mut runs: Vec<(u64, Vec<Member>, AlignedBuf)> = Vec::new();
-        let mut i = 0;
-        while i < pages.len() {
-            let mut j = i + 1;
-            while j < pages.len() && j - i < MAX_WRITE_BLOCKS && pages[j].0 == pages[j - 1].0 + 1 {
-                j += 1;
-            }
-            let mut copy = AlignedBuf::new(j - i);
-            let mut members = Vec::with_capacity(j - i);
-            for (k, &(_, f)) in pages[i..j].iter().enumerate() {
-                let fr = &mut t.frames[f as usize];
-                fr.writing = true;
-                copy[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE].copy_from_slice(&fr.buf);
-                members.push((f, fr.generation));
-            }
-            runs.push((pages[i].0, members, copy));
-            i = j;
-        }
-        let results: Vec<(Vec<Member>, io::Result<AlignedBuf>)> = MutexGuard::unlocked(t, || {
-            let tickets: Vec<_> = runs
-                .into_iter()
-                .map(|(dev, members, copy)| (members, self.io.submit(IoRequest::write(dev, copy))))
-                .collect();
-            tickets.into_iter().map(|(members, tk)| (members, tk.wait())).collect()
+        let results: Vec<io::Result<AlignedBuf>> = MutexGuard::unlocked(t, || {
+            let tickets = self.io.submit_batch(requests);
+            tickets.into_iter().map(Ticket::wait).collect()
         });
         let mut first_error = None;
-        for (members, result) in results {
+        for ((f, generation), result) in members.into_iter().zip(results) {
+            t.frames[f as usize].writing = false;
             if let Err(e) = result {
-                for (f, _) in members {
-                    t.frames[f as usize].writing = false;
-                }
                 first_error.get_or_insert(e);
                 continue;
             }
-            for (f, generation) in members {
-                t.frames[f as usize].writing = false;
-                if t.frames[f as usize].generation == generation {
-                    t.mark_clean(f);
-                }
-                let fr = &t.frames[f as usize];
-                let (owner, object) = (fr.owner, fr.key.0);
-                count!(t, owner, object, written_back);
+            if t.frames[f as usize].generation == generation {
+                t.mark_clean(f);
             }
+            let fr = &t.frames[f as usize];
+            let (owner, object) = (fr.owner, fr.key.0);
+            count!(t, owner, object, written_back);
         }
         self.changed.notify_all();
         first_error.map_or(Ok(()), Err)
