@@ -647,6 +647,7 @@ fn boot(image: &Path, kind: DeviceKind, frames: usize, scale: f64, track_buffer_
     // be punished: keep it loaded whatever happens, as the thesis did, and count the refusals.
     let runtime = RuntimeConfig {
         max_consecutive_failures: u32::MAX,
+        failure_rate_min: u32::MAX,
         ..RuntimeConfig::default()
     };
     match kind {

@@ -22,10 +22,11 @@
  * accesses in the window [cursor, cursor + N) fall on it (need[]), and slides the window as the
  * cursor moves: a candidate costs one table lookup, a record two increments and two decrements.
  *
- * The kernel passes its candidates in LRU order (page[0] is its own choice); the graft evicts the
- * first one no upcoming record needs. If every candidate is needed it returns -1 -- invalid, as
- * the thesis returned EINVAL -- and the kernel's LRU choice stands: the graft may choose which of
- * its own pages go, never keep more memory than the kernel gives it. */
+ * The kernel passes its candidates in LRU order (page[0] is its own choice), a page at a time;
+ * the graft evicts the first one no upcoming record needs, asking for the next page while every
+ * candidate so far is needed. If all are needed it returns -1 -- invalid, as the thesis returned
+ * EINVAL -- and the kernel's LRU choice stands: the graft may choose which of its own pages go,
+ * never keep more memory than the kernel gives it. */
 #include "vino_graft.h"
 
 #define LA_MAX_RECORDS 65536
@@ -42,7 +43,9 @@ VINO_SHARED struct {
 VINO_SHARED uint32_t la_plan[LA_MAX_RECORDS][2];
 
 static uint32_t need[LA_MAX_PAGES]; /* accesses of each page by records in [win_lo, win_hi) */
-static uint64_t win_lo, win_hi;     /* the window need[] describes */
+/* The window need[] describes. Volatile: stored as each record enters or leaves, so a call cut
+ * short by its budget leaves need[] and the window in step for the next one. */
+static volatile uint64_t win_lo, win_hi;
 static uint64_t started_object;     /* the object of the plan la_start accepted */
 static uint32_t started;            /* la_start has run since the plan was written */
 
@@ -82,15 +85,19 @@ static int needed(uint64_t page) {
 
 VINO_GRAFT(vas_pick_victim) int32_t vas_pick_victim(int32_t n) {
     const uint64_t *page = vino_victim_pages();
-    if (n <= 0 || n > VINO_VICTIM_MAX)
+    uint64_t first = vino_victim_first();
+    if (n < 0 || n > VINO_VICTIM_MAX)
         return -1;
     if (!started)
         return 0; /* no plan yet: LRU */
-    catch_up();
+    if (n == 0)
+        return -1; /* every candidate is needed: the kernel's default decides */
+    if (first == 0)
+        catch_up(); /* the first page of an eviction */
     for (int32_t i = 0; i < n; i++)
         if (!needed(page[i]))
-            return i; /* 0 when the LRU candidate is not needed soon */
-    return -1; /* every candidate is needed: the kernel's default decides */
+            return (int32_t)(first + (uint64_t)i); /* 0 when the LRU candidate is not needed soon */
+    return VINO_VICTIM_MORE;
 }
 
 /* Starts a scan: the plan and la_ctl have been written. Returns the records in the plan. */
@@ -98,6 +105,9 @@ VINO_CONTROL(la_start) int32_t la_start(void) {
     memset(need, 0, sizeof need);
     uint64_t count = min_u64(la_ctl.count, LA_MAX_RECORDS);
     win_lo = win_hi = min_u64(la_ctl.cursor, count);
+    /* The whole first window is counted here, in the control call's budget: an eviction then
+     * only slides it by the records read since the last one. */
+    catch_up();
     started_object = la_ctl.object;
     started = 1;
     return (int32_t)count;

@@ -142,14 +142,23 @@ static inline void vino_log_str(const char *s) {
 int64_t toy_apply(int64_t arg);
 #endif
 
-/* vas.pick_victim (thesis 7.7.1): the argument area holds n <= VINO_VICTIM_MAX candidate page ids
- * in LRU order, page[0] being the kernel's own choice. Result: the index in [0, n) of the page to
- * evict; anything else is invalid. Default: 0. */
+/* vas.pick_victim (thesis 7.7.1): the argument area holds a page of n <= VINO_VICTIM_MAX candidate
+ * page ids in LRU order; the first call of an eviction gets the oldest, page[0] being the kernel's
+ * own choice. vino_victim_first() is the index of page[0] among all candidates offered in this
+ * eviction (0 on the first call). Result: the index, counted over all candidates offered so far,
+ * of the page to evict; or VINO_VICTIM_MORE to be called again with the next page (n == 0 when
+ * every candidate was offered: choose among those seen, or return an invalid index to let the
+ * kernel decide). Each page costs the graft's budget a little. Anything else is invalid.
+ * Default: 0. (toy.pick_victim offers one page only.) */
 #define VINO_VICTIM_MAX 256
+#define VINO_VICTIM_MORE (-2)
 #ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
 int32_t vas_pick_victim(int32_t n);
 #endif
 static inline const uint64_t *vino_victim_pages(void) { return (const uint64_t *)vino_args; }
+static inline uint64_t vino_victim_first(void) {
+    return *(const uint64_t *)(vino_args + VINO_VICTIM_MAX * sizeof(uint64_t));
+}
 
 /* file.compute_ra (thesis 7.7.2): called after each read of len bytes at offset. Write up to
  * VINO_RA_MAX_EXTENTS extents at the start of the argument area and return how many (0: no
@@ -266,7 +275,7 @@ int64_t lock_grant(int32_t n, int32_t m);
 #endif
 static inline const struct vino_lock *vino_lock_entries(void) { return (const struct vino_lock *)vino_args; }
 
-VINO_STATIC_ASSERT(VINO_VICTIM_MAX * sizeof(uint64_t) <= VINO_ARG_BYTES, "victims fit");
+VINO_STATIC_ASSERT((VINO_VICTIM_MAX + 1) * sizeof(uint64_t) <= VINO_ARG_BYTES, "victims fit");
 VINO_STATIC_ASSERT(sizeof(struct vino_lock) == 32, "lock entries are 32 bytes");
 VINO_STATIC_ASSERT(sizeof(struct vino_disk_request) == 24 && VINO_DISK_PICK_MAX * 24 <= VINO_ARG_BYTES, "disk requests fit");
 VINO_STATIC_ASSERT(VINO_RA_MAX_EXTENTS * sizeof(struct vino_extent) <= VINO_ARG_BYTES, "extents fit");

@@ -4,12 +4,13 @@
 //! One mutex guards the table. It is never held across I/O or a graft call: a frame being
 //! loaded is marked so, and threads that need it wait on the condition variable.
 
-use crate::lru::{Links, List};
-use crate::points::{PickVictim, ReadAhead, WRITEBACK_MAX, Writeback, WritebackArgs, page_id};
+use crate::lru::{Links, List, NIL};
+use crate::points::{Candidates, PickVictim, ReadAhead, WRITEBACK_MAX, Writeback, WritebackArgs, page_id};
 use crate::stats::{CacheCounters, CacheStats};
 use crate::{Backing, IoCtx, PageIo, Pid};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rustc_hash::FxHashMap;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::io;
 use std::ops::RangeInclusive;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use vino_blockdev::{AlignedBuf, BLOCK_SIZE, IoRequest, SharedClock, Ticket};
-use vino_graft::abi::Extents;
+use vino_graft::abi::{self, Extents};
 use vino_graft::{Access, GraftSlot, PolicyKind, Runtime};
 
 const BS: u64 = BLOCK_SIZE as u64;
@@ -35,6 +36,9 @@ const EVICTION_CLEAN_BATCH: usize = 256;
 
 /// How far from the cold end of the LRU list eviction looks for those pages.
 const EVICTION_SCAN: usize = 4096;
+/// Most of the owner's frames looked at to gather one page of `vas.pick_victim` candidates
+/// (frames pinned, loading or dirty are passed over).
+const VICTIM_SCAN: usize = 4 * abi::VICTIM_MAX;
 
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
@@ -856,7 +860,9 @@ impl PageCache {
     }
 
     /// Asks the owner's `vas.pick_victim` graft, if any, which of its pages goes instead of
-    /// `candidate`. The graft runs with the table unlocked; its choice is checked afterwards.
+    /// `candidate`. The graft runs with the table unlocked and sees the owner's pages a page of
+    /// candidates at a time, each page gathered under the lock when asked for; its choice is
+    /// checked afterwards.
     fn choose_victim(&self, t: &mut MutexGuard<'_, Table>, candidate: u32) -> u32 {
         let owner = t.frames[candidate as usize].owner;
         let Some(slot) = t.procs.get(&owner).and_then(|p| p.victim.clone()) else {
@@ -865,21 +871,34 @@ impl PageCache {
         if slot.policy_kind() == PolicyKind::Default {
             return candidate;
         }
-        let pages = t.procs[&owner].pages;
-        let mut frames: Vec<u32> = pages
-            .iter(&t.owned)
-            .filter(|&f| t.evictable(f))
-            .take(vino_graft::abi::VICTIM_MAX)
-            .collect();
-        if frames.first() != Some(&candidate) {
-            frames.retain(|&f| f != candidate);
-            frames.insert(0, candidate);
-            frames.truncate(vino_graft::abi::VICTIM_MAX);
-        }
-        let keys: Vec<PageKey> = frames.iter().map(|&f| t.frames[f as usize].key).collect();
-        let ids: Vec<u64> = keys.iter().map(|k| page_id(k.0, k.1)).collect();
-        let choice = MutexGuard::unlocked(t, || slot.invoke(&ids.as_slice()));
-        let (f, key) = (frames[choice], keys[choice]);
+        // The frames offered so far, in the order offered, and where the next page starts.
+        let offered = RefCell::new(vec![(candidate, t.frames[candidate as usize].key)]);
+        let next = Cell::new(t.procs[&owner].pages.head);
+        // Appends up to `room` more of the owner's evictable pages.
+        let gather = |t: &Table, ids: &mut Vec<u64>, room: usize| {
+            let mut offered = offered.borrow_mut();
+            let (mut scanned, end) = (0, ids.len() + room);
+            while next.get() != NIL && ids.len() < end && scanned < VICTIM_SCAN {
+                let f = next.get();
+                // The list changed while the graft ran and this frame left it: stop here.
+                if t.frames[f as usize].owner != owner || t.map.get(&t.frames[f as usize].key) != Some(&f) {
+                    next.set(NIL);
+                    break;
+                }
+                next.set(t.owned[f as usize].next);
+                scanned += 1;
+                if f != candidate && t.evictable(f) {
+                    let key = t.frames[f as usize].key;
+                    offered.push((f, key));
+                    ids.push(page_id(key.0, key.1));
+                }
+            }
+        };
+        let mut first = vec![page_id(offered.borrow()[0].1.0, offered.borrow()[0].1.1)];
+        gather(t, &mut first, abi::VICTIM_MAX - 1);
+        let more = |ids: &mut Vec<u64>| gather(&self.table.lock(), ids, abi::VICTIM_MAX);
+        let choice = MutexGuard::unlocked(t, || slot.invoke(&Candidates::paged(first, &more)));
+        let (f, key) = offered.borrow()[choice];
         let still_there = t.map.get(&key) == Some(&f) && t.frames[f as usize].owner == owner && t.evictable(f);
         if still_there && t.frames[f as usize].state == State::Valid {
             f

@@ -27,7 +27,10 @@ mod points;
 mod stats;
 
 pub use cache::{CacheConfig, PageCache};
-pub use points::{ComputeRa, PickVictim, RaFile, RaMode, Read, ReadAhead, Writeback, WritebackArgs, page_id};
+pub use points::{
+    Candidates, ComputeRa, MoreCandidates, PickVictim, RaFile, RaMode, Read, ReadAhead, Writeback, WritebackArgs,
+    page_id,
+};
 pub use stats::{CacheCounters, CacheStats};
 
 use std::io;

@@ -1,6 +1,8 @@
 //! The cache's graftpoints and their default policies.
 
 use crate::Pid;
+use std::cell::{Cell, RefCell};
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use vino_blockdev::BLOCK_SIZE;
@@ -15,25 +17,122 @@ pub fn page_id(object: u64, index: u64) -> u64 {
 
 /// `vas.pick_victim`: which of its own pages a process gives up (Small 1998, 7.7.1). The
 /// candidates are the process's pages in LRU order, as page ids; the first is the kernel's choice.
+/// They come a page ([`abi::VICTIM_MAX`]) at a time: a graft that returns [`abi::VICTIM_MORE`]
+/// is called again with the next page, and once more with none when all were offered, so a
+/// graft that finds its victim among the oldest pays for those only. Its answer is an index
+/// among all the candidates offered so far.
 pub struct PickVictim;
+
+/// Fetches the next page of candidates: appends up to [`abi::VICTIM_MAX`] page ids, none when
+/// every candidate was offered.
+pub type MoreCandidates<'a> = &'a dyn Fn(&mut Vec<u64>);
+
+/// The candidates of one `vas.pick_victim` invocation, offered a page at a time and fetched
+/// only as the policy asks for them.
+pub struct Candidates<'a> {
+    ids: RefCell<Vec<u64>>,
+    /// How many of `ids` were offered so far.
+    offered: Cell<usize>,
+    more: Option<MoreCandidates<'a>>,
+    /// The policy was told there are no more (an empty page).
+    ended: Cell<bool>,
+}
+
+impl<'a> Candidates<'a> {
+    /// Candidates known in full.
+    pub fn fixed(ids: Vec<u64>) -> Self {
+        Candidates {
+            offered: Cell::new(ids.len().min(abi::VICTIM_MAX)),
+            ids: RefCell::new(ids),
+            more: None,
+            ended: Cell::new(false),
+        }
+    }
+
+    /// The first page, and where the rest come from.
+    pub fn paged(first: Vec<u64>, more: MoreCandidates<'a>) -> Self {
+        Candidates {
+            more: Some(more),
+            ..Candidates::fixed(first)
+        }
+    }
+
+    /// How many candidates were offered so far.
+    pub fn len(&self) -> usize {
+        self.offered.get()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `i`th candidate offered so far.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        (i < self.len()).then(|| self.ids.borrow()[i])
+    }
+
+    /// Offers the next page; returns where its candidates are (empty when none are left).
+    pub fn next_page(&self) -> Range<usize> {
+        let start = self.len();
+        let mut ids = self.ids.borrow_mut();
+        if ids.len() == start
+            && let Some(more) = self.more
+        {
+            more(&mut ids);
+        }
+        let end = ids.len().min(start + abi::VICTIM_MAX);
+        self.offered.set(end);
+        start..end
+    }
+
+    /// Every candidate in LRU order, offering pages as the iteration reaches them (for native
+    /// policies).
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        let mut i = 0;
+        std::iter::from_fn(move || {
+            if i == self.len() && self.next_page().is_empty() {
+                return None;
+            }
+            i += 1;
+            self.get(i - 1)
+        })
+    }
+
+    /// The candidates offered so far.
+    fn offered(&self) -> std::cell::Ref<'_, [u64]> {
+        std::cell::Ref::map(self.ids.borrow(), |ids| &ids[..self.len()])
+    }
+}
 
 impl GraftPoint for PickVictim {
     const NAME: &'static str = "vas.pick_victim";
     const USES_ARG_AREA: bool = true;
     type Env = Pid;
-    type Args<'a> = &'a [u64];
+    type Args<'a> = Candidates<'a>;
     type Output = usize;
     type Params = (i32,);
     type Results = i32;
 
-    fn default_policy(_: &Pid, _: &&[u64]) -> usize {
+    fn default_policy(_: &Pid, _: &Candidates<'_>) -> usize {
         0
     }
-    fn encode(_: &Pid, candidates: &&[u64], area: &mut [u8]) -> (i32,) {
-        (abi::encode_candidates(candidates, area),)
+    fn encode(_: &Pid, candidates: &Candidates<'_>, area: &mut [u8]) -> (i32,) {
+        (abi::encode_candidate_page(&candidates.offered(), 0, area),)
     }
-    fn decode(_: &Pid, candidates: &&[u64], choice: i32, _: &[u8]) -> Result<usize, Invalid> {
-        abi::decode_victim(choice, candidates.len().min(abi::VICTIM_MAX))
+    fn next_page(_: &Pid, candidates: &Candidates<'_>, choice: &i32, area: &mut [u8]) -> Option<(i32,)> {
+        if *choice != abi::VICTIM_MORE || candidates.ended.get() {
+            return None;
+        }
+        let page = candidates.next_page();
+        candidates.ended.set(page.is_empty());
+        let offered = candidates.offered();
+        Some((abi::encode_candidate_page(&offered[page.clone()], page.start, area),))
+    }
+    fn decode(_: &Pid, candidates: &Candidates<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
+        if choice == abi::VICTIM_MORE {
+            return Err(Invalid::new("asked for more candidates after the last"));
+        }
+        abi::decode_victim(choice, candidates.len())
     }
 }
 

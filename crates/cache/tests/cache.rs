@@ -5,7 +5,7 @@ mod common;
 use common::{file, pattern, setup};
 use std::sync::Arc;
 use vino_blockdev::{BLOCK_SIZE, BlockDevice};
-use vino_cache::{IoCtx, PickVictim, RaMode, ReadAhead, page_id};
+use vino_cache::{Candidates, IoCtx, PickVictim, RaMode, ReadAhead, page_id};
 use vino_graft::{Invalid, Owner};
 
 const BS: u64 = BLOCK_SIZE as u64;
@@ -65,9 +65,9 @@ fn lru_evicts_the_least_recently_used_page() {
 
 /// Spares pages whose id is in `hot`.
 fn spare(hot: Vec<u64>) -> Arc<dyn vino_graft::NativePolicy<PickVictim>> {
-    Arc::new(move |_: &u64, c: &&[u64]| {
+    Arc::new(move |_: &u64, c: &Candidates<'_>| {
         c.iter()
-            .position(|p| !hot.contains(p))
+            .position(|p| !hot.contains(&p))
             .ok_or_else(|| Invalid::new("all hot"))
     })
 }
@@ -98,7 +98,7 @@ fn a_graft_that_chooses_badly_pays_with_its_own_pages() {
     let s = setup(4, 64);
     let (fa, fb) = (file(0, 16), file(20, 16));
     // Always evicts the process's most recently used page: a bad policy.
-    let mru: Arc<dyn vino_graft::NativePolicy<PickVictim>> = Arc::new(|_: &u64, c: &&[u64]| Ok(c.len() - 1));
+    let mru: Arc<dyn vino_graft::NativePolicy<PickVictim>> = Arc::new(|_: &u64, c: &Candidates<'_>| Ok(c.len() - 1));
     s.cache.register_process(1).bind_native(mru, false);
     for i in 0..3 {
         read_block(&s, 1, 1, &fa, i);

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use std::sync::Arc;
 use std::time::Instant;
 use vino_graft::{Access, GraftSlot, Owner, Runtime};
-use vino_kernel::graftpoints::PickVictim;
+use vino_kernel::graftpoints::{Candidates, PickVictim};
 use vino_toykernel::{ToyApply, ToyKernel, hostile};
 
 pub fn run(with_bench: bool, image: &std::path::Path) -> Result<()> {
@@ -113,7 +113,7 @@ fn good_grafts(rt: &Runtime, opts: &vino_sdk::BuildOptions) -> Result<()> {
     let lru: &[u64] = &[100, 101, 102, 103];
     victim.call_control("hot_add", &[100])?;
     victim.call_control("hot_add", &[101])?;
-    let pick = victim.invoke(&lru);
+    let pick = victim.invoke(&Candidates::fixed(lru.to_vec()));
     t.row([
         "hotlist_evict.c".into(),
         "vas.pick_victim".into(),

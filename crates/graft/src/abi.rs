@@ -4,8 +4,13 @@
 
 use crate::point::Invalid;
 
-/// Most candidates passed to `vas.pick_victim`.
+/// Most candidates passed to `vas.pick_victim` in one page (one call of the entry point).
 pub const VICTIM_MAX: usize = 256;
+/// What a `vas.pick_victim` graft returns to see the next page of candidates.
+pub const VICTIM_MORE: i32 = -2;
+/// Where in the argument area the index of a page's first candidate lies (`uint64_t`), after
+/// the largest page of candidates.
+pub const VICTIM_FIRST_AT: usize = VICTIM_MAX * 8;
 /// Most extents `file.compute_ra` may return per call.
 pub const RA_MAX_EXTENTS: usize = 16;
 /// Most bytes `file.compute_ra` may ask for per call.
@@ -18,6 +23,15 @@ pub fn encode_candidates(pages: &[u64], area: &mut [u8]) -> i32 {
         slot.copy_from_slice(&page.to_le_bytes());
     }
     n as i32
+}
+
+/// Copies one page of candidates into the argument area, with `first`, the index of its first
+/// candidate among all those offered so far; returns how many fit.
+pub fn encode_candidate_page(pages: &[u64], first: usize, area: &mut [u8]) -> i32 {
+    if let Some(slot) = area.get_mut(VICTIM_FIRST_AT..VICTIM_FIRST_AT + 8) {
+        slot.copy_from_slice(&(first as u64).to_le_bytes());
+    }
+    encode_candidates(pages, area)
 }
 
 /// Checks the index a `vas.pick_victim` graft chose among `n` candidates.
@@ -118,6 +132,11 @@ mod tests {
         assert_eq!(decode_victim(3, 4), Ok(3));
         assert!(decode_victim(4, 4).is_err());
         assert!(decode_victim(-1, 4).is_err());
+        assert_eq!(encode_candidate_page(&pages[..3], 512, &mut area), 3);
+        assert_eq!(
+            u64::from_le_bytes(area[VICTIM_FIRST_AT..VICTIM_FIRST_AT + 8].try_into().unwrap()),
+            512
+        );
     }
 
     #[test]

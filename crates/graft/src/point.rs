@@ -92,9 +92,28 @@ pub trait GraftPoint: Send + Sync + 'static {
         area: &[u8],
     ) -> Result<Self::Output, Invalid>;
 
+    /// For graftpoints whose arguments come in pages (`vas.pick_victim`'s candidates): called
+    /// after each call of the entry point with its results. If they ask for the next page,
+    /// copies it into the argument area and returns the next call's parameters: the entry point
+    /// runs again within the same invocation (one transaction, one budget, each page charged
+    /// [`PAGE_COST`]). `None`: `results` are the decision.
+    fn next_page(
+        _env: &Self::Env,
+        _args: &Self::Args<'_>,
+        _results: &Self::Results,
+        _area: &mut [u8],
+    ) -> Option<Self::Params> {
+        None
+    }
+
     /// Defines the graft-callable functions named in [`GraftPoint::CALLABLE`].
     fn callables(_callables: &mut Callables<Self::Env>) {}
 }
+
+/// What one more page of arguments costs a graft's budget ([`GraftPoint::next_page`]): the
+/// kernel's time to gather and copy it, so a graft that asks for page after page runs out of
+/// budget as one that computes would.
+pub const PAGE_COST: Duration = Duration::from_micros(2);
 
 /// The entry point a graft exports for a graftpoint: the name with `.` turned into `_`.
 pub fn export_name(point: &str) -> String {

@@ -149,6 +149,8 @@ pub(crate) struct WasmGraft<G: GraftPoint> {
     live: Mutex<Live<G>>,
     runtime: Runtime,
     invocation_units: u64,
+    /// What one more page of arguments costs ([`crate::point::PAGE_COST`]).
+    page_units: u64,
 }
 
 impl<G: GraftPoint> WasmGraft<G> {
@@ -216,6 +218,7 @@ impl<G: GraftPoint> WasmGraft<G> {
             }),
             runtime: runtime.clone(),
             invocation_units: runtime.budget_units(budget::<G>(config)),
+            page_units: runtime.budget_units(crate::point::PAGE_COST),
         })
     }
 
@@ -233,9 +236,18 @@ impl<G: GraftPoint> WasmGraft<G> {
                 (Some(at), Some(mem)) => G::encode(env, args, &mut mem.data_mut(&mut live.store)[at..at + ARG_BYTES]),
                 _ => G::encode(env, args, &mut []),
             };
-            let results = live.entry.call(&mut live.store, params).map_err(|e| classify(&e))?;
+            let mut results = live.entry.call(&mut live.store, params).map_err(|e| classify(&e))?;
             // A deadline seen only now (fuel mode, or passed during the last kernel call).
             vino_vlt::current::check().map_err(|_| Failure::Deadline)?;
+            while let (Some(at), Some(mem)) = (live.arg_area, live.memory) {
+                let area = &mut mem.data_mut(&mut live.store)[at..at + ARG_BYTES];
+                let Some(params) = G::next_page(env, args, &results, area) else {
+                    break;
+                };
+                charge(&mut live.store, &self.runtime, self.page_units)?;
+                results = live.entry.call(&mut live.store, params).map_err(|e| classify(&e))?;
+                vino_vlt::current::check().map_err(|_| Failure::Deadline)?;
+            }
             let area: &[u8] = match (live.arg_area, live.memory) {
                 (Some(at), Some(mem)) => &mem.data(&live.store)[at..at + ARG_BYTES],
                 _ => &[],
@@ -364,6 +376,20 @@ fn arm<E>(store: &mut Store<HostState<E>>, runtime: &Runtime, units: u64) {
             store.set_fuel(units).expect("fuel is enabled in fuel mode");
         }
     }
+}
+
+/// Takes `units` from the running invocation's budget for work the kernel does on its behalf.
+/// Under epoch interruption the clock already counts that work; under fuel it is burnt here.
+fn charge<E>(store: &mut Store<HostState<E>>, runtime: &Runtime, units: u64) -> Result<(), Failure> {
+    if runtime.config().interrupt != Interrupt::Fuel {
+        return Ok(());
+    }
+    let left = store.get_fuel().expect("fuel is enabled in fuel mode");
+    if left <= units {
+        return Err(Failure::Budget);
+    }
+    store.set_fuel(left - units).expect("fuel is enabled in fuel mode");
+    Ok(())
 }
 
 /// Called in fuel mode when a waiter advanced the epoch (some transaction passed its deadline):

@@ -16,7 +16,7 @@ use std::time::Duration;
 use vino_graft::{GraftPoint, LoadError, ModuleSummary, Runtime, Signature, check_module, export_name};
 
 pub use crate::events::{CloseEvent, CreateEvent, ModifyEvent, OpenEvent, UnlinkEvent};
-pub use vino_cache::{ComputeRa, PickVictim, Writeback};
+pub use vino_cache::{Candidates, ComputeRa, PickVictim, Writeback};
 pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
 pub use vino_locks::LockGrant;

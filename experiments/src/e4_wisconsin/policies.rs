@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use parking_lot::Mutex;
 use vino_blockdev::BLOCK_SIZE;
 use vino_cache::{ComputeRa, PickVictim};
-use vino_graft::abi::{Extent, Extents, RA_MAX_BYTES, RA_MAX_EXTENTS, VICTIM_MAX};
+use vino_graft::abi::{Extent, Extents, RA_MAX_BYTES, RA_MAX_EXTENTS};
 use vino_graft::{GraftPoint, Invalid, NativePolicy};
 use vino_kernel::Process;
 
@@ -109,6 +109,7 @@ impl LookAheadNative {
             lo: 0,
             hi: 0,
         };
+        s.catch_up(0);
         self.cursor.store(0, Ordering::Relaxed);
     }
 
@@ -123,8 +124,7 @@ impl NativePolicy<PickVictim> for LookAheadNative {
         _: &<PickVictim as GraftPoint>::Env,
         candidates: &<PickVictim as GraftPoint>::Args<'_>,
     ) -> Result<usize, Invalid> {
-        let n = candidates.len().min(VICTIM_MAX);
-        if n == 0 {
+        if candidates.is_empty() {
             return Err(Invalid::new("no candidates"));
         }
         let mut s = self.state.lock();
@@ -132,9 +132,10 @@ impl NativePolicy<PickVictim> for LookAheadNative {
             return Ok(0);
         }
         s.catch_up(self.cursor.load(Ordering::Relaxed));
-        candidates[..n]
+        // The graft's walk: page after page until a candidate no upcoming record needs.
+        candidates
             .iter()
-            .position(|&p| !s.needed(p))
+            .position(|p| !s.needed(p))
             .ok_or_else(|| Invalid::new("every candidate is needed by an upcoming record"))
     }
 }
@@ -373,7 +374,7 @@ mod tests {
         // Records on pages 1, 2, 3, 4.
         la.start(object, 2, vec![[1, NONE], [2, NONE], [3, NONE], [4, NONE]]);
         let id = |p: u64| vino_cache::page_id(object, p);
-        let pick = |c: &[u64]| la.decide(&0, &c);
+        let pick = |c: &[u64]| la.decide(&0, &vino_cache::Candidates::fixed(c.to_vec()));
         // Window [0, 2): pages 1 and 2 are needed.
         assert_eq!(pick(&[id(1), id(2), id(9)]), Ok(2));
         la.cursor().store(2, Ordering::Relaxed);

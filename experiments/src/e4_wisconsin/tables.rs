@@ -6,7 +6,6 @@ use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
 use super::{DeviceKind, DeviceRuns, DiskOrder, E4Report, FULL_TUPLES, Policy, Protection, RunResult};
-use vino_graft::abi::VICTIM_MAX;
 use vino_measure::report::{Table, fmt_count, fmt_ns};
 
 /// Table 12: the LRU run.
@@ -540,7 +539,8 @@ pub fn notes(rep: &E4Report) -> Vec<String> {
         "misses: the process's page-cache misses (the thesis' page faults), the index file's pages included; every run starts cold and checks the unique1 of each record it reads".to_string(),
         "protected: the C graft compiled to Wasm, loaded with graft_load, every call in a transaction; unprotected: the same policy in native Rust bound to the same graftpoint (bind_native, no transaction)".to_string(),
         "the look-ahead graft keeps a count per page of the accesses in its window and slides the window as the cursor moves, so a candidate costs one lookup: unlike the thesis' graft (a search of the keep list per candidate, 13 minutes at 8192 records) its time stays small at every look-ahead".to_string(),
-        "the kernel offers a vas.pick_victim graft at most 256 candidates (the process's least recently used evictable pages); when all of them are needed the graft answers -1, the kernel's LRU choice stands and the call counts as a failure, as in the thesis' 8192-record run. The kernel's limit on consecutive failures is raised for E4 so the graft stays loaded; with the default (8 in a row) it would be unloaded and LRU would finish the query".to_string(),
+        "the kernel offers a vas.pick_victim graft every evictable page of the process in LRU order, 256 at a time; the graft asks for the next 256 while all it has seen are needed, so it sees the whole list as the thesis' graft did. When all of them are needed the graft answers -1, the kernel's LRU choice stands and the call counts as a failure, as in the thesis' 8192-record run. The kernel's limits on failures (in a row, and half of the calls in a minute) are raised for E4 so the graft stays loaded; with the defaults it would be unloaded and LRU would finish the query".to_string(),
+        "la_start counts the first window's records in the control call; each eviction then slides the window by the records read since the last one, well within the graftpoint's 100 us budget".to_string(),
     ];
     if rep.devices.iter().any(|d| d.kind == DeviceKind::Model) {
         n.push(format!(
@@ -548,14 +548,8 @@ pub fn notes(rep: &E4Report) -> Vec<String> {
             rep.config.model_scale
         ));
         n.push(format!(
-            "disk model: read-ahead buffer of {} KB (one track, the thesis' 'track buffer') instead of the preset's 256 KB: the model makes a read ahead of its read-ahead stream wait for the stream however far ahead it is, which with 256 KB costs an elevator's ascending requests more than seeking would",
+            "disk model: read-ahead buffer of {} KB (one track, the thesis' 'track buffer') instead of the preset's 256 KB",
             rep.config.model_track_buffer_kb
-        ));
-    }
-    if rep.config.cache_frames > VICTIM_MAX {
-        n.push(format!(
-            "with {} frames and at most {VICTIM_MAX} candidates per call, the look-ahead graft fails as soon as the {VICTIM_MAX} least recently used pages are all needed, even when younger pages are not; so the cliff comes earlier than the thesis' (whose graft walked the whole list): at 2048-4096 records rather than 8192. With a cache of no more than {VICTIM_MAX} frames (the quick run's 205) the graft sees every page and the cliff comes where the thesis' did",
-            rep.config.cache_frames
         ));
     }
     let needed = THESIS_CACHE_NEEDED
