@@ -24,8 +24,17 @@ pub enum RemoteGraft {
         #[arg(long)]
         file: Option<String>,
         /// Keep the graft this many seconds, then exit (default: until interrupted).
-        #[arg(long = "for")]
+        #[arg(long = "for", conflicts_with = "fd")]
         hold: Option<u64>,
+        /// Graft this descriptor of a file on a VINO mount, inherited from the shell
+        /// (`3< /mnt/vino/data vino graft load ra.wasm --point file.compute_ra --fd 3 -- prog`):
+        /// the graft stays bound while the descriptor is open, and the command after `--`, if
+        /// any, runs in this process's place with it.
+        #[arg(long, conflicts_with = "file")]
+        fd: Option<i32>,
+        /// The command to run with the grafted descriptor (after `--`).
+        #[arg(last = true, requires = "fd")]
+        command: Vec<std::ffi::OsString>,
         #[arg(long)]
         socket: Option<PathBuf>,
     },
@@ -138,9 +147,19 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
         RemoteGraft::Load {
             module,
             point,
+            fd: Some(fd),
+            command,
+            socket,
+            ..
+        } => load_fd(&module, &point, fd, &command, socket),
+        RemoteGraft::Load {
+            module,
+            point,
             file,
             hold,
             socket,
+            fd: None,
+            ..
         } => load(&module, &point, file.as_deref(), hold, socket),
         RemoteGraft::Unload { point, file, socket } => {
             match file {
@@ -213,6 +232,30 @@ fn load(module: &Path, point: &str, file: Option<&str>, hold: Option<u64>, socke
     }
     drop(c);
     Ok(())
+}
+
+/// `vino graft load --fd`: grafts an inherited descriptor of a file on a mount through the
+/// mount's ioctl, then runs the command, if any, in this process's place.
+fn load_fd(module: &Path, point: &str, fd: i32, command: &[std::ffi::OsString], socket: Option<PathBuf>) -> Result<()> {
+    let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
+    let path = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .with_context(|| format!("descriptor {fd} is not open (open it in the shell: `{fd}< FILE`)"))?;
+    let socket = socket.or_else(|| mount_of(&path).map(|(_, s)| s));
+    let mut c = connect(socket)?;
+    c.graft_mount_fd(fd, point, &wasm).with_context(|| {
+        format!(
+            "grafting {} at {point} on descriptor {fd} ({})",
+            module.display(),
+            path.display()
+        )
+    })?;
+    drop(c);
+    let Some((program, args)) = command.split_first() else {
+        return Ok(());
+    };
+    use std::os::unix::process::CommandExt;
+    let e = std::process::Command::new(program).args(args).exec();
+    Err(e).with_context(|| format!("running {}", program.to_string_lossy()))
 }
 
 fn graft_table(grafts: &[GraftTop]) -> String {

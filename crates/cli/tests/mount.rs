@@ -116,6 +116,45 @@ fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
     assert!(loader.wait().unwrap().success());
     wait_for("the graft to go", || file_graft_invocations(socket_s).is_none());
 
+    // A descriptor the shell opened, grafted through the mount's ioctl, then used by the
+    // command `vino graft load --fd` runs in its place.
+    let vino_bin = env!("CARGO_BIN_EXE_vino");
+    let script = format!(
+        "exec 3< {big}; exec {vino_bin} graft load {module} --point file.compute_ra --fd 3 --socket {socket_s} -- \
+         sh -c 'cat <&3 | wc -c; {vino_bin} graft list --json --socket {socket_s}'",
+        big = big.display(),
+        module = module.display(),
+    );
+    let out = ok(&Command::new("sh").arg("-c").arg(&script).output().unwrap());
+    let (count, list) = out.split_once('\n').unwrap();
+    assert_eq!(count.trim(), std::fs::metadata(&big).unwrap().len().to_string());
+    let list: serde_json::Value = serde_json::from_str(list).unwrap();
+    let ran = list.as_array().unwrap().iter().any(|g| {
+        g["point"].as_str().is_some_and(|p| p.starts_with("file.compute_ra/")) && g["invocations"].as_u64() > Some(0)
+    });
+    assert!(ran, "the descriptor's graft served its reads: {list}");
+    // A descriptor that is not on a VINO mount is refused, with the reason.
+    let o = Command::new(vino_bin)
+        .args([
+            "graft",
+            "load",
+            module.to_str().unwrap(),
+            "--point",
+            "file.compute_ra",
+            "--fd",
+            "0",
+            "--socket",
+            socket_s,
+        ])
+        .stdin(std::fs::File::open(image).unwrap())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not a file on a VINO mount"),
+        "{o:?}"
+    );
+
     sigterm(&mut daemon);
     let out = daemon.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

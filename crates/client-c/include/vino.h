@@ -289,6 +289,13 @@ int vino_fallocate(vino_client *client, int fd, int mode, uint64_t offset, uint6
 int vino_graft_load(vino_client *client, const char *point, const void *wasm, size_t len,
                     struct vino_graft_info *info);
 
+/* Grafts a file this program opened on the daemon's FUSE mount (an ordinary descriptor `fd`):
+ * the module goes over the connection, then an ioctl on `fd` binds it. `point`: "file.compute_ra"
+ * (this descriptor's read-ahead), "file.block_buddy" or "lock.grant" (the file's), or
+ * "vas.pick_victim" (this user's pages on the mount). -ENOTTY: not a file on a VINO mount;
+ * -EPERM: opened by another user, or the file's graftpoint is not this user's. */
+int vino_fd_graft(vino_client *client, int fd, const char *point, const void *wasm, size_t len);
+
 /* Binds a graft to a file: every later open of `path` by any process runs it at `point`. */
 int vino_graft_load_file(vino_client *client, const char *path, const char *point, const void *wasm,
                          size_t len, struct vino_graft_info *info);

@@ -643,6 +643,32 @@ pub unsafe extern "C" fn vino_graft_load(
     }
 }
 
+/// Grafts a file this program opened on the daemon's FUSE mount: stages the module over the
+/// connection and binds it with an ioctl on `fd` (see `Client::graft_mount_fd`).
+///
+/// # Safety
+///
+/// `client` is a client, `point` a string and `(wasm, len)` an input buffer (see the
+/// [pointer contract](crate#pointer-contract)); `fd` is any descriptor.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_fd_graft(
+    client: *mut vino_client,
+    fd: c_int,
+    point: *const c_char,
+    wasm: *const u8,
+    len: usize,
+) -> c_int {
+    // SAFETY: `client` is a client, `point` a string and `(wasm, len)` an input buffer, by this
+    // function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            arg_fd(fd)?;
+            c.graft_mount_fd(fd, arg_str(point, "point")?, arg_slice(wasm, len, "wasm")?)?;
+            Ok(0)
+        })
+    }
+}
+
 /// Binds a graft to a file.
 ///
 /// # Safety

@@ -695,6 +695,48 @@ impl Client {
         expect!(self.call(&Request::GraftLoad { point: point.into(), wasm: wasm.to_vec() })?, Response::Graft(g) => g)
     }
 
+    /// Keeps a graft module in the kernel for an ioctl on the FUSE mount to bind to a
+    /// descriptor ([`vino_proto::ioctl`]); returns the token the ioctl carries. Good once, for
+    /// this user, for a minute.
+    pub fn graft_stage(&mut self, wasm: &[u8]) -> Result<u64> {
+        expect!(self.call(&Request::GraftStage { wasm: wasm.to_vec() })?, Response::Value(t) => t as u64)
+    }
+
+    /// Grafts a file this program opened on the daemon's FUSE mount (`fd`: an ordinary
+    /// descriptor of this program, not one of the daemon's): stages the module over this connection, then binds it with an
+    /// ioctl on `fd` that carries the token. `point` is `file.compute_ra` (this descriptor's
+    /// read-ahead), `file.block_buddy` or `lock.grant` (the file's), or `vas.pick_victim` (this
+    /// user's pages on the mount).
+    pub fn graft_mount_fd(&mut self, fd: std::os::fd::RawFd, point: &str, wasm: &[u8]) -> Result<()> {
+        let too_long = || ClientError {
+            errno: errno::EINVAL,
+            message: format!("graftpoint name `{point}` is empty or too long"),
+        };
+        let arg = vino_proto::ioctl::FdGraft {
+            token: 0,
+            point: point.into(),
+        };
+        arg.encode().ok_or_else(too_long)?;
+        let token = self.graft_stage(wasm)?;
+        let arg = vino_proto::ioctl::FdGraft { token, ..arg }
+            .encode()
+            .ok_or_else(too_long)?;
+        // SAFETY: `arg` is the ioctl's whole argument (its size is in the command) and lives
+        // across the call; the kernel only reads it, and checks `fd` (EBADF).
+        let r = unsafe { nix::libc::ioctl(fd, vino_proto::ioctl::GRAFT as _, arg.as_ptr()) };
+        nix::errno::Errno::result(r).map_err(|e| ClientError {
+            errno: e as i32,
+            message: match e {
+                nix::errno::Errno::ENOTTY => "the descriptor is not a file on a VINO mount".into(),
+                nix::errno::Errno::EPERM => format!(
+                    "grafting {point} on this descriptor: not permitted (opened by another user, or the file's graftpoint is not this user's)"
+                ),
+                other => format!("grafting {point} on this descriptor: {}", other.desc()),
+            },
+        })?;
+        Ok(())
+    }
+
     /// Binds a graft to a file: every later open of `path` by any process runs it at `point`.
     pub fn graft_load_file(&mut self, path: &str, point: &str, wasm: &[u8]) -> Result<GraftInfo> {
         let req = Request::GraftLoadFile {

@@ -322,6 +322,7 @@ impl Session<'_> {
                 .graft_load(&point, &wasm)
                 .map(|g| Response::Graft(graft_info(g)))
                 .map_err(sys),
+            Request::GraftStage { wasm } => p.graft_stage(&wasm).map(|t| Response::Value(t as i64)).map_err(sys),
             Request::GraftLoadFile { path, point, wasm } => p
                 .graft_load_file(&path, &point, &wasm)
                 .map(|g| Response::Graft(graft_info(g)))

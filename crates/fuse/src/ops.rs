@@ -5,10 +5,10 @@
 use crate::MountConfig;
 use crate::nodes::Nodes;
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenAccMode, OpenFlags as FuseOpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags as FuseOpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -214,6 +214,24 @@ impl State {
 
     fn at(&self, ino: INodeNo) -> R<At> {
         self.nodes.at(ino.0).map_err(sys)
+    }
+
+    /// `VINO_IOC_GRAFT` on an open file: binds the module the caller staged through its client
+    /// connection. Only the user who opened the descriptor may, and the kernel's own rules
+    /// decide the rest (a file's `lock.grant` is its creator's, say).
+    fn fd_graft(&self, req: &Request, fh: u64, arg: &[u8]) -> R<()> {
+        let g = vino_proto::ioctl::FdGraft::decode(arg).ok_or(Errno::EINVAL)?;
+        let h = self.handle(fh)?;
+        if h.process.credentials().uid != req.uid() {
+            return Err(Errno::EPERM);
+        }
+        let point = match g.point.as_str() {
+            "file.compute_ra" | "file.block_buddy" | "lock.grant" => format!("{}/{}", g.point, h.fd),
+            "vas.pick_victim" => g.point.clone(),
+            _ => return Err(Errno::EINVAL),
+        };
+        h.process.graft_load_staged(&point, g.token).map_err(sys)?;
+        Ok(())
     }
 
     fn handle(&self, fh: u64) -> R<Arc<Handle>> {
@@ -792,6 +810,24 @@ impl Filesystem for VinoFs {
         reply: ReplyEmpty,
     ) {
         answer!(reply, self.0.release(fh.0, lock_owner), |()| reply.ok());
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let result = match cmd {
+            vino_proto::ioctl::GRAFT => self.0.fd_graft(req, fh.0, in_data),
+            _ => Err(Errno::ENOTTY),
+        };
+        answer!(reply, result, |()| reply.ioctl(0, &[]));
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {

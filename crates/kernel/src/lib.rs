@@ -40,6 +40,8 @@ mod namei;
 mod names;
 pub mod perm;
 mod process;
+mod staged;
+pub use staged::{STAGED_PER_PROCESS, STAGED_TTL};
 
 pub use attrs::{Attrs, SetTime};
 pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
@@ -146,6 +148,8 @@ pub struct Kernel {
     pub(crate) changes: changes::ChangeHooks,
     pub(crate) accounts: Accounts,
     pub(crate) clock: SharedClock,
+    /// Graft modules waiting for an ioctl on the mount to bind them.
+    pub(crate) staged: staged::Staged,
 }
 
 impl Kernel {
@@ -210,6 +214,7 @@ impl Kernel {
             changes: Default::default(),
             accounts,
             clock: config.clock.clone(),
+            staged: Default::default(),
         });
         Ok(kernel)
     }
@@ -245,6 +250,7 @@ impl Kernel {
         p.release();
         self.global.unload_owned_by(pid);
         self.cache.unregister_process(pid);
+        self.staged.release(pid);
     }
 
     /// Writes everything to the device and commits the file system.

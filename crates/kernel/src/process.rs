@@ -583,6 +583,20 @@ impl Process {
         Ok(info)
     }
 
+    /// Keeps a graft module for a later [`Process::graft_load_staged`], by this user's process
+    /// that holds the descriptor it is for (the FUSE mount's, through an ioctl that can carry a
+    /// token but not a module). Returns the token: good once, for this user, for
+    /// [`crate::STAGED_TTL`].
+    pub fn graft_stage(&self, wasm: &[u8]) -> SysResult<u64> {
+        self.kernel.staged.stage(self.cred.uid, self.pid, &self.account, wasm)
+    }
+
+    /// Loads the module this user staged under `token` at `point`, as [`Process::graft_load`].
+    pub fn graft_load_staged(&self, point: &str, token: u64) -> SysResult<GraftInfo> {
+        let wasm = self.kernel.staged.take(token, self.cred.uid)?;
+        self.graft_load(point, &wasm)
+    }
+
     /// The file's own slot behind `point` if it is one of [`PER_FILE_POINTS`] (not the
     /// wrapper a descriptor may reach it through).
     fn per_file_slot(&self, point: &str) -> Option<Arc<dyn ManagedSlot>> {

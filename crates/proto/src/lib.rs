@@ -453,6 +453,12 @@ pub enum Request {
         offset: u64,
         len: u64,
     },
+    /// Keeps a graft module for an ioctl on the FUSE mount to bind (FUSE's ioctls are too
+    /// small to carry one); answered with its token as a `Value`.
+    GraftStage {
+        #[serde(with = "serde_bytes")]
+        wasm: Vec<u8>,
+    },
 }
 
 impl Request {
@@ -499,6 +505,7 @@ impl Request {
                 ..
             } => data(d.len(), MAX_DATA),
             Request::GraftLoad { point, wasm } => path(point).and(data(wasm.len(), MAX_MODULE)),
+            Request::GraftStage { wasm } => data(wasm.len(), MAX_MODULE),
             Request::GraftLoadFile { path: p, point, wasm } => {
                 path(p).and(path(point)).and(data(wasm.len(), MAX_MODULE))
             }
@@ -593,7 +600,8 @@ impl Request {
             SetXattr,
             ListXattr,
             RemoveXattr,
-            Fallocate
+            Fallocate,
+            GraftStage
         )
     }
 }
@@ -626,4 +634,76 @@ pub enum Response {
     Error(ErrorReply),
     /// Names (of extended attributes), each as bytes.
     Names(Vec<Vec<u8>>),
+}
+
+/// The ioctls the FUSE mount answers on an open file. FUSE passes only restricted ioctls: the
+/// size and direction are encoded in the command, and the kernel copies that many bytes in.
+pub mod ioctl {
+    /// Bytes of the graftpoint's name in [`FdGraft`], NUL-padded.
+    pub const POINT_BYTES: usize = 56;
+    /// Size of `struct vino_fd_graft { uint64_t token; char point[56]; }`.
+    pub const FD_GRAFT_BYTES: usize = 8 + POINT_BYTES;
+    /// `_IOW('V', 1, struct vino_fd_graft)`: binds the module staged under `token` (a client's
+    /// `graft_stage`) to the descriptor, at `point`: `file.compute_ra` (this descriptor's
+    /// read-ahead), `file.block_buddy` or `lock.grant` (the file's), or `vas.pick_victim` (the
+    /// caller's pages on the mount).
+    pub const GRAFT: u32 = (1 << 30) | ((FD_GRAFT_BYTES as u32) << 16) | ((b'V' as u32) << 8) | 1;
+
+    /// What [`GRAFT`] carries.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct FdGraft {
+        pub token: u64,
+        pub point: String,
+    }
+
+    impl FdGraft {
+        /// The ioctl's argument; `None` if the name does not fit.
+        pub fn encode(&self) -> Option<[u8; FD_GRAFT_BYTES]> {
+            let name = self.point.as_bytes();
+            if name.is_empty() || name.len() >= POINT_BYTES || name.contains(&0) {
+                return None;
+            }
+            let mut out = [0u8; FD_GRAFT_BYTES];
+            out[..8].copy_from_slice(&self.token.to_ne_bytes());
+            out[8..8 + name.len()].copy_from_slice(name);
+            Some(out)
+        }
+
+        /// Reads the argument back; `None` unless it is exactly the size and the name is
+        /// NUL-terminated UTF-8.
+        pub fn decode(bytes: &[u8]) -> Option<FdGraft> {
+            if bytes.len() != FD_GRAFT_BYTES {
+                return None;
+            }
+            let token = u64::from_ne_bytes(bytes[..8].try_into().ok()?);
+            let name = &bytes[8..];
+            let end = name.iter().position(|&b| b == 0)?;
+            let point = std::str::from_utf8(&name[..end]).ok()?.to_string();
+            (!point.is_empty()).then_some(FdGraft { token, point })
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn fd_graft_round_trips_and_refuses_bad_names() {
+            let g = FdGraft {
+                token: 0x1234_5678_9abc_def0,
+                point: "file.compute_ra".into(),
+            };
+            assert_eq!(FdGraft::decode(&g.encode().unwrap()), Some(g));
+            let long = FdGraft {
+                token: 1,
+                point: "x".repeat(POINT_BYTES),
+            };
+            assert_eq!(long.encode(), None);
+            assert_eq!(FdGraft::decode(&[0u8; FD_GRAFT_BYTES]), None, "empty name");
+            assert_eq!(FdGraft::decode(&[b'a'; FD_GRAFT_BYTES]), None, "no NUL");
+            assert_eq!(FdGraft::decode(&[0u8; 8]), None, "short");
+            // _IOW('V', 1, 64 bytes), as the C header computes it.
+            assert_eq!(GRAFT, 0x4040_5601);
+        }
+    }
 }
