@@ -32,6 +32,7 @@
 #define LA_MAX_RECORDS 65536
 #define LA_MAX_PAGES 65536
 #define LA_NONE 0xffffffffu
+#define LA_SLIDE_MAX 256 /* records entering or leaving the window per eviction */
 
 VINO_SHARED struct {
     uint64_t object;    /* object id of the file the plan reads */
@@ -59,8 +60,12 @@ static void count_record(uint64_t r, int32_t delta) {
     }
 }
 
-/* Brings the window up to [cursor, cursor + N): each record enters once and leaves once. */
-static void catch_up(void) {
+/* Brings the window up to [cursor, cursor + N): each record enters once and leaves once, at most
+ * `moves` of them per call. Before the cache first fills, the application reads a cacheful of
+ * records without an eviction; sliding over all of them in one call would run past the
+ * graftpoint's budget, so an eviction slides LA_SLIDE_MAX records at most and decides with the
+ * window where it got to (a record just read may still count as upcoming for a call or two). */
+static void catch_up(uint64_t moves) {
     /* The owner writes la_ctl directly: clamp everything read from it. */
     uint64_t count = min_u64(la_ctl.count, LA_MAX_RECORDS);
     uint64_t cur = min_u64(la_ctl.cursor, count);
@@ -70,9 +75,17 @@ static void catch_up(void) {
         memset(need, 0, sizeof need);
         win_lo = win_hi = cur;
     }
-    for (; win_hi < target; win_hi++)
+    if (win_hi < cur) {
+        /* The whole window is behind the cursor: empty it and start again at the cursor. */
+        for (; win_lo < win_hi && moves > 0; win_lo++, moves--)
+            count_record(win_lo, -1);
+        if (win_lo < win_hi)
+            return;
+        win_lo = win_hi = cur;
+    }
+    for (; win_hi < target && moves > 0; win_hi++, moves--)
         count_record(win_hi, 1);
-    for (; win_lo < cur; win_lo++)
+    for (; win_lo < cur && moves > 0; win_lo++, moves--)
         count_record(win_lo, -1);
 }
 
@@ -93,7 +106,7 @@ VINO_GRAFT(vas_pick_victim) int32_t vas_pick_victim(int32_t n) {
     if (n == 0)
         return -1; /* every candidate is needed: the kernel's default decides */
     if (first == 0)
-        catch_up(); /* the first page of an eviction */
+        catch_up(LA_SLIDE_MAX); /* the first page of an eviction */
     for (int32_t i = 0; i < n; i++)
         if (!needed(page[i]))
             return (int32_t)(first + (uint64_t)i); /* 0 when the LRU candidate is not needed soon */
@@ -107,7 +120,7 @@ VINO_CONTROL(la_start) int32_t la_start(void) {
     win_lo = win_hi = min_u64(la_ctl.cursor, count);
     /* The whole first window is counted here, in the control call's budget: an eviction then
      * only slides it by the records read since the last one. */
-    catch_up();
+    catch_up(~(uint64_t)0);
     started_object = la_ctl.object;
     started = 1;
     return (int32_t)count;

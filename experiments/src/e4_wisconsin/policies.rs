@@ -18,6 +18,8 @@ use vino_kernel::Process;
 pub const MAX_RECORDS: usize = 65536;
 /// Pages (blocks) of the file the grafts track (`LA_MAX_PAGES`, `WRA_MAX_BLOCKS`).
 pub const MAX_PAGES: usize = 65536;
+/// Records entering or leaving the window per eviction (`LA_SLIDE_MAX`).
+const SLIDE_MAX: u64 = 256;
 /// No second page (`LA_NONE`).
 pub const NONE: u32 = u32::MAX;
 /// How far ahead of its cursor the read-ahead graft recognises a read (`WRA_SKIP_LIMIT`).
@@ -58,7 +60,8 @@ impl LaState {
         }
     }
 
-    fn catch_up(&mut self, cursor: u64) {
+    /// The graft's `catch_up(moves)`, move for move.
+    fn catch_up(&mut self, cursor: u64, mut moves: u64) {
         let count = self.plan.len().min(MAX_RECORDS) as u64;
         let cur = cursor.min(count);
         let target = cur + self.lookahead.min(count - cur);
@@ -67,13 +70,27 @@ impl LaState {
             self.lo = cur;
             self.hi = cur;
         }
-        while self.hi < target {
+        if self.hi < cur {
+            while self.lo < self.hi && moves > 0 {
+                self.count_record(self.lo, u32::MAX);
+                self.lo += 1;
+                moves -= 1;
+            }
+            if self.lo < self.hi {
+                return;
+            }
+            self.lo = cur;
+            self.hi = cur;
+        }
+        while self.hi < target && moves > 0 {
             self.count_record(self.hi, 1);
             self.hi += 1;
+            moves -= 1;
         }
-        while self.lo < cur {
+        while self.lo < cur && moves > 0 {
             self.count_record(self.lo, u32::MAX);
             self.lo += 1;
+            moves -= 1;
         }
     }
 
@@ -109,7 +126,7 @@ impl LookAheadNative {
             lo: 0,
             hi: 0,
         };
-        s.catch_up(0);
+        s.catch_up(0, u64::MAX);
         self.cursor.store(0, Ordering::Relaxed);
     }
 
@@ -131,7 +148,7 @@ impl NativePolicy<PickVictim> for LookAheadNative {
         if !s.started {
             return Ok(0);
         }
-        s.catch_up(self.cursor.load(Ordering::Relaxed));
+        s.catch_up(self.cursor.load(Ordering::Relaxed), SLIDE_MAX);
         // The graft's walk: page after page until a candidate no upcoming record needs.
         candidates
             .iter()
