@@ -144,6 +144,9 @@ pub struct E4Options {
     pub plain_repeats: Option<usize>,
     /// Also run read-ahead with FIFO disk ordering (default true).
     pub fifo_comparison: bool,
+    /// Read-ahead and look-ahead grafts together, as (read-ahead blocks, look-ahead records)
+    /// (default: the largest read-ahead with the equivalent of 4096 records).
+    pub both: Option<Vec<(u64, u64)>>,
     /// Seed of the relation.
     pub seed: u64,
     /// First `unique1` of the selection.
@@ -164,6 +167,7 @@ impl Default for E4Options {
             model_track_buffer_kb: None,
             plain_repeats: None,
             fifo_comparison: true,
+            both: None,
             seed: 1998,
             lo: 0,
         }
@@ -224,6 +228,9 @@ pub enum Policy {
     Lru,
     LookAhead,
     ReadAhead,
+    /// Read-ahead and look-ahead grafts together: `param` blocks of read-ahead, `lookahead`
+    /// records spared.
+    Both,
 }
 
 /// How the policy runs.
@@ -270,6 +277,22 @@ pub struct GraftRun {
     pub unloaded: bool,
 }
 
+impl GraftRun {
+    /// Two grafts of one run counted together (read-ahead and look-ahead).
+    fn merge(a: Option<GraftRun>, b: Option<GraftRun>) -> Option<GraftRun> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(GraftRun {
+                invocations: a.invocations + b.invocations,
+                failures: a.failures + b.failures,
+                time_ns: a.time_ns + b.time_ns,
+                last_error: a.last_error.or(b.last_error),
+                unloaded: a.unloaded || b.unloaded,
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 impl From<GraftStats> for GraftRun {
     fn from(s: GraftStats) -> Self {
         GraftRun {
@@ -289,6 +312,8 @@ pub struct RunResult {
     pub protection: Protection,
     /// Look-ahead records or read-ahead blocks.
     pub param: Option<u64>,
+    /// Look-ahead records of a [`Policy::Both`] run.
+    pub lookahead: Option<u64>,
     pub order: DiskOrder,
     /// Records read and checked (their `unique1` is the key the index promised).
     pub records: u64,
@@ -503,6 +528,7 @@ pub fn run(opts: &E4Options, progress: &mut dyn FnMut(&str)) -> Result<E4Report>
             policy: Policy::Lru,
             protection: Protection::None,
             param: None,
+            lookahead: None,
             order: DiskOrder::Elevator,
         }];
         for protection in [Protection::Protected, Protection::Unprotected] {
@@ -511,6 +537,7 @@ pub fn run(opts: &E4Options, progress: &mut dyn FnMut(&str)) -> Result<E4Report>
                     policy: Policy::LookAhead,
                     protection,
                     param: Some(n),
+                    lookahead: None,
                     order: DiskOrder::Elevator,
                 });
             }
@@ -521,6 +548,23 @@ pub fn run(opts: &E4Options, progress: &mut dyn FnMut(&str)) -> Result<E4Report>
                     policy: Policy::ReadAhead,
                     protection,
                     param: Some(n),
+                    lookahead: None,
+                    order: DiskOrder::Elevator,
+                });
+            }
+        }
+        let both = opts.both.clone().unwrap_or_else(|| {
+            let ra = readaheads.iter().copied().max().unwrap_or(0);
+            let la = scaled_lookaheads(tuples)[6];
+            if ra > 0 && la > 0 { vec![(ra, la)] } else { Vec::new() }
+        });
+        for protection in [Protection::Protected, Protection::Unprotected] {
+            for &(ra, la) in &both {
+                specs.push(Spec {
+                    policy: Policy::Both,
+                    protection,
+                    param: Some(ra),
+                    lookahead: Some(la),
                     order: DiskOrder::Elevator,
                 });
             }
@@ -532,6 +576,7 @@ pub fn run(opts: &E4Options, progress: &mut dyn FnMut(&str)) -> Result<E4Report>
                 policy: Policy::ReadAhead,
                 protection: Protection::Protected,
                 param: Some(n),
+                lookahead: None,
                 order: DiskOrder::Fifo,
             });
         }
@@ -795,6 +840,7 @@ struct Spec {
     policy: Policy,
     protection: Protection,
     param: Option<u64>,
+    lookahead: Option<u64>,
     order: DiskOrder,
 }
 
@@ -804,6 +850,10 @@ impl Spec {
             (Policy::Lru, _) => "LRU".to_string(),
             (Policy::LookAhead, Some(n)) => format!("look-ahead {n} records"),
             (Policy::ReadAhead, Some(n)) => format!("read-ahead {n} blocks"),
+            (Policy::Both, Some(n)) => format!(
+                "read-ahead {n} blocks + look-ahead {} records",
+                self.lookahead.unwrap_or(0)
+            ),
             (_, None) => format!("{:?}", self.policy),
         };
         let mut s = match self.protection {
@@ -860,6 +910,8 @@ enum Bound {
     LookAheadNative(Arc<LookAheadNative>),
     ReadAheadGraft(String),
     ReadAheadNative(Arc<ReadAheadNative>),
+    BothGrafts(String),
+    BothNative(Arc<LookAheadNative>, Arc<ReadAheadNative>),
 }
 
 /// One cold run of query 6.
@@ -881,6 +933,7 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
     })?;
     let object = sys(p.fstat(rel_fd), || "fstat".into())?.ino;
     let n = spec.param.unwrap_or(0);
+    let la_n = spec.lookahead.unwrap_or(0);
     let ra_point = format!("file.compute_ra/{rel_fd}");
     let bound = match (spec.policy, spec.protection) {
         (Policy::Lru, _) | (_, Protection::None) => Bound::Nothing,
@@ -907,6 +960,26 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
             let slot = sys(p.read_ahead(rel_fd), || "the relation's read-ahead graftpoint".into())?;
             slot.bind_native(policy.clone() as Arc<dyn NativePolicy<ComputeRa>>, false);
             Bound::ReadAheadNative(policy)
+        }
+        (Policy::Both, Protection::Protected) => {
+            sys(p.graft_load("vas.pick_victim", &grafts.lookahead), || {
+                "loading lookahead_evict".into()
+            })?;
+            sys(p.graft_load(&ra_point, &grafts.readahead), || {
+                "loading wisc_readahead".into()
+            })?;
+            Bound::BothGrafts(ra_point.clone())
+        }
+        (Policy::Both, Protection::Unprotected) => {
+            let la = LookAheadNative::new();
+            kernel
+                .cache()
+                .register_process(p.pid())
+                .bind_native(la.clone() as Arc<dyn NativePolicy<PickVictim>>, false);
+            let ra = ReadAheadNative::new();
+            let slot = sys(p.read_ahead(rel_fd), || "the relation's read-ahead graftpoint".into())?;
+            slot.bind_native(ra.clone() as Arc<dyn NativePolicy<ComputeRa>>, false);
+            Bound::BothNative(la, ra)
         }
     };
     let dev0 = b.device.stats();
@@ -946,6 +1019,15 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
             policy.start(n, TUPLE_BYTES as u64, offsets.clone());
             Cursor::None
         }
+        Bound::BothGrafts(point) => {
+            policies::start_readahead_graft(p, point, n, TUPLE_BYTES as u64, &offsets)?;
+            policies::start_lookahead_graft(p, object, la_n, &page_plan(&offsets, TUPLE_BYTES as u64))?
+        }
+        Bound::BothNative(la, ra) => {
+            ra.start(n, TUPLE_BYTES as u64, offsets.clone());
+            la.start(object, la_n, page_plan(&offsets, TUPLE_BYTES as u64));
+            Cursor::Native(la.cursor().clone())
+        }
     };
     let mut tuple = [0u8; TUPLE_BYTES];
     for (i, &off) in offsets.iter().enumerate() {
@@ -978,6 +1060,13 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
         Bound::ReadAheadNative(_) => sys(p.read_ahead(rel_fd), || "read-ahead slot".into())?
             .stats()
             .map(GraftRun::from),
+        Bound::BothGrafts(point) => GraftRun::merge(graft_run(p, "vas.pick_victim"), graft_run(p, point)),
+        Bound::BothNative(..) => GraftRun::merge(
+            kernel.cache().register_process(p.pid()).stats().map(GraftRun::from),
+            sys(p.read_ahead(rel_fd), || "read-ahead slot".into())?
+                .stats()
+                .map(GraftRun::from),
+        ),
     }
     .map(|mut g| {
         g.unloaded = !events.is_empty();
@@ -988,6 +1077,7 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
         policy: spec.policy,
         protection: spec.protection,
         param: spec.param,
+        lookahead: spec.lookahead,
         order: spec.order,
         records: offsets.len() as u64,
         cache,

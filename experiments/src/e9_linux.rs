@@ -38,7 +38,9 @@ use std::process::Command;
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use serde::Serialize;
 
-use crate::e4_wisconsin::{DeviceKind, E4Report, FULL_FRAMES, FULL_TUPLES, Policy, Protection};
+use crate::e4_wisconsin::{
+    DeviceKind, Devices, E4Options, E4Report, FULL_FRAMES, FULL_TUPLES, Policy, Protection, scaled_lookaheads,
+};
 use crate::wisconsin::{Relation, TUPLE_BYTES};
 use vino_measure::report::{Table, fmt_count, fmt_ns};
 
@@ -61,6 +63,11 @@ pub struct E9Options {
     pub repeats: Option<usize>,
     /// Only probe the machine, run nothing.
     pub probe_only: bool,
+    /// Also run VINO's side in the same run, on an image in the same scratch directory: LRU,
+    /// the read-ahead graft at the same windows, and the largest window with look-ahead
+    /// eviction of the next 256 records (scaled; on this fast a device a longer look-ahead
+    /// costs more in eviction time than its misses saved).
+    pub vino: bool,
     pub seed: u64,
     pub lo: u32,
 }
@@ -75,6 +82,7 @@ impl Default for E9Options {
             willneed: None,
             repeats: None,
             probe_only: false,
+            vino: false,
             seed: 1998,
             lo: 0,
         }
@@ -639,6 +647,8 @@ pub struct E9Report {
     pub config: Option<E9Config>,
     pub runs: Vec<E9Run>,
     pub notes: Vec<String>,
+    /// VINO's runs of the same query in the same run ([`E9Options::vino`]), on the plain device.
+    pub vino: Option<E4Report>,
 }
 
 /// Runs E9 (or only probes, or reports why it cannot run).
@@ -652,6 +662,7 @@ pub fn run(opts: &E9Options, progress: &mut dyn FnMut(&str)) -> Result<E9Report>
         config: None,
         runs: Vec::new(),
         notes: Vec::new(),
+        vino: None,
     };
     if opts.probe_only && report.skipped.is_none() {
         report.skipped = Some("probe only".into());
@@ -726,6 +737,25 @@ pub fn run(opts: &E9Options, progress: &mut dyn FnMut(&str)) -> Result<E9Report>
             .filter(|&n| n as f64 <= 0.4 * pages as f64)
             .collect()
     });
+    if opts.vino {
+        let e4 = E4Options {
+            quick: opts.quick,
+            scratch_dir: opts.scratch_dir.clone(),
+            devices: Devices::Plain,
+            tuples: Some(tuples),
+            cache_frames: Some((cache_bytes / PAGE) as usize),
+            lookaheads: Some(Vec::new()),
+            readaheads: Some(windows.clone()),
+            plain_repeats: Some(repeats),
+            fifo_comparison: false,
+            both: windows.iter().max().map(|&ra| vec![(ra, scaled_lookaheads(tuples)[2])]),
+            seed: opts.seed,
+            lo: opts.lo,
+            ..E4Options::default()
+        };
+        progress("E9: VINO's runs of the same query (E4 on the plain device)");
+        report.vino = Some(crate::e4_wisconsin::run(&e4, progress).context("VINO's side (E4)")?);
+    }
     let mut modes = vec![Mode::Default, Mode::Random];
     modes.extend(windows.iter().filter(|&&n| n > 0).map(|&n| Mode::WillNeed(n)));
     let q = LinuxQuery {
@@ -1158,6 +1188,9 @@ impl E9Report {
             t.note("some runs started with pages of the relation cached (see resident_at_start in the JSON)");
         }
         out.push(t);
+        if let Some(vino) = &self.vino {
+            out.push(compare(vino, self));
+        }
         out
     }
 
@@ -1234,6 +1267,20 @@ pub fn compare(e4: &E4Report, e9: &E9Report) -> Table {
                 pct(r.time_ns as f64 / lru.time_ns as f64),
             ]);
         }
+        for r in d.series(Policy::Both, Protection::Protected) {
+            t.row([
+                "VINO".to_string(),
+                format!(
+                    "wisc_readahead + lookahead_evict {} records (protected)",
+                    r.lookahead.unwrap_or(0)
+                ),
+                r.param.unwrap_or(0).to_string(),
+                fmt_count(r.cache.misses as f64),
+                fmt_count(r.device_reads as f64),
+                fmt_ns(r.time_ns as f64),
+                pct(r.time_ns as f64 / lru.time_ns as f64),
+            ]);
+        }
     }
     let base = e9.runs.iter().find(|r| r.mode == Mode::Random);
     for r in &e9.runs {
@@ -1262,6 +1309,28 @@ pub fn compare(e4: &E4Report, e9: &E9Report) -> Table {
             e4.config.cache_frames * 4,
             c.tuples,
             c.cache_bytes / 1024
+        ));
+    }
+    let vino_best = e4.device(DeviceKind::Plain).and_then(|d| {
+        d.series(Policy::ReadAhead, Protection::Protected)
+            .into_iter()
+            .chain(d.series(Policy::Both, Protection::Protected))
+            .filter(|r| r.param.unwrap_or(0) > 0)
+            .map(|r| r.time_ns)
+            .min()
+    });
+    let linux_best = e9
+        .runs
+        .iter()
+        .filter(|r| matches!(r.mode, Mode::WillNeed(_)))
+        .map(|r| r.time_ns)
+        .min();
+    if let (Some(v), Some(l)) = (vino_best, linux_best) {
+        t.note(format!(
+            "fastest VINO run with grafts {} against Linux's fastest FADV_WILLNEED run {}: {:.2}x (goal: at most 0.8x)",
+            fmt_ns(v as f64),
+            fmt_ns(l as f64),
+            v as f64 / l as f64
         ));
     }
     t.note("VINO N: blocks of read-ahead kept outstanding by the graft; Linux N: records hinted ahead with FADV_WILLNEED (one block each, except records straddling two); VINO misses are page misses, Linux misses are records not cached when read; Linux's no-read-ahead reference is FADV_RANDOM");

@@ -36,6 +36,9 @@ const EVICTION_CLEAN_BATCH: usize = 256;
 
 /// How far from the cold end of the LRU list eviction looks for those pages.
 const EVICTION_SCAN: usize = 4096;
+/// Candidates in the first page `vas.pick_victim` is offered: most grafts choose among the
+/// oldest few, and gathering costs every eviction (later pages hold `abi::VICTIM_MAX`).
+const VICTIM_FIRST_PAGE: usize = 32;
 /// Most of the owner's frames looked at to gather one page of `vas.pick_victim` candidates
 /// (frames pinned, loading or dirty are passed over).
 const VICTIM_SCAN: usize = 4 * abi::VICTIM_MAX;
@@ -895,7 +898,7 @@ impl PageCache {
             }
         };
         let mut first = vec![page_id(offered.borrow()[0].1.0, offered.borrow()[0].1.1)];
-        gather(t, &mut first, abi::VICTIM_MAX - 1);
+        gather(t, &mut first, VICTIM_FIRST_PAGE - 1);
         let more = |ids: &mut Vec<u64>| gather(&self.table.lock(), ids, abi::VICTIM_MAX);
         let choice = MutexGuard::unlocked(t, || slot.invoke(&Candidates::paged(first, &more)));
         let (f, key) = offered.borrow()[choice];

@@ -17,7 +17,7 @@ pub fn page_id(object: u64, index: u64) -> u64 {
 
 /// `vas.pick_victim`: which of its own pages a process gives up (Small 1998, 7.7.1). The
 /// candidates are the process's pages in LRU order, as page ids; the first is the kernel's choice.
-/// They come a page ([`abi::VICTIM_MAX`]) at a time: a graft that returns [`abi::VICTIM_MORE`]
+/// They come a page (at most [`abi::VICTIM_MAX`]) at a time: a graft that returns [`abi::VICTIM_MORE`]
 /// is called again with the next page, and once more with none when all were offered, so a
 /// graft that finds its victim among the oldest pays for those only. Its answer is an index
 /// among all the candidates offered so far.

@@ -102,7 +102,11 @@ fn a_graft_reaches_every_page_of_its_owner() {
     let s = full(700, Runtime::default());
     s.load(SEEK);
     s.slot.call_control("set_target", &[600]).unwrap();
-    assert_eq!(s.evict_one(), 600, "the third page of candidates");
+    assert_eq!(
+        s.evict_one(),
+        600,
+        "the fourth page of candidates (32, then 256 a page)"
+    );
     assert_eq!(s.failures(), 0);
     assert_eq!(s.cache.process_counters(1).evicted_by_graft, 1);
 }
@@ -151,7 +155,7 @@ fn an_index_past_what_was_offered_is_invalid() {
     assert_eq!(s.evict_one(), 0);
     assert_eq!(s.failures(), 1);
     let why = s.slot.stats().unwrap().last_error.unwrap();
-    assert!(why.contains("not one of the 512 candidates"), "{why}");
+    assert!(why.contains("not one of the 288 candidates"), "{why}");
 }
 
 #[test]

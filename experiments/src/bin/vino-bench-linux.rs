@@ -1,5 +1,6 @@
 //! `vino-bench-linux` (`vino bench linux`, `e9`): E9, the Wisconsin query on Linux's own stack,
-//! where the machine allows it. Writes `linux.json` and `linux.svg`.
+//! where the machine allows it, beside VINO's runs of it on the same disk. Writes `linux.json`
+//! and `linux.svg`.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -16,13 +17,22 @@ struct Args {
     common: Common,
     #[arg(long, default_value = "target/vino-bench")]
     scratch: PathBuf,
+    /// Run Linux's side only (by default VINO's runs of the same query come first, on an image
+    /// in the same scratch directory).
+    #[arg(long)]
+    linux_only: bool,
 }
 
 fn main() -> ExitCode {
-    let Args { common, scratch } = Args::parse();
+    let Args {
+        common,
+        scratch,
+        linux_only,
+    } = Args::parse();
     let opts = e9::E9Options {
         quick: common.quick,
         scratch_dir: scratch,
+        vino: !linux_only,
         ..Default::default()
     };
     let result = front::experiment(
