@@ -199,6 +199,15 @@ fn steps(opts: &ProgramsOptions) -> Vec<Step> {
             false,
             false,
         ),
+        // The same reads through a descriptor the shell opened; on the VINO mount `$G` grafts
+        // it with randread_ra.c (which knows the tool's sequence) before running the tool, on
+        // ext4 it only runs the tool.
+        step(
+            "random 4K reads, read-ahead graft (cold)",
+            format!("exec 3< \"$M/big\"; \"$G\" \"$B\" randread-fd 3 {reads}"),
+            true,
+            false,
+        ),
     ]
 }
 
@@ -206,12 +215,15 @@ fn steps(opts: &ProgramsOptions) -> Vec<Step> {
 /// to run a command in it.
 trait Side {
     fn mount_point(&self) -> &Path;
+    /// A script that runs its arguments with descriptor 3 grafted (VINO) or as they are (ext4).
+    fn graft_wrapper(&self) -> &Path;
     fn remount(&mut self) -> Result<()>;
     fn sync(&mut self) -> Result<()>;
     fn command(&self, script: &str) -> Command;
 }
 
 struct VinoSide {
+    wrapper: PathBuf,
     vino: PathBuf,
     image: PathBuf,
     config: PathBuf,
@@ -273,6 +285,9 @@ impl Side for VinoSide {
     fn mount_point(&self) -> &Path {
         &self.dir
     }
+    fn graft_wrapper(&self) -> &Path {
+        &self.wrapper
+    }
     fn remount(&mut self) -> Result<()> {
         self.stop()?;
         self.start()
@@ -290,6 +305,7 @@ impl Side for VinoSide {
 }
 
 struct Ext4Side {
+    wrapper: PathBuf,
     mounted: Mounted,
     cgroup: Option<Cgroup>,
 }
@@ -297,6 +313,9 @@ struct Ext4Side {
 impl Side for Ext4Side {
     fn mount_point(&self) -> &Path {
         &self.mounted.dir
+    }
+    fn graft_wrapper(&self) -> &Path {
+        &self.wrapper
     }
     fn remount(&mut self) -> Result<()> {
         self.mounted.remount()
@@ -340,6 +359,7 @@ fn run_step(side: &mut dyn Side, step: &Step, tar: &Path, me: &Path) -> Result<f
     cmd.env("M", side.mount_point())
         .env("T", tar)
         .env("B", me)
+        .env("G", side.graft_wrapper())
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     let start = Instant::now();
@@ -439,6 +459,12 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
     progress("making the tree");
     let tar = root.join("tree.tar");
     let tree_bytes = make_tree(opts.tree(), &root, &tar)?;
+    progress("building the read-ahead graft");
+    let module = root.join("randread_ra.wasm");
+    let wasm =
+        vino_sdk::build_example("randread_ra", &vino_sdk::BuildOptions::default()).context("building randread_ra.c")?;
+    fs::write(&module, wasm)?;
+    let plain_wrapper = wrapper(&root.join("run.sh"), "exec \"$@\"")?;
 
     let mut skipped = Vec::new();
     let all: Vec<Step> = steps(opts)
@@ -471,7 +497,17 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
         )?;
         let dir = root.join("vino-mnt");
         fs::create_dir_all(&dir)?;
+        let graft_wrapper = wrapper(
+            &root.join("graft.sh"),
+            &format!(
+                "exec \"{}\" graft load \"{}\" --point file.compute_ra --fd 3 --socket \"{}\" -- \"$@\"",
+                vino.display(),
+                module.display(),
+                socket.display()
+            ),
+        )?;
         let mut vino_side = VinoSide {
+            wrapper: graft_wrapper,
             vino: vino.clone(),
             image: image.clone(),
             config,
@@ -507,7 +543,11 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
                 None
             }
         };
-        let mut ext4 = Ext4Side { mounted, cgroup };
+        let mut ext4 = Ext4Side {
+            wrapper: plain_wrapper.clone(),
+            mounted,
+            cgroup,
+        };
         for (i, s) in all.iter().enumerate() {
             progress(&format!("round {}/{}: ext4: {}", round + 1, opts.repeats, s.name));
             times[i].1.push(run_step(&mut ext4, s, &tar, &me)?);
@@ -581,12 +621,36 @@ impl ProgramsReport {
     }
 }
 
+/// Writes an executable shell script that runs `line`.
+fn wrapper(path: &Path, line: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::write(path, format!("#!/bin/sh\n{line}\n"))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))?;
+    Ok(path.to_path_buf())
+}
+
 /// `randread FILE N`: N random 4 KiB reads of FILE (a seeded order), one `pread` each.
 pub fn random_reads(path: &Path, n: u64) -> Result<()> {
-    use std::os::unix::fs::FileExt;
     let f = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    random_reads_from(&f, n)
+}
+
+/// `randread-fd FD N`: the same reads through descriptor FD (inherited, perhaps grafted).
+pub fn random_reads_fd(fd: i32, n: u64) -> Result<()> {
+    use std::os::fd::FromRawFd;
+    ensure!(
+        fs::read_link(format!("/proc/self/fd/{fd}")).is_ok(),
+        "descriptor {fd} is not open"
+    );
+    // SAFETY: the descriptor is open (checked above) and this process's to use until it exits.
+    let f = unsafe { fs::File::from_raw_fd(fd) };
+    random_reads_from(&f, n)
+}
+
+fn random_reads_from(f: &fs::File, n: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
     let pages = f.metadata()?.len() / 4096;
-    ensure!(pages > 0, "{} is empty", path.display());
+    ensure!(pages > 0, "the file is empty");
     let mut rng = Rng(7);
     let mut buf = vec![0u8; 4096];
     for _ in 0..n {

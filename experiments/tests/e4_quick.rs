@@ -26,8 +26,8 @@ fn tiny_e4_reads_the_right_records_and_its_grafts_help() {
     let mut log = Vec::new();
     let report = e4_wisconsin::run(&opts, &mut |m| log.push(m.to_string())).expect("E4 runs");
     let d = report.device(e4_wisconsin::DeviceKind::Plain).expect("plain device");
-    // LRU, 2 look-ahead x 2, 2 read-ahead x 2, FIFO order.
-    assert_eq!(d.runs.len(), 10, "{log:#?}");
+    // LRU, 2 look-ahead x 2, 2 read-ahead x 2, read-ahead with look-ahead x 2, FIFO order.
+    assert_eq!(d.runs.len(), 12, "{log:#?}");
     // Every run checked the unique1 of each of the 500 records it read (a wrong one fails the run).
     assert!(d.runs.iter().all(|r| r.records == 500));
 
@@ -93,6 +93,23 @@ fn tiny_e4_reads_the_right_records_and_its_grafts_help() {
             p.cache.prefetched, u.cache.prefetched,
             "{policy:?} {n}: protected vs unprotected prefetches"
         );
+    }
+    // Both grafts together: read-ahead's few demand misses, and look-ahead still choosing.
+    let both: Vec<_> = [Protection::Protected, Protection::Unprotected]
+        .into_iter()
+        .map(|protection| {
+            d.find(Policy::Both, protection, 16)
+                .expect("read-ahead + look-ahead run")
+        })
+        .collect();
+    for b in &both {
+        assert!(b.lookahead.is_some_and(|n| n > 0));
+        assert!(
+            b.cache.misses * 4 < lru.cache.misses,
+            "few demand misses: {}",
+            b.cache.misses
+        );
+        assert!(b.cache.prefetched > 100 && b.graft.as_ref().is_some_and(|g| g.invocations > 0));
     }
     let fifo = d
         .runs

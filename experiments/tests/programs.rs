@@ -94,6 +94,8 @@ fn programs_runs_steps_on_both_sides_or_says_why_not() {
             "dd write",
             "--only",
             "dd read (cold)",
+            "--only",
+            "random 4K reads, read-ahead graft (cold)",
         ],
     );
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -105,7 +107,15 @@ fn programs_runs_steps_on_both_sides_or_says_why_not() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
     let steps = v["steps"].as_array().expect("steps");
     let names: Vec<&str> = steps.iter().map(|s| s["step"].as_str().unwrap()).collect();
-    assert_eq!(names, ["tar x", "dd write", "dd read (cold)"]);
+    assert_eq!(
+        names,
+        [
+            "tar x",
+            "dd write",
+            "dd read (cold)",
+            "random 4K reads, read-ahead graft (cold)"
+        ]
+    );
     for s in steps {
         assert!(
             s["vino_s"].as_f64().unwrap() > 0.0 && s["ext4_s"].as_f64().unwrap() > 0.0,

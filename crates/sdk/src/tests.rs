@@ -172,6 +172,7 @@ fn examples_build_and_follow_the_abi() {
             &["seq_set_blocks"],
             &["seq_params"],
         ),
+        ("randread_ra", "file_compute_ra", &[], &[], &[]),
         ("elevator", "disk_pick_request", &[], &["set_age_cap"], &[]),
         ("fifo", "disk_pick_request", &[], &[], &[]),
         ("noswitch", "file_block_buddy", &[], &[], &[]),

@@ -35,6 +35,8 @@ struct Args {
 enum Tool {
     /// N random 4 KiB reads of FILE.
     Randread { file: PathBuf, n: u64 },
+    /// N random 4 KiB reads through inherited descriptor FD.
+    RandreadFd { fd: i32, n: u64 },
     /// ROWS SQLite inserts into DB.
     Sqlite { db: PathBuf, rows: u64 },
 }
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.tool {
         Some(Tool::Randread { file, n }) => p::random_reads(&file, n),
+        Some(Tool::RandreadFd { fd, n }) => p::random_reads_fd(fd, n),
         Some(Tool::Sqlite { db, rows }) => p::sqlite_inserts(&db, rows),
         None => {
             let mut opts = p::ProgramsOptions::new(args.common.quick);
