@@ -693,6 +693,8 @@ fn boot(image: &Path, kind: DeviceKind, frames: usize, scale: f64, track_buffer_
     let runtime = RuntimeConfig {
         max_consecutive_failures: u32::MAX,
         failure_rate_min: u32::MAX,
+        // As the thesis measured: every graft call in a transaction (7.3.3, note 4).
+        always_transact: true,
         ..RuntimeConfig::default()
     };
     match kind {

@@ -280,10 +280,21 @@ fn invocation(budget: Budget, ops: &mut Vec<Op>) {
         bench(rounds, iters, || slot.invoke_untransacted(&black_box(7))),
         None,
     ));
+    assert_eq!(
+        slot.runs_in_transaction(),
+        Some(false),
+        "a graft that imports no kernel function runs without a transaction"
+    );
     ops.push(op(
         "null graft",
-        "Wasm graft + transaction (protected)",
+        "Wasm graft as the kernel calls it (protected: it calls no kernel function, so no transaction)",
         bench(rounds, iters, || slot.invoke(&black_box(7))),
+        None,
+    ));
+    ops.push(op(
+        "null graft",
+        "Wasm graft + transaction (protected, as a graft that calls the kernel)",
+        bench(rounds, iters, || slot.invoke_transacted(&black_box(7))),
         None,
     ));
 
@@ -297,7 +308,7 @@ fn invocation(budget: Budget, ops: &mut Vec<Op>) {
     ops.push(op(
         "null graft",
         "Wasm graft + transaction, epoch ticker instead of fuel",
-        bench(rounds, iters, || eslot.invoke(&black_box(7))),
+        bench(rounds, iters, || eslot.invoke_transacted(&black_box(7))),
         None,
     ));
 }
@@ -404,7 +415,22 @@ fn goals(ops: &[Op]) -> Vec<Goal> {
         g(
             "null Wasm graft with VLT begin/commit",
             100.0,
-            find(ops, "Wasm graft + transaction (protected)").stats.median_ns,
+            find(
+                ops,
+                "Wasm graft + transaction (protected, as a graft that calls the kernel)",
+            )
+            .stats
+            .median_ns,
+        ),
+        g(
+            "protected null graft, as the kernel calls it",
+            40.0,
+            find(
+                ops,
+                "Wasm graft as the kernel calls it (protected: it calls no kernel function, so no transaction)",
+            )
+            .stats
+            .median_ns,
         ),
         g(
             "VLT begin + commit, no locks",

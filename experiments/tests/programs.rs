@@ -25,7 +25,7 @@ fn core_costs_json_is_machine_readable() {
     let ops = v["costs"]["ops"].as_array().expect("ops");
     assert!(
         ops.iter()
-            .any(|op| op["name"] == "Wasm graft + transaction (protected)")
+            .any(|op| op["name"] == "Wasm graft + transaction (protected, as a graft that calls the kernel)")
     );
     assert!(dir.path().join("core.json").exists() && dir.path().join("core-costs.svg").exists());
 }
@@ -63,7 +63,7 @@ fn no_files_prints_the_tables_and_writes_nothing() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("Wasm graft + transaction (protected)"), "{text}");
+    assert!(text.contains("Wasm graft as the kernel calls it"), "{text}");
     assert!(!text.contains("written:") && !out.exists(), "{text}");
 }
 

@@ -102,6 +102,11 @@ pub struct RuntimeConfig {
     /// Compiles that may wait for a turn; more are refused (EAGAIN).
     pub compile_queue: usize,
     pub vlt: VltConfig,
+    /// Run every graft in a transaction, even one that imports no kernel function. Such a graft
+    /// cannot change kernel state (its answer is checked before the kernel acts on it), so by
+    /// default it runs without one, as the original VINO did; the thesis' measurements turned
+    /// that off (Small 1998, 7.3.3, note 4), and so do the experiments that compare with them.
+    pub always_transact: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -123,6 +128,7 @@ impl Default for RuntimeConfig {
             compile_threads: std::thread::available_parallelism().map_or(1, |n| n.get().div_ceil(2)),
             compile_queue: 64,
             vlt: VltConfig::default(),
+            always_transact: false,
         }
     }
 }

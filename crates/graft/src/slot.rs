@@ -98,6 +98,9 @@ enum Policy<G: GraftPoint> {
         graft: WasmGraft<G>,
         info: GraftInfo,
         owner: Owner,
+        /// It imports a kernel function (or the runtime transacts every graft): its calls run
+        /// in a transaction. Otherwise it cannot change kernel state and runs without one.
+        transactional: bool,
     },
 }
 
@@ -176,7 +179,9 @@ impl<G: GraftPoint> GraftSlot<G> {
             } => vino_vlt::current::atomically(self.runtime.vlt(), || {
                 policy.decide(&self.env, args).map_err(|e| Failure::Invalid(e.0))
             }),
-            Policy::Wasm { graft, .. } => graft.invoke(&self.env, args, true),
+            Policy::Wasm {
+                graft, transactional, ..
+            } => graft.invoke(&self.env, args, *transactional),
         };
         let spent = timed.then(|| clock::ticks().wrapping_sub(started));
         match result {
@@ -192,6 +197,18 @@ impl<G: GraftPoint> GraftSlot<G> {
                 self.count_failure(binding, spent, failure.to_string(), failure.is_grafts_fault());
                 G::default_policy(&self.env, args)
             }
+        }
+    }
+
+    /// Like [`GraftSlot::invoke`], but a Wasm graft runs in a transaction whether or not it
+    /// needs one: for measuring what the transaction costs.
+    pub fn invoke_transacted(&self, args: &G::Args<'_>) -> G::Output {
+        let guard = self.binding.load();
+        match guard.as_ref().map(|b| &b.policy) {
+            Some(Policy::Wasm { graft, .. }) => graft
+                .invoke(&self.env, args, true)
+                .unwrap_or_else(|_| G::default_policy(&self.env, args)),
+            _ => self.invoke(args),
         }
     }
 
@@ -248,8 +265,18 @@ impl<G: GraftPoint> GraftSlot<G> {
             load_ns: 0,
             loaded_at: Some(SystemTime::now()),
         };
+        let transactional = self.runtime.config().always_transact
+            || summary
+                .imports
+                .iter()
+                .any(|i| G::CALLABLE.contains(&i.trim_start_matches("vino.")));
         let mut binding = Binding {
-            policy: Policy::Wasm { graft, info, owner },
+            policy: Policy::Wasm {
+                graft,
+                info,
+                owner,
+                transactional,
+            },
             counters,
             _charges: charges,
         };
@@ -288,6 +315,14 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// Puts the default back. True if something was bound.
     pub fn unload(&self) -> bool {
         self.binding.swap(None).is_some()
+    }
+
+    /// Whether the bound graft's calls run in a transaction (`None`: no Wasm graft bound).
+    pub fn runs_in_transaction(&self) -> Option<bool> {
+        match self.binding.load().as_ref().map(|b| &b.policy) {
+            Some(Policy::Wasm { transactional, .. }) => Some(*transactional),
+            _ => None,
+        }
     }
 
     pub fn policy_kind(&self) -> PolicyKind {

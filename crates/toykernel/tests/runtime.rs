@@ -469,3 +469,26 @@ fn namespace_checks_permissions() {
         Err(GraftError::NotLoaded(_))
     ));
 }
+
+/// A graft that imports no kernel function runs without a transaction (it has nothing to undo);
+/// one that imports a graftpoint's function, or any under `always_transact`, runs in one.
+#[test]
+fn only_grafts_that_call_the_kernel_run_in_a_transaction() {
+    let kernel = std::sync::Arc::new(vino_toykernel::ToyKernel::new(4));
+    let null = vino_sdk::build_example("null", &vino_sdk::BuildOptions::default()).unwrap();
+    let counter = vino_sdk::build_example("toy_counter", &vino_sdk::BuildOptions::default()).unwrap();
+    for (always, null_transacted) in [(false, false), (true, true)] {
+        let rt = vino_graft::Runtime::new(vino_graft::RuntimeConfig {
+            always_transact: always,
+            ..vino_graft::RuntimeConfig::default()
+        });
+        let slot: vino_graft::GraftSlot<vino_toykernel::ToyApply> =
+            vino_graft::GraftSlot::new(&rt, kernel.clone(), vino_graft::Access::Process(1), None);
+        assert_eq!(slot.runs_in_transaction(), None);
+        slot.load(&null, vino_graft::Owner::process(1)).unwrap();
+        assert_eq!(slot.runs_in_transaction(), Some(null_transacted));
+        assert_eq!(slot.invoke(&5), 5, "the null graft answers");
+        slot.load(&counter, vino_graft::Owner::process(1)).unwrap();
+        assert_eq!(slot.runs_in_transaction(), Some(true));
+    }
+}
