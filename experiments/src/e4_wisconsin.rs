@@ -937,52 +937,46 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
     let n = spec.param.unwrap_or(0);
     let la_n = spec.lookahead.unwrap_or(0);
     let ra_point = format!("file.compute_ra/{rel_fd}");
+    let load_la = || {
+        sys(p.graft_load("vas.pick_victim", &grafts.lookahead), || {
+            "loading lookahead_evict".into()
+        })
+    };
+    let load_ra = || {
+        sys(p.graft_load(&ra_point, &grafts.readahead), || {
+            "loading wisc_readahead".into()
+        })
+    };
+    let bind_la = || {
+        let policy = LookAheadNative::new();
+        let slot = kernel.cache().register_process(p.pid());
+        slot.bind_native(policy.clone() as Arc<dyn NativePolicy<PickVictim>>, false);
+        policy
+    };
+    let bind_ra = || -> Result<Arc<ReadAheadNative>> {
+        let policy = ReadAheadNative::new();
+        let slot = sys(p.read_ahead(rel_fd), || "the relation's read-ahead graftpoint".into())?;
+        slot.bind_native(policy.clone() as Arc<dyn NativePolicy<ComputeRa>>, false);
+        Ok(policy)
+    };
     let bound = match (spec.policy, spec.protection) {
         (Policy::Lru, _) | (_, Protection::None) => Bound::Nothing,
         (Policy::LookAhead, Protection::Protected) => {
-            sys(p.graft_load("vas.pick_victim", &grafts.lookahead), || {
-                "loading lookahead_evict".into()
-            })?;
+            load_la()?;
             Bound::LookAheadGraft
         }
-        (Policy::LookAhead, Protection::Unprotected) => {
-            let policy = LookAheadNative::new();
-            let slot = kernel.cache().register_process(p.pid());
-            slot.bind_native(policy.clone() as Arc<dyn NativePolicy<PickVictim>>, false);
-            Bound::LookAheadNative(policy)
-        }
+        (Policy::LookAhead, Protection::Unprotected) => Bound::LookAheadNative(bind_la()),
         (Policy::ReadAhead, Protection::Protected) => {
-            sys(p.graft_load(&ra_point, &grafts.readahead), || {
-                "loading wisc_readahead".into()
-            })?;
+            load_ra()?;
             Bound::ReadAheadGraft(ra_point.clone())
         }
-        (Policy::ReadAhead, Protection::Unprotected) => {
-            let policy = ReadAheadNative::new();
-            let slot = sys(p.read_ahead(rel_fd), || "the relation's read-ahead graftpoint".into())?;
-            slot.bind_native(policy.clone() as Arc<dyn NativePolicy<ComputeRa>>, false);
-            Bound::ReadAheadNative(policy)
-        }
+        (Policy::ReadAhead, Protection::Unprotected) => Bound::ReadAheadNative(bind_ra()?),
         (Policy::Both, Protection::Protected) => {
-            sys(p.graft_load("vas.pick_victim", &grafts.lookahead), || {
-                "loading lookahead_evict".into()
-            })?;
-            sys(p.graft_load(&ra_point, &grafts.readahead), || {
-                "loading wisc_readahead".into()
-            })?;
+            load_la()?;
+            load_ra()?;
             Bound::BothGrafts(ra_point.clone())
         }
-        (Policy::Both, Protection::Unprotected) => {
-            let la = LookAheadNative::new();
-            kernel
-                .cache()
-                .register_process(p.pid())
-                .bind_native(la.clone() as Arc<dyn NativePolicy<PickVictim>>, false);
-            let ra = ReadAheadNative::new();
-            let slot = sys(p.read_ahead(rel_fd), || "the relation's read-ahead graftpoint".into())?;
-            slot.bind_native(ra.clone() as Arc<dyn NativePolicy<ComputeRa>>, false);
-            Bound::BothNative(la, ra)
-        }
+        (Policy::Both, Protection::Unprotected) => Bound::BothNative(bind_la(), bind_ra()?),
     };
     let dev0 = b.device.stats();
     let sched0 = kernel.scheduler().stats();

@@ -203,22 +203,21 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// Like [`GraftSlot::invoke`], but a Wasm graft runs in a transaction whether or not it
     /// needs one: for measuring what the transaction costs.
     pub fn invoke_transacted(&self, args: &G::Args<'_>) -> G::Output {
-        let guard = self.binding.load();
-        match guard.as_ref().map(|b| &b.policy) {
-            Some(Policy::Wasm { graft, .. }) => graft
-                .invoke(&self.env, args, true)
-                .unwrap_or_else(|_| G::default_policy(&self.env, args)),
-            _ => self.invoke(args),
-        }
+        self.invoke_measuring(args, true)
     }
 
     /// Like [`GraftSlot::invoke`], but a Wasm graft runs without its transaction: for measuring
     /// what the transaction costs, never for kernel paths.
     pub fn invoke_untransacted(&self, args: &G::Args<'_>) -> G::Output {
+        self.invoke_measuring(args, false)
+    }
+
+    /// A Wasm graft's call with or without a transaction, uncounted; anything else as usual.
+    fn invoke_measuring(&self, args: &G::Args<'_>, transactional: bool) -> G::Output {
         let guard = self.binding.load();
         match guard.as_ref().map(|b| &b.policy) {
             Some(Policy::Wasm { graft, .. }) => graft
-                .invoke(&self.env, args, false)
+                .invoke(&self.env, args, transactional)
                 .unwrap_or_else(|_| G::default_policy(&self.env, args)),
             _ => self.invoke(args),
         }

@@ -260,46 +260,39 @@ fn readahead_table(d: &DeviceRuns) -> Table {
         secs(THESIS_LRU_SECONDS),
         "-".into(),
     ]);
-    for protection in [Protection::Protected, Protection::Unprotected] {
-        for r in d.series(Policy::ReadAhead, protection) {
-            let n = r.param.unwrap_or(0);
-            let thesis = thesis_readahead(protection, n);
-            t.row([
-                format!("read-ahead, {}", protection.label()),
-                n.to_string(),
-                fmt_count(r.cache.misses as f64),
-                fmt_count(r.device_reads as f64),
-                fmt_count(r.cache.prefetched as f64),
-                fmt_count(r.cache.prefetch_used as f64),
-                fmt_count(r.cache.prefetch_wasted as f64),
-                time_cell(d, r),
-                pct(ratio(r.time_ns, lru.time_ns)),
-                graft_cells(r).1,
-                thesis.map_or("-".into(), secs),
-                thesis.map_or("-".into(), |s| pct(s / THESIS_LRU_SECONDS)),
-            ]);
-        }
-    }
-    for protection in [Protection::Protected, Protection::Unprotected] {
-        for r in d.series(Policy::Both, protection) {
-            t.row([
-                format!(
-                    "+ look-ahead {} records, {}",
-                    r.lookahead.unwrap_or(0),
-                    protection.label()
-                ),
-                r.param.unwrap_or(0).to_string(),
-                fmt_count(r.cache.misses as f64),
-                fmt_count(r.device_reads as f64),
-                fmt_count(r.cache.prefetched as f64),
-                fmt_count(r.cache.prefetch_used as f64),
-                fmt_count(r.cache.prefetch_wasted as f64),
-                time_cell(d, r),
-                pct(ratio(r.time_ns, lru.time_ns)),
-                graft_cells(r).1,
-                "-".into(),
-                "-".into(),
-            ]);
+    for policy in [Policy::ReadAhead, Policy::Both] {
+        for protection in [Protection::Protected, Protection::Unprotected] {
+            for r in d.series(policy, protection) {
+                let n = r.param.unwrap_or(0);
+                let (label, thesis) = match policy {
+                    Policy::Both => (
+                        format!(
+                            "+ look-ahead {} records, {}",
+                            r.lookahead.unwrap_or(0),
+                            protection.label()
+                        ),
+                        None,
+                    ),
+                    _ => (
+                        format!("read-ahead, {}", protection.label()),
+                        thesis_readahead(protection, n),
+                    ),
+                };
+                t.row([
+                    label,
+                    n.to_string(),
+                    fmt_count(r.cache.misses as f64),
+                    fmt_count(r.device_reads as f64),
+                    fmt_count(r.cache.prefetched as f64),
+                    fmt_count(r.cache.prefetch_used as f64),
+                    fmt_count(r.cache.prefetch_wasted as f64),
+                    time_cell(d, r),
+                    pct(ratio(r.time_ns, lru.time_ns)),
+                    graft_cells(r).1,
+                    thesis.map_or("-".into(), secs),
+                    thesis.map_or("-".into(), |s| pct(s / THESIS_LRU_SECONDS)),
+                ]);
+            }
         }
     }
     t.note("misses: reads that found their page neither cached nor on its way in; a read that waits for a page being read ahead counts as a use of the prefetch");
