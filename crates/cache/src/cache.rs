@@ -51,7 +51,15 @@ pub struct CacheConfig {
     pub writeback_every: Option<Duration>,
     /// Where the ages of dirty pages come from (the machine's clock; a simulation's own).
     pub clock: SharedClock,
+    /// Percent of the frames one process's writes may keep dirty (at least
+    /// [`MIN_DIRTY_SHARE`] frames). A write past its share waits while the writer's own oldest
+    /// dirty pages are written: the writer pays for its writes, and others' misses find clean
+    /// pages to evict instead of waiting for its write-back.
+    pub dirty_percent: u8,
 }
+
+/// The fewest frames a process may keep dirty, whatever the cache's size.
+pub const MIN_DIRTY_SHARE: usize = 64;
 
 impl Default for CacheConfig {
     fn default() -> Self {
@@ -59,6 +67,7 @@ impl Default for CacheConfig {
             frames: 1024,
             writeback_every: Some(Duration::from_secs(1)),
             clock: SharedClock::default(),
+            dirty_percent: 25,
         }
     }
 }
@@ -87,6 +96,8 @@ struct Frame {
     /// Device block of the page (None for a hole that has not been written).
     dev: Option<u64>,
     dirty_since: Option<u64>,
+    /// Whose write made the page dirty (valid while `dirty_since` is set).
+    dirtier: Pid,
     /// Bumped by every write, so a write-back knows whether it wrote the latest data.
     generation: u64,
     writing: bool,
@@ -112,6 +123,7 @@ impl Frame {
             buf,
             dev: None,
             dirty_since: None,
+            dirtier: 0,
             generation: 0,
             writing: false,
             prefetched: false,
@@ -123,6 +135,8 @@ impl Frame {
 
 struct Proc {
     pages: List,
+    /// Dirty pages this process's writes made (whoever owns them).
+    dirty: usize,
     victim: Option<Arc<GraftSlot<PickVictim>>>,
     counters: CacheCounters,
 }
@@ -163,6 +177,7 @@ impl Table {
     fn proc_mut(&mut self, pid: Pid) -> &mut Proc {
         self.procs.entry(pid).or_insert_with(|| Proc {
             pages: List::default(),
+            dirty: 0,
             victim: None,
             counters: CacheCounters::default(),
         })
@@ -209,9 +224,9 @@ impl Table {
             let fr = &self.frames[f as usize];
             (fr.key, fr.owner, fr.prefetched)
         };
+        self.mark_clean(f);
         self.map.remove(&key);
         self.keys.remove(&key);
-        self.dirty.remove(&key);
         self.lru.remove(&mut self.global, f);
         let mut pages = self.proc_mut(owner).pages;
         pages.remove(&mut self.owned, f);
@@ -227,20 +242,54 @@ impl Table {
         fr.ticket = None;
     }
 
-    /// Marks a mapped page dirty (if it is not already) as of `now`.
-    fn mark_dirty(&mut self, f: u32, now: u64) {
+    /// Marks a mapped page dirty (if it is not already) as of `now`, by `writer`'s write.
+    fn mark_dirty(&mut self, f: u32, now: u64, writer: Pid) {
         let fr = &mut self.frames[f as usize];
         if fr.dirty_since.is_none() {
             fr.dirty_since = Some(now);
-            self.dirty.insert(fr.key);
+            fr.dirtier = writer;
+            let key = fr.key;
+            self.dirty.insert(key);
+            self.proc_mut(writer).dirty += 1;
         }
     }
 
     fn mark_clean(&mut self, f: u32) {
         let fr = &mut self.frames[f as usize];
         if fr.dirty_since.take().is_some() {
-            self.dirty.remove(&fr.key);
+            let (key, writer) = (fr.key, fr.dirtier);
+            self.dirty.remove(&key);
+            self.proc_mut(writer).dirty -= 1;
         }
+    }
+
+    /// Up to `max` of `writer`'s dirty pages that could be written now, those of `object`
+    /// first (adjacent, so they go out in few requests), looking at most `scan` dirty pages.
+    fn own_dirty(&self, writer: Pid, object: u64, max: usize, scan: usize) -> Vec<u32> {
+        let writable = |k: &PageKey| {
+            let f = self.map[k];
+            let fr = &self.frames[f as usize];
+            (fr.dirtier == writer && fr.state == State::Valid && !fr.writing && fr.pins == 0).then_some(f)
+        };
+        let mut out: Vec<u32> = self
+            .dirty
+            .range(object_range(object))
+            .take(scan)
+            .filter_map(writable)
+            .take(max)
+            .collect();
+        if out.len() < max {
+            let more: Vec<u32> = self
+                .dirty
+                .iter()
+                .take(scan)
+                .filter_map(writable)
+                .filter(|f| !out.contains(f))
+                .take(max - out.len())
+                .collect();
+            out.extend(more);
+        }
+        out
     }
 
     /// A frame that holds no page: one from the free list, or a new one while the table is
@@ -314,6 +363,7 @@ impl Table {
     ///   own, in the same relative order (so an owner's oldest page is also its oldest globally,
     ///   which `vas.pick_victim`'s candidate order relies on);
     /// * a free frame is unpinned, clean, not being written, with no read in flight;
+    /// * the writers' dirty counts add up to the dirty pages;
     /// * a dirty page is valid and has a device block to be written to; a read in flight
     ///   (`ticket`) belongs to a loading frame.
     fn check(&self) {
@@ -349,6 +399,11 @@ impl Table {
             dirty.count(),
             self.dirty.len(),
             "the dirty set does not match the dirty frames"
+        );
+        assert_eq!(
+            self.procs.values().map(|p| p.dirty).sum::<usize>(),
+            self.dirty.len(),
+            "the writers' dirty counts do not add up to the dirty pages"
         );
         for key in &self.dirty {
             let f = self.map.get(key).expect("a dirty key is mapped");
@@ -423,6 +478,8 @@ pub struct PageCache {
     writeback: Arc<GraftSlot<Writeback>>,
     stop: Arc<AtomicBool>,
     config: CacheConfig,
+    /// Dirty pages one process's writes may keep (`config.dirty_percent`).
+    dirty_share: usize,
 }
 
 impl PageCache {
@@ -451,6 +508,7 @@ impl PageCache {
             runtime: runtime.clone(),
             writeback: Arc::new(GraftSlot::new(runtime, Arc::new(()), Access::Privileged, None)),
             stop: Arc::new(AtomicBool::new(false)),
+            dirty_share: (config.frames * usize::from(config.dirty_percent.min(100)) / 100).max(MIN_DIRTY_SHARE),
             config,
         });
         if let Some(every) = cache.config.writeback_every {
@@ -560,8 +618,14 @@ impl PageCache {
             fr.buf[within..within + take].copy_from_slice(&data[done..done + take]);
             fr.dev = Some(dev);
             fr.generation += 1;
-            t.mark_dirty(f, self.now_ns());
+            t.mark_dirty(f, self.now_ns(), ctx.pid);
             self.unpin(&mut t, f);
+            if t.procs[&ctx.pid].dirty > self.dirty_share {
+                // Past its share: the writer waits for its own oldest pages to go out.
+                // A failed write leaves the pages dirty: sync and eviction report it.
+                let batch = t.own_dirty(ctx.pid, object, EVICTION_CLEAN_BATCH, EVICTION_SCAN);
+                let _ = self.write_frames(&mut t, &batch);
+            }
             t.checked();
             done += take;
         }
@@ -831,7 +895,14 @@ impl PageCache {
                     return Ok(a);
                 }
             }
-            let Some(candidate) = t.lru.iter(&t.global).find(|&f| t.evictable(f)) else {
+            // The oldest clean page near the cold end, else the oldest page: a miss does not
+            // wait for another's dirty pages to be written while clean ones are there to take.
+            let clean = t
+                .lru
+                .iter(&t.global)
+                .take(EVICTION_SCAN)
+                .find(|&f| t.evictable(f) && t.frames[f as usize].dirty_since.is_none());
+            let Some(candidate) = clean.or_else(|| t.lru.iter(&t.global).find(|&f| t.evictable(f))) else {
                 // Everything is pinned or in flight: wait for a change.
                 self.changed.wait_for(t, Duration::from_millis(5));
                 continue;

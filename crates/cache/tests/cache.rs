@@ -246,8 +246,9 @@ fn dirty_pages_are_written_before_eviction_and_invalidate_discards() {
     let f = file(10, 8);
     let ctx = IoCtx::new(1);
     s.cache.write(&ctx, 1, &f, 0, &vec![1u8; BLOCK_SIZE]).unwrap();
-    read_block(&s, 1, 1, &f, 1);
-    read_block(&s, 1, 1, &f, 2); // evicts the dirty page 0: written first
+    s.cache.write(&ctx, 1, &f, BS, &vec![1u8; BLOCK_SIZE]).unwrap();
+    // No clean page to take: evicts the dirty page 0, written first.
+    read_block(&s, 1, 1, &f, 2);
     let mut dev = vec![0u8; BLOCK_SIZE];
     s.device.read_blocks(10, &mut dev).unwrap();
     assert!(dev.iter().all(|&b| b == 1));

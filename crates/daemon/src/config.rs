@@ -6,6 +6,7 @@
 //! image_size = "1G"          # made with this size on first use
 //! cache_size = "12%"          # the page cache: a size ("2G") or a share of the machine's memory
 //! cache_frames = 262144       # or the same as a count of 4 KiB frames (cache_size wins)
+//! dirty_percent = 25          # of the cache one process (a mount's user) may keep dirty
 //! privileged_group = "vino"   # members may graft global graftpoints (a name or a gid)
 //! max_connections = 256
 //! max_connections_per_user = 64   # for each uid but root's
@@ -53,6 +54,9 @@ pub struct Config {
     /// The page cache as a size (`"2G"`) or a share of the machine's memory (`"25%"`); when
     /// set, it decides instead of `cache_frames`.
     pub cache_size: Option<String>,
+    /// Percent of the cache one process's writes may keep dirty (a user of the mount is one
+    /// process); past it the writer waits for its own pages to be written.
+    pub dirty_percent: u8,
     /// A group (name or number) whose members are privileged, as root is.
     pub privileged_group: Option<String>,
     /// Connections at once, all users together.
@@ -235,6 +239,7 @@ impl Default for Config {
             image: PathBuf::from("vino.img"),
             image_size: "256M".into(),
             cache_frames: default_cache_frames(),
+            dirty_percent: vino_kernel::KernelConfig::default().dirty_percent,
             cache_size: None,
             privileged_group: None,
             max_connections: 256,

@@ -118,6 +118,7 @@ fn bind(path: &Path, mode: u32) -> Result<UnixListener> {
 fn kernel_config(config: &Config) -> Result<KernelConfig> {
     Ok(KernelConfig {
         cache_frames: config.cache_frames().map_err(err)?,
+        dirty_percent: config.dirty_percent,
         limits: config.limits.resolve().map_err(err)?,
         event_queue_max: config.event_queue_max,
         mount: vino_fs::MountOptions {

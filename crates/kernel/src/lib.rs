@@ -84,6 +84,8 @@ pub type Pid = u64;
 pub struct KernelConfig {
     /// Page-cache frames of 4 KiB (1024: the thesis' 4 MB cache).
     pub cache_frames: usize,
+    /// Percent of the cache one process's writes may keep dirty (`CacheConfig::dirty_percent`).
+    pub dirty_percent: u8,
     /// Requests the I/O scheduler keeps in flight at the device.
     pub queue_depth: usize,
     /// How often the write-back policy runs (`None`: only on sync).
@@ -112,6 +114,7 @@ impl Default for KernelConfig {
     fn default() -> Self {
         KernelConfig {
             cache_frames: 1024,
+            dirty_percent: CacheConfig::default().dirty_percent,
             queue_depth: 32,
             writeback_every: Some(Duration::from_secs(1)),
             mount: MountOptions::default(),
@@ -173,6 +176,7 @@ impl Kernel {
             frames: config.cache_frames,
             writeback_every: config.writeback_every,
             clock: config.clock.clone(),
+            dirty_percent: config.dirty_percent,
         };
         let cache = PageCache::new(cache_config, Arc::new(SchedulerIo(sched.clone())), &runtime);
         let mount = MountOptions {
