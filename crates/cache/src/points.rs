@@ -107,6 +107,10 @@ impl<'a> Candidates<'a> {
 impl GraftPoint for PickVictim {
     const NAME: &'static str = "vas.pick_victim";
     const USES_ARG_AREA: bool = true;
+    /// Room to walk every page of a process of a thousand frames (four pages of candidates
+    /// at 5 us each, and the graft's look at each candidate), as the thesis' look-ahead graft
+    /// walked the whole list; the bound on what an owner's graft adds to a miss.
+    const BUDGET: std::time::Duration = std::time::Duration::from_micros(200);
     type Env = Pid;
     type Args<'a> = Candidates<'a>;
     type Output = usize;

@@ -160,10 +160,10 @@ fn an_index_past_what_was_offered_is_invalid() {
 
 #[test]
 fn asking_page_after_page_spends_the_budget() {
-    // 20 µs of budget, 2 µs a page: the 8,000 pages of the owner (32 pages of candidates) are
+    // 30 µs of budget, 5 µs a page: the 8,000 pages of the owner (32 pages of candidates) are
     // more than the graft may see.
     let runtime = Runtime::new(RuntimeConfig {
-        invocation_budget: Duration::from_micros(20),
+        invocation_budget: Duration::from_micros(30),
         ..RuntimeConfig::default()
     });
     let s = full(8000, runtime);

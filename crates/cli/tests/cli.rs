@@ -104,7 +104,10 @@ fn graft_points_lists_the_registry() {
     assert_eq!(names.len(), 11);
     assert!(names.contains(&"event.fs.modify") && names.contains(&"disk.pick_request"));
     assert_eq!(points[0]["signature"], "(i32) -> i32");
-    assert_eq!(points[0]["budget_ns"], 100_000);
+    assert_eq!(
+        points[0]["budget_ns"], 200_000,
+        "vas.pick_victim walks pages of candidates"
+    );
     let o = vino(&["graft", "points", "--markdown"]);
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/graft-abi.md")).unwrap();
     assert!(

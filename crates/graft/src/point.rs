@@ -110,10 +110,11 @@ pub trait GraftPoint: Send + Sync + 'static {
     fn callables(_callables: &mut Callables<Self::Env>) {}
 }
 
-/// What one more page of arguments costs a graft's budget ([`GraftPoint::next_page`]): the
-/// kernel's time to gather and copy it, so a graft that asks for page after page runs out of
-/// budget as one that computes would.
-pub const PAGE_COST: Duration = Duration::from_micros(2);
+/// What one more page of arguments costs a graft's budget ([`GraftPoint::next_page`]): about
+/// the kernel's time to gather and copy one (256 candidates under the cache's lock, 20 ns
+/// each), so a graft that asks for page after page runs out of budget as one that computes would,
+/// and holds that lock for a few microseconds at a time.
+pub const PAGE_COST: Duration = Duration::from_micros(5);
 
 /// The entry point a graft exports for a graftpoint: the name with `.` turned into `_`.
 pub fn export_name(point: &str) -> String {

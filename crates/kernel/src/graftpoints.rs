@@ -297,8 +297,9 @@ mod tests {
         let victim = find("vas.pick_victim").unwrap();
         assert_eq!(victim.entry(), "vas_pick_victim(i32) -> i32");
         assert!(victim.uses_arg_area && victim.callable.is_empty());
-        assert_eq!(victim.budget, vino_graft::DEFAULT_BUDGET);
+        assert_eq!(victim.budget, <PickVictim as vino_graft::GraftPoint>::BUDGET);
         let buddy = find("file.block_buddy").unwrap();
+        assert_eq!(buddy.budget, vino_graft::DEFAULT_BUDGET);
         assert_eq!(buddy.entry(), "file_block_buddy(i64, i64, i64, i32, i32, i64) -> i64");
         assert!(!buddy.uses_arg_area);
         let unlink = find("event.fs.unlink").unwrap();

@@ -556,7 +556,7 @@ pub fn notes(rep: &E4Report) -> Vec<String> {
         "protected: the C graft compiled to Wasm, loaded with graft_load, every call in a transaction (always_transact, as the thesis measured); unprotected: the same policy in native Rust bound to the same graftpoint (bind_native, no transaction)".to_string(),
         "the look-ahead graft keeps a count per page of the accesses in its window and slides the window as the cursor moves, so a candidate costs one lookup: unlike the thesis' graft (a search of the keep list per candidate, 13 minutes at 8192 records) its time stays small at every look-ahead".to_string(),
         "the kernel offers a vas.pick_victim graft every evictable page of the process in LRU order, a page of candidates at a time (32, then 256 each); the graft asks for the next page while all it has seen are needed, so it sees the whole list as the thesis' graft did. When all of them are needed the graft answers -1, the kernel's LRU choice stands and the call counts as a failure, as in the thesis' 8192-record run. The kernel's limits on failures (in a row, and half of the calls in a minute) are raised for E4 so the graft stays loaded; with the defaults it would be unloaded and LRU would finish the query".to_string(),
-        "la_start counts the first window's records in the control call; each eviction then slides the window by the records read since the last one, well within the graftpoint's 100 us budget".to_string(),
+        "la_start counts the first window's records in the control call; each eviction then slides the window by the records read since the last one, well within the graftpoint's budget".to_string(),
     ];
     if rep.devices.iter().any(|d| d.kind == DeviceKind::Model) {
         n.push(format!(
