@@ -263,31 +263,31 @@ impl Table {
         }
     }
 
+    /// A valid page that nobody has pinned or is writing: one a write-back may take.
+    fn writable(&self, f: u32) -> bool {
+        let fr = &self.frames[f as usize];
+        fr.state == State::Valid && !fr.writing && fr.pins == 0
+    }
+
     /// Up to `max` of `writer`'s dirty pages that could be written now, those of `object`
-    /// first (adjacent, so they go out in few requests), looking at most `scan` dirty pages.
+    /// first (adjacent, so they go out in few requests), looking at most `scan` dirty pages in
+    /// each of the two passes.
     fn own_dirty(&self, writer: Pid, object: u64, max: usize, scan: usize) -> Vec<u32> {
-        let writable = |k: &PageKey| {
+        let own = |k: &PageKey| {
             let f = self.map[k];
-            let fr = &self.frames[f as usize];
-            (fr.dirtier == writer && fr.state == State::Valid && !fr.writing && fr.pins == 0).then_some(f)
+            (self.frames[f as usize].dirtier == writer && self.writable(f)).then_some(f)
         };
         let mut out: Vec<u32> = self
             .dirty
             .range(object_range(object))
             .take(scan)
-            .filter_map(writable)
+            .filter_map(own)
             .take(max)
             .collect();
         if out.len() < max {
-            let more: Vec<u32> = self
-                .dirty
-                .iter()
-                .take(scan)
-                .filter_map(writable)
-                .filter(|f| !out.contains(f))
-                .take(max - out.len())
-                .collect();
-            out.extend(more);
+            let room = max - out.len();
+            let others = self.dirty.iter().take(scan).filter(|k| k.0 != object);
+            out.extend(others.filter_map(own).take(room));
         }
         out
     }
@@ -313,10 +313,7 @@ impl Table {
         self.lru
             .iter(&self.global)
             .take(scan)
-            .filter(|&f| {
-                let fr = &self.frames[f as usize];
-                fr.dirty_since.is_some() && fr.state == State::Valid && !fr.writing && fr.pins == 0
-            })
+            .filter(|&f| self.frames[f as usize].dirty_since.is_some() && self.writable(f))
             .take(max)
             .collect()
     }

@@ -107,6 +107,7 @@ impl<'a> Candidates<'a> {
 impl GraftPoint for PickVictim {
     const NAME: &'static str = "vas.pick_victim";
     const USES_ARG_AREA: bool = true;
+    const PAGED: bool = true;
     /// Room to walk every page of a process of a thousand frames (four pages of candidates
     /// at 5 us each, and the graft's look at each candidate), as the thesis' look-ahead graft
     /// walked the whole list; the bound on what an owner's graft adds to a miss.

@@ -59,6 +59,9 @@ pub trait GraftPoint: Send + Sync + 'static {
     ///
     /// [`RuntimeConfig::invocation_budget`]: crate::RuntimeConfig::invocation_budget
     const BUDGET: Duration = DEFAULT_BUDGET;
+    /// True if the arguments come in pages ([`GraftPoint::next_page`]): only then does an
+    /// invocation look for a request for the next page (the others' paths stay as they were).
+    const PAGED: bool = false;
     /// What an invocation does when the graft's instance is busy (its owner is in a control
     /// call, or another kernel thread is in it): `false`, the default decides at once, so no
     /// kernel path waits for an owner's call; `true`, it waits its turn (for grafts whose calls
@@ -92,8 +95,8 @@ pub trait GraftPoint: Send + Sync + 'static {
         area: &[u8],
     ) -> Result<Self::Output, Invalid>;
 
-    /// For graftpoints whose arguments come in pages (`vas.pick_victim`'s candidates): called
-    /// after each call of the entry point with its results. If they ask for the next page,
+    /// For graftpoints whose arguments come in pages ([`GraftPoint::PAGED`], `vas.pick_victim`'s
+    /// candidates): called after each call of the entry point with its results. If they ask for the next page,
     /// copies it into the argument area and returns the next call's parameters: the entry point
     /// runs again within the same invocation (one transaction, one budget, each page charged
     /// [`PAGE_COST`]). `None`: `results` are the decision.

@@ -239,7 +239,9 @@ impl<G: GraftPoint> WasmGraft<G> {
             let mut results = live.entry.call(&mut live.store, params).map_err(|e| classify(&e))?;
             // A deadline seen only now (fuel mode, or passed during the last kernel call).
             vino_vlt::current::check().map_err(|_| Failure::Deadline)?;
-            while let (Some(at), Some(mem)) = (live.arg_area, live.memory) {
+            while G::PAGED
+                && let (Some(at), Some(mem)) = (live.arg_area, live.memory)
+            {
                 let area = &mut mem.data_mut(&mut live.store)[at..at + ARG_BYTES];
                 let Some(params) = G::next_page(env, args, &results, area) else {
                     break;

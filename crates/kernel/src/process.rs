@@ -588,6 +588,12 @@ impl Process {
     /// token but not a module). Returns the token: good once, for this user, for
     /// [`crate::STAGED_TTL`].
     pub fn graft_stage(&self, wasm: &[u8]) -> SysResult<u64> {
+        // Compiled now, on the stager's thread and charged to it, so the bind (on a thread of
+        // the mount, which every user's requests share) finds it in the module cache.
+        self.kernel
+            .runtime()
+            .compile_for(wasm, Some(&self.account), &|| true)
+            .map_err(vino_graft::GraftError::from)?;
         self.kernel.staged.stage(self.cred.uid, self.pid, &self.account, wasm)
     }
 

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vino_graft::account::{Account, Charge, Resource};
 
@@ -34,7 +35,7 @@ pub(crate) struct Staged {
     entries: Mutex<HashMap<u64, Entry>>,
     /// Makes tokens no one can predict from the ones they got.
     keys: std::collections::hash_map::RandomState,
-    counter: Mutex<u64>,
+    counter: AtomicU64,
 }
 
 impl Staged {
@@ -50,9 +51,7 @@ impl Staged {
             ));
         }
         let token = loop {
-            let mut counter = self.counter.lock();
-            *counter += 1;
-            let token = self.keys.hash_one(*counter);
+            let token = self.keys.hash_one(self.counter.fetch_add(1, Ordering::Relaxed));
             if token != 0 && !entries.contains_key(&token) {
                 break token;
             }
