@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what VINO needs on a fresh Debian machine: clang and lld (to build grafts and the
-# benchmark workloads for wasm32), FUSE and the programs the mount tests run (sqlite3, git, gzip,
-# tar), Python for the Python client, and the Rust crates. Quiet on success.
+# benchmark workloads for wasm32), wasi-libc (to build programs that run as VINO processes),
+# FUSE and the programs the mount tests run (sqlite3, git, gzip, tar), Python for the Python
+# client, and the Rust crates. Quiet on success.
 set -euo pipefail
 
 need=()
@@ -16,6 +17,11 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 # pjdfstest (built below) links libacl; setpriv runs the mount tests' programs as other users.
 [ -e /usr/include/acl/libacl.h ] || need+=(libacl1-dev)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+# VINO processes (crates/wasi): C programs built for wasm32-wasi need wasi-libc and clang's
+# wasm32 runtime library (the package that follows Debian's default clang).
+[ -e /usr/lib/wasm32-wasi/libc.a ] || need+=(wasi-libc)
+compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a" >/dev/null ||
+    need+=(libclang-rt-dev-wasm32)
 if [ ${#need[@]} -gt 0 ]; then
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"

@@ -16,15 +16,8 @@ pub enum GraftCommand {
         /// The module to write (default: the source with .wasm).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Optimization level: 0, 1, 2, 3, s or z.
-        #[arg(short = 'O', long = "opt", default_value = "2")]
-        opt: String,
-        /// Keep debug information.
-        #[arg(short, long)]
-        debug: bool,
-        /// Preprocessor definitions (NAME or NAME=VALUE).
-        #[arg(short = 'D', value_name = "NAME[=VALUE]")]
-        defines: Vec<String>,
+        #[command(flatten)]
+        flags: BuildFlags,
     },
     /// Check that a module would load at one of the kernel's graftpoints: a valid module, only
     /// the imports the graftpoint allows, its entry point with the right signature, the argument
@@ -51,20 +44,50 @@ pub enum GraftCommand {
 
 pub fn run(cmd: GraftCommand) -> Result<()> {
     match cmd {
-        GraftCommand::Build {
-            source,
-            output,
-            opt,
-            debug,
-            defines,
-        } => build(source, output, &opt, debug, defines),
+        GraftCommand::Build { source, output, flags } => build(source, output, flags),
         GraftCommand::Check { module, point } => check(module, &point),
         GraftCommand::Points { json, markdown } => points(json, markdown),
         GraftCommand::Remote(cmd) => crate::remote::graft(cmd),
     }
 }
 
-fn build(source: PathBuf, output: Option<PathBuf>, opt: &str, debug: bool, defines: Vec<String>) -> Result<()> {
+fn build(source: PathBuf, output: Option<PathBuf>, flags: BuildFlags) -> Result<()> {
+    let opts = flags.options()?;
+    let output = output.unwrap_or_else(|| source.with_extension("wasm"));
+    vino_sdk::build_c(&source, &output, &opts)?;
+    Ok(())
+}
+
+/// How clang builds: the flags `vino graft build` and `vino build` share.
+#[derive(clap::Args)]
+pub struct BuildFlags {
+    /// Optimization level: 0, 1, 2, 3, s or z.
+    #[arg(short = 'O', long = "opt", default_value = "2")]
+    opt: String,
+    /// Keep debug information.
+    #[arg(short, long)]
+    debug: bool,
+    /// Preprocessor definitions (NAME or NAME=VALUE).
+    #[arg(short = 'D', value_name = "NAME[=VALUE]")]
+    defines: Vec<String>,
+    /// Include directories.
+    #[arg(short = 'I', value_name = "DIR")]
+    include: Vec<PathBuf>,
+}
+
+impl BuildFlags {
+    /// The SDK's build options.
+    pub fn options(self) -> Result<vino_sdk::BuildOptions> {
+        build_options(&self.opt, self.debug, self.defines, self.include)
+    }
+}
+
+fn build_options(
+    opt: &str,
+    debug: bool,
+    defines: Vec<String>,
+    include_dirs: Vec<PathBuf>,
+) -> Result<vino_sdk::BuildOptions> {
     let opt_level = match opt {
         "0" => vino_sdk::OptLevel::O0,
         "1" => vino_sdk::OptLevel::O1,
@@ -81,15 +104,13 @@ fn build(source: PathBuf, output: Option<PathBuf>, opt: &str, debug: bool, defin
             None => (d, None),
         })
         .collect();
-    let opts = vino_sdk::BuildOptions {
+    Ok(vino_sdk::BuildOptions {
         opt_level,
         debug,
         defines,
+        include_dirs,
         ..Default::default()
-    };
-    let output = output.unwrap_or_else(|| source.with_extension("wasm"));
-    vino_sdk::build_c(&source, &output, &opts)?;
-    Ok(())
+    })
 }
 
 fn check(module: PathBuf, point: &str) -> Result<()> {

@@ -10,6 +10,7 @@ mod bench;
 mod demo;
 mod graft;
 mod remote;
+mod run;
 mod storage;
 mod table;
 
@@ -119,6 +120,37 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Build a program that runs as a VINO process (`vino run`): C sources compiled with clang
+    /// for wasm32-wasi and linked against wasi-libc.
+    Build {
+        /// The C sources.
+        #[arg(required = true)]
+        sources: Vec<PathBuf>,
+        /// The program to write (default: the first source with .wasm).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        flags: graft::BuildFlags,
+    },
+    /// Run a program compiled to WebAssembly (WASI preview 1, e.g. `clang --target=wasm32-wasi`)
+    /// as a VINO process on a disk image: its system calls are the kernel's, with your user's
+    /// permissions. Exit status: the program's; 134 if it trapped; 128+N if killed by signal N.
+    Run {
+        /// The disk image (with a file system: see `vino mkfs`).
+        #[arg(long)]
+        image: PathBuf,
+        /// An environment variable for the program, NAME=VALUE (repeatable).
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Most linear memory the program may grow to (e.g. 256M; default 1G).
+        #[arg(long, value_parser = storage::parse_size)]
+        memory: Option<u64>,
+        /// The program (.wasm).
+        program: PathBuf,
+        /// Its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Run an experiment: its program `vino-bench-<experiment>`, built by `cargo build --release -p
     /// vino-experiments`, with the arguments given (results as tables, JSON and plots in results/).
     Bench {
@@ -156,6 +188,30 @@ fn main() -> ExitCode {
             blocks_per_group,
             json,
         } => storage::run_mkfs(&image, size, blocks_per_group, json),
+        Command::Build { sources, output, flags } => flags.options().and_then(|opts| {
+            let output = output.unwrap_or_else(|| sources[0].with_extension("wasm"));
+            vino_sdk::build_program(&sources, &output, &opts)?;
+            Ok(())
+        }),
+        Command::Run {
+            image,
+            env,
+            memory,
+            program,
+            args,
+        } => {
+            let a = run::RunArgs {
+                image: &image,
+                program: &program,
+                args: &args,
+                env: &env,
+                memory,
+            };
+            match run::run(&a) {
+                Ok(status) => return ExitCode::from(status as u8),
+                Err(e) => Err(e),
+            }
+        }
         Command::Fsck {
             image,
             repair,

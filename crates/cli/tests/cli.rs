@@ -313,3 +313,64 @@ fn fsck_upgrade_brings_an_old_image_to_this_format() {
     let out = vino_cmd().args(["fsck", img, "--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// `tests/programs/copy.c` of the VINO-process crate, built by `vino build` into `dir`.
+fn copy_program(dir: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wasi/tests/programs/copy.c");
+    let out = dir.join("copy.wasm");
+    let o = vino(&["build", src.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout.is_empty() && o.stderr.is_empty(), "quiet on success");
+    out
+}
+
+#[test]
+fn run_executes_a_wasm_program_as_a_vino_process_on_an_image() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk.img");
+    let img = image.to_str().unwrap();
+    assert!(vino(&["mkfs", img, "--size", "64M"]).status.success());
+    let copy = copy_program(dir.path());
+    let prog = copy.to_str().unwrap();
+
+    // The standard input into a file on the image, then the file to the standard output.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vino"))
+        .args(["run", "--image", img, prog, "-", "/kept"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"through the kernel\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout.is_empty() && o.stderr.is_empty(), "quiet on success");
+    let o = vino(&["run", "--image", img, prog, "/kept", "-"]);
+    assert_eq!(o.stdout, b"through the kernel\n", "the file outlived the first process");
+
+    // The program's own exit status and its error on stderr.
+    let o = vino(&["run", "--image", img, prog, "/missing", "-"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/missing: No such file or directory"));
+
+    // Ctrl-C kills the VINO process: 128 + SIGINT, and the image stays consistent.
+    let child = Command::new(env!("CARGO_BIN_EXE_vino"))
+        .args(["run", "--image", img, prog, "--sleep", "60"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill on the child's pid, which has not been reaped yet.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130));
+    assert!(vino(&["fsck", img]).status.success());
+
+    // Not a program: a clear error, status 1.
+    let bad = dir.path().join("bad.wasm");
+    std::fs::write(&bad, b"\0asm\x01\0\0\0\x05").unwrap();
+    let o = vino(&["run", "--image", img, bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a program VINO can run"));
+}

@@ -198,16 +198,7 @@ pub fn clang_args(source: &Path, output: &Path, include_dir: &Path, opts: &Build
     ];
     a.push("-I".into());
     a.push(include_dir.into());
-    for dir in &opts.include_dirs {
-        a.push("-I".into());
-        a.push(dir.into());
-    }
-    for (name, value) in &opts.defines {
-        a.push(match value {
-            Some(v) => format!("-D{name}={v}").into(),
-            None => format!("-D{name}").into(),
-        });
-    }
+    push_includes_and_defines(&mut a, opts);
     if opts.debug {
         a.push("-g".into());
     }
@@ -241,20 +232,62 @@ pub fn build_c(source: &Path, output: &Path, opts: &BuildOptions) -> Result<(), 
         .map_err(io("creating a temporary directory"))?;
     let include = tmp.path().join("include");
     crate::write_header(&include).map_err(io(format!("writing {} to {}", crate::HEADER_NAME, include.display())))?;
+    run_clang(&tc, &clang_args(source, output, &include, opts), source, output)
+}
 
-    let args = clang_args(source, output, &include, opts);
+/// Builds a program that runs as a VINO process (`vino run`): C sources compiled and linked
+/// against wasi-libc as a WASI preview 1 command (`_start`). Of `opts`, the optimisation level,
+/// debug information, definitions, include directories, extra arguments and the clang are used.
+pub fn build_program(sources: &[PathBuf], output: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
+    for s in sources {
+        std::fs::metadata(s).map_err(io(format!("reading {}", s.display())))?;
+    }
+    let tc = find_toolchain(opts)?;
+    let mut a: Vec<OsString> = vec!["--target=wasm32-wasi".into(), opts.opt_level.flag().into()];
+    push_includes_and_defines(&mut a, opts);
+    if opts.debug {
+        a.push("-g".into());
+    } else {
+        a.push("-Wl,--strip-debug".into());
+    }
+    a.extend(opts.extra_args.iter().cloned());
+    a.extend(sources.iter().map(OsString::from));
+    a.push("-o".into());
+    a.push(output.into());
+    let first = sources.first().map_or(Path::new(""), PathBuf::as_path);
+    run_clang(&tc, &a, first, output)
+}
+
+/// `-I` for each of `opts.include_dirs`, `-D` for each definition.
+fn push_includes_and_defines(a: &mut Vec<OsString>, opts: &BuildOptions) {
+    for dir in &opts.include_dirs {
+        a.push("-I".into());
+        a.push(dir.into());
+    }
+    for (name, value) in &opts.defines {
+        a.push(match value {
+            Some(v) => format!("-D{name}={v}").into(),
+            None => format!("-D{name}").into(),
+        });
+    }
+}
+
+/// Runs clang with `args` and checks that it wrote a module to `output`.
+fn run_clang(tc: &Toolchain, args: &[OsString], source: &Path, output: &Path) -> Result<(), BuildError> {
     let out = Command::new(&tc.clang)
-        .args(&args)
+        .args(args)
         .stdin(Stdio::null())
         .output()
         .map_err(io(format!("running {}", tc.clang.display())))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         if looks_like_missing_linker(&stderr) {
-            return Err(BuildError::WasmLdNotFound { clang: tc.clang });
+            return Err(BuildError::WasmLdNotFound {
+                clang: tc.clang.clone(),
+            });
         }
         let mut command = tc.clang.display().to_string();
-        for a in &args {
+        for a in args {
             let _ = write!(command, " {}", a.to_string_lossy());
         }
         return Err(BuildError::Compile {

@@ -28,7 +28,8 @@ mod clang;
 pub mod wasm;
 
 pub use clang::{
-    BuildError, BuildOptions, OptLevel, Toolchain, build_c, build_c_bytes, build_c_str, clang_args, find_toolchain,
+    BuildError, BuildOptions, OptLevel, Toolchain, build_c, build_c_bytes, build_c_str, build_program, clang_args,
+    find_toolchain,
 };
 
 use std::path::{Path, PathBuf};

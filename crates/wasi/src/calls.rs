@@ -1,0 +1,772 @@
+//! The `wasi_snapshot_preview1` functions, each a system call of the kernel's. One function
+//! per call, in the order of the WASI specification's list; `define` links them all, so any
+//! program wasi-libc builds finds every import it may name.
+
+use crate::Ctx;
+use crate::abi::{self, WasiErrno, event, fdflags, filetype, fstflags, oflags, rights, whence};
+use crate::fds::{Entry, File};
+use crate::guest::{Guest, Result};
+use std::io::{Read, Write};
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use vino_kernel::{At, Attrs, Fd, OpenFlags, RenameFlags, SetTime};
+use wasmtime::{Caller, Extern, Linker};
+
+/// `proc_exit`'s way out of the program: the call's error, carrying the exit code.
+#[derive(Debug)]
+pub struct ProcExit(pub u32);
+
+impl std::fmt::Display for ProcExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit({})", self.0)
+    }
+}
+
+impl std::error::Error for ProcExit {}
+
+/// Runs one call with the program's memory and the process: its errno, 0 for success.
+fn sys(caller: &mut Caller<'_, Ctx>, call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<()>) -> i32 {
+    let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
+        // A program that exports no memory can pass no pointer.
+        return i32::from(WasiErrno::FAULT.0);
+    };
+    let (bytes, ctx) = memory.data_and_store_mut(caller);
+    match call(&mut Guest(bytes), ctx) {
+        Ok(()) => 0,
+        Err(e) => i32::from(e.0),
+    }
+}
+
+/// Links every preview 1 function.
+pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
+    let m = abi::MODULE;
+    type C<'a> = Caller<'a, Ctx>;
+    l.func_wrap(m, "args_get", |mut c: C, argv: u32, buf: u32| {
+        sys(&mut c, |g, x| strings_get(g, &x.args, argv, buf))
+    })?;
+    l.func_wrap(m, "args_sizes_get", |mut c: C, n: u32, size: u32| {
+        sys(&mut c, |g, x| strings_sizes(g, &x.args, n, size))
+    })?;
+    l.func_wrap(m, "environ_get", |mut c: C, env: u32, buf: u32| {
+        sys(&mut c, |g, x| strings_get(g, &x.env, env, buf))
+    })?;
+    l.func_wrap(m, "environ_sizes_get", |mut c: C, n: u32, size: u32| {
+        sys(&mut c, |g, x| strings_sizes(g, &x.env, n, size))
+    })?;
+    l.func_wrap(m, "clock_res_get", |mut c: C, id: u32, out: u32| {
+        sys(&mut c, |g, _| clock_res_get(g, id, out))
+    })?;
+    l.func_wrap(m, "clock_time_get", |mut c: C, id: u32, _precision: u64, out: u32| {
+        sys(&mut c, |g, _| g.put_u64(out, now(id)?))
+    })?;
+    l.func_wrap(
+        m,
+        "fd_advise",
+        |mut c: C, fd: u32, _off: u64, _len: u64, _advice: u32| sys(&mut c, |_, x| x.fds.file(fd).map(drop)),
+    )?;
+    l.func_wrap(m, "fd_allocate", |mut c: C, fd: u32, off: u64, len: u64| {
+        sys(&mut c, |_, x| fd_allocate(x, fd, off, len))
+    })?;
+    l.func_wrap(m, "fd_close", |mut c: C, fd: u32| sys(&mut c, |_, x| fd_close(x, fd)))?;
+    l.func_wrap(m, "fd_datasync", |mut c: C, fd: u32| sys(&mut c, |_, x| fd_sync(x, fd)))?;
+    l.func_wrap(m, "fd_fdstat_get", |mut c: C, fd: u32, out: u32| {
+        sys(&mut c, |g, x| fd_fdstat_get(g, x, fd, out))
+    })?;
+    l.func_wrap(m, "fd_fdstat_set_flags", |mut c: C, fd: u32, flags: u32| {
+        sys(&mut c, |_, x| fd_fdstat_set_flags(x, fd, flags))
+    })?;
+    l.func_wrap(
+        m,
+        "fd_fdstat_set_rights",
+        |mut c: C, fd: u32, _base: u64, _inheriting: u64| {
+            // Rights narrow nothing here: the kernel checks each call against the credentials.
+            sys(&mut c, |_, x| x.fds.get(fd).map(drop))
+        },
+    )?;
+    l.func_wrap(m, "fd_filestat_get", |mut c: C, fd: u32, out: u32| {
+        sys(&mut c, |g, x| fd_filestat_get(g, x, fd, out))
+    })?;
+    l.func_wrap(m, "fd_filestat_set_size", |mut c: C, fd: u32, size: u64| {
+        sys(&mut c, |_, x| fd_filestat_set_size(x, fd, size))
+    })?;
+    l.func_wrap(
+        m,
+        "fd_filestat_set_times",
+        |mut c: C, fd: u32, atim: u64, mtim: u64, flags: u32| {
+            sys(&mut c, |_, x| fd_filestat_set_times(x, fd, atim, mtim, flags))
+        },
+    )?;
+    l.func_wrap(
+        m,
+        "fd_pread",
+        |mut c: C, fd: u32, iovs: u32, n: u32, off: u64, out: u32| {
+            sys(&mut c, |g, x| fd_pread(g, x, fd, iovs, n, off, out))
+        },
+    )?;
+    l.func_wrap(m, "fd_prestat_get", |mut c: C, fd: u32, out: u32| {
+        sys(&mut c, |g, x| fd_prestat_get(g, x, fd, out))
+    })?;
+    l.func_wrap(m, "fd_prestat_dir_name", |mut c: C, fd: u32, path: u32, len: u32| {
+        sys(&mut c, |g, x| fd_prestat_dir_name(g, x, fd, path, len))
+    })?;
+    l.func_wrap(
+        m,
+        "fd_pwrite",
+        |mut c: C, fd: u32, iovs: u32, n: u32, off: u64, out: u32| {
+            sys(&mut c, |g, x| fd_pwrite(g, x, fd, iovs, n, off, out))
+        },
+    )?;
+    l.func_wrap(m, "fd_read", |mut c: C, fd: u32, iovs: u32, n: u32, out: u32| {
+        sys(&mut c, |g, x| fd_read(g, x, fd, iovs, n, out))
+    })?;
+    l.func_wrap(
+        m,
+        "fd_readdir",
+        |mut c: C, fd: u32, buf: u32, len: u32, cookie: u64, out: u32| {
+            sys(&mut c, |g, x| fd_readdir(g, x, fd, buf, len, cookie, out))
+        },
+    )?;
+    l.func_wrap(m, "fd_renumber", |mut c: C, from: u32, to: u32| {
+        sys(&mut c, |_, x| fd_renumber(x, from, to))
+    })?;
+    l.func_wrap(m, "fd_seek", |mut c: C, fd: u32, off: i64, wh: u32, out: u32| {
+        sys(&mut c, |g, x| fd_seek(g, x, fd, off, wh, out))
+    })?;
+    l.func_wrap(m, "fd_sync", |mut c: C, fd: u32| sys(&mut c, |_, x| fd_sync(x, fd)))?;
+    l.func_wrap(m, "fd_tell", |mut c: C, fd: u32, out: u32| {
+        sys(&mut c, |g, x| g.put_u64(out, x.fds.file(fd)?.pos))
+    })?;
+    l.func_wrap(m, "fd_write", |mut c: C, fd: u32, iovs: u32, n: u32, out: u32| {
+        sys(&mut c, |g, x| fd_write(g, x, fd, iovs, n, out))
+    })?;
+    l.func_wrap(m, "path_create_directory", |mut c: C, fd: u32, path: u32, len: u32| {
+        sys(&mut c, |g, x| {
+            let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
+            x.process
+                .mkdir_at(At::Fd(dir), path, 0o755)
+                .map(drop)
+                .map_err(Into::into)
+        })
+    })?;
+    l.func_wrap(
+        m,
+        "path_filestat_get",
+        |mut c: C, fd: u32, flags: u32, path: u32, len: u32, out: u32| {
+            sys(&mut c, |g, x| {
+                let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
+                let st = x.process.stat_at(At::Fd(dir), path, follows(flags))?;
+                put_filestat(g, out, &st)
+            })
+        },
+    )?;
+    l.func_wrap(
+        m,
+        "path_filestat_set_times",
+        |mut c: C, fd: u32, flags: u32, path: u32, len: u32, atim: u64, mtim: u64, fst: u32| {
+            sys(&mut c, |g, x| {
+                let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
+                let attrs = times(atim, mtim, fst)?;
+                x.process.setattr_at(At::Fd(dir), path, follows(flags), &attrs)?;
+                Ok(())
+            })
+        },
+    )?;
+    l.func_wrap(
+        m,
+        "path_link",
+        |mut c: C, old_fd: u32, old_flags: u32, old: u32, old_len: u32, new_fd: u32, new: u32, new_len: u32| {
+            sys(&mut c, |g, x| {
+                let (from_dir, from) = (dir(x, old_fd)?, g.path(old, old_len)?);
+                let (to_dir, to) = (dir(x, new_fd)?, g.path(new, new_len)?);
+                let follow = follows(old_flags);
+                x.process.link_at(At::Fd(from_dir), from, At::Fd(to_dir), to, follow)?;
+                Ok(())
+            })
+        },
+    )?;
+    l.func_wrap(
+        m,
+        "path_open",
+        |mut c: C,
+         fd: u32,
+         dirflags: u32,
+         path: u32,
+         len: u32,
+         oflags: u32,
+         base: u64,
+         _inheriting: u64,
+         fdflags: u32,
+         out: u32| {
+            sys(&mut c, |g, x| {
+                let path = g.path(path, len)?;
+                let opened = path_open(x, fd, dirflags, &path, oflags as u16, base, fdflags as u16)?;
+                g.put_u32(out, opened)
+            })
+        },
+    )?;
+    l.func_wrap(
+        m,
+        "path_readlink",
+        |mut c: C, fd: u32, path: u32, len: u32, buf: u32, buf_len: u32, out: u32| {
+            sys(&mut c, |g, x| {
+                let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
+                let target = x.process.readlink_at(At::Fd(dir), path)?;
+                let n = target.len().min(buf_len as usize);
+                g.put(buf, &target[..n])?;
+                g.put_u32(out, n as u32)
+            })
+        },
+    )?;
+    l.func_wrap(m, "path_remove_directory", |mut c: C, fd: u32, path: u32, len: u32| {
+        sys(&mut c, |g, x| {
+            let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
+            x.process.rmdir_at(At::Fd(dir), path).map_err(Into::into)
+        })
+    })?;
+    l.func_wrap(
+        m,
+        "path_rename",
+        |mut c: C, fd: u32, old: u32, old_len: u32, new_fd: u32, new: u32, new_len: u32| {
+            sys(&mut c, |g, x| {
+                let (from_dir, from) = (dir(x, fd)?, g.path(old, old_len)?);
+                let (to_dir, to) = (dir(x, new_fd)?, g.path(new, new_len)?);
+                let flags = RenameFlags::default();
+                x.process
+                    .rename_at(At::Fd(from_dir), from, At::Fd(to_dir), to, flags)
+                    .map_err(Into::into)
+            })
+        },
+    )?;
+    l.func_wrap(
+        m,
+        "path_symlink",
+        |mut c: C, old: u32, old_len: u32, fd: u32, new: u32, new_len: u32| {
+            sys(&mut c, |g, x| {
+                let (target, dir, path) = (g.path(old, old_len)?, dir(x, fd)?, g.path(new, new_len)?);
+                x.process
+                    .symlink_at(target, At::Fd(dir), path)
+                    .map(drop)
+                    .map_err(Into::into)
+            })
+        },
+    )?;
+    l.func_wrap(m, "path_unlink_file", |mut c: C, fd: u32, path: u32, len: u32| {
+        sys(&mut c, |g, x| {
+            let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
+            x.process.unlink_at(At::Fd(dir), path).map_err(Into::into)
+        })
+    })?;
+    l.func_wrap(
+        m,
+        "poll_oneoff",
+        |mut c: C, subs: u32, events: u32, n: u32, out: u32| {
+            sys(&mut c, |g, x| poll_oneoff(g, x, subs, events, n, out))
+        },
+    )?;
+    l.func_wrap(m, "proc_exit", |_: C, code: u32| -> wasmtime::Result<()> {
+        Err(wasmtime::Error::new(ProcExit(code)))
+    })?;
+    l.func_wrap(m, "proc_raise", |_: C, _sig: u32| i32::from(WasiErrno::NOSYS.0))?;
+    l.func_wrap(m, "sched_yield", |_: C| {
+        std::thread::yield_now();
+        0i32
+    })?;
+    l.func_wrap(m, "random_get", |mut c: C, buf: u32, len: u32| {
+        sys(&mut c, |g, _| random(g.bytes_mut(buf, len)?))
+    })?;
+    // No sockets: a VINO process talks to the world through files and its standard streams.
+    let notsup = i32::from(WasiErrno::NOTSUP.0);
+    l.func_wrap(m, "sock_accept", move |_: C, _: u32, _: u32, _: u32| notsup)?;
+    l.func_wrap(
+        m,
+        "sock_recv",
+        move |_: C, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32| notsup,
+    )?;
+    l.func_wrap(m, "sock_send", move |_: C, _: u32, _: u32, _: u32, _: u32, _: u32| {
+        notsup
+    })?;
+    l.func_wrap(m, "sock_shutdown", move |_: C, _: u32, _: u32| notsup)?;
+    Ok(())
+}
+
+// ---- arguments, environment, clocks, randomness --------------------------------------------
+
+fn strings_sizes(g: &mut Guest<'_>, list: &[Vec<u8>], count: u32, size: u32) -> Result<()> {
+    let bytes: usize = list.iter().map(|s| s.len() + 1).sum();
+    g.put_u32(count, list.len() as u32)?;
+    g.put_u32(size, u32::try_from(bytes).map_err(|_| WasiErrno::TOOBIG)?)
+}
+
+/// Writes each string, NUL-terminated, into `buf` and a pointer to it into `ptrs`.
+fn strings_get(g: &mut Guest<'_>, list: &[Vec<u8>], ptrs: u32, buf: u32) -> Result<()> {
+    let mut at = buf;
+    for (i, s) in list.iter().enumerate() {
+        g.put_u32(ptrs.checked_add(4 * i as u32).ok_or(WasiErrno::FAULT)?, at)?;
+        g.put(at, s)?;
+        let end = at.checked_add(s.len() as u32).ok_or(WasiErrno::FAULT)?;
+        g.put_u8(end, 0)?;
+        at = end + 1;
+    }
+    Ok(())
+}
+
+fn clock_res_get(g: &mut Guest<'_>, id: u32, out: u32) -> Result<()> {
+    now(id)?;
+    g.put_u64(out, 1)
+}
+
+/// Nanoseconds on clock `id`: the wall clock, a monotonic one, or this thread's CPU time (a
+/// VINO process runs on the thread that runs it).
+fn now(id: u32) -> Result<u64> {
+    match id {
+        abi::clock::REALTIME => Ok(SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)),
+        abi::clock::MONOTONIC => Ok(monotonic()),
+        abi::clock::PROCESS_CPUTIME | abi::clock::THREAD_CPUTIME => {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `ts` is a valid out-pointer for the call's duration.
+            if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) } != 0 {
+                return Err(WasiErrno::IO);
+            }
+            Ok(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+        }
+        _ => Err(WasiErrno::INVAL),
+    }
+}
+
+fn monotonic() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+fn random(buf: &mut [u8]) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is a valid writable buffer of `rest.len()` bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(WasiErrno::IO);
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+// ---- descriptors -----------------------------------------------------------------------------
+
+/// The kernel descriptor of directory `fd`, the start of a path call.
+fn dir(x: &mut Ctx, fd: u32) -> Result<Fd> {
+    let f = x.fds.file(fd)?;
+    if f.filetype != filetype::DIRECTORY {
+        return Err(WasiErrno::NOTDIR);
+    }
+    Ok(f.fd)
+}
+
+fn follows(lookupflags: u32) -> bool {
+    lookupflags & abi::LOOKUP_SYMLINK_FOLLOW != 0
+}
+
+fn fd_allocate(x: &mut Ctx, fd: u32, off: u64, len: u64) -> Result<()> {
+    let kfd = x.fds.file(fd)?.fd;
+    x.process.fallocate(kfd, false, off, len).map_err(Into::into)
+}
+
+fn fd_close(x: &mut Ctx, fd: u32) -> Result<()> {
+    match x.fds.remove(fd)? {
+        Entry::File(f) => x.process.close(f.fd).map_err(Into::into),
+        Entry::Stdio(_) => Ok(()),
+    }
+}
+
+fn fd_sync(x: &mut Ctx, fd: u32) -> Result<()> {
+    match x.fds.get(fd)? {
+        Entry::File(f) => x.process.fsync(f.fd).map_err(Into::into),
+        Entry::Stdio(1) => x.stdio.stdout.flush().map_err(|_| WasiErrno::IO),
+        Entry::Stdio(2) => x.stdio.stderr.flush().map_err(|_| WasiErrno::IO),
+        Entry::Stdio(_) => Ok(()),
+    }
+}
+
+fn fd_fdstat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<()> {
+    let (kind, flags, base) = match x.fds.get(fd)? {
+        Entry::File(f) => (f.filetype, if f.append { fdflags::APPEND } else { 0 }, rights::ALL),
+        Entry::Stdio(i) => {
+            // wasi-libc's isatty: a character device without the seek and tell rights.
+            let seekable = if x.stdio.tty[*i as usize] {
+                0
+            } else {
+                rights::FD_SEEK | rights::FD_TELL
+            };
+            let rw = if *i == 0 { rights::FD_READ } else { rights::FD_WRITE };
+            (filetype::CHARACTER_DEVICE, 0, rw | seekable)
+        }
+    };
+    g.bytes_mut(out, abi::FDSTAT_SIZE)?.fill(0);
+    g.put_u8(out, kind)?;
+    g.put_u16(out + 2, flags)?;
+    g.put_u64(out + 8, base)?;
+    g.put_u64(out + 16, base)
+}
+
+fn fd_fdstat_set_flags(x: &mut Ctx, fd: u32, flags: u32) -> Result<()> {
+    let f = x.fds.file(fd)?;
+    f.append = flags as u16 & fdflags::APPEND != 0;
+    Ok(())
+}
+
+fn put_filestat(g: &mut Guest<'_>, out: u32, st: &vino_fs::Stat) -> Result<()> {
+    g.bytes_mut(out, abi::FILESTAT_SIZE)?.fill(0);
+    g.put_u64(out, 1)?; // one device: the VINO file system
+    g.put_u64(out + 8, st.ino)?;
+    g.put_u8(out + 16, abi::filetype_of(st.kind))?;
+    g.put_u64(out + 24, u64::from(st.nlink))?;
+    g.put_u64(out + 32, st.size)?;
+    g.put_u64(out + 40, st.atime_ns)?;
+    g.put_u64(out + 48, st.mtime_ns)?;
+    g.put_u64(out + 56, st.ctime_ns)
+}
+
+fn fd_filestat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<()> {
+    match x.fds.get(fd)? {
+        Entry::File(f) => {
+            let st = x.process.fstat(f.fd)?;
+            put_filestat(g, out, &st)
+        }
+        Entry::Stdio(_) => {
+            g.bytes_mut(out, abi::FILESTAT_SIZE)?.fill(0);
+            g.put_u8(out + 16, filetype::CHARACTER_DEVICE)
+        }
+    }
+}
+
+fn fd_filestat_set_size(x: &mut Ctx, fd: u32, size: u64) -> Result<()> {
+    let kfd = x.fds.file(fd)?.fd;
+    x.process.ftruncate(kfd, size).map_err(Into::into)
+}
+
+/// The timestamps `fst_flags` asks to set.
+fn times(atim: u64, mtim: u64, fst: u32) -> Result<Attrs> {
+    let fst = fst as u16;
+    let pick = |set: u16, now: u16, at: u64| match (fst & set != 0, fst & now != 0) {
+        (true, true) => Err(WasiErrno::INVAL),
+        (true, false) => Ok(SetTime::At(at)),
+        (false, true) => Ok(SetTime::Now),
+        (false, false) => Ok(SetTime::Omit),
+    };
+    Ok(Attrs {
+        atime: pick(fstflags::ATIM, fstflags::ATIM_NOW, atim)?,
+        mtime: pick(fstflags::MTIM, fstflags::MTIM_NOW, mtim)?,
+        ..Default::default()
+    })
+}
+
+fn fd_filestat_set_times(x: &mut Ctx, fd: u32, atim: u64, mtim: u64, fst: u32) -> Result<()> {
+    let kfd = x.fds.file(fd)?.fd;
+    x.process.fsetattr(kfd, &times(atim, mtim, fst)?)?;
+    Ok(())
+}
+
+/// Reads into the iovecs from `off` on, stopping at the first short read: the bytes read.
+fn pread_iovs(g: &mut Guest<'_>, x: &Ctx, kfd: Fd, iovs: u32, n: u32, off: u64) -> Result<u64> {
+    let mut done = 0u64;
+    for (buf, len) in g.iovecs(iovs, n)? {
+        let got = x.process.pread(kfd, g.bytes_mut(buf, len)?, off + done)?;
+        done += got as u64;
+        if got < len as usize {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Writes the iovecs at `off` on: the bytes written.
+fn pwrite_iovs(g: &Guest<'_>, x: &Ctx, kfd: Fd, iovs: u32, n: u32, off: u64) -> Result<u64> {
+    let mut done = 0u64;
+    for (buf, len) in g.iovecs(iovs, n)? {
+        let put = x.process.pwrite(kfd, g.bytes(buf, len)?, off + done)?;
+        done += put as u64;
+        if put < len as usize {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+fn fd_pread(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, off: u64, out: u32) -> Result<()> {
+    let kfd = seekable(x, fd)?.fd;
+    let done = pread_iovs(g, x, kfd, iovs, n, off)?;
+    g.put_u32(out, done as u32)
+}
+
+fn fd_pwrite(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, off: u64, out: u32) -> Result<()> {
+    let kfd = seekable(x, fd)?.fd;
+    let done = pwrite_iovs(g, x, kfd, iovs, n, off)?;
+    g.put_u32(out, done as u32)
+}
+
+/// A file with a position (`ESPIPE` for the standard streams, `EISDIR` for a directory).
+fn seekable(x: &mut Ctx, fd: u32) -> Result<&mut File> {
+    match x.fds.get_mut(fd)? {
+        Entry::Stdio(_) => Err(WasiErrno::SPIPE),
+        Entry::File(f) if f.filetype == filetype::DIRECTORY => Err(WasiErrno::ISDIR),
+        Entry::File(f) => Ok(f),
+    }
+}
+
+fn fd_prestat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<()> {
+    // wasi-libc asks for descriptors 3, 4, ... until EBADF: that ends its list of preopens.
+    let Ok(Entry::File(File {
+        preopen: Some(name), ..
+    })) = x.fds.get(fd)
+    else {
+        return Err(WasiErrno::BADF);
+    };
+    g.put_u32(out, 0)?; // tag: a directory
+    g.put_u32(out + 4, name.len() as u32)
+}
+
+fn fd_prestat_dir_name(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, path: u32, len: u32) -> Result<()> {
+    let Ok(Entry::File(File {
+        preopen: Some(name), ..
+    })) = x.fds.get(fd)
+    else {
+        return Err(WasiErrno::BADF);
+    };
+    if (len as usize) < name.len() {
+        return Err(WasiErrno::NAMETOOLONG);
+    }
+    g.put(path, name)
+}
+
+fn fd_read(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32) -> Result<()> {
+    let done = match x.fds.get(fd)? {
+        Entry::Stdio(0) => {
+            // One read of the stream into the first buffer with room, as a pipe read returns.
+            let Some((buf, len)) = g.iovecs(iovs, n)?.into_iter().find(|&(_, len)| len > 0) else {
+                return g.put_u32(out, 0);
+            };
+            let got = x.stdio.stdin.read(g.bytes_mut(buf, len)?).map_err(|_| WasiErrno::IO)?;
+            got as u64
+        }
+        Entry::Stdio(_) => return Err(WasiErrno::BADF),
+        Entry::File(f) if f.filetype == filetype::DIRECTORY => return Err(WasiErrno::ISDIR),
+        Entry::File(f) => {
+            let (kfd, pos) = (f.fd, f.pos);
+            let done = pread_iovs(g, x, kfd, iovs, n, pos)?;
+            x.fds.file(fd)?.pos += done;
+            done
+        }
+    };
+    g.put_u32(out, done as u32)
+}
+
+fn fd_write(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32) -> Result<()> {
+    let done = match x.fds.get(fd)? {
+        &Entry::Stdio(i @ (1 | 2)) => {
+            let stream = if i == 1 {
+                &mut x.stdio.stdout
+            } else {
+                &mut x.stdio.stderr
+            };
+            let mut done = 0u64;
+            for (buf, len) in g.iovecs(iovs, n)? {
+                stream.write_all(g.bytes(buf, len)?).map_err(|_| WasiErrno::IO)?;
+                done += u64::from(len);
+            }
+            done
+        }
+        Entry::Stdio(_) => return Err(WasiErrno::BADF),
+        Entry::File(f) if f.filetype == filetype::DIRECTORY => return Err(WasiErrno::ISDIR),
+        Entry::File(f) => {
+            let (kfd, append) = (f.fd, f.append);
+            // An append goes at the end as it is now (one process's appends stay in order).
+            let pos = if append { x.process.fstat(kfd)?.size } else { f.pos };
+            let done = pwrite_iovs(g, x, kfd, iovs, n, pos)?;
+            x.fds.file(fd)?.pos = pos + done;
+            done
+        }
+    };
+    g.put_u32(out, done as u32)
+}
+
+/// Directory entries from `cookie` on (a cookie is an entry's index; "." and ".." first), as
+/// many as fit, the last one cut short if it does not: the caller then asks again with a
+/// larger buffer, as the specification has it.
+fn fd_readdir(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, buf: u32, len: u32, cookie: u64, out: u32) -> Result<()> {
+    let f = x.fds.file(fd)?;
+    if f.filetype != filetype::DIRECTORY {
+        return Err(WasiErrno::NOTDIR);
+    }
+    let kfd = f.fd;
+    let me = x.process.fstat(kfd)?;
+    let mut entries: Vec<(Vec<u8>, u64, u8)> = vec![
+        (b".".to_vec(), me.ino, filetype::DIRECTORY),
+        (b"..".to_vec(), 0, filetype::DIRECTORY),
+    ];
+    for e in x.process.readdir_fd(kfd)? {
+        if e.name != b"." && e.name != b".." {
+            entries.push((e.name, e.ino, abi::filetype_of(e.kind)));
+        }
+    }
+    let region = g.bytes_mut(buf, len)?;
+    let mut used = 0usize;
+    for (i, (name, ino, kind)) in entries.iter().enumerate().skip(cookie.min(usize::MAX as u64) as usize) {
+        let mut rec = Vec::with_capacity(abi::DIRENT_SIZE as usize + name.len());
+        rec.extend_from_slice(&(i as u64 + 1).to_le_bytes());
+        rec.extend_from_slice(&ino.to_le_bytes());
+        rec.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&[*kind, 0, 0, 0]);
+        rec.extend_from_slice(name);
+        let n = rec.len().min(region.len() - used);
+        region[used..used + n].copy_from_slice(&rec[..n]);
+        used += n;
+        if used == region.len() {
+            break;
+        }
+    }
+    g.put_u32(out, used as u32)
+}
+
+fn fd_renumber(x: &mut Ctx, from: u32, to: u32) -> Result<()> {
+    if let Some(Entry::File(old)) = x.fds.renumber(from, to)? {
+        x.process.close(old.fd)?;
+    }
+    Ok(())
+}
+
+fn fd_seek(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, off: i64, wh: u32, out: u32) -> Result<()> {
+    let (kfd, pos) = {
+        let f = seekable(x, fd)?;
+        (f.fd, f.pos)
+    };
+    let base = match wh as u8 {
+        whence::SET => 0,
+        whence::CUR => pos,
+        whence::END => x.process.fstat(kfd)?.size,
+        _ => return Err(WasiErrno::INVAL),
+    };
+    let new = i128::from(base) + i128::from(off);
+    let new = u64::try_from(new)
+        .ok()
+        .filter(|&n| n <= i64::MAX as u64)
+        .ok_or(WasiErrno::INVAL)?;
+    x.fds.file(fd)?.pos = new;
+    g.put_u64(out, new)
+}
+
+fn path_open(x: &mut Ctx, fd: u32, dirflags: u32, path: &[u8], of: u16, base: u64, fdf: u16) -> Result<u32> {
+    let dir = dir(x, fd)?;
+    let directory = of & oflags::DIRECTORY != 0;
+    let write = !directory && base & (rights::FD_WRITE | rights::FD_ALLOCATE | rights::FD_FILESTAT_SET_SIZE) != 0;
+    let flags = OpenFlags {
+        read: base & (rights::FD_READ | rights::FD_READDIR) != 0 || !write,
+        write,
+        create: of & oflags::CREAT != 0,
+        exclusive: of & oflags::EXCL != 0,
+        truncate: of & oflags::TRUNC != 0,
+        append: false,
+        nofollow: !follows(dirflags),
+        directory,
+        mode: 0o644,
+    };
+    let kfd = match x.process.open_at(At::Fd(dir), path, flags) {
+        // A directory opened for reading without O_DIRECTORY (open(dir, O_RDONLY)): as one.
+        Err(e) if e.errno == vino_kernel::Errno::IsDir && !write => x.process.open_at(
+            At::Fd(dir),
+            path,
+            OpenFlags {
+                directory: true,
+                create: false,
+                truncate: false,
+                ..flags
+            },
+        )?,
+        other => other?,
+    };
+    let kind = match x.process.fstat(kfd) {
+        Ok(st) => abi::filetype_of(st.kind),
+        Err(e) => {
+            let _ = x.process.close(kfd);
+            return Err(e.into());
+        }
+    };
+    let entry = Entry::File(File {
+        fd: kfd,
+        pos: 0,
+        append: fdf & fdflags::APPEND != 0,
+        filetype: kind,
+        preopen: None,
+    });
+    x.fds.insert(entry).inspect_err(|_| {
+        let _ = x.process.close(kfd);
+    })
+}
+
+// ---- waiting ---------------------------------------------------------------------------------
+
+/// Clock subscriptions sleep (the earliest one decides); descriptor subscriptions are ready at
+/// once (files never block; the standard input is reported readable and its read may wait).
+fn poll_oneoff(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, events: u32, n: u32, out: u32) -> Result<()> {
+    if n == 0 {
+        return Err(WasiErrno::INVAL);
+    }
+    if n > 4096 {
+        return Err(WasiErrno::TOOBIG);
+    }
+    let start = monotonic();
+    let mut clocks: Vec<(u64, u64)> = Vec::new(); // (userdata, deadline on the monotonic clock)
+    let mut ready: Vec<(u64, u8)> = Vec::new();
+    for i in 0..n {
+        let s = subs.checked_add(i * abi::SUBSCRIPTION_SIZE).ok_or(WasiErrno::FAULT)?;
+        g.bytes(s, abi::SUBSCRIPTION_SIZE)?;
+        let (userdata, tag) = (g.u64(s)?, g.u8(s + 8)?);
+        match tag {
+            event::CLOCK => {
+                let (id, timeout, flags) = (g.u32(s + 16)?, g.u64(s + 24)?, g.u16(s + 40)?);
+                let deadline = if flags & event::SUBSCRIPTION_CLOCK_ABSTIME != 0 {
+                    let clock_now = now(id)?;
+                    start.saturating_add(timeout.saturating_sub(clock_now))
+                } else {
+                    now(id)?;
+                    start.saturating_add(timeout)
+                };
+                clocks.push((userdata, deadline));
+            }
+            event::FD_READ | event::FD_WRITE => {
+                x.fds.get(g.u32(s + 16)?)?;
+                ready.push((userdata, tag));
+            }
+            _ => return Err(WasiErrno::INVAL),
+        }
+    }
+    if ready.is_empty() {
+        let until = clocks.iter().map(|c| c.1).min().unwrap_or(start);
+        // In slices, so that a kill ends the sleep.
+        loop {
+            let t = monotonic();
+            if t >= until {
+                break;
+            }
+            if x.killed.load(Ordering::SeqCst) {
+                return Err(WasiErrno::INTR);
+            }
+            std::thread::sleep(Duration::from_nanos((until - t).min(10_000_000)));
+        }
+        let t = monotonic();
+        ready.extend(clocks.iter().filter(|c| c.1 <= t).map(|c| (c.0, event::CLOCK)));
+    }
+    for (i, (userdata, tag)) in ready.iter().enumerate() {
+        let e = events.checked_add(i as u32 * abi::EVENT_SIZE).ok_or(WasiErrno::FAULT)?;
+        g.bytes_mut(e, abi::EVENT_SIZE)?.fill(0);
+        g.put_u64(e, *userdata)?;
+        g.put_u8(e + 10, *tag)?;
+    }
+    g.put_u32(out, ready.len() as u32)
+}

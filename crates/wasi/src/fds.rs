@@ -1,0 +1,107 @@
+//! A VINO process's descriptor table: WASI descriptors onto the kernel's open files, with the
+//! file position kept here (reads and writes go to the kernel as `pread`/`pwrite` at it, except
+//! appends, which the kernel places at the end itself). Descriptors 0-2 are the standard
+//! streams the runner was given; the preopened directories follow.
+
+use crate::abi::WasiErrno;
+use vino_kernel::Fd;
+
+/// What a WASI descriptor stands for.
+pub enum Entry {
+    /// 0, 1, 2: the runner's streams.
+    Stdio(u8),
+    File(File),
+}
+
+/// A kernel file open for the program.
+pub struct File {
+    pub fd: Fd,
+    pub pos: u64,
+    pub append: bool,
+    /// WASI's file type, found at open.
+    pub filetype: u8,
+    /// For a preopened directory: the name the program sees it by.
+    pub preopen: Option<Vec<u8>>,
+}
+
+/// Most descriptors a process has open at once (the kernel limits its own opens too).
+pub const FDS_MAX: usize = 4096;
+
+#[derive(Default)]
+pub struct FdTable {
+    slots: Vec<Option<Entry>>,
+}
+
+impl FdTable {
+    pub fn with_stdio() -> FdTable {
+        FdTable {
+            slots: (0..3).map(|i| Some(Entry::Stdio(i))).collect(),
+        }
+    }
+
+    /// Puts `e` at the lowest free descriptor.
+    pub fn insert(&mut self, e: Entry) -> Result<u32, WasiErrno> {
+        let n = match self.slots.iter().position(Option::is_none) {
+            Some(n) => n,
+            None if self.slots.len() < FDS_MAX => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+            None => return Err(WasiErrno::MFILE),
+        };
+        self.slots[n] = Some(e);
+        Ok(n as u32)
+    }
+
+    pub fn get(&self, fd: u32) -> Result<&Entry, WasiErrno> {
+        self.slots
+            .get(fd as usize)
+            .and_then(Option::as_ref)
+            .ok_or(WasiErrno::BADF)
+    }
+
+    pub fn get_mut(&mut self, fd: u32) -> Result<&mut Entry, WasiErrno> {
+        self.slots
+            .get_mut(fd as usize)
+            .and_then(Option::as_mut)
+            .ok_or(WasiErrno::BADF)
+    }
+
+    /// The kernel file behind `fd` (`EBADF` for the standard streams' calls that need one).
+    pub fn file(&mut self, fd: u32) -> Result<&mut File, WasiErrno> {
+        match self.get_mut(fd)? {
+            Entry::File(f) => Ok(f),
+            Entry::Stdio(_) => Err(WasiErrno::BADF),
+        }
+    }
+
+    pub fn remove(&mut self, fd: u32) -> Result<Entry, WasiErrno> {
+        self.slots
+            .get_mut(fd as usize)
+            .and_then(Option::take)
+            .ok_or(WasiErrno::BADF)
+    }
+
+    /// Moves `from` to `to`, returning what `to` held (for the caller to close).
+    pub fn renumber(&mut self, from: u32, to: u32) -> Result<Option<Entry>, WasiErrno> {
+        self.get(from)?;
+        self.get(to)?;
+        if from == to {
+            return Ok(None);
+        }
+        let e = self.remove(from)?;
+        Ok(self.slots[to as usize].replace(e))
+    }
+
+    /// Every kernel descriptor still open, for the process's exit.
+    pub fn drain(&mut self) -> Vec<Fd> {
+        self.slots
+            .drain(..)
+            .flatten()
+            .filter_map(|e| match e {
+                Entry::File(f) => Some(f.fd),
+                Entry::Stdio(_) => None,
+            })
+            .collect()
+    }
+}

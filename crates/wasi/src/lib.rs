@@ -1,0 +1,255 @@
+//! VINO processes: programs compiled to WebAssembly against WASI preview 1 (as `clang
+//! --target=wasm32-wasi` and wasi-libc build them) run inside the kernel, and their system
+//! calls are the kernel's own: each WASI call is a function call into [`vino_kernel::Process`],
+//! with the process's credentials and permissions, through VINO's page cache, file system,
+//! events and grafts. Not wasmtime-wasi on the host's files: the host is reached only through
+//! the three standard streams the runner hands over.
+//!
+//! A program is compiled once ([`Program::compile`], its size checked first) and run as a
+//! kernel process ([`Program::run`]): descriptors 0-2 are the runner's streams, descriptor 3
+//! the file system's root, preopened as `/` (wasi-libc resolves every path against it). The
+//! process exits with the program: its files are closed and its grafts unloaded, whether it
+//! returned, called `exit`, trapped or was killed ([`KillSwitch`]).
+//!
+//! A bad pointer or length from the program is `EFAULT` to it (see `guest`); a call WASI has
+//! but VINO does not serve (sockets, signals) is `ENOTSUP`/`ENOSYS`.
+
+mod abi;
+mod calls;
+mod fds;
+mod guest;
+
+pub use abi::{MODULE, WasiErrno};
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use vino_kernel::{Credentials, Kernel};
+use wasmtime::{Config, Engine, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Trap};
+
+/// Bounds on one program (larger than a graft's: a real program has thousands of functions).
+#[derive(Debug, Clone, Copy)]
+pub struct ProgramLimits {
+    /// Largest module accepted, checked before compiling.
+    pub module_bytes: usize,
+    /// Largest linear memory the program may grow to.
+    pub memory_bytes: usize,
+}
+
+impl Default for ProgramLimits {
+    fn default() -> Self {
+        ProgramLimits {
+            module_bytes: 64 << 20,
+            memory_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Why a program did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the module is {size} bytes, more than the {max} a program may be")]
+    TooLarge { size: usize, max: usize },
+    #[error("not a program VINO can run: {0}")]
+    Invalid(String),
+}
+
+/// How a program ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// It returned from `main` (0) or called `exit(code)`.
+    Code(u32),
+    /// It trapped (out-of-bounds access, unreachable, stack overflow, memory limit...).
+    Trap(String),
+    /// Its [`KillSwitch`] was thrown.
+    Killed,
+}
+
+impl Exit {
+    /// The status a shell would see: the code, 134 for a trap (as an abort), 137 if killed.
+    pub fn status(&self) -> i32 {
+        match self {
+            Exit::Code(c) => (*c & 0xff) as i32,
+            Exit::Trap(_) => 134,
+            Exit::Killed => 137,
+        }
+    }
+}
+
+/// The streams a program's descriptors 0, 1 and 2 stand for.
+pub struct Stdio {
+    pub stdin: Box<dyn Read + Send>,
+    pub stdout: Box<dyn Write + Send>,
+    pub stderr: Box<dyn Write + Send>,
+    /// Whether each is a terminal (the program's `isatty`, hence its buffering).
+    pub tty: [bool; 3],
+}
+
+impl Stdio {
+    /// The runner's own standard streams.
+    pub fn inherit() -> Stdio {
+        // SAFETY: isatty only inspects the descriptor number.
+        let tty = |fd| unsafe { libc::isatty(fd) == 1 };
+        Stdio {
+            stdin: Box::new(std::io::stdin()),
+            stdout: Box::new(std::io::stdout()),
+            stderr: Box::new(std::io::stderr()),
+            tty: [tty(0), tty(1), tty(2)],
+        }
+    }
+}
+
+/// Stops a running program at its next loop or call (an epoch interrupt), or at once if it is
+/// asleep in `poll_oneoff`.
+#[derive(Clone)]
+pub struct KillSwitch {
+    engine: Engine,
+    killed: Arc<AtomicBool>,
+}
+
+impl KillSwitch {
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        self.engine.increment_epoch();
+    }
+}
+
+/// A compiled program.
+pub struct Program {
+    engine: Engine,
+    module: Module,
+    limits: ProgramLimits,
+    killed: Arc<AtomicBool>,
+}
+
+/// What a process's system calls work on.
+pub(crate) struct Ctx {
+    pub process: Arc<vino_kernel::Process>,
+    pub fds: fds::FdTable,
+    pub args: Vec<Vec<u8>>,
+    pub env: Vec<Vec<u8>>,
+    pub stdio: Stdio,
+    pub killed: Arc<AtomicBool>,
+    limits: StoreLimits,
+}
+
+impl Program {
+    /// Checks and compiles `wasm` (binary or text format).
+    pub fn compile(wasm: &[u8], limits: ProgramLimits) -> Result<Program, RunError> {
+        if wasm.len() > limits.module_bytes {
+            return Err(RunError::TooLarge {
+                size: wasm.len(),
+                max: limits.module_bytes,
+            });
+        }
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(|e| RunError::Invalid(e.to_string()))?;
+        let module = Module::new(&engine, wasm).map_err(|e| RunError::Invalid(format!("{e:#}")))?;
+        if module.get_export("_start").is_none() {
+            return Err(RunError::Invalid(
+                "no `_start` export: build it as a command (crt1-command)".into(),
+            ));
+        }
+        Ok(Program {
+            engine,
+            module,
+            limits,
+            killed: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    pub fn kill_switch(&self) -> KillSwitch {
+        KillSwitch {
+            engine: self.engine.clone(),
+            killed: self.killed.clone(),
+        }
+    }
+
+    /// Runs the program as a new kernel process with `cred`, `args` (the first is its name) and
+    /// `env` (`NAME=value`), until it ends. The process exits when it does.
+    pub fn run(
+        &self,
+        kernel: &Arc<Kernel>,
+        cred: Credentials,
+        args: Vec<Vec<u8>>,
+        env: Vec<Vec<u8>>,
+        stdio: Stdio,
+    ) -> Result<Exit, RunError> {
+        let process = kernel.spawn(cred);
+        let pid = process.pid();
+        let result = self.run_as(process, args, env, stdio);
+        kernel.exit(pid);
+        result
+    }
+
+    fn run_as(
+        &self,
+        process: Arc<vino_kernel::Process>,
+        args: Vec<Vec<u8>>,
+        env: Vec<Vec<u8>>,
+        stdio: Stdio,
+    ) -> Result<Exit, RunError> {
+        let mut fds = fds::FdTable::with_stdio();
+        let root = process
+            .open_at(vino_kernel::At::Root, "/", vino_kernel::OpenFlags::directory())
+            .map_err(|e| RunError::Invalid(format!("opening the root directory: {e}")))?;
+        fds.insert(fds::Entry::File(fds::File {
+            fd: root,
+            pos: 0,
+            append: false,
+            filetype: abi::filetype::DIRECTORY,
+            preopen: Some(b"/".to_vec()),
+        }))
+        .expect("an empty table has room");
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(self.limits.memory_bytes)
+            .instances(1)
+            .memories(1)
+            .tables(4)
+            .table_elements(1 << 20)
+            .build();
+        let ctx = Ctx {
+            process: process.clone(),
+            fds,
+            args,
+            env,
+            stdio,
+            killed: self.killed.clone(),
+            limits,
+        };
+        let mut store = Store::new(&self.engine, ctx);
+        store.limiter(|c| &mut c.limits);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_trap();
+        let mut linker = Linker::new(&self.engine);
+        calls::define(&mut linker).map_err(|e| RunError::Invalid(e.to_string()))?;
+        let outcome = linker
+            .instantiate(&mut store, &self.module)
+            .map_err(|e| RunError::Invalid(format!("{e:#}")))
+            .and_then(|instance| {
+                let start = instance
+                    .get_typed_func::<(), ()>(&mut store, "_start")
+                    .map_err(|e| RunError::Invalid(format!("`_start`: {e}")))?;
+                Ok(start.call(&mut store, ()))
+            });
+        let ctx = store.data_mut();
+        let _ = ctx.stdio.stdout.flush();
+        let _ = ctx.stdio.stderr.flush();
+        for fd in ctx.fds.drain() {
+            let _ = process.close(fd);
+        }
+        Ok(match outcome? {
+            Ok(()) => Exit::Code(0),
+            Err(e) => {
+                if let Some(calls::ProcExit(code)) = e.downcast_ref::<calls::ProcExit>() {
+                    Exit::Code(*code)
+                } else if self.killed.load(Ordering::SeqCst) || e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                    Exit::Killed
+                } else {
+                    Exit::Trap(format!("{e:#}"))
+                }
+            }
+        })
+    }
+}

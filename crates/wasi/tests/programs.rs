@@ -1,0 +1,341 @@
+//! VINO processes: real C programs built with clang for wasm32-wasi run on the kernel, and
+//! hostile modules (bad pointers, loops, memory hogs) end as errors or traps, never as faults.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use vino_blockdev::{BlockDevice, MemDevice};
+use vino_fs::{MkfsOptions, mkfs};
+use vino_kernel::{Credentials, Kernel, KernelConfig};
+use vino_wasi::{Exit, Program, ProgramLimits, Stdio};
+
+struct Booted {
+    dev: Arc<MemDevice>,
+    kernel: Arc<Kernel>,
+}
+
+fn boot() -> Booted {
+    let dev = Arc::new(MemDevice::new(16384));
+    mkfs(&*dev, &MkfsOptions::default()).unwrap();
+    let config = KernelConfig {
+        cache_frames: 512,
+        writeback_every: None,
+        ..KernelConfig::default()
+    };
+    let kernel = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
+    Booted { dev, kernel }
+}
+
+impl Booted {
+    /// Shuts the kernel down and checks the image.
+    fn fsck(self) {
+        self.kernel.shutdown().unwrap();
+        let report = vino_fs::fsck(&*self.dev, false).unwrap();
+        assert!(report.is_clean(), "{report:?}");
+    }
+}
+
+/// Builds `tests/programs/<name>.c` for wasm32-wasi (wasi-libc, as scripts/setup.sh installs).
+fn build(name: &str) -> Vec<u8> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
+    let dir = tempfile::tempdir().unwrap();
+    let out: PathBuf = dir.path().join(format!("{name}.wasm"));
+    if let Err(e) = vino_sdk::build_program(&[src], &out, &Default::default()) {
+        panic!("building {name}.c (needs Debian's wasi-libc and libclang-rt-dev-wasm32): {e}");
+    }
+    std::fs::read(out).unwrap()
+}
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn bytes(&self) -> Vec<u8> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+struct Run {
+    exit: Exit,
+    /// The standard output as it came, and as text.
+    raw: Vec<u8>,
+    out: String,
+    err: String,
+}
+
+fn run_as(k: &Arc<Kernel>, wasm: &[u8], cred: Credentials, args: &[&str], stdin: &[u8]) -> Run {
+    let program = Program::compile(wasm, ProgramLimits::default()).unwrap();
+    run_program(k, &program, cred, args, stdin)
+}
+
+fn run_program(k: &Arc<Kernel>, program: &Program, cred: Credentials, args: &[&str], stdin: &[u8]) -> Run {
+    let (out, err) = (Captured::default(), Captured::default());
+    let stdio = Stdio {
+        stdin: Box::new(std::io::Cursor::new(stdin.to_vec())),
+        stdout: Box::new(out.clone()),
+        stderr: Box::new(err.clone()),
+        tty: [false; 3],
+    };
+    let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let env = vec![b"GREETING=hello".to_vec()];
+    let exit = program.run(k, cred, args, env, stdio).unwrap();
+    let raw = out.bytes();
+    Run {
+        exit,
+        out: String::from_utf8_lossy(&raw).into_owned(),
+        raw,
+        err: String::from_utf8_lossy(&err.bytes()).into_owned(),
+    }
+}
+
+/// Every process has exited and closed every file: nothing held after a program ends.
+fn assert_nothing_held(k: &Kernel) {
+    assert!(k.processes().is_empty(), "a process outlived its program");
+    assert_eq!(k.referenced_inodes(), 0, "a file stayed open");
+}
+
+#[test]
+fn a_c_program_does_file_work_through_the_kernel() {
+    let b = boot();
+    let k = &b.kernel;
+    let r = run_as(k, &build("files"), Credentials::root(), &["files", "one", "two"], b"");
+    assert_eq!(r.exit, Exit::Code(0), "stdout:\n{}\nstderr:\n{}", r.out, r.err);
+    assert!(r.out.contains("argc 3 [files] [one] [two]"), "{}", r.out);
+    assert!(r.out.contains("env hello"), "{}", r.out);
+    assert!(r.out.contains("size 98890"), "{}", r.out);
+    assert!(r.out.contains("at 70: line 10"), "{}", r.out);
+    assert!(
+        r.out.contains("entry b.txt") && r.out.contains("entry link"),
+        "{}",
+        r.out
+    );
+    assert_nothing_held(k);
+    b.fsck();
+}
+
+#[test]
+fn standard_streams_and_files_round_trip_and_permissions_hold() {
+    let b = boot();
+    let k = &b.kernel;
+    let copy = build("copy");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let r = run_as(k, &copy, Credentials::root(), &["copy", "-", "/data"], &data);
+    assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+    let r = run_as(k, &copy, Credentials::root(), &["copy", "/data", "-"], b"");
+    assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+    assert!(r.raw == data, "the file came back as it went in");
+
+    // Root's private file: another user's program is refused by the kernel, with the errno.
+    let root = k.spawn(Credentials::root());
+    let fd = root.open("/secret", vino_kernel::OpenFlags::create()).unwrap();
+    root.write(fd, b"root only").unwrap();
+    root.close(fd).unwrap();
+    root.chmod("/secret", 0o600).unwrap();
+    k.exit(root.pid());
+    let user = Credentials::user(1000, 1000);
+    let r = run_as(k, &copy, user.clone(), &["copy", "/secret", "-"], b"");
+    assert_eq!(r.exit, Exit::Code(1));
+    assert!(r.err.contains("/secret: Permission denied"), "{}", r.err);
+    assert!(r.out.is_empty());
+    let r = run_as(k, &copy, user, &["copy", "-", "/mine"], b"x");
+    assert!(
+        r.err.contains("/mine: Permission denied"),
+        "the root directory is root's: {}",
+        r.err
+    );
+    assert_nothing_held(k);
+    b.fsck();
+}
+
+/// A module in the text format calling WASI directly.
+fn wat(body: &str) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $path_open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 100) "hello")
+  {body})"#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn bad_pointers_are_efault_to_the_program_and_nothing_else() {
+    let b = boot();
+    let k = &b.kernel;
+    // An iovec array past the end of memory; then one whose buffer runs past it; then a path
+    // whose length runs past it; each call's errno is passed to exit in turn.
+    let m = wat(r#"(func (export "_start")
+    (if (i32.ne (call $fd_write (i32.const 1) (i32.const 65532) (i32.const 1) (i32.const 0)) (i32.const 21))
+      (then (call $exit (i32.const 1))))
+    (i32.store (i32.const 0) (i32.const 65000))
+    (i32.store (i32.const 4) (i32.const 1000))
+    (if (i32.ne (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)) (i32.const 21))
+      (then (call $exit (i32.const 2))))
+    (if (i32.ne (call $path_open (i32.const 3) (i32.const 1) (i32.const 65530) (i32.const 100)
+                  (i32.const 0) (i64.const 2) (i64.const 0) (i32.const 0) (i32.const 8)) (i32.const 21))
+      (then (call $exit (i32.const 3))))
+    (if (i32.ne (call $fd_write (i32.const 77) (i32.const 0) (i32.const 1) (i32.const 8)) (i32.const 8))
+      (then (call $exit (i32.const 4))))
+    (call $exit (i32.const 42)))"#);
+    let r = run_as(k, &m, Credentials::root(), &["bad"], b"");
+    assert_eq!(r.exit, Exit::Code(42), "{}", r.err);
+    assert!(r.out.is_empty());
+    assert_nothing_held(k);
+}
+
+#[test]
+fn traps_loops_and_memory_hogs_end_the_process_and_free_everything() {
+    let b = boot();
+    let k = &b.kernel;
+    // Opens a file (so the process holds one), then traps out of bounds.
+    let trap = wat(r#"(data (i32.const 200) "f")
+  (func (export "_start")
+    (drop (call $path_open (i32.const 3) (i32.const 1) (i32.const 200) (i32.const 1)
+            (i32.const 1) (i64.const 64) (i64.const 0) (i32.const 0) (i32.const 8)))
+    (drop (i32.load (i32.const 70000))))"#);
+    let r = run_as(k, &trap, Credentials::root(), &["trap"], b"");
+    assert!(
+        matches!(&r.exit, Exit::Trap(m) if m.contains("out of bounds")),
+        "{:?}",
+        r.exit
+    );
+    assert_eq!(r.exit.status(), 134);
+    assert_nothing_held(k);
+
+    // Grows memory past the limit: memory.grow fails (-1) and the program says so.
+    let hog = wat(r#"(func (export "_start")
+    (if (i32.eq (memory.grow (i32.const 2000)) (i32.const -1)) (then (call $exit (i32.const 7))))
+    (call $exit (i32.const 0)))"#);
+    let limits = ProgramLimits {
+        memory_bytes: 64 << 20,
+        ..ProgramLimits::default()
+    };
+    let program = Program::compile(&hog, limits).unwrap();
+    let r = run_program(k, &program, Credentials::root(), &["hog"], b"");
+    assert_eq!(r.exit, Exit::Code(7), "64 MiB allowed, 125 MiB asked");
+
+    // Loops forever until killed from another thread.
+    let spin = wat(r#"(func (export "_start") (loop (br 0)))"#);
+    let program = Program::compile(&spin, ProgramLimits::default()).unwrap();
+    let kill = program.kill_switch();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        kill.kill();
+    });
+    let r = run_program(k, &program, Credentials::root(), &["spin"], b"");
+    killer.join().unwrap();
+    assert_eq!(r.exit, Exit::Killed);
+    assert_nothing_held(k);
+    b.fsck();
+}
+
+#[test]
+fn a_sleeping_program_is_killed_at_once() {
+    let b = boot();
+    let program = Program::compile(&build("copy"), ProgramLimits::default()).unwrap();
+    let kill = program.kill_switch();
+    let started = std::time::Instant::now();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        kill.kill();
+    });
+    let r = run_program(
+        &b.kernel,
+        &program,
+        Credentials::root(),
+        &["copy", "--sleep", "100"],
+        b"",
+    );
+    assert_eq!(r.exit, Exit::Killed);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the sleep was cut short"
+    );
+    assert_nothing_held(&b.kernel);
+}
+
+#[test]
+fn modules_that_are_no_programs_are_refused_with_the_reason() {
+    let small = ProgramLimits {
+        module_bytes: 100,
+        ..ProgramLimits::default()
+    };
+    let big = wat(r#"(func (export "_start"))"#);
+    assert!(matches!(
+        Program::compile(&[0u8; 200], small),
+        Err(vino_wasi::RunError::TooLarge { size: 200, max: 100 })
+    ));
+    let e = Program::compile(b"\0asm garbage", ProgramLimits::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().starts_with("not a program VINO can run"), "{e}");
+    let library = wat::parse_str(r#"(module (memory (export "memory") 1))"#).unwrap();
+    let e = Program::compile(&library, ProgramLimits::default()).err().unwrap();
+    assert!(e.to_string().contains("_start"), "{e}");
+    let unknown = wat::parse_str(
+        r#"(module (import "env" "launch_missiles" (func)) (memory (export "memory") 1) (func (export "_start")))"#,
+    )
+    .unwrap();
+    let b = boot();
+    let program = Program::compile(&unknown, ProgramLimits::default()).unwrap();
+    let stdio = Stdio {
+        stdin: Box::new(std::io::empty()),
+        stdout: Box::new(std::io::sink()),
+        stderr: Box::new(std::io::sink()),
+        tty: [false; 3],
+    };
+    let e = program
+        .run(&b.kernel, Credentials::root(), vec![], vec![], stdio)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("launch_missiles"), "{e}");
+    assert_nothing_held(&b.kernel);
+    drop(big);
+}
+
+#[test]
+fn programs_run_side_by_side_on_one_kernel() {
+    let b = boot();
+    let program = Arc::new(Program::compile(&build("copy"), ProgramLimits::default()).unwrap());
+    let inputs: Vec<Vec<u8>> = (0..4u8)
+        .map(|i| (0..200_000u32).map(|j| (j as u8).wrapping_mul(i + 3)).collect())
+        .collect();
+    std::thread::scope(|s| {
+        for (i, data) in inputs.iter().enumerate() {
+            let (k, program) = (&b.kernel, &program);
+            s.spawn(move || {
+                let dst = format!("/c{i}");
+                for _ in 0..3 {
+                    let r = run_program(k, program, Credentials::root(), &["copy", "-", &dst], data);
+                    assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+                }
+            });
+        }
+    });
+    for (i, data) in inputs.iter().enumerate() {
+        let r = run_program(
+            &b.kernel,
+            &program,
+            Credentials::root(),
+            &["copy", &format!("/c{i}"), "-"],
+            b"",
+        );
+        assert!(r.raw == *data, "process {i}'s file");
+    }
+    assert_nothing_held(&b.kernel);
+    b.fsck();
+}
