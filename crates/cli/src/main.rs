@@ -121,12 +121,16 @@ enum Command {
         socket: Option<PathBuf>,
     },
     /// Build a program that runs as a VINO process (`vino run`): C sources compiled with clang
-    /// for wasm32-wasi and linked against wasi-libc.
+    /// for wasm32-wasi and linked against wasi-libc, or one of the real programs VINO ships.
     Build {
         /// The C sources.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "program", conflicts_with = "program")]
         sources: Vec<PathBuf>,
-        /// The program to write (default: the first source with .wasm).
+        /// A real program from crates' sources instead: sqlite3 (a shell over SQLite) or gzip
+        /// (gzip and gunzip over zlib; run it as gunzip.wasm to decompress).
+        #[arg(long)]
+        program: Option<String>,
+        /// The program to write (default: the first source, or the program's name, with .wasm).
         #[arg(short, long)]
         output: Option<PathBuf>,
         #[command(flatten)]
@@ -188,9 +192,22 @@ fn main() -> ExitCode {
             blocks_per_group,
             json,
         } => storage::run_mkfs(&image, size, blocks_per_group, json),
-        Command::Build { sources, output, flags } => flags.options().and_then(|opts| {
-            let output = output.unwrap_or_else(|| sources[0].with_extension("wasm"));
-            vino_sdk::build_program(&sources, &output, &opts)?;
+        Command::Build {
+            sources,
+            program,
+            output,
+            flags,
+        } => flags.options().and_then(|opts| {
+            match program {
+                Some(name) => {
+                    let output = output.unwrap_or_else(|| PathBuf::from(format!("{name}.wasm")));
+                    vino_sdk::programs::build_named(&name, &output, &opts)?;
+                }
+                None => {
+                    let output = output.unwrap_or_else(|| sources[0].with_extension("wasm"));
+                    vino_sdk::build_program(&sources, &output, &opts)?;
+                }
+            }
             Ok(())
         }),
         Command::Run {

@@ -100,6 +100,10 @@ pub enum BuildError {
     BadOutput { path: PathBuf },
     #[error("no example or hostile C graft named `{0}`")]
     UnknownExample(String),
+    #[error("no program named `{0}` (sqlite3, gzip)")]
+    UnknownProgram(String),
+    #[error("the sources of {what} are not in cargo's registry ({looked}): run `cargo fetch` in VINO's source tree")]
+    SourcesNotFound { what: String, looked: String },
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BuildError {

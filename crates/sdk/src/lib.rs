@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 mod clang;
+pub mod programs;
 pub mod wasm;
 
 pub use clang::{

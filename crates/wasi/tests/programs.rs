@@ -1,9 +1,10 @@
 //! VINO processes: real C programs built with clang for wasm32-wasi run on the kernel, and
 //! hostile modules (bad pointers, loops, memory hogs) end as errors or traps, never as faults.
 
-use std::io::Write;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use vino_blockdev::{BlockDevice, MemDevice};
 use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
@@ -46,25 +47,6 @@ fn build(name: &str) -> Vec<u8> {
     std::fs::read(out).unwrap()
 }
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn bytes(&self) -> Vec<u8> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
 struct Run {
     exit: Exit,
     /// The standard output as it came, and as text.
@@ -79,13 +61,7 @@ fn run_as(k: &Arc<Kernel>, wasm: &[u8], cred: Credentials, args: &[&str], stdin:
 }
 
 fn run_program(k: &Arc<Kernel>, program: &Program, cred: Credentials, args: &[&str], stdin: &[u8]) -> Run {
-    let (out, err) = (Captured::default(), Captured::default());
-    let stdio = Stdio {
-        stdin: Box::new(std::io::Cursor::new(stdin.to_vec())),
-        stdout: Box::new(out.clone()),
-        stderr: Box::new(err.clone()),
-        tty: [false; 3],
-    };
+    let (stdio, out, err) = common::stdio(stdin.to_vec());
     let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
     let env = vec![b"GREETING=hello".to_vec()];
     let exit = program.run(k, cred, args, env, stdio).unwrap();
@@ -94,7 +70,7 @@ fn run_program(k: &Arc<Kernel>, program: &Program, cred: Credentials, args: &[&s
         exit,
         out: String::from_utf8_lossy(&raw).into_owned(),
         raw,
-        err: String::from_utf8_lossy(&err.bytes()).into_owned(),
+        err: err.text(),
     }
 }
 

@@ -1,0 +1,99 @@
+//! Real programs that run as VINO processes (`vino run`), built for wasm32-wasi from sources
+//! that crates ship: SQLite's amalgamation from `libsqlite3-sys` under a small shell
+//! (`sdk/programs/sqlite3.c`), and zlib from `libz-sys` under gzip/gunzip
+//! (`sdk/programs/gzip.c`). The crates are this crate's dependencies for the wasi target only,
+//! so `cargo fetch` puts their sources in cargo's registry and nothing builds them for the host.
+
+use crate::clang::{BuildError, BuildOptions, build_program};
+use std::path::{Path, PathBuf};
+
+/// The programs [`build_named`] builds.
+pub const PROGRAMS: &[&str] = &["sqlite3", "gzip"];
+
+/// The crates whose sources the programs use, as pinned in this crate's Cargo.toml.
+const SQLITE_CRATE: &str = "libsqlite3-sys-0.35.0";
+const ZLIB_CRATE: &str = "libz-sys-1.1.31";
+
+/// zlib's library sources (`src/zlib/` of libz-sys).
+const ZLIB_FILES: &[&str] = &[
+    "adler32.c",
+    "compress.c",
+    "crc32.c",
+    "deflate.c",
+    "gzclose.c",
+    "gzlib.c",
+    "gzread.c",
+    "gzwrite.c",
+    "infback.c",
+    "inffast.c",
+    "inflate.c",
+    "inftrees.c",
+    "trees.c",
+    "uncompr.c",
+    "zutil.c",
+];
+
+/// wasi-libc's emulations SQLite's Unix layer needs (mmap, getpid, signals, process clocks).
+const WASI_EMULATIONS: &[&str] = &["mman", "getpid", "signal", "process-clocks"];
+
+/// Builds program `name` (one of [`PROGRAMS`]) into `output`.
+pub fn build_named(name: &str, output: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
+    let program = crate::sdk_dir().join("programs").join(format!("{name}.c"));
+    let mut opts = opts.clone();
+    let mut sources = vec![program];
+    match name {
+        "sqlite3" => {
+            let dir = crate_source(SQLITE_CRATE)?.join("sqlite3");
+            sources.push(dir.join("sqlite3.c"));
+            opts.include_dirs.push(dir);
+            // One thread, no extensions, no WAL (its shared memory needs a real mmap), temporary
+            // tables and sorts in memory (its Unix layer would fchmod a temporary file, which
+            // WASI has not).
+            for d in [
+                "SQLITE_THREADSAFE=0",
+                "SQLITE_OMIT_LOAD_EXTENSION",
+                "SQLITE_OMIT_WAL",
+                "SQLITE_TEMP_STORE=3",
+                "LONGDOUBLE_TYPE=double",
+            ] {
+                opts.defines.push(define(d));
+            }
+            for e in WASI_EMULATIONS {
+                let macro_name = format!("_WASI_EMULATED_{}", e.replace('-', "_").to_uppercase());
+                opts.defines.push((macro_name, None));
+                opts.extra_args.push(format!("-lwasi-emulated-{e}").into());
+            }
+        }
+        "gzip" => {
+            let dir = crate_source(ZLIB_CRATE)?.join("src/zlib");
+            sources.extend(ZLIB_FILES.iter().map(|f| dir.join(f)));
+            opts.include_dirs.push(dir);
+            opts.defines.push(define("Z_HAVE_UNISTD_H"));
+        }
+        other => return Err(BuildError::UnknownProgram(other.to_string())),
+    }
+    build_program(&sources, output, &opts)
+}
+
+fn define(d: &str) -> (String, Option<String>) {
+    match d.split_once('=') {
+        Some((n, v)) => (n.to_string(), Some(v.to_string())),
+        None => (d.to_string(), None),
+    }
+}
+
+/// `$CARGO_HOME/registry/src/<index>/<crate>`, the first index that has it.
+fn crate_source(krate: &str) -> Result<PathBuf, BuildError> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from(".cargo"));
+    let registry = home.join("registry/src");
+    let found = std::fs::read_dir(&registry)
+        .ok()
+        .and_then(|indexes| indexes.flatten().map(|i| i.path().join(krate)).find(|p| p.is_dir()));
+    found.ok_or_else(|| BuildError::SourcesNotFound {
+        what: krate.to_string(),
+        looked: registry.join("*").join(krate).display().to_string(),
+    })
+}

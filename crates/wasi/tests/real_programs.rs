@@ -1,0 +1,170 @@
+//! Real programs as VINO processes: SQLite (a shell over the amalgamation) and gzip/gunzip
+//! (over zlib), built from crates' sources with the SDK, doing real file work on the kernel;
+//! their results are checked against the host's gzip and SQLite's own integrity check, and the
+//! image with fsck.
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use vino_blockdev::{BlockDevice, MemDevice};
+use vino_fs::{MkfsOptions, mkfs};
+use vino_kernel::{Credentials, Kernel, KernelConfig};
+use vino_wasi::{Exit, Program, ProgramLimits};
+
+fn boot() -> (Arc<MemDevice>, Arc<Kernel>) {
+    let dev = Arc::new(MemDevice::new(65536));
+    mkfs(&*dev, &MkfsOptions::default()).unwrap();
+    let config = KernelConfig {
+        cache_frames: 2048,
+        ..KernelConfig::default()
+    };
+    let kernel = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
+    (dev, kernel)
+}
+
+fn program(name: &str) -> Program {
+    let dir = tempfile::tempdir().unwrap();
+    let out: PathBuf = dir.path().join(format!("{name}.wasm"));
+    if let Err(e) = vino_sdk::programs::build_named(name, &out, &Default::default()) {
+        panic!("building {name}: {e}");
+    }
+    Program::compile(&std::fs::read(out).unwrap(), ProgramLimits::default()).unwrap()
+}
+
+/// Runs `p` as root with `args` (the first its name) and `stdin`: its exit, stdout, stderr.
+fn run(k: &Arc<Kernel>, p: &Program, args: &[&str], stdin: Vec<u8>) -> (Exit, Vec<u8>, String) {
+    let (stdio, out, err) = common::stdio(stdin);
+    let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let exit = p.run(k, Credentials::root(), args, Vec::new(), stdio).unwrap();
+    (exit, out.bytes(), err.text())
+}
+
+fn fsck(dev: &MemDevice, k: &Kernel) {
+    assert!(k.processes().is_empty());
+    k.shutdown().unwrap();
+    let report = vino_fs::fsck(dev, false).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+}
+
+#[test]
+fn sqlite_inserts_two_hundred_thousand_rows_and_checks_its_database() {
+    let (dev, k) = boot();
+    let sqlite = program("sqlite3");
+    const ROWS: usize = 200_000;
+    let mut script = String::from("CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, n INTEGER);\nBEGIN;\n");
+    for i in 0..ROWS {
+        script.push_str(&format!(
+            "INSERT INTO t(name, n) VALUES('row {i}', {});\n",
+            i * 7 % 1000
+        ));
+    }
+    script.push_str("COMMIT;\nCREATE INDEX t_n ON t(n);\n");
+    let (exit, out, err) = run(&k, &sqlite, &["sqlite3", "/data.db"], script.into_bytes());
+    assert_eq!(exit, Exit::Code(0), "{err}");
+    assert!(out.is_empty());
+    // A second process opens the database the first one left.
+    let (exit, out, err) = run(
+        &k,
+        &sqlite,
+        &[
+            "sqlite3",
+            "/data.db",
+            "PRAGMA integrity_check;",
+            "SELECT count(*), sum(n) FROM t;",
+            "SELECT name FROM t WHERE id = 12345;",
+            "DELETE FROM t WHERE n < 500;",
+            "SELECT count(*) FROM t;",
+        ],
+        Vec::new(),
+    );
+    assert_eq!(exit, Exit::Code(0), "{err}");
+    let expect_sum: usize = (0..ROWS).map(|i| i * 7 % 1000).sum();
+    let kept = (0..ROWS).filter(|i| i * 7 % 1000 >= 500).count();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(text, format!("ok\n{ROWS}|{expect_sum}\nrow 12344\n{kept}\n"));
+    // SQLite's errors come back as the program's.
+    let (exit, _, err) = run(
+        &k,
+        &sqlite,
+        &["sqlite3", "/data.db", "SELECT * FROM missing;"],
+        Vec::new(),
+    );
+    assert_eq!(exit, Exit::Code(1));
+    assert!(err.contains("no such table: missing"), "{err}");
+    fsck(&dev, &k);
+}
+
+/// The host's gzip, given `input` on stdin, with `args`.
+fn host_gzip(args: &[&str], input: &[u8]) -> Vec<u8> {
+    let mut child = std::process::Command::new("gzip")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the host's gzip (scripts/setup.sh installs it)");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+#[test]
+fn gzip_and_gunzip_round_trip_with_the_hosts_gzip() {
+    let (dev, k) = boot();
+    let gzip = program("gzip");
+    // Text with repeats and a stretch of noise, so both of deflate's ways are used.
+    let mut data: Vec<u8> = (0..150_000)
+        .flat_map(|i| format!("line {i} of the test\n").into_bytes())
+        .collect();
+    let mut x = 12345u32;
+    data.extend((0..500_000).map(|_| {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        (x >> 16) as u8
+    }));
+
+    // VINO's gzip compresses a file on the image in place; the host's gunzip reads the result.
+    let (exit, _, err) = run(&k, &gzip, &["gzip", "-c"], data.clone());
+    assert_eq!(exit, Exit::Code(0), "{err}");
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/data", vino_kernel::OpenFlags::create()).unwrap();
+    p.write(fd, &data).unwrap();
+    p.close(fd).unwrap();
+    let (exit, _, err) = run(&k, &gzip, &["gzip", "-9", "/data"], Vec::new());
+    assert_eq!(exit, Exit::Code(0), "{err}");
+    assert!(p.stat("/data").is_err(), "gzip removes the original");
+    let size = p.stat("/data.gz").unwrap().size as usize;
+    assert!(size < data.len() / 2, "compressed: {size} bytes");
+    let fd = p.open("/data.gz", vino_kernel::OpenFlags::read_only()).unwrap();
+    let mut gz = vec![0u8; size];
+    assert_eq!(p.read(fd, &mut gz).unwrap(), size);
+    p.close(fd).unwrap();
+    assert!(host_gzip(&["-dc"], &gz) == data, "the host's gunzip gets the data back");
+
+    // The host's gzip output, decompressed in place by VINO's gunzip.
+    let host = host_gzip(&["-c"], &data);
+    let fd = p.open("/host.gz", vino_kernel::OpenFlags::create()).unwrap();
+    p.write(fd, &host).unwrap();
+    p.close(fd).unwrap();
+    let (exit, _, err) = run(&k, &gzip, &["gunzip", "/host.gz"], Vec::new());
+    assert_eq!(exit, Exit::Code(0), "{err}");
+    let fd = p.open("/host", vino_kernel::OpenFlags::read_only()).unwrap();
+    let mut back = vec![0u8; data.len() + 1];
+    assert_eq!(p.read(fd, &mut back).unwrap(), data.len());
+    assert!(back[..data.len()] == data[..], "VINO's gunzip gets the data back");
+    p.close(fd).unwrap();
+
+    // Input that is not gzip, or is cut short, is an error of the program's, not the kernel's.
+    let (exit, _, err) = run(&k, &gzip, &["gunzip"], b"plain text".to_vec());
+    assert_eq!(exit, Exit::Code(1), "{err}");
+    assert!(err.contains("not in gzip format"), "{err}");
+    let (exit, _, err) = run(&k, &gzip, &["gunzip"], host[..host.len() / 2].to_vec());
+    assert_eq!(exit, Exit::Code(1), "{err}");
+    assert!(err.contains("unexpected end of file"), "{err}");
+    k.exit(p.pid());
+    fsck(&dev, &k);
+}
