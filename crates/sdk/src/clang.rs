@@ -240,14 +240,29 @@ pub fn build_c(source: &Path, output: &Path, opts: &BuildOptions) -> Result<(), 
 }
 
 /// Builds a program that runs as a VINO process (`vino run`): C sources compiled and linked
-/// against wasi-libc as a WASI preview 1 command (`_start`). Of `opts`, the optimisation level,
+/// against wasi-libc as a WASI preview 1 command (`_start`), with `vino_process.h` (the `vino`
+/// import module) on the include path. Of `opts`, the optimisation level,
 /// debug information, definitions, include directories, extra arguments and the clang are used.
 pub fn build_program(sources: &[PathBuf], output: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
     for s in sources {
         std::fs::metadata(s).map_err(io(format!("reading {}", s.display())))?;
     }
     let tc = find_toolchain(opts)?;
+    let tmp = tempfile::Builder::new()
+        .prefix("vino-sdk-")
+        .tempdir()
+        .map_err(io("creating a temporary directory"))?;
+    let include = tmp.path().join("include");
+    std::fs::create_dir_all(&include)
+        .and_then(|()| std::fs::write(include.join(crate::PROCESS_HEADER_NAME), crate::PROCESS_HEADER))
+        .map_err(io(format!(
+            "writing {} to {}",
+            crate::PROCESS_HEADER_NAME,
+            include.display()
+        )))?;
     let mut a: Vec<OsString> = vec!["--target=wasm32-wasi".into(), opts.opt_level.flag().into()];
+    a.push("-I".into());
+    a.push(include.into());
     push_includes_and_defines(&mut a, opts);
     if opts.debug {
         a.push("-g".into());

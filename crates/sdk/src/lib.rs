@@ -41,6 +41,12 @@ pub const HEADER: &str = include_str!("../../../sdk/include/vino_graft.h");
 /// The file name the header is included by: `#include "vino_graft.h"`.
 pub const HEADER_NAME: &str = "vino_graft.h";
 
+/// The header of programs that run as VINO processes (`vino_process.h`): the `vino` import
+/// module, for grafting from inside. [`build_program`] puts it on the include path.
+pub const PROCESS_HEADER: &str = include_str!("../../../sdk/include/vino_process.h");
+/// The process header's file name.
+pub const PROCESS_HEADER_NAME: &str = "vino_process.h";
+
 /// Size of the argument area (`vino_args`) every graft exports.
 pub const ARG_BYTES: usize = 4096;
 

@@ -27,15 +27,30 @@ impl std::error::Error for ProcExit {}
 
 /// Runs one call with the program's memory and the process: its errno, 0 for success.
 fn sys(caller: &mut Caller<'_, Ctx>, call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<()>) -> i32 {
-    let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
-        // A program that exports no memory can pass no pointer.
-        return i32::from(WasiErrno::FAULT.0);
-    };
-    let (bytes, ctx) = memory.data_and_store_mut(caller);
-    match call(&mut Guest(bytes), ctx) {
+    match with_memory(caller, call) {
         Ok(()) => 0,
         Err(e) => i32::from(e.0),
     }
+}
+
+/// Runs one call that returns a value: the value, or a negative errno.
+pub(crate) fn sys_value(
+    caller: &mut Caller<'_, Ctx>,
+    call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<i32>,
+) -> i32 {
+    match with_memory(caller, call) {
+        Ok(v) => v,
+        Err(e) => -i32::from(e.0),
+    }
+}
+
+fn with_memory<T>(caller: &mut Caller<'_, Ctx>, call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<T>) -> Result<T> {
+    let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
+        // A program that exports no memory can pass no pointer.
+        return Err(WasiErrno::FAULT);
+    };
+    let (bytes, ctx) = memory.data_and_store_mut(caller);
+    call(&mut Guest(bytes), ctx)
 }
 
 /// Links every preview 1 function.

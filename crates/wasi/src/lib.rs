@@ -12,12 +12,14 @@
 //! returned, called `exit`, trapped or was killed ([`KillSwitch`]).
 //!
 //! A bad pointer or length from the program is `EFAULT` to it (see `guest`); a call WASI has
-//! but VINO does not serve (sockets, signals) is `ENOTSUP`/`ENOSYS`.
+//! but VINO does not serve (sockets, signals) is `ENOTSUP`/`ENOSYS`. Beyond WASI, the import
+//! module `vino` lets a program graft its own objects from inside (see `vino`).
 
 mod abi;
 mod calls;
 mod fds;
 mod guest;
+mod vino;
 
 pub use abi::{MODULE, WasiErrno};
 
@@ -223,7 +225,9 @@ impl Program {
         store.set_epoch_deadline(1);
         store.epoch_deadline_trap();
         let mut linker = Linker::new(&self.engine);
-        calls::define(&mut linker).map_err(|e| RunError::Invalid(e.to_string()))?;
+        calls::define(&mut linker)
+            .and_then(|()| vino::define(&mut linker))
+            .map_err(|e| RunError::Invalid(e.to_string()))?;
         let outcome = linker
             .instantiate(&mut store, &self.module)
             .map_err(|e| RunError::Invalid(format!("{e:#}")))

@@ -315,3 +315,52 @@ fn programs_run_side_by_side_on_one_kernel() {
     assert_nothing_held(&b.kernel);
     b.fsck();
 }
+
+#[test]
+fn a_program_grafts_its_own_file_from_inside() {
+    let b = boot();
+    let k = &b.kernel;
+    // A 4 MiB file and the read-ahead graft's module, on the image.
+    let root = k.spawn(Credentials::root());
+    let fd = root.open("/big", vino_kernel::OpenFlags::create()).unwrap();
+    root.write(fd, &vec![7u8; 4 << 20]).unwrap();
+    root.close(fd).unwrap();
+    let module = vino_sdk::build_example("sequential_ra", &Default::default()).unwrap();
+    let fd = root.open("/ra.wasm", vino_kernel::OpenFlags::create()).unwrap();
+    root.write(fd, &module).unwrap();
+    root.close(fd).unwrap();
+    k.exit(root.pid());
+    // A cold cache, so that the reads miss and the graft's read-ahead is what serves them.
+    let dev = b.dev.clone();
+    b.fsck();
+    let config = KernelConfig {
+        cache_frames: 512,
+        writeback_every: None,
+        ..KernelConfig::default()
+    };
+    let k = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
+    let before = k.cache().stats().total;
+    let r = run_as(
+        &k,
+        &build("graft"),
+        Credentials::root(),
+        &["graft", "/big", "/ra.wasm"],
+        b"",
+    );
+    assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+    let errno = |e: vino_wasi::WasiErrno| -i32::from(e.0);
+    let expect = format!(
+        "bad module {}\nbad descriptor {}\nno such point {}\nload 0\ncall 0 -> 0 -1\ncall 64 -> 0 0\n\
+         read {}\nunload 0\nunload again {}\n",
+        errno(vino_wasi::WasiErrno::INVAL),
+        errno(vino_wasi::WasiErrno::BADF),
+        errno(vino_wasi::WasiErrno::NOENT),
+        4 << 20,
+        errno(vino_wasi::WasiErrno::NOENT),
+    );
+    assert_eq!(r.out, expect);
+    let after = k.cache().stats().total;
+    assert!(after.prefetched > before.prefetched, "the graft's read-ahead ran");
+    assert_nothing_held(&k);
+    Booted { dev, kernel: k }.fsck();
+}

@@ -1,0 +1,81 @@
+//! The `vino` import module: what a VINO process may ask beyond WASI (the SDK's
+//! `vino_process.h` declares it). Today, grafting its own objects from inside, with the same
+//! graftpoint names as the client libraries; a descriptor in a name (`file.compute_ra/3`) is
+//! the program's own, translated to the kernel's. Each call returns 0 or a result, or a
+//! negative WASI errno (the numbers wasi-libc's <errno.h> uses).
+
+use crate::Ctx;
+use crate::abi::WasiErrno;
+use crate::calls::sys_value;
+use crate::fds::Entry;
+use crate::guest::{Guest, Result};
+use wasmtime::{Caller, Linker};
+
+/// The import module's name.
+pub const MODULE: &str = "vino";
+/// Most arguments a control call takes.
+const CALL_ARGS_MAX: u32 = 8;
+/// Longest graftpoint or control-function name.
+const NAME_MAX: u32 = 256;
+
+pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
+    type C<'a> = Caller<'a, Ctx>;
+    l.func_wrap(
+        MODULE,
+        "graft_load",
+        |mut c: C, point: u32, len: u32, wasm: u32, wasm_len: u32| {
+            sys_value(&mut c, |g, x| {
+                let point = kernel_point(x, &name(g, point, len)?)?;
+                x.process.graft_load(&point, g.bytes(wasm, wasm_len)?)?;
+                Ok(0)
+            })
+        },
+    )?;
+    l.func_wrap(MODULE, "graft_unload", |mut c: C, point: u32, len: u32| {
+        sys_value(&mut c, |g, x| {
+            let point = kernel_point(x, &name(g, point, len)?)?;
+            x.process.graft_unload(&point)?;
+            Ok(0)
+        })
+    })?;
+    l.func_wrap(
+        MODULE,
+        "graft_call",
+        |mut c: C, point: u32, len: u32, control: u32, control_len: u32, args: u32, nargs: u32, out: u32| {
+            sys_value(&mut c, |g, x| {
+                let point = kernel_point(x, &name(g, point, len)?)?;
+                let control = name(g, control, control_len)?;
+                if nargs > CALL_ARGS_MAX {
+                    return Err(WasiErrno::INVAL);
+                }
+                let args = (0..nargs)
+                    .map(|i| g.u64(args + 8 * i).map(|v| v as i64))
+                    .collect::<Result<Vec<i64>>>()?;
+                g.bytes(out, 8)?;
+                let result = x.process.graft_call(&point, &control, &args)?;
+                g.put_u64(out, result as u64)?;
+                Ok(0)
+            })
+        },
+    )?;
+    Ok(())
+}
+
+fn name(g: &Guest<'_>, ptr: u32, len: u32) -> Result<String> {
+    if len > NAME_MAX {
+        return Err(WasiErrno::NAMETOOLONG);
+    }
+    String::from_utf8(g.bytes(ptr, len)?.to_vec()).map_err(|_| WasiErrno::INVAL)
+}
+
+/// `point` with a trailing descriptor (`name/<fd>`) made the kernel's descriptor.
+fn kernel_point(x: &mut Ctx, point: &str) -> Result<String> {
+    let Some((base, fd)) = point.rsplit_once('/') else {
+        return Ok(point.to_string());
+    };
+    let fd: u32 = fd.parse().map_err(|_| WasiErrno::INVAL)?;
+    match x.fds.get(fd)? {
+        Entry::File(f) => Ok(format!("{base}/{}", f.fd)),
+        Entry::Stdio(_) => Err(WasiErrno::BADF),
+    }
+}
