@@ -23,6 +23,12 @@
 //! Our blocks are 4 KB and the report's were 8 KB, so gunzip's 32 KB read is 8 of ours and
 //! 4 of theirs: our N = 8 is their 4, our 16 their 8.
 //!
+//! Then the same with a real gunzip: zlib's, built for wasm32-wasi (`sdk/programs/gzip.c`,
+//! `vino build --program gzip`) and run as a VINO process (`vino-wasi`), which grafts
+//! `sequential_ra` on its own input descriptor from inside (`--ra-graft`, `--ra-blocks N`), or
+//! a graft that never prefetches for 0, or nothing for the kernel's default; it reads 32 KB at a
+//! time and writes the output to a sink. Elapsed time, misses and prefetches per policy.
+//!
 //! Measured: elapsed time; CPU time of the decompressing thread (`CLOCK_THREAD_CPUTIME_ID`),
 //! split into the time inside `Process::read` (the VINO kernel's work: the report's "system"
 //! time) and outside it (decompression: its "user" time); CPU utilization (their sum over the
@@ -295,6 +301,8 @@ pub struct E7Options {
     /// Compare every decompressed byte with the original (costs CPU inside the timed part;
     /// the gzip trailer's CRC and length are checked in any case).
     pub verify_output: bool,
+    /// Also run the real gunzip as a VINO process grafting its own read-ahead.
+    pub program: bool,
 }
 
 impl E7Options {
@@ -314,6 +322,7 @@ impl E7Options {
             cache_frames: 1024,
             blocks_per_group: 1440,
             verify_output: false,
+            program: true,
         }
     }
 
@@ -416,6 +425,33 @@ pub struct Protection {
     pub same_decisions: bool,
 }
 
+/// One decompression by the real gunzip, a VINO process.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramRun {
+    pub device: DeviceKind,
+    pub policy: RaPolicy,
+    pub rep: usize,
+    pub elapsed_s: f64,
+    pub out_bytes: u64,
+    pub misses: u64,
+    pub prefetched: u64,
+    pub prefetch_used: u64,
+}
+
+/// Medians over the real gunzip's runs of one (device, policy).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramCell {
+    pub device: DeviceKind,
+    pub policy: RaPolicy,
+    pub runs: usize,
+    pub elapsed_s: f64,
+    pub misses: u64,
+    pub prefetched: u64,
+    pub prefetch_used: u64,
+    /// Elapsed time relative to read-ahead off.
+    pub vs_off: f64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct E7Report {
     pub quick: bool,
@@ -429,6 +465,9 @@ pub struct E7Report {
     pub runs: Vec<E7Run>,
     pub cells: Vec<E7Cell>,
     pub protection: Vec<Protection>,
+    /// The real gunzip as a VINO process (empty unless [`E7Options::program`]).
+    pub program_runs: Vec<ProgramRun>,
+    pub program_cells: Vec<ProgramCell>,
     pub notes: Vec<String>,
     pub elapsed_s: f64,
 }
@@ -489,7 +528,7 @@ const GZ_PATH: &str = "/data.gz";
 
 /// Stores the compressed file on a fresh file system in a new image (on the plain device:
 /// setting up is not what the model should time).
-fn prepare_image(opts: &E7Options, gz: &[u8]) -> Result<PathBuf> {
+fn prepare_image(opts: &E7Options, gz: &[u8], modules: &[(&str, &[u8])]) -> Result<PathBuf> {
     let path = image_path(&opts.scratch_dir, "e7");
     let bytes = ((gz.len() as u64 * 5 / 4 + 32 * MIB) / MIB + 1) * MIB;
     Disk::create_image(
@@ -510,8 +549,119 @@ fn prepare_image(opts: &E7Options, gz: &[u8]) -> Result<PathBuf> {
     }
     p.fsync(fd)?;
     p.close(fd)?;
+    for (name, bytes) in modules {
+        let fd = p.open(name, OpenFlags::create())?;
+        ensure!(p.write(fd, bytes)? == bytes.len(), "short write storing {name}");
+        p.close(fd)?;
+    }
     kernel.shutdown()?;
     Ok(path)
+}
+
+/// Where the real gunzip finds its read-ahead grafts on the image.
+const RA_MODULE: &str = "/sequential_ra.wasm";
+const NO_RA_MODULE: &str = "/no_ra.wasm";
+
+/// A read-ahead graft that never prefetches: read-ahead off, as the program sets it.
+const NO_RA_WAT: &str = r#"(module (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "file_compute_ra") (param i64 i32 i64) (result i32) (i32.const 0)))"#;
+
+/// Counts what the program writes to its standard output.
+#[derive(Clone, Default)]
+struct CountingSink(Arc<std::sync::atomic::AtomicU64>);
+
+impl Write for CountingSink {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The real gunzip, a VINO process on a fresh kernel (cold cache), decompressing the file to a
+/// sink with read-ahead `policy` set from inside.
+fn run_program(
+    opts: &E7Options,
+    disk: &Disk,
+    device: DeviceKind,
+    policy: RaPolicy,
+    rep: usize,
+    gunzip: &vino_wasi::Program,
+    text_len: usize,
+) -> Result<ProgramRun> {
+    let kernel = disk.boot(opts.cache_frames)?;
+    let mut args = vec!["gunzip".to_string(), "-c".into()];
+    match policy {
+        RaPolicy::Off => args.extend(["--ra-graft".into(), NO_RA_MODULE.into()]),
+        RaPolicy::Graft(n) => args.extend([
+            "--ra-graft".into(),
+            RA_MODULE.into(),
+            "--ra-blocks".into(),
+            n.to_string(),
+        ]),
+        RaPolicy::Default => {}
+        RaPolicy::Native(_) => anyhow::bail!("a program cannot bind a native policy"),
+    }
+    args.push(GZ_PATH.into());
+    let out = CountingSink::default();
+    let err = Arc::new(Mutex::new(Vec::new()));
+    let stdio = vino_wasi::Stdio {
+        stdin: Box::new(io::empty()),
+        stdout: Box::new(out.clone()),
+        stderr: Box::new(SharedBuf(err.clone())),
+        tty: [false; 3],
+    };
+    let before = kernel.cache().stats().total;
+    let started = Instant::now();
+    let args = args.into_iter().map(String::into_bytes).collect();
+    let exit = gunzip.run(&kernel, Credentials::root(), args, Vec::new(), stdio)?;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let after = kernel.cache().stats().total;
+    kernel.shutdown()?;
+    ensure!(
+        exit == vino_wasi::Exit::Code(0),
+        "gunzip ended {exit:?}: {}",
+        String::from_utf8_lossy(&err.lock())
+    );
+    let out_bytes = out.0.load(std::sync::atomic::Ordering::Relaxed);
+    ensure!(
+        out_bytes == text_len as u64,
+        "gunzip wrote {out_bytes} bytes, expected {text_len}"
+    );
+    Ok(ProgramRun {
+        device,
+        policy,
+        rep,
+        elapsed_s,
+        out_bytes,
+        misses: after.misses - before.misses,
+        prefetched: after.prefetched - before.prefetched,
+        prefetch_used: after.prefetch_used - before.prefetch_used,
+    })
+}
+
+/// A stream kept in a shared buffer (the program's stderr, for its message if it fails).
+struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.lock().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The policies the real gunzip runs: those of the harness a program can set from inside.
+fn program_policies(opts: &E7Options) -> Vec<RaPolicy> {
+    opts.policies()
+        .into_iter()
+        .filter(|p| !matches!(p, RaPolicy::Native(_)))
+        .collect()
 }
 
 fn run_one(
@@ -631,17 +781,33 @@ pub fn run(opts: &E7Options, progress: &mut dyn FnMut(&str)) -> Result<E7Report>
     progress("building the sequential_ra graft");
     let wasm = vino_sdk::build_example("sequential_ra", &vino_sdk::BuildOptions::default())
         .map_err(|e| anyhow::anyhow!("building sequential_ra: {e}"))?;
+    let no_ra = wat::parse_str(NO_RA_WAT)?;
+    let gunzip = if opts.program {
+        progress("building gunzip for wasm32-wasi (zlib)");
+        let dir = tempfile::tempdir()?;
+        let out = dir.path().join("gunzip.wasm");
+        vino_sdk::programs::build_named("gzip", &out, &vino_sdk::BuildOptions::default())
+            .map_err(|e| anyhow::anyhow!("building gunzip: {e}"))?;
+        let module = std::fs::read(&out)?;
+        Some(vino_wasi::Program::compile(
+            &module,
+            vino_wasi::ProgramLimits::default(),
+        )?)
+    } else {
+        None
+    };
 
     let _slack = FineTimerSlack::new();
     let policies = opts.policies();
     let mut runs = Vec::new();
+    let mut program_runs = Vec::new();
     for &device in &opts.devices {
         progress(&format!(
             "{}: storing the compressed file ({:.1} MB)",
             device.label(),
             gz.len() as f64 / MIB as f64
         ));
-        let path = prepare_image(opts, &gz)?;
+        let path = prepare_image(opts, &gz, &[(RA_MODULE, &wasm), (NO_RA_MODULE, &no_ra)])?;
         let result = (|| -> Result<()> {
             let disk = Disk::open(&path, device)?;
             let reps = if device.is_model() {
@@ -662,6 +828,23 @@ pub fn run(opts: &E7Options, progress: &mut dyn FnMut(&str)) -> Result<E7Report>
                         .with_context(|| format!("E7 on {}: read-ahead {}", device.label(), policy.label()))?;
                     runs.push(r);
                 }
+                for policy in program_policies(opts).into_iter().filter(|_| gunzip.is_some()) {
+                    progress(&format!(
+                        "{}: gunzip.wasm, read-ahead {} (run {} of {reps})",
+                        device.label(),
+                        policy.label(),
+                        rep + 1
+                    ));
+                    let g = gunzip.as_ref().expect("filtered on");
+                    let r = run_program(opts, &disk, device, policy, rep, g, text.len()).with_context(|| {
+                        format!(
+                            "E7 with gunzip.wasm on {}: read-ahead {}",
+                            device.label(),
+                            policy.label()
+                        )
+                    })?;
+                    program_runs.push(r);
+                }
             }
             Ok(())
         })();
@@ -671,6 +854,7 @@ pub fn run(opts: &E7Options, progress: &mut dyn FnMut(&str)) -> Result<E7Report>
 
     let cells = summarize(&runs, opts);
     let protection = protection(&runs, opts);
+    let program_cells = summarize_program(&program_runs, opts);
     let mut notes = vec![
         format!(
             "{:.1} MB of text-like data, gzip level {} to {:.1} MB ({:.1}%); decompressed with flate2 \
@@ -720,6 +904,8 @@ pub fn run(opts: &E7Options, progress: &mut dyn FnMut(&str)) -> Result<E7Report>
         runs,
         cells,
         protection,
+        program_runs,
+        program_cells,
         notes,
         elapsed_s: started.elapsed().as_secs_f64(),
     })
@@ -761,6 +947,37 @@ fn summarize(runs: &[E7Run], opts: &E7Options) -> Vec<E7Cell> {
     for c in &mut cells {
         if let Some(o) = offs.iter().find(|o| o.0 == c.device) {
             c.vs_off = c.elapsed_s / o.1;
+        }
+    }
+    cells
+}
+
+fn summarize_program(runs: &[ProgramRun], opts: &E7Options) -> Vec<ProgramCell> {
+    let mut cells = Vec::new();
+    for &device in &opts.devices {
+        let off = median_of(
+            runs.iter()
+                .filter(|r| r.device == device && r.policy == RaPolicy::Off)
+                .map(|r| r.elapsed_s),
+        );
+        for policy in program_policies(opts) {
+            let rs: Vec<&ProgramRun> = runs
+                .iter()
+                .filter(|r| r.device == device && r.policy == policy)
+                .collect();
+            if let Some(first) = rs.first() {
+                let elapsed_s = median_of(rs.iter().map(|r| r.elapsed_s));
+                cells.push(ProgramCell {
+                    device,
+                    policy,
+                    runs: rs.len(),
+                    elapsed_s,
+                    misses: first.misses,
+                    prefetched: first.prefetched,
+                    prefetch_used: first.prefetch_used,
+                    vs_off: elapsed_s / off,
+                });
+            }
         }
     }
     cells
@@ -923,6 +1140,43 @@ impl E7Report {
         );
         p.note("same decisions: identical hits, misses, prefetches and prefetches used in every run of both");
         out.push(p);
+        if !self.program_cells.is_empty() {
+            let mut g = Table::new(
+                "E7 with a real gunzip: zlib's, a VINO process grafting its own read-ahead from inside",
+                &[
+                    "device",
+                    "read-ahead",
+                    "elapsed s",
+                    "vs off",
+                    "misses",
+                    "prefetched",
+                    "prefetch used",
+                    "harness elapsed s",
+                ],
+            );
+            for c in &self.program_cells {
+                let harness = self
+                    .cell(c.device, c.policy)
+                    .map_or("-".into(), |h| format!("{:.3}", h.elapsed_s));
+                g.row([
+                    c.device.label(),
+                    c.policy.label(),
+                    format!("{:.3}", c.elapsed_s),
+                    format!("{:.3}", c.vs_off),
+                    c.misses.to_string(),
+                    c.prefetched.to_string(),
+                    c.prefetch_used.to_string(),
+                    harness,
+                ]);
+            }
+            g.note(
+                "gunzip.wasm (sdk/programs/gzip.c over zlib, clang --target=wasm32-wasi) run by vino-wasi on a fresh \
+                 kernel: 0 grafts a module that never prefetches, N grafts sequential_ra and sets N blocks through \
+                 its control, default grafts nothing; 32 KB reads, output to a sink; median of the runs",
+            );
+            g.note("harness elapsed: the flate2 run above with the same policy (native Rust, no Wasm)");
+            out.push(g);
+        }
         if let Some(first) = out.first_mut() {
             for n in &self.notes {
                 first.note(n.clone());

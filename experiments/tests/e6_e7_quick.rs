@@ -210,7 +210,35 @@ fn e7_read_ahead_prefetches_what_is_used_and_graft_matches_native() {
             p.device, p.blocks
         );
     }
+    // The real gunzip, a VINO process grafting its own read-ahead, reads the file as the
+    // harness does: the same misses and prefetches under each policy it can set from inside,
+    // give or take the few blocks of the graft's module, which it reads through the cache too.
+    assert_eq!(report.program_runs.len(), 2 * 4, "off, 2, 8 and default on two devices");
+    for r in &report.program_runs {
+        assert_eq!(r.out_bytes, MIB, "{:?}: gunzip.wasm decompressed everything", r.policy);
+        let harness = report.cell(r.device, r.policy).unwrap();
+        let extra = (r.misses + r.prefetched) as i64 - (harness.misses + harness.prefetched) as i64;
+        assert!(
+            (0..=4).contains(&extra) && r.prefetched >= harness.prefetched,
+            "{:?} on {:?}: program {:?}, harness {:?}",
+            r.policy,
+            r.device,
+            (r.misses, r.prefetched),
+            (harness.misses, harness.prefetched)
+        );
+    }
+    for d in [DeviceKind::Plain, DeviceKind::Model { scale: 0.5 }] {
+        let cell = |p: RaPolicy| {
+            report
+                .program_cells
+                .iter()
+                .find(|c| c.device == d && c.policy == p)
+                .unwrap()
+        };
+        assert!(cell(RaPolicy::Graft(8)).misses < cell(RaPolicy::Off).misses / 4);
+    }
     let text: String = report.tables().iter().map(|t| t.render()).collect();
+    assert!(text.contains("E7 with a real gunzip"));
     assert!(
         text.contains("73.3") && text.contains("97.0"),
         "the report's table 4 is beside ours"
