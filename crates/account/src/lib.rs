@@ -55,10 +55,12 @@ pub enum Resource {
     ControlCalls,
     /// Blocking lock waits that each hold a kernel thread (the mount's).
     LockWaits,
+    /// VINO processes running in the daemon (each holds a thread and up to its memory cap).
+    Programs,
 }
 
 impl Resource {
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -70,6 +72,7 @@ impl Resource {
         Resource::Compiles,
         Resource::ControlCalls,
         Resource::LockWaits,
+        Resource::Programs,
     ];
 
     fn index(self) -> usize {
@@ -82,12 +85,12 @@ impl Resource {
     /// the daemon's to count: `EUSERS`.)
     pub fn errno(self) -> i32 {
         match self {
-            Resource::Descriptors => 24,                                           // EMFILE
-            Resource::Compiles | Resource::ControlCalls => 11,                     // EAGAIN
-            Resource::FrameBytes => 105,                                           // ENOBUFS
-            Resource::LockWaits => 37,                                             // ENOLCK
-            Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122, // EDQUOT
-            Resource::Bindings | Resource::Subscriptions => 122,                   // EDQUOT
+            Resource::Descriptors => 24,                                            // EMFILE
+            Resource::Compiles | Resource::ControlCalls | Resource::Programs => 11, // EAGAIN
+            Resource::FrameBytes => 105,                                            // ENOBUFS
+            Resource::LockWaits => 37,                                              // ENOLCK
+            Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122,  // EDQUOT
+            Resource::Bindings | Resource::Subscriptions => 122,                    // EDQUOT
         }
     }
 
@@ -108,6 +111,7 @@ impl Resource {
             Resource::Compiles => "compiles in progress",
             Resource::ControlCalls => "control calls in progress",
             Resource::LockWaits => "blocking lock waits",
+            Resource::Programs => "programs running",
         }
     }
 }
@@ -169,13 +173,15 @@ impl Default for LimitsConfig {
             .with(Resource::FrameBytes, 128 * MIB)
             .with(Resource::Compiles, 2)
             .with(Resource::ControlCalls, 1)
-            .with(Resource::LockWaits, 64);
+            .with(Resource::LockWaits, 64)
+            .with(Resource::Programs, 4);
         let total = Table::UNLIMITED
             .with(Resource::Grafts, 4096)
             .with(Resource::GraftMemory, 4096 * MIB)
             .with(Resource::GraftCode, 1024 * MIB)
             .with(Resource::FrameBytes, 1024 * MIB)
-            .with(Resource::LockWaits, 256);
+            .with(Resource::LockWaits, 256)
+            .with(Resource::Programs, 64);
         LimitsConfig {
             process,
             user,

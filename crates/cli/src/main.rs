@@ -136,13 +136,17 @@ enum Command {
         #[command(flatten)]
         flags: graft::BuildFlags,
     },
-    /// Run a program compiled to WebAssembly (WASI preview 1, e.g. `clang --target=wasm32-wasi`)
-    /// as a VINO process on a disk image: its system calls are the kernel's, with your user's
-    /// permissions. Exit status: the program's; 134 if it trapped; 128+N if killed by signal N.
+    /// Run a program compiled to WebAssembly (WASI preview 1, e.g. `vino build`) as a VINO
+    /// process, on a disk image or in the running daemon: its system calls are the kernel's,
+    /// with your user's permissions. Exit status: the program's; 134 if it trapped; 128+N if killed by signal N.
     Run {
-        /// The disk image (with a file system: see `vino mkfs`).
+        /// Run on this disk image (with a file system: see `vino mkfs`), the kernel in this
+        /// process; without it, in the running daemon.
         #[arg(long)]
-        image: PathBuf,
+        image: Option<PathBuf>,
+        /// The daemon's socket (default: $VINO_SOCKET, else /run/vino/vinod.sock).
+        #[arg(long, conflicts_with = "image")]
+        socket: Option<PathBuf>,
         /// An environment variable for the program, NAME=VALUE (repeatable).
         #[arg(long = "env", value_name = "NAME=VALUE")]
         env: Vec<String>,
@@ -212,13 +216,15 @@ fn main() -> ExitCode {
         }),
         Command::Run {
             image,
+            socket,
             env,
             memory,
             program,
             args,
         } => {
             let a = run::RunArgs {
-                image: &image,
+                image: image.as_deref(),
+                socket,
                 program: &program,
                 args: &args,
                 env: &env,

@@ -65,7 +65,7 @@ pub enum RemoteGraft {
     },
 }
 
-fn connect(socket: Option<PathBuf>) -> Result<Client> {
+pub fn connect(socket: Option<PathBuf>) -> Result<Client> {
     let path = vino_daemon::socket_path(socket);
     let opts = vino_client::ConnectOptions {
         client: "vino".into(),

@@ -1,6 +1,7 @@
-//! `vino run`: a program compiled to WebAssembly (WASI preview 1) runs as a VINO process on a
-//! disk image, the kernel in this process. Its standard streams are this command's; Ctrl-C or
-//! SIGTERM kills the VINO process (status 128 + the signal, as a shell reports it).
+//! `vino run`: a program compiled to WebAssembly (WASI preview 1) runs as a VINO process, on a
+//! disk image with the kernel in this process (`--image`), or inside the running daemon with
+//! this user's credentials. Its standard streams are this command's; Ctrl-C or SIGTERM kills the
+//! VINO process (status 128 + the signal, as a shell reports it).
 
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
@@ -12,38 +13,60 @@ use vino_kernel::{Credentials, Kernel, KernelConfig};
 use vino_wasi::{Exit, Program, ProgramLimits, Stdio};
 
 pub struct RunArgs<'a> {
-    pub image: &'a Path,
+    /// The image to run on; `None`: in the daemon at `socket`.
+    pub image: Option<&'a Path>,
+    pub socket: Option<std::path::PathBuf>,
     pub program: &'a Path,
     pub args: &'a [OsString],
     pub env: &'a [String],
     pub memory: Option<u64>,
 }
 
-/// Runs the program; its exit status.
-pub fn run(a: &RunArgs<'_>) -> Result<i32> {
+/// Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts) for a waiter.
+fn block_signals() -> Result<nix::sys::signal::SigSet> {
     use nix::sys::signal::{SigSet, Signal};
-    // Blocked before any thread starts (the kernel's threads inherit the mask), so the waiter
-    // below is the only one that receives them.
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGTERM);
     signals.add(Signal::SIGINT);
     signals.thread_block()?;
+    Ok(signals)
+}
 
+/// The program's arguments: its file name, then the user's.
+fn program_args(a: &RunArgs<'_>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let name = a.program.file_name().unwrap_or(a.program.as_os_str());
+    let mut args = vec![name.as_bytes().to_vec()];
+    args.extend(a.args.iter().map(|s| s.as_bytes().to_vec()));
+    let env = a.env.iter().map(|e| e.as_bytes().to_vec()).collect();
+    (args, env)
+}
+
+/// Runs the program; its exit status.
+pub fn run(a: &RunArgs<'_>) -> Result<i32> {
+    match a.image {
+        Some(image) => run_on_image(a, image),
+        None => run_in_daemon(a),
+    }
+}
+
+fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
+    // Blocked before any thread starts (the kernel's threads inherit the mask), so the waiter
+    // below is the only one that receives them.
+    let signals = block_signals()?;
     let wasm = std::fs::read(a.program).with_context(|| format!("reading {}", a.program.display()))?;
     let mut limits = ProgramLimits::default();
     if let Some(m) = a.memory {
         limits.memory_bytes = usize::try_from(m).context("--memory is too large")?;
     }
     let program = Program::compile(&wasm, limits).with_context(|| a.program.display().to_string())?;
-    if !a.image.exists() {
+    if !image.exists() {
         bail!(
             "{} does not exist: make one with `vino mkfs {0} --size 256M`",
-            a.image.display()
+            image.display()
         );
     }
-    let dev: Arc<dyn vino_blockdev::BlockDevice> = Arc::new(vino_blockdev::FileDevice::open(a.image)?);
-    let kernel =
-        Kernel::boot(dev, &KernelConfig::default()).with_context(|| format!("booting {}", a.image.display()))?;
+    let dev: Arc<dyn vino_blockdev::BlockDevice> = Arc::new(vino_blockdev::FileDevice::open(image)?);
+    let kernel = Kernel::boot(dev, &KernelConfig::default()).with_context(|| format!("booting {}", image.display()))?;
 
     let signalled = Arc::new(AtomicI32::new(0));
     let (kill, seen) = (program.kill_switch(), signalled.clone());
@@ -61,7 +84,7 @@ pub fn run(a: &RunArgs<'_>) -> Result<i32> {
     let exit = program.run(&kernel, credentials(), args, env, Stdio::inherit());
     kernel
         .shutdown()
-        .with_context(|| format!("writing {} back", a.image.display()))?;
+        .with_context(|| format!("writing {} back", image.display()))?;
     let exit = exit?;
     if let Exit::Trap(why) = &exit {
         eprintln!("vino: {}: {why}", a.program.display());
@@ -70,6 +93,70 @@ pub fn run(a: &RunArgs<'_>) -> Result<i32> {
         (Exit::Killed, sig) if sig > 0 => 128 + sig,
         (exit, _) => exit.status(),
     })
+}
+
+/// Sends the program to the daemon, which runs it with this user's credentials; forwards the
+/// standard streams both ways and a Ctrl-C as a kill.
+fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
+    use std::io::{Read, Write};
+    let signals = block_signals()?;
+    if a.memory.is_some() {
+        bail!("--memory applies to --image; the daemon's program_memory sets it there");
+    }
+    let wasm = std::fs::read(a.program).with_context(|| format!("reading {}", a.program.display()))?;
+    let (args, env) = program_args(a);
+    let client = crate::remote::connect(a.socket.clone())?;
+    let mut running = client
+        .run_program(&wasm, &args, &env)
+        .with_context(|| a.program.display().to_string())?;
+    let control = running.control();
+    let input = control.clone();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(n) if n > 0 => {
+                    if input.input(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+                _ => {
+                    let _ = input.input(&[]);
+                    return;
+                }
+            }
+        }
+    });
+    let signalled = Arc::new(AtomicI32::new(0));
+    let seen = signalled.clone();
+    std::thread::spawn(move || {
+        if let Ok(sig) = signals.wait() {
+            seen.store(sig as i32, Ordering::SeqCst);
+            let _ = control.kill();
+        }
+    });
+    loop {
+        match running.next_event().context("the daemon")? {
+            vino_client::ProgramEvent::Output { stream: 2, data } => std::io::stderr().write_all(&data)?,
+            vino_client::ProgramEvent::Output { data, .. } => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&data)?;
+                out.flush()?;
+            }
+            vino_client::ProgramEvent::Exited { code, trap } => {
+                if let Some(why) = trap {
+                    eprintln!("vino: {}: {why}", a.program.display());
+                }
+                let sig = signalled.load(Ordering::SeqCst);
+                return Ok(if sig > 0 && code == Exit::Killed.status() {
+                    128 + sig
+                } else {
+                    code
+                });
+            }
+        }
+    }
 }
 
 /// The caller's own user, groups included; root is privileged, as in the daemon.

@@ -374,3 +374,56 @@ fn run_executes_a_wasm_program_as_a_vino_process_on_an_image() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a program VINO can run"));
 }
+
+#[test]
+fn run_without_an_image_runs_the_program_inside_the_daemon() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let (image, socket) = (dir.path().join("disk.img"), dir.path().join("vinod.sock"));
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_vino"))
+        .args([
+            "daemon",
+            "--image",
+            image.to_str().unwrap(),
+            "--socket",
+            socket.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(std::time::Instant::now() < until, "the daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let copy = copy_program(dir.path());
+    let (sock, prog) = (socket.to_str().unwrap(), copy.to_str().unwrap());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vino"))
+        .args(["run", "--socket", sock, prog, "-", "/kept"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"inside vinod\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = vino(&["run", "--socket", sock, prog, "/kept", "-"]);
+    assert_eq!(o.stdout, b"inside vinod\n");
+    let o = vino(&["run", "--socket", sock, prog, "/missing", "-"]);
+    assert_eq!(o.status.code(), Some(1));
+    // Ctrl-C kills the program in the daemon: 128 + SIGINT.
+    let child = Command::new(env!("CARGO_BIN_EXE_vino"))
+        .args(["run", "--socket", sock, prog, "--sleep", "60"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill on the children's pids, which have not been reaped yet.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(130));
+    // SAFETY: as above.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    assert!(daemon.wait().unwrap().success());
+    assert!(vino(&["fsck", image.to_str().unwrap()]).status.success());
+}

@@ -874,3 +874,87 @@ fn send_with_fd(stream: &UnixStream, frame: &[u8], fd: BorrowedFd<'_>) -> Result
     (&*stream).write_all(&frame[sent..])?;
     Ok(())
 }
+
+/// A program running in the daemon on this connection ([`Client::run_program`]).
+pub struct RunningProgram {
+    client: Client,
+    /// Writes input and kills; shared so that another thread may send them while this one
+    /// reads the program's output.
+    writer: std::sync::Arc<std::sync::Mutex<UnixStream>>,
+}
+
+/// What a running program did next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgramEvent {
+    /// It wrote `data` to stream 1 (standard output) or 2 (standard error).
+    Output { stream: u8, data: Vec<u8> },
+    /// It ended: its status as a shell sees it, and a trap's message if it trapped.
+    Exited { code: i32, trap: Option<String> },
+}
+
+/// Sends input and kills to a running program, from any thread.
+#[derive(Clone)]
+pub struct ProgramControl {
+    writer: std::sync::Arc<std::sync::Mutex<UnixStream>>,
+}
+
+impl ProgramControl {
+    /// Bytes for the program's standard input; empty ends it.
+    pub fn input(&self, data: &[u8]) -> Result<()> {
+        for chunk in data
+            .chunks(vino_proto::MAX_DATA)
+            .chain(data.is_empty().then_some(&[][..]))
+        {
+            let req = Request::Input { data: chunk.to_vec() };
+            let mut w = self
+                .writer
+                .lock()
+                .map_err(|_| ClientError::from(std::io::Error::other("writer")))?;
+            vino_proto::write_frame(&mut *w, &req)?;
+        }
+        Ok(())
+    }
+
+    /// Kills the program.
+    pub fn kill(&self) -> Result<()> {
+        let mut w = self
+            .writer
+            .lock()
+            .map_err(|_| ClientError::from(std::io::Error::other("writer")))?;
+        Ok(vino_proto::write_frame(&mut *w, &Request::Kill)?)
+    }
+}
+
+impl Client {
+    /// Runs `wasm` (a WASI preview 1 program) in the daemon as a VINO process with this
+    /// connection's credentials; the connection is the program's until it ends. `args` start
+    /// with its name; `env` is `NAME=value` each.
+    pub fn run_program(mut self, wasm: &[u8], args: &[Vec<u8>], env: &[Vec<u8>]) -> Result<RunningProgram> {
+        let req = Request::Run {
+            wasm: wasm.to_vec(),
+            args: args.to_vec(),
+            env: env.to_vec(),
+        };
+        expect!(self.call(&req)?, Response::Ok => ())?;
+        let writer = std::sync::Arc::new(std::sync::Mutex::new(self.stream.try_clone()?));
+        Ok(RunningProgram { client: self, writer })
+    }
+}
+
+impl RunningProgram {
+    pub fn control(&self) -> ProgramControl {
+        ProgramControl {
+            writer: self.writer.clone(),
+        }
+    }
+
+    /// Waits for the program's next output or its end.
+    pub fn next_event(&mut self) -> Result<ProgramEvent> {
+        match self.client.receive()? {
+            Response::Output { stream, data } => Ok(ProgramEvent::Output { stream, data }),
+            Response::Exited { code, trap } => Ok(ProgramEvent::Exited { code, trap }),
+            Response::Error(e) => Err(e.into()),
+            r => Err(unexpected(r)),
+        }
+    }
+}

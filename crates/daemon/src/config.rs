@@ -17,6 +17,7 @@
 //! user_block_quota = "64M"    # disk space of each uid but root ("unlimited"; default: half)
 //! user_inode_quota = 10000    # inodes of each uid but root ("unlimited"; default: half)
 //! root_reserve_percent = 5    # of the disk's blocks and inodes, for root only
+//! program_memory = "256M"     # linear memory a program run in the daemon may grow to
 //!
 //! [limits]                    # per principal; the defaults are vino_account's
 //! descriptors_per_process = 1024
@@ -32,6 +33,8 @@
 //! compiles_per_user = 2
 //! control_calls_per_user = 1
 //! lock_waits_per_user = 64      # blocking lock waits through the mount (each holds a thread)
+//! programs_per_user = 4         # programs running in the daemon (`vino run --socket`)
+//! programs_total = 64
 //! root_reserve_percent = 5      # of each total, for root only
 //! ```
 
@@ -88,6 +91,8 @@ pub struct Config {
     pub user_inode_quota: Option<Amount>,
     /// Percent of the disk's blocks and inodes only root may allocate (at most 50).
     pub root_reserve_percent: u8,
+    /// Linear memory each program run in the daemon may grow to (`vino run --socket`).
+    pub program_memory: String,
 }
 
 /// A quota in the configuration: a number, a size such as `"64M"`, or `"unlimited"`.
@@ -144,6 +149,8 @@ pub struct LimitsFile {
     pub compiles_per_user: Option<u64>,
     pub control_calls_per_user: Option<u64>,
     pub lock_waits_per_user: Option<u64>,
+    pub programs_per_user: Option<u64>,
+    pub programs_total: Option<u64>,
     pub root_reserve_percent: Option<u8>,
     /// Nice value (0-19) of the threads serving a user that took more than its CPU share; 0
     /// only measures.
@@ -173,6 +180,8 @@ impl LimitsFile {
             (User, Resource::Compiles, self.compiles_per_user),
             (User, Resource::ControlCalls, self.control_calls_per_user),
             (User, Resource::LockWaits, self.lock_waits_per_user),
+            (User, Resource::Programs, self.programs_per_user),
+            (Total, Resource::Programs, self.programs_total),
         ];
         for (scope, r, v) in counts {
             if let Some(n) = v {
@@ -254,6 +263,7 @@ impl Default for Config {
             user_block_quota: None,
             user_inode_quota: None,
             root_reserve_percent: 5,
+            program_memory: "256M".into(),
         }
     }
 }

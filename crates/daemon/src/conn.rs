@@ -316,6 +316,13 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
         if let Err(why) = req.check() {
             return refuse(stream, errno::E2BIG, format!("{}: {why}", req.name()));
         }
+        if let Request::Run { wasm, args, env } = req {
+            // The connection is the program's from here to its end.
+            // Its CPU is charged to the user as any request's (the thread stays busy).
+            drop(_buffer);
+            reader.get_mut().deadline = None;
+            return crate::program::run(stream, reader, session, &wasm, args, env);
+        }
         let answer = vino_proto::encode(&session.serve(req));
         if stream.write_all(&answer).is_err() {
             return;

@@ -297,6 +297,11 @@ impl Session<'_> {
         let st = |r: Result<vino_kernel::Stat, SysError>| r.map(|s| Response::Stat(stat(s))).map_err(sys);
         match req {
             Request::Hello { .. } => Err(ErrorReply::new(errno::EPROTO, "Hello was already said")),
+            // A connection's Run is taken by the connection (see program.rs); input and kills
+            // only mean something while a program runs.
+            Request::Run { .. } | Request::Input { .. } | Request::Kill => {
+                Err(ErrorReply::new(errno::EPROTO, "no program runs on this connection"))
+            }
             Request::Null => Ok(Response::Ok),
             Request::Open { path, flags: f } => p.open(&path, flags(f)).map(Response::Fd).map_err(sys),
             Request::Close { fd } => ok(p.close(fd)),

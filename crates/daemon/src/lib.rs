@@ -15,6 +15,7 @@ pub mod config;
 mod conn;
 mod dispatch;
 mod peer;
+mod program;
 mod shm;
 mod top;
 
@@ -181,6 +182,7 @@ impl Daemon {
 /// Starts a daemon: boots the kernel on the image and serves the socket from a thread.
 pub fn start(config: Config) -> Result<Handle> {
     let privileged_gid = config.privileged_gid().map_err(err)?;
+    config::parse_size(&config.program_memory).map_err(|e| err(format!("program_memory: {e}")))?;
     let device = open_image(&config)?;
     let kconfig = kernel_config(&config)?;
     let kernel =
@@ -311,6 +313,11 @@ impl Drop for Slot<'_> {
 impl Daemon {
     pub fn kernel(&self) -> &Arc<Kernel> {
         &self.kernel
+    }
+
+    /// Linear memory a program run in the daemon may grow to (checked at start).
+    pub fn program_memory(&self) -> usize {
+        config::parse_size(&self.config.program_memory).map_or(256 << 20, |n| n as usize)
     }
 
     pub fn config(&self) -> &Config {

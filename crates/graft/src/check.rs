@@ -179,14 +179,15 @@ fn describe(ty: &FuncType) -> String {
 
 /// Checks what compiling `wasm` would cost before any compiling: its size, its number of
 /// functions, and the size, locals and nesting of each body (see [`ModuleLimits`]). A module that
-/// does not even parse is refused here as malformed.
-pub(crate) fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadError> {
+/// does not even parse is refused here as malformed. Grafts are checked with the runtime's
+/// limits; programs that run as VINO processes (`vino-wasi`) with their own, larger ones.
+pub fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadError> {
     use wasmparser::{Operator, Parser, Payload};
     let too_large = |why: String| Err(LoadError::TooLarge(why));
     let malformed = |e: wasmparser::BinaryReaderError| LoadError::Malformed(e.to_string());
     if wasm.len() > limits.max_bytes {
         return too_large(format!(
-            "the module is {} bytes; a graft may be at most {}",
+            "the module is {} bytes, more than the {} allowed",
             wasm.len(),
             limits.max_bytes
         ));
@@ -195,7 +196,7 @@ pub(crate) fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadErr
         match payload.map_err(malformed)? {
             Payload::CodeSectionStart { count, .. } if count > limits.max_functions => {
                 return too_large(format!(
-                    "the module defines {count} functions; a graft may define at most {}",
+                    "the module defines {count} functions, more than the {} allowed",
                     limits.max_functions
                 ));
             }
@@ -203,7 +204,7 @@ pub(crate) fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadErr
                 let len = body.range().len();
                 if len > limits.max_body_bytes {
                     return too_large(format!(
-                        "a function body is {len} bytes; a graft's may be at most {}",
+                        "a function body is {len} bytes, more than the {} allowed",
                         limits.max_body_bytes
                     ));
                 }
@@ -213,7 +214,7 @@ pub(crate) fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadErr
                 }
                 if locals > u64::from(limits.max_locals) {
                     return too_large(format!(
-                        "a function declares {locals} locals; a graft's may declare at most {}",
+                        "a function declares {locals} locals, more than the {} allowed",
                         limits.max_locals
                     ));
                 }

@@ -459,6 +459,26 @@ pub enum Request {
         #[serde(with = "serde_bytes")]
         wasm: Vec<u8>,
     },
+    /// Runs a WebAssembly program (WASI preview 1) as a VINO process in the daemon, with this
+    /// connection's credentials. Answered [`Response::Ok`] once it starts; from then on the
+    /// connection belongs to the program: the daemon sends [`Response::Output`] as it writes and
+    /// one [`Response::Exited`] at its end, then closes; the client sends [`Request::Input`] and
+    /// may send [`Request::Kill`]. A client that goes kills it.
+    Run {
+        #[serde(with = "serde_bytes")]
+        wasm: Vec<u8>,
+        /// Its arguments, the first its name.
+        args: Vec<Vec<u8>>,
+        /// Its environment, `NAME=value` each.
+        env: Vec<Vec<u8>>,
+    },
+    /// Bytes for a running program's standard input; empty: the end of it.
+    Input {
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Kills the connection's running program.
+    Kill,
 }
 
 impl Request {
@@ -506,6 +526,12 @@ impl Request {
             } => data(d.len(), MAX_DATA),
             Request::GraftLoad { point, wasm } => path(point).and(data(wasm.len(), MAX_MODULE)),
             Request::GraftStage { wasm } => data(wasm.len(), MAX_MODULE),
+            Request::Run { wasm, args, env } => {
+                data(wasm.len(), MAX_MODULE)?;
+                list(args.len()).and(list(env.len()))?;
+                args.iter().chain(env).try_for_each(|a| bytes(a))
+            }
+            Request::Input { data: d } => data(d.len(), MAX_DATA),
             Request::GraftLoadFile { path: p, point, wasm } => {
                 path(p).and(path(point)).and(data(wasm.len(), MAX_MODULE))
             }
@@ -601,7 +627,10 @@ impl Request {
             ListXattr,
             RemoveXattr,
             Fallocate,
-            GraftStage
+            GraftStage,
+            Run,
+            Input,
+            Kill
         )
     }
 }
@@ -634,6 +663,18 @@ pub enum Response {
     Error(ErrorReply),
     /// Names (of extended attributes), each as bytes.
     Names(Vec<Vec<u8>>),
+    /// What a running program wrote: `stream` 1 (standard output) or 2 (standard error).
+    Output {
+        stream: u8,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// A program ended: its exit `code` (the status a shell sees: 134 if it trapped, 137 if
+    /// killed), and the trap's message if it trapped.
+    Exited {
+        code: i32,
+        trap: Option<String>,
+    },
 }
 
 /// The ioctls the FUSE mount answers on an open file. FUSE passes only restricted ioctls: the

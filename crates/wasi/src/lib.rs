@@ -144,6 +144,21 @@ impl Program {
                 max: limits.module_bytes,
             });
         }
+        // What compiling would cost, checked before any: a real program has thousands of
+        // functions (sqlite3: about 2,500), so its bounds are a graft's made larger.
+        let module = vino_graft::ModuleLimits {
+            max_bytes: limits.module_bytes,
+            max_functions: 65_536,
+            max_body_bytes: 1 << 20,
+            max_nesting: 1024,
+            max_locals: 100_000,
+        };
+        // (A module in the text format, as tests write them, is parsed by wasmtime itself.)
+        if wasm.starts_with(b"\0asm")
+            && let Err(e) = vino_graft::precheck(wasm, &module)
+        {
+            return Err(RunError::Invalid(e.to_string()));
+        }
         let mut config = Config::new();
         config.epoch_interruption(true);
         let engine = Engine::new(&config).map_err(|e| RunError::Invalid(e.to_string()))?;

@@ -259,6 +259,14 @@ fn modules_that_are_no_programs_are_refused_with_the_reason() {
         .err()
         .unwrap();
     assert!(e.to_string().starts_with("not a program VINO can run"), "{e}");
+    // A compile bomb: more functions than a program may have, refused before compiling.
+    let bomb = wat::parse_str(format!(
+        "(module (memory (export \"memory\") 1) (func (export \"_start\")) {})",
+        "(func)".repeat(70_000)
+    ))
+    .unwrap();
+    let e = Program::compile(&bomb, ProgramLimits::default()).err().unwrap();
+    assert!(e.to_string().contains("70001 functions"), "{e}");
     let library = wat::parse_str(r#"(module (memory (export "memory") 1))"#).unwrap();
     let e = Program::compile(&library, ProgramLimits::default()).err().unwrap();
     assert!(e.to_string().contains("_start"), "{e}");

@@ -1,0 +1,162 @@
+//! Programs run in the daemon (`vino run --socket`): a WebAssembly program (WASI preview 1)
+//! sent over a connection runs as a VINO process with that connection's credentials, on the
+//! connection's own thread. The connection then belongs to the program: what it writes to its
+//! standard output and error goes to the client as [`Response::Output`] frames, the client's
+//! [`Request::Input`] frames are its standard input, and [`Request::Kill`] (or the client going
+//! away) kills it. At its end the daemon sends [`Response::Exited`] and closes the connection.
+//!
+//! Each program counts against its user's `programs_per_user` (and the daemon's
+//! `programs_total`) while it runs, and its memory is capped at `program_memory`.
+
+use crate::dispatch::Session;
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use vino_kernel::account::Resource;
+use vino_proto::{ErrorReply, MAX_FRAME, Request, Response};
+use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits, Stdio};
+
+/// Runs the program the client sent, until it ends; the connection ends with it.
+pub(crate) fn run(
+    stream: &mut UnixStream,
+    reader: impl Read + Send,
+    session: &Session<'_>,
+    wasm: &[u8],
+    args: Vec<Vec<u8>>,
+    env: Vec<Vec<u8>>,
+) {
+    let refuse = |stream: &mut UnixStream, errno: i32, msg: String| {
+        let _ = vino_proto::write_frame(stream, &Response::Error(ErrorReply::new(errno, msg)));
+    };
+    let _running = match session.process.account().charge(Resource::Programs, 1) {
+        Ok(c) => c,
+        Err(e) => return refuse(stream, e.errno(), e.to_string()),
+    };
+    let limits = ProgramLimits {
+        module_bytes: vino_proto::MAX_MODULE,
+        memory_bytes: session.daemon.program_memory(),
+    };
+    let program = match Program::compile(wasm, limits) {
+        Ok(p) => p,
+        Err(e) => return refuse(stream, vino_proto::errno::EINVAL, e.to_string()),
+    };
+    let Ok(out) = stream.try_clone() else { return };
+    let out = Arc::new(Mutex::new(out));
+    if vino_proto::write_frame(&mut *out.lock().unwrap(), &Response::Ok).is_err() {
+        return;
+    }
+    let (input, stdin) = channel();
+    let kill = program.kill_switch();
+    let stdio = Stdio {
+        stdin: Box::new(ChannelReader {
+            rx: stdin,
+            pending: Vec::new(),
+            at: 0,
+        }),
+        stdout: Box::new(FrameWriter {
+            out: out.clone(),
+            stream: 1,
+        }),
+        stderr: Box::new(FrameWriter {
+            out: out.clone(),
+            stream: 2,
+        }),
+        tty: [false; 3],
+    };
+    let cred = session.process.credentials().clone();
+    let kernel = session.daemon.kernel().clone();
+    let exit = std::thread::scope(|s| {
+        s.spawn(|| client_frames(reader, input, &kill));
+        let exit = program.run(&kernel, cred, args, env, stdio);
+        // Ends the client-frame reader (it sees the end of the stream) and the connection.
+        let _ = stream.shutdown(std::net::Shutdown::Read);
+        exit
+    });
+    let answer = match exit {
+        Ok(exit) => Response::Exited {
+            code: exit.status(),
+            trap: match exit {
+                Exit::Trap(why) => Some(why),
+                _ => None,
+            },
+        },
+        Err(e) => Response::Error(ErrorReply::new(vino_proto::errno::EINVAL, e.to_string())),
+    };
+    let _ = vino_proto::write_frame(&mut *out.lock().unwrap(), &answer);
+}
+
+/// The client's frames while its program runs: input, a kill, or the end of the connection
+/// (which kills the program too: nobody is left to read what it writes).
+fn client_frames(mut reader: impl Read, input: Sender<Vec<u8>>, kill: &KillSwitch) {
+    let mut input = Some(input);
+    let mut buf = Vec::new();
+    loop {
+        let frame = vino_proto::read_frame(&mut reader, &mut buf, MAX_FRAME).and_then(|()| vino_proto::decode(&buf));
+        match frame {
+            Ok(Request::Input { data }) if data.is_empty() => input = None,
+            Ok(Request::Input { data }) => {
+                if let Some(tx) = &input {
+                    let _ = tx.send(data);
+                }
+            }
+            Ok(_) | Err(_) => {
+                // A kill, something else (the program owns the connection), or the client gone.
+                drop(input.take());
+                kill.kill();
+                if !matches!(frame, Ok(Request::Kill)) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The program's standard input: the client's input frames, in order; the end when the client
+/// says so, goes, or the program is killed.
+struct ChannelReader {
+    rx: Receiver<Vec<u8>>,
+    pending: Vec<u8>,
+    at: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.pending.len() {
+            match self.rx.recv() {
+                Ok(data) => (self.pending, self.at) = (data, 0),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.pending.len() - self.at);
+        buf[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// The program's standard output or error: each write a frame to the client.
+struct FrameWriter {
+    out: Arc<Mutex<UnixStream>>,
+    stream: u8,
+}
+
+impl Write for FrameWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = buf.len().min(vino_proto::MAX_DATA);
+        let frame = Response::Output {
+            stream: self.stream,
+            data: buf[..n].to_vec(),
+        };
+        let mut out = self
+            .out
+            .lock()
+            .map_err(|_| io::Error::other("the connection's writer"))?;
+        vino_proto::write_frame(&mut *out, &frame)?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

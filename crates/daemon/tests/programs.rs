@@ -1,0 +1,210 @@
+//! Programs run in the daemon (`Request::Run`): the connection's credentials, standard streams
+//! both ways, the program's status, a kill or a client that goes ending it with nothing held,
+//! the count of programs running, and modules that are no programs refused.
+//!
+//! The test with another user runs it as a child process of this binary (`child_role`) that
+//! takes the user's credentials before it connects; skipped unless the tests run as root.
+
+mod common;
+
+use common::{TestDaemon, is_root, spawn_child, wait_line};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use vino_client::{Client, ProgramEvent, RunningProgram};
+
+const TEST: &str = "child_role";
+
+/// `crates/wasi/tests/programs/copy.c` built for wasm32-wasi, in a directory every user reads.
+fn copy_program() -> (Vec<u8>, PathBuf) {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = LOCK.lock().unwrap();
+    let dir = DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        d
+    });
+    let out = dir.path().join("copy.wasm");
+    if !out.exists() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wasi/tests/programs/copy.c");
+        vino_sdk::build_program(&[src], &out, &Default::default()).unwrap();
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    (std::fs::read(&out).unwrap(), out)
+}
+
+fn args(a: &[&str]) -> Vec<Vec<u8>> {
+    a.iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
+/// Reads the program's events to its end: (stdout, stderr, status).
+fn finish(mut p: RunningProgram) -> (Vec<u8>, String, i32) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    loop {
+        match p.next_event().unwrap() {
+            ProgramEvent::Output { stream: 1, data } => out.extend(data),
+            ProgramEvent::Output { data, .. } => err.extend(data),
+            ProgramEvent::Exited { code, .. } => return (out, String::from_utf8_lossy(&err).into_owned(), code),
+        }
+    }
+}
+
+#[test]
+fn a_program_runs_in_the_daemon_with_its_streams_and_status() {
+    let d = TestDaemon::start();
+    let (wasm, _) = copy_program();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    let p = d
+        .client()
+        .run_program(&wasm, &args(&["copy", "-", "/kept"]), &[])
+        .unwrap();
+    let control = p.control();
+    let feeder = {
+        let data = data.clone();
+        std::thread::spawn(move || {
+            for chunk in data.chunks(100_000) {
+                control.input(chunk).unwrap();
+            }
+            control.input(&[]).unwrap();
+        })
+    };
+    let (out, err, code) = finish(p);
+    feeder.join().unwrap();
+    assert_eq!((code, out.len()), (0, 0), "{err}");
+    let p = d
+        .client()
+        .run_program(&wasm, &args(&["copy", "/kept", "-"]), &[])
+        .unwrap();
+    let (out, err, code) = finish(p);
+    assert_eq!(code, 0, "{err}");
+    assert!(out == data, "3 MB through the program's stdin, the file and its stdout");
+    let p = d
+        .client()
+        .run_program(&wasm, &args(&["copy", "/missing", "-"]), &[])
+        .unwrap();
+    let (_, err, code) = finish(p);
+    assert_eq!(code, 1);
+    assert!(err.contains("/missing: No such file or directory"), "{err}");
+    d.wait_processes(0);
+}
+
+#[test]
+fn a_kill_or_a_client_that_goes_ends_the_program_with_nothing_held() {
+    let d = TestDaemon::start();
+    let (wasm, _) = copy_program();
+    let p = d
+        .client()
+        .run_program(&wasm, &args(&["copy", "--sleep", "100"]), &[])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    p.control().kill().unwrap();
+    let (_, _, code) = finish(p);
+    assert_eq!(code, vino_wasi_killed());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The client goes without a word: the program goes with it.
+    let p = d.client().run_program(&wasm, &args(&["copy", "-", "/f"]), &[]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    drop(p);
+    d.wait_processes(0);
+    assert_eq!(d.handle().kernel().referenced_inodes(), 0, "its files were closed");
+}
+
+/// The status of a killed program (`vino_wasi::Exit::Killed`).
+fn vino_wasi_killed() -> i32 {
+    137
+}
+
+#[test]
+fn programs_are_counted_and_bad_modules_refused() {
+    // Root has no per-user limits: the daemon's total holds it (and every user) to two.
+    let d = TestDaemon::with(|c| c.limits.programs_total = Some(2));
+    let (wasm, _) = copy_program();
+    let sleepers: Vec<RunningProgram> = (0..2)
+        .map(|_| {
+            d.client()
+                .run_program(&wasm, &args(&["copy", "--sleep", "100"]), &[])
+                .unwrap()
+        })
+        .collect();
+    let e = d
+        .client()
+        .run_program(&wasm, &args(&["copy", "--sleep", "1"]), &[])
+        .err()
+        .expect("a third program is refused");
+    assert_eq!(e.errno, vino_proto::errno::EAGAIN, "{}", e.message);
+    for p in sleepers {
+        p.control().kill().unwrap();
+        finish(p);
+    }
+    let p = d
+        .client()
+        .run_program(&wasm, &args(&["copy", "--sleep", "0"]), &[])
+        .unwrap();
+    assert_eq!(finish(p).2, 0, "a place again once the others ended");
+    let e = d
+        .client()
+        .run_program(b"\0asm junk", &args(&["junk"]), &[])
+        .err()
+        .unwrap();
+    assert_eq!(e.errno, vino_proto::errno::EINVAL);
+    assert!(e.message.contains("not a program VINO can run"), "{}", e.message);
+    d.wait_processes(0);
+}
+
+#[test]
+fn a_program_has_its_users_permissions_not_the_daemons() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a client as another user");
+        return;
+    }
+    let d = TestDaemon::start();
+    let (_, path) = copy_program();
+    let mut root: Client = d.client();
+    root.mkdir("/home1000", 0o755).unwrap();
+    root.chown("/home1000", Some(1000), Some(1000)).unwrap();
+    let fd = root.open("/secret", vino_client::OpenFlags::create()).unwrap();
+    root.write(fd, b"root only").unwrap();
+    root.close(fd).unwrap();
+    root.chmod("/secret", 0o600).unwrap();
+    let env = [("COPY_WASM", path.to_str().unwrap())];
+    let mut child = spawn_child(TEST, "user", &d.socket(), &env, Some(1000));
+    let lines = wait_line(&mut child, "DONE");
+    assert!(child.wait().unwrap().success());
+    assert!(lines.iter().any(|l| l.trim() == "own 0"), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("secret 1 ") && l.contains("Permission denied")),
+        "{lines:?}"
+    );
+    let st = root.stat("/home1000/mine").unwrap();
+    assert_eq!((st.uid, st.size), (1000, 4), "made by the program as its user");
+}
+
+/// Roles run in a child process (see `spawn_child`).
+#[test]
+fn child_role() {
+    let Ok(role) = std::env::var("VINO_TEST_ROLE") else {
+        return;
+    };
+    assert_eq!(role, "user");
+    let socket = std::env::var("VINO_SOCKET").unwrap();
+    let wasm = std::fs::read(std::env::var("COPY_WASM").unwrap()).unwrap();
+    let run = |a: &[&str], input: &[u8]| {
+        let p = Client::connect(&socket)
+            .unwrap()
+            .run_program(&wasm, &args(a), &[])
+            .unwrap();
+        p.control().input(input).unwrap();
+        p.control().input(&[]).unwrap();
+        finish(p)
+    };
+    let (_, err, code) = run(&["copy", "-", "/home1000/mine"], b"mine");
+    println!("own {code} {err}");
+    let (_, err, code) = run(&["copy", "/secret", "-"], b"");
+    println!("secret {code} {}", err.trim());
+    println!("DONE");
+}
