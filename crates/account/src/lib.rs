@@ -181,7 +181,7 @@ impl Default for LimitsConfig {
             .with(Resource::GraftCode, 1024 * MIB)
             .with(Resource::FrameBytes, 1024 * MIB)
             .with(Resource::LockWaits, 256)
-            .with(Resource::Programs, 64);
+            .with(Resource::Programs, 16);
         LimitsConfig {
             process,
             user,

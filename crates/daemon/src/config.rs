@@ -34,7 +34,7 @@
 //! control_calls_per_user = 1
 //! lock_waits_per_user = 64      # blocking lock waits through the mount (each holds a thread)
 //! programs_per_user = 4         # programs running in the daemon (`vino run --socket`)
-//! programs_total = 64
+//! programs_total = 16
 //! root_reserve_percent = 5      # of each total, for root only
 //! ```
 

@@ -11,18 +11,22 @@
 use crate::dispatch::Session;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use vino_kernel::account::Resource;
 use vino_proto::{ErrorReply, MAX_FRAME, Request, Response};
 use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits, Stdio};
+
+/// Input frames (each at most `MAX_DATA`) queued for a program before the daemon stops reading
+/// the client's: a program that does not read its input holds at most this many.
+const INPUT_FRAMES: usize = 8;
 
 /// Runs the program the client sent, until it ends; the connection ends with it.
 pub(crate) fn run(
     stream: &mut UnixStream,
     reader: impl Read + Send,
     session: &Session<'_>,
-    wasm: &[u8],
+    wasm: Vec<u8>,
     args: Vec<Vec<u8>>,
     env: Vec<Vec<u8>>,
 ) {
@@ -37,16 +41,17 @@ pub(crate) fn run(
         module_bytes: vino_proto::MAX_MODULE,
         memory_bytes: session.daemon.program_memory(),
     };
-    let program = match Program::compile(wasm, limits) {
+    let program = match Program::compile(&wasm, limits) {
         Ok(p) => p,
         Err(e) => return refuse(stream, vino_proto::errno::EINVAL, e.to_string()),
     };
+    drop(wasm);
     let Ok(out) = stream.try_clone() else { return };
     let out = Arc::new(Mutex::new(out));
     if vino_proto::write_frame(&mut *out.lock().unwrap(), &Response::Ok).is_err() {
         return;
     }
-    let (input, stdin) = channel();
+    let (input, stdin) = sync_channel(INPUT_FRAMES);
     let kill = program.kill_switch();
     let stdio = Stdio {
         stdin: Box::new(ChannelReader {
@@ -88,7 +93,7 @@ pub(crate) fn run(
 
 /// The client's frames while its program runs: input, a kill, or the end of the connection
 /// (which kills the program too: nobody is left to read what it writes).
-fn client_frames(mut reader: impl Read, input: Sender<Vec<u8>>, kill: &KillSwitch) {
+fn client_frames(mut reader: impl Read, input: SyncSender<Vec<u8>>, kill: &KillSwitch) {
     let mut input = Some(input);
     let mut buf = Vec::new();
     loop {
