@@ -106,6 +106,14 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// The programs running in the daemon (`vino run` without --image) that you may see: yours,
+    /// or all if privileged; their CPU, open files, cache and grafts.
+    Ps {
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Live view of vinod's processes and grafts: calls, I/O, graft time and aborts, cache.
     Top {
         /// Print one snapshot and exit.
@@ -184,6 +192,7 @@ fn main() -> ExitCode {
             None => remote::mount(None, &first, socket, config),
         },
         Command::Unmount { mountpoint, socket } => remote::unmount(&mountpoint, socket),
+        Command::Ps { json, socket } => remote::ps(socket, json),
         Command::Top {
             once,
             json,

@@ -389,3 +389,33 @@ pub fn top(socket: Option<PathBuf>, once: bool, json: bool, interval_ms: u64) ->
         std::thread::sleep(Duration::from_millis(interval_ms));
     }
 }
+
+/// `vino ps`: the programs running in the daemon that this user may see (its own; all if
+/// privileged), with their accounts.
+pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
+    let mut c = connect(socket)?;
+    let top = c.top()?;
+    let programs: Vec<&vino_client::ProcessTop> = top.processes.iter().filter(|p| p.program.is_some()).collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&programs)?);
+        return Ok(());
+    }
+    let mut t = crate::table::Table::new(
+        "Programs running in vinod",
+        &["PID", "UID", "CPU s", "FILES", "HITS", "MISSES", "GRAFTS", "PROGRAM"],
+    );
+    for p in programs {
+        t.row([
+            p.pid.to_string(),
+            p.uid.to_string(),
+            format!("{:.2}", p.cpu_ns as f64 / 1e9),
+            p.open_files.to_string(),
+            p.cache_hits.to_string(),
+            p.cache_misses.to_string(),
+            p.grafts.to_string(),
+            p.program.clone().unwrap_or_default(),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(())
+}

@@ -419,6 +419,11 @@ fn run_without_an_image_runs_the_program_inside_the_daemon() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(500));
+    let o = vino(&["ps", "--socket", sock]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("copy.wasm"),
+        "vino ps lists it"
+    );
     // SAFETY: kill on the children's pids, which have not been reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     assert_eq!(child.wait_with_output().unwrap().status.code(), Some(130));

@@ -63,6 +63,8 @@ pub struct Daemon {
     config: Config,
     privileged_gid: Option<u32>,
     conns: Mutex<HashMap<Pid, ConnInfo>>,
+    /// Programs running in the daemon (`vino run`), by their kernel process.
+    programs: Mutex<HashMap<Pid, program::Running>>,
     /// Connections being served (the Hello exchange included), counted as they are accepted.
     slots: Mutex<Slots>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -137,6 +139,7 @@ impl Daemon {
             config,
             privileged_gid,
             conns: Mutex::new(HashMap::new()),
+            programs: Mutex::new(HashMap::new()),
             slots: Mutex::new(Slots::default()),
             threads: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),

@@ -17,6 +17,38 @@ use vino_kernel::account::Resource;
 use vino_proto::{ErrorReply, MAX_FRAME, Request, Response};
 use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits, Stdio};
 
+/// What `vino ps` shows of a running program beyond its kernel process's accounts.
+pub(crate) struct Running {
+    /// Its name (its first argument).
+    pub name: String,
+    /// The CPU clock of the thread that runs it.
+    cpu_clock: Option<libc::clockid_t>,
+}
+
+impl Running {
+    fn on_this_thread(name: String) -> Running {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: `id` is a valid out-pointer; pthread_self is the calling thread.
+        let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &raw mut id) };
+        Running {
+            name,
+            cpu_clock: (rc == 0).then_some(id),
+        }
+    }
+
+    /// CPU time the program has used (its thread's), in nanoseconds.
+    pub fn cpu_ns(&self) -> u64 {
+        let Some(clock) = self.cpu_clock else { return 0 };
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid out-pointer; the clock is the running program's thread's,
+        // which lives as long as this record (removed before the thread's program ends).
+        if unsafe { libc::clock_gettime(clock, &raw mut ts) } != 0 {
+            return 0;
+        }
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+}
+
 /// Input frames (each at most `MAX_DATA`) queued for a program before the daemon stops reading
 /// the client's: a program that does not read its input holds at most this many.
 const INPUT_FRAMES: usize = 8;
@@ -69,15 +101,26 @@ pub(crate) fn run(
         }),
         tty: [false; 3],
     };
-    let cred = session.process.credentials().clone();
     let kernel = session.daemon.kernel().clone();
+    let process = kernel.spawn(session.process.credentials().clone());
+    let pid = process.pid();
+    let name = args
+        .first()
+        .map_or_else(String::new, |a| String::from_utf8_lossy(a).into_owned());
+    session
+        .daemon
+        .programs
+        .lock()
+        .insert(pid, Running::on_this_thread(name));
     let exit = std::thread::scope(|s| {
         s.spawn(|| client_frames(reader, input, &kill));
-        let exit = program.run(&kernel, cred, args, env, stdio);
+        let exit = program.run_in(process, args, env, stdio);
         // Ends the client-frame reader (it sees the end of the stream) and the connection.
         let _ = stream.shutdown(std::net::Shutdown::Read);
         exit
     });
+    session.daemon.programs.lock().remove(&pid);
+    kernel.exit(pid);
     let answer = match exit {
         Ok(exit) => Response::Exited {
             code: exit.status(),

@@ -103,6 +103,10 @@ impl Daemon {
             row.open_files = p.fds().len() as u64;
             let cred = p.credentials();
             (row.uid, row.gid, row.privileged) = (cred.uid, cred.gid, cred.privileged);
+            if let Some(prog) = self.programs.lock().get(&pid) {
+                row.program = Some(prog.name.clone());
+                row.cpu_ns = prog.cpu_ns();
+            }
             if let Some(c) = self.conns.lock().get(&pid) {
                 row.host_pid = c.peer.pid;
                 row.client = c.client.clone();

@@ -244,6 +244,10 @@ pub struct ProcessTop {
     pub cache_misses: u64,
     /// Cache frames holding this process's pages now.
     pub cache_frames: u64,
+    /// For a program running in the daemon (`vino run`): its name (its first argument).
+    pub program: Option<String>,
+    /// For a program: the CPU time it has used, in nanoseconds.
+    pub cpu_ns: u64,
 }
 
 /// One bound graft.

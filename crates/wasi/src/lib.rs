@@ -195,12 +195,14 @@ impl Program {
     ) -> Result<Exit, RunError> {
         let process = kernel.spawn(cred);
         let pid = process.pid();
-        let result = self.run_as(process, args, env, stdio);
+        let result = self.run_in(process, args, env, stdio);
         kernel.exit(pid);
         result
     }
 
-    fn run_as(
+    /// Runs the program in `process`, a kernel process the caller spawned (and makes exit
+    /// afterwards): for a caller that keeps its own records of the process while it runs.
+    pub fn run_in(
         &self,
         process: Arc<vino_kernel::Process>,
         args: Vec<Vec<u8>>,
