@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what VINO needs on a fresh Debian machine: clang and lld (to build grafts and the
 # benchmark workloads for wasm32), wasi-libc (to build programs that run as VINO processes),
-# FUSE and the programs the mount tests run (sqlite3, git, gzip, tar), Python for the Python
+# FUSE and the programs the mount tests run (sqlite3, git, gzip, tar; bzip2 for the VINO-process
+# tests), Python for the Python
 # client, and the Rust crates. Quiet on success.
 set -euo pipefail
 
@@ -12,6 +13,7 @@ command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v gzip >/dev/null 2>&1 || need+=(gzip)
+command -v bzip2 >/dev/null 2>&1 || need+=(bzip2)
 command -v tar >/dev/null 2>&1 || need+=(tar)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 # pjdfstest (built below) links libacl; setpriv runs the mount tests' programs as other users.

@@ -31,5 +31,12 @@ VINO_IMPORT(graft_call)
 int vino_graft_call(const char *point, size_t point_len, const char *control, size_t control_len,
                     const int64_t *args, size_t nargs, int64_t *result);
 
+/* Sets the mode (the low 12 bits of `mode`) or the owner (-1 leaves one as it is) of the file
+ * open as `fd`, which WASI preview 1 cannot do; the kernel's permission rules apply. */
+VINO_IMPORT(fd_chmod)
+int vino_fd_chmod(int fd, unsigned mode);
+VINO_IMPORT(fd_chown)
+int vino_fd_chown(int fd, int uid, int gid);
+
 #undef VINO_IMPORT
 #endif

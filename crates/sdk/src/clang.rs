@@ -100,7 +100,7 @@ pub enum BuildError {
     BadOutput { path: PathBuf },
     #[error("no example or hostile C graft named `{0}`")]
     UnknownExample(String),
-    #[error("no program named `{0}` (sqlite3, gzip)")]
+    #[error("no program named `{0}` (sqlite3, gzip, bzip2)")]
     UnknownProgram(String),
     #[error("the sources of {what} are not in cargo's registry ({looked}): run `cargo fetch` in VINO's source tree")]
     SourcesNotFound { what: String, looked: String },

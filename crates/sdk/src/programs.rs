@@ -1,18 +1,32 @@
 //! Real programs that run as VINO processes (`vino run`), built for wasm32-wasi from sources
 //! that crates ship: SQLite's amalgamation from `libsqlite3-sys` under a small shell
-//! (`sdk/programs/sqlite3.c`), and zlib from `libz-sys` under gzip/gunzip
-//! (`sdk/programs/gzip.c`). The crates are this crate's dependencies for the wasi target only,
+//! (`sdk/programs/sqlite3.c`), zlib from `libz-sys` under gzip/gunzip
+//! (`sdk/programs/gzip.c`), and bzip2 1.0.8, the program itself, from `bzip2-sys` (with
+//! `sdk/programs/wasi_compat.c` for the two calls wasi-libc lacks). The crates are this crate's dependencies for the wasi target only,
 //! so `cargo fetch` puts their sources in cargo's registry and nothing builds them for the host.
 
 use crate::clang::{BuildError, BuildOptions, build_program};
 use std::path::{Path, PathBuf};
 
 /// The programs [`build_named`] builds.
-pub const PROGRAMS: &[&str] = &["sqlite3", "gzip"];
+pub const PROGRAMS: &[&str] = &["sqlite3", "gzip", "bzip2"];
 
 /// The crates whose sources the programs use, as pinned in this crate's Cargo.toml.
 const SQLITE_CRATE: &str = "libsqlite3-sys-0.35.0";
 const ZLIB_CRATE: &str = "libz-sys-1.1.31";
+const BZIP2_CRATE: &str = "bzip2-sys-0.1.13+1.0.8";
+
+/// bzip2's sources (`bzip2-1.0.8/` of bzip2-sys): the program and its library.
+const BZIP2_FILES: &[&str] = &[
+    "bzip2.c",
+    "blocksort.c",
+    "bzlib.c",
+    "compress.c",
+    "crctable.c",
+    "decompress.c",
+    "huffman.c",
+    "randtable.c",
+];
 
 /// zlib's library sources (`src/zlib/` of libz-sys).
 const ZLIB_FILES: &[&str] = &[
@@ -59,8 +73,7 @@ pub fn build_named(name: &str, output: &Path, opts: &BuildOptions) -> Result<(),
                 opts.defines.push(define(d));
             }
             for e in WASI_EMULATIONS {
-                let macro_name = format!("_WASI_EMULATED_{}", e.replace('-', "_").to_uppercase());
-                opts.defines.push((macro_name, None));
+                opts.defines.push(emulation_define(e));
                 opts.extra_args.push(format!("-lwasi-emulated-{e}").into());
             }
         }
@@ -70,9 +83,28 @@ pub fn build_named(name: &str, output: &Path, opts: &BuildOptions) -> Result<(),
             opts.include_dirs.push(dir);
             opts.defines.push(define("Z_HAVE_UNISTD_H"));
         }
+        "bzip2" => {
+            // The program is bzip2's own: no front end of ours, only the compatibility calls.
+            let dir = crate_source(BZIP2_CRATE)?.join("bzip2-1.0.8");
+            sources = BZIP2_FILES.iter().map(|f| dir.join(f)).collect();
+            sources.push(crate::sdk_dir().join("programs/wasi_compat.c"));
+            opts.include_dirs.push(dir);
+            for e in ["signal", "process-clocks"] {
+                opts.defines.push(emulation_define(e));
+                opts.extra_args.push(format!("-lwasi-emulated-{e}").into());
+            }
+        }
         other => return Err(BuildError::UnknownProgram(other.to_string())),
     }
     build_program(&sources, output, &opts)
+}
+
+/// `_WASI_EMULATED_<NAME>` for wasi-libc's emulation `name` (`process-clocks`...).
+fn emulation_define(name: &str) -> (String, Option<String>) {
+    (
+        format!("_WASI_EMULATED_{}", name.replace('-', "_").to_uppercase()),
+        None,
+    )
 }
 
 fn define(d: &str) -> (String, Option<String>) {

@@ -9,6 +9,7 @@ use crate::abi::WasiErrno;
 use crate::calls::sys_value;
 use crate::fds::Entry;
 use crate::guest::{Guest, Result};
+use vino_kernel::Attrs;
 use wasmtime::{Caller, Linker};
 
 /// The import module's name.
@@ -58,7 +59,43 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             })
         },
     )?;
+    // Modes and owners, which WASI preview 1 has no calls for; the kernel checks them as for
+    // any process.
+    l.func_wrap(MODULE, "fd_chmod", |mut c: C, fd: u32, mode: u32| {
+        sys_value(&mut c, |_, x| {
+            let mode = u16::try_from(mode & 0o7777).map_err(|_| WasiErrno::INVAL)?;
+            set_attrs(
+                x,
+                fd,
+                &Attrs {
+                    mode: Some(mode),
+                    ..Default::default()
+                },
+            )
+        })
+    })?;
+    l.func_wrap(MODULE, "fd_chown", |mut c: C, fd: u32, uid: i32, gid: i32| {
+        sys_value(&mut c, |_, x| {
+            // -1 leaves one as it is, as chown(2) has it.
+            let id = |v: i32| u32::try_from(v).ok();
+            set_attrs(
+                x,
+                fd,
+                &Attrs {
+                    uid: id(uid),
+                    gid: id(gid),
+                    ..Default::default()
+                },
+            )
+        })
+    })?;
     Ok(())
+}
+
+fn set_attrs(x: &mut Ctx, fd: u32, attrs: &Attrs) -> Result<i32> {
+    let kfd = x.fds.file(fd)?.fd;
+    x.process.fsetattr(kfd, attrs)?;
+    Ok(0)
 }
 
 fn name(g: &Guest<'_>, ptr: u32, len: u32) -> Result<String> {

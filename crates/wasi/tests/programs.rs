@@ -359,14 +359,23 @@ fn a_program_grafts_its_own_file_from_inside() {
     let errno = |e: vino_wasi::WasiErrno| -i32::from(e.0);
     let expect = format!(
         "bad module {}\nbad descriptor {}\nno such point {}\nload 0\ncall 0 -> 0 -1\ncall 64 -> 0 0\n\
-         read {}\nunload 0\nunload again {}\n",
+         read {}\nunload 0\nunload again {}\nchmod 0\nchown 0\nchmod bad fd {}\n",
         errno(vino_wasi::WasiErrno::INVAL),
         errno(vino_wasi::WasiErrno::BADF),
         errno(vino_wasi::WasiErrno::NOENT),
         4 << 20,
         errno(vino_wasi::WasiErrno::NOENT),
+        errno(vino_wasi::WasiErrno::BADF),
     );
     assert_eq!(r.out, expect);
+    let looker = k.spawn(Credentials::root());
+    let st = looker.stat("/big").unwrap();
+    k.exit(looker.pid());
+    assert_eq!(
+        (st.mode & 0o7777, st.uid),
+        (0o600, 1000),
+        "set from inside, through the kernel"
+    );
     let after = k.cache().stats().total;
     assert!(after.prefetched > before.prefetched, "the graft's read-ahead ran");
     assert_nothing_held(&k);

@@ -96,14 +96,15 @@ fn sqlite_inserts_two_hundred_thousand_rows_and_checks_its_database() {
     fsck(&dev, &k);
 }
 
-/// The host's gzip, given `input` on stdin, with `args`.
-fn host_gzip(args: &[&str], input: &[u8]) -> Vec<u8> {
-    let mut child = std::process::Command::new("gzip")
+/// The host's `tool` (gzip, bzip2: scripts/setup.sh installs them), given `input` on stdin,
+/// with `args`: its output.
+fn host(tool: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
+    let mut child = std::process::Command::new(tool)
         .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
-        .expect("the host's gzip (scripts/setup.sh installs it)");
+        .unwrap_or_else(|e| panic!("the host's {tool}: {e}"));
     let mut stdin = child.stdin.take().unwrap();
     let input = input.to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&input));
@@ -111,6 +112,14 @@ fn host_gzip(args: &[&str], input: &[u8]) -> Vec<u8> {
     writer.join().unwrap().unwrap();
     assert!(out.status.success());
     out.stdout
+}
+
+fn host_gzip(args: &[&str], input: &[u8]) -> Vec<u8> {
+    host("gzip", args, input)
+}
+
+fn host_bzip2(args: &[&str], input: &[u8]) -> Vec<u8> {
+    host("bzip2", args, input)
 }
 
 #[test]
@@ -165,6 +174,49 @@ fn gzip_and_gunzip_round_trip_with_the_hosts_gzip() {
     let (exit, _, err) = run(&k, &gzip, &["gunzip"], host[..host.len() / 2].to_vec());
     assert_eq!(exit, Exit::Code(1), "{err}");
     assert!(err.contains("unexpected end of file"), "{err}");
+    k.exit(p.pid());
+    fsck(&dev, &k);
+}
+
+#[test]
+fn bzip2_itself_compresses_in_place_and_the_host_agrees() {
+    let (dev, k) = boot();
+    let bzip2 = program("bzip2");
+    let data: Vec<u8> = (0..120_000)
+        .flat_map(|i| format!("{i} bottles\n").into_bytes())
+        .collect();
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/data", vino_kernel::OpenFlags::create()).unwrap();
+    p.write(fd, &data).unwrap();
+    p.close(fd).unwrap();
+    p.chmod("/data", 0o640).unwrap();
+    // bzip2 1.0.8's own main: compresses /data into /data.bz2 and removes /data. (It would give
+    // the new file the old one's mode, but WASI's stat has none: the new file keeps the
+    // kernel's default, see sdk/programs/wasi_compat.c.)
+    let (exit, _, err) = run(&k, &bzip2, &["bzip2", "-9", "/data"], Vec::new());
+    assert_eq!(exit, Exit::Code(0), "{err}");
+    assert!(p.stat("/data").is_err());
+    let st = p.stat("/data.bz2").unwrap();
+    assert_eq!(st.mode & 0o7777, 0o644, "the kernel's mode, not WASI's zero");
+    let fd = p.open("/data.bz2", vino_kernel::OpenFlags::read_only()).unwrap();
+    let mut bz = vec![0u8; st.size as usize];
+    assert_eq!(p.read(fd, &mut bz).unwrap(), bz.len());
+    p.close(fd).unwrap();
+    assert!(host_bzip2(&["-dc"], &bz) == data, "the host's bzip2 reads it");
+    let (exit, _, err) = run(&k, &bzip2, &["bzip2", "-t", "/data.bz2"], Vec::new());
+    assert_eq!(exit, Exit::Code(0), "its own integrity test: {err}");
+
+    // The host's output, decompressed by VINO's bunzip2 (bzip2 under that name).
+    let (exit, out, err) = run(&k, &bzip2, &["bunzip2", "-c"], host_bzip2(&["-c"], &data));
+    assert_eq!(exit, Exit::Code(0), "{err}");
+    assert!(out == data);
+    // A damaged stream: bzip2's own error and status.
+    let mut damaged = host_bzip2(&["-c"], &data);
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0xff;
+    let (exit, _, err) = run(&k, &bzip2, &["bunzip2", "-c"], damaged);
+    assert_eq!(exit, Exit::Code(2), "{err}");
+    assert!(err.contains("Data integrity error"), "{err}");
     k.exit(p.pid());
     fsck(&dev, &k);
 }

@@ -44,5 +44,8 @@ int main(int argc, char **argv) {
     printf("read %ld\n", total);
     printf("unload %d\n", vino_graft_unload(point, strlen(point)));
     printf("unload again %d\n", vino_graft_unload(point, strlen(point)));
+    printf("chmod %d\n", vino_fd_chmod(fd, 0600));
+    printf("chown %d\n", vino_fd_chown(fd, 1000, -1));
+    printf("chmod bad fd %d\n", vino_fd_chmod(99, 0600));
     return 0;
 }
