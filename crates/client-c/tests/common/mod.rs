@@ -48,12 +48,12 @@ impl TestDaemon {
     }
 }
 
-/// The directory holding `libvino.so`, built with this test (next to `deps/`, where the test
-/// executable is).
+/// The directory holding `libvino.so` built with this test: `deps/`, where the test executable
+/// is, before its parent (where `cargo build` copies it, possibly from an older build).
 pub fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     let deps = exe.parent().expect("the executable is in a directory");
-    for dir in [deps.parent().unwrap_or(deps), deps] {
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
         if dir.join("libvino.so").is_file() {
             return dir.to_path_buf();
         }
