@@ -77,10 +77,7 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
         }
     });
 
-    let name = a.program.file_name().unwrap_or(a.program.as_os_str());
-    let mut args = vec![name.as_bytes().to_vec()];
-    args.extend(a.args.iter().map(|s| s.as_bytes().to_vec()));
-    let env = a.env.iter().map(|e| e.as_bytes().to_vec()).collect();
+    let (args, env) = program_args(a);
     let exit = program.run(&kernel, credentials(), args, env, Stdio::inherit());
     kernel
         .shutdown()
@@ -94,6 +91,9 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
         (exit, _) => exit.status(),
     })
 }
+
+/// How long `vino run` waits for a killed program's end before it leaves.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Sends the program to the daemon, which runs it with this user's credentials; forwards the
 /// standard streams both ways and a Ctrl-C as a kill.
@@ -133,7 +133,13 @@ fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
     std::thread::spawn(move || {
         if let Ok(sig) = signals.wait() {
             seen.store(sig as i32, Ordering::SeqCst);
-            let _ = control.kill();
+            // The kill goes on the connection, behind any input still queued there; if the
+            // program has not ended within GRACE (the daemon may have stopped reading a client
+            // whose program does not read its input), leaving ends it: the daemon kills a
+            // program whose client goes.
+            std::thread::spawn(move || control.kill());
+            std::thread::sleep(GRACE);
+            std::process::exit(128 + sig as i32);
         }
     });
     loop {

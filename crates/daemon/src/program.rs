@@ -11,7 +11,7 @@
 use crate::dispatch::Session;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use vino_kernel::account::Resource;
 use vino_proto::{ErrorReply, MAX_FRAME, Request, Response};
@@ -112,8 +112,9 @@ pub(crate) fn run(
         .programs
         .lock()
         .insert(pid, Running::on_this_thread(name));
+    let Ok(watch) = stream.try_clone() else { return };
     let exit = std::thread::scope(|s| {
-        s.spawn(|| client_frames(reader, input, &kill));
+        s.spawn(|| client_frames(reader, &watch, input, &kill));
         let exit = program.run_in(process, args, env, stdio);
         // Ends the client-frame reader (it sees the end of the stream) and the connection.
         let _ = stream.shutdown(std::net::Shutdown::Read);
@@ -136,7 +137,7 @@ pub(crate) fn run(
 
 /// The client's frames while its program runs: input, a kill, or the end of the connection
 /// (which kills the program too: nobody is left to read what it writes).
-fn client_frames(mut reader: impl Read, input: SyncSender<Vec<u8>>, kill: &KillSwitch) {
+fn client_frames(mut reader: impl Read, watch: &UnixStream, input: SyncSender<Vec<u8>>, kill: &KillSwitch) {
     let mut input = Some(input);
     let mut buf = Vec::new();
     loop {
@@ -144,8 +145,12 @@ fn client_frames(mut reader: impl Read, input: SyncSender<Vec<u8>>, kill: &KillS
         match frame {
             Ok(Request::Input { data }) if data.is_empty() => input = None,
             Ok(Request::Input { data }) => {
-                if let Some(tx) = &input {
-                    let _ = tx.send(data);
+                if let Some(tx) = &input
+                    && !queue(tx, data, watch)
+                {
+                    // The client hung up while its program's input was full.
+                    kill.kill();
+                    return;
                 }
             }
             Ok(_) | Err(_) => {
@@ -158,6 +163,35 @@ fn client_frames(mut reader: impl Read, input: SyncSender<Vec<u8>>, kill: &KillS
             }
         }
     }
+}
+
+/// Queues `data` for the program; while its queue is full, watches the client's end of the
+/// connection instead of reading it (it may not read ahead), so that a client that goes is
+/// still noticed. False if the client hung up; true once queued, or if the program no longer
+/// takes input.
+fn queue(tx: &SyncSender<Vec<u8>>, mut data: Vec<u8>, watch: &UnixStream) -> bool {
+    loop {
+        match tx.try_send(data) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => return true,
+            Err(TrySendError::Full(d)) => data = d,
+        }
+        if hung_up(watch, 50) {
+            return false;
+        }
+    }
+}
+
+/// True if the peer of `s` has closed its end (or the socket failed), waiting up to `ms`.
+fn hung_up(s: &UnixStream, ms: i32) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call's duration; the descriptor is open (borrowed).
+    let n = unsafe { libc::poll(&raw mut p, 1, ms) };
+    n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// The program's standard input: the client's input frames, in order; the end when the client

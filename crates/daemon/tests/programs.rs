@@ -184,12 +184,40 @@ fn a_program_has_its_users_permissions_not_the_daemons() {
     assert_eq!((st.uid, st.size), (1000, 4), "made by the program as its user");
 }
 
+#[test]
+fn a_client_that_floods_a_program_that_never_reads_and_goes_leaves_nothing() {
+    // The program's input queue fills and the daemon stops reading the client; the client is
+    // then killed without a word. The daemon notices the hang-up all the same.
+    let d = TestDaemon::start();
+    let (_, path) = copy_program();
+    let env = [("COPY_WASM", path.to_str().unwrap())];
+    let mut child = spawn_child(TEST, "flood", &d.socket(), &env, None);
+    wait_line(&mut child, "FLOODING");
+    std::thread::sleep(Duration::from_millis(300));
+    d.wait_processes(2); // the client's connection and its program
+    child.kill().unwrap();
+    child.wait().unwrap();
+    d.wait_processes(0);
+}
+
 /// Roles run in a child process (see `spawn_child`).
 #[test]
 fn child_role() {
     let Ok(role) = std::env::var("VINO_TEST_ROLE") else {
         return;
     };
+    if role == "flood" {
+        let socket = std::env::var("VINO_SOCKET").unwrap();
+        let wasm = std::fs::read(std::env::var("COPY_WASM").unwrap()).unwrap();
+        let p = Client::connect(&socket)
+            .unwrap()
+            .run_program(&wasm, &args(&["copy", "--sleep", "100"]), &[])
+            .unwrap();
+        println!("FLOODING");
+        let chunk = vec![0u8; 1 << 20];
+        while p.control().input(&chunk).is_ok() {}
+        return;
+    }
     assert_eq!(role, "user");
     let socket = std::env::var("VINO_SOCKET").unwrap();
     let wasm = std::fs::read(std::env::var("COPY_WASM").unwrap()).unwrap();
