@@ -492,7 +492,8 @@ fn fd_filestat_set_times(x: &mut Ctx, fd: u32, atim: u64, mtim: u64, fst: u32) -
 fn pread_iovs(g: &mut Guest<'_>, x: &Ctx, kfd: Fd, iovs: u32, n: u32, off: u64) -> Result<u64> {
     let mut done = 0u64;
     for (buf, len) in g.iovecs(iovs, n)? {
-        let got = x.process.pread(kfd, g.bytes_mut(buf, len)?, off + done)?;
+        let at = off.checked_add(done).ok_or(WasiErrno::INVAL)?;
+        let got = x.process.pread(kfd, g.bytes_mut(buf, len)?, at)?;
         done += got as u64;
         if got < len as usize {
             break;
@@ -505,7 +506,8 @@ fn pread_iovs(g: &mut Guest<'_>, x: &Ctx, kfd: Fd, iovs: u32, n: u32, off: u64) 
 fn pwrite_iovs(g: &Guest<'_>, x: &Ctx, kfd: Fd, iovs: u32, n: u32, off: u64) -> Result<u64> {
     let mut done = 0u64;
     for (buf, len) in g.iovecs(iovs, n)? {
-        let put = x.process.pwrite(kfd, g.bytes(buf, len)?, off + done)?;
+        let at = off.checked_add(done).ok_or(WasiErrno::INVAL)?;
+        let put = x.process.pwrite(kfd, g.bytes(buf, len)?, at)?;
         done += put as u64;
         if put < len as usize {
             break;

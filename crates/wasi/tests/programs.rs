@@ -204,6 +204,15 @@ fn traps_loops_and_memory_hogs_end_the_process_and_free_everything() {
     let r = run_program(k, &program, Credentials::root(), &["hog"], b"");
     assert_eq!(r.exit, Exit::Code(7), "64 MiB allowed, 125 MiB asked");
 
+    // Recurses without end: the stack runs out, a trap, not a fault of the kernel's thread.
+    let deep = wat(r#"(func $f (call $f)) (func (export "_start") (call $f))"#);
+    let r = run_as(k, &deep, Credentials::root(), &["deep"], b"");
+    assert!(
+        matches!(&r.exit, Exit::Trap(m) if m.contains("call stack exhausted")),
+        "{:?}",
+        r.exit
+    );
+
     // Loops forever until killed from another thread.
     let spin = wat(r#"(func (export "_start") (loop (br 0)))"#);
     let program = Program::compile(&spin, ProgramLimits::default()).unwrap();
