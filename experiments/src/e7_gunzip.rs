@@ -617,7 +617,14 @@ fn run_program(
     let before = kernel.cache().stats().total;
     let started = Instant::now();
     let args = args.into_iter().map(String::into_bytes).collect();
-    let exit = gunzip.run(&kernel, Credentials::root(), args, Vec::new(), stdio)?;
+    let exit = gunzip.run(
+        &kernel,
+        Credentials::root(),
+        args,
+        Vec::new(),
+        stdio,
+        &gunzip.kill_switch(),
+    )?;
     let elapsed_s = started.elapsed().as_secs_f64();
     let after = kernel.cache().stats().total;
     kernel.shutdown()?;

@@ -69,16 +69,17 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
     let kernel = Kernel::boot(dev, &KernelConfig::default()).with_context(|| format!("booting {}", image.display()))?;
 
     let signalled = Arc::new(AtomicI32::new(0));
-    let (kill, seen) = (program.kill_switch(), signalled.clone());
+    let kill = program.kill_switch();
+    let (killer, seen) = (kill.clone(), signalled.clone());
     std::thread::spawn(move || {
         if let Ok(sig) = signals.wait() {
             seen.store(sig as i32, Ordering::SeqCst);
-            kill.kill();
+            killer.kill();
         }
     });
 
     let (args, env) = program_args(a);
-    let exit = program.run(&kernel, credentials(), args, env, Stdio::inherit());
+    let exit = program.run(&kernel, credentials(), args, env, Stdio::inherit(), &kill);
     kernel
         .shutdown()
         .with_context(|| format!("writing {} back", image.display()))?;

@@ -65,6 +65,8 @@ pub struct Daemon {
     conns: Mutex<HashMap<Pid, ConnInfo>>,
     /// Programs running in the daemon (`vino run`), by their kernel process.
     programs: Mutex<HashMap<Pid, program::Running>>,
+    /// Compiled programs, by their module's hash.
+    program_cache: program::ProgramCache,
     /// Connections being served (the Hello exchange included), counted as they are accepted.
     slots: Mutex<Slots>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -140,6 +142,7 @@ impl Daemon {
             privileged_gid,
             conns: Mutex::new(HashMap::new()),
             programs: Mutex::new(HashMap::new()),
+            program_cache: program::ProgramCache::default(),
             slots: Mutex::new(Slots::default()),
             threads: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
@@ -316,6 +319,11 @@ impl Drop for Slot<'_> {
 impl Daemon {
     pub fn kernel(&self) -> &Arc<Kernel> {
         &self.kernel
+    }
+
+    /// Programs compiled since the daemon started (a program run again comes from a cache).
+    pub fn programs_compiled(&self) -> u64 {
+        self.program_cache.compiled()
     }
 
     /// Linear memory a program run in the daemon may grow to (checked at start).

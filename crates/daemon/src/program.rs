@@ -17,6 +17,64 @@ use vino_kernel::account::Resource;
 use vino_proto::{ErrorReply, MAX_FRAME, Request, Response};
 use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits, Stdio};
 
+/// Compiled programs by their module's hash, so that a program run again (by anyone who sends
+/// the same bytes) is not compiled again: sqlite3.wasm takes 0.7 s to compile. Bounded by
+/// count and by compiled code, the least recently used going first.
+#[derive(Default)]
+pub(crate) struct ProgramCache {
+    entries: Mutex<Vec<Cached>>,
+    compiled: std::sync::atomic::AtomicU64,
+}
+
+struct Cached {
+    hash: [u8; 32],
+    program: Arc<Program>,
+    used: u64,
+}
+
+/// Most programs the cache keeps, and most compiled code.
+const CACHE_PROGRAMS: usize = 16;
+const CACHE_CODE_BYTES: usize = 256 << 20;
+
+impl ProgramCache {
+    /// The compiled program of `wasm`, from the cache or compiled now (outside the cache's lock,
+    /// so that one long compile holds up nobody else's run).
+    fn get_or_compile(&self, wasm: &[u8], memory_bytes: usize) -> Result<Arc<Program>, vino_wasi::RunError> {
+        use sha2::Digest;
+        let hash: [u8; 32] = sha2::Sha256::digest(wasm).into();
+        let tick = self.compiled.load(std::sync::atomic::Ordering::Relaxed);
+        if let Some(c) = self.entries.lock().unwrap().iter_mut().find(|c| c.hash == hash) {
+            c.used = tick;
+            return Ok(c.program.clone());
+        }
+        let limits = ProgramLimits {
+            module_bytes: vino_proto::MAX_MODULE,
+            memory_bytes,
+        };
+        let program = Arc::new(Program::compile(wasm, limits)?);
+        let tick = self.compiled.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let mut entries = self.entries.lock().unwrap();
+        if !entries.iter().any(|c| c.hash == hash) && program.code_bytes() <= CACHE_CODE_BYTES {
+            entries.push(Cached {
+                hash,
+                program: program.clone(),
+                used: tick,
+            });
+            let code = |e: &Vec<Cached>| e.iter().map(|c| c.program.code_bytes()).sum::<usize>();
+            while entries.len() > CACHE_PROGRAMS || code(&entries) > CACHE_CODE_BYTES {
+                let oldest = (0..entries.len()).min_by_key(|&i| entries[i].used).expect("not empty");
+                entries.swap_remove(oldest);
+            }
+        }
+        Ok(program)
+    }
+
+    /// Modules compiled so far (cache misses).
+    pub fn compiled(&self) -> u64 {
+        self.compiled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// What `vino ps` shows of a running program beyond its kernel process's accounts.
 pub(crate) struct Running {
     /// Its name (its first argument).
@@ -69,11 +127,11 @@ pub(crate) fn run(
         Ok(c) => c,
         Err(e) => return refuse(stream, e.errno(), e.to_string()),
     };
-    let limits = ProgramLimits {
-        module_bytes: vino_proto::MAX_MODULE,
-        memory_bytes: session.daemon.program_memory(),
-    };
-    let program = match Program::compile(&wasm, limits) {
+    let program = match session
+        .daemon
+        .program_cache
+        .get_or_compile(&wasm, session.daemon.program_memory())
+    {
         Ok(p) => p,
         Err(e) => return refuse(stream, vino_proto::errno::EINVAL, e.to_string()),
     };
@@ -115,7 +173,7 @@ pub(crate) fn run(
     let Ok(watch) = stream.try_clone() else { return };
     let exit = std::thread::scope(|s| {
         s.spawn(|| client_frames(reader, &watch, input, &kill));
-        let exit = program.run_in(process, args, env, stdio);
+        let exit = program.run_in(process, args, env, stdio, &kill);
         // Ends the client-frame reader (it sees the end of the stream) and the connection.
         let _ = stream.shutdown(std::net::Shutdown::Read);
         exit

@@ -87,6 +87,11 @@ fn a_program_runs_in_the_daemon_with_its_streams_and_status() {
     let (_, err, code) = finish(p);
     assert_eq!(code, 1);
     assert!(err.contains("/missing: No such file or directory"), "{err}");
+    assert_eq!(
+        d.handle().daemon().programs_compiled(),
+        1,
+        "compiled once, run three times"
+    );
     d.wait_processes(0);
 }
 
@@ -99,11 +104,17 @@ fn a_kill_or_a_client_that_goes_ends_the_program_with_nothing_held() {
         .run_program(&wasm, &args(&["copy", "--sleep", "100"]), &[])
         .unwrap();
     std::thread::sleep(Duration::from_millis(100));
+    // A second run of the same (cached, shared) program is not touched by the first's kill.
+    let other = d
+        .client()
+        .run_program(&wasm, &args(&["copy", "--sleep", "1"]), &[])
+        .unwrap();
     let started = Instant::now();
     p.control().kill().unwrap();
     let (_, _, code) = finish(p);
     assert_eq!(code, vino_wasi_killed());
     assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(finish(other).2, 0, "the other run slept its second and ended");
     // The client goes without a word: the program goes with it.
     let p = d.client().run_program(&wasm, &args(&["copy", "-", "/f"]), &[]).unwrap();
     std::thread::sleep(Duration::from_millis(100));

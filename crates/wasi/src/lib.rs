@@ -101,8 +101,9 @@ impl Stdio {
     }
 }
 
-/// Stops a running program at its next loop or call (an epoch interrupt), or at once if it is
-/// asleep in `poll_oneoff`.
+/// Stops one run of a program ([`Program::kill_switch`]) at its next loop or call, or at once
+/// if it is asleep in `poll_oneoff`. Other runs of the same program go on: a kill ticks the
+/// engine's epoch, and each run's store asks its own switch whether that tick was for it.
 #[derive(Clone)]
 pub struct KillSwitch {
     engine: Engine,
@@ -114,14 +115,18 @@ impl KillSwitch {
         self.killed.store(true, Ordering::SeqCst);
         self.engine.increment_epoch();
     }
+
+    fn killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
 }
 
-/// A compiled program.
+/// A compiled program. One may run many times, at once on several threads (a cache of
+/// compiled programs shares them), each run with its own [`KillSwitch`].
 pub struct Program {
     engine: Engine,
     module: Module,
     limits: ProgramLimits,
-    killed: Arc<AtomicBool>,
 }
 
 /// What a process's system calls work on.
@@ -168,23 +173,25 @@ impl Program {
                 "no `_start` export: build it as a command (crt1-command)".into(),
             ));
         }
-        Ok(Program {
-            engine,
-            module,
-            limits,
-            killed: Arc::new(AtomicBool::new(false)),
-        })
+        Ok(Program { engine, module, limits })
     }
 
+    /// A new switch, for one run ([`Program::run`] takes it).
     pub fn kill_switch(&self) -> KillSwitch {
         KillSwitch {
             engine: self.engine.clone(),
-            killed: self.killed.clone(),
+            killed: Arc::new(AtomicBool::new(false)),
         }
     }
 
+    /// Bytes of compiled code the program holds (for a cache's bound).
+    pub fn code_bytes(&self) -> usize {
+        let r = self.module.image_range();
+        (r.end as usize).saturating_sub(r.start as usize)
+    }
+
     /// Runs the program as a new kernel process with `cred`, `args` (the first is its name) and
-    /// `env` (`NAME=value`), until it ends. The process exits when it does.
+    /// `env` (`NAME=value`), until it ends or `kill` is thrown. The process exits when it does.
     pub fn run(
         &self,
         kernel: &Arc<Kernel>,
@@ -192,10 +199,11 @@ impl Program {
         args: Vec<Vec<u8>>,
         env: Vec<Vec<u8>>,
         stdio: Stdio,
+        kill: &KillSwitch,
     ) -> Result<Exit, RunError> {
         let process = kernel.spawn(cred);
         let pid = process.pid();
-        let result = self.run_in(process, args, env, stdio);
+        let result = self.run_in(process, args, env, stdio, kill);
         kernel.exit(pid);
         result
     }
@@ -208,6 +216,7 @@ impl Program {
         args: Vec<Vec<u8>>,
         env: Vec<Vec<u8>>,
         stdio: Stdio,
+        kill: &KillSwitch,
     ) -> Result<Exit, RunError> {
         let mut fds = fds::FdTable::with_stdio();
         let root = process
@@ -234,13 +243,21 @@ impl Program {
             args,
             env,
             stdio,
-            killed: self.killed.clone(),
+            killed: kill.killed.clone(),
             limits,
         };
         let mut store = Store::new(&self.engine, ctx);
         store.limiter(|c| &mut c.limits);
         store.set_epoch_deadline(1);
-        store.epoch_deadline_trap();
+        let mine = kill.clone();
+        store.epoch_deadline_callback(move |_| {
+            if mine.killed() {
+                Err(Trap::Interrupt.into())
+            } else {
+                // Another run's kill: go on until the next tick.
+                Ok(wasmtime::UpdateDeadline::Continue(1))
+            }
+        });
         let mut linker = Linker::new(&self.engine);
         calls::define(&mut linker)
             .and_then(|()| vino::define(&mut linker))
@@ -265,7 +282,7 @@ impl Program {
             Err(e) => {
                 if let Some(calls::ProcExit(code)) = e.downcast_ref::<calls::ProcExit>() {
                     Exit::Code(*code)
-                } else if self.killed.load(Ordering::SeqCst) || e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                } else if kill.killed() || e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                     Exit::Killed
                 } else {
                     Exit::Trap(format!("{e:#}"))

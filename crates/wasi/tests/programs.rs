@@ -8,7 +8,7 @@ use std::sync::Arc;
 use vino_blockdev::{BlockDevice, MemDevice};
 use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Exit, Program, ProgramLimits, Stdio};
+use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits, Stdio};
 
 struct Booted {
     dev: Arc<MemDevice>,
@@ -61,10 +61,21 @@ fn run_as(k: &Arc<Kernel>, wasm: &[u8], cred: Credentials, args: &[&str], stdin:
 }
 
 fn run_program(k: &Arc<Kernel>, program: &Program, cred: Credentials, args: &[&str], stdin: &[u8]) -> Run {
+    run_killable(k, program, cred, args, stdin, &program.kill_switch())
+}
+
+fn run_killable(
+    k: &Arc<Kernel>,
+    program: &Program,
+    cred: Credentials,
+    args: &[&str],
+    stdin: &[u8],
+    kill: &KillSwitch,
+) -> Run {
     let (stdio, out, err) = common::stdio(stdin.to_vec());
     let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
     let env = vec![b"GREETING=hello".to_vec()];
-    let exit = program.run(k, cred, args, env, stdio).unwrap();
+    let exit = program.run(k, cred, args, env, stdio, kill).unwrap();
     let raw = out.bytes();
     Run {
         exit,
@@ -217,11 +228,14 @@ fn traps_loops_and_memory_hogs_end_the_process_and_free_everything() {
     let spin = wat(r#"(func (export "_start") (loop (br 0)))"#);
     let program = Program::compile(&spin, ProgramLimits::default()).unwrap();
     let kill = program.kill_switch();
-    let killer = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        kill.kill();
-    });
-    let r = run_program(k, &program, Credentials::root(), &["spin"], b"");
+    let killer = {
+        let kill = kill.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            kill.kill();
+        })
+    };
+    let r = run_killable(k, &program, Credentials::root(), &["spin"], b"", &kill);
     killer.join().unwrap();
     assert_eq!(r.exit, Exit::Killed);
     assert_nothing_held(k);
@@ -234,16 +248,18 @@ fn a_sleeping_program_is_killed_at_once() {
     let program = Program::compile(&build("copy"), ProgramLimits::default()).unwrap();
     let kill = program.kill_switch();
     let started = std::time::Instant::now();
+    let killer = kill.clone();
     std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        kill.kill();
+        killer.kill();
     });
-    let r = run_program(
+    let r = run_killable(
         &b.kernel,
         &program,
         Credentials::root(),
         &["copy", "--sleep", "100"],
         b"",
+        &kill,
     );
     assert_eq!(r.exit, Exit::Killed);
     assert!(
@@ -292,7 +308,14 @@ fn modules_that_are_no_programs_are_refused_with_the_reason() {
         tty: [false; 3],
     };
     let e = program
-        .run(&b.kernel, Credentials::root(), vec![], vec![], stdio)
+        .run(
+            &b.kernel,
+            Credentials::root(),
+            vec![],
+            vec![],
+            stdio,
+            &program.kill_switch(),
+        )
         .err()
         .unwrap();
     assert!(e.to_string().contains("launch_missiles"), "{e}");
@@ -389,4 +412,28 @@ fn a_program_grafts_its_own_file_from_inside() {
     assert!(after.prefetched > before.prefetched, "the graft's read-ahead ran");
     assert_nothing_held(&k);
     Booted { dev, kernel: k }.fsck();
+}
+
+#[test]
+fn a_kill_stops_its_own_run_and_not_the_others_of_the_same_program() {
+    let b = boot();
+    let k = &b.kernel;
+    let spin = Program::compile(
+        &wat(r#"(func (export "_start") (loop (br 0)))"#),
+        ProgramLimits::default(),
+    )
+    .unwrap();
+    let (first, second) = (spin.kill_switch(), spin.kill_switch());
+    std::thread::scope(|s| {
+        let one = s.spawn(|| run_killable(k, &spin, Credentials::root(), &["one"], b"", &first));
+        let two = s.spawn(|| run_killable(k, &spin, Credentials::root(), &["two"], b"", &second));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        first.kill();
+        assert_eq!(one.join().unwrap().exit, Exit::Killed);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!two.is_finished(), "the other run goes on");
+        second.kill();
+        assert_eq!(two.join().unwrap().exit, Exit::Killed);
+    });
+    assert_nothing_held(k);
 }

@@ -37,7 +37,9 @@ fn program(name: &str) -> Program {
 fn run(k: &Arc<Kernel>, p: &Program, args: &[&str], stdin: Vec<u8>) -> (Exit, Vec<u8>, String) {
     let (stdio, out, err) = common::stdio(stdin);
     let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-    let exit = p.run(k, Credentials::root(), args, Vec::new(), stdio).unwrap();
+    let exit = p
+        .run(k, Credentials::root(), args, Vec::new(), stdio, &p.kill_switch())
+        .unwrap();
     (exit, out.bytes(), err.text())
 }
 
