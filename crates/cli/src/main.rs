@@ -114,6 +114,13 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Kill a program running in the daemon (yours, or any if privileged), by its process id
+    /// as `vino ps` shows it.
+    Kill {
+        pid: u64,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Live view of vinod's processes and grafts: calls, I/O, graft time and aborts, cache.
     Top {
         /// Print one snapshot and exit.
@@ -155,6 +162,10 @@ enum Command {
         /// The daemon's socket (default: $VINO_SOCKET, else /run/vino/vinod.sock).
         #[arg(long, conflicts_with = "image")]
         socket: Option<PathBuf>,
+        /// In the daemon, detached: print its process id and return; it runs on without input
+        /// or output until it ends or `vino kill` stops it.
+        #[arg(long, conflicts_with = "image")]
+        detach: bool,
         /// An environment variable for the program, NAME=VALUE (repeatable).
         #[arg(long = "env", value_name = "NAME=VALUE")]
         env: Vec<String>,
@@ -193,6 +204,7 @@ fn main() -> ExitCode {
         },
         Command::Unmount { mountpoint, socket } => remote::unmount(&mountpoint, socket),
         Command::Ps { json, socket } => remote::ps(socket, json),
+        Command::Kill { pid, socket } => remote::kill(socket, pid),
         Command::Top {
             once,
             json,
@@ -226,6 +238,7 @@ fn main() -> ExitCode {
         Command::Run {
             image,
             socket,
+            detach,
             env,
             memory,
             program,
@@ -234,6 +247,7 @@ fn main() -> ExitCode {
             let a = run::RunArgs {
                 image: image.as_deref(),
                 socket,
+                detach,
                 program: &program,
                 args: &args,
                 env: &env,

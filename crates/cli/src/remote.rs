@@ -419,3 +419,10 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
     print!("{}", t.render());
     Ok(())
 }
+
+/// `vino kill PID`: kills a program running in the daemon.
+pub fn kill(socket: Option<PathBuf>, pid: u64) -> Result<()> {
+    connect(socket)?
+        .kill_program(pid)
+        .with_context(|| format!("killing program {pid}"))
+}

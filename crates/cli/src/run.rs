@@ -16,6 +16,8 @@ pub struct RunArgs<'a> {
     /// The image to run on; `None`: in the daemon at `socket`.
     pub image: Option<&'a Path>,
     pub socket: Option<std::path::PathBuf>,
+    /// In the daemon, without waiting for it (its process id is printed).
+    pub detach: bool,
     pub program: &'a Path,
     pub args: &'a [OsString],
     pub env: &'a [String],
@@ -107,6 +109,13 @@ fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
     let wasm = std::fs::read(a.program).with_context(|| format!("reading {}", a.program.display()))?;
     let (args, env) = program_args(a);
     let client = crate::remote::connect(a.socket.clone())?;
+    if a.detach {
+        let pid = client
+            .run_detached(&wasm, &args, &env)
+            .with_context(|| a.program.display().to_string())?;
+        println!("{pid}");
+        return Ok(0);
+    }
     let mut running = client
         .run_program(&wasm, &args, &env)
         .with_context(|| a.program.display().to_string())?;

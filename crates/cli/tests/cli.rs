@@ -427,6 +427,15 @@ fn run_without_an_image_runs_the_program_inside_the_daemon() {
     // SAFETY: kill on the children's pids, which have not been reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     assert_eq!(child.wait_with_output().unwrap().status.code(), Some(130));
+    // Detached: its pid printed, then killed by it.
+    let o = vino(&["run", "--socket", sock, "--detach", prog, "--sleep", "60"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pid = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(pid.parse::<u64>().is_ok(), "{pid}");
+    let o = vino(&["kill", "--socket", sock, &pid]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = vino(&["kill", "--socket", sock, "999999"]);
+    assert_eq!(o.status.code(), Some(1));
     // SAFETY: as above.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     assert!(daemon.wait().unwrap().success());

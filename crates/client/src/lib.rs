@@ -934,10 +934,31 @@ impl Client {
             wasm: wasm.to_vec(),
             args: args.to_vec(),
             env: env.to_vec(),
+            detach: false,
         };
         expect!(self.call(&req)?, Response::Ok => ())?;
         let writer = std::sync::Arc::new(std::sync::Mutex::new(self.stream.try_clone()?));
         Ok(RunningProgram { client: self, writer })
+    }
+}
+
+impl Client {
+    /// Runs `wasm` in the daemon detached: it outlives this connection (which it ends), with no
+    /// input and its output going nowhere. Its process id, for `vino ps` and
+    /// [`Client::kill_program`].
+    pub fn run_detached(mut self, wasm: &[u8], args: &[Vec<u8>], env: &[Vec<u8>]) -> Result<u64> {
+        let req = Request::Run {
+            wasm: wasm.to_vec(),
+            args: args.to_vec(),
+            env: env.to_vec(),
+            detach: true,
+        };
+        expect!(self.call(&req)?, Response::Value(pid) => pid as u64)
+    }
+
+    /// Kills program `pid` running in the daemon (this user's own, any if privileged).
+    pub fn kill_program(&mut self, pid: u64) -> Result<()> {
+        self.ok(Request::KillProgram { pid })
     }
 }
 

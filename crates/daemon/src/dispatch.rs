@@ -302,6 +302,7 @@ impl Session<'_> {
             Request::Run { .. } | Request::Input { .. } | Request::Kill => {
                 Err(ErrorReply::new(errno::EPROTO, "no program runs on this connection"))
             }
+            Request::KillProgram { pid } => self.daemon.kill_program(pid, p.credentials()).map(|()| Response::Ok),
             Request::Null => Ok(Response::Ok),
             Request::Open { path, flags: f } => p.open(&path, flags(f)).map(Response::Fd).map_err(sys),
             Request::Close { fd } => ok(p.close(fd)),

@@ -321,6 +321,25 @@ impl Daemon {
         &self.kernel
     }
 
+    /// Kills program `pid` for `caller`: its own, or any if privileged; `ESRCH` for a program
+    /// that does not run or is not the caller's to see.
+    pub fn kill_program(
+        &self,
+        pid: Pid,
+        caller: &vino_kernel::Credentials,
+    ) -> std::result::Result<(), vino_proto::ErrorReply> {
+        match self.programs.lock().get(&pid) {
+            Some(p) if caller.privileged || p.uid == caller.uid => {
+                p.kill.kill();
+                Ok(())
+            }
+            _ => Err(vino_proto::ErrorReply::new(
+                vino_proto::errno::ESRCH,
+                format!("no program {pid} of yours runs"),
+            )),
+        }
+    }
+
     /// Programs compiled since the daemon started (a program run again comes from a cache).
     pub fn programs_compiled(&self) -> u64 {
         self.program_cache.compiled()

@@ -4,6 +4,8 @@
 //! standard output and error goes to the client as [`Response::Output`] frames, the client's
 //! [`Request::Input`] frames are its standard input, and [`Request::Kill`] (or the client going
 //! away) kills it. At its end the daemon sends [`Response::Exited`] and closes the connection.
+//! A detached program (`vino run --detach`) answers its process id at once, ends the connection
+//! and runs on without input or output, until it ends or [`Request::KillProgram`] stops it.
 //!
 //! Each program counts against its user's `programs_per_user` (and the daemon's
 //! `programs_total`) while it runs, and its memory is capped at `program_memory`.
@@ -79,17 +81,22 @@ impl ProgramCache {
 pub(crate) struct Running {
     /// Its name (its first argument).
     pub name: String,
+    /// Its user, who may kill it (as may the privileged).
+    pub uid: u32,
+    pub kill: KillSwitch,
     /// The CPU clock of the thread that runs it.
     cpu_clock: Option<libc::clockid_t>,
 }
 
 impl Running {
-    fn on_this_thread(name: String) -> Running {
+    fn on_this_thread(name: String, uid: u32, kill: KillSwitch) -> Running {
         let mut id: libc::clockid_t = 0;
         // SAFETY: `id` is a valid out-pointer; pthread_self is the calling thread.
         let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &raw mut id) };
         Running {
             name,
+            uid,
+            kill,
             cpu_clock: (rc == 0).then_some(id),
         }
     }
@@ -119,6 +126,7 @@ pub(crate) fn run(
     wasm: Vec<u8>,
     args: Vec<Vec<u8>>,
     env: Vec<Vec<u8>>,
+    detach: bool,
 ) {
     let refuse = |stream: &mut UnixStream, errno: i32, msg: String| {
         let _ = vino_proto::write_frame(stream, &Response::Error(ErrorReply::new(errno, msg)));
@@ -127,22 +135,67 @@ pub(crate) fn run(
         Ok(c) => c,
         Err(e) => return refuse(stream, e.errno(), e.to_string()),
     };
-    let program = match session
-        .daemon
-        .program_cache
-        .get_or_compile(&wasm, session.daemon.program_memory())
-    {
+    let daemon = session.daemon;
+    let program = match daemon.program_cache.get_or_compile(&wasm, daemon.program_memory()) {
         Ok(p) => p,
         Err(e) => return refuse(stream, vino_proto::errno::EINVAL, e.to_string()),
     };
     drop(wasm);
-    let Ok(out) = stream.try_clone() else { return };
+    let (Ok(out), Ok(watch)) = (stream.try_clone(), stream.try_clone()) else {
+        return;
+    };
+    let kernel = daemon.kernel().clone();
+    let cred = session.process.credentials().clone();
+    let uid = cred.uid;
+    let process = kernel.spawn(cred);
+    let pid = process.pid();
+    let name = args
+        .first()
+        .map_or_else(String::new, |a| String::from_utf8_lossy(a).into_owned());
+    let kill = program.kill_switch();
+    daemon
+        .programs
+        .lock()
+        .insert(pid, Running::on_this_thread(name, uid, kill.clone()));
+    if detach {
+        // The client has its answer and goes; the program runs on without it.
+        let answered = vino_proto::write_frame(stream, &Response::Value(pid as i64));
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        drop(reader);
+        let stdio = Stdio {
+            stdin: Box::new(io::empty()),
+            stdout: Box::new(io::sink()),
+            stderr: Box::new(io::sink()),
+            tty: [false; 3],
+        };
+        if answered.is_ok() {
+            let _ = program.run_in(process, args, env, stdio, &kill);
+        }
+    } else {
+        attached(stream, reader, &watch, out, &program, process, args, env, &kill);
+    }
+    daemon.programs.lock().remove(&pid);
+    kernel.exit(pid);
+}
+
+/// A program whose client stays: its streams over the connection, its end answered.
+#[allow(clippy::too_many_arguments)]
+fn attached(
+    stream: &UnixStream,
+    reader: impl Read + Send,
+    watch: &UnixStream,
+    out: UnixStream,
+    program: &Program,
+    process: Arc<vino_kernel::Process>,
+    args: Vec<Vec<u8>>,
+    env: Vec<Vec<u8>>,
+    kill: &KillSwitch,
+) {
     let out = Arc::new(Mutex::new(out));
     if vino_proto::write_frame(&mut *out.lock().unwrap(), &Response::Ok).is_err() {
         return;
     }
     let (input, stdin) = sync_channel(INPUT_FRAMES);
-    let kill = program.kill_switch();
     let stdio = Stdio {
         stdin: Box::new(ChannelReader {
             rx: stdin,
@@ -159,27 +212,13 @@ pub(crate) fn run(
         }),
         tty: [false; 3],
     };
-    let kernel = session.daemon.kernel().clone();
-    let process = kernel.spawn(session.process.credentials().clone());
-    let pid = process.pid();
-    let name = args
-        .first()
-        .map_or_else(String::new, |a| String::from_utf8_lossy(a).into_owned());
-    session
-        .daemon
-        .programs
-        .lock()
-        .insert(pid, Running::on_this_thread(name));
-    let Ok(watch) = stream.try_clone() else { return };
     let exit = std::thread::scope(|s| {
-        s.spawn(|| client_frames(reader, &watch, input, &kill));
-        let exit = program.run_in(process, args, env, stdio, &kill);
+        s.spawn(|| client_frames(reader, watch, input, kill));
+        let exit = program.run_in(process, args, env, stdio, kill);
         // Ends the client-frame reader (it sees the end of the stream) and the connection.
         let _ = stream.shutdown(std::net::Shutdown::Read);
         exit
     });
-    session.daemon.programs.lock().remove(&pid);
-    kernel.exit(pid);
     let answer = match exit {
         Ok(exit) => Response::Exited {
             code: exit.status(),

@@ -58,6 +58,7 @@ pub const DEFAULT_SOCKET: &str = "/run/vino/vinod.sock";
 pub mod errno {
     pub const EPERM: i32 = 1;
     pub const ENOENT: i32 = 2;
+    pub const ESRCH: i32 = 3;
     pub const EINTR: i32 = 4;
     pub const EIO: i32 = 5;
     pub const ENXIO: i32 = 6;
@@ -92,9 +93,10 @@ pub mod errno {
     pub const EDQUOT: i32 = 122;
 
     /// Every errno named here, with its name.
-    pub const ALL: [(i32, &str); 34] = [
+    pub const ALL: [(i32, &str); 35] = [
         (EPERM, "EPERM"),
         (ENOENT, "ENOENT"),
+        (ESRCH, "ESRCH"),
         (EINTR, "EINTR"),
         (EIO, "EIO"),
         (ENXIO, "ENXIO"),
@@ -464,6 +466,10 @@ pub enum Request {
     /// connection belongs to the program: the daemon sends [`Response::Output`] as it writes and
     /// one [`Response::Exited`] at its end, then closes; the client sends [`Request::Input`] and
     /// may send [`Request::Kill`]. A client that goes kills it.
+    ///
+    /// With `detach`, the program outlives the connection instead: the answer is its process id
+    /// as a [`Response::Value`], its standard input is empty, what it writes goes nowhere, and
+    /// the connection ends; [`Request::KillProgram`] stops it.
     Run {
         #[serde(with = "serde_bytes")]
         wasm: Vec<u8>,
@@ -471,6 +477,12 @@ pub enum Request {
         args: Vec<Vec<u8>>,
         /// Its environment, `NAME=value` each.
         env: Vec<Vec<u8>>,
+        detach: bool,
+    },
+    /// Kills a program running in the daemon, by its process id (`vino ps`): the caller's own,
+    /// or any if privileged; `ESRCH` otherwise.
+    KillProgram {
+        pid: u64,
     },
     /// Bytes for a running program's standard input; empty: the end of it.
     Input {
@@ -526,7 +538,7 @@ impl Request {
             } => data(d.len(), MAX_DATA),
             Request::GraftLoad { point, wasm } => path(point).and(data(wasm.len(), MAX_MODULE)),
             Request::GraftStage { wasm } => data(wasm.len(), MAX_MODULE),
-            Request::Run { wasm, args, env } => {
+            Request::Run { wasm, args, env, .. } => {
                 data(wasm.len(), MAX_MODULE)?;
                 list(args.len()).and(list(env.len()))?;
                 args.iter().chain(env).try_for_each(|a| bytes(a))
@@ -630,7 +642,8 @@ impl Request {
             GraftStage,
             Run,
             Input,
-            Kill
+            Kill,
+            KillProgram
         )
     }
 }
