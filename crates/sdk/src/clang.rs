@@ -230,13 +230,21 @@ pub fn clang_args(source: &Path, output: &Path, include_dir: &Path, opts: &Build
 pub fn build_c(source: &Path, output: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
     std::fs::metadata(source).map_err(io(format!("reading {}", source.display())))?;
     let tc = find_toolchain(opts)?;
+    let (_tmp, include) = temp_include(crate::HEADER_NAME, crate::HEADER)?;
+    run_clang(&tc, &clang_args(source, output, &include, opts), source, output)
+}
+
+/// A temporary include directory holding the header `name` (gone with the returned guard).
+fn temp_include(name: &str, text: &str) -> Result<(tempfile::TempDir, PathBuf), BuildError> {
     let tmp = tempfile::Builder::new()
         .prefix("vino-sdk-")
         .tempdir()
         .map_err(io("creating a temporary directory"))?;
     let include = tmp.path().join("include");
-    crate::write_header(&include).map_err(io(format!("writing {} to {}", crate::HEADER_NAME, include.display())))?;
-    run_clang(&tc, &clang_args(source, output, &include, opts), source, output)
+    std::fs::create_dir_all(&include)
+        .and_then(|()| std::fs::write(include.join(name), text))
+        .map_err(io(format!("writing {name} to {}", include.display())))?;
+    Ok((tmp, include))
 }
 
 /// Builds a program that runs as a VINO process (`vino run`): C sources compiled and linked
@@ -248,18 +256,7 @@ pub fn build_program(sources: &[PathBuf], output: &Path, opts: &BuildOptions) ->
         std::fs::metadata(s).map_err(io(format!("reading {}", s.display())))?;
     }
     let tc = find_toolchain(opts)?;
-    let tmp = tempfile::Builder::new()
-        .prefix("vino-sdk-")
-        .tempdir()
-        .map_err(io("creating a temporary directory"))?;
-    let include = tmp.path().join("include");
-    std::fs::create_dir_all(&include)
-        .and_then(|()| std::fs::write(include.join(crate::PROCESS_HEADER_NAME), crate::PROCESS_HEADER))
-        .map_err(io(format!(
-            "writing {} to {}",
-            crate::PROCESS_HEADER_NAME,
-            include.display()
-        )))?;
+    let (_tmp, include) = temp_include(crate::PROCESS_HEADER_NAME, crate::PROCESS_HEADER)?;
     let mut a: Vec<OsString> = vec!["--target=wasm32-wasi".into(), opts.opt_level.flag().into()];
     a.push("-I".into());
     a.push(include.into());
