@@ -615,23 +615,29 @@ fn fd_write(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32
 
 /// Directory entries from `cookie` on (a cookie is an entry's index; "." and ".." first), as
 /// many as fit, the last one cut short if it does not: the caller then asks again with a
-/// larger buffer, as the specification has it.
+/// larger buffer, as the specification has it. The directory is listed when a reading starts
+/// (cookie 0) and the listing kept on the descriptor for the calls that continue it.
 fn fd_readdir(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, buf: u32, len: u32, cookie: u64, out: u32) -> Result<()> {
     let f = x.fds.file(fd)?;
     if f.filetype != filetype::DIRECTORY {
         return Err(WasiErrno::NOTDIR);
     }
     let kfd = f.fd;
-    let me = x.process.fstat(kfd)?;
-    let mut entries: Vec<(Vec<u8>, u64, u8)> = vec![
-        (b".".to_vec(), me.ino, filetype::DIRECTORY),
-        (b"..".to_vec(), 0, filetype::DIRECTORY),
-    ];
-    for e in x.process.readdir_fd(kfd)? {
-        if e.name != b"." && e.name != b".." {
-            entries.push((e.name, e.ino, abi::filetype_of(e.kind)));
+    if cookie == 0 || f.listing.is_none() {
+        let me = x.process.fstat(kfd)?;
+        let mut entries: Vec<(Vec<u8>, u64, u8)> = vec![
+            (b".".to_vec(), me.ino, filetype::DIRECTORY),
+            (b"..".to_vec(), 0, filetype::DIRECTORY),
+        ];
+        for e in x.process.readdir_fd(kfd)? {
+            if e.name != b"." && e.name != b".." {
+                entries.push((e.name, e.ino, abi::filetype_of(e.kind)));
+            }
         }
+        x.fds.file(fd)?.listing = Some(entries);
     }
+    let f = x.fds.file(fd)?;
+    let entries = f.listing.as_deref().unwrap_or_default();
     let region = g.bytes_mut(buf, len)?;
     let mut used = 0usize;
     for (i, (name, ino, kind)) in entries.iter().enumerate().skip(cookie.min(usize::MAX as u64) as usize) {
@@ -720,6 +726,7 @@ fn path_open(x: &mut Ctx, fd: u32, dirflags: u32, path: &[u8], of: u16, base: u6
         append: fdf & fdflags::APPEND != 0,
         filetype: kind,
         preopen: None,
+        listing: None,
     });
     x.fds.insert(entry).inspect_err(|_| {
         let _ = x.process.close(kfd);

@@ -228,6 +228,7 @@ impl Program {
             append: false,
             filetype: abi::filetype::DIRECTORY,
             preopen: Some(b"/".to_vec()),
+            listing: None,
         }))
         .expect("an empty table has room");
         let limits = StoreLimitsBuilder::new()

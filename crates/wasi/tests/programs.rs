@@ -106,6 +106,11 @@ fn a_c_program_does_file_work_through_the_kernel() {
         "{}",
         r.out
     );
+    assert!(
+        r.out.contains("many 2000"),
+        "every name of a long directory once: {}",
+        r.out
+    );
     assert_nothing_held(k);
     b.fsck();
 }

@@ -79,6 +79,25 @@ int main(int argc, char **argv) {
     CHECK(unlink("/work/b.txt") == 0);
     CHECK(rmdir("/work") == 0);
 
+    /* A directory longer than one readdir buffer: read in several calls, every name once. */
+    CHECK(mkdir("/many", 0755) == 0);
+    char name[64];
+    for (int i = 0; i < 2000; i++) {
+        snprintf(name, sizeof name, "/many/a-rather-long-file-name-%04d", i);
+        int m = open(name, O_WRONLY | O_CREAT, 0644);
+        CHECK(m >= 0 && close(m) == 0);
+    }
+    int seen = 0;
+    d = opendir("/many");
+    while (d && (e = readdir(d))) seen += e->d_name[0] == 'a';
+    if (d) closedir(d);
+    printf("many %d\n", seen);
+    for (int i = 0; i < 2000; i++) {
+        snprintf(name, sizeof name, "/many/a-rather-long-file-name-%04d", i);
+        CHECK(unlink(name) == 0);
+    }
+    CHECK(rmdir("/many") == 0);
+
     struct timespec nap = {0, 2000000};
     CHECK(nanosleep(&nap, NULL) == 0);
     printf("failed %d\n", failed);
