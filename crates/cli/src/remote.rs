@@ -302,7 +302,13 @@ fn process_table(procs: &[ProcessTop]) -> String {
             p.pid,
             p.host_pid,
             p.uid,
-            p.client.chars().take(12).collect::<String>(),
+            // A program running in the daemon has no client of its own: its name instead.
+            p.program
+                .as_deref()
+                .unwrap_or(&p.client)
+                .chars()
+                .take(12)
+                .collect::<String>(),
             p.syscalls,
             p.bytes_read,
             p.bytes_written,
