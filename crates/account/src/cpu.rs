@@ -369,6 +369,9 @@ fn user_nice(threads: u64, heavy: bool, shared: bool, config: &CpuConfig) -> i32
     nice
 }
 
+/// A thread's CPU-time clock ([`ThreadClock::of_this_thread`], [`ThreadClock::read_ns`]).
+pub use os::Clock as ThreadClock;
+
 /// The few system calls this needs.
 #[allow(unsafe_code)]
 mod os {
@@ -395,7 +398,9 @@ mod os {
         .unwrap_or(false)
     }
 
-    /// A thread's CPU-time clock, readable from any thread of the process.
+    /// A thread's CPU-time clock, readable from any thread of the process (the daemon reads
+    /// the clocks of the threads running programs for `vino ps` too).
+    #[derive(Debug, Clone, Copy)]
     pub struct Clock(libc::clockid_t);
 
     impl Clock {

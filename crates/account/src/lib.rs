@@ -22,7 +22,7 @@
 
 pub mod cpu;
 
-pub use cpu::{CpuConfig, CpuShares, Worker};
+pub use cpu::{CpuConfig, CpuShares, ThreadClock, Worker};
 use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 use std::collections::HashMap;

@@ -15,7 +15,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
-use vino_kernel::account::Resource;
+use vino_kernel::account::{Resource, ThreadClock};
 use vino_proto::{ErrorReply, MAX_FRAME, Request, Response};
 use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits, Stdio};
 
@@ -85,32 +85,23 @@ pub(crate) struct Running {
     pub uid: u32,
     pub kill: KillSwitch,
     /// The CPU clock of the thread that runs it.
-    cpu_clock: Option<libc::clockid_t>,
+    cpu_clock: Option<ThreadClock>,
 }
 
 impl Running {
     fn on_this_thread(name: String, uid: u32, kill: KillSwitch) -> Running {
-        let mut id: libc::clockid_t = 0;
-        // SAFETY: `id` is a valid out-pointer; pthread_self is the calling thread.
-        let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &raw mut id) };
         Running {
             name,
             uid,
             kill,
-            cpu_clock: (rc == 0).then_some(id),
+            cpu_clock: ThreadClock::of_this_thread(),
         }
     }
 
-    /// CPU time the program has used (its thread's), in nanoseconds.
+    /// CPU time the program has used (its thread's, which lives as long as this record: it is
+    /// removed before the thread's program ends), in nanoseconds.
     pub fn cpu_ns(&self) -> u64 {
-        let Some(clock) = self.cpu_clock else { return 0 };
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `ts` is a valid out-pointer; the clock is the running program's thread's,
-        // which lives as long as this record (removed before the thread's program ends).
-        if unsafe { libc::clock_gettime(clock, &raw mut ts) } != 0 {
-            return 0;
-        }
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        self.cpu_clock.map_or(0, |c| c.read_ns())
     }
 }
 

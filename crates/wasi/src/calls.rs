@@ -746,7 +746,8 @@ fn poll_oneoff(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, events: u32, n: u32, o
     }
     let start = monotonic();
     let mut clocks: Vec<(u64, u64)> = Vec::new(); // (userdata, deadline on the monotonic clock)
-    let mut ready: Vec<(u64, u8)> = Vec::new();
+    // (userdata, event type, errno): a descriptor that is not open is its event's error.
+    let mut ready: Vec<(u64, u8, u16)> = Vec::new();
     for i in 0..n {
         let s = subs.checked_add(i * abi::SUBSCRIPTION_SIZE).ok_or(WasiErrno::FAULT)?;
         g.bytes(s, abi::SUBSCRIPTION_SIZE)?;
@@ -764,8 +765,8 @@ fn poll_oneoff(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, events: u32, n: u32, o
                 clocks.push((userdata, deadline));
             }
             event::FD_READ | event::FD_WRITE => {
-                x.fds.get(g.u32(s + 16)?)?;
-                ready.push((userdata, tag));
+                let open = x.fds.get(g.u32(s + 16)?).is_ok();
+                ready.push((userdata, tag, if open { 0 } else { WasiErrno::BADF.0 }));
             }
             _ => return Err(WasiErrno::INVAL),
         }
@@ -784,12 +785,13 @@ fn poll_oneoff(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, events: u32, n: u32, o
             std::thread::sleep(Duration::from_nanos((until - t).min(10_000_000)));
         }
         let t = monotonic();
-        ready.extend(clocks.iter().filter(|c| c.1 <= t).map(|c| (c.0, event::CLOCK)));
+        ready.extend(clocks.iter().filter(|c| c.1 <= t).map(|c| (c.0, event::CLOCK, 0)));
     }
-    for (i, (userdata, tag)) in ready.iter().enumerate() {
+    for (i, (userdata, tag, error)) in ready.iter().enumerate() {
         let e = events.checked_add(i as u32 * abi::EVENT_SIZE).ok_or(WasiErrno::FAULT)?;
         g.bytes_mut(e, abi::EVENT_SIZE)?.fill(0);
         g.put_u64(e, *userdata)?;
+        g.put_u16(e + 8, *error)?;
         g.put_u8(e + 10, *tag)?;
     }
     g.put_u32(out, ready.len() as u32)

@@ -185,6 +185,26 @@ fn bad_pointers_are_efault_to_the_program_and_nothing_else() {
     (call $exit (i32.const 42)))"#);
     let r = run_as(k, &m, Credentials::root(), &["bad"], b"");
     assert_eq!(r.exit, Exit::Code(42), "{}", r.err);
+
+    // A poll on a descriptor that is not open: the call succeeds, that event carries EBADF.
+    let poll = wat::parse_str(
+        r#"(module
+  (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (i64.store (i32.const 0) (i64.const 7))          ;; userdata
+    (i32.store8 (i32.const 8) (i32.const 1))         ;; FD_READ
+    (i32.store (i32.const 16) (i32.const 77))        ;; a descriptor not open
+    (if (i32.ne (call $poll (i32.const 0) (i32.const 100) (i32.const 1) (i32.const 200)) (i32.const 0))
+      (then (call $exit (i32.const 1))))
+    (if (i32.ne (i32.load (i32.const 200)) (i32.const 1)) (then (call $exit (i32.const 2))))
+    (if (i64.ne (i64.load (i32.const 100)) (i64.const 7)) (then (call $exit (i32.const 3))))
+    (call $exit (i32.load16_u (i32.const 108)))))"#,
+    )
+    .unwrap();
+    let r = run_as(k, &poll, Credentials::root(), &["poll"], b"");
+    assert_eq!(r.exit, Exit::Code(u32::from(vino_wasi::WasiErrno::BADF.0)), "{}", r.err);
     assert!(r.out.is_empty());
     assert_nothing_held(k);
 }
