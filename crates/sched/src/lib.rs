@@ -1,0 +1,907 @@
+//! VINO's CPU scheduler.
+//!
+//! VINO threads are the unit of CPU. A thread is a future (a VINO process's program runs as one:
+//! wasmtime's async calls put it on a stack of its own and let it yield), and a fixed pool of
+//! workers, one per core by default, runs them: each worker asks the policy which runnable thread
+//! is next, polls it until it gives the worker back, and charges it the time. A thread gives its
+//! worker back when its time slice ends (the program's epoch callback asks
+//! [`ThreadCtx::slice_over`] and yields), when it yields, or when it waits for a timer
+//! ([`ThreadCtx::sleep_until`]). A system call that blocks on the disk or a lock runs inside
+//! [`in_kernel`]: if it outlasts two ticks, the ticker lets another worker take its place, so
+//! the cores stay busy (the hand-off Go's runtime makes for a system call, done lazily so that
+//! a call that does not block costs two atomic stores).
+//!
+//! The policy ([`share`]) is proportional share with per-user currencies and donation; the
+//! graftpoints ([`points`]) let a privileged graft choose among all runnable threads and a
+//! process choose among its own. Whatever a graft decides, a thread that has waited longer than
+//! the starvation cap runs next, so no graft can starve one.
+
+pub mod points;
+pub mod share;
+
+pub use points::{PickArgs, PickNext, PickThread};
+pub use share::{Candidate, DEFAULT_TICKETS, How, MAX_TICKETS, Pick, Pid, ShareError, State, Tid, Uid};
+
+use parking_lot::{Condvar, Mutex};
+use rustc_hash::FxHashMap;
+use share::Shares;
+use std::cell::{Cell, RefCell};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+use vino_graft::{Access, GraftSlot, PolicyKind, Runtime};
+
+/// How the scheduler runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedConfig {
+    /// Workers running threads at once; 0: one per core.
+    pub workers: usize,
+    /// Period of the ticker (preemption checks, timers, hand-offs).
+    pub tick: Duration,
+    /// A thread's time slice, in ticks.
+    pub slice_ticks: u64,
+    /// A runnable thread that has waited this long runs next, whatever the policy says.
+    pub starvation_cap: Duration,
+    /// Most extra workers started in place of ones blocked in the kernel.
+    pub max_blocked: usize,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            workers: 0,
+            tick: Duration::from_millis(1),
+            slice_ticks: 5,
+            starvation_cap: Duration::from_secs(1),
+            max_blocked: 64,
+        }
+    }
+}
+
+/// The scheduler's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SchedStats {
+    /// Threads given a worker.
+    pub switches: u64,
+    /// Of those, turns a donor gave its receiver.
+    pub donated: u64,
+    /// Turns decided by a graft on `sched.pick_next` against the default.
+    pub graft_picks: u64,
+    /// Threads run because they had waited past the starvation cap.
+    pub starved: u64,
+    /// Workers replaced while blocked in the kernel.
+    pub handoffs: u64,
+    pub spawned: u64,
+    pub exited: u64,
+}
+
+/// One thread, as `vino ps` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ThreadInfo {
+    pub tid: Tid,
+    pub pid: Pid,
+    pub state: State,
+    pub cpu_ns: u64,
+}
+
+/// Why a thread could not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpawnError {
+    NoSuchProcess(Pid),
+    ShuttingDown,
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpawnError::NoSuchProcess(p) => write!(f, "process {p} is not known to the scheduler"),
+            SpawnError::ShuttingDown => f.write_str("the scheduler is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+struct Entry {
+    /// `None` while a worker polls it.
+    future: Option<BoxFuture>,
+    /// Woken while running: runnable again when its poll returns.
+    notified: bool,
+    /// Who pays for its current turn.
+    charge: Pid,
+    waker: Waker,
+    done: Arc<Done>,
+}
+
+struct Timer {
+    at: Instant,
+    seq: u64,
+}
+
+impl PartialEq for Timer {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Timer {}
+impl PartialOrd for Timer {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Timer {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+struct SchedState {
+    shares: Shares,
+    entries: FxHashMap<Tid, Entry>,
+    pick_thread: FxHashMap<Pid, Arc<GraftSlot<PickThread>>>,
+    next_tid: Tid,
+    /// Workers inside a poll (not counting ones handed off in the kernel).
+    polling: usize,
+    /// Worker threads started, and how many of them wait for work.
+    started: usize,
+    idle: usize,
+    timers: BinaryHeap<Reverse<Timer>>,
+    timer_wakers: FxHashMap<u64, Waker>,
+    next_timer: u64,
+    ticker: bool,
+    shutdown: bool,
+    stats: SchedStats,
+}
+
+/// What the ticker and the workers share with the threads' wakers.
+struct Inner {
+    config: SchedConfig,
+    /// Workers polling at once.
+    target: usize,
+    state: Mutex<SchedState>,
+    /// Idle workers wait here.
+    work: Condvar,
+    /// The ticker waits here while there is no thread.
+    threads_exist: Condvar,
+    pick_next: Arc<GraftSlot<PickNext>>,
+    runtime: Runtime,
+    ticks: Arc<AtomicU64>,
+    tick_hooks: Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
+    workers: Mutex<Vec<Arc<WorkerSlot>>>,
+    born: Instant,
+}
+
+/// The CPU scheduler of one kernel.
+pub struct Scheduler {
+    inner: Arc<Inner>,
+}
+
+impl Scheduler {
+    pub fn new(runtime: &Runtime, config: SchedConfig) -> Scheduler {
+        let target = if config.workers == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            config.workers
+        };
+        Scheduler {
+            inner: Arc::new(Inner {
+                config,
+                target,
+                state: Mutex::new(SchedState {
+                    shares: Shares::new(),
+                    entries: FxHashMap::default(),
+                    pick_thread: FxHashMap::default(),
+                    next_tid: 1,
+                    polling: 0,
+                    started: 0,
+                    idle: 0,
+                    timers: BinaryHeap::new(),
+                    timer_wakers: FxHashMap::default(),
+                    next_timer: 0,
+                    ticker: false,
+                    shutdown: false,
+                    stats: SchedStats::default(),
+                }),
+                work: Condvar::new(),
+                threads_exist: Condvar::new(),
+                pick_next: Arc::new(GraftSlot::new(runtime, Arc::new(()), Access::Privileged, None)),
+                runtime: runtime.clone(),
+                ticks: Arc::new(AtomicU64::new(0)),
+                tick_hooks: Mutex::new(Vec::new()),
+                workers: Mutex::new(Vec::new()),
+                born: Instant::now(),
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &SchedConfig {
+        &self.inner.config
+    }
+
+    /// Workers that poll at once.
+    pub fn workers(&self) -> usize {
+        self.inner.target
+    }
+
+    /// The global graftpoint `sched.pick_next`, for the kernel to register.
+    pub fn pick_next_slot(&self) -> &Arc<GraftSlot<PickNext>> {
+        &self.inner.pick_next
+    }
+
+    /// Makes `pid` (of user `uid`) known; returns its `sched.pick_thread` graftpoint, for the
+    /// kernel to register in the process's namespace.
+    pub fn add_process(&self, pid: Pid, uid: Uid) -> Arc<GraftSlot<PickThread>> {
+        let mut st = self.inner.state.lock();
+        st.shares.add_process(pid, uid);
+        st.pick_thread
+            .entry(pid)
+            .or_insert_with(|| {
+                Arc::new(GraftSlot::new(
+                    &self.inner.runtime,
+                    Arc::new(pid),
+                    Access::Process(pid),
+                    None,
+                ))
+            })
+            .clone()
+    }
+
+    /// Forgets a process once its threads have ended (the caller joins them first).
+    pub fn remove_process(&self, pid: Pid) {
+        let mut st = self.inner.state.lock();
+        let live = st.entries.keys().any(|&t| pid_of(&st, t) == Some(pid));
+        if !live {
+            st.shares.remove_process(pid);
+            st.pick_thread.remove(&pid);
+        }
+    }
+
+    /// Starts a thread of `pid` running the future `make` returns; it is runnable at once.
+    pub fn spawn<F, Fut>(&self, pid: Pid, make: F) -> Result<JoinHandle, SpawnError>
+    where
+        F: FnOnce(ThreadCtx) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let inner = &self.inner;
+        let tid = {
+            let mut st = inner.state.lock();
+            if st.shutdown {
+                return Err(SpawnError::ShuttingDown);
+            }
+            if !st.shares.has_process(pid) {
+                return Err(SpawnError::NoSuchProcess(pid));
+            }
+            let tid = st.next_tid;
+            st.next_tid += 1;
+            tid
+        };
+        let ctx = ThreadCtx {
+            tid,
+            inner: Arc::downgrade(inner),
+            ticks: inner.ticks.clone(),
+            resumed: Arc::new(AtomicU64::new(0)),
+            slice_ticks: inner.config.slice_ticks,
+        };
+        let resumed = ctx.resumed.clone();
+        let ticks = inner.ticks.clone();
+        let future = make(ctx);
+        // The worker stamps the thread's resumption before each poll (the slice is counted
+        // from there).
+        let future: BoxFuture = Box::pin(Stamped {
+            inner: future,
+            resumed,
+            ticks,
+        });
+        let done = Arc::new(Done::default());
+        let waker = Waker::from(Arc::new(ThreadWaker {
+            tid,
+            inner: Arc::downgrade(inner),
+        }));
+        let mut st = inner.state.lock();
+        if st.shutdown {
+            return Err(SpawnError::ShuttingDown);
+        }
+        if !st.shares.has_process(pid) {
+            return Err(SpawnError::NoSuchProcess(pid));
+        }
+        st.entries.insert(
+            tid,
+            Entry {
+                future: Some(future),
+                notified: false,
+                charge: pid,
+                waker,
+                done: done.clone(),
+            },
+        );
+        let now = inner.now_ns();
+        st.shares.add_thread(tid, pid, now);
+        st.stats.spawned += 1;
+        self.start_workers(&mut st);
+        drop(st);
+        inner.work.notify_one();
+        inner.threads_exist.notify_all();
+        Ok(JoinHandle { tid, done })
+    }
+
+    /// Starts the workers and the ticker the first time a thread exists.
+    fn start_workers(&self, st: &mut SchedState) {
+        if !st.ticker {
+            st.ticker = true;
+            let inner = self.inner.clone();
+            std::thread::Builder::new()
+                .name("vino-ticker".into())
+                .spawn(move || inner.ticker())
+                .expect("starting the scheduler's ticker");
+        }
+        while st.started < self.inner.target {
+            self.inner.start_worker(st);
+        }
+    }
+
+    /// Called on every tick (the program engine's epoch counter, which preempts programs).
+    pub fn on_tick(&self, hook: Arc<dyn Fn() + Send + Sync>) {
+        self.inner.tick_hooks.lock().push(hook);
+    }
+
+    /// Wakes a blocked thread (or notes that a running one was woken).
+    pub fn wake(&self, tid: Tid) {
+        self.inner.wake(tid);
+    }
+
+    pub fn set_user_tickets(&self, uid: Uid, tickets: u32) -> Result<(), ShareError> {
+        self.inner.state.lock().shares.set_user_tickets(uid, tickets)
+    }
+
+    pub fn user_tickets(&self, uid: Uid) -> u32 {
+        self.inner.state.lock().shares.user_tickets(uid)
+    }
+
+    pub fn set_process_tickets(&self, pid: Pid, tickets: u32) -> Result<(), ShareError> {
+        self.inner.state.lock().shares.set_process_tickets(pid, tickets)
+    }
+
+    pub fn process_tickets(&self, pid: Pid) -> Option<u32> {
+        self.inner.state.lock().shares.process_tickets(pid)
+    }
+
+    /// `from` gives its turns to `to` while it has nothing runnable (`None` ends it).
+    pub fn donate(&self, from: Pid, to: Option<Pid>) -> Result<(), ShareError> {
+        let r = self.inner.state.lock().shares.donate(from, to);
+        self.inner.work.notify_all();
+        r
+    }
+
+    /// CPU the threads of `pid` used, and others on its donated turns.
+    pub fn process_cpu(&self, pid: Pid) -> Option<Duration> {
+        self.inner
+            .state
+            .lock()
+            .shares
+            .process_cpu_ns(pid)
+            .map(Duration::from_nanos)
+    }
+
+    /// The live threads of `pid`.
+    pub fn threads_of(&self, pid: Pid) -> Vec<ThreadInfo> {
+        let st = self.inner.state.lock();
+        let mut v: Vec<ThreadInfo> = st
+            .entries
+            .keys()
+            .filter(|&&tid| pid_of(&st, tid) == Some(pid))
+            .map(|&tid| ThreadInfo {
+                tid,
+                pid,
+                state: st.shares.state(tid).expect("a live thread"),
+                cpu_ns: st.shares.thread_cpu_ns(tid).unwrap_or(0),
+            })
+            .collect();
+        v.sort_by_key(|t| t.tid);
+        v
+    }
+
+    pub fn stats(&self) -> SchedStats {
+        self.inner.state.lock().stats
+    }
+
+    /// Ticks since the scheduler started.
+    pub fn ticks(&self) -> u64 {
+        self.inner.ticks.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let mut st = self.inner.state.lock();
+        st.shutdown = true;
+        // Threads still here are dropped with their futures (their processes are gone).
+        let entries: Vec<Entry> = st.entries.drain().map(|(_, e)| e).collect();
+        drop(st);
+        for e in &entries {
+            e.done.finish();
+        }
+        drop(entries);
+        self.inner.work.notify_all();
+        self.inner.threads_exist.notify_all();
+    }
+}
+
+fn pid_of(st: &SchedState, tid: Tid) -> Option<Pid> {
+    st.shares.pid_of(tid)
+}
+
+impl Inner {
+    fn now_ns(&self) -> u64 {
+        self.born.elapsed().as_nanos() as u64
+    }
+
+    fn start_worker(self: &Arc<Self>, st: &mut SchedState) {
+        st.started += 1;
+        let slot = Arc::new(WorkerSlot {
+            call: AtomicU8::new(NOT_IN_CALL),
+            since: AtomicU64::new(0),
+            extra: AtomicBool::new(false),
+            ticks: self.ticks.clone(),
+        });
+        self.workers.lock().push(slot.clone());
+        let inner = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("vino-worker".into())
+            .spawn(move || inner.worker(slot));
+        if spawned.is_err() {
+            st.started -= 1;
+        }
+    }
+
+    fn wake(&self, tid: Tid) {
+        let mut st = self.state.lock();
+        let Some(e) = st.entries.get_mut(&tid) else { return };
+        if e.future.is_none() {
+            // Running (or being polled): runnable again when the poll returns.
+            e.notified = true;
+            return;
+        }
+        let now = self.now_ns();
+        if st.shares.wake(tid, now) {
+            drop(st);
+            self.work.notify_one();
+        }
+    }
+
+    /// The next thread to run, taken out of the queues; `None` if nothing is runnable.
+    fn pick(&self, st: &mut SchedState) -> Option<Pick> {
+        let now = self.now_ns();
+        let cap = self.config.starvation_cap.as_nanos() as u64;
+        let pick = if let Some(tid) = st.shares.starving(now, cap) {
+            st.stats.starved += 1;
+            Pick {
+                tid,
+                charge: st.shares.pid_of(tid).expect("a runnable thread"),
+                how: How::Starved,
+            }
+        } else {
+            let SchedState {
+                shares, pick_thread, ..
+            } = &mut *st;
+            let mut own = |pid: Pid, cands: &[Candidate]| {
+                let slot = pick_thread.get(&pid)?;
+                if slot.policy_kind() == PolicyKind::Default {
+                    return None;
+                }
+                Some(slot.invoke(&PickArgs {
+                    candidates: cands,
+                    default: 0,
+                }))
+            };
+            let default = shares.choose(&mut own)?;
+            let mut pick = default;
+            if self.pick_next.policy_kind() != PolicyKind::Default {
+                let cands = shares.candidates(now, points::PICK_MAX);
+                if let Some(d) = cands.iter().position(|c| c.tid == default.tid) {
+                    let i = self.pick_next.invoke(&PickArgs {
+                        candidates: &cands,
+                        default: d,
+                    });
+                    if i != d {
+                        st.stats.graft_picks += 1;
+                        pick = Pick {
+                            tid: cands[i].tid,
+                            charge: cands[i].pid,
+                            how: How::Graft,
+                        };
+                    }
+                }
+            }
+            pick
+        };
+        if pick.how == How::Donated {
+            st.stats.donated += 1;
+        }
+        st.stats.switches += 1;
+        st.shares.take(pick);
+        Some(pick)
+    }
+
+    fn worker(self: Arc<Self>, slot: Arc<WorkerSlot>) {
+        WORKER.with(|w| *w.borrow_mut() = Some(slot.clone()));
+        let mut st = self.state.lock();
+        loop {
+            if st.shutdown {
+                st.started -= 1;
+                return;
+            }
+            let picked = if st.polling < self.target {
+                self.pick(&mut st)
+            } else {
+                None
+            };
+            let Some(pick) = picked else {
+                st.idle += 1;
+                self.work.wait(&mut st);
+                st.idle -= 1;
+                continue;
+            };
+            st.polling += 1;
+            let e = st.entries.get_mut(&pick.tid).expect("a picked thread has an entry");
+            e.charge = pick.charge;
+            e.notified = false;
+            let mut future = e.future.take().expect("a runnable thread's future is here");
+            let waker = e.waker.clone();
+            drop(st);
+
+            let started = Instant::now();
+            let result = future.as_mut().poll(&mut Context::from_waker(&waker));
+            let used = started.elapsed().as_nanos() as u64;
+
+            st = self.state.lock();
+            if !slot.extra.swap(false, Ordering::AcqRel) {
+                st.polling -= 1;
+            }
+            st.shares.charge(pick.tid, pick.charge, used);
+            let now = self.now_ns();
+            match result {
+                Poll::Ready(()) => {
+                    let e = st.entries.remove(&pick.tid);
+                    st.shares.remove_thread(pick.tid);
+                    st.stats.exited += 1;
+                    // Joiners are woken and the future dropped outside the lock (a waker
+                    // and a destructor may call in).
+                    drop(st);
+                    drop(future);
+                    if let Some(e) = e {
+                        e.done.finish();
+                    }
+                    st = self.state.lock();
+                }
+                Poll::Pending => {
+                    let Some(e) = st.entries.get_mut(&pick.tid) else {
+                        continue; // dropped by a shutdown meanwhile
+                    };
+                    e.future = Some(future);
+                    if std::mem::take(&mut e.notified) {
+                        st.shares.requeue(pick.tid, now);
+                    } else {
+                        st.shares.block(pick.tid);
+                    }
+                }
+            }
+        }
+    }
+
+    fn ticker(self: Arc<Self>) {
+        let mut next = Instant::now() + self.config.tick;
+        loop {
+            {
+                let mut st = self.state.lock();
+                if st.shutdown {
+                    return;
+                }
+                if st.entries.is_empty() && st.timers.is_empty() {
+                    self.threads_exist.wait(&mut st);
+                    next = Instant::now() + self.config.tick;
+                    continue;
+                }
+            }
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            }
+            next += self.config.tick;
+            if next < Instant::now() {
+                next = Instant::now() + self.config.tick;
+            }
+            let tick = self.ticks.fetch_add(1, Ordering::Relaxed) + 1;
+            let hooks: Vec<_> = self.tick_hooks.lock().clone();
+            for h in hooks {
+                h();
+            }
+            self.fire_timers();
+            self.hand_off_blocked(tick);
+        }
+    }
+
+    fn fire_timers(&self) {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        {
+            let mut st = self.state.lock();
+            while st.timers.peek().is_some_and(|Reverse(t)| t.at <= now) {
+                let Reverse(t) = st.timers.pop().expect("peeked");
+                if let Some(w) = st.timer_wakers.remove(&t.seq) {
+                    due.push(w);
+                }
+            }
+        }
+        for w in due {
+            w.wake();
+        }
+    }
+
+    /// Workers in the kernel for two ticks or more give their place to another.
+    fn hand_off_blocked(self: &Arc<Self>, tick: u64) {
+        let slots: Vec<Arc<WorkerSlot>> = self.workers.lock().clone();
+        for slot in slots {
+            if tick.saturating_sub(slot.since.load(Ordering::Relaxed)) < 2
+                || slot
+                    .call
+                    .compare_exchange(IN_CALL, HANDED_OFF, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            let mut st = self.state.lock();
+            st.polling -= 1;
+            st.stats.handoffs += 1;
+            if st.idle == 0 && st.started < self.target + self.config.max_blocked && !st.shutdown {
+                self.start_worker(&mut st);
+            }
+            drop(st);
+            self.work.notify_one();
+        }
+    }
+
+    fn add_timer(&self, at: Instant, waker: Waker) {
+        let mut st = self.state.lock();
+        let seq = st.next_timer;
+        st.next_timer += 1;
+        st.timers.push(Reverse(Timer { at, seq }));
+        st.timer_wakers.insert(seq, waker);
+        drop(st);
+        self.threads_exist.notify_all();
+    }
+}
+
+const NOT_IN_CALL: u8 = 0;
+const IN_CALL: u8 = 1;
+const HANDED_OFF: u8 = 2;
+
+/// What a worker shows the ticker of itself.
+struct WorkerSlot {
+    call: AtomicU8,
+    /// The tick it entered the kernel at.
+    since: AtomicU64,
+    /// Its place was given to another while it was in the kernel: it is an extra worker until
+    /// its poll ends.
+    extra: AtomicBool,
+    ticks: Arc<AtomicU64>,
+}
+
+thread_local! {
+    static WORKER: RefCell<Option<Arc<WorkerSlot>>> = const { RefCell::new(None) };
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Runs `f`, a system call that may block (on the disk, a lock, a stream), marking the worker as
+/// in the kernel: if it stays there two ticks, another worker takes its place. Off a worker,
+/// it just runs `f`.
+pub fn in_kernel<R>(f: impl FnOnce() -> R) -> R {
+    let slot = WORKER.with(|w| w.borrow().clone());
+    let Some(slot) = slot else { return f() };
+    if DEPTH.with(|d| d.replace(d.get() + 1)) > 0 {
+        let r = f();
+        DEPTH.with(|d| d.set(d.get() - 1));
+        return r;
+    }
+    slot.since.store(slot.ticks.load(Ordering::Relaxed), Ordering::Relaxed);
+    slot.call.store(IN_CALL, Ordering::Release);
+    let r = f();
+    if slot.call.swap(NOT_IN_CALL, Ordering::AcqRel) == HANDED_OFF {
+        slot.extra.store(true, Ordering::Release);
+    }
+    DEPTH.with(|d| d.set(0));
+    r
+}
+
+/// What a thread's future knows of its thread.
+#[derive(Clone)]
+pub struct ThreadCtx {
+    tid: Tid,
+    inner: Weak<Inner>,
+    ticks: Arc<AtomicU64>,
+    resumed: Arc<AtomicU64>,
+    slice_ticks: u64,
+}
+
+impl ThreadCtx {
+    pub fn tid(&self) -> Tid {
+        self.tid
+    }
+
+    /// True once the thread has run its slice since it last got a worker: it should yield.
+    pub fn slice_over(&self) -> bool {
+        self.ticks.load(Ordering::Relaxed) - self.resumed.load(Ordering::Relaxed) >= self.slice_ticks
+    }
+
+    /// Gives the worker back; the thread is runnable at once.
+    pub fn yield_now(&self) -> YieldNow {
+        YieldNow { yielded: false }
+    }
+
+    /// Gives the worker back until `at` (the ticker's resolution: one tick).
+    pub fn sleep_until(&self, at: Instant) -> Sleep {
+        Sleep {
+            at,
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Wakes this thread if it sleeps (a kill, a signal).
+    pub fn waker(&self) -> ThreadWakeHandle {
+        ThreadWakeHandle {
+            tid: self.tid,
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Wakes one thread from outside it.
+#[derive(Clone)]
+pub struct ThreadWakeHandle {
+    tid: Tid,
+    inner: Weak<Inner>,
+}
+
+impl ThreadWakeHandle {
+    pub fn wake(&self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.wake(self.tid);
+        }
+    }
+}
+
+/// [`ThreadCtx::yield_now`].
+pub struct YieldNow {
+    yielded: bool,
+}
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.yielded {
+            return Poll::Ready(());
+        }
+        self.yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// [`ThreadCtx::sleep_until`].
+pub struct Sleep {
+    at: Instant,
+    inner: Weak<Inner>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if Instant::now() >= self.at {
+            return Poll::Ready(());
+        }
+        match self.inner.upgrade() {
+            Some(inner) => inner.add_timer(self.at, cx.waker().clone()),
+            None => return Poll::Ready(()),
+        }
+        Poll::Pending
+    }
+}
+
+/// Stamps the tick a thread resumed at before each poll of its future.
+struct Stamped<F> {
+    inner: F,
+    resumed: Arc<AtomicU64>,
+    ticks: Arc<AtomicU64>,
+}
+
+impl<F: Future<Output = ()>> Future for Stamped<F> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: `inner` is structurally pinned: it is never moved out of `Stamped`.
+        let this = unsafe { self.get_unchecked_mut() };
+        this.resumed
+            .store(this.ticks.load(Ordering::Relaxed), Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx)
+    }
+}
+
+struct ThreadWaker {
+    tid: Tid,
+    inner: Weak<Inner>,
+}
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.wake(self.tid);
+        }
+    }
+}
+
+/// Set when a thread ends.
+#[derive(Default)]
+struct Done {
+    done: Mutex<bool>,
+    cv: Condvar,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl Done {
+    fn finish(&self) {
+        *self.done.lock() = true;
+        self.cv.notify_all();
+        for w in self.wakers.lock().drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// A started thread: wait for it from an OS thread ([`JoinHandle::join`]) or from another VINO
+/// thread (it is a future).
+pub struct JoinHandle {
+    tid: Tid,
+    done: Arc<Done>,
+}
+
+impl JoinHandle {
+    pub fn tid(&self) -> Tid {
+        self.tid
+    }
+
+    pub fn is_finished(&self) -> bool {
+        *self.done.done.lock()
+    }
+
+    /// Blocks the calling OS thread (never a worker's) until the thread ends.
+    pub fn join(&self) {
+        let mut done = self.done.done.lock();
+        while !*done {
+            self.done.cv.wait(&mut done);
+        }
+    }
+}
+
+impl Future for JoinHandle {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_finished() {
+            return Poll::Ready(());
+        }
+        self.done.wakers.lock().push(cx.waker().clone());
+        if self.is_finished() {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}

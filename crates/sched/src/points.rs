@@ -1,0 +1,102 @@
+//! The scheduler's graftpoints.
+//!
+//! `sched.pick_next` (global, privileged): which runnable thread a worker runs next.
+//! `sched.pick_thread` (one per process, its own): which of the process's runnable threads runs
+//! on the process's turn. The kernel picks the process by its share, so a graft on it can only
+//! reorder its own work, never take more CPU than the share (as Cao's rule lets a process pick
+//! only among its own pages).
+//!
+//! Both see the candidates in their argument area, 32 bytes each in the order they became
+//! runnable: `tid` (u64), `pid` (u64), `uid` (u32), `tickets` (u32), `waited_ns` (u64); the
+//! entry point gets their number and the default's choice, and returns an index. Anything else
+//! is invalid and the default decides.
+
+use crate::share::Candidate;
+use std::time::Duration;
+use vino_graft::{GraftPoint, Invalid};
+
+/// Most candidates one decision sees.
+pub const PICK_MAX: usize = 64;
+/// Bytes of one candidate in the argument area.
+pub const ENTRY_BYTES: usize = 32;
+/// The CPU budget of one decision: a worker waits for it, and every user's threads with it.
+pub const PICK_BUDGET: Duration = Duration::from_micros(20);
+
+/// What a decision is asked about.
+pub struct PickArgs<'a> {
+    pub candidates: &'a [Candidate],
+    /// The index the kernel's own policy would choose.
+    pub default: usize,
+}
+
+fn encode(args: &PickArgs<'_>, area: &mut [u8]) -> (i32, i32) {
+    let n = args.candidates.len().min(PICK_MAX).min(area.len() / ENTRY_BYTES);
+    for (slot, c) in area.chunks_exact_mut(ENTRY_BYTES).zip(&args.candidates[..n]) {
+        slot[0..8].copy_from_slice(&c.tid.to_le_bytes());
+        slot[8..16].copy_from_slice(&c.pid.to_le_bytes());
+        slot[16..20].copy_from_slice(&c.uid.to_le_bytes());
+        slot[20..24].copy_from_slice(&c.tickets.to_le_bytes());
+        slot[24..32].copy_from_slice(&c.waited_ns.to_le_bytes());
+    }
+    (n as i32, args.default.min(n.saturating_sub(1)) as i32)
+}
+
+fn decode(args: &PickArgs<'_>, choice: i32) -> Result<usize, Invalid> {
+    let n = args.candidates.len().min(PICK_MAX);
+    usize::try_from(choice)
+        .ok()
+        .filter(|&i| i < n)
+        .ok_or_else(|| Invalid(format!("thread index {choice} is not one of the {n} runnable")))
+}
+
+/// The graftpoint `sched.pick_next`.
+pub struct PickNext;
+
+impl GraftPoint for PickNext {
+    const NAME: &'static str = "sched.pick_next";
+    const USES_ARG_AREA: bool = true;
+    const BUDGET: Duration = PICK_BUDGET;
+    type Env = ();
+    type Args<'a> = PickArgs<'a>;
+    type Output = usize;
+    type Params = (i32, i32);
+    type Results = i32;
+
+    fn default_policy(_: &(), args: &PickArgs<'_>) -> usize {
+        args.default
+    }
+
+    fn encode(_: &(), args: &PickArgs<'_>, area: &mut [u8]) -> (i32, i32) {
+        encode(args, area)
+    }
+
+    fn decode(_: &(), args: &PickArgs<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
+        decode(args, choice)
+    }
+}
+
+/// The graftpoint `sched.pick_thread` of one process (its environment is the process's id).
+pub struct PickThread;
+
+impl GraftPoint for PickThread {
+    const NAME: &'static str = "sched.pick_thread";
+    const USES_ARG_AREA: bool = true;
+    const BUDGET: Duration = PICK_BUDGET;
+    type Env = u64;
+    type Args<'a> = PickArgs<'a>;
+    type Output = usize;
+    type Params = (i32, i32);
+    type Results = i32;
+
+    fn default_policy(_: &u64, args: &PickArgs<'_>) -> usize {
+        args.default
+    }
+
+    fn encode(_: &u64, args: &PickArgs<'_>, area: &mut [u8]) -> (i32, i32) {
+        encode(args, area)
+    }
+
+    fn decode(_: &u64, args: &PickArgs<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
+        decode(args, choice)
+    }
+}

@@ -1,0 +1,289 @@
+//! The scheduler running real threads (futures that burn CPU, sleep and block) on its workers,
+//! with and without hostile grafts. Shares are checked from the scheduler's own accounts, with
+//! tolerances wide enough for a shared machine: these are behaviour, not speed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use vino_graft::{Owner, PolicyKind, Runtime};
+use vino_sched::{JoinHandle, SchedConfig, Scheduler, ThreadCtx, in_kernel};
+
+fn one_worker() -> SchedConfig {
+    SchedConfig {
+        workers: 1,
+        ..SchedConfig::default()
+    }
+}
+
+/// Burns CPU in 20 µs steps, yielding at the end of each slice, until `stop`; counts steps.
+async fn burn(ctx: ThreadCtx, stop: Arc<AtomicBool>, steps: Arc<AtomicU64>) {
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(20) {
+            std::hint::spin_loop();
+        }
+        steps.fetch_add(1, Ordering::Relaxed);
+        if ctx.slice_over() {
+            ctx.yield_now().await;
+        }
+    }
+}
+
+fn burner(s: &Scheduler, pid: u64, stop: &Arc<AtomicBool>) -> (JoinHandle, Arc<AtomicU64>) {
+    let steps = Arc::new(AtomicU64::new(0));
+    let (stop, counted) = (stop.clone(), steps.clone());
+    let h = s.spawn(pid, move |ctx| burn(ctx, stop, counted)).unwrap();
+    (h, steps)
+}
+
+fn cpu_ms(s: &Scheduler, pid: u64) -> f64 {
+    s.process_cpu(pid).unwrap().as_secs_f64() * 1e3
+}
+
+#[test]
+fn cpu_follows_tickets_between_users() {
+    let rt = Runtime::default();
+    let s = Scheduler::new(&rt, one_worker());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut hs = Vec::new();
+    for (pid, tickets) in [(1u64, 300), (2, 200), (3, 100)] {
+        s.set_user_tickets(pid as u32, tickets).unwrap();
+        s.add_process(pid, pid as u32);
+        hs.push(burner(&s, pid, &stop));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    for (h, _) in &hs {
+        h.join();
+    }
+    let cpu: Vec<f64> = (1..=3).map(|p| cpu_ms(&s, p)).collect();
+    let total: f64 = cpu.iter().sum();
+    for (got, want) in cpu.iter().zip([3.0 / 6.0, 2.0 / 6.0, 1.0 / 6.0]) {
+        assert!((got / total - want).abs() / want < 0.15, "CPU {cpu:?} ms, wanted 3:2:1");
+    }
+    assert!(s.stats().switches > 100, "{:?}", s.stats());
+}
+
+#[test]
+fn a_user_with_more_processes_gets_no_more_cpu() {
+    let rt = Runtime::default();
+    let s = Scheduler::new(&rt, one_worker());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut hs = Vec::new();
+    for pid in 1..=3 {
+        s.add_process(pid, 1);
+        hs.push(burner(&s, pid, &stop));
+    }
+    s.add_process(9, 2);
+    hs.push(burner(&s, 9, &stop));
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, Ordering::Relaxed);
+    for (h, _) in &hs {
+        h.join();
+    }
+    let user1: f64 = (1..=3).map(|p| cpu_ms(&s, p)).sum();
+    let user2 = cpu_ms(&s, 9);
+    assert!(
+        (user1 / user2 - 1.0).abs() < 0.2,
+        "user 1 {user1} ms over 3 processes, user 2 {user2} ms"
+    );
+}
+
+#[test]
+fn a_sleeping_thread_gives_its_worker_back() {
+    let rt = Runtime::default();
+    let s = Scheduler::new(&rt, one_worker());
+    s.add_process(1, 1);
+    s.add_process(2, 2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (burning, steps) = burner(&s, 2, &stop);
+    let slept = Arc::new(AtomicU64::new(0));
+    let out = slept.clone();
+    let sleeper = s
+        .spawn(1, move |ctx| async move {
+            let t = Instant::now();
+            for _ in 0..5 {
+                ctx.sleep_until(Instant::now() + Duration::from_millis(20)).await;
+            }
+            out.store(t.elapsed().as_millis() as u64, Ordering::Relaxed);
+        })
+        .unwrap();
+    sleeper.join();
+    let during = steps.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    burning.join();
+    assert!(
+        slept.load(Ordering::Relaxed) >= 100,
+        "slept {} ms",
+        slept.load(Ordering::Relaxed)
+    );
+    assert!(during > 100, "the other thread ran while it slept ({during} steps)");
+    // The sleeper used almost no CPU.
+    assert!(cpu_ms(&s, 1) < 20.0, "{} ms", cpu_ms(&s, 1));
+}
+
+#[test]
+fn a_thread_blocked_in_the_kernel_leaves_its_place_to_another() {
+    let rt = Runtime::default();
+    let s = Scheduler::new(&rt, one_worker());
+    s.add_process(1, 1);
+    s.add_process(2, 2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let blocked = s
+        .spawn(1, |_| async {
+            in_kernel(|| std::thread::sleep(Duration::from_millis(300)));
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let (burning, steps) = burner(&s, 2, &stop);
+    std::thread::sleep(Duration::from_millis(150));
+    let during = steps.load(Ordering::Relaxed);
+    blocked.join();
+    stop.store(true, Ordering::Relaxed);
+    burning.join();
+    assert!(
+        during > 100,
+        "one worker, its thread asleep in the kernel: the other ran {during} steps"
+    );
+    assert!(s.stats().handoffs >= 1, "{:?}", s.stats());
+}
+
+#[test]
+fn many_threads_in_many_processes_all_finish() {
+    let rt = Runtime::default();
+    let s = Scheduler::new(&rt, SchedConfig::default());
+    let sum = Arc::new(AtomicU64::new(0));
+    let mut hs = Vec::new();
+    for pid in 1..=16 {
+        s.add_process(pid, (pid % 4) as u32);
+        for _ in 0..8 {
+            let sum = sum.clone();
+            hs.push(
+                s.spawn(pid, move |ctx| async move {
+                    for i in 0..50 {
+                        sum.fetch_add(1, Ordering::Relaxed);
+                        if i % 10 == 0 {
+                            ctx.sleep_until(Instant::now() + Duration::from_millis(1)).await;
+                        } else {
+                            ctx.yield_now().await;
+                        }
+                    }
+                })
+                .unwrap(),
+            );
+        }
+    }
+    for h in &hs {
+        h.join();
+    }
+    assert_eq!(sum.load(Ordering::Relaxed), 16 * 8 * 50);
+    let st = s.stats();
+    assert_eq!((st.spawned, st.exited), (128, 128));
+    for pid in 1..=16 {
+        assert!(s.threads_of(pid).is_empty());
+        s.remove_process(pid);
+    }
+}
+
+#[test]
+fn a_thread_joins_another() {
+    let rt = Runtime::default();
+    let s = Arc::new(Scheduler::new(&rt, one_worker()));
+    s.add_process(1, 1);
+    let order = Arc::new(parking_lot_free::Order::default());
+    let (o1, o2) = (order.clone(), order.clone());
+    let child = s
+        .spawn(1, move |ctx| async move {
+            ctx.sleep_until(Instant::now() + Duration::from_millis(10)).await;
+            o1.push(1);
+        })
+        .unwrap();
+    let parent = s
+        .spawn(1, move |_| async move {
+            child.await;
+            o2.push(2);
+        })
+        .unwrap();
+    parent.join();
+    assert_eq!(order.take(), vec![1, 2]);
+}
+
+/// A tiny ordered log without extra dependencies.
+mod parking_lot_free {
+    #[derive(Default)]
+    pub struct Order(std::sync::Mutex<Vec<u32>>);
+    impl Order {
+        pub fn push(&self, v: u32) {
+            self.0.lock().unwrap().push(v);
+        }
+        pub fn take(&self) -> Vec<u32> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+}
+
+/// `sched.pick_next` grafts: one that always picks the newest arrival (it starves whoever has
+/// waited), one that loops forever, one that answers a thread that is not there.
+const NEWEST: &str = r#"(module
+    (memory (export "memory") 1)
+    (global (export "vino_args") i32 (i32.const 1024))
+    (func (export "sched_pick_next") (param i32 i32) (result i32)
+        (i32.sub (local.get 0) (i32.const 1))))"#;
+const LOOPS: &str = r#"(module
+    (memory (export "memory") 1)
+    (global (export "vino_args") i32 (i32.const 1024))
+    (func (export "sched_pick_next") (param i32 i32) (result i32)
+        (loop $l (br $l)) (i32.const 0)))"#;
+const NOWHERE: &str = r#"(module
+    (memory (export "memory") 1)
+    (global (export "vino_args") i32 (i32.const 1024))
+    (func (export "sched_pick_next") (param i32 i32) (result i32) (i32.const 1000)))"#;
+
+fn two_burners_under(graft: &str, cap: Duration) -> (Scheduler, [f64; 2]) {
+    let rt = Runtime::default();
+    let s = Scheduler::new(
+        &rt,
+        SchedConfig {
+            starvation_cap: cap,
+            ..one_worker()
+        },
+    );
+    s.pick_next_slot().load(graft.as_bytes(), Owner::process(0)).unwrap();
+    s.add_process(1, 1);
+    s.add_process(2, 2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let a = burner(&s, 1, &stop);
+    let b = burner(&s, 2, &stop);
+    std::thread::sleep(Duration::from_millis(800));
+    stop.store(true, Ordering::Relaxed);
+    a.0.join();
+    b.0.join();
+    let cpu = [cpu_ms(&s, 1), cpu_ms(&s, 2)];
+    (s, cpu)
+}
+
+#[test]
+fn a_starving_graft_cannot_starve_a_thread() {
+    let (s, cpu) = two_burners_under(NEWEST, Duration::from_millis(50));
+    assert!(cpu[0] > 50.0 && cpu[1] > 50.0, "both ran: {cpu:?} ms");
+    let st = s.stats();
+    assert!(st.starved > 0, "the starvation cap stepped in: {st:?}");
+}
+
+#[test]
+fn a_looping_or_lying_graft_is_overruled_and_the_default_decides() {
+    for graft in [LOOPS, NOWHERE] {
+        let (s, cpu) = two_burners_under(graft, Duration::from_secs(1));
+        assert!(
+            (cpu[0] / cpu[1] - 1.0).abs() < 0.3,
+            "the default shares evenly: {cpu:?} ms"
+        );
+        let slot = s.pick_next_slot();
+        let failures = slot.stats().map_or(0, |g| g.failures);
+        assert!(
+            failures > 0 || slot.policy_kind() == PolicyKind::Default,
+            "the graft's failures are counted, or it was unloaded for failing"
+        );
+        assert_eq!(s.stats().graft_picks, 0);
+    }
+}
