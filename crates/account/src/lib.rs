@@ -57,10 +57,12 @@ pub enum Resource {
     LockWaits,
     /// VINO processes running in the daemon (each holds a thread and up to its memory cap).
     Programs,
+    /// Threads of VINO processes (each a stack and a place in the CPU scheduler).
+    Threads,
 }
 
 impl Resource {
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -73,6 +75,7 @@ impl Resource {
         Resource::ControlCalls,
         Resource::LockWaits,
         Resource::Programs,
+        Resource::Threads,
     ];
 
     fn index(self) -> usize {
@@ -85,12 +88,13 @@ impl Resource {
     /// the daemon's to count: `EUSERS`.)
     pub fn errno(self) -> i32 {
         match self {
-            Resource::Descriptors => 24,                                            // EMFILE
-            Resource::Compiles | Resource::ControlCalls | Resource::Programs => 11, // EAGAIN
-            Resource::FrameBytes => 105,                                            // ENOBUFS
-            Resource::LockWaits => 37,                                              // ENOLCK
-            Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122,  // EDQUOT
-            Resource::Bindings | Resource::Subscriptions => 122,                    // EDQUOT
+            Resource::Descriptors => 24,                                           // EMFILE
+            Resource::Compiles | Resource::ControlCalls => 11,                     // EAGAIN
+            Resource::Programs | Resource::Threads => 11,                          // EAGAIN
+            Resource::FrameBytes => 105,                                           // ENOBUFS
+            Resource::LockWaits => 37,                                             // ENOLCK
+            Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122, // EDQUOT
+            Resource::Bindings | Resource::Subscriptions => 122,                   // EDQUOT
         }
     }
 
@@ -112,6 +116,7 @@ impl Resource {
             Resource::ControlCalls => "control calls in progress",
             Resource::LockWaits => "blocking lock waits",
             Resource::Programs => "programs running",
+            Resource::Threads => "threads of programs",
         }
     }
 }
@@ -174,14 +179,16 @@ impl Default for LimitsConfig {
             .with(Resource::Compiles, 2)
             .with(Resource::ControlCalls, 1)
             .with(Resource::LockWaits, 64)
-            .with(Resource::Programs, 4);
+            .with(Resource::Programs, 4)
+            .with(Resource::Threads, 64);
         let total = Table::UNLIMITED
             .with(Resource::Grafts, 4096)
             .with(Resource::GraftMemory, 4096 * MIB)
             .with(Resource::GraftCode, 1024 * MIB)
             .with(Resource::FrameBytes, 1024 * MIB)
             .with(Resource::LockWaits, 256)
-            .with(Resource::Programs, 16);
+            .with(Resource::Programs, 16)
+            .with(Resource::Threads, 512);
         LimitsConfig {
             process,
             user,

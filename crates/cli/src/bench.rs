@@ -60,6 +60,10 @@ pub enum BenchCommand {
     /// the VINO mount against ext4 on a loop device with the same cache memory.
     #[command(disable_help_flag = true)]
     Programs(Pass),
+    /// E11: VINO's CPU scheduler: programs' CPU by their users' tickets, a client donating its
+    /// turns to a server, the cost of a thread switch and of a `sched.pick_next` decision.
+    #[command(visible_alias = "e11", disable_help_flag = true)]
+    Sched(Pass),
     /// A cold random 4 KiB read, layer by layer: raw O_DIRECT pread, VINO's device, its queue,
     /// the I/O scheduler, a page-cache miss.
     #[command(disable_help_flag = true)]
@@ -82,6 +86,7 @@ impl BenchCommand {
             BenchCommand::Isolation(p) => ("isolation", p.args),
             BenchCommand::Programs(p) => ("programs", p.args),
             BenchCommand::Miss(p) => ("miss", p.args),
+            BenchCommand::Sched(p) => ("sched", p.args),
         }
     }
 }

@@ -35,6 +35,8 @@
 //! lock_waits_per_user = 64      # blocking lock waits through the mount (each holds a thread)
 //! programs_per_user = 4         # programs running in the daemon (`vino run --socket`)
 //! programs_total = 16
+//! threads_per_user = 64         # threads of those programs
+//! threads_total = 512
 //! root_reserve_percent = 5      # of each total, for root only
 //! ```
 
@@ -151,6 +153,8 @@ pub struct LimitsFile {
     pub lock_waits_per_user: Option<u64>,
     pub programs_per_user: Option<u64>,
     pub programs_total: Option<u64>,
+    pub threads_per_user: Option<u64>,
+    pub threads_total: Option<u64>,
     pub root_reserve_percent: Option<u8>,
     /// Nice value (0-19) of the threads serving a user that took more than its CPU share; 0
     /// only measures.
@@ -182,6 +186,8 @@ impl LimitsFile {
             (User, Resource::LockWaits, self.lock_waits_per_user),
             (User, Resource::Programs, self.programs_per_user),
             (Total, Resource::Programs, self.programs_total),
+            (User, Resource::Threads, self.threads_per_user),
+            (Total, Resource::Threads, self.threads_total),
         ];
         for (scope, r, v) in counts {
             if let Some(n) = v {

@@ -15,7 +15,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
-use vino_kernel::account::{Resource, ThreadClock};
+use vino_kernel::account::Resource;
 use vino_proto::{ErrorReply, MAX_FRAME, Request, Response};
 use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits, Stdio};
 
@@ -84,24 +84,16 @@ pub(crate) struct Running {
     /// Its user, who may kill it (as may the privileged).
     pub uid: u32,
     pub kill: KillSwitch,
-    /// The CPU clock of the thread that runs it.
-    cpu_clock: Option<ThreadClock>,
+    /// Its kernel process, whose threads the CPU scheduler accounts for.
+    process: Arc<vino_kernel::Process>,
 }
 
 impl Running {
-    fn on_this_thread(name: String, uid: u32, kill: KillSwitch) -> Running {
-        Running {
-            name,
-            uid,
-            kill,
-            cpu_clock: ThreadClock::of_this_thread(),
-        }
-    }
-
-    /// CPU time the program has used (its thread's, which lives as long as this record: it is
-    /// removed before the thread's program ends), in nanoseconds.
+    /// CPU time the program's threads have used, as the CPU scheduler charged it, in
+    /// nanoseconds.
     pub fn cpu_ns(&self) -> u64 {
-        self.cpu_clock.map_or(0, |c| c.read_ns())
+        let p = &self.process;
+        p.kernel().cpu().process_cpu(p.pid()).map_or(0, |d| d.as_nanos() as u64)
     }
 }
 
@@ -144,10 +136,15 @@ pub(crate) fn run(
         .first()
         .map_or_else(String::new, |a| String::from_utf8_lossy(a).into_owned());
     let kill = program.kill_switch();
-    daemon
-        .programs
-        .lock()
-        .insert(pid, Running::on_this_thread(name, uid, kill.clone()));
+    daemon.programs.lock().insert(
+        pid,
+        Running {
+            name,
+            uid,
+            kill: kill.clone(),
+            process: process.clone(),
+        },
+    );
     if detach {
         // The client has its answer and goes; the program runs on without it.
         let answered = vino_proto::write_frame(stream, &Response::Value(pid as i64));

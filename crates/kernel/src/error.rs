@@ -10,6 +10,7 @@ use vino_graft::{GraftError, LoadError};
 pub enum Errno {
     Perm = 1,
     NoEnt = 2,
+    Srch = 3,
     Intr = 4,
     Io = 5,
     NxIo = 6,
@@ -42,9 +43,10 @@ pub enum Errno {
 
 impl Errno {
     /// Every errno the kernel returns.
-    pub const ALL: [Errno; 30] = [
+    pub const ALL: [Errno; 31] = [
         Errno::Perm,
         Errno::NoEnt,
+        Errno::Srch,
         Errno::Intr,
         Errno::Io,
         Errno::NxIo,

@@ -75,6 +75,7 @@ use vino_fs::{FileSystem, MountOptions};
 use vino_graft::account::{Accounts, LimitsConfig};
 use vino_graft::{Namespace, Runtime, RuntimeConfig};
 use vino_iosched::{IoScheduler, SchedConfig};
+pub use vino_sched::{SchedConfig as CpuSchedConfig, Scheduler as CpuScheduler};
 
 /// A process id.
 pub type Pid = u64;
@@ -108,6 +109,8 @@ pub struct KernelConfig {
     /// Who runs event grafts: the kernel's event threads, or whoever calls
     /// [`Kernel::run_events`] (a simulation's steps; a quiesce or shutdown runs them too).
     pub event_dispatch: Dispatch,
+    /// How VINO processes' threads share the CPU (the workers start with the first thread).
+    pub cpu: CpuSchedConfig,
 }
 
 impl Default for KernelConfig {
@@ -127,6 +130,7 @@ impl Default for KernelConfig {
             dispatch: Dispatch::Caller,
             clock: SharedClock::default(),
             event_dispatch: Dispatch::Thread,
+            cpu: CpuSchedConfig::default(),
         }
     }
 }
@@ -135,6 +139,8 @@ impl Default for KernelConfig {
 pub struct Kernel {
     runtime: Runtime,
     sched: Arc<IoScheduler>,
+    /// The CPU scheduler of VINO processes' threads.
+    cpu: CpuScheduler,
     cache: Arc<PageCache>,
     fs: Arc<FileSystem>,
     /// Global graftpoints: privileged processes only.
@@ -197,11 +203,14 @@ impl Kernel {
         let global = Namespace::new();
         global.register(sched.slot().clone());
         global.register(cache.writeback_slot().clone());
+        let cpu = CpuScheduler::new(&runtime, config.cpu);
+        global.register(cpu.pick_next_slot().clone());
         let accounts = Accounts::new(config.limits);
         let kernel = Arc::new(Kernel {
             locks: locks::KernelLocks::new(&runtime),
             runtime,
             sched,
+            cpu,
             cache,
             fs,
             global,
@@ -255,6 +264,7 @@ impl Kernel {
         self.global.unload_owned_by(pid);
         self.cache.unregister_process(pid);
         self.staged.release(pid);
+        self.cpu.remove_process(pid);
     }
 
     /// Writes everything to the device and commits the file system.
@@ -284,6 +294,11 @@ impl Kernel {
 
     pub fn cache(&self) -> &Arc<PageCache> {
         &self.cache
+    }
+
+    /// The CPU scheduler that runs VINO processes' threads.
+    pub fn cpu(&self) -> &CpuScheduler {
+        &self.cpu
     }
 
     pub fn scheduler(&self) -> &Arc<IoScheduler> {

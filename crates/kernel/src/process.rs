@@ -71,6 +71,7 @@ impl Process {
     pub(crate) fn new(kernel: Arc<Kernel>, pid: Pid, cred: Credentials) -> Arc<Process> {
         let namespace = Namespace::new();
         namespace.register(kernel.cache.register_process(pid));
+        namespace.register(kernel.cpu.add_process(pid, cred.uid));
         let account = kernel.accounts.process(cred.uid, format!("process {pid}"));
         Arc::new(Process {
             pid,
@@ -549,6 +550,49 @@ impl Process {
                 format!("descriptor {fd}: its file was removed"),
             )),
         }
+    }
+
+    // ---- threads ----------------------------------------------------------------------------
+
+    /// Starts a thread of this process on the kernel's CPU scheduler, running the future `make`
+    /// returns. Each thread counts against the user's thread limit (`EAGAIN`) until it ends.
+    pub fn spawn_thread<F, Fut>(&self, make: F) -> SysResult<vino_sched::JoinHandle>
+    where
+        F: FnOnce(vino_sched::ThreadCtx) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let charge = self.account.charge(Resource::Threads, 1)?;
+        self.kernel
+            .cpu
+            .spawn(self.pid, move |ctx| {
+                let body = make(ctx);
+                async move {
+                    let _charge = charge;
+                    body.await
+                }
+            })
+            .map_err(|e| SysError::new(Errno::Again, e.to_string()))
+    }
+
+    /// Sets this process's tickets in its user's currency.
+    pub fn set_tickets(&self, tickets: u32) -> SysResult<()> {
+        self.kernel
+            .cpu
+            .set_process_tickets(self.pid, tickets)
+            .map_err(|e| SysError::new(Errno::Inval, e.to_string()))
+    }
+
+    /// Gives this process's turns to `to` while it has nothing runnable (`None`: takes them back).
+    pub fn donate(&self, to: Option<Pid>) -> SysResult<()> {
+        if let Some(to) = to
+            && self.kernel.process(to).is_none()
+        {
+            return Err(SysError::new(Errno::Srch, format!("no process {to}")));
+        }
+        self.kernel
+            .cpu
+            .donate(self.pid, to)
+            .map_err(|e| SysError::new(Errno::Inval, e.to_string()))
     }
 
     // ---- grafts -----------------------------------------------------------------------------

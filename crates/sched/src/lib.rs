@@ -108,6 +108,7 @@ impl std::fmt::Display for SpawnError {
 impl std::error::Error for SpawnError {}
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+type TickHook = Arc<dyn Fn() + Send + Sync>;
 
 struct Entry {
     /// `None` while a worker polls it.
@@ -173,7 +174,7 @@ struct Inner {
     pick_next: Arc<GraftSlot<PickNext>>,
     runtime: Runtime,
     ticks: Arc<AtomicU64>,
-    tick_hooks: Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
+    tick_hooks: Mutex<Vec<(&'static str, TickHook)>>,
     workers: Mutex<Vec<Arc<WorkerSlot>>>,
     born: Instant,
 }
@@ -346,9 +347,13 @@ impl Scheduler {
         }
     }
 
-    /// Called on every tick (the program engine's epoch counter, which preempts programs).
-    pub fn on_tick(&self, hook: Arc<dyn Fn() + Send + Sync>) {
-        self.inner.tick_hooks.lock().push(hook);
+    /// Calls `hook` on every tick (a program engine's epoch counter, which preempts programs),
+    /// once per `key`: a second hook under the same key is ignored.
+    pub fn on_tick(&self, key: &'static str, hook: TickHook) {
+        let mut hooks = self.inner.tick_hooks.lock();
+        if !hooks.iter().any(|(k, _)| *k == key) {
+            hooks.push((key, hook));
+        }
     }
 
     /// Wakes a blocked thread (or notes that a running one was woken).
@@ -562,7 +567,7 @@ impl Inner {
 
             st = self.state.lock();
             if !slot.extra.swap(false, Ordering::AcqRel) {
-                st.polling -= 1;
+                st.polling = st.polling.checked_sub(1).expect("a worker counted as polling");
             }
             st.shares.charge(pick.tid, pick.charge, used);
             let now = self.now_ns();
@@ -618,7 +623,7 @@ impl Inner {
                 next = Instant::now() + self.config.tick;
             }
             let tick = self.ticks.fetch_add(1, Ordering::Relaxed) + 1;
-            let hooks: Vec<_> = self.tick_hooks.lock().clone();
+            let hooks: Vec<TickHook> = self.tick_hooks.lock().iter().map(|(_, h)| h.clone()).collect();
             for h in hooks {
                 h();
             }
@@ -657,7 +662,7 @@ impl Inner {
                 continue;
             }
             let mut st = self.state.lock();
-            st.polling -= 1;
+            st.polling = st.polling.checked_sub(1).expect("a worker counted as polling");
             st.stats.handoffs += 1;
             if st.idle == 0 && st.started < self.target + self.config.max_blocked && !st.shutdown {
                 self.start_worker(&mut st);
@@ -704,6 +709,11 @@ thread_local! {
 pub fn in_kernel<R>(f: impl FnOnce() -> R) -> R {
     let slot = WORKER.with(|w| w.borrow().clone());
     let Some(slot) = slot else { return f() };
+    // A worker already replaced during this poll is not counted among the polling ones: there
+    // is nothing more to hand off (only its own thread sets and clears `extra`).
+    if slot.extra.load(Ordering::Acquire) {
+        return f();
+    }
     if DEPTH.with(|d| d.replace(d.get() + 1)) > 0 {
         let r = f();
         DEPTH.with(|d| d.set(d.get() - 1));

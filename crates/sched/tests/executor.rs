@@ -131,7 +131,9 @@ fn a_thread_blocked_in_the_kernel_leaves_its_place_to_another() {
     let stop = Arc::new(AtomicBool::new(false));
     let blocked = s
         .spawn(1, |_| async {
-            in_kernel(|| std::thread::sleep(Duration::from_millis(300)));
+            // Two long calls in one turn: the worker is replaced once, not twice.
+            in_kernel(|| std::thread::sleep(Duration::from_millis(150)));
+            in_kernel(|| std::thread::sleep(Duration::from_millis(150)));
         })
         .unwrap();
     std::thread::sleep(Duration::from_millis(20));
@@ -146,6 +148,10 @@ fn a_thread_blocked_in_the_kernel_leaves_its_place_to_another() {
         "one worker, its thread asleep in the kernel: the other ran {during} steps"
     );
     assert!(s.stats().handoffs >= 1, "{:?}", s.stats());
+    // The workers' count came back right: new threads still run.
+    for _ in 0..3 {
+        s.spawn(2, |ctx| async move { ctx.yield_now().await }).unwrap().join();
+    }
 }
 
 #[test]

@@ -42,6 +42,7 @@ impl WasiErrno {
     pub const PERM: WasiErrno = WasiErrno(63);
     pub const RANGE: WasiErrno = WasiErrno(68);
     pub const SPIPE: WasiErrno = WasiErrno(70);
+    pub const SRCH: WasiErrno = WasiErrno(71);
     pub const STALE: WasiErrno = WasiErrno(72);
     pub const XDEV: WasiErrno = WasiErrno(75);
 }
@@ -51,6 +52,7 @@ impl From<Errno> for WasiErrno {
         match e {
             Errno::Perm => WasiErrno::PERM,
             Errno::NoEnt => WasiErrno::NOENT,
+            Errno::Srch => WasiErrno::SRCH,
             Errno::Intr => WasiErrno::INTR,
             Errno::Io | Errno::UClean => WasiErrno::IO,
             Errno::NxIo => WasiErrno::NXIO,

@@ -8,7 +8,7 @@ use crate::fds::{Entry, File};
 use crate::guest::{Guest, Result};
 use std::io::{Read, Write};
 use std::sync::OnceLock;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vino_kernel::{At, Attrs, Fd, OpenFlags, RenameFlags, SetTime};
 use wasmtime::{Caller, Extern, Linker};
@@ -50,7 +50,9 @@ fn with_memory<T>(caller: &mut Caller<'_, Ctx>, call: impl FnOnce(&mut Guest<'_>
         return Err(WasiErrno::FAULT);
     };
     let (bytes, ctx) = memory.data_and_store_mut(caller);
-    call(&mut Guest(bytes), ctx)
+    // A call may block (the disk, a lock, the standard input): the worker says so, and
+    // another takes its place if it does for long.
+    vino_sched::in_kernel(|| call(&mut Guest(bytes), ctx))
 }
 
 /// Links every preview 1 function.
@@ -272,20 +274,34 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             x.process.unlink_at(At::Fd(dir), path).map_err(Into::into)
         })
     })?;
-    l.func_wrap(
+    l.func_wrap_async(
         m,
         "poll_oneoff",
-        |mut c: C, subs: u32, events: u32, n: u32, out: u32| {
-            sys(&mut c, |g, x| poll_oneoff(g, x, subs, events, n, out))
+        |mut c: C, (subs, events, n, out): (u32, u32, u32, u32)| {
+            Box::new(async move {
+                let plan = match with_memory(&mut c, |g, x| poll_plan(g, x, subs, n)) {
+                    Ok(plan) => plan,
+                    Err(e) => return i32::from(e.0),
+                };
+                let (thread, killed) = (c.data().thread.clone(), c.data().killed.clone());
+                let ready = match sleep(thread, &killed, plan).await {
+                    Ok(ready) => ready,
+                    Err(e) => return i32::from(e.0),
+                };
+                sys(&mut c, |g, _| poll_events(g, &ready, events, out))
+            })
         },
     )?;
     l.func_wrap(m, "proc_exit", |_: C, code: u32| -> wasmtime::Result<()> {
         Err(wasmtime::Error::new(ProcExit(code)))
     })?;
     l.func_wrap(m, "proc_raise", |_: C, _sig: u32| i32::from(WasiErrno::NOSYS.0))?;
-    l.func_wrap(m, "sched_yield", |_: C| {
-        std::thread::yield_now();
-        0i32
+    l.func_wrap_async(m, "sched_yield", |c: C, (): ()| {
+        let thread = c.data().thread.clone();
+        Box::new(async move {
+            thread.yield_now().await;
+            0i32
+        })
     })?;
     l.func_wrap(m, "random_get", |mut c: C, buf: u32, len: u32| {
         sys(&mut c, |g, _| random(g.bytes_mut(buf, len)?))
@@ -735,9 +751,18 @@ fn path_open(x: &mut Ctx, fd: u32, dirflags: u32, path: &[u8], of: u16, base: u6
 
 // ---- waiting ---------------------------------------------------------------------------------
 
-/// Clock subscriptions sleep (the earliest one decides); descriptor subscriptions are ready at
-/// once (files never block; the standard input is reported readable and its read may wait).
-fn poll_oneoff(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, events: u32, n: u32, out: u32) -> Result<()> {
+/// What a `poll_oneoff` waits for: (userdata, deadline on the monotonic clock) of each clock
+/// subscription, and the events ready at once: (userdata, event type, errno).
+struct PollPlan {
+    start: u64,
+    clocks: Vec<(u64, u64)>,
+    ready: Vec<(u64, u8, u16)>,
+}
+
+/// Reads the subscriptions. Descriptor subscriptions are ready at once (files never block; the
+/// standard input is reported readable and its read may wait); a descriptor that is not open is
+/// its event's error.
+fn poll_plan(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, n: u32) -> Result<PollPlan> {
     if n == 0 {
         return Err(WasiErrno::INVAL);
     }
@@ -745,9 +770,11 @@ fn poll_oneoff(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, events: u32, n: u32, o
         return Err(WasiErrno::TOOBIG);
     }
     let start = monotonic();
-    let mut clocks: Vec<(u64, u64)> = Vec::new(); // (userdata, deadline on the monotonic clock)
-    // (userdata, event type, errno): a descriptor that is not open is its event's error.
-    let mut ready: Vec<(u64, u8, u16)> = Vec::new();
+    let mut plan = PollPlan {
+        start,
+        clocks: Vec::new(),
+        ready: Vec::new(),
+    };
     for i in 0..n {
         let s = subs.checked_add(i * abi::SUBSCRIPTION_SIZE).ok_or(WasiErrno::FAULT)?;
         g.bytes(s, abi::SUBSCRIPTION_SIZE)?;
@@ -762,31 +789,44 @@ fn poll_oneoff(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, events: u32, n: u32, o
                     now(id)?;
                     start.saturating_add(timeout)
                 };
-                clocks.push((userdata, deadline));
+                plan.clocks.push((userdata, deadline));
             }
             event::FD_READ | event::FD_WRITE => {
                 let open = x.fds.get(g.u32(s + 16)?).is_ok();
-                ready.push((userdata, tag, if open { 0 } else { WasiErrno::BADF.0 }));
+                plan.ready
+                    .push((userdata, tag, if open { 0 } else { WasiErrno::BADF.0 }));
             }
             _ => return Err(WasiErrno::INVAL),
         }
     }
-    if ready.is_empty() {
-        let until = clocks.iter().map(|c| c.1).min().unwrap_or(start);
-        // In slices, so that a kill ends the sleep.
-        loop {
-            let t = monotonic();
-            if t >= until {
-                break;
-            }
-            if x.killed.load(Ordering::SeqCst) {
-                return Err(WasiErrno::INTR);
-            }
-            std::thread::sleep(Duration::from_nanos((until - t).min(10_000_000)));
-        }
-        let t = monotonic();
-        ready.extend(clocks.iter().filter(|c| c.1 <= t).map(|c| (c.0, event::CLOCK, 0)));
+    Ok(plan)
+}
+
+/// With nothing ready, sleeps until the earliest clock subscription (the thread gives its
+/// worker back), in slices of at most 10 ms so that a kill ends the sleep. Returns the events.
+async fn sleep(thread: vino_sched::ThreadCtx, killed: &AtomicBool, mut plan: PollPlan) -> Result<Vec<(u64, u8, u16)>> {
+    if !plan.ready.is_empty() {
+        return Ok(plan.ready);
     }
+    let until = plan.clocks.iter().map(|c| c.1).min().unwrap_or(plan.start);
+    loop {
+        let t = monotonic();
+        if t >= until {
+            break;
+        }
+        if killed.load(Ordering::SeqCst) {
+            return Err(WasiErrno::INTR);
+        }
+        let nap = Duration::from_nanos((until - t).min(10_000_000));
+        thread.sleep_until(Instant::now() + nap).await;
+    }
+    let t = monotonic();
+    plan.ready
+        .extend(plan.clocks.iter().filter(|c| c.1 <= t).map(|c| (c.0, event::CLOCK, 0)));
+    Ok(plan.ready)
+}
+
+fn poll_events(g: &mut Guest<'_>, ready: &[(u64, u8, u16)], events: u32, out: u32) -> Result<()> {
     for (i, (userdata, tag, error)) in ready.iter().enumerate() {
         let e = events.checked_add(i as u32 * abi::EVENT_SIZE).ok_or(WasiErrno::FAULT)?;
         g.bytes_mut(e, abi::EVENT_SIZE)?.fill(0);

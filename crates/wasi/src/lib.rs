@@ -24,10 +24,11 @@ mod vino;
 pub use abi::{MODULE, WasiErrno};
 
 use std::io::{Read, Write};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use vino_kernel::{Credentials, Kernel};
-use wasmtime::{Config, Engine, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use vino_sched::ThreadCtx;
+use wasmtime::{Config, Engine, InstancePre, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Trap};
 
 /// Bounds on one program (larger than a graft's: a real program has thousands of functions).
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +55,9 @@ pub enum RunError {
     TooLarge { size: usize, max: usize },
     #[error("not a program VINO can run: {0}")]
     Invalid(String),
+    /// The kernel would not start its thread (the user's thread limit: `EAGAIN`).
+    #[error("cannot start the program's thread: {0}")]
+    Refused(#[from] vino_kernel::SysError),
 }
 
 /// How a program ended.
@@ -123,15 +127,35 @@ impl KillSwitch {
 
 /// A compiled program. One may run many times, at once on several threads (a cache of
 /// compiled programs shares them), each run with its own [`KillSwitch`].
+#[derive(Clone)]
 pub struct Program {
     engine: Engine,
     module: Module,
+    /// The module linked against the system calls once, so each run only instantiates.
+    pre: InstancePre<Ctx>,
     limits: ProgramLimits,
+}
+
+/// The engine every program is compiled and run by: asynchronous, so that a program is a
+/// thread the CPU scheduler can preempt (at an epoch tick) and park while it sleeps.
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        // A thread's stack holds the program's frames (up to `max_wasm_stack`) and the
+        // kernel's below them, a graft invoked from a system call included.
+        config.max_wasm_stack(1 << 20);
+        config.async_stack_size(8 << 20);
+        Engine::new(&config).expect("the programs' engine configuration is valid")
+    })
 }
 
 /// What a process's system calls work on.
 pub(crate) struct Ctx {
     pub process: Arc<vino_kernel::Process>,
+    /// The VINO thread running the program (to sleep and yield).
+    pub thread: ThreadCtx,
     pub fds: fds::FdTable,
     pub args: Vec<Vec<u8>>,
     pub env: Vec<Vec<u8>>,
@@ -164,16 +188,26 @@ impl Program {
         {
             return Err(RunError::Invalid(e.to_string()));
         }
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(|e| RunError::Invalid(e.to_string()))?;
+        let engine = engine().clone();
         let module = Module::new(&engine, wasm).map_err(|e| RunError::Invalid(format!("{e:#}")))?;
         if module.get_export("_start").is_none() {
             return Err(RunError::Invalid(
                 "no `_start` export: build it as a command (crt1-command)".into(),
             ));
         }
-        Ok(Program { engine, module, limits })
+        let mut linker = Linker::new(&engine);
+        calls::define(&mut linker)
+            .and_then(|()| vino::define(&mut linker))
+            .map_err(|e| RunError::Invalid(e.to_string()))?;
+        let pre = linker
+            .instantiate_pre(&module)
+            .map_err(|e| RunError::Invalid(format!("{e:#}")))?;
+        Ok(Program {
+            engine,
+            module,
+            pre,
+            limits,
+        })
     }
 
     /// A new switch, for one run ([`Program::run`] takes it).
@@ -209,7 +243,9 @@ impl Program {
     }
 
     /// Runs the program in `process`, a kernel process the caller spawned (and makes exit
-    /// afterwards): for a caller that keeps its own records of the process while it runs.
+    /// afterwards): for a caller that keeps its own records of the process while it runs. The
+    /// program runs as a thread of the process on the kernel's CPU scheduler; the calling
+    /// thread (never one of the scheduler's workers) waits for it.
     pub fn run_in(
         &self,
         process: Arc<vino_kernel::Process>,
@@ -217,6 +253,32 @@ impl Program {
         env: Vec<Vec<u8>>,
         stdio: Stdio,
         kill: &KillSwitch,
+    ) -> Result<Exit, RunError> {
+        let engine = self.engine.clone();
+        process
+            .kernel()
+            .cpu()
+            .on_tick("vino-wasi programs", Arc::new(move || engine.increment_epoch()));
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (program, kill, runner) = (self.clone(), kill.clone(), process.clone());
+        let thread = process.spawn_thread(move |thread| async move {
+            let outcome = program.run_thread(runner, args, env, stdio, &kill, thread).await;
+            let _ = tx.send(outcome);
+        })?;
+        thread.join();
+        rx.recv()
+            .unwrap_or_else(|_| Err(RunError::Invalid("the program's thread ended without a result".into())))
+    }
+
+    /// The program's main thread.
+    async fn run_thread(
+        &self,
+        process: Arc<vino_kernel::Process>,
+        args: Vec<Vec<u8>>,
+        env: Vec<Vec<u8>>,
+        stdio: Stdio,
+        kill: &KillSwitch,
+        thread: ThreadCtx,
     ) -> Result<Exit, RunError> {
         let mut fds = fds::FdTable::with_stdio();
         let root = process
@@ -240,6 +302,7 @@ impl Program {
             .build();
         let ctx = Ctx {
             process: process.clone(),
+            thread: thread.clone(),
             fds,
             args,
             env,
@@ -251,27 +314,23 @@ impl Program {
         store.limiter(|c| &mut c.limits);
         store.set_epoch_deadline(1);
         let mine = kill.clone();
+        // Every tick: a kill ends the run; a slice used up gives the worker back.
         store.epoch_deadline_callback(move |_| {
             if mine.killed() {
                 Err(Trap::Interrupt.into())
+            } else if thread.slice_over() {
+                Ok(wasmtime::UpdateDeadline::Yield(1))
             } else {
-                // Another run's kill: go on until the next tick.
                 Ok(wasmtime::UpdateDeadline::Continue(1))
             }
         });
-        let mut linker = Linker::new(&self.engine);
-        calls::define(&mut linker)
-            .and_then(|()| vino::define(&mut linker))
-            .map_err(|e| RunError::Invalid(e.to_string()))?;
-        let outcome = linker
-            .instantiate(&mut store, &self.module)
-            .map_err(|e| RunError::Invalid(format!("{e:#}")))
-            .and_then(|instance| {
-                let start = instance
-                    .get_typed_func::<(), ()>(&mut store, "_start")
-                    .map_err(|e| RunError::Invalid(format!("`_start`: {e}")))?;
-                Ok(start.call(&mut store, ()))
-            });
+        let outcome = match self.pre.instantiate_async(&mut store).await {
+            Err(e) => Err(RunError::Invalid(format!("{e:#}"))),
+            Ok(instance) => match instance.get_typed_func::<(), ()>(&mut store, "_start") {
+                Err(e) => Err(RunError::Invalid(format!("`_start`: {e}"))),
+                Ok(start) => Ok(start.call_async(&mut store, ()).await),
+            },
+        };
         let ctx = store.data_mut();
         let _ = ctx.stdio.stdout.flush();
         let _ = ctx.stdio.stderr.flush();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use vino_blockdev::{BlockDevice, MemDevice};
 use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits, Stdio};
+use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits};
 
 struct Booted {
     dev: Arc<MemDevice>,
@@ -324,25 +324,9 @@ fn modules_that_are_no_programs_are_refused_with_the_reason() {
         r#"(module (import "env" "launch_missiles" (func)) (memory (export "memory") 1) (func (export "_start")))"#,
     )
     .unwrap();
+    // An import the kernel does not serve is refused when the program is linked, at compile.
     let b = boot();
-    let program = Program::compile(&unknown, ProgramLimits::default()).unwrap();
-    let stdio = Stdio {
-        stdin: Box::new(std::io::empty()),
-        stdout: Box::new(std::io::sink()),
-        stderr: Box::new(std::io::sink()),
-        tty: [false; 3],
-    };
-    let e = program
-        .run(
-            &b.kernel,
-            Credentials::root(),
-            vec![],
-            vec![],
-            stdio,
-            &program.kill_switch(),
-        )
-        .err()
-        .unwrap();
+    let e = Program::compile(&unknown, ProgramLimits::default()).err().unwrap();
     assert!(e.to_string().contains("launch_missiles"), "{e}");
     assert_nothing_held(&b.kernel);
     drop(big);
@@ -460,5 +444,131 @@ fn a_kill_stops_its_own_run_and_not_the_others_of_the_same_program() {
         second.kill();
         assert_eq!(two.join().unwrap().exit, Exit::Killed);
     });
+    assert_nothing_held(k);
+}
+
+/// A kernel whose CPU scheduler has one worker, so programs compete for it.
+fn boot_one_worker(limits: Option<vino_kernel::account::LimitsConfig>) -> Booted {
+    let dev = Arc::new(MemDevice::new(16384));
+    mkfs(&*dev, &MkfsOptions::default()).unwrap();
+    let mut config = KernelConfig {
+        cache_frames: 512,
+        writeback_every: None,
+        cpu: vino_kernel::CpuSchedConfig {
+            workers: 1,
+            ..Default::default()
+        },
+        ..KernelConfig::default()
+    };
+    if let Some(limits) = limits {
+        config.limits = limits;
+    }
+    let kernel = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
+    Booted { dev, kernel }
+}
+
+#[test]
+fn spinning_programs_share_one_worker_by_their_tickets() {
+    let b = boot_one_worker(None);
+    let k = &b.kernel;
+    let spin = Program::compile(
+        &wat(r#"(func (export "_start") (loop (br 0)))"#),
+        ProgramLimits::default(),
+    )
+    .unwrap();
+    let procs: Vec<_> = [300u32, 200, 100]
+        .iter()
+        .map(|&t| {
+            let p = k.spawn(Credentials::root());
+            p.set_tickets(t).unwrap();
+            p
+        })
+        .collect();
+    let kills: Vec<KillSwitch> = procs.iter().map(|_| spin.kill_switch()).collect();
+    std::thread::scope(|s| {
+        for (p, kill) in procs.iter().zip(&kills) {
+            let (spin, p) = (&spin, p.clone());
+            s.spawn(move || {
+                let (stdio, _, _) = common::stdio(Vec::new());
+                let exit = spin
+                    .run_in(p.clone(), vec![b"spin".to_vec()], vec![], stdio, kill)
+                    .unwrap();
+                assert_eq!(exit, Exit::Killed);
+                p.kernel().exit(p.pid());
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let cpu: Vec<f64> = procs
+            .iter()
+            .map(|p| k.cpu().process_cpu(p.pid()).unwrap().as_secs_f64())
+            .collect();
+        for kill in &kills {
+            kill.kill();
+        }
+        let total: f64 = cpu.iter().sum();
+        for (got, want) in cpu.iter().zip([0.5, 1.0 / 3.0, 1.0 / 6.0]) {
+            assert!(
+                (got / total - want).abs() / want < 0.2,
+                "CPU {cpu:?} s for tickets 3:2:1"
+            );
+        }
+    });
+    assert_nothing_held(k);
+}
+
+#[test]
+fn a_program_that_never_yields_is_preempted_and_others_run() {
+    let b = boot_one_worker(None);
+    let k = &b.kernel;
+    let spin = Program::compile(
+        &wat(r#"(func (export "_start") (loop (br 0)))"#),
+        ProgramLimits::default(),
+    )
+    .unwrap();
+    let kill = spin.kill_switch();
+    std::thread::scope(|s| {
+        let spinner = s.spawn(|| run_killable(k, &spin, Credentials::root(), &["spin"], b"", &kill));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // On the one worker the spinner holds, a real program runs to its end.
+        let r = run_as(k, &build("files"), Credentials::root(), &["files", "a"], b"");
+        assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+        kill.kill();
+        assert_eq!(spinner.join().unwrap().exit, Exit::Killed);
+    });
+    assert!(k.cpu().stats().switches > 2, "{:?}", k.cpu().stats());
+    assert_nothing_held(k);
+}
+
+#[test]
+fn a_user_past_its_thread_limit_is_refused_with_eagain() {
+    use vino_kernel::account::{LimitsConfig, Resource};
+    let mut limits = LimitsConfig::default();
+    limits.user.set(Resource::Threads, 1);
+    let b = boot_one_worker(Some(limits));
+    let k = &b.kernel;
+    let spin = Program::compile(
+        &wat(r#"(func (export "_start") (loop (br 0)))"#),
+        ProgramLimits::default(),
+    )
+    .unwrap();
+    let kill = spin.kill_switch();
+    let user = Credentials::user(1000, 1000);
+    std::thread::scope(|s| {
+        let first = s.spawn(|| run_killable(k, &spin, user.clone(), &["spin"], b"", &kill));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (stdio, _, _) = common::stdio(Vec::new());
+        let e = spin
+            .run(k, user.clone(), vec![], vec![], stdio, &spin.kill_switch())
+            .unwrap_err();
+        assert!(
+            matches!(&e, vino_wasi::RunError::Refused(s) if s.errno == vino_kernel::Errno::Again),
+            "{e}"
+        );
+        kill.kill();
+        assert_eq!(first.join().unwrap().exit, Exit::Killed);
+    });
+    // Its thread ended: the user may start another.
+    let r = run_as(k, &wat(r#"(func (export "_start"))"#), user, &["nothing"], b"");
+    assert_eq!(r.exit, Exit::Code(0));
     assert_nothing_held(k);
 }
