@@ -20,6 +20,7 @@
 //! share (options, progress, output) is [`front`].
 
 pub mod daemon;
+pub mod e11_sched;
 pub mod e4_wisconsin;
 pub mod e5_events;
 pub mod e6_layout;
