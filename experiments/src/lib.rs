@@ -10,6 +10,7 @@
 //! | `vino-bench-gunzip` | [`e7_gunzip`] | E7 gunzip under read-ahead policies |
 //! | `vino-bench-locks` | [`e8_locks`] | E8 byte-range lock granting |
 //! | `vino-bench-linux` | [`e9_linux`] | E9 the Wisconsin query on Linux's own stack |
+//! | `vino-bench-syscalls` | [`e10_syscalls`] | E10 a system call from a VINO process, through vinod, FUSE, Linux |
 //! | `vino-bench-daemon` | [`daemon`] | what serving the kernel from vinod costs |
 //! | `vino-bench-soak` | [`daemon`] | many clients against one daemon, nothing lost or leaked |
 //! | `vino-bench-isolation` | [`isolation`] | one user's latency alone and under another user's attacks |
@@ -20,6 +21,7 @@
 //! share (options, progress, output) is [`front`].
 
 pub mod daemon;
+pub mod e10_syscalls;
 pub mod e4_wisconsin;
 pub mod e5_events;
 pub mod e6_layout;
