@@ -16,6 +16,7 @@
 //! | `vino-bench-isolation` | [`isolation`] | one user's latency alone and under another user's attacks |
 //! | `vino-bench-programs` | [`programs`] | unmodified programs on the VINO mount against ext4 |
 //! | `vino-bench-miss` | [`miss`] | a cold random 4 KiB read, layer by layer |
+//! | `vino-bench-native` | [`native`] | real programs as VINO processes against Linux and wasmtime-wasi |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -33,6 +34,7 @@ pub mod front;
 pub mod graftcost;
 pub mod isolation;
 pub mod miss;
+pub mod native;
 pub mod programs;
 pub mod progress;
 pub mod wisconsin;

@@ -68,6 +68,10 @@ pub enum BenchCommand {
     /// the I/O scheduler, a page-cache miss.
     #[command(disable_help_flag = true)]
     Miss(Pass),
+    /// E11: real programs (SQLite, gzip, bzip2) as VINO processes against the same C sources
+    /// compiled for Linux and the same .wasm on stock wasmtime-wasi, on the same inputs.
+    #[command(visible_alias = "e11", disable_help_flag = true)]
+    Native(Pass),
 }
 
 impl BenchCommand {
@@ -87,6 +91,7 @@ impl BenchCommand {
             BenchCommand::Isolation(p) => ("isolation", p.args),
             BenchCommand::Programs(p) => ("programs", p.args),
             BenchCommand::Miss(p) => ("miss", p.args),
+            BenchCommand::Native(p) => ("native", p.args),
         }
     }
 }
