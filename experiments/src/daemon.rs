@@ -52,8 +52,9 @@ pub fn start_daemon(dir: &Path, cache_frames: usize) -> Result<Handle, String> {
     vino_daemon::start(config).map_err(|e| e.to_string())
 }
 
-/// Median ns per call of `f` over `rounds` rounds of `iters` calls.
-fn time(rounds: usize, iters: u64, mut f: impl FnMut()) -> f64 {
+/// Median ns per call of `f` over `rounds` rounds of `iters` calls (after up to 1,000 calls to
+/// warm up).
+pub fn time(rounds: usize, iters: u64, mut f: impl FnMut()) -> f64 {
     for _ in 0..iters.min(1000) {
         f();
     }
@@ -197,11 +198,9 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
 /// program's system calls (needs root and `/dev/fuse`).
 fn fuse_reads(handle: &Handle, dir: &Path, rounds: usize, iters: u64, rows: &mut Vec<Row>) -> Result<(), String> {
     use std::os::unix::fs::FileExt;
-    let mnt = dir.join("mnt");
-    std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
-    handle.daemon().mount(&mnt).map_err(|e| e.message)?;
+    let mount = FuseMount::mount(handle, dir)?;
     let measured = (|| {
-        let file = std::fs::File::open(mnt.join("bench")).map_err(|e| e.to_string())?;
+        let file = std::fs::File::open(mount.dir().join("bench")).map_err(|e| e.to_string())?;
         for size in [4usize << 10, 64 << 10] {
             let mut buf = vec![0u8; size];
             let n = iters / if size > 4096 { 8 } else { 1 };
@@ -210,8 +209,47 @@ fn fuse_reads(handle: &Handle, dir: &Path, rounds: usize, iters: u64, rows: &mut
         }
         Ok(())
     })();
-    handle.daemon().unmount(&mnt).map_err(|e| e.message)?;
+    mount.unmount()?;
     measured
+}
+
+/// A FUSE mount of a daemon's file system at `<dir>/mnt` (needs root and `/dev/fuse`),
+/// unmounted by [`FuseMount::unmount`] or, failing that, when dropped.
+pub struct FuseMount<'a> {
+    handle: &'a Handle,
+    dir: std::path::PathBuf,
+    mounted: bool,
+}
+
+impl<'a> FuseMount<'a> {
+    pub fn mount(handle: &'a Handle, dir: &Path) -> Result<FuseMount<'a>, String> {
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+        handle.daemon().mount(&mnt).map_err(|e| e.message)?;
+        Ok(FuseMount {
+            handle,
+            dir: mnt,
+            mounted: true,
+        })
+    }
+
+    /// The mount point.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn unmount(mut self) -> Result<(), String> {
+        self.mounted = false;
+        self.handle.daemon().unmount(&self.dir).map_err(|e| e.message)
+    }
+}
+
+impl Drop for FuseMount<'_> {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = self.handle.daemon().unmount(&self.dir);
+        }
+    }
 }
 
 /// What a soak run did.

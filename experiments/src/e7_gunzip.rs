@@ -650,8 +650,9 @@ fn run_program(
     })
 }
 
-/// A stream kept in a shared buffer (the program's stderr, for its message if it fails).
-struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+/// A stream kept in a shared buffer (a program's stderr, for its message if it fails, or its
+/// output to read afterwards).
+pub(crate) struct SharedBuf(pub(crate) Arc<Mutex<Vec<u8>>>);
 
 impl Write for SharedBuf {
     fn write(&mut self, b: &[u8]) -> io::Result<usize> {

@@ -10,16 +10,19 @@
 //! | `vino-bench-gunzip` | [`e7_gunzip`] | E7 gunzip under read-ahead policies |
 //! | `vino-bench-locks` | [`e8_locks`] | E8 byte-range lock granting |
 //! | `vino-bench-linux` | [`e9_linux`] | E9 the Wisconsin query on Linux's own stack |
+//! | `vino-bench-syscalls` | [`e10_syscalls`] | E10 a system call from a VINO process, through vinod, FUSE, Linux |
 //! | `vino-bench-daemon` | [`daemon`] | what serving the kernel from vinod costs |
 //! | `vino-bench-soak` | [`daemon`] | many clients against one daemon, nothing lost or leaked |
 //! | `vino-bench-isolation` | [`isolation`] | one user's latency alone and under another user's attacks |
 //! | `vino-bench-programs` | [`programs`] | unmodified programs on the VINO mount against ext4 |
 //! | `vino-bench-miss` | [`miss`] | a cold random 4 KiB read, layer by layer |
+//! | `vino-bench-native` | [`native`] | real programs as VINO processes against Linux and wasmtime-wasi |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
 
 pub mod daemon;
+pub mod e10_syscalls;
 pub mod e11_sched;
 pub mod e4_wisconsin;
 pub mod e5_events;
@@ -32,6 +35,7 @@ pub mod front;
 pub mod graftcost;
 pub mod isolation;
 pub mod miss;
+pub mod native;
 pub mod programs;
 pub mod progress;
 pub mod wisconsin;

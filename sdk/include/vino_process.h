@@ -1,6 +1,6 @@
 /* vino_process.h: what a program running as a VINO process (`vino run`) may ask of the kernel
- * beyond WASI: grafting its own objects from inside. Build with `vino build` (clang
- * --target=wasm32-wasi), which puts this header on the include path.
+ * beyond WASI: grafting its own objects from inside, modes and owners, and a null call. Build
+ * with `vino build` (clang --target=wasm32-wasi), which puts this header on the include path.
  *
  * Graftpoints are named as the client libraries name them: "vas.pick_victim" (this process's
  * page eviction), "file.compute_ra/<fd>" (read-ahead of one of its open files: <fd> is the
@@ -37,6 +37,11 @@ VINO_IMPORT(fd_chmod)
 int vino_fd_chmod(int fd, unsigned mode);
 VINO_IMPORT(fd_chown)
 int vino_fd_chown(int fd, int uid, int gid);
+
+/* The null system call: does nothing and returns 0. Timing a loop of it measures what crossing
+ * from the program into the kernel and back costs. */
+VINO_IMPORT(null)
+int vino_null(void);
 
 #undef VINO_IMPORT
 #endif

@@ -44,6 +44,10 @@ pub enum BenchCommand {
     /// cache, fadvise hints), where the machine allows it.
     #[command(visible_alias = "e9", disable_help_flag = true)]
     Linux(Pass),
+    /// E10: a system call from a VINO process (null call, cached 4 KiB read) against the same
+    /// through vinod's client library, through the FUSE mount, and on Linux.
+    #[command(visible_alias = "e10", disable_help_flag = true)]
+    Syscalls(Pass),
     /// What serving the kernel from vinod costs: null call round trip, cached 4 KiB and 64 KiB
     /// reads over the socket and through shared memory, against calls in the same process.
     #[command(disable_help_flag = true)]
@@ -68,6 +72,10 @@ pub enum BenchCommand {
     /// the I/O scheduler, a page-cache miss.
     #[command(disable_help_flag = true)]
     Miss(Pass),
+    /// Real programs (SQLite, gzip, bzip2) as VINO processes against the same C sources compiled
+    /// for Linux and the same .wasm on stock wasmtime-wasi, on the same inputs.
+    #[command(disable_help_flag = true)]
+    Native(Pass),
 }
 
 impl BenchCommand {
@@ -81,12 +89,14 @@ impl BenchCommand {
             BenchCommand::Events(p) => ("events", p.args),
             BenchCommand::Locks(p) => ("locks", p.args),
             BenchCommand::Linux(p) => ("linux", p.args),
+            BenchCommand::Syscalls(p) => ("syscalls", p.args),
             BenchCommand::Daemon(p) => ("daemon", p.args),
             BenchCommand::Soak(p) => ("soak", p.args),
             BenchCommand::Isolation(p) => ("isolation", p.args),
             BenchCommand::Programs(p) => ("programs", p.args),
             BenchCommand::Miss(p) => ("miss", p.args),
             BenchCommand::Sched(p) => ("sched", p.args),
+            BenchCommand::Native(p) => ("native", p.args),
         }
     }
 }

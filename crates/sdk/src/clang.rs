@@ -26,7 +26,8 @@ pub enum OptLevel {
 }
 
 impl OptLevel {
-    fn flag(self) -> &'static str {
+    /// Clang's option for it (`-O2`...).
+    pub fn flag(self) -> &'static str {
         match self {
             OptLevel::O0 => "-O0",
             OptLevel::O1 => "-O1",

@@ -50,16 +50,33 @@ const ZLIB_FILES: &[&str] = &[
 /// wasi-libc's emulations SQLite's Unix layer needs (mmap, getpid, signals, process clocks).
 const WASI_EMULATIONS: &[&str] = &["mman", "getpid", "signal", "process-clocks"];
 
-/// Builds program `name` (one of [`PROGRAMS`]) into `output`.
-pub fn build_named(name: &str, output: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
+/// What a program is made of: its C sources, include directories and definitions, the same for
+/// every target, and what only its wasm32-wasi build adds (a native build of the same program,
+/// for comparison, uses the first three).
+#[derive(Debug, Clone, Default)]
+pub struct ProgramSources {
+    pub sources: Vec<PathBuf>,
+    pub include_dirs: Vec<PathBuf>,
+    pub defines: Vec<(String, Option<String>)>,
+    /// Sources only the wasm32-wasi build links: calls wasi-libc lacks.
+    pub wasi_sources: Vec<PathBuf>,
+    /// wasi-libc's emulations the wasm32-wasi build needs (`mman`, `getpid`...): each defines
+    /// `_WASI_EMULATED_<NAME>` and links `-lwasi-emulated-<name>`.
+    pub wasi_emulations: Vec<&'static str>,
+}
+
+/// What program `name` (one of [`PROGRAMS`]) is made of.
+pub fn sources(name: &str) -> Result<ProgramSources, BuildError> {
     let program = crate::sdk_dir().join("programs").join(format!("{name}.c"));
-    let mut opts = opts.clone();
-    let mut sources = vec![program];
+    let mut s = ProgramSources {
+        sources: vec![program],
+        ..ProgramSources::default()
+    };
     match name {
         "sqlite3" => {
             let dir = crate_source(SQLITE_CRATE)?.join("sqlite3");
-            sources.push(dir.join("sqlite3.c"));
-            opts.include_dirs.push(dir);
+            s.sources.push(dir.join("sqlite3.c"));
+            s.include_dirs.push(dir);
             // One thread, no extensions, no WAL (its shared memory needs a real mmap), temporary
             // tables and sorts in memory (its Unix layer would fchmod a temporary file, which
             // WASI has not).
@@ -70,33 +87,42 @@ pub fn build_named(name: &str, output: &Path, opts: &BuildOptions) -> Result<(),
                 "SQLITE_TEMP_STORE=3",
                 "LONGDOUBLE_TYPE=double",
             ] {
-                opts.defines.push(define(d));
+                s.defines.push(define(d));
             }
-            for e in WASI_EMULATIONS {
-                opts.defines.push(emulation_define(e));
-                opts.extra_args.push(format!("-lwasi-emulated-{e}").into());
-            }
+            s.wasi_emulations.extend(WASI_EMULATIONS);
         }
         "gzip" => {
             let dir = crate_source(ZLIB_CRATE)?.join("src/zlib");
-            sources.extend(ZLIB_FILES.iter().map(|f| dir.join(f)));
-            opts.include_dirs.push(dir);
-            opts.defines.push(define("Z_HAVE_UNISTD_H"));
+            s.sources.extend(ZLIB_FILES.iter().map(|f| dir.join(f)));
+            s.include_dirs.push(dir);
+            s.defines.push(define("Z_HAVE_UNISTD_H"));
         }
         "bzip2" => {
             // The program is bzip2's own: no front end of ours, only the compatibility calls.
             let dir = crate_source(BZIP2_CRATE)?.join("bzip2-1.0.8");
-            sources = BZIP2_FILES.iter().map(|f| dir.join(f)).collect();
-            sources.push(crate::sdk_dir().join("programs/wasi_compat.c"));
-            opts.include_dirs.push(dir);
-            for e in ["signal", "process-clocks"] {
-                opts.defines.push(emulation_define(e));
-                opts.extra_args.push(format!("-lwasi-emulated-{e}").into());
-            }
+            s.sources = BZIP2_FILES.iter().map(|f| dir.join(f)).collect();
+            s.wasi_sources.push(crate::sdk_dir().join("programs/wasi_compat.c"));
+            s.include_dirs.push(dir);
+            s.wasi_emulations.extend(["signal", "process-clocks"]);
         }
         other => return Err(BuildError::UnknownProgram(other.to_string())),
     }
-    build_program(&sources, output, &opts)
+    Ok(s)
+}
+
+/// Builds program `name` (one of [`PROGRAMS`]) into `output`.
+pub fn build_named(name: &str, output: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
+    let s = sources(name)?;
+    let mut opts = opts.clone();
+    opts.include_dirs.extend(s.include_dirs);
+    opts.defines.extend(s.defines);
+    for e in &s.wasi_emulations {
+        opts.defines.push(emulation_define(e));
+        opts.extra_args.push(format!("-lwasi-emulated-{e}").into());
+    }
+    let mut all = s.sources;
+    all.extend(s.wasi_sources);
+    build_program(&all, output, &opts)
 }
 
 /// `_WASI_EMULATED_<NAME>` for wasi-libc's emulation `name` (`process-clocks`...).

@@ -1,8 +1,9 @@
 //! The `vino` import module: what a VINO process may ask beyond WASI (the SDK's
-//! `vino_process.h` declares it). Today, grafting its own objects from inside, with the same
+//! `vino_process.h` declares it). Grafting its own objects from inside, with the same
 //! graftpoint names as the client libraries; a descriptor in a name (`file.compute_ra/3`) is
 //! the program's own, translated to the kernel's. Each call returns 0 or a result, or a
-//! negative WASI errno (the numbers wasi-libc's <errno.h> uses).
+//! negative WASI errno (the numbers wasi-libc's <errno.h> uses). Also modes and owners, which
+//! preview 1 lacks, and the null call (`null`), which does nothing, for timing the crossing.
 
 use crate::Ctx;
 use crate::abi::WasiErrno;
@@ -21,6 +22,10 @@ const NAME_MAX: u32 = 256;
 
 pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     type C<'a> = Caller<'a, Ctx>;
+    // The null system call: does nothing and returns 0, through the same entry as every other
+    // call (the process's memory and context found), so that timing it measures what crossing
+    // from the program into the kernel costs.
+    l.func_wrap(MODULE, "null", |mut c: C| sys_value(&mut c, |_, _| Ok(0)))?;
     l.func_wrap(
         MODULE,
         "graft_load",

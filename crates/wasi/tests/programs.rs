@@ -400,7 +400,7 @@ fn a_program_grafts_its_own_file_from_inside() {
     let errno = |e: vino_wasi::WasiErrno| -i32::from(e.0);
     let expect = format!(
         "bad module {}\nbad descriptor {}\nno such point {}\nload 0\ncall 0 -> 0 -1\ncall 64 -> 0 0\n\
-         read {}\nunload 0\nunload again {}\nchmod 0\nchown 0\nchmod bad fd {}\n",
+         read {}\nunload 0\nunload again {}\nchmod 0\nchown 0\nchmod bad fd {}\nnull 0\n",
         errno(vino_wasi::WasiErrno::INVAL),
         errno(vino_wasi::WasiErrno::BADF),
         errno(vino_wasi::WasiErrno::NOENT),

@@ -47,5 +47,6 @@ int main(int argc, char **argv) {
     printf("chmod %d\n", vino_fd_chmod(fd, 0600));
     printf("chown %d\n", vino_fd_chown(fd, 1000, -1));
     printf("chmod bad fd %d\n", vino_fd_chmod(99, 0600));
+    printf("null %d\n", vino_null());
     return 0;
 }
