@@ -221,6 +221,29 @@ static inline const struct vino_disk_request *vino_disk_requests(void) {
     return (const struct vino_disk_request *)vino_args;
 }
 
+/* sched.pick_next (global, privileged) and sched.pick_thread (one per process, its own): the
+ * argument area holds n <= VINO_SCHED_PICK_MAX runnable threads in the order they became runnable
+ * (entry 0 has waited longest); `def` is the index the kernel would choose. Return the index of
+ * the thread to run; anything else is invalid and the kernel's choice stands. pick_thread sees
+ * only its own process's threads, on the turns the process's share gives it. A thread that has
+ * waited past the starvation cap runs first whatever a graft says. Default: proportional share
+ * (stride scheduling with per-user currencies); within a process, arrival order. */
+#define VINO_SCHED_PICK_MAX 64
+struct vino_sched_thread {
+    uint64_t tid;
+    uint64_t pid;
+    uint32_t uid;
+    uint32_t tickets;   /* the process's, in its user's currency */
+    uint64_t waited_ns; /* since it became runnable */
+};
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t sched_pick_next(int32_t n, int32_t def);
+int32_t sched_pick_thread(int32_t n, int32_t def);
+#endif
+static inline const struct vino_sched_thread *vino_sched_threads(void) {
+    return (const struct vino_sched_thread *)vino_args;
+}
+
 /* event.fs.{open,close,create,unlink,modify} (thesis 3.5, 7.4): one graftpoint per kind of file
  * event, in the process's own namespace, called asynchronously by a kernel thread for each event
  * that passes the process's filter (Process::event_filter) on a file the process may read.

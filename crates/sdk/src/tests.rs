@@ -29,6 +29,7 @@ fn graftpoint(export: &str) -> FuncType {
             ft(&[I32, I64, I64, I64, I64, I32], &[I32])
         }
         "lock_grant" => ft(&[I32, I32], &[I64]),
+        "sched_pick_next" | "sched_pick_thread" => ft(&[I32, I32], &[I32]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -193,6 +194,7 @@ fn examples_build_and_follow_the_abi() {
         ("unlink_log", "event_fs_unlink", EVENT, &["log_set_fd"], &[]),
         ("unlink_log_sync", "event_fs_unlink", EVENT, &["log_set_fd"], &[]),
         ("lock_fifo", "lock_grant", &[], &[], &[]),
+        ("strict_priority", "sched_pick_thread", &[], &["set_priority"], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {
