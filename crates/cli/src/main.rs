@@ -121,6 +121,17 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Sets CPU tickets in the daemon: a process's (yours; `vino ps` gives pids) in its user's
+    /// currency, or with --user a user's against the others (privileged). Default 100 each.
+    Nice {
+        tickets: u32,
+        pid: Option<u64>,
+        /// Set this user's tickets instead of a process's.
+        #[arg(long, value_name = "UID")]
+        user: Option<u32>,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Live view of vinod's processes and grafts: calls, I/O, graft time and aborts, cache.
     Top {
         /// Print one snapshot and exit.
@@ -205,6 +216,12 @@ fn main() -> ExitCode {
         Command::Unmount { mountpoint, socket } => remote::unmount(&mountpoint, socket),
         Command::Ps { json, socket } => remote::ps(socket, json),
         Command::Kill { pid, socket } => remote::kill(socket, pid),
+        Command::Nice {
+            tickets,
+            pid,
+            user,
+            socket,
+        } => remote::nice(socket, tickets, pid, user),
         Command::Top {
             once,
             json,

@@ -427,6 +427,20 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
 }
 
 /// `vino kill PID`: kills a program running in the daemon.
+/// `vino nice TICKETS PID` or `vino nice --user UID TICKETS`.
+pub fn nice(socket: Option<PathBuf>, tickets: u32, pid: Option<u64>, user: Option<u32>) -> Result<()> {
+    let mut c = connect(socket)?;
+    match (user, pid) {
+        (Some(uid), _) => c
+            .set_user_tickets(uid, tickets)
+            .with_context(|| format!("setting user {uid}'s tickets")),
+        (None, Some(pid)) => c
+            .set_tickets(Some(pid), tickets)
+            .with_context(|| format!("setting process {pid}'s tickets")),
+        (None, None) => anyhow::bail!("say whose tickets: a process id, or --user UID"),
+    }
+}
+
 pub fn kill(socket: Option<PathBuf>, pid: u64) -> Result<()> {
     connect(socket)?
         .kill_program(pid)

@@ -960,6 +960,25 @@ impl Client {
     pub fn kill_program(&mut self, pid: u64) -> Result<()> {
         self.ok(Request::KillProgram { pid })
     }
+
+    /// Sets the CPU tickets of process `pid` (this user's own, any if privileged; `None`: this
+    /// connection's process), in its user's currency: its part of what the user gets.
+    pub fn set_tickets(&mut self, pid: Option<u64>, tickets: u32) -> Result<()> {
+        self.ok(Request::SetTickets {
+            pid,
+            uid: None,
+            tickets,
+        })
+    }
+
+    /// Sets user `uid`'s CPU tickets against the other users' (privileged only).
+    pub fn set_user_tickets(&mut self, uid: u32, tickets: u32) -> Result<()> {
+        self.ok(Request::SetTickets {
+            pid: None,
+            uid: Some(uid),
+            tickets,
+        })
+    }
 }
 
 impl RunningProgram {

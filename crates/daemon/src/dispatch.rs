@@ -303,6 +303,10 @@ impl Session<'_> {
                 Err(ErrorReply::new(errno::EPROTO, "no program runs on this connection"))
             }
             Request::KillProgram { pid } => self.daemon.kill_program(pid, p.credentials()).map(|()| Response::Ok),
+            Request::SetTickets { pid, uid, tickets } => self
+                .daemon
+                .set_tickets(pid.unwrap_or(p.pid()), uid, tickets, p.credentials())
+                .map(|()| Response::Ok),
             Request::Null => Ok(Response::Ok),
             Request::Open { path, flags: f } => p.open(&path, flags(f)).map(Response::Fd).map_err(sys),
             Request::Close { fd } => ok(p.close(fd)),

@@ -340,6 +340,35 @@ impl Daemon {
         }
     }
 
+    /// Sets a user's tickets (`uid`, privileged callers only) or a process's (`pid`: the
+    /// caller's own, any if privileged; `ESRCH` otherwise, as if it did not exist).
+    pub fn set_tickets(
+        &self,
+        pid: Pid,
+        uid: Option<u32>,
+        tickets: u32,
+        caller: &vino_kernel::Credentials,
+    ) -> std::result::Result<(), vino_proto::ErrorReply> {
+        use vino_proto::{ErrorReply, errno};
+        let cpu = self.kernel().cpu();
+        let invalid = |e: vino_kernel::CpuShareError| ErrorReply::new(errno::EINVAL, e.to_string());
+        if let Some(uid) = uid {
+            if !caller.privileged {
+                return Err(ErrorReply::new(
+                    errno::EPERM,
+                    "only a privileged user sets a user's tickets",
+                ));
+            }
+            return cpu.set_user_tickets(uid, tickets).map_err(invalid);
+        }
+        match self.kernel().process(pid) {
+            Some(p) if caller.privileged || p.credentials().uid == caller.uid => {
+                cpu.set_process_tickets(pid, tickets).map_err(invalid)
+            }
+            _ => Err(ErrorReply::new(errno::ESRCH, format!("no process {pid} of yours"))),
+        }
+    }
+
     /// Programs compiled since the daemon started (a program run again comes from a cache).
     pub fn programs_compiled(&self) -> u64 {
         self.program_cache.compiled()

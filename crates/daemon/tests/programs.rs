@@ -161,6 +161,33 @@ fn a_detached_program_outlives_its_client_and_only_its_user_may_kill_it() {
     assert_eq!(st.size, 0, "no input: an empty file");
 }
 
+#[test]
+fn tickets_are_set_by_a_processs_user_and_a_users_by_the_privileged() {
+    use vino_proto::errno::{EINVAL, EPERM, ESRCH};
+    let d = TestDaemon::start();
+    let (wasm, _) = copy_program();
+    let pid = d
+        .client()
+        .run_detached(&wasm, &args(&["copy", "--sleep", "100"]), &[])
+        .unwrap();
+    let daemon = d.handle().daemon();
+    let cpu = d.handle().kernel().cpu();
+    d.client().set_tickets(Some(pid), 300).unwrap();
+    assert_eq!(cpu.process_tickets(pid), Some(300));
+    // Another user's process is not there for it; a user's share is for the privileged.
+    let other = vino_kernel::Credentials::user(1000, 1000);
+    assert_eq!(daemon.set_tickets(pid, None, 5, &other).unwrap_err().errno, ESRCH);
+    assert_eq!(daemon.set_tickets(pid, Some(1000), 5, &other).unwrap_err().errno, EPERM);
+    assert_eq!(cpu.process_tickets(pid), Some(300));
+    assert_eq!(d.client().set_tickets(Some(pid), 0).unwrap_err().errno, EINVAL);
+    d.client().set_user_tickets(1000, 50).unwrap();
+    assert_eq!(cpu.user_tickets(1000), 50);
+    // Without a pid: the connection's own process.
+    d.client().set_tickets(None, 7).unwrap();
+    d.client().kill_program(pid).unwrap();
+    d.wait_processes(0);
+}
+
 /// The status of a killed program (`vino_wasi::Exit::Killed`).
 fn vino_wasi_killed() -> i32 {
     137

@@ -484,6 +484,15 @@ pub enum Request {
     KillProgram {
         pid: u64,
     },
+    /// Sets CPU tickets (`vino nice`): with `uid`, that user's tickets in the base currency
+    /// (privileged only, `EPERM` otherwise); else the tickets of process `pid` in its user's
+    /// currency (the caller's own processes, any if privileged; `ESRCH` otherwise), or of the
+    /// connection's own process without a pid.
+    SetTickets {
+        pid: Option<u64>,
+        uid: Option<u32>,
+        tickets: u32,
+    },
     /// Bytes for a running program's standard input; empty: the end of it.
     Input {
         #[serde(with = "serde_bytes")]
@@ -643,7 +652,8 @@ impl Request {
             Run,
             Input,
             Kill,
-            KillProgram
+            KillProgram,
+            SetTickets
         )
     }
 }
