@@ -2,7 +2,9 @@
 //! 3:2:1 get CPU in those ratios; (b) a client blocked on a server donates its turns to it and
 //! the pair's throughput rises accordingly; (d) what a thread switch and a `sched.pick_next`
 //! decision (default, native, protected graft) cost, against a Linux thread switch measured in
-//! the same run. (c), the multimedia case, is not measured yet.
+//! the same run; (c) the multimedia case: two periodic audio threads and a video thread in one
+//! process, another user computing, under the default and under the process's own
+//! rate-monotonic graft (`sdk/grafts/multimedia.c`): how many audio periods miss their deadline.
 
 use anyhow::{Context, Result};
 use parking_lot::Mutex;
@@ -72,6 +74,20 @@ pub struct DonationRow {
 }
 
 #[derive(Debug, Serialize)]
+pub struct MultimediaRow {
+    /// `default` or `multimedia graft`.
+    pub policy: String,
+    pub audio_periods: u64,
+    /// Periods whose work ended after the period's end.
+    pub audio_misses: u64,
+    pub miss_percent: f64,
+    /// The video thread's CPU per second.
+    pub video_cpu: f64,
+    /// The other user's CPU per second.
+    pub other_cpu: f64,
+}
+
+#[derive(Debug, Serialize)]
 pub struct CostRow {
     pub what: String,
     pub ns: f64,
@@ -84,6 +100,7 @@ pub struct SchedReport {
     pub donation: Vec<DonationRow>,
     /// Throughput with donation over without.
     pub donation_gain: f64,
+    pub multimedia: Vec<MultimediaRow>,
     pub costs: Vec<CostRow>,
 }
 
@@ -293,6 +310,102 @@ fn donation(donate: bool, secs: f64) -> Result<DonationRow> {
     })
 }
 
+/// The audio threads: (period, CPU each period).
+const AUDIO: [(Duration, Duration); 2] = [
+    (Duration::from_millis(10), Duration::from_micros(1000)),
+    (Duration::from_millis(20), Duration::from_micros(2000)),
+];
+
+/// (c) On one worker: a player (one user) with two periodic audio threads and a video thread
+/// that computes all the time; another user computing all the time.
+fn multimedia(graft: bool, secs: f64) -> Result<MultimediaRow> {
+    let kernel = boot(1)?;
+    let player = kernel.spawn(Credentials::user(4001, 4001));
+    let other = kernel.spawn(Credentials::user(4002, 4002));
+    let stop = Arc::new(AtomicBool::new(false));
+    let periods = Arc::new(AtomicU64::new(0));
+    let misses = Arc::new(AtomicU64::new(0));
+    let mut audio = Vec::new();
+    for (period, work) in AUDIO {
+        let (stop, periods, misses) = (stop.clone(), periods.clone(), misses.clone());
+        audio.push(player.spawn_thread(move |ctx| async move {
+            let mut start = Instant::now() + period;
+            while !stop.load(Ordering::Relaxed) {
+                ctx.sleep_until(start).await;
+                spin_for(work);
+                let deadline = start + period;
+                periods.fetch_add(1, Ordering::Relaxed);
+                if Instant::now() > deadline {
+                    misses.fetch_add(1, Ordering::Relaxed);
+                }
+                start = deadline;
+                // Periods already over are lost, not worked off.
+                while start + period < Instant::now() {
+                    start += period;
+                    periods.fetch_add(1, Ordering::Relaxed);
+                    misses.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })?);
+    }
+    let burn = |p: &Arc<vino_kernel::Process>| {
+        let stop = stop.clone();
+        p.spawn_thread(move |ctx| async move {
+            while !stop.load(Ordering::Relaxed) {
+                spin_for(Duration::from_micros(20));
+                if ctx.slice_over() {
+                    ctx.yield_now().await;
+                }
+            }
+        })
+    };
+    let video = burn(&player)?;
+    let competitor = burn(&other)?;
+    if graft {
+        let wasm = vino_sdk::build_example("multimedia", &Default::default())?;
+        player.graft_load("sched.pick_thread", &wasm)?;
+        for (h, (period, _)) in audio.iter().zip(AUDIO) {
+            player.graft_call(
+                "sched.pick_thread",
+                "set_period",
+                &[h.tid() as i64, period.as_nanos() as i64],
+            )?;
+        }
+    }
+    let cpu = |p: &Arc<vino_kernel::Process>, tid: u64| -> f64 {
+        kernel
+            .cpu()
+            .threads_of(p.pid())
+            .iter()
+            .find(|t| t.tid == tid)
+            .map_or(0.0, |t| t.cpu_ns as f64 / 1e9)
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let (p0, m0) = (periods.load(Ordering::Relaxed), misses.load(Ordering::Relaxed));
+    let (v0, o0) = (cpu(&player, video.tid()), cpu(&other, competitor.tid()));
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let el = t0.elapsed().as_secs_f64();
+    let (p1, m1) = (periods.load(Ordering::Relaxed), misses.load(Ordering::Relaxed));
+    let (v1, o1) = (cpu(&player, video.tid()), cpu(&other, competitor.tid()));
+    stop.store(true, Ordering::Relaxed);
+    for h in audio.iter().chain([&video, &competitor]) {
+        h.join();
+    }
+    for p in [&player, &other] {
+        kernel.exit(p.pid());
+    }
+    let (n, missed) = (p1 - p0, m1 - m0);
+    Ok(MultimediaRow {
+        policy: if graft { "multimedia graft" } else { "default" }.into(),
+        audio_periods: n,
+        audio_misses: missed,
+        miss_percent: 100.0 * missed as f64 / n.max(1) as f64,
+        video_cpu: (v1 - v0) / el,
+        other_cpu: (o1 - o0) / el,
+    })
+}
+
 /// Two threads of one process on one worker yielding to each other: ns per switch.
 fn switch_rust(n: u64) -> Result<f64> {
     let kernel = boot(1)?;
@@ -438,6 +551,11 @@ pub fn run(opts: &SchedOptions, progress: &mut dyn FnMut(&str)) -> Result<SchedR
         donation_rows.push(donation(donate, opts.donation_secs)?);
     }
     let donation_gain = donation_rows[1].requests_per_s / donation_rows[0].requests_per_s.max(1e-9);
+    let mut multimedia_rows = Vec::new();
+    for graft in [false, true] {
+        progress(&format!("(c) multimedia, graft {graft}"));
+        multimedia_rows.push(multimedia(graft, opts.donation_secs)?);
+    }
     progress("(d) thread switches and decisions");
     let mut costs = vec![
         CostRow {
@@ -464,6 +582,7 @@ pub fn run(opts: &SchedOptions, progress: &mut dyn FnMut(&str)) -> Result<SchedR
         shares: shares_rows,
         donation: donation_rows,
         donation_gain,
+        multimedia: multimedia_rows,
         costs,
     })
 }
@@ -501,6 +620,28 @@ impl SchedReport {
             "throughput with donation / without: {:.2} (two of three turns instead of one of two: 1.33)",
             self.donation_gain
         ));
+        let mut c = Table::new(
+            "E11 (c): audio threads (10 ms / 1 ms, 20 ms / 2 ms) and video in one process, another user computing (one worker)",
+            &[
+                "policy",
+                "audio periods",
+                "missed",
+                "missed %",
+                "video CPU",
+                "other user's CPU",
+            ],
+        );
+        for r in &self.multimedia {
+            c.row([
+                r.policy.clone(),
+                r.audio_periods.to_string(),
+                r.audio_misses.to_string(),
+                format!("{:.1}%", r.miss_percent),
+                format!("{:.2}", r.video_cpu),
+                format!("{:.2}", r.other_cpu),
+            ]);
+        }
+        c.note("a period is missed when its work ends after the period's end");
         let mut d = Table::new("E11 (d): costs", &["what", "time", "goal"]);
         for c in &self.costs {
             d.row([
@@ -509,7 +650,7 @@ impl SchedReport {
                 c.goal_ns.map_or(String::new(), |g| format!("< {g:.0} ns")),
             ]);
         }
-        vec![a, b, d]
+        vec![a, b, c, d]
     }
 
     pub fn plot(&self, path: &std::path::Path) -> Result<()> {

@@ -34,5 +34,7 @@ fn e11_shares_donation_and_costs_in_one_run() {
         r.costs
     );
     let tables = r.tables();
-    assert_eq!(tables.len(), 3);
+    assert_eq!(r.multimedia.len(), 2);
+    assert!(r.multimedia.iter().all(|m| m.audio_periods > 0));
+    assert_eq!(tables.len(), 4);
 }

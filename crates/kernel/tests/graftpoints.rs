@@ -134,7 +134,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ("file.block_buddy", &["noswitch"]),
     ("disk.pick_request", &["elevator", "fifo"]),
     ("lock.grant", &["lock_fifo"]),
-    ("sched.pick_thread", &["strict_priority"]),
+    ("sched.pick_thread", &["strict_priority", "multimedia"]),
     ("event.fs.unlink", &["unlink_log", "unlink_log_sync"]),
 ];
 

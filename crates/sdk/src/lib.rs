@@ -67,6 +67,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("unlink_log_sync", include_str!("../../../sdk/grafts/unlink_log_sync.c")),
     ("lock_fifo", include_str!("../../../sdk/grafts/lock_fifo.c")),
     ("strict_priority", include_str!("../../../sdk/grafts/strict_priority.c")),
+    ("multimedia", include_str!("../../../sdk/grafts/multimedia.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

@@ -195,6 +195,7 @@ fn examples_build_and_follow_the_abi() {
         ("unlink_log_sync", "event_fs_unlink", EVENT, &["log_set_fd"], &[]),
         ("lock_fifo", "lock_grant", &[], &[], &[]),
         ("strict_priority", "sched_pick_thread", &[], &["set_priority"], &[]),
+        ("multimedia", "sched_pick_thread", &[], &["set_period"], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {
