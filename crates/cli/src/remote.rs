@@ -408,12 +408,16 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
     }
     let mut t = crate::table::Table::new(
         "Programs running in vinod",
-        &["PID", "UID", "CPU s", "FILES", "HITS", "MISSES", "GRAFTS", "PROGRAM"],
+        &[
+            "PID", "UID", "TICKETS", "THREADS", "CPU s", "FILES", "HITS", "MISSES", "GRAFTS", "PROGRAM",
+        ],
     );
     for p in programs {
         t.row([
             p.pid.to_string(),
             p.uid.to_string(),
+            p.tickets.to_string(),
+            p.threads.to_string(),
             format!("{:.2}", p.cpu_ns as f64 / 1e9),
             p.open_files.to_string(),
             p.cache_hits.to_string(),

@@ -107,6 +107,8 @@ impl Daemon {
                 row.program = Some(prog.name.clone());
                 row.cpu_ns = prog.cpu_ns();
             }
+            row.tickets = kernel.cpu().process_tickets(pid).unwrap_or(0);
+            row.threads = kernel.cpu().threads_of(pid).len() as u64;
             if let Some(c) = self.conns.lock().get(&pid) {
                 row.host_pid = c.peer.pid;
                 row.client = c.client.clone();

@@ -174,6 +174,12 @@ fn tickets_are_set_by_a_processs_user_and_a_users_by_the_privileged() {
     let cpu = d.handle().kernel().cpu();
     d.client().set_tickets(Some(pid), 300).unwrap();
     assert_eq!(cpu.process_tickets(pid), Some(300));
+    let row = daemon.top().processes.into_iter().find(|p| p.pid == pid).unwrap();
+    assert_eq!(
+        (row.tickets, row.threads),
+        (300, 1),
+        "vino ps shows its tickets and thread"
+    );
     // Another user's process is not there for it; a user's share is for the privileged.
     let other = vino_kernel::Credentials::user(1000, 1000);
     assert_eq!(daemon.set_tickets(pid, None, 5, &other).unwrap_err().errno, ESRCH);

@@ -248,6 +248,10 @@ pub struct ProcessTop {
     pub program: Option<String>,
     /// For a program: the CPU time it has used, in nanoseconds.
     pub cpu_ns: u64,
+    /// Its CPU tickets in its user's currency (`vino nice`), and its threads on the CPU
+    /// scheduler.
+    pub tickets: u32,
+    pub threads: u64,
 }
 
 /// One bound graft.
