@@ -244,6 +244,15 @@ static inline const struct vino_sched_thread *vino_sched_threads(void) {
     return (const struct vino_sched_thread *)vino_args;
 }
 
+/* event.timer (one per process, its own): called every period of the process's timer
+ * (Process::timer_start; vino_timer_start from a VINO process) on a thread of the process, whose
+ * CPU it uses. `count` is the firings so far, this one included; `late_ns` how late this one is
+ * against its period's start. A negative result is invalid (the invocation aborts). Default:
+ * nothing. */
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t event_timer(int64_t count, int64_t late_ns);
+#endif
+
 /* event.fs.{open,close,create,unlink,modify} (thesis 3.5, 7.4): one graftpoint per kind of file
  * event, in the process's own namespace, called asynchronously by a kernel thread for each event
  * that passes the process's filter (Process::event_filter) on a file the process may read.

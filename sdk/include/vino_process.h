@@ -43,5 +43,14 @@ int vino_fd_chown(int fd, int uid, int gid);
 VINO_IMPORT(null)
 int vino_null(void);
 
+/* The process's timer: from now on, every `period_ns` (at least 1 ms) the kernel fires the
+ * process's `event.timer` graft (load it first with vino_graft_load("event.timer", ...)) on a
+ * thread of the process; starting it again changes the period. vino_timer_stop ends it (its
+ * thread within 10 ms); so does the process's exit. */
+VINO_IMPORT(timer_start)
+int vino_timer_start(uint64_t period_ns);
+VINO_IMPORT(timer_stop)
+int vino_timer_stop(void);
+
 #undef VINO_IMPORT
 #endif

@@ -208,7 +208,7 @@ fn protocol() -> Vec<Vec<u8>> {
                     flags: OpenFlags::create(),
                 }),
             ),
-            Grafter::PageOwner | Grafter::Listener | Grafter::OwnThreads => (g.name.to_string(), None),
+            Grafter::PageOwner | Grafter::Listener | Grafter::Process => (g.name.to_string(), None),
         };
         let wasm = grafts::module(g, Behaviour::Zero);
         let mut reqs: Vec<Request> = open.into_iter().collect();

@@ -20,7 +20,7 @@ pub use vino_cache::{Candidates, ComputeRa, PickVictim, Writeback};
 pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
 pub use vino_locks::LockGrant;
-pub use vino_sched::{PickNext, PickThread};
+pub use vino_sched::{PickNext, PickThread, Timer};
 
 /// Who may graft a graftpoint (Small 1998, 3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -36,8 +36,8 @@ pub enum Grafter {
     FileCreator,
     /// The process that created the file, or a privileged process: one per file.
     FileCreatorOrPrivileged,
-    /// The process itself, about its own threads: one per process.
-    OwnThreads,
+    /// The process itself, for its own threads and timer: one per process.
+    Process,
     /// The process itself, hearing of events on files it may read that pass its own filters.
     Listener,
 }
@@ -52,7 +52,7 @@ impl Grafter {
             Grafter::FileCreatorOrPrivileged => {
                 "the process that created the file, or a privileged process (one per file)"
             }
-            Grafter::OwnThreads => "the process itself, for its own threads (one per process)",
+            Grafter::Process => "the process itself, for its own threads and timer (one per process)",
             Grafter::Listener => "the process itself, for events on files it may read that pass its filters",
         }
     }
@@ -145,7 +145,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
 const EVENTS: &str = "Small 1998, 3.5 and 7.4";
 
 /// Every graftpoint of the kernel.
-pub static GRAFTPOINTS: [Graftpoint; 13] = [
+pub static GRAFTPOINTS: [Graftpoint; 14] = [
     entry::<PickVictim>(
         Grafter::PageOwner,
         "which of its own pages a process gives up when the cache needs a frame",
@@ -182,9 +182,14 @@ pub static GRAFTPOINTS: [Graftpoint; 13] = [
         "Small 1998, 2 and 4.2.1",
     ),
     entry::<PickThread>(
-        Grafter::OwnThreads,
+        Grafter::Process,
         "which of the process's runnable threads runs on its turn",
         "Small 1998, 4.2.1",
+    ),
+    entry::<Timer>(
+        Grafter::Process,
+        "periodic work of the process, fired by its timer (Process::timer_start)",
+        "Small 1998, 3.5",
     ),
     entry::<OpenEvent>(
         Grafter::Listener,

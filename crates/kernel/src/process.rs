@@ -39,7 +39,21 @@ pub struct Process {
     /// Per-file slots this process loaded grafts into: they outlive its descriptors, so its
     /// exit unloads what it still owns there.
     file_slots: Mutex<Vec<Weak<dyn ManagedSlot>>>,
+    /// The process's `event.timer` graftpoint, and the thread that fires it while armed.
+    timer_slot: Arc<vino_graft::GraftSlot<vino_sched::Timer>>,
+    timer: Mutex<Option<ArmedTimer>>,
+    /// Threads of timers stopped without waiting, waited for at exit.
+    retired_timers: Mutex<Vec<vino_sched::JoinHandle>>,
 }
+
+/// A timer's thread: told to stop by the flag, waited for by its handle.
+struct ArmedTimer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: vino_sched::JoinHandle,
+}
+
+/// Shortest timer period: the CPU scheduler's tick.
+pub const TIMER_MIN_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Graftpoints kept with the file, not the descriptor they are reached through.
 const PER_FILE_POINTS: &[&str] = &["file.block_buddy", "lock.grant"];
@@ -72,6 +86,13 @@ impl Process {
         let namespace = Namespace::new();
         namespace.register(kernel.cache.register_process(pid));
         namespace.register(kernel.cpu.add_process(pid, cred.uid));
+        let timer_slot = Arc::new(vino_graft::GraftSlot::new(
+            &kernel.runtime,
+            Arc::new(pid),
+            vino_graft::Access::Process(pid),
+            None,
+        ));
+        namespace.register(timer_slot.clone());
         let account = kernel.accounts.process(cred.uid, format!("process {pid}"));
         Arc::new(Process {
             pid,
@@ -83,6 +104,9 @@ impl Process {
             account,
             alive: Mutex::new(None),
             file_slots: Mutex::new(Vec::new()),
+            timer_slot,
+            timer: Mutex::new(None),
+            retired_timers: Mutex::new(Vec::new()),
         })
     }
 
@@ -574,6 +598,67 @@ impl Process {
             .map_err(|e| SysError::new(Errno::Again, e.to_string()))
     }
 
+    /// Fires this process's `event.timer` graft every `period` (at least [`TIMER_MIN_PERIOD`]),
+    /// on a thread of the process (so the graft's CPU is the process's, and the thread counts
+    /// against the user's thread limit), until [`Process::timer_stop`] or exit. Replaces a timer
+    /// started before. A firing whose period has passed is skipped, not made up.
+    pub fn timer_start(&self, period: std::time::Duration) -> SysResult<()> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::{Duration, Instant};
+        if period < TIMER_MIN_PERIOD {
+            return Err(SysError::new(
+                Errno::Inval,
+                format!("a timer period is at least {TIMER_MIN_PERIOD:?}"),
+            ));
+        }
+        self.timer_cancel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (slot, stopped) = (self.timer_slot.clone(), stop.clone());
+        let thread = self.spawn_thread(move |ctx| async move {
+            let mut start = Instant::now() + period;
+            let mut count = 0u64;
+            loop {
+                // In naps of at most 10 ms, so that a stop is seen soon.
+                while Instant::now() < start && !stopped.load(Ordering::Relaxed) {
+                    let nap = (start - Instant::now()).min(Duration::from_millis(10));
+                    ctx.sleep_until(Instant::now() + nap).await;
+                }
+                if stopped.load(Ordering::Relaxed) {
+                    return;
+                }
+                count += 1;
+                let late_ns = start.elapsed().as_nanos() as u64;
+                vino_sched::in_kernel(|| slot.invoke(&vino_sched::TimerArgs { count, late_ns }));
+                start += period;
+                if start < Instant::now() {
+                    start = Instant::now() + period;
+                }
+            }
+        })?;
+        *self.timer.lock() = Some(ArmedTimer { stop, thread });
+        Ok(())
+    }
+
+    /// Stops this process's timer (if one runs) and waits for its thread to end: not to be
+    /// called from a thread of the CPU scheduler (a program uses [`Process::timer_cancel`]).
+    pub fn timer_stop(&self) {
+        self.timer_cancel();
+        let ending = std::mem::take(&mut *self.retired_timers.lock());
+        for t in ending {
+            t.join();
+        }
+    }
+
+    /// Stops this process's timer without waiting for its thread (which ends within 10 ms;
+    /// the process's exit waits for it).
+    pub fn timer_cancel(&self) {
+        let armed = self.timer.lock().take();
+        if let Some(t) = armed {
+            t.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.retired_timers.lock().push(t.thread);
+        }
+    }
+
     /// Sets this process's tickets in its user's currency.
     pub fn set_tickets(&self, tickets: u32) -> SysResult<()> {
         self.kernel
@@ -743,6 +828,7 @@ impl Process {
 
     /// Closes every file and unloads every graft of this process (it exited).
     pub(crate) fn release(&self) {
+        self.timer_stop();
         self.kernel.events.detach(self.pid);
         let open = self.files.lock().drain();
         for (fd, file) in open {

@@ -126,3 +126,66 @@ fn a_hostile_thread_graft_changes_nothing_for_anybody() {
         k.exit(b.pid());
     }
 }
+
+/// An `event.timer` graft that keeps the count of its firings (`count` reads it).
+const COUNTER: &str = r#"(module (memory (export "memory") 1)
+    (global $n (mut i64) (i64.const 0))
+    (func (export "event_timer") (param i64 i64) (result i32) (global.set $n (local.get 0)) (i32.const 0))
+    (func (export "vino_ctl_count") (result i64) (global.get $n)))"#;
+
+#[test]
+fn a_timer_fires_its_graft_on_a_thread_of_the_process_until_stopped() {
+    let k = boot();
+    let p = k.spawn(Credentials::user(1001, 1001));
+    p.graft_load("event.timer", COUNTER.as_bytes()).unwrap();
+    let e = p.timer_start(Duration::from_micros(10)).unwrap_err();
+    assert_eq!(e.errno, vino_kernel::Errno::Inval, "{e}");
+    p.timer_start(Duration::from_millis(5)).unwrap();
+    assert_eq!(
+        k.cpu().threads_of(p.pid()).len(),
+        1,
+        "the timer's thread is the process's"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let count = || p.graft_call("event.timer", "count", &[]).unwrap();
+    let n = count();
+    assert!((20..=61).contains(&n), "fired {n} times in 300 ms at 5 ms");
+    p.timer_stop();
+    let stopped = count();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(count(), stopped, "no firing after the stop");
+    assert!(k.cpu().threads_of(p.pid()).is_empty());
+    // Started again and left running: the process's exit ends it.
+    p.timer_start(Duration::from_millis(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let pid = p.pid();
+    drop(p);
+    k.exit(pid);
+    assert!(k.cpu().threads_of(pid).is_empty());
+}
+
+#[test]
+fn a_looping_timer_graft_is_cut_short_and_others_run() {
+    const LOOPS: &str = r#"(module (memory (export "memory") 1)
+        (func (export "event_timer") (param i64 i64) (result i32) (loop $l (br $l)) (i32.const 0)))"#;
+    let k = boot();
+    let a = k.spawn(Credentials::user(1001, 1001));
+    let b = k.spawn(Credentials::user(1002, 1002));
+    a.graft_load("event.timer", LOOPS.as_bytes()).unwrap();
+    a.timer_start(Duration::from_millis(5)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let other = burner(&b, &stop);
+    std::thread::sleep(Duration::from_millis(500));
+    let ran = process_ms(&k, &b);
+    stop.store(true, Ordering::Relaxed);
+    other.join();
+    assert!(ran > 250.0, "the other user ran {ran} ms of 500 on the one worker");
+    let stats = a.graft_stats("event.timer").unwrap();
+    assert!(
+        stats.stats.as_ref().is_none_or(|s| s.failures > 0),
+        "the graft's failures are counted (or it was unloaded): {stats:?}"
+    );
+    k.exit(a.pid());
+    k.exit(b.pid());
+    assert!(k.cpu().threads_of(a.pid()).is_empty());
+}

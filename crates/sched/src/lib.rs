@@ -19,7 +19,7 @@
 pub mod points;
 pub mod share;
 
-pub use points::{PickArgs, PickNext, PickThread};
+pub use points::{PickArgs, PickNext, PickThread, Timer, TimerArgs};
 pub use share::{Candidate, DEFAULT_TICKETS, How, MAX_TICKETS, Pick, Pid, ShareError, State, Tid, Uid};
 
 use parking_lot::{Condvar, Mutex};
@@ -121,23 +121,23 @@ struct Entry {
     done: Arc<Done>,
 }
 
-struct Timer {
+struct TimerEntry {
     at: Instant,
     seq: u64,
 }
 
-impl PartialEq for Timer {
+impl PartialEq for TimerEntry {
     fn eq(&self, o: &Self) -> bool {
         (self.at, self.seq) == (o.at, o.seq)
     }
 }
-impl Eq for Timer {}
-impl PartialOrd for Timer {
+impl Eq for TimerEntry {}
+impl PartialOrd for TimerEntry {
     fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Timer {
+impl Ord for TimerEntry {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         (self.at, self.seq).cmp(&(o.at, o.seq))
     }
@@ -153,7 +153,7 @@ struct SchedState {
     /// Worker threads started, and how many of them wait for work.
     started: usize,
     idle: usize,
-    timers: BinaryHeap<Reverse<Timer>>,
+    timers: BinaryHeap<Reverse<TimerEntry>>,
     timer_wakers: FxHashMap<u64, Waker>,
     next_timer: u64,
     ticker: bool,
@@ -676,7 +676,7 @@ impl Inner {
         let mut st = self.state.lock();
         let seq = st.next_timer;
         st.next_timer += 1;
-        st.timers.push(Reverse(Timer { at, seq }));
+        st.timers.push(Reverse(TimerEntry { at, seq }));
         st.timer_wakers.insert(seq, waker);
         drop(st);
         self.threads_exist.notify_all();

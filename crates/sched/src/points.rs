@@ -100,3 +100,39 @@ impl GraftPoint for PickThread {
         decode(args, choice)
     }
 }
+
+/// What a timer's firing tells its graft.
+pub struct TimerArgs {
+    /// Firings so far, this one included.
+    pub count: u64,
+    /// How late this firing is against its period's start, ns.
+    pub late_ns: u64,
+}
+
+/// The graftpoint `event.timer` of one process (its environment is the process's id): called
+/// every period of the process's timer, on a thread of the process, so its CPU is the
+/// process's. `event_timer(count: i64, late_ns: i64) -> i32`; a negative result is invalid
+/// (the invocation aborts). Default: nothing.
+pub struct Timer;
+
+impl GraftPoint for Timer {
+    const NAME: &'static str = "event.timer";
+    type Env = u64;
+    type Args<'a> = TimerArgs;
+    type Output = ();
+    type Params = (i64, i64);
+    type Results = i32;
+
+    fn default_policy(_: &u64, _: &TimerArgs) {}
+
+    fn encode(_: &u64, args: &TimerArgs, _: &mut [u8]) -> (i64, i64) {
+        (args.count as i64, args.late_ns.min(i64::MAX as u64) as i64)
+    }
+
+    fn decode(_: &u64, _: &TimerArgs, result: i32, _: &[u8]) -> Result<(), Invalid> {
+        if result < 0 {
+            return Err(Invalid(format!("a timer graft returned {result}")));
+        }
+        Ok(())
+    }
+}

@@ -30,6 +30,7 @@ fn graftpoint(export: &str) -> FuncType {
         }
         "lock_grant" => ft(&[I32, I32], &[I64]),
         "sched_pick_next" | "sched_pick_thread" => ft(&[I32, I32], &[I32]),
+        "event_timer" => ft(&[I64, I64], &[I32]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }

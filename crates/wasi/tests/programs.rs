@@ -572,3 +572,34 @@ fn a_user_past_its_thread_limit_is_refused_with_eagain() {
     assert_eq!(r.exit, Exit::Code(0));
     assert_nothing_held(k);
 }
+
+#[test]
+fn a_program_runs_its_own_timer_graft() {
+    let b = boot();
+    let k = &b.kernel;
+    let counter = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+            (global $n (mut i64) (i64.const 0))
+            (func (export "event_timer") (param i64 i64) (result i32) (global.set $n (local.get 0)) (i32.const 0))
+            (func (export "vino_ctl_count") (result i64) (global.get $n)))"#,
+    )
+    .unwrap();
+    let root = k.spawn(Credentials::root());
+    let fd = root.open("/timer.wasm", vino_kernel::OpenFlags::create()).unwrap();
+    root.write(fd, &counter).unwrap();
+    root.close(fd).unwrap();
+    k.exit(root.pid());
+    let r = run_as(k, &build("timer"), Credentials::root(), &["timer", "/timer.wasm"], b"");
+    assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+    let inval = -i32::from(vino_wasi::WasiErrno::INVAL.0);
+    assert!(
+        r.out
+            .starts_with(&format!("load 0\ntoo short {inval}\nstart 0\nstop 0\ncount 0 ")),
+        "{}",
+        r.out
+    );
+    let count: i64 = r.out.trim_end().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((8..=21).contains(&count), "fired {count} times in 100 ms at 5 ms");
+    assert_nothing_held(k);
+    b.fsck();
+}
