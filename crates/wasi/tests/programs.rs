@@ -427,11 +427,7 @@ fn a_program_grafts_its_own_file_from_inside() {
 fn a_kill_stops_its_own_run_and_not_the_others_of_the_same_program() {
     let b = boot();
     let k = &b.kernel;
-    let spin = Program::compile(
-        &wat(r#"(func (export "_start") (loop (br 0)))"#),
-        ProgramLimits::default(),
-    )
-    .unwrap();
+    let spin = spin_program();
     let (first, second) = (spin.kill_switch(), spin.kill_switch());
     std::thread::scope(|s| {
         let one = s.spawn(|| run_killable(k, &spin, Credentials::root(), &["one"], b"", &first));
@@ -445,6 +441,15 @@ fn a_kill_stops_its_own_run_and_not_the_others_of_the_same_program() {
         assert_eq!(two.join().unwrap().exit, Exit::Killed);
     });
     assert_nothing_held(k);
+}
+
+/// A program that computes forever.
+fn spin_program() -> Program {
+    Program::compile(
+        &wat(r#"(func (export "_start") (loop (br 0)))"#),
+        ProgramLimits::default(),
+    )
+    .unwrap()
 }
 
 /// A kernel whose CPU scheduler has one worker, so programs compete for it.
@@ -471,11 +476,7 @@ fn boot_one_worker(limits: Option<vino_kernel::account::LimitsConfig>) -> Booted
 fn spinning_programs_share_one_worker_by_their_tickets() {
     let b = boot_one_worker(None);
     let k = &b.kernel;
-    let spin = Program::compile(
-        &wat(r#"(func (export "_start") (loop (br 0)))"#),
-        ProgramLimits::default(),
-    )
-    .unwrap();
+    let spin = spin_program();
     let procs: Vec<_> = [300u32, 200, 100]
         .iter()
         .map(|&t| {
@@ -520,11 +521,7 @@ fn spinning_programs_share_one_worker_by_their_tickets() {
 fn a_program_that_never_yields_is_preempted_and_others_run() {
     let b = boot_one_worker(None);
     let k = &b.kernel;
-    let spin = Program::compile(
-        &wat(r#"(func (export "_start") (loop (br 0)))"#),
-        ProgramLimits::default(),
-    )
-    .unwrap();
+    let spin = spin_program();
     let kill = spin.kill_switch();
     std::thread::scope(|s| {
         let spinner = s.spawn(|| run_killable(k, &spin, Credentials::root(), &["spin"], b"", &kill));
@@ -546,11 +543,7 @@ fn a_user_past_its_thread_limit_is_refused_with_eagain() {
     limits.user.set(Resource::Threads, 1);
     let b = boot_one_worker(Some(limits));
     let k = &b.kernel;
-    let spin = Program::compile(
-        &wat(r#"(func (export "_start") (loop (br 0)))"#),
-        ProgramLimits::default(),
-    )
-    .unwrap();
+    let spin = spin_program();
     let kill = spin.kill_switch();
     let user = Credentials::user(1000, 1000);
     std::thread::scope(|s| {
