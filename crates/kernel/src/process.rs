@@ -655,7 +655,11 @@ impl Process {
         let armed = self.timer.lock().take();
         if let Some(t) = armed {
             t.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            self.retired_timers.lock().push(t.thread);
+            let mut retired = self.retired_timers.lock();
+            // Ended threads are forgotten, so a process restarting its timer in a loop holds at
+            // most the few still ending (each also counts against its user's thread limit).
+            retired.retain(|h| !h.is_finished());
+            retired.push(t.thread);
         }
     }
 
