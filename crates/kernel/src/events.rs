@@ -503,6 +503,9 @@ struct Listener {
     /// Events waiting for this process's grafts.
     jobs: Mutex<GraftJobs>,
     gone: AtomicBool,
+    /// Charges the process, on the CPU scheduler, for the time its grafts took: the kernel's
+    /// work done for it is paid from its share.
+    charge_cpu: Box<dyn Fn(std::time::Duration) + Send + Sync>,
 }
 
 impl Listener {
@@ -721,7 +724,10 @@ impl Shared {
         // A graft unloaded since the event was queued (for failing, or by its owner) hears no more.
         let slot = &l.slots[k];
         if !l.gone.load(Ordering::Relaxed) && slot.bound() {
-            if slot.deliver(ev) {
+            let started = std::time::Instant::now();
+            let delivered = slot.deliver(ev);
+            (l.charge_cpu)(started.elapsed());
+            if delivered {
                 bump(&self.counters[k].delivered_graft);
             } else {
                 bump(&self.counters[k].graft_aborts);
@@ -832,6 +838,14 @@ impl Events {
             ready: Condvar::new(),
             jobs: Mutex::default(),
             gone: AtomicBool::new(false),
+            charge_cpu: {
+                let (kernel, pid) = (Arc::downgrade(p.kernel()), p.pid());
+                Box::new(move |used| {
+                    if let Some(k) = kernel.upgrade() {
+                        k.cpu().charge(pid, used);
+                    }
+                })
+            },
         });
         for (kind, slot) in EventKind::ALL.into_iter().zip(slots) {
             let managed: Arc<dyn ManagedSlot> = managed_of(slot);

@@ -337,6 +337,13 @@ fn a_graft_that_never_returns_is_stopped_and_unloaded() {
     quiesce(&k);
     let s = k.event_stats().of(EventKind::Unlink);
     assert_eq!(s.graft_aborts, 8, "aborted until unloaded after 8 failures in a row");
+    // The kernel's event threads ran them, but the owner's CPU share pays for the eight spins
+    // (each stopped at its budget, counted in fuel).
+    let charged = k.cpu().process_cpu(owner.pid()).unwrap();
+    assert!(
+        charged >= Duration::from_millis(1),
+        "charged {charged:?} for 8 spinning grafts"
+    );
     assert!(!owner.graft_events().is_empty(), "the owner is told");
     assert_eq!(
         owner.event_wait(Duration::from_secs(1)).len(),

@@ -377,6 +377,16 @@ impl Scheduler {
         self.inner.state.lock().shares.process_tickets(pid)
     }
 
+    /// Charges `pid` for `used` of CPU the kernel spent on its behalf outside its threads (its
+    /// event grafts on the kernel's event threads): its share pays for it as for its own turns.
+    pub fn charge(&self, pid: Pid, used: Duration) {
+        self.inner
+            .state
+            .lock()
+            .shares
+            .charge(NO_THREAD, pid, used.as_nanos().min(u64::MAX as u128) as u64);
+    }
+
     /// `from` gives its turns to `to` while it has nothing runnable (`None` ends it).
     pub fn donate(&self, from: Pid, to: Option<Pid>) -> Result<(), ShareError> {
         let r = self.inner.state.lock().shares.donate(from, to);
@@ -682,6 +692,9 @@ impl Inner {
         self.threads_exist.notify_all();
     }
 }
+
+/// No thread (work charged to a process but done by the kernel): thread ids start at 1.
+const NO_THREAD: Tid = 0;
 
 const NOT_IN_CALL: u8 = 0;
 const IN_CALL: u8 = 1;
