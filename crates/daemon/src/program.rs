@@ -1,6 +1,7 @@
 //! Programs run in the daemon (`vino run --socket`): a WebAssembly program (WASI preview 1)
-//! sent over a connection runs as a VINO process with that connection's credentials, on the
-//! connection's own thread. The connection then belongs to the program: what it writes to its
+//! sent over a connection runs as a VINO process with that connection's credentials, as a
+//! thread on the kernel's CPU scheduler (the connection's thread waits for it and carries its
+//! streams). The connection then belongs to the program: what it writes to its
 //! standard output and error goes to the client as [`Response::Output`] frames, the client's
 //! [`Request::Input`] frames are its standard input, and [`Request::Kill`] (or the client going
 //! away) kills it. At its end the daemon sends [`Response::Exited`] and closes the connection.

@@ -504,14 +504,15 @@ impl Inner {
         } else {
             let SchedState {
                 shares, pick_thread, ..
-            } = &mut *st;
-            let mut own = |pid: Pid, cands: &[Candidate]| {
+            } = &*st;
+            // A process's own graft, if it has one, sees its runnable threads (gathered only then).
+            let mut own = |pid: Pid, _runnable: usize| {
                 let slot = pick_thread.get(&pid)?;
                 if slot.policy_kind() == PolicyKind::Default {
                     return None;
                 }
                 Some(slot.invoke(&PickArgs {
-                    candidates: cands,
+                    candidates: &shares.queue_of(pid, now),
                     default: 0,
                 }))
             };

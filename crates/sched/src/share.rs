@@ -250,8 +250,24 @@ impl Shares {
         u.active += 1;
         p.active += 1;
         p.queue.push_back(tid);
-        self.fifo.push_back((tid, now));
+        self.arrived(tid, now);
         true
+    }
+
+    /// Notes that `tid` became runnable at `now`. Entries of threads that ran since go stale
+    /// and are dropped from the front as the starvation check passes them; a thread that
+    /// yields over and over behind one that waits long would pile them up, so the queue is
+    /// compacted once it holds many more entries than threads.
+    fn arrived(&mut self, tid: Tid, now: u64) {
+        self.fifo.push_back((tid, now));
+        if self.fifo.len() > 2 * self.threads.len() + 64 {
+            let threads = &self.threads;
+            self.fifo.retain(|&(t, at)| {
+                threads
+                    .get(&t)
+                    .is_some_and(|x| x.state == State::Runnable && x.queued_at == at)
+            });
+        }
     }
 
     /// A running thread gave its worker back but can go on (its slice ended, or it yielded).
@@ -262,7 +278,7 @@ impl Shares {
         t.queued_at = now;
         let p = self.procs.get_mut(&t.pid).expect("its process");
         p.queue.push_back(tid);
-        self.fifo.push_back((tid, now));
+        self.arrived(tid, now);
     }
 
     /// A running thread waits (a timer, a wake-up).
@@ -393,8 +409,10 @@ impl Shares {
 
     /// The default decision: the user with the smallest pass, its process with the smallest
     /// pass, and in that process (or the one it donates to) the thread `pick_thread` chooses
-    /// among its runnable ones in order of arrival (`None`: the first).
-    pub fn choose(&self, pick_thread: &mut dyn FnMut(Pid, &[Candidate]) -> Option<usize>) -> Option<Pick> {
+    /// among its runnable ones in order of arrival (called with the process and how many it
+    /// has runnable, when more than one; it reads them with [`Shares::queue_of`] only if it has
+    /// a policy of its own; `None` or an index past them: the first).
+    pub fn choose(&self, pick_thread: &mut dyn FnMut(Pid, usize) -> Option<usize>) -> Option<Pick> {
         let mut best_user: Option<(u128, Uid)> = None;
         let mut best_proc: FxHashMap<Uid, (u128, Pid, Pid)> = FxHashMap::default();
         for (&pid, p) in &self.procs {
@@ -414,8 +432,7 @@ impl Shares {
         let (_, charge, src) = best_proc[&uid];
         let queue = &self.procs[&src].queue;
         let index = if queue.len() > 1 {
-            let cands: Vec<Candidate> = queue.iter().map(|&t| self.candidate(t, 0)).collect();
-            pick_thread(src, &cands).filter(|&i| i < queue.len()).unwrap_or(0)
+            pick_thread(src, queue.len()).filter(|&i| i < queue.len()).unwrap_or(0)
         } else {
             0
         };
@@ -626,6 +643,34 @@ mod tests {
         // Afterwards they alternate instead of 2 taking the next thousand turns.
         let cpu = run(&mut s, 100, 1000);
         assert!(cpu[&2] <= 51 * 1000, "{cpu:?}");
+    }
+
+    #[test]
+    fn a_thread_yielding_behind_a_long_waiter_piles_up_no_entries() {
+        let mut s = Shares::new();
+        s.add_process(1, 1);
+        s.add_process(2, 1);
+        s.set_process_tickets(2, MAX_TICKETS).unwrap();
+        s.set_process_tickets(1, 1).unwrap();
+        s.add_thread(1, 1, 0);
+        s.add_thread(2, 2, 0);
+        // Thread 1 waits (one ticket against a million) while thread 2 yields again and again.
+        for now in 1..100_000 {
+            let p = Pick {
+                tid: 2,
+                charge: 2,
+                how: How::Share,
+            };
+            s.take(p);
+            s.charge(2, 2, 1);
+            s.requeue(2, now);
+            assert_eq!(s.starving(now, u64::MAX), None);
+        }
+        assert!(s.fifo.len() <= 2 * s.threads.len() + 65, "{} entries", s.fifo.len());
+        assert_eq!(
+            s.candidates(100_000, 8).iter().map(|c| c.tid).collect::<Vec<_>>(),
+            [1, 2]
+        );
     }
 
     #[test]
