@@ -119,7 +119,7 @@ fn a_sleeping_thread_gives_its_worker_back() {
     );
     assert!(during > 100, "the other thread ran while it slept ({during} steps)");
     // The sleeper used almost no CPU.
-    assert!(cpu_ms(&s, 1) < 20.0, "{} ms", cpu_ms(&s, 1));
+    assert!(cpu_ms(&s, 1) < 50.0, "{} ms", cpu_ms(&s, 1));
 }
 
 #[test]
