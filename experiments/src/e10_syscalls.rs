@@ -271,8 +271,7 @@ impl VinoProgram {
         let exit = self.program.run(
             kernel,
             Credentials::root(),
-            args.into_iter().map(String::into_bytes).collect(),
-            Vec::new(),
+            vino_wasi::Setup::new(args.into_iter().map(String::into_bytes).collect(), Vec::new()),
             stdio,
             &self.program.kill_switch(),
         )?;

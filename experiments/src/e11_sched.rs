@@ -21,7 +21,7 @@ use vino_graft::{NativePolicy, Owner, Runtime};
 use vino_kernel::{CpuSchedConfig, Credentials, Kernel, KernelConfig};
 use vino_measure::report::{ChartOptions, Table, bar_chart_with};
 use vino_sched::{Candidate, PickArgs, PickNext, ThreadCtx, ThreadWakeHandle};
-use vino_wasi::{Exit, Program, ProgramLimits, Stdio};
+use vino_wasi::{Exit, Program, ProgramLimits, Setup, Stdio};
 
 /// How long and how much.
 pub struct SchedOptions {
@@ -152,7 +152,7 @@ fn shares(workers: usize, secs: f64) -> Result<Vec<ShareRow>> {
             .zip(&kills)
             .map(|(p, kill)| {
                 let (spin, p) = (&spin, p.clone());
-                s.spawn(move || spin.run_in(p, vec![b"spin".to_vec()], vec![], quiet(), kill))
+                s.spawn(move || spin.run_in(p, Setup::new(vec![b"spin".to_vec()], vec![]), quiet(), kill))
             })
             .collect();
         // Measured from the first second on, when all three run.
@@ -451,8 +451,7 @@ fn switch_programs(n: u64) -> Result<f64> {
                     program.run(
                         kernel,
                         Credentials::root(),
-                        vec![],
-                        vec![],
+                        Setup::default(),
                         quiet(),
                         &program.kill_switch(),
                     )

@@ -620,8 +620,7 @@ fn run_program(
     let exit = gunzip.run(
         &kernel,
         Credentials::root(),
-        args,
-        Vec::new(),
+        vino_wasi::Setup::new(args, Vec::new()),
         stdio,
         &gunzip.kill_switch(),
     )?;

@@ -301,8 +301,7 @@ impl Vino {
         let exit = program.run(
             kernel,
             Credentials::root(),
-            args,
-            Vec::new(),
+            vino_wasi::Setup::new(args, Vec::new()),
             stdio,
             &program.kill_switch(),
         )?;

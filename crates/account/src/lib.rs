@@ -59,10 +59,12 @@ pub enum Resource {
     Programs,
     /// Threads of VINO processes (each a stack and a place in the CPU scheduler).
     Threads,
+    /// Bytes of VINO processes' linear memory.
+    ProgramMemory,
 }
 
 impl Resource {
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -76,6 +78,7 @@ impl Resource {
         Resource::LockWaits,
         Resource::Programs,
         Resource::Threads,
+        Resource::ProgramMemory,
     ];
 
     fn index(self) -> usize {
@@ -84,13 +87,15 @@ impl Resource {
 
     /// The errno of a charge that would pass a limit: `EMFILE` for descriptors, `EAGAIN` for
     /// work in progress (try again when some finishes), `ENOBUFS` for request buffers, `EDQUOT`
-    /// for what a user keeps (grafts, memory, code, bindings, subscriptions). (Connections are
+    /// for what a user keeps (grafts, memory, code, bindings, subscriptions), `ENOMEM` for a
+    /// program's memory (what its `malloc` would report). (Connections are
     /// the daemon's to count: `EUSERS`.)
     pub fn errno(self) -> i32 {
         match self {
             Resource::Descriptors => 24,                                           // EMFILE
             Resource::Compiles | Resource::ControlCalls => 11,                     // EAGAIN
             Resource::Programs | Resource::Threads => 11,                          // EAGAIN
+            Resource::ProgramMemory => 12,                                         // ENOMEM
             Resource::FrameBytes => 105,                                           // ENOBUFS
             Resource::LockWaits => 37,                                             // ENOLCK
             Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122, // EDQUOT
@@ -100,7 +105,10 @@ impl Resource {
 
     /// True if the resource is counted in bytes (shown as sizes).
     pub fn is_bytes(self) -> bool {
-        matches!(self, Resource::GraftMemory | Resource::GraftCode | Resource::FrameBytes)
+        matches!(
+            self,
+            Resource::GraftMemory | Resource::GraftCode | Resource::FrameBytes | Resource::ProgramMemory
+        )
     }
 
     pub fn describe(self) -> &'static str {
@@ -117,6 +125,7 @@ impl Resource {
             Resource::LockWaits => "blocking lock waits",
             Resource::Programs => "programs running",
             Resource::Threads => "threads of programs",
+            Resource::ProgramMemory => "program memory",
         }
     }
 }
@@ -180,7 +189,8 @@ impl Default for LimitsConfig {
             .with(Resource::ControlCalls, 1)
             .with(Resource::LockWaits, 64)
             .with(Resource::Programs, 4)
-            .with(Resource::Threads, 64);
+            .with(Resource::Threads, 64)
+            .with(Resource::ProgramMemory, 2048 * MIB);
         let total = Table::UNLIMITED
             .with(Resource::Grafts, 4096)
             .with(Resource::GraftMemory, 4096 * MIB)
@@ -188,7 +198,8 @@ impl Default for LimitsConfig {
             .with(Resource::FrameBytes, 1024 * MIB)
             .with(Resource::LockWaits, 256)
             .with(Resource::Programs, 16)
-            .with(Resource::Threads, 512);
+            .with(Resource::Threads, 512)
+            .with(Resource::ProgramMemory, 8192 * MIB);
         LimitsConfig {
             process,
             user,
@@ -505,6 +516,39 @@ pub struct Charge {
 impl fmt::Debug for Charge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Charge({} {:?} {})", self.account.label, self.resource, self.amount)
+    }
+}
+
+/// A charge that grows with what it pays for (a linear memory that only grows), refunded
+/// whole when dropped. Nothing is charged until the first [`Growing::grow`].
+pub struct Growing {
+    account: Arc<Account>,
+    resource: Resource,
+    charge: Option<Charge>,
+}
+
+impl Growing {
+    pub fn new(account: Arc<Account>, resource: Resource) -> Growing {
+        Growing {
+            account,
+            resource,
+            charge: None,
+        }
+    }
+
+    /// Charges `n` more; on a refusal nothing more is held.
+    pub fn grow(&mut self, n: u64) -> Result<(), Exceeded> {
+        match &mut self.charge {
+            Some(c) => c.grow(n),
+            None => {
+                self.charge = Some(self.account.charge(self.resource, n)?);
+                Ok(())
+            }
+        }
+    }
+
+    pub fn amount(&self) -> u64 {
+        self.charge.as_ref().map_or(0, Charge::amount)
     }
 }
 

@@ -183,6 +183,15 @@ enum Command {
         /// Most linear memory the program may grow to (e.g. 256M; default 1G).
         #[arg(long, value_parser = storage::parse_size)]
         memory: Option<u64>,
+        /// A directory of VINO's file system the program may reach, as PATH or as PATH::NAME
+        /// (seen by the program as NAME); repeatable. Without any, it reaches the whole file
+        /// system as `/`. No path leads out of the directories given.
+        #[arg(long = "dir", value_name = "PATH[::NAME]")]
+        dirs: Vec<String>,
+        /// Its working directory (`PWD`; default `/`), which programs built by `vino build`
+        /// change to as they start.
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<String>,
         /// The program (.wasm).
         program: PathBuf,
         /// Its arguments.
@@ -258,6 +267,8 @@ fn main() -> ExitCode {
             detach,
             env,
             memory,
+            dirs,
+            cwd,
             program,
             args,
         } => {
@@ -269,6 +280,8 @@ fn main() -> ExitCode {
                 args: &args,
                 env: &env,
                 memory,
+                dirs: &dirs,
+                cwd: cwd.as_deref(),
             };
             match run::run(&a) {
                 Ok(status) => return ExitCode::from(status as u8),

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Exit, Program, ProgramLimits, Stdio};
+use vino_wasi::{Dir, Exit, Program, ProgramLimits, Setup, Stdio};
 
 pub struct RunArgs<'a> {
     /// The image to run on; `None`: in the daemon at `socket`.
@@ -22,6 +22,9 @@ pub struct RunArgs<'a> {
     pub args: &'a [OsString],
     pub env: &'a [String],
     pub memory: Option<u64>,
+    /// `--dir PATH[::NAME]`, each.
+    pub dirs: &'a [String],
+    pub cwd: Option<&'a str>,
 }
 
 /// Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts) for a waiter.
@@ -34,13 +37,18 @@ fn block_signals() -> Result<nix::sys::signal::SigSet> {
     Ok(signals)
 }
 
-/// The program's arguments: its file name, then the user's.
-fn program_args(a: &RunArgs<'_>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+/// How the program starts: its file name then the user's arguments, its environment, its
+/// directories and working directory.
+fn program_setup(a: &RunArgs<'_>) -> Setup {
     let name = a.program.file_name().unwrap_or(a.program.as_os_str());
     let mut args = vec![name.as_bytes().to_vec()];
     args.extend(a.args.iter().map(|s| s.as_bytes().to_vec()));
-    let env = a.env.iter().map(|e| e.as_bytes().to_vec()).collect();
-    (args, env)
+    Setup {
+        args,
+        env: a.env.iter().map(|e| e.as_bytes().to_vec()).collect(),
+        dirs: a.dirs.iter().map(|d| Dir::parse(d)).collect(),
+        cwd: a.cwd.map(|c| c.as_bytes().to_vec()),
+    }
 }
 
 /// Runs the program; its exit status.
@@ -80,8 +88,7 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
         }
     });
 
-    let (args, env) = program_args(a);
-    let exit = program.run(&kernel, credentials(), args, env, Stdio::inherit(), &kill);
+    let exit = program.run(&kernel, credentials(), program_setup(a), Stdio::inherit(), &kill);
     kernel
         .shutdown()
         .with_context(|| format!("writing {} back", image.display()))?;
@@ -107,17 +114,23 @@ fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
         bail!("--memory applies to --image; the daemon's program_memory sets it there");
     }
     let wasm = std::fs::read(a.program).with_context(|| format!("reading {}", a.program.display()))?;
-    let (args, env) = program_args(a);
+    let s = program_setup(a);
+    let setup = vino_client::ProgramSetup {
+        args: s.args,
+        env: s.env,
+        dirs: s.dirs.into_iter().map(|d| (d.path, d.name)).collect(),
+        cwd: s.cwd,
+    };
     let client = crate::remote::connect(a.socket.clone())?;
     if a.detach {
         let pid = client
-            .run_detached(&wasm, &args, &env)
+            .run_detached(&wasm, &setup)
             .with_context(|| a.program.display().to_string())?;
         println!("{pid}");
         return Ok(0);
     }
     let mut running = client
-        .run_program(&wasm, &args, &env)
+        .run_program(&wasm, &setup)
         .with_context(|| a.program.display().to_string())?;
     let control = running.control();
     let input = control.clone();

@@ -350,6 +350,17 @@ fn run_executes_a_wasm_program_as_a_vino_process_on_an_image() {
     assert!(o.stdout.is_empty() && o.stderr.is_empty(), "quiet on success");
     let o = vino(&["run", "--image", img, prog, "/kept", "-"]);
     assert_eq!(o.stdout, b"through the kernel\n", "the file outlived the first process");
+    // A directory given by name, entered as the working directory: a relative path starts there.
+    let o = vino(&["run", "--image", img, "--dir", "/::/", "--cwd", "/", prog, "kept", "-"]);
+    assert_eq!(
+        o.stdout,
+        b"through the kernel\n",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = vino(&["run", "--image", img, "--dir", "/missing", prog, "kept", "-"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot give the program the directory /missing"));
 
     // The program's own exit status and its error on stderr.
     let o = vino(&["run", "--image", img, prog, "/missing", "-"]);
@@ -411,6 +422,15 @@ fn run_without_an_image_runs_the_program_inside_the_daemon() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = vino(&["run", "--socket", sock, prog, "/kept", "-"]);
     assert_eq!(o.stdout, b"inside vinod\n");
+    let o = vino(&["run", "--socket", sock, "--dir", "/", "--cwd", "/", prog, "kept", "-"]);
+    assert_eq!(o.stdout, b"inside vinod\n", "{}", String::from_utf8_lossy(&o.stderr));
+    let o = vino(&["run", "--socket", sock, "--dir", "/missing", prog, "kept", "-"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("/missing"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = vino(&["run", "--socket", sock, prog, "/missing", "-"]);
     assert_eq!(o.status.code(), Some(1));
     // Ctrl-C kills the program in the daemon: 128 + SIGINT.

@@ -36,8 +36,8 @@ mod shm;
 pub use shm::SharedMemory;
 pub use vino_proto::{
     CacheTop, DEFAULT_SOCKET, DirEntry, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats, GraftTop, Held,
-    LockInfo, LockKind, MAX_DATA, OpenFlags, ProcessTop, SetAttrs, SetTime, SlotInfo, Stat, Top, UserTop, XattrHow,
-    errno,
+    LockInfo, LockKind, MAX_DATA, OpenFlags, ProcessTop, ProgramSetup, SetAttrs, SetTime, SlotInfo, Stat, Top, UserTop,
+    XattrHow, errno,
 };
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
@@ -929,11 +929,10 @@ impl Client {
     /// Runs `wasm` (a WASI preview 1 program) in the daemon as a VINO process with this
     /// connection's credentials; the connection is the program's until it ends. `args` start
     /// with its name; `env` is `NAME=value` each.
-    pub fn run_program(mut self, wasm: &[u8], args: &[Vec<u8>], env: &[Vec<u8>]) -> Result<RunningProgram> {
+    pub fn run_program(mut self, wasm: &[u8], setup: &ProgramSetup) -> Result<RunningProgram> {
         let req = Request::Run {
             wasm: wasm.to_vec(),
-            args: args.to_vec(),
-            env: env.to_vec(),
+            setup: setup.clone(),
             detach: false,
         };
         expect!(self.call(&req)?, Response::Ok => ())?;
@@ -946,11 +945,10 @@ impl Client {
     /// Runs `wasm` in the daemon detached: it outlives this connection (which it ends), with no
     /// input and its output going nowhere. Its process id, for `vino ps` and
     /// [`Client::kill_program`].
-    pub fn run_detached(mut self, wasm: &[u8], args: &[Vec<u8>], env: &[Vec<u8>]) -> Result<u64> {
+    pub fn run_detached(mut self, wasm: &[u8], setup: &ProgramSetup) -> Result<u64> {
         let req = Request::Run {
             wasm: wasm.to_vec(),
-            args: args.to_vec(),
-            env: env.to_vec(),
+            setup: setup.clone(),
             detach: true,
         };
         expect!(self.call(&req)?, Response::Value(pid) => pid as u64)

@@ -37,6 +37,8 @@
 //! programs_total = 16
 //! threads_per_user = 64         # threads of those programs
 //! threads_total = 512
+//! program_memory_per_user = "2G" # linear memory of those programs (each at most 1 GiB)
+//! program_memory_total = "8G"
 //! root_reserve_percent = 5      # of each total, for root only
 //! ```
 
@@ -155,6 +157,8 @@ pub struct LimitsFile {
     pub programs_total: Option<u64>,
     pub threads_per_user: Option<u64>,
     pub threads_total: Option<u64>,
+    pub program_memory_per_user: Option<String>,
+    pub program_memory_total: Option<String>,
     pub root_reserve_percent: Option<u8>,
     /// Nice value (0-19) of the threads serving a user that took more than its CPU share; 0
     /// only measures.
@@ -212,6 +216,18 @@ impl LimitsFile {
                 User,
                 Resource::GraftCode,
                 &self.graft_code_per_user,
+            ),
+            (
+                "program_memory_per_user",
+                User,
+                Resource::ProgramMemory,
+                &self.program_memory_per_user,
+            ),
+            (
+                "program_memory_total",
+                Total,
+                Resource::ProgramMemory,
+                &self.program_memory_total,
             ),
             (
                 "request_buffers_per_user",

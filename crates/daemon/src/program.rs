@@ -17,8 +17,8 @@ use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use vino_kernel::account::Resource;
-use vino_proto::{ErrorReply, MAX_FRAME, Request, Response};
-use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits, Stdio};
+use vino_proto::{ErrorReply, MAX_FRAME, ProgramSetup, Request, Response};
+use vino_wasi::{Dir, Exit, KillSwitch, Program, ProgramLimits, Setup, Stdio};
 
 /// Compiled programs by their module's hash, so that a program run again (by anyone who sends
 /// the same bytes) is not compiled again: sqlite3.wasm takes 0.7 s to compile. Bounded by
@@ -108,8 +108,7 @@ pub(crate) fn run(
     reader: impl Read + Send,
     session: &Session<'_>,
     wasm: Vec<u8>,
-    args: Vec<Vec<u8>>,
-    env: Vec<Vec<u8>>,
+    setup: ProgramSetup,
     detach: bool,
 ) {
     let refuse = |stream: &mut UnixStream, errno: i32, msg: String| {
@@ -133,7 +132,14 @@ pub(crate) fn run(
     let uid = cred.uid;
     let process = kernel.spawn(cred);
     let pid = process.pid();
-    let name = args
+    let setup = Setup {
+        args: setup.args,
+        env: setup.env,
+        dirs: setup.dirs.into_iter().map(|(path, name)| Dir { path, name }).collect(),
+        cwd: setup.cwd,
+    };
+    let name = setup
+        .args
         .first()
         .map_or_else(String::new, |a| String::from_utf8_lossy(a).into_owned());
     let kill = program.kill_switch();
@@ -158,10 +164,10 @@ pub(crate) fn run(
             tty: [false; 3],
         };
         if answered.is_ok() {
-            let _ = program.run_in(process, args, env, stdio, &kill);
+            let _ = program.run_in(process, setup, stdio, &kill);
         }
     } else {
-        attached(stream, reader, &watch, out, &program, process, args, env, &kill);
+        attached(stream, reader, &watch, out, &program, process, setup, &kill);
     }
     daemon.programs.lock().remove(&pid);
     kernel.exit(pid);
@@ -176,8 +182,7 @@ fn attached(
     out: UnixStream,
     program: &Program,
     process: Arc<vino_kernel::Process>,
-    args: Vec<Vec<u8>>,
-    env: Vec<Vec<u8>>,
+    setup: Setup,
     kill: &KillSwitch,
 ) {
     let out = Arc::new(Mutex::new(out));
@@ -203,7 +208,7 @@ fn attached(
     };
     let exit = std::thread::scope(|s| {
         s.spawn(|| client_frames(reader, watch, input, kill));
-        let exit = program.run_in(process, args, env, stdio, kill);
+        let exit = program.run_in(process, setup, stdio, kill);
         // Ends the client-frame reader (it sees the end of the stream) and the connection.
         let _ = stream.shutdown(std::net::Shutdown::Read);
         exit
@@ -216,7 +221,7 @@ fn attached(
                 _ => None,
             },
         },
-        Err(e) => Response::Error(ErrorReply::new(vino_proto::errno::EINVAL, e.to_string())),
+        Err(e) => Response::Error(ErrorReply::new(e.errno(), e.to_string())),
     };
     let _ = vino_proto::write_frame(&mut *out.lock().unwrap(), &answer);
 }

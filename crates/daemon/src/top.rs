@@ -101,6 +101,7 @@ impl Daemon {
             row.cache_misses = cache.misses;
             row.cache_frames = kernel.cache().resident_pages(pid) as u64;
             row.open_files = p.fds().len() as u64;
+            row.memory_bytes = p.account().used(vino_kernel::account::Resource::ProgramMemory);
             let cred = p.credentials();
             (row.uid, row.gid, row.privileged) = (cred.uid, cred.gid, cred.privileged);
             if let Some(prog) = self.programs.lock().get(&pid) {

@@ -12,7 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use vino_client::{Client, ProgramEvent, RunningProgram};
+use vino_client::{Client, ProgramEvent, ProgramSetup, RunningProgram};
 
 const TEST: &str = "child_role";
 
@@ -35,8 +35,9 @@ fn copy_program() -> (Vec<u8>, PathBuf) {
     (std::fs::read(&out).unwrap(), out)
 }
 
-fn args(a: &[&str]) -> Vec<Vec<u8>> {
-    a.iter().map(|s| s.as_bytes().to_vec()).collect()
+/// A setup with these arguments, no environment, the whole file system.
+fn setup(a: &[&str]) -> ProgramSetup {
+    ProgramSetup::new(a.iter().map(|s| s.as_bytes().to_vec()).collect(), Vec::new())
 }
 
 /// Reads the program's events to its end: (stdout, stderr, status).
@@ -56,10 +57,7 @@ fn a_program_runs_in_the_daemon_with_its_streams_and_status() {
     let d = TestDaemon::start();
     let (wasm, _) = copy_program();
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
-    let p = d
-        .client()
-        .run_program(&wasm, &args(&["copy", "-", "/kept"]), &[])
-        .unwrap();
+    let p = d.client().run_program(&wasm, &setup(&["copy", "-", "/kept"])).unwrap();
     let control = p.control();
     let feeder = {
         let data = data.clone();
@@ -73,16 +71,13 @@ fn a_program_runs_in_the_daemon_with_its_streams_and_status() {
     let (out, err, code) = finish(p);
     feeder.join().unwrap();
     assert_eq!((code, out.len()), (0, 0), "{err}");
-    let p = d
-        .client()
-        .run_program(&wasm, &args(&["copy", "/kept", "-"]), &[])
-        .unwrap();
+    let p = d.client().run_program(&wasm, &setup(&["copy", "/kept", "-"])).unwrap();
     let (out, err, code) = finish(p);
     assert_eq!(code, 0, "{err}");
     assert!(out == data, "3 MB through the program's stdin, the file and its stdout");
     let p = d
         .client()
-        .run_program(&wasm, &args(&["copy", "/missing", "-"]), &[])
+        .run_program(&wasm, &setup(&["copy", "/missing", "-"]))
         .unwrap();
     let (_, err, code) = finish(p);
     assert_eq!(code, 1);
@@ -101,13 +96,13 @@ fn a_kill_or_a_client_that_goes_ends_the_program_with_nothing_held() {
     let (wasm, _) = copy_program();
     let p = d
         .client()
-        .run_program(&wasm, &args(&["copy", "--sleep", "100"]), &[])
+        .run_program(&wasm, &setup(&["copy", "--sleep", "100"]))
         .unwrap();
     std::thread::sleep(Duration::from_millis(100));
     // A second run of the same (cached, shared) program is not touched by the first's kill.
     let other = d
         .client()
-        .run_program(&wasm, &args(&["copy", "--sleep", "1"]), &[])
+        .run_program(&wasm, &setup(&["copy", "--sleep", "1"]))
         .unwrap();
     let started = Instant::now();
     p.control().kill().unwrap();
@@ -116,7 +111,7 @@ fn a_kill_or_a_client_that_goes_ends_the_program_with_nothing_held() {
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(finish(other).2, 0, "the other run slept its second and ended");
     // The client goes without a word: the program goes with it.
-    let p = d.client().run_program(&wasm, &args(&["copy", "-", "/f"]), &[]).unwrap();
+    let p = d.client().run_program(&wasm, &setup(&["copy", "-", "/f"])).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     drop(p);
     d.wait_processes(0);
@@ -129,7 +124,7 @@ fn a_detached_program_outlives_its_client_and_only_its_user_may_kill_it() {
     let (wasm, _) = copy_program();
     let pid = d
         .client()
-        .run_detached(&wasm, &args(&["copy", "--sleep", "100"]), &[])
+        .run_detached(&wasm, &setup(&["copy", "--sleep", "100"]))
         .unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let daemon = d.handle().daemon();
@@ -151,10 +146,7 @@ fn a_detached_program_outlives_its_client_and_only_its_user_may_kill_it() {
     d.client().kill_program(pid).unwrap();
     d.wait_processes(0);
     // A detached program that ends by itself leaves nothing either.
-    let pid = d
-        .client()
-        .run_detached(&wasm, &args(&["copy", "-", "/out"]), &[])
-        .unwrap();
+    let pid = d.client().run_detached(&wasm, &setup(&["copy", "-", "/out"])).unwrap();
     assert!(pid > 0);
     d.wait_processes(0);
     let st = d.client().stat("/out").unwrap();
@@ -168,7 +160,7 @@ fn tickets_are_set_by_a_processs_user_and_a_users_by_the_privileged() {
     let (wasm, _) = copy_program();
     let pid = d
         .client()
-        .run_detached(&wasm, &args(&["copy", "--sleep", "100"]), &[])
+        .run_detached(&wasm, &setup(&["copy", "--sleep", "100"]))
         .unwrap();
     let daemon = d.handle().daemon();
     let cpu = d.handle().kernel().cpu();
@@ -207,13 +199,13 @@ fn programs_are_counted_and_bad_modules_refused() {
     let sleepers: Vec<RunningProgram> = (0..2)
         .map(|_| {
             d.client()
-                .run_program(&wasm, &args(&["copy", "--sleep", "100"]), &[])
+                .run_program(&wasm, &setup(&["copy", "--sleep", "100"]))
                 .unwrap()
         })
         .collect();
     let e = d
         .client()
-        .run_program(&wasm, &args(&["copy", "--sleep", "1"]), &[])
+        .run_program(&wasm, &setup(&["copy", "--sleep", "1"]))
         .err()
         .expect("a third program is refused");
     assert_eq!(e.errno, vino_proto::errno::EAGAIN, "{}", e.message);
@@ -223,14 +215,10 @@ fn programs_are_counted_and_bad_modules_refused() {
     }
     let p = d
         .client()
-        .run_program(&wasm, &args(&["copy", "--sleep", "0"]), &[])
+        .run_program(&wasm, &setup(&["copy", "--sleep", "0"]))
         .unwrap();
     assert_eq!(finish(p).2, 0, "a place again once the others ended");
-    let e = d
-        .client()
-        .run_program(b"\0asm junk", &args(&["junk"]), &[])
-        .err()
-        .unwrap();
+    let e = d.client().run_program(b"\0asm junk", &setup(&["junk"])).err().unwrap();
     assert_eq!(e.errno, vino_proto::errno::EINVAL);
     assert!(e.message.contains("not a program VINO can run"), "{}", e.message);
     d.wait_processes(0);
@@ -293,7 +281,7 @@ fn child_role() {
         let wasm = std::fs::read(std::env::var("COPY_WASM").unwrap()).unwrap();
         let p = Client::connect(&socket)
             .unwrap()
-            .run_program(&wasm, &args(&["copy", "--sleep", "100"]), &[])
+            .run_program(&wasm, &setup(&["copy", "--sleep", "100"]))
             .unwrap();
         println!("FLOODING");
         let chunk = vec![0u8; 1 << 20];
@@ -304,10 +292,7 @@ fn child_role() {
     let socket = std::env::var("VINO_SOCKET").unwrap();
     let wasm = std::fs::read(std::env::var("COPY_WASM").unwrap()).unwrap();
     let run = |a: &[&str], input: &[u8]| {
-        let p = Client::connect(&socket)
-            .unwrap()
-            .run_program(&wasm, &args(a), &[])
-            .unwrap();
+        let p = Client::connect(&socket).unwrap().run_program(&wasm, &setup(a)).unwrap();
         // The program may have ended (and the daemon closed the connection) before its input
         // is sent: the input is then refused, which is not the test's business.
         let _ = p.control().input(input);

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
-use vino_account::{Account, Charge, Exceeded, Resource};
+use vino_account::{Account, Exceeded, Growing, Resource};
 use vino_vlt::VltError;
 use wasmtime::{Func, Instance, Memory, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline, Val, ValType};
 
@@ -91,22 +91,14 @@ pub struct HostState<E> {
     ticks_left: u64,
     /// Where `vino_log` leaves its messages.
     pub(crate) counters: Arc<Counters>,
-    /// Whom the graft's memory is charged to, and the charge (refunded when the store goes).
-    account: Option<Arc<Account>>,
-    memory_charge: Option<Charge>,
+    /// The charge for the graft's memory to its owner (refunded when the store goes).
+    memory: Option<Growing>,
 }
 
 impl<E> HostState<E> {
     /// Charges `bytes` more of graft memory to the owner's account.
     fn charge_memory(&mut self, bytes: u64) -> Result<(), Exceeded> {
-        let Some(account) = &self.account else { return Ok(()) };
-        match &mut self.memory_charge {
-            Some(c) => c.grow(bytes),
-            None => {
-                self.memory_charge = Some(account.charge(Resource::GraftMemory, bytes)?);
-                Ok(())
-            }
-        }
+        self.memory.as_mut().map_or(Ok(()), |m| m.grow(bytes))
     }
 }
 
@@ -170,8 +162,7 @@ impl<G: GraftPoint> WasmGraft<G> {
             memory_cap: config.memory_cap,
             ticks_left: 0,
             counters,
-            account,
-            memory_charge: None,
+            memory: account.map(|a| Growing::new(a, Resource::GraftMemory)),
         };
         let mut store = Store::new(runtime.engine(), state);
         store.limiter(|s| s as &mut dyn ResourceLimiter);

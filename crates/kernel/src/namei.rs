@@ -27,6 +27,10 @@ pub enum At {
     Root,
     /// A directory this process has open.
     Fd(Fd),
+    /// A directory this process has open, which the walk may not leave: `..` above it, an
+    /// absolute path or an absolute symbolic link is `EXDEV` (Linux's `RESOLVE_BENEATH`, and
+    /// WASI's rule for preopened directories). Beneath the root directory is everywhere.
+    Beneath(Fd),
     /// An inode the caller holds (the mount's nodes): the generation must still match, else
     /// `ESTALE` (the inode was freed and its number reused).
     Inode { ino: u64, generation: u32 },
@@ -58,6 +62,14 @@ fn show(path: &[u8]) -> String {
     String::from_utf8_lossy(path).into_owned()
 }
 
+/// A walk beneath a directory that would leave it.
+fn escape(path: &[u8]) -> SysError {
+    err(
+        Errno::XDev,
+        format!("{} leads out of the directory it is looked up beneath", show(path)),
+    )
+}
+
 /// The components of `path`, empty ones (`//`) left out; and whether it ends in `/`.
 fn components(path: &[u8]) -> SysResult<(VecDeque<Vec<u8>>, bool)> {
     if path.len() > PATH_MAX {
@@ -86,7 +98,7 @@ impl Process {
         } else {
             match at {
                 At::Root => ROOT_INO,
-                At::Fd(fd) => {
+                At::Fd(fd) | At::Beneath(fd) => {
                     let f = self.file(fd)?;
                     let stat = fs.stat(f.ino).ok().filter(|s| s.generation == f.generation);
                     let stat =
@@ -140,6 +152,17 @@ impl Process {
             return Err(err(Errno::NoEnt, "empty path"));
         }
         let (mut comps, mut must_be_dir) = components(path)?;
+        // Beneath a directory (not the root): how deep below it the walk is. Directories have
+        // one parent and the walk holds the namespace lock, so `..` goes back the way it came.
+        let mut depth = match at {
+            At::Beneath(_) if self.start(at, b"")?.ino != ROOT_INO => {
+                if path.starts_with(b"/") {
+                    return Err(escape(path));
+                }
+                Some(0usize)
+            }
+            _ => None,
+        };
         let mut cur = self.start(at, path)?;
         let mut links = 0;
         while let Some(name) = comps.pop_front() {
@@ -157,9 +180,19 @@ impl Process {
                     comps.push_front(c);
                 }
                 if target.starts_with(b"/") {
+                    if depth.is_some() {
+                        return Err(escape(path));
+                    }
                     cur = self.start(At::Root, b"/")?;
                 }
                 continue;
+            }
+            if let Some(d) = &mut depth {
+                match name.as_slice() {
+                    b"." => {}
+                    b".." => *d = d.checked_sub(1).ok_or_else(|| escape(path))?,
+                    _ => *d += 1,
+                }
             }
             cur = next;
         }

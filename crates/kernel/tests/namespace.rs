@@ -220,6 +220,50 @@ fn symbolic_links_are_followed_where_posix_says() {
 }
 
 #[test]
+fn a_walk_beneath_a_directory_never_leaves_it() {
+    let k = boot();
+    let p = k.spawn(Credentials::root());
+    p.mkdir("/jail", 0o755).unwrap();
+    p.mkdir("/jail/sub", 0o755).unwrap();
+    write_file(&p, "/jail/sub/inside", b"in", 0o644);
+    write_file(&p, "/secret", b"out", 0o644);
+    p.symlink("/secret", "/jail/abs").unwrap();
+    p.symlink("../secret", "/jail/up").unwrap();
+    p.symlink("sub/../sub/inside", "/jail/round").unwrap();
+    p.symlink("../../secret", "/jail/sub/up2").unwrap();
+    let jail = p.open("/jail", OpenFlags::directory()).unwrap();
+    let at = At::Beneath(jail);
+    let stat = |path: &str| p.stat_at(at, path, true).map(|s| s.size);
+    // Down and back within: fine, by names and by a link that stays inside.
+    assert_eq!(stat("sub/../sub/inside").unwrap(), 2);
+    assert_eq!(stat("./sub/./inside").unwrap(), 2);
+    assert_eq!(stat("round").unwrap(), 2);
+    assert_eq!(stat("").unwrap(), stat(".").unwrap());
+    // Every way out is EXDEV: `..` above it, an absolute path, links absolute or climbing.
+    for escape in ["..", "../secret", "sub/../../secret", "/secret", "abs", "up", "sub/up2"] {
+        assert_eq!(stat(escape).map_err(|e| e.errno), Err(Errno::XDev), "{escape}");
+    }
+    // The link itself may be looked at (not followed); making and removing names goes by the
+    // same walk.
+    assert!(p.stat_at(at, "abs", false).is_ok());
+    assert_eq!(errno(p.open_at(at, "../made", OpenFlags::create())), Errno::XDev);
+    assert_eq!(errno(p.mkdir_at(at, "sub/../../made", 0o755)), Errno::XDev);
+    assert_eq!(errno(p.unlink_at(at, "../secret")), Errno::XDev);
+    assert_eq!(
+        errno(p.rename_at(at, "sub/inside", At::Beneath(jail), "../stolen", RenameFlags::default())),
+        Errno::XDev
+    );
+    assert_eq!(errno(p.link_at(at, "up", at, "copy", true)), Errno::XDev);
+    assert_eq!(read_file(&p, "/secret").unwrap(), b"out");
+    assert!(p.stat("/made").is_err() && p.stat("/stolen").is_err());
+    // Beneath the root is the whole file system, where `..` stays at the top as ever.
+    let root = p.open("/", OpenFlags::directory()).unwrap();
+    assert_eq!(p.stat_at(At::Beneath(root), "../jail/abs", true).unwrap().size, 3);
+    p.close(jail).unwrap();
+    p.close(root).unwrap();
+}
+
+#[test]
 fn special_files_are_stored_and_devices_need_privilege() {
     let k = boot();
     let root = k.spawn(Credentials::root());

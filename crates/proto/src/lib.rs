@@ -34,8 +34,9 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol version; the daemon refuses a Hello with another. Version 2: the `*at`
 /// requests, [`OpenFlags`] with `nofollow` and `directory`, [`Stat`] with `rdev` and
-/// `generation`, the new [`FileKind`]s (a version-1 peer would misread each of them).
-pub const VERSION: u32 = 2;
+/// `generation`, the new [`FileKind`]s (a version-1 peer would misread each of them). Version 3:
+/// [`Request::Run`] with a [`ProgramSetup`], and a program's memory in [`ProcessTop`].
+pub const VERSION: u32 = 3;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
 /// Largest in-band data of one read, write or graft-memory request.
@@ -473,10 +474,8 @@ pub enum Request {
     Run {
         #[serde(with = "serde_bytes")]
         wasm: Vec<u8>,
-        /// Its arguments, the first its name.
-        args: Vec<Vec<u8>>,
-        /// Its environment, `NAME=value` each.
-        env: Vec<Vec<u8>>,
+        /// Its arguments, environment, directories and working directory.
+        setup: ProgramSetup,
         detach: bool,
     },
     /// Kills a program running in the daemon, by its process id (`vino ps`): the caller's own,
@@ -547,10 +546,13 @@ impl Request {
             } => data(d.len(), MAX_DATA),
             Request::GraftLoad { point, wasm } => path(point).and(data(wasm.len(), MAX_MODULE)),
             Request::GraftStage { wasm } => data(wasm.len(), MAX_MODULE),
-            Request::Run { wasm, args, env, .. } => {
+            Request::Run { wasm, setup, .. } => {
                 data(wasm.len(), MAX_MODULE)?;
-                list(args.len()).and(list(env.len()))?;
-                args.iter().chain(env).try_for_each(|a| bytes(a))
+                let s = setup;
+                list(s.args.len()).and(list(s.env.len())).and(list(s.dirs.len()))?;
+                s.args.iter().chain(&s.env).try_for_each(|a| bytes(a))?;
+                s.dirs.iter().try_for_each(|(p, n)| bytes(p).and(bytes(n)))?;
+                s.cwd.as_deref().map_or(Ok(()), bytes)
             }
             Request::Input { data: d } => data(d.len(), MAX_DATA),
             Request::GraftLoadFile { path: p, point, wasm } => {

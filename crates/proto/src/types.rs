@@ -252,6 +252,33 @@ pub struct ProcessTop {
     /// scheduler.
     pub tickets: u32,
     pub threads: u64,
+    /// Bytes of linear memory its program holds (charged to its user).
+    pub memory_bytes: u64,
+}
+
+/// How a program run in the daemon starts (`vino run`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramSetup {
+    /// Its arguments, the first its name.
+    pub args: Vec<Vec<u8>>,
+    /// Its environment, `NAME=value` each.
+    pub env: Vec<Vec<u8>>,
+    /// The directories it may reach, each the file system's path and the name the program sees
+    /// it by; none: the whole file system, as `/`.
+    pub dirs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Its working directory; none: `/`.
+    pub cwd: Option<Vec<u8>>,
+}
+
+impl ProgramSetup {
+    /// A setup with only arguments and environment.
+    pub fn new(args: Vec<Vec<u8>>, env: Vec<Vec<u8>>) -> ProgramSetup {
+        ProgramSetup {
+            args,
+            env,
+            ..ProgramSetup::default()
+        }
+    }
 }
 
 /// One bound graft.

@@ -257,7 +257,9 @@ pub fn build_program(sources: &[PathBuf], output: &Path, opts: &BuildOptions) ->
         std::fs::metadata(s).map_err(io(format!("reading {}", s.display())))?;
     }
     let tc = find_toolchain(opts)?;
-    let (_tmp, include) = temp_include(crate::PROCESS_HEADER_NAME, crate::PROCESS_HEADER)?;
+    let (tmp, include) = temp_include(crate::PROCESS_HEADER_NAME, crate::PROCESS_HEADER)?;
+    let start = tmp.path().join("vino_start.c");
+    std::fs::write(&start, crate::PROCESS_START).map_err(io(format!("writing {}", start.display())))?;
     let mut a: Vec<OsString> = vec!["--target=wasm32-wasi".into(), opts.opt_level.flag().into()];
     a.push("-I".into());
     a.push(include.into());
@@ -269,6 +271,7 @@ pub fn build_program(sources: &[PathBuf], output: &Path, opts: &BuildOptions) ->
     }
     a.extend(opts.extra_args.iter().cloned());
     a.extend(sources.iter().map(OsString::from));
+    a.push(start.into());
     a.push("-o".into());
     a.push(output.into());
     let first = sources.first().map_or(Path::new(""), PathBuf::as_path);

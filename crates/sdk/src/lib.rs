@@ -46,6 +46,9 @@ pub const HEADER_NAME: &str = "vino_graft.h";
 pub const PROCESS_HEADER: &str = include_str!("../../../sdk/include/vino_process.h");
 /// The process header's file name.
 pub const PROCESS_HEADER_NAME: &str = "vino_process.h";
+/// Start-up code [`build_program`] links into every program: it changes to the working
+/// directory `vino run --cwd` passes as `PWD` (wasi-libc itself starts at `/`).
+pub const PROCESS_START: &str = include_str!("../../../sdk/lib/vino_start.c");
 
 /// Size of the argument area (`vino_args`) every graft exports.
 pub const ARG_BYTES: usize = 4096;

@@ -161,7 +161,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
         sys(&mut c, |g, x| {
             let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
             x.process
-                .mkdir_at(At::Fd(dir), path, 0o755)
+                .mkdir_at(At::Beneath(dir), path, 0o755)
                 .map(drop)
                 .map_err(Into::into)
         })
@@ -172,7 +172,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
         |mut c: C, fd: u32, flags: u32, path: u32, len: u32, out: u32| {
             sys(&mut c, |g, x| {
                 let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
-                let st = x.process.stat_at(At::Fd(dir), path, follows(flags))?;
+                let st = x.process.stat_at(At::Beneath(dir), path, follows(flags))?;
                 put_filestat(g, out, &st)
             })
         },
@@ -184,7 +184,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             sys(&mut c, |g, x| {
                 let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
                 let attrs = times(atim, mtim, fst)?;
-                x.process.setattr_at(At::Fd(dir), path, follows(flags), &attrs)?;
+                x.process.setattr_at(At::Beneath(dir), path, follows(flags), &attrs)?;
                 Ok(())
             })
         },
@@ -197,7 +197,8 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
                 let (from_dir, from) = (dir(x, old_fd)?, g.path(old, old_len)?);
                 let (to_dir, to) = (dir(x, new_fd)?, g.path(new, new_len)?);
                 let follow = follows(old_flags);
-                x.process.link_at(At::Fd(from_dir), from, At::Fd(to_dir), to, follow)?;
+                x.process
+                    .link_at(At::Beneath(from_dir), from, At::Beneath(to_dir), to, follow)?;
                 Ok(())
             })
         },
@@ -228,7 +229,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
         |mut c: C, fd: u32, path: u32, len: u32, buf: u32, buf_len: u32, out: u32| {
             sys(&mut c, |g, x| {
                 let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
-                let target = x.process.readlink_at(At::Fd(dir), path)?;
+                let target = x.process.readlink_at(At::Beneath(dir), path)?;
                 let n = target.len().min(buf_len as usize);
                 g.put(buf, &target[..n])?;
                 g.put_u32(out, n as u32)
@@ -238,7 +239,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     l.func_wrap(m, "path_remove_directory", |mut c: C, fd: u32, path: u32, len: u32| {
         sys(&mut c, |g, x| {
             let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
-            x.process.rmdir_at(At::Fd(dir), path).map_err(Into::into)
+            x.process.rmdir_at(At::Beneath(dir), path).map_err(Into::into)
         })
     })?;
     l.func_wrap(
@@ -250,7 +251,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
                 let (to_dir, to) = (dir(x, new_fd)?, g.path(new, new_len)?);
                 let flags = RenameFlags::default();
                 x.process
-                    .rename_at(At::Fd(from_dir), from, At::Fd(to_dir), to, flags)
+                    .rename_at(At::Beneath(from_dir), from, At::Beneath(to_dir), to, flags)
                     .map_err(Into::into)
             })
         },
@@ -262,7 +263,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             sys(&mut c, |g, x| {
                 let (target, dir, path) = (g.path(old, old_len)?, dir(x, fd)?, g.path(new, new_len)?);
                 x.process
-                    .symlink_at(target, At::Fd(dir), path)
+                    .symlink_at(target, At::Beneath(dir), path)
                     .map(drop)
                     .map_err(Into::into)
             })
@@ -271,7 +272,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     l.func_wrap(m, "path_unlink_file", |mut c: C, fd: u32, path: u32, len: u32| {
         sys(&mut c, |g, x| {
             let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
-            x.process.unlink_at(At::Fd(dir), path).map_err(Into::into)
+            x.process.unlink_at(At::Beneath(dir), path).map_err(Into::into)
         })
     })?;
     l.func_wrap_async(
@@ -715,10 +716,10 @@ fn path_open(x: &mut Ctx, fd: u32, dirflags: u32, path: &[u8], of: u16, base: u6
         directory,
         mode: 0o644,
     };
-    let kfd = match x.process.open_at(At::Fd(dir), path, flags) {
+    let kfd = match x.process.open_at(At::Beneath(dir), path, flags) {
         // A directory opened for reading without O_DIRECTORY (open(dir, O_RDONLY)): as one.
         Err(e) if e.errno == vino_kernel::Errno::IsDir && !write => x.process.open_at(
-            At::Fd(dir),
+            At::Beneath(dir),
             path,
             OpenFlags {
                 directory: true,

@@ -6,9 +6,11 @@
 //! the three standard streams the runner hands over.
 //!
 //! A program is compiled once ([`Program::compile`], its size checked first) and run as a
-//! kernel process ([`Program::run`]): descriptors 0-2 are the runner's streams, descriptor 3
-//! the file system's root, preopened as `/` (wasi-libc resolves every path against it). The
-//! process exits with the program: its files are closed and its grafts unloaded, whether it
+//! kernel process ([`Program::run`]): descriptors 0-2 are the runner's streams, then the
+//! directories it is given ([`Setup::dirs`]; the file system's root as `/` if none), which
+//! wasi-libc resolves every path against and which no path may leave ([`vino_kernel::At::Beneath`]).
+//! The working directory is passed as `PWD`, which the start-up code of `vino build` changes to
+//! (wasi-libc keeps the working directory inside the program). The process exits with the program: its files are closed and its grafts unloaded, whether it
 //! returned, called `exit`, trapped or was killed ([`KillSwitch`]).
 //!
 //! A bad pointer or length from the program is `EFAULT` to it (see `guest`); a call WASI has
@@ -26,9 +28,10 @@ pub use abi::{MODULE, WasiErrno};
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use vino_kernel::account::{Growing, Resource};
 use vino_kernel::{Credentials, Kernel};
 use vino_sched::ThreadCtx;
-use wasmtime::{Config, Engine, InstancePre, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::{Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store, Trap};
 
 /// Bounds on one program (larger than a graft's: a real program has thousands of functions).
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +51,58 @@ impl Default for ProgramLimits {
     }
 }
 
+/// What a run starts with besides its code.
+#[derive(Debug, Clone, Default)]
+pub struct Setup {
+    /// Its arguments, the first its name.
+    pub args: Vec<Vec<u8>>,
+    /// Its environment, `NAME=value` each.
+    pub env: Vec<Vec<u8>>,
+    /// The directories it may reach (preopened, in this order); none means the whole file
+    /// system, as `/`.
+    pub dirs: Vec<Dir>,
+    /// Its working directory (`PWD`), `/` if none.
+    pub cwd: Option<Vec<u8>>,
+}
+
+impl Setup {
+    pub fn new(args: Vec<Vec<u8>>, env: Vec<Vec<u8>>) -> Setup {
+        Setup {
+            args,
+            env,
+            ..Setup::default()
+        }
+    }
+
+    /// The environment the program sees: `env` with `PWD` set to the working directory.
+    fn environment(&self) -> Vec<Vec<u8>> {
+        let mut env: Vec<Vec<u8>> = self.env.iter().filter(|v| !v.starts_with(b"PWD=")).cloned().collect();
+        let mut pwd = b"PWD=".to_vec();
+        pwd.extend_from_slice(self.cwd.as_deref().unwrap_or(b"/"));
+        env.push(pwd);
+        env
+    }
+}
+
+/// A directory given to a program: the file system's directory `path`, which the program
+/// sees as `name` (`vino run --dir PATH[::NAME]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dir {
+    pub path: Vec<u8>,
+    pub name: Vec<u8>,
+}
+
+impl Dir {
+    /// `PATH` or `PATH::NAME`, as `vino run --dir` (and wasmtime's `--dir`) takes it.
+    pub fn parse(spec: &str) -> Dir {
+        let (path, name) = spec.split_once("::").unwrap_or((spec, spec));
+        Dir {
+            path: path.as_bytes().to_vec(),
+            name: name.as_bytes().to_vec(),
+        }
+    }
+}
+
 /// Why a program did not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -58,6 +113,20 @@ pub enum RunError {
     /// The kernel would not start its thread (the user's thread limit: `EAGAIN`).
     #[error("cannot start the program's thread: {0}")]
     Refused(#[from] vino_kernel::SysError),
+    /// A directory it was to be given could not be opened with its credentials.
+    #[error("cannot give the program the directory {path}: {error}")]
+    Dir { path: String, error: vino_kernel::SysError },
+}
+
+impl RunError {
+    /// The errno a client is told: the kernel's for a refusal, `EINVAL` for a bad module.
+    pub fn errno(&self) -> i32 {
+        match self {
+            RunError::Refused(e) | RunError::Dir { error: e, .. } => e.errno as i32,
+            RunError::TooLarge { .. } => 27, // EFBIG
+            RunError::Invalid(_) => 22,      // EINVAL
+        }
+    }
 }
 
 /// How a program ended.
@@ -161,7 +230,69 @@ pub(crate) struct Ctx {
     pub env: Vec<Vec<u8>>,
     pub stdio: Stdio,
     pub killed: Arc<AtomicBool>,
-    limits: StoreLimits,
+    limits: MemoryLimits,
+}
+
+/// A program's memory: at most its cap, and every byte charged to its process (so to its
+/// user and to all users: `[limits] program_memory_*`). A growth refused is `-1` from
+/// `memory.grow`, which `malloc` reports as `ENOMEM`: the program decides what to do.
+struct MemoryLimits {
+    cap: usize,
+    charge: Growing,
+}
+
+impl ResourceLimiter for MemoryLimits {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        let more = desired.saturating_sub(current) as u64;
+        Ok(desired <= self.cap && (more == 0 || self.charge.grow(more).is_ok()))
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn tables(&self) -> usize {
+        4
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
+}
+
+/// The descriptor table a program starts with: its standard streams, then `dirs` (or the
+/// root as `/`) opened with its credentials. On an error, the table opened so far comes back
+/// to be closed.
+fn preopen(process: &vino_kernel::Process, dirs: &[Dir]) -> Result<fds::FdTable, (RunError, fds::FdTable)> {
+    let root = [Dir::parse("/")];
+    let dirs = if dirs.is_empty() { &root[..] } else { dirs };
+    let mut fds = fds::FdTable::with_stdio();
+    for d in dirs {
+        let path = String::from_utf8_lossy(&d.path).into_owned();
+        match process.open_at(vino_kernel::At::Root, &d.path, vino_kernel::OpenFlags::directory()) {
+            Ok(fd) => {
+                let entry = fds::Entry::File(fds::File {
+                    fd,
+                    pos: 0,
+                    append: false,
+                    filetype: abi::filetype::DIRECTORY,
+                    preopen: Some(d.name.clone()),
+                    listing: None,
+                });
+                if fds.insert(entry).is_err() {
+                    let _ = process.close(fd);
+                    let error = vino_kernel::SysError::new(vino_kernel::Errno::MFile, "too many directories");
+                    return Err((RunError::Dir { path, error }, fds));
+                }
+            }
+            Err(error) => return Err((RunError::Dir { path, error }, fds)),
+        }
+    }
+    Ok(fds)
 }
 
 impl Program {
@@ -224,20 +355,19 @@ impl Program {
         (r.end as usize).saturating_sub(r.start as usize)
     }
 
-    /// Runs the program as a new kernel process with `cred`, `args` (the first is its name) and
-    /// `env` (`NAME=value`), until it ends or `kill` is thrown. The process exits when it does.
+    /// Runs the program as a new kernel process with `cred` and `setup`, until it ends or
+    /// `kill` is thrown. The process exits when it does.
     pub fn run(
         &self,
         kernel: &Arc<Kernel>,
         cred: Credentials,
-        args: Vec<Vec<u8>>,
-        env: Vec<Vec<u8>>,
+        setup: Setup,
         stdio: Stdio,
         kill: &KillSwitch,
     ) -> Result<Exit, RunError> {
         let process = kernel.spawn(cred);
         let pid = process.pid();
-        let result = self.run_in(process, args, env, stdio, kill);
+        let result = self.run_in(process, setup, stdio, kill);
         kernel.exit(pid);
         result
     }
@@ -249,8 +379,7 @@ impl Program {
     pub fn run_in(
         &self,
         process: Arc<vino_kernel::Process>,
-        args: Vec<Vec<u8>>,
-        env: Vec<Vec<u8>>,
+        setup: Setup,
         stdio: Stdio,
         kill: &KillSwitch,
     ) -> Result<Exit, RunError> {
@@ -262,7 +391,7 @@ impl Program {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (program, kill, runner) = (self.clone(), kill.clone(), process.clone());
         let thread = process.spawn_thread(move |thread| async move {
-            let outcome = program.run_thread(runner, args, env, stdio, &kill, thread).await;
+            let outcome = program.run_thread(runner, setup, stdio, &kill, thread).await;
             let _ = tx.send(outcome);
         })?;
         thread.join();
@@ -274,32 +403,26 @@ impl Program {
     async fn run_thread(
         &self,
         process: Arc<vino_kernel::Process>,
-        args: Vec<Vec<u8>>,
-        env: Vec<Vec<u8>>,
+        setup: Setup,
         stdio: Stdio,
         kill: &KillSwitch,
         thread: ThreadCtx,
     ) -> Result<Exit, RunError> {
-        let mut fds = fds::FdTable::with_stdio();
-        let root = process
-            .open_at(vino_kernel::At::Root, "/", vino_kernel::OpenFlags::directory())
-            .map_err(|e| RunError::Invalid(format!("opening the root directory: {e}")))?;
-        fds.insert(fds::Entry::File(fds::File {
-            fd: root,
-            pos: 0,
-            append: false,
-            filetype: abi::filetype::DIRECTORY,
-            preopen: Some(b"/".to_vec()),
-            listing: None,
-        }))
-        .expect("an empty table has room");
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(self.limits.memory_bytes)
-            .instances(1)
-            .memories(1)
-            .tables(4)
-            .table_elements(1 << 20)
-            .build();
+        let fds = match preopen(&process, &setup.dirs) {
+            Ok(fds) => fds,
+            Err((error, mut opened)) => {
+                for fd in opened.drain() {
+                    let _ = process.close(fd);
+                }
+                return Err(error);
+            }
+        };
+        let env = setup.environment();
+        let args = setup.args;
+        let limits = MemoryLimits {
+            cap: self.limits.memory_bytes,
+            charge: Growing::new(process.account().clone(), Resource::ProgramMemory),
+        };
         let ctx = Ctx {
             process: process.clone(),
             thread: thread.clone(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use vino_blockdev::{BlockDevice, MemDevice};
 use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Exit, KillSwitch, Program, ProgramLimits};
+use vino_wasi::{Dir, Exit, KillSwitch, Program, ProgramLimits, Setup};
 
 struct Booted {
     dev: Arc<MemDevice>,
@@ -72,17 +72,38 @@ fn run_killable(
     stdin: &[u8],
     kill: &KillSwitch,
 ) -> Run {
+    run_set_up(
+        k,
+        program,
+        cred,
+        Setup::new(strings(args), vec![b"GREETING=hello".to_vec()]),
+        stdin,
+        kill,
+    )
+    .unwrap()
+}
+
+fn strings(args: &[&str]) -> Vec<Vec<u8>> {
+    args.iter().map(|a| a.as_bytes().to_vec()).collect()
+}
+
+fn run_set_up(
+    k: &Arc<Kernel>,
+    program: &Program,
+    cred: Credentials,
+    setup: Setup,
+    stdin: &[u8],
+    kill: &KillSwitch,
+) -> Result<Run, vino_wasi::RunError> {
     let (stdio, out, err) = common::stdio(stdin.to_vec());
-    let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-    let env = vec![b"GREETING=hello".to_vec()];
-    let exit = program.run(k, cred, args, env, stdio, kill).unwrap();
+    let exit = program.run(k, cred, setup, stdio, kill)?;
     let raw = out.bytes();
-    Run {
+    Ok(Run {
         exit,
         out: String::from_utf8_lossy(&raw).into_owned(),
         raw,
         err: err.text(),
-    }
+    })
 }
 
 /// Every process has exited and closed every file: nothing held after a program ends.
@@ -492,7 +513,7 @@ fn spinning_programs_share_one_worker_by_their_tickets() {
             s.spawn(move || {
                 let (stdio, _, _) = common::stdio(Vec::new());
                 let exit = spin
-                    .run_in(p.clone(), vec![b"spin".to_vec()], vec![], stdio, kill)
+                    .run_in(p.clone(), Setup::new(vec![b"spin".to_vec()], vec![]), stdio, kill)
                     .unwrap();
                 assert_eq!(exit, Exit::Killed);
                 p.kernel().exit(p.pid());
@@ -551,7 +572,7 @@ fn a_user_past_its_thread_limit_is_refused_with_eagain() {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let (stdio, _, _) = common::stdio(Vec::new());
         let e = spin
-            .run(k, user.clone(), vec![], vec![], stdio, &spin.kill_switch())
+            .run(k, user.clone(), Setup::default(), stdio, &spin.kill_switch())
             .unwrap_err();
         assert!(
             matches!(&e, vino_wasi::RunError::Refused(s) if s.errno == vino_kernel::Errno::Again),
@@ -595,4 +616,153 @@ fn a_program_runs_its_own_timer_graft() {
     assert!((8..=21).contains(&count), "fired {count} times in 100 ms at 5 ms");
     assert_nothing_held(k);
     b.fsck();
+}
+
+#[test]
+fn a_program_reaches_only_the_directories_it_is_given_from_its_working_directory() {
+    let b = boot();
+    let k = &b.kernel;
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/data", 0o755).unwrap();
+    root.mkdir("/data/sub", 0o755).unwrap();
+    root.mkdir("/private", 0o700).unwrap();
+    for (path, text) in [
+        ("/data/in.txt", "inside"),
+        ("/data/sub/deep.txt", "deep"),
+        ("/secret.txt", "TOPSECRET"),
+    ] {
+        let fd = root.open(path, vino_kernel::OpenFlags::create()).unwrap();
+        root.write(fd, text.as_bytes()).unwrap();
+        root.close(fd).unwrap();
+    }
+    root.symlink("/secret.txt", "/data/abs").unwrap();
+    root.symlink("../secret.txt", "/data/up").unwrap();
+    k.exit(root.pid());
+    let program = Program::compile(&build("dirs"), ProgramLimits::default()).unwrap();
+    let user = Credentials::user(1000, 1000);
+    let run = |dirs: &[&str], cwd: Option<&str>, paths: &[&str]| {
+        let mut args = vec!["dirs"];
+        args.extend_from_slice(paths);
+        let setup = Setup {
+            args: strings(&args),
+            env: vec![b"PWD=/ignored".to_vec()],
+            dirs: dirs.iter().map(|d| Dir::parse(d)).collect(),
+            cwd: cwd.map(|c| c.as_bytes().to_vec()),
+        };
+        run_set_up(k, &program, user.clone(), setup, b"", &program.kill_switch())
+    };
+
+    // Given /data, working in /data/sub: relative paths start there, and nothing outside
+    // /data is reached, by name, by `..` or through a link.
+    let escapes = [
+        "/secret.txt",
+        "../../secret.txt",
+        "/data/abs",
+        "/data/up",
+        "/data/sub/../../secret.txt",
+    ];
+    let mut paths = vec!["deep.txt", "../in.txt", "/data/in.txt"];
+    paths.extend_from_slice(&escapes);
+    let r = run(&["/data"], Some("/data/sub"), &paths).unwrap();
+    assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+    let lines: Vec<&str> = r.out.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "cwd /data/sub",
+            "deep.txt: deep",
+            "../in.txt: inside",
+            "/data/in.txt: inside"
+        ]
+    );
+    for (line, path) in lines[4..].iter().zip(escapes) {
+        assert!(
+            *line == format!("{path}: EXDEV") || *line == format!("{path}: ENOTCAPABLE"),
+            "{line}"
+        );
+    }
+    assert!(!r.out.contains("TOPSECRET"), "{}", r.out);
+
+    // /data seen as `/`: its files by their names there, nothing else at all.
+    let r = run(
+        &["/data::/"],
+        None,
+        &["/in.txt", "sub/deep.txt", "/secret.txt", "../secret.txt"],
+    )
+    .unwrap();
+    assert_eq!(
+        r.out,
+        "cwd /\n/in.txt: inside\nsub/deep.txt: deep\n/secret.txt: ENOENT\n../secret.txt: EXDEV\n"
+    );
+
+    // Without directories: the whole file system, from `/`; the runner's PWD does not leak in.
+    let r = run(&[], None, &["secret.txt", "data/in.txt"]).unwrap();
+    assert_eq!(r.out, "cwd /\nsecret.txt: TOPSECRET\ndata/in.txt: inside\n");
+
+    // A directory the user may not search, or that is not there, is refused before it starts.
+    for (dir, errno) in [
+        ("/private", vino_kernel::Errno::Acces),
+        ("/missing", vino_kernel::Errno::NoEnt),
+    ] {
+        match run(&[dir], None, &[]) {
+            Err(vino_wasi::RunError::Dir { error, .. }) => assert_eq!(error.errno, errno, "{dir}"),
+            other => panic!("{dir}: {:?}", other.map(|r| r.exit)),
+        }
+    }
+    assert_nothing_held(k);
+    b.fsck();
+}
+
+#[test]
+fn program_memory_is_charged_to_its_user_and_refused_past_the_limit() {
+    use vino_kernel::account::{LimitsConfig, Resource};
+    let mut limits = LimitsConfig::default();
+    limits.user.set(Resource::ProgramMemory, 32 << 20);
+    let b = boot_one_worker(Some(limits));
+    let k = &b.kernel;
+    let user = Credentials::user(1000, 1000);
+    // Grows by `pages` (64 KiB each): on a refusal exits 7, else spins until killed (holding it).
+    let grow = |pages: u32| {
+        let body = format!(
+            r#"(func (export "_start")
+    (if (i32.eq (memory.grow (i32.const {pages})) (i32.const -1)) (then (call $exit (i32.const 7))))
+    (loop (br 0)))"#
+        );
+        Program::compile(&wat(&body), ProgramLimits::default()).unwrap()
+    };
+    let used = || k.accounts().user(1000).used(Resource::ProgramMemory);
+    let holder = grow(320); // 20 MiB, and the page it starts with
+    let kill = holder.kill_switch();
+    std::thread::scope(|s| {
+        let held = s.spawn(|| run_killable(k, &holder, user.clone(), &["holder"], b"", &kill));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while used() < 20 << 20 {
+            assert!(std::time::Instant::now() < deadline, "the holder never grew");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(used(), (320 + 1) << 16);
+        // Another program of the same user: 20 MiB more would pass the user's 32 MiB.
+        let r = run_as(k, &grow_exit(320), user.clone(), &["second"], b"");
+        assert_eq!(r.exit, Exit::Code(7), "a second 20 MiB passed the user's limit");
+        // Another user is not held back by this one.
+        let r = run_as(k, &grow_exit(320), Credentials::user(1001, 1001), &["other"], b"");
+        assert_eq!(r.exit, Exit::Code(0));
+        kill.kill();
+        assert_eq!(held.join().unwrap().exit, Exit::Killed);
+    });
+    // Everything it held went back with it; now the same growth fits.
+    assert_eq!(used(), 0);
+    let r = run_as(k, &grow_exit(320), user, &["third"], b"");
+    assert_eq!(r.exit, Exit::Code(0));
+    assert_eq!(k.accounts().total().used(Resource::ProgramMemory), 0);
+    assert_nothing_held(k);
+}
+
+/// Grows by `pages` and exits 0, or 7 if refused.
+fn grow_exit(pages: u32) -> Vec<u8> {
+    wat(&format!(
+        r#"(func (export "_start")
+    (if (i32.eq (memory.grow (i32.const {pages})) (i32.const -1)) (then (call $exit (i32.const 7))))
+    (call $exit (i32.const 0)))"#
+    ))
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use vino_blockdev::{BlockDevice, MemDevice};
 use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Exit, Program, ProgramLimits};
+use vino_wasi::{Exit, Program, ProgramLimits, Setup};
 
 fn boot() -> (Arc<MemDevice>, Arc<Kernel>) {
     let dev = Arc::new(MemDevice::new(65536));
@@ -38,7 +38,13 @@ fn run(k: &Arc<Kernel>, p: &Program, args: &[&str], stdin: Vec<u8>) -> (Exit, Ve
     let (stdio, out, err) = common::stdio(stdin);
     let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
     let exit = p
-        .run(k, Credentials::root(), args, Vec::new(), stdio, &p.kill_switch())
+        .run(
+            k,
+            Credentials::root(),
+            Setup::new(args, Vec::new()),
+            stdio,
+            &p.kill_switch(),
+        )
         .unwrap();
     (exit, out.bytes(), err.text())
 }
