@@ -14,8 +14,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::io;
 use std::ops::RangeInclusive;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use vino_blockdev::{AlignedBuf, BLOCK_SIZE, IoRequest, SharedClock, Ticket};
 use vino_graft::abi::{self, Extents};
@@ -477,7 +477,12 @@ pub struct PageCache {
     config: CacheConfig,
     /// Dirty pages one process's writes may keep (`config.dirty_percent`).
     dirty_share: usize,
+    /// Who pays for the write-back thread's rounds ([`PageCache::charge_writeback_to`]).
+    charger: OnceLock<WorkCharger>,
 }
+
+/// Charges a process for CPU the kernel spent on its behalf.
+pub type WorkCharger = Box<dyn Fn(Pid, Duration) + Send + Sync>;
 
 impl PageCache {
     pub fn new(config: CacheConfig, io: Arc<dyn PageIo>, runtime: &Runtime) -> Arc<PageCache> {
@@ -507,6 +512,7 @@ impl PageCache {
             stop: Arc::new(AtomicBool::new(false)),
             dirty_share: (config.frames * usize::from(config.dirty_percent.min(100)) / 100).max(MIN_DIRTY_SHARE),
             config,
+            charger: OnceLock::new(),
         });
         if let Some(every) = cache.config.writeback_every {
             spawn_writeback(Arc::downgrade(&cache), cache.stop.clone(), every);
@@ -521,6 +527,13 @@ impl PageCache {
 
     pub fn config(&self) -> &CacheConfig {
         &self.config
+    }
+
+    /// Has each round of [`PageCache::run_writeback`] charged, through `charger`, to the
+    /// processes whose writes dirtied the pages it wrote: the CPU the round took on its thread
+    /// (the policy's graft included), split by their pages. Set once; later calls are ignored.
+    pub fn charge_writeback_to(&self, charger: WorkCharger) {
+        let _ = self.charger.set(charger);
     }
 
     /// The global `cache.writeback` graftpoint.
@@ -1122,8 +1135,30 @@ impl PageCache {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// One round of the `cache.writeback` policy.
+    /// One round of the `cache.writeback` policy; the pages written. Its CPU is charged to
+    /// the pages' writers ([`PageCache::charge_writeback_to`]).
     pub fn run_writeback(&self) -> io::Result<usize> {
+        let clock = vino_account::ThreadClock::of_this_thread();
+        let started = clock.as_ref().map_or(0, |c| c.read_ns());
+        let mut writers: Vec<Pid> = Vec::new();
+        let written = self.writeback_round(&mut writers);
+        if let (Some(charge), Some(clock)) = (self.charger.get(), clock)
+            && !writers.is_empty()
+        {
+            let used = clock.read_ns().saturating_sub(started);
+            writers.sort_unstable();
+            for run in writers.chunk_by(|a, b| a == b) {
+                charge(
+                    run[0],
+                    Duration::from_nanos(used * run.len() as u64 / writers.len() as u64),
+                );
+            }
+        }
+        written
+    }
+
+    /// A write-back round; `writers` gets the writer of each page it writes.
+    fn writeback_round(&self, writers: &mut Vec<Pid>) -> io::Result<usize> {
         let now = self.now_ns();
         let mut offered: Vec<WritebackArgs> = {
             let t = self.table.lock();
@@ -1158,6 +1193,7 @@ impl PageCache {
             .collect();
         let n = frames.len();
         if n > 0 {
+            writers.extend(frames.iter().map(|&f| t.frames[f as usize].dirtier));
             self.write_frames(&mut t, &frames)?;
         }
         Ok(n)

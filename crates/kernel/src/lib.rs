@@ -229,6 +229,13 @@ impl Kernel {
             clock: config.clock.clone(),
             staged: Default::default(),
         });
+        // Write-back done for a process is paid from its CPU share, as its event grafts are.
+        let weak = Arc::downgrade(&kernel);
+        kernel.cache.charge_writeback_to(Box::new(move |pid, used| {
+            if let Some(k) = weak.upgrade() {
+                k.cpu().charge(pid, used);
+            }
+        }));
         Ok(kernel)
     }
 

@@ -189,3 +189,41 @@ fn a_looping_timer_graft_is_cut_short_and_others_run() {
     k.exit(b.pid());
     assert!(k.cpu().threads_of(a.pid()).is_empty());
 }
+
+#[test]
+fn write_back_is_paid_by_the_processes_whose_writes_it_cleans() {
+    let dev = Arc::new(MemDevice::new(4096));
+    mkfs(&*dev, &MkfsOptions::default()).unwrap();
+    let config = KernelConfig {
+        cache_frames: 512,
+        writeback_every: None,
+        ..KernelConfig::default()
+    };
+    let k = Kernel::boot(dev as Arc<dyn BlockDevice>, &config).unwrap();
+    let a = k.spawn(Credentials::root());
+    a.chmod("/", 0o777).unwrap();
+    let b = k.spawn(Credentials::user(1000, 1000));
+    let page = vec![7u8; 4096];
+    for (p, name, pages) in [(&a, "/a", 96), (&b, "/b", 32)] {
+        let fd = p.open(name, vino_kernel::OpenFlags::create()).unwrap();
+        for _ in 0..pages {
+            p.write(fd, &page).unwrap();
+        }
+        p.close(fd).unwrap();
+    }
+    let cpu = |p: &Process| k.cpu().process_cpu(p.pid()).unwrap().as_nanos() as f64;
+    assert_eq!((cpu(&a), cpu(&b)), (0.0, 0.0), "neither has run a thread");
+    // A policy that writes every dirty page now; the round runs on this (kernel) thread.
+    let all: Arc<dyn vino_graft::NativePolicy<vino_cache::Writeback>> =
+        Arc::new(|_: &(), pages: &&[vino_cache::WritebackArgs]| Ok((0..pages.len()).collect()));
+    k.cache().writeback_slot().bind_native(all, false);
+    let written = k.cache().run_writeback().unwrap();
+    assert!(written >= 128, "{written} pages written");
+    // Each pays for the round by the pages its writes dirtied: 3 to 1 (the file system's own
+    // pages, inodes and bitmaps, are the writers' too).
+    let (ca, cb) = (cpu(&a), cpu(&b));
+    assert!(ca > 0.0 && cb > 0.0, "a {ca} ns, b {cb} ns");
+    assert!((2.0..4.5).contains(&(ca / cb)), "a {ca} ns, b {cb} ns");
+    k.exit(a.pid());
+    k.exit(b.pid());
+}
