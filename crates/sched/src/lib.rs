@@ -111,13 +111,13 @@ type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type TickHook = Arc<dyn Fn() + Send + Sync>;
 
 struct Entry {
-    /// `None` while a worker polls it.
-    future: Option<BoxFuture>,
+    /// The thread's future and its waker; `None` while a worker polls it (the worker holds
+    /// both, so a switch clones nothing).
+    future: Option<(BoxFuture, Waker)>,
     /// Woken while running: runnable again when its poll returns.
     notified: bool,
     /// Who pays for its current turn.
     charge: Pid,
-    waker: Waker,
     done: Arc<Done>,
 }
 
@@ -315,10 +315,9 @@ impl Scheduler {
         st.entries.insert(
             tid,
             Entry {
-                future: Some(future),
+                future: Some((future, waker)),
                 notified: false,
                 charge: pid,
-                waker,
                 done: done.clone(),
             },
         );
@@ -454,7 +453,12 @@ fn pid_of(st: &SchedState, tid: Tid) -> Option<Pid> {
 
 impl Inner {
     fn now_ns(&self) -> u64 {
-        self.born.elapsed().as_nanos() as u64
+        self.ns_at(Instant::now())
+    }
+
+    /// `at` on the scheduler's clock (nanoseconds since it started).
+    fn ns_at(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.born).as_nanos() as u64
     }
 
     fn start_worker(self: &Arc<Self>, st: &mut SchedState) {
@@ -490,9 +494,8 @@ impl Inner {
         }
     }
 
-    /// The next thread to run, taken out of the queues; `None` if nothing is runnable.
-    fn pick(&self, st: &mut SchedState) -> Option<Pick> {
-        let now = self.now_ns();
+    /// The next thread to run at `now`, taken out of the queues; `None` if nothing is runnable.
+    fn pick(&self, st: &mut SchedState, now: u64) -> Option<Pick> {
         let cap = self.config.starvation_cap.as_nanos() as u64;
         let pick = if let Some(tid) = st.shares.starving(now, cap) {
             st.stats.starved += 1;
@@ -548,13 +551,17 @@ impl Inner {
     fn worker(self: Arc<Self>, slot: Arc<WorkerSlot>) {
         WORKER.with(|w| *w.borrow_mut() = Some(slot.clone()));
         let mut st = self.state.lock();
+        // The time read at the end of the last poll, while nothing has waited since: one clock
+        // read serves the end of one turn, the choice of the next and its start.
+        let mut clock: Option<Instant> = None;
         loop {
             if st.shutdown {
                 st.started -= 1;
                 return;
             }
+            let started = clock.take().unwrap_or_else(Instant::now);
             let picked = if st.polling < self.target {
-                self.pick(&mut st)
+                self.pick(&mut st, self.ns_at(started))
             } else {
                 None
             };
@@ -568,20 +575,24 @@ impl Inner {
             let e = st.entries.get_mut(&pick.tid).expect("a picked thread has an entry");
             e.charge = pick.charge;
             e.notified = false;
-            let mut future = e.future.take().expect("a runnable thread's future is here");
-            let waker = e.waker.clone();
+            let (mut future, waker) = e.future.take().expect("a runnable thread's future is here");
             drop(st);
 
-            let started = Instant::now();
+            POLLING.with(|p| p.set((Arc::as_ptr(&self) as usize, pick.tid)));
             let result = future.as_mut().poll(&mut Context::from_waker(&waker));
-            let used = started.elapsed().as_nanos() as u64;
+            POLLING.with(|p| p.set((0, NO_THREAD)));
+            let yielded = YIELDED.with(|y| y.replace(false));
+            let ended = Instant::now();
+            let used = ended.saturating_duration_since(started).as_nanos() as u64;
 
             st = self.state.lock();
-            if !slot.extra.swap(false, Ordering::AcqRel) {
+            // (Loaded first: the swap, a locked instruction, only when it was replaced.)
+            if !(slot.extra.load(Ordering::Acquire) && slot.extra.swap(false, Ordering::AcqRel)) {
                 st.polling = st.polling.checked_sub(1).expect("a worker counted as polling");
             }
             st.shares.charge(pick.tid, pick.charge, used);
-            let now = self.now_ns();
+            let now = self.ns_at(ended);
+            clock = Some(ended);
             match result {
                 Poll::Ready(()) => {
                     let e = st.entries.remove(&pick.tid);
@@ -600,8 +611,8 @@ impl Inner {
                     let Some(e) = st.entries.get_mut(&pick.tid) else {
                         continue; // dropped by a shutdown meanwhile
                     };
-                    e.future = Some(future);
-                    if std::mem::take(&mut e.notified) {
+                    e.future = Some((future, waker));
+                    if std::mem::take(&mut e.notified) || yielded {
                         st.shares.requeue(pick.tid, now);
                     } else {
                         st.shares.block(pick.tid);
@@ -715,6 +726,11 @@ struct WorkerSlot {
 thread_local! {
     static WORKER: RefCell<Option<Arc<WorkerSlot>>> = const { RefCell::new(None) };
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// The thread a worker is polling woke itself (a yield): runnable again when the poll
+    /// returns, without the wake's trip through the scheduler's lock on every switch.
+    static YIELDED: Cell<bool> = const { Cell::new(false) };
+    /// The scheduler and thread this OS thread (a worker) is polling now; (0, 0) if none.
+    static POLLING: Cell<(usize, Tid)> = const { Cell::new((0, NO_THREAD)) };
 }
 
 /// Runs `f`, a system call that may block (on the disk, a lock, a stream), marking the worker as
@@ -765,7 +781,7 @@ impl ThreadCtx {
 
     /// Gives the worker back; the thread is runnable at once.
     pub fn yield_now(&self) -> YieldNow {
-        YieldNow { yielded: false }
+        yield_now()
     }
 
     /// Gives the worker back until `at` (the ticker's resolution: one tick).
@@ -800,7 +816,13 @@ impl ThreadWakeHandle {
     }
 }
 
-/// [`ThreadCtx::yield_now`].
+/// Gives the worker back; the thread is runnable again at once (its turn comes by its
+/// share). The same as [`ThreadCtx::yield_now`], for a caller that holds no context.
+pub fn yield_now() -> YieldNow {
+    YieldNow { yielded: false }
+}
+
+/// [`yield_now`].
 pub struct YieldNow {
     yielded: bool,
 }
@@ -867,7 +889,9 @@ impl Wake for ThreadWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if let Some(inner) = self.inner.upgrade() {
+        if POLLING.with(Cell::get) == (Weak::as_ptr(&self.inner) as usize, self.tid) {
+            YIELDED.with(|y| y.set(true));
+        } else if let Some(inner) = self.inner.upgrade() {
             inner.wake(self.tid);
         }
     }

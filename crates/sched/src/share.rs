@@ -16,7 +16,7 @@
 //! the rules are tested deterministically here and the executor stays a thin loop.
 
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 pub type Tid = u64;
 pub type Pid = u64;
@@ -130,13 +130,33 @@ pub struct Candidate {
 #[derive(Default)]
 pub struct Shares {
     users: FxHashMap<Uid, User>,
-    procs: BTreeMap<Pid, Proc>,
+    /// (A hash map: a decision iterates the ordered sets below, never this.)
+    procs: FxHashMap<Pid, Proc>,
     threads: FxHashMap<Tid, Thread>,
     /// Runnable threads in the order they became runnable (entries go stale when a thread
     /// leaves the state; they are skipped): the starvation check's and the candidates' order.
     fifo: VecDeque<(Tid, u64)>,
     /// The pass of the user last picked (where a waking user starts).
     vtime: u128,
+    /// Processes with a runnable thread, and processes giving their turns to another: the
+    /// only ones a decision looks at (a daemon holds a process per client, most of them idle).
+    ready: BTreeSet<Pid>,
+    donors: BTreeSet<Pid>,
+}
+
+/// A user as a decision orders them: its pass, then its uid.
+type UserKey = (u128, Uid);
+/// A process as a decision orders a user's: its pass; then the process paying and the one whose
+/// thread runs (itself, or the receiver of its donation).
+type ProcKey = (u128, Pid, Pid);
+
+/// `ns` of CPU in passes at `tickets` (a u64 division unless the product needs 128 bits).
+fn stride(ns: u64, tickets: u32) -> u128 {
+    let num = ns as u128 * STRIDE1;
+    match u64::try_from(num) {
+        Ok(n) => u128::from(n / u64::from(tickets)),
+        Err(_) => num / u128::from(tickets),
+    }
 }
 
 impl Shares {
@@ -170,11 +190,16 @@ impl Shares {
             assert_eq!(p.threads, 0, "process {pid} removed with threads");
             self.procs.remove(&pid);
         }
-        for p in self.procs.values_mut() {
+        self.ready.remove(&pid);
+        self.donors.remove(&pid);
+        let Shares { procs, donors, .. } = self;
+        donors.retain(|d| {
+            let p = procs.get_mut(d).expect("a donor is a process");
             if p.donate_to == Some(pid) {
                 p.donate_to = None;
             }
-        }
+            p.donate_to.is_some()
+        });
     }
 
     pub fn has_process(&self, pid: Pid) -> bool {
@@ -250,6 +275,7 @@ impl Shares {
         u.active += 1;
         p.active += 1;
         p.queue.push_back(tid);
+        self.ready.insert(pid);
         self.arrived(tid, now);
         true
     }
@@ -276,8 +302,9 @@ impl Shares {
         assert_eq!(t.state, State::Running);
         t.state = State::Runnable;
         t.queued_at = now;
-        let p = self.procs.get_mut(&t.pid).expect("its process");
-        p.queue.push_back(tid);
+        let pid = t.pid;
+        self.procs.get_mut(&pid).expect("its process").queue.push_back(tid);
+        self.ready.insert(pid);
         self.arrived(tid, now);
     }
 
@@ -306,9 +333,9 @@ impl Shares {
             return;
         };
         p.cpu_ns += ns;
-        p.pass += ns as u128 * STRIDE1 / p.tickets as u128;
+        p.pass += stride(ns, p.tickets);
         if let Some(u) = self.users.get_mut(&p.uid) {
-            u.pass += ns as u128 * STRIDE1 / u.tickets as u128;
+            u.pass += stride(ns, u.tickets);
         }
     }
 
@@ -375,6 +402,11 @@ impl Shares {
             }
         }
         self.procs.get_mut(&from).expect("checked").donate_to = to;
+        if to.is_some() {
+            self.donors.insert(from);
+        } else {
+            self.donors.remove(&from);
+        }
         Ok(())
     }
 
@@ -413,23 +445,31 @@ impl Shares {
     /// has runnable, when more than one; it reads them with [`Shares::queue_of`] only if it has
     /// a policy of its own; `None` or an index past them: the first).
     pub fn choose(&self, pick_thread: &mut dyn FnMut(Pid, usize) -> Option<usize>) -> Option<Pick> {
-        let mut best_user: Option<(u128, Uid)> = None;
-        let mut best_proc: FxHashMap<Uid, (u128, Pid, Pid)> = FxHashMap::default();
-        for (&pid, p) in &self.procs {
-            let Some(src) = self.source(pid) else { continue };
-            let entry = best_proc.entry(p.uid).or_insert((p.pass, pid, src));
-            if p.pass < entry.0 {
-                *entry = (p.pass, pid, src);
+        // The processes whose turn could run something: those with runnable threads, and
+        // donors (whose turns run their receivers'). The user with the smallest pass, and its
+        // process with the smallest, in one pass: the best process is only kept for the best
+        // user found so far.
+        let mut best: Option<(UserKey, ProcKey)> = None;
+        for &pid in self.ready.union(&self.donors) {
+            let p = &self.procs[&pid];
+            let src = if p.queue.is_empty() {
+                let Some(src) = self.source(pid) else { continue };
+                src
+            } else {
+                pid
+            };
+            let user = (self.users[&p.uid].pass, p.uid);
+            match &mut best {
+                Some((u, _)) if user > *u => {}
+                Some((u, proc)) if user == *u => {
+                    if p.pass < proc.0 {
+                        *proc = (p.pass, pid, src);
+                    }
+                }
+                _ => best = Some((user, (p.pass, pid, src))),
             }
         }
-        for &uid in best_proc.keys() {
-            let pass = self.users[&uid].pass;
-            if best_user.is_none_or(|(b, bu)| (pass, uid) < (b, bu)) {
-                best_user = Some((pass, uid));
-            }
-        }
-        let (_, uid) = best_user?;
-        let (_, charge, src) = best_proc[&uid];
+        let (_, (_, charge, src)) = best?;
         let queue = &self.procs[&src].queue;
         let index = if queue.len() > 1 {
             pick_thread(src, queue.len()).filter(|&i| i < queue.len()).unwrap_or(0)
@@ -496,6 +536,9 @@ impl Shares {
             .position(|&x| x == pick.tid)
             .expect("a runnable thread is queued");
         p.queue.remove(at);
+        if p.queue.is_empty() {
+            self.ready.remove(&pid);
+        }
         if let Some(c) = self.procs.get(&pick.charge) {
             let u = &self.users[&c.uid];
             let (cpass, upass, uid) = (c.pass, u.pass, c.uid);
@@ -503,6 +546,31 @@ impl Shares {
             let u = self.users.get_mut(&uid).expect("its user");
             u.vtime = u.vtime.max(cpass);
         }
+    }
+}
+
+impl Shares {
+    /// Asserts that the sets a decision reads agree with the processes: `ready` holds exactly
+    /// those with a runnable thread, `donors` exactly those giving their turns away.
+    pub fn check(&self) {
+        for (pid, p) in &self.procs {
+            assert_eq!(
+                self.ready.contains(pid),
+                !p.queue.is_empty(),
+                "ready set, process {pid}"
+            );
+            assert_eq!(
+                self.donors.contains(pid),
+                p.donate_to.is_some(),
+                "donors, process {pid}"
+            );
+        }
+        assert!(
+            self.ready
+                .iter()
+                .chain(&self.donors)
+                .all(|p| self.procs.contains_key(p))
+        );
     }
 }
 
@@ -516,6 +584,7 @@ fn check_tickets(tickets: u32) -> Result<(), ShareError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     /// Runs CPU-bound threads for `slices` turns of `slice` ns on one worker; returns each
     /// process's CPU.
@@ -527,6 +596,7 @@ mod tests {
             now += slice;
             s.charge(pick.tid, pick.charge, slice);
             s.requeue(pick.tid, now);
+            s.check();
         }
         s.procs.iter().map(|(&p, x)| (p, x.cpu_ns)).collect()
     }
@@ -536,6 +606,7 @@ mod tests {
         loop {
             let p = s.choose(&mut |_, _| None).unwrap();
             s.take(p);
+            s.check();
             if p.tid == tid {
                 return p;
             }
@@ -626,6 +697,14 @@ mod tests {
         assert_eq!(s.donate(3, Some(3)), Err(ShareError::Loop));
         assert_eq!(s.donate(3, Some(7)), Err(ShareError::NoSuchProcess(7)));
         assert_eq!(s.set_process_tickets(1, 0), Err(ShareError::BadTickets(0)));
+        s.check();
+        // A receiver that goes ends the donations to it, and no other.
+        s.remove_process(3);
+        s.check();
+        assert_eq!(s.donors.iter().copied().collect::<Vec<_>>(), [1]);
+        s.remove_process(2);
+        s.check();
+        assert!(s.donors.is_empty());
     }
 
     #[test]

@@ -297,10 +297,9 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
         Err(wasmtime::Error::new(ProcExit(code)))
     })?;
     l.func_wrap(m, "proc_raise", |_: C, _sig: u32| i32::from(WasiErrno::NOSYS.0))?;
-    l.func_wrap_async(m, "sched_yield", |c: C, (): ()| {
-        let thread = c.data().thread.clone();
-        Box::new(async move {
-            thread.yield_now().await;
+    l.func_wrap_async(m, "sched_yield", |_: C, (): ()| {
+        Box::new(async {
+            vino_sched::yield_now().await;
             0i32
         })
     })?;

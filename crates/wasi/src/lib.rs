@@ -216,6 +216,10 @@ fn engine() -> &'static Engine {
         // kernel's below them, a graft invoked from a system call included.
         config.max_wasm_stack(1 << 20);
         config.async_stack_size(8 << 20);
+        // `VINO_PERFMAP=1`: programs' functions named for `perf` (/tmp/perf-PID.map).
+        if std::env::var_os("VINO_PERFMAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         Engine::new(&config).expect("the programs' engine configuration is valid")
     })
 }
