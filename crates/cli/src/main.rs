@@ -192,6 +192,10 @@ enum Command {
         /// change to as they start.
         #[arg(long, value_name = "DIR")]
         cwd: Option<String>,
+        /// With --image: compile the program again instead of taking it from the user's cache
+        /// of compiled programs ($XDG_CACHE_HOME/vino/programs, else ~/.cache/vino/programs).
+        #[arg(long)]
+        no_cache: bool,
         /// The program (.wasm).
         program: PathBuf,
         /// Its arguments.
@@ -269,6 +273,7 @@ fn main() -> ExitCode {
             memory,
             dirs,
             cwd,
+            no_cache,
             program,
             args,
         } => {
@@ -282,6 +287,7 @@ fn main() -> ExitCode {
                 memory,
                 dirs: &dirs,
                 cwd: cwd.as_deref(),
+                no_cache,
             };
             match run::run(&a) {
                 Ok(status) => return ExitCode::from(status as u8),

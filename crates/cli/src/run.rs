@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Dir, Exit, Program, ProgramLimits, Setup, Stdio};
+use vino_wasi::{Dir, DiskCache, Exit, Program, ProgramLimits, Setup, Stdio};
 
 pub struct RunArgs<'a> {
     /// The image to run on; `None`: in the daemon at `socket`.
@@ -25,6 +25,8 @@ pub struct RunArgs<'a> {
     /// `--dir PATH[::NAME]`, each.
     pub dirs: &'a [String],
     pub cwd: Option<&'a str>,
+    /// Compile without the user's cache of compiled programs.
+    pub no_cache: bool,
 }
 
 /// Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts) for a waiter.
@@ -68,7 +70,14 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
     if let Some(m) = a.memory {
         limits.memory_bytes = usize::try_from(m).context("--memory is too large")?;
     }
-    let program = Program::compile(&wasm, limits).with_context(|| a.program.display().to_string())?;
+    // The user's own cache of compiled programs (the daemon keeps its own in memory).
+    let cache = if a.no_cache {
+        None
+    } else {
+        DiskCache::default_dir().and_then(|d| DiskCache::open(&d))
+    };
+    let program =
+        Program::compile_cached(&wasm, limits, cache.as_ref()).with_context(|| a.program.display().to_string())?;
     if !image.exists() {
         bail!(
             "{} does not exist: make one with `vino mkfs {0} --size 256M`",

@@ -19,11 +19,13 @@
 
 mod abi;
 mod calls;
+mod disk_cache;
 mod fds;
 mod guest;
 mod vino;
 
 pub use abi::{MODULE, WasiErrno};
+pub use disk_cache::DiskCache;
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -203,6 +205,8 @@ pub struct Program {
     /// The module linked against the system calls once, so each run only instantiates.
     pre: InstancePre<Ctx>,
     limits: ProgramLimits,
+    /// Its compiled form came from a [`DiskCache`].
+    cached: bool,
 }
 
 /// The engine every program is compiled and run by: asynchronous, so that a program is a
@@ -302,6 +306,12 @@ fn preopen(process: &vino_kernel::Process, dirs: &[Dir]) -> Result<fds::FdTable,
 impl Program {
     /// Checks and compiles `wasm` (binary or text format).
     pub fn compile(wasm: &[u8], limits: ProgramLimits) -> Result<Program, RunError> {
+        Program::compile_cached(wasm, limits, None)
+    }
+
+    /// As [`Program::compile`], taking the compiled form from `cache` if it holds it (the
+    /// checks before compiling are made all the same), and leaving it there if not.
+    pub fn compile_cached(wasm: &[u8], limits: ProgramLimits, cache: Option<&DiskCache>) -> Result<Program, RunError> {
         if wasm.len() > limits.module_bytes {
             return Err(RunError::TooLarge {
                 size: wasm.len(),
@@ -324,7 +334,12 @@ impl Program {
             return Err(RunError::Invalid(e.to_string()));
         }
         let engine = engine().clone();
-        let module = Module::new(&engine, wasm).map_err(|e| RunError::Invalid(format!("{e:#}")))?;
+        let loaded = cache.and_then(|c| c.load(&engine, wasm));
+        let cached = loaded.is_some();
+        let module = match loaded {
+            Some(m) => m,
+            None => Module::new(&engine, wasm).map_err(|e| RunError::Invalid(format!("{e:#}")))?,
+        };
         if module.get_export("_start").is_none() {
             return Err(RunError::Invalid(
                 "no `_start` export: build it as a command (crt1-command)".into(),
@@ -337,12 +352,22 @@ impl Program {
         let pre = linker
             .instantiate_pre(&module)
             .map_err(|e| RunError::Invalid(format!("{e:#}")))?;
+        // Kept only once it is known to be a program this kernel runs.
+        if let (Some(c), false) = (cache, cached) {
+            c.store(&engine, wasm, &module);
+        }
         Ok(Program {
             engine,
             module,
             pre,
             limits,
+            cached,
         })
+    }
+
+    /// Whether its compiled form came from a [`DiskCache`] (not compiled this time).
+    pub fn from_cache(&self) -> bool {
+        self.cached
     }
 
     /// A new switch, for one run ([`Program::run`] takes it).

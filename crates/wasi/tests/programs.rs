@@ -766,3 +766,50 @@ fn grow_exit(pages: u32) -> Vec<u8> {
     (call $exit (i32.const 0)))"#
     ))
 }
+
+#[test]
+fn a_compiled_program_is_kept_on_disk_only_where_nobody_else_can_write() {
+    use std::os::unix::fs::PermissionsExt;
+    use vino_wasi::DiskCache;
+    let b = boot();
+    let k = &b.kernel;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("programs");
+    let cache = DiskCache::open(&dir).expect("a new private directory");
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    let wasm = wat(r#"(func (export "_start") (call $exit (i32.const 3)))"#);
+    let compile = |cache: Option<&DiskCache>| Program::compile_cached(&wasm, ProgramLimits::default(), cache).unwrap();
+    let first = compile(Some(&cache));
+    assert!(!first.from_cache());
+    let second = compile(Some(&cache));
+    assert!(second.from_cache(), "the second compile is a load");
+    assert_eq!(
+        run_program(k, &second, Credentials::root(), &["c"], b"").exit,
+        Exit::Code(3)
+    );
+    let file = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+
+    // A damaged file is compiled over, not run.
+    std::fs::write(&file, b"not machine code").unwrap();
+    let again = compile(Some(&cache));
+    assert!(!again.from_cache());
+    assert_eq!(
+        run_program(k, &again, Credentials::root(), &["c"], b"").exit,
+        Exit::Code(3)
+    );
+    assert!(compile(Some(&cache)).from_cache(), "and kept again");
+
+    // A file others may write is never loaded; nor is a directory others may write used.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(!compile(Some(&cache)).from_cache());
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(DiskCache::open(&dir).is_none());
+    // A module that is no program is not kept.
+    let before = std::fs::read_dir(&dir).unwrap().count();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let cache = DiskCache::open(&dir).unwrap();
+    let library = wat::parse_str(r#"(module (memory (export "memory") 1))"#).unwrap();
+    assert!(Program::compile_cached(&library, ProgramLimits::default(), Some(&cache)).is_err());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), before);
+    assert_nothing_held(k);
+}
