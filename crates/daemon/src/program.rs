@@ -296,9 +296,15 @@ struct ChannelReader {
 impl Read for ChannelReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.at == self.pending.len() {
-            match self.rx.recv() {
-                Ok(data) => (self.pending, self.at) = (data, 0),
-                Err(_) => return Ok(0),
+            // Nothing queued: the wait lasts until the client sends, so the program's worker
+            // goes to other threads at once (vino_sched::blocking) instead of after two ticks.
+            let next = match self.rx.try_recv() {
+                Err(std::sync::mpsc::TryRecvError::Empty) => vino_kernel::blocking_wait(|| self.rx.recv().ok()),
+                got => got.ok(),
+            };
+            match next {
+                Some(data) => (self.pending, self.at) = (data, 0),
+                None => return Ok(0),
             }
         }
         let n = buf.len().min(self.pending.len() - self.at);

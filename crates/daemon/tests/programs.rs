@@ -113,6 +113,9 @@ fn a_kill_or_a_client_that_goes_ends_the_program_with_nothing_held() {
     // The client goes without a word: the program goes with it.
     let p = d.client().run_program(&wasm, &setup(&["copy", "-", "/f"])).unwrap();
     std::thread::sleep(Duration::from_millis(100));
+    // Waiting for input it gave its worker to others at once.
+    let stats = d.handle().kernel().cpu().stats();
+    assert!(stats.handoffs >= 1, "{stats:?}");
     drop(p);
     d.wait_processes(0);
     assert_eq!(d.handle().kernel().referenced_inodes(), 0, "its files were closed");

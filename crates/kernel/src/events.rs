@@ -1114,10 +1114,15 @@ impl Process {
         };
         let until = Instant::now() + timeout;
         let mut queue = l.queue.lock();
-        while queue.events.is_empty() && !l.gone.load(Ordering::Relaxed) {
-            if l.ready.wait_until(&mut queue, until).timed_out() {
-                break;
-            }
+        if queue.events.is_empty() && !l.gone.load(Ordering::Relaxed) {
+            // Events come when others act: a VINO thread's worker goes to other threads now.
+            crate::blocking_wait(|| {
+                while queue.events.is_empty() && !l.gone.load(Ordering::Relaxed) {
+                    if l.ready.wait_until(&mut queue, until).timed_out() {
+                        break;
+                    }
+                }
+            });
         }
         queue.take(max, self.kernel().events.shared.queue_max)
     }

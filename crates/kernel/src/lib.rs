@@ -75,7 +75,9 @@ use vino_fs::{FileSystem, MountOptions};
 use vino_graft::account::{Accounts, LimitsConfig};
 use vino_graft::{Namespace, Runtime, RuntimeConfig};
 use vino_iosched::{IoScheduler, SchedConfig};
-pub use vino_sched::{SchedConfig as CpuSchedConfig, Scheduler as CpuScheduler, ShareError as CpuShareError};
+pub use vino_sched::{
+    SchedConfig as CpuSchedConfig, Scheduler as CpuScheduler, ShareError as CpuShareError, blocking as blocking_wait,
+};
 
 /// A process id.
 pub type Pid = u64;

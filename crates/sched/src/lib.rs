@@ -468,6 +468,7 @@ impl Inner {
             since: AtomicU64::new(0),
             extra: AtomicBool::new(false),
             ticks: self.ticks.clone(),
+            inner: Arc::downgrade(self),
         });
         self.workers.lock().push(slot.clone());
         let inner = self.clone();
@@ -683,15 +684,21 @@ impl Inner {
             {
                 continue;
             }
-            let mut st = self.state.lock();
-            st.polling = st.polling.checked_sub(1).expect("a worker counted as polling");
-            st.stats.handoffs += 1;
-            if st.idle == 0 && st.started < self.target + self.config.max_blocked && !st.shutdown {
-                self.start_worker(&mut st);
-            }
-            drop(st);
-            self.work.notify_one();
+            self.replace_worker();
         }
+    }
+
+    /// A worker blocked in the kernel gives its place: it no longer counts as polling, and an
+    /// idle worker (or a new one, up to `max_blocked` more) runs the next thread.
+    fn replace_worker(self: &Arc<Self>) {
+        let mut st = self.state.lock();
+        st.polling = st.polling.checked_sub(1).expect("a worker counted as polling");
+        st.stats.handoffs += 1;
+        if st.idle == 0 && st.started < self.target + self.config.max_blocked && !st.shutdown {
+            self.start_worker(&mut st);
+        }
+        drop(st);
+        self.work.notify_one();
     }
 
     fn add_timer(&self, at: Instant, waker: Waker) {
@@ -721,6 +728,7 @@ struct WorkerSlot {
     /// its poll ends.
     extra: AtomicBool,
     ticks: Arc<AtomicU64>,
+    inner: Weak<Inner>,
 }
 
 thread_local! {
@@ -756,6 +764,32 @@ pub fn in_kernel<R>(f: impl FnOnce() -> R) -> R {
         slot.extra.store(true, Ordering::Release);
     }
     DEPTH.with(|d| d.set(0));
+    r
+}
+
+/// Runs `f`, a wait of no known length (input from a client, output to one that may not read,
+/// a lock another holds), giving the worker's place to another at once rather than after two
+/// ticks as [`in_kernel`] does (which suits waits for the disk: most end within a tick, and a
+/// hand-off costs a thread's wake-up). Off a worker, it just runs `f`.
+pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    let slot = WORKER.with(|w| w.borrow().clone());
+    let Some(slot) = slot else { return f() };
+    if slot.extra.load(Ordering::Acquire) {
+        return f(); // replaced already in this poll
+    }
+    let before = slot.call.swap(HANDED_OFF, Ordering::AcqRel);
+    if before != HANDED_OFF
+        && let Some(inner) = slot.inner.upgrade()
+    {
+        inner.replace_worker();
+    }
+    let r = f();
+    // An extra worker until its poll ends. Inside `in_kernel` the call stays marked handed
+    // off (so the ticker does not replace it again), and `in_kernel` clears it.
+    slot.extra.store(true, Ordering::Release);
+    if before == NOT_IN_CALL {
+        slot.call.store(NOT_IN_CALL, Ordering::Release);
+    }
     r
 }
 

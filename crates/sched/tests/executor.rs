@@ -293,3 +293,43 @@ fn a_looping_or_lying_graft_is_overruled_and_the_default_decides() {
         assert_eq!(s.stats().graft_picks, 0);
     }
 }
+
+#[test]
+fn a_wait_of_no_known_length_gives_the_worker_away_at_once() {
+    let rt = Runtime::default();
+    // A tick so long the ticker never hands a worker off: only `blocking` can.
+    let s = Scheduler::new(
+        &rt,
+        SchedConfig {
+            workers: 1,
+            tick: Duration::from_secs(30),
+            ..SchedConfig::default()
+        },
+    );
+    s.add_process(1, 1);
+    s.add_process(2, 2);
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let (ran, seen) = std::sync::mpsc::channel::<()>();
+    let waiter = s
+        .spawn(1, move |_| async move {
+            // Inside a system call, as a program's read of its input is.
+            in_kernel(|| vino_sched::blocking(|| wait.recv().unwrap()));
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let other = s
+        .spawn(2, move |_| async move {
+            ran.send(()).unwrap();
+        })
+        .unwrap();
+    seen.recv_timeout(Duration::from_secs(10))
+        .expect("the other thread ran while the first waited on the one worker");
+    other.join();
+    release.send(()).unwrap();
+    waiter.join();
+    assert_eq!(s.stats().handoffs, 1, "{:?}", s.stats());
+    // The count of polling workers came back right: threads still run, one at a time.
+    for _ in 0..3 {
+        s.spawn(2, |ctx| async move { ctx.yield_now().await }).unwrap().join();
+    }
+}
