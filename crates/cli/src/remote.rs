@@ -409,7 +409,19 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
     let mut t = crate::table::Table::new(
         "Programs running in vinod",
         &[
-            "PID", "UID", "TICKETS", "THREADS", "CPU s", "MEM MiB", "FILES", "HITS", "MISSES", "GRAFTS", "PROGRAM",
+            "PID",
+            "UID",
+            "TICKETS",
+            "THREADS",
+            "CPU s",
+            "MEM MiB",
+            "READ MiB",
+            "WRITTEN MiB",
+            "FILES",
+            "HITS",
+            "MISSES",
+            "GRAFTS",
+            "PROGRAM",
         ],
     );
     for p in programs {
@@ -420,6 +432,8 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
             p.threads.to_string(),
             format!("{:.2}", p.cpu_ns as f64 / 1e9),
             format!("{:.1}", p.memory_bytes as f64 / (1 << 20) as f64),
+            format!("{:.1}", p.bytes_read as f64 / (1 << 20) as f64),
+            format!("{:.1}", p.bytes_written as f64 / (1 << 20) as f64),
             p.open_files.to_string(),
             p.cache_hits.to_string(),
             p.cache_misses.to_string(),

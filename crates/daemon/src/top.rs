@@ -107,6 +107,7 @@ impl Daemon {
             if let Some(prog) = self.programs.lock().get(&pid) {
                 row.program = Some(prog.name.clone());
                 row.cpu_ns = prog.cpu_ns();
+                (row.bytes_read, row.bytes_written) = p.io_bytes();
             }
             row.tickets = kernel.cpu().process_tickets(pid).unwrap_or(0);
             row.threads = kernel.cpu().threads_of(pid).len() as u64;

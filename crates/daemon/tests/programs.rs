@@ -116,6 +116,23 @@ fn a_kill_or_a_client_that_goes_ends_the_program_with_nothing_held() {
     // Waiting for input it gave its worker to others at once.
     let stats = d.handle().kernel().cpu().stats();
     assert!(stats.handoffs >= 1, "{stats:?}");
+    // What it wrote shows in its account (`vino ps`).
+    p.control().input(b"eleven byte").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let top = d.client().top().unwrap();
+        let row = top
+            .processes
+            .iter()
+            .find(|r| r.program.is_some())
+            .expect("the program is listed");
+        if row.bytes_written == 11 {
+            assert!(row.memory_bytes > 0, "{row:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{row:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     drop(p);
     d.wait_processes(0);
     assert_eq!(d.handle().kernel().referenced_inodes(), 0, "its files were closed");

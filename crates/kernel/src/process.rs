@@ -44,6 +44,9 @@ pub struct Process {
     timer: Mutex<Option<ArmedTimer>>,
     /// Threads of timers stopped without waiting, waited for at exit.
     retired_timers: Mutex<Vec<vino_sched::JoinHandle>>,
+    /// Bytes its reads returned and its writes took (`vino ps`).
+    bytes_read: std::sync::atomic::AtomicU64,
+    bytes_written: std::sync::atomic::AtomicU64,
 }
 
 /// A timer's thread: told to stop by the flag, waited for by its handle.
@@ -107,6 +110,8 @@ impl Process {
             timer_slot,
             timer: Mutex::new(None),
             retired_timers: Mutex::new(Vec::new()),
+            bytes_read: Default::default(),
+            bytes_written: Default::default(),
         })
     }
 
@@ -461,7 +466,16 @@ impl Process {
             ));
         }
         let ctx = IoCtx::with_read_ahead(self.pid, &f.ra);
-        Ok(self.kernel.cache.read(&ctx, f.ino, &f.backing, offset, buf)?)
+        let n = self.kernel.cache.read(&ctx, f.ino, &f.backing, offset, buf)?;
+        self.bytes_read
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Bytes this process's reads returned and its writes took, so far.
+    pub fn io_bytes(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.bytes_read.load(Relaxed), self.bytes_written.load(Relaxed))
     }
 
     pub fn write(&self, fd: Fd, data: &[u8]) -> SysResult<usize> {
@@ -505,7 +519,10 @@ impl Process {
             ino: f.ino,
             backing: &f.backing,
         };
-        Ok(self.fs().write_with(f.ino, offset, data, &mut target)?)
+        let n = self.fs().write_with(f.ino, offset, data, &mut target)?;
+        self.bytes_written
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
     }
 
     pub fn seek(&self, fd: Fd, offset: u64) -> SysResult<()> {
