@@ -10,9 +10,12 @@
 //!   mount must never panic, and a repaired image must check clean and work.
 //! - [`graft`]: a valid module made by `wasm-smith` for a graftpoint, bound by simulated
 //!   processes while the simulator's workload runs and checks every answer against its model.
+//! - [`program`]: a VINO process confined to one directory makes WASI calls with hostile
+//!   descriptors, paths and pointers; nothing outside the directory may change.
 
 pub mod graft;
 pub mod image;
+pub mod program;
 pub mod protocol;
 pub mod seeds;
 
@@ -24,6 +27,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("protocol", protocol::run),
     ("image", image::run),
     ("graft", graft::run),
+    ("program", program::run),
 ];
 
 /// A fresh file system on an in-memory disk of `blocks` blocks, in groups of 512 blocks and

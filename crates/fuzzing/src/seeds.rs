@@ -13,6 +13,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "protocol" => protocol(),
         "image" => image(),
         "graft" => graft(),
+        "program" => program(),
         other => panic!("no fuzz target {other}"),
     }
 }
@@ -255,4 +256,13 @@ fn image() -> Vec<Vec<u8>> {
 
 fn graft() -> Vec<Vec<u8>> {
     random(0x6aaf7, 24, 2000)
+}
+
+/// Bytes only: the program target reads its calls and their arguments out of any input.
+fn program() -> Vec<Vec<u8>> {
+    let mut seeds = random(0x9e0c, 16, 400);
+    seeds.push(vec![0; 64]);
+    seeds.push(vec![0xff; 256]);
+    seeds.push((0..=255).collect());
+    seeds
 }

@@ -58,6 +58,11 @@ fn graft() {
     replay("graft", 32, 3000);
 }
 
+#[test]
+fn program() {
+    replay("program", 32, 400);
+}
+
 /// The graft target is only as good as the modules it makes: most must load (a module with
 /// its argument area outside its memory, or over the memory cap, is refused).
 #[test]
@@ -97,4 +102,20 @@ fn protocol_seeds_are_served() {
             "seed {i}: {answers:#?}"
         );
     }
+}
+
+/// The program target is only as good as the calls it makes: inputs must turn into programs
+/// that call the kernel through many of WASI's path and descriptor calls.
+#[test]
+fn program_inputs_make_many_kinds_of_calls() {
+    let mut kinds = std::collections::BTreeSet::new();
+    for input in seeds::seeds("program") {
+        let wat = vino_fuzzing::program::program(&mut arbitrary::Unstructured::new(&input)).unwrap();
+        kinds.extend(
+            wat.lines()
+                .filter_map(|l| l.trim().strip_prefix("(drop (call $")?.split(' ').next())
+                .map(String::from),
+        );
+    }
+    assert!(kinds.len() >= 12, "{kinds:?}");
 }
