@@ -103,14 +103,25 @@ impl DiskCache {
         self.prune();
     }
 
-    /// Removes the least recently used files past [`MAX_ENTRIES`].
+    /// Removes the least recently used files past [`MAX_ENTRIES`], and temporary files a run
+    /// that died while writing left more than an hour ago.
     fn prune(&self) {
         let Ok(dir) = fs::read_dir(&self.dir) else { return };
-        let mut files: Vec<(std::time::SystemTime, PathBuf)> = dir
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
-            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-            .collect();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let mut files: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+        for e in dir.flatten() {
+            let Some(modified) = e.metadata().ok().and_then(|m| m.modified().ok()) else {
+                continue;
+            };
+            let path = e.path();
+            match path.extension().and_then(|x| x.to_str()) {
+                Some("cwasm") => files.push((modified, path)),
+                Some(x) if x.starts_with("tmp") && modified < hour_ago => {
+                    let _ = fs::remove_file(&path);
+                }
+                _ => {}
+            }
+        }
         if files.len() <= MAX_ENTRIES {
             return;
         }

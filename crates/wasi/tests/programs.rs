@@ -804,6 +804,27 @@ fn a_compiled_program_is_kept_on_disk_only_where_nobody_else_can_write() {
     assert!(!compile(Some(&cache)).from_cache());
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     assert!(DiskCache::open(&dir).is_none());
+    // A temporary file a dead run left an hour ago goes at the next store; a fresh one stays.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (stale, fresh) = (dir.join("x.cwasm.tmp99"), dir.join("y.cwasm.tmp98"));
+    std::fs::write(&stale, b"half").unwrap();
+    std::fs::write(&fresh, b"half").unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let other = wat(r#"(func (export "_start") (call $exit (i32.const 4)))"#);
+    assert!(
+        !Program::compile_cached(&other, ProgramLimits::default(), DiskCache::open(&dir).as_ref())
+            .unwrap()
+            .from_cache()
+    );
+    assert!(!stale.exists() && fresh.exists());
+    std::fs::remove_file(&fresh).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     // A module that is no program is not kept.
     let before = std::fs::read_dir(&dir).unwrap().count();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
