@@ -44,7 +44,8 @@ pub struct Process {
     timer: Mutex<Option<ArmedTimer>>,
     /// Threads of timers stopped without waiting, waited for at exit.
     retired_timers: Mutex<Vec<vino_sched::JoinHandle>>,
-    /// Bytes its reads returned and its writes took (`vino ps`).
+    /// Bytes read and written, as its runner counts them (`vino ps`): counted by the program
+    /// engine, off the kernel's read path that every caller shares.
     bytes_read: std::sync::atomic::AtomicU64,
     bytes_written: std::sync::atomic::AtomicU64,
 }
@@ -466,13 +467,21 @@ impl Process {
             ));
         }
         let ctx = IoCtx::with_read_ahead(self.pid, &f.ra);
-        let n = self.kernel.cache.read(&ctx, f.ino, &f.backing, offset, buf)?;
-        self.bytes_read
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        Ok(n)
+        Ok(self.kernel.cache.read(&ctx, f.ino, &f.backing, offset, buf)?)
     }
 
-    /// Bytes this process's reads returned and its writes took, so far.
+    /// Counts bytes read and written for [`Process::io_bytes`].
+    pub fn count_io(&self, read: u64, written: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if read > 0 {
+            self.bytes_read.fetch_add(read, Relaxed);
+        }
+        if written > 0 {
+            self.bytes_written.fetch_add(written, Relaxed);
+        }
+    }
+
+    /// Bytes counted as read and written by this process's runner ([`Process::count_io`]).
     pub fn io_bytes(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
         (self.bytes_read.load(Relaxed), self.bytes_written.load(Relaxed))
@@ -519,10 +528,7 @@ impl Process {
             ino: f.ino,
             backing: &f.backing,
         };
-        let n = self.fs().write_with(f.ino, offset, data, &mut target)?;
-        self.bytes_written
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        Ok(n)
+        Ok(self.fs().write_with(f.ino, offset, data, &mut target)?)
     }
 
     pub fn seek(&self, fd: Fd, offset: u64) -> SysResult<()> {

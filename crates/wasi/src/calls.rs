@@ -515,6 +515,7 @@ fn pread_iovs(g: &mut Guest<'_>, x: &Ctx, kfd: Fd, iovs: u32, n: u32, off: u64) 
             break;
         }
     }
+    x.process.count_io(done, 0);
     Ok(done)
 }
 
@@ -529,6 +530,7 @@ fn pwrite_iovs(g: &Guest<'_>, x: &Ctx, kfd: Fd, iovs: u32, n: u32, off: u64) -> 
             break;
         }
     }
+    x.process.count_io(0, done);
     Ok(done)
 }
 
