@@ -121,34 +121,6 @@ pub(crate) fn hung_up(fd: BorrowedFd<'_>, wait: Duration) -> bool {
     n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
-/// Sleeps until the client hangs up (true) or `woken` becomes readable or closed (false).
-fn hung_up_before(client: BorrowedFd<'_>, woken: BorrowedFd<'_>) -> bool {
-    let mut fds = [
-        libc::pollfd {
-            fd: client.as_raw_fd(),
-            events: libc::POLLRDHUP,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: woken.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    loop {
-        // SAFETY: `fds` is an array of two valid pollfds that lives through the call (count 2),
-        // and both descriptors are borrowed, so open, for as long.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        if n <= 0 || fds[1].revents != 0 {
-            return false;
-        }
-        return fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
-    }
-}
-
 fn flags(f: vino_proto::OpenFlags) -> vino_kernel::OpenFlags {
     vino_kernel::OpenFlags {
         read: f.read,
@@ -367,11 +339,14 @@ impl Session<'_> {
                 wait,
             } => {
                 let req = lock_request(kind, start, len);
-                // Most locks are free: only a request that must wait pays for the watch on its
-                // client (a thread and a socket pair).
+                // Most locks are free: only a request that must wait is watched for its
+                // client hanging up (see crate::hangup).
                 match p.lock(fd, req, false) {
                     Err(e) if wait && e.errno == vino_kernel::Errno::Again => {
-                        ok(self.cancelled_on_hangup(|| p.lock(fd, req, true)))
+                        ok(self
+                            .daemon
+                            .hangups
+                            .during(p.kernel(), p.pid(), self.client.as_fd(), || p.lock(fd, req, true)))
                     }
                     r => ok(r),
                 }
@@ -467,29 +442,6 @@ impl Session<'_> {
                 len,
             } => ok(p.fallocate(fd, keep_size, offset, len)),
         }
-    }
-
-    /// Runs a lock wait while a watcher cancels it if the client hangs up: a client that died
-    /// must not keep its place in a lock queue (the connection's thread, blocked here, would
-    /// otherwise only notice once the lock was granted). The watcher sleeps in `poll` on the
-    /// client's socket and on a wake-up socket that is closed the moment the call returns, so the
-    /// call never waits for the watcher to time out.
-    fn cancelled_on_hangup<T>(&self, call: impl FnOnce() -> T) -> T {
-        let Ok((wake, woken)) = UnixStream::pair() else {
-            // No descriptor for the wake-up: the wait still ends when the lock is granted.
-            return call();
-        };
-        let (kernel, pid, client) = (self.process.kernel(), self.process.pid(), &self.client);
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                if hung_up_before(client.as_fd(), woken.as_fd()) {
-                    kernel.locks().cancel_waits(pid);
-                }
-            });
-            let result = call();
-            drop(wake);
-            result
-        })
     }
 
     /// Mounts or unmounts the file system through FUSE: privileged, as mount(8) is.

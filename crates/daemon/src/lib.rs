@@ -14,6 +14,7 @@
 pub mod config;
 mod conn;
 mod dispatch;
+mod hangup;
 mod peer;
 mod program;
 mod shm;
@@ -80,6 +81,8 @@ pub struct Daemon {
     /// Connection threads polling for their next request now, and how many may.
     spinning: AtomicUsize,
     max_spinning: usize,
+    /// Clients in lock waits, watched for hanging up.
+    hangups: hangup::HangupWatch,
 }
 
 /// A running daemon: its accept loop in a thread. [`Handle::shutdown`] stops it.
@@ -152,6 +155,7 @@ impl Daemon {
             spinning: AtomicUsize::new(0),
             // Leave a CPU to the clients (which poll for their answers too).
             max_spinning: std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1)),
+            hangups: hangup::HangupWatch::new(),
         }
     }
 
