@@ -7,9 +7,12 @@
 //! with Linux's nice values as the weights, while more than one user has work:
 //! - a user keeping `n` threads busy runs each at about 1/`n` of a nice-0 thread's weight (a
 //!   nice step is a factor of 1.25), so it weighs about one thread however many it keeps busy;
-//! - a user whose work took more than its share of a core lately (`heavy_percent`, half a core
-//!   by default, over about 100 ms) is *heavy*: its threads run at nice 19 by default (about
-//!   1/70 of a nice-0 thread's weight), so a lighter user's request runs as soon as it arrives.
+//! - a user whose work took more than its share of the cores lately (over about 100 ms; the
+//!   cores divided among the users with work, and at least `heavy_percent` of one core) is
+//!   *heavy*: its threads run at nice 19 by default (about 1/70 of a nice-0 thread's weight), so
+//!   a lighter user's request runs as soon as it arrives. A user within its share is never
+//!   heavy, however busy: a client in a tight loop of requests keeps one core busy between
+//!   itself and its connection, and lowering it for that would make it wait for the heavier.
 //!
 //! When its use falls back (or nobody else has work) its threads return to nice 0. Root's work
 //! is never lowered.
@@ -51,9 +54,12 @@ const IDLE_TICKS: u32 = 100;
 pub struct CpuConfig {
     /// The nice value (1..=19) a heavy user's work runs at; 0 turns lowering off.
     pub heavy_nice: i32,
-    /// Percent of one core a user's work may take, averaged over about 100 ms, while another
-    /// user also has work, before the user counts as heavy.
+    /// Percent of one core a user's work may always take, averaged over about 100 ms, while
+    /// another user also has work, before the user counts as heavy; above it, a user is heavy
+    /// only once it takes more than its share of the cores.
     pub heavy_percent: u32,
+    /// The cores the users share (the machine's, as this process may use them).
+    pub cores: u32,
 }
 
 impl Default for CpuConfig {
@@ -61,6 +67,7 @@ impl Default for CpuConfig {
         CpuConfig {
             heavy_nice: 19,
             heavy_percent: 50,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         }
     }
 }
@@ -313,8 +320,8 @@ fn sampler(inner: Weak<Inner>) {
 }
 
 /// Folds each tracked user's CPU of the last tick into its recent rate, decides who is heavy
-/// (more than `heavy_percent` of a core while some other user is active; hysteresis: it stays
-/// heavy until below three quarters of that) and sets each user's nice value ([`user_nice`]).
+/// (more than its share of the cores and more than `heavy_percent` of one core, while some
+/// other user is active; hysteresis: it stays heavy until below three quarters of that) and sets each user's nice value ([`user_nice`]).
 /// Users with no recent work are dropped. Returns whether any user's nice value changed, and
 /// how many users have work.
 fn update_rates(tracked: &mut Vec<Arc<Account>>, config: &CpuConfig) -> (bool, usize) {
@@ -331,7 +338,10 @@ fn update_rates(tracked: &mut Vec<Arc<Account>>, config: &CpuConfig) -> (bool, u
         .iter()
         .filter(|u| u.cpu_rate.load(Ordering::Relaxed) >= ACTIVE)
         .count();
-    let enter = u64::from(heavy_percent) * 100;
+    // The cores divided among the users with work (the share is what lets a busy but fair
+    // user keep its priority), and never under the configured floor.
+    let share = FULL_CORE * u64::from(config.cores.max(1)) / active.max(1) as u64;
+    let enter = (u64::from(heavy_percent) * 100).max(share);
     let mut changed = false;
     for u in tracked.iter() {
         let rate = u.cpu_rate.load(Ordering::Relaxed);
@@ -449,7 +459,11 @@ mod tests {
     #[test]
     fn a_user_over_its_share_is_lowered_and_restored_when_it_stops() {
         let accounts = Accounts::new(LimitsConfig::default());
-        let shares = Arc::new(CpuShares::new(CpuConfig::default()));
+        // One core between two users: the hog's whole core is twice its share.
+        let shares = Arc::new(CpuShares::new(CpuConfig {
+            cores: 1,
+            ..CpuConfig::default()
+        }));
         if !shares.lowering() {
             eprintln!("skipped: this process may not raise a lowered thread again");
             return;
@@ -520,12 +534,16 @@ mod tests {
 
     #[test]
     fn a_user_alone_is_never_heavy_and_root_never() {
+        let config = CpuConfig {
+            cores: 2,
+            ..CpuConfig::default()
+        };
         let accounts = Accounts::new(LimitsConfig::default());
         let (alone, root) = (accounts.user(1000), accounts.user(0));
         let mut tracked = vec![alone.clone()];
         for _ in 0..50 {
             alone.cpu_tick_ns.store(TICK.as_nanos() as u64, Ordering::Relaxed);
-            update_rates(&mut tracked, &CpuConfig::default());
+            update_rates(&mut tracked, &config);
         }
         assert!(!alone.cpu_heavy(), "alone on the machine: nobody to make way for");
         let other = accounts.user(1001);
@@ -535,13 +553,13 @@ mod tests {
                 u.cpu_tick_ns.store(TICK.as_nanos() as u64, Ordering::Relaxed);
             }
             other.cpu_tick_ns.store(TICK.as_nanos() as u64 / 20, Ordering::Relaxed);
-            update_rates(&mut tracked, &CpuConfig::default());
+            update_rates(&mut tracked, &config);
         }
         assert!(alone.cpu_heavy());
         assert!(!root.cpu_heavy(), "root's work is never lowered");
         assert!(!other.cpu_heavy(), "5% of a core is under the share");
         for _ in 0..100 {
-            update_rates(&mut tracked, &CpuConfig::default());
+            update_rates(&mut tracked, &config);
         }
         assert!(!alone.cpu_heavy(), "heaviness decays with the rate");
     }

@@ -163,8 +163,12 @@ pub struct LimitsFile {
     /// Nice value (0-19) of the threads serving a user that took more than its CPU share; 0
     /// only measures.
     pub cpu_heavy_nice: Option<i32>,
-    /// Percent of one core a user's work may take while others have work, before it is heavy.
+    /// Percent of one core a user's work may always take while others have work; above it, a
+    /// user is heavy once it takes more than its share of the cores.
     pub cpu_heavy_percent: Option<u32>,
+    /// The cores users share, each getting its part before it can be heavy (default: the
+    /// machine's, as the daemon may use them).
+    pub cpu_cores: Option<u32>,
 }
 
 impl LimitsFile {
@@ -258,6 +262,12 @@ impl LimitsFile {
                 return Err("limits.cpu_heavy_percent: 0 would make every user heavy".into());
             }
             l.cpu.heavy_percent = p;
+        }
+        if let Some(n) = self.cpu_cores {
+            if n == 0 {
+                return Err("limits.cpu_cores: 0 cores leave nothing to share".into());
+            }
+            l.cpu.cores = n;
         }
         Ok(l)
     }

@@ -353,8 +353,12 @@ fn a_user_taking_more_than_its_cpu_share_is_served_at_low_priority_until_it_stop
         eprintln!("skipped: needs root to run children as other users");
         return;
     }
-    // A fifth of a core, so that tests running beside this one cannot keep Alice under the line.
-    let d = daemon(|c| c.limits.cpu_heavy_percent = Some(20));
+    // A fifth of a core, so that tests running beside this one cannot keep Alice under the
+    // line; one core to share, so that her one core of control calls is over her share of it.
+    let d = daemon(|c| {
+        c.limits.cpu_heavy_percent = Some(20);
+        c.limits.cpu_cores = Some(1);
+    });
     homes(&d);
     let kernel = d.handle().kernel();
     let shares = kernel.accounts().cpu();
