@@ -14,6 +14,11 @@
 //!   heavy, however busy: a client in a tight loop of requests keeps one core busy between
 //!   itself and its connection, and lowering it for that would make it wait for the heavier.
 //!
+//! - a heavy user's connections also take turns ([`Worker::take_turn`]): no more of them serve
+//!   it at once than its share of the cores, each waiting before its request holds anything.
+//!   A lowered thread preempted inside one of the kernel's locks makes everyone wait for it;
+//!   a turn waited for outside them does not.
+//!
 //! When its use falls back (or nobody else has work) its threads return to nice 0. Root's work
 //! is never lowered.
 //!
@@ -46,6 +51,8 @@ const FULL_CORE: u64 = 10_000;
 const ACTIVE: u64 = 1;
 /// CPU in one tick (5% of it) that makes a thread count as busy for its user's weight.
 const BUSY_THREAD_NS: u64 = 500_000;
+/// Longest a heavy user's work waits for its turn (see `Worker::take_turn`).
+const MAX_TURN_WAIT: Duration = Duration::from_millis(10);
 /// Ticks with no work before the sampler sleeps until some thread works again.
 const IDLE_TICKS: u32 = 100;
 
@@ -99,6 +106,8 @@ struct Inner {
     wake: (Mutex<()>, Condvar),
     /// Users with work lately (as of the sampler's last tick).
     active_users: AtomicUsize,
+    /// How many threads may serve one heavy user at once: its share of the cores, at least one.
+    heavy_threads: AtomicUsize,
 }
 
 /// A registered thread, as the sampler sees it.
@@ -141,6 +150,7 @@ impl CpuShares {
                 asleep: AtomicBool::new(false),
                 wake: (Mutex::new(()), Condvar::new()),
                 active_users: AtomicUsize::new(0),
+                heavy_threads: AtomicUsize::new(1),
             }),
         }
     }
@@ -181,6 +191,7 @@ impl CpuShares {
             shared,
             serving: RefCell::new(None),
             settled: Cell::new(-1),
+            turn: RefCell::new(None),
         }
     }
 }
@@ -193,6 +204,8 @@ pub struct Worker {
     serving: RefCell<Option<Arc<Account>>>,
     /// The nice value the thread last settled on for its user (-1: not yet).
     settled: Cell<i32>,
+    /// The heavy user whose turn this thread holds (see [`Worker::begin`]).
+    turn: RefCell<Option<Arc<Account>>>,
 }
 
 impl Worker {
@@ -224,6 +237,76 @@ impl Worker {
     /// The thread's piece of work ended; it waits for the next.
     pub fn end(&self) {
         self.shared.busy.store(false, Ordering::Relaxed);
+        self.give_turn();
+    }
+
+    /// Runs `wait`, a wait of unknown length inside a piece of work (for a lock, for events),
+    /// without holding the user's turn: the wait may be for another of the user's threads.
+    pub fn waiting<T>(&self, wait: impl FnOnce() -> T) -> T {
+        let held = self.turn.borrow().is_some();
+        self.give_turn();
+        let result = wait();
+        if held {
+            self.take_turn();
+        }
+        result
+    }
+
+    /// Gives the user's turn back for the rest of this piece of work (which now only waits:
+    /// for a program running on the CPU scheduler, say); [`Worker::end`] does so too.
+    pub fn give_turn(&self) {
+        if let Some(user) = self.turn.borrow_mut().take() {
+            let (serving, cv) = &user.cpu_serving;
+            *serving.lock() -= 1;
+            cv.notify_one();
+        }
+    }
+
+    /// Waits, if the thread's user is heavy, until fewer threads serve it than its share of
+    /// the cores; called after [`Worker::begin`] by a thread that serves only this user's
+    /// requests (a connection's), before it takes anything others may wait for. A user with many
+    /// connections busy then cannot keep every core, and the kernel's locks with them, from the
+    /// others; lowering its priority alone does not do that, since a lowered thread preempted
+    /// inside a lock makes everyone wait for it. The turn goes back at [`Worker::end`] and
+    /// during [`Worker::waiting`]. The wait is bounded ([`MAX_TURN_WAIT`]): a turn held by a
+    /// thread blocked on the user's own other work delays that user, never deadlocks it.
+    /// Threads shared by all users (the event threads) never wait here.
+    pub fn take_turn(&self) {
+        self.turn_within(MAX_TURN_WAIT);
+    }
+
+    /// As [`Worker::take_turn`] without waiting, for threads shared by all users (the event
+    /// threads): false if the user is heavy and all its turns are taken, and the thread should
+    /// serve someone else first.
+    pub fn try_take_turn(&self) -> bool {
+        self.turn_within(Duration::ZERO)
+    }
+
+    /// Takes the user's turn if it is heavy, waiting up to `wait` for one: true once the thread
+    /// may go on (a turn taken, or none needed, or the wait over); false only with no wait.
+    fn turn_within(&self, wait: Duration) -> bool {
+        let Some(user) = self.serving.borrow().clone() else {
+            return true;
+        };
+        if !user.cpu_heavy() || self.turn.borrow().is_some() {
+            return true;
+        }
+        let most = self.inner.heavy_threads.load(Ordering::Relaxed);
+        let (serving, cv) = &user.cpu_serving;
+        let mut n = serving.lock();
+        let until = std::time::Instant::now() + wait;
+        while *n >= most {
+            if wait.is_zero() {
+                return false;
+            }
+            if cv.wait_until(&mut n, until).timed_out() {
+                break;
+            }
+        }
+        *n += 1;
+        drop(n);
+        *self.turn.borrow_mut() = Some(user);
+        true
     }
 
     /// The thread spent `d` polling for its client's next message.
@@ -247,6 +330,7 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
+        self.end();
         self.inner.workers.lock().retain(|w| !Arc::ptr_eq(w, &self.shared));
         // A pooled thread may live on: it leaves at nice 0.
         self.shared.settle(0);
@@ -296,6 +380,8 @@ fn sampler(inner: Weak<Inner>) {
         }
         let (changed, active) = update_rates(&mut tracked, &inner.config);
         inner.active_users.store(active, Ordering::Relaxed);
+        let share = inner.config.cores.max(1) as usize / active.max(1);
+        inner.heavy_threads.store(share.max(1), Ordering::Relaxed);
         if changed && inner.lowering {
             for w in &workers {
                 let want = w.serving.lock().as_ref().map_or(0, |u| u.cpu_nice());
@@ -516,6 +602,87 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(!hog.cpu_heavy(), "the hog's rate decays once it stops");
+    }
+
+    fn serving(user: &Account) -> usize {
+        *user.cpu_serving.0.lock()
+    }
+
+    #[test]
+    fn a_heavy_users_connections_take_turns_and_a_wait_gives_the_turn_back() {
+        let accounts = Accounts::new(LimitsConfig::default());
+        let shares = CpuShares::new(CpuConfig {
+            cores: 1,
+            ..CpuConfig::default()
+        });
+        // No sampler: the test says who is heavy.
+        shares.inner.sampler.set(()).unwrap();
+        let (heavy, light) = (accounts.user(1000), accounts.user(1001));
+        heavy.cpu_heavy.store(true, Ordering::Relaxed);
+        let first = shares.register();
+        first.serve(&heavy);
+        first.begin();
+        first.take_turn();
+        assert_eq!(serving(&heavy), 1, "the first thread holds the user's one turn");
+        // A second thread of the same user waits for the turn; never past the bound.
+        std::thread::scope(|s| {
+            let (shares, heavy) = (&shares, &heavy);
+            s.spawn(move || {
+                let second = shares.register();
+                second.serve(heavy);
+                second.begin();
+                let asked = Instant::now();
+                second.take_turn();
+                assert!(asked.elapsed() >= MAX_TURN_WAIT, "it waited for the turn");
+                assert_eq!(serving(heavy), 2, "past the bound it goes anyway");
+                second.end();
+            });
+        });
+        assert_eq!(serving(&heavy), 1);
+        // A wait inside the work (a lock another of the user's threads holds) gives it back.
+        first.waiting(|| assert_eq!(serving(&heavy), 0));
+        std::thread::scope(|s| {
+            let (shares, heavy) = (&shares, &heavy);
+            s.spawn(move || {
+                let shared = shares.register();
+                shared.serve(heavy);
+                shared.begin();
+                assert!(
+                    !shared.try_take_turn(),
+                    "a shared thread does not wait: it serves others"
+                );
+                shared.end();
+            });
+        });
+        assert_eq!(serving(&heavy), 1, "and takes it again after");
+        first.end();
+        assert_eq!(serving(&heavy), 0);
+        // A turn handed over: the waiter goes as soon as the holder ends.
+        first.begin();
+        first.take_turn();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let (shares, heavy) = (&shares, &heavy);
+            s.spawn(move || {
+                let second = shares.register();
+                second.serve(heavy);
+                second.begin();
+                tx.send(()).unwrap();
+                second.take_turn();
+                assert_eq!(serving(heavy), 1, "it went on the turn handed over");
+                second.end();
+            });
+            rx.recv().unwrap();
+            first.end();
+        });
+        assert_eq!(serving(&heavy), 0);
+        // A user that is not heavy never waits and holds no turn.
+        let w = shares.register();
+        w.serve(&light);
+        w.begin();
+        w.take_turn();
+        assert_eq!(serving(&light), 0);
+        w.end();
     }
 
     #[test]

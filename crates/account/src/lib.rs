@@ -288,6 +288,9 @@ pub struct Account {
     cpu_heavy: AtomicBool,
     /// The nice value its work runs at now.
     cpu_nice: AtomicI32,
+    /// While heavy: how many of its threads are serving it now (at most the kernel's share
+    /// of cores), and where the others wait their turn (see [`cpu`]).
+    cpu_serving: (Mutex<usize>, Condvar),
     /// Per resource: woken (one waiter per unit) when some is refunded, for charges that wait
     /// ([`Account::charge_waiting`]).
     refunded: [(Mutex<()>, Condvar); Resource::COUNT],
@@ -316,6 +319,7 @@ impl Account {
             cpu_rate: AtomicU64::new(0),
             cpu_heavy: AtomicBool::new(false),
             cpu_nice: AtomicI32::new(0),
+            cpu_serving: (Mutex::new(0), Condvar::new()),
             refunded: std::array::from_fn(|_| (Mutex::new(()), Condvar::new())),
         }
     }

@@ -294,6 +294,8 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
             }
         }
         session.cpu.begin();
+        // A heavy user's connections take turns (see vino_account::cpu::Worker::take_turn).
+        session.cpu.take_turn();
         reader.get_mut().deadline = Some(Instant::now() + frame_timeout);
         let mut header = [0u8; 4];
         if reader.read_exact(&mut header).is_err() {
@@ -322,6 +324,8 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
             // frame's buffer goes now, the module once compiled.
             drop(_buffer);
             drop(buf);
+            // The program runs on the CPU scheduler; this thread only waits for it.
+            session.cpu.give_turn();
             reader.get_mut().deadline = None;
             return crate::program::run(stream, reader, session, wasm, setup, detach);
         }

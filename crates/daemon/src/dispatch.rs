@@ -342,12 +342,12 @@ impl Session<'_> {
                 // Most locks are free: only a request that must wait is watched for its
                 // client hanging up (see crate::hangup).
                 match p.lock(fd, req, false) {
-                    Err(e) if wait && e.errno == vino_kernel::Errno::Again => {
-                        ok(self
-                            .daemon
+                    Err(e) if wait && e.errno == vino_kernel::Errno::Again => ok(self.cpu.waiting(|| {
+                        let lock = || p.lock(fd, req, true);
+                        self.daemon
                             .hangups
-                            .during(p.kernel(), p.pid(), self.client.as_fd(), || p.lock(fd, req, true)))
-                    }
+                            .during(p.kernel(), p.pid(), self.client.as_fd(), lock)
+                    })),
                     r => ok(r),
                 }
             }
@@ -468,7 +468,9 @@ impl Session<'_> {
         let until = Instant::now() + Duration::from_millis(timeout_ms as u64);
         loop {
             let left = until.saturating_duration_since(Instant::now());
-            let got = self.process.event_wait_at_most(left.min(HANGUP_POLL), EVENTS_PER_WAIT);
+            let got = self
+                .cpu
+                .waiting(|| self.process.event_wait_at_most(left.min(HANGUP_POLL), EVENTS_PER_WAIT));
             if !got.is_empty() || left <= HANGUP_POLL || hung_up(self.client.as_fd(), Duration::ZERO) {
                 return got.into_iter().map(event).collect();
             }

@@ -66,6 +66,9 @@ use vino_graft::{
 pub const EVENT_THREADS: usize = 2;
 /// Most graft jobs of one listener an event thread runs before serving the next listener.
 pub const EVENT_BATCH: usize = 4;
+/// How long an event thread with only a heavy user's listener to serve, and that user's turns
+/// all taken, waits before it looks again.
+const TURN_RETRY: Duration = Duration::from_millis(1);
 /// Default bound of each listener's queues (`KernelConfig::event_queue_max`).
 pub const EVENT_QUEUE_MAX: usize = 4096;
 /// Most bytes one `vino_file_write` may write.
@@ -664,6 +667,19 @@ impl Shared {
         }
     }
 
+    /// Puts `l`, whose user must wait for its turn, back at the tail of the run queue; with
+    /// nobody else to serve, waits a little for the turn instead of spinning.
+    fn defer(&self, l: Arc<Listener>) {
+        let mut run = self.run.lock();
+        let alone = run.is_empty();
+        run.push_back(l);
+        if alone {
+            self.runnable.wait_for(&mut run, TURN_RETRY);
+        } else {
+            self.runnable.notify_one();
+        }
+    }
+
     fn make_runnable(&self, l: &Arc<Listener>) {
         self.run.lock().push_back(l.clone());
         self.runnable.notify_one();
@@ -761,6 +777,13 @@ fn worker(shared: Weak<Shared>, cpu: Option<Worker>) {
             if let (Some(w), Some(user)) = (&cpu, &l.user) {
                 w.serve(user);
                 w.begin();
+                // A heavy user whose turns are all taken (by its connections) waits; the event
+                // threads, shared by all, serve the others meanwhile.
+                if !w.try_take_turn() {
+                    w.end();
+                    s.defer(l);
+                    continue;
+                }
             }
             s.serve(&l);
             if let Some(w) = &cpu {
