@@ -61,6 +61,9 @@ pub enum Attack {
     /// A `lock.grant` graft that spins to its budget on the attacker's file, and lock requests
     /// that conflict there so that it is called.
     LockGrantSpin,
+    /// The same four connections contending on one byte, with no graft: what another user's
+    /// lock traffic alone costs the victim (the control for [`Attack::LockGrantSpin`]).
+    LockContend,
     /// 32 connections calling a control function that loops forever, back to back.
     ControlSpin,
     /// A slow `event.fs.create` graft, 50 subscribers that never wait, and creates.
@@ -76,8 +79,9 @@ pub enum Attack {
 }
 
 impl Attack {
-    pub const ALL: [Attack; 7] = [
+    pub const ALL: [Attack; 8] = [
         Attack::LockGrantSpin,
+        Attack::LockContend,
         Attack::ControlSpin,
         Attack::EventFlood,
         Attack::GraftHog,
@@ -90,6 +94,7 @@ impl Attack {
     pub fn name(self) -> &'static str {
         match self {
             Attack::LockGrantSpin => "lock-grant-spin",
+            Attack::LockContend => "lock-contend",
             Attack::ControlSpin => "control-spin",
             Attack::EventFlood => "event-flood",
             Attack::GraftHog => "graft-hog",
@@ -911,7 +916,8 @@ fn attacker(socket: &Path, home: &str, attack: Attack) {
         }
     };
     let done = match attack {
-        Attack::LockGrantSpin => lock_grant_spin(&ctx, &started),
+        Attack::LockGrantSpin => lock_contention(&ctx, &started, true),
+        Attack::LockContend => lock_contention(&ctx, &started, false),
         Attack::ControlSpin => control_spin(&ctx, &started),
         Attack::EventFlood => event_flood(&ctx, &started),
         Attack::GraftHog => graft_hog(&ctx, &started),
@@ -987,13 +993,15 @@ impl Tally {
     }
 }
 
-fn lock_grant_spin(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
+/// Four connections contending on one byte of the attacker's file, with the spinning
+/// `lock.grant` graft bound on it if `graft`.
+fn lock_contention(ctx: &Ctx, started: Started<'_>, graft: bool) -> Result<String, String> {
     let path = format!("{}/lockfile", ctx.home);
     let mut owner = ctx.connect("lock-owner").map_err(text)?;
     let fd = owner.open(&path, OpenFlags::create()).map_err(text)?;
     let point = format!("lock.grant/{fd}");
     let spin = wasm(SPIN_LOCK_GRANT);
-    if let Err(e) = owner.graft_load(&point, &spin) {
+    if graft && let Err(e) = owner.graft_load(&point, &spin) {
         return Ok(format!("lock.grant graft refused: {}", text(e)));
     }
     let (cycles, reloads, tally) = (AtomicU64::new(0), AtomicU64::new(0), Tally::default());
@@ -1019,16 +1027,25 @@ fn lock_grant_spin(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
                 }
             });
         }
-        started("spinning lock.grant graft bound; 4 processes contend on one byte");
+        if graft {
+            started("spinning lock.grant graft bound; 4 connections contend on one byte");
+        } else {
+            started("no graft; 4 connections contend on one byte");
+        }
         while !ctx.stopped() {
-            reload_if_gone(&mut owner, &point, &spin, &reloads);
+            if graft {
+                reload_if_gone(&mut owner, &point, &spin, &reloads);
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     });
+    let cycles = cycles.load(Ordering::Relaxed);
+    if !graft {
+        return Ok(format!("{cycles} lock cycles{}", errors_suffix(&tally)));
+    }
     // Each reload follows an unload for failing every call: the graft spun to its budget.
     Ok(format!(
-        "{} lock cycles; the graft was unloaded for failing and loaded again {} times{}",
-        cycles.load(Ordering::Relaxed),
+        "{cycles} lock cycles; the graft was unloaded for failing and loaded again {} times{}",
         reloads.load(Ordering::Relaxed),
         errors_suffix(&tally)
     ))

@@ -608,6 +608,19 @@ mod tests {
         *user.cpu_serving.0.lock()
     }
 
+    /// Runs `work` on another thread whose worker serves `user` and has begun a piece of work.
+    fn on_thread(shares: &CpuShares, user: &Arc<Account>, work: impl FnOnce(&Worker) + Send) {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let w = shares.register();
+                w.serve(user);
+                w.begin();
+                work(&w);
+                w.end();
+            });
+        });
+    }
+
     #[test]
     fn a_heavy_users_connections_take_turns_and_a_wait_gives_the_turn_back() {
         let accounts = Accounts::new(LimitsConfig::default());
@@ -624,36 +637,18 @@ mod tests {
         first.begin();
         first.take_turn();
         assert_eq!(serving(&heavy), 1, "the first thread holds the user's one turn");
-        // A second thread of the same user waits for the turn; never past the bound.
-        std::thread::scope(|s| {
-            let (shares, heavy) = (&shares, &heavy);
-            s.spawn(move || {
-                let second = shares.register();
-                second.serve(heavy);
-                second.begin();
-                let asked = Instant::now();
-                second.take_turn();
-                assert!(asked.elapsed() >= MAX_TURN_WAIT, "it waited for the turn");
-                assert_eq!(serving(heavy), 2, "past the bound it goes anyway");
-                second.end();
-            });
+        // A second connection of the same user waits for the turn; never past the bound.
+        on_thread(&shares, &heavy, |second| {
+            let asked = Instant::now();
+            second.take_turn();
+            assert!(asked.elapsed() >= MAX_TURN_WAIT, "it waited for the turn");
+            assert_eq!(serving(&heavy), 2, "past the bound it goes anyway");
         });
         assert_eq!(serving(&heavy), 1);
+        // A shared thread (an event thread) does not wait: it serves others.
+        on_thread(&shares, &heavy, |shared| assert!(!shared.try_take_turn()));
         // A wait inside the work (a lock another of the user's threads holds) gives it back.
         first.waiting(|| assert_eq!(serving(&heavy), 0));
-        std::thread::scope(|s| {
-            let (shares, heavy) = (&shares, &heavy);
-            s.spawn(move || {
-                let shared = shares.register();
-                shared.serve(heavy);
-                shared.begin();
-                assert!(
-                    !shared.try_take_turn(),
-                    "a shared thread does not wait: it serves others"
-                );
-                shared.end();
-            });
-        });
         assert_eq!(serving(&heavy), 1, "and takes it again after");
         first.end();
         assert_eq!(serving(&heavy), 0);
@@ -662,27 +657,22 @@ mod tests {
         first.take_turn();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
-            let (shares, heavy) = (&shares, &heavy);
-            s.spawn(move || {
-                let second = shares.register();
-                second.serve(heavy);
-                second.begin();
-                tx.send(()).unwrap();
-                second.take_turn();
-                assert_eq!(serving(heavy), 1, "it went on the turn handed over");
-                second.end();
+            s.spawn(|| {
+                on_thread(&shares, &heavy, |second| {
+                    tx.send(()).unwrap();
+                    second.take_turn();
+                    assert_eq!(serving(&heavy), 1, "it went on the turn handed over");
+                })
             });
             rx.recv().unwrap();
             first.end();
         });
         assert_eq!(serving(&heavy), 0);
         // A user that is not heavy never waits and holds no turn.
-        let w = shares.register();
-        w.serve(&light);
-        w.begin();
-        w.take_turn();
-        assert_eq!(serving(&light), 0);
-        w.end();
+        on_thread(&shares, &light, |w| {
+            w.take_turn();
+            assert_eq!(serving(&light), 0);
+        });
     }
 
     #[test]
