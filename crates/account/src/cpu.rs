@@ -12,8 +12,7 @@
 //!   *heavy*: its threads run at nice 19 by default (about 1/70 of a nice-0 thread's weight), so
 //!   a lighter user's request runs as soon as it arrives. A user within its share is never
 //!   heavy, however busy: a client in a tight loop of requests keeps one core busy between
-//!   itself and its connection, and lowering it for that would make it wait for the heavier.
-//!
+//!   itself and its connection, and lowering it for that would make it wait for the heavier;
 //! - a heavy user's connections also take turns ([`Worker::take_turn`]): no more of them serve
 //!   it at once than its share of the cores, each waiting before its request holds anything.
 //!   A lowered thread preempted inside one of the kernel's locks makes everyone wait for it;
@@ -204,7 +203,7 @@ pub struct Worker {
     serving: RefCell<Option<Arc<Account>>>,
     /// The nice value the thread last settled on for its user (-1: not yet).
     settled: Cell<i32>,
-    /// The heavy user whose turn this thread holds (see [`Worker::begin`]).
+    /// The heavy user whose turn this thread holds (see [`Worker::take_turn`]).
     turn: RefCell<Option<Arc<Account>>>,
 }
 
@@ -285,12 +284,11 @@ impl Worker {
     /// Takes the user's turn if it is heavy, waiting up to `wait` for one: true once the thread
     /// may go on (a turn taken, or none needed, or the wait over); false only with no wait.
     fn turn_within(&self, wait: Duration) -> bool {
-        let Some(user) = self.serving.borrow().clone() else {
-            return true;
+        // One load for a user that is not heavy: this runs on every request.
+        let user = match self.serving.borrow().as_ref() {
+            Some(u) if u.cpu_heavy() && self.turn.borrow().is_none() => u.clone(),
+            _ => return true,
         };
-        if !user.cpu_heavy() || self.turn.borrow().is_some() {
-            return true;
-        }
         let most = self.inner.heavy_threads.load(Ordering::Relaxed);
         let (serving, cv) = &user.cpu_serving;
         let mut n = serving.lock();
@@ -407,8 +405,8 @@ fn sampler(inner: Weak<Inner>) {
 
 /// Folds each tracked user's CPU of the last tick into its recent rate, decides who is heavy
 /// (more than its share of the cores and more than `heavy_percent` of one core, while some
-/// other user is active; hysteresis: it stays heavy until below three quarters of that) and sets each user's nice value ([`user_nice`]).
-/// Users with no recent work are dropped. Returns whether any user's nice value changed, and
+/// other user is active; hysteresis: it stays heavy until below three quarters of that) and
+/// sets each user's nice value ([`user_nice`]). Users with no recent work are dropped. Returns whether any user's nice value changed, and
 /// how many users have work.
 fn update_rates(tracked: &mut Vec<Arc<Account>>, config: &CpuConfig) -> (bool, usize) {
     let heavy_percent = config.heavy_percent;
