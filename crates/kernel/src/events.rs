@@ -667,13 +667,14 @@ impl Shared {
         }
     }
 
-    /// Puts `l`, whose user must wait for its turn, back at the tail of the run queue; with
-    /// nobody else to serve, waits a little for the turn instead of spinning.
-    fn defer(&self, l: Arc<Listener>) {
+    /// Puts `l`, whose user must wait for its turn, back at the tail of the run queue. The
+    /// caller has put back `deferred` listeners in a row without serving one: once that is every
+    /// listener waiting (all are heavy users' whose turns are taken), it waits a little instead
+    /// of spinning through them.
+    fn defer(&self, l: Arc<Listener>, deferred: usize) {
         let mut run = self.run.lock();
-        let alone = run.is_empty();
         run.push_back(l);
-        if alone {
+        if deferred >= run.len() {
             self.runnable.wait_for(&mut run, TURN_RETRY);
         } else {
             self.runnable.notify_one();
@@ -767,6 +768,8 @@ impl Shared {
 
 /// An event thread: serves the listeners on the run queue in turn.
 fn worker(shared: Weak<Shared>, cpu: Option<Worker>) {
+    // Listeners put back for their user's turn in a row, without one served.
+    let mut deferred = 0;
     loop {
         let Some(s) = shared.upgrade() else { return };
         if s.stop.load(Ordering::Relaxed) {
@@ -781,10 +784,12 @@ fn worker(shared: Weak<Shared>, cpu: Option<Worker>) {
                 // threads, shared by all, serve the others meanwhile.
                 if !w.try_take_turn() {
                     w.end();
-                    s.defer(l);
+                    deferred += 1;
+                    s.defer(l, deferred);
                     continue;
                 }
             }
+            deferred = 0;
             s.serve(&l);
             if let Some(w) = &cpu {
                 w.end();
