@@ -28,6 +28,9 @@ pub mod bench;
 mod invalidate;
 pub mod nodes;
 mod ops;
+mod ring;
+
+pub use ring::Transport;
 
 use fuser::{Config, MountOption, Session, SessionACL};
 use ops::{State, VinoFs};
@@ -55,6 +58,10 @@ pub struct MountConfig {
     pub dev: bool,
     /// Honour set-user-ID and set-group-ID bits when programs on the mount run (no `nosuid`).
     pub suid: bool,
+    /// FUSE over io_uring or `/dev/fuse`.
+    pub transport: Transport,
+    /// Ring entries per CPU: requests one CPU's callers may have in service at once.
+    pub ring_depth: usize,
 }
 
 impl Default for MountConfig {
@@ -66,6 +73,8 @@ impl Default for MountConfig {
             threads: 2,
             dev: false,
             suid: false,
+            transport: Transport::Auto,
+            ring_depth: 32,
         }
     }
 }
@@ -96,10 +105,22 @@ fn session_config(config: &MountConfig) -> Config {
 type Served = (Session<VinoFs>, Arc<State>, invalidate::Invalidator);
 
 fn session(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<Served> {
-    let state = State::new(kernel.clone(), config).map_err(|e| io::Error::other(e.to_string()))?;
+    let ring = ring::RingState::new(config.transport, config.ring_depth)?;
+    let state = State::new(kernel.clone(), config, ring).map_err(|e| io::Error::other(e.to_string()))?;
     let state = Arc::new(state);
-    let session = Session::new(VinoFs(state.clone()), mountpoint, &session_config(config))
+    let mut session = Session::new(VinoFs(state.clone()), mountpoint, &session_config(config))
         .map_err(|e| io::Error::new(e.kind(), format!("mounting VINO on {}: {e}", mountpoint.display())))?;
+    let granted = state.ring.granted.load(std::sync::atomic::Ordering::Relaxed);
+    if config.transport == Transport::Uring && !granted {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "Linux did not offer FUSE over io_uring for this mount",
+        ));
+    }
+    if granted {
+        let s = state.clone();
+        session.set_extra_loops(Box::new(move |dispatcher| ring::start(dispatcher, &s.ring)));
+    }
     let invalidator = invalidate::start(kernel, &state, session.notifier())?;
     Ok((session, state, invalidator))
 }
@@ -116,6 +137,13 @@ pub struct Mount {
 pub fn mount(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<Mount> {
     let (session, state, invalidator) = session(kernel, mountpoint, config)?;
     let session = Some(session.spawn()?);
+    // The ring's queues start on the session's thread; Linux holds requests until they have.
+    if state.ring.granted.load(std::sync::atomic::Ordering::Relaxed) {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while state.ring.ring.get().is_none() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     Ok(Mount {
         session,
         state,
@@ -142,6 +170,16 @@ impl Mount {
     /// The kernel processes made for the callers so far (one per set of credentials).
     pub fn processes(&self) -> Vec<Arc<Process>> {
         self.state.processes()
+    }
+
+    /// Which transport serves the mount: "io_uring, N queues" or "/dev/fuse".
+    pub fn transport(&self) -> String {
+        self.state.ring.describe()
+    }
+
+    /// Requests served through the ring so far (none on `/dev/fuse`).
+    pub fn ring_served(&self) -> u64 {
+        self.state.ring.ring.get().map_or(0, |r| r.served())
     }
 
     /// Nodes Linux holds now (each holds its inode in the kernel), the root not counted.

@@ -119,10 +119,12 @@ pub(crate) struct State {
     /// Linux pid of each lock owner, for `F_GETLK`'s answer.
     lock_pids: Mutex<HashMap<u64, u32>>,
     next_fh: AtomicU64,
+    /// FUSE over io_uring: asked for, granted, running.
+    pub(crate) ring: crate::ring::RingState,
 }
 
 impl State {
-    pub(crate) fn new(kernel: Arc<Kernel>, config: &MountConfig) -> SysResult<State> {
+    pub(crate) fn new(kernel: Arc<Kernel>, config: &MountConfig, ring: crate::ring::RingState) -> SysResult<State> {
         assert_eq!(
             vino_fs::ROOT_INO,
             crate::nodes::ROOT,
@@ -139,6 +141,7 @@ impl State {
             groups: Mutex::default(),
             lock_pids: Mutex::default(),
             next_fh: AtomicU64::new(1),
+            ring,
         })
     }
 
@@ -626,6 +629,13 @@ impl Filesystem for VinoFs {
             | InitFlags::FUSE_HANDLE_KILLPRIV
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         let _ = config.add_capabilities(wanted & config.capabilities());
+        // FUSE over io_uring, when asked for and offered; the ring's payload buffers hold the
+        // largest write.
+        if self.0.ring.wanted && config.capabilities().contains(InitFlags::FUSE_OVER_IO_URING) {
+            let _ = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING);
+            let _ = config.set_max_write(crate::ring::PAYLOAD as u32);
+            self.0.ring.granted.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(())
     }
 

@@ -34,10 +34,19 @@ use crate::ll::reply::Response;
 use crate::ll::{self};
 use crate::passthrough::BackingId;
 
+/// Where a reply goes when the request did not come from `/dev/fuse` but from a transport of
+/// the file system's own (FUSE over io_uring): see [`crate::Dispatcher`]. Called once per
+/// request with the whole reply (`fuse_out_header` first).
+pub trait ReplySink: Send + Sync + std::fmt::Debug {
+    /// Sends one reply.
+    fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()>;
+}
+
 /// Generic reply callback to send data
 #[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    Sink(std::sync::Arc<dyn ReplySink>),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -49,6 +58,7 @@ impl ReplySender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            ReplySender::Sink(sink) => sink.send(data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -63,6 +73,7 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
+            ReplySender::Sink(_) => Err(std::io::Error::from(std::io::ErrorKind::Unsupported)),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -74,6 +85,7 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            ReplySender::Sink(_) => unreachable!("backing files need /dev/fuse"),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]

@@ -32,15 +32,36 @@ use crate::session::SessionEventLoop;
 /// Request data structure
 #[derive(Debug)]
 pub(crate) struct RequestWithSender<'a> {
-    /// Channel sender for sending the reply
-    ch: ChannelSender,
+    /// Where the reply goes
+    ch: Origin,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
+}
+
+/// Where a request came from, and so where its reply goes.
+#[derive(Debug)]
+pub(crate) enum Origin {
+    Channel(ChannelSender),
+    Sink(std::sync::Arc<dyn crate::reply::ReplySink>),
+}
+
+impl Origin {
+    fn sender(&self) -> ReplySender {
+        match self {
+            Origin::Channel(ch) => ReplySender::Channel(ch.clone()),
+            Origin::Sink(sink) => ReplySender::Sink(sink.clone()),
+        }
+    }
 }
 
 impl<'a> RequestWithSender<'a> {
     /// Create a new request from the given data
     pub(crate) fn new(ch: ChannelSender, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
+        Self::with_origin(Origin::Channel(ch), data)
+    }
+
+    /// A request received by another transport, replied to through `ch`.
+    pub(crate) fn with_origin(ch: Origin, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
         let request = match ll::AnyRequest::try_from(data) {
             Ok(request) => request,
             Err(err) => {
@@ -304,7 +325,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.ch.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -479,7 +500,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.ch.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -552,7 +573,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.ch.sender())
     }
 
     /// Returns a Request reference for this request

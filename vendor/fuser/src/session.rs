@@ -139,6 +139,54 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Serving loops of another transport, started by `run` beside the `/dev/fuse` ones.
+    pub(crate) extra_loops: ExtraLoops<FS>,
+}
+
+/// Starts serving loops of a transport other than `/dev/fuse` reads, given a dispatcher; the
+/// threads it returns are joined before the file system is destroyed.
+pub type StartLoops<FS> = Box<
+    dyn FnOnce(Dispatcher<FS>) -> io::Result<Vec<thread::JoinHandle<io::Result<()>>>> + Send,
+>;
+
+pub(crate) struct ExtraLoops<FS: Filesystem>(Option<StartLoops<FS>>);
+
+impl<FS: Filesystem> std::fmt::Debug for ExtraLoops<FS> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "ExtraLoops(set)" } else { "ExtraLoops(none)" })
+    }
+}
+
+/// Dispatches requests that a transport of the file system's own received (FUSE over
+/// io_uring) to the file system, as the `/dev/fuse` loops do, each reply going to its sink.
+pub struct Dispatcher<FS: Filesystem>(SessionEventLoop<FS>);
+
+impl<FS: Filesystem> std::fmt::Debug for Dispatcher<FS> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Dispatcher")
+    }
+}
+
+impl<FS: Filesystem> Dispatcher<FS> {
+    /// Parses one request (laid out as a `/dev/fuse` read returns it) and calls the file
+    /// system; the reply goes to `sink`, now or later. An unparsable request is an error and
+    /// gets no reply. `FUSE_DESTROY` is answered here; the file system is destroyed when the
+    /// session ends.
+    pub fn dispatch(&self, data: &[u8], sink: Arc<dyn crate::ReplySink>) -> io::Result<()> {
+        let req = RequestWithSender::with_origin(crate::request::Origin::Sink(sink), data)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "invalid FUSE request"))?;
+        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+            req.reply::<ReplyEmpty>().ok();
+        } else {
+            req.dispatch(&self.0);
+        }
+        Ok(())
+    }
+
+    /// The `/dev/fuse` descriptor of the session.
+    pub fn device(&self) -> BorrowedFd<'_> {
+        self.0.ch.as_fd()
+    }
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +234,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            extra_loops: ExtraLoops(None),
         };
 
         session.handshake()?;
@@ -214,11 +263,18 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            extra_loops: ExtraLoops(None),
         };
 
         session.handshake()?;
 
         Ok(session)
+    }
+
+    /// Starts serving loops of another transport when the session runs (after the handshake):
+    /// `start` gets a [`Dispatcher`] and returns the threads it started.
+    pub fn set_extra_loops(&mut self, start: StartLoops<FS>) {
+        self.extra_loops = ExtraLoops(Some(start));
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -252,6 +308,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            extra_loops,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -289,6 +346,15 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        if let Some(start) = extra_loops.0 {
+            threads.extend(start(Dispatcher(SessionEventLoop {
+                thread_name: "fuser-extra".into(),
+                filesystem: filesystem.clone(),
+                ch: channels[0].clone(),
+                allowed,
+                session_owner,
+            }))?);
+        }
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");

@@ -22,6 +22,7 @@
 
 #![warn(missing_debug_implementations)]
 #![allow(missing_docs)]
+#![allow(dead_code)] // (vendored: the ABI is kept whole)
 
 use num_enum::TryFromPrimitive;
 use zerocopy::FromBytes;

@@ -1,0 +1,42 @@
+//! Memory shared with Linux: zeroed, 8-byte aligned, at an address that never moves.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ptr::NonNull;
+
+pub(crate) struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Region is plain memory; who may touch which part when is the queue's protocol
+// (see `Queue`), not the Region's.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+impl Region {
+    pub(crate) fn new(len: usize) -> Region {
+        let layout = Self::layout(len);
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(ptr) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        Region { ptr, len }
+    }
+
+    fn layout(len: usize) -> Layout {
+        Layout::from_size_align(len.max(8), 8).expect("region size")
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+    }
+}

@@ -1,0 +1,196 @@
+//! The mount served over io_uring ([`vino_fuse_uring`]): requests go to the same file system
+//! code as `/dev/fuse`'s (fuser's dispatcher), replies back through the ring.
+//!
+//! A blocking lock wait (`F_SETLKW`) keeps its ring entry until the lock is granted, and a queue
+//! has only `depth` entries for all the callers on its CPU. So waits are bounded per queue: a
+//! quarter of the entries is kept for requests that do not wait, and one user may hold at most
+//! another quarter; a wait beyond that fails with ENOLCK, as a wait beyond the user's share of
+//! lock waits does on either transport.
+
+use crate::ops::VinoFs;
+use fuser::{Dispatcher, ReplySink};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io::{self, IoSlice};
+use std::sync::{Arc, OnceLock};
+use vino_fuse_uring::{Availability, Reply};
+
+/// Which transport carries the mount's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// io_uring where Linux offers it, else `/dev/fuse`.
+    #[default]
+    Auto,
+    /// io_uring or nothing: mounting fails where Linux does not offer it.
+    Uring,
+    /// `/dev/fuse` reads and writes only.
+    DevFuse,
+}
+
+/// Bytes of payload per ring entry: the largest read or write Linux sends (256 pages).
+pub(crate) const PAYLOAD: usize = 1 << 20;
+
+const FUSE_SETLKW: u32 = 33;
+
+/// What the mount knows of its ring.
+#[derive(Debug, Default)]
+pub(crate) struct RingState {
+    /// Ask Linux for the ring at `FUSE_INIT`.
+    pub(crate) wanted: bool,
+    pub(crate) depth: usize,
+    /// Linux agreed (set during the handshake).
+    pub(crate) granted: std::sync::atomic::AtomicBool,
+    pub(crate) ring: OnceLock<vino_fuse_uring::Ring>,
+}
+
+impl RingState {
+    pub(crate) fn new(transport: Transport, depth: usize) -> io::Result<RingState> {
+        let available = vino_fuse_uring::availability();
+        let wanted = match (transport, available) {
+            (Transport::DevFuse, _) => false,
+            (Transport::Auto, a) => a == Availability::Enabled && vino_fuse_uring::usable(),
+            (Transport::Uring, Availability::Enabled) if vino_fuse_uring::usable() => true,
+            (Transport::Uring, a) => return Err(unavailable(a)),
+        };
+        Ok(RingState {
+            wanted,
+            depth,
+            ..Default::default()
+        })
+    }
+
+    /// "io_uring, N queues" or "/dev/fuse".
+    pub(crate) fn describe(&self) -> String {
+        match self.ring.get() {
+            Some(r) if r.refused().is_none() => format!("io_uring, {} queues", r.queues()),
+            Some(r) => format!("/dev/fuse (io_uring refused: errno {})", r.refused().unwrap_or(0)),
+            None => "/dev/fuse".into(),
+        }
+    }
+}
+
+fn unavailable(a: Availability) -> io::Error {
+    let why = match a {
+        Availability::Missing => "this Linux has no FUSE over io_uring (6.14 or later needed)".to_string(),
+        _ => format!(
+            "FUSE over io_uring is off on this host (as root: echo Y > {})",
+            vino_fuse_uring::parameter()
+        ),
+    };
+    io::Error::new(io::ErrorKind::Unsupported, why)
+}
+
+/// Starts the ring's queues on the session's connection (fuser calls this after the handshake).
+pub(crate) fn start(
+    dispatcher: Dispatcher<VinoFs>,
+    state: &RingState,
+) -> io::Result<Vec<std::thread::JoinHandle<io::Result<()>>>> {
+    let queues = vino_fuse_uring::possible_cpus()?;
+    let depth = state.depth;
+    let dev = dispatcher.device().try_clone_to_owned()?;
+    let server = Arc::new(Server {
+        dispatcher,
+        waits: Arc::new((0..queues).map(|_| Mutex::default()).collect()),
+        depth,
+    });
+    let config = vino_fuse_uring::Config {
+        depth,
+        payload: PAYLOAD,
+    };
+    let (ring, threads) = vino_fuse_uring::start(std::os::fd::AsFd::as_fd(&dev), queues, config, server)?;
+    let _ = state.ring.set(ring);
+    Ok(threads)
+}
+
+struct Server {
+    dispatcher: Dispatcher<VinoFs>,
+    /// Blocking lock waits held per queue: in all, and per uid.
+    waits: Arc<Vec<Mutex<Waits>>>,
+    depth: usize,
+}
+
+#[derive(Default)]
+struct Waits {
+    total: usize,
+    by_user: HashMap<u32, usize>,
+}
+
+impl vino_fuse_uring::Handler for Server {
+    fn handle(&self, queue: usize, request: &[u8], reply: Reply) {
+        let opcode = u32::from_ne_bytes(request[4..8].try_into().unwrap());
+        let hold = if opcode == FUSE_SETLKW {
+            let uid = u32::from_ne_bytes(request[24..28].try_into().unwrap());
+            match self.hold(queue, uid) {
+                Some(hold) => Some(hold),
+                None => return reply.error(libc::ENOLCK),
+            }
+        } else {
+            None
+        };
+        let sink = Arc::new(Sink {
+            reply: Mutex::new(Some(reply)),
+            _hold: hold,
+        });
+        // An unparsable request gets EIO when its sink drops unanswered.
+        let _ = self.dispatcher.dispatch(request, sink);
+    }
+}
+
+impl Server {
+    /// Counts a lock wait against the queue's bounds, released when the wait's reply is sent.
+    fn hold(&self, queue: usize, uid: u32) -> Option<Hold> {
+        let quarter = (self.depth / 4).max(1);
+        let mut w = self.waits[queue].lock();
+        let mine = w.by_user.get(&uid).copied().unwrap_or(0);
+        if w.total >= self.depth.saturating_sub(quarter) || mine >= quarter {
+            return None;
+        }
+        w.total += 1;
+        *w.by_user.entry(uid).or_default() += 1;
+        Some(Hold {
+            waits: self.waits.clone(),
+            queue,
+            uid,
+        })
+    }
+}
+
+/// A counted wait; dropping it gives the place back.
+struct Hold {
+    waits: Arc<Vec<Mutex<Waits>>>,
+    queue: usize,
+    uid: u32,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut w = self.waits[self.queue].lock();
+        w.total -= 1;
+        let mine = w.by_user.get_mut(&self.uid).expect("a held wait is counted");
+        *mine -= 1;
+        if *mine == 0 {
+            w.by_user.remove(&self.uid);
+        }
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hold(queue {}, uid {})", self.queue, self.uid)
+    }
+}
+
+#[derive(Debug)]
+struct Sink {
+    reply: Mutex<Option<Reply>>,
+    _hold: Option<Hold>,
+}
+
+impl ReplySink for Sink {
+    fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
+        match self.reply.lock().take() {
+            Some(reply) => reply.send(data),
+            None => Err(io::Error::other("FUSE reply sent twice")),
+        }
+    }
+}

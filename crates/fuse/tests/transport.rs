@@ -1,0 +1,158 @@
+//! Both transports of the mount: FUSE over io_uring (turned on for the host here, as `vino mount`
+//! run as root does) and `/dev/fuse`. Each serves the same programs, and the ring bounds the lock
+//! waits that hold its entries. Needs root and /dev/fuse; the ring needs Linux 6.14 or later
+//! (skipped, saying so, where the kernel lacks it).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use vino_fuse::{MountConfig, Transport};
+use vino_fuse_uring::Availability;
+
+mod common;
+use common::{Mounted, python_as};
+
+const ALICE: u32 = 3101;
+const BOB: u32 = 3102;
+
+fn mounted(transport: Transport, ring_depth: usize) -> Mounted {
+    Mounted::with_config(MountConfig {
+        allow_other: true,
+        transport,
+        ring_depth,
+        ..MountConfig::default()
+    })
+}
+
+/// Turns the host's switch on; false where Linux has no FUSE over io_uring.
+fn ring_available() -> bool {
+    match vino_fuse_uring::availability() {
+        Availability::Missing => {
+            eprintln!("skipped: this Linux has no FUSE over io_uring");
+            false
+        }
+        Availability::Disabled => {
+            vino_fuse_uring::enable().expect("root turns FUSE over io_uring on");
+            true
+        }
+        Availability::Enabled => true,
+    }
+}
+
+/// Files made, written, read back, listed, renamed and removed by programs on the mount.
+fn work(m: &Mounted) {
+    let mnt = m.mnt();
+    let sh = |script: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    sh("mkdir -p a/b && for i in $(seq 1 50); do echo line $i > a/b/f$i; done");
+    sh("dd if=/dev/urandom of=big bs=1M count=3 status=none && cp big a/big.copy && cmp big a/big.copy");
+    assert_eq!(sh("ls a/b | wc -l").trim(), "50");
+    sh("tar cf t.tar a && mkdir x && tar xf t.tar -C x && diff -r a x/a");
+    sh("mv a/b/f1 a/moved && cat a/moved | grep -q 'line 1' && rm -rf x t.tar");
+    let big = fs::read(mnt.join("big")).unwrap();
+    assert_eq!(big.len(), 3 << 20);
+    assert_eq!(fs::read(mnt.join("a/big.copy")).unwrap(), big);
+}
+
+#[test]
+fn the_ring_serves_programs_on_the_mount() {
+    if !ring_available() {
+        return;
+    }
+    let m = mounted(Transport::Uring, 32);
+    let mount = m.mount.as_ref().unwrap();
+    assert!(mount.transport().starts_with("io_uring"), "{}", mount.transport());
+    work(&m);
+    assert!(
+        mount.ring_served() > 100,
+        "only {} requests came through the ring",
+        mount.ring_served()
+    );
+    m.finish();
+}
+
+#[test]
+fn dev_fuse_serves_when_asked_to() {
+    let m = mounted(Transport::DevFuse, 32);
+    let mount = m.mount.as_ref().unwrap();
+    assert_eq!(mount.transport(), "/dev/fuse");
+    work(&m);
+    assert_eq!(mount.ring_served(), 0);
+    m.finish();
+}
+
+/// `n` children of `uid`, all on CPU 0 (so on ring queue 0), each waiting for a write lock on
+/// `path`; prints `REFUSED k` once `refused` of them have ended, then `GRANTED g`.
+fn waiters_on_cpu0(uid: u32, path: &str, n: usize, refused: usize) -> std::process::Child {
+    let script = format!(
+        "import fcntl, os\nos.sched_setaffinity(0, {{0}})\nkids = []\nfor i in range({n}):\n    pid = os.fork()\n    if pid == 0:\n        fd = os.open('{path}', os.O_RDWR)\n        try:\n            fcntl.lockf(fd, fcntl.LOCK_EX)\n            os._exit(0)\n        except OSError as e:\n            os._exit(e.errno)\n    kids.append(pid)\ncodes = []\nwhile len(codes) < {refused}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('REFUSED', sum(1 for c in codes if c == 37), flush=True)\nwhile len(codes) < {n}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('GRANTED', sum(1 for c in codes if c == 0), flush=True)\n"
+    );
+    python_as(uid, &script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv and python3 run programs as other users")
+}
+
+fn line(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut l = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut l)
+        .unwrap();
+    l.trim().to_string()
+}
+
+#[test]
+fn lock_waits_cannot_take_a_queues_entries_from_other_users() {
+    if !ring_available() {
+        return;
+    }
+    // 16 entries per queue: 4 kept for requests that do not wait, 4 waits per user.
+    let m = mounted(Transport::Uring, 16);
+    let f = m.mnt().join("shared");
+    fs::write(&f, b"x").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o666)).unwrap();
+    let holder = m.kernel.spawn(vino_kernel::Credentials::root());
+    let fd = holder.open("/shared", vino_kernel::OpenFlags::read_write()).unwrap();
+    holder.lock(fd, vino_kernel::LockRequest::write(0, 0), false).unwrap();
+    let path = f.display().to_string();
+    // Alice's six waits on one CPU: four hold entries, two are refused at once.
+    let mut alice = waiters_on_cpu0(ALICE, &path, 6, 2);
+    assert_eq!(line(&mut alice), "REFUSED 2");
+    // Bob's waits on the same queue have places of their own, and his other requests on that
+    // CPU are served while everyone waits.
+    let mut bob = waiters_on_cpu0(BOB, &path, 3, 0);
+    assert_eq!(line(&mut bob), "REFUSED 0");
+    let out = python_as(
+        BOB,
+        &format!("import os\nos.sched_setaffinity(0, {{0}})\nfor i in range(200):\n    os.stat('{path}')\nprint('ok')"),
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    holder.lock(fd, vino_kernel::LockRequest::unlock(0, 0), false).unwrap();
+    assert_eq!(line(&mut alice), "GRANTED 4");
+    assert_eq!(line(&mut bob), "GRANTED 3");
+    alice.wait().unwrap();
+    bob.wait().unwrap();
+    m.kernel.exit(holder.pid());
+    drop(holder);
+    m.finish();
+}
