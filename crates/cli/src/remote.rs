@@ -357,8 +357,13 @@ fn user_table(users: &[UserTop]) -> String {
 
 fn render(top: &Top) -> String {
     let c = &top.cache;
+    let mounts: String = top
+        .mounts
+        .iter()
+        .map(|m| format!("mounted on {} through {}\n", m.path, m.transport))
+        .collect();
     format!(
-        "vinod: up {:.0} s, {} clients; cache {}/{} frames ({} dirty), {} hits, {} misses\n\n{}\n{}\n{}",
+        "vinod: up {:.0} s, {} clients; cache {}/{} frames ({} dirty), {} hits, {} misses\n{mounts}\n{}\n{}\n{}",
         top.uptime_ms as f64 / 1e3,
         top.connections,
         c.resident,

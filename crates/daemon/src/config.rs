@@ -18,6 +18,7 @@
 //! user_inode_quota = 10000    # inodes of each uid but root ("unlimited"; default: half)
 //! root_reserve_percent = 5    # of the disk's blocks and inodes, for root only
 //! program_memory = "256M"     # linear memory a program run in the daemon may grow to
+//! mount_transport = "auto"    # FUSE over "io_uring" or "dev_fuse"; auto: io_uring where offered
 //!
 //! [limits]                    # per principal; the defaults are vino_account's
 //! descriptors_per_process = 1024
@@ -46,6 +47,26 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use vino_kernel::account::{LimitsConfig, Resource};
+
+/// The `mount_transport` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MountTransport {
+    #[default]
+    Auto,
+    IoUring,
+    DevFuse,
+}
+
+impl MountTransport {
+    pub fn fuse(self) -> vino_fuse::Transport {
+        match self {
+            MountTransport::Auto => vino_fuse::Transport::Auto,
+            MountTransport::IoUring => vino_fuse::Transport::Uring,
+            MountTransport::DevFuse => vino_fuse::Transport::DevFuse,
+        }
+    }
+}
 
 /// How the daemon runs.
 #[derive(Debug, Clone, Deserialize)]
@@ -83,6 +104,9 @@ pub struct Config {
     pub max_shm: u64,
     /// Where to mount the file system through FUSE (for unmodified programs), if anywhere.
     pub mount: Option<PathBuf>,
+    /// How the mount's requests travel: `auto` (io_uring where Linux offers it; a daemon run
+    /// as root turns the host's switch on), `io_uring` (or fail), `dev_fuse`.
+    pub mount_transport: MountTransport,
     /// Events queued for one listener (each of its user-level and graft queues) before the
     /// rest are dropped behind an overflow marker.
     pub event_queue_max: usize,
@@ -290,6 +314,7 @@ impl Default for Config {
             socket_mode: 0o666,
             max_shm: vino_proto::MAX_SHM,
             mount: None,
+            mount_transport: MountTransport::Auto,
             event_queue_max: vino_kernel::EVENT_QUEUE_MAX,
             limits: LimitsFile::default(),
             user_block_quota: None,

@@ -394,15 +394,29 @@ impl Daemon {
     /// Mounts the file system at `at` through FUSE: programs that know nothing of VINO use it
     /// there, through the same kernel (its cache, its grafts) as the daemon's clients.
     pub fn mount(&self, at: &Path) -> std::result::Result<(), ErrorReply> {
+        let transport = self.config.mount_transport.fuse();
+        if transport != vino_fuse::Transport::DevFuse {
+            offer_uring();
+        }
         let config = vino_fuse::MountConfig {
             allow_other: true,
             fsname: format!("vino:{}", self.config.socket.display()),
+            transport,
             ..Default::default()
         };
         let m = vino_fuse::mount(self.kernel.clone(), at, &config)
             .map_err(|e| ErrorReply::new(e.raw_os_error().unwrap_or(errno::EIO), e.to_string()))?;
         self.mounts.lock().push(m);
         Ok(())
+    }
+
+    /// Which transport serves each FUSE mount this daemon made: (mount point, transport).
+    pub fn mount_transports(&self) -> Vec<(PathBuf, String)> {
+        self.mounts
+            .lock()
+            .iter()
+            .map(|m| (m.mountpoint().to_path_buf(), m.transport()))
+            .collect()
     }
 
     /// Unmounts a FUSE mount this daemon made.
@@ -536,4 +550,28 @@ impl Daemon {
 pub fn socket_path(flag: Option<PathBuf>) -> PathBuf {
     flag.or_else(|| std::env::var_os("VINO_SOCKET").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(vino_proto::DEFAULT_SOCKET))
+}
+
+/// FUSE over io_uring is a host-wide switch, off by default: a daemon run as root turns it on
+/// (it affects only mounts made from then on) and says so; otherwise it says how, once.
+fn offer_uring() {
+    use vino_fuse_uring::Availability;
+    static SAID: std::sync::Once = std::sync::Once::new();
+    if vino_fuse_uring::availability() != Availability::Disabled {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    match root.then(vino_fuse_uring::enable) {
+        Some(Ok(())) => eprintln!(
+            "vinod: turned FUSE over io_uring on for this host ({} = Y)",
+            vino_fuse_uring::parameter()
+        ),
+        _ => SAID.call_once(|| {
+            eprintln!(
+                "vinod: FUSE over io_uring is off on this host; the mount uses /dev/fuse (as root: echo Y > {})",
+                vino_fuse_uring::parameter()
+            )
+        }),
+    }
 }

@@ -35,8 +35,9 @@ use serde::{Deserialize, Serialize};
 /// The protocol version; the daemon refuses a Hello with another. Version 2: the `*at`
 /// requests, [`OpenFlags`] with `nofollow` and `directory`, [`Stat`] with `rdev` and
 /// `generation`, the new [`FileKind`]s (a version-1 peer would misread each of them). Version 3:
-/// [`Request::Run`] with a [`ProgramSetup`], and a program's memory in [`ProcessTop`].
-pub const VERSION: u32 = 3;
+/// [`Request::Run`] with a [`ProgramSetup`], and a program's memory in [`ProcessTop`]. Version 4:
+/// the daemon's FUSE mounts and their transports in [`Top`].
+pub const VERSION: u32 = 4;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
 /// Largest in-band data of one read, write or graft-memory request.

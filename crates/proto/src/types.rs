@@ -333,6 +333,16 @@ pub struct Top {
     pub cache: CacheTop,
     /// The users with an account (only the viewer's own, unless it is privileged).
     pub users: Vec<UserTop>,
+    /// The daemon's FUSE mounts (public, as the host's mount table is).
+    pub mounts: Vec<MountTop>,
+}
+
+/// A FUSE mount the daemon serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountTop {
+    pub path: String,
+    /// "io_uring, N queues" or "/dev/fuse".
+    pub transport: String,
 }
 
 /// A failed request: an errno (Linux numbering) and what was wrong.
