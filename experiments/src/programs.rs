@@ -41,6 +41,9 @@ pub struct ProgramsOptions {
     pub repeats: usize,
     /// Only these steps (by name), if any.
     pub only: Vec<String>,
+    /// The VINO side's FUSE transports (`io_uring`, `dev_fuse`), each a run of its own; the
+    /// first is the one reported as VINO's.
+    pub transports: Vec<String>,
 }
 
 impl ProgramsOptions {
@@ -52,6 +55,7 @@ impl ProgramsOptions {
             image: if quick { 1 << 30 } else { 4 << 30 },
             repeats: 1,
             only: Vec::new(),
+            transports: default_transports(),
         }
     }
 
@@ -82,6 +86,20 @@ impl ProgramsOptions {
     }
 }
 
+/// Both transports where Linux has FUSE over io_uring (the daemon, run as root, turns the
+/// host's switch on), else `/dev/fuse` alone.
+fn default_transports() -> Vec<String> {
+    let mut t = vec!["dev_fuse".to_string()];
+    if vino_fuse_uring::availability() != vino_fuse_uring::Availability::Missing {
+        t.insert(0, "io_uring".into());
+    }
+    t
+}
+
+fn transport_name(t: &str) -> &str {
+    if t == "dev_fuse" { "/dev/fuse" } else { t }
+}
+
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct TreeShape {
     pub files: usize,
@@ -97,6 +115,14 @@ pub struct StepResult {
     pub ext4_s: f64,
     /// VINO's time over ext4's.
     pub ratio: f64,
+    /// VINO's time with each transport run (the first is `vino_s`).
+    pub by_transport: Vec<TransportTime>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TransportTime {
+    pub transport: String,
+    pub seconds: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -478,50 +504,61 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
             _ => true,
         })
         .collect();
-    let mut times: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); all.len()];
+    ensure!(!opts.transports.is_empty(), "no transport to run the VINO side with");
+    // Per step: VINO's times per transport, ext4's times.
+    let mut times: Vec<(Vec<Vec<f64>>, Vec<f64>)> =
+        vec![(vec![Vec::new(); opts.transports.len()], Vec::new()); all.len()];
     let mut ext4_memory = String::new();
     for round in 0..opts.repeats {
-        // VINO.
-        let image = root.join("vino.img");
-        let _ = fs::remove_file(&image);
-        let config = root.join("vino.toml");
-        let socket = root.join("vino.sock");
-        fs::write(
-            &config,
-            format!(
-                "socket = \"{}\"\ncache_size = \"{}\"\nimage_size = \"{}\"\n",
-                socket.display(),
-                opts.cache,
-                opts.image
-            ),
-        )?;
-        let dir = root.join("vino-mnt");
-        fs::create_dir_all(&dir)?;
-        let graft_wrapper = wrapper(
-            &root.join("graft.sh"),
-            &format!(
-                "exec \"{}\" graft load \"{}\" --point file.compute_ra --fd 3 --socket \"{}\" -- \"$@\"",
-                vino.display(),
-                module.display(),
-                socket.display()
-            ),
-        )?;
-        let mut vino_side = VinoSide {
-            wrapper: graft_wrapper,
-            vino: vino.clone(),
-            image: image.clone(),
-            config,
-            socket,
-            dir,
-            child: None,
-        };
-        vino_side.start()?;
-        for (i, s) in all.iter().enumerate() {
-            progress(&format!("round {}/{}: VINO: {}", round + 1, opts.repeats, s.name));
-            times[i].0.push(run_step(&mut vino_side, s, &tar, &me)?);
+        for (ti, transport) in opts.transports.iter().enumerate() {
+            // VINO.
+            let image = root.join("vino.img");
+            let _ = fs::remove_file(&image);
+            let config = root.join("vino.toml");
+            let socket = root.join("vino.sock");
+            fs::write(
+                &config,
+                format!(
+                    "socket = \"{}\"\ncache_size = \"{}\"\nimage_size = \"{}\"\nmount_transport = \"{transport}\"\n",
+                    socket.display(),
+                    opts.cache,
+                    opts.image
+                ),
+            )?;
+            let dir = root.join("vino-mnt");
+            fs::create_dir_all(&dir)?;
+            let graft_wrapper = wrapper(
+                &root.join("graft.sh"),
+                &format!(
+                    "exec \"{}\" graft load \"{}\" --point file.compute_ra --fd 3 --socket \"{}\" -- \"$@\"",
+                    vino.display(),
+                    module.display(),
+                    socket.display()
+                ),
+            )?;
+            let mut vino_side = VinoSide {
+                wrapper: graft_wrapper,
+                vino: vino.clone(),
+                image: image.clone(),
+                config,
+                socket,
+                dir,
+                child: None,
+            };
+            vino_side.start()?;
+            for (i, s) in all.iter().enumerate() {
+                progress(&format!(
+                    "round {}/{}: VINO ({}): {}",
+                    round + 1,
+                    opts.repeats,
+                    transport_name(transport),
+                    s.name
+                ));
+                times[i].0[ti].push(run_step(&mut vino_side, s, &tar, &me)?);
+            }
+            drop(vino_side);
+            let _ = fs::remove_file(&image);
         }
-        drop(vino_side);
-        let _ = fs::remove_file(&image);
 
         // ext4, the programs in a memory cgroup of the same cache size.
         let mkfs = e9_linux::find_tool("mkfs.ext4").expect("probed");
@@ -557,13 +594,23 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
         .iter()
         .zip(times)
         .map(|(s, (v, e))| {
-            let (vino_s, ext4_s) = (median(v), median(e));
+            let by_transport: Vec<TransportTime> = opts
+                .transports
+                .iter()
+                .zip(v)
+                .map(|(t, v)| TransportTime {
+                    transport: t.clone(),
+                    seconds: median(v),
+                })
+                .collect();
+            let (vino_s, ext4_s) = (by_transport[0].seconds, median(e));
             StepResult {
                 step: s.name.to_string(),
                 command: s.command.clone(),
                 vino_s,
                 ext4_s,
                 ratio: vino_s / ext4_s.max(1e-6),
+                by_transport,
             }
         })
         .collect();
@@ -581,6 +628,16 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
 
 impl ProgramsReport {
     pub fn tables(&self) -> Vec<Table> {
+        let transports: Vec<&str> = self
+            .steps
+            .first()
+            .map(|s| s.by_transport.iter().map(|t| transport_name(&t.transport)).collect())
+            .unwrap_or_default();
+        let mut headers = vec!["step".to_string()];
+        headers.extend(transports.iter().map(|t| format!("VINO, {t}")));
+        headers.push("ext4".into());
+        headers.extend(transports.iter().map(|t| format!("{t} / ext4")));
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
         let mut t = Table::new(
             format!(
                 "Programs on the VINO mount and on ext4 (tree: {} files, {} MiB; cache {} MiB each)",
@@ -588,15 +645,18 @@ impl ProgramsReport {
                 self.tree_bytes >> 20,
                 self.cache_bytes >> 20
             ),
-            &["step", "VINO", "ext4", "VINO / ext4"],
+            &headers,
         );
         for s in &self.steps {
-            t.row([
-                s.step.clone(),
-                format!("{:.3} s", s.vino_s),
-                format!("{:.3} s", s.ext4_s),
-                format!("{:.1}x", s.ratio),
-            ]);
+            let mut row = vec![s.step.clone()];
+            row.extend(s.by_transport.iter().map(|t| format!("{:.3} s", t.seconds)));
+            row.push(format!("{:.3} s", s.ext4_s));
+            row.extend(
+                s.by_transport
+                    .iter()
+                    .map(|t| format!("{:.1}x", t.seconds / s.ext4_s.max(1e-6))),
+            );
+            t.row(row);
         }
         t.note(format!("ext4 side: {}", self.ext4_memory));
         t.note("steps that write end with a sync of the file system, inside their time");
@@ -610,7 +670,17 @@ impl ProgramsReport {
         let groups: Vec<(String, Vec<(String, f64)>)> = self
             .steps
             .iter()
-            .map(|s| (s.step.clone(), vec![("VINO / ext4".to_string(), s.ratio)]))
+            .map(|s| {
+                let bars = s
+                    .by_transport
+                    .iter()
+                    .map(|t| {
+                        let name = format!("VINO ({}) / ext4", transport_name(&t.transport));
+                        (name, t.seconds / s.ext4_s.max(1e-6))
+                    })
+                    .collect();
+                (s.step.clone(), bars)
+            })
             .collect();
         bar_chart(
             path,

@@ -116,11 +116,25 @@ fn programs_runs_steps_on_both_sides_or_says_why_not() {
             "random 4K reads, read-ahead graft (cold)"
         ]
     );
+    // Both transports where Linux has FUSE over io_uring, each timed.
+    let expected: &[&str] = if std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+        &["io_uring", "dev_fuse"]
+    } else {
+        &["dev_fuse"]
+    };
     for s in steps {
         assert!(
             s["vino_s"].as_f64().unwrap() > 0.0 && s["ext4_s"].as_f64().unwrap() > 0.0,
             "{s}"
         );
+        let by: Vec<(&str, f64)> = s["by_transport"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["transport"].as_str().unwrap(), t["seconds"].as_f64().unwrap()))
+            .collect();
+        assert_eq!(by.iter().map(|t| t.0).collect::<Vec<_>>(), expected, "{s}");
+        assert!(by.iter().all(|t| t.1 > 0.0), "{s}");
     }
     assert!(dir.path().join("programs.json").exists() && dir.path().join("programs.svg").exists());
 }

@@ -26,6 +26,10 @@ struct Args {
     /// Only these steps (by name, e.g. --only "tar x"), repeatable.
     #[arg(long)]
     only: Vec<String>,
+    /// The VINO side's FUSE transports, each run in turn: io_uring, dev_fuse (repeatable;
+    /// default both where Linux has FUSE over io_uring).
+    #[arg(long, value_parser = ["io_uring", "dev_fuse"])]
+    transport: Vec<String>,
     #[command(subcommand)]
     tool: Option<Tool>,
 }
@@ -52,6 +56,9 @@ fn main() -> ExitCode {
             opts.scratch = args.scratch;
             opts.repeats = args.repeats.max(1);
             opts.only = args.only;
+            if !args.transport.is_empty() {
+                opts.transports = args.transport;
+            }
             if let Some(mib) = args.cache_mib {
                 opts.cache = mib << 20;
             }
