@@ -58,7 +58,8 @@ pub struct MountConfig {
     pub dev: bool,
     /// Honour set-user-ID and set-group-ID bits when programs on the mount run (no `nosuid`).
     pub suid: bool,
-    /// FUSE over io_uring or `/dev/fuse`.
+    /// FUSE over io_uring or `/dev/fuse` (the default here; the daemon asks for io_uring where
+    /// Linux offers it).
     pub transport: Transport,
     /// Ring entries per CPU: requests one CPU's callers may have in service at once.
     pub ring_depth: usize,
@@ -73,7 +74,7 @@ impl Default for MountConfig {
             threads: 2,
             dev: false,
             suid: false,
-            transport: Transport::Auto,
+            transport: Transport::DevFuse,
             ring_depth: 32,
         }
     }

@@ -1,11 +1,14 @@
 //! The mount served over io_uring ([`vino_fuse_uring`]): requests go to the same file system
 //! code as `/dev/fuse`'s (fuser's dispatcher), replies back through the ring.
 //!
-//! A blocking lock wait (`F_SETLKW`) keeps its ring entry until the lock is granted, and a queue
-//! has only `depth` entries for all the callers on its CPU. So waits are bounded per queue: a
-//! quarter of the entries is kept for requests that do not wait, and one user may hold at most
-//! another quarter; a wait beyond that fails with ENOLCK, as a wait beyond the user's share of
-//! lock waits does on either transport.
+//! A queue's thread serves its CPU's callers one request at a time, so a request that may wait
+//! long must not run on it: a blocking lock wait (`F_SETLKW`) waits on a thread of its own, and
+//! so does an `fsync` (which waits for the disk). Each keeps its ring entry until answered, and a
+//! queue has only `depth` entries for all the callers on its CPU. So such requests are bounded
+//! per queue: a quarter of the entries is kept for requests that do not wait, and one user may
+//! hold at most another quarter. A lock wait beyond that fails with ENOLCK, as a wait beyond the
+//! user's share of lock waits does on either transport; an `fsync` beyond it runs on the queue's
+//! thread (it cannot be refused), delaying only that CPU's callers.
 
 use crate::ops::VinoFs;
 use fuser::{Dispatcher, ReplySink};
@@ -30,6 +33,8 @@ pub enum Transport {
 /// Bytes of payload per ring entry: the largest read or write Linux sends (256 pages).
 pub(crate) const PAYLOAD: usize = 1 << 20;
 
+const FUSE_FSYNC: u32 = 20;
+const FUSE_FSYNCDIR: u32 = 30;
 const FUSE_SETLKW: u32 = 33;
 
 /// What the mount knows of its ring.
@@ -89,7 +94,7 @@ pub(crate) fn start(
     let depth = state.depth;
     let dev = dispatcher.device().try_clone_to_owned()?;
     let server = Arc::new(Server {
-        dispatcher,
+        dispatcher: Arc::new(dispatcher),
         waits: Arc::new((0..queues).map(|_| Mutex::default()).collect()),
         depth,
     });
@@ -103,8 +108,8 @@ pub(crate) fn start(
 }
 
 struct Server {
-    dispatcher: Dispatcher<VinoFs>,
-    /// Blocking lock waits held per queue: in all, and per uid.
+    dispatcher: Arc<Dispatcher<VinoFs>>,
+    /// Entries held by requests answered off the queue's thread, per queue: in all, and per uid.
     waits: Arc<Vec<Mutex<Waits>>>,
     depth: usize,
 }
@@ -118,15 +123,24 @@ struct Waits {
 impl vino_fuse_uring::Handler for Server {
     fn handle(&self, queue: usize, request: &[u8], reply: Reply) {
         let opcode = u32::from_ne_bytes(request[4..8].try_into().unwrap());
-        let hold = if opcode == FUSE_SETLKW {
-            let uid = u32::from_ne_bytes(request[24..28].try_into().unwrap());
-            match self.hold(queue, uid) {
-                Some(hold) => Some(hold),
-                None => return reply.error(libc::ENOLCK),
-            }
-        } else {
-            None
-        };
+        let uid = u32::from_ne_bytes(request[24..28].try_into().unwrap());
+        match opcode {
+            FUSE_SETLKW => match self.hold(queue, uid) {
+                // The lock manager's wait runs on a thread of its own (ops' setlk).
+                Some(hold) => self.dispatch(request, reply, Some(hold)),
+                None => reply.error(libc::ENOLCK),
+            },
+            FUSE_FSYNC | FUSE_FSYNCDIR => match self.hold(queue, uid) {
+                Some(hold) => self.dispatch_aside(request, reply, hold),
+                None => self.dispatch(request, reply, None),
+            },
+            _ => self.dispatch(request, reply, None),
+        }
+    }
+}
+
+impl Server {
+    fn dispatch(&self, request: &[u8], reply: Reply, hold: Option<Hold>) {
         let sink = Arc::new(Sink {
             reply: Mutex::new(Some(reply)),
             _hold: hold,
@@ -134,9 +148,25 @@ impl vino_fuse_uring::Handler for Server {
         // An unparsable request gets EIO when its sink drops unanswered.
         let _ = self.dispatcher.dispatch(request, sink);
     }
-}
 
-impl Server {
+    /// Serves a request that may wait long on a thread of its own, so the queue's thread goes
+    /// on with its CPU's other callers.
+    fn dispatch_aside(&self, request: &[u8], reply: Reply, hold: Hold) {
+        let (dispatcher, request) = (self.dispatcher.clone(), request.to_vec());
+        let sink = Arc::new(Sink {
+            reply: Mutex::new(Some(reply)),
+            _hold: Some(hold),
+        });
+        let aside = sink.clone();
+        let spawned = std::thread::Builder::new()
+            .name("vino-fuse-sync".into())
+            .spawn(move || drop(dispatcher.dispatch(&request, aside)));
+        if spawned.is_err() {
+            // No thread to be had: an unanswered sink answers EIO.
+            drop(sink.reply.lock().take());
+        }
+    }
+
     /// Counts a lock wait against the queue's bounds, released when the wait's reply is sent.
     fn hold(&self, queue: usize, uid: u32) -> Option<Hold> {
         let quarter = (self.depth / 4).max(1);

@@ -182,6 +182,26 @@ fn run_cases(conf: &Path, mnt: &Path, secondary: &Path, dir: &Path, only: &[Stri
 
 #[test]
 fn pjdfstest_passes_but_for_the_listed_cases() {
+    suite_passes_over(vino_fuse::Transport::DevFuse);
+}
+
+/// The same suite with the mount served over io_uring (the host's switch turned on), where Linux
+/// has it.
+#[test]
+fn pjdfstest_passes_over_io_uring_too() {
+    use vino_fuse_uring::Availability;
+    match vino_fuse_uring::availability() {
+        Availability::Missing => eprintln!("skipped: this Linux has no FUSE over io_uring"),
+        a => {
+            if a == Availability::Disabled {
+                vino_fuse_uring::enable().expect("root turns FUSE over io_uring on");
+            }
+            suite_passes_over(vino_fuse::Transport::Uring);
+        }
+    }
+}
+
+fn suite_passes_over(transport: vino_fuse::Transport) {
     let version = Command::new(pjdfstest())
         .arg("-V")
         .output()
@@ -191,7 +211,11 @@ fn pjdfstest_passes_but_for_the_listed_cases() {
         version, VERSION,
         "run scripts/setup.sh: it installs {VERSION} (cargo install pjdfstest --version 0.2.2 --locked)"
     );
-    let m = Mounted::new();
+    let m = Mounted::with_config(vino_fuse::MountConfig {
+        allow_other: true,
+        transport,
+        ..vino_fuse::MountConfig::default()
+    });
     let conf = m.dir.path().join("pjdfstest.toml");
     std::fs::write(&conf, CONFIG).unwrap();
     let secondary = m.host("secondary");
@@ -213,7 +237,7 @@ fn pjdfstest_passes_but_for_the_listed_cases() {
     let count = |v: &str| cases.iter().filter(|c| c.verdict == v).count();
     let expected = expected_failures();
     let summary = format!(
-        "pjdfstest on the mount: {} cases run, {} passed, {} failed ({} of them expected to fail, \
+        "pjdfstest on the mount ({transport:?}): {} cases run, {} passed, {} failed ({} of them expected to fail, \
          of {} listed), {} skipped",
         cases.len(),
         count("ok"),
