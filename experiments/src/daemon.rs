@@ -195,22 +195,30 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
 }
 
 /// The same cached reads through a FUSE mount of the daemon's file system, by an unmodified
-/// program's system calls (needs root and `/dev/fuse`).
+/// program's system calls (needs root and `/dev/fuse`), over each transport Linux offers.
 fn fuse_reads(handle: &Handle, dir: &Path, rounds: usize, iters: u64, rows: &mut Vec<Row>) -> Result<(), String> {
     use std::os::unix::fs::FileExt;
-    let mount = FuseMount::mount(handle, dir)?;
-    let measured = (|| {
-        let file = std::fs::File::open(mount.dir().join("bench")).map_err(|e| e.to_string())?;
-        for size in [4usize << 10, 64 << 10] {
-            let mut buf = vec![0u8; size];
-            let n = iters / if size > 4096 { 8 } else { 1 };
-            let ns = time(rounds, n, || assert_eq!(file.read_at(&mut buf, 0).unwrap(), size));
-            rows.push(row(&format!("cached read {} KiB", size >> 10), "FUSE mount", ns));
-        }
-        Ok(())
-    })();
-    mount.unmount()?;
-    measured
+    use vino_fuse::Transport;
+    let mut transports = vec![(Transport::DevFuse, "FUSE mount (/dev/fuse)")];
+    if vino_fuse_uring::availability() != vino_fuse_uring::Availability::Missing {
+        transports.insert(0, (Transport::Uring, "FUSE mount (io_uring)"));
+    }
+    for (transport, path) in transports {
+        let mount = FuseMount::mount_with(handle, dir, transport)?;
+        let measured = (|| {
+            let file = std::fs::File::open(mount.dir().join("bench")).map_err(|e| e.to_string())?;
+            for size in [4usize << 10, 64 << 10] {
+                let mut buf = vec![0u8; size];
+                let n = iters / if size > 4096 { 8 } else { 1 };
+                let ns = time(rounds, n, || assert_eq!(file.read_at(&mut buf, 0).unwrap(), size));
+                rows.push(row(&format!("cached read {} KiB", size >> 10), path, ns));
+            }
+            Ok::<(), String>(())
+        })();
+        mount.unmount()?;
+        measured?;
+    }
+    Ok(())
 }
 
 /// A FUSE mount of a daemon's file system at `<dir>/mnt` (needs root and `/dev/fuse`),
@@ -223,9 +231,18 @@ pub struct FuseMount<'a> {
 
 impl<'a> FuseMount<'a> {
     pub fn mount(handle: &'a Handle, dir: &Path) -> Result<FuseMount<'a>, String> {
+        Self::mount_with(handle, dir, handle.daemon().config().mount_transport.fuse())
+    }
+
+    /// A mount over a given transport (io_uring turns the host's switch on, as root).
+    pub fn mount_with(
+        handle: &'a Handle,
+        dir: &Path,
+        transport: vino_fuse::Transport,
+    ) -> Result<FuseMount<'a>, String> {
         let mnt = dir.join("mnt");
         std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
-        handle.daemon().mount(&mnt).map_err(|e| e.message)?;
+        handle.daemon().mount_with(&mnt, transport).map_err(|e| e.message)?;
         Ok(FuseMount {
             handle,
             dir: mnt,

@@ -394,7 +394,11 @@ impl Daemon {
     /// Mounts the file system at `at` through FUSE: programs that know nothing of VINO use it
     /// there, through the same kernel (its cache, its grafts) as the daemon's clients.
     pub fn mount(&self, at: &Path) -> std::result::Result<(), ErrorReply> {
-        let transport = self.config.mount_transport.fuse();
+        self.mount_with(at, self.config.mount_transport.fuse())
+    }
+
+    /// [`Daemon::mount`] over a given transport (as the `mount_transport` key says).
+    pub fn mount_with(&self, at: &Path, transport: vino_fuse::Transport) -> std::result::Result<(), ErrorReply> {
         if transport != vino_fuse::Transport::DevFuse {
             offer_uring();
         }
