@@ -95,6 +95,7 @@ pub(crate) fn start(
     let dev = dispatcher.device().try_clone_to_owned()?;
     let server = Arc::new(Server {
         dispatcher: Arc::new(dispatcher),
+        aside: Arc::default(),
         waits: Arc::new((0..queues).map(|_| Mutex::default()).collect()),
         depth,
     });
@@ -109,6 +110,7 @@ pub(crate) fn start(
 
 struct Server {
     dispatcher: Arc<Dispatcher<VinoFs>>,
+    aside: Arc<Aside>,
     /// Entries held by requests answered off the queue's thread, per queue: in all, and per uid.
     waits: Arc<Vec<Mutex<Waits>>>,
     depth: usize,
@@ -149,22 +151,14 @@ impl Server {
         let _ = self.dispatcher.dispatch(request, sink);
     }
 
-    /// Serves a request that may wait long on a thread of its own, so the queue's thread goes
-    /// on with its CPU's other callers.
+    /// Serves a request that may wait long on another thread, so the queue's thread goes on
+    /// with its CPU's other callers.
     fn dispatch_aside(&self, request: &[u8], reply: Reply, hold: Hold) {
-        let (dispatcher, request) = (self.dispatcher.clone(), request.to_vec());
         let sink = Arc::new(Sink {
             reply: Mutex::new(Some(reply)),
             _hold: Some(hold),
         });
-        let aside = sink.clone();
-        let spawned = std::thread::Builder::new()
-            .name("vino-fuse-sync".into())
-            .spawn(move || drop(dispatcher.dispatch(&request, aside)));
-        if spawned.is_err() {
-            // No thread to be had: an unanswered sink answers EIO.
-            drop(sink.reply.lock().take());
-        }
+        self.aside.submit((self.dispatcher.clone(), request.to_vec(), sink));
     }
 
     /// Counts a lock wait against the queue's bounds, released when the wait's reply is sent.
@@ -182,6 +176,78 @@ impl Server {
             queue,
             uid,
         })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.aside.close();
+    }
+}
+
+/// A request served aside: the dispatcher (held only while it is served), the request, its sink.
+type Job = (Arc<Dispatcher<VinoFs>>, Vec<u8>, Arc<Sink>);
+
+/// The threads that serve requests set aside from the queues' threads: made when none is idle
+/// (their number is bounded by the entries such requests may hold), kept until the ring ends.
+#[derive(Default)]
+struct Aside {
+    state: Mutex<AsideState>,
+    ready: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct AsideState {
+    jobs: std::collections::VecDeque<Job>,
+    /// Idle threads not yet handed a job.
+    idle: usize,
+    closed: bool,
+}
+
+impl Aside {
+    fn submit(self: &Arc<Aside>, job: Job) {
+        let mut s = self.state.lock();
+        s.jobs.push_back(job);
+        if s.idle > 0 {
+            s.idle -= 1;
+            self.ready.notify_one();
+            return;
+        }
+        drop(s);
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("vino-fuse-aside".into())
+            .spawn(move || me.serve());
+        if spawned.is_err() {
+            // No thread to be had: serve it here rather than not at all.
+            if let Some((dispatcher, request, sink)) = self.state.lock().jobs.pop_back() {
+                let _ = dispatcher.dispatch(&request, sink);
+            }
+        }
+    }
+
+    fn serve(&self) {
+        loop {
+            let (dispatcher, request, sink) = {
+                let mut s = self.state.lock();
+                loop {
+                    if let Some(job) = s.jobs.pop_front() {
+                        break job;
+                    }
+                    if s.closed {
+                        return;
+                    }
+                    s.idle += 1;
+                    self.ready.wait(&mut s);
+                }
+            };
+            let _ = dispatcher.dispatch(&request, sink);
+        }
+    }
+
+    fn close(&self) {
+        self.state.lock().closed = true;
+        self.ready.notify_all();
     }
 }
 

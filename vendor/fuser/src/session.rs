@@ -387,6 +387,11 @@ impl<FS: Filesystem> Session<FS> {
             }
         }
 
+        // A transport's helper may still be finishing a request it took before the end.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while Arc::strong_count(&filesystem) > 1 && std::time::Instant::now() < until {
+            thread::sleep(std::time::Duration::from_millis(1));
+        }
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
             return Err(io::Error::other(
                 "BUG: must have one refcount for filesystem",
