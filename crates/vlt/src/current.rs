@@ -4,24 +4,54 @@
 //! an argument: it finds it here, as kernel code in the original found it through the current
 //! thread. [`atomically`] runs a body inside a transaction, nested in the current one when there
 //! is one, so a graft invoked from inside another graft gets a child transaction.
+//!
+//! A top-level transaction begins lazily: [`atomically`] only notes that one is open, and it is
+//! begun when the body first needs it (a lock, an undo or commit record, anything through
+//! [`with`]). A body that touches no kernel state, as most policy decisions do, then pays for
+//! no transaction at all: it holds no lock, so no one can wait on it or set it a deadline, and
+//! it has nothing to undo.
 
 use crate::{Txn, Vlt, VltError};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 thread_local! {
     static CURRENT: RefCell<Option<Txn>> = const { RefCell::new(None) };
+    /// A top-level transaction is open but not yet begun.
+    static PENDING: Cell<bool> = const { Cell::new(false) };
+    /// The manager of the last top-level transaction opened on this thread, kept between
+    /// transactions so that opening one costs no reference count.
+    static MANAGER: RefCell<Option<Vlt>> = const { RefCell::new(None) };
 }
 
-/// Runs `f` on the thread's current transaction; `None` when the thread is in none.
+/// Runs `f` on the thread's current transaction (beginning one that is open but not yet begun);
+/// `None` when the thread is in none.
 ///
 /// `f` must not call back into [`atomically`] (the transaction is borrowed while it runs).
 pub fn with<R>(f: impl FnOnce(&mut Txn) -> R) -> Option<R> {
+    begin_pending();
     CURRENT.with(|c| c.borrow_mut().as_mut().map(f))
+}
+
+/// Begins the open top-level transaction if it has not begun yet.
+fn begin_pending() {
+    if PENDING.with(|p| p.replace(false)) {
+        let txn = MANAGER.with(|m| {
+            m.borrow()
+                .as_ref()
+                .expect("an open transaction has its manager")
+                .begin()
+        });
+        CURRENT.with(|c| {
+            let mut c = c.borrow_mut();
+            debug_assert!(c.is_none(), "a transaction both pending and begun");
+            *c = Some(txn);
+        });
+    }
 }
 
 /// True if the thread is inside a transaction.
 pub fn active() -> bool {
-    CURRENT.with(|c| c.borrow().is_some())
+    PENDING.with(|p| p.get()) || CURRENT.with(|c| c.borrow().is_some())
 }
 
 /// Runs `body` inside a transaction of `vlt`. If the thread already is in a transaction, `body`
@@ -29,19 +59,24 @@ pub fn active() -> bool {
 /// current one while `body` runs. `Ok` commits (a child's work goes to its parent), `Err` aborts
 /// it and undoes exactly `body`'s work. A panic in `body` aborts too, then goes on unwinding.
 pub fn atomically<T, E>(vlt: &Vlt, body: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
-    let top = CURRENT.with(|c| {
-        let mut c = c.borrow_mut();
-        match c.as_mut() {
-            Some(t) => {
-                t.begin_nested();
-                false
-            }
-            None => {
-                *c = Some(vlt.begin());
-                true
-            }
+    // A child needs its parent begun (its undo scope is a mark in the parent's logs).
+    begin_pending();
+    let top = CURRENT.with(|c| match c.borrow_mut().as_mut() {
+        Some(t) => {
+            t.begin_nested();
+            false
         }
+        None => true,
     });
+    if top {
+        MANAGER.with(|m| {
+            let mut m = m.borrow_mut();
+            if !m.as_ref().is_some_and(|kept| kept.same(vlt)) {
+                *m = Some(vlt.clone());
+            }
+        });
+        PENDING.with(|p| p.set(true));
+    }
     let guard = EndGuard { top, armed: true };
     let result = body();
     guard.finish(result.is_ok());
@@ -71,6 +106,13 @@ impl Drop for EndGuard {
 
 fn end(top: bool, commit: bool) {
     if top {
+        if PENDING.with(|p| p.replace(false)) {
+            // Never begun: nothing to undo or release; an abort is still counted.
+            if !commit {
+                MANAGER.with(|m| m.borrow().as_ref().map(Vlt::count_abort));
+            }
+            return;
+        }
         // Take the transaction out before running its logs, so that a log record may itself
         // use transactions.
         let txn = CURRENT
@@ -118,7 +160,8 @@ pub fn on_commit(action: impl FnOnce() + Send + 'static) {
     }
 }
 
-/// The current transaction's [`Txn::check`]; Ok outside a transaction.
+/// The current transaction's [`Txn::check`]; Ok outside a transaction, and in one not yet
+/// begun (it holds no lock, so no waiter can have set it a deadline).
 pub fn check() -> Result<(), VltError> {
-    with(|t| t.check()).unwrap_or(Ok(()))
+    CURRENT.with(|c| c.borrow().as_ref().map(Txn::check)).unwrap_or(Ok(()))
 }

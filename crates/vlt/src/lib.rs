@@ -117,6 +117,11 @@ impl Vlt {
         self.inner.stats()
     }
 
+    /// Counts an abort of a transaction that never began (see [`current`]).
+    pub(crate) fn count_abort(&self) {
+        self.inner.count_abort();
+    }
+
     /// True when both handles name the same manager.
     pub fn same(&self, other: &Vlt) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

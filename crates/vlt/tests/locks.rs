@@ -624,3 +624,58 @@ fn huge_limits_mean_never() {
     assert_eq!(vlt.stats().lock_timeouts, 0);
     assert_eq!(vlt.locked_objects(), 0);
 }
+
+/// A top-level transaction begins only when its body needs it: one that touches nothing costs no
+/// transaction (and its abort is still counted); one that takes a lock or logs an undo begins,
+/// and aborting undoes its work and releases its locks.
+#[test]
+fn a_top_level_transaction_begins_when_first_needed() {
+    use vino_vlt::current;
+    let vlt = Vlt::default();
+    let r: Result<(), ()> = current::atomically(&vlt, || {
+        assert!(current::active());
+        assert!(current::check().is_ok());
+        Err(())
+    });
+    assert!(r.is_err());
+    assert!(!current::active());
+    assert_eq!(vlt.stats().aborts, 1);
+
+    let undone = Arc::new(AtomicUsize::new(0));
+    let u = undone.clone();
+    let r: Result<(), ()> = current::atomically(&vlt, || {
+        current::lock(7, LockMode::Exclusive).unwrap();
+        current::on_abort(move || {
+            u.fetch_add(1, Ordering::SeqCst);
+        });
+        // A child of a transaction begun lazily.
+        let inner: Result<(), ()> = current::atomically(&vlt, || {
+            current::lock(8, LockMode::Shared).unwrap();
+            Ok(())
+        });
+        assert!(inner.is_ok());
+        assert_eq!(vlt.locked_objects(), 2);
+        Err(())
+    });
+    assert!(r.is_err());
+    assert_eq!(undone.load(Ordering::SeqCst), 1);
+    assert_eq!(vlt.locked_objects(), 0);
+    assert_eq!(vlt.stats().aborts, 2);
+
+    // A child opened inside a top-level transaction not yet begun begins it first.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r2 = ran.clone();
+    let r: Result<(), ()> = current::atomically(&vlt, || {
+        current::atomically(&vlt, || {
+            current::on_commit(move || {
+                r2.fetch_add(1, Ordering::SeqCst);
+            });
+            Ok::<(), ()>(())
+        })?;
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "commit actions wait for the top level");
+        Ok(())
+    });
+    assert!(r.is_ok());
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    assert!(!current::active());
+}
