@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Mounted, python_as};
+use common::{Mounted, line, lock_waiters, locked_file, python_as};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
@@ -72,46 +72,18 @@ fn refunded(m: &Mounted, r: Resource) {
     }
 }
 
-/// Starts `n` children as `uid` that each wait for a write lock on `path` (`lockf`), and prints
-/// `REFUSED k` once the `k` refused at once (`ENOLCK`) have ended, then `GRANTED g` when the rest
-/// have had the lock.
-fn lock_waiters(uid: u32, path: &str, n: usize, refused: usize) -> std::process::Child {
-    let script = format!(
-        "import fcntl, os, sys\nkids = []\nfor i in range({n}):\n    pid = os.fork()\n    if pid == 0:\n        fd = os.open('{path}', os.O_RDWR)\n        try:\n            fcntl.lockf(fd, fcntl.LOCK_EX)\n            os._exit(0)\n        except OSError as e:\n            os._exit(e.errno)\n    kids.append(pid)\ncodes = []\nwhile len(codes) < {refused}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('REFUSED', sum(1 for c in codes if c == 37), flush=True)\nwhile len(codes) < {n}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('GRANTED', sum(1 for c in codes if c == 0), flush=True)\n"
-    );
-    python_as(uid, &script)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("setpriv and python3 run programs as other users")
-}
-
-fn line(child: &mut std::process::Child) -> String {
-    use std::io::BufRead;
-    let mut l = String::new();
-    std::io::BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut l)
-        .unwrap();
-    l.trim().to_string()
-}
-
 #[test]
 fn one_users_blocked_locks_through_the_mount_cannot_take_anothers_wait_threads() {
     let m = mounted_with(|limits| {
         limits.user.set(Resource::LockWaits, 4);
     });
-    let f = m.mnt().join("shared");
-    fs::write(&f, b"x").unwrap();
-    fs::set_permissions(&f, fs::Permissions::from_mode(0o666)).unwrap();
     // Root holds the file's lock through the socket's side of the kernel.
-    let holder = m.kernel.spawn(vino_kernel::Credentials::root());
-    let fd = holder.open("/shared", vino_kernel::OpenFlags::read_write()).unwrap();
-    holder.lock(fd, vino_kernel::LockRequest::write(0, 0), false).unwrap();
-    let path = f.display().to_string();
+    let (holder, fd, path) = locked_file(&m);
     // Alice starts eight waits: four wait (her share of threads), four get ENOLCK at once.
-    let mut alice = lock_waiters(ALICE, &path, 8, 4);
+    let mut alice = lock_waiters(ALICE, &path, 8, 4, false);
     assert_eq!(line(&mut alice), "REFUSED 4");
     // Bob's waits have threads of their own.
-    let mut bob = lock_waiters(BOB, &path, 2, 0);
+    let mut bob = lock_waiters(BOB, &path, 2, 0, false);
     assert_eq!(line(&mut bob), "REFUSED 0");
     holder.lock(fd, vino_kernel::LockRequest::unlock(0, 0), false).unwrap();
     assert_eq!(line(&mut alice), "GRANTED 4");

@@ -4,13 +4,12 @@
 //! (skipped, saying so, where the kernel lacks it).
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use vino_fuse::{MountConfig, Transport};
 use vino_fuse_uring::Availability;
 
 mod common;
-use common::{Mounted, python_as};
+use common::{Mounted, line, lock_waiters, locked_file, python_as};
 
 const ALICE: u32 = 3101;
 const BOB: u32 = 3102;
@@ -97,27 +96,6 @@ fn dev_fuse_serves_when_asked_to() {
     m.finish();
 }
 
-/// `n` children of `uid`, all on CPU 0 (so on ring queue 0), each waiting for a write lock on
-/// `path`; prints `REFUSED k` once `refused` of them have ended, then `GRANTED g`.
-fn waiters_on_cpu0(uid: u32, path: &str, n: usize, refused: usize) -> std::process::Child {
-    let script = format!(
-        "import fcntl, os\nos.sched_setaffinity(0, {{0}})\nkids = []\nfor i in range({n}):\n    pid = os.fork()\n    if pid == 0:\n        fd = os.open('{path}', os.O_RDWR)\n        try:\n            fcntl.lockf(fd, fcntl.LOCK_EX)\n            os._exit(0)\n        except OSError as e:\n            os._exit(e.errno)\n    kids.append(pid)\ncodes = []\nwhile len(codes) < {refused}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('REFUSED', sum(1 for c in codes if c == 37), flush=True)\nwhile len(codes) < {n}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('GRANTED', sum(1 for c in codes if c == 0), flush=True)\n"
-    );
-    python_as(uid, &script)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("setpriv and python3 run programs as other users")
-}
-
-fn line(child: &mut std::process::Child) -> String {
-    use std::io::BufRead;
-    let mut l = String::new();
-    std::io::BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut l)
-        .unwrap();
-    l.trim().to_string()
-}
-
 #[test]
 fn lock_waits_cannot_take_a_queues_entries_from_other_users() {
     if !ring_available() {
@@ -125,19 +103,13 @@ fn lock_waits_cannot_take_a_queues_entries_from_other_users() {
     }
     // 16 entries per queue: 4 kept for requests that do not wait, 4 waits per user.
     let m = mounted(Transport::Uring, 16);
-    let f = m.mnt().join("shared");
-    fs::write(&f, b"x").unwrap();
-    fs::set_permissions(&f, fs::Permissions::from_mode(0o666)).unwrap();
-    let holder = m.kernel.spawn(vino_kernel::Credentials::root());
-    let fd = holder.open("/shared", vino_kernel::OpenFlags::read_write()).unwrap();
-    holder.lock(fd, vino_kernel::LockRequest::write(0, 0), false).unwrap();
-    let path = f.display().to_string();
+    let (holder, fd, path) = locked_file(&m);
     // Alice's six waits on one CPU: four hold entries, two are refused at once.
-    let mut alice = waiters_on_cpu0(ALICE, &path, 6, 2);
+    let mut alice = lock_waiters(ALICE, &path, 6, 2, true);
     assert_eq!(line(&mut alice), "REFUSED 2");
     // Bob's waits on the same queue have places of their own, and his other requests on that
     // CPU are served while everyone waits.
-    let mut bob = waiters_on_cpu0(BOB, &path, 3, 0);
+    let mut bob = lock_waiters(BOB, &path, 3, 0, true);
     assert_eq!(line(&mut bob), "REFUSED 0");
     let out = python_as(
         BOB,

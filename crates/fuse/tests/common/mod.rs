@@ -123,3 +123,41 @@ pub fn python_as(uid: u32, script: &str) -> std::process::Command {
     .args(["/usr/bin/python3", "-c", script]);
     cmd
 }
+
+/// Starts `n` children as `uid` that each wait for a write lock on `path` (`lockf`), all kept on
+/// CPU 0 when `on_cpu0` (so on one queue of a ring-served mount), and prints `REFUSED k` once
+/// the `refused` first to end have (counting those refused with `ENOLCK`), then `GRANTED g`
+/// when the rest have had the lock.
+pub fn lock_waiters(uid: u32, path: &str, n: usize, refused: usize, on_cpu0: bool) -> std::process::Child {
+    let pin = if on_cpu0 { "os.sched_setaffinity(0, {0})\n" } else { "" };
+    let script = format!(
+        "import fcntl, os, sys\n{pin}kids = []\nfor i in range({n}):\n    pid = os.fork()\n    if pid == 0:\n        fd = os.open('{path}', os.O_RDWR)\n        try:\n            fcntl.lockf(fd, fcntl.LOCK_EX)\n            os._exit(0)\n        except OSError as e:\n            os._exit(e.errno)\n    kids.append(pid)\ncodes = []\nwhile len(codes) < {refused}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('REFUSED', sum(1 for c in codes if c == 37), flush=True)\nwhile len(codes) < {n}:\n    codes.append(os.waitstatus_to_exitcode(os.wait()[1]))\nprint('GRANTED', sum(1 for c in codes if c == 0), flush=True)\n"
+    );
+    python_as(uid, &script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv and python3 run programs as other users")
+}
+
+/// The next line a child printed.
+pub fn line(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut l = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut l)
+        .unwrap();
+    l.trim().to_string()
+}
+
+/// A file `/shared` on the mount that every user may open, its whole-file write lock held by a
+/// root process of the kernel (through the socket's side): the process, the descriptor and the
+/// file's host path.
+pub fn locked_file(m: &Mounted) -> (Arc<vino_kernel::Process>, vino_kernel::Fd, String) {
+    let f = m.mnt().join("shared");
+    fs::write(&f, b"x").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o666)).unwrap();
+    let holder = m.kernel.spawn(vino_kernel::Credentials::root());
+    let fd = holder.open("/shared", vino_kernel::OpenFlags::read_write()).unwrap();
+    holder.lock(fd, vino_kernel::LockRequest::write(0, 0), false).unwrap();
+    (holder, fd, f.display().to_string())
+}
