@@ -171,11 +171,17 @@ pub fn start(
     for (q, ring) in made {
         kept.push(q.clone());
         let handler = handler.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("vino-fuse-ring{}", q.qid))
-                .spawn(move || serve(&q, ring, &*handler))?,
-        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("vino-fuse-ring{}", q.qid))
+            .spawn(move || serve(&q, ring, &*handler));
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                // Some queues may be registered already; the rest never will be.
+                decline(dev);
+                return Err(e);
+            }
+        }
     }
     Ok((Ring { queues: kept }, threads))
 }
@@ -454,11 +460,14 @@ fn serve(q: &Arc<Queue>, mut ring: IoUring<squeue::Entry128, cqueue::Entry>, han
     pin_to_cpu(q.qid);
     SERVING.with(|s| s.set(q.id()));
     let mut commit_ids = vec![0u64; q.depth];
-    let mut live = q.depth;
+    // Entries that may still serve (not refused, connection not ended), and entries whose
+    // command is in Linux's hands (registered, or committed and waiting for the next request).
+    let (mut live, mut in_kernel, mut ended) = (q.depth, 0usize, false);
     let mut wake_buf = Box::new(0u64);
     let mut pending = Vec::with_capacity(q.depth + 1);
     for e in 0..q.depth {
         pending.push(q.command(e, CMD_REGISTER, 0));
+        in_kernel += 1;
     }
     pending.push(wake_read(q, &mut wake_buf));
     let mut ready = Vec::new();
@@ -474,8 +483,12 @@ fn serve(q: &Arc<Queue>, mut ring: IoUring<squeue::Entry128, cqueue::Entry>, han
                 }
             } as usize;
             pending.push(q.command(e, CMD_COMMIT_AND_FETCH, commit_ids[e]));
+            in_kernel += 1;
         }
-        if live == 0 {
+        // Done when Linux holds none of our commands and none can come back to serve: the
+        // connection ended (an entry whose reply is still owed, a lock wait, will never serve
+        // again), or every entry was refused.
+        if in_kernel == 0 && (ended || live == 0) {
             return Ok(());
         }
         push_all(&mut ring, &mut pending)?;
@@ -491,12 +504,18 @@ fn serve(q: &Arc<Queue>, mut ring: IoUring<squeue::Entry128, cqueue::Entry>, han
                 continue;
             }
             let e = user_data as usize;
+            in_kernel -= 1;
             if result < 0 {
-                // The connection ended (ENOTCONN, ECANCELED, ENODEV), or Linux refused the
-                // entry (EOPNOTSUPP when the switch is off): either way it serves no more.
-                let _ = q
-                    .refused
-                    .compare_exchange(0, -result, Ordering::Relaxed, Ordering::Relaxed);
+                match -result {
+                    libc::ENOTCONN | libc::ECANCELED | libc::ENODEV | libc::ECONNABORTED => ended = true,
+                    // Linux refused the entry (EOPNOTSUPP with the switch off, EINVAL): the
+                    // connection goes on through /dev/fuse.
+                    errno => {
+                        let _ = q
+                            .refused
+                            .compare_exchange(0, errno, Ordering::Relaxed, Ordering::Relaxed);
+                    }
+                }
                 live -= 1;
                 continue;
             }

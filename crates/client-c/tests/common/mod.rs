@@ -85,6 +85,9 @@ pub fn compile_c(sources: &[&Path], out: &Path) {
         .arg(&lib)
         .arg("-lvino")
         .arg(format!("-Wl,-rpath,{}", lib.display()))
+        // An RPATH, not a RUNPATH: it wins over LD_LIBRARY_PATH, which cargo points at the
+        // target directory too, where an older libvino.so may lie.
+        .arg("-Wl,--disable-new-dtags")
         .output()
         .expect("the system cc runs");
     assert!(output.status.success(), "cc failed:\n{}", text(&output));
