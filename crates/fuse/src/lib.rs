@@ -180,7 +180,7 @@ impl Mount {
 
     /// Requests served through the ring so far (none on `/dev/fuse`).
     pub fn ring_served(&self) -> u64 {
-        self.state.ring.ring.get().map_or(0, |r| r.served())
+        self.state.ring.served()
     }
 
     /// Nodes Linux holds now (each holds its inode in the kernel), the root not counted.

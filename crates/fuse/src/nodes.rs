@@ -20,6 +20,11 @@ struct Node {
     generation: u32,
     /// Lookups Linux holds (it sends `forget` to drop them).
     lookups: u64,
+    /// Lookups Linux still holds on earlier files that had this number (a directory freed while
+    /// Linux knew it): a `forget` names only the number, and may come after the new file's
+    /// lookup (forgets travel through `/dev/fuse` while other requests may come over the ring),
+    /// so those lookups are forgotten first.
+    earlier: u64,
 }
 
 /// Inodes Linux holds.
@@ -64,14 +69,16 @@ impl Nodes {
             return Ok(());
         }
         let mut map = self.map.lock();
+        let mut earlier = 0;
         match map.get_mut(&st.ino) {
             Some(n) if n.generation == st.generation => {
                 n.lookups += 1;
                 return Ok(());
             }
-            Some(_) => {
-                // The number now holds another file (a directory freed while Linux knew it):
-                // the old node's reference goes, the new file takes its place.
+            Some(n) => {
+                // The number now holds another file: the old node's reference goes, the new
+                // file takes its place, and the old node's lookups wait for their forgets.
+                earlier = n.earlier + n.lookups;
                 map.remove(&st.ino);
                 let _ = self.kernel.release_inode(st.ino);
             }
@@ -83,6 +90,7 @@ impl Nodes {
             Node {
                 generation: st.generation,
                 lookups: 1,
+                earlier,
             },
         );
         Ok(())
@@ -92,7 +100,9 @@ impl Nodes {
     pub fn forget(&self, ino: u64, n: u64) {
         let mut map = self.map.lock();
         let Some(node) = map.get_mut(&ino) else { return };
-        node.lookups = node.lookups.saturating_sub(n);
+        let of_earlier = n.min(node.earlier);
+        node.earlier -= of_earlier;
+        node.lookups = node.lookups.saturating_sub(n - of_earlier);
         if node.lookups == 0 {
             map.remove(&ino);
             drop(map);
@@ -117,5 +127,45 @@ impl Nodes {
         for ino in all {
             let _ = self.kernel.release_inode(ino);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vino_blockdev::{BlockDevice, MemDevice};
+    use vino_kernel::{Credentials, KernelConfig};
+
+    /// A directory freed while Linux still knew it, its number taken by a new directory, and the
+    /// old node's forget coming only after the new one's lookup: the new node stays known.
+    #[test]
+    fn a_late_forget_of_an_earlier_file_leaves_the_numbers_new_file_known() {
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096)); // 16 MiB
+        vino_fs::mkfs(&*dev, &vino_fs::MkfsOptions::default()).unwrap();
+        let kernel = Kernel::boot(dev, &KernelConfig::default()).unwrap();
+        let nodes = Nodes::new(kernel.clone()).unwrap();
+        let p = kernel.spawn(Credentials::root());
+        p.mkdir("/old", 0o755).unwrap();
+        let old = p.stat("/old").unwrap();
+        nodes.looked_up(&old).unwrap();
+        nodes.looked_up(&old).unwrap();
+        p.rmdir("/old").unwrap();
+        // Directories until one takes the old number.
+        let new = (0..64)
+            .map(|i| {
+                let path = format!("/new{i}");
+                p.mkdir(&path, 0o755).unwrap();
+                p.stat(&path).unwrap()
+            })
+            .find(|st| st.ino == old.ino)
+            .expect("a freed inode number is taken again");
+        assert_ne!(new.generation, old.generation);
+        nodes.looked_up(&new).unwrap();
+        nodes.forget(old.ino, 2); // the old node's, late
+        assert!(nodes.at(new.ino).is_ok(), "the new node is still known");
+        nodes.forget(new.ino, 1);
+        assert!(nodes.at(new.ino).is_err());
+        assert!(nodes.is_empty());
+        kernel.exit(p.pid());
     }
 }

@@ -45,7 +45,8 @@ pub(crate) struct RingState {
     pub(crate) depth: usize,
     /// Linux agreed (set during the handshake).
     pub(crate) granted: std::sync::atomic::AtomicBool,
-    pub(crate) ring: OnceLock<vino_fuse_uring::Ring>,
+    /// The running ring, or why it could not start (the mount then serves through /dev/fuse).
+    pub(crate) ring: OnceLock<Result<vino_fuse_uring::Ring, String>>,
 }
 
 impl RingState {
@@ -67,9 +68,20 @@ impl RingState {
     /// "io_uring, N queues" or "/dev/fuse".
     pub(crate) fn describe(&self) -> String {
         match self.ring.get() {
-            Some(r) if r.refused().is_none() => format!("io_uring, {} queues", r.queues()),
-            Some(r) => format!("/dev/fuse (io_uring refused: errno {})", r.refused().unwrap_or(0)),
+            Some(Ok(r)) => match r.refused() {
+                None => format!("io_uring, {} queues", r.queues()),
+                Some(errno) => format!("/dev/fuse (io_uring refused: errno {errno})"),
+            },
+            Some(Err(why)) => format!("/dev/fuse (io_uring did not start: {why})"),
             None => "/dev/fuse".into(),
+        }
+    }
+
+    /// Requests served through the ring so far.
+    pub(crate) fn served(&self) -> u64 {
+        match self.ring.get() {
+            Some(Ok(r)) => r.served(),
+            _ => 0,
         }
     }
 }
@@ -90,9 +102,29 @@ pub(crate) fn start(
     dispatcher: Dispatcher<VinoFs>,
     state: &RingState,
 ) -> io::Result<Vec<std::thread::JoinHandle<io::Result<()>>>> {
-    let queues = vino_fuse_uring::possible_cpus()?;
+    let started = start_queues(dispatcher, state);
+    if let Err(e) = &started {
+        let _ = state.ring.set(Err(e.to_string()));
+    }
+    started
+}
+
+fn start_queues(
+    dispatcher: Dispatcher<VinoFs>,
+    state: &RingState,
+) -> io::Result<Vec<std::thread::JoinHandle<io::Result<()>>>> {
+    let Ok(queues) = vino_fuse_uring::possible_cpus() else {
+        vino_fuse_uring::decline(dispatcher.device());
+        return Err(io::Error::other("the number of possible CPUs is unknown"));
+    };
     let depth = state.depth;
-    let dev = dispatcher.device().try_clone_to_owned()?;
+    let dev = match dispatcher.device().try_clone_to_owned() {
+        Ok(dev) => dev,
+        Err(e) => {
+            vino_fuse_uring::decline(dispatcher.device());
+            return Err(e);
+        }
+    };
     let server = Arc::new(Server {
         dispatcher: Arc::new(dispatcher),
         aside: Arc::default(),
@@ -104,7 +136,7 @@ pub(crate) fn start(
         payload: PAYLOAD,
     };
     let (ring, threads) = vino_fuse_uring::start(std::os::fd::AsFd::as_fd(&dev), queues, config, server)?;
-    let _ = state.ring.set(ring);
+    let _ = state.ring.set(Ok(ring));
     Ok(threads)
 }
 

@@ -347,13 +347,18 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut threads = Vec::with_capacity(n_threads);
         if let Some(start) = extra_loops.0 {
-            threads.extend(start(Dispatcher(SessionEventLoop {
+            let started = start(Dispatcher(SessionEventLoop {
                 thread_name: "fuser-extra".into(),
                 filesystem: filesystem.clone(),
                 ch: channels[0].clone(),
                 allowed,
                 session_owner,
-            }))?);
+            }));
+            // The other transport's own business to fall back; /dev/fuse serves either way.
+            match started {
+                Ok(extra) => threads.extend(extra),
+                Err(e) => warn!("the other transport did not start ({e}); serving through /dev/fuse"),
+            }
         }
 
         for (i, ch) in channels.into_iter().enumerate() {
