@@ -200,7 +200,7 @@ fn fuse_reads(handle: &Handle, dir: &Path, rounds: usize, iters: u64, rows: &mut
     use std::os::unix::fs::FileExt;
     use vino_fuse::Transport;
     let mut transports = vec![(Transport::DevFuse, "FUSE mount (/dev/fuse)")];
-    if vino_fuse_uring::availability() != vino_fuse_uring::Availability::Missing {
+    if vino_fuse_uring::switch_on() {
         transports.insert(0, (Transport::Uring, "FUSE mount (io_uring)"));
     }
     for (transport, path) in transports {

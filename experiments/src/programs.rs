@@ -86,11 +86,11 @@ impl ProgramsOptions {
     }
 }
 
-/// Both transports where Linux has FUSE over io_uring (the daemon, run as root, turns the
-/// host's switch on), else `/dev/fuse` alone.
+/// Both transports where Linux has FUSE over io_uring (turning the host's switch on, as the
+/// daemon run as root would), else `/dev/fuse` alone.
 fn default_transports() -> Vec<String> {
     let mut t = vec!["dev_fuse".to_string()];
-    if vino_fuse_uring::availability() != vino_fuse_uring::Availability::Missing {
+    if vino_fuse_uring::switch_on() {
         t.insert(0, "io_uring".into());
     }
     t

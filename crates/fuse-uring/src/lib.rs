@@ -75,6 +75,16 @@ pub fn enable() -> io::Result<()> {
     std::fs::write(PARAMETER, "Y")
 }
 
+/// Whether mounts made from now on can be served over io_uring, turning the host's switch on
+/// where it is off and this process may (root).
+pub fn switch_on() -> bool {
+    match availability() {
+        Availability::Enabled => true,
+        Availability::Disabled => enable().is_ok(),
+        Availability::Missing => false,
+    }
+}
+
 /// Whether this process may make a ring of the size FUSE needs (io_uring may be disabled by
 /// `kernel.io_uring_disabled`, or refused by a seccomp filter). Asked before `FUSE_INIT` is
 /// answered: once a connection has agreed to io_uring, Linux holds every request until the

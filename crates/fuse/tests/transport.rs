@@ -6,7 +6,6 @@
 use std::fs;
 use std::process::Command;
 use vino_fuse::{MountConfig, Transport};
-use vino_fuse_uring::Availability;
 
 mod common;
 use common::{Mounted, line, lock_waiters, locked_file, python_as};
@@ -23,19 +22,13 @@ fn mounted(transport: Transport, ring_depth: usize) -> Mounted {
     })
 }
 
-/// Turns the host's switch on; false where Linux has no FUSE over io_uring.
+/// Turns the host's switch on; false (the test is skipped, saying so) where that cannot be.
 fn ring_available() -> bool {
-    match vino_fuse_uring::availability() {
-        Availability::Missing => {
-            eprintln!("skipped: this Linux has no FUSE over io_uring");
-            false
-        }
-        Availability::Disabled => {
-            vino_fuse_uring::enable().expect("root turns FUSE over io_uring on");
-            true
-        }
-        Availability::Enabled => true,
+    let on = vino_fuse_uring::switch_on();
+    if !on {
+        eprintln!("skipped: no FUSE over io_uring here (or its switch cannot be turned on)");
     }
+    on
 }
 
 /// Files made, written, read back, listed, renamed and removed by programs on the mount.
