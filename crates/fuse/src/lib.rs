@@ -30,7 +30,7 @@ pub mod nodes;
 mod ops;
 mod ring;
 
-pub use ring::Transport;
+pub use ring::{MIN_RING_DEPTH, Transport};
 
 use fuser::{Config, MountOption, Session, SessionACL};
 use ops::{State, VinoFs};
@@ -61,7 +61,8 @@ pub struct MountConfig {
     /// FUSE over io_uring or `/dev/fuse` (the default here; the daemon asks for io_uring where
     /// Linux offers it).
     pub transport: Transport,
-    /// Ring entries per CPU: requests one CPU's callers may have in service at once.
+    /// Ring entries per CPU: requests one CPU's callers may have in service at once (at least
+    /// [`MIN_RING_DEPTH`]).
     pub ring_depth: usize,
 }
 
@@ -74,7 +75,7 @@ impl Default for MountConfig {
             threads: 2,
             dev: false,
             suid: false,
-            transport: Transport::DevFuse,
+            transport: Transport::default(),
             ring_depth: 32,
         }
     }

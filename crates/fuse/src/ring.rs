@@ -22,13 +22,17 @@ use vino_fuse_uring::{Availability, Reply};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
     /// io_uring where Linux offers it, else `/dev/fuse`.
-    #[default]
     Auto,
     /// io_uring or nothing: mounting fails where Linux does not offer it.
     Uring,
-    /// `/dev/fuse` reads and writes only.
+    /// `/dev/fuse` reads and writes only (the library's default; vinod asks for `Auto`).
+    #[default]
     DevFuse,
 }
+
+/// Fewest ring entries per queue: a quarter kept for requests that do not wait, a quarter for
+/// one user's waits, the rest for other users'.
+pub const MIN_RING_DEPTH: usize = 4;
 
 /// Bytes of payload per ring entry: the largest read or write Linux sends (256 pages).
 pub(crate) const PAYLOAD: usize = 1 << 20;
@@ -51,6 +55,15 @@ pub(crate) struct RingState {
 
 impl RingState {
     pub(crate) fn new(transport: Transport, depth: usize) -> io::Result<RingState> {
+        if transport != Transport::DevFuse && !(MIN_RING_DEPTH..u16::MAX as usize).contains(&depth) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "ring_depth {depth}: from {MIN_RING_DEPTH} to {} entries per queue",
+                    u16::MAX - 1
+                ),
+            ));
+        }
         let available = vino_fuse_uring::availability();
         let wanted = match (transport, available) {
             (Transport::DevFuse, _) => false,

@@ -125,3 +125,21 @@ fn lock_waits_cannot_take_a_queues_entries_from_other_users() {
     drop(holder);
     m.finish();
 }
+
+#[test]
+fn a_ring_too_shallow_to_bound_waits_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev: std::sync::Arc<dyn vino_blockdev::BlockDevice> = std::sync::Arc::new(vino_blockdev::MemDevice::new(4096));
+    vino_fs::mkfs(&*dev, &vino_fs::MkfsOptions::default()).unwrap();
+    let kernel = vino_kernel::Kernel::boot(dev, &vino_kernel::KernelConfig::default()).unwrap();
+    let config = MountConfig {
+        transport: Transport::Auto,
+        ring_depth: vino_fuse::MIN_RING_DEPTH - 1,
+        ..MountConfig::default()
+    };
+    let err = vino_fuse::mount(kernel.clone(), dir.path(), &config)
+        .err()
+        .expect("refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+    kernel.shutdown().unwrap();
+}
