@@ -44,7 +44,7 @@ pub struct ModuleSummary {
 /// only an instance can make (a start function that fails, `vino_args` pointing outside memory).
 pub fn check_module<G: GraftPoint>(runtime: &Runtime, wasm: &[u8]) -> Result<ModuleSummary, LoadError> {
     let compiled = runtime.compile(wasm)?;
-    let callables = Callables::<G::Env>::of::<G>(runtime.engine());
+    let callables = runtime.callables::<G>();
     check::<G>(&compiled, wasm.len(), &callables, G::NAME, runtime.config())
 }
 

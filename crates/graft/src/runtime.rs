@@ -1,10 +1,13 @@
 //! The graft runtime: one wasmtime engine configured as the sandbox, the clock that interrupts
 //! grafts, a cache of compiled modules, and the transaction manager every invocation uses.
 
+use crate::callable::Callables;
 use crate::error::LoadError;
+use crate::point::GraftPoint;
 use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
+use std::any::{Any, TypeId};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -160,6 +163,9 @@ pub(crate) struct Inner {
     cache: Mutex<ModuleCache>,
     pool: CompilePool,
     stop_ticker: Arc<AtomicBool>,
+    /// Each graftpoint type's graft-callable functions, made once per runtime: building a
+    /// wasmtime `Linker` costs tens of microseconds, and every open file has several graftpoints.
+    callables: Mutex<FxHashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl Drop for Inner {
@@ -212,6 +218,7 @@ impl Runtime {
                 cache: Mutex::new(ModuleCache::default()),
                 pool: CompilePool::default(),
                 stop_ticker,
+                callables: Mutex::default(),
             }),
         }
     }
@@ -226,6 +233,19 @@ impl Runtime {
 
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
+    }
+
+    /// Graftpoint `G`'s graft-callable functions (made on first use, then shared).
+    pub(crate) fn callables<G: GraftPoint>(&self) -> Arc<Callables<G::Env>> {
+        let made = self
+            .inner
+            .callables
+            .lock()
+            .entry(TypeId::of::<G>())
+            .or_insert_with(|| Arc::new(Callables::<G::Env>::of::<G>(&self.inner.engine)))
+            .clone();
+        made.downcast()
+            .expect("callables are kept under their graftpoint's type")
     }
 
     /// Validates and compiles a module, or finds it in the cache by content hash.

@@ -118,7 +118,7 @@ pub struct GraftSlot<G: GraftPoint> {
     access: Access,
     env: Arc<G::Env>,
     runtime: Runtime,
-    callables: Callables<G::Env>,
+    callables: Arc<Callables<G::Env>>,
     binding: ArcSwapOption<Binding<G>>,
 }
 
@@ -126,7 +126,7 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// A slot named `G::NAME` (or `G::NAME/<suffix>` for one of several objects, such as
     /// `file.compute_ra/3`), running the default policy.
     pub fn new(runtime: &Runtime, env: Arc<G::Env>, access: Access, suffix: Option<&str>) -> Self {
-        let callables = Callables::of::<G>(runtime.engine());
+        let callables = runtime.callables::<G>();
         let name = match suffix {
             Some(s) => format!("{}/{s}", G::NAME),
             None => G::NAME.to_string(),
