@@ -12,6 +12,7 @@
 //! max_connections_per_user = 64   # for each uid but root's
 //! root_reserved_connections = 8   # of max_connections, kept for root
 //! frame_timeout = 10          # seconds a request may take to arrive once it has begun
+//! commit_interval = 5         # seconds at most between journal commits (work not fsynced that a crash may lose)
 //! event_queue_max = 4096      # events queued per listener before an overflow marker
 //! socket_mode = 0o666
 //! user_block_quota = "64M"    # disk space of each uid but root ("unlimited"; default: half)
@@ -98,6 +99,11 @@ pub struct Config {
     /// `10` or `2.5`); a connection that takes longer is closed.
     #[serde(deserialize_with = "seconds")]
     pub frame_timeout: Duration,
+    /// Longest time between journal commits while anything is uncommitted (seconds, as
+    /// `frame_timeout`): what a crash may lose of work nobody fsynced. Commits run on the file
+    /// system's own thread, off the requests' path ([`vino_fs::MountOptions::commit_interval`]).
+    #[serde(deserialize_with = "seconds")]
+    pub commit_interval: Duration,
     /// Permission bits of the socket (who may connect).
     pub socket_mode: u32,
     /// Largest shared memory a client may pass.
@@ -311,6 +317,7 @@ impl Default for Config {
             max_connections_per_user: 64,
             root_reserved_connections: 8,
             frame_timeout: Duration::from_secs(10),
+            commit_interval: Duration::from_secs(5),
             socket_mode: 0o666,
             max_shm: vino_proto::MAX_SHM,
             mount: None,

@@ -131,6 +131,7 @@ fn kernel_config(config: &Config) -> Result<KernelConfig> {
         event_queue_max: config.event_queue_max,
         mount: vino_fs::MountOptions {
             quota: config.quota().map_err(err)?,
+            commit_interval: Some(config.commit_interval),
             ..Default::default()
         },
         ..Default::default()

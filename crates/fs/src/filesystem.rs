@@ -3,6 +3,7 @@
 //! ([`crate::state`]): `with_state` for one that only reads, `in_transaction` for one that changes
 //! metadata (it goes whole into the running journal transaction, which it may first commit).
 
+use crate::committer::Committer;
 use crate::error::{FsError, Result, corrupt};
 use crate::journal::{self, JournalHeader, ScanError};
 use crate::layout::*;
@@ -15,6 +16,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 use vino_blockdev::{AlignedBuf, BlockDevice, SharedClock};
 use vino_graft::{Access, GraftSlot, Runtime};
 
@@ -34,6 +36,11 @@ pub struct MountOptions {
     /// Commit the running transaction (calling the data hook) once it has this many dirty
     /// blocks; `None`: a quarter of the journal.
     pub commit_blocks: Option<usize>,
+    /// Commit in the background ([`crate::committer`]): a thread commits once the running
+    /// transaction passes `commit_blocks` (the operation that passed it goes on) and at least
+    /// this often while anything is uncommitted. `None`: every commit is made inline by the
+    /// operation that passes the threshold, and nothing is committed on a timer.
+    pub commit_interval: Option<Duration>,
     /// Metadata blocks kept in memory (dirty ones always are).
     pub meta_cache_blocks: usize,
     /// Quotas per user and root's reserve (see [`crate::quota`]).
@@ -46,6 +53,7 @@ impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
             commit_blocks: None,
+            commit_interval: None,
             meta_cache_blocks: 8192,
             quota: Quota::default(),
             clock: SharedClock::default(),
@@ -118,8 +126,18 @@ pub struct FileSystem {
     soft_commit: usize,
     hard_commit: usize,
     hook: Mutex<Option<DataHook>>,
+    /// The background committer, if the mount asked for one.
+    committer: Option<Arc<Committer>>,
     replayed: u64,
     orphans_freed: u64,
+}
+
+impl Drop for FileSystem {
+    fn drop(&mut self) {
+        if let Some(c) = &self.committer {
+            c.stop();
+        }
+    }
 }
 
 /// Reads the superblock, falling back to the backup. Returns it and whether the primary was
@@ -310,6 +328,7 @@ impl FileSystem {
             soft_commit: soft,
             hard_commit: hard,
             hook: Mutex::new(None),
+            committer: opts.commit_interval.map(Committer::new),
             replayed,
             orphans_freed: 0,
         };
@@ -322,7 +341,11 @@ impl FileSystem {
             fs.commit()?;
         }
         fs.orphans_freed = orphans.len() as u64;
-        Ok(Arc::new(fs))
+        let fs = Arc::new(fs);
+        if let Some(c) = &fs.committer {
+            c.start(Arc::downgrade(&fs))?;
+        }
+        Ok(fs)
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, FsState>> {
@@ -346,7 +369,18 @@ impl FileSystem {
     pub(crate) fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
         let mut committed = false;
-        while g.meta.dirty_count() >= self.hard_commit || (!committed && g.meta.dirty_count() >= self.soft_commit) {
+        loop {
+            let dirty = g.meta.dirty_count();
+            let soft = !committed && dirty >= self.soft_commit;
+            match &self.committer {
+                _ if dirty >= self.hard_commit => {}
+                None if soft => {}
+                Some(c) if soft => {
+                    c.wake();
+                    break;
+                }
+                _ => break,
+            }
             drop(g);
             self.commit()?;
             committed = true;
@@ -814,6 +848,21 @@ impl FileSystem {
         g.commit_locked()
     }
 
+    /// One round of the background committer: commits if anything is uncommitted (with
+    /// `past_threshold`, only if the transaction has passed the commit threshold). False once
+    /// the file system cannot commit any more (unmounted, or failed): the committer then ends. A
+    /// commit that fails without failing the file system (the data hook's error) is tried again
+    /// at the next round.
+    pub(crate) fn commit_in_background(&self, past_threshold: bool) -> bool {
+        let least = if past_threshold { self.soft_commit } else { 1 };
+        match self.lock() {
+            Err(_) => return false,
+            Ok(g) if g.meta.dirty_count() < least => return true,
+            Ok(_) => {}
+        }
+        self.commit().is_ok() || self.lock().is_ok()
+    }
+
     /// Makes a file durable. The caller has written the file's dirty data to the device first
     /// (the uncached path does as it goes). This commits the whole running transaction, so every
     /// earlier namespace change is durable too.
@@ -830,6 +879,9 @@ impl FileSystem {
 
     /// Syncs and marks the file system cleanly unmounted. Every later operation fails.
     pub fn unmount(&self) -> Result<()> {
+        if let Some(c) = &self.committer {
+            c.stop();
+        }
         self.sync()?;
         let mut g = self.lock()?;
         let mut sb = self.sb.lock();

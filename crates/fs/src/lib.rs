@@ -34,6 +34,7 @@
 
 #![forbid(unsafe_code)]
 
+mod committer;
 mod dirindex;
 mod error;
 mod filesystem;
