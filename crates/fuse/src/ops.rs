@@ -7,8 +7,8 @@ use crate::nodes::Nodes;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
     KernelConfig, LockOwner, OpenAccMode, OpenFlags as FuseOpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -50,6 +50,27 @@ fn attr_of(st: &Stat) -> FileAttr {
         gid: st.gid,
         rdev: st.rdev as u32,
         blksize: vino_fs::BS as u32,
+        flags: 0,
+    }
+}
+
+/// The attributes of a `readdirplus` entry given without any: node id 0, only the type.
+fn unlisted(kind: fuser::FileType) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
         flags: 0,
     }
 }
@@ -324,6 +345,43 @@ impl State {
         let listing = self.dirs.lock().get(&fh).map(|(_, l)| l.clone()).ok_or(Errno::EBADF)?;
         for (i, (ino, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(*ino), i as u64 + 1, *kind, OsStr::from_bytes(name)) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// As [`State::readdir`], each entry with its attributes (`readdirplus`), so that Linux
+    /// needs no lookup for it. Each entry given with attributes counts as a lookup, as a lookup's
+    /// reply does; `.`, `..` and an entry whose name no longer names the listed file (or that
+    /// the opener may not look up) go without (node id 0: Linux then only lists it).
+    fn readdirplus(&self, fh: u64, offset: u64, reply: &mut ReplyDirectoryPlus) -> R<()> {
+        let (handle, listing) = self.dirs.lock().get(&fh).cloned().ok_or(Errno::EBADF)?;
+        for (i, (ino, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
+            let next = i as u64 + 1;
+            let dots = name == b"." || name == b"..";
+            let found = (!dots)
+                .then(|| handle.process.stat_at(At::Fd(handle.fd), name, false).ok())
+                .flatten()
+                .filter(|st| st.ino == *ino)
+                .and_then(|st| self.entry(&st).ok());
+            let name = OsStr::from_bytes(name);
+            let full = match &found {
+                Some((attr, generation)) => reply.add(INodeNo(*ino), next, name, &self.ttl, attr, *generation),
+                None => reply.add(
+                    INodeNo(*ino),
+                    next,
+                    name,
+                    &Duration::ZERO,
+                    &unlisted(*kind),
+                    Generation(0),
+                ),
+            };
+            if full {
+                // Not sent: Linux does not hold the lookup counted for it.
+                if found.is_some() {
+                    self.nodes.forget(*ino, 1);
+                }
                 break;
             }
         }
@@ -627,7 +685,9 @@ impl Filesystem for VinoFs {
             | InitFlags::FUSE_POSIX_LOCKS
             | InitFlags::FUSE_FLOCK_LOCKS
             | InitFlags::FUSE_HANDLE_KILLPRIV
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO;
         let _ = config.add_capabilities(wanted & config.capabilities());
         // FUSE over io_uring, when asked for and offered; the ring's payload buffers hold the
         // largest write.
@@ -846,12 +906,21 @@ impl Filesystem for VinoFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
-        answer!(reply, self.0.opendir(req, ino), |fh| reply
-            .opened(FileHandle(fh), FopenFlags::empty()));
+        // Linux may keep the listing in its page cache across opens: every change made through
+        // the mount resets it, and a change by anyone else sends an invalidation of the
+        // directory's inode, which drops it.
+        answer!(reply, self.0.opendir(req, ino), |fh| reply.opened(
+            FileHandle(fh),
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+        ));
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         answer!(reply, self.0.readdir(fh.0, offset, &mut reply), |()| reply.ok());
+    }
+
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        answer!(reply, self.0.readdirplus(fh.0, offset, &mut reply), |()| reply.ok());
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {

@@ -352,9 +352,45 @@ fn changes_by_other_clients_reach_linux_at_once() {
         soon(&|| mode(&f) == 0o600),
         "Linux's cached attributes were invalidated"
     );
+    // Linux keeps directory listings too (and readdirplus gives it the entries' attributes):
+    // a change by another client must reach a listing Linux has cached.
+    let listing = || {
+        let mut names: Vec<String> = fs::read_dir(m.mnt())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert!(listing().contains(&"f".to_string()));
+    assert!(listing().contains(&"f".to_string()), "listed twice, from Linux's cache");
     other.rename("/f", "/g").unwrap();
     assert!(soon(&|| !f.exists()), "Linux's cached entry was invalidated");
     assert!(m.mnt().join("g").exists());
+    assert!(
+        soon(&|| {
+            let l = listing();
+            l.contains(&"g".to_string()) && !l.contains(&"f".to_string())
+        }),
+        "Linux's cached listing was invalidated: {:?}",
+        listing()
+    );
+    other.mkdir("/d", 0o755).unwrap();
+    assert!(
+        soon(&|| listing().contains(&"d".to_string())),
+        "a directory made by another client is listed: {:?}",
+        listing()
+    );
+    // Every entry's attributes as readdirplus gave them agree with the kernel's.
+    for e in fs::read_dir(m.mnt()).unwrap() {
+        let e = e.unwrap();
+        let meta = fs::symlink_metadata(e.path()).unwrap();
+        let st = other.stat(&format!("/{}", e.file_name().to_str().unwrap())).unwrap();
+        assert_eq!(
+            (meta.ino(), meta.mode() & 0o7777),
+            (st.ino, u32::from(st.mode & 0o7777))
+        );
+    }
     m.kernel.exit(other.pid());
     drop(other);
     m.finish();
