@@ -489,6 +489,10 @@ mod tests {
         assert_eq!(c.frame_timeout, Duration::from_millis(250));
         assert!(toml::from_str::<Config>("frame_timeout = 0").is_err());
         assert!(toml::from_str::<Config>("frame_timeout = -1").is_err());
+        let c: Config = toml::from_str("commit_interval = 0.5").unwrap();
+        assert_eq!(c.commit_interval, Duration::from_millis(500));
+        assert_eq!(Config::default().commit_interval, Duration::from_secs(5));
+        assert!(toml::from_str::<Config>("commit_interval = 0").is_err());
         let d = Config::default();
         assert_eq!((d.max_connections_per_user, d.root_reserved_connections), (64, 8));
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
