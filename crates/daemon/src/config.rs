@@ -20,6 +20,7 @@
 //! root_reserve_percent = 5    # of the disk's blocks and inodes, for root only
 //! program_memory = "256M"     # linear memory a program run in the daemon may grow to
 //! mount_transport = "auto"    # FUSE over "io_uring" or "dev_fuse"; auto: io_uring where offered
+//! mount_ring_depth = 32       # io_uring entries per CPU, each with a 1 MiB buffer (at least 4)
 //!
 //! [limits]                    # per principal; the defaults are vino_account's
 //! descriptors_per_process = 1024
@@ -113,6 +114,10 @@ pub struct Config {
     /// How the mount's requests travel: `auto` (io_uring where Linux offers it; a daemon run
     /// as root turns the host's switch on), `io_uring` (or fail), `dev_fuse`.
     pub mount_transport: MountTransport,
+    /// Entries of each CPU's io_uring queue: requests that CPU's callers may have in service at
+    /// once. Each holds a 1 MiB buffer (touched as used), so a machine with many CPUs may want
+    /// fewer (at least [`vino_fuse::MIN_RING_DEPTH`]).
+    pub mount_ring_depth: usize,
     /// Events queued for one listener (each of its user-level and graft queues) before the
     /// rest are dropped behind an overflow marker.
     pub event_queue_max: usize,
@@ -322,6 +327,7 @@ impl Default for Config {
             max_shm: vino_proto::MAX_SHM,
             mount: None,
             mount_transport: MountTransport::Auto,
+            mount_ring_depth: vino_fuse::MountConfig::default().ring_depth,
             event_queue_max: vino_kernel::EVENT_QUEUE_MAX,
             limits: LimitsFile::default(),
             user_block_quota: None,
@@ -489,6 +495,8 @@ mod tests {
         assert_eq!(c.frame_timeout, Duration::from_millis(250));
         assert!(toml::from_str::<Config>("frame_timeout = 0").is_err());
         assert!(toml::from_str::<Config>("frame_timeout = -1").is_err());
+        let c: Config = toml::from_str("mount_ring_depth = 8").unwrap();
+        assert_eq!(c.mount_ring_depth, 8);
         let c: Config = toml::from_str("commit_interval = 0.5").unwrap();
         assert_eq!(c.commit_interval, Duration::from_millis(500));
         assert_eq!(Config::default().commit_interval, Duration::from_secs(5));

@@ -407,6 +407,7 @@ impl Daemon {
             allow_other: true,
             fsname: format!("vino:{}", self.config.socket.display()),
             transport,
+            ring_depth: self.config.mount_ring_depth,
             ..Default::default()
         };
         let m = vino_fuse::mount(self.kernel.clone(), at, &config)
