@@ -67,14 +67,13 @@ fn who_commits(interval: Option<Duration>) -> Vec<String> {
     })));
     let before = fs.stats().meta.commits;
     for i in 0..8 {
-        let f = fs.create(fs.root(), &format!("f{i}"), &NewFile::by(1)).unwrap();
+        let f = fs.create(fs.root(), format!("f{i}"), &NewFile::by(1)).unwrap();
         fs.write_at(f, 0, &pattern(i, BS)).unwrap();
     }
     await_commit(&fs, before);
     fs.unmount().unwrap();
     assert_clean(&*dev, "after unmount");
-    let names = threads.lock().clone();
-    names
+    threads.lock().clone()
 }
 
 #[test]

@@ -386,10 +386,7 @@ fn changes_by_other_clients_reach_linux_at_once() {
         let e = e.unwrap();
         let meta = fs::symlink_metadata(e.path()).unwrap();
         let st = other.stat(&format!("/{}", e.file_name().to_str().unwrap())).unwrap();
-        assert_eq!(
-            (meta.ino(), meta.mode() & 0o7777),
-            (st.ino, u32::from(st.mode & 0o7777))
-        );
+        assert_eq!((meta.ino(), meta.mode() & 0o7777), (st.ino, st.mode & 0o7777));
     }
     m.kernel.exit(other.pid());
     drop(other);
