@@ -12,7 +12,7 @@ use crate::placement::{BlockBuddy, Placement};
 use crate::quota::{Accounting, Quota, QuotaUsage, count_usage};
 use crate::state::{AllocCounters, DirEntry, FsState, Mode, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
 use crate::write::DeviceTarget;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
@@ -128,6 +128,11 @@ pub struct FileSystem {
     hook: Mutex<Option<DataHook>>,
     /// The background committer, if the mount asked for one.
     committer: Option<Arc<Committer>>,
+    /// Held (shared) by a write from its blocks' allocation until their data has reached the
+    /// write's target, and (alone) by a commit's last round: no commit falls between the two, so
+    /// none makes an allocation durable before the data it exposes (ordered mode). Taken before
+    /// the state's lock.
+    data_gate: RwLock<()>,
     replayed: u64,
     orphans_freed: u64,
 }
@@ -329,6 +334,7 @@ impl FileSystem {
             hard_commit: hard,
             hook: Mutex::new(None),
             committer: opts.commit_interval.map(Committer::new),
+            data_gate: RwLock::new(()),
             replayed,
             orphans_freed: 0,
         };
@@ -369,18 +375,7 @@ impl FileSystem {
     pub(crate) fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
         let mut committed = false;
-        loop {
-            let dirty = g.meta.dirty_count();
-            let soft = !committed && dirty >= self.soft_commit;
-            match &self.committer {
-                _ if dirty >= self.hard_commit => {}
-                None if soft => {}
-                Some(c) if soft => {
-                    c.wake();
-                    break;
-                }
-                _ => break,
-            }
+        while self.commit_due(g.meta.dirty_count(), committed) {
             drop(g);
             self.commit()?;
             committed = true;
@@ -409,6 +404,91 @@ impl FileSystem {
                 }
             }
         }
+    }
+
+    /// Whether an operation that finds `dirty` blocks in the running transaction must commit it
+    /// first (`committed`: it already did once). Past the soft threshold the committer, if any,
+    /// is woken instead; past the hard one the operation always commits.
+    fn commit_due(&self, dirty: usize, committed: bool) -> bool {
+        let soft = !committed && dirty >= self.soft_commit;
+        match &self.committer {
+            _ if dirty >= self.hard_commit => true,
+            None => soft,
+            Some(c) => {
+                if soft {
+                    c.wake();
+                }
+                false
+            }
+        }
+    }
+
+    /// Commits first if an operation starting now would have to ([`FileSystem::commit_due`]):
+    /// a write does this before it takes the data gate, under which it may not commit.
+    pub(crate) fn commit_if_due(&self) -> Result<()> {
+        let dirty = self.lock()?.meta.dirty_count();
+        if self.commit_due(dirty, false) {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Shares the data gate (see the field): a write holds it from allocating its blocks until
+    /// their data has reached its target, and does not commit meanwhile.
+    pub(crate) fn data_gate(&self) -> RwLockReadGuard<'_, ()> {
+        self.data_gate.read()
+    }
+
+    /// Gives file blocks `indexes` of regular file `ino` device blocks where they have none, in
+    /// order, under one hold of the lock, each block an operation of its own in the running
+    /// transaction. Never commits (the caller holds the data gate). Returns the blocks
+    /// allocated and, if one failed, why (the blocks before it stay allocated).
+    pub(crate) fn allocate_run(&self, ino: u64, indexes: std::ops::Range<u64>) -> (Vec<Allocation>, Option<FsError>) {
+        let mut g = match self.lock() {
+            Ok(g) => g,
+            Err(e) => return (Vec::new(), Some(e)),
+        };
+        let mut run = Vec::with_capacity(indexes.clone().count());
+        for index in indexes {
+            g.begin_op();
+            let a = g
+                .live(ino)
+                .and_then(|inode| crate::state::regular(ino, &inode))
+                .and_then(|()| g.ensure_block(ino, index));
+            match a {
+                Ok((block, fresh)) => {
+                    g.end_op();
+                    run.push(Allocation { block, fresh });
+                }
+                Err(e) => {
+                    g.rollback_op();
+                    return (run, Some(e));
+                }
+            }
+        }
+        (run, None)
+    }
+
+    /// A write under the data gate has handed the data of the blocks it allocated in `ino` to
+    /// its target: the file goes (back) to the files the next commit's data hook is asked about.
+    /// A round of the hook run before the data was there (without the gate) took the file off.
+    pub(crate) fn handed_over(&self, ino: u64) {
+        self.state.lock().alloc_inos.insert(ino);
+    }
+
+    /// After an allocation found no space: if blocks freed in the running transaction wait for
+    /// a checkpoint to be reused (and the refusal was not root's reserve, which counts them free
+    /// already), commits and checkpoints so that they can be, and says so.
+    pub(crate) fn make_room(&self) -> Result<bool> {
+        {
+            let g = self.lock()?;
+            if !g.has_deferred() || g.quota.reserve_refused {
+                return Ok(false);
+            }
+        }
+        self.commit()?;
+        self.lock()?.checkpoint_locked()?;
+        Ok(true)
     }
 
     // ---- facts ----------------------------------------------------------------------------
@@ -807,44 +887,56 @@ impl FileSystem {
     ///
     /// This is the only way a transaction commits. The hook runs without the lock (other
     /// operations go on meanwhile); files that got blocks or a new size during a round are handed
-    /// to it in another round, and after [`HOOK_ROUNDS`] rounds the last one runs under the lock,
-    /// so no allocation is ever committed before its data, however busy the writers. The hook
-    /// must not need the file system's lock: the kernel's writes dirty pages whose device blocks
-    /// the cache already holds.
+    /// to it in another round, up to [`HOOK_ROUNDS`], and a last one runs under the lock and the
+    /// data gate (no write is then between allocating a block and handing over its data), so no
+    /// allocation is ever committed before its data, however busy the writers. The hook must not
+    /// need the file system's lock: the kernel's writes dirty pages whose device blocks the cache
+    /// already holds.
     pub fn commit(&self) -> Result<()> {
-        let mut g = self.lock()?;
-        for round in 0..=HOOK_ROUNDS {
-            if g.meta.dirty_count() == 0 {
-                return Ok(());
-            }
-            if g.alloc_inos.is_empty() {
-                break;
-            }
-            let Some(hook) = self.hook.lock().clone() else {
-                // No cache above: the data is on the device already.
-                g.alloc_inos.clear();
-                break;
-            };
-            let inos: Vec<u64> = std::mem::take(&mut g.alloc_inos).into_iter().collect();
-            let done = if round < HOOK_ROUNDS {
+        {
+            let mut g = self.lock()?;
+            for _ in 0..HOOK_ROUNDS {
+                if g.meta.dirty_count() == 0 {
+                    return Ok(());
+                }
+                if g.alloc_inos.is_empty() {
+                    break;
+                }
+                let Some(hook) = self.hook.lock().clone() else {
+                    break;
+                };
+                let inos: Vec<u64> = std::mem::take(&mut g.alloc_inos).into_iter().collect();
                 drop(g);
                 let done = hook(&inos);
                 g = self.state.lock();
-                done
-            } else {
-                hook(&inos)
-            };
-            if let Err(e) = done {
-                // Not committed: the next commit asks about these files again.
-                g.alloc_inos.extend(inos);
-                return Err(FsError::Io(e));
+                if let Err(e) = done {
+                    // Not committed: the next commit asks about these files again.
+                    g.alloc_inos.extend(inos);
+                    return Err(FsError::Io(e));
+                }
+                g.usable()?;
             }
-            g.usable()?;
         }
-        debug_assert!(
-            g.alloc_inos.is_empty(),
-            "a commit would make allocations durable before their data"
-        );
+        // The last round and the commit hold the data gate and the lock: no write is between
+        // allocating a block and putting its data where the hook finds it, and none can start.
+        let _gate = self.data_gate.write();
+        let mut g = self.lock()?;
+        if g.meta.dirty_count() == 0 {
+            return Ok(());
+        }
+        if !g.alloc_inos.is_empty() {
+            match self.hook.lock().clone() {
+                // No cache above: the data is on the device already.
+                None => g.alloc_inos.clear(),
+                Some(hook) => {
+                    let inos: Vec<u64> = std::mem::take(&mut g.alloc_inos).into_iter().collect();
+                    if let Err(e) = hook(&inos) {
+                        g.alloc_inos.extend(inos);
+                        return Err(FsError::Io(e));
+                    }
+                }
+            }
+        }
         g.commit_locked()
     }
 

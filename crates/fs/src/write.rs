@@ -106,6 +106,20 @@ impl WriteTarget for DeviceTarget<'_> {
     fn forget(&mut self, _from: u64) {}
 }
 
+/// Blocks a write allocates under one hold of the file system's lock, at most: others wait for
+/// the lock meanwhile.
+const ALLOCATION_RUN: u64 = 64;
+
+/// A write in progress under the data gate.
+struct Written<'g> {
+    /// The shared data gate ([`FileSystem::data_gate`]); `None` while a commit must run.
+    gate: Option<parking_lot::RwLockReadGuard<'g, ()>>,
+    /// Bytes written so far.
+    done: usize,
+    /// Blocks were allocated since the gate was taken.
+    fresh: bool,
+}
+
 impl FileSystem {
     /// Writes `data` at `offset` of file `ino`, the bytes going through `target`, by the rules
     /// of [`crate::write`]; returns how many bytes were written.
@@ -127,36 +141,90 @@ impl FileSystem {
         if !gap.is_empty() {
             target.forget(gap.start);
         }
-        let mut done = 0usize;
-        while done < data.len() {
-            let pos = offset + done as u64;
-            let (index, at) = (pos / bs, (pos % bs) as usize);
-            let take = (BS - at).min(data.len() - done);
-            let a = match self.allocate_block(ino, index) {
-                Ok(a) => a,
-                Err(FsError::NoSpace | FsError::NoInodes | FsError::QuotaExceeded) if done > 0 => break,
-                Err(e) => return Err(e),
-            };
-            let keep = if a.fresh {
-                0
-            } else {
-                old.saturating_sub(index * bs).min(bs) as usize
-            };
-            let piece = BlockWrite {
-                index,
-                block: a.block,
-                keep,
-                at,
-                data: &data[done..done + take],
-            };
-            target.put(&piece)?;
-            done += take;
-        }
+        // A commit due now is made before the gate is taken: under it, nothing commits until the
+        // blocks allocated have their data in the target.
+        self.commit_if_due()?;
+        let mut w = Written {
+            gate: Some(self.data_gate()),
+            done: 0,
+            fresh: false,
+        };
+        let written = self.write_blocks(ino, offset, data, old, target, &mut w);
+        self.release_gate(ino, &mut w);
+        written?;
+        let done = w.done;
         self.in_transaction(|g| {
             g.free_past_end(ino, gap.end)?;
             g.extend(ino, offset + done as u64)
         })?;
         Ok(done)
+    }
+
+    /// The body of [`FileSystem::write_with`], under the data gate: allocates the blocks a run
+    /// at a time and puts each piece of `data` into its block through `target`. A full disk or
+    /// quota after the first byte ends the write short (`w.done` says how far it got).
+    fn write_blocks<'g>(
+        &'g self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        old: u64,
+        target: &mut dyn WriteTarget,
+        w: &mut Written<'g>,
+    ) -> Result<()> {
+        let bs = BS as u64;
+        let mut made_room = false;
+        while w.done < data.len() {
+            let first = (offset + w.done as u64) / bs;
+            let last = (offset + data.len() as u64 - 1) / bs;
+            let (run, failed) = self.allocate_run(ino, first..(last + 1).min(first + ALLOCATION_RUN));
+            for a in run {
+                w.fresh |= a.fresh;
+                let pos = offset + w.done as u64;
+                let (index, at) = (pos / bs, (pos % bs) as usize);
+                let take = (BS - at).min(data.len() - w.done);
+                let keep = if a.fresh {
+                    0
+                } else {
+                    old.saturating_sub(index * bs).min(bs) as usize
+                };
+                let piece = BlockWrite {
+                    index,
+                    block: a.block,
+                    keep,
+                    at,
+                    data: &data[w.done..w.done + take],
+                };
+                target.put(&piece)?;
+                w.done += take;
+            }
+            match failed {
+                None => {}
+                Some(FsError::NoSpace) if !made_room => {
+                    // Blocks freed in the running transaction may be reused after a checkpoint,
+                    // which needs a commit: not under the gate.
+                    made_room = true;
+                    self.release_gate(ino, w);
+                    let room = self.make_room()?;
+                    w.gate = Some(self.data_gate());
+                    if !room {
+                        return if w.done > 0 { Ok(()) } else { Err(FsError::NoSpace) };
+                    }
+                }
+                Some(FsError::NoSpace | FsError::NoInodes | FsError::QuotaExceeded) if w.done > 0 => return Ok(()),
+                Some(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets commits in again after a write's blocks got their data ([`FileSystem::handed_over`]
+    /// if it allocated any).
+    fn release_gate(&self, ino: u64, w: &mut Written<'_>) {
+        if std::mem::take(&mut w.fresh) {
+            self.handed_over(ino);
+        }
+        w.gate = None;
     }
 
     /// Sets a regular file's size, by the rules of [`crate::write`]: growing zeroes, through

@@ -137,3 +137,94 @@ fn a_commit_without_a_hook_forgets_the_files_it_committed() {
     fs.commit().unwrap();
     assert_eq!(*cache.asked.lock(), vec![b]);
 }
+
+/// Puts pieces into the stand-in cache; the first put waits for a go (a write between
+/// allocating its blocks and handing over their data).
+struct SlowTarget {
+    cache: Arc<Cache>,
+    ino: u64,
+    entered: std::sync::mpsc::Sender<()>,
+    go: std::sync::mpsc::Receiver<()>,
+    first: bool,
+}
+
+impl write::WriteTarget for SlowTarget {
+    fn put(&mut self, piece: &write::BlockWrite<'_>) -> std::io::Result<()> {
+        if std::mem::take(&mut self.first) {
+            self.entered.send(()).unwrap();
+            self.go.recv().unwrap();
+        }
+        let mut b = [0u8; BS];
+        piece.apply(&mut b);
+        self.cache.write(self.ino, piece.block, &b);
+        Ok(())
+    }
+
+    fn forget(&mut self, _from: u64) {}
+}
+
+#[test]
+fn a_commit_waits_for_a_write_between_allocating_and_handing_over_its_data() {
+    let dev = fresh(2048, &small_opts(1024));
+    let fs = mount_with(
+        &dev,
+        &MountOptions {
+            commit_blocks: Some(usize::MAX),
+            ..Default::default()
+        },
+    );
+    let who = NewFile::by(1);
+    // Every free block holds another file's bytes.
+    let old = fs.create(fs.root(), "old", &who).unwrap();
+    let n = fs.write_at(old, 0, &vec![0xAB; 2048 * BS]).unwrap();
+    assert!(n > 0);
+    fs.sync().unwrap();
+    fs.unlink(fs.root(), "old").unwrap();
+    fs.sync().unwrap();
+
+    let cache = Cache::new(&dev);
+    fs.set_data_hook(Some(cache.hook()));
+    let c = fs.create(fs.root(), "c", &who).unwrap();
+    let data = pattern(9, 3 * BS);
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    let commits = fs.stats().meta.commits;
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut target = SlowTarget {
+                cache: cache.clone(),
+                ino: c,
+                entered: entered_tx,
+                go: go_rx,
+                first: true,
+            };
+            fs.write_with(c, 0, &data, &mut target).unwrap()
+        });
+        // The writer's blocks are allocated; their data is not in the cache yet.
+        entered.recv().unwrap();
+        let committer = s.spawn(|| fs.commit().unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(
+            fs.stats().meta.commits,
+            commits,
+            "a commit made the writer's allocations durable before their data"
+        );
+        go.send(()).unwrap();
+        assert_eq!(writer.join().unwrap(), data.len());
+        committer.join().unwrap();
+    });
+    assert!(fs.stats().meta.commits > commits);
+    assert!(cache.asked.lock().contains(&c));
+
+    // A power cut now: c's blocks hold c's bytes, never the removed file's, whatever size the
+    // commit caught.
+    let after = Arc::new(MemDevice::from_image(dev.durable_image()).unwrap());
+    let fs2 = mount(&after);
+    let c2 = fs2.resolve("/c").unwrap();
+    let back = read_all(&fs2, c2);
+    assert!(
+        back.chunks(BS).all(|b| b != [0xAB; BS]),
+        "c shows the removed file's bytes"
+    );
+    assert_eq!(back, data[..back.len()]);
+}
