@@ -996,7 +996,9 @@ impl Tally {
 /// Four connections contending on one byte of the attacker's file, with the spinning
 /// `lock.grant` graft bound on it if `graft`.
 fn lock_contention(ctx: &Ctx, started: Started<'_>, graft: bool) -> Result<String, String> {
-    let path = format!("{}/lockfile", ctx.home);
+    // A file of its own for each variant, made by this phase's owner: only a file's creator may
+    // graft its lock.grant, so a file left by the other variant's phase could not be grafted.
+    let path = format!("{}/lockfile-{}", ctx.home, if graft { "grafted" } else { "plain" });
     let mut owner = ctx.connect("lock-owner").map_err(text)?;
     let fd = owner.open(&path, OpenFlags::create()).map_err(text)?;
     let point = format!("lock.grant/{fd}");
@@ -1039,6 +1041,7 @@ fn lock_contention(ctx: &Ctx, started: Started<'_>, graft: bool) -> Result<Strin
             std::thread::sleep(Duration::from_millis(20));
         }
     });
+    let _ = owner.unlink(&path);
     let cycles = cycles.load(Ordering::Relaxed);
     if !graft {
         return Ok(format!("{cycles} lock cycles{}", errors_suffix(&tally)));
