@@ -3,12 +3,13 @@
 //!
 //! A queue's thread serves its CPU's callers one request at a time, so a request that may wait
 //! long must not run on it: a blocking lock wait (`F_SETLKW`) waits on a thread of its own, and
-//! so does an `fsync` (which waits for the disk). Each keeps its ring entry until answered, and a
-//! queue has only `depth` entries for all the callers on its CPU. So such requests are bounded
-//! per queue: a quarter of the entries is kept for requests that do not wait, and one user may
-//! hold at most another quarter. A lock wait beyond that fails with ENOLCK, as a wait beyond the
-//! user's share of lock waits does on either transport; an `fsync` beyond it runs on the queue's
-//! thread (it cannot be refused), delaying only that CPU's callers.
+//! so do an `fsync` (which waits for the disk) and an ioctl (a graft's, which compiles a module).
+//! Each keeps its ring entry until answered, and a queue has only `depth` entries for all the
+//! callers on its CPU. So such requests are bounded per queue: a quarter of the entries is kept
+//! for requests that do not wait, and one user may hold at most another quarter. A lock wait
+//! beyond that fails with ENOLCK, as a wait beyond the user's share of lock waits does on either
+//! transport, and an ioctl with EAGAIN; an `fsync` beyond it runs on the queue's thread (it cannot
+//! be refused), delaying only that CPU's callers.
 
 use crate::ops::VinoFs;
 use fuser::{Dispatcher, ReplySink};
@@ -39,6 +40,7 @@ pub(crate) const PAYLOAD: usize = 1 << 20;
 
 const FUSE_FSYNC: u32 = 20;
 const FUSE_FSYNCDIR: u32 = 30;
+const FUSE_IOCTL: u32 = 39;
 const FUSE_SETLKW: u32 = 33;
 
 /// What the mount knows of its ring.
@@ -180,6 +182,13 @@ impl vino_fuse_uring::Handler for Server {
             FUSE_FSYNC | FUSE_FSYNCDIR => match self.hold(queue, uid) {
                 Some(hold) => self.dispatch_aside(request, reply, hold),
                 None => self.dispatch(request, reply, None),
+            },
+            // A graft ioctl compiles a module (tens of milliseconds, after waiting for one of
+            // its user's compiles): never on the queue's thread, which other users' requests on
+            // this CPU wait for. Beyond the user's share of the queue: try again.
+            FUSE_IOCTL => match self.hold(queue, uid) {
+                Some(hold) => self.dispatch_aside(request, reply, hold),
+                None => reply.error(libc::EAGAIN),
             },
             _ => self.dispatch(request, reply, None),
         }

@@ -81,7 +81,24 @@ fn bound(m: &Mounted, uid: u32, point: &str) -> Vec<u64> {
 
 #[test]
 fn a_program_grafts_its_own_descriptor_and_no_one_elses() {
-    let m = Mounted::new();
+    grafts_of_own_descriptors(&Mounted::new());
+}
+
+/// The same over FUSE over io_uring, where the ioctl (a compile) is served off the queue's
+/// thread.
+#[test]
+fn the_ioctl_grafts_over_the_ring_too() {
+    if !common::ring_available() {
+        return;
+    }
+    grafts_of_own_descriptors(&Mounted::with_config(vino_fuse::MountConfig {
+        allow_other: true,
+        transport: vino_fuse::Transport::Uring,
+        ..vino_fuse::MountConfig::default()
+    }));
+}
+
+fn grafts_of_own_descriptors(m: &Mounted) {
     let mnt = m.mnt();
     let data = mnt.join("data");
     fs::write(&data, vec![7u8; 256 << 10]).unwrap();
@@ -90,9 +107,9 @@ fn a_program_grafts_its_own_descriptor_and_no_one_elses() {
     let path = data.display().to_string();
     let ra = vino_sdk::build_example("sequential_ra", &vino_sdk::BuildOptions::default()).unwrap();
 
-    let (_alice, a1) = stage(&m, ALICE, &ra);
-    let (_bob, b1) = stage(&m, BOB, &ra);
-    let (_bob2, b2) = stage(&m, BOB, &ra);
+    let (_alice, a1) = stage(m, ALICE, &ra);
+    let (_bob, b1) = stage(m, BOB, &ra);
+    let (_bob2, b2) = stage(m, BOB, &ra);
     let (eperm, enoent, einval, enotty) = (libc::EPERM, libc::ENOENT, libc::EINVAL, libc::ENOTTY);
 
     // Bob cannot use Alice's token, nor graft the file's placement (Alice created it), but
@@ -107,11 +124,11 @@ fn a_program_grafts_its_own_descriptor_and_no_one_elses() {
         ],
     );
     assert_eq!(got, [eperm, eperm, 0, enotty]);
-    let runs = bound(&m, BOB, "file.compute_ra");
+    let runs = bound(m, BOB, "file.compute_ra");
     assert!(runs.len() == 1 && runs[0] > 0, "Bob's graft ran on his reads: {runs:?}");
     // Alice's token survived Bob's try; used once it is gone; unknown tokens and graftpoints
     // the ioctl does not serve are refused.
-    let (_alice2, a2) = stage(&m, ALICE, &ra);
+    let (_alice2, a2) = stage(m, ALICE, &ra);
     let (got, alice) = ioctl_as(
         ALICE,
         &path,
@@ -123,7 +140,7 @@ fn a_program_grafts_its_own_descriptor_and_no_one_elses() {
         ],
     );
     assert_eq!(got, [0, enoent, enoent, einval, enotty]);
-    let runs = bound(&m, ALICE, "file.compute_ra");
+    let runs = bound(m, ALICE, "file.compute_ra");
     assert!(
         runs.len() == 1 && runs[0] > 0,
         "Alice's graft ran on her reads: {runs:?}"
@@ -133,11 +150,11 @@ fn a_program_grafts_its_own_descriptor_and_no_one_elses() {
     finish(alice);
     for uid in [ALICE, BOB] {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !bound(&m, uid, "file.compute_ra").is_empty() && std::time::Instant::now() < deadline {
+        while !bound(m, uid, "file.compute_ra").is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         assert!(
-            bound(&m, uid, "file.compute_ra").is_empty(),
+            bound(m, uid, "file.compute_ra").is_empty(),
             "uid {uid}: unbound at close"
         );
     }

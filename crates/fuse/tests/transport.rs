@@ -8,7 +8,7 @@ use std::process::Command;
 use vino_fuse::{MountConfig, Transport};
 
 mod common;
-use common::{Mounted, line, lock_waiters, locked_file, python_as};
+use common::{Mounted, line, lock_waiters, locked_file, python_as, ring_available};
 
 const ALICE: u32 = 3101;
 const BOB: u32 = 3102;
@@ -20,15 +20,6 @@ fn mounted(transport: Transport, ring_depth: usize) -> Mounted {
         ring_depth,
         ..MountConfig::default()
     })
-}
-
-/// Turns the host's switch on; false (the test is skipped, saying so) where that cannot be.
-fn ring_available() -> bool {
-    let on = vino_fuse_uring::switch_on();
-    if !on {
-        eprintln!("skipped: no FUSE over io_uring here (or its switch cannot be turned on)");
-    }
-    on
 }
 
 /// Files made, written, read back, listed, renamed and removed by programs on the mount.

@@ -161,3 +161,13 @@ pub fn locked_file(m: &Mounted) -> (Arc<vino_kernel::Process>, vino_kernel::Fd, 
     holder.lock(fd, vino_kernel::LockRequest::write(0, 0), false).unwrap();
     (holder, fd, f.display().to_string())
 }
+
+/// Turns the host's switch for FUSE over io_uring on; false (the test is skipped, saying so)
+/// where that cannot be.
+pub fn ring_available() -> bool {
+    let on = vino_fuse_uring::switch_on();
+    if !on {
+        eprintln!("skipped: no FUSE over io_uring here (or its switch cannot be turned on)");
+    }
+    on
+}
