@@ -15,14 +15,14 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    pub(crate) fn new(len: usize) -> Region {
+    /// `len` zeroed bytes, or ENOMEM: a ring too deep for the machine's memory must fail to
+    /// start (and the mount fall back to `/dev/fuse`), not abort the daemon.
+    pub(crate) fn new(len: usize) -> std::io::Result<Region> {
         let layout = Self::layout(len);
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(ptr) else {
-            std::alloc::handle_alloc_error(layout)
-        };
-        Region { ptr, len }
+        let ptr = NonNull::new(ptr).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        Ok(Region { ptr, len })
     }
 
     fn layout(len: usize) -> Layout {

@@ -70,6 +70,30 @@ fn the_ring_serves_programs_on_the_mount() {
     m.finish();
 }
 
+/// A ring that cannot start (here: too deep for the machine's memory, 64 GiB of buffers per
+/// queue) leaves the mount on `/dev/fuse`, saying why, and programs are served as before.
+#[test]
+fn a_ring_that_cannot_start_leaves_the_mount_on_dev_fuse() {
+    if !ring_available() {
+        return;
+    }
+    let m = mounted(Transport::Auto, u16::MAX as usize - 1);
+    let mount = m.mount.as_ref().unwrap();
+    let transport = mount.transport();
+    if transport.starts_with("io_uring") {
+        eprintln!("skipped: this machine has the memory for 64 GiB of ring buffers per CPU");
+        return m.finish();
+    }
+    assert!(
+        transport.starts_with("/dev/fuse (io_uring did not start")
+            || transport.starts_with("/dev/fuse (io_uring refused"),
+        "{transport}"
+    );
+    work(&m);
+    assert_eq!(mount.ring_served(), 0);
+    m.finish();
+}
+
 #[test]
 fn dev_fuse_serves_when_asked_to() {
     let m = mounted(Transport::DevFuse, 32);
