@@ -54,7 +54,8 @@ fn attr_of(st: &Stat) -> FileAttr {
     }
 }
 
-/// The attributes of a `readdirplus` entry given without any: node id 0, only the type.
+/// The attributes of an entry given without any (a `readdirplus` entry, a negative lookup):
+/// node id 0, only the type.
 fn unlisted(kind: fuser::FileType) -> FileAttr {
     FileAttr {
         ino: INodeNo(0),
@@ -705,8 +706,14 @@ impl Filesystem for VinoFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let ttl = self.0.ttl;
-        answer!(reply, self.0.lookup(req, parent, name), |(a, g)| reply
-            .entry(&ttl, &a, g));
+        match self.0.lookup(req, parent, name) {
+            Ok((a, g)) => reply.entry(&ttl, &a, g),
+            // Linux keeps a name that is not there too (a negative entry: node id 0), so a
+            // program searching paths asks once; a name made by another client invalidates it
+            // as it does a positive entry.
+            Err(Errno::ENOENT) => reply.entry(&ttl, &unlisted(fuser::FileType::RegularFile), Generation(0)),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {

@@ -375,6 +375,11 @@ fn changes_by_other_clients_reach_linux_at_once() {
         "Linux's cached listing was invalidated: {:?}",
         listing()
     );
+    // A name that is not there is cached as such; made by another client, it appears.
+    let n = m.mnt().join("n");
+    assert!(!n.exists() && !n.exists());
+    other.mkdir("/n", 0o755).unwrap();
+    assert!(soon(&|| n.exists()), "Linux's negative entry was invalidated");
     other.mkdir("/d", 0o755).unwrap();
     assert!(
         soon(&|| listing().contains(&"d".to_string())),
