@@ -152,7 +152,7 @@ fn power_cuts_among_writers_and_the_committer_never_show_stale_bytes() {
         let after = Arc::new(MemDevice::from_image(image).unwrap());
         let fs = mount(&after);
         for w in 0..WRITERS {
-            let Ok(f) = fs.resolve(&format!("/w{w}")) else { continue };
+            let Ok(f) = fs.resolve(format!("/w{w}")) else { continue };
             let back = read_all(&fs, f);
             assert!(
                 back[..] == expected[w as usize][..back.len()],
