@@ -53,6 +53,26 @@ fn no_space<T: std::fmt::Debug>(r: Result<T>) -> bool {
     matches!(r.map_err(|e| e.kind()), Err(FsErrorKind::NoSpace))
 }
 
+/// Mounts `dev` (of `blocks` blocks) with no commit by size, and leaves every free block
+/// holding another file's bytes (0xAB): a file written over the whole disk, synced, removed,
+/// synced again (its blocks are free once the removal is checkpointed).
+fn mount_over_stale_blocks(dev: &Arc<MemDevice>, blocks: usize) -> Arc<FileSystem> {
+    let fs = mount_with(
+        dev,
+        &MountOptions {
+            commit_blocks: Some(usize::MAX),
+            ..Default::default()
+        },
+    );
+    let old = fs.create(fs.root(), "old", &NewFile::by(1)).unwrap();
+    let n = fs.write_at(old, 0, &vec![0xAB; blocks * BS]).unwrap();
+    assert!(n > 0 && no_space(fs.write_at(old, n as u64, &[0xAB; BS])));
+    fs.sync().unwrap();
+    fs.unlink(fs.root(), "old").unwrap();
+    fs.sync().unwrap();
+    fs
+}
+
 #[test]
 fn a_commit_forced_by_a_full_disk_writes_the_cached_data_first() {
     let dev = fresh(
@@ -64,22 +84,8 @@ fn a_commit_forced_by_a_full_disk_writes_the_cached_data_first() {
         },
     );
     // No commit by size: the only commit below is the one the full disk forces.
-    let fs = mount_with(
-        &dev,
-        &MountOptions {
-            commit_blocks: Some(usize::MAX),
-            ..Default::default()
-        },
-    );
+    let fs = mount_over_stale_blocks(&dev, 600);
     let who = NewFile::by(1);
-    // Every free block holds another file's bytes: a file written over the whole disk, synced,
-    // removed, synced again (its blocks are free once the removal is checkpointed).
-    let old = fs.create(fs.root(), "old", &who).unwrap();
-    let n = fs.write_at(old, 0, &vec![0xAB; 600 * BS]).unwrap();
-    assert!(n > 0 && no_space(fs.write_at(old, n as u64, &[0xAB; BS])));
-    fs.sync().unwrap();
-    fs.unlink(fs.root(), "old").unwrap();
-    fs.sync().unwrap();
     // g has a block, committed: removing it later frees a block that waits for a checkpoint.
     let g = fs.create(fs.root(), "g", &who).unwrap();
     fs.write_at(g, 0, &[1; BS]).unwrap();
@@ -166,21 +172,8 @@ impl write::WriteTarget for SlowTarget {
 #[test]
 fn a_commit_waits_for_a_write_between_allocating_and_handing_over_its_data() {
     let dev = fresh(2048, &small_opts(1024));
-    let fs = mount_with(
-        &dev,
-        &MountOptions {
-            commit_blocks: Some(usize::MAX),
-            ..Default::default()
-        },
-    );
+    let fs = mount_over_stale_blocks(&dev, 2048);
     let who = NewFile::by(1);
-    // Every free block holds another file's bytes.
-    let old = fs.create(fs.root(), "old", &who).unwrap();
-    let n = fs.write_at(old, 0, &vec![0xAB; 2048 * BS]).unwrap();
-    assert!(n > 0);
-    fs.sync().unwrap();
-    fs.unlink(fs.root(), "old").unwrap();
-    fs.sync().unwrap();
 
     let cache = Cache::new(&dev);
     fs.set_data_hook(Some(cache.hook()));
