@@ -607,6 +607,49 @@ impl PageCache {
     /// Writes `data` at `offset` of `object`. Every block written must already have a device
     /// block (`backing.locate` returns `Some`): the file system allocates before it writes.
     pub fn write(&self, ctx: &IoCtx, object: u64, backing: &dyn Backing, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.write_pages(ctx, object, backing, offset, data, true)
+    }
+
+    /// As [`PageCache::write`], but never waits for the writer's share of dirty pages to be
+    /// written: for a caller that holds what others wait for (the file system's data gate) and
+    /// has waited first, with [`PageCache::throttle`].
+    pub fn write_unthrottled(
+        &self,
+        ctx: &IoCtx,
+        object: u64,
+        backing: &dyn Backing,
+        offset: u64,
+        data: &[u8],
+    ) -> io::Result<()> {
+        self.write_pages(ctx, object, backing, offset, data, false)
+    }
+
+    /// Waits while `pid` keeps more than its share of dirty pages, writing its own oldest ones
+    /// (of `object` first), as a write past the share does.
+    pub fn throttle(&self, pid: Pid, object: u64) {
+        let mut t = self.table.lock();
+        // Bounded: pages written again meanwhile do not keep the writer here for ever.
+        for _ in 0..64 {
+            if t.procs.get(&pid).is_none_or(|p| p.dirty <= self.dirty_share) {
+                break;
+            }
+            let batch = t.own_dirty(pid, object, EVICTION_CLEAN_BATCH, EVICTION_SCAN);
+            if batch.is_empty() || self.write_frames(&mut t, &batch).is_err() {
+                break;
+            }
+        }
+        t.checked();
+    }
+
+    fn write_pages(
+        &self,
+        ctx: &IoCtx,
+        object: u64,
+        backing: &dyn Backing,
+        offset: u64,
+        data: &[u8],
+        throttled: bool,
+    ) -> io::Result<()> {
         let mut done = 0;
         while done < data.len() {
             let pos = offset + done as u64;
@@ -630,7 +673,7 @@ impl PageCache {
             fr.generation += 1;
             t.mark_dirty(f, self.now_ns(), ctx.pid);
             self.unpin(&mut t, f);
-            if t.procs[&ctx.pid].dirty > self.dirty_share {
+            if throttled && t.procs[&ctx.pid].dirty > self.dirty_share {
                 // Past its share: the writer waits for its own oldest pages to go out.
                 // A failed write leaves the pages dirty: sync and eviction report it.
                 let batch = t.own_dirty(ctx.pid, object, EVICTION_CLEAN_BATCH, EVICTION_SCAN);

@@ -52,3 +52,27 @@ fn another_process_misses_on_clean_pages_not_on_the_writers_dirty_ones() {
     assert_eq!(s.cache.process_counters(2).written_back, 0);
     s.cache.check_invariants();
 }
+
+/// A writer that must not wait inside its write (the file system's data gate is held) writes
+/// past its share, and pays before its next write instead.
+#[test]
+fn an_unthrottled_writer_pays_at_its_next_throttle() {
+    let s = setup(512, 2048);
+    let f = file(0, 1024);
+    let page = vec![7u8; BLOCK_SIZE];
+    for i in 0..300 {
+        s.cache.write_unthrottled(&IoCtx::new(1), 1, &f, i * BS, &page).unwrap();
+    }
+    assert_eq!(s.cache.stats().dirty, 300, "nothing was written inside the writes");
+    assert_eq!(s.cache.process_counters(1).written_back, 0);
+    s.cache.throttle(1, 1);
+    assert!(
+        s.cache.stats().dirty <= 128,
+        "{} dirty after the throttle",
+        s.cache.stats().dirty
+    );
+    // Another process under its share does not wait.
+    s.cache.throttle(2, 1);
+    assert_eq!(s.cache.process_counters(2).written_back, 0);
+    s.cache.check_invariants();
+}

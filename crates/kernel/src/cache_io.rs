@@ -58,15 +58,19 @@ impl WriteTarget for CacheTarget<'_> {
             // The whole block, from zeros: the cache need not read it from the device.
             let mut block = [0u8; BLOCK_SIZE];
             piece.apply(&mut block);
-            return self.cache.write(&self.ctx, self.ino, self.backing, start, &block);
+            return self
+                .cache
+                .write_unthrottled(&self.ctx, self.ino, self.backing, start, &block);
         }
         const ZEROS: [u8; BLOCK_SIZE] = [0; BLOCK_SIZE];
         for r in piece.zeroed() {
             self.cache
-                .write(&self.ctx, self.ino, self.backing, start + r.start as u64, &ZEROS[r])?;
+                .write_unthrottled(&self.ctx, self.ino, self.backing, start + r.start as u64, &ZEROS[r])?;
         }
+        // Unthrottled: the file system holds its data gate while it puts, and a commit waits
+        // for it; the writer waited for its share before ([`PageCache::throttle`]).
         self.cache
-            .write(&self.ctx, self.ino, self.backing, start + piece.at as u64, piece.data)
+            .write_unthrottled(&self.ctx, self.ino, self.backing, start + piece.at as u64, piece.data)
     }
 
     fn forget(&mut self, from: u64) {

@@ -522,6 +522,8 @@ impl Process {
                 format!("descriptor {fd} is not open for writing"),
             ));
         }
+        // A writer past its share of dirty pages waits here, holding nothing others need.
+        self.kernel.cache.throttle(self.pid, f.ino);
         let mut target = CacheTarget {
             cache: &self.kernel.cache,
             ctx: IoCtx::new(self.pid),
@@ -579,6 +581,7 @@ impl Process {
         change: impl FnOnce(&vino_fs::FileSystem, &mut CacheTarget<'_>) -> vino_fs::Result<()>,
     ) -> SysResult<()> {
         let backing = FileBacking::new(self.kernel.fs.clone(), ino);
+        self.kernel.cache.throttle(self.pid, ino);
         let mut target = CacheTarget {
             cache: &self.kernel.cache,
             ctx: IoCtx::new(self.pid),
