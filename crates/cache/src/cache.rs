@@ -36,6 +36,13 @@ const EVICTION_CLEAN_BATCH: usize = 256;
 
 /// How far from the cold end of the LRU list eviction looks for those pages.
 const EVICTION_SCAN: usize = 4096;
+
+/// Most pages one write-back request carries (1 MiB, the I/O scheduler's merge limit).
+const WRITE_RUN_BLOCKS: usize = 256;
+
+/// Pages one turn of write-behind writes: four requests of [`WRITE_RUN_BLOCKS`] in flight.
+const WRITE_BEHIND_BATCH: usize = 4 * WRITE_RUN_BLOCKS;
+
 /// Candidates in the first page `vas.pick_victim` is offered: most grafts choose among the
 /// oldest few, and gathering costs every eviction (later pages hold `abi::VICTIM_MAX`).
 const VICTIM_FIRST_PAGE: usize = 32;
@@ -47,7 +54,9 @@ const VICTIM_SCAN: usize = 4 * abi::VICTIM_MAX;
 pub struct CacheConfig {
     /// Number of 4 KB frames.
     pub frames: usize,
-    /// How often the write-back policy runs (`None`: only on `sync`).
+    /// How often the write-back policy runs (`None`: only on `sync`). Its thread also writes
+    /// behind a writer past half its share of dirty pages; without it writers are only
+    /// throttled at their share.
     pub writeback_every: Option<Duration>,
     /// Where the ages of dirty pages come from (the machine's clock; a simulation's own).
     pub clock: SharedClock,
@@ -473,7 +482,8 @@ pub struct PageCache {
     io: Arc<dyn PageIo>,
     runtime: Runtime,
     writeback: Arc<GraftSlot<Writeback>>,
-    stop: Arc<AtomicBool>,
+    /// How writers reach the write-back thread (and how dropping the cache stops it).
+    flusher: Arc<FlushSignal>,
     config: CacheConfig,
     /// Dirty pages one process's writes may keep (`config.dirty_percent`).
     dirty_share: usize,
@@ -509,13 +519,13 @@ impl PageCache {
             io,
             runtime: runtime.clone(),
             writeback: Arc::new(GraftSlot::new(runtime, Arc::new(()), Access::Privileged, None)),
-            stop: Arc::new(AtomicBool::new(false)),
+            flusher: Arc::new(FlushSignal::default()),
             dirty_share: (config.frames * usize::from(config.dirty_percent.min(100)) / 100).max(MIN_DIRTY_SHARE),
             config,
             charger: OnceLock::new(),
         });
         if let Some(every) = cache.config.writeback_every {
-            spawn_writeback(Arc::downgrade(&cache), cache.stop.clone(), every);
+            spawn_writeback(Arc::downgrade(&cache), cache.flusher.clone(), every);
         }
         cache
     }
@@ -682,6 +692,7 @@ impl PageCache {
             t.checked();
             done += take;
         }
+        self.want_write_behind(&self.table.lock(), ctx.pid, object);
         Ok(())
     }
 
@@ -1145,34 +1156,50 @@ impl PageCache {
     /// those on adjacent device blocks into one request. The table is unlocked during the I/O;
     /// the pages stay readable and writable (the device gets a copy).
     fn write_frames(&self, t: &mut MutexGuard<'_, Table>, frames: &[u32]) -> io::Result<()> {
-        let mut members = Vec::with_capacity(frames.len());
-        let mut requests = Vec::with_capacity(frames.len());
+        let mut located = Vec::with_capacity(frames.len());
         for &f in frames {
-            let fr = &mut t.frames[f as usize];
+            let fr = &t.frames[f as usize];
             let Some(dev) = fr.dev else {
                 return Err(io::Error::other(format!("dirty page {:?} has no device block", fr.key)));
             };
+            located.push((dev, f));
+        }
+        // Pages on adjacent device blocks go out in one request, copied once into its buffer.
+        located.sort_unstable();
+        let mut members = Vec::with_capacity(frames.len());
+        let mut requests = Vec::new();
+        for run in located.chunk_by(|a, b| a.0 + 1 == b.0) {
+            for piece in run.chunks(WRITE_RUN_BLOCKS) {
+                let bufs = piece.iter().map(|&(_, f)| &t.frames[f as usize].buf[..]);
+                requests.push(IoRequest::write(piece[0].0, AlignedBuf::gather(piece.len(), bufs)));
+                members.push(piece.iter().map(|&(_, f)| (f, 0)).collect::<Vec<_>>());
+            }
+        }
+        for (f, generation) in members.iter_mut().flatten() {
+            let fr = &mut t.frames[*f as usize];
             fr.writing = true;
-            members.push((f, fr.generation));
-            requests.push(IoRequest::write(dev, AlignedBuf::from_slice(&fr.buf)));
+            *generation = fr.generation;
         }
         let results: Vec<io::Result<AlignedBuf>> = MutexGuard::unlocked(t, || {
             let tickets = self.io.submit_batch(requests);
             tickets.into_iter().map(Ticket::wait).collect()
         });
         let mut first_error = None;
-        for ((f, generation), result) in members.into_iter().zip(results) {
-            t.frames[f as usize].writing = false;
-            if let Err(e) = result {
-                first_error.get_or_insert(e);
-                continue;
+        for (run, result) in members.into_iter().zip(results) {
+            let result = result.map(drop);
+            for (f, generation) in run {
+                t.frames[f as usize].writing = false;
+                if let Err(e) = &result {
+                    first_error.get_or_insert(io::Error::new(e.kind(), e.to_string()));
+                    continue;
+                }
+                if t.frames[f as usize].generation == generation {
+                    t.mark_clean(f);
+                }
+                let fr = &t.frames[f as usize];
+                let (owner, object) = (fr.owner, fr.key.0);
+                count!(t, owner, object, written_back);
             }
-            if t.frames[f as usize].generation == generation {
-                t.mark_clean(f);
-            }
-            let fr = &t.frames[f as usize];
-            let (owner, object) = (fr.owner, fr.key.0);
-            count!(t, owner, object, written_back);
         }
         self.changed.notify_all();
         first_error.map_or(Ok(()), Err)
@@ -1198,6 +1225,60 @@ impl PageCache {
             }
         }
         written
+    }
+
+    /// Dirty pages a writer may keep before the write-back thread starts writing them behind
+    /// it: half its share (Linux starts background write-back at half its dirty limit too).
+    fn behind_mark(&self) -> usize {
+        self.dirty_share / 2
+    }
+
+    /// Asks the write-back thread to write `pid`'s pages behind it if it is past the mark.
+    /// Without that thread (tests, the simulator) writers are only throttled.
+    fn want_write_behind(&self, t: &Table, pid: Pid, object: u64) {
+        if self.config.writeback_every.is_none() || t.procs.get(&pid).is_none_or(|p| p.dirty <= self.behind_mark()) {
+            return;
+        }
+        let mut wanted = self.flusher.wanted.lock();
+        if !wanted.contains(&(pid, object)) {
+            wanted.push((pid, object));
+            self.flusher.wake.notify_one();
+        }
+    }
+
+    /// Write-behind: writes the pages of each writer in `wanted` past the mark, a batch each in
+    /// turn (so one writer's flood delays another's write-behind by one batch at most), until
+    /// each is under the mark. A batch is several device requests in flight at once: a writer
+    /// copying its next data overlaps the device writing its last, instead of waiting for one
+    /// request at a time when it reaches its share. Its CPU is charged to the writer.
+    fn write_behind(&self, mut wanted: Vec<(Pid, u64)>) {
+        wanted.sort_unstable();
+        wanted.dedup();
+        let clock = vino_account::ThreadClock::of_this_thread();
+        while !wanted.is_empty() && !self.flusher.stop.load(Ordering::Relaxed) {
+            wanted.retain(|&(pid, object)| {
+                let started = clock.as_ref().map_or(0, |c| c.read_ns());
+                let wrote = {
+                    let mut t = self.table.lock();
+                    if t.procs.get(&pid).is_none_or(|p| p.dirty <= self.behind_mark()) {
+                        false
+                    } else {
+                        let batch = t.own_dirty(pid, object, WRITE_BEHIND_BATCH, EVICTION_SCAN);
+                        // A failed write leaves the pages dirty: the writer's throttle, sync and
+                        // eviction report it.
+                        !batch.is_empty() && self.write_frames(&mut t, &batch).is_ok()
+                    }
+                };
+                if let (Some(charge), Some(clock)) = (self.charger.get(), clock.as_ref()) {
+                    charge(pid, Duration::from_nanos(clock.read_ns().saturating_sub(started)));
+                }
+                wrote
+            });
+            // Writers that asked meanwhile take their turn too.
+            let mut more = std::mem::take(&mut *self.flusher.wanted.lock());
+            more.retain(|w| !wanted.contains(w));
+            wanted.append(&mut more);
+        }
     }
 
     /// A write-back round; `writers` gets the writer of each page it writes.
@@ -1245,19 +1326,48 @@ impl PageCache {
 
 impl Drop for PageCache {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.flusher.stop.store(true, Ordering::Relaxed);
+        self.flusher.wake.notify_all();
     }
 }
 
-fn spawn_writeback(cache: std::sync::Weak<PageCache>, stop: Arc<AtomicBool>, every: Duration) {
+/// Between writers and the write-back thread: the (writer, object) pairs past the
+/// write-behind mark, and the stop flag.
+#[derive(Default)]
+struct FlushSignal {
+    stop: AtomicBool,
+    wanted: Mutex<Vec<(Pid, u64)>>,
+    wake: Condvar,
+}
+
+/// The write-back thread: a round of the `cache.writeback` policy every `every`, and between
+/// rounds, write-behind for writers past half their share as soon as they ask. It holds the
+/// cache only while working, so dropping the cache ends it.
+fn spawn_writeback(cache: std::sync::Weak<PageCache>, signal: Arc<FlushSignal>, every: Duration) {
     std::thread::Builder::new()
         .name("vino-writeback".into())
         .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(every);
+            let mut next_round = std::time::Instant::now() + every;
+            loop {
+                let wanted = {
+                    let mut w = signal.wanted.lock();
+                    if w.is_empty() && !signal.stop.load(Ordering::Relaxed) {
+                        signal.wake.wait_until(&mut w, next_round);
+                    }
+                    std::mem::take(&mut *w)
+                };
+                if signal.stop.load(Ordering::Relaxed) {
+                    return;
+                }
                 let Some(cache) = cache.upgrade() else { return };
-                // A failed write-back leaves the pages dirty; the next round or a sync retries.
-                let _ = cache.run_writeback();
+                if !wanted.is_empty() {
+                    cache.write_behind(wanted);
+                }
+                if std::time::Instant::now() >= next_round {
+                    // A failed write-back leaves the pages dirty; the next round or a sync retries.
+                    let _ = cache.run_writeback();
+                    next_round = std::time::Instant::now() + every;
+                }
             }
         })
         .expect("spawning the write-back thread");

@@ -6,7 +6,8 @@
 //! image_size = "1G"          # made with this size on first use
 //! cache_size = "12%"          # the page cache: a size ("2G") or a share of the machine's memory
 //! cache_frames = 262144       # or the same as a count of 4 KiB frames (cache_size wins)
-//! dirty_percent = 25          # of the cache one process (a mount's user) may keep dirty
+//! dirty_percent = 25          # of the cache one process (a mount's user) may keep dirty;
+//!                             # past half of it, its pages are written behind it
 //! privileged_group = "vino"   # members may graft global graftpoints (a name or a gid)
 //! max_connections = 256
 //! max_connections_per_user = 64   # for each uid but root's

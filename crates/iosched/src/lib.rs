@@ -747,13 +747,15 @@ fn merge_adjacent(st: &mut State, first: Pending) -> Pending {
     st.stats.merged += parts.len() as u64 - 1;
     parts.sort_by_key(|p| p.req.block);
     let submitted = parts.iter().map(|p| p.submitted).min().expect("parts");
-    let mut buf = AlignedBuf::new((end - start) as usize);
+    // The parts are adjacent and sorted: a write's buffer is theirs end to end.
+    let blocks = (end - start) as usize;
+    let buf = match op {
+        IoOp::Write => AlignedBuf::gather(blocks, parts.iter().map(|p| &p.req.buf[..])),
+        _ => AlignedBuf::new(blocks),
+    };
     let mut members = Vec::with_capacity(parts.len());
     for p in parts {
         let off = (p.req.block - start) as usize * BLOCK_SIZE;
-        if op == IoOp::Write {
-            buf[off..off + p.req.buf.len()].copy_from_slice(&p.req.buf);
-        }
         members.push((off, p.req.buf, p.completer));
     }
     let completer = Completer::then(move |result| match result {

@@ -55,6 +55,11 @@ pub struct Setup {
 }
 
 pub fn setup(frames: usize, device_blocks: u64) -> Setup {
+    setup_with(frames, device_blocks, None)
+}
+
+/// As [`setup`], with a write-back thread running the policy every `writeback_every`.
+pub fn setup_with(frames: usize, device_blocks: u64, writeback_every: Option<std::time::Duration>) -> Setup {
     let device = Arc::new(MemDevice::new(device_blocks));
     for b in 0..device_blocks {
         device.write_blocks(b, &vec![pattern(b); BLOCK_SIZE]).unwrap();
@@ -64,7 +69,7 @@ pub fn setup(frames: usize, device_blocks: u64) -> Setup {
     let cache = PageCache::new(
         CacheConfig {
             frames,
-            writeback_every: None,
+            writeback_every,
             ..CacheConfig::default()
         },
         Arc::new(Queue(queue)),
