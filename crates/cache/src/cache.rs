@@ -939,9 +939,21 @@ impl PageCache {
 
     /// A free frame for `key`, evicting a page if none is free.
     fn allocate(&self, t: &mut MutexGuard<'_, Table>, pid: Pid, key: PageKey) -> io::Result<u32> {
+        Ok(self.allocate_within(t, pid, key, true)?.expect("allowed to wait"))
+    }
+
+    /// As [`PageCache::allocate`]; where every frame is pinned or in flight, waits for one to
+    /// be released if `may_wait`, else returns `None`.
+    fn allocate_within(
+        &self,
+        t: &mut MutexGuard<'_, Table>,
+        pid: Pid,
+        key: PageKey,
+        may_wait: bool,
+    ) -> io::Result<Option<u32>> {
         loop {
             if let Some(f) = t.take_free() {
-                return Ok(f);
+                return Ok(Some(f));
             }
             // Cao's rule: if this miss is on a page a graft evicted in place of the kernel's
             // choice, and that page is still here, the process pays with it.
@@ -956,7 +968,7 @@ impl PageCache {
                     count!(t, pid, kept.0, graft_mistakes);
                     count!(t, pid, kept.0, evicted_by_lru);
                     t.remove(a);
-                    return Ok(a);
+                    return Ok(Some(a));
                 }
             }
             // The oldest clean page near the cold end, else the oldest page: a miss does not
@@ -968,6 +980,9 @@ impl PageCache {
                 .find(|&f| t.evictable(f) && t.frames[f as usize].dirty_since.is_none());
             let Some(candidate) = clean.or_else(|| t.lru.iter(&t.global).find(|&f| t.evictable(f))) else {
                 // Everything is pinned or in flight: wait for a change.
+                if !may_wait {
+                    return Ok(None);
+                }
                 self.changed.wait_for(t, Duration::from_millis(5));
                 continue;
             };
@@ -993,7 +1008,7 @@ impl PageCache {
                 t.placeholders.insert(vkey, kept);
             }
             t.remove(victim);
-            return Ok(victim);
+            return Ok(Some(victim));
         }
     }
 
@@ -1071,18 +1086,29 @@ impl PageCache {
                     Err(_) => break 'extents,
                 };
                 let mut t = self.table.lock();
-                if !batch.is_empty() && t.free.is_empty() && t.frames.len() >= t.capacity {
-                    // A frame must be evicted, which may mean waiting for reads to finish:
-                    // never while holding reads not yet submitted.
-                    drop(t);
-                    self.submit_loads(&mut batch);
-                    t = self.table.lock();
-                }
                 let key = (object, index);
                 if t.map.contains_key(&key) {
                     continue;
                 }
-                let Ok(f) = self.allocate(&mut t, pid, key) else {
+                // Taking a frame may wait for frames to be released, and these reads' frames
+                // are released only once submitted: so with reads held, take one only if it
+                // needs no wait, else submit them first. (Evicting a clean page or writing a
+                // dirty one waits for nothing held here, so a full cache still reads a
+                // sequential run in one batch.)
+                let f = match self.allocate_within(&mut t, pid, key, batch.is_empty()) {
+                    Ok(Some(f)) => Ok(f),
+                    Ok(None) => {
+                        drop(t);
+                        self.submit_loads(&mut batch);
+                        t = self.table.lock();
+                        if t.map.contains_key(&key) {
+                            continue;
+                        }
+                        self.allocate(&mut t, pid, key)
+                    }
+                    Err(e) => Err(e),
+                };
+                let Ok(f) = f else {
                     break 'extents;
                 };
                 if t.map.contains_key(&key) {

@@ -336,3 +336,64 @@ fn a_read_of_an_object_whose_size_is_unknown_fails() {
     assert!(err.to_string().contains("inode could not be read"), "{err}");
     assert_eq!(s.cache.object_counters(3).misses, 0, "nothing read");
 }
+
+/// Counts the requests handed to the device together, batch by batch.
+struct Batches {
+    queue: vino_blockdev::IoQueue,
+    sizes: parking_lot::Mutex<Vec<usize>>,
+}
+
+impl vino_cache::PageIo for Batches {
+    fn submit(&self, request: vino_blockdev::IoRequest) -> vino_blockdev::Ticket {
+        self.sizes.lock().push(1);
+        self.queue.submit(request)
+    }
+    fn submit_batch(&self, requests: Vec<vino_blockdev::IoRequest>) -> Vec<vino_blockdev::Ticket> {
+        self.sizes.lock().push(requests.len());
+        requests.into_iter().map(|r| self.queue.submit(r)).collect()
+    }
+}
+
+#[test]
+fn a_full_cache_of_clean_pages_still_reads_a_run_of_misses_together() {
+    let device = Arc::new(vino_blockdev::MemDevice::new(256));
+    let io = Arc::new(Batches {
+        queue: vino_blockdev::IoQueue::new(device, 8).unwrap(),
+        sizes: parking_lot::Mutex::new(Vec::new()),
+    });
+    let runtime = vino_graft::Runtime::default();
+    let config = vino_cache::CacheConfig {
+        frames: 64,
+        writeback_every: None,
+        ..vino_cache::CacheConfig::default()
+    };
+    let cache = vino_cache::PageCache::new(config, io.clone(), &runtime);
+    let f = file(0, 256);
+    // Fill every frame with clean pages, then read 32 pages that are not there.
+    let mut buf = vec![0u8; 64 * BLOCK_SIZE];
+    cache.read(&IoCtx::new(1), 1, &f, 0, &mut buf).unwrap();
+    io.sizes.lock().clear();
+    cache
+        .read(&IoCtx::new(1), 1, &f, 100 * BS, &mut buf[..32 * BLOCK_SIZE])
+        .unwrap();
+    assert_eq!(
+        *io.sizes.lock(),
+        vec![32],
+        "one batch: the scheduler can merge it into one request"
+    );
+    cache.check_invariants();
+}
+
+#[test]
+fn a_read_larger_than_the_cache_completes_with_the_right_data() {
+    // Its misses cannot all be held at once: the reads held are submitted before a frame is
+    // waited for.
+    let s = setup(64, 512);
+    let f = file(0, 300);
+    let mut buf = vec![0u8; 200 * BLOCK_SIZE];
+    assert_eq!(s.cache.read(&IoCtx::new(1), 1, &f, 0, &mut buf).unwrap(), buf.len());
+    for (i, block) in buf.chunks(BLOCK_SIZE).enumerate() {
+        assert!(block.iter().all(|&b| b == pattern(i as u64)), "block {i}");
+    }
+    s.cache.check_invariants();
+}
