@@ -1277,11 +1277,17 @@ impl PageCache {
     /// each is under the mark. A batch is several device requests in flight at once: a writer
     /// copying its next data overlaps the device writing its last, instead of waiting for one
     /// request at a time when it reaches its share. Its CPU is charged to the writer.
-    fn write_behind(&self, mut wanted: Vec<(Pid, u64)>) {
+    ///
+    /// Stops at `until` (the next round of the write-back policy, which a writer that never
+    /// stops must not hold off from others' pages); returns the writers still to serve.
+    fn write_behind(&self, mut wanted: Vec<(Pid, u64)>, until: std::time::Instant) -> Vec<(Pid, u64)> {
         wanted.sort_unstable();
         wanted.dedup();
         let clock = vino_account::ThreadClock::of_this_thread();
         while !wanted.is_empty() && !self.flusher.stop.load(Ordering::Relaxed) {
+            if std::time::Instant::now() >= until {
+                return wanted;
+            }
             wanted.retain(|&(pid, object)| {
                 let started = clock.as_ref().map_or(0, |c| c.read_ns());
                 let wrote = {
@@ -1305,6 +1311,7 @@ impl PageCache {
             more.retain(|w| !wanted.contains(w));
             wanted.append(&mut more);
         }
+        Vec::new()
     }
 
     /// A write-back round; `writers` gets the writer of each page it writes.
@@ -1352,6 +1359,9 @@ impl PageCache {
 
 impl Drop for PageCache {
     fn drop(&mut self) {
+        // Under the lock the thread checks the flag with, so the wake-up cannot fall between
+        // its check and its wait.
+        let _wanted = self.flusher.wanted.lock();
         self.flusher.stop.store(true, Ordering::Relaxed);
         self.flusher.wake.notify_all();
     }
@@ -1387,7 +1397,13 @@ fn spawn_writeback(cache: std::sync::Weak<PageCache>, signal: Arc<FlushSignal>, 
                 }
                 let Some(cache) = cache.upgrade() else { return };
                 if !wanted.is_empty() {
-                    cache.write_behind(wanted);
+                    let left = cache.write_behind(wanted, next_round);
+                    let mut w = signal.wanted.lock();
+                    for writer in left {
+                        if !w.contains(&writer) {
+                            w.push(writer);
+                        }
+                    }
                 }
                 if std::time::Instant::now() >= next_round {
                     // A failed write-back leaves the pages dirty; the next round or a sync retries.
