@@ -1265,10 +1265,15 @@ impl PageCache {
         if self.config.writeback_every.is_none() || t.procs.get(&pid).is_none_or(|p| p.dirty <= self.behind_mark()) {
             return;
         }
+        // One entry per writer (its latest object first): a writer of many files gets one
+        // turn, and the list is no longer than the writers.
         let mut wanted = self.flusher.wanted.lock();
-        if !wanted.contains(&(pid, object)) {
-            wanted.push((pid, object));
-            self.flusher.wake.notify_one();
+        match wanted.iter_mut().find(|w| w.0 == pid) {
+            Some(w) => w.1 = object,
+            None => {
+                wanted.push((pid, object));
+                self.flusher.wake.notify_one();
+            }
         }
     }
 
@@ -1282,7 +1287,7 @@ impl PageCache {
     /// stops must not hold off from others' pages); returns the writers still to serve.
     fn write_behind(&self, mut wanted: Vec<(Pid, u64)>, until: std::time::Instant) -> Vec<(Pid, u64)> {
         wanted.sort_unstable();
-        wanted.dedup();
+        wanted.dedup_by_key(|w| w.0);
         let clock = vino_account::ThreadClock::of_this_thread();
         while !wanted.is_empty() && !self.flusher.stop.load(Ordering::Relaxed) {
             if std::time::Instant::now() >= until {
@@ -1308,7 +1313,7 @@ impl PageCache {
             });
             // Writers that asked meanwhile take their turn too.
             let mut more = std::mem::take(&mut *self.flusher.wanted.lock());
-            more.retain(|w| !wanted.contains(w));
+            more.retain(|w| !wanted.iter().any(|x| x.0 == w.0));
             wanted.append(&mut more);
         }
         Vec::new()
@@ -1367,8 +1372,8 @@ impl Drop for PageCache {
     }
 }
 
-/// Between writers and the write-back thread: the (writer, object) pairs past the
-/// write-behind mark, and the stop flag.
+/// Between writers and the write-back thread: the writers past the write-behind mark, each
+/// with the object it wrote last, and the stop flag.
 #[derive(Default)]
 struct FlushSignal {
     stop: AtomicBool,
@@ -1400,7 +1405,7 @@ fn spawn_writeback(cache: std::sync::Weak<PageCache>, signal: Arc<FlushSignal>, 
                     let left = cache.write_behind(wanted, next_round);
                     let mut w = signal.wanted.lock();
                     for writer in left {
-                        if !w.contains(&writer) {
+                        if !w.iter().any(|x| x.0 == writer.0) {
                             w.push(writer);
                         }
                     }
