@@ -695,6 +695,14 @@ impl FileSystem {
         self.with_state(|g| g.readdir(dir))
     }
 
+    /// Up to `max` entries of `dir` from position `from` on, `.` and `..` included, each with
+    /// its position, the entry's byte offset in the directory. An entry keeps its position
+    /// while it exists, so a listing resumed at the last position given plus one returns every
+    /// entry present throughout exactly once (ext2's telldir cookies).
+    pub fn readdir_from(&self, dir: u64, from: u64, max: usize) -> Result<Vec<(u64, DirEntry)>> {
+        self.with_state(|g| g.readdir_from(dir, from, max))
+    }
+
     pub fn stat(&self, ino: u64) -> Result<Stat> {
         self.with_state(|g| g.stat(ino))
     }

@@ -1174,6 +1174,38 @@ impl FsState {
         Ok(out)
     }
 
+    /// Up to `max` entries of `dir` (`.` and `..` included, as stored) from position `from`
+    /// on, each with its position: the entry's byte offset in the directory. An entry never
+    /// moves while it exists (a new one fills a free record, a removed one is merged into the
+    /// record before it), so a listing resumed at the position after the last entry it gave
+    /// returns every entry present throughout exactly once, as ext2's telldir cookies do.
+    pub fn readdir_from(&mut self, dir: u64, from: u64, max: usize) -> Result<Vec<(u64, DirEntry)>> {
+        let d = self.dir(dir)?;
+        let mut out = Vec::new();
+        for fb in from / BS as u64..d.size / BS as u64 {
+            let b = self.dir_block(dir, &d, fb)?;
+            for e in self.dir_entries(dir, b)? {
+                let pos = fb * BS as u64 + e.off as u64;
+                if e.ino == 0 || pos < from {
+                    continue;
+                }
+                if out.len() == max {
+                    return Ok(out);
+                }
+                let kind = FileType::from_dirent_code(e.ftype).expect("parse checked the type");
+                out.push((
+                    pos,
+                    DirEntry {
+                        name: e.name,
+                        ino: u64::from(e.ino),
+                        kind,
+                    },
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     fn dir_is_empty(&mut self, dir: u64, inode: &Inode) -> Result<bool> {
         Ok(self.dir_index(dir, inode)?.is_empty())
     }

@@ -16,11 +16,11 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vino_kernel::{
-    At, Attrs, Credentials, Fd, FileType, Kernel, LockRequest, LockType, OpenFlags, Pid, Process, RenameFlags,
-    Resource, SetTime, Stat, SysError, SysResult,
+    At, Attrs, Credentials, DirEntry, Fd, FileType, Kernel, LockRequest, LockType, OpenFlags, Pid, Process,
+    RenameFlags, Resource, SetTime, Stat, SysError, SysResult,
 };
 
 type R<T> = Result<T, Errno>;
@@ -118,8 +118,8 @@ struct Handle {
     append: bool,
 }
 
-/// A directory listing taken at opendir, so offsets stay valid while the directory changes.
-type Listing = Arc<Vec<(u64, fuser::FileType, Vec<u8>)>>;
+/// Directory entries read from the file system at a time while filling a listing's reply.
+const LIST_BATCH: usize = 128;
 
 /// How long a caller's supplementary groups, read from `/proc`, are trusted.
 const GROUPS_FRESH: Duration = Duration::from_secs(1);
@@ -133,7 +133,8 @@ pub(crate) struct State {
     ttl: Duration,
     pub(crate) nodes: Nodes,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
-    dirs: Mutex<HashMap<u64, (Arc<Handle>, Listing)>>,
+    /// Linux opens directories without asking (`FUSE_NO_OPENDIR_SUPPORT`, granted at init).
+    no_opendir: AtomicBool,
     processes: Mutex<HashMap<Caller, Arc<Process>>>,
     /// The kernel pids of the mount's processes: changes they make need no notice to Linux.
     pub(crate) own: RwLock<HashSet<Pid>>,
@@ -157,7 +158,7 @@ impl State {
             kernel,
             ttl: config.attr_ttl,
             files: Mutex::default(),
-            dirs: Mutex::default(),
+            no_opendir: AtomicBool::new(false),
             processes: Mutex::default(),
             own: RwLock::default(),
             groups: Mutex::default(),
@@ -226,9 +227,6 @@ impl State {
     /// Closes every file still open, drops every node and ends the mount's processes.
     pub(crate) fn release_all(&self) {
         for (_, h) in self.files.lock().drain() {
-            let _ = h.process.close(h.fd);
-        }
-        for (_, (h, _)) in self.dirs.lock().drain() {
             let _ = h.process.close(h.fd);
         }
         self.nodes.clear();
@@ -311,87 +309,80 @@ impl State {
         Ok(attr_of(&st.map_err(sys)?))
     }
 
-    fn opendir(&self, req: &Request, ino: INodeNo) -> R<u64> {
-        let p = self.process(req);
-        let At::Inode { ino, generation } = self.at(ino)? else {
-            unreachable!("nodes are inodes")
-        };
-        let fd = p.open_inode(ino, generation, OpenFlags::directory()).map_err(sys)?;
-        let entries = p.readdir_fd(fd);
-        let entries = match entries {
-            Ok(e) => e,
-            Err(e) => {
-                let _ = p.close(fd);
-                return Err(sys(e));
-            }
-        };
-        let parent = p.stat_at(At::Fd(fd), b"..", false).map_or(ino, |st| st.ino);
-        let mut listing = vec![
-            (ino, fuser::FileType::Directory, b".".to_vec()),
-            (parent, fuser::FileType::Directory, b"..".to_vec()),
-        ];
-        listing.extend(entries.into_iter().map(|e| (e.ino, kind_of(e.kind), e.name)));
-        let fh = self.new_fh();
-        let handle = Arc::new(Handle {
-            process: p,
-            fd,
-            append: false,
-        });
-        self.dirs.lock().insert(fh, (handle, Arc::new(listing)));
-        Ok(fh)
+    /// Checks that the caller may list the directory. Only where Linux cannot open
+    /// directories without asking (it offers no `FUSE_NO_OPENDIR_SUPPORT`): no handle is kept,
+    /// listings are read by position.
+    fn opendir(&self, req: &Request, ino: INodeNo) -> R<()> {
+        self.process(req)
+            .readdir_from_at(self.at(ino)?, b"", 0, 0)
+            .map(drop)
+            .map_err(sys)
     }
 
-    /// Fills a readdir reply from entry `offset` on; each entry's offset is the next one's index.
-    fn readdir(&self, fh: u64, offset: u64, reply: &mut ReplyDirectory) -> R<()> {
-        let listing = self.dirs.lock().get(&fh).map(|(_, l)| l.clone()).ok_or(Errno::EBADF)?;
-        for (i, (ino, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, OsStr::from_bytes(name)) {
-                break;
+    /// Calls `add` with the entries of directory `ino` from position `offset` on, each with
+    /// the position to resume at (its own plus one), until `add` says the reply is full. No
+    /// listing is kept between calls: an entry keeps its position while it exists, so a
+    /// listing read in parts while the directory changes still gives each entry present
+    /// throughout exactly once.
+    fn list(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        offset: u64,
+        mut add: impl FnMut(&Arc<Process>, At, u64, DirEntry) -> bool,
+    ) -> R<()> {
+        let (p, at) = (self.process(req), self.at(ino)?);
+        let mut from = offset;
+        loop {
+            let batch = p.readdir_from_at(at, b"", from, LIST_BATCH).map_err(sys)?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for (pos, entry) in batch {
+                if add(&p, at, pos + 1, entry) {
+                    return Ok(());
+                }
+                from = pos + 1;
             }
         }
-        Ok(())
+    }
+
+    fn readdir(&self, req: &Request, ino: INodeNo, offset: u64, reply: &mut ReplyDirectory) -> R<()> {
+        self.list(req, ino, offset, |_, _, next, e| {
+            reply.add(INodeNo(e.ino), next, kind_of(e.kind), OsStr::from_bytes(&e.name))
+        })
     }
 
     /// As [`State::readdir`], each entry with its attributes (`readdirplus`), so that Linux
     /// needs no lookup for it. Each entry given with attributes counts as a lookup, as a lookup's
     /// reply does; `.`, `..` and an entry whose name no longer names the listed file (or that
-    /// the opener may not look up) go without (node id 0: Linux then only lists it).
-    fn readdirplus(&self, fh: u64, offset: u64, reply: &mut ReplyDirectoryPlus) -> R<()> {
-        let (handle, listing) = self.dirs.lock().get(&fh).cloned().ok_or(Errno::EBADF)?;
-        for (i, (ino, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
-            let next = i as u64 + 1;
-            let dots = name == b"." || name == b"..";
+    /// the caller may not look up) go without (node id 0: Linux then only lists it).
+    fn readdirplus(&self, req: &Request, ino: INodeNo, offset: u64, reply: &mut ReplyDirectoryPlus) -> R<()> {
+        self.list(req, ino, offset, |p, at, next, e| {
+            let dots = e.name == b"." || e.name == b"..";
             let found = (!dots)
-                .then(|| handle.process.stat_at(At::Fd(handle.fd), name, false).ok())
+                .then(|| p.stat_at(at, &e.name, false).ok())
                 .flatten()
-                .filter(|st| st.ino == *ino)
+                .filter(|st| st.ino == e.ino)
                 .and_then(|st| self.entry(&st).ok());
-            let name = OsStr::from_bytes(name);
+            let name = OsStr::from_bytes(&e.name);
             let full = match &found {
-                Some((attr, generation)) => reply.add(INodeNo(*ino), next, name, &self.ttl, attr, *generation),
+                Some((attr, generation)) => reply.add(INodeNo(e.ino), next, name, &self.ttl, attr, *generation),
                 None => reply.add(
-                    INodeNo(*ino),
+                    INodeNo(e.ino),
                     next,
                     name,
                     &Duration::ZERO,
-                    &unlisted(*kind),
+                    &unlisted(kind_of(e.kind)),
                     Generation(0),
                 ),
             };
-            if full {
+            if full && found.is_some() {
                 // Not sent: Linux does not hold the lookup counted for it.
-                if found.is_some() {
-                    self.nodes.forget(*ino, 1);
-                }
-                break;
+                self.nodes.forget(e.ino, 1);
             }
-        }
-        Ok(())
-    }
-
-    fn releasedir(&self, fh: u64) -> R<()> {
-        let (h, _) = self.dirs.lock().remove(&fh).ok_or(Errno::EBADF)?;
-        h.process.close(h.fd).map_err(sys)
+            full
+        })
     }
 
     fn keep_handle(&self, process: Arc<Process>, fd: Fd, flags: OpenFlags) -> u64 {
@@ -688,8 +679,13 @@ impl Filesystem for VinoFs {
             | InitFlags::FUSE_HANDLE_KILLPRIV
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
             | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO;
-        let _ = config.add_capabilities(wanted & config.capabilities());
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_NO_OPENDIR_SUPPORT;
+        let granted = wanted & config.capabilities();
+        let _ = config.add_capabilities(granted);
+        self.0
+            .no_opendir
+            .store(granted.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT), Ordering::Relaxed);
         // FUSE over io_uring, when asked for and offered; the ring's payload buffers hold the
         // largest write.
         if self.0.ring.wanted && config.capabilities().contains(InitFlags::FUSE_OVER_IO_URING) {
@@ -913,25 +909,32 @@ impl Filesystem for VinoFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
-        // Linux may keep the listing in its page cache across opens: every change made through
-        // the mount resets it, and a change by anyone else sends an invalidation of the
-        // directory's inode, which drops it.
-        answer!(reply, self.0.opendir(req, ino), |fh| reply.opened(
-            FileHandle(fh),
+        // Listings are read by position, so an open directory needs no handle: where Linux
+        // allows, the first opendir answers ENOSYS and Linux asks no more (nor for releasedir),
+        // a round trip each saved per directory a program walks. Linux checks the caller's
+        // permission itself (`default_permissions`), and may keep the listing in its page
+        // cache across opens (its default then): every change made through the mount resets
+        // it, and a change by anyone else sends an invalidation of the directory's inode,
+        // which drops it.
+        if self.0.no_opendir.load(Ordering::Relaxed) {
+            return reply.error(Errno::ENOSYS);
+        }
+        answer!(reply, self.0.opendir(req, ino), |()| reply.opened(
+            FileHandle(0),
             FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
         ));
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        answer!(reply, self.0.readdir(fh.0, offset, &mut reply), |()| reply.ok());
+    fn readdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        answer!(reply, self.0.readdir(req, ino, offset, &mut reply), |()| reply.ok());
     }
 
-    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        answer!(reply, self.0.readdirplus(fh.0, offset, &mut reply), |()| reply.ok());
+    fn readdirplus(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        answer!(reply, self.0.readdirplus(req, ino, offset, &mut reply), |()| reply.ok());
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
-        answer!(reply, self.0.releasedir(fh.0), |()| reply.ok());
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
+        reply.ok();
     }
 
     fn fsyncdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {

@@ -455,3 +455,65 @@ fn processes_renaming_over_a_file_never_break_its_readers() {
     assert_eq!(m.kernel.fs().stats().free_inodes, before, "no inode leaked");
     m.finish();
 }
+
+/// Directories are listed by position, without a handle per open directory: a listing read
+/// in many parts while other processes add and remove names gives every name there
+/// throughout exactly once; a user without read permission still cannot list, and one with it
+/// can, the listing cached by Linux or not.
+#[test]
+fn listings_read_while_other_processes_change_the_directory_give_each_lasting_name_once() {
+    let m = Mounted::new();
+    let d = m.mnt().join("big");
+    fs::create_dir(&d).unwrap();
+    let lasting: Vec<String> = (0..3000).map(|i| format!("lasting-entry-{i:05}")).collect();
+    for n in &lasting {
+        fs::write(d.join(n), "").unwrap();
+    }
+    // Two processes make and remove names of their own the whole time.
+    let churn = format!(
+        "import os, sys, time\nd = {:?}\nend = time.time() + 2\ni = 0\nwhile time.time() < end:\n    p = os.path.join(d, 'churn-%s-%d' % (sys.argv[1], i % 50))\n    if os.path.exists(p):\n        os.unlink(p)\n    else:\n        open(p, 'w').close()\n    i += 1\nprint(i)",
+        d.display().to_string()
+    );
+    let children: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|who| {
+            Command::new("/usr/bin/python3")
+                .args(["-c", &churn, who])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let end = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+    let mut listings = 0;
+    while std::time::Instant::now() < end {
+        let mut counts = std::collections::HashMap::<String, usize>::new();
+        for e in fs::read_dir(&d).unwrap() {
+            *counts.entry(e.unwrap().file_name().into_string().unwrap()).or_default() += 1;
+        }
+        for n in &lasting {
+            assert_eq!(counts.get(n), Some(&1), "{n} in listing {listings}");
+        }
+        assert!(counts.values().all(|&c| c == 1), "a name listed twice");
+        listings += 1;
+    }
+    for c in children {
+        assert!(ok(c.wait_with_output().unwrap()).trim().parse::<u64>().unwrap() > 10);
+    }
+    assert!(listings > 2, "{listings} listings");
+    // Read permission is still needed, and enough.
+    let private = m.mnt().join("private");
+    fs::create_dir(&private).unwrap();
+    fs::write(private.join("secret-name"), "").unwrap();
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o711)).unwrap();
+    refused(
+        sh_as(ALICE, &[], &format!("ls {}", private.display())),
+        "Permission denied",
+    );
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(
+        ok(sh_as(ALICE, &[], &format!("ls {}", private.display()))).trim(),
+        "secret-name"
+    );
+    m.finish();
+}

@@ -174,14 +174,37 @@ impl Process {
     /// The entries of the directory at `path`, `.` and `..` left out. Needs read permission.
     pub fn readdir_at(&self, at: At, path: impl AsRef<[u8]>) -> SysResult<Vec<DirEntry>> {
         let _ns = self.kernel().ns.read();
-        let f = self.walk(at, path.as_ref(), true)?;
+        let dir = self.listable(at, path.as_ref())?;
+        Ok(self.kernel().fs().readdir(dir)?)
+    }
+
+    /// The directory at `path`, if the caller may list it (read permission). Called under the
+    /// namespace lock.
+    fn listable(&self, at: At, path: &[u8]) -> SysResult<u64> {
+        let f = self.walk(at, path, true)?;
         if f.stat.kind != FileType::Directory {
             return Err(err(Errno::NotDir, "not a directory"));
         }
         if !perm::may(self.credentials(), &f.stat, READ) {
             return Err(err(Errno::Acces, "no read permission on the directory"));
         }
-        Ok(self.kernel().fs().readdir(f.ino)?)
+        Ok(f.ino)
+    }
+
+    /// Up to `max` entries of the directory at `path` from position `from` on, `.` and `..`
+    /// included, each with its position (the entry's offset in the directory; resume at the
+    /// last one given plus one: an entry present throughout is listed exactly once). Needs read
+    /// permission. Serves a listing read in parts without an open descriptor (the mount's).
+    pub fn readdir_from_at(
+        &self,
+        at: At,
+        path: impl AsRef<[u8]>,
+        from: u64,
+        max: usize,
+    ) -> SysResult<Vec<(u64, DirEntry)>> {
+        let _ns = self.kernel().ns.read();
+        let dir = self.listable(at, path.as_ref())?;
+        Ok(self.kernel().fs().readdir_from(dir, from, max)?)
     }
 
     /// Gives the file at `from` (not a directory) a second name, `to`. With `follow`, a symbolic
