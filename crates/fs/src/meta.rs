@@ -21,6 +21,11 @@ use std::io;
 use std::sync::Arc;
 use vino_blockdev::BlockDevice;
 
+/// Inode table blocks read together when one is missed: a program walking a tree (find, du,
+/// ls -l) looks at the files of a directory one after another, and their inodes sit together
+/// (ext4 reads 32 ahead, its `inode_readahead_blks`).
+const ITABLE_READAHEAD: u64 = 16;
+
 /// The journal as the writer sees it.
 #[derive(Debug, Clone)]
 pub struct JournalState {
@@ -104,17 +109,40 @@ impl Meta {
             return Ok(());
         }
         self.check_block(b)?;
-        let data: Box<Block> = match self.committed.get(&b) {
-            Some(img) => Box::new(**img),
-            None => {
-                let mut buf = Box::new([0u8; BS]);
-                self.dev.read_blocks(b, &mut buf[..])?;
-                self.counters.metadata_reads += 1;
-                buf
-            }
-        };
-        self.cache.insert(b, data);
+        if let Some(img) = self.committed.get(&b) {
+            let data = Box::new(**img);
+            self.cache.insert(b, data);
+            return Ok(());
+        }
+        let run = self.itable_run(b);
+        let mut buf = vec![0u8; run as usize * BS];
+        self.dev.read_blocks(b, &mut buf)?;
+        self.counters.metadata_reads += 1;
+        for (i, block) in buf.chunks_exact(BS).enumerate() {
+            let data: Box<Block> = Box::new(block.try_into().expect("a block"));
+            self.cache.insert(b + i as u64, data);
+        }
         Ok(())
+    }
+
+    /// How many blocks to read from `b` on: for an inode table block, up to
+    /// [`ITABLE_READAHEAD`] of its group's table, stopping before the first one already in
+    /// memory or committed (the device's copy of that one may be stale); 1 for any other block.
+    fn itable_run(&self, b: u64) -> u64 {
+        let g = self.geo.group_of(b);
+        let (start, end) = (self.geo.itable(g), self.geo.data_start(g));
+        if b < start || b >= end {
+            return 1;
+        }
+        let mut n = 1;
+        while n < ITABLE_READAHEAD
+            && b + n < end
+            && !self.cache.contains_key(&(b + n))
+            && !self.committed.contains_key(&(b + n))
+        {
+            n += 1;
+        }
+        n
     }
 
     /// True if the block is in memory (no read needed).

@@ -322,3 +322,65 @@ fn a_large_image_file_with_default_geometry() {
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.files, 1);
 }
+
+/// A stat of one file of a directory reads the inode table blocks after it too, so stats of
+/// its neighbours read nothing more; and read-ahead never takes the device's copy of a block
+/// whose newer contents are only in the journal (committed, not yet written home), even once
+/// the small metadata cache has dropped it.
+#[test]
+fn inode_table_blocks_are_read_ahead_without_shadowing_committed_ones() {
+    let dev = fresh(
+        16384,
+        &MkfsOptions {
+            blocks_per_group: 8192,
+            inodes_per_group: Some(2048),
+            ..Default::default()
+        },
+    );
+    let opts = vino_fs::MountOptions {
+        meta_cache_blocks: 64,
+        ..Default::default()
+    };
+    let fs = mount_with(&dev, &opts);
+    let who = NewFile::by(1);
+    let d = fs.mkdir(fs.root(), "d", &who).unwrap();
+    let files: Vec<u64> = (0..1000)
+        .map(|i| fs.create(d, format!("f{i}"), &who).unwrap())
+        .collect();
+    fs.sync().unwrap();
+    // Files whose inodes sit in every other table block get a size, committed but not
+    // checkpointed: those blocks' home copies still say size 0, and each lies just after a
+    // block with nothing committed, which a stat reads from the device with read-ahead.
+    let size = |ino: u64| if (ino - 1) / 16 % 2 == 1 { ino % 50 + 1 } else { 0 };
+    for &ino in &files {
+        if size(ino) > 0 {
+            fs.write_at(ino, 0, &vec![7u8; size(ino) as usize]).unwrap();
+        }
+    }
+    fs.commit().unwrap();
+    // More work elsewhere makes the 64-block metadata cache drop most clean blocks, the
+    // committed ones too; every stat must still see the committed size.
+    let e = fs.mkdir(fs.root(), "e", &who).unwrap();
+    for i in 0..300 {
+        let f = fs.create(e, format!("g{i}"), &who).unwrap();
+        fs.write_at(f, 0, b"x").unwrap();
+    }
+    for &ino in &files {
+        assert_eq!(fs.stat(ino).unwrap().size, size(ino), "inode {ino}");
+    }
+    drop(fs);
+    // Mounted again (the journal replayed), a walk of the inodes reads each table block once
+    // at most, 16 at a time.
+    let fs = mount_with(&dev, &opts);
+    let before = fs.stats().meta.metadata_reads;
+    for &ino in &files {
+        assert_eq!(fs.stat(ino).unwrap().size, size(ino), "inode {ino} after mount");
+    }
+    let reads = fs.stats().meta.metadata_reads - before;
+    let table_blocks = 1000 / 16 + 1;
+    assert!(
+        reads <= table_blocks / 16 + 2,
+        "{reads} metadata reads for {table_blocks} inode table blocks"
+    );
+    assert_clean(&*dev, "after the walk");
+}
