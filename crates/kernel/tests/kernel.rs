@@ -412,13 +412,15 @@ fn a_size_the_file_system_cannot_read_is_an_error_not_an_empty_file() {
     let dev = device(4096);
     let k = boot(&dev);
     let p = k.spawn(Credentials::root());
-    // Enough files that the last one's inode is in another inode block than the root's.
-    for i in 0..40 {
+    // Enough files that the last one's inode is in an inode block beyond those read with the
+    // root's (16 blocks of 16 inodes are read together).
+    const FILES: usize = 300;
+    for i in 0..FILES {
         let fd = p.open(&format!("/f{i}"), OpenFlags::create()).unwrap();
-        p.write(fd, &pattern(3 * 4096, i as u8)).unwrap();
+        p.write(fd, &pattern(4096, i as u8)).unwrap();
         p.close(fd).unwrap();
     }
-    let ino = k.fs().resolve("/f39").unwrap();
+    let ino = k.fs().resolve(format!("/f{}", FILES - 1)).unwrap();
     k.shutdown().unwrap();
     drop((p, k));
     // After a reboot the file system has not read that inode yet: getting the file's size
@@ -438,7 +440,7 @@ fn a_size_the_file_system_cannot_read_is_an_error_not_an_empty_file() {
         k.cache().read(&IoCtx::new(1), ino, &backing, 0, &mut buf).unwrap(),
         4096
     );
-    assert_eq!(buf, pattern(4096, 39));
+    assert_eq!(buf, pattern(4096, (FILES - 1) as u8));
 }
 
 #[test]
