@@ -20,7 +20,7 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 /// What a request does.
@@ -44,6 +44,10 @@ pub struct IoRequest {
     pub buf: AlignedBuf,
     /// A number of the submitter's choosing, passed back in [`Finished`].
     pub tag: u64,
+    /// The thread that waits for this request as soon as it is submitted, if any: a layer
+    /// that dispatches on that thread may serve the request there ([`IoQueue::serve_here`])
+    /// instead of handing it to its backend and waking the thread on completion.
+    pub waiter: Option<ThreadId>,
 }
 
 impl IoRequest {
@@ -54,6 +58,7 @@ impl IoRequest {
             block,
             buf: AlignedBuf::new(blocks),
             tag: 0,
+            waiter: None,
         }
     }
 
@@ -64,6 +69,7 @@ impl IoRequest {
             block,
             buf,
             tag: 0,
+            waiter: None,
         }
     }
 
@@ -73,6 +79,7 @@ impl IoRequest {
             block,
             buf,
             tag: 0,
+            waiter: None,
         }
     }
 
@@ -82,12 +89,25 @@ impl IoRequest {
             block: 0,
             buf: AlignedBuf::new(0),
             tag: 0,
+            waiter: None,
         }
     }
 
     pub fn with_tag(mut self, tag: u64) -> IoRequest {
         self.tag = tag;
         self
+    }
+
+    /// Marks the request as one the calling thread waits for at once (see
+    /// [`IoRequest::waiter`]).
+    pub fn awaited(mut self) -> IoRequest {
+        self.waiter = Some(std::thread::current().id());
+        self
+    }
+
+    /// True if the calling thread is the one waiting for this request.
+    pub fn awaited_here(&self) -> bool {
+        self.waiter.is_some_and(|w| w == std::thread::current().id())
     }
 
     /// Number of blocks transferred.
@@ -530,6 +550,20 @@ impl IoQueue {
 
     /// Like [`IoQueue::submit`], completing a ticket made elsewhere (see [`ticket`]).
     pub fn submit_with(&self, req: IoRequest, completer: Completer) {
+        self.admit(req, completer, false);
+    }
+
+    /// Like [`IoQueue::submit_with`], but served on this thread with the device's synchronous
+    /// methods, whatever the backend: for a request the calling thread is about to wait for
+    /// anyway, which then needs no completion thread to wake it. It takes a place in the queue
+    /// (waiting for one as `submit_with` does) and completes as any other request does.
+    pub fn serve_here(&self, req: IoRequest, completer: Completer) {
+        self.admit(req, completer, true);
+    }
+
+    /// Waits for a place, then hands the request to the backend or (`here`) serves it on this
+    /// thread.
+    fn admit(&self, req: IoRequest, completer: Completer, here: bool) {
         if req_is_immediate(&req, &*self.shared.device) {
             return self.complete_now(req, completer);
         }
@@ -539,7 +573,11 @@ impl IoQueue {
         }
         self.take_place(&mut p);
         drop(p);
-        self.start(req, completer);
+        if here {
+            serve(&self.shared, Job::new(req, completer));
+        } else {
+            self.start(req, completer);
+        }
     }
 
     /// Waits until no request is in flight.

@@ -878,7 +878,8 @@ impl PageCache {
                     let buf = std::mem::replace(&mut t.frames[f as usize].buf, AlignedBuf::new(0));
                     t.frames[f as usize].state = State::Loading;
                     t.frames[f as usize].pins += 1;
-                    let result = MutexGuard::unlocked(t, || self.io.submit(IoRequest::read_into(block, buf)).wait());
+                    let read = IoRequest::read_into(block, buf).awaited();
+                    let result = MutexGuard::unlocked(t, || self.io.submit(read).wait());
                     t.frames[f as usize].pins -= 1;
                     let r = t.finish_load(f, result);
                     self.changed.notify_all();
@@ -1128,7 +1129,8 @@ impl PageCache {
                 fr.demanded = demand;
                 // Pinned until its ticket is set, so no eviction finds it loading without one.
                 fr.pins += 1;
-                batch.push((f, IoRequest::read_into(block, buf)));
+                let read = IoRequest::read_into(block, buf);
+                batch.push((f, if demand { read.awaited() } else { read }));
             }
         }
         self.submit_loads(&mut batch);

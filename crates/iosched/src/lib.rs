@@ -50,7 +50,10 @@
 //! device. One thread at a time dispatches; another that finds it busy leaves its request for
 //! it. Together with the inline device queue ([`BackendChoice::Inline`]) a request is then served
 //! on the thread that needs it, with no hand-off, and every device operation happens in an
-//! order fixed by the callers alone: what the deterministic simulator needs.
+//! order fixed by the callers alone: what the deterministic simulator needs. On the other
+//! queues a read marked [`IoRequest::awaited`] by the thread that dispatches it, with nothing
+//! else ready to send, is served on that thread too ([`IoQueue::serve_here`]): the thread would
+//! only wait for a completion thread to wake it. It lets others dispatch while it reads.
 
 #![forbid(unsafe_code)]
 
@@ -609,7 +612,22 @@ impl Core {
         }
         st.dispatching = true;
         while self.shared.ready(&st) {
-            let (guard, p) = self.take_next(st, &mut candidates);
+            let (mut guard, p) = self.take_next(st, &mut candidates);
+            // A read this thread is about to wait for, with nothing else to send now, is read
+            // here: through the backend its completion would wake this thread from another
+            // (two cross-CPU wake-ups on every synchronous miss). Meanwhile another thread may
+            // dispatch what comes in, so concurrent misses still reach the device together.
+            if p.req.op == IoOp::Read && p.req.awaited_here() && !self.shared.ready(&guard) {
+                guard.dispatching = false;
+                drop(guard);
+                self.queue.serve_here(p.req, p.completer);
+                st = self.shared.state.lock();
+                if st.dispatching {
+                    return;
+                }
+                st.dispatching = true;
+                continue;
+            }
             drop(guard);
             // An inline queue serves it here; its completion calls `run` again, which
             // returns at once: this loop goes on.
@@ -746,6 +764,12 @@ fn merge_adjacent(st: &mut State, first: Pending) -> Pending {
     }
     st.stats.merged += parts.len() as u64 - 1;
     parts.sort_by_key(|p| p.req.block);
+    // Waited for by this thread if any part is, else by whoever waits for a part.
+    let waiter = parts
+        .iter()
+        .find(|p| p.req.awaited_here())
+        .or_else(|| parts.iter().find(|p| p.req.waiter.is_some()))
+        .and_then(|p| p.req.waiter);
     let submitted = parts.iter().map(|p| p.submitted).min().expect("parts");
     // The parts are adjacent and sorted: a write's buffer is theirs end to end.
     let blocks = (end - start) as usize;
@@ -780,6 +804,7 @@ fn merge_adjacent(st: &mut State, first: Pending) -> Pending {
             block: start,
             buf,
             tag: 0,
+            waiter,
         },
         completer,
         submitted,

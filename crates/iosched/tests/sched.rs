@@ -611,3 +611,57 @@ fn a_merged_request_that_fails_fails_every_part() {
     }
     assert_eq!(s.stats().merged, 3);
 }
+
+/// A read its submitter waits for at once is served on that thread when nothing else waits to
+/// be dispatched (no completion thread needs to wake it); one nobody waits for goes to the
+/// queue's threads; and while one caller reads on its own thread, another caller's read still
+/// reaches the device at the same time.
+#[test]
+fn a_read_its_caller_waits_for_is_served_on_the_callers_thread_without_holding_up_others() {
+    let rt = Runtime::default();
+    let dev = Recorder::new(1024, false);
+    let s = Arc::new(caller_dispatched(dev.clone(), &rt, 4, BackendChoice::Threads));
+    // Not awaited: handed to the queue's threads, so submit returns while the device holds it.
+    let background = s.submit(IoRequest::read(7, 1));
+    dev.wait_arrived(1);
+    assert!(!background.is_done());
+    dev.open();
+    background.wait().unwrap();
+    // Awaited (a part of a merged pair too): done when submit returns.
+    let t = s.submit(IoRequest::read(10, 1).awaited());
+    assert!(t.is_done(), "served on the submitting thread");
+    t.wait().unwrap();
+    s.plug();
+    let parts = [
+        s.submit(IoRequest::read(20, 1)),
+        s.submit(IoRequest::read(21, 1).awaited()),
+    ];
+    s.unplug();
+    assert!(parts.iter().all(Ticket::is_done), "the merged read was served here");
+    assert_eq!(s.stats().merged, 1);
+    // Two callers, each reading on its own thread, with the device holding requests: both
+    // reach it together.
+    *dev.open.lock() = false;
+    let before = dev.arrived.load(Ordering::SeqCst);
+    let readers: Vec<_> = [100u64, 200]
+        .into_iter()
+        .map(|b| {
+            let s = s.clone();
+            std::thread::spawn(move || s.submit(IoRequest::read(b, 1).awaited()).wait().unwrap())
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dev.arrived.load(Ordering::SeqCst) < before + 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        dev.arrived.load(Ordering::SeqCst),
+        before + 2,
+        "the second caller's read waited for the first's"
+    );
+    dev.open();
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(dev.max_active.load(Ordering::SeqCst) >= 2);
+}
