@@ -84,6 +84,9 @@ pub struct FsStats {
     /// Inodes on the orphan list freed when this file system was mounted.
     pub orphans_freed_at_mount: u64,
     pub meta: MetaCounters,
+    /// Metadata blocks held in memory now (at most `MountOptions::meta_cache_blocks` plus the
+    /// running transaction's dirty blocks).
+    pub meta_cached_blocks: u64,
     pub alloc: AllocCounters,
 }
 
@@ -530,6 +533,7 @@ impl FileSystem {
             replayed_transactions: self.replayed,
             orphans_freed_at_mount: self.orphans_freed,
             meta: g.meta.counters,
+            meta_cached_blocks: g.meta.cached_count() as u64,
             alloc: g.counters,
         }
     }

@@ -115,6 +115,9 @@ impl Meta {
             return Ok(());
         }
         let run = self.itable_run(b);
+        // Reads happen outside ops too (a walk of the tree only reads), so the bound is kept
+        // here as well as at the end of each op.
+        self.trim_cache(run as usize);
         let mut buf = vec![0u8; run as usize * BS];
         self.dev.read_blocks(b, &mut buf)?;
         self.counters.metadata_reads += 1;
@@ -143,6 +146,11 @@ impl Meta {
             n += 1;
         }
         n
+    }
+
+    /// Metadata blocks in memory.
+    pub fn cached_count(&self) -> usize {
+        self.cache.len()
     }
 
     /// True if the block is in memory (no read needed).
@@ -268,7 +276,7 @@ impl Meta {
         self.in_op = false;
         self.undo.clear();
         self.touched.clear();
-        self.trim_cache();
+        self.trim_cache(0);
         self.checked();
     }
 
@@ -308,19 +316,19 @@ impl Meta {
         self.committed.len()
     }
 
-    /// Drops clean blocks when the cache is over its limit (never a dirty one: those exist only
-    /// here until they are committed).
-    fn trim_cache(&mut self) {
-        if self.cache.len() <= self.cache_limit {
+    /// Drops clean blocks when the cache would be over its limit with `room` more blocks (never
+    /// a dirty one: those exist only here until they are committed).
+    fn trim_cache(&mut self, room: usize) {
+        if self.cache.len() + room <= self.cache_limit {
             return;
         }
-        let target = self.cache_limit * 3 / 4;
+        let target = (self.cache_limit * 3 / 4).saturating_sub(room);
         let victims: Vec<u64> = self
             .cache
             .keys()
             .copied()
             .filter(|b| !self.dirty.contains(b))
-            .take(self.cache.len() - target)
+            .take(self.cache.len().saturating_sub(target))
             .collect();
         for b in victims {
             self.cache.remove(&b);

@@ -371,7 +371,7 @@ fn inode_table_blocks_are_read_ahead_without_shadowing_committed_ones() {
     drop(fs);
     // Mounted again (the journal replayed), a walk of the inodes reads each table block once
     // at most, 16 at a time.
-    let fs = mount_with(&dev, &opts);
+    let fs = mount(&dev);
     let before = fs.stats().meta.metadata_reads;
     for &ino in &files {
         assert_eq!(fs.stat(ino).unwrap().size, size(ino), "inode {ino} after mount");
@@ -382,5 +382,16 @@ fn inode_table_blocks_are_read_ahead_without_shadowing_committed_ones() {
         reads <= table_blocks / 16 + 2,
         "{reads} metadata reads for {table_blocks} inode table blocks"
     );
+    drop(fs);
+    // A walk that only reads keeps a small metadata cache within its bound.
+    let fs = mount_with(&dev, &opts);
+    for &ino in &files {
+        assert_eq!(fs.stat(ino).unwrap().size, size(ino), "inode {ino}, small cache");
+        assert!(
+            fs.stats().meta_cached_blocks <= 64,
+            "{} metadata blocks cached",
+            fs.stats().meta_cached_blocks
+        );
+    }
     assert_clean(&*dev, "after the walk");
 }
