@@ -145,10 +145,79 @@ impl FileDevice {
         self.read_only
     }
 
+    /// One `preadv`/`pwritev` transfer (continued after a short one) of the parts `iovs` names,
+    /// from block `first`.
+    fn transfer_vectored(&self, op: IoOp, first: u64, mut iovs: Vec<libc::iovec>) -> io::Result<()> {
+        let lens = iovs.iter().map(|v| v.iov_len);
+        let blocks = crate::vectored_blocks(&self.name, lens)
+            .and_then(|b| check_transfer(&self.name, self.blocks, first, b * BLOCK_SIZE))
+            .inspect_err(|_| self.counters.refused())?;
+        if blocks == 0 {
+            return Ok(());
+        }
+        let what = || {
+            format!(
+                "{} blocks {first}..{}",
+                if op == IoOp::Read { "reading" } else { "writing" },
+                first + blocks
+            )
+        };
+        let mut offset = first * BLOCK_SIZE as u64;
+        let mut at = 0;
+        counted(&self.counters, op, blocks, || {
+            while at < iovs.len() {
+                let (fd, v, n) = (self.file.as_raw_fd(), iovs[at..].as_ptr(), (iovs.len() - at) as i32);
+                // SAFETY: the iovecs name live buffers of the caller's for the whole call
+                // (writable ones for a read), and at most IOV_MAX of them are passed.
+                let done = unsafe {
+                    match op {
+                        IoOp::Read => libc::preadv(fd, v, n, offset as libc::off_t),
+                        _ => libc::pwritev(fd, v, n, offset as libc::off_t),
+                    }
+                };
+                let mut done = match done {
+                    d if d < 0 => {
+                        let e = io::Error::last_os_error();
+                        if e.kind() == io::ErrorKind::Interrupted {
+                            continue;
+                        }
+                        return Err(self.io_error(what(), e));
+                    }
+                    0 => {
+                        let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the device ended early");
+                        return Err(self.io_error(what(), e));
+                    }
+                    d => d as usize,
+                };
+                offset += done as u64;
+                // Skip what was transferred: whole parts, then the front of a partial one.
+                while at < iovs.len() && done >= iovs[at].iov_len {
+                    done -= iovs[at].iov_len;
+                    at += 1;
+                }
+                if done > 0 {
+                    // SAFETY: `done` is less than this part's length, so the base stays in it.
+                    iovs[at].iov_base = unsafe { iovs[at].iov_base.cast::<u8>().add(done).cast() };
+                    iovs[at].iov_len -= done;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// True if parts at these addresses can go to the device as they are: few enough for one
+    /// call, and aligned where `O_DIRECT` needs it.
+    fn vectorable(&self, mut parts: impl ExactSizeIterator<Item = *const u8>) -> bool {
+        parts.len() <= IOV_MAX && (!self.direct || parts.all(is_aligned))
+    }
+
     fn io_error(&self, what: String, e: io::Error) -> io::Error {
         io::Error::new(e.kind(), format!("{}: {what}: {e}", self.name))
     }
 }
+
+/// The most parts one `preadv`/`pwritev` takes (Linux's `UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
 
 /// How long opening a busy image waits for its lock.
 pub const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -273,6 +342,41 @@ impl BlockDevice for FileDevice {
                     .map_err(|e| self.io_error(what(), e))
             }
         })
+    }
+
+    fn read_blocks_vectored(&self, first: u64, bufs: &mut [&mut [u8]]) -> io::Result<()> {
+        if !self.vectorable(bufs.iter().map(|b| b.as_ptr())) {
+            return crate::read_through_one(self, first, bufs);
+        }
+        let iovs = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        self.transfer_vectored(IoOp::Read, first, iovs)
+    }
+
+    fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        if self.read_only {
+            self.counters.refused();
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{}: opened read-only", self.name),
+            ));
+        }
+        if !self.vectorable(bufs.iter().map(|b| b.as_ptr())) {
+            return crate::write_through_one(self, first, bufs);
+        }
+        let iovs = bufs
+            .iter()
+            .map(|b| libc::iovec {
+                iov_base: b.as_ptr().cast_mut().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        self.transfer_vectored(IoOp::Write, first, iovs)
     }
 
     fn flush(&self) -> io::Result<()> {

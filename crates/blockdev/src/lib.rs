@@ -62,6 +62,19 @@ pub trait BlockDevice: Send + Sync {
     /// [`BlockDevice::flush`] that starts after this write completed.
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()>;
 
+    /// Reads consecutive blocks from `first` into `bufs`, one after another, as one request
+    /// (a vectored read: a merged request fills its parts' buffers without a copy). The default
+    /// reads into one buffer and copies out, so a device that models requests sees one.
+    fn read_blocks_vectored(&self, first: u64, bufs: &mut [&mut [u8]]) -> io::Result<()> {
+        read_through_one(self, first, bufs)
+    }
+
+    /// Writes `bufs` one after another from block `first`, as one request (see
+    /// [`BlockDevice::read_blocks_vectored`]). The default gathers them into one buffer.
+    fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        write_through_one(self, first, bufs)
+    }
+
     /// Durability barrier (`fdatasync`): every write that completed before this call is on
     /// stable storage when it returns `Ok`.
     fn flush(&self) -> io::Result<()>;
@@ -101,6 +114,12 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
         (**self).write_blocks(first, buf)
     }
+    fn read_blocks_vectored(&self, first: u64, bufs: &mut [&mut [u8]]) -> io::Result<()> {
+        (**self).read_blocks_vectored(first, bufs)
+    }
+    fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        (**self).write_blocks_vectored(first, bufs)
+    }
     fn flush(&self) -> io::Result<()> {
         (**self).flush()
     }
@@ -122,6 +141,39 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     fn uring_fd(&self) -> Option<RawFd> {
         (**self).uring_fd()
     }
+}
+
+/// A vectored read done as one plain read into a buffer of its own, copied out to the parts.
+pub(crate) fn read_through_one<D: BlockDevice + ?Sized>(dev: &D, first: u64, bufs: &mut [&mut [u8]]) -> io::Result<()> {
+    let mut whole = AlignedBuf::new(vectored_blocks(dev.name(), bufs.iter().map(|b| b.len()))?);
+    dev.read_blocks(first, &mut whole)?;
+    let mut at = 0;
+    for b in bufs.iter_mut() {
+        b.copy_from_slice(&whole[at..at + b.len()]);
+        at += b.len();
+    }
+    Ok(())
+}
+
+/// A vectored write done as one plain write of the parts gathered into one buffer.
+pub(crate) fn write_through_one<D: BlockDevice + ?Sized>(dev: &D, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
+    let blocks = vectored_blocks(dev.name(), bufs.iter().map(|b| b.len()))?;
+    dev.write_blocks(first, &AlignedBuf::gather(blocks, bufs.iter().copied()))
+}
+
+/// Blocks a vectored transfer of parts of these lengths covers; every part must be whole blocks.
+pub fn vectored_blocks(name: &str, lens: impl Iterator<Item = usize>) -> io::Result<usize> {
+    let mut blocks = 0;
+    for len in lens {
+        if !len.is_multiple_of(BLOCK_SIZE) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name}: a vectored part of {len} bytes is not whole blocks"),
+            ));
+        }
+        blocks += len / BLOCK_SIZE;
+    }
+    Ok(blocks)
 }
 
 /// Checks a transfer of `len` bytes at block `first` against a device of `count` blocks and

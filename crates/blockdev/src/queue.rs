@@ -42,6 +42,10 @@ pub struct IoRequest {
     /// The data of a write, the destination of a read (its size says how many blocks); empty
     /// for a flush.
     pub buf: AlignedBuf,
+    /// Buffers that continue `buf` on the device, in order: a vectored transfer (the parts of a
+    /// merged request, read into or written from where they are, without a copy). Usually
+    /// empty. A ticket gives back `buf` only; [`Completer::then_all`] gets them all.
+    pub more: Vec<AlignedBuf>,
     /// A number of the submitter's choosing, passed back in [`Finished`].
     pub tag: u64,
     /// The thread that waits for this request as soon as it is submitted, if any: a layer
@@ -59,6 +63,7 @@ impl IoRequest {
             buf: AlignedBuf::new(blocks),
             tag: 0,
             waiter: None,
+            more: Vec::new(),
         }
     }
 
@@ -70,6 +75,7 @@ impl IoRequest {
             buf,
             tag: 0,
             waiter: None,
+            more: Vec::new(),
         }
     }
 
@@ -80,6 +86,7 @@ impl IoRequest {
             buf,
             tag: 0,
             waiter: None,
+            more: Vec::new(),
         }
     }
 
@@ -90,7 +97,22 @@ impl IoRequest {
             buf: AlignedBuf::new(0),
             tag: 0,
             waiter: None,
+            more: Vec::new(),
         }
+    }
+
+    /// A read (or write) of consecutive blocks from `block` into (from) `bufs`, one after
+    /// another, as one device request.
+    pub fn vectored(op: IoOp, block: u64, bufs: Vec<AlignedBuf>) -> IoRequest {
+        let mut bufs = bufs.into_iter();
+        let first = bufs.next().unwrap_or_else(|| AlignedBuf::new(0));
+        let mut req = match op {
+            IoOp::Write => IoRequest::write(block, first),
+            _ => IoRequest::read_into(block, first),
+        };
+        req.op = op;
+        req.more = bufs.collect();
+        req
     }
 
     pub fn with_tag(mut self, tag: u64) -> IoRequest {
@@ -112,7 +134,12 @@ impl IoRequest {
 
     /// Number of blocks transferred.
     pub fn blocks(&self) -> u64 {
-        (self.buf.len() / BLOCK_SIZE) as u64
+        (self.len() / BLOCK_SIZE) as u64
+    }
+
+    /// Bytes transferred.
+    fn len(&self) -> usize {
+        self.buf.len() + self.more.iter().map(|b| b.len()).sum::<usize>()
     }
 
     /// Checks the request against a device: a clear `InvalidInput` error for a range past the
@@ -121,7 +148,8 @@ impl IoRequest {
         match self.op {
             IoOp::Flush => Ok(()),
             IoOp::Read | IoOp::Write => {
-                check_transfer(device.name(), device.block_count(), self.block, self.buf.len()).map(|_| ())
+                crate::vectored_blocks(device.name(), self.more.iter().map(|b| b.len()))?;
+                check_transfer(device.name(), device.block_count(), self.block, self.len()).map(|_| ())
             }
         }
     }
@@ -174,7 +202,15 @@ pub struct Ticket {
 pub struct Completer {
     slot: Option<Arc<Slot>>,
     /// Instead of a slot: a function given the result (a merged request completing its parts).
-    then: Option<Box<dyn FnOnce(io::Result<AlignedBuf>) + Send>>,
+    then: Option<Then>,
+}
+
+/// What a [`Completer`] without a slot calls.
+enum Then {
+    /// Given the request's buffer.
+    One(Box<dyn FnOnce(io::Result<AlignedBuf>) + Send>),
+    /// Given all of a vectored request's buffers, in order.
+    All(Box<dyn FnOnce(io::Result<Vec<AlignedBuf>>) + Send>),
 }
 
 /// A connected ticket and completer, for layers that carry requests themselves (a scheduler
@@ -265,21 +301,38 @@ impl Completer {
     pub fn then(f: impl FnOnce(io::Result<AlignedBuf>) + Send + 'static) -> Completer {
         Completer {
             slot: None,
-            then: Some(Box::new(f)),
+            then: Some(Then::One(Box::new(f))),
+        }
+    }
+
+    /// A completer that hands all the buffers of a vectored request ([`IoRequest::more`]
+    /// after its `buf`) to `f`.
+    pub fn then_all(f: impl FnOnce(io::Result<Vec<AlignedBuf>>) + Send + 'static) -> Completer {
+        Completer {
+            slot: None,
+            then: Some(Then::All(Box::new(f))),
         }
     }
 
     pub fn complete(mut self, result: io::Result<AlignedBuf>) {
-        self.deliver(result);
+        self.deliver(result, Vec::new());
     }
 
-    fn deliver(&mut self, result: io::Result<AlignedBuf>) {
+    /// Completes a vectored request: `more` are the buffers after the first.
+    pub(crate) fn complete_all(mut self, result: io::Result<AlignedBuf>, more: Vec<AlignedBuf>) {
+        self.deliver(result, more);
+    }
+
+    fn deliver(&mut self, result: io::Result<AlignedBuf>, more: Vec<AlignedBuf>) {
         if let Some(slot) = self.slot.take() {
             *slot.result.lock() = Some(result);
             slot.done.store(true, Ordering::Release);
             slot.cv.notify_all();
-        } else if let Some(f) = self.then.take() {
-            f(result);
+        } else if let Some(then) = self.then.take() {
+            match then {
+                Then::One(f) => f(result),
+                Then::All(f) => f(result.map(|first| std::iter::once(first).chain(more).collect())),
+            }
         }
     }
 }
@@ -287,7 +340,10 @@ impl Completer {
 impl Drop for Completer {
     fn drop(&mut self) {
         if self.slot.is_some() || self.then.is_some() {
-            self.deliver(Err(io::Error::other("the request was abandoned before it completed")));
+            self.deliver(
+                Err(io::Error::other("the request was abandoned before it completed")),
+                Vec::new(),
+            );
         }
     }
 }
@@ -351,6 +407,7 @@ pub(crate) struct JobMeta {
 pub(crate) struct Job {
     pub(crate) meta: JobMeta,
     pub(crate) buf: AlignedBuf,
+    pub(crate) more: Vec<AlignedBuf>,
     pub(crate) completer: Completer,
 }
 
@@ -366,6 +423,7 @@ impl Job {
         Job {
             meta,
             buf: req.buf,
+            more: req.more,
             completer,
         }
     }
@@ -388,8 +446,15 @@ pub(crate) struct QueueShared {
 }
 
 impl QueueShared {
-    /// Completes a request: frees its place, tells the hook, completes the ticket.
-    pub(crate) fn finish(&self, meta: JobMeta, completer: Completer, result: io::Result<AlignedBuf>) {
+    /// Completes a request: frees its place, tells the hook, completes the ticket. `more` are a
+    /// vectored request's buffers after the first (handed back with it).
+    pub(crate) fn finish(
+        &self,
+        meta: JobMeta,
+        completer: Completer,
+        result: io::Result<AlignedBuf>,
+        more: Vec<AlignedBuf>,
+    ) {
         {
             let mut p = self.places.lock();
             p.in_flight -= 1;
@@ -406,7 +471,7 @@ impl QueueShared {
                 service: meta.started.elapsed(),
             });
         }
-        completer.complete(result);
+        completer.complete_all(result, more);
     }
 }
 
@@ -620,7 +685,7 @@ impl IoQueue {
             }
         };
         let job = Job::new(req, completer);
-        self.shared.finish(job.meta, job.completer, result);
+        self.shared.finish(job.meta, job.completer, result, job.more);
     }
 }
 
@@ -628,7 +693,7 @@ impl IoQueue {
 fn req_is_immediate(req: &IoRequest, device: &dyn BlockDevice) -> bool {
     match req.op {
         IoOp::Flush => false,
-        IoOp::Read | IoOp::Write => req.buf.is_empty() || req.check(device).is_err(),
+        IoOp::Read | IoOp::Write => req.blocks() == 0 || req.check(device).is_err(),
     }
 }
 
@@ -651,10 +716,26 @@ impl fmt::Debug for IoQueue {
 }
 
 /// Runs one request on the device's synchronous methods.
-pub(crate) fn run_sync(device: &dyn BlockDevice, op: IoOp, block: u64, buf: &mut AlignedBuf) -> io::Result<()> {
+pub(crate) fn run_sync(
+    device: &dyn BlockDevice,
+    op: IoOp,
+    block: u64,
+    buf: &mut AlignedBuf,
+    more: &mut [AlignedBuf],
+) -> io::Result<()> {
     match op {
-        IoOp::Read => device.read_blocks(block, buf),
-        IoOp::Write => device.write_blocks(block, buf),
+        IoOp::Read if more.is_empty() => device.read_blocks(block, buf),
+        IoOp::Write if more.is_empty() => device.write_blocks(block, buf),
+        IoOp::Read => {
+            let mut parts: Vec<&mut [u8]> = std::iter::once(&mut buf[..])
+                .chain(more.iter_mut().map(|b| &mut b[..]))
+                .collect();
+            device.read_blocks_vectored(block, &mut parts)
+        }
+        IoOp::Write => {
+            let parts: Vec<&[u8]> = std::iter::once(&buf[..]).chain(more.iter().map(|b| &b[..])).collect();
+            device.write_blocks_vectored(block, &parts)
+        }
         IoOp::Flush => device.flush(),
     }
 }
@@ -728,10 +809,11 @@ fn serve(queue: &QueueShared, job: Job) {
     let Job {
         meta,
         mut buf,
+        mut more,
         completer,
     } = job;
-    let result = run_sync(&*queue.device, meta.op, meta.block, &mut buf).map(|()| buf);
-    queue.finish(meta, completer, result);
+    let result = run_sync(&*queue.device, meta.op, meta.block, &mut buf, &mut more).map(|()| buf);
+    queue.finish(meta, completer, result, more);
 }
 
 impl Drop for Pool {

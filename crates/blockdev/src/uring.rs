@@ -8,7 +8,7 @@
 //! rather than freed (see [`abandon`]).
 
 use crate::queue::{Job, QueueShared};
-use crate::{BLOCK_SIZE, IoOp};
+use crate::{AlignedBuf, BLOCK_SIZE, IoOp};
 use io_uring::{IoUring, opcode, types};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -20,6 +20,9 @@ use std::thread::JoinHandle;
 
 /// `IORING_ENTER_GETEVENTS`: wait for completions in `io_uring_enter`.
 const ENTER_GETEVENTS: u32 = 1;
+/// The most parts one vectored entry takes (Linux's `UIO_MAXIOV`); a longer transfer continues
+/// like a short one.
+const IOV_MAX: usize = 1024;
 /// User data of the no-op that wakes the reaper when the ring closes.
 const WAKE: u64 = u64::MAX;
 
@@ -51,10 +54,22 @@ fn probe() -> Result<(), String> {
     }
 }
 
-/// One operation in flight: the job (owning its buffer) and how much of it is done.
+/// One operation in flight: the job (owning its buffers) and how much of it is done.
 struct Op {
     job: Job,
     done: usize,
+    /// A vectored transfer's parts still to do, as the kernel reads them (kept until the
+    /// completion, like the buffers).
+    iovs: Vec<libc::iovec>,
+}
+
+// SAFETY: the iovecs point into the job's own buffers, which the op owns and moves with it.
+unsafe impl Send for Op {}
+
+impl Op {
+    fn len(&self) -> usize {
+        self.job.buf.len() + self.job.more.iter().map(|b| b.len()).sum::<usize>()
+    }
 }
 
 struct Shared {
@@ -109,7 +124,11 @@ impl Ring {
         let id = s.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = {
             let mut ops = s.ops.lock();
-            let op = ops.entry(id).or_insert(Op { job, done: 0 });
+            let op = ops.entry(id).or_insert(Op {
+                job,
+                done: 0,
+                iovs: Vec::new(),
+            });
             entry_for(s.fd, id, op)
         };
         if let Err(e) = submit(s, &entry) {
@@ -141,10 +160,33 @@ impl Drop for Ring {
 fn entry_for(fd: RawFd, id: u64, op: &mut Op) -> io_uring::squeue::Entry {
     let fd = types::Fd(fd);
     let meta = op.job.meta;
-    let len = op.job.buf.len();
+    let len = op.len();
     let offset = meta.block * BLOCK_SIZE as u64 + op.done as u64;
     // At most 1 GiB per entry; a longer transfer continues like a short one.
     let chunk = (len - op.done).min(1 << 30) as u32;
+    if !op.job.more.is_empty() && meta.op != IoOp::Flush {
+        // The parts after the `done` bytes already transferred.
+        op.iovs.clear();
+        let mut skip = op.done;
+        for b in std::iter::once(&mut op.job.buf).chain(op.job.more.iter_mut()) {
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            op.iovs.push(libc::iovec {
+                // SAFETY: `skip < b.len()`, so the pointer stays inside the buffer.
+                iov_base: unsafe { b.as_mut_ptr().add(skip) }.cast(),
+                iov_len: b.len() - skip,
+            });
+            skip = 0;
+        }
+        let (iovs, n) = (op.iovs.as_ptr(), op.iovs.len().min(IOV_MAX) as u32);
+        let entry = match meta.op {
+            IoOp::Read => opcode::Readv::new(fd, iovs, n).offset(offset).build(),
+            _ => opcode::Writev::new(fd, iovs, n).offset(offset).build(),
+        };
+        return entry.user_data(id);
+    }
     let entry = match meta.op {
         IoOp::Read => {
             // SAFETY: `done < len` (a new request starts at 0 and is never empty, since empty
@@ -237,7 +279,7 @@ fn reap(s: &Shared) {
 fn complete(s: &Shared, id: u64, res: i32) {
     let mut ops = s.ops.lock();
     let Some(op) = ops.get_mut(&id) else { return };
-    let len = op.job.buf.len();
+    let len = op.len();
     let outcome: Option<io::Result<()>> = if res < 0 {
         match -res {
             libc::EINTR | libc::EAGAIN => None, // try again as it is
@@ -279,9 +321,14 @@ fn complete(s: &Shared, id: u64, res: i32) {
 }
 
 fn end_op(s: &Shared, op: Op, result: io::Result<()>) {
-    let Job { meta, buf, completer } = op.job;
+    let Job {
+        meta,
+        buf,
+        more,
+        completer,
+    } = op.job;
     s.queue.device.counters().end(meta.op, meta.blocks, result.is_ok());
-    s.queue.finish(meta, completer, result.map(|()| buf));
+    s.queue.finish(meta, completer, result.map(|()| buf), more);
 }
 
 /// Ends an operation whose entry [`submit`] could not hand to the kernel.
@@ -294,15 +341,15 @@ fn end_unsubmitted(s: &Shared, op: Op, e: SubmitError) {
 
 /// Fails an operation the kernel may still read or write: its buffer is leaked, not freed or
 /// handed back, so that a late transfer touches memory nobody else uses.
-fn abandon(s: &Shared, op: Op, e: io::Error) {
-    let Job { meta, buf, completer } = op.job;
-    std::mem::forget(buf);
-    s.queue.device.counters().end(meta.op, meta.blocks, false);
-    s.queue.finish(meta, completer, Err(e));
+fn abandon(s: &Shared, mut op: Op, e: io::Error) {
+    std::mem::forget(std::mem::replace(&mut op.job.buf, AlignedBuf::new(0)));
+    std::mem::forget(std::mem::take(&mut op.job.more));
+    std::mem::forget(std::mem::take(&mut op.iovs));
+    end_op(s, op, Err(e));
 }
 
 fn fail(s: &Shared, job: Job, e: io::Error) {
     let Job { meta, completer, .. } = job;
     s.queue.device.counters().record(meta.op, meta.blocks, false);
-    s.queue.finish(meta, completer, Err(e));
+    s.queue.finish(meta, completer, Err(e), Vec::new());
 }

@@ -731,7 +731,8 @@ pub const MERGE_MAX_BLOCKS: u64 = 256;
 /// as Linux's elevator merges a bio into a queued request.
 fn merge_adjacent(st: &mut State, first: Pending) -> Pending {
     let op = first.req.op;
-    if op == IoOp::Flush {
+    // A request already vectored (none is submitted so today) keeps its shape.
+    if op == IoOp::Flush || !first.req.more.is_empty() {
         return first;
     }
     let mut limit = st
@@ -746,6 +747,7 @@ fn merge_adjacent(st: &mut State, first: Pending) -> Pending {
             let r = &p.req;
             r.op == op
                 && r.blocks() > 0
+                && r.more.is_empty()
                 && (r.block == end || r.block + r.blocks() == start)
                 && end - start + r.blocks() <= MERGE_MAX_BLOCKS
         });
@@ -771,41 +773,31 @@ fn merge_adjacent(st: &mut State, first: Pending) -> Pending {
         .or_else(|| parts.iter().find(|p| p.req.waiter.is_some()))
         .and_then(|p| p.req.waiter);
     let submitted = parts.iter().map(|p| p.submitted).min().expect("parts");
-    // The parts are adjacent and sorted: a write's buffer is theirs end to end.
-    let blocks = (end - start) as usize;
-    let buf = match op {
-        IoOp::Write => AlignedBuf::gather(blocks, parts.iter().map(|p| &p.req.buf[..])),
-        _ => AlignedBuf::new(blocks),
-    };
-    let mut members = Vec::with_capacity(parts.len());
+    // The parts are adjacent and sorted: one vectored transfer reads into (writes from) their
+    // own buffers in place, so merging costs no copy.
+    let mut bufs = Vec::with_capacity(parts.len());
+    let mut completers = Vec::with_capacity(parts.len());
     for p in parts {
-        let off = (p.req.block - start) as usize * BLOCK_SIZE;
-        members.push((off, p.req.buf, p.completer));
+        bufs.push(p.req.buf);
+        completers.push(p.completer);
     }
-    let completer = Completer::then(move |result| match result {
-        Ok(data) => {
-            for (off, mut own, c) in members {
-                if op == IoOp::Read {
-                    let len = own.len();
-                    own.copy_from_slice(&data[off..off + len]);
-                }
-                c.complete(Ok(own));
+    let completer = Completer::then_all(move |result| match result {
+        Ok(bufs) => {
+            debug_assert_eq!(bufs.len(), completers.len(), "a buffer back for every part");
+            for (buf, c) in bufs.into_iter().zip(completers) {
+                c.complete(Ok(buf));
             }
         }
         Err(e) => {
-            for (_, _, c) in members {
+            for c in completers {
                 c.complete(Err(io::Error::new(e.kind(), e.to_string())));
             }
         }
     });
+    let mut req = IoRequest::vectored(op, start, bufs);
+    req.waiter = waiter;
     Pending {
-        req: IoRequest {
-            op,
-            block: start,
-            buf,
-            tag: 0,
-            waiter,
-        },
+        req,
         completer,
         submitted,
     }
