@@ -340,7 +340,6 @@ impl Queue {
     /// its `ent_in_out`, or (if the reply has a payload) its payload, during the call.
     unsafe fn write_reply(&self, e: usize, parts: &[&[u8]]) {
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        let header = self.header(e);
         let mut out = [0u8; OUT_HEADER];
         copy_prefix(parts, &mut out);
         let body = total.saturating_sub(OUT_HEADER);
@@ -354,7 +353,6 @@ impl Queue {
         // SAFETY: header and payload areas are ours (the caller's promise) and large enough
         // (body <= payload capacity, checked above).
         unsafe {
-            std::ptr::copy_nonoverlapping(out.as_ptr(), header, OUT_HEADER);
             if body > 0 {
                 let mut dst = self.payload(e);
                 let mut consumed = 0;
@@ -365,6 +363,22 @@ impl Queue {
                     consumed += p.len();
                 }
             }
+        }
+        // SAFETY: as above.
+        unsafe { self.write_header(e, out, body) };
+    }
+
+    /// Writes entry `e`'s reply header and the size of the body its payload holds.
+    ///
+    /// # Safety
+    /// The entry's header area must be free to write (its request is being handled by this
+    /// thread, or none is).
+    unsafe fn write_header(&self, e: usize, out: [u8; OUT_HEADER], body: usize) {
+        let header = self.header(e);
+        // SAFETY: the caller's promise; the header area holds OUT_HEADER bytes and the entry's
+        // `fuse_uring_ent_in_out` after ENT_IN_OUT.
+        unsafe {
+            std::ptr::copy_nonoverlapping(out.as_ptr(), header, OUT_HEADER);
             header.add(ENT_IN_OUT + 16).cast::<u32>().write_unaligned(body as u32);
         }
     }
@@ -389,8 +403,13 @@ fn copy_prefix(parts: &[&[u8]], out: &mut [u8]) {
 }
 
 fn out_header(error: i32, unique: u64) -> [u8; OUT_HEADER] {
+    out_header_of(error, unique, 0)
+}
+
+/// A `fuse_out_header` for a reply of `body` bytes after it.
+fn out_header_of(error: i32, unique: u64, body: usize) -> [u8; OUT_HEADER] {
     let mut h = [0u8; OUT_HEADER];
-    h[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+    h[0..4].copy_from_slice(&((OUT_HEADER + body) as u32).to_ne_bytes());
     h[4..8].copy_from_slice(&error.to_ne_bytes());
     h[8..16].copy_from_slice(&unique.to_ne_bytes());
     h
@@ -428,6 +447,42 @@ impl Reply {
         let parts: Vec<&[u8]> = data.iter().map(|s| &**s).collect();
         self.deliver(&parts);
         Ok(())
+    }
+
+    /// Answers with data written in place: `fill` gets the entry's own payload buffer, at most
+    /// `max` bytes, and returns how many it filled (or an errno to answer with), so a read's
+    /// data reaches Linux without passing through a buffer of its own. Off the thread that
+    /// handles the request, or where the request's payload occupies that buffer, `fill` gets a
+    /// buffer that is then copied.
+    pub fn send_filled(mut self, max: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize, i32>) {
+        let q = self.queue.clone();
+        let max = max.min(q.payload);
+        let here = HANDLING.with(|h| h.get()) == (q.id(), self.entry);
+        if !here || self.overlaps {
+            let mut buf = vec![0u8; max];
+            match fill(&mut buf) {
+                Ok(n) => {
+                    let n = n.min(max);
+                    let h = out_header_of(0, self.unique, n);
+                    let _ = self.send(&[IoSlice::new(&h), IoSlice::new(&buf[..n])]);
+                }
+                Err(errno) => self.error(errno),
+            }
+            return;
+        }
+        // SAFETY: this thread is handling this entry's request, which does not occupy the
+        // payload area (checked above); `max` is within the entry's payload capacity.
+        let payload = unsafe { std::slice::from_raw_parts_mut(q.payload(self.entry as usize), max) };
+        match fill(payload) {
+            Ok(n) => {
+                let n = n.min(max);
+                self.sent = true;
+                // SAFETY: as above; the payload already holds the `n` bytes.
+                unsafe { q.write_header(self.entry as usize, out_header_of(0, self.unique, n), n) };
+                q.done.lock().push(Done::Written(self.entry));
+            }
+            Err(errno) => self.error(errno),
+        }
     }
 
     /// Answers with an error (a positive errno).

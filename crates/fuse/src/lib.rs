@@ -121,7 +121,7 @@ fn session(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::
     }
     if granted {
         let s = state.clone();
-        session.set_extra_loops(Box::new(move |dispatcher| ring::start(dispatcher, &s.ring)));
+        session.set_extra_loops(Box::new(move |dispatcher| ring::start(dispatcher, &s)));
     }
     let invalidator = invalidate::start(kernel, &state, session.notifier())?;
     Ok((session, state, invalidator))

@@ -433,11 +433,16 @@ impl State {
     }
 
     fn read(&self, fh: u64, offset: u64, size: u32) -> R<Vec<u8>> {
-        let h = self.handle(fh)?;
         let mut buf = vec![0u8; size as usize];
-        let n = h.process.pread(h.fd, &mut buf, offset).map_err(sys)?;
+        let n = self.read_into(fh, offset, &mut buf)?;
         buf.truncate(n);
         Ok(buf)
+    }
+
+    /// Reads into `buf` (the ring's reply buffer, or one of `read`'s); returns the bytes read.
+    pub(crate) fn read_into(&self, fh: u64, offset: u64, buf: &mut [u8]) -> R<usize> {
+        let h = self.handle(fh)?;
+        h.process.pread(h.fd, buf, offset).map_err(sys)
     }
 
     fn write(&self, fh: u64, offset: u64, data: &[u8]) -> R<u32> {

@@ -11,7 +11,7 @@
 //! transport, and an ioctl with EAGAIN; an `fsync` beyond it runs on the queue's thread (it cannot
 //! be refused), delaying only that CPU's callers.
 
-use crate::ops::VinoFs;
+use crate::ops::{State, VinoFs};
 use fuser::{Dispatcher, ReplySink};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -38,10 +38,13 @@ pub const MIN_RING_DEPTH: usize = 4;
 /// Bytes of payload per ring entry: the largest read or write Linux sends (256 pages).
 pub(crate) const PAYLOAD: usize = 1 << 20;
 
+const FUSE_READ: u32 = 15;
 const FUSE_FSYNC: u32 = 20;
 const FUSE_FSYNCDIR: u32 = 30;
 const FUSE_IOCTL: u32 = 39;
 const FUSE_SETLKW: u32 = 33;
+/// Bytes of `fuse_in_header`, before an operation's arguments.
+const IN_HEADER: usize = 40;
 
 /// What the mount knows of its ring.
 #[derive(Debug, Default)]
@@ -115,19 +118,20 @@ fn unavailable(a: Availability) -> io::Error {
 /// Starts the ring's queues on the session's connection (fuser calls this after the handshake).
 pub(crate) fn start(
     dispatcher: Dispatcher<VinoFs>,
-    state: &RingState,
+    fs: &Arc<State>,
 ) -> io::Result<Vec<std::thread::JoinHandle<io::Result<()>>>> {
-    let started = start_queues(dispatcher, state);
+    let started = start_queues(dispatcher, fs);
     if let Err(e) = &started {
-        let _ = state.ring.set(Err(e.to_string()));
+        let _ = fs.ring.ring.set(Err(e.to_string()));
     }
     started
 }
 
 fn start_queues(
     dispatcher: Dispatcher<VinoFs>,
-    state: &RingState,
+    fs: &Arc<State>,
 ) -> io::Result<Vec<std::thread::JoinHandle<io::Result<()>>>> {
+    let state = &fs.ring;
     let Ok(queues) = vino_fuse_uring::possible_cpus() else {
         vino_fuse_uring::decline(dispatcher.device());
         return Err(io::Error::other("the number of possible CPUs is unknown"));
@@ -141,6 +145,7 @@ fn start_queues(
         }
     };
     let server = Arc::new(Server {
+        fs: fs.clone(),
         dispatcher: Arc::new(dispatcher),
         aside: Arc::default(),
         waits: Arc::new((0..queues).map(|_| Mutex::default()).collect()),
@@ -156,6 +161,8 @@ fn start_queues(
 }
 
 struct Server {
+    /// The mount's state, for the requests served here without the dispatcher (reads).
+    fs: Arc<State>,
     dispatcher: Arc<Dispatcher<VinoFs>>,
     aside: Arc<Aside>,
     /// Entries held by requests answered off the queue's thread, per queue: in all, and per uid.
@@ -190,6 +197,7 @@ impl vino_fuse_uring::Handler for Server {
                 Some(hold) => self.dispatch_aside(request, reply, hold),
                 None => reply.error(libc::EAGAIN),
             },
+            FUSE_READ => self.read_in_place(request, reply),
             _ => self.dispatch(request, reply, None),
         }
     }
@@ -203,6 +211,20 @@ impl Server {
         });
         // An unparsable request gets EIO when its sink drops unanswered.
         let _ = self.dispatcher.dispatch(request, sink);
+    }
+
+    /// A read answered straight into the ring entry's buffer: the data is copied once, from
+    /// the cache to the buffer Linux copies to the reader, not through a reply of its own.
+    fn read_in_place(&self, request: &[u8], reply: Reply) {
+        // fuse_in_header, then fuse_read_in: fh, offset, size, ...
+        let arg = |at: usize, n: usize| request.get(IN_HEADER + at..IN_HEADER + at + n);
+        let (Some(fh), Some(offset), Some(size)) = (arg(0, 8), arg(8, 8), arg(16, 4)) else {
+            return reply.error(libc::EIO);
+        };
+        let fh = u64::from_ne_bytes(fh.try_into().expect("8 bytes"));
+        let offset = u64::from_ne_bytes(offset.try_into().expect("8 bytes"));
+        let size = u32::from_ne_bytes(size.try_into().expect("4 bytes")) as usize;
+        reply.send_filled(size, |buf| self.fs.read_into(fh, offset, buf).map_err(|e| e.code()));
     }
 
     /// Serves a request that may wait long on another thread, so the queue's thread goes on

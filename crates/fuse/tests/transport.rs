@@ -48,6 +48,16 @@ fn work(m: &Mounted) {
     sh(
         "python3 -c \"import os\nfd = os.open('a/synced', os.O_RDWR | os.O_CREAT, 0o644)\nos.write(fd, b'y')\nos.fsync(fd)\nd = os.open('a', os.O_RDONLY)\nos.fsync(d)\"",
     );
+    // Reads of every shape (over the ring answered in the entry's own buffer): unaligned,
+    // across pages, a whole request's worth, the tail, and past the end.
+    let reads = r#"import os
+fd = os.open('big', os.O_RDONLY)
+want = open('a/big.copy', 'rb').read()
+for off, n in [(0, 1), (1, 4095), (4095, 4097), (12345, 1 << 20), ((3 << 20) - 10, 100), ((3 << 20) + 5, 10)]:
+    got = os.pread(fd, n, off)
+    assert got == want[off:off + n], (off, n, len(got))
+"#;
+    sh(&format!("python3 -c \"{reads}\""));
     let big = fs::read(mnt.join("big")).unwrap();
     assert_eq!(big.len(), 3 << 20);
     assert!(fs::read(mnt.join("a/big.copy")).unwrap() == big, "the copy differs");
