@@ -6,13 +6,15 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
-/// Size in blocks of the buffers kept for reuse: 1 MiB, the largest request the I/O scheduler
-/// makes by merging and the cache's write-back makes. Freed memory of that size went back to the
-/// system and every new one was faulted in and zeroed by Linux again, a fifth of the daemon's
-/// CPU while a large file was written.
-const POOLED_BLOCKS: usize = 256;
+/// Buffers of 2 to 256 blocks (1 MiB, the largest request the I/O scheduler makes by merging
+/// and the cache's write-back makes) are kept for reuse when freed, in classes of powers of two.
+/// Freed memory went back to the system and every new buffer was faulted in and zeroed by Linux
+/// again: a fifth of the daemon's CPU while a large file was written, and a tenth while many
+/// small ones were (their write-back buffers).
+const POOL_CLASSES: usize = 8;
+const POOL_MIN_BLOCKS: usize = 2;
 
-/// Most freed buffers kept (16 MiB).
+/// Most freed buffers kept per class (at most 32 MiB in all).
 const POOL_MAX: usize = 16;
 
 /// A freed buffer's memory, owned by the pool.
@@ -21,7 +23,17 @@ struct Pooled(NonNull<u8>);
 // SAFETY: the pool owns each allocation exclusively, like a `Vec<u8>`.
 unsafe impl Send for Pooled {}
 
-static POOL: parking_lot::Mutex<Vec<Pooled>> = parking_lot::const_mutex(Vec::new());
+#[allow(clippy::declare_interior_mutable_const)] // each class's pool starts empty
+const EMPTY_CLASS: parking_lot::Mutex<Vec<Pooled>> = parking_lot::const_mutex(Vec::new());
+static POOL: [parking_lot::Mutex<Vec<Pooled>>; POOL_CLASSES] = [EMPTY_CLASS; POOL_CLASSES];
+
+/// The pool class of a buffer of `len` bytes, if it is kept for reuse, and the bytes of that
+/// class's allocations.
+fn pool_class(len: usize) -> Option<(usize, usize)> {
+    let blocks = len.div_ceil(BLOCK_SIZE).max(POOL_MIN_BLOCKS).next_power_of_two();
+    let class = (blocks / POOL_MIN_BLOCKS).trailing_zeros() as usize;
+    (len > BLOCK_SIZE && class < POOL_CLASSES).then_some((class, blocks * BLOCK_SIZE))
+}
 
 /// A zero-initialised heap buffer of whole blocks whose address is aligned to [`BLOCK_SIZE`], as
 /// `O_DIRECT` requires of both the buffer and the length. It owns its memory, so it can be handed
@@ -29,6 +41,8 @@ static POOL: parking_lot::Mutex<Vec<Pooled>> = parking_lot::const_mutex(Vec::new
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
+    /// Bytes allocated: `len`, or a pool class's size (see [`pool_class`]).
+    cap: usize,
 }
 
 // SAFETY: the buffer owns its allocation exclusively, like a `Vec<u8>`.
@@ -45,27 +59,29 @@ impl AlignedBuf {
             return AlignedBuf {
                 ptr: NonNull::new(std::ptr::without_provenance_mut(BLOCK_SIZE)).expect("non-null"),
                 len,
+                cap: 0,
             };
         }
-        if let Some(mut buf) = Self::pooled(len) {
-            buf.fill(0);
+        if let Some(buf) = Self::pooled(len) {
+            // SAFETY: `len <= cap` bytes of an allocation the buffer owns alone (written through
+            // the pointer: bytes past an earlier, shorter use were never initialised).
+            unsafe { std::ptr::write_bytes(buf.ptr.as_ptr(), 0, len) };
             return buf;
         }
-        let layout = Self::layout(len);
+        let cap = pool_class(len).map_or(len, |(_, cap)| cap);
+        let layout = Self::layout(cap);
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len }
+        AlignedBuf { ptr, len, cap }
     }
 
-    /// A buffer of `len` bytes from the pool, if it keeps that size and has one. Its bytes are
-    /// initialised (a pooled buffer was one before).
+    /// A buffer of `len` bytes from the pool, if its class has one. Its bytes may be
+    /// uninitialised: the caller writes all `len` through the pointer before handing it out.
     fn pooled(len: usize) -> Option<AlignedBuf> {
-        if len != POOLED_BLOCKS * BLOCK_SIZE {
-            return None;
-        }
-        let Pooled(ptr) = POOL.lock().pop()?;
-        Some(AlignedBuf { ptr, len })
+        let (class, cap) = pool_class(len)?;
+        let Pooled(ptr) = POOL[class].lock().pop()?;
+        Some(AlignedBuf { ptr, len, cap })
     }
 
     /// A buffer holding a copy of `data`, padded with zeros to a whole number of blocks.
@@ -86,13 +102,14 @@ impl AlignedBuf {
             return AlignedBuf::new(0);
         }
         let buf = Self::pooled(len).unwrap_or_else(|| {
-            let layout = Self::layout(len);
+            let cap = pool_class(len).map_or(len, |(_, cap)| cap);
+            let layout = Self::layout(cap);
             // SAFETY: the layout has a non-zero size.
             let raw = unsafe { alloc::alloc(layout) };
             let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
             // Owned from here on, so a panic below frees it: dropping reads none of its bytes,
             // and a buffer dropped while panicking is freed, never pooled.
-            AlignedBuf { ptr, len }
+            AlignedBuf { ptr, len, cap }
         });
         let raw = buf.ptr.as_ptr();
         let mut at = 0;
@@ -136,18 +153,21 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.len == 0 {
+        if self.cap == 0 {
             return;
         }
-        if self.len == POOLED_BLOCKS * BLOCK_SIZE && !std::thread::panicking() {
-            let mut pool = POOL.lock();
+        if let Some((class, cap)) = pool_class(self.len)
+            && cap == self.cap
+            && !std::thread::panicking()
+        {
+            let mut pool = POOL[class].lock();
             if pool.len() < POOL_MAX {
                 pool.push(Pooled(self.ptr));
                 return;
             }
         }
         // SAFETY: allocated in `new` or `gather` with this layout.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.cap)) }
     }
 }
 
@@ -217,6 +237,35 @@ mod tests {
         assert!(g[4096..4106].iter().all(|&x| x == 6));
         assert!(g[4106..].iter().all(|&x| x == 0));
         assert_eq!(AlignedBuf::gather(0, []).len(), 0);
+    }
+
+    #[test]
+    fn freed_buffers_are_reused_by_size_class_and_handed_out_clean() {
+        assert_eq!(
+            pool_class(BLOCK_SIZE),
+            None,
+            "single blocks (cache frames) are not pooled"
+        );
+        assert_eq!(pool_class(2 * BLOCK_SIZE), Some((0, 2 * BLOCK_SIZE)));
+        assert_eq!(pool_class(3 * BLOCK_SIZE), Some((1, 4 * BLOCK_SIZE)));
+        assert_eq!(pool_class(256 * BLOCK_SIZE), Some((7, 256 * BLOCK_SIZE)));
+        assert_eq!(pool_class(257 * BLOCK_SIZE), None);
+        // A 5-block write-back buffer, freed, serves a 7-block zeroed one (class of 8): the
+        // bytes past the first use come out zeroed too. (Other tests share the pool, so only
+        // what any buffer must be is asserted.)
+        let dirty = AlignedBuf::gather(5, [&[9u8; 5 * BLOCK_SIZE][..]]);
+        assert_eq!(dirty.cap, 8 * BLOCK_SIZE);
+        drop(dirty);
+        for blocks in [7, 5, 8, 2, 3] {
+            let b = AlignedBuf::new(blocks);
+            assert_eq!((b.len(), b.cap), (blocks * BLOCK_SIZE, pool_class(b.len()).unwrap().1));
+            assert!(
+                b.iter().all(|&x| x == 0),
+                "a reused buffer of {blocks} blocks is zeroed"
+            );
+            let g = AlignedBuf::gather(blocks, [&[1u8; 10][..]]);
+            assert!(g[..10].iter().all(|&x| x == 1) && g[10..].iter().all(|&x| x == 0));
+        }
     }
 
     #[test]
