@@ -405,7 +405,16 @@ pub struct GroupHeader {
 }
 
 impl GroupHeader {
+    /// Encodes the header into its block, sealed with its checksum.
     pub fn encode_into(&self, b: &mut [u8]) {
+        self.encode_unsealed(b);
+        seal_block(b, self.group);
+    }
+
+    /// Encodes the header's fields without the checksum: for a block in memory that is sealed
+    /// before it is written (the file system seals the headers a transaction changed when it
+    /// commits, not once per block allocated).
+    pub fn encode_unsealed(&self, b: &mut [u8]) {
         b.fill(0);
         put_u32(b, 0, GROUP_MAGIC);
         put_u32(b, 4, self.group);
@@ -415,15 +424,21 @@ impl GroupHeader {
         put_u32(b, 20, self.inode_bitmap_crc);
         put_u32(b, 24, self.block_bitmap_crc);
         put_u32(b, 28, self.orphan_head);
-        seal_block(b, self.group);
     }
 
+    /// Decodes a header read from the device: its checksum and fields are checked.
     pub fn decode(b: &[u8], group: u32, geo: &Geometry) -> Result<GroupHeader, String> {
+        if b.len() == BS && get_u32(b, 0) == GROUP_MAGIC && !block_sealed(b, group) {
+            return Err(format!("group {group}: header checksum mismatch"));
+        }
+        GroupHeader::decode_unsealed(b, group, geo)
+    }
+
+    /// Decodes a header already checked when it was read, or written since by the file system
+    /// (perhaps not sealed yet): its fields are checked, not its checksum.
+    pub fn decode_unsealed(b: &[u8], group: u32, geo: &Geometry) -> Result<GroupHeader, String> {
         if b.len() != BS || get_u32(b, 0) != GROUP_MAGIC {
             return Err(format!("group {group}: bad header magic"));
-        }
-        if !block_sealed(b, group) {
-            return Err(format!("group {group}: header checksum mismatch"));
         }
         let h = GroupHeader {
             group: get_u32(b, 4),

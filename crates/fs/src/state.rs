@@ -400,7 +400,7 @@ impl FsState {
             return Ok(());
         }
         self.begin_op();
-        let sealed = self.seal_bitmaps();
+        let sealed = self.seal_groups();
         match sealed {
             Ok(()) => self.end_op(),
             Err(e) => {
@@ -430,14 +430,15 @@ impl FsState {
         Ok(())
     }
 
-    /// Records the checksums of the changed bitmaps in their group headers.
-    fn seal_bitmaps(&mut self) -> Result<()> {
+    /// Records the checksums of the changed bitmaps in their group headers, and seals every
+    /// changed header, before a commit writes them.
+    fn seal_groups(&mut self) -> Result<()> {
         let dirty: Vec<u64> = self.meta.dirty_blocks().collect();
         for g in 0..self.geo.groups {
-            let (ib, bb) = (self.geo.inode_bitmap(g), self.geo.block_bitmap(g));
-            let ib_dirty = dirty.binary_search(&ib).is_ok();
-            let bb_dirty = dirty.binary_search(&bb).is_ok();
-            if !ib_dirty && !bb_dirty {
+            let is_dirty = |b: u64| dirty.binary_search(&b).is_ok();
+            let (ib, bb, hb) = (self.geo.inode_bitmap(g), self.geo.block_bitmap(g), self.geo.header(g));
+            let (ib_dirty, bb_dirty) = (is_dirty(ib), is_dirty(bb));
+            if !ib_dirty && !bb_dirty && !is_dirty(hb) {
                 continue;
             }
             let mut h = self.header(g)?;
@@ -447,7 +448,7 @@ impl FsState {
             if bb_dirty {
                 h.block_bitmap_crc = bitmap_crc(g, self.meta.get(bb)?);
             }
-            self.put_header(&h)?;
+            h.encode_into(self.meta.get_mut(hb)?);
         }
         Ok(())
     }
@@ -455,13 +456,23 @@ impl FsState {
     // ---- groups and bitmaps ---------------------------------------------------------------
 
     pub(crate) fn header(&mut self, g: u32) -> Result<GroupHeader> {
-        let b = self.meta.get(self.geo.header(g))?;
-        GroupHeader::decode(b, g, &self.geo).map_err(FsError::Corrupt)
+        let hb = self.geo.header(g);
+        // A header is checked against its checksum when it comes from the device; one in
+        // memory was checked then, or was changed since (and is sealed when committed).
+        let from_device = !self.meta.cached(hb);
+        let b = self.meta.get(hb)?;
+        let decoded = if from_device {
+            GroupHeader::decode(b, g, &self.geo)
+        } else {
+            GroupHeader::decode_unsealed(b, g, &self.geo)
+        };
+        decoded.map_err(FsError::Corrupt)
     }
 
+    /// Changes a group's header in memory; [`FsState::seal_groups`] seals it at commit.
     pub(crate) fn put_header(&mut self, h: &GroupHeader) -> Result<()> {
         let b = self.meta.get_mut(self.geo.header(h.group))?;
-        h.encode_into(b);
+        h.encode_unsealed(b);
         self.set_group_free(h.group, h.free_blocks);
         Ok(())
     }
