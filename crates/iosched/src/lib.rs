@@ -51,11 +51,15 @@
 //! it. Together with the inline device queue ([`BackendChoice::Inline`]) a request is then served
 //! on the thread that needs it, with no hand-off, and every device operation happens in an
 //! order fixed by the callers alone: what the deterministic simulator needs. On the other
-//! queues a read marked [`IoRequest::awaited`] by the thread that dispatches it, with nothing
-//! else ready to send, is served on that thread too ([`IoQueue::serve_here`]): the thread would
+//! queues a request marked [`IoRequest::awaited`] by the thread that dispatches it (a cache
+//! miss, the file system's own reads and writes), with nothing else ready to send, is served on
+//! that thread too ([`IoQueue::serve_here`]): the thread would
 //! only wait for a completion thread to wake it. It lets others dispatch while it reads.
 
 #![forbid(unsafe_code)]
+
+mod device;
+pub use device::ScheduledDevice;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
@@ -617,7 +621,7 @@ impl Core {
             // here: through the backend its completion would wake this thread from another
             // (two cross-CPU wake-ups on every synchronous miss). Meanwhile another thread may
             // dispatch what comes in, so concurrent misses still reach the device together.
-            if p.req.op == IoOp::Read && p.req.awaited_here() && !self.shared.ready(&guard) {
+            if p.req.awaited_here() && !self.shared.ready(&guard) {
                 guard.dispatching = false;
                 drop(guard);
                 self.queue.serve_here(p.req, p.completer);

@@ -4,7 +4,7 @@
 //! ```text
 //!  Process (credentials, open files, graft namespace) ── system calls ── Kernel
 //!      read/write ── PageCache ── IoScheduler ── BlockDevice
-//!      namespace ops, block allocation ── FileSystem (journaled metadata) ── BlockDevice
+//!      namespace ops, block allocation ── FileSystem (journaled metadata) ──┘
 //! ```
 //!
 //! The page cache, the file system and the I/O scheduler do not know each other; the kernel
@@ -13,7 +13,8 @@
 //! ([`CacheTarget`]: the file system decides which blocks a write allocates and which bytes
 //! become zeros, for its uncached path and this one alike), and the file system's data hook,
 //! which writes a file's dirty pages before a journal commit makes its new blocks or size
-//! durable (ordered mode).
+//! durable (ordered mode). The file system's own reads and writes go through the scheduler too
+//! (`ScheduledDevice`).
 //!
 //! Every policy on that path is a graftpoint: `vas.pick_victim` (per process),
 //! `file.compute_ra/<fd>` (per open file), `file.block_buddy/<fd>` (per file, its creator only),
@@ -74,7 +75,7 @@ use vino_cache::{CacheConfig, PageCache};
 use vino_fs::{FileSystem, MountOptions};
 use vino_graft::account::{Accounts, LimitsConfig};
 use vino_graft::{Namespace, Runtime, RuntimeConfig};
-use vino_iosched::{IoScheduler, SchedConfig};
+use vino_iosched::{IoScheduler, SchedConfig, ScheduledDevice};
 pub use vino_sched::{
     SchedConfig as CpuSchedConfig, Scheduler as CpuScheduler, ShareError as CpuShareError, blocking as blocking_wait,
 };
@@ -191,7 +192,10 @@ impl Kernel {
             clock: config.clock.clone(),
             ..config.mount.clone()
         };
-        let fs = FileSystem::mount(device, &runtime, &mount)?;
+        // The file system's own reads and writes (metadata, journal) wait in the scheduler's
+        // queue with the cache's, under the same policy.
+        let fs_device: Arc<dyn BlockDevice> = Arc::new(ScheduledDevice::new(sched.clone()));
+        let fs = FileSystem::mount(fs_device, &runtime, &mount)?;
         // Ordered mode: before a journal commit makes new allocations durable, the data written
         // into those blocks goes to the device, all files' together; the commit's own device
         // flush then makes it durable.

@@ -461,3 +461,36 @@ fn a_read_after_the_file_system_stopped_is_an_io_error() {
     assert_eq!(p.pread(fd, &mut back, 0).unwrap_err().errno, Errno::Io);
     assert_eq!(p.read(fd, &mut back).unwrap_err().errno, Errno::Io);
 }
+
+#[test]
+fn the_file_systems_own_reads_and_writes_wait_in_the_schedulers_queue() {
+    let dev = device(8192);
+    let before = dev.stats();
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    // Metadata only: directories and empty files, then a commit (journal writes and flushes)
+    // and a checkpoint (the blocks written home).
+    for i in 0..40 {
+        p.mkdir(&format!("/d{i}"), 0o755).unwrap();
+        let fd = p.open(&format!("/d{i}/f"), OpenFlags::create()).unwrap();
+        p.close(fd).unwrap();
+    }
+    k.sync().unwrap();
+    k.shutdown().unwrap();
+    let s = k.scheduler().stats();
+    let d = dev.stats();
+    let device_ops = (
+        d.reads - before.reads,
+        d.writes - before.writes,
+        d.flushes - before.flushes,
+    );
+    assert!(
+        s.writes > 0 && s.flushes > 0,
+        "the commit went through the scheduler: {s:?}"
+    );
+    assert_eq!(
+        (s.reads, s.writes, s.flushes),
+        device_ops,
+        "every device operation since boot (the mount's reads included) was a scheduler request"
+    );
+}
