@@ -211,6 +211,18 @@ impl FileDevice {
         parts.len() <= IOV_MAX && (!self.direct || parts.all(is_aligned))
     }
 
+    /// Refuses a write to a device opened read-only.
+    fn writable(&self) -> io::Result<()> {
+        if self.read_only {
+            self.counters.refused();
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{}: opened read-only", self.name),
+            ));
+        }
+        Ok(())
+    }
+
     fn io_error(&self, what: String, e: io::Error) -> io::Error {
         io::Error::new(e.kind(), format!("{}: {what}: {e}", self.name))
     }
@@ -318,13 +330,7 @@ impl BlockDevice for FileDevice {
     fn write_blocks(&self, first: u64, buf: &[u8]) -> io::Result<()> {
         let blocks =
             check_transfer(&self.name, self.blocks, first, buf.len()).inspect_err(|_| self.counters.refused())?;
-        if self.read_only {
-            self.counters.refused();
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("{}: opened read-only", self.name),
-            ));
-        }
+        self.writable()?;
         if blocks == 0 {
             return Ok(());
         }
@@ -359,13 +365,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_blocks_vectored(&self, first: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        if self.read_only {
-            self.counters.refused();
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("{}: opened read-only", self.name),
-            ));
-        }
+        self.writable()?;
         if !self.vectorable(bufs.iter().map(|b| b.as_ptr())) {
             return crate::write_through_one(self, first, bufs);
         }

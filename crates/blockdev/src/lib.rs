@@ -162,7 +162,7 @@ pub(crate) fn write_through_one<D: BlockDevice + ?Sized>(dev: &D, first: u64, bu
 }
 
 /// Blocks a vectored transfer of parts of these lengths covers; every part must be whole blocks.
-pub fn vectored_blocks(name: &str, lens: impl Iterator<Item = usize>) -> io::Result<usize> {
+pub(crate) fn vectored_blocks(name: &str, lens: impl Iterator<Item = usize>) -> io::Result<usize> {
     let mut blocks = 0;
     for len in lens {
         if !len.is_multiple_of(BLOCK_SIZE) {
