@@ -52,6 +52,10 @@ pub struct IoRequest {
     /// that dispatches on that thread may serve the request there ([`IoQueue::serve_here`])
     /// instead of handing it to its backend and waking the thread on completion.
     pub waiter: Option<ThreadId>,
+    /// The file system's own I/O, done under a lock every user's namespace operations wait
+    /// for: a scheduler sends it before the data requests waiting beside it (as Linux's
+    /// `REQ_META | REQ_PRIO`), so another user's queued data cannot hold that lock long.
+    pub meta: bool,
 }
 
 impl IoRequest {
@@ -64,6 +68,7 @@ impl IoRequest {
             tag: 0,
             waiter: None,
             more: Vec::new(),
+            meta: false,
         }
     }
 
@@ -76,6 +81,7 @@ impl IoRequest {
             tag: 0,
             waiter: None,
             more: Vec::new(),
+            meta: false,
         }
     }
 
@@ -87,6 +93,7 @@ impl IoRequest {
             tag: 0,
             waiter: None,
             more: Vec::new(),
+            meta: false,
         }
     }
 
@@ -98,6 +105,7 @@ impl IoRequest {
             tag: 0,
             waiter: None,
             more: Vec::new(),
+            meta: false,
         }
     }
 
@@ -124,6 +132,12 @@ impl IoRequest {
     /// [`IoRequest::waiter`]).
     pub fn awaited(mut self) -> IoRequest {
         self.waiter = Some(std::thread::current().id());
+        self
+    }
+
+    /// Marks the request as the file system's own (see [`IoRequest::meta`]).
+    pub fn metadata(mut self) -> IoRequest {
+        self.meta = true;
         self
     }
 

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use vino_blockdev::{AlignedBuf, BlockDevice, DeviceCounters, DeviceStats, IoRequest};
 
 /// A [`BlockDevice`] whose every operation is a request through an [`IoScheduler`], waited for
-/// at once (so a caller that dispatches serves it on its own thread when nothing else waits).
+/// at once (so a caller that dispatches serves it on its own thread when nothing else waits)
+/// and marked as metadata: the file system holds its lock meanwhile, so the scheduler sends it
+/// ahead of the data requests waiting (see [`vino_blockdev::IoRequest::meta`]).
 pub struct ScheduledDevice {
     sched: Arc<IoScheduler>,
 }
@@ -21,7 +23,7 @@ impl ScheduledDevice {
     }
 
     fn run(&self, req: IoRequest) -> io::Result<AlignedBuf> {
-        self.sched.submit(req.awaited()).wait()
+        self.sched.submit(req.awaited().metadata()).wait()
     }
 }
 

@@ -21,6 +21,8 @@
 //! `age_cap` (default 1 s) it is served next, whatever the sweep. Flushes are barriers: a flush
 //! waits until every request submitted before it has completed, and requests submitted after it
 //! are not considered until it has been dispatched; a flush is never shown to the graft.
+//! The file system's own requests ([`vino_blockdev::IoRequest::meta`], made under a lock all
+//! users wait for) go before the others, oldest first, and are not shown to the graft either.
 //!
 //! # The graft ABI
 //!
@@ -677,7 +679,11 @@ impl Core {
                 .position(|p| p.req.op == IoOp::Flush)
                 .unwrap_or(st.pending.len());
             let n = before_flush.min(PICK_MAX);
-            if n == 1 {
+            let meta = st.pending.iter().take(before_flush).position(|p| p.req.meta);
+            if let Some(i) = meta {
+                // The file system's own I/O goes first, oldest first, not offered to the policy.
+                i
+            } else if n == 1 {
                 0
             } else {
                 candidates.clear();

@@ -665,3 +665,33 @@ fn a_read_its_caller_waits_for_is_served_on_the_callers_thread_without_holding_u
     }
     assert!(dev.max_active.load(Ordering::SeqCst) >= 2);
 }
+
+/// The file system's own requests (made under a lock every user waits for) go before the data
+/// requests waiting beside them, whatever the policy would choose, but not past a flush.
+#[test]
+fn the_file_systems_own_requests_go_before_waiting_data() {
+    let rt = Runtime::default();
+    let dev = Recorder::new(1024, false);
+    let s = sched(dev.clone(), &rt, 1);
+    let busy = s.submit(IoRequest::read(BUSY_BLOCK, 1));
+    dev.wait_arrived(1);
+    let mut tickets: Vec<Ticket> = [500u64, 10, 700]
+        .iter()
+        .map(|&b| s.submit(IoRequest::read(b, 1)))
+        .collect();
+    tickets.push(s.submit(IoRequest::read(900, 1).metadata()));
+    tickets.push(s.submit(IoRequest::flush()));
+    tickets.push(s.submit(IoRequest::read(950, 1).metadata()));
+    dev.open();
+    busy.wait().unwrap();
+    for t in tickets {
+        t.wait().unwrap();
+    }
+    let served = dev.blocks_served();
+    assert_eq!(served[1], 900, "the metadata read went first: {served:?}");
+    assert_eq!(
+        *served.last().unwrap(),
+        950,
+        "but not past the flush before it: {served:?}"
+    );
+}
