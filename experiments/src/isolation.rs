@@ -142,6 +142,9 @@ pub struct OpStats {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct VictimReport {
     pub ops: Vec<OpStats>,
+    /// CPU time the victim's own process spent while it measured (its client side).
+    #[serde(default)]
+    pub cpu_ns: u64,
     /// Why the victim measured nothing (it could not connect or set up), if so.
     pub error: Option<String>,
 }
@@ -159,6 +162,30 @@ pub struct Phase {
     /// The daemon's resident memory at the end of the phase, and its peak so far (MiB).
     pub rss_mib: f64,
     pub peak_rss_mib: f64,
+    /// Where the machine's CPU went while the victim measured (with separate users only).
+    pub cpu: Option<CpuSplit>,
+}
+
+/// The CPU each user had while the victim measured, in cores (CPU seconds per second): its own
+/// processes (the client side) and the daemon's work for it, as the daemon charged it.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CpuSplit {
+    pub victim_client: f64,
+    pub victim_daemon: f64,
+    pub attacker_client: f64,
+    pub attacker_daemon: f64,
+    /// The cores the machine has.
+    pub cores: f64,
+}
+
+impl CpuSplit {
+    pub fn victim(&self) -> f64 {
+        self.victim_client + self.victim_daemon
+    }
+
+    pub fn attacker(&self) -> f64 {
+        self.attacker_client + self.attacker_daemon
+    }
 }
 
 /// One row of the table: a victim operation in one phase, against the same operation alone.
@@ -396,7 +423,31 @@ fn phase(handle: &Handle, opts: &Options, graft: &Path, attack: Option<Attack>, 
             }
         }
     });
+    // Held for the phase, so each user's daemon-side CPU adds up in one account throughout.
+    let accounts = handle.kernel().accounts();
+    let (victim_acct, attacker_acct) = (accounts.user(victim_uid), accounts.user(attacker_uid));
+    let attacker_pid = attacker.as_ref().map(|(c, _)| c.id());
+    let before = (
+        victim_acct.cpu_work_ns(),
+        attacker_acct.cpu_work_ns(),
+        attacker_pid.map_or(0, process_cpu_ns),
+    );
+    let t = Instant::now();
     let victim = run_victim(opts, handle.socket(), graft, uid(victim_uid));
+    let secs = t.elapsed().as_secs_f64();
+    let after = (
+        victim_acct.cpu_work_ns(),
+        attacker_acct.cpu_work_ns(),
+        attacker_pid.map_or(0, process_cpu_ns),
+    );
+    let cores = |ns: u64| ns as f64 / 1e9 / secs;
+    let cpu = root.then(|| CpuSplit {
+        victim_client: cores(victim.cpu_ns),
+        victim_daemon: cores(after.0 - before.0),
+        attacker_client: cores(after.2.saturating_sub(before.2)),
+        attacker_daemon: cores(after.1 - before.1),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
+    });
     let (rss_mib, peak_rss_mib) = memory();
     if let Some((mut child, lines)) = attacker.take() {
         // Closing its stdin tells the attacker to stop, clean up and say what it did.
@@ -411,7 +462,34 @@ fn phase(handle: &Handle, opts: &Options, graft: &Path, attack: Option<Attack>, 
         victim,
         rss_mib,
         peak_rss_mib,
+        cpu,
     }
+}
+
+/// CPU time of process `pid`, all its threads (from /proc, in clock ticks; 0 if gone).
+fn process_cpu_ns(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, r)| r)
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    // SAFETY: sysconf reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * 1_000_000_000 / hz
+}
+
+/// CPU time this process has used so far, all threads.
+fn own_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn join_notes(a: &str, b: &str) -> String {
@@ -426,6 +504,7 @@ fn join_notes(a: &str, b: &str) -> String {
 fn run_victim(opts: &Options, socket: &Path, graft: &Path, uid: Option<u32>) -> VictimReport {
     let failed = |error: String| VictimReport {
         ops: Vec::new(),
+        cpu_ns: 0,
         error: Some(error),
     };
     let mut cmd = role_command(opts, socket, "victim", uid);
@@ -619,7 +698,46 @@ impl IsolationReport {
         for n in &self.notes {
             t.note(n.clone());
         }
-        vec![t]
+        let mut tables = vec![t];
+        tables.extend(self.cpu_table());
+        tables
+    }
+
+    /// Where the CPU went in each phase, if the roles ran as separate users.
+    fn cpu_table(&self) -> Option<Table> {
+        let split: Vec<(&str, CpuSplit)> = self
+            .phases
+            .iter()
+            .filter_map(|p| Some((p.name.as_str(), p.cpu?)))
+            .collect();
+        let cores = split.first()?.1.cores;
+        let mut t = Table::new(
+            format!("CPU per user while the victim measured, in cores of this machine's {cores}"),
+            &[
+                "phase",
+                "victim: own process",
+                "victim: daemon",
+                "victim",
+                "attacker: own processes",
+                "attacker: daemon",
+                "attacker",
+            ],
+        );
+        for (name, c) in split {
+            let f = |x: f64| format!("{x:.2}");
+            t.row([
+                name.to_string(),
+                f(c.victim_client),
+                f(c.victim_daemon),
+                f(c.victim()),
+                f(c.attacker_client),
+                f(c.attacker_daemon),
+                f(c.attacker()),
+            ]);
+        }
+        t.note("daemon: the CPU the daemon charged to the user (its requests, grafts and compiles)".to_string());
+        t.note("own processes: the user's programs themselves, outside the daemon (from /proc)".to_string());
+        Some(t)
     }
 
     /// Bars of the victim's p99 ratio per attack and operation (nothing to draw: no file).
@@ -839,12 +957,14 @@ fn victim(socket: &Path, home: &str, wasm: &[u8], until: Instant) -> VictimRepor
         Err(e) => {
             return VictimReport {
                 ops: Vec::new(),
+                cpu_ns: 0,
                 error: Some(text(e)),
             };
         }
     };
     let mut s: Vec<Samples> = VICTIM_OPS.iter().map(|_| Samples::new()).collect();
     let mut round = 0u64;
+    let cpu = own_cpu_ns();
     while round == 0 || Instant::now() < until {
         let mut warm: Vec<Samples> = VICTIM_OPS.iter().map(|_| Samples::new()).collect();
         let into = if round == 0 { &mut warm } else { &mut s };
@@ -857,6 +977,7 @@ fn victim(socket: &Path, home: &str, wasm: &[u8], until: Instant) -> VictimRepor
     }
     VictimReport {
         ops: s.into_iter().zip(VICTIM_OPS).map(|(s, op)| s.stats(op)).collect(),
+        cpu_ns: own_cpu_ns() - cpu,
         error: None,
     }
 }

@@ -62,5 +62,23 @@ fn isolation_quick_runs_alone_and_the_lock_attack_with_its_control_and_reports_e
     let attack = &report["phases"][1];
     assert!(!attack["note"].as_str().unwrap().is_empty(), "{attack}");
     assert!(report["phases"][0]["rss_mib"].as_f64().unwrap() > 0.0);
+    // With separate users, each phase says where the CPU went: the victim worked in every
+    // phase (its own process and the daemon for it); only an attacked phase has an attacker.
+    if report["separate_users"] == true {
+        for p in report["phases"].as_array().unwrap() {
+            let cpu = &p["cpu"];
+            let (victim, attacker) = (
+                cpu["victim_client"].as_f64().unwrap() + cpu["victim_daemon"].as_f64().unwrap(),
+                cpu["attacker_client"].as_f64().unwrap() + cpu["attacker_daemon"].as_f64().unwrap(),
+            );
+            assert!(cpu["victim_daemon"].as_f64().unwrap() > 0.0 && victim > 0.0, "{p}");
+            // (A sampler tick of the last attack's work may land in the next alone phase.)
+            if p["name"].as_str().unwrap().starts_with("alone") {
+                assert!(attacker < 0.1, "{p}");
+            } else {
+                assert!(attacker > 0.0, "{p}");
+            }
+        }
+    }
     assert!(out.join("isolation.json").exists() && out.join("isolation.svg").exists());
 }

@@ -369,6 +369,7 @@ fn sampler(inner: Weak<Inner>) {
             };
             let Some(user) = w.serving.lock().clone() else { continue };
             user.cpu_tick_ns.fetch_add(used, Ordering::Relaxed);
+            user.cpu_work_ns.fetch_add(used, Ordering::Relaxed);
             if used >= BUSY_THREAD_NS {
                 user.cpu_tick_threads.fetch_add(1, Ordering::Relaxed);
             }

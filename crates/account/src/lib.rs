@@ -280,6 +280,9 @@ pub struct Account {
     parent: Option<Arc<Account>>,
     used: [AtomicU64; Resource::COUNT],
     cpu_ns: AtomicU64,
+    /// CPU the kernel's threads spent working for it (requests, the grafts they ran), as the
+    /// CPU-share sampler counts it: since the account was made.
+    cpu_work_ns: AtomicU64,
     /// CPU its work took since the sampler's last tick, its recent rate (hundredths of a
     /// percent of a core) and whether that makes it heavy (see [`cpu`]).
     cpu_tick_ns: AtomicU64,
@@ -314,6 +317,7 @@ impl Account {
             parent,
             used: Default::default(),
             cpu_ns: AtomicU64::new(0),
+            cpu_work_ns: AtomicU64::new(0),
             cpu_tick_ns: AtomicU64::new(0),
             cpu_tick_threads: AtomicU64::new(0),
             cpu_rate: AtomicU64::new(0),
@@ -479,6 +483,12 @@ impl Account {
 
     pub fn cpu_ns(&self) -> u64 {
         self.cpu_ns.load(Ordering::Relaxed)
+    }
+
+    /// CPU the kernel's threads spent working for this user since its account was made
+    /// (sampled every CPU-share tick; see [`cpu`]).
+    pub fn cpu_work_ns(&self) -> u64 {
+        self.cpu_work_ns.load(Ordering::Relaxed)
     }
 
     /// True if this user's work lately took more than its share of the CPU (see [`cpu`]).
