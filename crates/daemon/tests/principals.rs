@@ -24,6 +24,15 @@ fn daemon(tune: impl FnOnce(&mut Config)) -> TestDaemon {
     TestDaemon::with(tune)
 }
 
+/// Held by the tests whose children keep a core busy, so that they never run beside each
+/// other: each measures CPU shares or thread priorities, which another's spinning would move
+/// (and the daemons of all tests here run in this one process, whose threads they read).
+fn spinning_alone() -> std::sync::MutexGuard<'static, ()> {
+    static SPINNERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A failed test poisons it; the next still runs alone.
+    SPINNERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A read-ahead graft that touches `pages` pages of memory (64 KiB each) and has a control
 /// function that spins until its budget stops it.
 fn hog(pages: u32) -> String {
@@ -303,6 +312,7 @@ fn a_user_runs_one_control_call_at_a_time_however_many_connections_it_has() {
         eprintln!("skipped: needs root to run children as other users");
         return;
     }
+    let _alone = spinning_alone();
     let d = daemon(|_| {});
     homes(&d);
     let mut spin = spawn_child(
@@ -353,6 +363,7 @@ fn a_user_taking_more_than_its_cpu_share_is_served_at_low_priority_until_it_stop
         eprintln!("skipped: needs root to run children as other users");
         return;
     }
+    let _alone = spinning_alone();
     // A fifth of a core, so that tests running beside this one cannot keep Alice under the
     // line; one core to share, so that her one core of control calls is over her share of it.
     let d = daemon(|c| {
@@ -412,6 +423,7 @@ fn a_spinning_lock_grant_graft_on_one_users_file_leaves_anothers_locks_alone() {
         eprintln!("skipped: needs root to run children as other users");
         return;
     }
+    let _alone = spinning_alone();
     let d = daemon(|_| {});
     homes(&d);
     let mut alice = spawn_child(
