@@ -338,17 +338,18 @@ fn user_table(users: &[UserTop]) -> String {
         })
     };
     let mut out = format!(
-        "{:>6} {:>12} {:>14} {:>12} {:>12} {:>10}\n",
-        "UID", "GRAFTS", "GRAFT MEM MiB", "CODE MiB", "FILES", "CPU ms"
+        "{:>6} {:>12} {:>14} {:>12} {:>12} {:>13} {:>10}\n",
+        "UID", "GRAFTS", "GRAFT MEM MiB", "CODE MiB", "FILES", "DAEMON CPU ms", "GRAFT CPU ms"
     );
     for u in users {
         out += &format!(
-            "{:>6} {:>12} {:>14} {:>12} {:>12} {:>10.1}\n",
+            "{:>6} {:>12} {:>14} {:>12} {:>12} {:>13.1} {:>10.1}\n",
             u.uid,
             held(u, "Grafts", 1),
             held(u, "GraftMemory", 1 << 20),
             held(u, "GraftCode", 1 << 20),
             held(u, "Descriptors", 1),
+            u.work_ns as f64 / 1e6,
             u.cpu_ns as f64 / 1e6
         );
     }

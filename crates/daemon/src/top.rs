@@ -176,6 +176,7 @@ fn users(kernel: &Kernel, viewer: &Credentials) -> Vec<UserTop> {
                     })
                     .collect(),
                 cpu_ns: usage.cpu_ns,
+                work_ns: account.cpu_work_ns(),
             }
         })
         .collect()

@@ -273,6 +273,13 @@ fn a_users_grafts_are_held_to_its_limits_and_never_fail_anothers_load() {
     assert_eq!(seen.len(), 1);
     let grafts = seen[0].held.iter().find(|h| h.resource == "Grafts").unwrap();
     assert_eq!((seen[0].uid, grafts.used, grafts.limit), (ALICE, 3, 16));
+    // And the daemon's CPU spent on her requests (charged at the sampler's next tick).
+    let until = Instant::now() + Duration::from_secs(2);
+    let work = || d.handle().daemon().top_for(&cred(ALICE)).users[0].work_ns;
+    while work() == 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(work() > 0, "loading and touching 48 MiB of grafts took daemon CPU");
     assert!(
         d.handle()
             .daemon()

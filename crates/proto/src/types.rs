@@ -301,8 +301,11 @@ pub struct UserTop {
     pub uid: u32,
     /// Per resource (`grafts`, `graft_memory`, ...): in use and the limit (`u64::MAX`: none).
     pub held: Vec<Held>,
-    /// CPU spent in its control calls and compiles.
+    /// CPU spent in its grafts, control calls and compiles.
     pub cpu_ns: u64,
+    /// CPU the daemon's threads spent working for it (its requests and the grafts they ran),
+    /// as the CPU-share sampler charges it; polling for a client's next message not counted.
+    pub work_ns: u64,
 }
 
 /// One resource of an account.
