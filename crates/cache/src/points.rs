@@ -152,15 +152,19 @@ pub enum RaMode {
 
 /// Smallest and largest read-ahead window of the default policy, in blocks: it starts at
 /// `MIN_CLUSTER` on the second sequential read and doubles up to `MAX_CLUSTER` (BSD's clustering
-/// grows the same way up to its largest transfer).
+/// grows the same way up to its largest transfer). The largest is 1 MiB, the largest request
+/// the I/O scheduler merges: with 128 KiB windows a streaming reader kept one small request
+/// in flight and ran at the device's one-request pace.
 pub const MIN_CLUSTER: u64 = 4;
-pub const MAX_CLUSTER: u64 = 32;
+pub const MAX_CLUSTER: u64 = 256;
 
 /// What the read-ahead policy of one open file sees: the file's size and the default's state.
 pub struct RaFile {
     size: AtomicU64,
     last_end: AtomicU64,
     window: AtomicU64,
+    /// Where the read-ahead already asked for ends (0: none since the last jump).
+    ahead_end: AtomicU64,
     mode: AtomicU8,
 }
 
@@ -170,6 +174,7 @@ impl RaFile {
             size: AtomicU64::new(0),
             last_end: AtomicU64::new(u64::MAX),
             window: AtomicU64::new(0),
+            ahead_end: AtomicU64::new(0),
             mode: AtomicU8::new(0),
         }
     }
@@ -187,7 +192,10 @@ impl RaFile {
     }
 
     /// BSD-style sequential detection: a read that starts where the last one ended grows the
-    /// window; any other read resets it.
+    /// window; any other read resets it. The window is kept ahead of the reader as Linux's
+    /// asynchronous read-ahead does: while at least half of it is already asked for, nothing
+    /// more is; otherwise only the part not yet asked for, so a streaming reader neither
+    /// checks the same pages again on every read nor sends requests of a few blocks.
     fn sequential(&self, read: &Read) -> Extents {
         let end = read.offset + u64::from(read.len);
         let sequential = self.last_end.swap(end, Ordering::Relaxed) == read.offset;
@@ -198,14 +206,28 @@ impl RaFile {
         };
         self.window.store(window, Ordering::Relaxed);
         let mut out = Extents::new();
-        let size = self.size();
-        let start = end.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
-        if window > 0 && start < size {
+        let bs = BLOCK_SIZE as u64;
+        let start = end.div_ceil(bs) * bs;
+        let target = (start + window * bs).min(self.size());
+        let asked = if sequential {
+            self.ahead_end.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        if window == 0 || start >= target || asked >= start + window * bs / 2 {
+            if window == 0 {
+                self.ahead_end.store(0, Ordering::Relaxed);
+            }
+            return out;
+        }
+        let from = asked.clamp(start, target);
+        if from < target {
             out.push(Extent {
-                off: start,
-                len: (window * BLOCK_SIZE as u64).min(size - start),
+                off: from,
+                len: target - from,
             });
         }
+        self.ahead_end.store(target, Ordering::Relaxed);
         out
     }
 }
@@ -337,5 +359,78 @@ impl GraftPoint for Writeback {
             return Err(Invalid(format!("returned {count} but marked {} pages", chosen.len())));
         }
         Ok(chosen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BS: u64 = BLOCK_SIZE as u64;
+
+    fn file(size: u64) -> RaFile {
+        let f = RaFile::new();
+        f.size.store(size, Ordering::Relaxed);
+        f
+    }
+
+    /// What the default policy asks for after a read, as (offset, length) in blocks.
+    fn after(f: &RaFile, block: u64, blocks: u32) -> Vec<(u64, u64)> {
+        let read = Read {
+            offset: block * BS,
+            len: blocks * BLOCK_SIZE as u32,
+        };
+        f.sequential(&read)
+            .as_slice()
+            .iter()
+            .map(|e| (e.off / BS, e.len / BS))
+            .collect()
+    }
+
+    #[test]
+    fn a_streaming_reader_keeps_the_window_ahead_without_asking_twice() {
+        let f = file(1 << 30);
+        assert!(after(&f, 0, 32).is_empty(), "one read is not a stream");
+        assert_eq!(after(&f, 32, 32), [(64, MIN_CLUSTER)]);
+        assert_eq!(after(&f, 64, 32), [(96, 2 * MIN_CLUSTER)]);
+        let mut asked: Vec<(u64, u64)> = Vec::new();
+        let mut at = 96;
+        while at < 20_000 {
+            asked.extend(after(&f, at, 32));
+            at += 32;
+        }
+        // Nothing is asked for twice; once the window is whole the requests follow each other
+        // and each is at least half of it.
+        for pair in asked.windows(2) {
+            assert!(pair[0].0 + pair[0].1 <= pair[1].0, "overlap: {asked:?}");
+        }
+        let late: Vec<_> = asked.iter().filter(|(off, _)| *off > 4 * MAX_CLUSTER).collect();
+        assert!(late.len() > 10);
+        for pair in late.windows(2) {
+            assert_eq!(pair[0].0 + pair[0].1, pair[1].0, "a gap: {late:?}");
+        }
+        assert!(late.iter().all(|(_, len)| *len >= MAX_CLUSTER / 2), "{late:?}");
+        // The window reaches past the reader by at most its size.
+        let (off, len) = *asked.last().unwrap();
+        assert!(off + len <= at + MAX_CLUSTER);
+        assert!(off + len >= at);
+    }
+
+    #[test]
+    fn a_jump_resets_the_window_and_the_end_of_the_file_bounds_it() {
+        let f = file(1 << 30);
+        for b in 0..20 {
+            after(&f, b * 64, 64);
+        }
+        assert!(after(&f, 100_000, 1).is_empty(), "a jump is not a stream");
+        assert_eq!(after(&f, 100_001, 1), [(100_002, MIN_CLUSTER)]);
+
+        let f = file(10 * BS + 100);
+        after(&f, 0, 1);
+        assert_eq!(after(&f, 1, 1), [(2, MIN_CLUSTER)]);
+        let read = Read { offset: 2 * BS, len: 1 };
+        let tail: Vec<_> = f.sequential(&read).as_slice().iter().map(|e| (e.off, e.len)).collect();
+        assert_eq!(tail, [(6 * BS, 4 * BS + 100)], "up to the end of the file, not past it");
+        assert!(after(&f, 3, 1).is_empty(), "everything to the end is asked for already");
     }
 }
