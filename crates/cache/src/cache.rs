@@ -40,8 +40,10 @@ const EVICTION_SCAN: usize = 4096;
 /// Most pages one write-back request carries (1 MiB, the I/O scheduler's merge limit).
 const WRITE_RUN_BLOCKS: usize = 256;
 
-/// Pages one turn of write-behind writes: four requests of [`WRITE_RUN_BLOCKS`] in flight.
-const WRITE_BEHIND_BATCH: usize = 4 * WRITE_RUN_BLOCKS;
+/// Pages one turn of write-behind writes: eight requests of [`WRITE_RUN_BLOCKS`] in flight (a
+/// turn waits for all of its requests; with four, a 512 MiB `dd` wrote at the device's
+/// one-request pace, with sixteen no faster than with eight).
+const WRITE_BEHIND_BATCH: usize = 8 * WRITE_RUN_BLOCKS;
 
 /// Candidates in the first page `vas.pick_victim` is offered: most grafts choose among the
 /// oldest few, and gathering costs every eviction (later pages hold `abi::VICTIM_MAX`).
