@@ -1196,19 +1196,30 @@ impl PageCache {
         }
         // Pages on adjacent device blocks go out in one request, copied once into its buffer.
         located.sort_unstable();
+        let mut starts = Vec::new();
         let mut members = Vec::with_capacity(frames.len());
-        let mut requests = Vec::new();
         for run in located.chunk_by(|a, b| a.0 + 1 == b.0) {
             for piece in run.chunks(WRITE_RUN_BLOCKS) {
-                let bufs = piece.iter().map(|&(_, f)| &t.frames[f as usize].buf[..]);
-                requests.push(IoRequest::write(piece[0].0, AlignedBuf::gather(piece.len(), bufs)));
+                starts.push(piece[0].0);
                 members.push(piece.iter().map(|&(_, f)| (f, 0)).collect::<Vec<_>>());
             }
         }
+        // Marked first: a page being written is neither evicted nor dropped nor written by
+        // another thread, so the lock can be let go between requests' copies (a batch is up to
+        // 8 MiB; other users of the cache wait for one request's copy at most). A write that
+        // comes in meanwhile changes the generation, and the page stays dirty.
         for (f, generation) in members.iter_mut().flatten() {
             let fr = &mut t.frames[*f as usize];
             fr.writing = true;
             *generation = fr.generation;
+        }
+        let mut requests = Vec::with_capacity(members.len());
+        for (i, (piece, &start)) in members.iter().zip(&starts).enumerate() {
+            if i > 0 {
+                MutexGuard::bump(t);
+            }
+            let bufs = piece.iter().map(|&(f, _)| &t.frames[f as usize].buf[..]);
+            requests.push(IoRequest::write(start, AlignedBuf::gather(piece.len(), bufs)));
         }
         let results: Vec<io::Result<AlignedBuf>> = MutexGuard::unlocked(t, || {
             let tickets = self.io.submit_batch(requests);

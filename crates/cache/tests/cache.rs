@@ -260,6 +260,80 @@ fn dirty_pages_are_written_before_eviction_and_invalidate_discards() {
     assert_eq!(dev[0], pattern(12), "discarded, never written");
 }
 
+/// The cache's I/O to a device queue that, on the first write batch, calls `during` while the
+/// batch is in flight (the table unlocked), as another writer could.
+struct Intercept {
+    queue: vino_blockdev::IoQueue,
+    during: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl vino_cache::PageIo for Intercept {
+    fn submit(&self, request: vino_blockdev::IoRequest) -> vino_blockdev::Ticket {
+        self.queue.submit(request)
+    }
+    fn submit_batch(&self, requests: Vec<vino_blockdev::IoRequest>) -> Vec<vino_blockdev::Ticket> {
+        let writes = requests.iter().filter(|r| r.op == vino_blockdev::IoOp::Write).count();
+        let tickets = requests.into_iter().map(|r| self.queue.submit(r)).collect();
+        if writes > 1
+            && let Some(during) = self.during.lock().unwrap().take()
+        {
+            during();
+        }
+        tickets
+    }
+}
+
+#[test]
+fn a_page_written_while_its_write_back_is_in_flight_stays_dirty() {
+    // 600 adjacent dirty pages: a write-back of three requests, copied one at a time.
+    const BLOCKS: u64 = 600;
+    let device = Arc::new(vino_blockdev::MemDevice::new(1024));
+    let io = Arc::new(Intercept {
+        queue: vino_blockdev::IoQueue::new(device.clone(), 8).unwrap(),
+        during: std::sync::Mutex::new(None),
+    });
+    let runtime = vino_graft::Runtime::default();
+    let cache = vino_cache::PageCache::new(
+        vino_cache::CacheConfig {
+            frames: 1024,
+            // Every page stays dirty until the sync (no writer's share is reached).
+            dirty_percent: 100,
+            ..vino_cache::CacheConfig::default()
+        },
+        io.clone(),
+        &runtime,
+    );
+    let f = Arc::new(file(0, BLOCKS));
+    let ctx = IoCtx::new(1);
+    for i in 0..BLOCKS {
+        cache.write(&ctx, 1, &*f, i * BS, &vec![1u8; BLOCK_SIZE]).unwrap();
+    }
+    // While the first write-back is in flight, pages of its first and last requests change.
+    let (c, g) = (cache.clone(), f.clone());
+    *io.during.lock().unwrap() = Some(Box::new(move || {
+        for i in [0, 1, BLOCKS - 1] {
+            c.write(&IoCtx::new(1), 1, &*g, i * BS, &vec![2u8; BLOCK_SIZE]).unwrap();
+        }
+    }));
+    cache.sync_all().unwrap();
+    assert!(
+        io.during.lock().unwrap().is_none(),
+        "the write-back went out as one batch"
+    );
+    let mut dev = vec![0u8; BLOCK_SIZE];
+    for b in 0..BLOCKS {
+        device.read_blocks(b, &mut dev).unwrap();
+        let want = if [0, 1, BLOCKS - 1].contains(&b) { 2 } else { 1 };
+        assert!(
+            dev.iter().all(|&x| x == want),
+            "block {b}: {} on the device, {want} written",
+            dev[0]
+        );
+    }
+    assert_eq!(cache.stats().dirty, 0);
+    cache.check_invariants();
+}
+
 #[test]
 fn writeback_policy_chooses_what_to_write() {
     let s = setup(8, 64);
