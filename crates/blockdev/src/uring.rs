@@ -11,7 +11,7 @@ use crate::queue::{Job, QueueShared};
 use crate::{AlignedBuf, BLOCK_SIZE, IoOp};
 use io_uring::{IoUring, opcode, types};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -76,7 +76,7 @@ struct Shared {
     ring: IoUring,
     /// Guards the submission queue: pushes happen under it.
     sq: Mutex<()>,
-    ops: Mutex<HashMap<u64, Op>>,
+    ops: Mutex<FxHashMap<u64, Op>>,
     next_id: AtomicU64,
     closing: AtomicBool,
     /// Set if the ring itself failed: later requests fail at once with this message.
@@ -98,7 +98,7 @@ impl Ring {
         let shared = Arc::new(Shared {
             ring,
             sq: Mutex::new(()),
-            ops: Mutex::new(HashMap::new()),
+            ops: Mutex::new(FxHashMap::default()),
             next_id: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             broken: Mutex::new(None),

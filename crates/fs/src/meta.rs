@@ -16,7 +16,8 @@
 
 use crate::journal::{self, JournalHeader};
 use crate::layout::{BS, Block, Geometry};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::Arc;
 use vino_blockdev::BlockDevice;
@@ -65,7 +66,9 @@ struct Undo {
 pub struct Meta {
     pub dev: Arc<dyn BlockDevice>,
     pub geo: Geometry,
-    cache: HashMap<u64, Box<Block>>,
+    /// Keyed by block number, which the file system chooses (no caller picks the keys, so the
+    /// fast hash is safe here).
+    cache: FxHashMap<u64, Box<Block>>,
     dirty: BTreeSet<u64>,
     in_op: bool,
     undo: Vec<Undo>,
@@ -81,7 +84,7 @@ impl Meta {
         Meta {
             dev,
             geo,
-            cache: HashMap::new(),
+            cache: FxHashMap::default(),
             dirty: BTreeSet::new(),
             in_op: false,
             undo: Vec::new(),

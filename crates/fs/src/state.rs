@@ -17,7 +17,8 @@ use crate::layout::*;
 use crate::meta::Meta;
 use crate::placement::{BlockBuddy, BuddyArgs, Placement, ffs_policy};
 use crate::quota::Accounting;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use vino_blockdev::SharedClock;
 use vino_graft::GraftSlot;
@@ -188,13 +189,13 @@ pub(crate) struct FsState {
     pub meta: Meta,
     pub geo: Geometry,
     pub placement: Arc<Placement>,
-    pub slots: HashMap<u64, Arc<GraftSlot<BlockBuddy>>>,
+    pub slots: FxHashMap<u64, Arc<GraftSlot<BlockBuddy>>>,
     pending_unslot: Vec<u64>,
     /// Blocks freed and not yet reusable, with the sequence number of the transaction that
     /// freed them: reusable once that transaction has been checkpointed (see
     /// [`FsState::release_deferred`]).
     deferred: VecDeque<(u64, u64)>,
-    deferred_set: HashSet<u64>,
+    deferred_set: FxHashSet<u64>,
     deferred_in_group: Vec<u32>,
     deferred_mark: usize,
     /// Per group, a bit of its block bitmap below which no block can be taken (each one is in
@@ -268,10 +269,10 @@ impl FsState {
             meta,
             geo,
             placement,
-            slots: HashMap::new(),
+            slots: FxHashMap::default(),
             pending_unslot: Vec::new(),
             deferred: VecDeque::new(),
-            deferred_set: HashSet::new(),
+            deferred_set: FxHashSet::default(),
             deferred_mark: 0,
             alloc_inos: BTreeSet::new(),
             mode: Mode::Mounted,

@@ -8,7 +8,7 @@
 //! lives on, nameless, as POSIX asks, and is freed when Linux forgets it.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use vino_kernel::{At, Errno, Kernel, Stat, SysError, SysResult};
 
@@ -30,7 +30,7 @@ struct Node {
 /// Inodes Linux holds.
 pub struct Nodes {
     kernel: Arc<Kernel>,
-    map: Mutex<HashMap<u64, Node>>,
+    map: Mutex<FxHashMap<u64, Node>>,
     root_generation: u32,
 }
 

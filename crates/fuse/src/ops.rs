@@ -11,6 +11,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -132,10 +133,10 @@ pub(crate) struct State {
     kernel: Arc<Kernel>,
     ttl: Duration,
     pub(crate) nodes: Nodes,
-    files: Mutex<HashMap<u64, Arc<Handle>>>,
+    files: Mutex<FxHashMap<u64, Arc<Handle>>>,
     /// Linux opens directories without asking (`FUSE_NO_OPENDIR_SUPPORT`, granted at init).
     no_opendir: AtomicBool,
-    processes: Mutex<HashMap<Caller, Arc<Process>>>,
+    processes: Mutex<FxHashMap<Caller, Arc<Process>>>,
     /// The kernel pids of the mount's processes: changes they make need no notice to Linux.
     pub(crate) own: RwLock<HashSet<Pid>>,
     groups: Mutex<HashMap<u32, (Instant, Vec<u32>)>>,
