@@ -408,6 +408,9 @@ fn run_without_an_image_runs_the_program_inside_the_daemon() {
         assert!(std::time::Instant::now() < until, "the daemon did not start");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // Huge pages are off by default (`huge_pages`), for the whole daemon.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.id())).unwrap();
+    assert!(status.contains("THP_enabled:\t0"), "{status}");
     let copy = copy_program(dir.path());
     let (sock, prog) = (socket.to_str().unwrap(), copy.to_str().unwrap());
     let mut child = Command::new(env!("CARGO_BIN_EXE_vino"))

@@ -22,6 +22,7 @@
 //! program_memory = "256M"     # linear memory a program run in the daemon may grow to
 //! mount_transport = "auto"    # FUSE over "io_uring" or "dev_fuse"; auto: io_uring where offered
 //! mount_ring_depth = 32       # io_uring entries per CPU, each with a 1 MiB buffer (at least 4)
+//! huge_pages = false          # let Linux back the daemon's memory with transparent huge pages
 //!
 //! [limits]                    # per principal; the defaults are vino_account's
 //! descriptors_per_process = 1024
@@ -133,6 +134,12 @@ pub struct Config {
     pub root_reserve_percent: u8,
     /// Linear memory each program run in the daemon may grow to (`vino run --socket`).
     pub program_memory: String,
+    /// Let Linux back the daemon's memory (the page cache's frames above all) with transparent
+    /// huge pages. Off by default: the cache's frames are 4 KiB and touched one at a time, and
+    /// on a virtual machine each first touch of a huge page waits for the host to back 2 MiB.
+    /// A 512 MiB `dd` onto the mount took 1.1-1.3 s with them against 0.6-0.8 s without
+    /// (a fresh daemon each time, alternated, on a 2-core VM).
+    pub huge_pages: bool,
 }
 
 /// A quota in the configuration: a number, a size such as `"64M"`, or `"unlimited"`.
@@ -335,6 +342,7 @@ impl Default for Config {
             user_inode_quota: None,
             root_reserve_percent: 5,
             program_memory: "256M".into(),
+            huge_pages: false,
         }
     }
 }

@@ -237,6 +237,11 @@ pub fn run(config: Config) -> Result<()> {
     signals
         .thread_block()
         .map_err(|e| err(format!("blocking signals: {e}")))?;
+    // Per process, so here where the daemon owns the process rather than in `start`, which
+    // benchmarks and tests call inside their own.
+    if !config.huge_pages {
+        nix::sys::prctl::set_thp_disable(true).map_err(|e| err(format!("turning huge pages off: {e}")))?;
+    }
     let handle = start(config)?;
     signals.wait().map_err(|e| err(format!("waiting for a signal: {e}")))?;
     handle.shutdown()
