@@ -86,7 +86,7 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Mount the file system through FUSE so unmodified programs use it: `vino mount disk.img
-    /// /mnt/vino` serves the image (as `vino daemon` does) until interrupted; `vino mount
+    /// /mnt/vino` serves the image (as `vino daemon` does) until interrupted or unmounted; `vino mount
     /// /mnt/vino` asks the running daemon to mount its file system there.
     Mount {
         /// The image to serve (made on first use); without it, the running daemon is asked.

@@ -93,14 +93,15 @@ pub fn daemon(image: &Path, socket: Option<PathBuf>, config: Option<PathBuf>) ->
 }
 
 /// `vino mount`: with an image, serves it as `vino daemon` does and mounts it at `mountpoint`
-/// until SIGTERM or SIGINT; without one, has the running daemon mount its file system.
+/// until SIGTERM or SIGINT or until the mount goes; without one, has the running daemon mount
+/// its file system.
 pub fn mount(image: Option<&Path>, mountpoint: &Path, socket: Option<PathBuf>, config: Option<PathBuf>) -> Result<()> {
     let at = std::fs::canonicalize(mountpoint).with_context(|| format!("mount point {}", mountpoint.display()))?;
     match image {
         Some(image) => {
             let mut c = daemon_config(image, socket, config)?;
             c.mount = Some(at);
-            Ok(vino_daemon::run(c)?)
+            Ok(vino_daemon::run_mounted(c)?)
         }
         None => Ok(connect(socket)?.mount(&at.to_string_lossy())?),
     }

@@ -184,3 +184,48 @@ fn mount_reports_a_missing_mount_point_on_stderr() {
         "{err}"
     );
 }
+
+#[test]
+fn mount_ends_cleanly_when_unmounted_from_outside() {
+    if !Path::new("/dev/fuse").exists() || !nix::unistd::geteuid().is_root() {
+        panic!("this test needs root and /dev/fuse (FUSE mounts are part of the tests)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (image, mnt, socket) = (
+        dir.path().join("disk.img"),
+        dir.path().join("mnt"),
+        dir.path().join("s.sock"),
+    );
+    std::fs::create_dir(&mnt).unwrap();
+    let (image, socket_s) = (image.to_str().unwrap(), socket.to_str().unwrap());
+    let args = ["mount", image, mnt.to_str().unwrap(), "--socket", socket_s];
+    let mut daemon = spawn(&args);
+    wait_for("the mount", || mounted(&mnt));
+    std::fs::write(mnt.join("kept.txt"), b"written before the unmount\n").unwrap();
+    // As a user ends any FUSE file system: the serving process then writes back and exits.
+    let o = Command::new("umount").arg(&mnt).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut status = None;
+    let waited = Instant::now();
+    while status.is_none() && waited.elapsed() < Duration::from_secs(30) {
+        status = daemon.try_wait().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let Some(status) = status else {
+        let _ = daemon.kill();
+        panic!("vino mount still runs 30 s after its mount went");
+    };
+    let stderr = std::io::read_to_string(daemon.stderr.take().unwrap()).unwrap();
+    assert!(status.success(), "{stderr}");
+    let o = vino(&["fsck", image]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
+    let mut again = spawn(&args);
+    wait_for("the mount again", || mounted(&mnt));
+    assert_eq!(
+        std::fs::read(mnt.join("kept.txt")).unwrap(),
+        b"written before the unmount\n"
+    );
+    sigterm(&mut again);
+    assert!(again.wait().unwrap().success());
+    assert!(!mounted(&mnt), "unmounted at exit");
+}

@@ -228,6 +228,16 @@ pub fn start(config: Config) -> Result<Handle> {
 
 /// Runs a daemon in the foreground until SIGTERM or SIGINT, then stops it cleanly.
 pub fn run(config: Config) -> Result<()> {
+    serve(config, false)
+}
+
+/// [`run`] for `vino mount IMAGE DIR`: also stops, as a FUSE file system's own process does,
+/// when its mount goes (`umount`, `fusermount -u`, `vino unmount`).
+pub fn run_mounted(config: Config) -> Result<()> {
+    serve(config, true)
+}
+
+fn serve(config: Config, until_unmounted: bool) -> Result<()> {
     use nix::sys::signal::{SigSet, Signal};
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGTERM);
@@ -243,8 +253,30 @@ pub fn run(config: Config) -> Result<()> {
         nix::sys::prctl::set_thp_disable(true).map_err(|e| err(format!("turning huge pages off: {e}")))?;
     }
     let handle = start(config)?;
-    signals.wait().map_err(|e| err(format!("waiting for a signal: {e}")))?;
+    wait_for_end(&signals, || until_unmounted && handle.daemon.mounts_gone())?;
     handle.shutdown()
+}
+
+/// Waits for one of `signals`, or until `gone()` says there is nothing left to serve (asked
+/// five times a second).
+fn wait_for_end(signals: &nix::sys::signal::SigSet, gone: impl Fn() -> bool) -> Result<()> {
+    use nix::errno::Errno;
+    let timeout = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000_000,
+    };
+    loop {
+        // SAFETY: a valid signal set and timeout; the signal's details are not asked for.
+        let r = unsafe { libc::sigtimedwait(signals.as_ref(), std::ptr::null_mut(), &timeout) };
+        if r > 0 {
+            return Ok(());
+        }
+        match Errno::last() {
+            Errno::EAGAIN if gone() => return Ok(()),
+            Errno::EAGAIN | Errno::EINTR => {}
+            e => return Err(err(format!("waiting for a signal: {e}"))),
+        }
+    }
 }
 
 impl Handle {
@@ -443,6 +475,11 @@ impl Daemon {
         drop(mounts);
         m.unmount()
             .map_err(|e| ErrorReply::new(e.raw_os_error().unwrap_or(errno::EIO), e.to_string()))
+    }
+
+    /// True when none of this daemon's FUSE mounts is still mounted.
+    pub fn mounts_gone(&self) -> bool {
+        self.mounts.lock().iter().all(|m| m.ended())
     }
 
     /// Where this daemon has mounted the file system.

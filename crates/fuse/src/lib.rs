@@ -189,6 +189,12 @@ impl Mount {
         self.state.nodes.len()
     }
 
+    /// True once the mount is gone from under its server (`umount`, `fusermount -u`): Linux
+    /// ended the session and the serving thread returned.
+    pub fn ended(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+
     /// Unmounts, waits for the serving threads, closes what is still open and ends the mount's
     /// kernel processes. If the mount is busy this fails, and the mount stays, served in the
     /// background until something unmounts it.
@@ -198,7 +204,10 @@ impl Mount {
 
     fn stop(&mut self) -> io::Result<()> {
         if let Some(session) = self.session.take() {
+            let ended = session.guard.is_finished();
             match unmount_patiently(&self.mountpoint) {
+                // Unmounted from outside already: only the thread is left to collect.
+                _ if ended => session.join(),
                 Ok(()) => session.join(),
                 // Not ours to unmount (a mount made through fusermount): fuser's way.
                 Err(_) => session.umount_and_join(),
