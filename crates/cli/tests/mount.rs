@@ -213,6 +213,7 @@ fn mount_ends_cleanly_when_unmounted_from_outside() {
     }
     let Some(status) = status else {
         let _ = daemon.kill();
+        let _ = daemon.wait();
         panic!("vino mount still runs 30 s after its mount went");
     };
     let stderr = std::io::read_to_string(daemon.stderr.take().unwrap()).unwrap();
