@@ -41,8 +41,7 @@ const EVICTION_SCAN: usize = 4096;
 const WRITE_RUN_BLOCKS: usize = 256;
 
 /// Pages one turn of write-behind writes: four requests of [`WRITE_RUN_BLOCKS`] in flight. (Eight
-/// made a streaming `dd` write faster, but the Wisconsin query of E4/E9 then read its image,
-/// written with eight, 2-3x slower; not yet understood, so four it stays.)
+/// made a streaming `dd` write faster on one host and no faster on another.)
 const WRITE_BEHIND_BATCH: usize = 4 * WRITE_RUN_BLOCKS;
 
 /// Candidates in the first page `vas.pick_victim` is offered: most grafts choose among the
