@@ -121,7 +121,7 @@ struct Shared {
     /// Set when the thread starts work, cleared by the sampler: worked since the last tick.
     touched: AtomicBool,
     busy: AtomicBool,
-    /// CPU nanoseconds spent polling for a client's next message (not charged to anyone).
+    /// Nanoseconds spent polling for a client's next message (not charged to anyone).
     spun_ns: AtomicU64,
     /// The sampler's last readings of the CPU clock and of `spun_ns`.
     last: Mutex<(u64, u64)>,
@@ -307,20 +307,11 @@ impl Worker {
         true
     }
 
-    /// Runs `poll`, the thread polling for its client's next message, which is not charged to
-    /// the user. Counted in the thread's CPU time, not its wall time: the poll yields the core
-    /// to anyone who wants it, and the time others ran meanwhile must not be taken off what the
-    /// user's requests used.
-    pub fn polling<T>(&self, poll: impl FnOnce() -> T) -> T {
-        let Some(clock) = &self.shared.clock else {
-            // Without a clock the thread is not measured at all.
-            return poll();
-        };
-        let before = clock.read_ns();
-        let result = poll();
-        let spent = clock.read_ns().saturating_sub(before);
-        self.shared.spun_ns.fetch_add(spent, Ordering::Relaxed);
-        result
+    /// The thread spent `d` of its CPU polling for its client's next message (not its wall
+    /// time: see `vino_proto::poll_until_readable`).
+    pub fn spun(&self, d: Duration) {
+        let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.shared.spun_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
     /// Lowers or restores the thread if its user's state changed since it last looked: one
@@ -364,7 +355,28 @@ fn sampler(inner: Weak<Inner>) {
         let workers = inner.workers.lock().clone();
         let mut worked = false;
         for w in &workers {
-            worked |= charge(w, &mut tracked);
+            let was_touched = w.touched.swap(false, Ordering::Relaxed);
+            if !was_touched && !w.busy.load(Ordering::Relaxed) {
+                continue;
+            }
+            worked = true;
+            let Some(clock) = &w.clock else { continue };
+            let (cpu, spun) = (clock.read_ns(), w.spun_ns.load(Ordering::Relaxed));
+            let used = {
+                let mut last = w.last.lock();
+                let used = cpu.saturating_sub(last.0).saturating_sub(spun.saturating_sub(last.1));
+                *last = (cpu, spun);
+                used
+            };
+            let Some(user) = w.serving.lock().clone() else { continue };
+            user.cpu_tick_ns.fetch_add(used, Ordering::Relaxed);
+            user.cpu_work_ns.fetch_add(used, Ordering::Relaxed);
+            if used >= BUSY_THREAD_NS {
+                user.cpu_tick_threads.fetch_add(1, Ordering::Relaxed);
+            }
+            if !tracked.iter().any(|u| Arc::ptr_eq(u, &user)) {
+                tracked.push(user);
+            }
         }
         let (changed, active) = update_rates(&mut tracked, &inner.config);
         inner.active_users.store(active, Ordering::Relaxed);
@@ -391,35 +403,6 @@ fn sampler(inner: Weak<Inner>) {
             idle_ticks = 0;
         }
     }
-}
-
-/// Charges what `w` used since the last tick (its polling taken off) to the user it serves,
-/// adding that user to `tracked`; false if the thread did not work since.
-fn charge(w: &Shared, tracked: &mut Vec<Arc<Account>>) -> bool {
-    let was_touched = w.touched.swap(false, Ordering::Relaxed);
-    if !was_touched && !w.busy.load(Ordering::Relaxed) {
-        return false;
-    }
-    let Some(clock) = &w.clock else { return true };
-    let (cpu, spun) = (clock.read_ns(), w.spun_ns.load(Ordering::Relaxed));
-    let used = {
-        let mut last = w.last.lock();
-        let used = cpu.saturating_sub(last.0).saturating_sub(spun.saturating_sub(last.1));
-        *last = (cpu, spun);
-        used
-    };
-    let Some(user) = w.serving.lock().clone() else {
-        return true;
-    };
-    user.cpu_tick_ns.fetch_add(used, Ordering::Relaxed);
-    user.cpu_work_ns.fetch_add(used, Ordering::Relaxed);
-    if used >= BUSY_THREAD_NS {
-        user.cpu_tick_threads.fetch_add(1, Ordering::Relaxed);
-    }
-    if !tracked.iter().any(|u| Arc::ptr_eq(u, &user)) {
-        tracked.push(user);
-    }
-    true
 }
 
 /// Folds each tracked user's CPU of the last tick into its recent rate, decides who is heavy
@@ -690,31 +673,6 @@ mod tests {
             w.take_turn();
             assert_eq!(serving(&light), 0);
         });
-    }
-
-    #[test]
-    fn polling_takes_off_its_own_cpu_only_never_the_time_others_ran() {
-        let accounts = Accounts::new(LimitsConfig::default());
-        let shares = CpuShares::new(CpuConfig::default());
-        // No sampler: the test takes the ticks.
-        shares.inner.sampler.set(()).unwrap();
-        let user = accounts.user(1000);
-        let w = shares.register();
-        w.serve(&user);
-        // Between two ticks: a poll that waits long in wall time (as one that yields the core to
-        // others, or is preempted) using almost no CPU of its own, then 5 ms of work.
-        w.polling(|| std::thread::sleep(Duration::from_millis(30)));
-        w.begin();
-        burn(Duration::from_millis(5));
-        w.end();
-        let mut tracked = Vec::new();
-        assert!(charge(&w.shared, &mut tracked));
-        assert!(
-            user.cpu_work_ns() >= 2_000_000,
-            "the work is charged: {} ns",
-            user.cpu_work_ns()
-        );
-        assert_eq!(tracked.len(), 1);
     }
 
     #[test]

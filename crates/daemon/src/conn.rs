@@ -279,10 +279,9 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
             // A client in a tight loop sends its next request within microseconds: a few
             // connections at a time poll for it before sleeping (see vino_proto::spin_until_readable).
             if !session.daemon.kernel.accounts().cpu().shared() && session.daemon.try_spin() {
+                let polled = vino_proto::poll_until_readable(stream.as_fd(), vino_proto::SPIN);
                 // Polling uses only a core nobody else wants: not charged to the user.
-                session
-                    .cpu
-                    .polling(|| vino_proto::spin_until_readable(stream.as_fd(), vino_proto::SPIN));
+                session.cpu.spun(polled.own);
                 session.daemon.end_spin();
             }
             reader.get_mut().deadline = None;

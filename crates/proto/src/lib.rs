@@ -27,7 +27,7 @@ mod poll;
 mod types;
 
 pub use frame::{FrameError, decode, encode, read_frame, read_frame_after_header, write_frame};
-pub use poll::{SPIN, spin_until_readable};
+pub use poll::{Polled, SPIN, poll_until_readable, spin_until_readable};
 pub use types::*;
 
 use serde::{Deserialize, Serialize};
