@@ -59,19 +59,41 @@ fn file_graft_invocations(socket: &str) -> Option<u64> {
         .max()
 }
 
-#[test]
-fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
+/// Where a mount test's image, mount point (made, empty) and socket go.
+struct Scratch {
+    dir: tempfile::TempDir,
+    image: String,
+    mnt: std::path::PathBuf,
+    socket: String,
+}
+
+/// A [`Scratch`]; the mount tests need root and /dev/fuse, and fail without them.
+fn scratch() -> Scratch {
     if !Path::new("/dev/fuse").exists() || !nix::unistd::geteuid().is_root() {
         panic!("this test needs root and /dev/fuse (FUSE mounts are part of the tests)");
     }
     let dir = tempfile::tempdir().unwrap();
-    let (image, mnt, socket) = (
-        dir.path().join("disk.img"),
-        dir.path().join("mnt"),
-        dir.path().join("s.sock"),
-    );
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (image, socket) = (path("disk.img"), path("s.sock"));
+    let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let (image, socket_s) = (image.to_str().unwrap(), socket.to_str().unwrap());
+    Scratch {
+        dir,
+        image,
+        mnt,
+        socket,
+    }
+}
+
+#[test]
+fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
+    let Scratch {
+        dir,
+        image,
+        mnt,
+        socket,
+    } = scratch();
+    let (image, socket_s) = (image.as_str(), socket.as_str());
     let mut daemon = spawn(&["mount", image, mnt.to_str().unwrap(), "--socket", socket_s]);
     wait_for("the mount", || mounted(&mnt));
 
@@ -187,17 +209,14 @@ fn mount_reports_a_missing_mount_point_on_stderr() {
 
 #[test]
 fn mount_ends_cleanly_when_unmounted_from_outside() {
-    if !Path::new("/dev/fuse").exists() || !nix::unistd::geteuid().is_root() {
-        panic!("this test needs root and /dev/fuse (FUSE mounts are part of the tests)");
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let (image, mnt, socket) = (
-        dir.path().join("disk.img"),
-        dir.path().join("mnt"),
-        dir.path().join("s.sock"),
-    );
-    std::fs::create_dir(&mnt).unwrap();
-    let (image, socket_s) = (image.to_str().unwrap(), socket.to_str().unwrap());
+    // Bound, so the directory lives to the end of the test.
+    let Scratch {
+        dir: _dir,
+        image,
+        mnt,
+        socket,
+    } = scratch();
+    let (image, socket_s) = (image.as_str(), socket.as_str());
     let args = ["mount", image, mnt.to_str().unwrap(), "--socket", socket_s];
     let mut daemon = spawn(&args);
     wait_for("the mount", || mounted(&mnt));
