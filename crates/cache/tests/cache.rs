@@ -296,7 +296,10 @@ fn a_page_written_while_its_write_back_is_in_flight_stays_dirty() {
     let cache = vino_cache::PageCache::new(
         vino_cache::CacheConfig {
             frames: 1024,
-            // Every page stays dirty until the sync (no writer's share is reached).
+            // Every page stays dirty until the sync: no write-back thread (which would write
+            // behind a writer past half its share, 512 pages here), and no writer's share is
+            // reached.
+            writeback_every: None,
             dirty_percent: 100,
             ..vino_cache::CacheConfig::default()
         },
