@@ -136,9 +136,8 @@ pub struct Config {
     pub program_memory: String,
     /// Let Linux back the daemon's memory (the page cache's frames above all) with transparent
     /// huge pages. Off by default: the cache's frames are 4 KiB and touched one at a time, and
-    /// on a virtual machine each first touch of a huge page waits for the host to back 2 MiB.
-    /// A 512 MiB `dd` onto the mount took 1.1-1.3 s with them against 0.6-0.8 s without
-    /// (a fresh daemon each time, alternated, on a 2-core VM).
+    /// on a virtual machine each first touch of a huge page waits for the host to back 2 MiB
+    /// (a streaming `dd` onto a fresh mount spent most of its time there).
     pub huge_pages: bool,
 }
 
