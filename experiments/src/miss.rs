@@ -4,13 +4,16 @@
 //! 1. `pread` with `O_DIRECT` on the image: what the device gives;
 //! 2. VINO's device (`FileDevice::read_blocks`, the same `pread`);
 //! 3. VINO's device queue (io_uring where the kernel grants it): submit, then wait;
-//! 4. the I/O scheduler with its dispatcher thread (the kernel's default), and with the caller
-//!    dispatching;
+//! 4. the I/O scheduler with its dispatcher thread, and with the caller dispatching (the
+//!    kernel's default), the request marked as one its thread waits for at once (as the cache
+//!    marks a demand read), so that the scheduler may serve it on that thread;
 //! 5. a page-cache miss: `pread` of a 4 KiB block of a file through a kernel process, the cache
 //!    too small to hold the file.
 //!
 //! The queued layers and the miss run twice: the waiting thread sleeping at once (the default),
 //! and watching for the completion for [`vino_blockdev::SPIN_BEFORE_SLEEP`] before it sleeps.
+//! The layers take turns, one read each per round, so that a shared machine's slow moments fall
+//! on all of them alike.
 //! Linux's own cold miss through ext4 is E9's (`vino bench linux`).
 
 use std::fs;
@@ -70,16 +73,54 @@ fn blocks(n: u64, count: usize, seed: u64) -> Vec<u64> {
         .collect()
 }
 
-/// Times `read` for each block; microseconds, sorted.
-fn time_each(blocks: &[u64], mut read: impl FnMut(u64) -> Result<()>) -> Result<Vec<f64>> {
-    let mut t = Vec::with_capacity(blocks.len());
-    for &b in blocks {
-        let start = Instant::now();
-        read(b)?;
-        t.push(start.elapsed().as_secs_f64() * 1e6);
+/// One layer of the measurement: its name, whether its waiting thread watches before it sleeps,
+/// the blocks it reads (each read is timed), and how it reads one.
+struct Reader<'a> {
+    name: String,
+    spin: Duration,
+    blocks: Vec<u64>,
+    read: Box<dyn FnMut(u64) -> Result<()> + 'a>,
+    /// Microseconds per read, in the order read.
+    times: Vec<f64>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(
+        name: impl Into<String>,
+        spin: Duration,
+        blocks: Vec<u64>,
+        read: impl FnMut(u64) -> Result<()> + 'a,
+    ) -> Self {
+        Reader {
+            name: name.into(),
+            spin,
+            times: Vec::with_capacity(blocks.len()),
+            blocks,
+            read: Box::new(read),
+        }
     }
-    t.sort_by(f64::total_cmp);
-    Ok(t)
+}
+
+/// Reads with every layer in turn, one read each per round, the order turning every round: a
+/// slow moment of a shared machine then falls on every layer alike rather than on whichever ran
+/// then, so the layers' ratios hold even when the absolute times drift.
+fn interleave(readers: &mut [Reader<'_>], rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<()> {
+    let n = readers.len();
+    for round in 0..rounds {
+        if round % (rounds / 10).max(1) == 0 {
+            progress(&format!("round {round} of {rounds}"));
+        }
+        for k in 0..n {
+            let r = &mut readers[(round + k) % n];
+            set_ticket_spin(r.spin);
+            let block = r.blocks[round];
+            let start = Instant::now();
+            (r.read)(block).with_context(|| format!("{}: reading block {block}", r.name))?;
+            r.times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    set_ticket_spin(Duration::ZERO);
+    Ok(())
 }
 
 fn pick(sorted: &[f64], q: f64) -> f64 {
@@ -127,43 +168,27 @@ pub fn run(opts: &MissOptions, progress: &mut dyn FnMut(&str)) -> Result<MissRep
     // may come from a cache below (the host's, the hypervisor's), which would flatter whichever
     // layer came later.
     let slice = data_blocks.len() / LAYERS;
-    let layer = std::cell::Cell::new(0usize);
-    // The next layer's part of the file: (first file block, its device blocks).
-    let next_part = || {
-        let k = layer.get();
-        layer.set(k + 1);
-        (k * slice, &data_blocks[k * slice..(k + 1) * slice])
-    };
-    let picks = || {
-        let (_, part) = next_part();
-        blocks(part.len() as u64, reads, layer.get() as u64)
+    let part = |k: usize| &data_blocks[k * slice..(k + 1) * slice];
+    // Layer k's random picks: device blocks for the layers below the cache, file blocks (their
+    // index in the file) for the cache's.
+    let file_picks = |k: usize| -> Vec<u64> {
+        blocks(slice as u64, reads, k as u64)
             .into_iter()
-            .map(|i| part[i as usize])
-            .collect::<Vec<u64>>()
+            .map(|i| (k * slice) as u64 + i)
+            .collect()
     };
-    let mut layers: Vec<(String, Vec<f64>)> = Vec::new();
+    let device_picks = |k: usize| -> Vec<u64> {
+        blocks(slice as u64, reads, k as u64)
+            .into_iter()
+            .map(|i| part(k)[i as usize])
+            .collect()
+    };
 
-    progress("raw pread");
-    {
-        let f = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(if direct { libc::O_DIRECT } else { 0 })
-            .open(&image)
-            .with_context(|| format!("opening {}", image.display()))?;
-        let mut buf = AlignedBuf::new(1);
-        layers.push((
-            "pread, O_DIRECT".into(),
-            time_each(&picks(), |b| Ok(f.read_exact_at(&mut buf, b * BLOCK_SIZE as u64)?))?,
-        ));
-    }
-    progress("device");
-    {
-        let mut buf = AlignedBuf::new(1);
-        layers.push((
-            "VINO device (FileDevice)".into(),
-            time_each(&picks(), |b| Ok(dev.read_blocks(b, &mut buf)?))?,
-        ));
-    }
+    let raw = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+        .open(&image)
+        .with_context(|| format!("opening {}", image.display()))?;
     let queue = IoQueue::with_config(
         dev.clone(),
         QueueConfig {
@@ -191,62 +216,99 @@ pub fn run(opts: &MissOptions, progress: &mut dyn FnMut(&str)) -> Result<MissRep
             ..KernelConfig::default()
         },
     )?;
-    let p = kernel.spawn(Credentials::root());
-    let fd = p.open("/data", OpenFlags::read_only())?;
-    p.set_read_ahead(fd, vino_cache::RaMode::Off)?;
-    for (spin, label) in [
+    kernel.cache().drop_clean()?;
+    // One kernel process per cache layer, so each one's misses are counted apart.
+    let procs = [kernel.spawn(Credentials::root()), kernel.spawn(Credentials::root())];
+    let mut fds = Vec::new();
+    for p in &procs {
+        let fd = p.open("/data", OpenFlags::read_only())?;
+        p.set_read_ahead(fd, vino_cache::RaMode::Off)?;
+        fds.push(fd);
+    }
+    let before: Vec<_> = procs.iter().map(|p| kernel.cache().process_counters(p.pid())).collect();
+
+    let queue_name = if uring { "io_uring" } else { "threads" };
+    let mut raw_buf = AlignedBuf::new(1);
+    let mut dev_buf = AlignedBuf::new(1);
+    let mut readers = vec![
+        Reader::new("pread, O_DIRECT", Duration::ZERO, device_picks(0), |b| {
+            Ok(raw.read_exact_at(&mut raw_buf, b * BLOCK_SIZE as u64)?)
+        }),
+        Reader::new("VINO device (FileDevice)", Duration::ZERO, device_picks(1), |b| {
+            Ok(dev.read_blocks(b, &mut dev_buf)?)
+        }),
+    ];
+    let mut k = 2;
+    for (i, (spin, label)) in [
         (Duration::ZERO, "sleep at once"),
         (SPIN_BEFORE_SLEEP, "watch, then sleep"),
-    ] {
-        set_ticket_spin(spin);
-        progress(&format!("queue ({label})"));
-        layers.push((
-            format!("device queue ({}; {label})", if uring { "io_uring" } else { "threads" }),
-            time_each(&picks(), |b| {
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        readers.push(Reader::new(
+            format!("device queue ({queue_name}; {label})"),
+            spin,
+            device_picks(k),
+            |b| {
                 queue.submit(IoRequest::read(b, 1)).wait()?;
                 Ok(())
-            })?,
+            },
         ));
-        progress(&format!("scheduler ({label})"));
-        layers.push((
+        readers.push(Reader::new(
             format!("I/O scheduler, its thread dispatches ({label})"),
-            time_each(&picks(), |b| {
+            spin,
+            device_picks(k + 1),
+            |b| {
                 threaded.submit(IoRequest::read(b, 1)).wait()?;
                 Ok(())
-            })?,
+            },
         ));
-        layers.push((
+        readers.push(Reader::new(
             format!("I/O scheduler, the caller dispatches ({label})"),
-            time_each(&picks(), |b| {
-                caller.submit(IoRequest::read(b, 1)).wait()?;
+            spin,
+            device_picks(k + 2),
+            // Marked as the cache marks a demand read: the thread waits for it at once, so the
+            // scheduler may serve it on that thread.
+            |b| {
+                caller.submit(IoRequest::read(b, 1).awaited()).wait()?;
                 Ok(())
-            })?,
+            },
         ));
-        progress(&format!("cache miss ({label})"));
-        kernel.cache().drop_clean()?;
-        let before = kernel.cache().process_counters(p.pid());
+        let (p, fd) = (&procs[i], fds[i]);
         let mut buf = vec![0u8; BLOCK_SIZE];
-        // This layer's part of the file, read by file offset.
-        let (first, part) = next_part();
-        let t = time_each(&blocks(part.len() as u64, reads, 100 + layer.get() as u64), |i| {
-            let b = first as u64 + i;
-            ensure!(
-                p.pread(fd, &mut buf, b * BLOCK_SIZE as u64)? == BLOCK_SIZE,
-                "short read"
-            );
-            Ok(())
-        })?;
-        let after = kernel.cache().process_counters(p.pid());
-        let misses = after.misses - before.misses;
-        layers.push((
-            format!("cache miss, kernel pread ({label}; {misses} of {reads} missed)"),
-            t,
+        readers.push(Reader::new(
+            format!("cache miss, kernel pread ({label})"),
+            spin,
+            file_picks(k + 3),
+            move |b| {
+                ensure!(
+                    p.pread(fd, &mut buf, b * BLOCK_SIZE as u64)? == BLOCK_SIZE,
+                    "short read"
+                );
+                Ok(())
+            },
         ));
+        k += 4;
     }
-    set_ticket_spin(Duration::ZERO);
-    p.close(fd)?;
-    drop(p);
+    assert_eq!(k, LAYERS, "every layer has its own part of the file");
+    progress("reading, every layer in turn");
+    interleave(&mut readers, reads, progress)?;
+    let mut layers: Vec<(String, Vec<f64>)> = readers.into_iter().map(|r| (r.name, r.times)).collect();
+    // The cache layers' names say how many of their reads missed (a block picked twice hits).
+    let mut cache_layers = layers.iter_mut().filter(|(name, _)| name.starts_with("cache miss"));
+    for ((p, before), (name, _)) in procs.iter().zip(&before).zip(&mut cache_layers) {
+        let misses = kernel.cache().process_counters(p.pid()).misses - before.misses;
+        name.insert_str(name.len() - 1, &format!("; {misses} of {reads} missed"));
+    }
+    for (p, fd) in procs.iter().zip(fds) {
+        p.close(fd)?;
+    }
+    drop(procs);
     kernel.shutdown()?;
+    for (_, t) in &mut layers {
+        t.sort_by(f64::total_cmp);
+    }
     let raw = pick(&layers[0].1, 0.5);
     Ok(MissReport {
         reads,

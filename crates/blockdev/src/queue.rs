@@ -193,9 +193,11 @@ struct Slot {
 }
 
 /// A watch [`Ticket::wait`] may keep for the completion before it sleeps ([`set_ticket_spin`]).
-/// Off by default: `vino bench miss` measured it slower on a 2-CPU virtual machine (a device
-/// queue read 90 µs with a 30 µs watch against 68 µs without), the watching thread taking the
-/// CPU the completion's own threads need.
+/// Off by default. On a 2-CPU virtual machine (`vino bench miss`, its layers taking turns) it
+/// made a read through the io_uring queue faster (0.89-1.02x of a raw `pread` against
+/// 1.17-1.26x) but one through the scheduler's dispatcher thread slower (2.1-2.4x against
+/// 1.7-1.9x), the watcher taking the CPU that thread needs; the kernel's cache misses are read
+/// on their own thread (`IoRequest::awaited`) and do not wait on a ticket.
 pub const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(30);
 
 static SPIN_NS: AtomicU64 = AtomicU64::new(0);
