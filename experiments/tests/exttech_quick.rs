@@ -48,6 +48,19 @@ fn quick_run_fills_every_variant() {
     assert!(report.break_even.fault_ns > 0.0);
     assert!(report.invocation.iter().filter(|c| c.stats.is_some()).count() >= 5);
     assert_eq!(report.load.len(), 9);
+    // Native code and both Wasm variants taking turns: native is the unit, every call timed.
+    let turns: Vec<_> = report.in_turn.iter().map(|t| t.variant).collect();
+    assert_eq!(turns, [Variant::Native, Variant::Wasm, Variant::WasmFuel]);
+    assert_eq!(report.in_turn[0].hot_vs_native, 1.0);
+    assert_eq!(report.in_turn[0].nop_vs_native, 1.0);
+    assert!(
+        report
+            .in_turn
+            .iter()
+            .all(|t| t.nop_ns > 0.0 && t.hot_ns > 0.0 && t.hot_vs_native > 0.0 && t.rounds >= 9),
+        "{:#?}",
+        report.in_turn
+    );
 
     let tables = report.tables();
     assert!(tables.len() >= 8);

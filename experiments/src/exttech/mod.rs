@@ -24,6 +24,7 @@
 pub mod breakeven;
 pub mod device;
 pub mod interp;
+pub mod inturn;
 pub mod native;
 pub mod process;
 mod tables;
@@ -246,6 +247,8 @@ pub struct ExtTechReport {
     pub workloads: Vec<(Workload, &'static str)>,
     pub results: Vec<Measurement>,
     pub invocation: Vec<InvocationCost>,
+    /// The null call and the hot list on native code and both Wasm variants, taking turns.
+    pub in_turn: Vec<inturn::InTurn>,
     pub load: Vec<LoadCost>,
     pub device: DeviceCosts,
     pub break_even: BreakEven,
@@ -548,6 +551,24 @@ pub fn run(opts: &ExtTechOptions, progress: &mut dyn FnMut(&str)) -> Result<ExtT
         runs.push((Variant::Wasmi, Ok(r)));
     }
 
+    // The calls of a few nanoseconds again, native code and both Wasm variants taking turns.
+    progress("native and wasm in turn: null call and hot list");
+    let in_turn = {
+        let _ticker = wasm::EpochTicker::start(&epoch_modules.engine);
+        let mut native = native::Native::new();
+        let mut epoch = wasm::Wasmtime::instantiate(&epoch_modules)?;
+        let mut fuel = wasm::Wasmtime::instantiate(&fuel_modules)?;
+        inturn::measure(
+            &mut [
+                (Variant::Native, &mut native),
+                (Variant::Wasm, &mut epoch),
+                (Variant::WasmFuel, &mut fuel),
+            ],
+            &lists,
+            budget,
+        )?
+    };
+
     // Every technology must have computed the same answers.
     let reference = runs
         .iter()
@@ -723,6 +744,7 @@ pub fn run(opts: &ExtTechOptions, progress: &mut dyn FnMut(&str)) -> Result<ExtT
         workloads: Workload::ALL.iter().map(|&w| (w, w.unit())).collect(),
         results,
         invocation,
+        in_turn,
         load,
         device,
         break_even,

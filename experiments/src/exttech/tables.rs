@@ -135,6 +135,35 @@ impl ExtTechReport {
         inv.note("thesis 4.3.3: upcall estimated by signal handling, 19.5-55.9 µs on 1995 machines; 37.2 µs measured upcall on a 486DX2-66");
         out.push(inv);
 
+        // The few-nanosecond calls, taking turns.
+        let mut turn = Table::new(
+            "Null call and hot list, native code and Wasm taking turns (median per call)",
+            &[
+                "technology",
+                "null call",
+                "hot list",
+                "hot list vs native",
+                "null call vs native",
+            ],
+        );
+        for t in &self.in_turn {
+            turn.row([
+                t.variant.label().to_string(),
+                fmt_ns(t.nop_ns),
+                fmt_ns(t.hot_ns),
+                fmt_ratio(t.hot_vs_native),
+                fmt_ratio(t.nop_vs_native),
+            ]);
+        }
+        if let Some(t) = self.in_turn.first() {
+            turn.note(format!(
+                "{} rounds; each times a batch of calls on every technology in turn, the order turning every round; \
+                 ratios are the median of each round's ratio",
+                t.rounds
+            ));
+        }
+        out.push(turn);
+
         // Load costs.
         let mut load = Table::new(
             "Graft load cost: compile and instantiate (median)",
