@@ -420,6 +420,35 @@ impl E4Report {
     pub fn device(&self, kind: DeviceKind) -> Option<&DeviceRuns> {
         self.devices.iter().find(|d| d.kind == kind)
     }
+
+    /// One report from several of the same experiment, run at different times (E9 takes turns
+    /// with Linux's side): each run is the one of median time among its repetitions, its range
+    /// and count over all of them.
+    pub fn merge(mut reports: Vec<E4Report>) -> Option<E4Report> {
+        let mut merged = reports.pop()?;
+        for (d, device) in merged.devices.iter_mut().enumerate() {
+            for (i, run) in device.runs.iter_mut().enumerate() {
+                let mut all: Vec<&RunResult> = reports
+                    .iter()
+                    .filter_map(|r| r.devices.get(d)?.runs.get(i))
+                    .chain(std::iter::once(&*run))
+                    .collect();
+                assert!(
+                    all.iter().all(|r| r.policy == run.policy && r.param == run.param),
+                    "merged reports ran the same runs in the same order"
+                );
+                all.sort_by_key(|r| r.time_ns);
+                let mut median = all[all.len() / 2].clone();
+                median.wall_min_ns = all.iter().map(|r| r.wall_min_ns).min().unwrap_or(median.wall_min_ns);
+                median.wall_max_ns = all.iter().map(|r| r.wall_max_ns).max().unwrap_or(median.wall_max_ns);
+                median.repeats = all.iter().map(|r| r.repeats).sum();
+                *run = median;
+            }
+        }
+        merged.config.plain_repeats += reports.iter().map(|r| r.config.plain_repeats).sum::<usize>();
+        merged.notes = tables::notes(&merged);
+        Some(merged)
+    }
 }
 
 /// Deletes the image when the experiment ends, however it ends.

@@ -28,6 +28,10 @@
 //! forking a threaded program is safe. Before each record it asks `mincore` whether the record's
 //! pages are cached (or being read): a record that is not counts as a miss, like E4's misses. The
 //! loop device's counters give the reads that reached the device.
+//!
+//! With VINO's side in the same run ([`E9Options::vino`]), the two sides take turns: each
+//! repetition runs all of VINO's runs (E4 on the plain device, once each), then all of Linux's;
+//! each run reported is its repetition of median time.
 
 use std::fs;
 use std::io::Write as _;
@@ -737,25 +741,21 @@ pub fn run(opts: &E9Options, progress: &mut dyn FnMut(&str)) -> Result<E9Report>
             .filter(|&n| n as f64 <= 0.4 * pages as f64)
             .collect()
     });
-    if opts.vino {
-        let e4 = E4Options {
-            quick: opts.quick,
-            scratch_dir: opts.scratch_dir.clone(),
-            devices: Devices::Plain,
-            tuples: Some(tuples),
-            cache_frames: Some((cache_bytes / PAGE) as usize),
-            lookaheads: Some(Vec::new()),
-            readaheads: Some(windows.clone()),
-            plain_repeats: Some(repeats),
-            fifo_comparison: false,
-            both: windows.iter().max().map(|&ra| vec![(ra, scaled_lookaheads(tuples)[2])]),
-            seed: opts.seed,
-            lo: opts.lo,
-            ..E4Options::default()
-        };
-        progress("E9: VINO's runs of the same query (E4 on the plain device)");
-        report.vino = Some(crate::e4_wisconsin::run(&e4, progress).context("VINO's side (E4)")?);
-    }
+    let e4 = opts.vino.then(|| E4Options {
+        quick: opts.quick,
+        scratch_dir: opts.scratch_dir.clone(),
+        devices: Devices::Plain,
+        tuples: Some(tuples),
+        cache_frames: Some((cache_bytes / PAGE) as usize),
+        lookaheads: Some(Vec::new()),
+        readaheads: Some(windows.clone()),
+        plain_repeats: Some(1),
+        fifo_comparison: false,
+        both: windows.iter().max().map(|&ra| vec![(ra, scaled_lookaheads(tuples)[2])]),
+        seed: opts.seed,
+        lo: opts.lo,
+        ..E4Options::default()
+    });
     let mut modes = vec![Mode::Default, Mode::Random];
     modes.extend(windows.iter().filter(|&&n| n > 0).map(|&n| Mode::WillNeed(n)));
     let q = LinuxQuery {
@@ -765,29 +765,48 @@ pub fn run(opts: &E9Options, progress: &mut dyn FnMut(&str)) -> Result<E9Report>
         count: selection.len(),
         relation_bytes: relation.bytes(),
     };
-    for (i, &mode) in modes.iter().enumerate() {
-        let mut runs = Vec::new();
-        for r in 0..repeats {
-            let name = format!("vino-e9-{}-{i}-{r}", std::process::id());
-            runs.push(
-                run_child(&q, mode, &site, &name, cache_bytes, &m).with_context(|| format!("E9 {}", mode.label()))?,
-            );
+    // The two sides take turns, one repetition of every run each: a slow spell of a shared
+    // machine then falls on both rather than on whichever side ran through it.
+    let mut vino_reps = Vec::new();
+    let mut linux_reps: Vec<Vec<E9Run>> = vec![Vec::new(); modes.len()];
+    for r in 0..repeats {
+        if let Some(e4) = &e4 {
+            progress(&format!(
+                "E9 repetition {} of {repeats}: VINO's runs (E4 on the plain device)",
+                r + 1
+            ));
+            vino_reps.push(crate::e4_wisconsin::run(e4, progress).context("VINO's side (E4)")?);
         }
+        for (i, &mode) in modes.iter().enumerate() {
+            let name = format!("vino-e9-{}-{i}-{r}", std::process::id());
+            let run =
+                run_child(&q, mode, &site, &name, cache_bytes, &m).with_context(|| format!("E9 {}", mode.label()))?;
+            progress(&format!(
+                "E9 repetition {} of {repeats} [{}/{}] {}: {} missed records, {}",
+                r + 1,
+                i + 1,
+                modes.len(),
+                mode.label(),
+                run.miss_records,
+                fmt_ns(run.time_ns as f64)
+            ));
+            linux_reps[i].push(run);
+        }
+    }
+    report.vino = E4Report::merge(vino_reps);
+    for mut runs in linux_reps {
         let mut times: Vec<u64> = runs.iter().map(|r| r.time_ns).collect();
         times.sort_unstable();
-        let mut run = runs.swap_remove(0);
-        run.time_ns = times[times.len() / 2];
+        // The repetition of median time stands for the run, with the range of all.
+        let median = times[times.len() / 2];
+        let at = runs
+            .iter()
+            .position(|r| r.time_ns == median)
+            .expect("the median is one of them");
+        let mut run = runs.swap_remove(at);
         run.time_min_ns = times[0];
         run.time_max_ns = times[times.len() - 1];
         run.repeats = repeats;
-        progress(&format!(
-            "E9 [{}/{}] {}: {} missed records, {}",
-            i + 1,
-            modes.len(),
-            mode.label(),
-            run.miss_records,
-            fmt_ns(run.time_ns as f64)
-        ));
         report.runs.push(run);
     }
     report.notes = vec![

@@ -142,6 +142,43 @@ fn tiny_e4_reads_the_right_records_and_its_grafts_help() {
 }
 
 #[test]
+fn reports_of_repetitions_merge_into_their_median_runs() {
+    let opts = E4Options {
+        quick: true,
+        scratch_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e4-merge"),
+        devices: Devices::Plain,
+        tuples: Some(2_000),
+        cache_frames: Some(32),
+        lookaheads: Some(Vec::new()),
+        readaheads: Some(vec![8]),
+        both: Some(Vec::new()),
+        fifo_comparison: false,
+        plain_repeats: Some(1),
+        ..E4Options::default()
+    };
+    let reports: Vec<_> = (0..3)
+        .map(|_| e4_wisconsin::run(&opts, &mut |_| {}).expect("E4 runs"))
+        .collect();
+    let runs = |r: &e4_wisconsin::E4Report| r.device(e4_wisconsin::DeviceKind::Plain).unwrap().runs.clone();
+    let each: Vec<_> = reports.iter().map(runs).collect();
+    let merged = e4_wisconsin::E4Report::merge(reports).expect("three reports");
+    assert_eq!(merged.config.plain_repeats, 3);
+    let merged = runs(&merged);
+    // LRU, then read-ahead protected and unprotected.
+    assert_eq!(merged.len(), 3);
+    for (i, m) in merged.iter().enumerate() {
+        let mut times: Vec<u64> = each.iter().map(|r| r[i].time_ns).collect();
+        times.sort_unstable();
+        assert_eq!(m.time_ns, times[1], "run {i}: the median repetition stands for it");
+        assert_eq!(m.repeats, 3);
+        assert_eq!(m.wall_min_ns, each.iter().map(|r| r[i].wall_min_ns).min().unwrap());
+        assert_eq!(m.wall_max_ns, each.iter().map(|r| r[i].wall_max_ns).max().unwrap());
+        assert!(each.iter().all(|r| r[i].policy == m.policy && r[i].param == m.param));
+    }
+    assert!(e4_wisconsin::E4Report::merge(Vec::new()).is_none());
+}
+
+#[test]
 fn e9_probe_reports_its_capabilities() {
     let opts = E9Options {
         probe_only: true,
