@@ -40,6 +40,7 @@ pub fn experiment<R: Serialize>(
     tables: impl Fn(&R) -> Vec<Table>,
     plot: impl Fn(&R, &Path) -> Result<()>,
 ) -> Result<()> {
+    warn_if_checked_build(name);
     let mut p = Progress::new(name);
     let report = run(&mut |m| p.step(m)).with_context(|| format!("experiment {name}"))?;
     p.finish();
@@ -80,11 +81,34 @@ pub fn scratch_dir(scratch: &Path) -> Result<tempfile::TempDir> {
 /// The exit status of an experiment program: success, or the error on stderr after the
 /// program's name.
 pub fn exit(program: &str, result: Result<()>) -> ExitCode {
+    warn_if_checked_build(program);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{program}: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// True if the kernel's crates in this build check their invariants after every operation.
+pub fn checked_build() -> bool {
+    vino_cache::CHECKS_INVARIANTS || vino_fs::CHECKS_INVARIANTS || vino_locks::CHECKS_INVARIANTS
+}
+
+/// Says once, on stderr, that the numbers of this build are not to be quoted: `cargo test
+/// --release --workspace` builds every binary with the invariant checks on (its dev-dependencies'
+/// features apply to the whole build), and those binaries replace the ones `cargo build
+/// --release` made in the same directory.
+pub fn warn_if_checked_build(program: &str) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if checked_build() {
+        WARNED.call_once(|| {
+            eprintln!(
+                "{program}: warning: this build checks the kernel's invariants after every operation \
+                 (a debug build, or one made by `cargo test`); its times are not the kernel's. \
+                 Build with `cargo build --release --workspace` to measure."
+            )
+        });
     }
 }

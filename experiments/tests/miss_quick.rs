@@ -52,3 +52,24 @@ fn every_layer_reads_its_own_cold_blocks_in_turn() {
         "progress shown: {log:#?}"
     );
 }
+
+/// A build that checks the kernel's invariants after every operation (as `cargo test` makes
+/// them) says so on stderr, and one that does not stays quiet.
+#[test]
+fn a_checked_build_warns_that_its_times_are_not_the_kernels() {
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("miss-warn");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vino-bench-miss"))
+        .args(["--quick", "--no-files", "--scratch"])
+        .arg(&out_dir)
+        .output()
+        .expect("the bench runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warned = stderr.contains("warning: this build checks the kernel's invariants");
+    assert_eq!(warned, vino_experiments::front::checked_build(), "stderr: {stderr}");
+    assert_eq!(
+        stderr.matches("warning:").count(),
+        usize::from(warned),
+        "said once: {stderr}"
+    );
+}

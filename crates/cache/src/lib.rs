@@ -80,6 +80,11 @@ impl<'a> IoCtx<'a> {
     }
 }
 
+/// True if this build checks the frame table's invariants after every operation (debug builds, and
+/// release builds with the `invariants` feature, which `cargo test` of the workspace turns on
+/// for every binary it builds): correct, but too slow to measure.
+pub const CHECKS_INVARIANTS: bool = cfg!(any(debug_assertions, feature = "invariants"));
+
 // The crate's tests run with its invariant checks on, in release builds too: the dev-dependency
 // on itself enables the `invariants` feature.
 #[cfg(all(test, not(any(debug_assertions, feature = "invariants"))))]

@@ -62,6 +62,11 @@ pub use quota::{Quota, QuotaUsage, UNLIMITED};
 pub use state::{AllocCounters, DirEntry, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
 pub use write::{BlockWrite, WriteTarget};
 
+/// True if this build checks the journal writer's invariants after every operation (debug builds, and
+/// release builds with the `invariants` feature, which `cargo test` of the workspace turns on
+/// for every binary it builds): correct, but too slow to measure.
+pub const CHECKS_INVARIANTS: bool = cfg!(any(debug_assertions, feature = "invariants"));
+
 // The crate's tests run with its invariant checks on, in release builds too: the dev-dependency
 // on itself enables the `invariants` feature.
 #[cfg(all(test, not(any(debug_assertions, feature = "invariants"))))]

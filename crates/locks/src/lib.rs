@@ -47,6 +47,11 @@ pub use grant::{Fifo, Frp, GrantArgs, GrantEnv, LockGrant, WaitInfo};
 pub use manager::{LockError, LockManager, LockStats, Wait};
 pub use range::{Lock, LockKind, Range, TO_EOF};
 
+/// True if this build checks the lock manager's invariants after every operation (debug builds, and
+/// release builds with the `invariants` feature, which `cargo test` of the workspace turns on
+/// for every binary it builds): correct, but too slow to measure.
+pub const CHECKS_INVARIANTS: bool = cfg!(any(debug_assertions, feature = "invariants"));
+
 // The crate's tests run with its invariant checks on, in release builds too: the dev-dependency
 // on itself enables the `invariants` feature.
 #[cfg(all(test, not(any(debug_assertions, feature = "invariants"))))]
