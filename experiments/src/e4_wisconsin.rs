@@ -75,7 +75,7 @@ use vino_cache::{CacheCounters, ComputeRa, PickVictim};
 use vino_graft::{GraftStats, NativePolicy, RuntimeConfig};
 use vino_kernel::{Credentials, Kernel, KernelConfig, OpenFlags, Process};
 
-use crate::wisconsin::{Relation, TUPLE_BYTES, unique1_of};
+use crate::wisconsin::{Relation, TUPLE_BYTES, offset_of, unique1_of};
 use policies::{Cursor, MAX_PAGES, MAX_RECORDS};
 
 /// The look-ahead graft, C source.
@@ -1025,7 +1025,7 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
     }
     let offsets: Vec<u64> = index
         .chunks_exact(4)
-        .map(|c| u64::from(u32::from_le_bytes(c.try_into().expect("4 bytes"))) * TUPLE_BYTES as u64)
+        .map(|c| offset_of(u64::from(u32::from_le_bytes(c.try_into().expect("4 bytes")))))
         .collect();
     let cursor = match &bound {
         Bound::Nothing => Cursor::None,

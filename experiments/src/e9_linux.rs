@@ -45,7 +45,7 @@ use serde::Serialize;
 use crate::e4_wisconsin::{
     DeviceKind, Devices, E4Options, E4Report, FULL_FRAMES, FULL_TUPLES, Policy, Protection, scaled_lookaheads,
 };
-use crate::wisconsin::{Relation, TUPLE_BYTES};
+use crate::wisconsin::{Relation, TUPLE_BYTES, offset_of};
 use vino_measure::report::{Table, fmt_count, fmt_ns};
 
 const PAGE: u64 = 4096;
@@ -903,7 +903,7 @@ fn child_main(a: &mut ChildArgs) -> ! {
         let count = got / 4;
         let pos = |i: usize| -> u64 {
             let p = a.index.as_ptr().add(i * 4);
-            u64::from(u32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)])) * rs
+            offset_of(u64::from(u32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)])))
         };
         if a.window > 0 {
             for j in 0..count.min(a.window as usize) {
@@ -1352,6 +1352,6 @@ pub fn compare(e4: &E4Report, e9: &E9Report) -> Table {
             v as f64 / l as f64
         ));
     }
-    t.note("VINO N: blocks of read-ahead kept outstanding by the graft; Linux N: records hinted ahead with FADV_WILLNEED (one block each, except records straddling two); VINO misses are page misses, Linux misses are records not cached when read; Linux's no-read-ahead reference is FADV_RANDOM");
+    t.note("VINO N: blocks of read-ahead kept outstanding by the graft; Linux N: records hinted ahead with FADV_WILLNEED (one block each); VINO misses are page misses, Linux misses are records not cached when read; Linux's no-read-ahead reference is FADV_RANDOM");
     t
 }
