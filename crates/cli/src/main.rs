@@ -106,6 +106,15 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Make what was written durable: the daemon writes back every dirty page and commits its
+    /// journal before answering. Linux does not pass `sync` or `syncfs` on to a FUSE mount like
+    /// VINO's, so on the mount this is what `sync -f` is on ext4. With PATH (a path on a VINO mount), the
+    /// daemon serving that mount; else the one on --socket (or the default socket).
+    Sync {
+        path: Option<PathBuf>,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// The programs running in the daemon (`vino run` without --image) that you may see: yours,
     /// or all if privileged; their CPU, open files, cache and grafts.
     Ps {
@@ -227,6 +236,7 @@ fn main() -> ExitCode {
             None => remote::mount(None, &first, socket, config),
         },
         Command::Unmount { mountpoint, socket } => remote::unmount(&mountpoint, socket),
+        Command::Sync { path, socket } => remote::sync(path.as_deref(), socket),
         Command::Ps { json, socket } => remote::ps(socket, json),
         Command::Kill { pid, socket } => remote::kill(socket, pid),
         Command::Nice {

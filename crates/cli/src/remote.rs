@@ -114,6 +114,20 @@ pub fn unmount(mountpoint: &Path, socket: Option<PathBuf>) -> Result<()> {
     Ok(connect(socket)?.unmount(&at.to_string_lossy())?)
 }
 
+/// `vino sync`: has a daemon make everything written to it durable (its `sync`).
+pub fn sync(path: Option<&Path>, socket: Option<PathBuf>) -> Result<()> {
+    let socket = match (socket, path) {
+        (Some(s), _) => Some(s),
+        (None, Some(p)) => {
+            let at = std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?;
+            let (_, s) = mount_of(&at).with_context(|| format!("{} is not on a VINO mount", p.display()))?;
+            Some(s)
+        }
+        (None, None) => None,
+    };
+    Ok(connect(socket)?.sync()?)
+}
+
 /// The VINO FUSE mount holding `path` (an existing host path): the path below the mount point,
 /// and the socket of the daemon serving it (the mount's source reads `vino:<socket>`).
 fn mount_of(path: &Path) -> Option<(String, PathBuf)> {

@@ -239,13 +239,69 @@ fn mount_ends_cleanly_when_unmounted_from_outside() {
     assert!(status.success(), "{stderr}");
     let o = vino(&["fsck", image]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
-    let mut again = spawn(&args);
-    wait_for("the mount again", || mounted(&mnt));
     assert_eq!(
-        std::fs::read(mnt.join("kept.txt")).unwrap(),
+        read_when_mounted_again(&args, &mnt, "kept.txt"),
         b"written before the unmount\n"
     );
+    assert!(!mounted(&mnt), "unmounted at exit");
+}
+
+/// Mounts with `args` again, reads `name` from the mount, and ends the mount with SIGTERM.
+fn read_when_mounted_again(args: &[&str], mnt: &Path, name: &str) -> Vec<u8> {
+    let mut again = spawn(args);
+    wait_for("the mount again", || mounted(mnt));
+    let data = std::fs::read(mnt.join(name)).unwrap();
     sigterm(&mut again);
     assert!(again.wait().unwrap().success());
-    assert!(!mounted(&mnt), "unmounted at exit");
+    data
+}
+
+#[test]
+fn vino_sync_makes_what_was_written_to_the_mount_survive_a_kill() {
+    let Scratch {
+        dir,
+        image,
+        mnt,
+        socket,
+    } = scratch();
+    // No periodic commit within the test's time: only the sync makes the file durable.
+    let config = dir.path().join("vino.toml");
+    std::fs::write(&config, "commit_interval = 3600\n").unwrap();
+    let (image, socket_s, config_s) = (image.as_str(), socket.as_str(), config.to_str().unwrap());
+    let args = [
+        "mount",
+        image,
+        mnt.to_str().unwrap(),
+        "--socket",
+        socket_s,
+        "--config",
+        config_s,
+    ];
+    let mut daemon = spawn(&args);
+    wait_for("the mount", || mounted(&mnt));
+    std::fs::write(mnt.join("synced.txt"), b"made durable by vino sync\n").unwrap();
+    // Linux sends a FUSE file system nothing for `sync -f`; `vino sync` finds the daemon from
+    // the path.
+    ok(&vino(&["sync", mnt.to_str().unwrap()]));
+    // Killed without writing back: what survives is what the sync made durable.
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let o = Command::new("umount").arg("-l").arg(&mnt).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = vino(&["fsck", image]);
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(1)),
+        "fsck after the kill: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(
+        read_when_mounted_again(&args, &mnt, "synced.txt"),
+        b"made durable by vino sync\n"
+    );
+
+    // A path on no VINO mount is refused with a clear error.
+    let o = vino(&["sync", dir.path().to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("is not on a VINO mount"), "{err}");
 }
