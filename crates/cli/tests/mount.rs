@@ -224,6 +224,14 @@ fn mount_ends_cleanly_when_unmounted_from_outside() {
     // As a user ends any FUSE file system: the serving process then writes back and exits.
     let o = Command::new("umount").arg(&mnt).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Something else mounted there at once, before vino notices its mount went: vino must not
+    // unmount it on its way out.
+    let o = Command::new("mount")
+        .args(["-t", "tmpfs", "other", mnt.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(mnt.join("other.txt"), b"not vino's").unwrap();
     let mut status = None;
     let waited = Instant::now();
     while status.is_none() && waited.elapsed() < Duration::from_secs(30) {
@@ -237,6 +245,13 @@ fn mount_ends_cleanly_when_unmounted_from_outside() {
     };
     let stderr = std::io::read_to_string(daemon.stderr.take().unwrap()).unwrap();
     assert!(status.success(), "{stderr}");
+    assert_eq!(
+        std::fs::read(mnt.join("other.txt")).ok().as_deref(),
+        Some(&b"not vino's"[..]),
+        "the file system mounted after vino's is still there"
+    );
+    let o = Command::new("umount").arg(&mnt).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = vino(&["fsck", image]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
     assert_eq!(

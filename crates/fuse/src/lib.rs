@@ -204,15 +204,18 @@ impl Mount {
 
     fn stop(&mut self) -> io::Result<()> {
         if let Some(session) = self.session.take() {
-            let ended = session.guard.is_finished();
-            match unmount_patiently(&self.mountpoint) {
-                // Unmounted from outside already: only the thread is left to collect.
-                _ if ended => session.join(),
-                Ok(()) => session.join(),
-                // Not ours to unmount (a mount made through fusermount): fuser's way.
-                Err(_) => session.umount_and_join(),
-            }
-            .map_err(|e| io::Error::new(e.kind(), format!("unmounting {}: {e}", self.mountpoint.display())))?;
+            // Unmounted from outside already: only the thread is left to collect, and the path
+            // is not unmounted again (something else may be mounted there by now).
+            let joined = if session.guard.is_finished() {
+                session.join()
+            } else {
+                match unmount_patiently(&self.mountpoint) {
+                    Ok(()) => session.join(),
+                    // Not ours to unmount (a mount made through fusermount): fuser's way.
+                    Err(_) => session.umount_and_join(),
+                }
+            };
+            joined.map_err(|e| io::Error::new(e.kind(), format!("unmounting {}: {e}", self.mountpoint.display())))?;
         }
         self.invalidator.take();
         self.state.release_all();

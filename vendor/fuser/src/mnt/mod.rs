@@ -207,7 +207,11 @@ fn is_mounted(fuse_device: &DevFuse) -> bool {
         let res = poll(slice::from_mut(&mut poll_fd), PollTimeout::ZERO);
         break match res {
             Ok(0) => true,
-            Ok(1) => poll_fd
+            // VINO: Linux reports POLLERR on the device once the connection is gone (unmounted),
+            // so that means *not* mounted. As released, this returned true for POLLERR, and
+            // dropping a session whose mount was unmounted from outside unmounted whatever had
+            // been mounted at the same path since.
+            Ok(1) => !poll_fd
                 .revents()
                 .is_some_and(|r| r.contains(PollFlags::POLLERR)),
             Ok(_) => unreachable!(),
