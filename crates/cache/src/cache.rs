@@ -470,7 +470,7 @@ impl Table {
     /// `invariants` feature the test gate turns on in release builds.
     #[inline]
     fn checked(&self) {
-        if cfg!(any(debug_assertions, feature = "invariants")) {
+        if crate::CHECKS_INVARIANTS {
             self.check();
         }
     }

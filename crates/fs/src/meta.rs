@@ -264,7 +264,7 @@ impl Meta {
     /// feature the test gate turns on in release builds.
     #[inline]
     fn checked(&self) {
-        if cfg!(any(debug_assertions, feature = "invariants")) {
+        if crate::CHECKS_INVARIANTS {
             self.check_invariants();
         }
     }

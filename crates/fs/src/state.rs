@@ -354,7 +354,7 @@ impl FsState {
     /// Free blocks, those waiting for a checkpoint included (what root's reserve is measured
     /// against, as statfs shows it).
     pub(crate) fn free_blocks_total(&self) -> u64 {
-        if cfg!(any(debug_assertions, feature = "invariants")) {
+        if crate::CHECKS_INVARIANTS {
             let sum: u64 = (0..self.geo.groups).map(|g| u64::from(self.placement.free(g))).sum();
             assert_eq!(self.free_blocks, sum, "the free block total drifted");
         }
@@ -537,7 +537,7 @@ impl FsState {
             let found = {
                 let map = self.meta.get(bm)?;
                 let skip = |bit: u64| self.deferred_set.contains(&(start + bit));
-                if cfg!(any(debug_assertions, feature = "invariants")) {
+                if crate::CHECKS_INVARIANTS {
                     let below = find_zero(map, geo.data_start(g) - start, floor, &skip);
                     assert_eq!(below, None, "group {g}: a free block below the allocation floor");
                 }
@@ -1105,7 +1105,7 @@ impl FsState {
     /// Checks the index of `dir` against its blocks, in builds that check invariants, for
     /// directories small enough that doing so after every change stays cheap.
     fn check_dir_index(&mut self, dir: u64) -> Result<()> {
-        if !cfg!(any(debug_assertions, feature = "invariants")) {
+        if !crate::CHECKS_INVARIANTS {
             return Ok(());
         }
         let inode = self.dir(dir)?;

@@ -469,7 +469,7 @@ impl LockManager {
 /// feature that the test gate turns on in release builds).
 #[inline]
 fn checked(st: &State) {
-    if cfg!(any(debug_assertions, feature = "invariants")) {
+    if crate::CHECKS_INVARIANTS {
         check_state(st);
     }
 }
