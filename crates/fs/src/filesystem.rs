@@ -10,7 +10,7 @@ use crate::layout::*;
 use crate::meta::{JournalState, Meta, MetaCounters};
 use crate::placement::{BlockBuddy, Placement};
 use crate::quota::{Accounting, Quota, QuotaUsage, count_usage};
-use crate::state::{AllocCounters, DirEntry, FsState, Mode, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
+use crate::state::{AllocCounters, DirEntry, FsState, Mode, NewFile, NoRoom, RenameFlags, SetAttr, Stat, XattrSet};
 use crate::write::DeviceTarget;
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::collections::BTreeMap;
@@ -29,6 +29,11 @@ pub type DataHook = Arc<dyn Fn(&[u64]) -> io::Result<()> + Send + Sync>;
 /// Rounds of the data hook one commit runs without the lock before a last one under it (see
 /// [`FileSystem::commit`]).
 const HOOK_ROUNDS: usize = 4;
+
+/// How many times an operation that ran out of space is tried again after room was made for it
+/// ([`FileSystem::make_room`]): other threads may take the room first (ext4 also retries an
+/// allocation a few times after waiting for a commit).
+pub(crate) const ROOM_RETRIES: u32 = 3;
 
 /// How to mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -371,10 +376,10 @@ impl FileSystem {
 
     /// Runs an operation that changes metadata, under the lock: all of it or none of it goes
     /// into the running journal transaction. A transaction past the commit threshold is
-    /// committed first; an operation that runs out of space while freed blocks wait for a
-    /// checkpoint is retried once after committing and checkpointing (not one refused for
-    /// root's reserve, which counts those blocks free already). Either commit goes through
-    /// [`FileSystem::commit`], data hook first, with the lock released while the hook runs.
+    /// committed first; an operation that runs out of space is tried again when
+    /// [`FileSystem::make_room`] makes (or finds) room, up to [`ROOM_RETRIES`] times. Either
+    /// commit goes through [`FileSystem::commit`], data hook first, with the lock released
+    /// while the hook runs.
     pub(crate) fn in_transaction<T>(&self, mut f: impl FnMut(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
         let mut committed = false;
@@ -384,7 +389,7 @@ impl FileSystem {
             committed = true;
             g = self.lock()?;
         }
-        let mut retried = false;
+        let mut retries = 0;
         loop {
             g.begin_op();
             match f(&mut g) {
@@ -394,16 +399,16 @@ impl FileSystem {
                 }
                 Err(e) => {
                     g.rollback_op();
-                    let reusable = g.has_deferred() && !g.quota.reserve_refused;
-                    if matches!(e, FsError::NoSpace) && !retried && reusable {
-                        retried = true;
-                        drop(g);
-                        self.commit()?;
-                        g = self.lock()?;
-                        g.checkpoint_locked()?;
-                        continue;
+                    if !matches!(e, FsError::NoSpace) || retries == ROOM_RETRIES {
+                        return Err(e);
                     }
-                    return Err(e);
+                    let seen = g.no_room();
+                    drop(g);
+                    if !self.make_room(seen)? {
+                        return Err(e);
+                    }
+                    retries += 1;
+                    g = self.lock()?;
                 }
             }
         }
@@ -446,10 +451,14 @@ impl FileSystem {
     /// order, under one hold of the lock, each block an operation of its own in the running
     /// transaction. Never commits (the caller holds the data gate). Returns the blocks
     /// allocated and, if one failed, why (the blocks before it stay allocated).
-    pub(crate) fn allocate_run(&self, ino: u64, indexes: std::ops::Range<u64>) -> (Vec<Allocation>, Option<FsError>) {
+    pub(crate) fn allocate_run(
+        &self,
+        ino: u64,
+        indexes: std::ops::Range<u64>,
+    ) -> (Vec<Allocation>, Option<(FsError, NoRoom)>) {
         let mut g = match self.lock() {
             Ok(g) => g,
-            Err(e) => return (Vec::new(), Some(e)),
+            Err(e) => return (Vec::new(), Some((e, NoRoom::NOT_SEEN))),
         };
         let mut run = Vec::with_capacity(indexes.clone().count());
         for index in indexes {
@@ -465,7 +474,7 @@ impl FileSystem {
                 }
                 Err(e) => {
                     g.rollback_op();
-                    return (run, Some(e));
+                    return (run, Some((e, g.no_room())));
                 }
             }
         }
@@ -479,13 +488,18 @@ impl FileSystem {
         self.state.lock().alloc_inos.insert(ino);
     }
 
-    /// After an allocation found no space: if blocks freed in the running transaction wait for
-    /// a checkpoint to be reused (and the refusal was not root's reserve, which counts them free
-    /// already), commits and checkpoints so that they can be, and says so.
-    pub(crate) fn make_room(&self) -> Result<bool> {
+    /// After an operation found no space (`seen`, taken under the lock when it did), with the
+    /// lock released since: says whether trying again can succeed. Yes when another thread's
+    /// checkpoint has made freed blocks reusable in between; else, if freed blocks wait for a
+    /// checkpoint (and the refusal was not root's reserve, which counts them free already),
+    /// commits and checkpoints so that they can be reused, and says yes.
+    pub(crate) fn make_room(&self, seen: NoRoom) -> Result<bool> {
         {
             let g = self.lock()?;
-            if !g.has_deferred() || g.quota.reserve_refused {
+            if g.released_since(seen) {
+                return Ok(true);
+            }
+            if !seen.reusable {
                 return Ok(false);
             }
         }

@@ -182,6 +182,23 @@ impl Found {
     }
 }
 
+/// What an allocation that found no space saw under the lock (see [`FsState::no_room`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NoRoom {
+    releases: u64,
+    /// Freed blocks waited for a checkpoint, and the refusal was not root's reserve (which
+    /// counts them free already): a commit and a checkpoint would make room.
+    pub reusable: bool,
+}
+
+impl NoRoom {
+    /// For a failure that was not a want of space (nothing was seen under the lock).
+    pub const NOT_SEEN: NoRoom = NoRoom {
+        releases: 0,
+        reusable: false,
+    };
+}
+
 /// The state of a mounted file system (see the module documentation).
 pub(crate) struct FsState {
     /// Where timestamps come from.
@@ -198,6 +215,10 @@ pub(crate) struct FsState {
     deferred_set: FxHashSet<u64>,
     deferred_in_group: Vec<u32>,
     deferred_mark: usize,
+    /// How many times freed blocks have become reusable ([`FsState::release_deferred`]
+    /// releasing any): an allocation that found no space compares it to know whether another
+    /// thread's checkpoint has made room since.
+    releases: u64,
     /// Per group, a bit of its block bitmap below which no block can be taken (each one is in
     /// use or waits for a checkpoint), so that filling a group does not rescan its start for
     /// every block. Only ever lowered by frees, releases and rollbacks; raised by allocations.
@@ -274,6 +295,7 @@ impl FsState {
             deferred: VecDeque::new(),
             deferred_set: FxHashSet::default(),
             deferred_mark: 0,
+            releases: 0,
             alloc_inos: BTreeSet::new(),
             mode: Mode::Mounted,
             counters: AllocCounters::default(),
@@ -374,10 +396,25 @@ impl FsState {
         !self.deferred.is_empty()
     }
 
+    /// What an operation that has just found no space sees, for [`crate::FileSystem::make_room`]
+    /// to decide, later and without the lock held in between, whether trying again can help.
+    pub fn no_room(&self) -> NoRoom {
+        NoRoom {
+            releases: self.releases,
+            reusable: self.has_deferred() && !self.quota.reserve_refused,
+        }
+    }
+
+    /// Whether blocks have become reusable since `seen` was taken.
+    pub fn released_since(&self, seen: NoRoom) -> bool {
+        self.releases != seen.releases
+    }
+
     /// Makes reusable the freed blocks whose freeing transaction has been checkpointed: no
     /// transaction left in the journal can then write an old image over them.
     pub fn release_deferred(&mut self) {
         let tail_seq = self.meta.journal.tail_seq;
+        let before = self.deferred.len();
         while let Some(&(b, seq)) = self.deferred.front() {
             if seq >= tail_seq {
                 break;
@@ -388,6 +425,9 @@ impl FsState {
             self.deferred_in_group[g] = self.deferred_in_group[g].saturating_sub(1);
             let bit = b - self.geo.group_start(g as u32);
             self.block_floor[g] = self.block_floor[g].min(bit);
+        }
+        if self.deferred.len() < before {
+            self.releases += 1;
         }
         self.deferred_mark = self.deferred.len();
     }

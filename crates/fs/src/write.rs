@@ -24,7 +24,7 @@
 //! * The size grows to the end of what was written, once the data is written.
 
 use crate::error::{FsError, Result};
-use crate::filesystem::FileSystem;
+use crate::filesystem::{FileSystem, ROOM_RETRIES};
 use crate::layout::{BS, FileType, MAX_FILE_SIZE};
 use std::io;
 use std::ops::Range;
@@ -173,11 +173,14 @@ impl FileSystem {
         w: &mut Written<'g>,
     ) -> Result<()> {
         let bs = BS as u64;
-        let mut made_room = false;
+        let mut retries = 0;
         while w.done < data.len() {
             let first = (offset + w.done as u64) / bs;
             let last = (offset + data.len() as u64 - 1) / bs;
             let (run, failed) = self.allocate_run(ino, first..(last + 1).min(first + ALLOCATION_RUN));
+            if !run.is_empty() {
+                retries = 0;
+            }
             for a in run {
                 w.fresh |= a.fresh;
                 let pos = offset + w.done as u64;
@@ -200,19 +203,19 @@ impl FileSystem {
             }
             match failed {
                 None => {}
-                Some(FsError::NoSpace) if !made_room => {
+                Some((FsError::NoSpace, seen)) if retries < ROOM_RETRIES => {
                     // Blocks freed in the running transaction may be reused after a checkpoint,
                     // which needs a commit: not under the gate.
-                    made_room = true;
+                    retries += 1;
                     self.release_gate(ino, w);
-                    let room = self.make_room()?;
+                    let room = self.make_room(seen)?;
                     w.gate = Some(self.data_gate());
                     if !room {
                         return if w.done > 0 { Ok(()) } else { Err(FsError::NoSpace) };
                     }
                 }
-                Some(FsError::NoSpace | FsError::NoInodes | FsError::QuotaExceeded) if w.done > 0 => return Ok(()),
-                Some(e) => return Err(e),
+                Some((FsError::NoSpace | FsError::NoInodes | FsError::QuotaExceeded, _)) if w.done > 0 => return Ok(()),
+                Some((e, _)) => return Err(e),
             }
         }
         Ok(())

@@ -197,3 +197,38 @@ fn mount_refuses_a_device_smaller_than_the_file_system() {
     assert_eq!(e.kind(), FsErrorKind::Corrupt);
     assert!(e.to_string().contains("2048 blocks"), "{e}");
 }
+
+/// Writers on a disk whose free blocks all wait for a checkpoint: each one that finds no space
+/// makes room (commit, checkpoint) or finds that another has made it meanwhile, and none is
+/// refused while most of the disk is reusable.
+#[test]
+fn writers_racing_for_room_on_a_full_disk_are_never_refused() {
+    let dev = fresh(
+        1024,
+        &MkfsOptions {
+            blocks_per_group: 1024,
+            inodes_per_group: Some(64),
+            ..Default::default()
+        },
+    );
+    let fs = mount(&dev);
+    let data = pattern(7, 32 * 4096);
+    std::thread::scope(|s| {
+        for t in 0..6u64 {
+            let (fs, data) = (fs.clone(), &data);
+            s.spawn(move || {
+                let who = NewFile::by(t);
+                for i in 0..400 {
+                    let name = format!("w{t}");
+                    let f = fs.create(fs.root(), &name, &who).unwrap();
+                    let n = fs.write_at(f, 0, data);
+                    assert_eq!(kind(n), Ok(data.len()), "writer {t}, file {i}");
+                    fs.unlink(fs.root(), &name).unwrap();
+                }
+            });
+        }
+    });
+    assert!(fs.stats().meta.commits >= 10, "the disk filled again and again");
+    fs.unmount().unwrap();
+    assert_clean(&*dev, "after the writers");
+}
