@@ -141,6 +141,13 @@ pub struct FileSystem {
     /// none makes an allocation durable before the data it exposes (ordered mode). Taken before
     /// the state's lock.
     data_gate: RwLock<()>,
+    /// Held by a commit from its first hook round until its transaction is in the journal, and
+    /// by a checkpoint: one at a time, and none while a sealed transaction is being written
+    /// without the state's lock (a checkpoint then would write its images home, or move the
+    /// journal's tail past them, before the journal holds them). Taken before the data gate and
+    /// the state's lock. fsyncs that queue here find their changes committed by the one ahead
+    /// of them (a group commit).
+    commit_io: Mutex<()>,
     replayed: u64,
     orphans_freed: u64,
 }
@@ -343,6 +350,7 @@ impl FileSystem {
             hook: Mutex::new(None),
             committer: opts.commit_interval.map(Committer::new),
             data_gate: RwLock::new(()),
+            commit_io: Mutex::new(()),
             replayed,
             orphans_freed: 0,
         };
@@ -504,7 +512,7 @@ impl FileSystem {
             }
         }
         self.commit()?;
-        self.lock()?.checkpoint_locked()?;
+        self.checkpoint()?;
         Ok(true)
     }
 
@@ -917,8 +925,10 @@ impl FileSystem {
     /// data gate (no write is then between allocating a block and handing over its data), so no
     /// allocation is ever committed before its data, however busy the writers. The hook must not
     /// need the file system's lock: the kernel's writes dirty pages whose device blocks the cache
-    /// already holds.
+    /// already holds. The transaction is then sealed under the lock and written without it:
+    /// another user's operations do not wait for the device's flushes.
     pub fn commit(&self) -> Result<()> {
+        let _io = self.commit_io.lock();
         {
             let mut g = self.lock()?;
             for _ in 0..HOOK_ROUNDS {
@@ -943,9 +953,9 @@ impl FileSystem {
                 g.usable()?;
             }
         }
-        // The last round and the commit hold the data gate and the lock: no write is between
+        // The last round and the seal hold the data gate and the lock: no write is between
         // allocating a block and putting its data where the hook finds it, and none can start.
-        let _gate = self.data_gate.write();
+        let gate = self.data_gate.write();
         let mut g = self.lock()?;
         if g.meta.dirty_count() == 0 {
             return Ok(());
@@ -963,7 +973,18 @@ impl FileSystem {
                 }
             }
         }
-        g.commit_locked()
+        let Some(sealed) = g.seal_transaction()? else {
+            return Ok(());
+        };
+        drop((g, gate));
+        let written = sealed.write();
+        self.state.lock().sealed_written(written)
+    }
+
+    /// Writes every journaled block home and empties the journal, with no commit under way.
+    fn checkpoint(&self) -> Result<()> {
+        let _io = self.commit_io.lock();
+        self.lock()?.checkpoint_locked()
     }
 
     /// One round of the background committer: commits if anything is uncommitted (with
@@ -992,7 +1013,7 @@ impl FileSystem {
     /// Commits, then writes every journaled block home and empties the journal.
     pub fn sync(&self) -> Result<()> {
         self.commit()?;
-        self.lock()?.checkpoint_locked()
+        self.checkpoint()
     }
 
     /// Syncs and marks the file system cleanly unmounted. Every later operation fails.

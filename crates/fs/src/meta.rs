@@ -7,8 +7,9 @@
 //! the block's previous contents are kept, so an op that fails half way is rolled back exactly
 //! (the same abort-log idea as the VINO lightweight transactions).
 //!
-//! [`Meta::commit`] writes the images of the dirty blocks to the journal as one transaction and
-//! flushes; from then on they are *committed*: their images are kept for the checkpoint, which
+//! [`Meta::seal`] takes the images of the dirty blocks as one transaction, which the caller
+//! writes to the journal and flushes ([`Sealed::write`]) without the file system's lock; from
+//! the seal on they are *committed*: their images are kept for the checkpoint, which
 //! writes them home, flushes, and moves the journal's tail past them. The checkpoint is lazy: it
 //! runs when the journal is out of room, when an allocation needs the blocks a committed
 //! transaction freed, at `sync` and at unmount. Until it runs, a committed image is the block's
@@ -343,12 +344,17 @@ impl Meta {
         self.geo.log_len() - self.journal.used
     }
 
-    /// Writes the running transaction to the journal and flushes. The caller has made the data
-    /// the transaction's allocations refer to durable first (ordered mode).
-    pub fn commit(&mut self) -> io::Result<()> {
+    /// Seals the running transaction into a journal transaction and returns it for the caller
+    /// to write ([`Sealed::write`]) without the file system's lock, so that other operations go
+    /// on meanwhile (in a new running transaction). From here on the transaction's images are
+    /// committed as far as readers are concerned, and its place in the log is taken. The caller
+    /// must keep every other commit and checkpoint out until the write is done (a checkpoint
+    /// would write the images home, or move the tail past them, before the journal holds them):
+    /// [`crate::FileSystem`] holds its commit mutex across both.
+    pub fn seal(&mut self) -> io::Result<Option<Sealed>> {
         assert!(!self.in_op, "commit inside an op");
         if self.dirty.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let n = self.dirty.len();
         let need = journal::transaction_len(n);
@@ -372,13 +378,6 @@ impl Meta {
         let head = self.journal.head;
         let blocks = (bytes.len() / BS) as u64;
         let first_run = blocks.min(log_len - head);
-        self.dev
-            .write_blocks(self.geo.log_start() + head, &bytes[..first_run as usize * BS])?;
-        if first_run < blocks {
-            self.dev
-                .write_blocks(self.geo.log_start(), &bytes[first_run as usize * BS..])?;
-        }
-        self.dev.flush()?;
         self.journal.head = (head + blocks) % log_len;
         self.journal.used += blocks;
         self.journal.next_seq += 1;
@@ -390,7 +389,13 @@ impl Meta {
         }
         self.dirty.clear();
         self.checked();
-        Ok(())
+        Ok(Some(Sealed {
+            dev: self.dev.clone(),
+            at: self.geo.log_start() + head,
+            wrap_to: self.geo.log_start(),
+            first_run: first_run as usize * BS,
+            bytes,
+        }))
     }
 
     /// Writes every committed image home, flushes, and empties the journal (a new header,
@@ -439,5 +444,30 @@ impl Meta {
         self.counters.checkpointed_blocks += written;
         self.checked();
         Ok(())
+    }
+}
+
+/// A transaction sealed by [`Meta::seal`], to be written to the journal.
+pub struct Sealed {
+    dev: Arc<dyn BlockDevice>,
+    /// Where its first block goes, and where the rest goes if it runs past the log's end.
+    at: u64,
+    wrap_to: u64,
+    /// How many of its bytes fit before the log's end.
+    first_run: usize,
+    bytes: Vec<u8>,
+}
+
+impl Sealed {
+    /// Makes the transaction durable: flushes the device first (the data its allocations and
+    /// sizes expose, written by the caller, goes before the metadata: ordered mode), writes the
+    /// journal blocks and flushes again.
+    pub fn write(self) -> io::Result<()> {
+        self.dev.flush()?;
+        self.dev.write_blocks(self.at, &self.bytes[..self.first_run])?;
+        if self.first_run < self.bytes.len() {
+            self.dev.write_blocks(self.wrap_to, &self.bytes[self.first_run..])?;
+        }
+        self.dev.flush()
     }
 }

@@ -14,7 +14,7 @@
 use crate::dirindex::{DirIdx, DirIndex, Slot, room_of};
 use crate::error::{FsError, Result, corrupt};
 use crate::layout::*;
-use crate::meta::Meta;
+use crate::meta::{Meta, Sealed};
 use crate::placement::{BlockBuddy, BuddyArgs, Placement, ffs_policy};
 use crate::quota::Accounting;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -432,13 +432,13 @@ impl FsState {
         self.deferred_mark = self.deferred.len();
     }
 
-    /// Commits the running transaction (data first: the device is flushed before the journal is
-    /// written). An I/O error stops the file system. Only [`crate::FileSystem::commit`] calls
-    /// this, after the data hook has written the data the transaction's allocations and sizes
-    /// expose.
-    pub fn commit_locked(&mut self) -> Result<()> {
+    /// The first half of a commit, under the lock: seals the group headers' checksums and the
+    /// running transaction into a journal transaction, for [`crate::FileSystem::commit`] to
+    /// write without the lock ([`Meta::seal`]). None when nothing changed. An I/O error (a
+    /// checkpoint the journal needed first) stops the file system.
+    pub fn seal_transaction(&mut self) -> Result<Option<Sealed>> {
         if self.meta.dirty_count() == 0 {
-            return Ok(());
+            return Ok(None);
         }
         self.begin_op();
         let sealed = self.seal_groups();
@@ -449,7 +449,16 @@ impl FsState {
                 return Err(e);
             }
         }
-        let r = self.meta.dev.flush().and_then(|()| self.meta.commit());
+        match self.meta.seal() {
+            Ok(sealed) => Ok(sealed),
+            Err(e) => self.after_io(Err(e)).map(|()| None),
+        }
+    }
+
+    /// The end of a commit, under the lock again: the sealed transaction's write came back
+    /// with `r`. An error stops the file system (the transaction's images are committed in
+    /// memory only, and no later one may follow them).
+    pub fn sealed_written(&mut self, r: std::io::Result<()>) -> Result<()> {
         self.after_io(r)?;
         self.release_deferred();
         Ok(())

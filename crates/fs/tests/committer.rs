@@ -164,3 +164,112 @@ fn power_cuts_among_writers_and_the_committer_never_show_stale_bytes() {
         assert_clean(&*after, &format!("cut {i}"));
     }
 }
+
+/// A device whose flushes wait while its gate is closed, counting the flushes begun.
+struct HeldFlush {
+    inner: Arc<MemDevice>,
+    closed: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    begun: std::sync::atomic::AtomicU64,
+}
+
+impl HeldFlush {
+    fn set_closed(&self, closed: bool) {
+        *self.closed.lock().unwrap() = closed;
+        self.opened.notify_all();
+    }
+}
+
+impl vino_blockdev::BlockDevice for HeldFlush {
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_blocks(first, buf)
+    }
+    fn write_blocks(&self, first: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_blocks(first, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.begun.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut closed = self.closed.lock().unwrap();
+        while *closed {
+            closed = self.opened.wait(closed).unwrap();
+        }
+        drop(closed);
+        self.inner.flush()
+    }
+    fn block_count(&self) -> u64 {
+        self.inner.block_count()
+    }
+    fn name(&self) -> &str {
+        "held-flush"
+    }
+    fn counters(&self) -> &vino_blockdev::DeviceCounters {
+        self.inner.counters()
+    }
+}
+
+/// A commit writes its transaction without the file system's lock: while one user's fsync waits
+/// for the device, other operations go on (into the next transaction), and a second fsync waits
+/// for the first's write and then commits what is left.
+#[test]
+fn operations_go_on_while_a_commit_waits_for_the_device() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::mpsc;
+    let mem = fresh(4096, &small_opts(1024));
+    let dev = Arc::new(HeldFlush {
+        inner: mem.clone(),
+        closed: std::sync::Mutex::new(false),
+        opened: std::sync::Condvar::new(),
+        begun: std::sync::atomic::AtomicU64::new(0),
+    });
+    let fs = FileSystem::mount(dev.clone(), runtime(), &MountOptions::default()).unwrap();
+    let who = NewFile::by(1);
+    let a = fs.create(fs.root(), "a", &who).unwrap();
+    fs.write_at(a, 0, b"first").unwrap();
+    let commits = fs.stats().meta.commits;
+    dev.set_closed(true);
+    let flushes = dev.begun.load(SeqCst);
+    let first = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.fsync(a))
+    };
+    while dev.begun.load(SeqCst) == flushes {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The first fsync is inside the device's flush. Others' operations finish meanwhile.
+    let (tx, rx) = mpsc::channel();
+    let other = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let b = fs.create(fs.root(), "b", &NewFile::by(2)).unwrap();
+            fs.write_at(b, 0, b"second").unwrap();
+            assert_eq!(fs.lookup(fs.root(), "a").unwrap(), a);
+            tx.send(b).unwrap();
+        })
+    };
+    let b = match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(b) => b,
+        Err(_) => {
+            dev.set_closed(false);
+            panic!("an operation waited for another user's commit to reach the device");
+        }
+    };
+    other.join().unwrap();
+    // A second fsync cannot end before the first's transaction is in the journal.
+    let second = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.fsync(b))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!second.is_finished() && !first.is_finished());
+    dev.set_closed(false);
+    first.join().unwrap().unwrap();
+    second.join().unwrap().unwrap();
+    assert_eq!(fs.stats().meta.commits, commits + 2, "one commit each");
+    // Both are durable: a power cut now loses neither.
+    drop(fs);
+    let fs = mount(&mem);
+    assert_eq!(read_all(&fs, fs.resolve("/a").unwrap()), b"first");
+    assert_eq!(read_all(&fs, fs.resolve("/b").unwrap()), b"second");
+    fs.unmount().unwrap();
+    assert_clean(&*mem, "after both commits");
+}

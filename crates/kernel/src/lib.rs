@@ -280,10 +280,12 @@ impl Kernel {
         self.cpu.remove_process(pid);
     }
 
-    /// Writes everything to the device and commits the file system.
+    /// Writes everything to the device and commits the file system: all of it survives a crash
+    /// from here on. The checkpoint (the journal's blocks written home) stays lazy, as ext4's
+    /// does at sync(2): any user may call this, and a checkpoint writes much more.
     pub fn sync(&self) -> SysResult<()> {
         self.cache.sync_all()?;
-        Ok(self.fs.sync()?)
+        Ok(self.fs.commit()?)
     }
 
     /// Ends every process, syncs and unmounts cleanly.
