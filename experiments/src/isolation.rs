@@ -76,10 +76,13 @@ pub enum Attack {
     ConnectionHog,
     /// Writes until refused.
     DiskFill,
+    /// 4 KiB written and made durable, back to back on 4 connections: two `fsync` their own
+    /// file, two ask for a `sync` of everything, so every call has something to flush.
+    SyncStorm,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 8] = [
+    pub const ALL: [Attack; 9] = [
         Attack::LockGrantSpin,
         Attack::LockContend,
         Attack::ControlSpin,
@@ -88,6 +91,7 @@ impl Attack {
         Attack::CompileBomb,
         Attack::ConnectionHog,
         Attack::DiskFill,
+        Attack::SyncStorm,
     ];
 
     /// The attack's name on the command line and in the report.
@@ -101,6 +105,7 @@ impl Attack {
             Attack::CompileBomb => "compile-bomb",
             Attack::ConnectionHog => "connection-hog",
             Attack::DiskFill => "disk-fill",
+            Attack::SyncStorm => "sync-storm",
         }
     }
 
@@ -1045,6 +1050,7 @@ fn attacker(socket: &Path, home: &str, attack: Attack) {
         Attack::CompileBomb => compile_bomb(&ctx, &started),
         Attack::ConnectionHog => connection_hog(&ctx, &started),
         Attack::DiskFill => disk_fill(&ctx, &started),
+        Attack::SyncStorm => sync_storm(&ctx, &started),
     };
     let note = done.unwrap_or_else(|e| format!("attack failed: {e}"));
     // Refused before it was in place: the refusal is the note, and the victim runs anyway.
@@ -1528,4 +1534,47 @@ fn disk_fill(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
         let _ = c.unlink(f);
     }
     Ok(note)
+}
+
+fn sync_storm(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
+    let (fsyncs, syncs, tally) = (AtomicU64::new(0), AtomicU64::new(0), Tally::default());
+    std::thread::scope(|s| {
+        for i in 0..4u64 {
+            let (fsyncs, syncs, tally) = (&fsyncs, &syncs, &tally);
+            s.spawn(move || {
+                let Ok(mut c) = ctx.connect(&format!("syncer{i}")) else {
+                    return tally.add("connect refused");
+                };
+                let path = format!("{}/synced{i}", ctx.home);
+                let Ok(fd) = c.open(&path, OpenFlags::create()) else {
+                    return tally.add("open refused");
+                };
+                let block = vec![i as u8; 4096];
+                let mut n = 0u64;
+                while !ctx.stopped() {
+                    // A new block each time (a small file's worth, round and round), so that
+                    // each call has a page to write and a commit to make.
+                    if let Err(e) = c.pwrite(fd, &block, (n % 256) * 4096) {
+                        tally.err(&e);
+                        continue;
+                    }
+                    let done = if i % 2 == 0 { c.fsync(fd) } else { c.sync() };
+                    match done {
+                        Ok(()) if i % 2 == 0 => drop(fsyncs.fetch_add(1, Ordering::Relaxed)),
+                        Ok(()) => drop(syncs.fetch_add(1, Ordering::Relaxed)),
+                        Err(e) => tally.err(&e),
+                    }
+                    n += 1;
+                }
+                let _ = c.unlink(&path);
+            });
+        }
+        started("4 connections writing 4 KiB and syncing, back to back");
+    });
+    Ok(format!(
+        "{} fsyncs, {} syncs{}",
+        fsyncs.load(Ordering::Relaxed),
+        syncs.load(Ordering::Relaxed),
+        errors_suffix(&tally)
+    ))
 }

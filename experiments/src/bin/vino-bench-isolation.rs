@@ -22,7 +22,7 @@ struct Args {
     #[arg(long, default_value = "target/vino-bench")]
     scratch: PathBuf,
     /// The attacks to run, comma-separated (default: all): lock-grant-spin, lock-contend,
-    /// control-spin, event-flood, graft-hog, compile-bomb, connection-hog, disk-fill.
+    /// control-spin, event-flood, graft-hog, compile-bomb, connection-hog, disk-fill, sync-storm.
     #[arg(long, value_delimiter = ',')]
     attacks: Vec<String>,
     /// Seconds each phase measures the victim (default 5; 1 with --quick).
