@@ -247,7 +247,7 @@ pub struct SchedStats {
     /// Requests refused at submission (a range past the device, a bad buffer).
     pub refused: u64,
     /// Device requests sent and completed: a merged request counts once for all its parts
-    /// (`submitted` = `completed` + `merged` once everything is served).
+    /// (`submitted` = `completed` + `merged` + `flushes_elided` once everything is served).
     pub dispatched: u64,
     pub completed: u64,
     pub reads: u64,
@@ -271,6 +271,9 @@ pub struct SchedStats {
     pub head_travel_blocks: u64,
     /// Requests that went to the device as part of another's (adjacent blocks, same direction).
     pub merged: u64,
+    /// Flushes completed without the device: no write was sent since the last flush was (every
+    /// write before a flush has completed when it is dispatched, so that flush covered them).
+    pub flushes_elided: u64,
 }
 
 impl SchedStats {
@@ -283,6 +286,14 @@ impl SchedStats {
     pub fn mean_service(&self) -> Duration {
         Duration::from_nanos(self.service_ns.checked_div(self.completed).unwrap_or(0))
     }
+}
+
+/// What [`Core::take_next`] took from the queue.
+enum Next {
+    /// To the device.
+    Send(Pending),
+    /// A flush with no write sent since the last one: complete it at once.
+    Elided(Pending),
 }
 
 struct Pending {
@@ -299,6 +310,10 @@ struct State {
     shutdown: bool,
     /// A thread is dispatching ([`Dispatch::Caller`]): others leave their requests to it.
     dispatching: bool,
+    /// A write was sent since the last flush was (or that flush failed): the next flush must
+    /// go to the device. A user repeating fsync or sync with nothing written in between costs
+    /// others no device flushes.
+    unflushed: bool,
     head: u64,
     stats: SchedStats,
 }
@@ -357,6 +372,7 @@ impl IoScheduler {
                 plugged: false,
                 shutdown: false,
                 dispatching: false,
+                unflushed: true,
                 head: 0,
                 stats: SchedStats::default(),
             }),
@@ -377,6 +393,9 @@ impl IoScheduler {
                 st.stats.service_ns += done.service.as_nanos() as u64;
                 if !done.ok {
                     st.stats.errors += 1;
+                    if done.op == IoOp::Flush {
+                        st.unflushed = true;
+                    }
                 }
             }
             for_hook.cv.notify_all();
@@ -618,7 +637,15 @@ impl Core {
         }
         st.dispatching = true;
         while self.shared.ready(&st) {
-            let (mut guard, p) = self.take_next(st, &mut candidates);
+            let (mut guard, p) = match self.take_next(st, &mut candidates) {
+                (guard, Next::Send(p)) => (guard, p),
+                (guard, Next::Elided(p)) => {
+                    drop(guard);
+                    p.completer.complete(Ok(p.req.buf));
+                    st = self.shared.state.lock();
+                    continue;
+                }
+            };
             // A read this thread is about to wait for, with nothing else to send now, is read
             // here: through the backend its completion would wake this thread from another
             // (two cross-CPU wake-ups on every synchronous miss). Meanwhile another thread may
@@ -654,20 +681,24 @@ impl Core {
                 }
                 self.shared.cv.wait(&mut st);
             }
-            let (guard, p) = self.take_next(st, &mut candidates);
+            let (guard, next) = self.take_next(st, &mut candidates);
             drop(guard);
-            self.queue.submit_with(p.req, p.completer);
+            match next {
+                Next::Send(p) => self.queue.submit_with(p.req, p.completer),
+                Next::Elided(p) => p.completer.complete(Ok(p.req.buf)),
+            }
         }
     }
 
     /// Takes the request to send next from a ready queue, asking the policy when several
-    /// wait, and counts it in flight. Only the dispatching thread removes requests, so the
-    /// candidates stay where they are while the policy runs without the lock.
+    /// wait, and counts it in flight; or a flush that need not go ([`State::unflushed`]),
+    /// for the caller to complete once the lock is dropped. Only the dispatching thread removes
+    /// requests, so the candidates stay where they are while the policy runs without the lock.
     fn take_next<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
         candidates: &mut Vec<Candidate>,
-    ) -> (MutexGuard<'a, State>, Pending) {
+    ) -> (MutexGuard<'a, State>, Next) {
         let now = self.shared.clock.monotonic();
         let chosen = if st.pending[0].req.op == IoOp::Flush {
             0
@@ -709,6 +740,15 @@ impl Core {
             }
         };
         let p = st.pending.remove(chosen).expect("the policy's choice was checked");
+        match p.req.op {
+            IoOp::Flush if !st.unflushed => {
+                st.stats.flushes_elided += 1;
+                return (st, Next::Elided(p));
+            }
+            IoOp::Flush => st.unflushed = false,
+            IoOp::Write => st.unflushed = true,
+            IoOp::Read => {}
+        }
         let p = merge_adjacent(&mut st, p);
         let st_ref = &mut *st;
         let stats = &mut st_ref.stats;
@@ -727,7 +767,7 @@ impl Core {
             st_ref.head = p.req.block + p.req.blocks();
         }
         st_ref.in_flight += 1;
-        (st, p)
+        (st, Next::Send(p))
     }
 }
 

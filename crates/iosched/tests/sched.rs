@@ -537,7 +537,7 @@ fn with_several_callers_and_a_threaded_queue_no_request_is_left_behind() {
     s.drain();
     let st = s.stats();
     // A merged request completes (and counts) once for all its parts.
-    assert_eq!(st.completed + st.merged, st.submitted);
+    assert_eq!(st.completed + st.merged + st.flushes_elided, st.submitted);
     assert_eq!(st.reads + st.merged, 2000);
     assert!(dev.max_active.load(Ordering::SeqCst) <= 2, "the depth holds");
 }
@@ -694,4 +694,33 @@ fn the_file_systems_own_requests_go_before_waiting_data() {
         950,
         "but not past the flush before it: {served:?}"
     );
+}
+
+#[test]
+fn a_flush_with_no_write_sent_since_the_last_does_not_reach_the_device() {
+    let rt = Runtime::default();
+    let dev = Recorder::new(64, true);
+    let s = sched(dev.clone(), &rt, 2);
+    let flushes = || dev.log.lock().iter().filter(|(op, _)| *op == IoOp::Flush).count();
+    s.flush_sync().unwrap();
+    assert_eq!(flushes(), 1, "the first flush goes: earlier writes are not known");
+    s.flush_sync().unwrap();
+    s.read_sync(3, &mut [0u8; BLOCK_SIZE]).unwrap();
+    s.flush_sync().unwrap();
+    assert_eq!(flushes(), 1, "nothing written since: reads need no flush");
+    s.write_sync(3, &[1u8; BLOCK_SIZE]).unwrap();
+    assert_eq!(dev.inner.unflushed_writes(), 1);
+    s.flush_sync().unwrap();
+    assert_eq!((flushes(), dev.inner.unflushed_writes()), (2, 0));
+    s.flush_sync().unwrap();
+    assert_eq!(flushes(), 2);
+    // A flush that fails leaves the writes unflushed: the next one goes to the device again.
+    s.write_sync(4, &[2u8; BLOCK_SIZE]).unwrap();
+    dev.inner.fail_flush(1);
+    assert!(s.flush_sync().is_err());
+    s.flush_sync().unwrap();
+    assert_eq!((flushes(), dev.inner.unflushed_writes()), (4, 0));
+    let st = s.stats();
+    assert_eq!((st.flushes, st.flushes_elided), (4, 3));
+    assert_eq!(st.completed + st.merged + st.flushes_elided, st.submitted);
 }
