@@ -30,10 +30,13 @@ pub type DataHook = Arc<dyn Fn(&[u64]) -> io::Result<()> + Send + Sync>;
 /// [`FileSystem::commit`]).
 const HOOK_ROUNDS: usize = 4;
 
-/// How many times an operation that ran out of space is tried again after room was made for it
-/// ([`FileSystem::make_room`]): other threads may take the room first (ext4 also retries an
-/// allocation a few times after waiting for a commit).
-pub(crate) const ROOM_RETRIES: u32 = 3;
+/// How many times in a row an operation that ran out of space is tried again after room was
+/// made for it ([`FileSystem::make_room`]): other threads may take the room first, most often
+/// on a busy machine where the thread that made it is descheduled (three, as ext4 retries an
+/// allocation after a commit, lost the race under a test's load). It gives up at once when no
+/// room can be made (nothing waits for a checkpoint and none happened meanwhile): the disk is
+/// full. A bound, so a writer that always loses pays for a bounded number of commits.
+pub(crate) const ROOM_RETRIES: u32 = 16;
 
 /// How to mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
