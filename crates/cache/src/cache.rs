@@ -14,7 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::io;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use vino_blockdev::{AlignedBuf, BLOCK_SIZE, IoRequest, SharedClock, Ticket};
@@ -490,11 +490,6 @@ pub struct PageCache {
     dirty_share: usize,
     /// Who pays for the write-back thread's rounds ([`PageCache::charge_writeback_to`]).
     charger: OnceLock<WorkCharger>,
-    /// Device writes of pages that completed, and how many of them the last flush of the device
-    /// came after: a sync or fsync with nothing written since then sends no flush, so a user's
-    /// stream of syncs is not a stream of device flushes for everyone.
-    writes_done: AtomicU64,
-    flushed_after: AtomicU64,
 }
 
 /// Charges a process for CPU the kernel spent on its behalf.
@@ -529,8 +524,6 @@ impl PageCache {
             dirty_share: (config.frames * usize::from(config.dirty_percent.min(100)) / 100).max(MIN_DIRTY_SHARE),
             config,
             charger: OnceLock::new(),
-            writes_done: AtomicU64::new(0),
-            flushed_after: AtomicU64::new(0),
         });
         if let Some(every) = cache.config.writeback_every {
             spawn_writeback(Arc::downgrade(&cache), cache.flusher.clone(), every);
@@ -724,16 +717,10 @@ impl PageCache {
         self.write_back(&ranges)
     }
 
-    /// Flushes the device, unless no page's write completed since the last flush began (a flush
-    /// covers the writes that completed before it was sent).
+    /// Flushes the device. The kernel's I/O scheduler sends no flush when no write went to the
+    /// device since the last one, so a stream of syncs is not a stream of device flushes.
     fn barrier(&self) -> io::Result<()> {
-        let done = self.writes_done.load(Ordering::Acquire);
-        if self.flushed_after.load(Ordering::Acquire) >= done {
-            return Ok(());
-        }
-        self.io.submit(IoRequest::flush()).wait()?;
-        self.flushed_after.fetch_max(done, Ordering::AcqRel);
-        Ok(())
+        self.io.submit(IoRequest::flush()).wait().map(|_| ())
     }
 
     /// Drops the pages of `object` from block `from` on (truncate, unlink). Dirty data there is
@@ -1239,8 +1226,6 @@ impl PageCache {
             let tickets = self.io.submit_batch(requests);
             tickets.into_iter().map(Ticket::wait).collect()
         });
-        let completed = results.iter().filter(|r| r.is_ok()).count() as u64;
-        self.writes_done.fetch_add(completed, Ordering::AcqRel);
         let mut first_error = None;
         for (run, result) in members.into_iter().zip(results) {
             let result = result.map(drop);

@@ -241,37 +241,6 @@ fn writes_reach_the_device_on_sync() {
 }
 
 #[test]
-fn a_sync_with_nothing_written_since_the_last_flush_sends_no_flush() {
-    let s = setup(8, 64);
-    let f = file(10, 4);
-    let ctx = IoCtx::new(1);
-    let flushes = || s.device.counters().snapshot().flushes;
-    // Nothing ever written: neither a sync nor an fsync flushes.
-    s.cache.sync_all().unwrap();
-    s.cache.sync_object(1).unwrap();
-    assert_eq!(flushes(), 0);
-    s.cache.write(&ctx, 1, &f, 0, b"durable").unwrap();
-    s.cache.sync_all().unwrap();
-    assert_eq!(flushes(), 1, "a page was written: the sync flushes");
-    assert_eq!(s.device.unflushed_writes(), 0);
-    // A stream of syncs after it (a user repeating `sync`) costs the device nothing.
-    for _ in 0..10 {
-        s.cache.sync_all().unwrap();
-        s.cache.sync_object(1).unwrap();
-    }
-    assert_eq!(flushes(), 1);
-    // A page written by someone else's write-back (no flush of its own) is flushed by the next
-    // fsync even though that fsync finds nothing dirty.
-    s.cache.write(&ctx, 2, &file(20, 4), 0, b"written back").unwrap();
-    s.cache.write_objects(&[2]).unwrap();
-    assert_eq!(s.cache.stats().dirty, 0);
-    assert!(s.device.unflushed_writes() > 0);
-    s.cache.sync_object(1).unwrap();
-    assert_eq!(flushes(), 2);
-    assert_eq!(s.device.unflushed_writes(), 0);
-}
-
-#[test]
 fn dirty_pages_are_written_before_eviction_and_invalidate_discards() {
     let s = setup(2, 64);
     let f = file(10, 8);

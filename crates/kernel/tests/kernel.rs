@@ -462,6 +462,30 @@ fn a_read_after_the_file_system_stopped_is_an_io_error() {
     assert_eq!(p.read(fd, &mut back).unwrap_err().errno, Errno::Io);
 }
 
+/// Any user may sync: with nothing written since, a sync or fsync costs the device no flush (the
+/// scheduler sends none after the last), and one after a write still makes it durable.
+#[test]
+fn syncs_with_nothing_written_since_send_the_device_no_flush() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/f", OpenFlags::create()).unwrap();
+    p.write(fd, b"durable").unwrap();
+    k.sync().unwrap();
+    assert_eq!(dev.unflushed_writes(), 0);
+    let flushes = dev.stats().flushes;
+    for _ in 0..10 {
+        k.sync().unwrap();
+        p.fsync(fd).unwrap();
+    }
+    assert_eq!(dev.stats().flushes, flushes, "nothing written: no flush");
+    p.pwrite(fd, b"again", 0).unwrap();
+    p.fsync(fd).unwrap();
+    assert!(dev.stats().flushes > flushes);
+    assert_eq!(dev.unflushed_writes(), 0, "the write is durable");
+    assert!(k.scheduler().stats().flushes_elided > 0);
+}
+
 #[test]
 fn the_file_systems_own_reads_and_writes_wait_in_the_schedulers_queue() {
     let dev = device(8192);
