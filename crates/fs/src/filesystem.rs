@@ -932,6 +932,9 @@ impl FileSystem {
     /// another user's operations do not wait for the device's flushes.
     pub fn commit(&self) -> Result<()> {
         let _io = self.commit_io.lock();
+        // A journal short of room for this transaction is checkpointed first, without the lock,
+        // so that the seal seldom has to (under the lock) when the transaction grew meanwhile.
+        self.checkpoint_if(|g| g.meta.journal_free() < 2 * journal::transaction_len(g.meta.dirty_count()))?;
         {
             let mut g = self.lock()?;
             for _ in 0..HOOK_ROUNDS {
@@ -987,7 +990,25 @@ impl FileSystem {
     /// Writes every journaled block home and empties the journal, with no commit under way.
     fn checkpoint(&self) -> Result<()> {
         let _io = self.commit_io.lock();
-        self.lock()?.checkpoint_locked()
+        self.checkpoint_if(|_| true)
+    }
+
+    /// With the commit mutex held: checkpoints if `due` says so, the blocks written home without
+    /// the state's lock (other operations go on; readers find the committed images in memory
+    /// until it is done).
+    fn checkpoint_if(&self, due: impl FnOnce(&FsState) -> bool) -> Result<()> {
+        let plan = {
+            let g = self.lock()?;
+            if !due(&g) {
+                return Ok(());
+            }
+            g.meta.plan_checkpoint()
+        };
+        let Some(plan) = plan else {
+            return Ok(());
+        };
+        let written = plan.write();
+        self.state.lock().checkpoint_written(plan, written)
     }
 
     /// One round of the background committer: commits if anything is uncommitted (with

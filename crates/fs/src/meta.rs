@@ -399,25 +399,83 @@ impl Meta {
     }
 
     /// Writes every committed image home, flushes, and empties the journal (a new header,
-    /// flushed). Does not commit the running transaction.
+    /// flushed), all under the caller's hold of the lock: for a transaction that does not fit
+    /// the journal's room at its seal. [`Meta::plan_checkpoint`] is the same without the lock.
     pub fn checkpoint(&mut self) -> io::Result<()> {
         assert!(!self.in_op, "checkpoint inside an op");
-        if self.committed.is_empty() && self.journal.used == 0 {
-            return Ok(());
+        match self.plan_checkpoint() {
+            Some(plan) => {
+                plan.write()?;
+                self.checkpointed(plan);
+                Ok(())
+            }
+            None => Ok(()),
         }
+    }
+
+    /// What a checkpoint writes now (None if the journal is empty), for the caller to write
+    /// ([`Checkpoint::write`]) without the file system's lock and then to record
+    /// ([`Meta::checkpointed`]). Readers go on finding the committed images in memory
+    /// meanwhile. The caller keeps every commit out until then: a transaction sealed in between
+    /// would be in the journal but behind the new tail.
+    pub fn plan_checkpoint(&self) -> Option<Checkpoint> {
+        if self.committed.is_empty() && self.journal.used == 0 {
+            return None;
+        }
+        Some(Checkpoint {
+            dev: self.dev.clone(),
+            images: self.committed.iter().map(|(&b, img)| (b, img.clone())).collect(),
+            header: JournalHeader {
+                fs_id: self.journal.fs_id,
+                generation: self.journal.generation + 1,
+                tail: self.journal.head,
+                seq: self.journal.next_seq,
+            },
+        })
+    }
+
+    /// Records a checkpoint written without error: the journal is empty from its tail on.
+    pub fn checkpointed(&mut self, plan: Checkpoint) {
+        assert_eq!(
+            (plan.header.tail, plan.header.seq),
+            (self.journal.head, self.journal.next_seq),
+            "a transaction was committed during a checkpoint"
+        );
+        self.journal.generation = plan.header.generation;
+        self.journal.tail = plan.header.tail;
+        self.journal.tail_seq = plan.header.seq;
+        self.journal.used = 0;
+        self.committed.clear();
+        self.counters.checkpoints += 1;
+        self.counters.checkpointed_blocks += plan.images.len() as u64;
+        self.checked();
+    }
+}
+
+/// The blocks a checkpoint writes home and the journal header it writes after them
+/// ([`Meta::plan_checkpoint`]).
+pub struct Checkpoint {
+    dev: Arc<dyn BlockDevice>,
+    /// In block order.
+    images: Vec<(u64, Arc<Block>)>,
+    header: JournalHeader,
+}
+
+impl Checkpoint {
+    /// Writes the images home, adjacent ones together (up to 1 MiB a request), flushes, then
+    /// writes the header that moves the journal's tail past them and flushes again.
+    pub fn write(&self) -> io::Result<()> {
         let mut run_start = 0u64;
         let mut run: Vec<u8> = Vec::new();
-        let mut written = 0u64;
-        for (&b, img) in &self.committed {
-            if !run.is_empty() && b != run_start + (run.len() / BS) as u64 {
+        for (b, img) in &self.images {
+            if !run.is_empty() && *b != run_start + (run.len() / BS) as u64 {
                 self.dev.write_blocks(run_start, &run)?;
                 run.clear();
             }
             if run.is_empty() {
-                run_start = b;
+                run_start = *b;
             }
             run.extend_from_slice(&img[..]);
-            written += 1;
             if run.len() >= 256 * BS {
                 self.dev.write_blocks(run_start, &run)?;
                 run.clear();
@@ -427,23 +485,8 @@ impl Meta {
             self.dev.write_blocks(run_start, &run)?;
         }
         self.dev.flush()?;
-        let header = JournalHeader {
-            fs_id: self.journal.fs_id,
-            generation: self.journal.generation + 1,
-            tail: self.journal.head,
-            seq: self.journal.next_seq,
-        };
-        self.dev.write_blocks(header.slot(), &header.encode()[..])?;
-        self.dev.flush()?;
-        self.journal.generation = header.generation;
-        self.journal.tail = header.tail;
-        self.journal.tail_seq = header.seq;
-        self.journal.used = 0;
-        self.committed.clear();
-        self.counters.checkpoints += 1;
-        self.counters.checkpointed_blocks += written;
-        self.checked();
-        Ok(())
+        self.dev.write_blocks(self.header.slot(), &self.header.encode()[..])?;
+        self.dev.flush()
     }
 }
 

@@ -14,7 +14,7 @@
 use crate::dirindex::{DirIdx, DirIndex, Slot, room_of};
 use crate::error::{FsError, Result, corrupt};
 use crate::layout::*;
-use crate::meta::{Meta, Sealed};
+use crate::meta::{Checkpoint, Meta, Sealed};
 use crate::placement::{BlockBuddy, BuddyArgs, Placement, ffs_policy};
 use crate::quota::Accounting;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -464,10 +464,12 @@ impl FsState {
         Ok(())
     }
 
-    /// Writes every committed block home and empties the journal.
-    pub fn checkpoint_locked(&mut self) -> Result<()> {
-        let r = self.meta.checkpoint();
+    /// Records a checkpoint written without the lock ([`Meta::plan_checkpoint`]) that came
+    /// back with `r`: the journal is empty and the blocks its transactions freed are reusable.
+    /// An error stops the file system.
+    pub fn checkpoint_written(&mut self, plan: Checkpoint, r: std::io::Result<()>) -> Result<()> {
         self.after_io(r)?;
+        self.meta.checkpointed(plan);
         self.release_deferred();
         Ok(())
     }

@@ -207,53 +207,73 @@ impl vino_blockdev::BlockDevice for HeldFlush {
     }
 }
 
+impl HeldFlush {
+    /// A file system on a fresh device whose flushes can be held.
+    fn mounted() -> (Arc<MemDevice>, Arc<HeldFlush>, Arc<FileSystem>) {
+        let mem = fresh(4096, &small_opts(1024));
+        let dev = Arc::new(HeldFlush {
+            inner: mem.clone(),
+            closed: std::sync::Mutex::new(false),
+            opened: std::sync::Condvar::new(),
+            begun: std::sync::atomic::AtomicU64::new(0),
+        });
+        let fs = FileSystem::mount(dev.clone(), runtime(), &MountOptions::default()).unwrap();
+        (mem, dev, fs)
+    }
+
+    /// Holds the next flushes, runs `f` on a thread of its own, and returns once `f` is inside
+    /// a flush.
+    fn run_into_flush<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.set_closed(true);
+        let flushes = self.begun.load(SeqCst);
+        let t = std::thread::spawn(f);
+        while self.begun.load(SeqCst) == flushes {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        t
+    }
+
+    /// Runs `f` on another thread and returns its result, or fails the test (letting the
+    /// flushes go first) if it does not finish within 20 s: it waited for the held flush.
+    fn finishes_meanwhile<T: Send + 'static>(&self, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || tx.send(f()).unwrap());
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(v) => {
+                t.join().unwrap();
+                v
+            }
+            Err(_) => {
+                self.set_closed(false);
+                panic!("{what} waited for another user's I/O to reach the device");
+            }
+        }
+    }
+}
+
 /// A commit writes its transaction without the file system's lock: while one user's fsync waits
 /// for the device, other operations go on (into the next transaction), and a second fsync waits
 /// for the first's write and then commits what is left.
 #[test]
 fn operations_go_on_while_a_commit_waits_for_the_device() {
-    use std::sync::atomic::Ordering::SeqCst;
-    use std::sync::mpsc;
-    let mem = fresh(4096, &small_opts(1024));
-    let dev = Arc::new(HeldFlush {
-        inner: mem.clone(),
-        closed: std::sync::Mutex::new(false),
-        opened: std::sync::Condvar::new(),
-        begun: std::sync::atomic::AtomicU64::new(0),
-    });
-    let fs = FileSystem::mount(dev.clone(), runtime(), &MountOptions::default()).unwrap();
-    let who = NewFile::by(1);
-    let a = fs.create(fs.root(), "a", &who).unwrap();
+    let (mem, dev, fs) = HeldFlush::mounted();
+    let a = fs.create(fs.root(), "a", &NewFile::by(1)).unwrap();
     fs.write_at(a, 0, b"first").unwrap();
     let commits = fs.stats().meta.commits;
-    dev.set_closed(true);
-    let flushes = dev.begun.load(SeqCst);
-    let first = {
+    let first = dev.run_into_flush({
         let fs = fs.clone();
-        std::thread::spawn(move || fs.fsync(a))
-    };
-    while dev.begun.load(SeqCst) == flushes {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // The first fsync is inside the device's flush. Others' operations finish meanwhile.
-    let (tx, rx) = mpsc::channel();
-    let other = {
+        move || fs.fsync(a)
+    });
+    let b = dev.finishes_meanwhile("an operation", {
         let fs = fs.clone();
-        std::thread::spawn(move || {
+        move || {
             let b = fs.create(fs.root(), "b", &NewFile::by(2)).unwrap();
             fs.write_at(b, 0, b"second").unwrap();
             assert_eq!(fs.lookup(fs.root(), "a").unwrap(), a);
-            tx.send(b).unwrap();
-        })
-    };
-    let b = match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(b) => b,
-        Err(_) => {
-            dev.set_closed(false);
-            panic!("an operation waited for another user's commit to reach the device");
+            b
         }
-    };
-    other.join().unwrap();
+    });
     // A second fsync cannot end before the first's transaction is in the journal.
     let second = {
         let fs = fs.clone();
@@ -272,4 +292,44 @@ fn operations_go_on_while_a_commit_waits_for_the_device() {
     assert_eq!(read_all(&fs, fs.resolve("/b").unwrap()), b"second");
     fs.unmount().unwrap();
     assert_clean(&*mem, "after both commits");
+}
+
+/// A checkpoint writes the journal's blocks home without the file system's lock: operations go
+/// on, reading what was committed, and a power cut during it or after loses nothing.
+#[test]
+fn operations_go_on_while_a_checkpoint_waits_for_the_device() {
+    let (mem, dev, fs) = HeldFlush::mounted();
+    let d = fs.mkdir(fs.root(), "d", &NewFile::by(1)).unwrap();
+    let a = fs.create(d, "a", &NewFile::by(1)).unwrap();
+    fs.write_at(a, 0, b"committed").unwrap();
+    fs.fsync(a).unwrap();
+    let before = fs.stats().meta;
+    // Nothing to commit: the sync goes straight to its checkpoint, and waits in its flush.
+    let sync = dev.run_into_flush({
+        let fs = fs.clone();
+        move || fs.sync()
+    });
+    dev.finishes_meanwhile("an operation", {
+        let fs = fs.clone();
+        move || {
+            assert_eq!(fs.resolve("/d/a").unwrap(), a);
+            assert_eq!(read_all(&fs, a), b"committed");
+            fs.create(d, "b", &NewFile::by(2)).unwrap();
+        }
+    });
+    dev.set_closed(false);
+    sync.join().unwrap().unwrap();
+    let after = fs.stats().meta;
+    assert_eq!(after.checkpoints, before.checkpoints + 1);
+    assert!(
+        after.checkpointed_blocks > before.checkpointed_blocks,
+        "blocks went home"
+    );
+    fs.fsync(a).unwrap();
+    drop(fs);
+    let fs = mount(&mem);
+    assert_eq!(read_all(&fs, fs.resolve("/d/a").unwrap()), b"committed");
+    assert!(fs.resolve("/d/b").is_ok());
+    fs.unmount().unwrap();
+    assert_clean(&*mem, "after the checkpoint");
 }
