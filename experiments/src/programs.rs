@@ -96,8 +96,26 @@ fn default_transports() -> Vec<String> {
     t
 }
 
-fn transport_name(t: &str) -> &str {
-    if t == "dev_fuse" { "/dev/fuse" } else { t }
+/// A `--transport` value: the transport, and whether the mount polls idle CPUs.
+fn variant(t: &str) -> (&str, bool) {
+    match t.strip_suffix("_no_idle_poll") {
+        Some(transport) => (transport, false),
+        None => (t, true),
+    }
+}
+
+fn transport_name(t: &str) -> String {
+    let (transport, idle_poll) = variant(t);
+    let name = if transport == "dev_fuse" {
+        "/dev/fuse"
+    } else {
+        transport
+    };
+    if idle_poll {
+        name.to_string()
+    } else {
+        format!("{name}, no idle polling")
+    }
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -516,13 +534,15 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
             let _ = fs::remove_file(&image);
             let config = root.join("vino.toml");
             let socket = root.join("vino.sock");
+            let (mount_transport, idle_poll) = variant(transport);
             fs::write(
                 &config,
                 format!(
-                    "socket = \"{}\"\ncache_size = \"{}\"\nimage_size = \"{}\"\nmount_transport = \"{transport}\"\n",
+                    "socket = \"{}\"\ncache_size = \"{}\"\nimage_size = \"{}\"\nmount_transport = \"{mount_transport}\"\n{}",
                     socket.display(),
                     opts.cache,
-                    opts.image
+                    opts.image,
+                    if idle_poll { "" } else { "mount_idle_poll_us = 0\n" }
                 ),
             )?;
             let dir = root.join("vino-mnt");
@@ -628,7 +648,7 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
 
 impl ProgramsReport {
     pub fn tables(&self) -> Vec<Table> {
-        let transports: Vec<&str> = self
+        let transports: Vec<String> = self
             .steps
             .first()
             .map(|s| s.by_transport.iter().map(|t| transport_name(&t.transport)).collect())

@@ -376,7 +376,12 @@ fn render(top: &Top) -> String {
     let mounts: String = top
         .mounts
         .iter()
-        .map(|m| format!("mounted on {} through {}\n", m.path, m.transport))
+        .map(|m| {
+            format!(
+                "mounted on {} through {}, idle polling {}\n",
+                m.path, m.transport, m.idle_poll
+            )
+        })
         .collect();
     format!(
         "vinod: up {:.0} s, {} clients; cache {}/{} frames ({} dirty), {} hits, {} misses\n{mounts}\n{}\n{}\n{}",

@@ -22,6 +22,7 @@
 //! program_memory = "256M"     # linear memory a program run in the daemon may grow to
 //! mount_transport = "auto"    # FUSE over "io_uring" or "dev_fuse"; auto: io_uring where offered
 //! mount_ring_depth = 32       # io_uring entries per CPU, each with a 1 MiB buffer (at least 4)
+//! mount_idle_poll_us = 200    # idle CPUs kept running this long after a mount request (0: off)
 //! huge_pages = false          # let Linux back the daemon's memory with transparent huge pages
 //!
 //! [limits]                    # per principal; the defaults are vino_account's
@@ -120,6 +121,10 @@ pub struct Config {
     /// once. Each holds a 1 MiB buffer (touched as used), so a machine with many CPUs may want
     /// fewer (at least [`vino_fuse::MIN_RING_DEPTH`]).
     pub mount_ring_depth: usize,
+    /// Microseconds idle CPUs are kept from halting after a request on the mount, by threads
+    /// at idle priority (`vino_idlepoll`): a program woken with its answer then does not wait
+    /// for its CPU to wake. 0 turns it off. It spends only CPU time no other thread wants.
+    pub mount_idle_poll_us: u64,
     /// Events queued for one listener (each of its user-level and graft queues) before the
     /// rest are dropped behind an overflow marker.
     pub event_queue_max: usize,
@@ -335,6 +340,7 @@ impl Default for Config {
             mount: None,
             mount_transport: MountTransport::Auto,
             mount_ring_depth: vino_fuse::MountConfig::default().ring_depth,
+            mount_idle_poll_us: vino_fuse::IDLE_POLL.as_micros() as u64,
             event_queue_max: vino_kernel::EVENT_QUEUE_MAX,
             limits: LimitsFile::default(),
             user_block_quota: None,
@@ -503,8 +509,9 @@ mod tests {
         assert_eq!(c.frame_timeout, Duration::from_millis(250));
         assert!(toml::from_str::<Config>("frame_timeout = 0").is_err());
         assert!(toml::from_str::<Config>("frame_timeout = -1").is_err());
-        let c: Config = toml::from_str("mount_ring_depth = 8").unwrap();
-        assert_eq!(c.mount_ring_depth, 8);
+        let c: Config = toml::from_str("mount_ring_depth = 8\nmount_idle_poll_us = 0").unwrap();
+        assert_eq!((c.mount_ring_depth, c.mount_idle_poll_us), (8, 0));
+        assert_eq!(Config::default().mount_idle_poll_us, 200);
         let c: Config = toml::from_str("commit_interval = 0.5").unwrap();
         assert_eq!(c.commit_interval, Duration::from_millis(500));
         assert_eq!(Config::default().commit_interval, Duration::from_secs(5));

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use vino_blockdev::{BLOCK_SIZE, BlockDevice, FileDevice};
 use vino_kernel::{Kernel, KernelConfig, Pid};
 use vino_proto::{ErrorReply, Response, errno};
@@ -445,6 +445,7 @@ impl Daemon {
             fsname: format!("vino:{}", self.config.socket.display()),
             transport,
             ring_depth: self.config.mount_ring_depth,
+            idle_poll: Duration::from_micros(self.config.mount_idle_poll_us),
             ..Default::default()
         };
         let m = vino_fuse::mount(self.kernel.clone(), at, &config)
@@ -453,12 +454,13 @@ impl Daemon {
         Ok(())
     }
 
-    /// Which transport serves each FUSE mount this daemon made: (mount point, transport).
-    pub fn mount_transports(&self) -> Vec<(PathBuf, String)> {
+    /// Which transport serves each FUSE mount this daemon made, and its idle polling: (mount
+    /// point, transport, idle polling).
+    pub fn mount_transports(&self) -> Vec<(PathBuf, String, String)> {
         self.mounts
             .lock()
             .iter()
-            .map(|m| (m.mountpoint().to_path_buf(), m.transport()))
+            .map(|m| (m.mountpoint().to_path_buf(), m.transport(), m.idle_poll()))
             .collect()
     }
 

@@ -147,9 +147,10 @@ impl Daemon {
             mounts: self
                 .mount_transports()
                 .into_iter()
-                .map(|(path, transport)| MountTop {
+                .map(|(path, transport, idle_poll)| MountTop {
                     path: path.display().to_string(),
                     transport,
+                    idle_poll,
                 })
                 .collect(),
         }

@@ -522,7 +522,7 @@ impl Drop for Reply {
 /// A queue's thread: registers the entries, then serves requests and commits replies until
 /// Linux ends every entry (the connection closed).
 fn serve(q: &Arc<Queue>, mut ring: IoUring<squeue::Entry128, cqueue::Entry>, handler: &dyn Handler) -> io::Result<()> {
-    pin_to_cpu(q.qid);
+    vino_idlepoll::pin_to_cpu(q.qid);
     SERVING.with(|s| s.set(q.id()));
     let mut commit_ids = vec![0u64; q.depth];
     // Entries that may still serve (not refused, connection not ended), and entries whose
@@ -669,19 +669,6 @@ fn handle(q: &Arc<Queue>, e: usize, handler: &dyn Handler) -> u64 {
     HANDLING.with(|c| c.set((0, 0)));
     q.served.fetch_add(1, Ordering::Relaxed);
     commit_id
-}
-
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays within it for cpu < CPU_SETSIZE; a
-    // failed sched_setaffinity (CPU offline) leaves the thread where it was.
-    unsafe {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return;
-        }
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 #[cfg(test)]

@@ -64,7 +64,15 @@ pub struct MountConfig {
     /// Ring entries per CPU: requests one CPU's callers may have in service at once (at least
     /// [`MIN_RING_DEPTH`]).
     pub ring_depth: usize,
+    /// How long idle CPUs are kept from halting after the last request ([`vino_idlepoll`]):
+    /// a program woken with its answer then finds its CPU running. Zero turns it off.
+    pub idle_poll: Duration,
 }
+
+/// [`MountConfig::idle_poll`]'s default: longer than the gap between a program's requests
+/// while it works through files (tens of microseconds), short enough that the pollers stop
+/// soon after it is done.
+pub const IDLE_POLL: Duration = Duration::from_micros(200);
 
 impl Default for MountConfig {
     fn default() -> Self {
@@ -77,6 +85,7 @@ impl Default for MountConfig {
             suid: false,
             transport: Transport::default(),
             ring_depth: 32,
+            idle_poll: IDLE_POLL,
         }
     }
 }
@@ -177,6 +186,11 @@ impl Mount {
     /// Which transport serves the mount: "io_uring, N queues" or "/dev/fuse".
     pub fn transport(&self) -> String {
         self.state.ring.describe()
+    }
+
+    /// Idle polling ([`MountConfig::idle_poll`]): "N pollers", or off and why.
+    pub fn idle_poll(&self) -> String {
+        self.state.describe_idle_poll()
     }
 
     /// Requests served through the ring so far (none on `/dev/fuse`).

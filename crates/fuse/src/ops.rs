@@ -145,6 +145,9 @@ pub(crate) struct State {
     next_fh: AtomicU64,
     /// FUSE over io_uring: asked for, granted, running.
     pub(crate) ring: crate::ring::RingState,
+    /// Keeps idle CPUs running while requests come (none if off or not useful here).
+    idle_poll: Result<vino_idlepoll::IdlePoll, vino_idlepoll::Off>,
+    pub(crate) activity: vino_idlepoll::Activity,
 }
 
 impl State {
@@ -154,6 +157,7 @@ impl State {
             crate::nodes::ROOT,
             "FUSE's root inode must be the file system's"
         );
+        let idle_poll = vino_idlepoll::IdlePoll::start(config.idle_poll);
         Ok(State {
             nodes: Nodes::new(kernel.clone())?,
             kernel,
@@ -166,7 +170,19 @@ impl State {
             lock_pids: Mutex::default(),
             next_fh: AtomicU64::new(1),
             ring,
+            activity: idle_poll.as_ref().map(|p| p.activity()).unwrap_or_default(),
+            idle_poll,
         })
+    }
+
+    /// The idle pollers: how many, or why there are none.
+    pub(crate) fn describe_idle_poll(&self) -> String {
+        match &self.idle_poll {
+            Ok(p) => format!("{} pollers", p.pollers()),
+            Err(vino_idlepoll::Off::Disabled) => "off".into(),
+            Err(vino_idlepoll::Off::OneCpu) => "off (one CPU)".into(),
+            Err(vino_idlepoll::Off::CpuQuota(q)) => format!("off (CPU quota {q})"),
+        }
     }
 
     /// The supplementary groups of the calling Linux process (FUSE does not send them; read
@@ -672,6 +688,10 @@ macro_rules! answer {
 }
 
 impl Filesystem for VinoFs {
+    fn request_arrived(&self) {
+        self.0.activity.busy();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // O_TRUNC comes with the open (one system call, not an open and a setattr); shared
         // mappings of direct-I/O files are allowed (sqlite maps its shared-memory file); locks

@@ -178,6 +178,7 @@ struct Waits {
 
 impl vino_fuse_uring::Handler for Server {
     fn handle(&self, queue: usize, request: &[u8], reply: Reply) {
+        self.fs.activity.busy();
         let opcode = u32::from_ne_bytes(request[4..8].try_into().unwrap());
         let uid = u32::from_ne_bytes(request[24..28].try_into().unwrap());
         match opcode {

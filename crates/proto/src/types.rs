@@ -346,6 +346,8 @@ pub struct MountTop {
     pub path: String,
     /// "io_uring, N queues" or "/dev/fuse".
     pub transport: String,
+    /// Idle polling of the mount: "N pollers", or "off" and why.
+    pub idle_poll: String,
 }
 
 /// A failed request: an errno (Linux numbering) and what was wrong.

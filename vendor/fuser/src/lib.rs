@@ -412,6 +412,10 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Called on filesystem exit.
     fn destroy(&mut self) {}
 
+    /// A request arrived through `/dev/fuse`, before it is dispatched, on the thread that read
+    /// it (a transport of the server's own, as `Dispatcher` serves, says so itself).
+    fn request_arrived(&self) {}
+
     /// Look up a directory entry by name and get its attributes.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         warn!("[Not Implemented] lookup(parent: {parent:#x?}, name {name:?})");

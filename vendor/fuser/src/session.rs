@@ -609,6 +609,9 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
+                        if let Some(fs) = &self.filesystem.fs {
+                            fs.request_arrived();
+                        }
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
