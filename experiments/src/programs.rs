@@ -98,9 +98,9 @@ fn default_transports() -> Vec<String> {
 
 /// A `--transport` value: the transport, and whether the mount polls idle CPUs.
 fn variant(t: &str) -> (&str, bool) {
-    match t.strip_suffix("_no_idle_poll") {
-        Some(transport) => (transport, false),
-        None => (t, true),
+    match t.strip_suffix("_idle_poll") {
+        Some(transport) => (transport, true),
+        None => (t, false),
     }
 }
 
@@ -112,9 +112,9 @@ fn transport_name(t: &str) -> String {
         transport
     };
     if idle_poll {
-        name.to_string()
+        format!("{name}, idle polling")
     } else {
-        format!("{name}, no idle polling")
+        name.to_string()
     }
 }
 
@@ -546,7 +546,11 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
                     socket.display(),
                     opts.cache,
                     opts.image,
-                    if idle_poll { "" } else { "mount_idle_poll_us = 0\n" }
+                    if idle_poll {
+                        format!("mount_idle_poll_us = {}\n", vino_fuse::IDLE_POLL.as_micros())
+                    } else {
+                        String::new()
+                    }
                 ),
             )?;
             let dir = root.join("vino-mnt");

@@ -22,7 +22,7 @@
 //! program_memory = "256M"     # linear memory a program run in the daemon may grow to
 //! mount_transport = "auto"    # FUSE over "io_uring" or "dev_fuse"; auto: io_uring where offered
 //! mount_ring_depth = 32       # io_uring entries per CPU, each with a 1 MiB buffer (at least 4)
-//! mount_idle_poll_us = 200    # idle CPUs kept running this long after a mount request (0: off)
+//! mount_idle_poll_us = 0      # idle CPUs kept running this long after a mount request (0: off)
 //! huge_pages = false          # let Linux back the daemon's memory with transparent huge pages
 //!
 //! [limits]                    # per principal; the defaults are vino_account's
@@ -123,7 +123,9 @@ pub struct Config {
     pub mount_ring_depth: usize,
     /// Microseconds idle CPUs are kept from halting after a request on the mount, by threads
     /// at idle priority (`vino_idlepoll`): a program woken with its answer then does not wait
-    /// for its CPU to wake. 0 turns it off. It spends only CPU time no other thread wants.
+    /// for its CPU to wake. 0 (the default) turns it off. The threads are idle only within the
+    /// daemon's scheduling group: where the daemon runs in a cgroup or session of its own,
+    /// they take CPU time from other groups' threads (see the README before turning it on).
     pub mount_idle_poll_us: u64,
     /// Events queued for one listener (each of its user-level and graft queues) before the
     /// rest are dropped behind an overflow marker.
@@ -340,7 +342,7 @@ impl Default for Config {
             mount: None,
             mount_transport: MountTransport::Auto,
             mount_ring_depth: vino_fuse::MountConfig::default().ring_depth,
-            mount_idle_poll_us: vino_fuse::IDLE_POLL.as_micros() as u64,
+            mount_idle_poll_us: 0,
             event_queue_max: vino_kernel::EVENT_QUEUE_MAX,
             limits: LimitsFile::default(),
             user_block_quota: None,
@@ -511,7 +513,7 @@ mod tests {
         assert!(toml::from_str::<Config>("frame_timeout = -1").is_err());
         let c: Config = toml::from_str("mount_ring_depth = 8\nmount_idle_poll_us = 0").unwrap();
         assert_eq!((c.mount_ring_depth, c.mount_idle_poll_us), (8, 0));
-        assert_eq!(Config::default().mount_idle_poll_us, 200);
+        assert_eq!(Config::default().mount_idle_poll_us, 0, "off unless asked for");
         let c: Config = toml::from_str("commit_interval = 0.5").unwrap();
         assert_eq!(c.commit_interval, Duration::from_millis(500));
         assert_eq!(Config::default().commit_interval, Duration::from_secs(5));

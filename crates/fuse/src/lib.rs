@@ -65,13 +65,15 @@ pub struct MountConfig {
     /// [`MIN_RING_DEPTH`]).
     pub ring_depth: usize,
     /// How long idle CPUs are kept from halting after the last request ([`vino_idlepoll`]):
-    /// a program woken with its answer then finds its CPU running. Zero turns it off.
+    /// a program woken with its answer then finds its CPU running. Zero (the default) turns it
+    /// off: the pollers are idle only within the daemon's own scheduling group, so where the
+    /// daemon has a cgroup or a session of its own they take CPU time from other groups' work.
     pub idle_poll: Duration,
 }
 
-/// [`MountConfig::idle_poll`]'s default: longer than the gap between a program's requests
-/// while it works through files (tens of microseconds), short enough that the pollers stop
-/// soon after it is done.
+/// The window [`MountConfig::idle_poll`] is tried with: longer than the gap between a
+/// program's requests while it works through files (tens of microseconds), short enough that
+/// the pollers stop soon after it is done.
 pub const IDLE_POLL: Duration = Duration::from_micros(200);
 
 impl Default for MountConfig {
@@ -85,7 +87,7 @@ impl Default for MountConfig {
             suid: false,
             transport: Transport::default(),
             ring_depth: 32,
-            idle_poll: IDLE_POLL,
+            idle_poll: Duration::ZERO,
         }
     }
 }

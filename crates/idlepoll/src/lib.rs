@@ -13,11 +13,17 @@
 //! kernel, here only while the server has work and only for its window.
 //!
 //! The pollers run at `SCHED_IDLE`: Linux runs them only when nothing else on their CPU wants
-//! it, preempts them for any thread that does, and counts a CPU that runs only `SCHED_IDLE`
-//! threads as idle when it places a woken thread. What they cost is CPU time nobody else
-//! wanted (power; on a shared host, the host's CPU). They stop within the window of the last
-//! request; there are none when the process may use one CPU only, or when its cgroup has a CPU
-//! quota, which spinning would spend.
+//! it (within its scheduling group, below), preempts them for any thread that does, and counts
+//! a CPU that runs only `SCHED_IDLE` threads as idle when it places a woken thread. What they
+//! cost is then CPU time nobody else wanted (power; on a shared host, the host's CPU). They
+//! stop within the window of the last request; there are none when the process may use one CPU
+//! only, or when its cgroup has a CPU quota, which spinning would spend.
+//!
+//! `SCHED_IDLE` is idle only among the threads of one scheduling group, though: Linux shares a
+//! CPU between groups first (cgroups, and autogroups, one per session), so pollers of a daemon
+//! in a group of its own hold that group's share against other groups' threads (measured: 40-60%
+//! of the CPU taken from a CPU-bound loop in another session). Whoever starts them must know the
+//! CPUs are the server's; the mount leaves them off unless configured.
 //!
 //! Two choices come from measurements on such a machine. A poller spins by yielding
 //! (`sched_yield`), entering the kernel each round, not with `pause` in user space: a virtual
@@ -106,17 +112,26 @@ impl IdlePoll {
             stop: AtomicBool::new(false),
             window,
         });
-        let threads = cpus
+        let spawned: Vec<(usize, JoinHandle<()>)> = cpus
             .iter()
             .enumerate()
             .filter_map(|(i, &cpu)| {
                 let shared = shared.clone();
-                thread::Builder::new()
+                let t = thread::Builder::new()
                     .name(format!("vino-idle-poll{cpu}"))
                     .spawn(move || poll(&shared, i, cpu))
-                    .ok()
+                    .ok()?;
+                Some((i, t))
             })
             .collect();
+        // Each poller has started (named, registered) before this returns, so that what the
+        // pollers are is settled for whoever asks.
+        for (i, t) in &spawned {
+            while shared.pollers[*i].thread.get().is_none() && !t.is_finished() {
+                thread::yield_now();
+            }
+        }
+        let threads = spawned.into_iter().map(|(_, t)| t).collect();
         Ok(IdlePoll { shared, threads })
     }
 

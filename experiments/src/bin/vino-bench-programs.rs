@@ -27,9 +27,9 @@ struct Args {
     #[arg(long)]
     only: Vec<String>,
     /// The VINO side's FUSE transports, each run in turn: io_uring, dev_fuse (repeatable;
-    /// default both where Linux has FUSE over io_uring); `_no_idle_poll` after either runs it
-    /// with the mount's idle polling off (`mount_idle_poll_us = 0`).
-    #[arg(long, value_parser = ["io_uring", "dev_fuse", "io_uring_no_idle_poll", "dev_fuse_no_idle_poll"])]
+    /// default both where Linux has FUSE over io_uring); `_idle_poll` after either runs it
+    /// with the mount's idle polling on (`mount_idle_poll_us = 200`).
+    #[arg(long, value_parser = ["io_uring", "dev_fuse", "io_uring_idle_poll", "dev_fuse_idle_poll"])]
     transport: Vec<String>,
     #[command(subcommand)]
     tool: Option<Tool>,
