@@ -179,9 +179,7 @@ impl State {
     pub(crate) fn describe_idle_poll(&self) -> String {
         match &self.idle_poll {
             Ok(p) => format!("{} pollers", p.pollers()),
-            Err(vino_idlepoll::Off::Disabled) => "off".into(),
-            Err(vino_idlepoll::Off::OneCpu) => "off (one CPU)".into(),
-            Err(vino_idlepoll::Off::CpuQuota(q)) => format!("off (CPU quota {q})"),
+            Err(off) => off.to_string(),
         }
     }
 

@@ -79,8 +79,21 @@ pub enum Off {
     Disabled,
     /// The process may run on one CPU only: the server and its callers share it anyway.
     OneCpu,
-    /// The process's cgroup (or one above it) limits its CPU time (`cpu.max`).
+    /// The process's cgroup (or one above it) limits its CPU time (v2 `cpu.max`, v1
+    /// `cpu.cfs_quota_us`): the file and its limit.
     CpuQuota(String),
+}
+
+/// As `vino top` shows it: "off", and why if not turned off. A quota's limit without its
+/// cgroup's path (any user may look).
+impl std::fmt::Display for Off {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Off::Disabled => write!(f, "off"),
+            Off::OneCpu => write!(f, "off (one CPU)"),
+            Off::CpuQuota(q) => write!(f, "off (CPU quota {})", q.rsplit(": ").next().unwrap_or(q)),
+        }
+    }
 }
 
 impl IdlePoll {
@@ -140,9 +153,9 @@ impl IdlePoll {
         Activity(Some(self.shared.clone()))
     }
 
-    /// Pollers started (one per CPU).
+    /// Pollers running (one per CPU; one that could not take idle priority has ended).
     pub fn pollers(&self) -> usize {
-        self.threads.len()
+        self.threads.iter().filter(|t| !t.is_finished()).count()
     }
 }
 
@@ -359,6 +372,13 @@ mod tests {
     #[test]
     fn off_when_the_window_is_zero() {
         assert_eq!(IdlePoll::start(Duration::ZERO).err(), Some(Off::Disabled));
+        assert_eq!(Off::Disabled.to_string(), "off");
+        let quota = Off::CpuQuota("/sys/fs/cgroup/a/cpu.max: 50000 100000".into());
+        assert_eq!(
+            quota.to_string(),
+            "off (CPU quota 50000 100000)",
+            "no cgroup path shown"
+        );
         Activity::default().busy();
     }
 
