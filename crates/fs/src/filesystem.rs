@@ -459,9 +459,9 @@ impl FileSystem {
     }
 
     /// Gives file blocks `indexes` of regular file `ino` device blocks where they have none, in
-    /// order, under one hold of the lock, each block an operation of its own in the running
-    /// transaction. Never commits (the caller holds the data gate). Returns the blocks
-    /// allocated and, if one failed, why (the blocks before it stay allocated).
+    /// order, under one hold of the lock. Never commits (the caller holds the data gate).
+    /// Returns the blocks allocated and, if one failed, why (the blocks before it stay
+    /// allocated).
     pub(crate) fn allocate_run(
         &self,
         ino: u64,
@@ -471,17 +471,33 @@ impl FileSystem {
             Ok(g) => g,
             Err(e) => return (Vec::new(), Some((e, NoRoom::NOT_SEEN))),
         };
-        let mut run = Vec::with_capacity(indexes.clone().count());
+        // The whole run as one operation: each metadata block it changes (bitmap, indirect
+        // block, inode) has its prior contents saved once, not once per block (three 4 KiB
+        // copies for every 4 KiB written made a third of a large write's CPU). Should a block
+        // fail, the run is undone and made again a block per operation, so that the blocks
+        // before the failing one stay allocated.
+        let mut got = Vec::with_capacity(indexes.clone().count());
+        g.begin_op();
+        if g.ensure_run(ino, indexes.clone(), &mut got).is_ok() {
+            g.end_op();
+            let run = got
+                .into_iter()
+                .map(|(block, fresh)| Allocation { block, fresh })
+                .collect();
+            return (run, None);
+        }
+        g.rollback_op();
+        let mut run = Vec::with_capacity(got.capacity());
         for index in indexes {
+            got.clear();
             g.begin_op();
-            let a = g
-                .live(ino)
-                .and_then(|inode| crate::state::regular(ino, &inode))
-                .and_then(|()| g.ensure_block(ino, index));
-            match a {
-                Ok((block, fresh)) => {
+            match g.ensure_run(ino, index..index + 1, &mut got) {
+                Ok(()) => {
                     g.end_op();
-                    run.push(Allocation { block, fresh });
+                    run.push(Allocation {
+                        block: got[0].0,
+                        fresh: got[0].1,
+                    });
                 }
                 Err(e) => {
                     g.rollback_op();

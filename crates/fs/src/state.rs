@@ -894,17 +894,52 @@ impl FsState {
         }
     }
 
+    /// Makes sure file blocks `indexes` of live regular file `ino` have device blocks, as
+    /// [`FsState::ensure_block`] does for each, reading and writing the inode once for them all.
+    /// `out` gets each block and whether it was just allocated.
+    pub(crate) fn ensure_run(
+        &mut self,
+        ino: u64,
+        indexes: std::ops::Range<u64>,
+        out: &mut Vec<(u64, bool)>,
+    ) -> Result<()> {
+        let mut inode = self.live(ino)?;
+        regular(ino, &inode)?;
+        let mut allocated = false;
+        for fb in indexes {
+            let got = self.ensure_block_of(ino, &mut inode, fb)?;
+            allocated |= got.1;
+            out.push(got);
+        }
+        if allocated {
+            self.write_inode(ino, &inode)?;
+            self.alloc_inos.insert(ino);
+        }
+        Ok(())
+    }
+
     /// Makes sure file block `fb` has a device block, allocating it (and the indirect blocks
     /// that map it) if not. Returns the block and whether it was just allocated (its contents
     /// are then whatever the device held: the caller writes it whole or zero-fills).
     pub fn ensure_block(&mut self, ino: u64, fb: u64) -> Result<(u64, bool)> {
         let mut inode = self.live(ino)?;
-        if let Some(b) = self.bmap(ino, &inode, fb)? {
+        let got = self.ensure_block_of(ino, &mut inode, fb)?;
+        if got.1 {
+            self.write_inode(ino, &inode)?;
+            self.alloc_inos.insert(ino);
+        }
+        Ok(got)
+    }
+
+    /// [`FsState::ensure_block`] on `inode`, the caller's copy of `ino`'s inode, which the
+    /// caller writes back if a block was allocated.
+    fn ensure_block_of(&mut self, ino: u64, inode: &mut Inode, fb: u64) -> Result<(u64, bool)> {
+        if let Some(b) = self.bmap(ino, inode, fb)? {
             return Ok((b, false));
         }
         let path = block_path(fb).ok_or(FsError::FileTooLarge)?;
         let prev = if fb > 0 {
-            self.bmap(ino, &inode, fb - 1)?.unwrap_or(0)
+            self.bmap(ino, inode, fb - 1)?.unwrap_or(0)
         } else {
             0
         };
@@ -950,8 +985,6 @@ impl FsState {
             }
         }
         inode.blocks = inode.blocks.saturating_add(added);
-        self.write_inode(ino, &inode)?;
-        self.alloc_inos.insert(ino);
         Ok((data, true))
     }
 

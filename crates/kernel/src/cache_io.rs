@@ -51,26 +51,58 @@ pub struct CacheTarget<'a> {
     pub backing: &'a FileBacking,
 }
 
+/// A file's backing that knows where one block lives already (the file system just said so):
+/// the cache asks it for that block without taking the file system's lock again.
+struct Located<'a> {
+    index: u64,
+    block: u64,
+    file: &'a FileBacking,
+}
+
+impl Backing for Located<'_> {
+    fn locate(&self, index: u64) -> io::Result<Option<u64>> {
+        if index == self.index {
+            return Ok(Some(self.block));
+        }
+        self.file.locate(index)
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        self.file.size()
+    }
+}
+
 impl WriteTarget for CacheTarget<'_> {
     fn put(&mut self, piece: &BlockWrite<'_>) -> io::Result<()> {
         let start = piece.index * BLOCK_SIZE as u64;
+        let backing = Located {
+            index: piece.index,
+            block: piece.block,
+            file: self.backing,
+        };
+        // Unthrottled throughout: the file system holds its data gate while it puts, and a
+        // commit waits for it; the writer waited for its share before ([`PageCache::throttle`]).
+        if piece.at == 0 && piece.data.len() == BLOCK_SIZE {
+            // The whole block: straight from the caller's data, one copy.
+            return self
+                .cache
+                .write_unthrottled(&self.ctx, self.ino, &backing, start, piece.data);
+        }
         if !piece.needs_old() {
-            // The whole block, from zeros: the cache need not read it from the device.
+            // From zeros: the cache need not read the block from the device.
             let mut block = [0u8; BLOCK_SIZE];
             piece.apply(&mut block);
             return self
                 .cache
-                .write_unthrottled(&self.ctx, self.ino, self.backing, start, &block);
+                .write_unthrottled(&self.ctx, self.ino, &backing, start, &block);
         }
         const ZEROS: [u8; BLOCK_SIZE] = [0; BLOCK_SIZE];
         for r in piece.zeroed() {
             self.cache
-                .write_unthrottled(&self.ctx, self.ino, self.backing, start + r.start as u64, &ZEROS[r])?;
+                .write_unthrottled(&self.ctx, self.ino, &backing, start + r.start as u64, &ZEROS[r])?;
         }
-        // Unthrottled: the file system holds its data gate while it puts, and a commit waits
-        // for it; the writer waited for its share before ([`PageCache::throttle`]).
         self.cache
-            .write_unthrottled(&self.ctx, self.ino, self.backing, start + piece.at as u64, piece.data)
+            .write_unthrottled(&self.ctx, self.ino, &backing, start + piece.at as u64, piece.data)
     }
 
     fn forget(&mut self, from: u64) {
