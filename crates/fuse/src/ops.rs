@@ -150,7 +150,22 @@ pub(crate) struct State {
     pub(crate) activity: vino_idlepoll::Activity,
 }
 
+/// How long a `/dev/fuse` reader waits after serving forgets before it reads again, while
+/// the ring serves the requests: forgets (which never use the ring) that come meanwhile arrive
+/// as one batch. Read one by one, each woke a sleeping thread: the readers took a third of the
+/// daemon's CPU while `rm -rf` ran (a forget for every two requests). Gathered, the daemon
+/// switched threads a fifth less often and `rm -rf` took 5-15% less. Only forgets and
+/// interrupts come that way then; neither has a caller waiting for its answer.
+const FORGET_GATHER: Duration = Duration::from_millis(1);
+
 impl State {
+    /// Called by a `/dev/fuse` reader after it served forgets (see [`FORGET_GATHER`]).
+    fn gather_forgets(&self) {
+        if self.ring.granted.load(Ordering::Relaxed) {
+            std::thread::sleep(FORGET_GATHER);
+        }
+    }
+
     pub(crate) fn new(kernel: Arc<Kernel>, config: &MountConfig, ring: crate::ring::RingState) -> SysResult<State> {
         assert_eq!(
             vino_fs::ROOT_INO,
@@ -738,6 +753,14 @@ impl Filesystem for VinoFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.0.nodes.forget(ino.0, nlookup);
+        self.0.gather_forgets();
+    }
+
+    fn batch_forget(&self, _req: &Request, nodes: &[fuser::ForgetOne]) {
+        for node in nodes {
+            self.0.nodes.forget(node.nodeid().0, node.nlookup());
+        }
+        self.0.gather_forgets();
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -71,11 +71,31 @@ fn the_ring_serves_programs_on_the_mount() {
     let m = mounted(Transport::Uring, 32);
     let mount = m.mount.as_ref().unwrap();
     assert!(mount.transport().starts_with("io_uring"), "{}", mount.transport());
+    let free = m.kernel.fs().stats().free_inodes;
     work(&m);
     assert!(
         mount.ring_served() > 100,
         "only {} requests came through the ring",
         mount.ring_served()
+    );
+    // Forgets come through /dev/fuse, gathered into batches while the ring serves: every file
+    // removed is freed once Linux forgets it.
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg("rm -rf a big && for i in $(seq 1 300); do echo $i > f$i; done && rm f*")
+        .current_dir(m.mnt())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while m.kernel.fs().stats().free_inodes != free && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(m.kernel.fs().stats().free_inodes, free, "removed files not freed");
+    assert!(
+        m.kernel.parked_files().is_empty(),
+        "{:?} parked",
+        m.kernel.parked_files()
     );
     m.finish();
 }
