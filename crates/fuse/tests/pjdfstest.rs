@@ -255,18 +255,24 @@ fn suite_passes_over(transport: vino_fuse::Transport) {
         eprintln!("{} is rewritten", expected_path().display());
     } else {
         // The ETXTBSY cases exec a copy of `sleep` from the mount while the suite runs other cases
-        // in parallel threads, and under a loaded machine they fail now and then (alone they
-        // pass every time, 60 of 60 by hand): such a case gets one more run, alone.
-        let racy: Vec<String> = failed
+        // in parallel threads, and expect an open of it for writing to fail; now and then the
+        // open succeeds (two suite runs in about eighty here, and once the run alone after one
+        // of them; a mount that never answered ETXTBSY would fail every time): such a case gets
+        // up to three more runs, alone.
+        let mut racy: Vec<String> = failed
             .iter()
             .filter(|n| n.ends_with("::etxtbsy") && !expected.contains(*n))
             .cloned()
             .collect();
         let mut passed_alone = BTreeSet::new();
-        if !racy.is_empty() {
+        for _ in 0..3 {
+            if racy.is_empty() {
+                break;
+            }
             let again = run_cases(&conf, &m.mnt(), &secondary, m.dir.path(), &racy);
             for c in parse(&again).into_iter().filter(|c| c.verdict == "ok") {
                 eprintln!("pjdfstest: {} failed in the full run and passed alone", c.name);
+                racy.retain(|n| *n != c.name);
                 passed_alone.insert(c.name);
             }
         }
