@@ -230,16 +230,13 @@ impl FsState {
     /// blocks just allocated (with their file block), whose contents the caller zeroes on the
     /// device before the allocation can become durable.
     pub(crate) fn preallocate(&mut self, ino: u64, range: std::ops::Range<u64>) -> Result<Vec<(u64, u64)>> {
-        let i = self.live(ino)?;
-        crate::state::regular(ino, &i)?;
-        let mut fresh = Vec::new();
-        for fb in range {
-            let (b, new) = self.ensure_block(ino, fb)?;
-            if new {
-                fresh.push((fb, b));
-            }
-        }
-        Ok(fresh)
+        let mut got = Vec::new();
+        self.ensure_run(ino, range.clone(), &mut got)?;
+        Ok(range
+            .zip(got)
+            .filter(|&(_, (_, new))| new)
+            .map(|(fb, (b, _))| (fb, b))
+            .collect())
     }
 
     /// Fails with NoSpace unless the free blocks (those freed but not yet reusable left out)

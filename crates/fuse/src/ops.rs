@@ -165,9 +165,10 @@ pub(crate) struct State {
 const FORGET_GATHER: Duration = Duration::from_millis(1);
 
 impl State {
-    /// Called by a `/dev/fuse` reader after it served forgets (see [`FORGET_GATHER`]).
+    /// Called by a `/dev/fuse` reader after it served forgets (see [`FORGET_GATHER`]). Not
+    /// where the ring was granted but could not start: `/dev/fuse` then serves every request.
     fn gather_forgets(&self) {
-        if self.ring.granted.load(Ordering::Relaxed) {
+        if self.ring.serving() {
             std::thread::sleep(FORGET_GATHER);
         }
     }

@@ -95,6 +95,12 @@ impl RingState {
         }
     }
 
+    /// True while the ring serves the requests (it started and Linux did not refuse its
+    /// queues): `/dev/fuse` then brings only forgets and interrupts.
+    pub(crate) fn serving(&self) -> bool {
+        matches!(self.ring.get(), Some(Ok(r)) if r.refused().is_none())
+    }
+
     /// Requests served through the ring so far.
     pub(crate) fn served(&self) -> u64 {
         match self.ring.get() {

@@ -52,7 +52,9 @@ pub struct CacheTarget<'a> {
 }
 
 /// A file's backing that knows where one block lives already (the file system just said so):
-/// the cache asks it for that block without taking the file system's lock again.
+/// the cache asks it for that block without taking the file system's lock again. The writer
+/// holds the file's write lock (`FileTable::write_lock`), so no truncate frees the block between
+/// the allocation and the cache's write.
 struct Located<'a> {
     index: u64,
     block: u64,
