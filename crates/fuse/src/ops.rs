@@ -159,8 +159,7 @@ pub(crate) struct State {
 /// How long a `/dev/fuse` reader waits after serving forgets before it reads again, while
 /// the ring serves the requests: forgets (which never use the ring) that come meanwhile arrive
 /// as one batch. Read one by one, each woke a sleeping thread: the readers took a third of the
-/// daemon's CPU while `rm -rf` ran (two forgets for every five requests). Gathered, the daemon
-/// switched threads a fifth less often and `rm -rf` took 5-15% less. Only forgets and
+/// daemon's CPU while `rm -rf` ran (two forgets for every five requests). Only forgets and
 /// interrupts come that way then; neither has a caller waiting for its answer.
 const FORGET_GATHER: Duration = Duration::from_millis(1);
 
