@@ -4,7 +4,6 @@
 //! binary, so that no other test's mount has pollers running beside these. Needs root and
 //! /dev/fuse.
 
-use std::process::Command;
 use std::time::Duration;
 use vino_fuse::{MountConfig, Transport};
 
@@ -28,13 +27,7 @@ fn pollers() -> (usize, u64) {
 }
 
 fn busy(m: &Mounted) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("mkdir -p d && for i in $(seq 1 300); do echo $i > d/f$i; cat d/f$i > /dev/null; done && rm -r d")
-        .current_dir(m.mnt())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    m.sh("mkdir -p d && for i in $(seq 1 300); do echo $i > d/f$i; cat d/f$i > /dev/null; done && rm -r d");
 }
 
 fn mounted(transport: Transport, idle_poll: Duration) -> Mounted {

@@ -4,7 +4,6 @@
 //! (skipped, saying so, where the kernel lacks it).
 
 use std::fs;
-use std::process::Command;
 use vino_fuse::{MountConfig, Transport};
 
 mod common;
@@ -25,27 +24,13 @@ fn mounted(transport: Transport, ring_depth: usize) -> Mounted {
 /// Files made, written, read back, listed, renamed and removed by programs on the mount.
 fn work(m: &Mounted) {
     let mnt = m.mnt();
-    let sh = |script: &str| {
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(&mnt)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    sh("mkdir -p a/b && for i in $(seq 1 50); do echo line $i > a/b/f$i; done");
-    sh("dd if=/dev/urandom of=big bs=1M count=3 status=none && cp big a/big.copy && cmp big a/big.copy");
-    assert_eq!(sh("ls a/b | wc -l").trim(), "50");
-    sh("tar cf t.tar a && mkdir x && tar xf t.tar -C x && diff -r a x/a");
-    sh("mv a/b/f1 a/moved && cat a/moved | grep -q 'line 1' && rm -rf x t.tar");
+    m.sh("mkdir -p a/b && for i in $(seq 1 50); do echo line $i > a/b/f$i; done");
+    m.sh("dd if=/dev/urandom of=big bs=1M count=3 status=none && cp big a/big.copy && cmp big a/big.copy");
+    assert_eq!(m.sh("ls a/b | wc -l").trim(), "50");
+    m.sh("tar cf t.tar a && mkdir x && tar xf t.tar -C x && diff -r a x/a");
+    m.sh("mv a/b/f1 a/moved && cat a/moved | grep -q 'line 1' && rm -rf x t.tar");
     // fsync and fsyncdir (answered off the queue's thread over the ring).
-    sh(
+    m.sh(
         "python3 -c \"import os\nfd = os.open('a/synced', os.O_RDWR | os.O_CREAT, 0o644)\nos.write(fd, b'y')\nos.fsync(fd)\nd = os.open('a', os.O_RDONLY)\nos.fsync(d)\"",
     );
     // Reads of every shape (over the ring answered in the entry's own buffer): unaligned,
@@ -57,7 +42,7 @@ for off, n in [(0, 1), (1, 4095), (4095, 4097), (12345, 1 << 20), ((3 << 20) - 1
     got = os.pread(fd, n, off)
     assert got == want[off:off + n], (off, n, len(got))
 "#;
-    sh(&format!("python3 -c \"{reads}\""));
+    m.sh(&format!("python3 -c \"{reads}\""));
     let big = fs::read(mnt.join("big")).unwrap();
     assert_eq!(big.len(), 3 << 20);
     assert!(fs::read(mnt.join("a/big.copy")).unwrap() == big, "the copy differs");
@@ -80,13 +65,7 @@ fn the_ring_serves_programs_on_the_mount() {
     );
     // Forgets come through /dev/fuse, gathered into batches while the ring serves: every file
     // removed is freed once Linux forgets it.
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg("rm -rf a big && for i in $(seq 1 300); do echo $i > f$i; done && rm f*")
-        .current_dir(m.mnt())
-        .status()
-        .unwrap();
-    assert!(status.success());
+    m.sh("rm -rf a big && for i in $(seq 1 300); do echo $i > f$i; done && rm f*");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while m.kernel.fs().stats().free_inodes != free && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -85,6 +85,23 @@ impl Mounted {
         self.dir.path().join("mnt")
     }
 
+    /// Runs `script` with `sh` in the mount; panics with its stderr if it fails. Its stdout.
+    #[allow(dead_code)] // not every test binary that shares this module runs scripts
+    pub fn sh(&self, script: &str) -> String {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(self.mnt())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// A directory outside the mount, for programs' inputs and outputs.
     pub fn host(&self, name: &str) -> PathBuf {
         let p = self.dir.path().join(name);
