@@ -86,7 +86,6 @@ impl Mounted {
     }
 
     /// Runs `script` with `sh` in the mount; panics with its stderr if it fails. Its stdout.
-    #[allow(dead_code)] // not every test binary that shares this module runs scripts
     pub fn sh(&self, script: &str) -> String {
         let out = std::process::Command::new("sh")
             .arg("-c")
