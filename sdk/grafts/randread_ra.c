@@ -6,13 +6,18 @@
  * The kernel's default read-ahead sees random reads and does nothing; every read waits for the
  * device. This graft runs the same generator: when a read is the one the sequence says comes
  * next, it asks for the blocks of the next RANDREAD_DEPTH reads, so their misses overlap. A read
- * off the sequence changes nothing and prefetches nothing (advice, never a wrong answer). */
+ * off the sequence changes nothing and prefetches nothing (advice, never a wrong answer).
+ *
+ * Reads that Linux's page cache serves (a block the sequence visited before) never reach the
+ * kernel, so the read that does come may be some steps further along: the graft looks for it up
+ * to RANDREAD_RESYNC steps ahead before calling it off the sequence. */
 #include "vino_graft.h"
 
 #ifndef RANDREAD_SEED
 #define RANDREAD_SEED 7
 #endif
 #define RANDREAD_DEPTH 16 /* at most VINO_RA_MAX_EXTENTS */
+#define RANDREAD_RESYNC 64
 #define BS ((uint64_t)VINO_BLOCK_SIZE)
 
 static uint64_t state = RANDREAD_SEED; /* the generator after the last read that matched */
@@ -31,8 +36,10 @@ int32_t file_compute_ra(int64_t offset, int32_t len, int64_t file_size) {
     if (offset < 0 || len <= 0 || pages == 0)
         return 0;
     uint64_t s = state;
-    if (next(&s) % pages * BS != (uint64_t)offset)
-        return 0; /* not the read the sequence expects */
+    int32_t step = 0;
+    while (next(&s) % pages * BS != (uint64_t)offset)
+        if (++step == RANDREAD_RESYNC)
+            return 0; /* not a read the sequence expects soon */
     state = s;
     struct vino_extent *e = vino_ra_extents();
     for (int32_t i = 0; i < RANDREAD_DEPTH; i++) {

@@ -164,3 +164,52 @@ fn sequential_graft_reads_ahead_only_on_sequential_reads() {
         }]
     );
 }
+
+/// The random-read tool's sequence (SplitMix64 seeded with 7), as block offsets in a file of
+/// `pages` blocks: what randread_ra.c expects.
+fn randread_sequence(pages: u64, n: usize) -> Vec<u64> {
+    let mut s: u64 = 7;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) % pages * 4096
+        })
+        .collect()
+}
+
+#[test]
+fn random_read_graft_prefetches_the_sequence_and_finds_it_again_after_skipped_reads() {
+    let pages = 1024;
+    let rt = vino_graft::Runtime::default();
+    let file = Arc::new(ToyFile::new(pages * 4096));
+    let slot: GraftSlot<ToyComputeRa> = GraftSlot::new(&rt, file, Access::Process(1), None);
+    slot.load(&build("randread_ra"), Owner::process(1)).unwrap();
+    let seq = randread_sequence(pages, 200);
+    let read = |offset| slot.invoke(&Read { offset, len: 4096 });
+    let ahead = |from: usize| -> Vec<Extent> {
+        seq[from..from + 16]
+            .iter()
+            .map(|&off| Extent { off, len: 4096 })
+            .collect()
+    };
+    assert_eq!(
+        read(seq[0]).as_slice(),
+        ahead(1).as_slice(),
+        "the first read of the sequence"
+    );
+    // Reads 1-4 were served by Linux's cache and never came: read 5 is found 5 steps on.
+    assert_eq!(
+        read(seq[5]).as_slice(),
+        ahead(6).as_slice(),
+        "found again after skipped reads"
+    );
+    // Far ahead (past the graft's search) or off the sequence: nothing, and the place is kept.
+    assert!(read(seq[150]).is_empty(), "150 steps on is not searched for");
+    let off_sequence = (0..pages * 4096).step_by(4096).find(|o| !seq.contains(o)).unwrap();
+    assert!(read(off_sequence).is_empty());
+    assert_eq!(read(seq[6]).as_slice(), ahead(7).as_slice(), "the place was kept");
+    assert_eq!(slot.stats().unwrap().failures, 0);
+}
