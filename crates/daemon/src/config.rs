@@ -23,6 +23,7 @@
 //! mount_transport = "auto"    # FUSE over "io_uring" or "dev_fuse"; auto: io_uring where offered
 //! mount_ring_depth = 32       # io_uring entries per CPU, each with a 1 MiB buffer (at least 4)
 //! mount_idle_poll_us = 0      # idle CPUs kept running this long after a mount request (0: off)
+//! mount_page_cache = true     # Linux caches the mount's file data in front of VINO's cache
 //! huge_pages = false          # let Linux back the daemon's memory with transparent huge pages
 //!
 //! [limits]                    # per principal; the defaults are vino_account's
@@ -127,6 +128,10 @@ pub struct Config {
     /// daemon's scheduling group: where the daemon runs in a cgroup or session of its own,
     /// they take CPU time from other groups' threads (see the README before turning it on).
     pub mount_idle_poll_us: u64,
+    /// Let Linux cache the mount's file data in its page cache, in front of VINO's cache (the
+    /// default): warm reads then cost no request. False opens every file on the mount for
+    /// direct I/O, so every read reaches VINO's cache and the policies grafted on it.
+    pub mount_page_cache: bool,
     /// Events queued for one listener (each of its user-level and graft queues) before the
     /// rest are dropped behind an overflow marker.
     pub event_queue_max: usize,
@@ -343,6 +348,7 @@ impl Default for Config {
             mount_transport: MountTransport::Auto,
             mount_ring_depth: vino_fuse::MountConfig::default().ring_depth,
             mount_idle_poll_us: 0,
+            mount_page_cache: true,
             event_queue_max: vino_kernel::EVENT_QUEUE_MAX,
             limits: LimitsFile::default(),
             user_block_quota: None,
@@ -514,6 +520,12 @@ mod tests {
         let c: Config = toml::from_str("mount_ring_depth = 8\nmount_idle_poll_us = 0").unwrap();
         assert_eq!((c.mount_ring_depth, c.mount_idle_poll_us), (8, 0));
         assert_eq!(Config::default().mount_idle_poll_us, 0, "off unless asked for");
+        assert!(Config::default().mount_page_cache);
+        assert!(
+            !toml::from_str::<Config>("mount_page_cache = false")
+                .unwrap()
+                .mount_page_cache
+        );
         let c: Config = toml::from_str("commit_interval = 0.5").unwrap();
         assert_eq!(c.commit_interval, Duration::from_millis(500));
         assert_eq!(Config::default().commit_interval, Duration::from_secs(5));

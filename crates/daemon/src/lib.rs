@@ -446,6 +446,7 @@ impl Daemon {
             transport,
             ring_depth: self.config.mount_ring_depth,
             idle_poll: Duration::from_micros(self.config.mount_idle_poll_us),
+            page_cache: self.config.mount_page_cache,
             ..Default::default()
         };
         let m = vino_fuse::mount(self.kernel.clone(), at, &config)

@@ -13,8 +13,13 @@
 //! kernel's change notices keep those caches current when other clients change the file
 //! system ([`invalidate`]).
 //!
-//! Files are opened with `FOPEN_DIRECT_IO`: Linux's page cache is bypassed and every read is
-//! served by VINO's cache, whose policies grafts set. Locks (`fcntl`, and `flock`, which FUSE
+//! File data is cached by Linux in front of VINO's cache ([`MountConfig::page_cache`]): a
+//! file is opened with `FOPEN_KEEP_CACHE`, so what Linux read stays valid from one open to the
+//! next, and writes go through to the kernel at once (no write-back cache in Linux), so VINO
+//! sees every write as it happens. When another client of the kernel changes a file, the
+//! change notice drops Linux's copy of its pages ([`invalidate`]). With the page cache off,
+//! files are opened with `FOPEN_DIRECT_IO` and every read is served by VINO's cache, whose
+//! policies grafts set. Locks (`fcntl`, and `flock`, which FUSE
 //! passes the same way) go to the kernel's lock manager, shared with the socket's clients.
 //! FIFOs and sockets made on the mount are served by Linux itself; device nodes may be made (by
 //! root) but not used unless the mount allows devices ([`MountConfig::dev`]).
@@ -69,6 +74,17 @@ pub struct MountConfig {
     /// off: the pollers are idle only within the daemon's own scheduling group, so where the
     /// daemon has a cgroup or a session of its own they take CPU time from other groups' work.
     pub idle_poll: Duration,
+    /// Let Linux keep the mount's file data in its own page cache, in front of VINO's (the
+    /// default): a read Linux holds costs no request, so warm reads run at the pace of any
+    /// Linux file system. VINO's cache, and the policies grafted on it, then see only what
+    /// Linux's cache misses. Off, files are opened for direct I/O and every read reaches
+    /// VINO's cache, for measuring a grafted policy on every access.
+    pub page_cache: bool,
+    /// Other clients' changes waiting to be told to Linux, at most (a few MiB of names at
+    /// worst). Past it a change is not queued; once the queue is empty again, Linux is told to
+    /// drop the attributes and data it holds of every node, and names stay stale for at most
+    /// `attr_ttl`.
+    pub notice_queue: usize,
 }
 
 /// The window [`MountConfig::idle_poll`] is tried with: longer than the gap between a
@@ -88,6 +104,8 @@ impl Default for MountConfig {
             transport: Transport::default(),
             ring_depth: 32,
             idle_poll: Duration::ZERO,
+            page_cache: true,
+            notice_queue: 16384,
         }
     }
 }
@@ -134,7 +152,7 @@ fn session(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::
         let s = state.clone();
         session.set_extra_loops(Box::new(move |dispatcher| ring::start(dispatcher, &s)));
     }
-    let invalidator = invalidate::start(kernel, &state, session.notifier())?;
+    let invalidator = invalidate::start(kernel, &state, session.notifier(), config.notice_queue.max(1))?;
     Ok((session, state, invalidator))
 }
 

@@ -117,6 +117,12 @@ impl Nodes {
         self.map.lock().len()
     }
 
+    /// The inode numbers of the nodes Linux holds now, the root first.
+    pub fn inodes(&self) -> Vec<u64> {
+        let map = self.map.lock();
+        std::iter::once(ROOT).chain(map.keys().copied()).collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

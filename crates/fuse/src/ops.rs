@@ -138,6 +138,8 @@ type Caller = (u32, u32, Vec<u32>);
 pub(crate) struct State {
     kernel: Arc<Kernel>,
     ttl: Duration,
+    /// How files are opened: for Linux's page cache or for direct I/O ([`MountConfig::page_cache`]).
+    open_flags: FopenFlags,
     pub(crate) nodes: Nodes,
     files: Mutex<FxHashMap<u64, Arc<Handle>>>,
     /// Linux opens directories without asking (`FUSE_NO_OPENDIR_SUPPORT`, granted at init).
@@ -154,6 +156,8 @@ pub(crate) struct State {
     /// Keeps idle CPUs running while requests come (none if off or not useful here).
     idle_poll: Result<vino_idlepoll::IdlePoll, vino_idlepoll::Off>,
     pub(crate) activity: vino_idlepoll::Activity,
+    /// Notices to Linux the mount sends of its own accord (set once the session has a notifier).
+    pub(crate) notices: crate::invalidate::Notices,
 }
 
 /// How long a `/dev/fuse` reader waits after serving forgets before it reads again, while
@@ -183,6 +187,11 @@ impl State {
             nodes: Nodes::new(kernel.clone())?,
             kernel,
             ttl: config.attr_ttl,
+            open_flags: if config.page_cache {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::FOPEN_DIRECT_IO
+            },
             files: Mutex::default(),
             no_opendir: AtomicBool::new(false),
             processes: Mutex::default(),
@@ -193,6 +202,7 @@ impl State {
             ring,
             activity: idle_poll.as_ref().map(|p| p.activity()).unwrap_or_default(),
             idle_poll,
+            notices: Default::default(),
         })
     }
 
@@ -290,6 +300,12 @@ impl State {
             _ => return Err(Errno::EINVAL),
         };
         h.process.graft_load_staged(&point, g.token).map_err(sys)?;
+        // A policy of the file's reads or of the caller's cached pages decides only for the
+        // reads that reach VINO's cache: the pages Linux holds go, so the file's next reads do.
+        if matches!(g.point.as_str(), "file.compute_ra" | "vas.pick_victim") {
+            let ino = h.process.fstat(h.fd).map_err(sys)?.ino;
+            self.notices.drop_data(ino);
+        }
         Ok(())
     }
 
@@ -868,8 +884,9 @@ impl Filesystem for VinoFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
+        let how = self.0.open_flags;
         answer!(reply, self.0.open(req, ino, flags), |fh| reply
-            .opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO));
+            .opened(FileHandle(fh), how));
     }
 
     fn create(
@@ -882,13 +899,13 @@ impl Filesystem for VinoFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let ttl = self.0.ttl;
+        let (ttl, how) = (self.0.ttl, self.0.open_flags);
         answer!(reply, self.0.create(req, parent, name, mode, umask, flags), |(
             a,
             g,
             fh,
         )| {
-            reply.created(&ttl, &a, g, FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+            reply.created(&ttl, &a, g, FileHandle(fh), how)
         });
     }
 

@@ -124,6 +124,8 @@ fn grafts_of_own_descriptors(m: &Mounted) {
         ],
     );
     assert_eq!(got, [eperm, eperm, 0, enotty]);
+    // Linux held the file's pages (written through the mount): binding dropped them, so the
+    // reads reached VINO's cache and the graft.
     let runs = bound(m, BOB, "file.compute_ra");
     assert!(runs.len() == 1 && runs[0] > 0, "Bob's graft ran on his reads: {runs:?}");
     // Alice's token survived Bob's try; used once it is gone; unknown tokens and graftpoints

@@ -453,25 +453,139 @@ fn serve_foreground_runs_until_unmounted() {
     assert!(fsck(&*dev, false).unwrap().is_clean());
 }
 
+/// Lookups of `ino` in VINO's cache so far: hits and misses.
+fn cache_lookups(m: &Mounted, ino: u64) -> u64 {
+    let c = m.kernel.cache().object_counters(ino);
+    c.hits + c.misses
+}
+
 #[test]
-fn every_read_is_served_by_the_vino_cache() {
-    let m = Mounted::new();
+fn with_the_page_cache_off_every_read_is_served_by_the_vino_cache() {
+    let m = Mounted::with_config(MountConfig {
+        page_cache: false,
+        ..MountConfig::default()
+    });
     let path = m.mnt().join("hot");
     fs::write(&path, data(64 << 10, 5)).unwrap();
     let ino = m.kernel_stat("/hot").ino;
-    let lookups = || {
-        let c = m.kernel.cache().object_counters(ino);
-        c.hits + c.misses
-    };
-    let mut seen = lookups();
+    let mut seen = cache_lookups(&m, ino);
     for _ in 0..3 {
         assert!(fs::read(&path).unwrap() == data(64 << 10, 5));
-        let now = lookups();
+        let now = cache_lookups(&m, ino);
         assert!(
             now >= seen + 16,
             "a read of 16 pages went around VINO's cache ({seen} -> {now})"
         );
         seen = now;
     }
+    m.finish();
+}
+
+#[test]
+fn linux_keeps_what_it_read_from_one_open_to_the_next() {
+    let m = Mounted::new();
+    let path = m.mnt().join("warm");
+    fs::write(&path, data(64 << 10, 6)).unwrap();
+    let ino = m.kernel_stat("/warm").ino;
+    assert!(fs::read(&path).unwrap() == data(64 << 10, 6));
+    let seen = cache_lookups(&m, ino);
+    for _ in 0..3 {
+        assert!(fs::read(&path).unwrap() == data(64 << 10, 6));
+    }
+    assert_eq!(
+        cache_lookups(&m, ino),
+        seen,
+        "reads of pages Linux holds asked the kernel again"
+    );
+    m.finish();
+}
+
+/// Reads `path` on the mount until it holds `want` (another client's change reaches Linux as
+/// a notice, sent by a thread of the mount a moment after the change).
+fn until_read_gives(path: &Path, want: &[u8]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let got = fs::read(path).unwrap();
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: a reader on the mount still sees {} bytes of old data",
+            path.display(),
+            got.len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn another_clients_writes_and_truncates_reach_readers_on_the_mount() {
+    let m = Mounted::new();
+    let path = m.mnt().join("shared");
+    let mut want = data(64 << 10, 7);
+    fs::write(&path, &want).unwrap();
+    // A descriptor on the mount, open throughout, and its pages in Linux's cache.
+    let kept = fs::File::open(&path).unwrap();
+    let mut buf = vec![0; want.len()];
+    kept.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == want);
+
+    let other = m.kernel.spawn(vino_kernel::Credentials::root());
+    let fd = other.open("/shared", vino_kernel::OpenFlags::read_write()).unwrap();
+    let patch = data(5000, 8);
+    other.pwrite(fd, &patch, 4000).unwrap();
+    want[4000..9000].copy_from_slice(&patch);
+    until_read_gives(&path, &want);
+    kept.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == want, "the descriptor open before the write reads old data");
+
+    other.ftruncate(fd, 10_000).unwrap();
+    want.truncate(10_000);
+    until_read_gives(&path, &want);
+    let grown = data(3000, 9);
+    other.pwrite(fd, &grown, 20_000).unwrap();
+    want.resize(20_000, 0);
+    want.extend_from_slice(&grown);
+    until_read_gives(&path, &want);
+    other.close(fd).unwrap();
+    m.kernel.exit(other.pid());
+    drop((other, kept));
+    m.finish();
+}
+
+/// A burst of changes by another client, more than the mount's queue of notices holds (here
+/// two), and then a change to each of several files Linux has cached, whose notices the full
+/// queue drops: readers on the mount still end with each file's new bytes.
+#[test]
+fn readers_on_the_mount_see_changes_made_while_the_notices_overflowed() {
+    let m = Mounted::with_config(MountConfig {
+        notice_queue: 2,
+        ..MountConfig::default()
+    });
+    let names: Vec<String> = (0..8).map(|i| format!("cached{i}")).collect();
+    for n in names.iter().chain(["flood".to_string()].iter()) {
+        fs::write(m.mnt().join(n), vec![0u8; 8192]).unwrap();
+        assert_eq!(fs::read(m.mnt().join(n)).unwrap(), vec![0u8; 8192]);
+    }
+    let other = m.kernel.spawn(vino_kernel::Credentials::root());
+    let rw = vino_kernel::OpenFlags::read_write();
+    let flood = other.open("/flood", rw).unwrap();
+    for round in 0..100_000u32 {
+        other.pwrite(flood, &round.to_le_bytes(), 0).unwrap();
+    }
+    for n in &names {
+        let fd = other.open(&format!("/{n}"), rw).unwrap();
+        other.pwrite(fd, b"new", 4096).unwrap();
+        other.close(fd).unwrap();
+    }
+    let mut want = vec![0u8; 8192];
+    want[4096..4099].copy_from_slice(b"new");
+    for n in &names {
+        until_read_gives(&m.mnt().join(n), &want);
+    }
+    other.close(flood).unwrap();
+    m.kernel.exit(other.pid());
+    drop(other);
     m.finish();
 }
