@@ -152,6 +152,9 @@ pub struct ProgramsReport {
     pub repeats: usize,
     /// How the ext4 side's memory was limited, or why it was not.
     pub ext4_memory: String,
+    /// The VINO side's programs' memory cgroup (Linux's cache of the mount is charged there;
+    /// the daemon's own cache is `cache_bytes` besides).
+    pub vino_memory: String,
     pub steps: Vec<StepResult>,
     pub skipped: Vec<String>,
 }
@@ -274,6 +277,9 @@ struct VinoSide {
     socket: PathBuf,
     dir: PathBuf,
     child: Option<Child>,
+    /// The programs' memory cgroup: Linux's cache of the mount is charged to the programs
+    /// reading it, as ext4's is.
+    cgroup: Option<Cgroup>,
 }
 
 impl VinoSide {
@@ -342,10 +348,41 @@ impl Side for VinoSide {
         Ok(())
     }
     fn command(&self, script: &str) -> Command {
-        let mut c = Command::new("sh");
-        c.arg("-c").arg(script);
-        c
+        shell_in(self.cgroup.as_ref(), script)
     }
+}
+
+/// `sh -c script`, moved into `cgroup` first if there is one.
+fn shell_in(cgroup: Option<&Cgroup>, script: &str) -> Command {
+    let mut c = Command::new("sh");
+    match cgroup {
+        // The shell moves itself into the cgroup, then runs the step.
+        Some(cg) => c.arg("-c").arg(format!(
+            "echo $$ > \"{}\" && {script}",
+            cg.dir.join("cgroup.procs").display()
+        )),
+        None => c.arg("-c").arg(script),
+    };
+    c
+}
+
+/// A memory cgroup for one side's programs, limited to the cache size plus
+/// [`PROGRAM_HEADROOM`], and what the report says of it.
+fn programs_cgroup(caps: &e9_linux::Capabilities, name: &str, cache: u64) -> Result<(Option<Cgroup>, String)> {
+    Ok(match &caps.cgroup {
+        Some(site) => {
+            let cg = site.create(&format!("vino-programs-{}-{name}", std::process::id()))?;
+            cg.set_limit(cache + PROGRAM_HEADROOM)?;
+            let said = format!(
+                "memory cgroup limit {} MiB (cache {} MiB + {} MiB for the programs)",
+                (cache + PROGRAM_HEADROOM) >> 20,
+                cache >> 20,
+                PROGRAM_HEADROOM >> 20
+            );
+            (Some(cg), said)
+        }
+        None => (None, format!("not limited: {}", caps.memory_cgroup.detail)),
+    })
 }
 
 struct Ext4Side {
@@ -370,16 +407,7 @@ impl Side for Ext4Side {
         Ok(())
     }
     fn command(&self, script: &str) -> Command {
-        let mut c = Command::new("sh");
-        match &self.cgroup {
-            // The shell moves itself into the cgroup, then runs the step.
-            Some(cg) => c.arg("-c").arg(format!(
-                "echo $$ > \"{}\" && {script}",
-                cg.dir.join("cgroup.procs").display()
-            )),
-            None => c.arg("-c").arg(script),
-        };
-        c
+        shell_in(self.cgroup.as_ref(), script)
     }
 }
 
@@ -526,7 +554,7 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
     // Per step: VINO's times per transport, ext4's times.
     let mut times: Vec<(Vec<Vec<f64>>, Vec<f64>)> =
         vec![(vec![Vec::new(); opts.transports.len()], Vec::new()); all.len()];
-    let mut ext4_memory = String::new();
+    let (mut ext4_memory, mut vino_memory) = (String::new(), String::new());
     for round in 0..opts.repeats {
         // The VINO sides take turns going first, round by round: the first of two mounts in a
         // row was measured slower at writing than the second, whichever it was.
@@ -564,6 +592,8 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
                     socket.display()
                 ),
             )?;
+            let (cgroup, said) = programs_cgroup(&caps, "vino", opts.cache)?;
+            vino_memory = said;
             let mut vino_side = VinoSide {
                 wrapper: graft_wrapper,
                 vino: vino.clone(),
@@ -572,6 +602,7 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
                 socket,
                 dir,
                 child: None,
+                cgroup,
             };
             vino_side.start()?;
             for (i, s) in all.iter().enumerate() {
@@ -591,23 +622,8 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
         // ext4, the programs in a memory cgroup of the same cache size.
         let mkfs = e9_linux::find_tool("mkfs.ext4").expect("probed");
         let mounted = Mounted::make(&mkfs, &root.join("ext4.img"), &root.join("ext4-mnt"), opts.image)?;
-        let cgroup = match &caps.cgroup {
-            Some(site) => {
-                let cg = site.create(&format!("vino-programs-{}", std::process::id()))?;
-                cg.set_limit(opts.cache + PROGRAM_HEADROOM)?;
-                ext4_memory = format!(
-                    "memory cgroup limit {} MiB (cache {} MiB + {} MiB for the programs)",
-                    (opts.cache + PROGRAM_HEADROOM) >> 20,
-                    opts.cache >> 20,
-                    PROGRAM_HEADROOM >> 20
-                );
-                Some(cg)
-            }
-            None => {
-                ext4_memory = format!("not limited: {}", caps.memory_cgroup.detail);
-                None
-            }
-        };
+        let (cgroup, said) = programs_cgroup(&caps, "ext4", opts.cache)?;
+        ext4_memory = said;
         let mut ext4 = Ext4Side {
             wrapper: plain_wrapper.clone(),
             mounted,
@@ -649,6 +665,7 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
         tree_bytes,
         repeats: opts.repeats,
         ext4_memory,
+        vino_memory,
         steps,
         skipped,
     })
@@ -687,6 +704,11 @@ impl ProgramsReport {
             t.row(row);
         }
         t.note(format!("ext4 side: {}", self.ext4_memory));
+        t.note(format!(
+            "VINO side: the daemon's cache {} MiB; its programs (and Linux's cache of the mount) in a {}",
+            self.cache_bytes >> 20,
+            self.vino_memory
+        ));
         t.note("steps that write end with a sync of the file system, inside their time");
         for s in &self.skipped {
             t.note(format!("skipped {s}"));
