@@ -15,8 +15,9 @@
 //!
 //! File data is cached by Linux in front of VINO's cache ([`MountConfig::page_cache`]): a
 //! file is opened with `FOPEN_KEEP_CACHE`, so what Linux read stays valid from one open to the
-//! next, and writes go through to the kernel at once (no write-back cache in Linux), so VINO
-//! sees every write as it happens. When another client of the kernel changes a file, the
+//! next. A descriptor open for reading only reads through Linux's cache; one open for writing
+//! is served directly (`FOPEN_DIRECT_IO` too), so VINO sees every write as it is made, and
+//! Linux drops the cached pages a write covers. When another client of the kernel changes a file, the
 //! change notice drops Linux's copy of its pages ([`invalidate`]). With the page cache off,
 //! files are opened with `FOPEN_DIRECT_IO` and every read is served by VINO's cache, whose
 //! policies grafts set. Locks (`fcntl`, and `flock`, which FUSE

@@ -138,8 +138,8 @@ type Caller = (u32, u32, Vec<u32>);
 pub(crate) struct State {
     kernel: Arc<Kernel>,
     ttl: Duration,
-    /// How files are opened: for Linux's page cache or for direct I/O ([`MountConfig::page_cache`]).
-    open_flags: FopenFlags,
+    /// Linux's page cache in front of VINO's ([`MountConfig::page_cache`]).
+    page_cache: bool,
     pub(crate) nodes: Nodes,
     files: Mutex<FxHashMap<u64, Arc<Handle>>>,
     /// Linux opens directories without asking (`FUSE_NO_OPENDIR_SUPPORT`, granted at init).
@@ -187,11 +187,7 @@ impl State {
             nodes: Nodes::new(kernel.clone())?,
             kernel,
             ttl: config.attr_ttl,
-            open_flags: if config.page_cache {
-                FopenFlags::FOPEN_KEEP_CACHE
-            } else {
-                FopenFlags::FOPEN_DIRECT_IO
-            },
+            page_cache: config.page_cache,
             files: Mutex::default(),
             no_opendir: AtomicBool::new(false),
             processes: Mutex::default(),
@@ -204,6 +200,21 @@ impl State {
             idle_poll,
             notices: Default::default(),
         })
+    }
+
+    /// How a file opened with `flags` is to be served. With the page cache, a descriptor open
+    /// for reading only is read through it; one open for writing writes directly (as Linux's
+    /// cached writes would go through at once anyway, but split at every page they end inside
+    /// and each ask for `security.capability` first), and Linux drops the pages it holds of the
+    /// range written. Both keep what Linux holds of the file at open.
+    fn open_reply(&self, flags: i32) -> FopenFlags {
+        if !self.page_cache {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_DIRECT_IO
+        }
     }
 
     /// The idle pollers: how many, or why there are none.
@@ -884,7 +895,7 @@ impl Filesystem for VinoFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
-        let how = self.0.open_flags;
+        let how = self.0.open_reply(flags.0);
         answer!(reply, self.0.open(req, ino, flags), |fh| reply
             .opened(FileHandle(fh), how));
     }
@@ -899,7 +910,7 @@ impl Filesystem for VinoFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (ttl, how) = (self.0.ttl, self.0.open_flags);
+        let (ttl, how) = (self.0.ttl, self.0.open_reply(flags));
         answer!(reply, self.0.create(req, parent, name, mode, umask, flags), |(
             a,
             g,

@@ -500,6 +500,42 @@ fn linux_keeps_what_it_read_from_one_open_to_the_next() {
     m.finish();
 }
 
+#[test]
+fn writes_through_the_mount_reach_descriptors_that_read_through_linuxs_cache() {
+    let m = Mounted::new();
+    let path = m.mnt().join("mixed");
+    let mut want = data(64 << 10, 10);
+    fs::write(&path, &want).unwrap();
+    let reader = fs::File::open(&path).unwrap();
+    let mut buf = vec![0; want.len()];
+    reader.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == want);
+    // Another descriptor writes (directly: it is open for writing) into pages Linux holds.
+    let writer = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    let patch = data(6000, 11);
+    writer.write_all_at(&patch, 1000).unwrap();
+    want[1000..7000].copy_from_slice(&patch);
+    reader.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == want, "a reader saw old data after the write returned");
+    let mut again = vec![0; want.len()];
+    writer.read_exact_at(&mut again, 0).unwrap();
+    assert!(again == want);
+    assert!(fs::read(&path).unwrap() == want);
+    // Appending through a new descriptor, then reading to the end.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"tail")
+        .unwrap();
+    want.extend_from_slice(b"tail");
+    let mut all = Vec::new();
+    fs::File::open(&path).unwrap().read_to_end(&mut all).unwrap();
+    assert!(all == want, "an append was not seen");
+    drop((reader, writer));
+    m.finish();
+}
+
 /// Reads `path` on the mount until it holds `want` (another client's change reaches Linux as
 /// a notice, sent by a thread of the mount a moment after the change).
 fn until_read_gives(path: &Path, want: &[u8]) {
