@@ -195,16 +195,20 @@ pub fn run(dir: &Path, quick: bool) -> Result<DaemonReport, String> {
 }
 
 /// The same cached reads through a FUSE mount of the daemon's file system, by an unmodified
-/// program's system calls (needs root and `/dev/fuse`), over each transport Linux offers.
+/// program's system calls (needs root and `/dev/fuse`): over each transport Linux offers with
+/// every read a request (direct I/O, as with `mount_page_cache = false`), then once as mounted
+/// by default, where Linux's page cache serves them after the first.
 fn fuse_reads(handle: &Handle, dir: &Path, rounds: usize, iters: u64, rows: &mut Vec<Row>) -> Result<(), String> {
     use std::os::unix::fs::FileExt;
     use vino_fuse::Transport;
-    let mut transports = vec![(Transport::DevFuse, "FUSE mount (/dev/fuse)")];
+    let mut mounts = vec![(Transport::DevFuse, false, "FUSE mount (/dev/fuse)")];
     if vino_fuse_uring::switch_on() {
-        transports.insert(0, (Transport::Uring, "FUSE mount (io_uring)"));
+        mounts.insert(0, (Transport::Uring, false, "FUSE mount (io_uring)"));
     }
-    for (transport, path) in transports {
-        let mount = FuseMount::mount_with(handle, dir, transport)?;
+    let default = handle.daemon().config().mount_transport.fuse();
+    mounts.push((default, true, "FUSE mount, Linux's page cache in front"));
+    for (transport, page_cache, path) in mounts {
+        let mount = FuseMount::mount_with(handle, dir, transport, page_cache)?;
         let measured = (|| {
             let file = std::fs::File::open(mount.dir().join("bench")).map_err(|e| e.to_string())?;
             for size in [4usize << 10, 64 << 10] {
@@ -230,19 +234,20 @@ pub struct FuseMount<'a> {
 }
 
 impl<'a> FuseMount<'a> {
-    pub fn mount(handle: &'a Handle, dir: &Path) -> Result<FuseMount<'a>, String> {
-        Self::mount_with(handle, dir, handle.daemon().config().mount_transport.fuse())
-    }
-
-    /// A mount over a given transport (io_uring turns the host's switch on, as root).
+    /// A mount over a given transport (io_uring turns the host's switch on, as root), with
+    /// Linux's page cache in front of VINO's or not.
     pub fn mount_with(
         handle: &'a Handle,
         dir: &Path,
         transport: vino_fuse::Transport,
+        page_cache: bool,
     ) -> Result<FuseMount<'a>, String> {
         let mnt = dir.join("mnt");
         std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
-        handle.daemon().mount_with(&mnt, transport).map_err(|e| e.message)?;
+        handle
+            .daemon()
+            .mount_with(&mnt, transport, page_cache)
+            .map_err(|e| e.message)?;
         Ok(FuseMount {
             handle,
             dir: mnt,

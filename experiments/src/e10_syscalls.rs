@@ -330,7 +330,10 @@ fn measure(
     std::fs::write(&host_file, &data)?;
     let host = std::fs::File::open(&host_file)?;
     let mut notes = Vec::new();
-    let fuse = match FuseMount::mount(handle, dir) {
+    // Every read a request to the daemon (direct I/O), as the row compares system-call paths;
+    // by default Linux's page cache would serve all but the first.
+    let transport = handle.daemon().config().mount_transport.fuse();
+    let fuse = match FuseMount::mount_with(handle, dir, transport, false) {
         Ok(m) => Some(m),
         Err(why) => {
             notes.push(format!(

@@ -432,11 +432,17 @@ impl Daemon {
     /// Mounts the file system at `at` through FUSE: programs that know nothing of VINO use it
     /// there, through the same kernel (its cache, its grafts) as the daemon's clients.
     pub fn mount(&self, at: &Path) -> std::result::Result<(), ErrorReply> {
-        self.mount_with(at, self.config.mount_transport.fuse())
+        self.mount_with(at, self.config.mount_transport.fuse(), self.config.mount_page_cache)
     }
 
-    /// [`Daemon::mount`] over a given transport (as the `mount_transport` key says).
-    pub fn mount_with(&self, at: &Path, transport: vino_fuse::Transport) -> std::result::Result<(), ErrorReply> {
+    /// [`Daemon::mount`] over a given transport (as the `mount_transport` key says), with
+    /// Linux's page cache in front or not (`mount_page_cache`).
+    pub fn mount_with(
+        &self,
+        at: &Path,
+        transport: vino_fuse::Transport,
+        page_cache: bool,
+    ) -> std::result::Result<(), ErrorReply> {
         if transport != vino_fuse::Transport::DevFuse {
             offer_uring();
         }
@@ -446,7 +452,7 @@ impl Daemon {
             transport,
             ring_depth: self.config.mount_ring_depth,
             idle_poll: Duration::from_micros(self.config.mount_idle_poll_us),
-            page_cache: self.config.mount_page_cache,
+            page_cache,
             ..Default::default()
         };
         let m = vino_fuse::mount(self.kernel.clone(), at, &config)
