@@ -114,6 +114,13 @@ fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
         "-o",
         module.to_str().unwrap(),
     ]));
+    // Read once, so that Linux's page cache holds it: binding the graft drops those pages, and
+    // the reads below come to VINO (and the graft) again.
+    ok(&Command::new("cat")
+        .arg(&big)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap());
     let mut loader = spawn(&[
         "graft",
         "load",

@@ -57,7 +57,7 @@ impl Notices {
 /// attributes.
 fn send(notifier: &Notifier, notice: Notice) {
     let _ = match notice {
-        Notice::Change(Change::Attr { ino }) => notifier.inval_inode(INodeNo(ino), 0, 0),
+        Notice::Change(Change::Attr { ino } | Change::Grafted { ino }) => notifier.inval_inode(INodeNo(ino), 0, 0),
         Notice::Change(Change::Entry { dir, name }) => notifier.inval_entry(INodeNo(dir), OsStr::from_bytes(&name)),
         Notice::Data { ino, done } => {
             let r = notifier.inval_inode(INodeNo(ino), 0, 0);

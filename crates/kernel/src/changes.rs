@@ -1,5 +1,5 @@
-//! Change notices: what a system call changed in the namespace or in an inode's attributes, for
-//! those who cache either (the FUSE mount, whose Linux side keeps names and attributes and must
+//! Change notices: what a system call changed in the namespace or in an inode, for those who
+//! cache either (the FUSE mount, whose Linux side keeps names, attributes and file data and must
 //! hear when another client of the kernel changes them).
 //!
 //! A hook is called after the change is made, on the thread that made it, with the process that
@@ -12,8 +12,13 @@ use std::sync::Arc;
 /// One change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// The inode's attributes (mode, owner, size, times, link count) changed.
+    /// The inode's attributes (mode, owner, size, times, link count) changed, or its data was
+    /// written.
     Attr { ino: u64 },
+    /// A graft now decides how the file's reads are served (a file-wide read-ahead graft): a
+    /// cache in front of the kernel's should drop what it holds of the file, so that its reads
+    /// come to the kernel again.
+    Grafted { ino: u64 },
     /// The name `name` in directory `dir` appeared, went, or now names another inode.
     Entry { dir: u64, name: Vec<u8> },
 }

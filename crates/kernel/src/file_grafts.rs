@@ -211,6 +211,11 @@ impl Process {
         if let Some(old) = replaced {
             unload_everywhere(&old);
         }
+        if self.kernel().changes.wanted() {
+            self.kernel()
+                .changes
+                .tell(self.pid(), &[crate::Change::Grafted { ino }]);
+        }
         Ok(info)
     }
 
