@@ -398,6 +398,37 @@ fn changes_by_other_clients_reach_linux_at_once() {
     m.finish();
 }
 
+#[test]
+fn a_file_another_client_makes_private_is_refused_though_linux_holds_its_pages() {
+    let m = Mounted::new();
+    let f = m.mnt().join("shared");
+    fs::write(&f, "contents").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
+    let cat = format!("cat {}", f.display());
+    // Alice reads it twice: the second time from Linux's page cache.
+    assert_eq!(ok(sh_as(ALICE, &[], &cat)), "contents");
+    assert_eq!(ok(sh_as(ALICE, &[], &cat)), "contents");
+    let other = m.kernel.spawn(Credentials::root());
+    other.chmod("/shared", 0o600).unwrap();
+    // The notice goes out a moment after the chmod; from then on Alice's opens are refused.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let out = sh_as(ALICE, &[], &cat);
+        if !out.status.success() {
+            refused(out, "Permission denied");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Alice still reads a file made private by another client"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    m.kernel.exit(other.pid());
+    drop(other);
+    m.finish();
+}
+
 /// Two processes replace `f` by create-and-rename while two others open, fstat and read it:
 /// every open finds a file, and reads the file fstat describes (each file holds its inode
 /// number). Then nothing is left referenced or parked.
