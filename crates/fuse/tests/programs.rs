@@ -500,16 +500,24 @@ fn linux_keeps_what_it_read_from_one_open_to_the_next() {
     m.finish();
 }
 
-#[test]
-fn writes_through_the_mount_reach_descriptors_that_read_through_linuxs_cache() {
-    let m = Mounted::new();
-    let path = m.mnt().join("mixed");
-    let mut want = data(64 << 10, 10);
+/// A 64 KiB file `name` written through the mount and read once through a descriptor kept
+/// open (so Linux holds its pages): its path, its bytes and the descriptor.
+fn cached_file(m: &Mounted, name: &str, seed: u64) -> (std::path::PathBuf, Vec<u8>, fs::File) {
+    let path = m.mnt().join(name);
+    let want = data(64 << 10, seed);
     fs::write(&path, &want).unwrap();
     let reader = fs::File::open(&path).unwrap();
     let mut buf = vec![0; want.len()];
     reader.read_exact_at(&mut buf, 0).unwrap();
     assert!(buf == want);
+    (path, want, reader)
+}
+
+#[test]
+fn writes_through_the_mount_reach_descriptors_that_read_through_linuxs_cache() {
+    let m = Mounted::new();
+    let (path, mut want, reader) = cached_file(&m, "mixed", 10);
+    let mut buf = vec![0; want.len()];
     // Another descriptor writes (directly: it is open for writing) into pages Linux holds.
     let writer = fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
     let patch = data(6000, 11);
@@ -558,14 +566,9 @@ fn until_read_gives(path: &Path, want: &[u8]) {
 #[test]
 fn another_clients_writes_and_truncates_reach_readers_on_the_mount() {
     let m = Mounted::new();
-    let path = m.mnt().join("shared");
-    let mut want = data(64 << 10, 7);
-    fs::write(&path, &want).unwrap();
     // A descriptor on the mount, open throughout, and its pages in Linux's cache.
-    let kept = fs::File::open(&path).unwrap();
+    let (path, mut want, kept) = cached_file(&m, "shared", 7);
     let mut buf = vec![0; want.len()];
-    kept.read_exact_at(&mut buf, 0).unwrap();
-    assert!(buf == want);
 
     let other = m.kernel.spawn(vino_kernel::Credentials::root());
     let fd = other.open("/shared", vino_kernel::OpenFlags::read_write()).unwrap();
