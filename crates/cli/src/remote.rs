@@ -378,8 +378,8 @@ fn render(top: &Top) -> String {
         .iter()
         .map(|m| {
             format!(
-                "mounted on {} through {}, idle polling {}\n",
-                m.path, m.transport, m.idle_poll
+                "mounted on {} through {}, idle polling {}, file data in {}\n",
+                m.path, m.transport, m.idle_poll, m.data_cache
             )
         })
         .collect();

@@ -150,6 +150,12 @@ fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
     }
     // And whether idle CPUs are kept running for it: off unless the configuration asks.
     assert_eq!(top["mounts"][0]["idle_poll"].as_str(), Some("off"), "{top}");
+    // And how it caches file data: Linux's page cache in front of VINO's by default.
+    assert_eq!(
+        top["mounts"][0]["data_cache"].as_str(),
+        Some("Linux's page cache in front of VINO's"),
+        "{top}"
+    );
 
     // The graft goes with the command that loaded it.
     sigterm(&mut loader);

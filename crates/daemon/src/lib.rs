@@ -461,13 +461,18 @@ impl Daemon {
         Ok(())
     }
 
-    /// Which transport serves each FUSE mount this daemon made, and its idle polling: (mount
-    /// point, transport, idle polling).
-    pub fn mount_transports(&self) -> Vec<(PathBuf, String, String)> {
+    /// Each FUSE mount this daemon made: where, which transport serves it, its idle polling and
+    /// how it caches file data.
+    pub fn mounts(&self) -> Vec<vino_proto::MountTop> {
         self.mounts
             .lock()
             .iter()
-            .map(|m| (m.mountpoint().to_path_buf(), m.transport(), m.idle_poll()))
+            .map(|m| vino_proto::MountTop {
+                path: m.mountpoint().display().to_string(),
+                transport: m.transport(),
+                idle_poll: m.idle_poll(),
+                data_cache: m.data_cache().to_string(),
+            })
             .collect()
     }
 

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use vino_graft::{PolicyKind, SlotInfo};
 use vino_kernel::{Credentials, Kernel, Pid, Resource};
-use vino_proto::{CacheTop, GraftTop, Held, MountTop, ProcessTop, Top, UserTop};
+use vino_proto::{CacheTop, GraftTop, Held, ProcessTop, Top, UserTop};
 
 /// True if `viewer` may see what the process `owner` is and has (its accounts, its grafts and
 /// their details): it is privileged, or `owner` is a live process of the same uid.
@@ -144,15 +144,7 @@ impl Daemon {
             grafts,
             cache,
             users: users(kernel, viewer),
-            mounts: self
-                .mount_transports()
-                .into_iter()
-                .map(|(path, transport, idle_poll)| MountTop {
-                    path: path.display().to_string(),
-                    transport,
-                    idle_poll,
-                })
-                .collect(),
+            mounts: self.mounts(),
         }
     }
 }

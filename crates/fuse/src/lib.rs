@@ -214,6 +214,15 @@ impl Mount {
         self.state.describe_idle_poll()
     }
 
+    /// How file data is cached ([`MountConfig::page_cache`]).
+    pub fn data_cache(&self) -> &'static str {
+        if self.state.page_cache() {
+            "Linux's page cache in front of VINO's"
+        } else {
+            "VINO's only (direct I/O)"
+        }
+    }
+
     /// Requests served through the ring so far (none on `/dev/fuse`).
     pub fn ring_served(&self) -> u64 {
         self.state.ring.served()

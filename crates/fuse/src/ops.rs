@@ -217,6 +217,10 @@ impl State {
         }
     }
 
+    pub(crate) fn page_cache(&self) -> bool {
+        self.page_cache
+    }
+
     /// The idle pollers: how many, or why there are none.
     pub(crate) fn describe_idle_poll(&self) -> String {
         match &self.idle_poll {

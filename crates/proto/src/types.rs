@@ -348,6 +348,9 @@ pub struct MountTop {
     pub transport: String,
     /// Idle polling of the mount: "N pollers", or "off" and why.
     pub idle_poll: String,
+    /// How file data is cached: Linux's page cache in front of VINO's, or VINO's only.
+    #[serde(default)]
+    pub data_cache: String,
 }
 
 /// A failed request: an errno (Linux numbering) and what was wrong.
