@@ -7,7 +7,7 @@
 //! a thread of the mount's sends them to Linux. Sending a notice from a thread that serves
 //! requests could deadlock: Linux may wait for that very thread to answer a request on the same
 //! directory. A full queue drops notices: the thread then drops Linux's attributes and cached
-//! data of every node it holds, once it has caught up, and the names stay stale for at most the
+//! data of every node it holds, once it has caught up (at most once per time the queue fills), and the names stay stale for at most the
 //! mount's attribute timeout (30 s by default; otherwise the notices keep Linux's caches valid,
 //! so the timeout can be long and a warm `find` or `du` asks the kernel nothing).
 
@@ -17,7 +17,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
 use vino_kernel::{Change, Kernel};
 
@@ -25,15 +25,14 @@ use vino_kernel::{Change, Kernel};
 /// Linux waits for pages being read, whose reads may queue behind the waiting request.
 const DROP_WAIT: Duration = Duration::from_millis(100);
 
-/// How often the sending thread looks for dropped notices while none come.
-const RECHECK: Duration = Duration::from_millis(100);
-
 /// What the sending thread is asked to do.
 enum Notice {
     /// A change by another client of the kernel.
     Change(Change),
     /// Drop Linux's copy of a file's data and attributes (the mount's own request), then say so.
     Data { ino: u64, done: SyncSender<()> },
+    /// Nothing to send: wakes the thread to look at the dropped-notice flag.
+    Wake,
 }
 
 /// The way to the sending thread, for the mount's own notices.
@@ -64,6 +63,7 @@ fn send(notifier: &Notifier, notice: Notice) {
             let _ = done.try_send(());
             r
         }
+        Notice::Wake => return,
     };
 }
 
@@ -100,7 +100,13 @@ pub(crate) fn start(
         for c in changes {
             match tx.try_send(Notice::Change(c.clone())) {
                 Ok(()) => {}
-                Err(TrySendError::Full(_)) => dropped_by_hook.store(true, Ordering::Relaxed),
+                Err(TrySendError::Full(_)) => {
+                    // Set, then nudge the thread: if the queue emptied meanwhile (the thread
+                    // may have looked at the flag before it was set) the nudge fits and wakes
+                    // it; if still full, the thread looks at the flag after the notices ahead.
+                    dropped_by_hook.store(true, Ordering::SeqCst);
+                    let _ = tx.try_send(Notice::Wake);
+                }
                 Err(TrySendError::Disconnected(_)) => return,
             }
         }
@@ -109,19 +115,13 @@ pub(crate) fn start(
     std::thread::Builder::new()
         .name("vino-fuse-inval".into())
         .spawn(move || {
-            loop {
-                // A timeout too: a notice dropped just after the queue emptied sets the flag
-                // after the check below, with nothing left to wake this thread.
-                match rx.recv_timeout(RECHECK) {
-                    Ok(first) => send(&notifier, first),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
+            while let Ok(first) = rx.recv() {
+                send(&notifier, first);
                 while let Ok(next) = rx.try_recv() {
                     send(&notifier, next);
                 }
                 // Caught up: if a notice was dropped meanwhile, forget everything Linux holds.
-                if dropped.swap(false, Ordering::Relaxed) {
+                if dropped.swap(false, Ordering::SeqCst) {
                     let Some(state) = weak.upgrade() else { return };
                     for ino in state.nodes.inodes() {
                         let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
