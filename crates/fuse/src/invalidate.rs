@@ -18,35 +18,58 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::time::Duration;
 use vino_kernel::{Change, Kernel};
-
-/// How long [`Notices::drop_data`] waits for Linux to have dropped the pages. Bounded because
-/// Linux waits for pages being read, whose reads may queue behind the waiting request.
-const DROP_WAIT: Duration = Duration::from_millis(100);
 
 /// What the sending thread is asked to do.
 enum Notice {
     /// A change by another client of the kernel.
     Change(Change),
-    /// Drop Linux's copy of a file's data and attributes (the mount's own request), then say so.
-    Data { ino: u64, done: SyncSender<()> },
+    /// Drop Linux's copy of a file's data and attributes (the mount's own request), then
+    /// answer the request that asked.
+    Data { ino: u64, then: Box<dyn FnOnce() + Send> },
     /// Nothing to send: wakes the thread to look at the dropped-notice flag.
     Wake,
 }
 
 /// The way to the sending thread, for the mount's own notices.
 #[derive(Default)]
-pub(crate) struct Notices(std::sync::OnceLock<SyncSender<Notice>>);
+pub(crate) struct Notices(std::sync::OnceLock<Queue>);
+
+/// The sending thread's queue, and the flag that says a notice did not fit in it.
+struct Queue {
+    tx: SyncSender<Notice>,
+    dropped: Arc<AtomicBool>,
+}
+
+impl Queue {
+    /// Queues `notice`; if the queue is full, flags that Linux may hold stale data of any node
+    /// (the thread drops everything once caught up) and returns the notice.
+    fn send(&self, notice: Notice) -> Result<(), Notice> {
+        match self.tx.try_send(notice) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(n) | TrySendError::Disconnected(n)) => {
+                // Set, then nudge the thread: if the queue emptied meanwhile (the thread may
+                // have looked at the flag before it was set) the nudge fits and wakes it; if
+                // still full, the thread looks at the flag after the notices ahead.
+                self.dropped.store(true, Ordering::SeqCst);
+                let _ = self.tx.try_send(Notice::Wake);
+                Err(n)
+            }
+        }
+    }
+}
 
 impl Notices {
     /// Makes Linux forget the pages of `ino` it holds, so the reads that follow reach VINO's
-    /// cache; returns once done, or after [`DROP_WAIT`] (the notice still goes).
-    pub(crate) fn drop_data(&self, ino: u64) {
-        let Some(tx) = self.0.get() else { return };
-        let (done, sent) = sync_channel(1);
-        if tx.try_send(Notice::Data { ino, done }).is_ok() {
-            let _ = sent.recv_timeout(DROP_WAIT);
+    /// cache, and then runs `then` (which answers the request). The request's thread does not
+    /// wait: Linux's invalidation waits for pages being read, whose reads may be queued behind
+    /// that thread, and other users' requests are. With no sending thread, or a full queue
+    /// (everything is then dropped once the thread catches up), `then` runs at once.
+    pub(crate) fn drop_data(&self, ino: u64, then: impl FnOnce() + Send + 'static) {
+        let then: Box<dyn FnOnce() + Send> = Box::new(then);
+        let Some(queue) = self.0.get() else { return then() };
+        if let Err(Notice::Data { then, .. }) = queue.send(Notice::Data { ino, then }) {
+            then();
         }
     }
 }
@@ -58,9 +81,9 @@ fn send(notifier: &Notifier, notice: Notice) {
     let _ = match notice {
         Notice::Change(Change::Attr { ino } | Change::Grafted { ino }) => notifier.inval_inode(INodeNo(ino), 0, 0),
         Notice::Change(Change::Entry { dir, name }) => notifier.inval_entry(INodeNo(dir), OsStr::from_bytes(&name)),
-        Notice::Data { ino, done } => {
+        Notice::Data { ino, then } => {
             let r = notifier.inval_inode(INodeNo(ino), 0, 0);
-            let _ = done.try_send(());
+            then();
             r
         }
         Notice::Wake => return,
@@ -87,28 +110,21 @@ pub(crate) fn start(
     queue: usize,
 ) -> std::io::Result<Invalidator> {
     let (tx, rx): (SyncSender<Notice>, Receiver<Notice>) = sync_channel(queue);
-    let _ = state.notices.0.set(tx.clone());
-    let weak = Arc::downgrade(state);
     // Set when a notice was dropped: Linux may hold stale data of any node.
     let dropped = Arc::new(AtomicBool::new(false));
-    let dropped_by_hook = dropped.clone();
+    let _ = state.notices.0.set(Queue {
+        tx,
+        dropped: dropped.clone(),
+    });
+    let weak = Arc::downgrade(state);
     let hook = kernel.on_change(Arc::new(move |pid, changes| {
         let Some(state) = weak.upgrade() else { return };
         if state.own.read().contains(&pid) {
             return;
         }
+        let Some(queue) = state.notices.0.get() else { return };
         for c in changes {
-            match tx.try_send(Notice::Change(c.clone())) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) => {
-                    // Set, then nudge the thread: if the queue emptied meanwhile (the thread
-                    // may have looked at the flag before it was set) the nudge fits and wakes
-                    // it; if still full, the thread looks at the flag after the notices ahead.
-                    dropped_by_hook.store(true, Ordering::SeqCst);
-                    let _ = tx.try_send(Notice::Wake);
-                }
-                Err(TrySendError::Disconnected(_)) => return,
-            }
+            let _ = queue.send(Notice::Change(c.clone()));
         }
     }));
     let weak = Arc::downgrade(state);
@@ -130,4 +146,55 @@ pub(crate) fn start(
             }
         })?;
     Ok(Invalidator { kernel, hook })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn counter() -> (Arc<AtomicUsize>, impl FnOnce() + Send + 'static) {
+        let n = Arc::new(AtomicUsize::new(0));
+        let m = n.clone();
+        (n, move || {
+            m.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    /// The request's answer never waits on the request's thread: it goes with the notice, runs
+    /// at once where there is no thread to send it, and at once (flagging a flush of
+    /// everything) where the queue is full.
+    #[test]
+    fn a_drop_answers_from_the_sending_thread_or_at_once() {
+        let (answered, then) = counter();
+        Notices::default().drop_data(1, then);
+        assert_eq!(
+            answered.load(Ordering::SeqCst),
+            1,
+            "no sending thread: answered at once"
+        );
+
+        let (tx, rx) = sync_channel(1);
+        let dropped = Arc::new(AtomicBool::new(false));
+        let notices = Notices::default();
+        let _ = notices.0.set(Queue {
+            tx,
+            dropped: dropped.clone(),
+        });
+        let (queued, then) = counter();
+        notices.drop_data(7, then);
+        assert_eq!(queued.load(Ordering::SeqCst), 0, "answered before the drop was sent");
+        assert!(!dropped.load(Ordering::SeqCst));
+
+        let (full, then) = counter();
+        notices.drop_data(8, then);
+        assert_eq!(full.load(Ordering::SeqCst), 1, "a full queue answers at once");
+        assert!(dropped.load(Ordering::SeqCst), "and has everything dropped later");
+
+        match rx.try_recv() {
+            Ok(Notice::Data { ino: 7, then }) => then(),
+            _ => panic!("the first drop was not queued"),
+        }
+        assert_eq!(queued.load(Ordering::SeqCst), 1);
+    }
 }

@@ -302,8 +302,9 @@ impl State {
 
     /// `VINO_IOC_GRAFT` on an open file: binds the module the caller staged through its client
     /// connection. Only the user who opened the descriptor may, and the kernel's own rules
-    /// decide the rest (a file's `lock.grant` is its creator's, say).
-    fn fd_graft(&self, req: &Request, fh: u64, arg: &[u8]) -> R<()> {
+    /// decide the rest (a file's `lock.grant` is its creator's, say). Returns the file whose
+    /// pages Linux must drop before the answer, if the graft decides for its reads.
+    fn fd_graft(&self, req: &Request, fh: u64, arg: &[u8]) -> R<Option<u64>> {
         let g = vino_proto::ioctl::FdGraft::decode(arg).ok_or(Errno::EINVAL)?;
         let h = self.handle(fh)?;
         if h.process.credentials().uid != req.uid() {
@@ -318,10 +319,9 @@ impl State {
         // A policy of the file's reads or of the caller's cached pages decides only for the
         // reads that reach VINO's cache: the pages Linux holds go, so the file's next reads do.
         if matches!(g.point.as_str(), "file.compute_ra" | "vas.pick_victim") {
-            let ino = h.process.fstat(h.fd).map_err(sys)?.ino;
-            self.notices.drop_data(ino);
+            return Ok(Some(h.process.fstat(h.fd).map_err(sys)?.ino));
         }
-        Ok(())
+        Ok(None)
     }
 
     fn handle(&self, fh: u64) -> R<Arc<Handle>> {
@@ -985,7 +985,12 @@ impl Filesystem for VinoFs {
             vino_proto::ioctl::GRAFT => self.0.fd_graft(req, fh.0, in_data),
             _ => Err(Errno::ENOTTY),
         };
-        answer!(reply, result, |()| reply.ioctl(0, &[]));
+        match result {
+            Err(e) => reply.error(e),
+            Ok(None) => reply.ioctl(0, &[]),
+            // The answer waits for the drop, on the notices' thread, not on this one.
+            Ok(Some(ino)) => self.0.notices.drop_data(ino, move || reply.ioctl(0, &[])),
+        }
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
