@@ -437,13 +437,19 @@ fn serve_foreground_runs_until_unmounted() {
     }
     fs::write(mnt.join("hello"), "world").unwrap();
     let target = std::ffi::CString::new(mnt.as_os_str().as_encoded_bytes()).unwrap();
-    assert_eq!(
+    // A child another test forks may hold the written file's descriptor until it execs (the
+    // descriptor is close-on-exec): the mount is busy for that moment.
+    let umount = || {
         // SAFETY: `target` is a NUL-terminated path that lives through the call.
-        unsafe { libc::umount(target.as_ptr()) },
-        0,
-        "umount: {}",
-        std::io::Error::last_os_error()
-    );
+        let r = unsafe { libc::umount(target.as_ptr()) };
+        (r, std::io::Error::last_os_error())
+    };
+    let mut result = umount();
+    while result.0 != 0 && result.1.raw_os_error() == Some(libc::EBUSY) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        result = umount();
+    }
+    assert_eq!(result.0, 0, "umount: {}", result.1);
     served.join().unwrap().unwrap();
     assert!(kernel.processes().is_empty(), "the mount's processes end with it");
     let p = kernel.spawn(vino_kernel::Credentials::root());
