@@ -96,11 +96,16 @@ fn default_transports() -> Vec<String> {
     t
 }
 
-/// A `--transport` value: the transport, and whether the mount polls idle CPUs.
-fn variant(t: &str) -> (&str, bool) {
-    match t.strip_suffix("_idle_poll") {
-        Some(transport) => (transport, true),
-        None => (t, false),
+/// A `--transport` value: the transport, and the mount's idle polling: as configured by
+/// default (pollers only in the idle cgroup), off (`_no_idle_poll`), or on wherever the
+/// pollers can run (`_idle_poll`, `mount_idle_poll_us` set).
+fn variant(t: &str) -> (&str, Option<u128>) {
+    if let Some(transport) = t.strip_suffix("_no_idle_poll") {
+        (transport, Some(0))
+    } else if let Some(transport) = t.strip_suffix("_idle_poll") {
+        (transport, Some(vino_fuse::IDLE_POLL.as_micros()))
+    } else {
+        (t, None)
     }
 }
 
@@ -111,10 +116,10 @@ fn transport_name(t: &str) -> String {
     } else {
         transport
     };
-    if idle_poll {
-        format!("{name}, idle polling")
-    } else {
-        name.to_string()
+    match idle_poll {
+        None => name.to_string(),
+        Some(0) => format!("{name}, no idle polling"),
+        Some(_) => format!("{name}, idle polling anywhere"),
     }
 }
 
@@ -574,11 +579,7 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
                     socket.display(),
                     opts.cache,
                     opts.image,
-                    if idle_poll {
-                        format!("mount_idle_poll_us = {}\n", vino_fuse::IDLE_POLL.as_micros())
-                    } else {
-                        String::new()
-                    }
+                    idle_poll.map_or(String::new(), |us| format!("mount_idle_poll_us = {us}\n"))
                 ),
             )?;
             let dir = root.join("vino-mnt");

@@ -148,8 +148,17 @@ fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
     } else {
         assert_eq!(transport, "/dev/fuse", "{top}");
     }
-    // And whether idle CPUs are kept running for it: off unless the configuration asks.
-    assert_eq!(top["mounts"][0]["idle_poll"].as_str(), Some("off"), "{top}");
+    // And whether idle CPUs are kept running for it: by default only by pollers in the idle
+    // cgroup, so where the daemon can make one there are pollers, and elsewhere it says why not.
+    let idle_poll = top["mounts"][0]["idle_poll"].as_str().unwrap_or_default();
+    if let Some(why) = idle_poll.strip_prefix("off (no idle cgroup: ") {
+        assert_eq!(Err(why.trim_end_matches(')').to_string()), vino_idlepoll::idle_group());
+    } else {
+        assert!(
+            idle_poll.ends_with(" pollers") || idle_poll.starts_with("off ("),
+            "{top}"
+        );
+    }
     // And how it caches file data: Linux's page cache in front of VINO's by default.
     assert_eq!(
         top["mounts"][0]["data_cache"].as_str(),

@@ -22,7 +22,7 @@
 //! program_memory = "256M"     # linear memory a program run in the daemon may grow to
 //! mount_transport = "auto"    # FUSE over "io_uring" or "dev_fuse"; auto: io_uring where offered
 //! mount_ring_depth = 32       # io_uring entries per CPU, each with a 1 MiB buffer (at least 4)
-//! mount_idle_poll_us = 0      # idle CPUs kept running this long after a mount request (0: off)
+//! mount_idle_poll_us = 200    # idle CPUs kept running this long after a mount request (0: off)
 //! mount_page_cache = true     # Linux caches the mount's file data in front of VINO's cache
 //! huge_pages = false          # let Linux back the daemon's memory with transparent huge pages
 //!
@@ -124,10 +124,12 @@ pub struct Config {
     pub mount_ring_depth: usize,
     /// Microseconds idle CPUs are kept from halting after a request on the mount, by threads
     /// at idle priority (`vino_idlepoll`): a program woken with its answer then does not wait
-    /// for its CPU to wake. 0 (the default) turns it off. The threads are idle only within the
-    /// daemon's scheduling group: where the daemon runs in a cgroup or session of its own,
-    /// they take CPU time from other groups' threads (see the README before turning it on).
-    pub mount_idle_poll_us: u64,
+    /// for its CPU to wake. Unset (the default): 200, by threads in an idle cgroup where the
+    /// daemon can make one (root, cgroup v1's CPU controller), where they take no CPU time
+    /// any other thread wants; none elsewhere. Set: that long (0: off), in the daemon's own
+    /// group where there is no idle one, where they hold the daemon's share of the CPUs
+    /// against other groups' threads (see the README).
+    pub mount_idle_poll_us: Option<u64>,
     /// Let Linux cache the mount's file data in its page cache, in front of VINO's cache (the
     /// default): warm reads then cost no request. False opens every file on the mount for
     /// direct I/O, so every read reaches VINO's cache and the policies grafted on it.
@@ -347,7 +349,7 @@ impl Default for Config {
             mount: None,
             mount_transport: MountTransport::Auto,
             mount_ring_depth: vino_fuse::MountConfig::default().ring_depth,
-            mount_idle_poll_us: 0,
+            mount_idle_poll_us: None,
             mount_page_cache: true,
             event_queue_max: vino_kernel::EVENT_QUEUE_MAX,
             limits: LimitsFile::default(),
@@ -518,8 +520,8 @@ mod tests {
         assert!(toml::from_str::<Config>("frame_timeout = 0").is_err());
         assert!(toml::from_str::<Config>("frame_timeout = -1").is_err());
         let c: Config = toml::from_str("mount_ring_depth = 8\nmount_idle_poll_us = 0").unwrap();
-        assert_eq!((c.mount_ring_depth, c.mount_idle_poll_us), (8, 0));
-        assert_eq!(Config::default().mount_idle_poll_us, 0, "off unless asked for");
+        assert_eq!((c.mount_ring_depth, c.mount_idle_poll_us), (8, Some(0)));
+        assert_eq!(Config::default().mount_idle_poll_us, None, "the mount's own choice");
         assert!(Config::default().mount_page_cache);
         assert!(
             !toml::from_str::<Config>("mount_page_cache = false")

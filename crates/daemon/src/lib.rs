@@ -451,8 +451,17 @@ impl Daemon {
             fsname: format!("vino:{}", self.config.socket.display()),
             transport,
             ring_depth: self.config.mount_ring_depth,
-            idle_poll: Duration::from_micros(self.config.mount_idle_poll_us),
             page_cache,
+            // Unset, the mount's default: pollers only in the idle cgroup. Set, the
+            // administrator's choice, wherever they can run.
+            idle_poll: self
+                .config
+                .mount_idle_poll_us
+                .map_or(vino_fuse::IDLE_POLL, Duration::from_micros),
+            idle_poll_placement: match self.config.mount_idle_poll_us {
+                None => vino_idlepoll::Placement::IdleGroup,
+                Some(_) => vino_idlepoll::Placement::AnyGroup,
+            },
             ..Default::default()
         };
         let m = vino_fuse::mount(self.kernel.clone(), at, &config)

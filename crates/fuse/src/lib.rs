@@ -71,10 +71,14 @@ pub struct MountConfig {
     /// [`MIN_RING_DEPTH`]).
     pub ring_depth: usize,
     /// How long idle CPUs are kept from halting after the last request ([`vino_idlepoll`]):
-    /// a program woken with its answer then finds its CPU running. Zero (the default) turns it
-    /// off: the pollers are idle only within the daemon's own scheduling group, so where the
-    /// daemon has a cgroup or a session of its own they take CPU time from other groups' work.
+    /// a program woken with its answer then finds its CPU running ([`IDLE_POLL`] by default;
+    /// zero turns it off).
     pub idle_poll: Duration,
+    /// Where the pollers may run: by default only in the idle cgroup, where they take no CPU
+    /// time any other thread of the machine wants (none where there is no such group);
+    /// [`vino_idlepoll::Placement::AnyGroup`] also in the daemon's own, where they hold its
+    /// group's share against other groups' threads.
+    pub idle_poll_placement: vino_idlepoll::Placement,
     /// Let Linux keep the mount's file data in its own page cache, in front of VINO's (the
     /// default): a read Linux holds costs no request, so warm reads run at the pace of any
     /// Linux file system. VINO's cache, and the policies grafted on it, then see only what
@@ -104,7 +108,8 @@ impl Default for MountConfig {
             suid: false,
             transport: Transport::default(),
             ring_depth: 32,
-            idle_poll: Duration::ZERO,
+            idle_poll: IDLE_POLL,
+            idle_poll_placement: vino_idlepoll::Placement::IdleGroup,
             page_cache: true,
             notice_queue: 16384,
         }

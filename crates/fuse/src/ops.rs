@@ -182,7 +182,7 @@ impl State {
             crate::nodes::ROOT,
             "FUSE's root inode must be the file system's"
         );
-        let idle_poll = vino_idlepoll::IdlePoll::start(config.idle_poll);
+        let idle_poll = vino_idlepoll::IdlePoll::start(config.idle_poll, config.idle_poll_placement);
         Ok(State {
             nodes: Nodes::new(kernel.clone())?,
             kernel,

@@ -20,10 +20,15 @@
 //! only, or when its cgroup has a CPU quota, which spinning would spend.
 //!
 //! `SCHED_IDLE` is idle only among the threads of one scheduling group, though: Linux shares a
-//! CPU between groups first (cgroups, and autogroups, one per session), so pollers of a daemon
-//! in a group of its own hold that group's share against other groups' threads (measured: 40-60%
-//! of the CPU taken from a CPU-bound loop in another session). Whoever starts them must know the
-//! CPUs are the server's; the mount leaves them off unless configured.
+//! CPU between groups first (cgroups, and autogroups, one per session), so pollers left in a
+//! daemon's group hold that group's share against other groups' threads (measured: 40-60% of
+//! the CPU taken from a CPU-bound loop in another session). So the pollers move into a group of
+//! their own at the top of the CPU controller's hierarchy, marked idle (`cpu.idle`, Linux 5.15):
+//! the whole group is then idle against every other group, and its threads run only on a CPU
+//! nobody else wants (measured: a poller beside another session's CPU-bound loop ran 10 ms in
+//! 3 s in the idle group, 110-140 ms in the daemon's). Only cgroup v1's CPU hierarchy places
+//! single threads in another group; under cgroup v2 a process's threads share its domain, and
+//! [`Placement::IdleGroup`] then starts no pollers.
 //!
 //! Two choices come from measurements on such a machine. A poller spins by yielding
 //! (`sched_yield`), entering the kernel each round, not with `pause` in user space: a virtual
@@ -33,6 +38,7 @@
 //! only when it follows another within the window: waking them costs that request a wake-up
 //! of each halted CPU, which pays only if more requests follow soon.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
@@ -82,7 +88,25 @@ pub enum Off {
     /// The process's cgroup (or one above it) limits its CPU time (v2 `cpu.max`, v1
     /// `cpu.cfs_quota_us`): the file and its limit.
     CpuQuota(String),
+    /// [`Placement::IdleGroup`] was asked for and there is no idle group: why.
+    NoIdleGroup(String),
 }
+
+/// Where the pollers may run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// Only in the idle group ([`IDLE_GROUP`]), idle against every other group's threads;
+    /// no pollers where there is none.
+    #[default]
+    IdleGroup,
+    /// In the idle group where there is one, else in the process's own scheduling group, idle
+    /// only against the process's own threads (an administrator's explicit choice).
+    AnyGroup,
+}
+
+/// The idle group's name, at the top of cgroup v1's CPU hierarchy. Made (and marked idle) by
+/// the first server that needs it, kept for the next; it needs root.
+pub const IDLE_GROUP: &str = "vino-idle-poll";
 
 /// As `vino top` shows it: "off", and why if not turned off. A quota's limit without its
 /// cgroup's path (any user may look).
@@ -92,14 +116,15 @@ impl std::fmt::Display for Off {
             Off::Disabled => write!(f, "off"),
             Off::OneCpu => write!(f, "off (one CPU)"),
             Off::CpuQuota(q) => write!(f, "off (CPU quota {})", q.rsplit(": ").next().unwrap_or(q)),
+            Off::NoIdleGroup(why) => write!(f, "off (no idle cgroup: {why})"),
         }
     }
 }
 
 impl IdlePoll {
     /// Starts one poller per CPU this process may use, each spinning for `window` after the
-    /// last [`Activity::busy`]. `Err` says why none were started.
-    pub fn start(window: Duration) -> Result<IdlePoll, Off> {
+    /// last [`Activity::busy`], placed as `placement` says. `Err` says why none were started.
+    pub fn start(window: Duration, placement: Placement) -> Result<IdlePoll, Off> {
         if window.is_zero() {
             return Err(Off::Disabled);
         }
@@ -110,6 +135,11 @@ impl IdlePoll {
         if let Some(limit) = cgroup_cpu_quota() {
             return Err(Off::CpuQuota(limit));
         }
+        let group: Option<Arc<Path>> = match idle_group() {
+            Ok(g) => Some(g.into()),
+            Err(why) if placement == Placement::IdleGroup => return Err(Off::NoIdleGroup(why)),
+            Err(_) => None,
+        };
         let shared = Arc::new(Shared {
             served: AtomicU64::new(0),
             sleepers: AtomicUsize::new(cpus.len()),
@@ -130,15 +160,16 @@ impl IdlePoll {
             .enumerate()
             .filter_map(|(i, &cpu)| {
                 let shared = shared.clone();
+                let group = group.clone();
                 let t = thread::Builder::new()
                     .name(format!("vino-idle-poll{cpu}"))
-                    .spawn(move || poll(&shared, i, cpu))
+                    .spawn(move || poll(&shared, i, cpu, group.as_deref(), placement))
                     .ok()?;
                 Some((i, t))
             })
             .collect();
-        // Each poller has started (named, registered) before this returns, so that what the
-        // pollers are is settled for whoever asks.
+        // Each poller has started (named, placed, registered) or ended before this returns, so
+        // that what the pollers are is settled for whoever asks.
         for (i, t) in &spawned {
             while shared.pollers[*i].thread.get().is_none() && !t.is_finished() {
                 thread::yield_now();
@@ -153,7 +184,8 @@ impl IdlePoll {
         Activity(Some(self.shared.clone()))
     }
 
-    /// Pollers running (one per CPU; one that could not take idle priority has ended).
+    /// Pollers running (one per CPU; one that could not take idle priority, or join the idle
+    /// group it had to, has ended).
     pub fn pollers(&self) -> usize {
         self.threads.iter().filter(|t| !t.is_finished()).count()
     }
@@ -209,16 +241,21 @@ impl Shared {
     }
 }
 
-/// A poller's thread: on its CPU at idle priority, asleep until a request, then spinning until
-/// requests have stopped for the window.
-fn poll(shared: &Shared, me: usize, cpu: usize) {
+/// A poller's thread: on its CPU at idle priority, in the idle group if there is one, asleep
+/// until a request, then spinning until requests have stopped for the window.
+fn poll(shared: &Shared, me: usize, cpu: usize, group: Option<&Path>, placement: Placement) {
     let p = &shared.pollers[me];
-    p.thread.get_or_init(thread::current);
     pin_to_cpu(cpu);
     if !set_idle_priority() {
         // Never spin at normal priority: that would take the CPU from real work.
         return;
     }
+    let joined = group.is_some_and(|g| join_group(g).is_ok());
+    if !joined && placement == Placement::IdleGroup {
+        return;
+    }
+    // Registered once placed: `start` returns when every poller is, or has ended.
+    p.thread.get_or_init(thread::current);
     loop {
         while p.asleep.load(SeqCst) && !shared.stop.load(SeqCst) {
             thread::park();
@@ -299,6 +336,57 @@ fn yield_cpu() {
     unsafe { libc::sched_yield() };
 }
 
+/// The idle group, made and marked idle if need be: `Err` says why there is none.
+pub fn idle_group() -> Result<PathBuf, String> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
+    let top = cpu_hierarchy(&mounts)?;
+    let group = top.join(IDLE_GROUP);
+    match std::fs::create_dir(&group) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make {}: {e}", group.display())),
+    }
+    let idle = group.join("cpu.idle");
+    std::fs::write(&idle, "1").map_err(|e| format!("cannot mark {} idle: {e}", group.display()))?;
+    Ok(group)
+}
+
+/// Where cgroup v1's CPU controller is mounted (its top as this process sees it), from
+/// `/proc/self/mountinfo`'s lines.
+fn cpu_hierarchy(mountinfo: &str) -> Result<PathBuf, String> {
+    let mut unified = false;
+    for line in mountinfo.lines() {
+        // "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu": the mount point
+        // is the fifth field; after " - ", the type, the source and the super options.
+        let Some((mount, fs)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut fs = fs.split(' ');
+        let (kind, options) = (fs.next(), fs.nth(1).unwrap_or(""));
+        match kind {
+            Some("cgroup") if options.split(',').any(|o| o == "cpu") => {
+                if let Some(at) = mount.split(' ').nth(4) {
+                    return Ok(PathBuf::from(at));
+                }
+            }
+            Some("cgroup2") => unified = true,
+            _ => {}
+        }
+    }
+    Err(if unified {
+        "cgroup v2 keeps a process's threads in its own domain".into()
+    } else {
+        "no CPU controller mounted".into()
+    })
+}
+
+/// Moves the calling thread into `group` (cgroup v1's `tasks` takes one thread).
+fn join_group(group: &Path) -> std::io::Result<()> {
+    // SAFETY: gettid takes no arguments and touches no memory.
+    let tid = unsafe { libc::gettid() };
+    std::fs::write(group.join("tasks"), tid.to_string())
+}
+
 fn set_idle_priority() -> bool {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a valid sched_param; pid 0 is the calling thread.
@@ -371,7 +459,10 @@ mod tests {
 
     #[test]
     fn off_when_the_window_is_zero() {
-        assert_eq!(IdlePoll::start(Duration::ZERO).err(), Some(Off::Disabled));
+        assert_eq!(
+            IdlePoll::start(Duration::ZERO, Placement::AnyGroup).err(),
+            Some(Off::Disabled)
+        );
         assert_eq!(Off::Disabled.to_string(), "off");
         let quota = Off::CpuQuota("/sys/fs/cgroup/a/cpu.max: 50000 100000".into());
         assert_eq!(
@@ -384,7 +475,7 @@ mod tests {
 
     #[test]
     fn pollers_sleep_when_requests_stop_and_wake_with_the_next() {
-        let Ok(poll) = IdlePoll::start(Duration::from_micros(200)) else {
+        let Ok(poll) = IdlePoll::start(Duration::from_micros(200), Placement::AnyGroup) else {
             return; // one CPU, or a quota: nothing to test here
         };
         let n = poll.pollers();
@@ -430,7 +521,7 @@ mod tests {
 
     #[test]
     fn pollers_run_at_idle_priority() {
-        let Ok(poll) = IdlePoll::start(Duration::from_millis(50)) else {
+        let Ok(poll) = IdlePoll::start(Duration::from_millis(50), Placement::AnyGroup) else {
             return;
         };
         poll.activity().busy();
@@ -452,5 +543,48 @@ mod tests {
         }
         // (Other tests of this binary may have pollers of their own running.)
         assert!(found >= poll.pollers(), "{found} pollers found");
+    }
+
+    #[test]
+    fn the_cpu_hierarchy_is_found_in_mountinfo() {
+        let v1 = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+                  32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
+                  35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n";
+        assert_eq!(cpu_hierarchy(v1), Ok(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")));
+        let v1_other = "35 31 0:32 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n";
+        assert_eq!(cpu_hierarchy(v1_other), Err("no CPU controller mounted".into()));
+        let v2 = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert!(cpu_hierarchy(v2).unwrap_err().contains("cgroup v2"));
+    }
+
+    /// Where there is an idle group (root, cgroup v1's CPU controller), every poller runs in
+    /// it; where there is none, pollers that must run there do not start.
+    #[test]
+    fn pollers_run_only_in_the_idle_group_when_they_must() {
+        match IdlePoll::start(Duration::from_millis(50), Placement::IdleGroup) {
+            Err(Off::NoIdleGroup(why)) => assert_eq!(Err(why), idle_group()),
+            Err(_) => {} // one CPU or a quota
+            Ok(poll) => {
+                let group = idle_group().unwrap();
+                assert_eq!(std::fs::read_to_string(group.join("cpu.idle")).unwrap().trim(), "1");
+                let members = std::fs::read_to_string(group.join("tasks")).unwrap();
+                // (Other tests of this binary may have pollers of their own starting.)
+                let mut found = 0;
+                for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+                    let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                    let tid = task.file_name().into_string().unwrap();
+                    let member = members.lines().any(|m| m == tid);
+                    if comm.starts_with("vino-idle-poll") {
+                        found += usize::from(member);
+                    } else {
+                        assert!(!member, "{comm} {tid} moved too");
+                    }
+                }
+                assert!(
+                    found >= poll.pollers() && poll.pollers() > 0,
+                    "{found} pollers in the group"
+                );
+            }
+        }
     }
 }

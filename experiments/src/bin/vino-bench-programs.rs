@@ -27,9 +27,15 @@ struct Args {
     #[arg(long)]
     only: Vec<String>,
     /// The VINO side's FUSE transports, each run in turn: io_uring, dev_fuse (repeatable;
-    /// default both where Linux has FUSE over io_uring); `_idle_poll` after either runs it
-    /// with the mount's idle polling on (`mount_idle_poll_us = 200`).
-    #[arg(long, value_parser = ["io_uring", "dev_fuse", "io_uring_idle_poll", "dev_fuse_idle_poll"])]
+    /// default both where Linux has FUSE over io_uring), with the mount's default idle polling
+    /// (only in an idle cgroup); `_no_idle_poll` after either runs it with idle polling off
+    /// (`mount_idle_poll_us = 0`), `_idle_poll` with it on wherever the pollers can run
+    /// (`mount_idle_poll_us = 200`).
+    #[arg(long, value_parser = [
+        "io_uring", "dev_fuse",
+        "io_uring_no_idle_poll", "dev_fuse_no_idle_poll",
+        "io_uring_idle_poll", "dev_fuse_idle_poll",
+    ])]
     transport: Vec<String>,
     #[command(subcommand)]
     tool: Option<Tool>,
