@@ -124,11 +124,12 @@ pub struct Config {
     pub mount_ring_depth: usize,
     /// Microseconds idle CPUs are kept from halting after a request on the mount, by threads
     /// at idle priority (`vino_idlepoll`): a program woken with its answer then does not wait
-    /// for its CPU to wake. Unset (the default): 200, by threads in an idle cgroup where the
-    /// daemon can make one (root, cgroup v1's CPU controller), where they take no CPU time
-    /// any other thread wants; none elsewhere. Set: that long (0: off), in the daemon's own
-    /// group where there is no idle one, where they hold the daemon's share of the CPUs
-    /// against other groups' threads (see the README).
+    /// for its CPU to wake. Unset (the default): 200 over io_uring, by threads in an idle
+    /// cgroup where the daemon can make one (root, cgroup v1's CPU controller), where they
+    /// take no CPU time any other thread wants; none elsewhere, nor over `/dev/fuse`. Set: that
+    /// long (0: off) over either transport, in the daemon's own group where there is no idle
+    /// one, where they hold the daemon's share of the CPUs against other groups' threads (see
+    /// the README).
     pub mount_idle_poll_us: Option<u64>,
     /// Let Linux cache the mount's file data in its page cache, in front of VINO's cache (the
     /// default): warm reads then cost no request. False opens every file on the mount for

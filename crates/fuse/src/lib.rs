@@ -75,9 +75,10 @@ pub struct MountConfig {
     /// zero turns it off).
     pub idle_poll: Duration,
     /// Where the pollers may run: by default only in the idle cgroup, where they take no CPU
-    /// time any other thread of the machine wants (none where there is no such group);
-    /// [`vino_idlepoll::Placement::AnyGroup`] also in the daemon's own, where they hold its
-    /// group's share against other groups' threads.
+    /// time any other thread of the machine wants (none where there is no such group), and only
+    /// while the mount is served over io_uring (over `/dev/fuse` they bring no gain);
+    /// [`vino_idlepoll::Placement::AnyGroup`] also in the daemon's own group, where they hold
+    /// its share against other groups' threads, and over either transport.
     pub idle_poll_placement: vino_idlepoll::Placement,
     /// Let Linux keep the mount's file data in its own page cache, in front of VINO's (the
     /// default): a read Linux holds costs no request, so warm reads run at the pace of any

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 use vino_fuse::{MountConfig, Transport};
+use vino_idlepoll::Placement;
 
 mod common;
 use common::{Mounted, ring_available};
@@ -30,17 +31,18 @@ fn busy(m: &Mounted) {
     m.sh("mkdir -p d && for i in $(seq 1 300); do echo $i > d/f$i; cat d/f$i > /dev/null; done && rm -r d");
 }
 
-fn mounted(transport: Transport, idle_poll: Duration) -> Mounted {
+fn mounted(transport: Transport, idle_poll: Duration, placement: Placement) -> Mounted {
     Mounted::with_config(MountConfig {
         transport,
         idle_poll,
+        idle_poll_placement: placement,
         ..MountConfig::default()
     })
 }
 
 /// Pollers run while requests come, sleep when they stop, and end with the mount.
-fn polls_while_busy(transport: Transport) {
-    let m = mounted(transport, vino_fuse::IDLE_POLL);
+fn polls_while_busy(transport: Transport, placement: Placement) {
+    let m = mounted(transport, vino_fuse::IDLE_POLL, placement);
     let said = m.mount.as_ref().unwrap().idle_poll();
     let cpus = vino_idlepoll::allowed_cpus().len();
     if !said.ends_with("pollers") {
@@ -70,12 +72,17 @@ fn polls_while_busy(transport: Transport) {
 
 #[test]
 fn idle_pollers_run_only_while_the_mount_is_busy() {
-    polls_while_busy(Transport::DevFuse);
+    // Over /dev/fuse only when asked for (they bring no gain there), over the ring by default.
+    polls_while_busy(Transport::DevFuse, Placement::AnyGroup);
     if ring_available() {
-        polls_while_busy(Transport::Uring);
+        polls_while_busy(Transport::Uring, Placement::IdleGroup);
     }
+    let m = mounted(Transport::DevFuse, vino_fuse::IDLE_POLL, Placement::IdleGroup);
+    assert_eq!(m.mount.as_ref().unwrap().idle_poll(), "off (no gain over /dev/fuse)");
+    assert_eq!(pollers().0, 0);
+    m.finish();
     // Turned off: no pollers, and the mount serves as before.
-    let m = mounted(Transport::Auto, Duration::ZERO);
+    let m = mounted(Transport::Auto, Duration::ZERO, Placement::AnyGroup);
     assert_eq!(m.mount.as_ref().unwrap().idle_poll(), "off");
     busy(&m);
     assert_eq!(pollers().0, 0);

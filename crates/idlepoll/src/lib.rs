@@ -90,6 +90,8 @@ pub enum Off {
     CpuQuota(String),
     /// [`Placement::IdleGroup`] was asked for and there is no idle group: why.
     NoIdleGroup(String),
+    /// The server judged pollers of no use to it: why.
+    NoGain(&'static str),
 }
 
 /// Where the pollers may run.
@@ -117,6 +119,7 @@ impl std::fmt::Display for Off {
             Off::OneCpu => write!(f, "off (one CPU)"),
             Off::CpuQuota(q) => write!(f, "off (CPU quota {})", q.rsplit(": ").next().unwrap_or(q)),
             Off::NoIdleGroup(why) => write!(f, "off (no idle cgroup: {why})"),
+            Off::NoGain(why) => write!(f, "off ({why})"),
         }
     }
 }

@@ -28,7 +28,8 @@ struct Args {
     only: Vec<String>,
     /// The VINO side's FUSE transports, each run in turn: io_uring, dev_fuse (repeatable;
     /// default both where Linux has FUSE over io_uring), with the mount's default idle polling
-    /// (only in an idle cgroup); `_no_idle_poll` after either runs it with idle polling off
+    /// (over io_uring, in an idle cgroup); `_no_idle_poll` after either runs it with idle
+    /// polling off
     /// (`mount_idle_poll_us = 0`), `_idle_poll` with it on wherever the pollers can run
     /// (`mount_idle_poll_us = 200`).
     #[arg(long, value_parser = [
