@@ -634,3 +634,60 @@ fn readers_on_the_mount_see_changes_made_while_the_notices_overflowed() {
     drop(other);
     m.finish();
 }
+
+/// `copy_file_range(2)` on the mount: a copy is one request per MiB instead of a read and a
+/// write, at the offsets asked, ending at the source's end; Linux's cached pages of the
+/// destination are replaced; a copy into a file opened for appending is refused.
+#[test]
+fn copy_file_range_copies_inside_the_mount() {
+    let m = Mounted::new();
+    let src_path = m.mnt().join("src");
+    let want = data((3 << 20) + 12345, 21);
+    fs::write(&src_path, &want).unwrap();
+    let (dst_path, mut dst_want, kept) = cached_file(&m, "dst", 22);
+    let src = fs::File::open(&src_path).unwrap();
+    let dst = fs::OpenOptions::new().write(true).open(&dst_path).unwrap();
+    let copy = |from: &fs::File, at: i64, to: &fs::File, to_at: i64, len: usize| {
+        use std::os::fd::AsRawFd;
+        let (mut a, mut b) = (at, to_at);
+        // SAFETY: both descriptors are open; the offsets are locals the call updates.
+        let n = unsafe { libc::copy_file_range(from.as_raw_fd(), &mut a, to.as_raw_fd(), &mut b, len, 0) };
+        if n < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    };
+    // A part inside the destination's cached pages, from an offset of the source.
+    assert_eq!(copy(&src, 100, &dst, 500, 20_000).unwrap(), 20_000);
+    dst_want[500..20_500].copy_from_slice(&want[100..20_100]);
+    let mut buf = vec![0; dst_want.len()];
+    kept.read_exact_at(&mut buf, 0).unwrap();
+    assert!(
+        buf == dst_want,
+        "a descriptor that had the pages cached reads the old data"
+    );
+    // The whole source past the destination's end, a MiB per request: the caller loops.
+    let mut done = 0;
+    loop {
+        let n = copy(&src, done as i64, &dst, (dst_want.len() + done) as i64, usize::MAX >> 2).unwrap();
+        if n == 0 {
+            break;
+        }
+        // A MiB per request shows the daemon served it (Linux's own fallback, a splice through
+        // reads and writes, copies everything asked in one call).
+        assert_eq!(n, (want.len() - done).min(1 << 20), "one request copies a MiB");
+        done += n;
+    }
+    assert_eq!(done, want.len(), "the copy ends at the source's end");
+    dst_want.extend_from_slice(&want);
+    assert!(fs::read(&dst_path).unwrap() == dst_want);
+    // Appending: refused (before any request, by Linux).
+    let app = fs::OpenOptions::new().append(true).open(&dst_path).unwrap();
+    assert_eq!(
+        copy(&src, 0, &app, 0, 10).unwrap_err().raw_os_error(),
+        Some(libc::EBADF)
+    );
+    drop((src, dst, app, kept));
+    m.finish();
+}
