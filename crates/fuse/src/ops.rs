@@ -239,6 +239,15 @@ impl State {
         self.page_cache
     }
 
+    /// The mount stays on `/dev/fuse` (Linux offers no ring, or it could not start): the
+    /// pollers it started by default for the ring go (the threads holding `activity` then
+    /// signal no one).
+    pub(crate) fn no_ring(&self) {
+        if self.idle_poll_default {
+            *self.idle_poll.lock() = Err(vino_idlepoll::Off::NoGain(NO_GAIN_OVER_DEV_FUSE));
+        }
+    }
+
     /// The idle pollers: how many, or why there are none.
     pub(crate) fn describe_idle_poll(&self) -> String {
         match &*self.idle_poll.lock() {
@@ -813,10 +822,8 @@ impl Filesystem for VinoFs {
             let _ = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING);
             let _ = config.set_max_write(crate::ring::PAYLOAD as u32);
             self.0.ring.granted.store(true, std::sync::atomic::Ordering::Relaxed);
-        } else if self.0.idle_poll_default {
-            // Linux has no ring to offer: the mount stays on `/dev/fuse`, and so do the pollers
-            // it started for the ring (the threads holding `activity` then signal no one).
-            *self.0.idle_poll.lock() = Err(vino_idlepoll::Off::NoGain(NO_GAIN_OVER_DEV_FUSE));
+        } else {
+            self.0.no_ring();
         }
         Ok(())
     }

@@ -129,6 +129,7 @@ pub(crate) fn start(
     let started = start_queues(dispatcher, fs);
     if let Err(e) = &started {
         let _ = fs.ring.ring.set(Err(e.to_string()));
+        fs.no_ring();
     }
     started
 }
