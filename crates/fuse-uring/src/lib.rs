@@ -123,6 +123,10 @@ pub struct Config {
 /// first) and lives only during the call; `reply` may be kept and answered later.
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, queue: usize, request: &[u8], reply: Reply);
+
+    /// Linux refused a queue's registration with `errno` (called once per queue): the
+    /// connection's requests then come through `/dev/fuse`.
+    fn refused(&self, _errno: i32) {}
 }
 
 /// The running ring: its queues' buffers stay allocated as long as this lives, since Linux
@@ -576,9 +580,12 @@ fn serve(q: &Arc<Queue>, mut ring: IoUring<squeue::Entry128, cqueue::Entry>, han
                     // Linux refused the entry (EOPNOTSUPP with the switch off, EINVAL): the
                     // connection goes on through /dev/fuse.
                     errno => {
-                        let _ = q
+                        let first = q
                             .refused
                             .compare_exchange(0, errno, Ordering::Relaxed, Ordering::Relaxed);
+                        if first.is_ok() {
+                            handler.refused(errno);
+                        }
                     }
                 }
                 live -= 1;

@@ -184,6 +184,10 @@ struct Waits {
 }
 
 impl vino_fuse_uring::Handler for Server {
+    fn refused(&self, _errno: i32) {
+        self.fs.no_ring();
+    }
+
     fn handle(&self, queue: usize, request: &[u8], reply: Reply) {
         self.fs.activity.busy();
         let opcode = u32::from_ne_bytes(request[4..8].try_into().unwrap());
