@@ -7,9 +7,10 @@
 //! a thread of the mount's sends them to Linux. Sending a notice from a thread that serves
 //! requests could deadlock: Linux may wait for that very thread to answer a request on the same
 //! directory. A full queue drops notices: the thread then drops Linux's attributes and cached
-//! data of every node it holds, once it has caught up (at most once per time the queue fills), and the names stay stale for at most the
-//! mount's attribute timeout (30 s by default; otherwise the notices keep Linux's caches valid,
-//! so the timeout can be long and a warm `find` or `du` asks the kernel nothing).
+//! data of every node it holds, once it has caught up (at most once per time the queue fills),
+//! and the names stay stale for at most the mount's attribute timeout (30 s by default;
+//! otherwise the notices keep Linux's caches valid, so the timeout can be long and a warm
+//! `find` or `du` asks the kernel nothing).
 
 use crate::ops::State;
 use fuser::{INodeNo, Notifier};

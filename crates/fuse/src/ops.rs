@@ -195,7 +195,7 @@ impl State {
         // thread Linux picks, and pollers beside them made a 4 KiB read's round trip slower
         // (24 µs without, 30-36 µs with them).
         let idle_poll_default = config.idle_poll_placement == vino_idlepoll::Placement::IdleGroup;
-        let idle_poll = if idle_poll_default && !ring.wanted {
+        let idle_poll = if idle_poll_default && !ring.wanted && !config.idle_poll.is_zero() {
             Err(vino_idlepoll::Off::NoGain(NO_GAIN_OVER_DEV_FUSE))
         } else {
             vino_idlepoll::IdlePoll::start(config.idle_poll, config.idle_poll_placement)
@@ -243,8 +243,9 @@ impl State {
     /// pollers it started by default for the ring go (the threads holding `activity` then
     /// signal no one).
     pub(crate) fn no_ring(&self) {
-        if self.idle_poll_default {
-            *self.idle_poll.lock() = Err(vino_idlepoll::Off::NoGain(NO_GAIN_OVER_DEV_FUSE));
+        let mut idle_poll = self.idle_poll.lock();
+        if self.idle_poll_default && idle_poll.is_ok() {
+            *idle_poll = Err(vino_idlepoll::Off::NoGain(NO_GAIN_OVER_DEV_FUSE));
         }
     }
 
