@@ -169,7 +169,17 @@ pub fn start(
     let made = (0..queues)
         .map(|qid| {
             let q = Arc::new(Queue::new(qid, dev, config)?);
-            let ring = IoUring::builder().build((config.depth + 1).next_power_of_two() as u32)?;
+            // Only the queue's thread submits and waits on its ring, so Linux may keep the work
+            // of each arriving request (its task work) until that thread waits, rather than
+            // interrupting it (`DEFER_TASKRUN`): a 4 KiB cached read through the mount took
+            // 9.3-9.9 us against 10.4-11.4 us without, taking turns (`vino bench daemon`). The
+            // ring starts disabled so that the thread that serves it, not this one, becomes
+            // its single issuer when it enables it.
+            let ring = IoUring::builder()
+                .setup_r_disabled()
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .build((config.depth + 1).next_power_of_two() as u32)?;
             Ok((q, ring))
         })
         .collect::<io::Result<Vec<_>>>();
@@ -527,6 +537,7 @@ impl Drop for Reply {
 /// Linux ends every entry (the connection closed).
 fn serve(q: &Arc<Queue>, mut ring: IoUring<squeue::Entry128, cqueue::Entry>, handler: &dyn Handler) -> io::Result<()> {
     vino_idlepoll::pin_to_cpu(q.qid);
+    ring.submitter().register_enable_rings()?;
     SERVING.with(|s| s.set(q.id()));
     let mut commit_ids = vec![0u64; q.depth];
     // Entries that may still serve (not refused, connection not ended), and entries whose
