@@ -6,7 +6,10 @@
 //! The kernel's change hook only queues the notice (it runs inside the kernel's system call);
 //! a thread of the mount's sends them to Linux. Sending a notice from a thread that serves
 //! requests could deadlock: Linux may wait for that very thread to answer a request on the same
-//! directory. A full queue drops notices: the thread then drops Linux's attributes and cached
+//! directory. A change whose notice still waits is not queued again, so the queue holds at
+//! most one notice per inode and per name: a client writing one file as fast as it can fills
+//! one place, and only changes to more distinct inodes and names than the queue holds, faster
+//! than Linux takes the notices, overflow it. A full queue drops notices: the thread then drops Linux's attributes and cached
 //! data of every node it holds, once it has caught up (at most once per time the queue fills),
 //! and the names stay stale for at most the mount's attribute timeout (30 s by default;
 //! otherwise the notices keep Linux's caches valid, so the timeout can be long and a warm
@@ -14,11 +17,12 @@
 
 use crate::ops::State;
 use fuser::{INodeNo, Notifier};
+use parking_lot::{Condvar, Mutex};
+use rustc_hash::FxHashSet;
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use vino_kernel::{Change, Kernel};
 
 /// What the sending thread is asked to do.
@@ -28,35 +32,99 @@ enum Notice {
     /// Drop Linux's copy of a file's data and attributes (the mount's own request), then
     /// answer the request that asked.
     Data { ino: u64, then: Box<dyn FnOnce() + Send> },
-    /// Nothing to send: wakes the thread to look at the dropped-notice flag.
-    Wake,
 }
 
 /// The way to the sending thread, for the mount's own notices.
 #[derive(Default)]
 pub(crate) struct Notices(std::sync::OnceLock<Queue>);
 
-/// The sending thread's queue, and the flag that says a notice did not fit in it.
+/// The notices waiting for the sending thread. A change already waiting is not queued again:
+/// the notice sent for it covers the later change too (it goes after both), so a client
+/// writing to one file again and again holds one place, not one per write.
+#[derive(Default)]
+struct Pending {
+    queue: VecDeque<Notice>,
+    /// Inodes whose attribute notice waits in `queue`.
+    inodes: FxHashSet<u64>,
+    /// Names whose entry notice waits in `queue`.
+    names: FxHashSet<(u64, Vec<u8>)>,
+    /// A notice did not fit: Linux may hold stale data of any node.
+    dropped: bool,
+    /// The mount is going: the thread ends.
+    closed: bool,
+}
+
+/// The sending thread's queue, shared with the thread.
 struct Queue {
-    tx: SyncSender<Notice>,
-    dropped: Arc<AtomicBool>,
+    shared: Arc<(Mutex<Pending>, Condvar)>,
+    limit: usize,
 }
 
 impl Queue {
-    /// Queues `notice`; if the queue is full, flags that Linux may hold stale data of any node
-    /// (the thread drops everything once caught up) and returns the notice.
-    fn send(&self, notice: Notice) -> Result<(), Notice> {
-        match self.tx.try_send(notice) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(n) | TrySendError::Disconnected(n)) => {
-                // Set, then nudge the thread: if the queue emptied meanwhile (the thread may
-                // have looked at the flag before it was set) the nudge fits and wakes it; if
-                // still full, the thread looks at the flag after the notices ahead.
-                self.dropped.store(true, Ordering::SeqCst);
-                let _ = self.tx.try_send(Notice::Wake);
-                Err(n)
-            }
+    fn new(limit: usize) -> Self {
+        Queue {
+            shared: Arc::default(),
+            limit: limit.max(1),
         }
+    }
+
+    /// Queues `notice` unless the same change already waits; if the queue is full, flags that
+    /// Linux may hold stale data of any node (the thread drops everything once caught up) and
+    /// returns the notice.
+    fn send(&self, notice: Notice) -> Result<(), Notice> {
+        let (lock, ready) = &*self.shared;
+        let mut p = lock.lock();
+        let waiting = match &notice {
+            Notice::Change(Change::Attr { ino } | Change::Grafted { ino }) => p.inodes.contains(ino),
+            Notice::Change(Change::Entry { dir, name }) => p.names.contains(&(*dir, name.clone())),
+            Notice::Data { .. } => false,
+        };
+        if waiting {
+            return Ok(());
+        }
+        if p.queue.len() >= self.limit {
+            p.dropped = true;
+            ready.notify_one();
+            return Err(notice);
+        }
+        match &notice {
+            Notice::Change(Change::Attr { ino } | Change::Grafted { ino }) => {
+                p.inodes.insert(*ino);
+            }
+            Notice::Change(Change::Entry { dir, name }) => {
+                p.names.insert((*dir, name.clone()));
+            }
+            Notice::Data { .. } => {}
+        }
+        p.queue.push_back(notice);
+        ready.notify_one();
+        Ok(())
+    }
+
+    /// The sending thread's side: waits for notices, and takes them all (forgetting that they
+    /// wait, so a change from now on is queued again) with whether one was dropped since the
+    /// last call. None once the mount is going.
+    fn take(shared: &(Mutex<Pending>, Condvar)) -> Option<(VecDeque<Notice>, bool)> {
+        let (lock, ready) = shared;
+        let mut p = lock.lock();
+        while p.queue.is_empty() && !p.dropped && !p.closed {
+            ready.wait(&mut p);
+        }
+        if p.closed {
+            return None;
+        }
+        p.inodes.clear();
+        p.names.clear();
+        let dropped = std::mem::take(&mut p.dropped);
+        Some((std::mem::take(&mut p.queue), dropped))
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        let (lock, ready) = &*self.shared;
+        lock.lock().closed = true;
+        ready.notify_one();
     }
 }
 
@@ -87,7 +155,6 @@ fn send(notifier: &Notifier, notice: Notice) {
             then();
             r
         }
-        Notice::Wake => return,
     };
 }
 
@@ -110,13 +177,9 @@ pub(crate) fn start(
     notifier: Notifier,
     queue: usize,
 ) -> std::io::Result<Invalidator> {
-    let (tx, rx): (SyncSender<Notice>, Receiver<Notice>) = sync_channel(queue);
-    // Set when a notice was dropped: Linux may hold stale data of any node.
-    let dropped = Arc::new(AtomicBool::new(false));
-    let _ = state.notices.0.set(Queue {
-        tx,
-        dropped: dropped.clone(),
-    });
+    let q = Queue::new(queue);
+    let shared = q.shared.clone();
+    let _ = state.notices.0.set(q);
     let weak = Arc::downgrade(state);
     let hook = kernel.on_change(Arc::new(move |pid, changes| {
         let Some(state) = weak.upgrade() else { return };
@@ -132,13 +195,12 @@ pub(crate) fn start(
     std::thread::Builder::new()
         .name("vino-fuse-inval".into())
         .spawn(move || {
-            while let Ok(first) = rx.recv() {
-                send(&notifier, first);
-                while let Ok(next) = rx.try_recv() {
-                    send(&notifier, next);
+            while let Some((notices, dropped)) = Queue::take(&shared) {
+                for n in notices {
+                    send(&notifier, n);
                 }
                 // Caught up: if a notice was dropped meanwhile, forget everything Linux holds.
-                if dropped.swap(false, Ordering::SeqCst) {
+                if dropped {
                     let Some(state) = weak.upgrade() else { return };
                     for ino in state.nodes.inodes() {
                         let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
@@ -152,13 +214,24 @@ pub(crate) fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn counter() -> (Arc<AtomicUsize>, impl FnOnce() + Send + 'static) {
         let n = Arc::new(AtomicUsize::new(0));
         let m = n.clone();
         (n, move || {
             m.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    fn attr(ino: u64) -> Notice {
+        Notice::Change(Change::Attr { ino })
+    }
+
+    fn entry(dir: u64, name: &[u8]) -> Notice {
+        Notice::Change(Change::Entry {
+            dir,
+            name: name.to_vec(),
         })
     }
 
@@ -175,27 +248,67 @@ mod tests {
             "no sending thread: answered at once"
         );
 
-        let (tx, rx) = sync_channel(1);
-        let dropped = Arc::new(AtomicBool::new(false));
         let notices = Notices::default();
-        let _ = notices.0.set(Queue {
-            tx,
-            dropped: dropped.clone(),
-        });
+        let _ = notices.0.set(Queue::new(1));
+        let shared = notices.0.get().unwrap().shared.clone();
         let (queued, then) = counter();
         notices.drop_data(7, then);
         assert_eq!(queued.load(Ordering::SeqCst), 0, "answered before the drop was sent");
-        assert!(!dropped.load(Ordering::SeqCst));
+        assert!(!shared.0.lock().dropped);
 
         let (full, then) = counter();
         notices.drop_data(8, then);
         assert_eq!(full.load(Ordering::SeqCst), 1, "a full queue answers at once");
-        assert!(dropped.load(Ordering::SeqCst), "and has everything dropped later");
 
-        match rx.try_recv() {
-            Ok(Notice::Data { ino: 7, then }) => then(),
+        let (mut taken, dropped) = Queue::take(&shared).unwrap();
+        assert!(dropped, "and has everything dropped later");
+        match taken.pop_front() {
+            Some(Notice::Data { ino: 7, then }) => then(),
             _ => panic!("the first drop was not queued"),
         }
         assert_eq!(queued.load(Ordering::SeqCst), 1);
+    }
+
+    /// A change that already waits takes no second place: a client writing one file a
+    /// hundred thousand times cannot fill the queue (and have everything dropped for every
+    /// user); distinct changes past the limit still can. Once taken, a change queues again.
+    #[test]
+    fn a_waiting_change_is_not_queued_twice() {
+        let q = Queue::new(3);
+        for _ in 0..100_000 {
+            assert!(q.send(attr(5)).is_ok());
+            assert!(q.send(Notice::Change(Change::Grafted { ino: 5 })).is_ok());
+            assert!(q.send(entry(1, b"a")).is_ok());
+        }
+        assert!(q.send(entry(1, b"b")).is_ok(), "a third distinct change fits");
+        assert!(q.send(attr(6)).is_err(), "a fourth does not");
+        assert!(q.send(attr(5)).is_ok(), "one already waiting still needs no place");
+
+        let (taken, dropped) = Queue::take(&q.shared).unwrap();
+        assert!(dropped);
+        let kinds: Vec<String> = taken
+            .iter()
+            .map(|n| match n {
+                Notice::Change(c) => format!("{c:?}"),
+                Notice::Data { ino, .. } => format!("data {ino}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "Attr { ino: 5 }",
+                "Entry { dir: 1, name: [97] }",
+                "Entry { dir: 1, name: [98] }"
+            ]
+        );
+        assert!(q.send(attr(5)).is_ok());
+        let (taken, dropped) = Queue::take(&q.shared).unwrap();
+        assert_eq!(taken.len(), 1, "a change after the take is sent again");
+        assert!(!dropped);
+
+        drop(q.send(attr(9)));
+        let shared = q.shared.clone();
+        drop(q);
+        assert!(Queue::take(&shared).is_none(), "the thread ends with the mount");
     }
 }

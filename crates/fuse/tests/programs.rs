@@ -599,9 +599,9 @@ fn another_clients_writes_and_truncates_reach_readers_on_the_mount() {
     m.finish();
 }
 
-/// A burst of changes by another client, more than the mount's queue of notices holds (here
-/// two), and then a change to each of several files Linux has cached, whose notices the full
-/// queue drops: readers on the mount still end with each file's new bytes.
+/// A burst of changes by another client to more files than the mount's queue of notices holds
+/// (here two), and then a change to each of several files Linux has cached, whose notices the
+/// full queue drops: readers on the mount still end with each file's new bytes.
 #[test]
 fn readers_on_the_mount_see_changes_made_while_the_notices_overflowed() {
     let m = Mounted::with_config(MountConfig {
@@ -609,15 +609,23 @@ fn readers_on_the_mount_see_changes_made_while_the_notices_overflowed() {
         ..MountConfig::default()
     });
     let names: Vec<String> = (0..8).map(|i| format!("cached{i}")).collect();
-    for n in names.iter().chain(["flood".to_string()].iter()) {
+    let floods: Vec<String> = (0..32).map(|i| format!("flood{i}")).collect();
+    for n in names.iter().chain(&floods) {
         fs::write(m.mnt().join(n), vec![0u8; 8192]).unwrap();
         assert_eq!(fs::read(m.mnt().join(n)).unwrap(), vec![0u8; 8192]);
     }
     let other = m.kernel.spawn(vino_kernel::Credentials::root());
     let rw = vino_kernel::OpenFlags::read_write();
-    let flood = other.open("/flood", rw).unwrap();
+    // Writes to one file would take one place (a notice already waiting is not queued
+    // again): the flood goes round distinct files.
+    let flood: Vec<_> = floods
+        .iter()
+        .map(|n| other.open(&format!("/{n}"), rw).unwrap())
+        .collect();
     for round in 0..100_000u32 {
-        other.pwrite(flood, &round.to_le_bytes(), 0).unwrap();
+        other
+            .pwrite(flood[round as usize % flood.len()], &round.to_le_bytes(), 0)
+            .unwrap();
     }
     for n in &names {
         let fd = other.open(&format!("/{n}"), rw).unwrap();
@@ -629,7 +637,9 @@ fn readers_on_the_mount_see_changes_made_while_the_notices_overflowed() {
     for n in &names {
         until_read_gives(&m.mnt().join(n), &want);
     }
-    other.close(flood).unwrap();
+    for fd in flood {
+        other.close(fd).unwrap();
+    }
     m.kernel.exit(other.pid());
     drop(other);
     m.finish();
