@@ -146,6 +146,9 @@ pub struct StepResult {
 pub struct TransportTime {
     pub transport: String,
     pub seconds: f64,
+    /// The requests the step made of the mount and the daemon's time on them (medians over the
+    /// repeats, each taken alone).
+    pub served: Option<Served>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -271,6 +274,10 @@ trait Side {
     fn graft_wrapper(&self) -> &Path;
     fn remount(&mut self) -> Result<()>;
     fn sync(&mut self) -> Result<()>;
+    /// The requests the mount has served so far and the daemon's time on them (VINO only).
+    fn served(&mut self) -> Result<Option<Served>> {
+        Ok(None)
+    }
     fn command(&self, script: &str) -> Command;
 }
 
@@ -352,6 +359,21 @@ impl Side for VinoSide {
         client.sync().context("the daemon's sync")?;
         Ok(())
     }
+    fn served(&mut self) -> Result<Option<Served>> {
+        let mut client = vino_client::Client::connect(&self.socket).context("connecting to the daemon")?;
+        let top = client.top().context("the daemon's top")?;
+        // Forgets have no caller waiting for them: their work (freeing what `rm -rf` unlinked)
+        // runs beside the program, not in its round trips.
+        let all = top
+            .mounts
+            .iter()
+            .flat_map(|m| &m.requests)
+            .filter(|r| !matches!(r.op.as_str(), "forget" | "batch_forget"));
+        Ok(Some(all.fold(Served::default(), |s, r| Served {
+            requests: s.requests + r.count,
+            seconds: s.seconds + r.ns as f64 / 1e9,
+        })))
+    }
     fn command(&self, script: &str) -> Command {
         shell_in(self.cgroup.as_ref(), script)
     }
@@ -426,12 +448,27 @@ fn is_mount_point(dir: &Path) -> bool {
         .any(|p| Path::new(p) == canon)
 }
 
-/// Runs one step on one side; its time in seconds (the sync included).
-fn run_step(side: &mut dyn Side, step: &Step, tar: &Path, me: &Path) -> Result<f64> {
+/// Requests a mount served and the daemon's time on them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Served {
+    pub requests: u64,
+    pub seconds: f64,
+}
+
+/// One run of a step on one side: its time in seconds (the sync included), and on VINO's side
+/// the requests it made of the mount.
+struct StepRun {
+    seconds: f64,
+    served: Option<Served>,
+}
+
+/// Runs one step on one side.
+fn run_step(side: &mut dyn Side, step: &Step, tar: &Path, me: &Path) -> Result<StepRun> {
     if step.cold {
         side.remount()
             .with_context(|| format!("mounting again before {}", step.name))?;
     }
+    let before = side.served()?;
     let mut cmd = side.command(&step.command);
     cmd.env("M", side.mount_point())
         .env("T", tar)
@@ -445,7 +482,15 @@ fn run_step(side: &mut dyn Side, step: &Step, tar: &Path, me: &Path) -> Result<f
     if step.sync {
         side.sync()?;
     }
-    Ok(start.elapsed().as_secs_f64())
+    let seconds = start.elapsed().as_secs_f64();
+    let served = match (before, side.served()?) {
+        (Some(b), Some(a)) => Some(Served {
+            requests: a.requests.saturating_sub(b.requests),
+            seconds: (a.seconds - b.seconds).max(0.0),
+        }),
+        _ => None,
+    };
+    Ok(StepRun { seconds, served })
 }
 
 /// A seeded generator (SplitMix64) for the tree.
@@ -559,6 +604,7 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
     // Per step: VINO's times per transport, ext4's times.
     let mut times: Vec<(Vec<Vec<f64>>, Vec<f64>)> =
         vec![(vec![Vec::new(); opts.transports.len()], Vec::new()); all.len()];
+    let mut served: Vec<Vec<Vec<Served>>> = vec![vec![Vec::new(); opts.transports.len()]; all.len()];
     let (mut ext4_memory, mut vino_memory) = (String::new(), String::new());
     for round in 0..opts.repeats {
         // The VINO sides take turns going first, round by round: the first of two mounts in a
@@ -614,7 +660,9 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
                     transport_name(transport),
                     s.name
                 ));
-                times[i].0[ti].push(run_step(&mut vino_side, s, &tar, &me)?);
+                let run = run_step(&mut vino_side, s, &tar, &me)?;
+                times[i].0[ti].push(run.seconds);
+                served[i][ti].extend(run.served);
             }
             drop(vino_side);
             let _ = fs::remove_file(&image);
@@ -632,20 +680,26 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
         };
         for (i, s) in all.iter().enumerate() {
             progress(&format!("round {}/{}: ext4: {}", round + 1, opts.repeats, s.name));
-            times[i].1.push(run_step(&mut ext4, s, &tar, &me)?);
+            times[i].1.push(run_step(&mut ext4, s, &tar, &me)?.seconds);
         }
     }
     let steps = all
         .iter()
         .zip(times)
-        .map(|(s, (v, e))| {
+        .zip(served)
+        .map(|((s, (v, e)), served)| {
             let by_transport: Vec<TransportTime> = opts
                 .transports
                 .iter()
                 .zip(v)
-                .map(|(t, v)| TransportTime {
+                .zip(served)
+                .map(|((t, v), served)| TransportTime {
                     transport: t.clone(),
                     seconds: median(v),
+                    served: (!served.is_empty()).then(|| Served {
+                        requests: median(served.iter().map(|s| s.requests as f64).collect()) as u64,
+                        seconds: median(served.iter().map(|s| s.seconds).collect()),
+                    }),
                 })
                 .collect();
             let (vino_s, ext4_s) = (by_transport[0].seconds, median(e));
@@ -714,7 +768,39 @@ impl ProgramsReport {
         for s in &self.skipped {
             t.note(format!("skipped {s}"));
         }
-        vec![t]
+        vec![t, self.requests_table()]
+    }
+
+    /// Where VINO's time went, step by step, over the first transport: the requests the step
+    /// made of the mount, and the daemon's time on them (the rest is the round trips and the
+    /// program's own work).
+    fn requests_table(&self) -> Table {
+        let transport = self
+            .steps
+            .first()
+            .and_then(|s| s.by_transport.first())
+            .map(|t| transport_name(&t.transport))
+            .unwrap_or_default();
+        let mut t = Table::new(
+            format!("Requests to the mount ({transport})"),
+            &["step", "requests", "daemon time", "per request", "share of the step"],
+        );
+        for s in &self.steps {
+            let Some((time, Some(served))) = s.by_transport.first().map(|t| (t.seconds, t.served)) else {
+                continue;
+            };
+            t.row(vec![
+                s.step.clone(),
+                served.requests.to_string(),
+                format!("{:.3} s", served.seconds),
+                format!("{:.1} µs", served.seconds * 1e6 / served.requests.max(1) as f64),
+                format!("{:.0}%", 100.0 * served.seconds / time.max(1e-9)),
+            ]);
+        }
+        t.note("requests: those a caller waits for (forgets aside, which free unlinked files beside the program)");
+        t.note("daemon time: from each request's dispatch until its operation returned (a lock wait's reply may come later); requests served at once on several threads may add up to more than the step's time");
+        t.note("medians over the repeats, each column alone");
+        t
     }
 
     pub fn plot(&self, path: &Path) -> Result<()> {

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vino_client::{Client, GraftTop, ProcessTop, Top, UserTop};
+use vino_client::{Client, GraftTop, ProcessTop, RequestTop, Top, UserTop};
 
 /// The graft commands served by the daemon.
 #[derive(Subcommand)]
@@ -371,6 +371,35 @@ fn user_table(users: &[UserTop]) -> String {
     out
 }
 
+/// A mount's requests: the total, the daemon's time on them, and the most served kinds with
+/// their mean time. Empty when none were shown (nothing served, or the viewer is not
+/// privileged).
+fn requests_line(requests: &[RequestTop]) -> String {
+    const SHOWN: usize = 8;
+    if requests.is_empty() {
+        return String::new();
+    }
+    let count: u64 = requests.iter().map(|r| r.count).sum();
+    let ns: u64 = requests.iter().map(|r| r.ns).sum();
+    let kinds: Vec<String> = requests
+        .iter()
+        .take(SHOWN)
+        .map(|r| {
+            format!(
+                "{} {} ({:.1} µs)",
+                r.op,
+                r.count,
+                r.ns as f64 / r.count.max(1) as f64 / 1e3
+            )
+        })
+        .collect();
+    format!(
+        "  {count} requests, served in {:.1} ms: {}\n",
+        ns as f64 / 1e6,
+        kinds.join(", ")
+    )
+}
+
 fn render(top: &Top) -> String {
     let c = &top.cache;
     let mounts: String = top
@@ -378,8 +407,12 @@ fn render(top: &Top) -> String {
         .iter()
         .map(|m| {
             format!(
-                "mounted on {} through {}, idle polling {}, file data in {}\n",
-                m.path, m.transport, m.idle_poll, m.data_cache
+                "mounted on {} through {}, idle polling {}, file data in {}\n{}",
+                m.path,
+                m.transport,
+                m.idle_poll,
+                m.data_cache,
+                requests_line(&m.requests)
             )
         })
         .collect();

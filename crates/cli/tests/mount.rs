@@ -159,6 +159,17 @@ fn mount_serves_programs_and_a_per_file_graft_from_the_command_line() {
             "{top}"
         );
     }
+    // What it served (root sees the counts): the writes of `seq` among them, and the text view
+    // says it in a line of its own.
+    let requests = top["mounts"][0]["requests"].as_array().cloned().unwrap_or_default();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r["op"] == "write" && r["count"].as_u64() > Some(0)),
+        "{top}"
+    );
+    let text = ok(&vino(&["top", "--once", "--socket", socket_s]));
+    assert!(text.contains(" requests, served in "), "{text}");
     // And how it caches file data: Linux's page cache in front of VINO's by default.
     assert_eq!(
         top["mounts"][0]["data_cache"].as_str(),

@@ -470,9 +470,9 @@ impl Daemon {
         Ok(())
     }
 
-    /// Each FUSE mount this daemon made: where, which transport serves it, its idle polling and
-    /// how it caches file data.
-    pub fn mounts(&self) -> Vec<vino_proto::MountTop> {
+    /// Each FUSE mount this daemon made: where, which transport serves it, its idle polling,
+    /// how it caches file data, and (`with_requests`) the requests it served.
+    pub fn mounts(&self, with_requests: bool) -> Vec<vino_proto::MountTop> {
         self.mounts
             .lock()
             .iter()
@@ -481,6 +481,18 @@ impl Daemon {
                 transport: m.transport(),
                 idle_poll: m.idle_poll(),
                 data_cache: m.data_cache().to_string(),
+                requests: if with_requests {
+                    m.served()
+                        .into_iter()
+                        .map(|s| vino_proto::RequestTop {
+                            op: s.op.to_string(),
+                            count: s.count,
+                            ns: u64::try_from(s.time.as_nanos()).unwrap_or(u64::MAX),
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
             })
             .collect()
     }

@@ -144,7 +144,7 @@ impl Daemon {
             grafts,
             cache,
             users: users(kernel, viewer),
-            mounts: self.mounts(),
+            mounts: self.mounts(viewer.privileged),
         }
     }
 }

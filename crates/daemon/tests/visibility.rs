@@ -185,3 +185,31 @@ fn an_ordinary_user_sees_only_its_own_processes_and_grafts() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// What a mount served counts every user's requests: only a privileged viewer sees it; others
+/// see the mount itself (as the host's mount table shows it) without the counts.
+#[test]
+fn only_a_privileged_viewer_sees_what_a_mount_served() {
+    if !is_root() || !std::path::Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: needs root and /dev/fuse to mount");
+        return;
+    }
+    let d = TestDaemon::start();
+    let daemon = d.handle().daemon();
+    let at = tempfile::tempdir().unwrap();
+    daemon.mount(at.path()).unwrap();
+    std::fs::write(at.path().join("f"), b"served").unwrap();
+    assert_eq!(std::fs::read(at.path().join("f")).unwrap(), b"served");
+
+    let root = daemon.top_for(&Credentials::root());
+    let requests = &root.mounts[0].requests;
+    assert!(
+        requests.iter().any(|r| r.op == "create" && r.count >= 1 && r.ns > 0),
+        "{requests:?}"
+    );
+    let alice = daemon.top_for(&Credentials::user(ALICE, ALICE));
+    assert_eq!(alice.mounts.len(), 1);
+    assert_eq!(alice.mounts[0].path, root.mounts[0].path);
+    assert!(alice.mounts[0].requests.is_empty(), "{:?}", alice.mounts[0].requests);
+    daemon.unmount(at.path()).unwrap();
+}

@@ -35,8 +35,10 @@ mod invalidate;
 pub mod nodes;
 mod ops;
 mod ring;
+mod served;
 
 pub use ring::{MIN_RING_DEPTH, Transport};
+pub use served::Served;
 
 use fuser::{Config, MountOption, Session, SessionACL};
 use ops::{State, VinoFs};
@@ -140,9 +142,9 @@ fn session_config(config: &MountConfig) -> Config {
     c
 }
 
-type Served = (Session<VinoFs>, Arc<State>, invalidate::Invalidator);
+type Serving = (Session<VinoFs>, Arc<State>, invalidate::Invalidator);
 
-fn session(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<Served> {
+fn session(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io::Result<Serving> {
     let ring = ring::RingState::new(config.transport, config.ring_depth)?;
     let state = State::new(kernel.clone(), config, ring).map_err(|e| io::Error::other(e.to_string()))?;
     let state = Arc::new(state);
@@ -227,6 +229,11 @@ impl Mount {
         } else {
             "VINO's only (direct I/O)"
         }
+    }
+
+    /// The requests served so far, by kind (most served first), and the daemon's time on them.
+    pub fn served(&self) -> Vec<Served> {
+        self.state.served.snapshot()
     }
 
     /// Requests served through the ring so far (none on `/dev/fuse`).

@@ -161,6 +161,8 @@ pub(crate) struct State {
     pub(crate) activity: vino_idlepoll::Activity,
     /// Notices to Linux the mount sends of its own accord (set once the session has a notifier).
     pub(crate) notices: crate::invalidate::Notices,
+    /// Requests served, by kind, and the time spent on them.
+    pub(crate) served: crate::served::Counters,
 }
 
 /// Most bytes one `copy_file_range` request copies: the largest write a request carries.
@@ -217,6 +219,7 @@ impl State {
             idle_poll: Mutex::new(idle_poll),
             idle_poll_default,
             notices: Default::default(),
+            served: Default::default(),
         })
     }
 
@@ -795,6 +798,10 @@ macro_rules! answer {
 impl Filesystem for VinoFs {
     fn request_arrived(&self) {
         self.0.activity.busy();
+    }
+
+    fn request_served(&self, opcode: u32, took: Duration) {
+        self.0.served.record(opcode, took);
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {

@@ -48,6 +48,28 @@ for off, n in [(0, 1), (1, 4095), (4095, 4097), (12345, 1 << 20), ((3 << 20) - 1
     assert!(fs::read(mnt.join("a/big.copy")).unwrap() == big, "the copy differs");
 }
 
+/// The mount counts what `work` made it serve, under FUSE's names, with the time on each kind;
+/// returns the count of all.
+fn counted(m: &Mounted) -> u64 {
+    let served = m.mount.as_ref().unwrap().served();
+    let count = |op: &str| served.iter().find(|s| s.op == op).map_or(0, |s| s.count);
+    assert!(count("create") >= 50, "{served:?}");
+    assert!(count("mkdir") >= 3, "{served:?}");
+    for op in [
+        "lookup", "write", "read", "fsync", "fsyncdir", "unlink", "rmdir", "release",
+    ] {
+        assert!(count(op) >= 1, "no {op} counted: {served:?}");
+    }
+    // mv renames with renameat2, which Linux sends as rename2.
+    assert!(count("rename") + count("rename2") >= 1, "{served:?}");
+    assert!(served.iter().all(|s| s.count > 0 && !s.time.is_zero()), "{served:?}");
+    assert!(
+        served.windows(2).all(|w| w[0].count >= w[1].count),
+        "most served first: {served:?}"
+    );
+    served.iter().map(|s| s.count).sum()
+}
+
 #[test]
 fn the_ring_serves_programs_on_the_mount() {
     if !ring_available() {
@@ -117,6 +139,7 @@ fn dev_fuse_serves_when_asked_to() {
     assert_eq!(mount.transport(), "/dev/fuse");
     work(&m);
     assert_eq!(mount.ring_served(), 0);
+    counted(&m);
     m.finish();
 }
 

@@ -351,6 +351,20 @@ pub struct MountTop {
     /// How file data is cached: Linux's page cache in front of VINO's, or VINO's only.
     #[serde(default)]
     pub data_cache: String,
+    /// The requests the mount served, by kind, most served first: for a privileged viewer only
+    /// (they count every user's activity on the mount); empty for others.
+    #[serde(default)]
+    pub requests: Vec<RequestTop>,
+}
+
+/// Requests of one kind a FUSE mount served, and the daemon's time on them (from dispatch
+/// until the operation returned).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestTop {
+    /// FUSE's name of the operation (`lookup`, `write`, ...).
+    pub op: String,
+    pub count: u64,
+    pub ns: u64,
 }
 
 /// A failed request: an errno (Linux numbering) and what was wrong.

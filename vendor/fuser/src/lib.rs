@@ -416,6 +416,11 @@ pub trait Filesystem: Send + Sync + 'static {
     /// it (a transport of the server's own, as `Dispatcher` serves, says so itself).
     fn request_arrived(&self) {}
 
+    /// A request was served: its operation (`opcode`, as Linux numbers it) returned after
+    /// `took`, on the thread that dispatched it, through either transport. A reply the
+    /// operation left to another thread (a lock wait) may still be owed.
+    fn request_served(&self, _opcode: u32, _took: std::time::Duration) {}
+
     /// Look up a directory entry by name and get its attributes.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         warn!("[Not Implemented] lookup(parent: {parent:#x?}, name {name:?})");

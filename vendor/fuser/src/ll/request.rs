@@ -2143,6 +2143,11 @@ impl<'a> AnyRequest<'a> {
         INodeNo(self.header.nodeid)
     }
 
+    /// Returns the request's operation code (`FUSE_LOOKUP`, ...), known to this crate or not.
+    pub(crate) fn opcode(&self) -> u32 {
+        self.header.opcode
+    }
+
     /// Returns the UID that the process that triggered this request runs under.
     pub(crate) fn uid(&self) -> Uid {
         Uid::from_raw(self.header.uid)
