@@ -13,7 +13,7 @@
 //! The memory is bounded: at most [`MAX_INDEXED_NAMES`] names (plus the one directory in use),
 //! the least recently used directories dropped first.
 
-use crate::layout::{RawEntry, dirent_size};
+use crate::layout::DirRecord;
 use std::collections::HashMap;
 
 /// Names held by all indexes together before the least recently used are dropped.
@@ -43,27 +43,23 @@ fn is_dot(name: &[u8]) -> bool {
 }
 
 /// The longest entry a parsed block could still take (what [`crate::layout::dir_add`] checks).
-pub fn room_of(entries: &[RawEntry]) -> usize {
-    entries
-        .iter()
-        .map(|e| {
-            if e.ino == 0 {
-                e.rec_len
-            } else {
-                e.rec_len - dirent_size(e.name.len())
-            }
-        })
-        .max()
-        .unwrap_or(0)
+pub fn room_of(records: &[DirRecord]) -> usize {
+    records.iter().map(DirRecord::room).max().unwrap_or(0)
 }
 
 impl DirIdx {
-    /// Adds the parsed block `fb` (blocks are added in order, each once).
-    pub fn add_block(&mut self, fb: u64, entries: &[RawEntry]) {
+    /// Adds the block `fb` (blocks are added in order, each once), parsed from `block`.
+    pub fn add_block(&mut self, fb: u64, block: &[u8], records: &[DirRecord]) {
+        let names = records.iter().filter(|r| r.ino != 0).map(|r| (r.name(block), r.ino));
+        self.add_names(fb, room_of(records), names);
+    }
+
+    /// Adds block `fb`, which has `room` bytes for a new entry and holds `names`.
+    fn add_names<'a>(&mut self, fb: u64, room: usize, names: impl Iterator<Item = (&'a [u8], u32)>) {
         assert_eq!(fb, self.room.len() as u64, "directory blocks are indexed in order");
-        self.room.push(room_of(entries));
-        for e in entries.iter().filter(|e| e.ino != 0) {
-            self.insert(&e.name, Slot { fb, ino: e.ino });
+        self.room.push(room);
+        for (name, ino) in names {
+            self.insert(name, Slot { fb, ino });
         }
     }
 
@@ -220,21 +216,12 @@ impl DirIndex {
 mod tests {
     use super::*;
 
-    fn entry(name: &str, ino: u32) -> RawEntry {
-        RawEntry {
-            off: 0,
-            ino,
-            rec_len: dirent_size(name.len()) + 8,
-            ftype: 1,
-            name: name.as_bytes().to_vec(),
-        }
-    }
-
     #[test]
     fn names_rooms_and_rollback() {
         let mut index = DirIndex::default();
         let mut idx = DirIdx::default();
-        idx.add_block(0, &[entry(".", 2), entry("..", 2), entry("a", 5)]);
+        let names: [(&[u8], u32); 3] = [(b".", 2), (b"..", 2), (b"a", 5)];
+        idx.add_names(0, 8, names.into_iter());
         assert!(!idx.is_empty());
         assert_eq!(idx.block_with_room(8), Some(0));
         assert_eq!(idx.block_with_room(64), None);
@@ -254,8 +241,8 @@ mod tests {
         let mut index = DirIndex::default();
         let big = |n: usize| {
             let mut idx = DirIdx::default();
-            let names: Vec<RawEntry> = (0..n).map(|i| entry(&format!("n{i}"), 10)).collect();
-            idx.add_block(0, &names);
+            let names: Vec<Vec<u8>> = (0..n).map(|i| format!("n{i}").into_bytes()).collect();
+            idx.add_names(0, 8, names.iter().map(|n| (&n[..], 10)));
             idx
         };
         index.insert(1, big(MAX_INDEXED_NAMES / 2));

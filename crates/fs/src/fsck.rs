@@ -670,7 +670,7 @@ impl Checker<'_> {
         let blocks = self.inodes[dir as usize].size / BS as u64;
         for fb in 0..blocks {
             let Some(b) = self.map(dir, fb)? else { continue };
-            let entries = dir_parse_records(self.img.get(b)?).unwrap_or_default();
+            let entries = dir_records(self.img.get(b)?).unwrap_or_default();
             if entries.is_empty() {
                 continue;
             }
@@ -682,7 +682,7 @@ impl Checker<'_> {
         match self.grow_dir(dir, parent)? {
             None => Ok(false),
             Some(b) => {
-                let entries = dir_parse_records(self.img.get(b)?).expect("fresh block");
+                let entries = dir_records(self.img.get(b)?).expect("fresh block");
                 Ok(dir_add(self.img.get_mut(b)?, &entries, dir, name, ino, ft))
             }
         }

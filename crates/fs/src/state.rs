@@ -172,8 +172,10 @@ pub(crate) struct Found {
     /// The directory's file block that holds the entry, and its device block.
     pub fb: u64,
     pub block: u64,
-    pub entries: Vec<RawEntry>,
+    /// The block's records as found, and which is the entry.
+    pub entries: Vec<DirRecord>,
     pub index: usize,
+    pub name: Vec<u8>,
 }
 
 impl Found {
@@ -1173,13 +1175,21 @@ impl FsState {
         dir_parse(self.meta.get(b)?, ino).map_err(FsError::Corrupt)
     }
 
+    /// The records of directory `ino`'s block `b`, checked, with the block.
+    fn dir_block_records(&mut self, ino: u64, b: u64) -> Result<(&Block, Vec<DirRecord>)> {
+        let blk = self.meta.get(b)?;
+        let records = dir_records_checked(blk, ino).map_err(FsError::Corrupt)?;
+        Ok((blk, records))
+    }
+
     /// The index of directory `dir` (see [`crate::dirindex`]), built from its blocks if needed.
     fn dir_index(&mut self, dir: u64, inode: &Inode) -> Result<&DirIdx> {
         if self.dirs.get(dir).is_none() {
             let mut idx = DirIdx::default();
             for fb in 0..inode.size / BS as u64 {
                 let block = self.dir_block(dir, inode, fb)?;
-                idx.add_block(fb, &self.dir_entries(dir, block)?);
+                let (blk, records) = self.dir_block_records(dir, block)?;
+                idx.add_block(fb, blk, &records);
             }
             self.dirs.insert(dir, idx);
         }
@@ -1199,7 +1209,8 @@ impl FsState {
         let mut fresh = DirIdx::default();
         for fb in 0..inode.size / BS as u64 {
             let block = self.dir_block(dir, &inode, fb)?;
-            fresh.add_block(fb, &self.dir_entries(dir, block)?);
+            let (blk, records) = self.dir_block_records(dir, block)?;
+            fresh.add_block(fb, blk, &records);
         }
         if let Some(idx) = self.dirs.get(dir) {
             assert_eq!(
@@ -1222,8 +1233,8 @@ impl FsState {
             return Ok(None);
         };
         let block = self.dir_block(dir, inode, slot.fb)?;
-        let entries = self.dir_entries(dir, block)?;
-        let Some(index) = entries.iter().position(|e| e.ino != 0 && e.name == name) else {
+        let (blk, entries) = self.dir_block_records(dir, block)?;
+        let Some(index) = entries.iter().position(|e| e.ino != 0 && e.name(blk) == name) else {
             self.dirs.forget(dir);
             return Err(corrupt(format!(
                 "directory {dir}: `{}` is not in block {} where its index says",
@@ -1236,6 +1247,7 @@ impl FsState {
             block,
             entries,
             index,
+            name: name.to_vec(),
         }))
     }
 
@@ -1320,7 +1332,7 @@ impl FsState {
                 (fb, b)
             }
         };
-        let entries = self.dir_entries(dir, b)?;
+        let (_, entries) = self.dir_block_records(dir, b)?;
         let blk = self.meta.get_mut(b)?;
         if !dir_add(blk, &entries, dir, name, ino, ftype) {
             self.dirs.forget(dir);
@@ -1328,7 +1340,7 @@ impl FsState {
                 "directory {dir}: block {fb} has less room than its index says"
             )));
         }
-        let room = room_of(&dir_parse_records(blk).map_err(FsError::Corrupt)?);
+        let room = room_of(&dir_records(blk).map_err(FsError::Corrupt)?);
         let slot = Slot { fb, ino: ino as u32 };
         self.dirs.added(dir, name, slot, room);
         self.check_dir_index(dir)
@@ -1337,8 +1349,8 @@ impl FsState {
     pub(crate) fn dir_drop_entry(&mut self, dir: u64, f: &Found) -> Result<()> {
         let blk = self.meta.get_mut(f.block)?;
         dir_remove(blk, &f.entries, f.index, dir);
-        let room = room_of(&dir_parse_records(blk).map_err(FsError::Corrupt)?);
-        self.dirs.removed(dir, &f.entries[f.index].name, f.fb, room);
+        let room = room_of(&dir_records(blk).map_err(FsError::Corrupt)?);
+        self.dirs.removed(dir, &f.name, f.fb, room);
         self.check_dir_index(dir)
     }
 
@@ -1346,7 +1358,7 @@ impl FsState {
     fn dir_retarget_entry(&mut self, dir: u64, f: &Found, ino: u64, ftype: u8) -> Result<()> {
         let blk = self.meta.get_mut(f.block)?;
         dir_retarget(blk, &f.entries[f.index], dir, ino, ftype);
-        self.dirs.retargeted(dir, &f.entries[f.index].name, ino as u32);
+        self.dirs.retargeted(dir, &f.name, ino as u32);
         self.check_dir_index(dir)
     }
 
