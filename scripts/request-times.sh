@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The daemon's time per request while `tar x` and then `rm -rf` run on a fresh VINO mount:
+# mounts a new image (root, /dev/fuse), extracts TAR into it, removes it all, and prints the
+# daemon's total time on the requests a caller waited for (forgets aside) and the mean time of
+# each kind, from `vino top --json`.
+#
+#   scripts/request-times.sh [TAR] [VINO]
+#
+# TAR defaults to a tar of /usr/include and /usr/share/doc (made once in the scratch directory);
+# VINO to target/release/vino. Run it for two builds in turn to compare them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+vino=${2:-target/release/vino}
+scratch=${SCRATCH:-target/request-times}
+mkdir -p "$scratch/mnt"
+tar_file=${1:-$scratch/tree.tar}
+if [ ! -f "$tar_file" ]; then
+    tar cf "$tar_file" -C / usr/include usr/share/doc 2>/dev/null || true
+fi
+tar_file=$(realpath "$tar_file")
+umount -l "$scratch/mnt" 2>/dev/null || true
+rm -f "$scratch/vino.img"
+printf 'socket = "%s"\ncache_size = "256M"\nimage_size = "4G"\n' "$scratch/vino.sock" > "$scratch/vino.toml"
+"$vino" mount --config "$scratch/vino.toml" "$scratch/vino.img" "$scratch/mnt" &
+daemon=$!
+trap 'kill -INT $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
+until mountpoint -q "$scratch/mnt"; do sleep 0.1; done
+(cd "$scratch/mnt" && tar xf "$tar_file" && rm -rf ./*)
+"$vino" top --json --socket "$scratch/vino.sock" > "$scratch/top.json"
+python3 - "$scratch/top.json" <<'PY'
+import json, sys
+reqs = {r["op"]: r for r in json.load(open(sys.argv[1]))["mounts"][0]["requests"]}
+waited = [r for op, r in reqs.items() if op not in ("forget", "batch_forget")]
+line = [f"total {sum(r['ns'] for r in waited) / 1e6:.0f} ms"]
+for op in ["create", "write", "unlink", "setattr", "lookup", "mkdir", "rmdir"]:
+    if op in reqs:
+        line.append(f"{op} {reqs[op]['ns'] / reqs[op]['count'] / 1e3:.1f}")
+print(" ".join(line), "(us per request)")
+PY
