@@ -357,8 +357,12 @@ impl Kernel {
             return Ok(());
         }
         // The unlink that parked the file holds the namespace lock until the file system has
-        // it on its orphan list.
-        let _ns = self.ns.read();
+        // it on its orphan list: taking the lock waits for that. It is not held while the file
+        // is freed, which takes long (every block, and the cache's pages): with the last
+        // reference gone and no name left (a link to a nameless file is refused), nothing can
+        // reach the inode any more, and every rename, link and unlink of other files waited for
+        // each such release (the mount's forgets of what `rm -rf` unlinked).
+        drop(self.ns.read());
         // The cache forgets the file before its blocks are freed: a stale dirty page written
         // back later could land on a block reused for metadata.
         self.cache.invalidate(ino, 0);
