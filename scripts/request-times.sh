@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The daemon's time per request while `tar x` and then `rm -rf` run on a fresh VINO mount:
-# mounts a new image (root, /dev/fuse), extracts TAR into it, removes it all, and prints the
-# daemon's total time on the requests a caller waited for (forgets aside) and the mean time of
-# each kind, from `vino top --json`.
+# mounts a new image (root, /dev/fuse), extracts TAR into it, removes it all, and prints each
+# program's elapsed time (on stderr), then the daemon's total time on the requests a caller
+# waited for (forgets aside) and the mean time of each kind, from `vino top --json`.
 #
 #   scripts/request-times.sh [TAR] [VINO]
 #
@@ -25,7 +25,13 @@ printf 'socket = "%s"\ncache_size = "256M"\nimage_size = "4G"\n' "$scratch/vino.
 daemon=$!
 trap 'kill -INT $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
 until mountpoint -q "$scratch/mnt"; do sleep 0.1; done
-(cd "$scratch/mnt" && tar xf "$tar_file" && rm -rf ./*)
+# Each program's elapsed time, then the daemon's time on their requests.
+cd "$scratch/mnt"
+TIMEFORMAT="tar x %R s"
+time tar xf "$tar_file"
+TIMEFORMAT="rm -rf %R s"
+time rm -rf ./*
+cd - > /dev/null
 "$vino" top --json --socket "$scratch/vino.sock" > "$scratch/top.json"
 python3 - "$scratch/top.json" <<'PY'
 import json, sys
