@@ -39,6 +39,10 @@ fn check_xattr_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Most predecessor hints of orphans kept ([`FsState::release_orphan`]): past it they are
+/// dropped and rebuilt as orphans come and go.
+const MAX_ORPHAN_HINTS: usize = 1 << 20;
+
 impl FsState {
     // ---- symlinks -------------------------------------------------------------------------
 
@@ -168,7 +172,35 @@ impl FsState {
     pub(crate) fn push_orphan(&mut self, ino: u64) -> Result<()> {
         let head = self.orphan_head()?;
         self.modify(ino, |i| i.next_orphan = head as u32)?;
-        self.set_orphan_head(ino)
+        self.set_orphan_head(ino)?;
+        // Hints left by undone ops are dropped when found wrong; this bounds them anyway.
+        if self.orphan_prev.len() >= MAX_ORPHAN_HINTS {
+            self.orphan_prev.clear();
+        }
+        self.orphan_prev.insert(ino, 0);
+        if head != 0 {
+            self.orphan_prev.insert(head, ino);
+        }
+        Ok(())
+    }
+
+    /// The inode before orphan `ino` on the list (0: the head), if the hint says so and the
+    /// list agrees: the head names `ino`, or the hinted inode is an orphan (live, no links, not
+    /// a directory: every such inode is on the list) whose next is `ino`.
+    fn orphan_before(&mut self, ino: u64) -> Result<Option<u64>> {
+        let Some(&prev) = self.orphan_prev.get(&ino) else {
+            return Ok(None);
+        };
+        let agrees = if prev == 0 {
+            self.orphan_head()? == ino
+        } else {
+            self.live(prev)
+                .is_ok_and(|p| p.nlink == 0 && !p.is_dir() && u64::from(p.next_orphan) == ino)
+        };
+        if !agrees {
+            self.orphan_prev.remove(&ino);
+        }
+        Ok(agrees.then_some(prev))
     }
 
     /// Walks the orphan list, checking each inode on it, until `stop` says so for one; returns
@@ -203,22 +235,41 @@ impl FsState {
         self.walk_orphans(|_| false)
     }
 
-    /// Takes an inode off the orphan list and frees it (blocks, xattrs, the inode). The list
-    /// is walked up to it only (a mount, which frees from the head, walks nothing).
+    /// Takes an inode off the orphan list and frees it (blocks, xattrs, the inode). The inode
+    /// before it is known from the hints kept as orphans come and go (checked against the list
+    /// first); without one, the list is walked up to it (a mount, which frees from the head,
+    /// walks nothing). Walked every time, orphans released oldest first (as Linux forgets what
+    /// `rm -rf` unlinked on the mount, whose nodes hold each file until then) walk the whole
+    /// list each: time quadratic in how many wait.
     pub fn release_orphan(&mut self, ino: u64) -> Result<()> {
-        let walked = self.walk_orphans(|o| o == ino)?;
-        if walked.last() != Some(&ino) {
-            return Err(FsError::InvalidArgument(format!(
-                "inode {ino} is not on the orphan list"
+        let prev = match self.orphan_before(ino)? {
+            Some(prev) => prev,
+            None => {
+                let walked = self.walk_orphans(|o| o == ino)?;
+                if walked.last() != Some(&ino) {
+                    return Err(FsError::InvalidArgument(format!(
+                        "inode {ino} is not on the orphan list"
+                    )));
+                }
+                walked.len().checked_sub(2).map_or(0, |i| walked[i])
+            }
+        };
+        let mut inode = self.live(ino)?;
+        if inode.nlink != 0 || inode.is_dir() {
+            return Err(corrupt(format!(
+                "the orphan list names inode {ino}, which has {} links; run fsck",
+                inode.nlink
             )));
         }
-        let mut inode = self.live(ino)?;
         let next = inode.next_orphan;
-        match walked.len() {
-            1 => self.set_orphan_head(u64::from(next))?,
-            n => {
-                self.modify(walked[n - 2], |p| p.next_orphan = next)?;
-            }
+        if prev == 0 {
+            self.set_orphan_head(u64::from(next))?;
+        } else {
+            self.modify(prev, |p| p.next_orphan = next)?;
+        }
+        self.orphan_prev.remove(&ino);
+        if next != 0 {
+            self.orphan_prev.insert(u64::from(next), prev);
         }
         inode.next_orphan = 0;
         self.release(ino, inode)

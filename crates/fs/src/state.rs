@@ -215,6 +215,10 @@ pub(crate) struct FsState {
     /// [`FsState::release_deferred`]).
     deferred: VecDeque<(u64, u64)>,
     deferred_set: FxHashSet<u64>,
+    /// Which inode each orphan follows on the orphan list (0: the head names it), as last
+    /// seen: a hint, checked against the list before it is used (an op undone may have left it
+    /// stale), so that taking a file off the list does not walk it from the head.
+    pub(crate) orphan_prev: FxHashMap<u64, u64>,
     deferred_in_group: Vec<u32>,
     deferred_mark: usize,
     /// How many times freed blocks have become reusable ([`FsState::release_deferred`]
@@ -296,6 +300,7 @@ impl FsState {
             pending_unslot: Vec::new(),
             deferred: VecDeque::new(),
             deferred_set: FxHashSet::default(),
+            orphan_prev: FxHashMap::default(),
             deferred_mark: 0,
             releases: 0,
             alloc_inos: BTreeSet::new(),

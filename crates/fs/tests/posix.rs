@@ -319,6 +319,47 @@ fn fallocate_reserves_zeroed_blocks() {
     assert_clean(&*dev, "after fallocate, unmounted");
 }
 
+/// Many orphans taken off the list in an order of their own (as Linux forgets what `rm -rf`
+/// unlinked): after each release the list holds exactly the others, in order, and at the end
+/// every block and inode is free again and the image is clean.
+#[test]
+fn orphans_released_in_any_order_leave_the_list_whole() {
+    let dev = dev();
+    let fs = mount(&dev);
+    let root = fs.root();
+    let before = free(&fs);
+    let mut list = Vec::new();
+    for i in 0..120u64 {
+        let name = format!("o{i}");
+        let ino = fs.create(root, &name, &nf()).unwrap();
+        fs.write_at(ino, 0, &pattern(i, BS)).unwrap();
+        fs.unlink_keep(root, &name).unwrap();
+        list.insert(0, ino);
+    }
+    assert_eq!(fs.orphans().unwrap(), list);
+    // Oldest first for a while (the end of the list), then a seeded scramble.
+    let mut order: Vec<u64> = list.iter().rev().copied().collect();
+    let mut x = 0x9e37_79b9_u64;
+    for i in (40..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let j = 40 + (x as usize) % (i - 39);
+        order.swap(i, j);
+    }
+    for (n, ino) in order.iter().enumerate() {
+        fs.release_orphan(*ino).unwrap();
+        list.retain(|o| o != ino);
+        if n % 7 == 0 || list.len() < 5 {
+            assert_eq!(fs.orphans().unwrap(), list, "after releasing {ino}");
+        }
+        assert_eq!(errno(fs.release_orphan(*ino)), 22, "released twice");
+    }
+    assert_eq!(free(&fs), before);
+    fs.sync().unwrap();
+    assert_clean(&*dev, "orphans released in any order");
+}
+
 #[test]
 fn orphans_live_until_released_or_remount() {
     let dev = dev();
