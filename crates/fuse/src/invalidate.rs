@@ -18,8 +18,8 @@
 use crate::ops::State;
 use fuser::{INodeNo, Notifier};
 use parking_lot::{Condvar, Mutex};
-use rustc_hash::FxHashSet;
-use std::collections::VecDeque;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -46,8 +46,9 @@ struct Pending {
     queue: VecDeque<Notice>,
     /// Inodes whose attribute notice waits in `queue`.
     inodes: FxHashSet<u64>,
-    /// Names whose entry notice waits in `queue`.
-    names: FxHashSet<(u64, Vec<u8>)>,
+    /// Names whose entry notice waits in `queue`, by directory. Other clients pick the names,
+    /// so they are hashed with SipHash (no chosen collisions); the kernel picks inode numbers.
+    names: FxHashMap<u64, HashSet<Vec<u8>>>,
     /// A notice did not fit: Linux may hold stale data of any node.
     dropped: bool,
     /// The mount is going: the thread ends.
@@ -76,7 +77,7 @@ impl Queue {
         let mut p = lock.lock();
         let waiting = match &notice {
             Notice::Change(Change::Attr { ino } | Change::Grafted { ino }) => p.inodes.contains(ino),
-            Notice::Change(Change::Entry { dir, name }) => p.names.contains(&(*dir, name.clone())),
+            Notice::Change(Change::Entry { dir, name }) => p.names.get(dir).is_some_and(|n| n.contains(name)),
             Notice::Data { .. } => false,
         };
         if waiting {
@@ -92,7 +93,7 @@ impl Queue {
                 p.inodes.insert(*ino);
             }
             Notice::Change(Change::Entry { dir, name }) => {
-                p.names.insert((*dir, name.clone()));
+                p.names.entry(*dir).or_default().insert(name.clone());
             }
             Notice::Data { .. } => {}
         }
