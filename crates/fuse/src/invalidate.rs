@@ -9,11 +9,15 @@
 //! directory. A change whose notice still waits is not queued again, so the queue holds at
 //! most one notice per inode and per name: a client writing one file as fast as it can fills
 //! one place, and only changes to more distinct inodes and names than the queue holds, faster
-//! than Linux takes the notices, overflow it. A full queue drops notices: the thread then drops Linux's attributes and cached
-//! data of every node it holds, once it has caught up (at most once per time the queue fills),
-//! and the names stay stale for at most the mount's attribute timeout (30 s by default;
-//! otherwise the notices keep Linux's caches valid, so the timeout can be long and a warm
-//! `find` or `du` asks the kernel nothing).
+//! than Linux takes the notices, overflow it. A change that finds the queue full marks its
+//! inode (for a name, its directory) in a fixed set of buckets instead; once caught up, the
+//! thread drops Linux's attributes and cached data of the nodes it holds in marked buckets.
+//! Buckets are chosen by a keyed hash, so a client that floods the queue with changes to its
+//! own files costs other users' cached nodes only by chance collisions, in proportion to how
+//! many distinct files it changed, and cannot aim at a node of its choice. Names whose notice
+//! was lost stay stale for at most the mount's attribute timeout (30 s by default; otherwise
+//! the notices keep Linux's caches valid, so the timeout can be long and a warm `find` or `du`
+//! asks the kernel nothing).
 
 use crate::ops::State;
 use fuser::{INodeNo, Notifier};
@@ -21,6 +25,7 @@ use parking_lot::{Condvar, Mutex};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
+use std::hash::{BuildHasher, RandomState};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use vino_kernel::{Change, Kernel};
@@ -49,10 +54,66 @@ struct Pending {
     /// Names whose entry notice waits in `queue`, by directory. Other clients pick the names,
     /// so they are hashed with SipHash (no chosen collisions); the kernel picks inode numbers.
     names: FxHashMap<u64, HashSet<Vec<u8>>>,
-    /// A notice did not fit: Linux may hold stale data of any node.
-    dropped: bool,
+    /// The inodes of changes that did not fit: Linux may hold stale data of them.
+    stale: Stale,
     /// The mount is going: the thread ends.
     closed: bool,
+}
+
+/// Bucket count of [`Stale`]: 8 KiB of bits, a bucket per 64 KiB-th of the inode numbers.
+const STALE_BUCKETS: usize = 1 << 16;
+
+/// Inodes whose notice was lost to a full queue, as marked buckets of a keyed hash: a fixed
+/// size whatever the flood, at the price of also dropping what Linux holds of the nodes that
+/// share a bucket with one.
+struct Stale {
+    key: RandomState,
+    bits: Vec<u64>,
+    marked: usize,
+}
+
+impl Default for Stale {
+    fn default() -> Self {
+        Stale {
+            key: RandomState::new(),
+            bits: vec![0; STALE_BUCKETS / 64],
+            marked: 0,
+        }
+    }
+}
+
+impl Stale {
+    fn bucket(&self, ino: u64) -> usize {
+        (self.key.hash_one(ino) as usize) % STALE_BUCKETS
+    }
+
+    fn mark(&mut self, ino: u64) {
+        let b = self.bucket(ino);
+        let word = &mut self.bits[b / 64];
+        if *word & (1 << (b % 64)) == 0 {
+            *word |= 1 << (b % 64);
+            self.marked += 1;
+        }
+    }
+
+    fn has(&self, ino: u64) -> bool {
+        let b = self.bucket(ino);
+        self.bits[b / 64] & (1 << (b % 64)) != 0
+    }
+
+    fn is_empty(&self) -> bool {
+        self.marked == 0
+    }
+
+    /// The marks so far, leaving none (same key: a node's bucket does not move).
+    fn take(&mut self) -> Stale {
+        let bits = std::mem::replace(&mut self.bits, vec![0; STALE_BUCKETS / 64]);
+        Stale {
+            key: self.key.clone(),
+            bits,
+            marked: std::mem::take(&mut self.marked),
+        }
+    }
 }
 
 /// The sending thread's queue, shared with the thread.
@@ -69,8 +130,8 @@ impl Queue {
         }
     }
 
-    /// Queues `notice` unless the same change already waits; if the queue is full, flags that
-    /// Linux may hold stale data of any node (the thread drops everything once caught up) and
+    /// Queues `notice` unless the same change already waits; if the queue is full, marks the
+    /// inode it concerns as stale (the thread drops what Linux holds of it once caught up) and
     /// returns the notice.
     fn send(&self, notice: Notice) -> Result<(), Notice> {
         let (lock, ready) = &*self.shared;
@@ -84,7 +145,14 @@ impl Queue {
             return Ok(());
         }
         if p.queue.len() >= self.limit {
-            p.dropped = true;
+            let ino = match &notice {
+                Notice::Change(Change::Attr { ino } | Change::Grafted { ino }) => *ino,
+                // Linux has no notice that drops every name of a directory: its attributes
+                // and listing go, the names stay for at most the attribute timeout.
+                Notice::Change(Change::Entry { dir, .. }) => *dir,
+                Notice::Data { ino, .. } => *ino,
+            };
+            p.stale.mark(ino);
             ready.notify_one();
             return Err(notice);
         }
@@ -103,12 +171,12 @@ impl Queue {
     }
 
     /// The sending thread's side: waits for notices, and takes them all (forgetting that they
-    /// wait, so a change from now on is queued again) with whether one was dropped since the
-    /// last call. None once the mount is going.
-    fn take(shared: &(Mutex<Pending>, Condvar)) -> Option<(VecDeque<Notice>, bool)> {
+    /// wait, so a change from now on is queued again) with the inodes marked stale since the
+    /// last call, if any. None once the mount is going.
+    fn take(shared: &(Mutex<Pending>, Condvar)) -> Option<(VecDeque<Notice>, Option<Stale>)> {
         let (lock, ready) = shared;
         let mut p = lock.lock();
-        while p.queue.is_empty() && !p.dropped && !p.closed {
+        while p.queue.is_empty() && p.stale.is_empty() && !p.closed {
             ready.wait(&mut p);
         }
         if p.closed {
@@ -116,8 +184,8 @@ impl Queue {
         }
         p.inodes.clear();
         p.names.clear();
-        let dropped = std::mem::take(&mut p.dropped);
-        Some((std::mem::take(&mut p.queue), dropped))
+        let stale = (!p.stale.is_empty()).then(|| p.stale.take());
+        Some((std::mem::take(&mut p.queue), stale))
     }
 }
 
@@ -134,7 +202,7 @@ impl Notices {
     /// cache, and then runs `then` (which answers the request). The request's thread does not
     /// wait: Linux's invalidation waits for pages being read, whose reads may be queued behind
     /// that thread, and other users' requests are. With no sending thread, or a full queue
-    /// (everything is then dropped once the thread catches up), `then` runs at once.
+    /// (the node is then dropped once the thread catches up), `then` runs at once.
     pub(crate) fn drop_data(&self, ino: u64, then: impl FnOnce() + Send + 'static) {
         let then: Box<dyn FnOnce() + Send> = Box::new(then);
         let Some(queue) = self.0.get() else { return then() };
@@ -196,14 +264,14 @@ pub(crate) fn start(
     std::thread::Builder::new()
         .name("vino-fuse-inval".into())
         .spawn(move || {
-            while let Some((notices, dropped)) = Queue::take(&shared) {
+            while let Some((notices, stale)) = Queue::take(&shared) {
                 for n in notices {
                     send(&notifier, n);
                 }
-                // Caught up: if a notice was dropped meanwhile, forget everything Linux holds.
-                if dropped {
+                // Caught up: if notices were lost meanwhile, drop the nodes of their buckets.
+                if let Some(stale) = stale {
                     let Some(state) = weak.upgrade() else { return };
-                    for ino in state.nodes.inodes() {
+                    for ino in state.nodes.inodes().into_iter().filter(|&i| stale.has(i)) {
                         let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
                     }
                 }
@@ -255,14 +323,14 @@ mod tests {
         let (queued, then) = counter();
         notices.drop_data(7, then);
         assert_eq!(queued.load(Ordering::SeqCst), 0, "answered before the drop was sent");
-        assert!(!shared.0.lock().dropped);
+        assert!(shared.0.lock().stale.is_empty());
 
         let (full, then) = counter();
         notices.drop_data(8, then);
         assert_eq!(full.load(Ordering::SeqCst), 1, "a full queue answers at once");
 
-        let (mut taken, dropped) = Queue::take(&shared).unwrap();
-        assert!(dropped, "and has everything dropped later");
+        let (mut taken, stale) = Queue::take(&shared).unwrap();
+        assert!(stale.is_some_and(|s| s.has(8)), "and has the node dropped later");
         match taken.pop_front() {
             Some(Notice::Data { ino: 7, then }) => then(),
             _ => panic!("the first drop was not queued"),
@@ -285,8 +353,8 @@ mod tests {
         assert!(q.send(attr(6)).is_err(), "a fourth does not");
         assert!(q.send(attr(5)).is_ok(), "one already waiting still needs no place");
 
-        let (taken, dropped) = Queue::take(&q.shared).unwrap();
-        assert!(dropped);
+        let (taken, stale) = Queue::take(&q.shared).unwrap();
+        assert!(stale.is_some_and(|s| s.has(6) && s.marked == 1));
         let kinds: Vec<String> = taken
             .iter()
             .map(|n| match n {
@@ -303,13 +371,51 @@ mod tests {
             ]
         );
         assert!(q.send(attr(5)).is_ok());
-        let (taken, dropped) = Queue::take(&q.shared).unwrap();
+        let (taken, stale) = Queue::take(&q.shared).unwrap();
         assert_eq!(taken.len(), 1, "a change after the take is sent again");
-        assert!(!dropped);
+        assert!(stale.is_none(), "the marks went with the take");
 
         drop(q.send(attr(9)));
         let shared = q.shared.clone();
         drop(q);
         assert!(Queue::take(&shared).is_none(), "the thread ends with the mount");
+    }
+
+    /// A flood of changes to a client's own files past the queue marks only their buckets:
+    /// every flooded inode is dropped later, other nodes only by collision (about one in
+    /// 65,536 per flooded inode), the first and second flood's marks do not add up, and each
+    /// queue has its own key, so a client cannot learn which of its files share a bucket
+    /// with another user's node.
+    #[test]
+    fn an_overflow_drops_the_flooded_nodes_not_everyones() {
+        let q = Queue::new(16);
+        let flooded: Vec<u64> = (1_000_000..1_002_000).collect();
+        for &ino in &flooded {
+            let _ = q.send(attr(ino));
+        }
+        let _ = q.send(entry(77, b"name"));
+        let (taken, stale) = Queue::take(&q.shared).unwrap();
+        assert_eq!(taken.len(), 16);
+        let stale = stale.expect("the flood overflowed");
+        assert!(
+            flooded[16..].iter().all(|&i| stale.has(i)),
+            "a lost notice's node is dropped"
+        );
+        assert!(stale.has(77), "a lost name drops its directory");
+        let others = (1..=100_000u64).filter(|&i| stale.has(i)).count();
+        // 1,985 marks of 65,536 buckets: about 3,000 of 100,000 others expected.
+        assert!(others < 4_500, "{others} of 100,000 other nodes would be dropped");
+
+        for &ino in &flooded[..100] {
+            let _ = q.send(attr(ino));
+        }
+        let (_, stale) = Queue::take(&q.shared).unwrap();
+        assert_eq!(stale.map_or(0, |s| s.marked), 84, "marks end with the take");
+
+        let (a, b) = (Stale::default(), Stale::default());
+        assert!(
+            (0..64).any(|i| a.bucket(i) != b.bucket(i)),
+            "two queues share their buckets"
+        );
     }
 }

@@ -90,8 +90,9 @@ pub struct MountConfig {
     pub page_cache: bool,
     /// Other clients' changes waiting to be told to Linux, at most (a few MiB of names at
     /// worst; a change already waiting takes no second place). Past it a change is not
-    /// queued; once the queue is empty again, Linux is told to drop the attributes and data it
-    /// holds of every node, and names stay stale for at most `attr_ttl`.
+    /// queued but its inode (a name's directory) marked in a fixed set of hashed buckets; once
+    /// the queue is empty again, Linux is told to drop the attributes and data it holds of the
+    /// nodes in marked buckets, and lost names stay stale for at most `attr_ttl`.
     pub notice_queue: usize,
 }
 
