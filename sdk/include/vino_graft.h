@@ -143,7 +143,8 @@ int64_t toy_apply(int64_t arg);
 #endif
 
 /* vas.pick_victim (thesis 7.7.1): the argument area holds a page of n <= VINO_VICTIM_MAX candidate
- * page ids in LRU order; the first call of an eviction gets the oldest, page[0] being the kernel's
+ * page ids in LRU order (pages passed over before an earlier choice count as used at that
+ * choice); the first call of an eviction gets the oldest, page[0] being the kernel's
  * own choice (the first page holds the 32 oldest, later ones up to 256). vino_victim_first() is the index of page[0] among all candidates offered in this
  * eviction (0 on the first call). Result: the index, counted over all candidates offered so far,
  * of the page to evict; or VINO_VICTIM_MORE to be called again with the next page (n == 0 when

@@ -187,3 +187,35 @@ fn a_native_policy_walks_the_candidates_page_by_page() {
     assert_eq!(s.evict_one(), 699);
     assert_eq!(page_id(1, 699), (1 << 32) | 699);
 }
+
+/// Pages a graft passed over before its choice move behind the owner's others: a graft that
+/// keeps 400 pages looks at them once, not at every eviction, and still evicts what a scan in
+/// LRU order would (the oldest page it does not keep, one after another). The kept pages stay.
+#[test]
+fn pages_passed_over_are_not_offered_first_again() {
+    let s = full(700, Runtime::default());
+    let looked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = looked.clone();
+    let keep_first_400 = move |_: &u64, c: &Candidates<'_>| {
+        c.iter()
+            .inspect(|_| {
+                seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })
+            .position(|p| p & 0xffff_ffff >= 400)
+            .ok_or_else(|| Invalid::new("all kept"))
+    };
+    s.slot.bind_native(Arc::new(keep_first_400), false);
+    // (The device holds 16 blocks past the owner's.)
+    let gone: Vec<u64> = (0..16).map(|_| s.evict_one()).collect();
+    assert_eq!(
+        gone,
+        (400..416).collect::<Vec<_>>(),
+        "the oldest pages not kept, in order"
+    );
+    let looked = looked.load(std::sync::atomic::Ordering::Relaxed);
+    // The first eviction looks at the 400 kept pages; each later one at the kernel's candidate
+    // (block 0, still the oldest in the cache's own order) and the next page not kept.
+    assert!(looked <= 401 + 15 * 2, "{looked} candidates looked at for 16 evictions");
+    assert!((0..400).all(|b| s.cache.contains(1, b)), "a kept page went");
+    assert_eq!(s.failures(), 0);
+}
