@@ -693,6 +693,9 @@ impl FileSystem {
 
     /// Frees an inode on the orphan list (its blocks, its xattrs, the inode).
     pub fn release_orphan(&self, ino: u64) -> Result<()> {
+        // A big file's blocks go a slice at a time, each slice a transaction of its own, so
+        // others' operations get the lock in between.
+        while self.in_transaction(|g| g.trim_orphan(ino))? {}
         self.in_transaction(|g| g.release_orphan(ino))
     }
 

@@ -59,7 +59,7 @@ pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
 pub use quota::{Quota, QuotaUsage, UNLIMITED};
-pub use state::{AllocCounters, DirEntry, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
+pub use state::{AllocCounters, DirEntry, FREE_SLICE, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
 pub use write::{BlockWrite, WriteTarget};
 
 /// True if this build checks the journal writer's invariants after every operation (debug builds, and

@@ -49,6 +49,8 @@ pub struct JournalState {
 /// Counters of the metadata layer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MetaCounters {
+    /// Operations ended (each all or nothing within its transaction).
+    pub ops: u64,
     pub commits: u64,
     pub committed_blocks: u64,
     pub journal_blocks_written: u64,
@@ -292,6 +294,7 @@ impl Meta {
     /// Ends an op, keeping its changes in the running transaction.
     pub fn end_op(&mut self) {
         self.in_op = false;
+        self.counters.ops += 1;
         for u in self.undo.drain(..) {
             self.spare.extend(u.prior);
         }

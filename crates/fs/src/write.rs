@@ -243,7 +243,12 @@ impl FileSystem {
             self.zero_past_end(ino, old, target)?;
         }
         target.forget(size.min(old).div_ceil(BS as u64));
-        self.in_transaction(|g| g.set_size(ino, size))
+        // A big file's blocks past the new end go a slice at a time, each slice a transaction
+        // of its own, so others' operations get the lock in between.
+        if let Some(generation) = self.in_transaction(|g| g.set_size(ino, size))? {
+            while self.in_transaction(|g| g.trim_past_end(ino, generation))? {}
+        }
+        Ok(())
     }
 
     /// The size of regular file `ino`.

@@ -942,3 +942,43 @@ fn fallocate_takes_exactly_what_is_free_or_nothing() {
     fs.unmount().unwrap();
     assert_clean(&*dev, "full of preallocated blocks");
 }
+
+/// A big file's blocks are freed a slice at a time, each slice an operation of its own (others
+/// take the file system's lock in between): releasing an orphan and shrinking a file by
+/// truncation both end with every block back, the data before the new end intact, and a clean
+/// image; what a slice leaves past the end is not read, and a file growing over it reads zeros.
+#[test]
+fn big_files_are_freed_a_slice_at_a_time() {
+    let dev = fresh(16_384, &small_opts(1024));
+    let fs = mount(&dev);
+    let root = fs.root();
+    let before = free(&fs);
+    let blocks = 3 * vino_fs::FREE_SLICE as usize + 100;
+    let ops = |fs: &FileSystem| fs.stats().meta.ops;
+
+    let a = fs.create(root, "a", &nf()).unwrap();
+    fs.write_at(a, 0, &pattern(1, blocks * BS)).unwrap();
+    fs.unlink_keep(root, "a").unwrap();
+    let o = ops(&fs);
+    fs.release_orphan(a).unwrap();
+    assert!(ops(&fs) - o >= 4, "released in {} operations", ops(&fs) - o);
+    assert_eq!(fs.orphans().unwrap(), Vec::<u64>::new());
+    assert_eq!(free(&fs), before, "every block of the orphan back");
+    assert_eq!(errno(fs.release_orphan(a)), 22, "released twice");
+
+    let b = fs.create(root, "b", &nf()).unwrap();
+    let data = pattern(2, blocks * BS);
+    fs.write_at(b, 0, &data).unwrap();
+    let o = ops(&fs);
+    fs.set_size(b, 10 * BS as u64 + 7).unwrap();
+    assert!(ops(&fs) - o >= 4, "truncated in {} operations", ops(&fs) - o);
+    assert_eq!(read_all(&fs, b), data[..10 * BS + 7]);
+    fs.set_size(b, 20 * BS as u64).unwrap();
+    let mut want = data[..10 * BS + 7].to_vec();
+    want.resize(20 * BS, 0);
+    assert_eq!(read_all(&fs, b), want, "grown over what was freed: zeros");
+    fs.unlink(root, "b").unwrap();
+    assert_eq!(free(&fs), before, "every block of the truncated file back");
+    fs.sync().unwrap();
+    assert_clean(&*dev, "big files freed in slices");
+}
