@@ -62,9 +62,9 @@ pub const TIMER_MIN_PERIOD: std::time::Duration = std::time::Duration::from_mill
 /// Graftpoints kept with the file, not the descriptor they are reached through.
 const PER_FILE_POINTS: &[&str] = &["file.block_buddy", "lock.grant"];
 
-/// A reference to an inode taken while an open is set up; given back when dropped unless
-/// [`Held::keep`] handed it to the new descriptor (whose close gives it back).
-struct Held<'p> {
+/// A reference to an inode taken while an open (or a setattr) is set up; given back when
+/// dropped unless [`Held::keep`] handed it to the new descriptor (whose close gives it back).
+pub(crate) struct Held<'p> {
     process: &'p Process,
     ino: u64,
     kept: bool,
@@ -205,7 +205,7 @@ impl Process {
         self.open_at(At::Root, path, flags)
     }
 
-    fn hold(&self, ino: u64) -> Held<'_> {
+    pub(crate) fn hold(&self, ino: u64) -> Held<'_> {
         self.kernel.files.take(ino);
         Held {
             process: self,
