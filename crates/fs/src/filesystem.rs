@@ -695,8 +695,8 @@ impl FileSystem {
     pub fn release_orphan(&self, ino: u64) -> Result<()> {
         // A big file's blocks go a slice at a time, each slice a transaction of its own, so
         // others' operations get the lock in between.
-        while self.in_transaction(|g| g.trim_orphan(ino))? {}
-        self.in_transaction(|g| g.release_orphan(ino))
+        while !self.in_transaction(|g| g.release_orphan_part(ino))? {}
+        Ok(())
     }
 
     /// The inodes on the orphan list.

@@ -1170,12 +1170,22 @@ impl FsState {
         Ok(more)
     }
 
-    /// Frees the last [`FREE_SLICE`] blocks of an orphan, before [`FsState::release_orphan`]
-    /// frees the rest with the inode, when it holds more than that; true if it still does.
-    /// Nobody can reach an orphan, so freeing it in parts is not seen, and a crash between the
-    /// parts leaves it on the orphan list, whose replay frees the rest. (Anything but an
-    /// orphan's inode is left for `release_orphan` to refuse.)
-    pub fn trim_orphan(&mut self, ino: u64) -> Result<bool> {
+    /// One part of freeing an orphan: its last [`FREE_SLICE`] blocks (false: call again) while
+    /// more than that would remain, else all of it with the inode ([`FsState::release_orphan`],
+    /// true). Nobody can reach an orphan, so freeing it in parts
+    /// is not seen, and a crash between the parts leaves it on the orphan list, whose replay
+    /// frees the rest.
+    pub fn release_orphan_part(&mut self, ino: u64) -> Result<bool> {
+        if self.trim_orphan(ino)? {
+            return Ok(false);
+        }
+        self.release_orphan(ino)?;
+        Ok(true)
+    }
+
+    /// Frees the last [`FREE_SLICE`] blocks of an orphan holding more than that; true if it
+    /// still does. (Anything but an orphan's inode is left for `release_orphan` to refuse.)
+    fn trim_orphan(&mut self, ino: u64) -> Result<bool> {
         let Ok(mut inode) = self.live(ino) else {
             return Ok(false);
         };
