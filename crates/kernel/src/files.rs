@@ -91,9 +91,16 @@ pub struct OpenFile {
 pub struct FileTable {
     refs: Mutex<Refs>,
     /// Writers to one file are serialised (the file system's size update is not atomic with
-    /// the data write); striped by inode.
-    write_locks: [Mutex<()>; 64],
+    /// the data write); striped by inode through a hash keyed at boot. A writer holds its
+    /// stripe for as long as its write takes (a truncation of a big file, a tenth of a second
+    /// per GiB freed): with many stripes and a key nobody knows, a user cannot pick a file of
+    /// its own that shares a stripe with another user's, and a chance collision is rare.
+    write_locks: Box<[Mutex<()>]>,
+    stripe_key: std::hash::RandomState,
 }
+
+/// Stripes of [`FileTable`]'s write locks (a byte each).
+const WRITE_STRIPES: usize = 4096;
 
 #[derive(Default)]
 struct Refs {
@@ -105,7 +112,8 @@ impl Default for FileTable {
     fn default() -> Self {
         FileTable {
             refs: Mutex::default(),
-            write_locks: std::array::from_fn(|_| Mutex::new(())),
+            write_locks: (0..WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
+            stripe_key: std::hash::RandomState::new(),
         }
     }
 }
@@ -164,7 +172,8 @@ impl FileTable {
     }
 
     pub fn write_lock(&self, ino: u64) -> parking_lot::MutexGuard<'_, ()> {
-        self.write_locks[(ino % 64) as usize].lock()
+        use std::hash::BuildHasher;
+        self.write_locks[self.stripe_key.hash_one(ino) as usize % WRITE_STRIPES].lock()
     }
 }
 
