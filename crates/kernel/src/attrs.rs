@@ -9,6 +9,7 @@ use crate::files::Fd;
 use crate::namei::{At, Found};
 use crate::perm::{self, READ, WRITE};
 use crate::process::Process;
+use parking_lot::RwLockReadGuard;
 use vino_fs::{FileType, FsStats, SetAttr, Stat, XattrSet};
 
 /// A timestamp to set, as `utimensat` takes it.
@@ -58,13 +59,9 @@ impl Process {
     /// Changes the attributes of the file at `path` (a trailing symbolic link followed if
     /// `follow`).
     pub fn setattr_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool, attrs: &Attrs) -> SysResult<Stat> {
-        let (f, _held) = {
-            let _ns = self.kernel().ns.read();
-            let f = self.walk(at, path.as_ref(), follow)?;
-            let held = self.hold(f.ino);
-            (f, held)
-        };
-        self.apply_attrs(&f, attrs, false)
+        let ns = self.kernel().ns.read();
+        let f = self.walk(at, path.as_ref(), follow)?;
+        self.apply_found(ns, &f, attrs, false)
     }
 
     /// Changes the attributes of the file open as `fd`: a size change needs the descriptor open
@@ -74,20 +71,30 @@ impl Process {
         if attrs.size.is_some() && !file.flags.write {
             return Err(err(Errno::Inval, format!("descriptor {fd} is not open for writing")));
         }
-        let (f, _held) = {
-            let _ns = self.kernel().ns.read();
-            let f = self.walk(At::Fd(fd), b"", false)?;
-            let held = self.hold(f.ino);
-            (f, held)
-        };
-        self.apply_attrs(&f, attrs, true)
+        let ns = self.kernel().ns.read();
+        let f = self.walk(At::Fd(fd), b"", false)?;
+        self.apply_found(ns, &f, attrs, true)
+    }
+
+    /// Applies `attrs` to `f`, found under `ns`. A truncation frees blocks for as long as the
+    /// file is big (a 2 GiB file took 130 ms), and every other user's rename, link and unlink
+    /// waited for it: a size change of a regular file runs with a reference to the file
+    /// instead of the namespace lock (held, the file outlives a concurrent unlink, parked, as an
+    /// open file does). Anything else keeps the lock: it is quick, and a directory goes at its
+    /// rmdir whatever references it (its number could then name another file).
+    fn apply_found(&self, ns: RwLockReadGuard<'_, ()>, f: &Found, attrs: &Attrs, writable_fd: bool) -> SysResult<Stat> {
+        if attrs.size.is_none() || f.stat.kind != FileType::Regular {
+            return self.apply_attrs(f, attrs, writable_fd);
+        }
+        let held = self.hold(f.ino);
+        // Before the reference goes: dropping the last one takes the lock again.
+        drop(ns);
+        let done = self.apply_attrs(f, attrs, writable_fd);
+        drop(held);
+        done
     }
 
     /// One setattr, checked as Linux checks it: each requested change needs its own right.
-    /// Called with a reference to the file held and without the namespace lock: a truncation
-    /// frees blocks for as long as the file is big (a 2 GiB file took 130 ms), and every
-    /// other user's rename, link and unlink waited for it. Held, the file outlives a concurrent
-    /// unlink (parked, freed when the reference goes), as an open file does.
     fn apply_attrs(&self, f: &Found, a: &Attrs, writable_fd: bool) -> SysResult<Stat> {
         let cred = self.credentials();
         let st = &f.stat;
