@@ -9,7 +9,10 @@
 //! directory. A change whose notice still waits is not queued again, so the queue holds at
 //! most one notice per inode and per name: a client writing one file as fast as it can fills
 //! one place, and only changes to more distinct inodes and names than the queue holds, faster
-//! than Linux takes the notices, overflow it. A change that finds the queue full marks its
+//! than Linux takes the notices, overflow it. Each user's changes wait apart and are sent in
+//! turn with the others', and one user holds at most half the queue, so one user's flood
+//! neither delays another's notices nor leaves them no room. A change that finds the queue (or
+//! its user's half) full marks its
 //! inode (for a name, its directory) in a fixed set of buckets instead; once caught up, the
 //! thread drops Linux's attributes and cached data of the nodes it holds in marked buckets.
 //! Buckets are chosen by a keyed hash, so a client that floods the queue with changes to its
@@ -46,12 +49,25 @@ pub(crate) struct Notices(std::sync::OnceLock<Queue>);
 /// The notices waiting for the sending thread. A change already waiting is not queued again:
 /// the notice sent for it covers the later change too (it goes after both), so a client
 /// writing to one file again and again holds one place, not one per write.
+///
+/// Each user's changes wait in a queue of its own, and the thread takes them in turn, a
+/// notice from each user with changes waiting before a second from any: one user's flood
+/// delays another user's notice by at most one notice per flooding user. A user may hold at
+/// most half the places; past it, its changes are marked stale instead (see [`Stale`]), so
+/// another user's changes still find room.
 #[derive(Default)]
 struct Pending {
-    queue: VecDeque<Notice>,
-    /// Inodes whose attribute notice waits in `queue`.
+    /// The mount's own notices (a request's answer waits on each): taken first.
+    own: VecDeque<Notice>,
+    /// Other clients' changes, by the uid of the process that made them.
+    by_user: FxHashMap<u32, VecDeque<Notice>>,
+    /// Users with changes waiting, in the order of their next turn.
+    turns: VecDeque<u32>,
+    /// Notices waiting in all.
+    len: usize,
+    /// Inodes whose attribute notice waits.
     inodes: FxHashSet<u64>,
-    /// Names whose entry notice waits in `queue`, by directory. Other clients pick the names,
+    /// Names whose entry notice waits, by directory. Other clients pick the names,
     /// so they are hashed with SipHash (no chosen collisions); the kernel picks inode numbers.
     names: FxHashMap<u64, HashSet<Vec<u8>>>,
     /// The inodes of changes that did not fit: Linux may hold stale data of them.
@@ -116,6 +132,51 @@ impl Stale {
     }
 }
 
+impl Pending {
+    /// The notice's change no longer waits: a change from now on queues again.
+    fn forget(&mut self, notice: &Notice) {
+        match notice {
+            Notice::Change(Change::Attr { ino } | Change::Grafted { ino }) => {
+                self.inodes.remove(ino);
+            }
+            Notice::Change(Change::Entry { dir, name }) => {
+                if let Some(names) = self.names.get_mut(dir) {
+                    names.remove(name);
+                    if names.is_empty() {
+                        self.names.remove(dir);
+                    }
+                }
+            }
+            Notice::Data { .. } => {}
+        }
+    }
+
+    /// The next notice: the mount's own first, then each user's in turn.
+    fn next(&mut self) -> Option<Notice> {
+        let notice = match self.own.pop_front() {
+            Some(n) => n,
+            None => {
+                let uid = self.turns.pop_front()?;
+                let queue = self.by_user.get_mut(&uid).expect("a user with a turn has a queue");
+                let n = queue.pop_front().expect("a user with a turn has a change waiting");
+                if queue.is_empty() {
+                    self.by_user.remove(&uid);
+                } else {
+                    self.turns.push_back(uid);
+                }
+                n
+            }
+        };
+        self.len -= 1;
+        self.forget(&notice);
+        Some(notice)
+    }
+}
+
+/// Most notices the thread takes at once: a user's change that comes meanwhile waits for at
+/// most these, whatever waits behind them.
+const TAKE: usize = 256;
+
 /// The sending thread's queue, shared with the thread.
 struct Queue {
     shared: Arc<(Mutex<Pending>, Condvar)>,
@@ -130,10 +191,11 @@ impl Queue {
         }
     }
 
-    /// Queues `notice` unless the same change already waits; if the queue is full, marks the
+    /// Queues `notice`, a change made by a process of `uid` (None: the mount's own), unless the
+    /// same change already waits; if the queue is full, or the user holds its half, marks the
     /// inode it concerns as stale (the thread drops what Linux holds of it once caught up) and
     /// returns the notice.
-    fn send(&self, notice: Notice) -> Result<(), Notice> {
+    fn send(&self, uid: Option<u32>, notice: Notice) -> Result<(), Notice> {
         let (lock, ready) = &*self.shared;
         let mut p = lock.lock();
         let waiting = match &notice {
@@ -144,7 +206,9 @@ impl Queue {
         if waiting {
             return Ok(());
         }
-        if p.queue.len() >= self.limit {
+        let share = (self.limit / 2).max(1);
+        let users = uid.map_or(0, |u| p.by_user.get(&u).map_or(0, VecDeque::len));
+        if p.len >= self.limit || users >= share {
             let ino = match &notice {
                 Notice::Change(Change::Attr { ino } | Change::Grafted { ino }) => *ino,
                 // Linux has no notice that drops every name of a directory: its attributes
@@ -165,27 +229,38 @@ impl Queue {
             }
             Notice::Data { .. } => {}
         }
-        p.queue.push_back(notice);
+        match uid {
+            None => p.own.push_back(notice),
+            Some(uid) => {
+                let queue = p.by_user.entry(uid).or_default();
+                queue.push_back(notice);
+                if queue.len() == 1 {
+                    p.turns.push_back(uid);
+                }
+            }
+        }
+        p.len += 1;
         ready.notify_one();
         Ok(())
     }
 
-    /// The sending thread's side: waits for notices, and takes them all (forgetting that they
-    /// wait, so a change from now on is queued again) with the inodes marked stale since the
-    /// last call, if any. None once the mount is going.
-    fn take(shared: &(Mutex<Pending>, Condvar)) -> Option<(VecDeque<Notice>, Option<Stale>)> {
+    /// The sending thread's side: waits for notices, and takes up to [`TAKE`] of them, the
+    /// mount's own first and then the users' in turn (forgetting that they wait, so a change
+    /// from now on is queued again); once none is left, with the inodes marked stale since the
+    /// last time, if any. None once the mount is going.
+    fn take(shared: &(Mutex<Pending>, Condvar)) -> Option<(Vec<Notice>, Option<Stale>)> {
         let (lock, ready) = shared;
         let mut p = lock.lock();
-        while p.queue.is_empty() && p.stale.is_empty() && !p.closed {
+        while p.len == 0 && p.stale.is_empty() && !p.closed {
             ready.wait(&mut p);
         }
         if p.closed {
             return None;
         }
-        p.inodes.clear();
-        p.names.clear();
-        let stale = (!p.stale.is_empty()).then(|| p.stale.take());
-        Some((std::mem::take(&mut p.queue), stale))
+        let taken: Vec<Notice> = std::iter::from_fn(|| p.next()).take(TAKE).collect();
+        let caught_up = p.len == 0 && !p.stale.is_empty();
+        let stale = caught_up.then(|| p.stale.take());
+        Some((taken, stale))
     }
 }
 
@@ -206,7 +281,7 @@ impl Notices {
     pub(crate) fn drop_data(&self, ino: u64, then: impl FnOnce() + Send + 'static) {
         let then: Box<dyn FnOnce() + Send> = Box::new(then);
         let Some(queue) = self.0.get() else { return then() };
-        if let Err(Notice::Data { then, .. }) = queue.send(Notice::Data { ino, then }) {
+        if let Err(Notice::Data { then, .. }) = queue.send(None, Notice::Data { ino, then }) {
             then();
         }
     }
@@ -250,14 +325,22 @@ pub(crate) fn start(
     let shared = q.shared.clone();
     let _ = state.notices.0.set(q);
     let weak = Arc::downgrade(state);
+    // Weak: the kernel holds the hook.
+    let weak_kernel = Arc::downgrade(&kernel);
     let hook = kernel.on_change(Arc::new(move |pid, changes| {
         let Some(state) = weak.upgrade() else { return };
         if state.own.read().contains(&pid) {
             return;
         }
         let Some(queue) = state.notices.0.get() else { return };
+        // The changing process is in a system call: it exists (else its changes count as
+        // one unknown user's).
+        let uid = weak_kernel
+            .upgrade()
+            .and_then(|k| k.process(pid))
+            .map_or(u32::MAX, |p| p.credentials().uid);
         for c in changes {
-            let _ = queue.send(Notice::Change(c.clone()));
+            let _ = queue.send(Some(uid), Notice::Change(c.clone()));
         }
     }));
     let weak = Arc::downgrade(state);
@@ -329,88 +412,146 @@ mod tests {
         notices.drop_data(8, then);
         assert_eq!(full.load(Ordering::SeqCst), 1, "a full queue answers at once");
 
-        let (mut taken, stale) = Queue::take(&shared).unwrap();
+        let (taken, stale) = Queue::take(&shared).unwrap();
         assert!(stale.is_some_and(|s| s.has(8)), "and has the node dropped later");
-        match taken.pop_front() {
+        match taken.into_iter().next() {
             Some(Notice::Data { ino: 7, then }) => then(),
             _ => panic!("the first drop was not queued"),
         }
         assert_eq!(queued.load(Ordering::SeqCst), 1);
     }
 
-    /// A change that already waits takes no second place: a client writing one file a
-    /// hundred thousand times cannot fill the queue (and have everything dropped for every
-    /// user); distinct changes past the limit still can. Once taken, a change queues again.
-    #[test]
-    fn a_waiting_change_is_not_queued_twice() {
-        let q = Queue::new(3);
-        for _ in 0..100_000 {
-            assert!(q.send(attr(5)).is_ok());
-            assert!(q.send(Notice::Change(Change::Grafted { ino: 5 })).is_ok());
-            assert!(q.send(entry(1, b"a")).is_ok());
-        }
-        assert!(q.send(entry(1, b"b")).is_ok(), "a third distinct change fits");
-        assert!(q.send(attr(6)).is_err(), "a fourth does not");
-        assert!(q.send(attr(5)).is_ok(), "one already waiting still needs no place");
-
-        let (taken, stale) = Queue::take(&q.shared).unwrap();
-        assert!(stale.is_some_and(|s| s.has(6) && s.marked == 1));
-        let kinds: Vec<String> = taken
+    fn kinds(taken: &[Notice]) -> Vec<String> {
+        taken
             .iter()
             .map(|n| match n {
                 Notice::Change(c) => format!("{c:?}"),
                 Notice::Data { ino, .. } => format!("data {ino}"),
             })
-            .collect();
+            .collect()
+    }
+
+    /// A change that already waits takes no second place: a client writing one file a
+    /// hundred thousand times cannot fill the queue (and have its files marked stale);
+    /// distinct changes past its half of the queue are. Once taken, a change queues again.
+    #[test]
+    fn a_waiting_change_is_not_queued_twice() {
+        let q = Queue::new(6);
+        let me = Some(1);
+        for _ in 0..100_000 {
+            assert!(q.send(me, attr(5)).is_ok());
+            assert!(q.send(me, Notice::Change(Change::Grafted { ino: 5 })).is_ok());
+            assert!(q.send(me, entry(1, b"a")).is_ok());
+        }
+        assert!(q.send(me, entry(1, b"b")).is_ok(), "a third distinct change fits");
+        assert!(q.send(me, attr(6)).is_err(), "a fourth is past the user's half");
+        assert!(q.send(me, attr(5)).is_ok(), "one already waiting still needs no place");
+
+        let (taken, stale) = Queue::take(&q.shared).unwrap();
+        assert!(stale.is_some_and(|s| s.has(6) && s.marked == 1));
         assert_eq!(
-            kinds,
+            kinds(&taken),
             [
                 "Attr { ino: 5 }",
                 "Entry { dir: 1, name: [97] }",
                 "Entry { dir: 1, name: [98] }"
             ]
         );
-        assert!(q.send(attr(5)).is_ok());
+        assert!(q.send(me, attr(5)).is_ok());
         let (taken, stale) = Queue::take(&q.shared).unwrap();
         assert_eq!(taken.len(), 1, "a change after the take is sent again");
         assert!(stale.is_none(), "the marks went with the take");
 
-        drop(q.send(attr(9)));
+        drop(q.send(me, attr(9)));
         let shared = q.shared.clone();
         drop(q);
         assert!(Queue::take(&shared).is_none(), "the thread ends with the mount");
     }
 
-    /// A flood of changes to a client's own files past the queue marks only their buckets:
-    /// every flooded inode is dropped later, other nodes only by collision (about one in
-    /// 65,536 per flooded inode), the first and second flood's marks do not add up, and each
+    /// One user flooding the queue holds half of it: another user's changes still find room
+    /// and are taken in turn with the flood's, the mount's own notices first, and the flood's
+    /// lost changes are marked stale only once the thread has caught up.
+    #[test]
+    fn a_users_flood_neither_fills_the_queue_nor_delays_anothers_change() {
+        let q = Queue::new(1000);
+        let (flooder, victim) = (Some(1000), Some(1001));
+        let lost = (0..5000u64)
+            .filter(|&i| q.send(flooder, attr(10_000 + i)).is_err())
+            .count();
+        assert_eq!(lost, 4500, "the flooder holds half the queue");
+        assert!(q.send(victim, attr(7)).is_ok(), "another user's change finds room");
+        assert!(q.send(victim, attr(8)).is_ok());
+        let (answered, then) = counter();
+        let notices = Notices::default();
+        let _ = notices.0.set(q);
+        notices.drop_data(3, then);
+        let shared = notices.0.get().unwrap().shared.clone();
+
+        let (taken, stale) = Queue::take(&shared).unwrap();
+        assert_eq!(taken.len(), TAKE);
+        assert_eq!(
+            kinds(&taken[..5]),
+            [
+                "data 3",
+                "Attr { ino: 10000 }",
+                "Attr { ino: 7 }",
+                "Attr { ino: 10001 }",
+                "Attr { ino: 8 }"
+            ],
+            "the mount's own first, then each user in turn"
+        );
+        assert!(stale.is_none(), "not caught up yet");
+        let mut sent = TAKE;
+        let stale = loop {
+            let (taken, stale) = Queue::take(&shared).unwrap();
+            sent += taken.len();
+            if let Some(stale) = stale {
+                break stale;
+            }
+        };
+        assert_eq!(sent, 1 + 500 + 2, "every queued notice was taken");
+        assert!(
+            (10_500..15_000).all(|i| stale.has(i)),
+            "the flood's lost changes are stale"
+        );
+        assert_eq!(answered.load(Ordering::SeqCst), 0, "the drop answers when sent");
+        if let Some(Notice::Data { then, .. }) = taken.into_iter().next() {
+            then();
+        }
+        assert_eq!(answered.load(Ordering::SeqCst), 1);
+    }
+
+    /// A flood of changes to a client's own files past its half of the queue marks only their
+    /// buckets: every flooded inode is dropped later, other nodes only by collision (about one
+    /// in 65,536 per flooded inode), the first and second flood's marks do not add up, and each
     /// queue has its own key, so a client cannot learn which of its files share a bucket
     /// with another user's node.
     #[test]
     fn an_overflow_drops_the_flooded_nodes_not_everyones() {
         let q = Queue::new(16);
+        let me = Some(1);
         let flooded: Vec<u64> = (1_000_000..1_002_000).collect();
         for &ino in &flooded {
-            let _ = q.send(attr(ino));
+            let _ = q.send(me, attr(ino));
         }
-        let _ = q.send(entry(77, b"name"));
+        let _ = q.send(me, entry(77, b"name"));
         let (taken, stale) = Queue::take(&q.shared).unwrap();
-        assert_eq!(taken.len(), 16);
+        assert_eq!(taken.len(), 8, "the user's half");
         let stale = stale.expect("the flood overflowed");
         assert!(
-            flooded[16..].iter().all(|&i| stale.has(i)),
+            flooded[8..].iter().all(|&i| stale.has(i)),
             "a lost notice's node is dropped"
         );
         assert!(stale.has(77), "a lost name drops its directory");
         let others = (1..=100_000u64).filter(|&i| stale.has(i)).count();
-        // 1,985 marks of 65,536 buckets: about 3,000 of 100,000 others expected.
+        // 1,993 marks of 65,536 buckets: about 3,000 of 100,000 others expected.
         assert!(others < 4_500, "{others} of 100,000 other nodes would be dropped");
 
         for &ino in &flooded[..100] {
-            let _ = q.send(attr(ino));
+            let _ = q.send(me, attr(ino));
         }
         let (_, stale) = Queue::take(&q.shared).unwrap();
-        assert_eq!(stale.map_or(0, |s| s.marked), 84, "marks end with the take");
+        assert_eq!(stale.map_or(0, |s| s.marked), 92, "marks end with the take");
 
         let (a, b) = (Stale::default(), Stale::default());
         assert!(

@@ -89,7 +89,8 @@ pub struct MountConfig {
     /// VINO's cache, for measuring a grafted policy on every access.
     pub page_cache: bool,
     /// Other clients' changes waiting to be told to Linux, at most (a few MiB of names at
-    /// worst; a change already waiting takes no second place). Past it a change is not
+    /// worst; a change already waiting takes no second place; one user's changes hold at most
+    /// half, and users' changes are sent in turn). Past it a change is not
     /// queued but its inode (a name's directory) marked in a fixed set of hashed buckets; once
     /// the queue is empty again, Linux is told to drop the attributes and data it holds of the
     /// nodes in marked buckets, and lost names stay stale for at most `attr_ttl`.
