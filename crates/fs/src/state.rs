@@ -1203,8 +1203,9 @@ impl FsState {
     /// blocks at once (a 2 GiB file took 170 ms, every other user's operation waiting). True if
     /// blocks may remain from `from` on.
     fn free_top_slice(&mut self, ino: u64, inode: &mut Inode, from: u64) -> Result<bool> {
-        let last = match self.last_mapped(ino, inode)? {
-            Some(last) if u64::from(inode.blocks) > FREE_SLICE && last >= from => last,
+        let big = u64::from(inode.blocks) > FREE_SLICE;
+        let last = match big.then(|| self.last_mapped(ino, inode)).transpose()?.flatten() {
+            Some(last) if last >= from => last,
             _ => {
                 self.free_from(ino, inode, from)?;
                 return Ok(false);
