@@ -17,14 +17,8 @@ case $how in
     *) echo "big-free.sh: rm, truncate or o_trunc, not $how" >&2; exit 2 ;;
 esac
 scratch=${SCRATCH:-target/big-free}
-mkdir -p "$scratch/mnt"
-umount -l "$scratch/mnt" 2>/dev/null || true
-rm -f "$scratch/vino.img"
-printf 'socket = "%s"\ncache_size = "256M"\nimage_size = "8G"\n' "$scratch/vino.sock" > "$scratch/vino.toml"
-"$vino" mount --config "$scratch/vino.toml" "$scratch/vino.img" "$scratch/mnt" &
-daemon=$!
-trap 'kill -INT $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
-until mountpoint -q "$scratch/mnt"; do sleep 0.1; done
+. scripts/fresh-mount.sh
+fresh_mount 8G
 dd if=/dev/zero of="$scratch/mnt/big" bs=1M count=2048 status=none conv=fsync
 mkdir "$scratch/mnt/d"
 python3 - "$scratch/mnt/d" <<'PY' &

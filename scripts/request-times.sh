@@ -18,13 +18,8 @@ if [ ! -f "$tar_file" ]; then
     tar cf "$tar_file" -C / usr/include usr/share/doc 2>/dev/null || true
 fi
 tar_file=$(realpath "$tar_file")
-umount -l "$scratch/mnt" 2>/dev/null || true
-rm -f "$scratch/vino.img"
-printf 'socket = "%s"\ncache_size = "256M"\nimage_size = "4G"\n' "$scratch/vino.sock" > "$scratch/vino.toml"
-"$vino" mount --config "$scratch/vino.toml" "$scratch/vino.img" "$scratch/mnt" &
-daemon=$!
-trap 'kill -INT $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
-until mountpoint -q "$scratch/mnt"; do sleep 0.1; done
+. scripts/fresh-mount.sh
+fresh_mount 4G
 # Each program's elapsed time, then the daemon's time on their requests.
 cd "$scratch/mnt"
 TIMEFORMAT="tar x %R s"

@@ -179,14 +179,14 @@ const NO_GAIN_OVER_DEV_FUSE: &str = "no gain over /dev/fuse";
 const FORGET_GATHER: Duration = Duration::from_millis(1);
 
 impl State {
-    /// Called by a `/dev/fuse` reader after it served forgets (see [`FORGET_GATHER`]). Not
-    /// where the ring was granted but could not start: `/dev/fuse` then serves every request.
     /// The size of the file behind node `ino`, if it has one (for a transport deciding where
     /// to serve a request that may shrink it).
     pub(crate) fn size_of(&self, ino: u64) -> Option<u64> {
         self.kernel.fs().stat(ino).ok().map(|st| st.size)
     }
 
+    /// Called by a `/dev/fuse` reader after it served forgets (see [`FORGET_GATHER`]). Not
+    /// where the ring was granted but could not start: `/dev/fuse` then serves every request.
     fn gather_forgets(&self) {
         if self.ring.serving() {
             std::thread::sleep(FORGET_GATHER);

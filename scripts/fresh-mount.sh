@@ -1,0 +1,14 @@
+# Sourced by the scripts that time programs on a VINO mount: mounts a fresh image at
+# "$scratch/mnt" with `vino mount` (root), a 256 MiB cache and an image of "$1" (default 4G),
+# and unmounts it when the script exits. Needs $vino and $scratch set.
+fresh_mount() {
+    mkdir -p "$scratch/mnt"
+    umount -l "$scratch/mnt" 2>/dev/null || true
+    rm -f "$scratch/vino.img"
+    printf 'socket = "%s"\ncache_size = "256M"\nimage_size = "%s"\n' \
+        "$scratch/vino.sock" "${1:-4G}" > "$scratch/vino.toml"
+    "$vino" mount --config "$scratch/vino.toml" "$scratch/vino.img" "$scratch/mnt" &
+    daemon=$!
+    trap 'kill -INT $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
+    until mountpoint -q "$scratch/mnt"; do sleep 0.1; done
+}
