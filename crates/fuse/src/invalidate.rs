@@ -52,7 +52,8 @@ pub(crate) struct Notices(std::sync::OnceLock<Queue>);
 ///
 /// Each user's changes wait in a queue of its own, and the thread takes them in turn, a
 /// notice from each user with changes waiting before a second from any: one user's flood
-/// delays another user's notice by at most one notice per flooding user. A user may hold at
+/// delays another user's notice by the batch being sent ([`TAKE`] at most) and one notice per
+/// flooding user. A user may hold at
 /// most half the places; past it, its changes are marked stale instead (see [`Stale`]), so
 /// another user's changes still find room.
 #[derive(Default)]
