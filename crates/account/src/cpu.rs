@@ -468,6 +468,12 @@ fn user_nice(threads: u64, heavy: bool, shared: bool, config: &CpuConfig) -> i32
 /// A thread's CPU-time clock ([`ThreadClock::of_this_thread`], [`ThreadClock::read_ns`]).
 pub use os::Clock as ThreadClock;
 
+/// Lowers the calling thread to the lowest CPU priority (nice 19), for the kernel's background
+/// work that should take only CPU time others leave; false if Linux refused.
+pub fn lower_this_thread() -> bool {
+    os::set_nice(os::tid(), 19)
+}
+
 /// The few system calls this needs.
 #[allow(unsafe_code)]
 mod os {

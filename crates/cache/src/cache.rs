@@ -66,6 +66,12 @@ pub struct CacheConfig {
     /// dirty pages are written: the writer pays for its writes, and others' misses find clean
     /// pages to evict instead of waiting for its write-back.
     pub dirty_percent: u8,
+    /// Free frames a background thread keeps made ahead of need, up to `frames` in all (0:
+    /// none; each frame is made by the miss or write that first needs it). Making a frame
+    /// touches its memory for the first time, and on a virtual machine that can cost 10-50 µs
+    /// a page (the host backs the page then; 2 µs where the guest used it recently): a cache
+    /// filling under a writer paid it on the writer's path, frame by frame.
+    pub warm_ahead: usize,
 }
 
 /// The fewest frames a process may keep dirty, whatever the cache's size.
@@ -78,6 +84,7 @@ impl Default for CacheConfig {
             writeback_every: Some(Duration::from_secs(1)),
             clock: SharedClock::default(),
             dirty_percent: 25,
+            warm_ahead: 0,
         }
     }
 }
@@ -335,10 +342,27 @@ impl Table {
         if self.frames.len() >= self.capacity {
             return None;
         }
-        self.frames.push(Frame::empty());
+        Some(self.add_frame(Frame::empty()))
+    }
+
+    /// Makes `frame` the table's next frame; the caller files it (free list or map).
+    fn add_frame(&mut self, frame: Frame) -> u32 {
+        debug_assert!(self.frames.len() < self.capacity);
+        self.frames.push(frame);
         self.global.push(Links::default());
         self.owned.push(Links::default());
-        Some((self.frames.len() - 1) as u32)
+        (self.frames.len() - 1) as u32
+    }
+
+    /// Files made-ahead frames' buffers as free frames, as many as the capacity has room for.
+    fn add_free(&mut self, bufs: Vec<AlignedBuf>) {
+        for buf in bufs {
+            if self.frames.len() >= self.capacity {
+                break;
+            }
+            let f = self.add_frame(Frame::empty_with(buf));
+            self.free.push(f);
+        }
     }
 
     /// Up to `max` dirty pages that could be written now (not pinned or being written), from
@@ -509,6 +533,9 @@ pub struct PageCache {
     writeback: Arc<GraftSlot<Writeback>>,
     /// How writers reach the write-back thread (and how dropping the cache stops it).
     flusher: Arc<FlushSignal>,
+    /// Between allocations and the thread that makes frames ahead of need
+    /// (`CacheConfig::warm_ahead`).
+    warmer: Arc<WarmSignal>,
     config: CacheConfig,
     /// Dirty pages one process's writes may keep (`config.dirty_percent`).
     dirty_share: usize,
@@ -545,12 +572,16 @@ impl PageCache {
             runtime: runtime.clone(),
             writeback: Arc::new(GraftSlot::new(runtime, Arc::new(()), Access::Privileged, None)),
             flusher: Arc::new(FlushSignal::default()),
+            warmer: Arc::new(WarmSignal::default()),
             dirty_share: (config.frames * usize::from(config.dirty_percent.min(100)) / 100).max(MIN_DIRTY_SHARE),
             config,
             charger: OnceLock::new(),
         });
         if let Some(every) = cache.config.writeback_every {
             spawn_writeback(Arc::downgrade(&cache), cache.flusher.clone(), every);
+        }
+        if cache.config.warm_ahead > 0 {
+            spawn_warmer(Arc::downgrade(&cache), cache.warmer.clone(), cache.config.warm_ahead);
         }
         cache
     }
@@ -802,6 +833,7 @@ impl PageCache {
         let t = self.table.lock();
         CacheStats {
             frames: t.capacity,
+            made: t.frames.len(),
             resident: t.map.len(),
             dirty: t.dirty.len(),
             total: t.total,
@@ -966,6 +998,15 @@ impl PageCache {
     }
 
     /// A free frame for `key`, evicting a page if none is free.
+    /// Asks the warming thread for more frames once fewer than half of `warm_ahead` are free
+    /// and the cache still has frames to make.
+    fn warm_if_low(&self, t: &Table) {
+        let ahead = self.config.warm_ahead;
+        if ahead > 0 && t.free.len() < ahead / 2 && t.frames.len() < t.capacity {
+            self.warmer.ask();
+        }
+    }
+
     fn allocate(&self, t: &mut MutexGuard<'_, Table>, pid: Pid, key: PageKey) -> io::Result<u32> {
         Ok(self.allocate_within(t, pid, key, true)?.expect("allowed to wait"))
     }
@@ -981,6 +1022,7 @@ impl PageCache {
     ) -> io::Result<Option<u32>> {
         loop {
             if let Some(f) = t.take_free() {
+                self.warm_if_low(t);
                 return Ok(Some(f));
             }
             // Cao's rule: if this miss is on a page a graft evicted in place of the kernel's
@@ -1412,10 +1454,107 @@ impl Drop for PageCache {
     fn drop(&mut self) {
         // Under the lock the thread checks the flag with, so the wake-up cannot fall between
         // its check and its wait.
-        let _wanted = self.flusher.wanted.lock();
+        let wanted = self.flusher.wanted.lock();
         self.flusher.stop.store(true, Ordering::Relaxed);
         self.flusher.wake.notify_all();
+        drop(wanted);
+        self.warmer.stop();
     }
+}
+
+/// Between allocations and the warming thread: whether more frames are wanted, and the stop
+/// flag.
+#[derive(Default)]
+struct WarmSignal {
+    /// Set by the allocation that finds the made-ahead frames low, cleared by the thread as it
+    /// starts a round; allocations meanwhile skip the lock.
+    asked: AtomicBool,
+    state: Mutex<Warm>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Warm {
+    wanted: bool,
+    stop: bool,
+}
+
+impl WarmSignal {
+    fn ask(&self) {
+        if !self.asked.swap(true, Ordering::AcqRel) {
+            self.state.lock().wanted = true;
+            self.wake.notify_one();
+        }
+    }
+
+    fn stop(&self) {
+        self.state.lock().stop = true;
+        self.wake.notify_one();
+    }
+
+    /// Waits until frames are wanted; false once the cache is gone.
+    fn wait(&self) -> bool {
+        let mut w = self.state.lock();
+        while !w.wanted && !w.stop {
+            self.wake.wait(&mut w);
+        }
+        w.wanted = false;
+        self.asked.store(false, Ordering::Release);
+        !w.stop
+    }
+}
+
+/// Frames the warming thread makes between two looks at the table: 2 MiB of memory.
+const WARM_BATCH: usize = 512;
+
+/// The thread that makes frames ahead of need (`CacheConfig::warm_ahead`): it touches each new
+/// frame's memory outside the table's lock, at the lowest CPU priority, so that the first fill
+/// of the cache costs writers and misses no first-touch page faults where it keeps ahead. It
+/// ends once every frame is made, or with the cache.
+fn spawn_warmer(cache: std::sync::Weak<PageCache>, signal: Arc<WarmSignal>, ahead: usize) {
+    std::thread::Builder::new()
+        .name("vino-cache-warm".into())
+        .spawn(move || {
+            // Refused without privilege to lower again? Lowering needs none: best effort.
+            let _ = vino_account::cpu::lower_this_thread();
+            // The first round runs at once: a new cache has no frames yet.
+            let mut first = true;
+            while first || signal.wait() {
+                first = false;
+                loop {
+                    let want = {
+                        let Some(cache) = cache.upgrade() else { return };
+                        let t = cache.table.lock();
+                        if t.frames.len() >= t.capacity {
+                            return;
+                        }
+                        ahead
+                            .saturating_sub(t.free.len())
+                            .min(t.capacity - t.frames.len())
+                            .min(WARM_BATCH)
+                    };
+                    if want == 0 {
+                        break;
+                    }
+                    let bufs: Vec<AlignedBuf> = (0..want).map(|_| touched_frame()).collect();
+                    let Some(cache) = cache.upgrade() else { return };
+                    let mut t = cache.table.lock();
+                    t.add_free(bufs);
+                    t.checked();
+                }
+            }
+        })
+        .expect("spawning the cache's warming thread");
+}
+
+/// A frame's buffer whose page has been written once, so that Linux has backed it.
+fn touched_frame() -> AlignedBuf {
+    let mut buf = AlignedBuf::new(1);
+    // A fresh allocation may be untouched memory that reads as zeros; a store makes Linux back
+    // it. `black_box` keeps the compiler from dropping a store of the zero it knows is there.
+    buf[0] = 0;
+    std::hint::black_box(&mut buf[..]);
+    buf
 }
 
 /// Between writers and the write-back thread: the writers past the write-behind mark, each

@@ -25,7 +25,10 @@ pub struct CacheCounters {
 /// A snapshot of the cache.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CacheStats {
+    /// The cache's capacity, in frames.
     pub frames: usize,
+    /// Frames made so far (their memory allocated and touched): resident pages and free frames.
+    pub made: usize,
     pub resident: usize,
     pub dirty: usize,
     pub total: CacheCounters,

@@ -8,6 +8,7 @@
 //! cache_frames = 262144       # or the same as a count of 4 KiB frames (cache_size wins)
 //! dirty_percent = 25          # of the cache one process (a mount's user) may keep dirty;
 //!                             # past half of it, its pages are written behind it
+//! cache_warm_ahead = 8192     # free frames made ahead of need in the background (0: off)
 //! privileged_group = "vino"   # members may graft global graftpoints (a name or a gid)
 //! max_connections = 256
 //! max_connections_per_user = 64   # for each uid but root's
@@ -91,6 +92,10 @@ pub struct Config {
     /// Percent of the cache one process's writes may keep dirty (a user of the mount is one
     /// process); past it the writer waits for its own pages to be written.
     pub dirty_percent: u8,
+    /// Free frames of the cache a background thread keeps made (their memory touched) ahead
+    /// of need, so that the cache's first fill costs writers no first-touch page faults
+    /// (`CacheConfig::warm_ahead`); 0 makes each frame on first need.
+    pub cache_warm_ahead: usize,
     /// A group (name or number) whose members are privileged, as root is.
     pub privileged_group: Option<String>,
     /// Connections at once, all users together.
@@ -338,6 +343,7 @@ impl Default for Config {
             image_size: "256M".into(),
             cache_frames: default_cache_frames(),
             dirty_percent: vino_kernel::KernelConfig::default().dirty_percent,
+            cache_warm_ahead: DEFAULT_CACHE_WARM_AHEAD,
             cache_size: None,
             privileged_group: None,
             max_connections: 256,
@@ -460,6 +466,10 @@ fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error>
 /// The page cache's default share of the machine's memory, in percent.
 pub const DEFAULT_CACHE_PERCENT: u64 = 12;
 
+/// Free frames made ahead of need by default: 32 MiB, about a second of a writer filling the
+/// cache through the mount (`tar x`), so the background thread has time to keep ahead.
+pub const DEFAULT_CACHE_WARM_AHEAD: usize = 8192;
+
 /// The smallest page cache (the thesis' 4 MB).
 pub const MIN_CACHE_FRAMES: usize = 1024;
 
@@ -510,6 +520,9 @@ mod tests {
         assert_eq!(c.socket, PathBuf::from("/tmp/s"));
         assert_eq!(c.cache_frames().unwrap(), 64);
         assert_eq!(c.privileged_gid().unwrap(), Some(0));
+        assert_eq!(c.cache_warm_ahead, DEFAULT_CACHE_WARM_AHEAD);
+        let off: Config = toml::from_str("cache_warm_ahead = 0").unwrap();
+        assert_eq!(off.cache_warm_ahead, 0);
         assert!(toml::from_str::<Config>("sockets = 1").is_err());
         let c: Config = toml::from_str("frame_timeout = 3\nmax_connections_per_user = 4").unwrap();
         assert_eq!(

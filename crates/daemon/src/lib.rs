@@ -127,6 +127,7 @@ fn kernel_config(config: &Config) -> Result<KernelConfig> {
     Ok(KernelConfig {
         cache_frames: config.cache_frames().map_err(err)?,
         dirty_percent: config.dirty_percent,
+        cache_warm_ahead: config.cache_warm_ahead,
         limits: config.limits.resolve().map_err(err)?,
         event_queue_max: config.event_queue_max,
         mount: vino_fs::MountOptions {

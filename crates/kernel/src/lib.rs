@@ -90,6 +90,9 @@ pub struct KernelConfig {
     pub cache_frames: usize,
     /// Percent of the cache one process's writes may keep dirty (`CacheConfig::dirty_percent`).
     pub dirty_percent: u8,
+    /// Free frames made ahead of need by a background thread (`CacheConfig::warm_ahead`; 0:
+    /// none, each made on first need).
+    pub cache_warm_ahead: usize,
     /// Requests the I/O scheduler keeps in flight at the device.
     pub queue_depth: usize,
     /// How often the write-back policy runs (`None`: only on sync).
@@ -121,6 +124,7 @@ impl Default for KernelConfig {
         KernelConfig {
             cache_frames: 1024,
             dirty_percent: CacheConfig::default().dirty_percent,
+            cache_warm_ahead: 0,
             queue_depth: 32,
             writeback_every: Some(Duration::from_secs(1)),
             mount: MountOptions::default(),
@@ -186,6 +190,7 @@ impl Kernel {
             writeback_every: config.writeback_every,
             clock: config.clock.clone(),
             dirty_percent: config.dirty_percent,
+            warm_ahead: config.cache_warm_ahead,
         };
         let cache = PageCache::new(cache_config, Arc::new(SchedulerIo(sched.clone())), &runtime);
         let mount = MountOptions {
