@@ -13,12 +13,8 @@ cd "$(dirname "$0")/.."
 vino=${2:-target/release/vino}
 scratch=${SCRATCH:-target/request-times}
 mkdir -p "$scratch/mnt"
-tar_file=${1:-$scratch/tree.tar}
-if [ ! -f "$tar_file" ]; then
-    tar cf "$tar_file" -C / usr/include usr/share/doc 2>/dev/null || true
-fi
-tar_file=$(realpath "$tar_file")
 . scripts/fresh-mount.sh
+tree_tar "${1:-}"
 fresh_mount 4G
 # Each program's elapsed time, then the daemon's time on their requests.
 cd "$scratch/mnt"

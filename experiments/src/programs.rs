@@ -44,6 +44,9 @@ pub struct ProgramsOptions {
     /// The VINO side's FUSE transports (`io_uring`, `dev_fuse`), each a run of its own; the
     /// first is the one reported as VINO's.
     pub transports: Vec<String>,
+    /// The VINO side's `cache_warm_ahead` (free frames made ahead of need); `None`: the
+    /// daemon's default.
+    pub warm_ahead: Option<usize>,
 }
 
 impl ProgramsOptions {
@@ -56,6 +59,7 @@ impl ProgramsOptions {
             repeats: 1,
             only: Vec::new(),
             transports: default_transports(),
+            warm_ahead: None,
         }
     }
 
@@ -621,11 +625,13 @@ pub fn run(opts: &ProgramsOptions, progress: &mut dyn FnMut(&str)) -> Result<Pro
             fs::write(
                 &config,
                 format!(
-                    "socket = \"{}\"\ncache_size = \"{}\"\nimage_size = \"{}\"\nmount_transport = \"{mount_transport}\"\n{}",
+                    "socket = \"{}\"\ncache_size = \"{}\"\nimage_size = \"{}\"\nmount_transport = \"{mount_transport}\"\n{}{}",
                     socket.display(),
                     opts.cache,
                     opts.image,
-                    idle_poll.map_or(String::new(), |us| format!("mount_idle_poll_us = {us}\n"))
+                    idle_poll.map_or(String::new(), |us| format!("mount_idle_poll_us = {us}\n")),
+                    opts.warm_ahead
+                        .map_or(String::new(), |n| format!("cache_warm_ahead = {n}\n"))
                 ),
             )?;
             let dir = root.join("vino-mnt");

@@ -997,7 +997,6 @@ impl PageCache {
         }
     }
 
-    /// A free frame for `key`, evicting a page if none is free.
     /// Asks the warming thread for more frames once fewer than half of `warm_ahead` are free
     /// and the cache still has frames to make.
     fn warm_if_low(&self, t: &Table) {
@@ -1007,6 +1006,7 @@ impl PageCache {
         }
     }
 
+    /// A free frame for `key`, evicting a page if none is free.
     fn allocate(&self, t: &mut MutexGuard<'_, Table>, pid: Pid, key: PageKey) -> io::Result<u32> {
         Ok(self.allocate_within(t, pid, key, true)?.expect("allowed to wait"))
     }
@@ -1517,10 +1517,9 @@ fn spawn_warmer(cache: std::sync::Weak<PageCache>, signal: Arc<WarmSignal>, ahea
         .spawn(move || {
             // Refused without privilege to lower again? Lowering needs none: best effort.
             let _ = vino_account::cpu::lower_this_thread();
-            // The first round runs at once: a new cache has no frames yet.
-            let mut first = true;
-            while first || signal.wait() {
-                first = false;
+            // The first round runs at once (a new cache has no frames yet), the others when
+            // an allocation asks.
+            loop {
                 loop {
                     let want = {
                         let Some(cache) = cache.upgrade() else { return };
@@ -1541,6 +1540,9 @@ fn spawn_warmer(cache: std::sync::Weak<PageCache>, signal: Arc<WarmSignal>, ahea
                     let mut t = cache.table.lock();
                     t.add_free(bufs);
                     t.checked();
+                }
+                if !signal.wait() {
+                    return;
                 }
             }
         })

@@ -20,6 +20,10 @@ struct Args {
     /// Page cache of each side in MiB (default 256; quick 64).
     #[arg(long)]
     cache_mib: Option<u64>,
+    /// The VINO side's free frames made ahead of need (`cache_warm_ahead`; 0: off; default:
+    /// the daemon's).
+    #[arg(long)]
+    cache_warm_ahead: Option<usize>,
     /// Whole runs of both sides; the median of each step is reported.
     #[arg(long, default_value_t = 1)]
     repeats: usize,
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
             if let Some(mib) = args.cache_mib {
                 opts.cache = mib << 20;
             }
+            opts.warm_ahead = args.cache_warm_ahead;
             front::experiment(
                 &args.common,
                 "programs",
