@@ -2,7 +2,9 @@
 # The project's gates and its tests, in the order CI runs them: format, lints (warnings are
 # errors), then every test of the workspace in release mode. The crates' own tests turn on their
 # `invariants` feature (cache frame table, journal writer, lock manager), so the whole suite runs
-# with those invariants checked after every operation.
+# with those invariants checked after every operation. Cargo unifies a dev-dependency's features
+# into every binary a test build makes, so the tests build in a target directory of their own:
+# `target/release` then only ever holds binaries built for use, never the slow checked ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +15,7 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
-cargo test --release --workspace
+cargo test --release --workspace --target-dir target/test
 # Each fuzz target briefly under libFuzzer, where a nightly toolchain is installed (none is
 # downloaded); the tests above replayed every target's corpus on stable either way.
 # A finding fails the check; a nightly toolchain that cannot build them is said, not failed on.
