@@ -670,11 +670,11 @@ impl Checker<'_> {
         let blocks = self.inodes[dir as usize].size / BS as u64;
         for fb in 0..blocks {
             let Some(b) = self.map(dir, fb)? else { continue };
-            let entries = dir_records(self.img.get(b)?).unwrap_or_default();
+            let mut entries = dir_records(self.img.get(b)?).unwrap_or_default();
             if entries.is_empty() {
                 continue;
             }
-            if dir_add(self.img.get_mut(b)?, &entries, dir, name, ino, ft) {
+            if dir_add(self.img.get_mut(b)?, &mut entries, dir, name, ino, ft) {
                 return Ok(true);
             }
         }
@@ -682,8 +682,8 @@ impl Checker<'_> {
         match self.grow_dir(dir, parent)? {
             None => Ok(false),
             Some(b) => {
-                let entries = dir_records(self.img.get(b)?).expect("fresh block");
-                Ok(dir_add(self.img.get_mut(b)?, &entries, dir, name, ino, ft))
+                let mut entries = dir_records(self.img.get(b)?).expect("fresh block");
+                Ok(dir_add(self.img.get_mut(b)?, &mut entries, dir, name, ino, ft))
             }
         }
     }

@@ -888,7 +888,8 @@ pub struct RawEntry {
 
 /// A name a directory may hold: 1..=255 bytes, no `/`, no NUL.
 pub fn name_ok(name: &[u8]) -> bool {
-    !name.is_empty() && name.len() <= MAX_NAME && !name.iter().any(|&c| c == b'/' || c == 0)
+    // memchr's search runs a word at a time: every parse of a block checks each of its names.
+    !name.is_empty() && name.len() <= MAX_NAME && memchr::memchr2(b'/', 0, name).is_none()
 }
 
 /// Checks a directory block's tail: the magic, and the checksum seeded with the directory's
@@ -1003,13 +1004,22 @@ pub fn dir_first_block(b: &mut [u8], dir_ino: u64, parent: u64) {
     dir_seal(b, dir_ino);
 }
 
-/// Adds an entry to a parsed block if there is room; returns true if it did. The block must
-/// have been parsed by [`dir_records`] (`entries`).
-pub fn dir_add(b: &mut [u8], entries: &[DirRecord], dir_ino: u64, name: &[u8], ino: u64, ftype: u8) -> bool {
+/// Adds an entry to a parsed block if there is room; returns true if it did. `entries` is the
+/// block's parse ([`dir_records`]) and stays so: the caller learns the block's room from it
+/// without parsing the block again (a parse checks every name in it, and was half of a create's
+/// time in the file system).
+pub fn dir_add(b: &mut [u8], entries: &mut Vec<DirRecord>, dir_ino: u64, name: &[u8], ino: u64, ftype: u8) -> bool {
     let need = dirent_size(name.len());
-    for e in entries {
+    for i in 0..entries.len() {
+        let e = entries[i];
         if e.ino == 0 && e.rec_len >= need {
             put_entry(b, e.off, ino as u32, e.rec_len, name, ftype);
+            entries[i] = DirRecord {
+                ino: ino as u32,
+                ftype,
+                name_len: name.len(),
+                ..e
+            };
             dir_seal(b, dir_ino);
             return true;
         }
@@ -1018,6 +1028,15 @@ pub fn dir_add(b: &mut [u8], entries: &[DirRecord], dir_ino: u64, name: &[u8], i
             if e.rec_len - used >= need {
                 put_u16(b, e.off + 4, used as u16);
                 put_entry(b, e.off + used, ino as u32, e.rec_len - used, name, ftype);
+                entries[i].rec_len = used;
+                let added = DirRecord {
+                    off: e.off + used,
+                    ino: ino as u32,
+                    rec_len: e.rec_len - used,
+                    ftype,
+                    name_len: name.len(),
+                };
+                entries.insert(i + 1, added);
                 dir_seal(b, dir_ino);
                 return true;
             }
@@ -1027,19 +1046,27 @@ pub fn dir_add(b: &mut [u8], entries: &[DirRecord], dir_ino: u64, name: &[u8], i
 }
 
 /// Removes the entry at index `i` of a parsed block: merged into the previous record, or
-/// marked unused if it is the first.
-pub fn dir_remove(b: &mut [u8], entries: &[DirRecord], i: usize, dir_ino: u64) {
-    let e = &entries[i];
+/// marked unused if it is the first. `entries` stays the block's parse, as in [`dir_add`].
+pub fn dir_remove(b: &mut [u8], entries: &mut Vec<DirRecord>, i: usize, dir_ino: u64) {
+    let e = entries[i];
     if i == 0 {
         put_u32(b, e.off, 0);
         b[e.off + 6] = 0;
         b[e.off + 7] = 0;
         let end = (e.off + e.rec_len).min(DIR_USABLE);
         b[e.off + DIRENT_HEADER..end].fill(0);
+        entries[0] = DirRecord {
+            ino: 0,
+            ftype: 0,
+            name_len: 0,
+            ..e
+        };
     } else {
-        let p = &entries[i - 1];
+        let p = entries[i - 1];
         put_u16(b, p.off + 4, (p.rec_len + e.rec_len) as u16);
         b[e.off..e.off + e.rec_len].fill(0);
+        entries[i - 1].rec_len += e.rec_len;
+        entries.remove(i);
     }
     dir_seal(b, dir_ino);
 }
@@ -1055,10 +1082,10 @@ pub fn dir_retarget(b: &mut [u8], e: &DirRecord, dir_ino: u64, ino: u64, ftype: 
 /// are returned.
 pub fn dir_rebuild(b: &mut [u8], dir_ino: u64, entries: &[(Vec<u8>, u64, u8)]) -> Vec<(Vec<u8>, u64, u8)> {
     dir_empty_block(b, dir_ino);
+    let mut parsed = dir_records(b).expect("a block this module built");
     let mut left = Vec::new();
     for (name, ino, ft) in entries {
-        let parsed = dir_records(b).expect("a block this module built");
-        if !dir_add(b, &parsed, dir_ino, name, *ino, *ft) {
+        if !dir_add(b, &mut parsed, dir_ino, name, *ino, *ft) {
             left.push((name.clone(), *ino, *ft));
         }
     }
@@ -1257,12 +1284,14 @@ mod tests {
             "checksum seeded with the directory"
         );
         let mut n = 0;
+        let mut kept = dir_records_checked(&b, 5).unwrap();
         loop {
-            let e = dir_records_checked(&b, 5).unwrap();
             let name = format!("file-{n:04}");
-            if !dir_add(&mut b, &e, 5, name.as_bytes(), 100 + n, FT_REG) {
+            if !dir_add(&mut b, &mut kept, 5, name.as_bytes(), 100 + n, FT_REG) {
                 break;
             }
+            // The records an add keeps are the block's parse.
+            assert_eq!(kept, dir_records_checked(&b, 5).unwrap());
             n += 1;
         }
         assert_eq!(n as usize, (DIR_USABLE - 12 - 12) / dirent_size(9));
@@ -1275,17 +1304,20 @@ mod tests {
             assert_eq!(r.name(&b), &n.name[..]);
         }
         assert_eq!(e.iter().map(DirRecord::room).max(), Some(e.last().unwrap().room()));
-        dir_remove(&mut b, &e, 5, 5);
-        let e2 = dir_records_checked(&b, 5).unwrap();
+        let mut e2 = e.clone();
+        dir_remove(&mut b, &mut e2, 5, 5);
+        assert_eq!(e2, dir_records_checked(&b, 5).unwrap());
         assert_eq!(e2.len(), e.len() - 1);
-        assert!(dir_add(&mut b, &e2, 5, b"x", 9, FT_REG));
+        assert!(dir_add(&mut b, &mut e2, 5, b"x", 9, FT_REG));
+        assert_eq!(e2, dir_records_checked(&b, 5).unwrap());
         // Removing the first entry marks it unused.
         let mut c = [0u8; BS];
         dir_empty_block(&mut c, 8);
-        let e = dir_records(&c).unwrap();
-        assert!(dir_add(&mut c, &e, 8, b"a", 3, FT_REG));
-        let e = dir_records(&c).unwrap();
-        dir_remove(&mut c, &e, 0, 8);
+        let mut e = dir_records(&c).unwrap();
+        assert!(dir_add(&mut c, &mut e, 8, b"a", 3, FT_REG));
+        assert_eq!(e, dir_records(&c).unwrap());
+        dir_remove(&mut c, &mut e, 0, 8);
+        assert_eq!(e, dir_records(&c).unwrap());
         let e = dir_parse(&c, 8).unwrap();
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].ino, 0);

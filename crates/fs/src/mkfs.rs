@@ -212,8 +212,8 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     dev.write_blocks(geo.itable(0), &itb)?;
     let mut d = [0u8; BS];
     dir_first_block(&mut d, ROOT_INO, ROOT_INO);
-    let e = dir_records(&d).expect("fresh block");
-    dir_add(&mut d, &e, ROOT_INO, b"lost+found", lf_ino, FT_DIR);
+    let mut e = dir_records(&d).expect("fresh block");
+    dir_add(&mut d, &mut e, ROOT_INO, b"lost+found", lf_ino, FT_DIR);
     dev.write_blocks(root_block, &d)?;
     dir_first_block(&mut d, lf_ino, ROOT_INO);
     dev.write_blocks(lf_block, &d)?;

@@ -1437,24 +1437,27 @@ impl FsState {
                 (fb, b)
             }
         };
-        let (_, entries) = self.dir_block_records(dir, b)?;
+        let (_, mut entries) = self.dir_block_records(dir, b)?;
         let blk = self.meta.get_mut(b)?;
-        if !dir_add(blk, &entries, dir, name, ino, ftype) {
+        if !dir_add(blk, &mut entries, dir, name, ino, ftype) {
             self.dirs.forget(dir);
             return Err(corrupt(format!(
                 "directory {dir}: block {fb} has less room than its index says"
             )));
         }
-        let room = room_of(&dir_records(blk).map_err(FsError::Corrupt)?);
+        check_records(blk, &entries);
+        let room = room_of(&entries);
         let slot = Slot { fb, ino: ino as u32 };
         self.dirs.added(dir, name, slot, room);
         self.check_dir_index(dir)
     }
 
-    pub(crate) fn dir_drop_entry(&mut self, dir: u64, f: &Found) -> Result<()> {
+    /// Removes the entry `f` found in `dir` (`f`'s records then describe the block as changed).
+    pub(crate) fn dir_drop_entry(&mut self, dir: u64, f: &mut Found) -> Result<()> {
         let blk = self.meta.get_mut(f.block)?;
-        dir_remove(blk, &f.entries, f.index, dir);
-        let room = room_of(&dir_records(blk).map_err(FsError::Corrupt)?);
+        dir_remove(blk, &mut f.entries, f.index, dir);
+        check_records(blk, &f.entries);
+        let room = room_of(&f.entries);
         self.dirs.removed(dir, &f.name, f.fb, room);
         self.check_dir_index(dir)
     }
@@ -1599,7 +1602,7 @@ impl FsState {
             return Err(e);
         }
         let d = self.dir(dir)?;
-        let f = self
+        let mut f = self
             .dir_find(dir, &d, name)?
             .ok_or_else(|| FsError::NotFound(show(name)))?;
         let ino = f.ino();
@@ -1607,7 +1610,7 @@ impl FsState {
         if target.is_dir() {
             return Err(FsError::IsADirectory(show(name)));
         }
-        self.dir_drop_entry(dir, &f)?;
+        self.dir_drop_entry(dir, &mut f)?;
         self.drop_link(ino, target, keep)?;
         self.touch_dir(dir, 0)
     }
@@ -1638,7 +1641,7 @@ impl FsState {
             return Err(FsError::NotEmpty("..".into()));
         }
         let d = self.dir(dir)?;
-        let f = self
+        let mut f = self
             .dir_find(dir, &d, name)?
             .ok_or_else(|| FsError::NotFound(show(name)))?;
         let ino = f.ino();
@@ -1649,7 +1652,7 @@ impl FsState {
         if !self.dir_is_empty(ino, &target)? {
             return Err(FsError::NotEmpty(show(name)));
         }
-        self.dir_drop_entry(dir, &f)?;
+        self.dir_drop_entry(dir, &mut f)?;
         self.release(ino, target)?;
         self.touch_dir(dir, -1)
     }
@@ -1736,10 +1739,10 @@ impl FsState {
         }
         // The source entry may have moved if the destination is the same directory: find it again.
         let sd = self.dir(sdir)?;
-        let src = self
+        let mut src = self
             .dir_find(sdir, &sd, sname)?
             .ok_or_else(|| corrupt("rename source vanished"))?;
-        self.dir_drop_entry(sdir, &src)?;
+        self.dir_drop_entry(sdir, &mut src)?;
         if s_is_dir && sdir != ddir {
             let s_inode = self.dir(s_ino)?;
             let dotdot = self
@@ -1805,6 +1808,18 @@ impl FsState {
 
 /// Checks that an inode is a regular file: IsADirectory for a directory, InvalidArgument for
 /// the other types.
+/// In builds that check invariants: the records a change of a directory block kept (see
+/// [`dir_add`]) are the block's parse.
+fn check_records(block: &Block, records: &[DirRecord]) {
+    if crate::CHECKS_INVARIANTS {
+        assert_eq!(
+            dir_records(block).as_deref(),
+            Ok(records),
+            "the records kept after a directory change are not the block's"
+        );
+    }
+}
+
 pub(crate) fn regular(ino: u64, i: &Inode) -> Result<()> {
     match i.file_type() {
         Some(FileType::Regular) => Ok(()),
