@@ -47,6 +47,25 @@ fn main() {
     time("fs lookup+stat", &mut |i| {
         fs.stat(fs.lookup(dir, name(i)).expect("lookup")).expect("stat");
     });
+    // What a readdirplus of the mount does for each entry: a batch listed, then each entry
+    // looked up by name from the directory's inode.
+    let k_dir = p.stat("/k").expect("stat").ino;
+    let at = vino_kernel::At::Inode {
+        ino: k_dir,
+        generation: fs.stat(k_dir).expect("stat").generation,
+    };
+    let mut listed = Vec::new();
+    time("kernel readdir (per entry)", &mut |i| {
+        if i % 128 == 0 {
+            let from = listed
+                .last()
+                .map_or(0, |(pos, _): &(u64, vino_kernel::DirEntry)| pos + 1);
+            listed.extend(p.readdir_from_at(at, b"", from, 128).expect("readdir"));
+        }
+    });
+    time("kernel stat_at (one name)", &mut |i| {
+        p.stat_at(at, name(i), false).expect("stat");
+    });
     time("kernel unlink", &mut |i| {
         p.unlink(&format!("/k/{}", name(i))).expect("unlink")
     });
