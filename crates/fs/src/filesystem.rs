@@ -626,6 +626,16 @@ impl FileSystem {
         self.with_state(|g| g.lookup(dir, name.as_ref()))
     }
 
+    /// [`FileSystem::lookup`] and the [`FileSystem::stat`] of what it found, in one hold of the
+    /// file system's lock: a path walk does both at every step, and each hold is a chance to
+    /// wait behind another thread's operation.
+    pub fn lookup_stat(&self, dir: u64, name: impl AsRef<[u8]>) -> Result<(u64, Stat)> {
+        self.with_state(|g| {
+            let ino = g.lookup(dir, name.as_ref())?;
+            Ok((ino, g.stat(ino)?))
+        })
+    }
+
     /// The inode of an absolute path.
     pub fn resolve(&self, path: impl AsRef<[u8]>) -> Result<u64> {
         self.with_state(|g| g.resolve(path.as_ref()))

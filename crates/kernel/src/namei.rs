@@ -136,12 +136,8 @@ impl Process {
         if name == b"." {
             return Ok(dir.clone());
         }
-        let fs = self.kernel().fs();
-        let ino = fs.lookup(dir.ino, name)?;
-        Ok(Found {
-            ino,
-            stat: fs.stat(ino)?,
-        })
+        let (ino, stat) = self.kernel().fs().lookup_stat(dir.ino, name)?;
+        Ok(Found { ino, stat })
     }
 
     /// Walks `path` from `at`. The last component is followed if it is a symbolic link and

@@ -49,13 +49,9 @@ impl Process {
     }
 
     /// The name `p.name` in `p.dir`, if there is one.
-    fn existing(&self, p: &Parent) -> SysResult<Option<Found>> {
-        let fs = self.kernel().fs();
-        match fs.lookup(p.dir, &p.name) {
-            Ok(ino) => Ok(Some(Found {
-                ino,
-                stat: fs.stat(ino)?,
-            })),
+    pub(crate) fn existing(&self, p: &Parent) -> SysResult<Option<Found>> {
+        match self.kernel().fs().lookup_stat(p.dir, &p.name) {
+            Ok((ino, stat)) => Ok(Some(Found { ino, stat })),
             Err(e) if e.errno() == Errno::NoEnt as i32 => Ok(None),
             Err(e) => Err(e.into()),
         }

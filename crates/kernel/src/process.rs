@@ -234,14 +234,7 @@ impl Process {
         let existing = if matches!(p.name.as_slice(), b"" | b"." | b"..") {
             Some(self.walk(at, path, true)?)
         } else {
-            match fs.lookup(p.dir, &p.name) {
-                Ok(ino) => Some(Found {
-                    ino,
-                    stat: fs.stat(ino)?,
-                }),
-                Err(e) if e.errno() == Errno::NoEnt as i32 => None,
-                Err(e) => return Err(e.into()),
-            }
+            self.existing(&p)?
         };
         match existing {
             Some(_) if flags.create && flags.exclusive => Err(SysError::new(
