@@ -18,16 +18,15 @@ extra_config=${1:+cache_warm_ahead = $1}
 . scripts/fresh-mount.sh
 tree_tar "${2:-}"
 fresh_mount 4G
-pid=$(pgrep -f "mount --config $scratch/vino.toml" | head -1)
 ring_faults() {
-    cat /proc/"$pid"/task/*/stat 2>/dev/null | awk '$2 ~ /vino-fuse-ring/ { n += $10 } END { print n + 0 }'
+    cat /proc/"$daemon"/task/*/stat 2>/dev/null | awk '$2 ~ /vino-fuse-ring/ { n += $10 } END { print n + 0 }'
 }
 for dir in a b; do
     mkdir "$scratch/mnt/$dir"
     before=$(ring_faults)
-    start=$(date +%s.%N)
+    start=$(date +%s%N)
     tar xf "$tar_file" -C "$scratch/mnt/$dir"
     "$vino" sync "$scratch/mnt"
-    end=$(date +%s.%N)
-    echo "tar x into $dir: $(echo "$end - $start" | bc) s, ring threads' page faults $(( $(ring_faults) - before ))"
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    echo "tar x into $dir: $ms ms, ring threads' page faults $(( $(ring_faults) - before ))"
 done

@@ -1806,8 +1806,6 @@ impl FsState {
     }
 }
 
-/// Checks that an inode is a regular file: IsADirectory for a directory, InvalidArgument for
-/// the other types.
 /// In builds that check invariants: the records a change of a directory block kept (see
 /// [`dir_add`]) are the block's parse.
 fn check_records(block: &Block, records: &[DirRecord]) {
@@ -1820,6 +1818,8 @@ fn check_records(block: &Block, records: &[DirRecord]) {
     }
 }
 
+/// Checks that an inode is a regular file: IsADirectory for a directory, InvalidArgument for
+/// the other types.
 pub(crate) fn regular(ino: u64, i: &Inode) -> Result<()> {
     match i.file_type() {
         Some(FileType::Regular) => Ok(()),
