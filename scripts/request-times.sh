@@ -2,7 +2,8 @@
 # The daemon's time per request while `tar x` and then `rm -rf` run on a fresh VINO mount:
 # mounts a new image (root, /dev/fuse), extracts TAR into it, removes it all, and prints each
 # program's elapsed time (on stderr), then the daemon's total time on the requests a caller
-# waited for (forgets aside) and the mean time of each kind, from `vino top --json`.
+# waited for (forgets aside), the mean time of each kind and how many of each kind there were,
+# from `vino top --json`.
 #
 #   scripts/request-times.sh [TAR] [VINO]
 #
@@ -33,4 +34,7 @@ for op in ["create", "write", "unlink", "setattr", "lookup", "mkdir", "rmdir"]:
     if op in reqs:
         line.append(f"{op} {reqs[op]['ns'] / reqs[op]['count'] / 1e3:.1f}")
 print(" ".join(line), "(us per request)")
+# How many of each kind: what Linux's FUSE client asked for, which the daemon cannot change.
+counts = sorted(((r["count"], op) for op, r in reqs.items() if op not in ("forget", "batch_forget")), reverse=True)
+print("requests:", " ".join(f"{op} {n}" for n, op in counts))
 PY
