@@ -552,7 +552,11 @@ mod tests {
             let _ = q.send(me, attr(ino));
         }
         let (_, stale) = Queue::take(&q.shared).unwrap();
-        assert_eq!(stale.map_or(0, |s| s.marked), 92, "marks end with the take");
+        let stale = stale.expect("the second flood overflowed");
+        // The 92 lost notices mark their buckets, fresh ones (not the first flood's); two of
+        // them may share a bucket under this queue's random key.
+        let buckets: std::collections::HashSet<_> = flooded[8..100].iter().map(|&i| stale.bucket(i)).collect();
+        assert_eq!(stale.marked, buckets.len(), "marks end with the take");
 
         let (a, b) = (Stale::default(), Stale::default());
         assert!(
