@@ -10,7 +10,9 @@ fresh_mount() {
         "$scratch/vino.sock" "${1:-4G}" "${extra_config:-}" > "$scratch/vino.toml"
     "$vino" mount --config "$scratch/vino.toml" "$scratch/vino.img" "$scratch/mnt" &
     daemon=$!
-    trap 'kill -INT $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
+    # Out of the mount first: a shell left inside it would keep the unmount, and so the
+    # daemon it waits for, from ending.
+    trap 'cd /; kill -INT $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
     until mountpoint -q "$scratch/mnt"; do sleep 0.1; done
 }
 

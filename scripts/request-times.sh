@@ -2,8 +2,8 @@
 # The daemon's time per request while `tar x` and then `rm -rf` run on a fresh VINO mount:
 # mounts a new image (root, /dev/fuse), extracts TAR into it, removes it all, and prints each
 # program's elapsed time (on stderr), then the daemon's total time on the requests a caller
-# waited for (forgets aside), the mean time of each kind and how many of each kind there were,
-# from `vino top --json`.
+# waited for (forgets aside), the mean time of each kind, and how many requests of each kind
+# each program made, from `vino top --json`.
 #
 #   scripts/request-times.sh [TAR] [VINO]
 #
@@ -21,20 +21,31 @@ fresh_mount 4G
 cd "$scratch/mnt"
 TIMEFORMAT="tar x %R s"
 time tar xf "$tar_file"
+cd - > /dev/null
+"$vino" top --json --socket "$scratch/vino.sock" > "$scratch/top-tar.json"
+cd "$scratch/mnt"
 TIMEFORMAT="rm -rf %R s"
 time rm -rf ./*
 cd - > /dev/null
 "$vino" top --json --socket "$scratch/vino.sock" > "$scratch/top.json"
-python3 - "$scratch/top.json" <<'PY'
+python3 - "$scratch/top-tar.json" "$scratch/top.json" <<'PY'
 import json, sys
-reqs = {r["op"]: r for r in json.load(open(sys.argv[1]))["mounts"][0]["requests"]}
+def requests(path):
+    return {r["op"]: r for r in json.load(open(path))["mounts"][0]["requests"]}
+after_tar, reqs = requests(sys.argv[1]), requests(sys.argv[2])
 waited = [r for op, r in reqs.items() if op not in ("forget", "batch_forget")]
 line = [f"total {sum(r['ns'] for r in waited) / 1e6:.0f} ms"]
 for op in ["create", "write", "unlink", "setattr", "lookup", "mkdir", "rmdir"]:
     if op in reqs:
         line.append(f"{op} {reqs[op]['ns'] / reqs[op]['count'] / 1e3:.1f}")
 print(" ".join(line), "(us per request)")
-# How many of each kind: what Linux's FUSE client asked for, which the daemon cannot change.
-counts = sorted(((r["count"], op) for op, r in reqs.items() if op not in ("forget", "batch_forget")), reverse=True)
-print("requests:", " ".join(f"{op} {n}" for n, op in counts))
+# How many of each kind, program by program: what Linux's FUSE client asked for.
+before = {op: r["count"] for op, r in after_tar.items()}
+for program, counts in [
+    ("tar x", before),
+    ("rm -rf", {op: r["count"] - before.get(op, 0) for op, r in reqs.items()}),
+]:
+    counts = {op: n for op, n in counts.items() if n and op not in ("forget", "batch_forget")}
+    listed = " ".join(f"{op} {n}" for op, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    print(f"{program} requests: {sum(counts.values())}: {listed}")
 PY
