@@ -478,7 +478,10 @@ mod tests {
 
     #[test]
     fn pollers_sleep_when_requests_stop_and_wake_with_the_next() {
-        let Ok(poll) = IdlePoll::start(Duration::from_micros(200), Placement::AnyGroup) else {
+        // A window far longer than a preemption of this thread on a loaded machine, so that
+        // the two requests below count as one following the other.
+        let window = Duration::from_millis(50);
+        let Ok(poll) = IdlePoll::start(window, Placement::AnyGroup) else {
             return; // one CPU, or a quota: nothing to test here
         };
         let n = poll.pollers();
@@ -493,7 +496,7 @@ mod tests {
         all_asleep(&s);
         let a = poll.activity();
         // A lone request after a quiet spell wakes none; one soon after it wakes them all.
-        thread::sleep(Duration::from_millis(2));
+        thread::sleep(2 * window);
         a.busy();
         assert_eq!(s.sleepers.load(SeqCst), n, "a lone request wakes no poller");
         a.busy();
