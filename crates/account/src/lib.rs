@@ -61,10 +61,14 @@ pub enum Resource {
     Threads,
     /// Bytes of VINO processes' linear memory.
     ProgramMemory,
+    /// Bytes of event filters (names and inode entries) the kernel keeps for subscribers.
+    EventFilterBytes,
+    /// Byte-range lock records held (each a range the lock table keeps).
+    LockRecords,
 }
 
 impl Resource {
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 15;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -79,6 +83,8 @@ impl Resource {
         Resource::Programs,
         Resource::Threads,
         Resource::ProgramMemory,
+        Resource::EventFilterBytes,
+        Resource::LockRecords,
     ];
 
     fn index(self) -> usize {
@@ -97,9 +103,10 @@ impl Resource {
             Resource::Programs | Resource::Threads => 11,                          // EAGAIN
             Resource::ProgramMemory => 12,                                         // ENOMEM
             Resource::FrameBytes => 105,                                           // ENOBUFS
-            Resource::LockWaits => 37,                                             // ENOLCK
+            Resource::LockWaits | Resource::LockRecords => 37,                     // ENOLCK
             Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122, // EDQUOT
             Resource::Bindings | Resource::Subscriptions => 122,                   // EDQUOT
+            Resource::EventFilterBytes => 122,                                     // EDQUOT
         }
     }
 
@@ -107,7 +114,11 @@ impl Resource {
     pub fn is_bytes(self) -> bool {
         matches!(
             self,
-            Resource::GraftMemory | Resource::GraftCode | Resource::FrameBytes | Resource::ProgramMemory
+            Resource::GraftMemory
+                | Resource::GraftCode
+                | Resource::FrameBytes
+                | Resource::ProgramMemory
+                | Resource::EventFilterBytes
         )
     }
 
@@ -126,6 +137,8 @@ impl Resource {
             Resource::Programs => "programs running",
             Resource::Threads => "threads of programs",
             Resource::ProgramMemory => "program memory",
+            Resource::EventFilterBytes => "event filter memory",
+            Resource::LockRecords => "byte-range lock records",
         }
     }
 }
@@ -190,7 +203,9 @@ impl Default for LimitsConfig {
             .with(Resource::LockWaits, 64)
             .with(Resource::Programs, 4)
             .with(Resource::Threads, 64)
-            .with(Resource::ProgramMemory, 2048 * MIB);
+            .with(Resource::ProgramMemory, 2048 * MIB)
+            .with(Resource::EventFilterBytes, 4 * MIB)
+            .with(Resource::LockRecords, 16384);
         let total = Table::UNLIMITED
             .with(Resource::Grafts, 4096)
             .with(Resource::GraftMemory, 4096 * MIB)
@@ -199,7 +214,9 @@ impl Default for LimitsConfig {
             .with(Resource::LockWaits, 256)
             .with(Resource::Programs, 16)
             .with(Resource::Threads, 512)
-            .with(Resource::ProgramMemory, 8192 * MIB);
+            .with(Resource::ProgramMemory, 8192 * MIB)
+            .with(Resource::EventFilterBytes, 256 * MIB)
+            .with(Resource::LockRecords, 1 << 20);
         LimitsConfig {
             process,
             user,

@@ -47,6 +47,9 @@
 //! threads_total = 512
 //! program_memory_per_user = "2G" # linear memory of those programs (each at most 1 GiB)
 //! program_memory_total = "8G"
+//! event_filter_bytes_per_user = "4M" # names and inodes event subscribers filter on
+//! lock_records_per_user = 16384  # byte-range locks held, over all of a user's processes
+//! lock_records_total = 1048576
 //! root_reserve_percent = 5      # of each total, for root only
 //! ```
 
@@ -221,6 +224,9 @@ pub struct LimitsFile {
     pub threads_total: Option<u64>,
     pub program_memory_per_user: Option<String>,
     pub program_memory_total: Option<String>,
+    pub event_filter_bytes_per_user: Option<String>,
+    pub lock_records_per_user: Option<u64>,
+    pub lock_records_total: Option<u64>,
     pub root_reserve_percent: Option<u8>,
     /// Nice value (0-19) of the threads serving a user that took more than its CPU share; 0
     /// only measures.
@@ -258,6 +264,8 @@ impl LimitsFile {
             (Total, Resource::Programs, self.programs_total),
             (User, Resource::Threads, self.threads_per_user),
             (Total, Resource::Threads, self.threads_total),
+            (User, Resource::LockRecords, self.lock_records_per_user),
+            (Total, Resource::LockRecords, self.lock_records_total),
         ];
         for (scope, r, v) in counts {
             if let Some(n) = v {
@@ -300,6 +308,12 @@ impl LimitsFile {
                 User,
                 Resource::FrameBytes,
                 &self.request_buffers_per_user,
+            ),
+            (
+                "event_filter_bytes_per_user",
+                User,
+                Resource::EventFilterBytes,
+                &self.event_filter_bytes_per_user,
             ),
         ];
         for (key, scope, r, v) in sizes {
