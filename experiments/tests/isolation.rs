@@ -33,6 +33,7 @@ fn isolation_quick_runs_alone_and_the_lock_attack_with_its_control_and_reports_e
         phases,
         [
             "alone",
+            "alone, one core",
             "lock-grant-spin",
             "alone before lock-contend",
             "lock-contend",
@@ -59,7 +60,7 @@ fn isolation_quick_runs_alone_and_the_lock_attack_with_its_control_and_reports_e
         );
     }
     // What the attack got is reported whatever it was (held connections, or a refusal).
-    let attack = &report["phases"][1];
+    let attack = &report["phases"][2];
     assert!(!attack["note"].as_str().unwrap().is_empty(), "{attack}");
     assert!(report["phases"][0]["rss_mib"].as_f64().unwrap() > 0.0);
     // With separate users, each phase says where the CPU went: the victim worked in every
