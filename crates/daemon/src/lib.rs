@@ -390,7 +390,7 @@ impl Daemon {
     ) -> std::result::Result<(), vino_proto::ErrorReply> {
         match self.programs.lock().get(&pid) {
             Some(p) if caller.privileged || p.uid == caller.uid => {
-                p.kill.kill();
+                p.kill();
                 Ok(())
             }
             _ => Err(vino_proto::ErrorReply::new(
