@@ -15,6 +15,7 @@
 //! root_reserved_connections = 8   # of max_connections, kept for root
 //! frame_timeout = 10          # seconds a request may take to arrive once it has begun
 //! commit_interval = 5         # seconds at most between journal commits (work not fsynced that a crash may lose)
+//! shutdown_grace = 2          # seconds a stop waits for the mount's users to leave before cutting them off
 //! event_queue_max = 4096      # events queued per listener before an overflow marker
 //! socket_mode = 0o666
 //! user_block_quota = "64M"    # disk space of each uid but root ("unlimited"; default: half)
@@ -117,6 +118,12 @@ pub struct Config {
     /// system's own thread, off the requests' path ([`vino_fs::MountOptions::commit_interval`]).
     #[serde(deserialize_with = "seconds")]
     pub commit_interval: Duration,
+    /// How long a stop (SIGTERM) waits for the mount's users to leave (seconds, as
+    /// `frame_timeout`). Programs are killed and clients disconnected at once; a mount still
+    /// in use after this is cut off (its users get `ENOTCONN`), so the daemon ends within
+    /// about this long whatever its users do.
+    #[serde(deserialize_with = "seconds")]
+    pub shutdown_grace: Duration,
     /// Permission bits of the socket (who may connect).
     pub socket_mode: u32,
     /// Largest shared memory a client may pass.
@@ -365,6 +372,7 @@ impl Default for Config {
             root_reserved_connections: 8,
             frame_timeout: Duration::from_secs(10),
             commit_interval: Duration::from_secs(5),
+            shutdown_grace: vino_fuse::MountConfig::default().stop_grace,
             socket_mode: 0o666,
             max_shm: vino_proto::MAX_SHM,
             mount: None,
@@ -560,6 +568,9 @@ mod tests {
         assert_eq!(c.commit_interval, Duration::from_millis(500));
         assert_eq!(Config::default().commit_interval, Duration::from_secs(5));
         assert!(toml::from_str::<Config>("commit_interval = 0").is_err());
+        let c: Config = toml::from_str("shutdown_grace = 0.5").unwrap();
+        assert_eq!(c.shutdown_grace, Duration::from_millis(500));
+        assert_eq!(Config::default().shutdown_grace, Duration::from_secs(2));
         let d = Config::default();
         assert_eq!((d.max_connections_per_user, d.root_reserved_connections), (64, 8));
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);

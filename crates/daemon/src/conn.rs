@@ -122,7 +122,8 @@ fn read_hello_header(stream: &mut UnixStream, rest: &mut impl Read) -> Result<([
 /// [`HELLO_TIMEOUT`] of the connection.
 fn hello(stream: &mut UnixStream, max_shm: u64) -> Option<(String, Option<ClientMemory>)> {
     let deadline = Instant::now() + HELLO_TIMEOUT;
-    // A client that connects and says nothing does not hold a thread (or a shutdown) for long.
+    // A client that connects and says nothing does not hold a thread for long (a stop closes
+    // it at once: `Daemon::disconnect_all`).
     let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
     let mut rest = Timed::new(stream.try_clone().ok()?);
     rest.deadline = Some(deadline);
@@ -203,9 +204,13 @@ impl Drop for Cleanup<'_> {
 
 /// Serves a connection from `peer` until it ends.
 pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream, peer: Peer) {
+    let Some(greeting) = daemon.greeting(&stream) else {
+        return;
+    };
     let Some((client, shm)) = hello(&mut stream, daemon.config.max_shm) else {
         return;
     };
+    drop(greeting);
     let privileged = peer.privileged(daemon.privileged_gid);
     let cred = Credentials {
         uid: peer.uid,

@@ -6,8 +6,9 @@
 //! grant group permissions and chgrp); it is privileged if root or a member of the configured
 //! group. A thread serves each connection; whatever ends it (the client closing,
 //! dying, or sending something malformed), its process exits: files closed, grafts unloaded.
-//! `SIGTERM` or `SIGINT` stops the daemon cleanly: clients are disconnected, the cache is
-//! written back and the file system unmounted.
+//! `SIGTERM` or `SIGINT` stops the daemon cleanly: programs are killed, clients disconnected,
+//! the mount given `shutdown_grace` for its users to leave (then cut off from them), the cache
+//! written back and the file system unmounted. No user can hold the stop up for longer.
 //!
 //! The protocol is `vino-proto`; `vino-client` is its client library.
 
@@ -64,6 +65,9 @@ pub struct Daemon {
     config: Config,
     privileged_gid: Option<u32>,
     conns: Mutex<HashMap<Pid, ConnInfo>>,
+    /// Connections that have not said Hello yet (closed at once by a stop), by a number.
+    greeting: Mutex<HashMap<u64, UnixStream>>,
+    next_greeting: std::sync::atomic::AtomicU64,
     /// Programs running in the daemon (`vino run`), by their kernel process.
     programs: Mutex<HashMap<Pid, program::Running>>,
     /// Compiled programs, by their module's hash.
@@ -146,6 +150,8 @@ impl Daemon {
             config,
             privileged_gid,
             conns: Mutex::new(HashMap::new()),
+            greeting: Mutex::new(HashMap::new()),
+            next_greeting: Default::default(),
             programs: Mutex::new(HashMap::new()),
             program_cache: program::ProgramCache::default(),
             slots: Mutex::new(Slots::default()),
@@ -294,8 +300,9 @@ impl Handle {
         &self.daemon
     }
 
-    /// Stops accepting, disconnects every client (their processes exit), writes everything back
-    /// and unmounts.
+    /// Stops accepting, kills every program, disconnects every client (their processes exit),
+    /// unmounts (cutting off users still in the mount after `shutdown_grace`) and writes
+    /// everything back.
     pub fn shutdown(mut self) -> Result<()> {
         self.stop()
     }
@@ -305,19 +312,17 @@ impl Handle {
             return Ok(());
         };
         let d = &self.daemon;
+        let until = Instant::now() + d.config.shutdown_grace;
         d.stopping.store(true, Ordering::SeqCst);
+        // Programs, detached or not, and any started from now on: none may hold the stop up.
+        d.kernel.kill_all();
         // Wakes the accept loop (the listener stays open until the loop ends, so the fd is valid).
         if let Some(fd) = d.listener_fd {
             let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
         }
         let _ = acceptor.join();
-        for c in d.conns.lock().values() {
-            let _ = c.stream.shutdown(std::net::Shutdown::Both);
-        }
-        let threads = std::mem::take(&mut *d.threads.lock());
-        for t in threads {
-            let _ = t.join();
-        }
+        d.disconnect_all();
+        d.join_connections(until);
         for m in std::mem::take(&mut *d.mounts.lock()) {
             let at = m.mountpoint().display().to_string();
             if let Err(e) = m.unmount() {
@@ -336,6 +341,18 @@ impl Drop for Handle {
         if let Err(e) = self.stop() {
             eprintln!("vinod: {e}");
         }
+    }
+}
+
+/// A connection before its Hello: forgotten by the daemon when dropped.
+pub(crate) struct Greeting<'a> {
+    daemon: &'a Daemon,
+    id: u64,
+}
+
+impl Drop for Greeting<'_> {
+    fn drop(&mut self) {
+        self.daemon.greeting.lock().remove(&self.id);
     }
 }
 
@@ -373,7 +390,7 @@ impl Daemon {
     ) -> std::result::Result<(), vino_proto::ErrorReply> {
         match self.programs.lock().get(&pid) {
             Some(p) if caller.privileged || p.uid == caller.uid => {
-                p.kill.kill();
+                p.kill();
                 Ok(())
             }
             _ => Err(vino_proto::ErrorReply::new(
@@ -430,6 +447,47 @@ impl Daemon {
         self.stopping.load(Ordering::SeqCst)
     }
 
+    /// Closes every connection, those still to say Hello included (they would otherwise hold
+    /// the stop for their Hello timeout).
+    fn disconnect_all(&self) {
+        for s in self.greeting.lock().values() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        for c in self.conns.lock().values() {
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Waits for the connections' threads to end, until `until` (or a moment more, for those
+    /// just told to): one that does not is left behind rather than hold the stop.
+    fn join_connections(&self, until: Instant) {
+        let threads = std::mem::take(&mut *self.threads.lock());
+        let until = until.max(Instant::now() + Duration::from_millis(500));
+        while threads.iter().any(|t| !t.is_finished()) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (done, busy): (Vec<_>, Vec<_>) = threads.into_iter().partition(|t| t.is_finished());
+        for t in done {
+            let _ = t.join();
+        }
+        if !busy.is_empty() {
+            eprintln!(
+                "vinod: {} connection threads still busy at shutdown, not waited for",
+                busy.len()
+            );
+        }
+    }
+
+    /// Registers a connection that has yet to say Hello, for [`Daemon::disconnect_all`];
+    /// `None` if the daemon is stopping (the connection then ends).
+    pub(crate) fn greeting(&self, stream: &UnixStream) -> Option<Greeting<'_>> {
+        let id = self.next_greeting.fetch_add(1, Ordering::Relaxed);
+        self.greeting.lock().insert(id, stream.try_clone().ok()?);
+        let g = Greeting { daemon: self, id };
+        // After registering: a stop either sees this connection or is seen here.
+        (!self.stopping()).then_some(g)
+    }
+
     /// Mounts the file system at `at` through FUSE: programs that know nothing of VINO use it
     /// there, through the same kernel (its cache, its grafts) as the daemon's clients.
     pub fn mount(&self, at: &Path) -> std::result::Result<(), ErrorReply> {
@@ -463,6 +521,7 @@ impl Daemon {
                 None => vino_idlepoll::Placement::IdleGroup,
                 Some(_) => vino_idlepoll::Placement::AnyGroup,
             },
+            stop_grace: self.config.shutdown_grace,
             ..Default::default()
         };
         let m = vino_fuse::mount(self.kernel.clone(), at, &config)

@@ -84,12 +84,22 @@ pub(crate) struct Running {
     pub name: String,
     /// Its user, who may kill it (as may the privileged).
     pub uid: u32,
-    pub kill: KillSwitch,
     /// Its kernel process, whose threads the CPU scheduler accounts for.
     process: Arc<vino_kernel::Process>,
+    /// The connection of a program whose client stays, read for its input.
+    input: Option<UnixStream>,
 }
 
 impl Running {
+    /// Kills the program; one waiting for its input is woken too, with the input's end (no
+    /// more of the client's frames are read).
+    pub fn kill(&self) {
+        self.process.kill();
+        if let Some(c) = &self.input {
+            let _ = c.shutdown(std::net::Shutdown::Read);
+        }
+    }
+
     /// CPU time the program's threads have used, as the CPU scheduler charged it, in
     /// nanoseconds.
     pub fn cpu_ns(&self) -> u64 {
@@ -148,8 +158,8 @@ pub(crate) fn run(
         Running {
             name,
             uid,
-            kill: kill.clone(),
             process: process.clone(),
+            input: if detach { None } else { stream.try_clone().ok() },
         },
     );
     if detach {

@@ -139,6 +139,27 @@ fn a_kill_or_a_client_that_goes_ends_the_program_with_nothing_held() {
 }
 
 #[test]
+fn a_kill_from_elsewhere_wakes_a_program_waiting_for_its_input() {
+    // The program's client stays and sends nothing: only the kill can end its wait.
+    let d = TestDaemon::start();
+    let (wasm, _) = copy_program();
+    let p = d.client().run_program(&wasm, &setup(&["copy", "-", "/f"])).unwrap();
+    let daemon = d.handle().daemon();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid = loop {
+        if let Some(row) = daemon.top().processes.iter().find(|r| r.program.is_some()) {
+            break row.pid;
+        }
+        assert!(Instant::now() < deadline, "the program is listed");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    d.client().kill_program(pid).unwrap();
+    assert_eq!(finish(p).2, vino_wasi_killed());
+    d.wait_processes(0);
+}
+
+#[test]
 fn a_detached_program_outlives_its_client_and_only_its_user_may_kill_it() {
     let d = TestDaemon::start();
     let (wasm, _) = copy_program();

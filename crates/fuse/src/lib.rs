@@ -95,6 +95,10 @@ pub struct MountConfig {
     /// the queue is empty again, Linux is told to drop the attributes and data it holds of the
     /// nodes in marked buckets, and lost names stay stale for at most `attr_ttl`.
     pub notice_queue: usize,
+    /// How long an unmount waits for the mount's users to leave (a shell's working directory,
+    /// a file held open): past it the connection is aborted, they get `ENOTCONN`, and the
+    /// unmount ends. No user holds the server (and a daemon's stop) longer.
+    pub stop_grace: Duration,
 }
 
 /// The window [`MountConfig::idle_poll`] is tried with: longer than the gap between a
@@ -117,6 +121,7 @@ impl Default for MountConfig {
             idle_poll_placement: vino_idlepoll::Placement::IdleGroup,
             page_cache: true,
             notice_queue: 16384,
+            stop_grace: Duration::from_secs(2),
         }
     }
 }
@@ -173,6 +178,9 @@ pub struct Mount {
     state: Arc<State>,
     invalidator: Option<invalidate::Invalidator>,
     mountpoint: PathBuf,
+    stop_grace: Duration,
+    /// The FUSE connection's number (the minor of the mount's device), to abort it by.
+    connection: Option<u64>,
 }
 
 /// Mounts `kernel` on `mountpoint` and serves it in background threads.
@@ -186,11 +194,16 @@ pub fn mount(kernel: Arc<Kernel>, mountpoint: &Path, config: &MountConfig) -> io
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+    let connection = std::fs::metadata(mountpoint)
+        .ok()
+        .map(|m| nix::sys::stat::minor(std::os::unix::fs::MetadataExt::dev(&m)));
     Ok(Mount {
         session,
         state,
         invalidator: Some(invalidator),
         mountpoint: mountpoint.to_path_buf(),
+        stop_grace: config.stop_grace,
+        connection,
     })
 }
 
@@ -255,8 +268,9 @@ impl Mount {
     }
 
     /// Unmounts, waits for the serving threads, closes what is still open and ends the mount's
-    /// kernel processes. If the mount is busy this fails, and the mount stays, served in the
-    /// background until something unmounts it.
+    /// kernel processes. A mount still in use after [`MountConfig::stop_grace`] is cut off
+    /// from its users (its connection aborted, then detached); where that cannot be done (not
+    /// root), its serving threads are left to end with the last user and this says so.
     pub fn unmount(mut self) -> io::Result<()> {
         self.stop()
     }
@@ -268,8 +282,9 @@ impl Mount {
             let joined = if session.guard.is_finished() {
                 session.join()
             } else {
-                match unmount_patiently(&self.mountpoint) {
-                    Ok(()) => session.join(),
+                match unmount_patiently(&self.mountpoint, self.stop_grace) {
+                    Ok(true) => session.join(),
+                    Ok(false) => self.cut_off(session),
                     // Not ours to unmount (a mount made through fusermount): fuser's way.
                     Err(_) => session.umount_and_join(),
                 }
@@ -280,22 +295,60 @@ impl Mount {
         self.state.release_all();
         Ok(())
     }
-}
 
-/// Unmounts `at`, trying again for a while if Linux says it is busy: any fork of any thread of
-/// this process holds the descriptors it had open on the mount until the child execs (they are
-/// close-on-exec), so an unmount racing a fork elsewhere may find the mount busy for a moment.
-/// Still busy after two seconds, the mount is detached (it goes when its last user does).
-fn unmount_patiently(at: &std::path::Path) -> Result<(), nix::errno::Errno> {
-    use nix::errno::Errno;
-    use nix::mount::{MntFlags, umount2};
-    for _ in 0..200 {
-        match umount2(at, MntFlags::empty()) {
-            Err(Errno::EBUSY) => std::thread::sleep(std::time::Duration::from_millis(10)),
-            other => return other,
+    /// Ends a mount whose users stay: aborts its connection (their next access gets
+    /// `ENOTCONN`; the serving threads see the end at once) and detaches it. Without an abort
+    /// the serving threads are not waited for: they end when the last user leaves.
+    fn cut_off(&self, session: fuser::BackgroundSession) -> io::Result<()> {
+        let aborted = self
+            .connection
+            .ok_or_else(|| io::Error::other("its connection is not known"))
+            .and_then(abort_connection);
+        let _ = nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::MNT_DETACH);
+        match aborted {
+            Ok(()) => session.join(),
+            Err(e) => Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!("still in use, detached, and not aborted ({e})"),
+            )),
         }
     }
-    umount2(at, MntFlags::MNT_DETACH)
+}
+
+/// Unmounts `at`, trying again until `grace` has passed while Linux says it is busy: a user
+/// may be leaving, and any fork of any thread of this process holds the descriptors it had
+/// open on the mount until the child execs (they are close-on-exec), so an unmount racing a
+/// fork elsewhere may find the mount busy for a moment. False if it is still busy.
+fn unmount_patiently(at: &Path, grace: Duration) -> Result<bool, nix::errno::Errno> {
+    use nix::errno::Errno;
+    use nix::mount::{MntFlags, umount2};
+    let until = std::time::Instant::now() + grace;
+    loop {
+        match umount2(at, MntFlags::empty()) {
+            Err(Errno::EBUSY) if std::time::Instant::now() >= until => return Ok(false),
+            Err(Errno::EBUSY) => std::thread::sleep(Duration::from_millis(10)),
+            other => return other.map(|()| true),
+        }
+    }
+}
+
+/// Where Linux's FUSE control file system is (or is mounted, by root, when first needed).
+const FUSECTL: &str = "/sys/fs/fuse/connections";
+
+/// Aborts FUSE connection `minor` through the control file system, mounting it if it is not.
+fn abort_connection(minor: u64) -> io::Result<()> {
+    let dir = Path::new(FUSECTL).join(minor.to_string());
+    if !dir.exists() {
+        // Not mounted yet, most likely (the write below says if it still cannot be reached).
+        let _ = nix::mount::mount(
+            Some("fusectl"),
+            FUSECTL,
+            Some("fusectl"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        );
+    }
+    std::fs::write(dir.join("abort"), b"1").map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))
 }
 
 impl Drop for Mount {

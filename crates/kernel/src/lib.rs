@@ -68,7 +68,7 @@ pub use vino_locks::{Lock, LockKind, LockStats};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use vino_blockdev::{BackendChoice, BlockDevice, SharedClock};
 use vino_cache::{CacheConfig, PageCache};
@@ -153,6 +153,8 @@ pub struct Kernel {
     /// Global graftpoints: privileged processes only.
     global: Namespace,
     processes: Mutex<BTreeMap<Pid, Arc<Process>>>,
+    /// Set by [`Kernel::kill_all`]: processes spawned from then on start killed.
+    killing: AtomicBool,
     next_pid: AtomicU64,
     pub(crate) files: files::FileTable,
     pub(crate) file_grafts: file_grafts::FileGrafts,
@@ -226,6 +228,7 @@ impl Kernel {
             fs,
             global,
             processes: Mutex::new(BTreeMap::new()),
+            killing: AtomicBool::new(false),
             next_pid: AtomicU64::new(1),
             files: files::FileTable::default(),
             file_grafts: Default::default(),
@@ -255,8 +258,22 @@ impl Kernel {
         let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
         let process = Process::new(self.clone(), pid, cred);
         self.events.attach(&process);
-        self.processes.lock().insert(pid, process.clone());
+        let mut all = self.processes.lock();
+        // Read under the lock that `kill_all` walks the processes under: no spawn slips between.
+        if self.killing.load(Ordering::SeqCst) {
+            process.kill();
+        }
+        all.insert(pid, process.clone());
         process
+    }
+
+    /// Kills what runs in every process (programs), and in every process spawned from now on:
+    /// the start of a shutdown, which nothing running may then hold up.
+    pub fn kill_all(&self) {
+        self.killing.store(true, Ordering::SeqCst);
+        for p in self.processes() {
+            p.kill();
+        }
     }
 
     /// The resource accounts of every user, and the limits they are held to.
@@ -278,6 +295,8 @@ impl Kernel {
         let Some(p) = self.processes.lock().remove(&pid) else {
             return;
         };
+        // What still runs in it stops rather than go on without its files.
+        p.kill();
         p.release();
         self.global.unload_owned_by(pid);
         self.cache.unregister_process(pid);

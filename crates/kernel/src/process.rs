@@ -36,6 +36,10 @@ pub struct Process {
     /// Asked during long waits on the process's behalf (a compile waiting its turn): false once
     /// whoever runs the process (a daemon connection) is gone.
     alive: Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>,
+    /// How to stop what runs in this process (a program's kill switch), and whether it was
+    /// told to stop: a stop that comes before the runner says how is not lost.
+    killer: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    killed: std::sync::atomic::AtomicBool,
     /// Per-file slots this process loaded grafts into: they outlive its descriptors, so its
     /// exit unloads what it still owns there.
     file_slots: Mutex<Vec<Weak<dyn ManagedSlot>>>,
@@ -107,6 +111,8 @@ impl Process {
             events: Arc::default(),
             account,
             alive: Mutex::new(None),
+            killer: Mutex::new(None),
+            killed: Default::default(),
             file_slots: Mutex::new(Vec::new()),
             timer_slot,
             timer: Mutex::new(None),
@@ -125,6 +131,29 @@ impl Process {
     /// connection), so work queued for it can be dropped.
     pub fn set_alive_check(&self, alive: Arc<dyn Fn() -> bool + Send + Sync>) {
         *self.alive.lock() = Some(alive);
+    }
+
+    /// Tells the kernel how to stop what runs in this process (a program), so that a kill or
+    /// a shutdown need not wait for it to end by itself. Called at once if it was killed already.
+    pub fn set_killer(&self, kill: Arc<dyn Fn() + Send + Sync>) {
+        *self.killer.lock() = Some(kill.clone());
+        if self.killed() {
+            kill();
+        }
+    }
+
+    /// Stops what runs in this process, now or as soon as its runner says how.
+    pub fn kill(&self) {
+        self.killed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let kill = self.killer.lock().clone();
+        if let Some(kill) = kill {
+            kill();
+        }
+    }
+
+    /// Whether this process was told to stop.
+    pub fn killed(&self) -> bool {
+        self.killed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The owner of a graft this process loads: it is told of unloads, charged for the graft,

@@ -417,6 +417,9 @@ impl Program {
             .kernel()
             .cpu()
             .on_tick("vino-wasi programs", Arc::new(move || engine.increment_epoch()));
+        // A kill of the process (`vino kill`, a shutdown) throws this run's switch.
+        let switch = kill.clone();
+        process.set_killer(Arc::new(move || switch.kill()));
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (program, kill, runner) = (self.clone(), kill.clone(), process.clone());
         let thread = process.spawn_thread(move |thread| async move {
