@@ -82,10 +82,13 @@ pub enum Attack {
     /// 4 KiB written and made durable, back to back on 4 connections: two `fsync` their own
     /// file, two ask for a `sync` of everything, so every call has something to flush.
     SyncStorm,
+    /// Connections each setting the largest event filters a request carries (1,024 names of
+    /// 4,000 bytes) on every kind, until refused, held while the victim runs.
+    EventFilter,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 9] = [
+    pub const ALL: [Attack; 10] = [
         Attack::LockGrantSpin,
         Attack::LockContend,
         Attack::ControlSpin,
@@ -95,6 +98,7 @@ impl Attack {
         Attack::ConnectionHog,
         Attack::DiskFill,
         Attack::SyncStorm,
+        Attack::EventFilter,
     ];
 
     /// The attack's name on the command line and in the report.
@@ -109,6 +113,7 @@ impl Attack {
             Attack::ConnectionHog => "connection-hog",
             Attack::DiskFill => "disk-fill",
             Attack::SyncStorm => "sync-storm",
+            Attack::EventFilter => "event-filter",
         }
     }
 
@@ -1132,6 +1137,7 @@ fn attacker(socket: &Path, home: &str, attack: Attack) {
         Attack::ConnectionHog => connection_hog(&ctx, &started),
         Attack::DiskFill => disk_fill(&ctx, &started),
         Attack::SyncStorm => sync_storm(&ctx, &started),
+        Attack::EventFilter => event_filter(&ctx, &started),
     };
     let note = done.unwrap_or_else(|e| format!("attack failed: {e}"));
     // Refused before it was in place: the refusal is the note, and the victim runs anyway.
@@ -1658,4 +1664,39 @@ fn sync_storm(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
         syncs.load(Ordering::Relaxed),
         errors_suffix(&tally)
     ))
+}
+
+fn event_filter(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
+    use EventKind::{Close, Create, Modify, Open, Unlink};
+    let names: Vec<String> = (0..1024).map(|j| format!("{j:04}{}", "x".repeat(3996))).collect();
+    let (mut held, mut kept) = (Vec::new(), 0u64);
+    let mut refusal = None;
+    'fill: for i in 0..64 {
+        let mut c = match ctx.connect(&format!("filter{i}")) {
+            Ok(c) => c,
+            Err(e) => {
+                refusal = Some(text(e));
+                break;
+            }
+        };
+        for kind in [Open, Close, Create, Unlink, Modify] {
+            // Subscribed, so that every event walks the filter too (until subscriptions run out).
+            let _ = c.event_subscribe(kind);
+            if let Err(e) = c.event_filter(kind, &[], &names) {
+                refusal = Some(text(e));
+                held.push(c);
+                break 'fill;
+            }
+            kept += 1;
+        }
+        held.push(c);
+    }
+    let note = format!(
+        "{kept} filters of 4 MB kept on {} connections, then {}",
+        held.len(),
+        refusal.unwrap_or_else(|| "not refused".into())
+    );
+    started(&note);
+    ctx.hold();
+    Ok(note)
 }

@@ -256,7 +256,9 @@ int32_t event_timer(int64_t count, int64_t late_ns);
 
 /* event.fs.{open,close,create,unlink,modify} (thesis 3.5, 7.4): one graftpoint per kind of file
  * event, in the process's own namespace, called asynchronously by a kernel thread for each event
- * that passes the process's filter (Process::event_filter) on a file the process may read.
+ * that passes the process's filter (Process::event_filter) on a file the process may read and
+ * reached: a named event needs the right to list its directory, a close or modify that the
+ * process holds the file open or named its inode in the filter (see docs/graft-abi.md).
  * Arguments: the kind (VINO_EVENT_*), the file's inode, the directory holding the name (0 for
  * close and modify), the acting process, when it happened (vino_now_ns clock) and the length of
  * the name (create, unlink, open; 0 otherwise), which is at the start of the argument area,

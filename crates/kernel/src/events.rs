@@ -9,9 +9,20 @@
 //! A process hears only of files it may read (checked on the file's state when the event
 //! happens), and of a name (open, create, unlink) only if it may list the directory holding it:
 //! read and search permission on the directory and search permission on every directory above
-//! it (found through `..`), as a walk to it and a `readdir` of it would need. Privileged
-//! processes hear everything. The directory check runs only for a listener the event would
-//! otherwise reach, once per set of credentials and event.
+//! it (found through `..`), as a walk to it and a `readdir` of it would need. An event that
+//! names no directory (close, modify, an open by inode) reaches a process only for a file it
+//! reached by a path: one it holds open, one it named by inode in its filter (accepted only for
+//! a file it held open then, as `inotify_add_watch` resolves a path; kept, as a watch is, if the
+//! path closes later), or one it acted on itself. A file has no parent pointer and may have many
+//! names, so this is checked by what the process holds, not by walking up. Privileged
+//! processes hear everything. These checks run only for a listener the event would otherwise
+//! reach, the directory one once per set of credentials and event; they apply alike to
+//! user-level delivery and to event grafts.
+//!
+//! A filter's bytes (its names, and a fixed cost per entry) are charged to the process and its
+//! user ([`Resource::EventFilterBytes`], `EDQUOT` past the limit) while the kernel keeps it:
+//! until it is replaced, until the process stops hearing that kind (no subscription, no
+//! graft), or until it exits.
 //!
 //! A process receives an event if it has a graft (or a native policy) bound on that kind's
 //! graftpoint, or has asked for user-level delivery ([`Process::event_subscribe`], then
@@ -44,7 +55,7 @@
 
 use crate::account::{CpuShares, Worker};
 use crate::error::{Errno, SysError, SysResult};
-use crate::files::Fd;
+use crate::files::{Fd, FdTable};
 use crate::perm::{self, Credentials, EXEC, READ};
 use crate::{Account, Dispatch, Kernel, Pid, Process, Resource};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -75,6 +86,10 @@ pub const EVENT_QUEUE_MAX: usize = 4096;
 pub const EVENT_WRITE_MAX: usize = 64 * 1024;
 /// Most entries (inodes and names together) of one filter.
 pub const FILTER_MAX: usize = 1 << 20;
+/// Bytes a filter entry costs the kernel beyond a name's own bytes (its hash-set slot, the
+/// string's header and the table's slack): charged with the names as
+/// [`Resource::EventFilterBytes`].
+pub const FILTER_ENTRY_BYTES: u64 = 48;
 /// Longest name copied into an event graft's argument area (NUL-terminated there).
 pub const EVENT_NAME_MAX: usize = 255;
 
@@ -162,18 +177,29 @@ pub struct EventFilter {
     pub names: Vec<String>,
 }
 
-/// A filter as the kernel checks it.
+impl EventFilter {
+    /// What the kernel charges for keeping this filter: each name's bytes and
+    /// [`FILTER_ENTRY_BYTES`] per entry.
+    pub fn bytes(&self) -> u64 {
+        let names: u64 = self.names.iter().map(|n| n.len() as u64).sum();
+        names + (self.inodes.len() + self.names.len()) as u64 * FILTER_ENTRY_BYTES
+    }
+}
+
+/// A filter as the kernel checks it, with the charge for its memory.
 #[derive(Default)]
 struct Filter {
     inodes: FxHashSet<u64>,
     names: FxHashSet<String>,
+    _charge: Option<Charge>,
 }
 
 impl Filter {
-    fn new(f: EventFilter) -> Filter {
+    fn new(f: EventFilter, charge: Option<Charge>) -> Filter {
         Filter {
             inodes: f.inodes.into_iter().collect(),
             names: f.names.into_iter().collect(),
+            _charge: charge,
         }
     }
 
@@ -492,7 +518,11 @@ impl SlotWrapper for Watched {
 
 /// One process's side of the event service.
 struct Listener {
+    pid: Pid,
     cred: Credentials,
+    /// The process's descriptors: an event that names no directory reaches it only for a file
+    /// it holds open (or filters on by inode).
+    files: Arc<Mutex<FdTable>>,
     /// The account of the process's user, whose CPU share its grafts' events run at.
     user: Option<Arc<Account>>,
     slots: [Arc<dyn EventSlot>; 5],
@@ -515,6 +545,16 @@ impl Listener {
     fn listening(&self, kind: EventKind) -> bool {
         !self.gone.load(Ordering::Relaxed)
             && (self.subscribed[kind.index()].load(Ordering::Relaxed) || self.slots[kind.index()].bound())
+    }
+
+    /// Gives back the filter of a kind the process no longer hears (no subscription, no graft),
+    /// and its charge.
+    fn forget_filter_if_idle(&self, kind: EventKind) {
+        let i = kind.index();
+        if !self.subscribed[i].load(Ordering::Relaxed) && !self.slots[i].bound() {
+            let old = std::mem::take(&mut *self.filters[i].write());
+            drop(old);
+        }
     }
 
     /// Events queued for this process, both queues together.
@@ -856,7 +896,9 @@ impl Events {
             slot::<4>(p, s),
         ];
         let listener = Arc::new(Listener {
+            pid: p.pid(),
             cred: p.credentials().clone(),
+            files: p.open_files().clone(),
             user: p.account().parent().cloned(),
             slots: slots.clone(),
             filters: Default::default(),
@@ -992,18 +1034,29 @@ impl Events {
             if l.gone.load(Ordering::Relaxed) || !(graft || user) {
                 continue;
             }
-            if !l.filters[kind.index()].read().accepts(inode, name) {
-                bump(&counters.filtered_out);
-                continue;
-            }
+            let by_inode = {
+                let filter = l.filters[kind.index()].read();
+                if !filter.accepts(inode, name) {
+                    bump(&counters.filtered_out);
+                    continue;
+                }
+                filter.inodes.contains(&inode)
+            };
             let st = looked_up.get_or_insert_with(|| actor.kernel().fs().stat(inode).ok());
             if !st.as_ref().is_some_and(|st| perm::may(&l.cred, st, READ)) {
                 bump(&counters.filtered_out);
                 bump(&counters.denied);
                 continue;
             }
+            let named = name.is_some() && parent != 0;
+            // A file known only by its inode: heard only by who reached it by a path.
+            if !named && !l.cred.privileged && !reached_unnamed(l, actor.pid(), inode, by_inode) {
+                bump(&counters.filtered_out);
+                bump(&counters.denied);
+                continue;
+            }
             // A name in a directory: heard only by who could list that directory.
-            if name.is_some() && parent != 0 && !l.cred.privileged {
+            if named && !l.cred.privileged {
                 let seen = match reached.iter().find(|(c, _)| **c == l.cred) {
                     Some(&(_, seen)) => seen,
                     None => {
@@ -1037,6 +1090,15 @@ impl Events {
             }
         }
     }
+}
+
+/// True if listener `l` has reached the file `inode` by a path, for an event that names no
+/// directory (close, modify, an open by inode): it raised the event itself, it holds the file
+/// open, or its filter names the inode (accepted only for a file it held open then, as
+/// `inotify_add_watch` resolves a path). The kernel keeps no parent of a file, so a file in a
+/// directory the listener cannot search is heard of only this way.
+fn reached_unnamed(l: &Listener, actor: Pid, inode: u64, by_inode: bool) -> bool {
+    by_inode || l.pid == actor || l.files.lock().holds(inode)
 }
 
 /// Most steps of the walk from a directory up to the root before it counts as unreachable.
@@ -1085,7 +1147,11 @@ fn managed_of(slot: Arc<dyn EventSlot>) -> Arc<dyn ManagedSlot> {
 // ---- system calls ------------------------------------------------------------------------------
 
 impl Process {
-    /// Sets this process's filter for one kind of event (replacing the last one).
+    /// Sets this process's filter for one kind of event (replacing the last one). Its bytes
+    /// ([`EventFilter::bytes`]) are charged to the process and its user while it is kept
+    /// (`EDQUOT` past the limit); the new filter is charged before the old one is given back.
+    /// An unprivileged process may name by inode only files it holds open now (`EACCES`
+    /// otherwise): the open walked a path to the file, which the inode alone does not.
     pub fn event_filter(&self, kind: EventKind, filter: EventFilter) -> SysResult<()> {
         if filter.inodes.len() + filter.names.len() > FILTER_MAX {
             return Err(SysError::new(
@@ -1095,8 +1161,31 @@ impl Process {
         }
         let kind = raised_kind(kind)?;
         let l = self.kernel().events.listener(self.pid())?;
-        *l.filters[kind.index()].write() = Filter::new(filter);
+        self.check_filter_inodes(&filter.inodes)?;
+        let bytes = filter.bytes();
+        let charge = match bytes {
+            0 => None,
+            n => Some(self.account().charge(Resource::EventFilterBytes, n)?),
+        };
+        let old = std::mem::replace(&mut *l.filters[kind.index()].write(), Filter::new(filter, charge));
+        drop(old);
         Ok(())
+    }
+
+    /// Refuses an inode this (unprivileged) process has not reached by a path: one it does not
+    /// hold open.
+    fn check_filter_inodes(&self, inodes: &[u64]) -> SysResult<()> {
+        if self.credentials().privileged {
+            return Ok(());
+        }
+        let files = self.open_files().lock();
+        match inodes.iter().find(|&&ino| !files.holds(ino)) {
+            None => Ok(()),
+            Some(ino) => Err(SysError::new(
+                Errno::Acces,
+                format!("an event filter may name inode {ino} only while this process holds it open"),
+            )),
+        }
     }
 
     /// Asks for user-level delivery of `kind` through [`Process::event_wait`].
@@ -1124,6 +1213,9 @@ impl Process {
             l.subscribed[kind.index()].store(on, Ordering::Relaxed);
         }
         events.shared.refresh(kind, &l);
+        if !on {
+            l.forget_filter_if_idle(kind);
+        }
         Ok(())
     }
 
@@ -1184,6 +1276,7 @@ impl Process {
         let kind = raised_kind(kind)?;
         let l = self.kernel().events.listener(self.pid())?;
         managed_of(l.slots[kind.index()].clone()).unload();
+        l.forget_filter_if_idle(kind);
         self.event_refresh(kind)
     }
 

@@ -181,6 +181,9 @@ impl FileTable {
 #[derive(Default)]
 pub struct FdTable {
     files: HashMap<Fd, Arc<OpenFile>>,
+    /// Descriptors per inode: which files the process holds open, asked on each event it may
+    /// hear (bounded by its descriptors).
+    open: HashMap<u64, u32>,
 }
 
 impl FdTable {
@@ -189,8 +192,23 @@ impl FdTable {
         let fd = (0..)
             .find(|fd| !self.files.contains_key(fd))
             .expect("a free descriptor");
+        *self.open.entry(file.ino).or_default() += 1;
         self.files.insert(fd, file);
         fd
+    }
+
+    /// True if some descriptor of the process is open on `ino`.
+    pub fn holds(&self, ino: u64) -> bool {
+        self.open.contains_key(&ino)
+    }
+
+    fn forget(&mut self, ino: u64) {
+        if let Some(n) = self.open.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                self.open.remove(&ino);
+            }
+        }
     }
 
     pub fn get(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {
@@ -201,12 +219,16 @@ impl FdTable {
     }
 
     pub fn remove(&mut self, fd: Fd) -> SysResult<Arc<OpenFile>> {
-        self.files
+        let file = self
+            .files
             .remove(&fd)
-            .ok_or_else(|| SysError::new(Errno::BadF, format!("bad file descriptor {fd}")))
+            .ok_or_else(|| SysError::new(Errno::BadF, format!("bad file descriptor {fd}")))?;
+        self.forget(file.ino);
+        Ok(file)
     }
 
     pub fn drain(&mut self) -> Vec<(Fd, Arc<OpenFile>)> {
+        self.open.clear();
         self.files.drain().collect()
     }
 

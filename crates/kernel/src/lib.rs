@@ -50,7 +50,7 @@ pub use changes::{Change, ChangeHook};
 pub use error::{Errno, SysError, SysResult};
 pub use events::{
     CloseEvent, CreateEvent, EVENT_BATCH, EVENT_QUEUE_MAX, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats,
-    FsEvent, FsEventPoint, KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
+    FILTER_ENTRY_BYTES, FsEvent, FsEventPoint, KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
 };
 pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};

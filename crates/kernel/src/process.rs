@@ -26,7 +26,8 @@ pub struct Process {
     pid: Pid,
     cred: Credentials,
     kernel: Arc<Kernel>,
-    files: Mutex<FdTable>,
+    /// Shared with the process's event listener, which asks it which files the process holds.
+    files: Arc<Mutex<FdTable>>,
     /// Graftpoints on objects this process owns: `vas.pick_victim`, `file.compute_ra/<fd>`,
     /// `file.block_buddy/<fd>`.
     pub(crate) namespace: Namespace,
@@ -106,7 +107,7 @@ impl Process {
             pid,
             cred,
             kernel,
-            files: Mutex::new(FdTable::default()),
+            files: Arc::default(),
             namespace,
             events: Arc::default(),
             account,
@@ -462,6 +463,11 @@ impl Process {
             self.namespace.forget(&format!("file.block_buddy/{fd}"));
         }
         self.kernel.release_ref(file.ino)
+    }
+
+    /// The descriptor table, for the event listener's check of which files this process holds.
+    pub(crate) fn open_files(&self) -> &Arc<Mutex<FdTable>> {
+        &self.files
     }
 
     pub(crate) fn file(&self, fd: Fd) -> SysResult<Arc<OpenFile>> {

@@ -616,6 +616,8 @@ fn a_subscriber_that_never_waits_is_held_to_the_bound_with_one_overflow_marker()
     let actor = k.spawn(Credentials::root());
     let ino = touch(&actor, "/watched", 0o644);
     let w = k.spawn(Credentials::user(1000, 1000));
+    // Events raised by inode alone reach only who holds the file.
+    w.open("/watched", OpenFlags::read_only()).unwrap();
     w.event_subscribe(EventKind::Create).unwrap();
     let before = k.event_stats().of(EventKind::Create);
     raise_creates(&k, &actor, ino, 200);
@@ -702,6 +704,7 @@ fn fifty_subscribers_that_never_wait_hold_at_most_their_bounds() {
     let subs: Vec<Arc<Process>> = (0..LISTENERS)
         .map(|i| {
             let p = k.spawn(Credentials::user(1000 + i as u32, 1000));
+            p.open("/hot", OpenFlags::read_only()).unwrap();
             p.event_subscribe(EventKind::Create).unwrap();
             p
         })
@@ -888,4 +891,182 @@ fn without_event_threads_graft_jobs_wait_for_whoever_runs_them() {
     quiesce(&k);
     assert_eq!(k.event_stats().of(EventKind::Unlink).delivered_graft, 4);
     k.shutdown().unwrap();
+}
+
+// ---- who reached the file; what a filter costs ---------------------------------------------------
+
+/// Counts the events a native policy bound on `event.fs.<K>` of `p` runs for.
+fn count_graft<const K: usize>(p: &Process) -> Arc<std::sync::atomic::AtomicU64> {
+    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count = heard.clone();
+    let policy = move |_: &vino_kernel::EventEnv, _: &FsEvent| -> Result<bool, vino_graft::Invalid> {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(true)
+    };
+    p.event_bind_native::<K>(Arc::new(policy), false).unwrap();
+    heard
+}
+
+fn subscribe_all(p: &Process) {
+    for kind in EventKind::ALL {
+        p.event_subscribe(kind).unwrap();
+    }
+}
+
+/// The victim's activity on `/tmp/v/f` (a 0644 file in its 0700 directory): every kind.
+fn victim_works(victim: &Process) -> u64 {
+    let fd = victim.open("/tmp/v/f", OpenFlags::create()).unwrap();
+    let ino = victim.inode(fd).unwrap();
+    victim.write(fd, b"secret work").unwrap();
+    victim.ftruncate(fd, 3).unwrap();
+    victim.close(fd).unwrap();
+    let fd = victim.open("/tmp/v/f", OpenFlags::read_only()).unwrap();
+    victim.close(fd).unwrap();
+    ino
+}
+
+#[test]
+fn no_event_of_a_file_behind_a_closed_directory_reaches_another_user() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/tmp", 0o777).unwrap();
+    let victim = k.spawn(Credentials::user(1000, 100));
+    victim.mkdir("/tmp/v", 0o700).unwrap();
+    touch(&victim, "/tmp/v/f", 0o644);
+    // The attacker: unfiltered at user level and with grafts on close and modify; a second one
+    // filtered by the file's name.
+    let spy = k.spawn(Credentials::user(2000, 200));
+    subscribe_all(&spy);
+    let (closes, modifies) = (count_graft::<1>(&spy), count_graft::<4>(&spy));
+    let named = k.spawn(Credentials::user(2000, 200));
+    subscribe_all(&named);
+    for kind in EventKind::ALL {
+        named
+            .event_filter(
+                kind,
+                EventFilter {
+                    inodes: vec![],
+                    names: vec!["f".into()],
+                },
+            )
+            .unwrap();
+    }
+    // Another process of the owner, holding the file open: it reached it.
+    let owner = k.spawn(Credentials::user(1000, 100));
+    let held = owner.open("/tmp/v/f", OpenFlags::read_only()).unwrap();
+    subscribe_all(&owner);
+
+    let ino = victim_works(&victim);
+    quiesce(&k);
+    assert!(spy.event_wait(Duration::from_millis(50)).is_empty());
+    assert!(named.event_wait(Duration::from_millis(10)).is_empty());
+    let ran = |c: &Arc<std::sync::atomic::AtomicU64>| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((ran(&closes), ran(&modifies)), (0, 0), "the spy's grafts heard nothing");
+    use EventKind::*;
+    let kinds: Vec<EventKind> = owner
+        .event_wait(Duration::from_secs(1))
+        .iter()
+        .filter(|e| e.inode == ino)
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, [Open, Modify, Modify, Close, Open, Close]);
+
+    // An inode filter is taken only for a file the process holds open.
+    let e = spy
+        .event_filter(
+            Modify,
+            EventFilter {
+                inodes: vec![ino],
+                names: vec![],
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.errno, vino_kernel::Errno::Acces, "{e}");
+    owner.close(held).unwrap();
+    let e = owner
+        .event_filter(
+            Modify,
+            EventFilter {
+                inodes: vec![ino],
+                names: vec![],
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.errno, vino_kernel::Errno::Acces, "not held any more: {e}");
+    let fd = owner.open("/tmp/v/f", OpenFlags::read_only()).unwrap();
+    for kind in [Modify, Close] {
+        let filter = EventFilter {
+            inodes: vec![ino],
+            names: vec![],
+        };
+        owner.event_filter(kind, filter).unwrap();
+    }
+    owner.close(fd).unwrap();
+    owner.event_wait(Duration::from_millis(10));
+    // The filter, like a watch, outlives the descriptor it was set through.
+    victim_works(&victim);
+    quiesce(&k);
+    let kinds: Vec<EventKind> = owner
+        .event_wait(Duration::from_secs(1))
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, [Open, Modify, Modify, Close, Open, Close]);
+    assert!(spy.event_wait(Duration::from_millis(10)).is_empty());
+    assert_eq!((ran(&closes), ran(&modifies)), (0, 0));
+    assert!(k.event_stats().of(Modify).denied >= 4);
+}
+
+#[test]
+fn event_filters_are_charged_by_their_bytes_and_refunded() {
+    const LIMIT: u64 = 64 * 1024;
+    let mut limits = vino_kernel::account::LimitsConfig::default();
+    limits.user.set(vino_kernel::Resource::EventFilterBytes, LIMIT);
+    let config = KernelConfig {
+        cache_frames: 128,
+        writeback_every: None,
+        limits,
+        ..KernelConfig::default()
+    };
+    let k = Kernel::boot(device(4096) as Arc<dyn BlockDevice>, &config).unwrap();
+    let used = || k.accounts().user(1000).used(vino_kernel::Resource::EventFilterBytes);
+    let big = |n: usize| EventFilter {
+        inodes: vec![],
+        names: (0..n).map(|i| format!("{i:04}").repeat(1000)).collect(),
+    };
+    let a = k.spawn(Credentials::user(1000, 100));
+    let b = k.spawn(Credentials::user(1000, 100));
+    a.event_subscribe(EventKind::Create).unwrap();
+    a.event_filter(EventKind::Create, big(10)).unwrap();
+    let ten = big(10).bytes();
+    assert_eq!(ten, 10 * (4000 + vino_kernel::FILTER_ENTRY_BYTES));
+    assert_eq!(used(), ten);
+    // The same user's other process, past the limit: refused, nothing kept.
+    let e = b.event_filter(EventKind::Unlink, big(10)).unwrap_err();
+    assert_eq!(e.errno, vino_kernel::Errno::DQuot, "{e}");
+    assert!(e.message.contains("uid 1000"), "{e}");
+    assert_eq!(used(), ten);
+    // Another user has its own share.
+    let other = k.spawn(Credentials::user(2000, 200));
+    other.event_filter(EventKind::Create, big(10)).unwrap();
+    // Replacing gives the old one back; an inode entry costs its fixed bytes.
+    let fd = a.open("/", OpenFlags::directory()).unwrap();
+    let root = a.inode(fd).unwrap();
+    let one = EventFilter {
+        inodes: vec![root],
+        names: vec![],
+    };
+    a.event_filter(EventKind::Create, one).unwrap();
+    assert_eq!(used(), vino_kernel::FILTER_ENTRY_BYTES);
+    b.event_filter(EventKind::Unlink, big(10)).unwrap();
+    assert_eq!(used(), ten + vino_kernel::FILTER_ENTRY_BYTES);
+    // Unsubscribing gives back the filter of a kind no longer heard; exiting gives back all.
+    a.event_unsubscribe(EventKind::Create).unwrap();
+    assert_eq!(used(), ten);
+    k.exit(b.pid());
+    assert_eq!(used(), 0);
+    k.exit(other.pid());
+    k.exit(a.pid());
+    assert_eq!(k.accounts().total().used(vino_kernel::Resource::EventFilterBytes), 0);
 }
