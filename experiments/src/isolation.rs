@@ -85,10 +85,13 @@ pub enum Attack {
     /// Connections each setting the largest event filters a request carries (1,024 names of
     /// 4,000 bytes) on every kind, until refused, held while the victim runs.
     EventFilter,
+    /// 3 connections, each sending a module of 250,000 functions and closed 50 ms later, over
+    /// and over: the work the daemon does before it refuses, for clients that are gone.
+    CompileChurn,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 10] = [
+    pub const ALL: [Attack; 11] = [
         Attack::LockGrantSpin,
         Attack::LockContend,
         Attack::ControlSpin,
@@ -99,6 +102,7 @@ impl Attack {
         Attack::DiskFill,
         Attack::SyncStorm,
         Attack::EventFilter,
+        Attack::CompileChurn,
     ];
 
     /// The attack's name on the command line and in the report.
@@ -114,6 +118,7 @@ impl Attack {
             Attack::DiskFill => "disk-fill",
             Attack::SyncStorm => "sync-storm",
             Attack::EventFilter => "event-filter",
+            Attack::CompileChurn => "compile-churn",
         }
     }
 
@@ -1138,6 +1143,7 @@ fn attacker(socket: &Path, home: &str, attack: Attack) {
         Attack::DiskFill => disk_fill(&ctx, &started),
         Attack::SyncStorm => sync_storm(&ctx, &started),
         Attack::EventFilter => event_filter(&ctx, &started),
+        Attack::CompileChurn => compile_churn(&ctx, &started),
     };
     let note = done.unwrap_or_else(|e| format!("attack failed: {e}"));
     // Refused before it was in place: the refusal is the note, and the victim runs anyway.
@@ -1699,4 +1705,78 @@ fn event_filter(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
     started(&note);
     ctx.hold();
     Ok(note)
+/// A binary module of `n` empty functions, built directly (the text format takes seconds).
+fn empty_functions(n: u32) -> Vec<u8> {
+    fn leb(out: &mut Vec<u8>, mut v: u32) {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            out.push(if v == 0 { byte } else { byte | 0x80 });
+            if v == 0 {
+                break;
+            }
+        }
+    }
+    let section = |out: &mut Vec<u8>, id: u8, body: Vec<u8>| {
+        out.push(id);
+        leb(out, body.len() as u32);
+        out.extend_from_slice(&body);
+    };
+    let mut m = b"\0asm\x01\0\0\0".to_vec();
+    // One type, () -> ().
+    section(&mut m, 1, vec![1, 0x60, 0, 0]);
+    let mut funcs = Vec::new();
+    leb(&mut funcs, n);
+    funcs.resize(funcs.len() + n as usize, 0);
+    section(&mut m, 3, funcs);
+    let mut code = Vec::new();
+    leb(&mut code, n);
+    for _ in 0..n {
+        // Body of 2 bytes: no locals, `end`.
+        code.extend_from_slice(&[2, 0, 0x0b]);
+    }
+    section(&mut m, 10, code);
+    m
+}
+
+fn compile_churn(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
+    let module = empty_functions(250_000);
+    let (sent, tally) = (AtomicU64::new(0), Tally::default());
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let (module, sent, tally) = (&module, &sent, &tally);
+            s.spawn(move || {
+                let mut i = t;
+                while !ctx.stopped() {
+                    let mut conn = match raw(&ctx.socket) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            tally.add(&format!("connect {}", e.split(':').next().unwrap_or("")));
+                            std::thread::sleep(Duration::from_millis(5));
+                            continue;
+                        }
+                    };
+                    let req = Request::GraftLoad {
+                        point: "vas.pick_victim".into(),
+                        wasm: unique(module, i),
+                    };
+                    // A daemon that refuses before reading it all may close first.
+                    match vino_proto::write_frame(&mut conn, &req) {
+                        Ok(()) => tally.add("sent"),
+                        Err(_) => tally.add("cut off"),
+                    }
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(50));
+                    drop(conn);
+                    i += 3;
+                }
+            });
+        }
+        started("3 connections each sending 250,000 functions, closed 50 ms later");
+    });
+    Ok(format!(
+        "{} modules started; {}",
+        sent.load(Ordering::Relaxed),
+        tally.summary()
+    ))
 }

@@ -17,6 +17,9 @@ use vino_proto::{ErrorReply, FrameError, MAX_FRAME, Request, Response, VERSION, 
 /// Largest request buffer a connection keeps between requests (uncharged).
 const RETAINED_BUFFER: usize = 256 << 10;
 
+/// Most bytes of a refused module's frame read (and dropped) to keep its connection going.
+const DRAIN_MAX: u64 = 2 << 20;
+
 /// Largest Hello frame (a version, a client name, a size): nothing is charged before Hello, so
 /// nothing big is read either.
 const MAX_HELLO: usize = vino_proto::MAX_PATH + 1024;
@@ -269,6 +272,23 @@ pub(crate) fn serve(daemon: &Daemon, mut stream: UnixStream, peer: Peer) {
     requests(&mut stream, &mut session);
 }
 
+/// Judges the module a frame carries while it arrives, as far as `got` (the frame's bytes so
+/// far) shows it: false, with the kernel's refusal in `refused`, once it is too costly to
+/// compile, so that no more of it is read.
+fn watch_module(process: &vino_kernel::Process, got: &[u8], refused: &mut Option<ErrorReply>) -> bool {
+    let Some(m) = vino_proto::module_head(got) else {
+        return true;
+    };
+    let program = m.kind == vino_proto::ModuleFor::Program;
+    match process.precheck_module_head(program, m.head, m.size) {
+        Ok(()) => true,
+        Err(e) => {
+            *refused = Some(ErrorReply::new(e.errno as i32, e.message));
+            false
+        }
+    }
+}
+
 /// Reads, serves and answers requests until the client leaves or misbehaves. Between requests
 /// the client may take its time; once a request's first byte has arrived, the rest must follow
 /// within the configured `frame_timeout`, or the connection ends.
@@ -312,8 +332,27 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
             Ok(c) => c,
             Err(e) => return refuse(stream, e.errno(), e.to_string()),
         };
-        if let Err(e) = vino_proto::read_frame_after_header(header, &mut reader, &mut buf, MAX_FRAME) {
-            return frame_error(stream, &e);
+        let mut refused = None;
+        let mut watch = |got: &[u8]| watch_module(&session.process, got, &mut refused);
+        match vino_proto::read_frame_watching(header, &mut reader, &mut buf, MAX_FRAME, &mut watch) {
+            Ok(true) => {}
+            Ok(false) => {
+                let e = refused.unwrap_or_else(|| ErrorReply::new(errno::E2BIG, "the module is refused"));
+                let left = (announced as usize).saturating_sub(buf.len()) as u64;
+                // The rest of a small frame is read and dropped unkept, so the connection goes
+                // on; a large one's is not read at all, and the connection ends.
+                let _ = vino_proto::write_frame(stream, &Response::Error(e));
+                let drained =
+                    left <= DRAIN_MAX && io::copy(&mut (&mut reader).take(left), &mut io::sink()).ok() == Some(left);
+                if !drained {
+                    return;
+                }
+                if buf.capacity() > RETAINED_BUFFER {
+                    buf = Vec::new();
+                }
+                continue;
+            }
+            Err(e) => return frame_error(stream, &e),
         }
         let req: Request = match vino_proto::decode(&buf) {
             Ok(r) => r,

@@ -40,9 +40,15 @@ const CACHE_PROGRAMS: usize = 16;
 const CACHE_CODE_BYTES: usize = 256 << 20;
 
 impl ProgramCache {
-    /// The compiled program of `wasm`, from the cache or compiled now (outside the cache's lock,
-    /// so that one long compile holds up nobody else's run).
-    fn get_or_compile(&self, wasm: &[u8], memory_bytes: usize) -> Result<Arc<Program>, vino_wasi::RunError> {
+    /// The compiled program of `wasm`, from the cache or compiled now for `process` (outside
+    /// the cache's lock, so that one long compile holds up nobody else's run): on its thread,
+    /// as one of its user's compiles in progress, its time added to its account.
+    fn get_or_compile(
+        &self,
+        wasm: &[u8],
+        memory_bytes: usize,
+        process: &vino_kernel::Process,
+    ) -> Result<Arc<Program>, ErrorReply> {
         use sha2::Digest;
         let hash: [u8; 32] = sha2::Sha256::digest(wasm).into();
         let tick = self.compiled.load(std::sync::atomic::Ordering::Relaxed);
@@ -54,7 +60,14 @@ impl ProgramCache {
             module_bytes: vino_proto::MAX_MODULE,
             memory_bytes,
         };
-        let program = Arc::new(Program::compile(wasm, limits)?);
+        let compiling = process
+            .compile_charge()
+            .map_err(|e| ErrorReply::new(e.errno as i32, e.message))?;
+        let started = std::time::Instant::now();
+        let compiled = Program::compile(wasm, limits);
+        process.account().add_cpu(started.elapsed());
+        drop(compiling);
+        let program = Arc::new(compiled.map_err(|e| ErrorReply::new(vino_proto::errno::EINVAL, e.to_string()))?);
         let tick = self.compiled.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut entries = self.entries.lock().unwrap();
         if !entries.iter().any(|c| c.hash == hash) && program.code_bytes() <= CACHE_CODE_BYTES {
@@ -129,9 +142,12 @@ pub(crate) fn run(
         Err(e) => return refuse(stream, e.errno(), e.to_string()),
     };
     let daemon = session.daemon;
-    let program = match daemon.program_cache.get_or_compile(&wasm, daemon.program_memory()) {
+    let program = match daemon
+        .program_cache
+        .get_or_compile(&wasm, daemon.program_memory(), &session.process)
+    {
         Ok(p) => p,
-        Err(e) => return refuse(stream, vino_proto::errno::EINVAL, e.to_string()),
+        Err(e) => return refuse(stream, e.errno, e.message),
     };
     drop(wasm);
     let (Ok(out), Ok(watch)) = (stream.try_clone(), stream.try_clone()) else {

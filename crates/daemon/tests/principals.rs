@@ -496,3 +496,130 @@ fn a_module_too_costly_to_compile_is_refused_at_once() {
     assert!(started.elapsed() < Duration::from_secs(5));
     c.null().unwrap();
 }
+
+/// A binary module of `n` empty functions (built directly: the text format of 250,000 takes
+/// a while), with `entry` exported as `vas_pick_victim` if asked.
+fn empty_functions(n: u32) -> Vec<u8> {
+    let leb = |out: &mut Vec<u8>, mut v: u32| loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        out.push(if v == 0 { byte } else { byte | 0x80 });
+        if v == 0 {
+            break;
+        }
+    };
+    let mut m = b"\0asm\x01\0\0\0".to_vec();
+    let mut section = |id: u8, body: Vec<u8>| {
+        m.push(id);
+        leb(&mut m, body.len() as u32);
+        m.extend_from_slice(&body);
+    };
+    section(1, vec![1, 0x60, 0, 0]);
+    let mut funcs = Vec::new();
+    leb(&mut funcs, n);
+    funcs.resize(funcs.len() + n as usize, 0);
+    section(3, funcs);
+    let mut code = Vec::new();
+    leb(&mut code, n);
+    for _ in 0..n {
+        code.extend_from_slice(&[2, 0, 0x0b]);
+    }
+    section(10, code);
+    m
+}
+
+/// The frame of `req`, cut after its first `keep` bytes.
+fn frame_start(req: &vino_proto::Request, keep: usize) -> Vec<u8> {
+    let mut f = vino_proto::encode(req);
+    f.truncate(keep);
+    f
+}
+
+#[test]
+fn a_module_of_250000_functions_is_refused_from_its_first_bytes() {
+    let d = daemon(|_| {});
+    let wasm = empty_functions(250_000);
+    let load = vino_proto::Request::GraftLoad {
+        point: "vas.pick_victim".into(),
+        wasm: wasm.clone(),
+    };
+    let run = vino_proto::Request::Run {
+        wasm,
+        setup: Default::default(),
+        detach: false,
+    };
+    for req in [load, run] {
+        let mut s = raw(&d.socket());
+        // 4 KiB of a frame of about 1 MB: the answer comes without the rest.
+        s.write_all(&frame_start(&req, 4096)).unwrap();
+        match answer(&mut s) {
+            Some(Response::Error(e)) => {
+                assert_eq!(e.errno, errno::E2BIG, "{e}");
+                assert!(e.message.contains("250000 functions"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(d.handle().daemon().programs_compiled(), 0);
+    d.wait_processes(0);
+    all_refunded(&d, Resource::FrameBytes);
+}
+
+#[test]
+fn a_refused_module_of_a_small_frame_leaves_its_connection_usable() {
+    let d = daemon(|_| {});
+    let mut c = d.client();
+    let e = c.graft_load("vas.pick_victim", &empty_functions(250_000)).unwrap_err();
+    assert_eq!(e.errno, errno::E2BIG, "{e}");
+    c.null().expect("the rest of the frame was read and dropped");
+}
+
+#[test]
+fn a_client_gone_mid_frame_or_mid_compile_leaves_nothing_charged() {
+    let d = daemon(|_| {});
+    // Within the limits, so received in full and compiled: 4,000 functions and an entry.
+    let mut wat = String::from(
+        r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
+        (func (export "vas_pick_victim") (param i32) (result i32) (i32.const 0))"#,
+    );
+    wat.push_str(&" (func)".repeat(4000));
+    wat.push(')');
+    let req = vino_proto::Request::GraftLoad {
+        point: "vas.pick_victim".into(),
+        wasm: wat::parse_str(&wat).unwrap(),
+    };
+    let whole = vino_proto::encode(&req);
+    // Gone in the middle of the frame.
+    let mut s = raw(&d.socket());
+    s.write_all(&whole[..whole.len() / 2]).unwrap();
+    drop(s);
+    // Gone while its module compiles (or waits to).
+    let mut s = raw(&d.socket());
+    s.write_all(&whole).unwrap();
+    drop(s);
+    d.wait_processes(0);
+    all_refunded(&d, Resource::FrameBytes);
+    all_refunded(&d, Resource::Compiles);
+    all_refunded(&d, Resource::GraftCode);
+}
+
+#[test]
+fn compile_time_is_charged_to_the_user_who_asked() {
+    let d = daemon(|_| {});
+    let user = d.handle().kernel().accounts().user(0);
+    let before = user.cpu_ns();
+    let mut wat = String::from(
+        r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
+        (func (export "vas_pick_victim") (param i32) (result i32) (i32.const 0))"#,
+    );
+    wat.push_str(&" (func (param i32) (result i32) (i32.add (local.get 0) (i32.const 1)))".repeat(500));
+    wat.push(')');
+    let mut c = d.client();
+    let info = c.graft_load("vas.pick_victim", wat.as_bytes()).unwrap();
+    assert!(!info.cached && info.compile_ns > 0, "{info:?}");
+    assert!(
+        user.cpu_ns() - before >= info.compile_ns,
+        "{} ns charged",
+        user.cpu_ns() - before
+    );
+}

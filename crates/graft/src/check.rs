@@ -185,13 +185,8 @@ pub fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadError> {
     use wasmparser::{Operator, Parser, Payload};
     let too_large = |why: String| Err(LoadError::TooLarge(why));
     let malformed = |e: wasmparser::BinaryReaderError| LoadError::Malformed(e.to_string());
-    if wasm.len() > limits.max_bytes {
-        return too_large(format!(
-            "the module is {} bytes, more than the {} allowed",
-            wasm.len(),
-            limits.max_bytes
-        ));
-    }
+    // The section headers alone first: a module with too many functions costs nothing more.
+    precheck_head(wasm, wasm.len(), limits)?;
     for payload in Parser::new(0).parse_all(wasm) {
         match payload.map_err(malformed)? {
             Payload::CodeSectionStart { count, .. } if count > limits.max_functions => {
@@ -247,4 +242,99 @@ pub fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadError> {
         }
     }
     Ok(())
+}
+
+/// The checks that need only the start of a module, for a module still arriving: its declared
+/// size, and the number of functions its function (or code) section declares, read from the
+/// section's header without parsing any entry. Bytes not yet there are not judged.
+pub fn precheck_head(head: &[u8], size: usize, limits: &ModuleLimits) -> Result<(), LoadError> {
+    if size > limits.max_bytes {
+        return Err(LoadError::TooLarge(format!(
+            "the module is {size} bytes, more than the {} allowed",
+            limits.max_bytes
+        )));
+    }
+    match declared_functions(head)? {
+        Some(count) if count > limits.max_functions => Err(LoadError::TooLarge(format!(
+            "the module defines {count} functions, more than the {} allowed",
+            limits.max_functions
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Section ids of the function and code sections.
+const FUNCTION_SECTION: u8 = 3;
+const CODE_SECTION: u8 = 10;
+
+/// The number of functions a binary module declares, from the header of its function section
+/// (or of its code section, if that comes first), skipping every other section by its size.
+/// `None` if `head` ends before that header, or it is not a binary module (the text format).
+pub fn declared_functions(head: &[u8]) -> Result<Option<u32>, LoadError> {
+    const MAGIC: &[u8] = b"\0asm";
+    if !head.starts_with(MAGIC) {
+        return Ok(None);
+    }
+    let mut at = 8;
+    while at < head.len() {
+        let id = head[at];
+        let Some((size, n)) = leb_u32(&head[at + 1..])? else {
+            return Ok(None);
+        };
+        let body = at + 1 + n;
+        if id == FUNCTION_SECTION || id == CODE_SECTION {
+            return Ok(leb_u32(&head[body.min(head.len())..])?.map(|(count, _)| count));
+        }
+        at = body.saturating_add(size as usize);
+    }
+    Ok(None)
+}
+
+/// An unsigned LEB128 `u32` at the start of `bytes` and its length; `None` if `bytes` ends
+/// inside it.
+fn leb_u32(bytes: &[u8]) -> Result<Option<(u32, usize)>, LoadError> {
+    let mut value: u64 = 0;
+    for (i, &b) in bytes.iter().enumerate().take(5) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return u32::try_from(value)
+                .map(|v| Some((v, i + 1)))
+                .map_err(|_| LoadError::Malformed("a section header's number is over 32 bits".into()));
+        }
+    }
+    if bytes.len() >= 5 {
+        return Err(LoadError::Malformed("a section header's number is over 5 bytes".into()));
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A module of `n` empty functions, in binary.
+    fn empty_functions(n: usize) -> Vec<u8> {
+        let wat = format!("(module {})", "(func)".repeat(n));
+        wat::parse_str(wat).unwrap()
+    }
+
+    #[test]
+    fn functions_are_counted_from_the_section_header_alone() {
+        let m = empty_functions(300);
+        assert_eq!(declared_functions(&m).unwrap(), Some(300));
+        // Enough of the module to reach the function section's header is enough.
+        // Header (8), the type section (6), the function section's id, size and count (5).
+        assert_eq!(m[14], FUNCTION_SECTION);
+        let header_end = 19;
+        assert_eq!(declared_functions(&m[..header_end]).unwrap(), Some(300));
+        assert_eq!(declared_functions(&m[..10]).unwrap(), None);
+        assert_eq!(declared_functions(b"(module)").unwrap(), None);
+        let limits = ModuleLimits {
+            max_functions: 299,
+            ..ModuleLimits::default()
+        };
+        let e = precheck_head(&m[..header_end], m.len(), &limits).unwrap_err();
+        assert!(e.to_string().contains("300 functions"), "{e}");
+        precheck_head(&m[..10], m.len(), &limits).unwrap();
+    }
 }

@@ -31,7 +31,7 @@ mod slot;
 mod stats;
 
 pub use callable::{CallError, Callables};
-pub use check::{ModuleSummary, allowed_imports, check_module, precheck};
+pub use check::{ModuleSummary, allowed_imports, check_module, declared_functions, precheck, precheck_head};
 pub use clock::{ticks, ticks_to_ns};
 pub use error::{GraftError, LoadError};
 pub use point::{

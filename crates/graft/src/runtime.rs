@@ -64,6 +64,20 @@ impl Default for ModuleLimits {
     }
 }
 
+impl ModuleLimits {
+    /// The limits of a program that runs as a VINO process, of at most `max_bytes`: a real
+    /// program has thousands of functions (sqlite3: about 2,500), so a graft's made larger.
+    pub fn program(max_bytes: usize) -> ModuleLimits {
+        ModuleLimits {
+            max_bytes,
+            max_functions: 65_536,
+            max_body_bytes: 1 << 20,
+            max_nesting: 1024,
+            max_locals: 100_000,
+        }
+    }
+}
+
 /// Limits and settings of the graft runtime.
 #[derive(Debug, Clone, Copy)]
 pub struct RuntimeConfig {
@@ -313,6 +327,18 @@ impl Runtime {
             cached: false,
             compile_time,
         })
+    }
+
+    /// Refuses a graft module still arriving (`head`, its first bytes, of `size` in all) as
+    /// soon as what has arrived shows it too costly to compile (see [`crate::precheck_head`]).
+    pub fn precheck_head(&self, head: &[u8], size: usize) -> Result<(), LoadError> {
+        crate::check::precheck_head(head, size, &self.inner.config.module_limits)
+    }
+
+    /// Takes one of `account`'s compiles in progress for a compile outside this runtime (a
+    /// program's), waiting (while `wanted`) for its own others as a graft's compile does.
+    pub fn compile_charge(&self, account: &Arc<Account>, wanted: &dyn Fn() -> bool) -> Result<Charge, LoadError> {
+        charge_compile(account, wanted)
     }
 
     /// Budget of one invocation in epoch ticks (or fuel units).

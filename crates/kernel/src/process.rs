@@ -5,7 +5,7 @@ use crate::error::{Errno, SysError, SysResult};
 use crate::files::{Fd, FdTable, OpenFile, OpenFlags};
 use crate::namei::{At, Found};
 use crate::perm::{self, Credentials, EXEC, READ, WRITE};
-use crate::{Account, Kernel, Pid, Resource};
+use crate::{Account, Kernel, Pid, Resource, account};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use vino_cache::{IoCtx, ReadAhead};
@@ -779,9 +779,53 @@ impl Process {
         // the mount, which every user's requests share) finds it in the module cache.
         self.kernel
             .runtime()
-            .compile_for(wasm, Some(&self.account), &|| true)
+            .compile_for(wasm, Some(&self.account), &|| self.runner_alive())
             .map_err(vino_graft::GraftError::from)?;
         self.kernel.staged.stage(self.cred.uid, self.pid, &self.account, wasm)
+    }
+
+    /// False once whoever runs this process has gone (see [`Process::set_alive_check`]).
+    fn runner_alive(&self) -> bool {
+        let alive = self.alive.lock().clone();
+        alive.is_none_or(|a| a())
+    }
+
+    /// Judges a module still arriving for a graft load (or, with `program`, for a program run)
+    /// by its first bytes `head` and its declared `size`: refused (E2BIG) as soon as they show
+    /// it too costly to compile, so that a front end need not receive the rest.
+    pub fn precheck_module_head(&self, program: bool, head: &[u8], size: usize) -> SysResult<()> {
+        if !program {
+            return Ok(self
+                .kernel
+                .runtime
+                .precheck_head(head, size)
+                .map_err(vino_graft::GraftError::from)?);
+        }
+        // A program's size is bounded where it is received.
+        match vino_graft::precheck_head(head, size, &vino_graft::ModuleLimits::program(usize::MAX)) {
+            Err(vino_graft::LoadError::TooLarge(why)) => Err(SysError::new(
+                Errno::TooBig,
+                format!("program refused before compiling: {why}"),
+            )),
+            Err(e) => Err(SysError::new(Errno::Inval, e.to_string())),
+            Ok(()) => Ok(()),
+        }
+    }
+
+    /// One of this user's compiles in progress, for compiling a program: a user's compiles
+    /// wait for each other's end (not for other users'), and the wait is dropped (EINTR) once
+    /// the process's runner is gone. The compile's time is charged with
+    /// [`Account::add_cpu`] by the caller.
+    pub fn compile_charge(&self) -> SysResult<account::Charge> {
+        let charge = self
+            .kernel
+            .runtime
+            .compile_charge(&self.account, &|| self.runner_alive())
+            .map_err(vino_graft::GraftError::from)?;
+        if !self.runner_alive() {
+            return Err(vino_graft::GraftError::from(vino_graft::LoadError::Cancelled).into());
+        }
+        Ok(charge)
     }
 
     /// Loads the module this user staged under `token` at `point`, as [`Process::graft_load`].

@@ -69,6 +69,19 @@ pub fn read_frame_after_header(
     buf: &mut Vec<u8>,
     max: usize,
 ) -> Result<(), FrameError> {
+    read_frame_watching(header, r, buf, max, &mut |_| true).map(|_| ())
+}
+
+/// Like [`read_frame_after_header`], showing `watch` what has arrived after each read, so that
+/// a frame can be judged (and refused) before all of it is read. Returns false if `watch` said
+/// stop: the rest of the frame is left unread.
+pub fn read_frame_watching(
+    header: [u8; 4],
+    r: &mut impl Read,
+    buf: &mut Vec<u8>,
+    max: usize,
+    watch: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<bool, FrameError> {
     let len = u32::from_le_bytes(header) as usize;
     if len > max {
         return Err(FrameError::TooLarge { len: len as u64, max });
@@ -92,8 +105,104 @@ pub fn read_frame_after_header(
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Truncated),
             Err(e) => return Err(e.into()),
         }
+        if !watch(buf) {
+            return Ok(false);
+        }
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Who a module carried in a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleFor {
+    /// A graft ([`Request::GraftLoad`], [`Request::GraftLoadFile`], [`Request::GraftStage`]).
+    Graft,
+    /// A program ([`Request::Run`]).
+    Program,
+}
+
+/// The start of the module a request carries, as far as a frame's first bytes show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleHead<'a> {
+    pub kind: ModuleFor,
+    /// The module's size as the request declares it.
+    pub size: usize,
+    /// The module's bytes that have arrived.
+    pub head: &'a [u8],
+}
+
+/// The module in a request frame's `payload` (or its first bytes), if the request carries one
+/// and enough has arrived to find where it starts: read from the encoding itself, so that a
+/// module too costly to compile can be refused before the rest of its frame is read.
+pub fn module_head(payload: &[u8]) -> Option<ModuleHead<'_>> {
+    let (tag, mut at) = varint(payload)?;
+    let (kind, strings) = request_shapes().iter().find(|s| s.0 == tag).map(|s| (s.1, s.2))?;
+    // The strings before the module: each a length and its bytes.
+    for _ in 0..strings {
+        let (n, len) = varint(&payload[at..])?;
+        at = at.checked_add(len)?.checked_add(usize::try_from(n).ok()?)?;
+    }
+    let (size, len) = varint(payload.get(at..)?)?;
+    let size = usize::try_from(size).ok()?;
+    let start = at + len;
+    let end = payload.len().min(start.saturating_add(size));
+    Some(ModuleHead {
+        kind,
+        size,
+        head: payload.get(start..end)?,
+    })
+}
+
+/// Each request that carries a module: its tag, whom the module is for, and how many strings
+/// come before the module in its encoding.
+fn request_shapes() -> &'static [(u64, ModuleFor, usize)] {
+    static SHAPES: std::sync::OnceLock<Vec<(u64, ModuleFor, usize)>> = std::sync::OnceLock::new();
+    SHAPES.get_or_init(|| {
+        let tag = |r: &crate::Request| varint(&postcard::to_allocvec(r).expect("encodes")).expect("a tag").0;
+        let wasm = Vec::new;
+        let s = String::new;
+        vec![
+            (
+                tag(&crate::Request::GraftLoad {
+                    point: s(),
+                    wasm: wasm(),
+                }),
+                ModuleFor::Graft,
+                1,
+            ),
+            (
+                tag(&crate::Request::GraftLoadFile {
+                    path: s(),
+                    point: s(),
+                    wasm: wasm(),
+                }),
+                ModuleFor::Graft,
+                2,
+            ),
+            (tag(&crate::Request::GraftStage { wasm: wasm() }), ModuleFor::Graft, 0),
+            (
+                tag(&crate::Request::Run {
+                    wasm: wasm(),
+                    setup: Default::default(),
+                    detach: false,
+                }),
+                ModuleFor::Program,
+                0,
+            ),
+        ]
+    })
+}
+
+/// A postcard varint at the start of `bytes` and its length; `None` if incomplete.
+fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -369,5 +478,39 @@ mod tests {
         assert!(xattr(crate::MAX_XATTR).check().is_ok());
         assert!(xattr(crate::MAX_XATTR + 1).check().is_err());
         assert_eq!(crate::errno::name(crate::errno::ELOOP), Some("ELOOP"));
+    }
+
+    #[test]
+    fn a_module_is_found_in_the_first_bytes_of_its_frame() {
+        let module: Vec<u8> = (0..200u8).collect();
+        let cases = [
+            (
+                Request::GraftLoadFile {
+                    path: "/a/b".into(),
+                    point: "lock.grant".into(),
+                    wasm: module.clone(),
+                },
+                ModuleFor::Graft,
+            ),
+            (
+                Request::Run {
+                    wasm: module.clone(),
+                    setup: Default::default(),
+                    detach: true,
+                },
+                ModuleFor::Program,
+            ),
+        ];
+        for (req, kind) in cases {
+            let frame = encode(&req);
+            let payload = &frame[4..];
+            let whole = module_head(payload).unwrap();
+            assert_eq!((whole.kind, whole.size, whole.head), (kind, 200, &module[..]));
+            // A prefix shows the module's start; one that ends before it shows nothing.
+            let at = payload.len() - if kind == ModuleFor::Program { 200 + 5 } else { 200 };
+            assert_eq!(module_head(&payload[..at + 10]).unwrap().head, &module[..10]);
+            assert_eq!(module_head(&payload[..1]), None);
+        }
+        assert_eq!(module_head(&encode(&Request::Top)[4..]), None);
     }
 }

@@ -26,7 +26,10 @@ mod frame;
 mod poll;
 mod types;
 
-pub use frame::{FrameError, decode, encode, read_frame, read_frame_after_header, write_frame};
+pub use frame::{
+    FrameError, ModuleFor, ModuleHead, decode, encode, module_head, read_frame, read_frame_after_header,
+    read_frame_watching, write_frame,
+};
 pub use poll::{Polled, SPIN, poll_until_readable, spin_until_readable};
 pub use types::*;
 
