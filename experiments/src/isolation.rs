@@ -1705,6 +1705,8 @@ fn event_filter(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
     started(&note);
     ctx.hold();
     Ok(note)
+}
+
 /// A binary module of `n` empty functions, built directly (the text format takes seconds).
 fn empty_functions(n: u32) -> Vec<u8> {
     fn leb(out: &mut Vec<u8>, mut v: u32) {
