@@ -605,8 +605,8 @@ impl State {
             self.reserve(owner, account, extra)?;
         }
         let obj = self.objects.get_mut(&object).expect("the object planned on");
+        obj.generation += u64::from(!change.is_empty());
         obj.held.apply(change);
-        obj.generation += 1;
         self.settle(owner, reserved + extra, delta);
         Ok(())
     }
@@ -700,11 +700,7 @@ fn wait_infos(obj: &Object) -> Vec<WaitInfo> {
             owner: w.owner,
             kind: w.kind,
             range: w.range,
-            upgrade: w.kind == LockKind::Write
-                && obj
-                    .held
-                    .mine(w.owner, &w.range)
-                    .any(|l| l.kind == LockKind::Read),
+            upgrade: w.kind == LockKind::Write && obj.held.mine(w.owner, &w.range).any(|l| l.kind == LockKind::Read),
             age_ns: now.duration_since(w.since).as_nanos() as u64,
         })
         .collect()
@@ -833,7 +829,8 @@ mod tests {
     #[should_panic(expected = "conflicting locks held")]
     fn the_check_catches_two_writers_on_one_byte() {
         let mut st = State::default();
-        st.objects.entry(1).or_default().held = forced(&[held(1, LockKind::Write, 0, 10), held(2, LockKind::Write, 5, 6)]);
+        st.objects.entry(1).or_default().held =
+            forced(&[held(1, LockKind::Write, 0, 10), held(2, LockKind::Write, 5, 6)]);
         check_state(&st, usize::MAX);
     }
 

@@ -99,6 +99,11 @@ impl Change {
     pub fn delta(&self) -> i64 {
         self.add.len() as i64 - self.remove.len() as i64
     }
+
+    /// True if the change leaves the locks as they were.
+    pub fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.remove.is_empty()
+    }
 }
 
 impl Held {
@@ -113,7 +118,9 @@ impl Held {
 
     /// Every lock, ordered by owner and start.
     pub fn iter(&self) -> impl Iterator<Item = Lock> + '_ {
-        self.owners.iter().flat_map(|(&owner, m)| m.iter().map(move |(&s, &(e, k))| lock(owner, k, s, e)))
+        self.owners
+            .iter()
+            .flat_map(|(&owner, m)| m.iter().map(move |(&s, &(e, k))| lock(owner, k, s, e)))
     }
 
     pub fn to_vec(&self) -> Vec<Lock> {
@@ -201,11 +208,17 @@ impl Held {
             add: Vec::new(),
         };
         let Some(m) = self.owners.get(&owner).filter(|_| !range.is_empty()) else {
-            change.add.extend(kind.filter(|_| !range.is_empty()).map(|k| lock(owner, k, range.start, range.end)));
+            change.add.extend(
+                kind.filter(|_| !range.is_empty())
+                    .map(|k| lock(owner, k, range.start, range.end)),
+            );
             return change;
         };
         // The locks the range overlaps, and the neighbours that end or start right at its edges.
-        let left = m.range(..range.start).next_back().filter(|(_, (e, _))| *e >= range.start);
+        let left = m
+            .range(..range.start)
+            .next_back()
+            .filter(|(_, (e, _))| *e >= range.start);
         let mut pieces = Vec::new();
         for (&s, &(e, k)) in left.into_iter().chain(m.range(range.start..=range.end)) {
             let l = lock(owner, k, s, e);
@@ -274,7 +287,10 @@ impl Held {
                 let l = lock(owner, k, s, e);
                 assert!(s < e, "object {object}: empty lock {l:?}");
                 if let Some(p) = prev {
-                    assert!(p.range.end <= s, "object {object}: an owner's locks overlap: {p:?}, {l:?}");
+                    assert!(
+                        p.range.end <= s,
+                        "object {object}: an owner's locks overlap: {p:?}, {l:?}"
+                    );
                     assert!(
                         p.kind != k || p.range.end < s,
                         "object {object}: adjacent locks of one kind not merged: {p:?}, {l:?}"

@@ -29,12 +29,7 @@ impl Node {
     }
 
     fn fix(&mut self) {
-        self.max_end = self
-            .lock
-            .range
-            .end
-            .max(max_end(&self.left))
-            .max(max_end(&self.right));
+        self.max_end = self.lock.range.end.max(max_end(&self.left)).max(max_end(&self.right));
     }
 }
 
@@ -138,7 +133,10 @@ fn find(t: &Link, range: &Range, want: &mut impl FnMut(&Lock) -> bool) -> Option
 fn check(t: &Link, lo: Option<(u64, u64)>, hi: Option<(u64, u64)>) -> (usize, u64) {
     let Some(n) = t.as_deref() else { return (0, 0) };
     let k = n.key();
-    assert!(lo.is_none_or(|lo| lo < k) && hi.is_none_or(|hi| k < hi), "tree keys out of order at {k:?}");
+    assert!(
+        lo.is_none_or(|lo| lo < k) && hi.is_none_or(|hi| k < hi),
+        "tree keys out of order at {k:?}"
+    );
     for c in [&n.left, &n.right].into_iter().flatten() {
         assert!(c.prio <= n.prio, "tree heap order broken at {k:?}");
     }

@@ -27,7 +27,11 @@ fn expand(held: &Held) -> Model {
     let mut m: Model = vec![BTreeMap::new(); MODEL_END as usize];
     for l in held.iter() {
         for b in bytes(l.range) {
-            assert!(m[b].insert(l.owner, l.kind).is_none(), "owner {} holds byte {b} twice", l.owner);
+            assert!(
+                m[b].insert(l.owner, l.kind).is_none(),
+                "owner {} holds byte {b} twice",
+                l.owner
+            );
         }
     }
     m
@@ -150,9 +154,15 @@ fn records_are_charged_to_the_owner_up_to_its_limit_and_refunded() {
     // Merging into a held record costs nothing, and a refused split changes nothing.
     lock(1, Read, 1, 1).unwrap();
     assert_eq!(m.held(1).len(), 4);
-    assert!(matches!(m.unlock(1, 1, r(0, 1)), Ok(())), "shrinks a record: no new one");
+    assert!(
+        matches!(m.unlock(1, 1, r(0, 1)), Ok(())),
+        "shrinks a record: no new one"
+    );
     lock(1, Read, 11, 2).unwrap();
-    assert!(matches!(m.unlock(1, 1, r(11, 1)), Err(LockError::Limit(_))), "would split [10, 13)");
+    assert!(
+        matches!(m.unlock(1, 1, r(11, 1)), Err(LockError::Limit(_))),
+        "would split [10, 13)"
+    );
     assert_eq!(m.held(1).len(), 4);
     // Unlocking gives records back; another object is charged to the same account.
     m.unlock(1, 1, r(30, 1)).unwrap();
