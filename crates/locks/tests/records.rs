@@ -211,7 +211,7 @@ fn a_hundred_thousand_locks_on_one_object_are_taken_and_released() {
     let m = manager();
     let acct = account(N);
     // Two owners on alternate bytes: every record borders another owner's.
-    let of = |i: u64| if i % 2 == 0 { (1, Write) } else { (2, Read) };
+    let of = |i: u64| if i.is_multiple_of(2) { (1, Write) } else { (2, Read) };
     for i in 0..N {
         let (owner, kind) = of(i);
         m.lock_charged(7, owner, &acct, kind, r(i, 1), Wait::No).unwrap();
