@@ -1589,7 +1589,12 @@ fn sync_storm(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
 /// a record of its own), until refused; then each unlocks and relocks its bytes in turn.
 fn lock_count(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
     let path = format!("{}/lockcount", ctx.home);
-    let (held, cycles, tally, ready) = (AtomicU64::new(0), AtomicU64::new(0), Tally::default(), AtomicU64::new(0));
+    let (held, cycles, tally, ready) = (
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        Tally::default(),
+        AtomicU64::new(0),
+    );
     std::thread::scope(|s| {
         for i in 0..4u64 {
             let (path, held, cycles, tally, ready) = (&path, &held, &cycles, &tally, &ready);
@@ -1620,6 +1625,10 @@ fn lock_count(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
                 }
                 held.fetch_add(mine, Ordering::Relaxed);
                 ready.fetch_add(1, Ordering::Relaxed);
+                // Relock only once all are full: a slot freed now would go to one still filling.
+                while ready.load(Ordering::Relaxed) < 4 && !ctx.stopped() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 let mut k = 0;
                 while !ctx.stopped() && mine > 0 {
                     let _ = c.lock(fd, LockKind::Unlock, byte(k), 1, false);
