@@ -88,10 +88,13 @@ pub enum Attack {
     /// 3 connections, each sending a module of 250,000 functions and closed 50 ms later, over
     /// and over: the work the daemon does before it refuses, for clients that are gone.
     CompileChurn,
+    /// Four connections holding as many byte-range locks as the user may on its own file,
+    /// unlocking and relocking among them back to back.
+    LockCount,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 11] = [
+    pub const ALL: [Attack; 12] = [
         Attack::LockGrantSpin,
         Attack::LockContend,
         Attack::ControlSpin,
@@ -103,6 +106,7 @@ impl Attack {
         Attack::SyncStorm,
         Attack::EventFilter,
         Attack::CompileChurn,
+        Attack::LockCount,
     ];
 
     /// The attack's name on the command line and in the report.
@@ -119,6 +123,7 @@ impl Attack {
             Attack::SyncStorm => "sync-storm",
             Attack::EventFilter => "event-filter",
             Attack::CompileChurn => "compile-churn",
+            Attack::LockCount => "lock-count",
         }
     }
 
@@ -1144,6 +1149,7 @@ fn attacker(socket: &Path, home: &str, attack: Attack) {
         Attack::SyncStorm => sync_storm(&ctx, &started),
         Attack::EventFilter => event_filter(&ctx, &started),
         Attack::CompileChurn => compile_churn(&ctx, &started),
+        Attack::LockCount => lock_count(&ctx, &started),
     };
     let note = done.unwrap_or_else(|e| format!("attack failed: {e}"));
     // Refused before it was in place: the refusal is the note, and the victim runs anyway.
@@ -1779,6 +1785,78 @@ fn compile_churn(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
     Ok(format!(
         "{} modules started; {}",
         sent.load(Ordering::Relaxed),
+        tally.summary()
+    ))
+}
+
+/// Four connections fill the user's lock records on one file of its own, one byte apart (each
+/// a record of its own), until refused; then each unlocks and relocks its bytes in turn.
+fn lock_count(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
+    let path = format!("{}/lockcount", ctx.home);
+    let (held, cycles, tally, ready) = (
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        Tally::default(),
+        AtomicU64::new(0),
+    );
+    std::thread::scope(|s| {
+        for i in 0..4u64 {
+            let (path, held, cycles, tally, ready) = (&path, &held, &cycles, &tally, &ready);
+            s.spawn(move || {
+                let setup = (|| {
+                    let mut c = ctx.connect(&format!("locks{i}"))?;
+                    let fd = c.open(path, OpenFlags::create())?;
+                    Ok::<_, ClientError>((c, fd))
+                })();
+                let (mut c, fd) = match setup {
+                    Ok(x) => x,
+                    Err(e) => {
+                        ready.fetch_add(1, Ordering::Relaxed);
+                        return tally.err(&e);
+                    }
+                };
+                // Connection i takes bytes 8k + 2i: records of all four interleave.
+                let byte = |k: u64| 8 * k + 2 * i;
+                let mut mine = 0;
+                while !ctx.stopped() {
+                    match c.lock(fd, LockKind::Write, byte(mine), 1, false) {
+                        Ok(()) => mine += 1,
+                        Err(e) => {
+                            tally.err(&e);
+                            break;
+                        }
+                    }
+                }
+                held.fetch_add(mine, Ordering::Relaxed);
+                ready.fetch_add(1, Ordering::Relaxed);
+                // Relock only once all are full: a slot freed now would go to one still filling.
+                while ready.load(Ordering::Relaxed) < 4 && !ctx.stopped() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let mut k = 0;
+                while !ctx.stopped() && mine > 0 {
+                    let _ = c.lock(fd, LockKind::Unlock, byte(k), 1, false);
+                    if let Err(e) = c.lock(fd, LockKind::Write, byte(k), 1, false) {
+                        tally.err(&e);
+                    }
+                    cycles.fetch_add(1, Ordering::Relaxed);
+                    k = (k + 97) % mine;
+                }
+            });
+        }
+        while ready.load(Ordering::Relaxed) < 4 && !ctx.stopped() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        started(&format!(
+            "4 connections hold {} lock records on one file, relocking among them",
+            held.load(Ordering::Relaxed)
+        ));
+    });
+    let _ = ctx.connect("lock-tidy").and_then(|mut c| c.unlink(&path));
+    Ok(format!(
+        "{} records held, {} unlock/relock cycles; refused: {}",
+        held.load(Ordering::Relaxed),
+        cycles.load(Ordering::Relaxed),
         tally.summary()
     ))
 }

@@ -598,6 +598,15 @@ impl Charge {
         self.amount += n;
         Ok(())
     }
+
+    /// Refunds `n` of what it holds (a holding that shrank), at most all of it.
+    pub fn shrink(&mut self, n: u64) {
+        let n = n.min(self.amount);
+        if n > 0 {
+            self.account.sub(self.resource, n);
+            self.amount -= n;
+        }
+    }
 }
 
 impl Drop for Charge {

@@ -4,10 +4,10 @@
 
 mod common;
 
-use common::TestDaemon;
+use common::{TestDaemon, is_root, spawn_child, wait_line};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
-use vino_client::{EventKind, LockKind, OpenFlags, errno};
+use vino_client::{Client, EventKind, LockKind, OpenFlags, errno};
 use vino_proto::{MAX_FRAME, Request, Response};
 
 /// Waits until `ino` has `n` lock waiters.
@@ -222,4 +222,67 @@ fn overflow_cannot_be_subscribed_to_through_the_socket() {
     assert_eq!(err.errno, errno::EINVAL, "{err}");
     let err = c.event_filter(EventKind::Overflow, &[], &[]).unwrap_err();
     assert_eq!(err.errno, errno::EINVAL, "{err}");
+}
+
+/// The roles children of this binary play (selected by `VINO_TEST_ROLE`); a no-op otherwise.
+#[test]
+fn child_role() {
+    let Ok(role) = std::env::var("VINO_TEST_ROLE") else {
+        return;
+    };
+    // "fill": locks separate bytes of its own file until refused and says how many and why,
+    // unlocks them all, takes as many again, and holds them until killed.
+    assert_eq!(role, "fill");
+    let mut c = Client::connect(std::env::var("VINO_SOCKET").unwrap()).unwrap();
+    let fd = c.open("/shared/mine", OpenFlags::create()).unwrap();
+    let fill = |c: &mut Client| {
+        let mut n = 0;
+        loop {
+            match c.lock(fd, LockKind::Write, n * 2, 1, false) {
+                Ok(()) => n += 1,
+                Err(e) => return (n, e.errno),
+            }
+        }
+    };
+    let (n, errno) = fill(&mut c);
+    println!("REFUSED {n} {errno}");
+    c.lock(fd, LockKind::Unlock, 0, 0, false).unwrap();
+    let (n, errno) = fill(&mut c);
+    println!("REFUSED {n} {errno}");
+    println!("HELD");
+    let parent = nix::unistd::getppid();
+    let until = Instant::now() + Duration::from_secs(60);
+    while nix::unistd::getppid() == parent && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::process::exit(0);
+}
+
+#[test]
+fn a_user_past_its_lock_records_gets_enolck_and_they_come_back_when_it_goes() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a child as another user");
+        return;
+    }
+    let d = TestDaemon::with(|c| c.limits.lock_records_per_user = Some(8));
+    d.client().mkdir("/shared", 0o777).unwrap();
+    let mut child = spawn_child("child_role", "fill", &d.socket(), &[], Some(1000));
+    let lines = wait_line(&mut child, "HELD");
+    let refused: Vec<&String> = lines.iter().filter(|l| l.starts_with("REFUSED")).collect();
+    let want = format!("REFUSED 8 {}", errno::ENOLCK);
+    assert_eq!(refused, [&want, &want], "unlocking gave all 8 back: {lines:?}");
+    let accounts = d.handle().kernel().accounts();
+    assert_eq!(accounts.user(1000).used(vino_kernel::Resource::LockRecords), 8);
+    // Root, on the same daemon, is not held back.
+    let mut root = d.client();
+    let fd = root.open("/shared/mine", OpenFlags::read_write()).unwrap();
+    root.lock(fd, LockKind::Read, 1, 1, false).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let until = Instant::now() + Duration::from_secs(10);
+    while accounts.user(1000).used(vino_kernel::Resource::LockRecords) != 0 {
+        assert!(Instant::now() < until, "the child's records were never refunded");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    d.handle().kernel().locks().check_invariants();
 }

@@ -30,6 +30,7 @@ pub enum Errno {
     Range = 34,
     Deadlk = 35,
     NameTooLong = 36,
+    NoLck = 37,
     NotEmpty = 39,
     Loop = 40,
     NoData = 61,
@@ -43,7 +44,7 @@ pub enum Errno {
 
 impl Errno {
     /// Every errno the kernel returns.
-    pub const ALL: [Errno; 31] = [
+    pub const ALL: [Errno; 32] = [
         Errno::Perm,
         Errno::NoEnt,
         Errno::Srch,
@@ -66,6 +67,7 @@ impl Errno {
         Errno::Range,
         Errno::Deadlk,
         Errno::NameTooLong,
+        Errno::NoLck,
         Errno::NotEmpty,
         Errno::Loop,
         Errno::NoData,
@@ -165,6 +167,7 @@ impl From<vino_locks::LockError> for SysError {
             L::Deadlock { .. } => Errno::Deadlk,
             L::Cancelled => Errno::Intr,
             L::Invalid(_) => Errno::Inval,
+            L::Limit(x) => Errno::from_number(x.errno()).unwrap_or(Errno::NoLck),
         };
         SysError::new(errno, e.to_string())
     }

@@ -104,7 +104,8 @@ impl Process {
     /// `fcntl(F_SETLK)` (`wait == false`: `EAGAIN` if a conflicting lock is held) or
     /// `fcntl(F_SETLKW)` (waits; `EDEADLK` if waiting would deadlock, `EINTR` if the wait is
     /// cancelled because the process exits). A read lock needs a descriptor open for reading, a
-    /// write lock one open for writing (`EBADF`).
+    /// write lock one open for writing (`EBADF`). Each lock record held, and two for a wait, is
+    /// charged to this process's account (`ENOLCK` past `lock_records_per_user`).
     pub fn lock(&self, fd: Fd, req: LockRequest, wait: bool) -> SysResult<()> {
         self.lock_for(fd, self.pid(), req, wait)
     }
@@ -118,10 +119,7 @@ impl Process {
         let range = req.range()?;
         let manager = &self.kernel().locks.manager;
         let kind = match req.kind {
-            LockType::Unlock => {
-                manager.unlock(file.ino, owner, range);
-                return Ok(());
-            }
+            LockType::Unlock => return Ok(manager.unlock(file.ino, owner, range)?),
             LockType::Read if !file.flags.read => {
                 return Err(SysError::new(
                     Errno::BadF,
@@ -138,7 +136,7 @@ impl Process {
             LockType::Write => LockKind::Write,
         };
         let wait = if wait { Wait::Forever } else { Wait::No };
-        Ok(manager.lock(file.ino, owner, kind, range, wait)?)
+        Ok(manager.lock_charged(file.ino, owner, self.account(), kind, range, wait)?)
     }
 
     /// `fcntl(F_GETLK)`: a lock of another process that would block `req`, or `None` (also for an

@@ -9,6 +9,10 @@ use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Errno, Kernel, KernelConfig, LockKind, LockRequest, OpenFlags, Process};
 
 fn boot() -> Arc<Kernel> {
+    boot_with(vino_kernel::account::LimitsConfig::default())
+}
+
+fn boot_with(limits: vino_kernel::account::LimitsConfig) -> Arc<Kernel> {
     let dev = Arc::new(MemDevice::new(4096));
     mkfs(
         &*dev,
@@ -21,6 +25,7 @@ fn boot() -> Arc<Kernel> {
     let config = KernelConfig {
         cache_frames: 64,
         writeback_every: None,
+        limits,
         ..KernelConfig::default()
     };
     Kernel::boot(dev as Arc<dyn BlockDevice>, &config).unwrap()
@@ -28,7 +33,10 @@ fn boot() -> Arc<Kernel> {
 
 /// Root makes /shared (world-writable) and two users open /shared/db read-write.
 fn setup() -> (Arc<Kernel>, Arc<Process>, Arc<Process>) {
-    let k = boot();
+    setup_in(boot())
+}
+
+fn setup_in(k: Arc<Kernel>) -> (Arc<Kernel>, Arc<Process>, Arc<Process>) {
     let root = k.spawn(Credentials::root());
     root.mkdir("/shared", 0o777).unwrap();
     let alice = k.spawn(Credentials::user(1000, 1000));
@@ -196,4 +204,44 @@ fn only_the_creator_or_a_privileged_process_may_graft_lock_grant() {
     assert_eq!(h.join().unwrap(), Ok(()));
     let stats = root.graft_stats(&format!("lock.grant/{r}")).unwrap().stats.unwrap();
     assert!(stats.invocations >= 2 && stats.failures == 0, "{stats:?}");
+}
+
+#[test]
+fn lock_records_are_charged_to_their_user_up_to_enolck_and_refunded() {
+    use vino_kernel::Resource::LockRecords;
+    let mut limits = vino_kernel::account::LimitsConfig::default();
+    limits.user.set(LockRecords, 8);
+    let (k, alice, bob) = setup_in(boot_with(limits));
+    let alice2 = k.spawn(Credentials::user(1000, 1000));
+    let a = alice.open("/shared/db", OpenFlags::read_write()).unwrap();
+    let a2 = alice2.open("/shared/db", OpenFlags::read_write()).unwrap();
+    let b = bob.open("/shared/db", OpenFlags::read_write()).unwrap();
+    // Two processes of one user share its limit; every record is one, wherever it is.
+    for i in 0..4 {
+        alice.lock(a, LockRequest::write(i * 2, 1), false).unwrap();
+        alice2.lock(a2, LockRequest::read(100 + i * 2, 1), false).unwrap();
+    }
+    let e = alice.lock(a, LockRequest::write(50, 1), false).unwrap_err();
+    assert_eq!(e.errno, Errno::NoLck, "{e}");
+    assert!(e.message.contains("uid 1000"), "{e}");
+    // Merging frees one; splitting a record by unlocking its middle needs one more.
+    alice.lock(a, LockRequest::write(0, 3), false).unwrap();
+    alice.lock(a, LockRequest::write(50, 1), false).unwrap();
+    let e = alice.lock(a, LockRequest::unlock(1, 1), false).unwrap_err();
+    assert_eq!(e.errno, Errno::NoLck, "{e}");
+    // The other user is not held back by alice's records.
+    for i in 0..8 {
+        bob.lock(b, LockRequest::read(200 + i * 2, 1), false).unwrap();
+    }
+    let accounts = k.accounts();
+    assert_eq!(accounts.user(1000).used(LockRecords), 8);
+    assert_eq!(accounts.user(1001).used(LockRecords), 8);
+    // Unlock, close and exit each give them back.
+    alice.lock(a, LockRequest::unlock(0, 0), false).unwrap();
+    assert_eq!(accounts.user(1000).used(LockRecords), 4);
+    alice2.close(a2).unwrap();
+    assert_eq!(accounts.user(1000).used(LockRecords), 0);
+    k.exit(bob.pid());
+    assert_eq!(accounts.total().used(LockRecords), 0);
+    k.locks().check_invariants();
 }

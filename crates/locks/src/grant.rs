@@ -3,8 +3,9 @@
 //! # The graft ABI
 //!
 //! `lock_grant(n: i32, m: i32) -> i64`. The argument area holds `n` (1..=64) waiting requests in
-//! arrival order (entry 0 has waited longest), then `m` locks currently held on the object, each
-//! a 32-byte [`vino_lock`](LockEntry) entry, little-endian:
+//! arrival order (entry 0 has waited longest), then `m` locks currently held on the object that
+//! overlap one of those requests (the others cannot keep any of them waiting), each a 32-byte
+//! [`vino_lock`](LockEntry) entry, little-endian:
 //!
 //! ```c
 //! struct vino_lock {
@@ -60,7 +61,7 @@ pub struct WaitInfo {
 }
 
 /// The arguments of `lock.grant`: the waiters in arrival order (at most [`GRANT_MAX`]) and the
-/// locks held on the object.
+/// locks held on the object (the manager passes those that overlap a waiter).
 #[derive(Debug, Clone, Copy)]
 pub struct GrantArgs<'a> {
     pub waiters: &'a [WaitInfo],

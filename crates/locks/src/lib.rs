@@ -42,10 +42,11 @@
 pub mod grant;
 mod manager;
 pub mod range;
+mod tree;
 
 pub use grant::{Fifo, Frp, GrantArgs, GrantEnv, LockGrant, WaitInfo};
 pub use manager::{LockError, LockManager, LockStats, Wait};
-pub use range::{Lock, LockKind, Range, TO_EOF};
+pub use range::{Change, Held, Lock, LockKind, Range, TO_EOF};
 
 /// True if this build checks the lock manager's invariants after every operation (debug builds, and
 /// release builds with the `invariants` feature, which `cargo test` of the workspace turns on

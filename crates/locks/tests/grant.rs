@@ -66,19 +66,19 @@ fn queue_up(m: &Arc<LockManager>) -> Vec<JoinHandle<Result<(), LockError>>> {
 fn frp_lets_readers_pass_the_waiting_writer() {
     let (m, _slot) = manager(Policy::Frp);
     let hs = queue_up(&m);
-    m.unlock(OBJ, 1, BYTE0);
+    m.unlock(OBJ, 1, BYTE0).unwrap();
     assert_eq!(holders(&m), vec![(3, Read), (4, Read)], "all waiting readers at once");
     assert!(
         m.lock(OBJ, 6, Read, BYTE0, Wait::No).is_ok(),
         "a new reader walks in past the writers"
     );
     for o in [3, 4, 6] {
-        m.unlock(OBJ, o, BYTE0);
+        m.unlock(OBJ, o, BYTE0).unwrap();
     }
     assert_eq!(holders(&m), vec![(2, Write)], "then the writers, longest-waiting first");
-    m.unlock(OBJ, 2, BYTE0);
+    m.unlock(OBJ, 2, BYTE0).unwrap();
     assert_eq!(holders(&m), vec![(5, Write)]);
-    m.unlock(OBJ, 5, BYTE0);
+    m.unlock(OBJ, 5, BYTE0).unwrap();
     for h in hs {
         assert_eq!(h.join().unwrap(), Ok(()));
     }
@@ -87,18 +87,18 @@ fn frp_lets_readers_pass_the_waiting_writer() {
 fn strict_fifo(policy: Policy) {
     let (m, slot) = manager(policy);
     let hs = queue_up(&m);
-    m.unlock(OBJ, 1, BYTE0);
+    m.unlock(OBJ, 1, BYTE0).unwrap();
     assert_eq!(holders(&m), vec![(2, Write)], "{policy:?}: the writer that came first");
-    m.unlock(OBJ, 2, BYTE0);
+    m.unlock(OBJ, 2, BYTE0).unwrap();
     assert_eq!(holders(&m), vec![(3, Read), (4, Read)], "{policy:?}: then both readers");
     assert!(
         matches!(m.lock(OBJ, 6, Read, BYTE0, Wait::No), Err(LockError::WouldBlock { .. })),
         "{policy:?}: a new reader may not pass writer 5"
     );
-    m.unlock(OBJ, 3, BYTE0);
-    m.unlock(OBJ, 4, BYTE0);
+    m.unlock(OBJ, 3, BYTE0).unwrap();
+    m.unlock(OBJ, 4, BYTE0).unwrap();
     assert_eq!(holders(&m), vec![(5, Write)]);
-    m.unlock(OBJ, 5, BYTE0);
+    m.unlock(OBJ, 5, BYTE0).unwrap();
     for h in hs {
         assert_eq!(h.join().unwrap(), Ok(()));
     }
@@ -126,10 +126,10 @@ fn upgrading_reader_wins_under_every_policy() {
         m.lock(OBJ, 2, Read, BYTE0, Wait::No).unwrap();
         let w = waiter(&m, 3, Write);
         let up = waiter(&m, 1, Write);
-        m.unlock(OBJ, 2, BYTE0);
+        m.unlock(OBJ, 2, BYTE0).unwrap();
         assert_eq!(holders(&m), vec![(1, Write)], "{policy:?}");
         assert_eq!(up.join().unwrap(), Ok(()));
-        m.unlock(OBJ, 1, BYTE0);
+        m.unlock(OBJ, 1, BYTE0).unwrap();
         assert_eq!(holders(&m), vec![(3, Write)], "{policy:?}");
         assert_eq!(w.join().unwrap(), Ok(()));
     }
@@ -154,14 +154,14 @@ fn nobody_is_stranded(body: &str) -> (u64, u64, u64) {
     let (m, slot) = manager(Policy::Frp);
     slot.load(&hostile(body), Owner::process(1)).expect("the module loads");
     let hs = queue_up(&m);
-    m.unlock(OBJ, 1, BYTE0);
+    m.unlock(OBJ, 1, BYTE0).unwrap();
     assert_eq!(holders(&m), vec![(3, Read), (4, Read)], "{body}: the default decided");
-    m.unlock(OBJ, 3, BYTE0);
-    m.unlock(OBJ, 4, BYTE0);
+    m.unlock(OBJ, 3, BYTE0).unwrap();
+    m.unlock(OBJ, 4, BYTE0).unwrap();
     assert_eq!(holders(&m), vec![(2, Write)], "{body}");
-    m.unlock(OBJ, 2, BYTE0);
+    m.unlock(OBJ, 2, BYTE0).unwrap();
     assert_eq!(holders(&m), vec![(5, Write)], "{body}");
-    m.unlock(OBJ, 5, BYTE0);
+    m.unlock(OBJ, 5, BYTE0).unwrap();
     for h in hs {
         assert_eq!(h.join().unwrap(), Ok(()), "{body}");
     }
@@ -208,9 +208,9 @@ fn after_enough_failures_the_graft_is_unloaded() {
     for round in 0..10 {
         m.lock(OBJ, 1, Write, BYTE0, Wait::No).unwrap();
         let h = waiter(&m, 2, Read);
-        m.unlock(OBJ, 1, BYTE0);
+        m.unlock(OBJ, 1, BYTE0).unwrap();
         assert_eq!(h.join().unwrap(), Ok(()), "round {round}");
-        m.unlock(OBJ, 2, BYTE0);
+        m.unlock(OBJ, 2, BYTE0).unwrap();
     }
     assert_eq!(slot.policy_kind(), PolicyKind::Default);
 }
@@ -252,7 +252,7 @@ fn a_spinning_graft_on_one_file_never_holds_up_locks_on_another() {
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (m2, done2) = (m.clone(), done.clone());
     let unlocker = thread::spawn(move || {
-        m2.unlock(OBJ, 1, BYTE0);
+        m2.unlock(OBJ, 1, BYTE0).unwrap();
         done2.store(true, std::sync::atomic::Ordering::SeqCst);
     });
     // Let it enter the graft (which spins for most of a second).
@@ -261,7 +261,7 @@ fn a_spinning_graft_on_one_file_never_holds_up_locks_on_another() {
     const OTHER: u64 = 77;
     for i in 0..1000u64 {
         m.lock(OTHER, 10 + i % 3, Write, BYTE0, Wait::No).unwrap();
-        m.unlock(OTHER, 10 + i % 3, BYTE0);
+        m.unlock(OTHER, 10 + i % 3, BYTE0).unwrap();
     }
     m.lock(OTHER, 20, Read, BYTE0, Wait::Forever).unwrap();
     m.release_owner(20);
@@ -300,7 +300,7 @@ fn an_object_that_changes_while_its_graft_decides_is_decided_again() {
                     m.check_invariants();
                     // Held a moment, so others queue behind it and the graft decides.
                     thread::sleep(Duration::from_micros(200));
-                    m.unlock(OBJ, owner, range);
+                    m.unlock(OBJ, owner, range).unwrap();
                 }
                 m.release_owner(owner);
             })

@@ -89,7 +89,7 @@ proptest! {
                 }
                 Op::Unlock(owner, start, len) => {
                     let range = r(start, len);
-                    m.unlock(7, owner, range);
+                    m.unlock(7, owner, range).unwrap();
                     for b in range.start..range.end.min(MODEL_END) {
                         model[b as usize].remove(&owner);
                     }
@@ -128,7 +128,7 @@ fn split_merge_upgrade_downgrade() {
     assert_eq!(mine.len(), 1, "downgrade merges back: {mine:?}");
     assert!(m.lock(1, 11, Read, r(45, 1), Wait::No).is_ok());
     // Unlocking a sub-range splits; to-infinity ranges.
-    m.unlock(1, 10, r(20, 10));
+    m.unlock(1, 10, r(20, 10)).unwrap();
     assert_eq!(m.held(1).iter().filter(|l| l.owner == 10).count(), 2);
     m.lock(1, 12, Write, r(200, 0), Wait::No).unwrap();
     let probe = m.get_lock(1, 10, Read, r(1 << 40, 1)).unwrap();
@@ -178,7 +178,7 @@ fn two_owner_cycle_is_a_deadlock() {
         Err(LockError::Deadlock { holder: 1 })
     );
     assert_eq!(m.stats().deadlocks, 1);
-    m.unlock(1, 2, r(1, 1));
+    m.unlock(1, 2, r(1, 1)).unwrap();
     assert_eq!(a.join().unwrap(), Ok(()));
     assert!(m.held(1).iter().all(|l| l.owner == 1));
 }
@@ -218,7 +218,7 @@ fn upgrade_deadlock_between_two_readers_is_detected() {
         m.lock(1, 2, Write, r(0, 1), Wait::Forever),
         Err(LockError::Deadlock { holder: 1 })
     );
-    m.unlock(1, 2, r(0, 1));
+    m.unlock(1, 2, r(0, 1)).unwrap();
     assert_eq!(a.join().unwrap(), Ok(()));
     assert_eq!(
         m.held(1),

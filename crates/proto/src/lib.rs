@@ -83,6 +83,7 @@ pub mod errno {
     pub const ERANGE: i32 = 34;
     pub const EDEADLK: i32 = 35;
     pub const ENAMETOOLONG: i32 = 36;
+    pub const ENOLCK: i32 = 37;
     pub const ENOSYS: i32 = 38;
     pub const ENOTEMPTY: i32 = 39;
     pub const ELOOP: i32 = 40;
@@ -98,7 +99,7 @@ pub mod errno {
     pub const EDQUOT: i32 = 122;
 
     /// Every errno named here, with its name.
-    pub const ALL: [(i32, &str); 35] = [
+    pub const ALL: [(i32, &str); 36] = [
         (EPERM, "EPERM"),
         (ENOENT, "ENOENT"),
         (ESRCH, "ESRCH"),
@@ -121,6 +122,7 @@ pub mod errno {
         (ERANGE, "ERANGE"),
         (EDEADLK, "EDEADLK"),
         (ENAMETOOLONG, "ENAMETOOLONG"),
+        (ENOLCK, "ENOLCK"),
         (ENOSYS, "ENOSYS"),
         (ENOTEMPTY, "ENOTEMPTY"),
         (ELOOP, "ELOOP"),

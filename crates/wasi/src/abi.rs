@@ -33,6 +33,7 @@ impl WasiErrno {
     pub const NFILE: WasiErrno = WasiErrno(41);
     pub const NOBUFS: WasiErrno = WasiErrno(42);
     pub const NOENT: WasiErrno = WasiErrno(44);
+    pub const NOLCK: WasiErrno = WasiErrno(46);
     pub const NOSPC: WasiErrno = WasiErrno(51);
     pub const NOSYS: WasiErrno = WasiErrno(52);
     pub const NOTDIR: WasiErrno = WasiErrno(54);
@@ -72,6 +73,7 @@ impl From<Errno> for WasiErrno {
             Errno::Range => WasiErrno::RANGE,
             Errno::Deadlk => WasiErrno::DEADLK,
             Errno::NameTooLong => WasiErrno::NAMETOOLONG,
+            Errno::NoLck => WasiErrno::NOLCK,
             Errno::NotEmpty => WasiErrno::NOTEMPTY,
             Errno::Loop => WasiErrno::LOOP,
             // WASI has no ENODATA (a missing extended attribute) or EUSERS.
