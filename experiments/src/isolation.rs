@@ -79,10 +79,12 @@ pub enum Attack {
     /// 4 KiB written and made durable, back to back on 4 connections: two `fsync` their own
     /// file, two ask for a `sync` of everything, so every call has something to flush.
     SyncStorm,
+    /// A directory of 20,000 long names, listed whole (page by page) in loops on 4 connections.
+    Listing,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 9] = [
+    pub const ALL: [Attack; 10] = [
         Attack::LockGrantSpin,
         Attack::LockContend,
         Attack::ControlSpin,
@@ -92,6 +94,7 @@ impl Attack {
         Attack::ConnectionHog,
         Attack::DiskFill,
         Attack::SyncStorm,
+        Attack::Listing,
     ];
 
     /// The attack's name on the command line and in the report.
@@ -106,6 +109,7 @@ impl Attack {
             Attack::ConnectionHog => "connection-hog",
             Attack::DiskFill => "disk-fill",
             Attack::SyncStorm => "sync-storm",
+            Attack::Listing => "listing",
         }
     }
 
@@ -1051,6 +1055,7 @@ fn attacker(socket: &Path, home: &str, attack: Attack) {
         Attack::ConnectionHog => connection_hog(&ctx, &started),
         Attack::DiskFill => disk_fill(&ctx, &started),
         Attack::SyncStorm => sync_storm(&ctx, &started),
+        Attack::Listing => listing(&ctx, &started),
     };
     let note = done.unwrap_or_else(|e| format!("attack failed: {e}"));
     // Refused before it was in place: the refusal is the note, and the victim runs anyway.
@@ -1575,6 +1580,55 @@ fn sync_storm(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
         "{} fsyncs, {} syncs{}",
         fsyncs.load(Ordering::Relaxed),
         syncs.load(Ordering::Relaxed),
+        errors_suffix(&tally)
+    ))
+}
+
+/// Fills a directory with long names (until refused), then lists it whole on 4 connections,
+/// back to back: each answer is a page, so a listing costs the daemon O(page) per request.
+fn listing(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
+    let dir = format!("{}/many", ctx.home);
+    let mut c = ctx.connect("lister-fill").map_err(text)?;
+    if let Err(e) = c.mkdir(&dir, 0o755)
+        && e.errno != errno::EEXIST
+    {
+        return Err(text(e));
+    }
+    let pad = "n".repeat(200);
+    let (mut made, mut refusal) = (0, String::new());
+    while made < 20_000 && !ctx.stopped() {
+        match c.open(&format!("{dir}/{made:05}{pad}"), OpenFlags::create()) {
+            Ok(fd) => {
+                let _ = c.close(fd);
+            }
+            Err(e) => {
+                refusal = format!(", then {}", text(e));
+                break;
+            }
+        }
+        made += 1;
+    }
+    let (lists, tally) = (AtomicU64::new(0), Tally::default());
+    std::thread::scope(|s| {
+        for i in 0..4 {
+            let (lists, tally, dir) = (&lists, &tally, &dir);
+            s.spawn(move || {
+                let Ok(mut c) = ctx.connect(&format!("lister{i}")) else {
+                    return tally.add("connect refused");
+                };
+                while !ctx.stopped() {
+                    match c.readdir(dir) {
+                        Ok(_) => drop(lists.fetch_add(1, Ordering::Relaxed)),
+                        Err(e) => tally.err(&e),
+                    }
+                }
+            });
+        }
+        started(&format!("{made} entries made{refusal}; 4 connections listing them"));
+    });
+    Ok(format!(
+        "{made} entries{refusal}, {} whole listings{}",
+        lists.load(Ordering::Relaxed),
         errors_suffix(&tally)
     ))
 }
