@@ -91,10 +91,12 @@ pub enum Attack {
     /// Four connections holding as many byte-range locks as the user may on its own file,
     /// unlocking and relocking among them back to back.
     LockCount,
+    /// A directory of 20,000 long names, listed whole (page by page) in loops on 4 connections.
+    Listing,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 12] = [
+    pub const ALL: [Attack; 13] = [
         Attack::LockGrantSpin,
         Attack::LockContend,
         Attack::ControlSpin,
@@ -107,6 +109,7 @@ impl Attack {
         Attack::EventFilter,
         Attack::CompileChurn,
         Attack::LockCount,
+        Attack::Listing,
     ];
 
     /// The attack's name on the command line and in the report.
@@ -124,6 +127,7 @@ impl Attack {
             Attack::EventFilter => "event-filter",
             Attack::CompileChurn => "compile-churn",
             Attack::LockCount => "lock-count",
+            Attack::Listing => "listing",
         }
     }
 
@@ -1150,6 +1154,7 @@ fn attacker(socket: &Path, home: &str, attack: Attack) {
         Attack::EventFilter => event_filter(&ctx, &started),
         Attack::CompileChurn => compile_churn(&ctx, &started),
         Attack::LockCount => lock_count(&ctx, &started),
+        Attack::Listing => listing(&ctx, &started),
     };
     let note = done.unwrap_or_else(|e| format!("attack failed: {e}"));
     // Refused before it was in place: the refusal is the note, and the victim runs anyway.
@@ -1858,5 +1863,54 @@ fn lock_count(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
         held.load(Ordering::Relaxed),
         cycles.load(Ordering::Relaxed),
         tally.summary()
+    ))
+}
+
+/// Fills a directory with long names (until refused), then lists it whole on 4 connections,
+/// back to back: each answer is a page, so a listing costs the daemon O(page) per request.
+fn listing(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
+    let dir = format!("{}/many", ctx.home);
+    let mut c = ctx.connect("lister-fill").map_err(text)?;
+    if let Err(e) = c.mkdir(&dir, 0o755)
+        && e.errno != errno::EEXIST
+    {
+        return Err(text(e));
+    }
+    let pad = "n".repeat(200);
+    let (mut made, mut refusal) = (0, String::new());
+    while made < 20_000 && !ctx.stopped() {
+        match c.open(&format!("{dir}/{made:05}{pad}"), OpenFlags::create()) {
+            Ok(fd) => {
+                let _ = c.close(fd);
+            }
+            Err(e) => {
+                refusal = format!(", then {}", text(e));
+                break;
+            }
+        }
+        made += 1;
+    }
+    let (lists, tally) = (AtomicU64::new(0), Tally::default());
+    std::thread::scope(|s| {
+        for i in 0..4 {
+            let (lists, tally, dir) = (&lists, &tally, &dir);
+            s.spawn(move || {
+                let Ok(mut c) = ctx.connect(&format!("lister{i}")) else {
+                    return tally.add("connect refused");
+                };
+                while !ctx.stopped() {
+                    match c.readdir(dir) {
+                        Ok(_) => drop(lists.fetch_add(1, Ordering::Relaxed)),
+                        Err(e) => tally.err(&e),
+                    }
+                }
+            });
+        }
+        started(&format!("{made} entries made{refusal}; 4 connections listing them"));
+    });
+    Ok(format!(
+        "{made} entries{refusal}, {} whole listings{}",
+        lists.load(Ordering::Relaxed),
+        errors_suffix(&tally)
     ))
 }

@@ -213,7 +213,9 @@ int vino_unlink(vino_client *client, const char *path);
 int vino_rename(vino_client *client, const char *from, const char *to);
 
 /* Lists a directory into a new array, stored in *entries; returns the number of entries.
- * Free it with vino_readdir_free(*entries, count). */
+ * Free it with vino_readdir_free(*entries, count). The daemon answers in pages that the library
+ * reads one after another: an entry present throughout is listed exactly once, however the
+ * directory changes meanwhile. */
 int vino_readdir(vino_client *client, const char *path, struct vino_dirent **entries);
 void vino_readdir_free(struct vino_dirent *entries, size_t count);
 

@@ -160,6 +160,10 @@ fn unexpected(r: Response) -> ClientError {
     }
 }
 
+/// A page of a directory listing: its entries, and the cookie of the next page (`None` at the
+/// end).
+pub type Page = (Vec<DirEntry>, Option<u64>);
+
 macro_rules! expect {
     ($resp:expr, $pat:pat => $val:expr) => {
         match $resp {
@@ -386,8 +390,39 @@ impl Client {
         self.ok(Request::Rmdir { path: path.into() })
     }
 
+    /// The entries of the directory at `path` (`.` and `..` left out), read page by page.
     pub fn readdir(&mut self, path: &str) -> Result<Vec<DirEntry>> {
-        expect!(self.call(&Request::Readdir { path: path.into() })?, Response::Entries(e) => e)
+        self.list(|cookie| Request::Readdir {
+            path: path.into(),
+            cookie,
+        })
+    }
+
+    /// A page of the directory at `path` from `cookie` on (0: the start): its entries and the
+    /// cookie of the next page, `None` at the end. An entry present throughout a listing is
+    /// given exactly once, however the directory changes between pages.
+    pub fn readdir_page(&mut self, path: &str, cookie: u64) -> Result<Page> {
+        self.page(&Request::Readdir {
+            path: path.into(),
+            cookie,
+        })
+    }
+
+    fn page(&mut self, req: &Request) -> Result<Page> {
+        expect!(self.call(req)?, Response::Entries { entries, next } => (entries, next))
+    }
+
+    /// Every page of a listing, `req` asking for the one at a cookie.
+    fn list(&mut self, req: impl Fn(u64) -> Request) -> Result<Vec<DirEntry>> {
+        let (mut out, mut cookie) = (Vec::new(), 0);
+        loop {
+            let (entries, next) = self.page(&req(cookie))?;
+            out.extend(entries);
+            match next {
+                Some(next) => cookie = next,
+                None => return Ok(out),
+            }
+        }
     }
 
     pub fn unlink(&mut self, path: &str) -> Result<()> {
@@ -601,17 +636,33 @@ impl Client {
         })
     }
 
+    /// The entries of a directory, read page by page.
     pub fn readdir_at(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>) -> Result<Vec<DirEntry>> {
-        let req = Request::ReaddirAt {
+        let path = path.as_ref();
+        self.list(|cookie| Request::ReaddirAt {
             dirfd,
-            path: path.as_ref().to_vec(),
-        };
-        expect!(self.call(&req)?, Response::Entries(e) => e)
+            path: path.to_vec(),
+            cookie,
+        })
     }
 
-    /// The entries of the directory open as `fd`.
+    /// A page of a directory from `cookie` on (see [`Client::readdir_page`]).
+    pub fn readdir_at_page(&mut self, dirfd: Option<u32>, path: impl AsRef<[u8]>, cookie: u64) -> Result<Page> {
+        self.page(&Request::ReaddirAt {
+            dirfd,
+            path: path.as_ref().to_vec(),
+            cookie,
+        })
+    }
+
+    /// The entries of the directory open as `fd`, read page by page.
     pub fn readdir_fd(&mut self, fd: u32) -> Result<Vec<DirEntry>> {
-        expect!(self.call(&Request::ReaddirFd { fd })?, Response::Entries(e) => e)
+        self.list(|cookie| Request::ReaddirFd { fd, cookie })
+    }
+
+    /// A page of the directory open as `fd` from `cookie` on (see [`Client::readdir_page`]).
+    pub fn readdir_fd_page(&mut self, fd: u32, cookie: u64) -> Result<Page> {
+        self.page(&Request::ReaddirFd { fd, cookie })
     }
 
     /// The value of extended attribute `name` (`ENODATA` if there is none).

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vino_kernel::{At, Process, RenameFlags, SysError};
-use vino_proto::{ErrorReply, Payload, Request, Response, errno};
+use vino_proto::{ErrorReply, PAGE_BYTES, Payload, Request, Response, errno};
 
 /// What a connection did, for `top`.
 #[derive(Debug, Default)]
@@ -296,7 +296,7 @@ impl Session<'_> {
             Request::Stat { path } => p.stat(&path).map(|s| Response::Stat(stat(s))).map_err(sys),
             Request::Mkdir { path, mode } => ok(p.mkdir(&path, mode)),
             Request::Rmdir { path } => ok(p.rmdir(&path)),
-            Request::Readdir { path } => p.readdir(&path).map(entries).map_err(sys),
+            Request::Readdir { path, cookie } => page(p.readdir_page_at(At::Root, &path, cookie, PAGE_BYTES)),
             Request::Unlink { path } => ok(p.unlink(&path)),
             Request::Rename { from, to } => ok(p.rename(&from, &to)),
             Request::Sync => ok(p.kernel().sync()),
@@ -406,8 +406,8 @@ impl Session<'_> {
                 mode,
                 follow,
             } => ok(p.access_at(at(dirfd), &path, mode, follow)),
-            Request::ReaddirAt { dirfd, path } => p.readdir_at(at(dirfd), &path).map(entries).map_err(sys),
-            Request::ReaddirFd { fd } => p.readdir_fd(fd).map(entries).map_err(sys),
+            Request::ReaddirAt { dirfd, path, cookie } => page(p.readdir_page_at(at(dirfd), &path, cookie, PAGE_BYTES)),
+            Request::ReaddirFd { fd, cookie } => page(p.readdir_page_fd(fd, cookie, PAGE_BYTES)),
             Request::GetXattr {
                 dirfd,
                 path,
@@ -529,16 +529,21 @@ impl Session<'_> {
     }
 }
 
-fn entries(list: Vec<vino_kernel::DirEntry>) -> Response {
-    Response::Entries(
-        list.into_iter()
-            .map(|e| vino_proto::DirEntry {
-                name: e.name,
-                ino: e.ino,
-                kind: kind(e.kind),
-            })
-            .collect(),
-    )
+/// A page of a listing as the protocol has it: `.` and `..` left out (they still count for the
+/// page's budget, so it stays under [`PAGE_BYTES`]).
+fn page(p: vino_kernel::SysResult<vino_kernel::DirPage>) -> Answer {
+    let p = p.map_err(sys)?;
+    let entries = p
+        .entries
+        .into_iter()
+        .filter(|(_, e)| e.name != b"." && e.name != b"..")
+        .map(|(_, e)| vino_proto::DirEntry {
+            name: e.name,
+            ino: e.ino,
+            kind: kind(e.kind),
+        })
+        .collect();
+    Ok(Response::Entries { entries, next: p.next })
 }
 
 #[cfg(test)]

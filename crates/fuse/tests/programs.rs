@@ -414,6 +414,70 @@ fn a_large_directory_lists_whole_across_readdir_calls() {
     m.finish();
 }
 
+/// A name created and renamed, one made 30 steps before unlinked; of varied lengths, so that
+/// freed records and new entries land anywhere in the directory.
+fn churn_step(p: &vino_kernel::Process, dir: &str, i: usize) {
+    let names = |i: usize| {
+        let pad = "y".repeat(i * 37 % 200);
+        (format!("{dir}/c{i}-{pad}"), format!("{dir}/r{i}-{pad}"))
+    };
+    let (made, renamed) = names(i);
+    p.close(p.open(&made, vino_kernel::OpenFlags::create()).unwrap())
+        .unwrap();
+    p.rename(&made, &renamed).unwrap();
+    if i >= 30 {
+        p.unlink(&names(i - 30).1).unwrap();
+    }
+}
+
+#[test]
+fn a_listing_under_another_users_churn_gives_every_lasting_entry_once() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let m = Mounted::new();
+    let root = m.kernel.spawn(vino_kernel::Credentials::root());
+    root.mkdir("/shared", 0o777).unwrap();
+    fs::set_permissions(m.mnt().join("shared"), fs::Permissions::from_mode(0o1777)).unwrap();
+    let lasting: Vec<String> = (0..2000).map(|i| format!("{i:05}-{}", "x".repeat(194))).collect();
+    for n in &lasting {
+        root.close(
+            root.open(&format!("/shared/{n}"), vino_kernel::OpenFlags::create())
+                .unwrap(),
+        )
+        .unwrap();
+    }
+    // Another user churns names of its own in the directory while it is listed.
+    let bob = m.kernel.spawn(vino_kernel::Credentials::user(1001, 1001));
+    let (stop, steps) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let churn = {
+        let (stop, steps) = (stop.clone(), steps.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                churn_step(&bob, "/shared", steps.fetch_add(1, Ordering::Relaxed));
+            }
+            bob.kernel().exit(bob.pid());
+        })
+    };
+    for _ in 0..3 {
+        let mut count = std::collections::BTreeMap::<String, usize>::new();
+        for e in fs::read_dir(m.mnt().join("shared")).unwrap() {
+            *count.entry(e.unwrap().file_name().into_string().unwrap()).or_default() += 1;
+        }
+        let twice: Vec<_> = count.iter().filter(|(_, c)| **c > 1).collect();
+        assert!(twice.is_empty(), "listed more than once: {twice:?}");
+        let missing = lasting.iter().filter(|n| !count.contains_key(*n)).count();
+        assert_eq!(missing, 0, "{missing} lasting names not listed");
+    }
+    stop.store(true, Ordering::Relaxed);
+    churn.join().unwrap();
+    assert!(
+        steps.load(Ordering::Relaxed) > 0,
+        "the directory changed during the listings"
+    );
+    m.kernel.exit(root.pid());
+    drop(root);
+    m.finish();
+}
+
 #[test]
 fn serve_foreground_runs_until_unmounted() {
     let dir = tempfile::tempdir().unwrap();

@@ -78,7 +78,10 @@ fn protocol() -> Vec<Vec<u8>> {
             from: s("/x/y"),
             to: s("/x/z"),
         },
-        Request::Readdir { path: s("/x") },
+        Request::Readdir {
+            path: s("/x"),
+            cookie: 0,
+        },
         Request::OpenAt {
             dirfd: None,
             path: b("/x"),
@@ -136,7 +139,7 @@ fn protocol() -> Vec<Vec<u8>> {
             mode: 4,
             follow: true,
         },
-        Request::ReaddirFd { fd: 1 },
+        Request::ReaddirFd { fd: 1, cookie: 0 },
         Request::UnlinkAt {
             dirfd: Some(1),
             path: b("hard"),

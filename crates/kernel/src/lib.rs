@@ -56,7 +56,7 @@ pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};
 pub use locks::{LockRequest, LockType};
 pub use namei::{At, MAX_SYMLINKS, NAME_MAX, PATH_MAX};
-pub use names::RenameFlags;
+pub use names::{DirPage, RenameFlags};
 pub use perm::Credentials;
 pub use process::{GraftCall, Process};
 pub use vino_cache::RaMode;

@@ -15,6 +15,29 @@ use crate::perm::{self, READ, WRITE};
 use crate::process::Process;
 use vino_fs::{DirEntry, FileType, NewFile, ROOT_INO, Stat};
 
+/// Entries the file system gives per step while a page of a listing fills.
+const PAGE_STEP: usize = 256;
+/// The budget [`Process::readdir`] reads its pages with.
+const PAGE_BUDGET: usize = 64 << 10;
+
+/// One page of a directory listing: entries with their positions (an entry's cookie is its
+/// position plus one), and the cookie that continues the listing, `None` at its end. Positions
+/// never move while an entry exists, so a listing resumed at a cookie gives every entry present
+/// throughout exactly once, however the directory changes between pages.
+#[derive(Debug, Clone)]
+pub struct DirPage {
+    pub entries: Vec<(u64, DirEntry)>,
+    pub next: Option<u64>,
+}
+
+impl DirPage {
+    /// What an entry costs of a page's budget: its name and a record header (WASI's is 24
+    /// bytes, more than the protocol's encoding of the rest).
+    pub fn cost(e: &DirEntry) -> usize {
+        24 + e.name.len()
+    }
+}
+
 /// How a rename may treat an existing destination.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RenameFlags {
@@ -167,11 +190,52 @@ impl Process {
         Ok(self.walk(at, path.as_ref(), follow)?.stat)
     }
 
-    /// The entries of the directory at `path`, `.` and `..` left out. Needs read permission.
-    pub fn readdir_at(&self, at: At, path: impl AsRef<[u8]>) -> SysResult<Vec<DirEntry>> {
+    /// A page of the directory at `path` from `cookie` on (0: the start; `.` and `..`
+    /// included), entries worth at most `budget` bytes as [`DirPage`] counts them. Needs search
+    /// permission on the path and read permission on the directory, checked for every page.
+    pub fn readdir_page_at(&self, at: At, path: impl AsRef<[u8]>, cookie: u64, budget: usize) -> SysResult<DirPage> {
         let _ns = self.kernel().ns.read();
         let dir = self.listable(at, path.as_ref())?;
-        Ok(self.kernel().fs().readdir(dir)?)
+        self.page(dir, cookie, budget)
+    }
+
+    /// As [`Process::readdir_page_at`], for the directory open as `fd`.
+    pub fn readdir_page_fd(&self, fd: crate::Fd, cookie: u64, budget: usize) -> SysResult<DirPage> {
+        let _ns = self.kernel().ns.read();
+        let f = self.walk(At::Fd(fd), b"", true)?;
+        if f.stat.kind != FileType::Directory {
+            return Err(err(Errno::NotDir, format!("descriptor {fd} is not a directory")));
+        }
+        if !perm::may(self.credentials(), &f.stat, READ) {
+            return Err(err(Errno::Acces, "no read permission on the directory"));
+        }
+        self.page(f.ino, cookie, budget)
+    }
+
+    /// Fills a page from the file system a step at a time, so that it costs O(page) whatever
+    /// the directory's size. The first entry is given even if over budget: a listing always
+    /// moves on. Called under the namespace lock.
+    fn page(&self, dir: u64, cookie: u64, budget: usize) -> SysResult<DirPage> {
+        let fs = self.kernel().fs();
+        let (mut entries, mut used, mut from) = (Vec::new(), 0, cookie);
+        loop {
+            let step = fs.readdir_from(dir, from, PAGE_STEP)?;
+            let more = step.len() == PAGE_STEP;
+            for (pos, e) in step {
+                used += DirPage::cost(&e);
+                if used > budget && !entries.is_empty() {
+                    return Ok(DirPage {
+                        entries,
+                        next: Some(pos),
+                    });
+                }
+                entries.push((pos, e));
+                from = pos + 1;
+            }
+            if !more {
+                return Ok(DirPage { entries, next: None });
+            }
+        }
     }
 
     /// The directory at `path`, if the caller may list it (read permission). Called under the
@@ -427,16 +491,6 @@ impl Process {
         Ok(())
     }
 
-    /// The entries of the directory open as `fd`.
-    pub fn readdir_fd(&self, fd: crate::Fd) -> SysResult<Vec<DirEntry>> {
-        let _ns = self.kernel().ns.read();
-        let f = self.walk(At::Fd(fd), b"", true)?;
-        if f.stat.kind != FileType::Directory {
-            return Err(err(Errno::NotDir, format!("descriptor {fd} is not a directory")));
-        }
-        Ok(self.kernel().fs().readdir(f.ino)?)
-    }
-
     // ---- the path calls, as wrappers ---------------------------------------------------------
 
     pub fn stat(&self, path: &str) -> SysResult<Stat> {
@@ -455,8 +509,20 @@ impl Process {
         self.rmdir_at(At::Root, path)
     }
 
+    /// The entries of the directory at `path`, `.` and `..` left out, read page by page into
+    /// the caller's memory: for tools and tests on directories they made, never for a front end
+    /// answering another principal.
     pub fn readdir(&self, path: &str) -> SysResult<Vec<DirEntry>> {
-        self.readdir_at(At::Root, path)
+        let (mut out, mut cookie) = (Vec::new(), 0);
+        loop {
+            let page = self.readdir_page_at(At::Root, path, cookie, PAGE_BUDGET)?;
+            let dots = |e: &DirEntry| e.name == b"." || e.name == b"..";
+            out.extend(page.entries.into_iter().map(|(_, e)| e).filter(|e| !dots(e)));
+            match page.next {
+                Some(next) => cookie = next,
+                None => return Ok(out),
+            }
+        }
     }
 
     pub fn unlink(&self, path: &str) -> SysResult<()> {

@@ -39,8 +39,9 @@ use serde::{Deserialize, Serialize};
 /// requests, [`OpenFlags`] with `nofollow` and `directory`, [`Stat`] with `rdev` and
 /// `generation`, the new [`FileKind`]s (a version-1 peer would misread each of them). Version 3:
 /// [`Request::Run`] with a [`ProgramSetup`], and a program's memory in [`ProcessTop`]. Version 4:
-/// the daemon's FUSE mounts and their transports in [`Top`].
-pub const VERSION: u32 = 4;
+/// the daemon's FUSE mounts and their transports in [`Top`]. Version 5: directories listed in
+/// pages ([`Response::Entries`] with a cookie), never whole.
+pub const VERSION: u32 = 5;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
 /// Largest in-band data of one read, write or graft-memory request.
@@ -53,6 +54,11 @@ pub const MAX_PATH: usize = 4096;
 pub const MAX_XATTR: usize = 65536;
 /// Largest list in a request (control-call arguments, event filters).
 pub const MAX_LIST: usize = 1024;
+/// Most bytes of names (plus [`ENTRY_OVERHEAD`] each) in one page of a directory listing: an
+/// answer costs the daemon O(page) whatever the directory's size, far under [`MAX_FRAME`].
+pub const PAGE_BYTES: usize = 64 << 10;
+/// What a listed entry costs in a page besides its name (its encoded length, inode and kind).
+pub const ENTRY_OVERHEAD: usize = 16;
 /// Largest shared-memory area a client may pass in Hello.
 pub const MAX_SHM: u64 = 256 << 20;
 /// The socket clients use when `VINO_SOCKET` is not set.
@@ -221,8 +227,11 @@ pub enum Request {
     Rmdir {
         path: String,
     },
+    /// A page of the directory's entries from `cookie` on (0: the start):
+    /// [`Response::Entries`].
     Readdir {
         path: String,
+        cookie: u64,
     },
     Unlink {
         path: String,
@@ -409,15 +418,17 @@ pub enum Request {
         mode: u32,
         follow: bool,
     },
-    /// The entries of a directory: [`Response::Entries`].
+    /// A page of a directory's entries from `cookie` on: [`Response::Entries`].
     ReaddirAt {
         dirfd: Option<u32>,
         #[serde(with = "serde_bytes")]
         path: Vec<u8>,
+        cookie: u64,
     },
-    /// The entries of the directory open as `fd`.
+    /// A page of the entries of the directory open as `fd` from `cookie` on.
     ReaddirFd {
         fd: u32,
+        cookie: u64,
     },
     /// An extended attribute's value: [`Response::Data`] (`ENODATA` if there is none).
     GetXattr {
@@ -538,7 +549,7 @@ impl Request {
             | Request::Stat { path: p }
             | Request::Mkdir { path: p, .. }
             | Request::Rmdir { path: p }
-            | Request::Readdir { path: p }
+            | Request::Readdir { path: p, .. }
             | Request::Unlink { path: p }
             | Request::GraftUnload { point: p }
             | Request::GraftStats { point: p }
@@ -681,7 +692,13 @@ pub enum Response {
     Count(u64),
     Data(#[serde(with = "serde_bytes")] Vec<u8>),
     Stat(Stat),
-    Entries(Vec<DirEntry>),
+    /// A page of a listing (`.` and `..` left out), at most [`PAGE_BYTES`] of entries; `next`
+    /// is the cookie that continues it, `None` at the end. A cookie stays valid while the
+    /// directory changes: an entry present throughout a listing is given exactly once.
+    Entries {
+        entries: Vec<DirEntry>,
+        next: Option<u64>,
+    },
     Graft(GraftInfo),
     Slots(Vec<SlotInfo>),
     Slot(SlotInfo),

@@ -631,48 +631,48 @@ fn fd_write(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32
     g.put_u32(out, done as u32)
 }
 
-/// Directory entries from `cookie` on (a cookie is an entry's index; "." and ".." first), as
-/// many as fit, the last one cut short if it does not: the caller then asks again with a
-/// larger buffer, as the specification has it. The directory is listed when a reading starts
-/// (cookie 0) and the listing kept on the descriptor for the calls that continue it.
+/// Directory entries from `cookie` on, as many as fit, the last one cut short if it does not:
+/// the caller then asks again with a larger buffer, as the specification has it. A cookie is an
+/// entry's position in the directory plus one (0: the start), so a listing continues where it
+/// left off however the directory changed, and nothing is kept between calls.
 fn fd_readdir(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, buf: u32, len: u32, cookie: u64, out: u32) -> Result<()> {
     let f = x.fds.file(fd)?;
     if f.filetype != filetype::DIRECTORY {
         return Err(WasiErrno::NOTDIR);
     }
     let kfd = f.fd;
-    if cookie == 0 || f.listing.is_none() {
-        let me = x.process.fstat(kfd)?;
-        let mut entries: Vec<(Vec<u8>, u64, u8)> = vec![
-            (b".".to_vec(), me.ino, filetype::DIRECTORY),
-            (b"..".to_vec(), 0, filetype::DIRECTORY),
-        ];
-        for e in x.process.readdir_fd(kfd)? {
-            if e.name != b"." && e.name != b".." {
-                entries.push((e.name, e.ino, abi::filetype_of(e.kind)));
+    let region = g.bytes_mut(buf, len)?;
+    let (mut used, mut from) = (0usize, cookie);
+    while used < region.len() {
+        // A page no bigger than the room left: each entry's cost is its record's size.
+        let page = x.process.readdir_page_fd(kfd, from, region.len() - used)?;
+        for (pos, e) in &page.entries {
+            used += put_dirent(&mut region[used..], pos + 1, e);
+            if used == region.len() {
+                break;
             }
         }
-        x.fds.file(fd)?.listing = Some(entries);
-    }
-    let f = x.fds.file(fd)?;
-    let entries = f.listing.as_deref().unwrap_or_default();
-    let region = g.bytes_mut(buf, len)?;
-    let mut used = 0usize;
-    for (i, (name, ino, kind)) in entries.iter().enumerate().skip(cookie.min(usize::MAX as u64) as usize) {
-        let mut rec = Vec::with_capacity(abi::DIRENT_SIZE as usize + name.len());
-        rec.extend_from_slice(&(i as u64 + 1).to_le_bytes());
-        rec.extend_from_slice(&ino.to_le_bytes());
-        rec.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        rec.extend_from_slice(&[*kind, 0, 0, 0]);
-        rec.extend_from_slice(name);
-        let n = rec.len().min(region.len() - used);
-        region[used..used + n].copy_from_slice(&rec[..n]);
-        used += n;
-        if used == region.len() {
-            break;
+        match page.next {
+            Some(next) => from = next,
+            None => break,
         }
     }
     g.put_u32(out, used as u32)
+}
+
+/// Writes as much of `e`'s record as fits in `to`; the bytes written.
+fn put_dirent(to: &mut [u8], next: u64, e: &vino_kernel::DirEntry) -> usize {
+    // `..` may lead outside what the program was given: its inode is not told.
+    let ino = if e.name == b".." { 0 } else { e.ino };
+    let mut rec = Vec::with_capacity(abi::DIRENT_SIZE as usize + e.name.len());
+    rec.extend_from_slice(&next.to_le_bytes());
+    rec.extend_from_slice(&ino.to_le_bytes());
+    rec.extend_from_slice(&(e.name.len() as u32).to_le_bytes());
+    rec.extend_from_slice(&[abi::filetype_of(e.kind), 0, 0, 0]);
+    rec.extend_from_slice(&e.name);
+    let n = rec.len().min(to.len());
+    to[..n].copy_from_slice(&rec[..n]);
+    n
 }
 
 fn fd_renumber(x: &mut Ctx, from: u32, to: u32) -> Result<()> {
@@ -744,7 +744,6 @@ fn path_open(x: &mut Ctx, fd: u32, dirflags: u32, path: &[u8], of: u16, base: u6
         append: fdf & fdflags::APPEND != 0,
         filetype: kind,
         preopen: None,
-        listing: None,
     });
     x.fds.insert(entry).inspect_err(|_| {
         let _ = x.process.close(kfd);

@@ -22,9 +22,6 @@ pub struct File {
     pub filetype: u8,
     /// For a preopened directory: the name the program sees it by.
     pub preopen: Option<Vec<u8>>,
-    /// For a directory being read: its entries (name, inode, WASI file type) as listed when the
-    /// reading began (cookie 0), so that a long directory is listed once, not once per call.
-    pub listing: Option<Vec<(Vec<u8>, u64, u8)>>,
 }
 
 /// Most descriptors a process has open at once (the kernel limits its own opens too).

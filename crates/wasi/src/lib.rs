@@ -293,7 +293,6 @@ fn preopen(process: &vino_kernel::Process, dirs: &[Dir]) -> Result<fds::FdTable,
                     append: false,
                     filetype: abi::filetype::DIRECTORY,
                     preopen: Some(d.name.clone()),
-                    listing: None,
                 });
                 if fds.insert(entry).is_err() {
                     let _ = process.close(fd);

@@ -834,3 +834,81 @@ fn a_compiled_program_is_kept_on_disk_only_where_nobody_else_can_write() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), before);
     assert_nothing_held(k);
 }
+
+/// A name created and renamed, one made 30 steps before unlinked; of varied lengths, so that
+/// freed records and new entries land anywhere in the directory.
+fn churn_step(p: &vino_kernel::Process, dir: &str, i: usize) {
+    let names = |i: usize| {
+        let pad = "y".repeat(i * 37 % 200);
+        (format!("{dir}/c{i}-{pad}"), format!("{dir}/r{i}-{pad}"))
+    };
+    let (made, renamed) = names(i);
+    p.close(p.open(&made, vino_kernel::OpenFlags::create()).unwrap())
+        .unwrap();
+    p.rename(&made, &renamed).unwrap();
+    if i >= 30 {
+        p.unlink(&names(i - 30).1).unwrap();
+    }
+}
+
+#[test]
+fn fd_readdir_lists_every_lasting_entry_once_under_another_users_churn() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let b = boot();
+    let k = &b.kernel;
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/shared", 0o777).unwrap();
+    let mode = vino_kernel::Attrs {
+        mode: Some(0o1777),
+        ..Default::default()
+    };
+    root.setattr_at(vino_kernel::At::Root, "/shared", true, &mode).unwrap();
+    let lasting: Vec<String> = (0..2000).map(|i| format!("{i:05}-{}", "x".repeat(194))).collect();
+    for n in &lasting {
+        root.close(
+            root.open(&format!("/shared/{n}"), vino_kernel::OpenFlags::create())
+                .unwrap(),
+        )
+        .unwrap();
+    }
+    k.exit(root.pid());
+    let bob = k.spawn(Credentials::user(1001, 1001));
+    let (stop, steps) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let churn = {
+        let (stop, steps) = (stop.clone(), steps.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                churn_step(&bob, "/shared", steps.fetch_add(1, Ordering::Relaxed));
+            }
+            bob.kernel().exit(bob.pid());
+        })
+    };
+    let r = run_as(
+        k,
+        &build("list"),
+        Credentials::user(1000, 1000),
+        &["list", "/shared", "3"],
+        b"",
+    );
+    stop.store(true, Ordering::Relaxed);
+    churn.join().unwrap();
+    assert_eq!(r.exit, Exit::Code(0), "stderr:\n{}", r.err);
+    assert!(
+        steps.load(Ordering::Relaxed) > 0,
+        "the directory changed during the listings"
+    );
+    let listings: Vec<&str> = r.out.split_terminator("end\n").collect();
+    assert_eq!(listings.len(), 3);
+    for l in listings {
+        let mut count = std::collections::BTreeMap::<&str, usize>::new();
+        for n in l.lines() {
+            *count.entry(n).or_default() += 1;
+        }
+        let twice: Vec<_> = count.iter().filter(|(_, c)| **c > 1).collect();
+        assert!(twice.is_empty(), "listed more than once: {twice:?}");
+        let missing = lasting.iter().filter(|n| !count.contains_key(n.as_str())).count();
+        assert_eq!(missing, 0, "{missing} lasting names not listed");
+    }
+    assert_nothing_held(k);
+    b.fsck();
+}
