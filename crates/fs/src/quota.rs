@@ -48,8 +48,8 @@ pub struct Quota {
     pub root_reserve_percent: u8,
     /// Names beyond the first that the files (not directories) of each uid but root may have.
     /// `None`: as many as the uid may hold blocks, so that its links' directory entries (at
-    /// most 264 bytes each) take at most a sixteenth of its block quota; `Some(UNLIMITED)`: no
-    /// limit.
+    /// most 264 bytes each) come to about a sixteenth of its block quota at most;
+    /// `Some(UNLIMITED)`: no limit.
     pub user_links: Option<u64>,
 }
 
