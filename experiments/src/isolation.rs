@@ -79,10 +79,13 @@ pub enum Attack {
     /// 4 KiB written and made durable, back to back on 4 connections: two `fsync` their own
     /// file, two ask for a `sync` of everything, so every call has something to flush.
     SyncStorm,
+    /// One empty file hard-linked under 250-byte names into root's sticky `/tmp` until
+    /// refused: root's directory grows, charged to root, unless the names are bounded.
+    LinkFill,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 9] = [
+    pub const ALL: [Attack; 10] = [
         Attack::LockGrantSpin,
         Attack::LockContend,
         Attack::ControlSpin,
@@ -92,6 +95,7 @@ impl Attack {
         Attack::ConnectionHog,
         Attack::DiskFill,
         Attack::SyncStorm,
+        Attack::LinkFill,
     ];
 
     /// The attack's name on the command line and in the report.
@@ -106,6 +110,7 @@ impl Attack {
             Attack::ConnectionHog => "connection-hog",
             Attack::DiskFill => "disk-fill",
             Attack::SyncStorm => "sync-storm",
+            Attack::LinkFill => "link-fill",
         }
     }
 
@@ -314,6 +319,10 @@ fn make_homes(handle: &Handle, root: bool) -> Result<(), String> {
                 p.mkdir(&home, 0o755)?;
             }
             p.chown(&home, Some(uid), Some(uid))?;
+        }
+        // A shared sticky directory, as Linux's /tmp (for the link-fill attack).
+        if p.stat("/tmp").is_err() {
+            p.mkdir("/tmp", 0o1777)?;
         }
         Ok::<(), vino_kernel::SysError>(())
     })();
@@ -1051,6 +1060,7 @@ fn attacker(socket: &Path, home: &str, attack: Attack) {
         Attack::ConnectionHog => connection_hog(&ctx, &started),
         Attack::DiskFill => disk_fill(&ctx, &started),
         Attack::SyncStorm => sync_storm(&ctx, &started),
+        Attack::LinkFill => link_fill(&ctx, &started),
     };
     let note = done.unwrap_or_else(|e| format!("attack failed: {e}"));
     // Refused before it was in place: the refusal is the note, and the victim runs anyway.
@@ -1577,4 +1587,32 @@ fn sync_storm(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
         syncs.load(Ordering::Relaxed),
         errors_suffix(&tally)
     ))
+}
+
+fn link_fill(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
+    let mut c = ctx.connect("link-fill").map_err(text)?;
+    let seed = format!("/tmp/link-fill-{}", current_uid());
+    let fd = c.open(&seed, OpenFlags::create()).map_err(text)?;
+    c.close(fd).map_err(text)?;
+    let name = |n: u64| format!("{seed}-{n:0>230}");
+    let (mut made, mut refusal) = (0u64, None);
+    let started_at = Instant::now();
+    while !ctx.stopped() && refusal.is_none() {
+        match c.link_at(None, &seed, None, name(made), false) {
+            Ok(_) => made += 1,
+            Err(e) => refusal = Some(text(e)),
+        }
+    }
+    let note = format!(
+        "{made} names in {:.1} s, then {}",
+        started_at.elapsed().as_secs_f64(),
+        refusal.unwrap_or_else(|| "not refused".into())
+    );
+    started(&note);
+    ctx.hold();
+    for n in 0..made {
+        let _ = c.unlink(&name(n));
+    }
+    let _ = c.unlink(&seed);
+    Ok(note)
 }
