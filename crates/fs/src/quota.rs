@@ -440,7 +440,14 @@ mod tests {
         a.charge(5, -2, -1);
         a.charge(6, 1, 1);
         a.rollback();
-        assert_eq!(a.held(5), Held { blocks: 3, inodes: 1 });
+        assert_eq!(
+            a.held(5),
+            Held {
+                blocks: 3,
+                inodes: 1,
+                links: 0
+            }
+        );
         assert_eq!(a.held(6), Held::default());
         assert_eq!(a.all().count(), 1);
     }
