@@ -93,10 +93,13 @@ pub enum Attack {
     LockCount,
     /// A directory of 20,000 long names, listed whole (page by page) in loops on 4 connections.
     Listing,
+    /// One empty file hard-linked under 250-byte names into root's sticky `/tmp` until
+    /// refused: root's directory grows, charged to root, unless the names are bounded.
+    LinkFill,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 13] = [
+    pub const ALL: [Attack; 14] = [
         Attack::LockGrantSpin,
         Attack::LockContend,
         Attack::ControlSpin,
@@ -110,6 +113,7 @@ impl Attack {
         Attack::CompileChurn,
         Attack::LockCount,
         Attack::Listing,
+        Attack::LinkFill,
     ];
 
     /// The attack's name on the command line and in the report.
@@ -128,6 +132,7 @@ impl Attack {
             Attack::CompileChurn => "compile-churn",
             Attack::LockCount => "lock-count",
             Attack::Listing => "listing",
+            Attack::LinkFill => "link-fill",
         }
     }
 
@@ -347,6 +352,10 @@ fn make_homes(handle: &Handle, root: bool) -> Result<(), String> {
                 p.mkdir(&home, 0o755)?;
             }
             p.chown(&home, Some(uid), Some(uid))?;
+        }
+        // A shared sticky directory, as Linux's /tmp (for the link-fill attack).
+        if p.stat("/tmp").is_err() {
+            p.mkdir("/tmp", 0o1777)?;
         }
         Ok::<(), vino_kernel::SysError>(())
     })();
@@ -1155,6 +1164,7 @@ fn attacker(socket: &Path, home: &str, attack: Attack) {
         Attack::CompileChurn => compile_churn(&ctx, &started),
         Attack::LockCount => lock_count(&ctx, &started),
         Attack::Listing => listing(&ctx, &started),
+        Attack::LinkFill => link_fill(&ctx, &started),
     };
     let note = done.unwrap_or_else(|e| format!("attack failed: {e}"));
     // Refused before it was in place: the refusal is the note, and the victim runs anyway.
@@ -1913,4 +1923,32 @@ fn listing(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
         lists.load(Ordering::Relaxed),
         errors_suffix(&tally)
     ))
+}
+
+fn link_fill(ctx: &Ctx, started: Started<'_>) -> Result<String, String> {
+    let mut c = ctx.connect("link-fill").map_err(text)?;
+    let seed = format!("/tmp/link-fill-{}", current_uid());
+    let fd = c.open(&seed, OpenFlags::create()).map_err(text)?;
+    c.close(fd).map_err(text)?;
+    let name = |n: u64| format!("{seed}-{n:0>230}");
+    let (mut made, mut refusal) = (0u64, None);
+    let started_at = Instant::now();
+    while !ctx.stopped() && refusal.is_none() {
+        match c.link_at(None, &seed, None, name(made), false) {
+            Ok(_) => made += 1,
+            Err(e) => refusal = Some(text(e)),
+        }
+    }
+    let note = format!(
+        "{made} names in {:.1} s, then {}",
+        started_at.elapsed().as_secs_f64(),
+        refusal.unwrap_or_else(|| "not refused".into())
+    );
+    started(&note);
+    ctx.hold();
+    for n in 0..made {
+        let _ = c.unlink(&name(n));
+    }
+    let _ = c.unlink(&seed);
+    Ok(note)
 }

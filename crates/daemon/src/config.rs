@@ -21,6 +21,11 @@
 //! user_block_quota = "64M"    # disk space of each uid but root ("unlimited"; default: half)
 //! user_inode_quota = 10000    # inodes of each uid but root ("unlimited"; default: half)
 //! root_reserve_percent = 5    # of the disk's blocks and inodes, for root only
+//! user_link_quota = 10000     # names beyond the first of each uid's files ("unlimited"; default: one per quota block)
+//! protected_hardlinks = 1     # Linux's fs.protected_* rules, for every entry point (0: off)
+//! protected_symlinks = 1
+//! protected_fifos = 1         # 2: group-writable sticky directories too
+//! protected_regular = 1
 //! program_memory = "256M"     # linear memory a program run in the daemon may grow to
 //! mount_transport = "auto"    # FUSE over "io_uring" or "dev_fuse"; auto: io_uring where offered
 //! mount_ring_depth = 32       # io_uring entries per CPU, each with a 1 MiB buffer (at least 4)
@@ -49,6 +54,7 @@
 //! program_memory_per_user = "2G" # linear memory of those programs (each at most 1 GiB)
 //! program_memory_total = "8G"
 //! event_filter_bytes_per_user = "4M" # names and inodes event subscribers filter on
+//! event_filter_bytes_total = "256M"
 //! lock_records_per_user = 16384  # byte-range locks held, over all of a user's processes
 //! lock_records_total = 1048576
 //! root_reserve_percent = 5      # of each total, for root only
@@ -162,6 +168,17 @@ pub struct Config {
     pub user_inode_quota: Option<Amount>,
     /// Percent of the disk's blocks and inodes only root may allocate (at most 50).
     pub root_reserve_percent: u8,
+    /// Names beyond the first (hard links) the files of each uid but root may have (a count,
+    /// or `unlimited`); by default one per block of its block quota (see [`vino_fs::Quota`]).
+    pub user_link_quota: Option<Amount>,
+    /// Linux's `fs.protected_hardlinks` (0 or 1; see [`vino_kernel::Protected`]).
+    pub protected_hardlinks: u8,
+    /// Linux's `fs.protected_symlinks` (0 or 1).
+    pub protected_symlinks: u8,
+    /// Linux's `fs.protected_fifos` (0, 1 or 2).
+    pub protected_fifos: u8,
+    /// Linux's `fs.protected_regular` (0, 1 or 2).
+    pub protected_regular: u8,
     /// Linear memory each program run in the daemon may grow to (`vino run --socket`).
     pub program_memory: String,
     /// Let Linux back the daemon's memory (the page cache's frames above all) with transparent
@@ -232,6 +249,7 @@ pub struct LimitsFile {
     pub program_memory_per_user: Option<String>,
     pub program_memory_total: Option<String>,
     pub event_filter_bytes_per_user: Option<String>,
+    pub event_filter_bytes_total: Option<String>,
     pub lock_records_per_user: Option<u64>,
     pub lock_records_total: Option<u64>,
     pub root_reserve_percent: Option<u8>,
@@ -322,6 +340,12 @@ impl LimitsFile {
                 Resource::EventFilterBytes,
                 &self.event_filter_bytes_per_user,
             ),
+            (
+                "event_filter_bytes_total",
+                Total,
+                Resource::EventFilterBytes,
+                &self.event_filter_bytes_total,
+            ),
         ];
         for (key, scope, r, v) in sizes {
             if let Some(n) = size(key, v)? {
@@ -385,6 +409,11 @@ impl Default for Config {
             user_block_quota: None,
             user_inode_quota: None,
             root_reserve_percent: 5,
+            user_link_quota: None,
+            protected_hardlinks: 1,
+            protected_symlinks: 1,
+            protected_fifos: vino_kernel::Protected::default().fifos,
+            protected_regular: vino_kernel::Protected::default().regular,
             program_memory: "256M".into(),
             huge_pages: false,
         }
@@ -425,10 +454,34 @@ impl Config {
             .as_ref()
             .map(|a| a.resolve("user_inode_quota", count))
             .transpose()?;
+        let links = self
+            .user_link_quota
+            .as_ref()
+            .map(|a| a.resolve("user_link_quota", count))
+            .transpose()?;
         Ok(vino_fs::Quota {
             user_blocks: blocks,
             user_inodes: inodes,
             root_reserve_percent: self.root_reserve_percent,
+            user_links: links,
+        })
+    }
+
+    /// The `protected_*` keys, as the kernel's rules.
+    pub fn protect(&self) -> Result<vino_kernel::Protected, String> {
+        let flag = |key: &str, v: u8| match v {
+            0 | 1 => Ok(v == 1),
+            _ => Err(format!("{key}: {v} (0 or 1)")),
+        };
+        let level = |key: &str, v: u8| match v {
+            0..=2 => Ok(v),
+            _ => Err(format!("{key}: {v} (0, 1 or 2)")),
+        };
+        Ok(vino_kernel::Protected {
+            hardlinks: flag("protected_hardlinks", self.protected_hardlinks)?,
+            symlinks: flag("protected_symlinks", self.protected_symlinks)?,
+            fifos: level("protected_fifos", self.protected_fifos)?,
+            regular: level("protected_regular", self.protected_regular)?,
         })
     }
 
@@ -608,6 +661,18 @@ mod tests {
         for bad in ["cache_size = \"lots\"", "cache_size = \"95%\"", "cache_size = \"-1%\""] {
             assert!(frames(bad).unwrap_err().contains("cache_size"), "{bad}");
         }
+    }
+
+    #[test]
+    fn protected_keys_are_on_by_default_and_checked() {
+        assert_eq!(Config::default().protect().unwrap(), vino_kernel::Protected::default());
+        let c: Config = toml::from_str("protected_hardlinks = 0\nprotected_regular = 0").unwrap();
+        let p = c.protect().unwrap();
+        assert!(!p.hardlinks && p.symlinks && p.regular == 0);
+        let bad: Config = toml::from_str("protected_fifos = 3").unwrap();
+        assert!(bad.protect().unwrap_err().contains("protected_fifos"));
+        let c: Config = toml::from_str("user_link_quota = 7").unwrap();
+        assert_eq!(c.quota().unwrap().user_links, Some(7));
     }
 
     #[test]

@@ -134,6 +134,7 @@ fn kernel_config(config: &Config) -> Result<KernelConfig> {
         cache_warm_ahead: config.cache_warm_ahead,
         limits: config.limits.resolve().map_err(err)?,
         event_queue_max: config.event_queue_max,
+        protect: config.protect().map_err(err)?,
         mount: vino_fs::MountOptions {
             quota: config.quota().map_err(err)?,
             commit_interval: Some(config.commit_interval),

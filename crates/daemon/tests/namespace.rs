@@ -129,6 +129,10 @@ fn child_role() {
         "xattrs" => role_xattrs(),
         "renamer" => role_renamer(),
         "reader" => role_reader(),
+        "protected_victim" => role_protected_victim(),
+        "protected_attacker" => role_protected_attacker(),
+        "link_fill" => role_link_fill(),
+        "after_fill" => role_after_fill(),
         other => Err(format!("unknown role {other}")),
     };
     if let Err(why) = result {
@@ -364,6 +368,123 @@ fn a_sticky_directory_keeps_each_users_names_to_that_user() {
         .map(|e| e.name)
         .collect();
     assert!(names.is_empty(), "left in /tmp: {names:?}");
+}
+
+// ---- names in shared directories: protected_* and the link quota ----------------------------------
+
+fn create_open() -> OpenFlags {
+    OpenFlags {
+        write: true,
+        create: true,
+        mode: 0o666,
+        ..Default::default()
+    }
+}
+
+fn role_protected_victim() -> R {
+    let mut c = connect()?;
+    for (path, mode) in [
+        ("/home-1000/secret", 0o600),
+        ("/home-1000/f", 0o644),
+        ("/tmp/afile", 0o666),
+    ] {
+        let fd = c.open_at(None, path, create_flags(mode)).map_err(e)?;
+        c.close(fd).map_err(e)?;
+        c.chmod(path, mode).map_err(e)?;
+    }
+    c.symlink_at("/home-1000/f", None, "/tmp/alink").map_err(e)?;
+    println!("MADE");
+    Ok(())
+}
+
+/// Bob against Alice's names; `VINO_TEST_PHASE` says whether the rules are on.
+fn role_protected_attacker() -> R {
+    let mut c = connect()?;
+    let on = env("VINO_TEST_PHASE") == "on";
+    let link = c.link_at(None, "/home-1000/secret", None, "/tmp/pin", false);
+    let follow = c.stat_at(None, "/tmp/alink", true);
+    let creat = c.open_at(None, "/tmp/afile", create_open());
+    if on {
+        expect_errno("link alice's 0600 file", link, errno::EPERM)?;
+        expect_errno("follow alice's link in /tmp", follow, errno::EACCES)?;
+        expect_errno("O_CREAT alice's file in /tmp", creat, errno::EACCES)?;
+    } else {
+        link.map_err(e)?;
+        follow.map_err(e)?;
+        creat.map_err(e)?;
+    }
+    println!("PROTECTED {on}");
+    Ok(())
+}
+
+#[test]
+fn protected_names_hold_through_the_socket_and_each_rule_can_be_turned_off() {
+    if !needs_root() {
+        return;
+    }
+    for on in [true, false] {
+        let d = TestDaemon::with(|c| {
+            if !on {
+                (c.protected_hardlinks, c.protected_symlinks, c.protected_regular) = (0, 0, 0);
+            }
+        });
+        let mut root = d.client();
+        make_dir(&mut root, "/tmp", 0o1777, 0, 0);
+        make_dir(&mut root, "/home-1000", 0o755, ALICE, ALICE);
+        run_as(&d, "protected_victim", ALICE, ALICE, &[], &[]);
+        let phase = if on { "on" } else { "off" };
+        run_as(&d, "protected_attacker", BOB, BOB, &[], &[("VINO_TEST_PHASE", phase)]);
+    }
+}
+
+/// Bob links one empty file into root's /tmp under long names until refused.
+fn role_link_fill() -> R {
+    let mut c = connect()?;
+    let fd = c.open_at(None, "/tmp/seed", create_flags(0o600)).map_err(e)?;
+    c.close(fd).map_err(e)?;
+    let mut n = 0u64;
+    let refused = loop {
+        match c.link_at(None, "/tmp/seed", None, format!("/tmp/{n:0>250}"), false) {
+            Ok(_) => n += 1,
+            Err(err) => break err,
+        }
+    };
+    check(refused.errno == errno::EDQUOT, format!("refused with {}", e(refused)))?;
+    println!("FILLED {n}");
+    Ok(())
+}
+
+/// Alice still makes and writes a file in /tmp after Bob's fill.
+fn role_after_fill() -> R {
+    let mut c = connect()?;
+    let fd = c.open_at(None, "/tmp/alice", create_flags(0o644)).map_err(e)?;
+    c.write(fd, &vec![7u8; 64 << 10]).map_err(e)?;
+    c.close(fd).map_err(e)?;
+    println!("STILL");
+    Ok(())
+}
+
+#[test]
+fn a_link_fill_into_roots_tmp_stops_at_the_attackers_link_quota() {
+    if !needs_root() {
+        return;
+    }
+    let d = TestDaemon::with(|c| {
+        c.user_link_quota = Some(vino_daemon::config::Amount::Count(500));
+        c.user_block_quota = Some(vino_daemon::config::Amount::Text("4M".into()));
+    });
+    let mut root = d.client();
+    make_dir(&mut root, "/tmp", 0o1777, 0, 0);
+    let out = run_as(&d, "link_fill", BOB, BOB, &[], &[]);
+    assert!(out.contains("FILLED 500"), "{out}");
+    run_as(&d, "after_fill", ALICE, ALICE, &[], &[]);
+    make_file(&mut root, "/tmp/root", b"root's", 0o644, 0, 0);
+    // The directory holds Bob's 500 names in a few dozen blocks, not the disk.
+    let st = root.stat_at(None, "/tmp", true).unwrap();
+    assert!(st.blocks <= 40, "/tmp has {} blocks", st.blocks);
+    let kernel = d.handle().kernel();
+    kernel.fs().verify_quota().unwrap();
+    assert_eq!(kernel.fs().quota_usage(BOB).links, 500);
 }
 
 // ---- supplementary groups -----------------------------------------------------------------------

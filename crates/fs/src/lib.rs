@@ -58,7 +58,7 @@ pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, MAX_SYMLINK, MAX_XATTR_N
 pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
-pub use quota::{Quota, QuotaUsage, UNLIMITED};
+pub use quota::{Actor, Quota, QuotaUsage, UNLIMITED, acting};
 pub use state::{AllocCounters, DirEntry, FREE_SLICE, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
 pub use write::{BlockWrite, WriteTarget};
 

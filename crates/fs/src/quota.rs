@@ -8,6 +8,16 @@
 //! the blocks and of the inodes are root's: an allocation for another owner when no more than
 //! the reserve is free fails with [`FsError::NoSpace`] / [`FsError::NoInodes`] (ENOSPC), as
 //! ext4 does, so that a user filling the disk leaves the system (root's daemons) room to work.
+//! As on ext4 the reserve is judged by who acts when that is known ([`acting`]: the kernel's
+//! system calls say so), by the owner otherwise: a user who makes root's directory grow (a name
+//! in `/tmp`) is held to the reserve, and root writing a user's file is not.
+//!
+//! Names cost directory space in directories their makers may not own. A new file costs an
+//! inode; a hard link costs nothing else, so each uid but root may also give its files at most
+//! [`Quota::user_links`] names beyond their first (the sum of `nlink - 1` over its files that
+//! are not directories), past which a link fails with [`FsError::QuotaExceeded`]. That bounds
+//! the directory space any user can make another's (root's `/tmp`) hold, and is counted from
+//! the inode table like the rest.
 //!
 //! The accounting is in memory only: [`crate::FileSystem::mount`] rebuilds it by scanning the
 //! inode table, and every allocation, freeing, truncation, unlink of a last name, fallocate and
@@ -36,6 +46,11 @@ pub struct Quota {
     /// Percent of the data blocks, and of the inodes, only root may allocate (ext4's reserved
     /// blocks; at most 50).
     pub root_reserve_percent: u8,
+    /// Names beyond the first that the files (not directories) of each uid but root may have.
+    /// `None`: as many as the uid may hold blocks, so that its links' directory entries (at
+    /// most 264 bytes each) come to about a sixteenth of its block quota at most;
+    /// `Some(UNLIMITED)`: no limit.
+    pub user_links: Option<u64>,
 }
 
 impl Default for Quota {
@@ -44,6 +59,7 @@ impl Default for Quota {
             user_blocks: None,
             user_inodes: None,
             root_reserve_percent: 5,
+            user_links: None,
         }
     }
 }
@@ -55,6 +71,7 @@ impl Quota {
             user_blocks: Some(UNLIMITED),
             user_inodes: Some(UNLIMITED),
             root_reserve_percent: 0,
+            user_links: Some(UNLIMITED),
         }
     }
 }
@@ -70,6 +87,10 @@ pub struct QuotaUsage {
     pub block_limit: u64,
     /// Inodes it may hold ([`UNLIMITED`] for root).
     pub inode_limit: u64,
+    /// Names its files have beyond their first.
+    pub links: u64,
+    /// Such names it may give them ([`UNLIMITED`] for root).
+    pub link_limit: u64,
 }
 
 /// Blocks and inodes held by one uid.
@@ -77,21 +98,60 @@ pub struct QuotaUsage {
 pub(crate) struct Held {
     pub blocks: u64,
     pub inodes: u64,
+    /// Names beyond the first of its files that are not directories.
+    pub links: u64,
 }
 
 /// The limits and the usage per uid of a mounted file system.
 #[derive(Debug)]
 pub(crate) struct Accounting {
     held: HashMap<u32, Held>,
-    /// Charges made by the running operation, undone if it rolls back: (uid, blocks, inodes).
-    undo: Vec<(u32, i64, i64)>,
+    /// Charges made by the running operation, undone if it rolls back.
+    undo: Vec<(u32, Delta)>,
     pub block_limit: u64,
     pub inode_limit: u64,
+    pub link_limit: u64,
     pub block_reserve: u64,
     pub inode_reserve: u64,
     /// The running operation was refused blocks for root's reserve (not for want of free
     /// ones): a checkpoint, which only makes freed blocks reusable, cannot help.
     pub reserve_refused: bool,
+}
+
+/// A change to what one uid holds: blocks, inodes, links.
+type Delta = (i64, i64, i64);
+
+/// Who the running system call acts for, if the kernel said ([`acting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Actor {
+    /// May use root's reserve (root, or a process privileged as root is).
+    pub privileged: bool,
+}
+
+thread_local! {
+    static ACTOR: std::cell::Cell<Option<Actor>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with root's reserve judged by `actor`'s privilege rather than by the owner of what
+/// is allocated (ext4 asks the current process, as this asks the calling thread).
+pub fn acting<T>(actor: Actor, f: impl FnOnce() -> T) -> T {
+    let before = ACTOR.with(|a| a.replace(Some(actor)));
+    let _restore = Restore(before);
+    f()
+}
+
+struct Restore(Option<Actor>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        ACTOR.with(|a| a.set(self.0));
+    }
+}
+
+/// True if an allocation for `owner` may use root's reserve: the acting process's privilege
+/// where known, else the owner's.
+fn may_use_reserve(owner: u32) -> bool {
+    ACTOR.with(|a| a.get()).map_or(owner == 0, |a| a.privileged)
 }
 
 /// `percent` of `n`.
@@ -111,11 +171,13 @@ impl Accounting {
         }
         let block_reserve = share(data_blocks, q.root_reserve_percent);
         let inode_reserve = share(inodes, q.root_reserve_percent);
+        let block_limit = q.user_blocks.unwrap_or((data_blocks - block_reserve) / 2);
         Ok(Accounting {
             held: HashMap::new(),
             undo: Vec::new(),
-            block_limit: q.user_blocks.unwrap_or((data_blocks - block_reserve) / 2),
+            block_limit,
             inode_limit: q.user_inodes.unwrap_or((inodes - inode_reserve) / 2),
+            link_limit: q.user_links.unwrap_or(block_limit),
             block_reserve,
             inode_reserve,
             reserve_refused: false,
@@ -130,16 +192,18 @@ impl Accounting {
     /// Usage and limits of `uid`.
     pub fn usage(&self, uid: u32) -> QuotaUsage {
         let h = self.held(uid);
-        let (block_limit, inode_limit) = if uid == 0 {
-            (UNLIMITED, UNLIMITED)
+        let (block_limit, inode_limit, link_limit) = if uid == 0 {
+            (UNLIMITED, UNLIMITED, UNLIMITED)
         } else {
-            (self.block_limit, self.inode_limit)
+            (self.block_limit, self.inode_limit, self.link_limit)
         };
         QuotaUsage {
             blocks: h.blocks,
             inodes: h.inodes,
             block_limit,
             inode_limit,
+            links: h.links,
+            link_limit,
         }
     }
 
@@ -163,28 +227,37 @@ impl Accounting {
         Ok(())
     }
 
-    /// Checks that an owner may take `n` blocks when `free` are free: root may take them all,
-    /// another owner must leave root's reserve.
+    /// Checks that `uid`'s files may get `n` more names beyond their first (root: always).
+    pub fn check_links(&self, uid: u32, n: u64) -> Result<()> {
+        if uid != 0 && self.held(uid).links.saturating_add(n) > self.link_limit {
+            return Err(FsError::QuotaExceeded);
+        }
+        Ok(())
+    }
+
+    /// Checks that an owner may take `n` blocks when `free` are free: root (or a privileged
+    /// actor, see [`acting`]) may take them all, others must leave root's reserve.
     pub fn check_block_reserve(&mut self, uid: u32, n: u64, free: u64) -> Result<()> {
         if n > free {
             return Err(FsError::NoSpace);
         }
-        if uid != 0 && free - n < self.block_reserve {
+        if !may_use_reserve(uid) && free - n < self.block_reserve {
             self.reserve_refused = true;
             return Err(FsError::NoSpace);
         }
         Ok(())
     }
 
-    /// True if `uid` is held to root's inode reserve (it is not root, and there is one).
+    /// True if `uid` is held to root's inode reserve (neither it nor the actor may use it,
+    /// and there is one).
     pub fn inode_reserve_applies(&self, uid: u32) -> bool {
-        uid != 0 && self.inode_reserve > 0
+        !may_use_reserve(uid) && self.inode_reserve > 0
     }
 
     /// Checks that an owner may take an inode when `free` are free (see
     /// [`Accounting::check_block_reserve`]).
     pub fn check_inode_reserve(&self, uid: u32, free: u64) -> Result<()> {
-        if free == 0 || (uid != 0 && free - 1 < self.inode_reserve) {
+        if free == 0 || (!may_use_reserve(uid) && free - 1 < self.inode_reserve) {
             return Err(FsError::NoInodes);
         }
         Ok(())
@@ -193,14 +266,24 @@ impl Accounting {
     /// Adds `blocks` and `inodes` (either may be negative) to what `uid` holds, recorded for
     /// a rollback.
     pub fn charge(&mut self, uid: u32, blocks: i64, inodes: i64) {
-        self.apply(uid, blocks, inodes);
-        self.undo.push((uid, blocks, inodes));
+        self.charge_all(uid, (blocks, inodes, 0));
     }
 
-    fn apply(&mut self, uid: u32, blocks: i64, inodes: i64) {
+    /// Adds `n` (may be negative) to the names beyond the first of `uid`'s files.
+    pub fn charge_links(&mut self, uid: u32, n: i64) {
+        self.charge_all(uid, (0, 0, n));
+    }
+
+    fn charge_all(&mut self, uid: u32, d: Delta) {
+        self.apply(uid, d);
+        self.undo.push((uid, d));
+    }
+
+    fn apply(&mut self, uid: u32, (blocks, inodes, links): Delta) {
         let h = self.held.entry(uid).or_default();
         h.blocks = h.blocks.saturating_add_signed(blocks);
         h.inodes = h.inodes.saturating_add_signed(inodes);
+        h.links = h.links.saturating_add_signed(links);
         if *h == Held::default() {
             self.held.remove(&uid);
         }
@@ -214,8 +297,8 @@ impl Accounting {
 
     /// The running operation rolled back: its charges are undone.
     pub fn rollback(&mut self) {
-        while let Some((uid, b, i)) = self.undo.pop() {
-            self.apply(uid, -b, -i);
+        while let Some((uid, (b, i, l))) = self.undo.pop() {
+            self.apply(uid, (-b, -i, -l));
         }
     }
 
@@ -232,11 +315,22 @@ impl Accounting {
     }
 }
 
+/// The names beyond its first that an inode is charged for (a directory's `..` entries are
+/// its subdirectories', not links).
+pub(crate) fn extra_names(i: &Inode) -> u64 {
+    if i.is_dir() {
+        0
+    } else {
+        u64::from(i.nlink.saturating_sub(1))
+    }
+}
+
 /// Reads a metadata block into the buffer.
 pub(crate) type ReadBlock<'a> = dyn FnMut(u64, &mut [u8]) -> Result<()> + 'a;
 
 /// Counts the blocks and inodes each uid holds, from the inode bitmaps and tables `read`
-/// gives: every inode in use counts itself and its `blocks`. Inodes that do not decode are left
+/// gives: every inode in use counts itself, its `blocks` and, if not a directory, its names
+/// beyond the first. Inodes that do not decode are left
 /// out (the operation that touches one reports the corruption).
 pub(crate) fn count_usage(geo: &Geometry, read: &mut ReadBlock<'_>) -> Result<HashMap<u32, Held>> {
     let per_block = (BS / INODE_SIZE) as u64;
@@ -263,6 +357,7 @@ pub(crate) fn count_usage(geo: &Geometry, read: &mut ReadBlock<'_>) -> Result<Ha
                 let h = held.entry(inode.uid).or_default();
                 h.blocks += u64::from(inode.blocks);
                 h.inodes += 1;
+                h.links += extra_names(&inode);
             }
         }
     }
@@ -299,6 +394,7 @@ mod tests {
             user_blocks: Some(10),
             user_inodes: Some(2),
             root_reserve_percent: 10,
+            user_links: Some(3),
         };
         let mut a = Accounting::new(&q, 100, 100).unwrap();
         a.charge(5, 10, 2);
@@ -312,6 +408,27 @@ mod tests {
         assert!(matches!(a.check_block_reserve(0, 1, 0), Err(FsError::NoSpace)));
         assert!(matches!(a.check_inode_reserve(5, 10), Err(FsError::NoInodes)));
         assert!(a.check_inode_reserve(0, 1).is_ok());
+        a.charge_links(5, 3);
+        assert!(matches!(a.check_links(5, 1), Err(FsError::QuotaExceeded)));
+        assert!(a.check_links(0, 100).is_ok());
+    }
+
+    #[test]
+    fn the_reserve_is_judged_by_the_actor_when_known() {
+        let q = Quota {
+            root_reserve_percent: 10,
+            ..Quota::none()
+        };
+        let mut a = Accounting::new(&q, 100, 100).unwrap();
+        let user = Actor { privileged: false };
+        let root = Actor { privileged: true };
+        assert!(matches!(
+            acting(user, || a.check_block_reserve(0, 1, 10)),
+            Err(FsError::NoSpace)
+        ));
+        assert!(acting(root, || a.check_block_reserve(5, 1, 10)).is_ok());
+        assert!(acting(user, || a.check_inode_reserve(0, 10)).is_err());
+        assert!(a.check_block_reserve(0, 1, 10).is_ok());
     }
 
     #[test]
@@ -323,7 +440,14 @@ mod tests {
         a.charge(5, -2, -1);
         a.charge(6, 1, 1);
         a.rollback();
-        assert_eq!(a.held(5), Held { blocks: 3, inodes: 1 });
+        assert_eq!(
+            a.held(5),
+            Held {
+                blocks: 3,
+                inodes: 1,
+                links: 0
+            }
+        );
         assert_eq!(a.held(6), Held::default());
         assert_eq!(a.all().count(), 1);
     }

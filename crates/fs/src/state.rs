@@ -828,18 +828,23 @@ impl FsState {
         Ok(stat_of(ino, &i))
     }
 
-    /// Chown's accounting: moves an inode's charge (itself and its blocks) from its owner to
+    /// Chown's accounting: moves an inode's charge (itself, its blocks, its names beyond the
+    /// first) from its owner to
     /// `to`. QuotaExceeded if that puts `to` over its quota, unless `ignore_quota` (a
     /// privileged caller, as Linux's CAP_SYS_RESOURCE). Root's reserve is not involved: no
     /// block is allocated.
     fn transfer(&mut self, i: &Inode, to: u32, ignore_quota: bool) -> Result<()> {
         let blocks = u64::from(i.blocks);
+        let links = crate::quota::extra_names(i);
         if !ignore_quota {
             self.quota.check(to, blocks, 1)?;
+            self.quota.check_links(to, links)?;
         }
         let b = i64::from(i.blocks);
         self.quota.charge(i.uid, -b, -1);
         self.quota.charge(to, b, 1);
+        self.quota.charge_links(i.uid, -(links as i64));
+        self.quota.charge_links(to, links as i64);
         debug_assert!(blocks == 0 || self.quota.held(to).blocks >= blocks);
         Ok(())
     }
@@ -1581,6 +1586,9 @@ impl FsState {
         if self.dir_find(dir, &d, name)?.is_some() {
             return Err(FsError::Exists(show(name)));
         }
+        // A second name is charged to the file's owner (see `crate::quota`).
+        self.quota.check_links(i.uid, 1)?;
+        self.quota.charge_links(i.uid, 1);
         let ftype = i.file_type().expect("live inode has a type").dirent_code();
         self.dir_add_entry(dir, name, ino, ftype)?;
         let now = self.now_ns();
@@ -1618,6 +1626,9 @@ impl FsState {
     /// A non-directory loses a name: freed if it was the last (or, with `keep`, put on the
     /// orphan list), else its ctime changes.
     fn drop_link(&mut self, ino: u64, mut target: Inode, keep: bool) -> Result<()> {
+        if target.nlink > 1 {
+            self.quota.charge_links(target.uid, -1);
+        }
         target.nlink = target.nlink.saturating_sub(1);
         if target.nlink == 0 && !keep {
             return self.release(ino, target);

@@ -31,6 +31,7 @@ fn reserve_only(percent: u8) -> (Arc<MemDevice>, Arc<FileSystem>) {
         user_blocks: Some(UNLIMITED),
         user_inodes: Some(UNLIMITED),
         root_reserve_percent: percent,
+        user_links: Some(UNLIMITED),
     };
     let fs = mount_with(&dev, &with_quota(quota));
     (dev, fs)
@@ -62,7 +63,9 @@ fn usage_follows_writes_truncation_unlink_and_chown() {
             blocks: 0,
             inodes: 0,
             block_limit: UNLIMITED,
-            inode_limit: UNLIMITED
+            inode_limit: UNLIMITED,
+            links: 0,
+            link_limit: UNLIMITED,
         }
     );
     let a = fs.create(fs.root(), "a", &owned(ALICE)).unwrap();
@@ -183,6 +186,7 @@ fn a_user_over_its_block_quota_gets_edquot_and_a_short_write() {
         user_blocks: Some(10),
         user_inodes: Some(3),
         root_reserve_percent: 0,
+        user_links: None,
     };
     let fs = mount_with(&dev, &with_quota(quota));
     let a = fs.create(fs.root(), "a", &owned(ALICE)).unwrap();
@@ -396,6 +400,8 @@ enum Op {
     Chown(u8, u32),
     Xattr(u8, bool),
     Symlink(u8, u32),
+    Link(u8, u8),
+    Rename(u8, u8),
     Remount,
 }
 
@@ -416,6 +422,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (n.clone(), uid()).prop_map(|(n, u)| Op::Chown(n, u)),
         1 => (n.clone(), any::<bool>()).prop_map(|(n, s)| Op::Xattr(n, s)),
         1 => (n.clone(), uid()).prop_map(|(n, u)| Op::Symlink(n, u)),
+        2 => (n.clone(), n.clone()).prop_map(|(a, b)| Op::Link(a, b)),
+        1 => (n.clone(), n.clone()).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => Just(Op::Remount),
     ]
 }
@@ -458,6 +466,8 @@ fn run(fs: &FileSystem, op: &Op) {
                 fs.remove_xattr(i, b"user.q")
             }
         }),
+        Op::Link(a, b) => ino(a).map_or(Ok(()), |i| fs.link(i, root, name(b))),
+        Op::Rename(a, b) => fs.rename(root, name(a), root, name(b)),
         Op::Remount => unreachable!("handled by the caller"),
     };
 }
@@ -467,6 +477,7 @@ fn check_limits(fs: &FileSystem) {
         if uid != 0 {
             assert!(u.blocks <= u.block_limit, "uid {uid}: {u:?}");
             assert!(u.inodes <= u.inode_limit, "uid {uid}: {u:?}");
+            assert!(u.links <= u.link_limit, "uid {uid}: {u:?}");
         }
     }
 }
@@ -493,7 +504,7 @@ proptest! {
     #[test]
     fn usage_matches_a_recount_after_random_operations(ops in prop::collection::vec(op(), 1..50)) {
         let dev = fresh(2048, &small_opts(512));
-        let opts = with_quota(Quota { user_blocks: Some(300), user_inodes: Some(4), root_reserve_percent: 20 });
+        let opts = with_quota(Quota { user_blocks: Some(300), user_inodes: Some(4), root_reserve_percent: 20, user_links: Some(3) });
         let mut fs = mount_with(&dev, &opts);
         for op in &ops {
             if matches!(op, Op::Remount) {
@@ -507,4 +518,89 @@ proptest! {
         fs.unmount().unwrap();
         assert_clean(&*dev, "after the random operations");
     }
+}
+
+// ---- names in others' directories ----------------------------------------------------------
+
+#[test]
+fn links_beyond_the_limit_get_edquot_and_are_counted_again_at_mount() {
+    let dev = fresh(4096, &small_opts(1024));
+    let opts = with_quota(Quota {
+        user_links: Some(20),
+        ..Quota::none()
+    });
+    let fs = mount_with(&dev, &opts);
+    let tmp = fs
+        .mkdir(
+            fs.root(),
+            "tmp",
+            &NewFile {
+                mode: 0o1777,
+                ..owned(0)
+            },
+        )
+        .unwrap();
+    let f = fs.create(tmp, "f", &owned(ALICE)).unwrap();
+    let long = |k: usize| format!("{k:0>250}");
+    for k in 0..20 {
+        fs.link(f, tmp, long(k)).unwrap();
+    }
+    let e = fs.link(f, tmp, long(20)).unwrap_err();
+    assert!(matches!(e, FsError::QuotaExceeded), "{e}");
+    assert_eq!(fs.quota_usage(ALICE).links, 20);
+    // Root's links are not limited; a freed name is room for another.
+    let r = fs.create(tmp, "r", &owned(0)).unwrap();
+    fs.link(r, tmp, long(99)).unwrap();
+    fs.unlink(tmp, long(3)).unwrap();
+    fs.link(f, tmp, long(3)).unwrap();
+    fs.verify_quota().unwrap();
+    // A chown moves the names with the file.
+    fs.set_attr(
+        f,
+        &SetAttr {
+            uid: Some(BOB),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((fs.quota_usage(ALICE).links, fs.quota_usage(BOB).links), (0, 20));
+    fs.verify_quota().unwrap();
+    fs.unmount().unwrap();
+    let fs = mount_with(&dev, &opts);
+    assert_eq!(fs.quota_usage(BOB).links, 20);
+    fs.unmount().unwrap();
+    assert_clean(&*dev, "after the links");
+}
+
+#[test]
+fn a_user_growing_roots_directory_is_held_to_the_reserve() {
+    let (dev, fs) = reserve_only(20);
+    let tmp = fs
+        .mkdir(
+            fs.root(),
+            "tmp",
+            &NewFile {
+                mode: 0o1777,
+                ..owned(0)
+            },
+        )
+        .unwrap();
+    let f = fs.create(tmp, "f", &owned(ALICE)).unwrap();
+    let user = vino_fs::Actor { privileged: false };
+    let mut k = 0;
+    let e = loop {
+        match vino_fs::acting(user, || fs.link(f, tmp, format!("{k:0>250}"))) {
+            Ok(()) => k += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(e, FsError::NoSpace), "{e}");
+    assert!(k > 100, "only {k} names");
+    // The reserve is left: root still makes names and writes there.
+    fs.link(f, tmp, format!("{k:0>250}")).unwrap();
+    let r = fs.create(tmp, "r", &owned(0)).unwrap();
+    assert_eq!(write(&fs, r, 0, 8 * BS).unwrap(), 8 * BS);
+    fs.verify_quota().unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&*dev, "after the reserve");
 }

@@ -112,6 +112,7 @@ fn users_get_enospc_at_roots_reserve_while_root_still_writes() {
         user_blocks: Some(vino_fs::UNLIMITED),
         user_inodes: Some(vino_fs::UNLIMITED),
         root_reserve_percent: 50,
+        user_links: None,
     });
     let mnt = m.mnt();
     home_dirs(&m);
@@ -138,5 +139,46 @@ fn users_get_enospc_at_roots_reserve_while_root_still_writes() {
     // Root writes into the reserve.
     fs::write(mnt.join("root-file"), vec![1u8; 4 << 20]).unwrap();
     assert_eq!(fs::metadata(mnt.join("root-file")).unwrap().len(), 4 << 20);
+    m.finish();
+}
+
+#[test]
+fn names_in_roots_tmp_stop_at_the_link_quota_and_others_files_cannot_be_pinned() {
+    let m = mounted(Quota {
+        user_links: Some(100),
+        ..Quota::default()
+    });
+    let mnt = m.mnt();
+    home_dirs(&m);
+    let tmp = mnt.join("tmp");
+    fs::create_dir(&tmp).unwrap();
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777)).unwrap();
+    // protected_hardlinks: Bob cannot give Alice's private file a name of his.
+    let out = sh_as(
+        ALICE,
+        &format!("echo s > {0}/alice/secret && chmod 600 {0}/alice/secret", mnt.display()),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = sh_as(BOB, &format!("ln {0}/alice/secret {0}/tmp/pin", mnt.display()));
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"),
+        "{out:?}"
+    );
+    // Link-fill: 100 names beyond the first, then EDQUOT.
+    let script = format!(
+        "cd {}/tmp && : > seed && i=0 && while ln seed $(printf 'n%0250d' $i); do i=$((i+1)); done; echo $i",
+        mnt.display()
+    );
+    let out = sh_as(BOB, &script);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "100", "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Disk quota exceeded"),
+        "{out:?}"
+    );
+    // Alice and root still make files there.
+    let out = sh_as(ALICE, &format!("echo a > {}/tmp/alice", mnt.display()));
+    assert!(out.status.success(), "{out:?}");
+    fs::write(tmp.join("root"), b"root's").unwrap();
     m.finish();
 }

@@ -57,7 +57,7 @@ pub use files::{Fd, OpenFlags};
 pub use locks::{LockRequest, LockType};
 pub use namei::{At, MAX_SYMLINKS, NAME_MAX, PATH_MAX};
 pub use names::{DirPage, RenameFlags};
-pub use perm::Credentials;
+pub use perm::{Credentials, Protected};
 pub use process::{GraftCall, Process};
 pub use vino_cache::RaMode;
 pub use vino_fs::{DirEntry, FileType, Stat};
@@ -117,6 +117,8 @@ pub struct KernelConfig {
     pub event_dispatch: Dispatch,
     /// How VINO processes' threads share the CPU (the workers start with the first thread).
     pub cpu: CpuSchedConfig,
+    /// Linux's `fs.protected_*` rules, for every entry point's names.
+    pub protect: perm::Protected,
 }
 
 impl Default for KernelConfig {
@@ -138,6 +140,7 @@ impl Default for KernelConfig {
             clock: SharedClock::default(),
             event_dispatch: Dispatch::Thread,
             cpu: CpuSchedConfig::default(),
+            protect: perm::Protected::default(),
         }
     }
 }
@@ -168,6 +171,8 @@ pub struct Kernel {
     pub(crate) clock: SharedClock,
     /// Graft modules waiting for an ioctl on the mount to bind them.
     pub(crate) staged: staged::Staged,
+    /// Linux's `fs.protected_*` rules.
+    pub(crate) protect: perm::Protected,
 }
 
 impl Kernel {
@@ -242,6 +247,7 @@ impl Kernel {
             accounts,
             clock: config.clock.clone(),
             staged: Default::default(),
+            protect: config.protect,
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);

@@ -140,6 +140,20 @@ impl Process {
         Ok(Found { ino, stat })
     }
 
+    /// protected_symlinks: may this process follow `link`, found in the directory `dir`?
+    pub(crate) fn may_follow(&self, dir: &Stat, link: &Stat) -> SysResult<()> {
+        if self.kernel().protect.may_follow(self.credentials(), dir, link) {
+            return Ok(());
+        }
+        Err(err(
+            Errno::Acces,
+            format!(
+                "protected_symlinks: inode {} is another user's link in a sticky world-writable directory",
+                link.ino
+            ),
+        ))
+    }
+
     /// Walks `path` from `at`. The last component is followed if it is a symbolic link and
     /// `follow` says so. An empty path names `at` itself (`AT_EMPTY_PATH`), except from the
     /// root, where it is `ENOENT` as POSIX asks.
@@ -165,6 +179,7 @@ impl Process {
             let next = self.step(&cur, &name)?;
             let last = comps.is_empty();
             if next.stat.kind == FileType::Symlink && (!last || follow || must_be_dir) {
+                self.may_follow(&cur.stat, &next.stat)?;
                 links += 1;
                 if links > MAX_SYMLINKS {
                     return Err(err(Errno::Loop, format!("too many symbolic links in {}", show(path))));

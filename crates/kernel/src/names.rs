@@ -82,10 +82,24 @@ impl Process {
 
     /// Checks that `p.name` may be made: a new name, in a directory this process may write.
     fn new_name(&self, p: &Parent) -> SysResult<()> {
+        self.absent(p)?;
+        self.may_change(p)
+    }
+
+    fn absent(&self, p: &Parent) -> SysResult<()> {
         if special(&p.name) || self.existing(p)?.is_some() {
             return Err(err(Errno::Exist, format!("file exists: {}", show(&p.name))));
         }
-        self.may_change(p)
+        Ok(())
+    }
+
+    /// Runs a file system operation that may allocate, with root's reserve judged by this
+    /// process's privilege rather than by the owner of what grows (a name in root's `/tmp`).
+    pub(crate) fn acting<T>(&self, f: impl FnOnce() -> T) -> T {
+        let actor = vino_fs::Actor {
+            privileged: self.credentials().privileged,
+        };
+        vino_fs::acting(actor, f)
     }
 
     /// What a file made by this process in `p.dir` is given.
@@ -121,7 +135,7 @@ impl Process {
             let p = self.walk_parent(at, path)?;
             self.new_name(&p)?;
             let attrs = self.new_file(&p, mode, FileType::Directory);
-            let ino = self.kernel().fs().mkdir(p.dir, &p.name, &attrs)?;
+            let ino = self.acting(|| self.kernel().fs().mkdir(p.dir, &p.name, &attrs))?;
             self.tell_changes(p.dir, &p.name, &[p.dir]);
             self.kernel().events.created(self, p.dir, &show(&p.name), ino);
             self.kernel().fs().stat(ino)?
@@ -148,7 +162,7 @@ impl Process {
         self.new_name(&p)?;
         let attrs = self.new_file(&p, mode, kind);
         let fs = self.kernel().fs();
-        let ino = fs.mknod(p.dir, &p.name, kind, rdev, &attrs)?;
+        let ino = self.acting(|| fs.mknod(p.dir, &p.name, kind, rdev, &attrs))?;
         self.tell_changes(p.dir, &p.name, &[p.dir]);
         self.kernel().events.created(self, p.dir, &show(&p.name), ino);
         Ok(fs.stat(ino)?)
@@ -168,7 +182,7 @@ impl Process {
         self.new_name(&p)?;
         let attrs = self.new_file(&p, 0o777, FileType::Symlink);
         let fs = self.kernel().fs();
-        let ino = fs.symlink(p.dir, &p.name, target, &attrs)?;
+        let ino = self.acting(|| fs.symlink(p.dir, &p.name, target, &attrs))?;
         self.tell_changes(p.dir, &p.name, &[p.dir]);
         self.kernel().events.created(self, p.dir, &show(&p.name), ino);
         Ok(fs.stat(ino)?)
@@ -289,9 +303,17 @@ impl Process {
         if p.trailing_slash {
             return Err(err(Errno::NotDir, format!("{}/: not a directory", show(&p.name))));
         }
-        self.new_name(&p)?;
+        // Linux's order: the name exists, then protected_hardlinks, then write permission.
+        self.absent(&p)?;
+        if !self.kernel().protect.may_link(self.credentials(), &src.stat) {
+            return Err(err(
+                Errno::Perm,
+                "protected_hardlinks: only the owner, or who may read and write it, links a file",
+            ));
+        }
+        self.may_change(&p)?;
         let fs = self.kernel().fs();
-        fs.link(src.ino, p.dir, &p.name)?;
+        self.acting(|| fs.link(src.ino, p.dir, &p.name))?;
         self.tell_changes(p.dir, &p.name, &[p.dir, src.ino]);
         Ok(fs.stat(src.ino)?)
     }
@@ -459,7 +481,7 @@ impl Process {
                 no_replace: flags.no_replace,
                 keep_replaced: keep,
             };
-            fs.rename_with(sp.dir, &sp.name, dp.dir, &dp.name, f)
+            self.acting(|| fs.rename_with(sp.dir, &sp.name, dp.dir, &dp.name, f))
         };
         match &dst {
             Some(dst) if dst.stat.kind != FileType::Directory => self.drop_name(&dst.stat, rename)?,

@@ -83,6 +83,81 @@ pub fn may_remove_from(cred: &Credentials, dir: &Stat, victim: &Stat) -> bool {
     dir.mode as u16 & S_ISVTX == 0 || cred.privileged || cred.uid == dir.uid || cred.uid == victim.uid
 }
 
+/// Linux's `fs.protected_*` rules against the classic attacks on shared directories (`/tmp`),
+/// as `fs/namei.c` states them. Each may be turned off (0); the defaults are Debian's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protected {
+    /// Only the owner, or a process that may read and write a plain regular file, may give a
+    /// file another name (else a user pins another's file and its blocks): `EPERM`.
+    pub hardlinks: bool,
+    /// A symbolic link in a sticky world-writable directory is followed only by its owner or
+    /// when the directory's owner owns it (else a planted link redirects another's open):
+    /// `EACCES`.
+    pub symlinks: bool,
+    /// `O_CREAT` opening an existing FIFO in a sticky directory that neither the opener nor the
+    /// directory's owner owns: refused (`EACCES`) if the directory is world-writable (1), or
+    /// group-writable too (2).
+    pub fifos: u8,
+    /// The same for regular files.
+    pub regular: u8,
+}
+
+impl Default for Protected {
+    fn default() -> Self {
+        Protected {
+            hardlinks: true,
+            symlinks: true,
+            // As Debian sets them (systemd's sysctl defaults).
+            fifos: 1,
+            regular: 1,
+        }
+    }
+}
+
+impl Protected {
+    /// Every rule off, as Linux's own default.
+    pub fn off() -> Protected {
+        Protected {
+            hardlinks: false,
+            symlinks: false,
+            fifos: 0,
+            regular: 0,
+        }
+    }
+
+    /// May `cred` give `src` another name? (`may_linkat`: the owner, a privileged process as
+    /// with CAP_FOWNER, or one that may read and write a regular file that is not set-ID.)
+    pub fn may_link(&self, cred: &Credentials, src: &Stat) -> bool {
+        if !self.hardlinks || cred.owns(src) {
+            return true;
+        }
+        let mode = src.mode as u16;
+        let set_id = mode & S_ISUID != 0 || (mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP);
+        src.kind == FileType::Regular && !set_id && may(cred, src, READ | WRITE)
+    }
+
+    /// May `cred` follow the symbolic link `link` found in `dir`? (`may_follow_link`; root is
+    /// not exempt: it is the victim the rule is for.)
+    pub fn may_follow(&self, cred: &Credentials, dir: &Stat, link: &Stat) -> bool {
+        const STICKY_OPEN: u32 = S_ISVTX as u32 | 0o002;
+        !self.symlinks || cred.uid == link.uid || dir.mode & STICKY_OPEN != STICKY_OPEN || dir.uid == link.uid
+    }
+
+    /// May `cred` open the existing `file` in `dir` with `O_CREAT`? (`may_create_in_sticky`,
+    /// for regular files and FIFOs.)
+    pub fn may_create_over(&self, cred: &Credentials, dir: &Stat, file: &Stat) -> bool {
+        let level = match file.kind {
+            FileType::Regular => self.regular,
+            FileType::Fifo => self.fifos,
+            _ => 0,
+        };
+        if level == 0 || dir.mode as u16 & S_ISVTX == 0 || file.uid == dir.uid || file.uid == cred.uid {
+            return true;
+        }
+        dir.mode & 0o002 == 0 && (level < 2 || dir.mode & 0o020 == 0)
+    }
+}
+
 /// The mode a chmod by `cred` sets on `st` when asked for `mode`: an unprivileged caller outside
 /// the file's group cannot set `S_ISGID` (it is silently dropped, as Linux does).
 pub fn chmod_mode(cred: &Credentials, st: &Stat, mode: u16) -> u16 {
@@ -202,6 +277,36 @@ mod tests {
             &stat(FileType::Directory, 0o1777, 1000, 0),
             &theirs
         ));
+    }
+
+    #[test]
+    fn protected_rules_follow_linux() {
+        let p = Protected::default();
+        let user = Credentials::user(1000, 1000);
+        let tmp = stat(FileType::Directory, 0o1777, 0, 0);
+        // Hard links: another's 0600 file no, a 0666 one yes, a set-ID one no; root yes.
+        assert!(!p.may_link(&user, &stat(FileType::Regular, 0o600, 2000, 2000)));
+        assert!(p.may_link(&user, &stat(FileType::Regular, 0o666, 2000, 2000)));
+        assert!(!p.may_link(&user, &stat(FileType::Regular, 0o4666, 2000, 2000)));
+        assert!(!p.may_link(&user, &stat(FileType::Fifo, 0o666, 2000, 2000)));
+        assert!(p.may_link(&Credentials::root(), &stat(FileType::Regular, 0o600, 2000, 2000)));
+        assert!(Protected::off().may_link(&user, &stat(FileType::Regular, 0o600, 2000, 2000)));
+        // Symlinks: another's in /tmp no (root neither), one's own or the directory owner's yes.
+        let theirs = stat(FileType::Symlink, 0o777, 2000, 2000);
+        assert!(!p.may_follow(&user, &tmp, &theirs));
+        assert!(!p.may_follow(&Credentials::root(), &tmp, &theirs));
+        assert!(p.may_follow(&user, &tmp, &stat(FileType::Symlink, 0o777, 1000, 1)));
+        assert!(p.may_follow(&user, &tmp, &stat(FileType::Symlink, 0o777, 0, 0)));
+        assert!(p.may_follow(&user, &stat(FileType::Directory, 0o777, 0, 0), &theirs));
+        // O_CREAT over another's file or FIFO in /tmp; level 2 covers group-writable ones too.
+        let file = stat(FileType::Regular, 0o666, 2000, 2000);
+        let fifo = stat(FileType::Fifo, 0o666, 2000, 2000);
+        assert!(!p.may_create_over(&user, &tmp, &file));
+        assert!(!p.may_create_over(&user, &tmp, &fifo));
+        let group = stat(FileType::Directory, 0o1770, 0, 0);
+        assert!(!p.may_create_over(&user, &group, &file));
+        assert!(p.may_create_over(&user, &group, &fifo));
+        assert!(Protected::off().may_create_over(&user, &tmp, &file));
     }
 
     #[test]

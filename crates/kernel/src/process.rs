@@ -281,6 +281,7 @@ impl Process {
                 match self.walk(at, path, true) {
                     Ok(found) => Ok((found, p.dir, Some(p.name), false)),
                     Err(e) if e.errno == Errno::NoEnt && flags.create => {
+                        self.may_follow(&p.dir_stat, &f.stat)?;
                         if links >= crate::MAX_SYMLINKS {
                             return Err(SysError::new(Errno::Loop, "too many symbolic links"));
                         }
@@ -297,6 +298,12 @@ impl Process {
             Some(f) => {
                 if p.trailing_slash && f.stat.kind != FileType::Directory {
                     return Err(SysError::new(Errno::NotDir, "not a directory"));
+                }
+                if flags.create && !self.kernel.protect.may_create_over(&self.cred, &p.dir_stat, &f.stat) {
+                    return Err(SysError::new(
+                        Errno::Acces,
+                        "protected_regular/fifos: O_CREAT of another user's file in a sticky directory",
+                    ));
                 }
                 Ok((f, p.dir, Some(p.name), false))
             }
@@ -321,7 +328,7 @@ impl Process {
                     gid,
                     creator: self.pid,
                 };
-                let ino = fs.create(p.dir, &p.name, &attrs)?;
+                let ino = self.acting(|| fs.create(p.dir, &p.name, &attrs))?;
                 self.tell_changes(p.dir, &p.name, &[p.dir]);
                 let name = String::from_utf8_lossy(&p.name).into_owned();
                 self.kernel.events.created(self, p.dir, &name, ino);
@@ -524,7 +531,7 @@ impl Process {
         } else {
             *offset
         };
-        let n = self.write_file(fd, &f, at, data)?;
+        let n = self.acting(|| self.write_file(fd, &f, at, data))?;
         *offset = at + n as u64;
         self.after_change(f.ino, false)?;
         self.kernel.events.modified(self, f.ino);
@@ -534,7 +541,7 @@ impl Process {
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> SysResult<usize> {
         let f = self.file(fd)?;
         let _writer = self.kernel.files.write_lock(f.ino);
-        let n = self.write_file(fd, &f, offset, data)?;
+        let n = self.acting(|| self.write_file(fd, &f, offset, data))?;
         self.after_change(f.ino, false)?;
         self.kernel.events.modified(self, f.ino);
         Ok(n)
