@@ -304,8 +304,10 @@ mod tests {
         assert!(!p.may_create_over(&user, &tmp, &file));
         assert!(!p.may_create_over(&user, &tmp, &fifo));
         let group = stat(FileType::Directory, 0o1770, 0, 0);
-        assert!(!p.may_create_over(&user, &group, &file));
+        assert!(p.may_create_over(&user, &group, &file));
         assert!(p.may_create_over(&user, &group, &fifo));
+        let level2 = Protected { regular: 2, ..p };
+        assert!(!level2.may_create_over(&user, &group, &file));
         assert!(Protected::off().may_create_over(&user, &tmp, &file));
     }
 

@@ -22,7 +22,8 @@ struct Args {
     #[arg(long, default_value = "target/vino-bench")]
     scratch: PathBuf,
     /// The attacks to run, comma-separated (default: all): lock-grant-spin, lock-contend,
-    /// control-spin, event-flood, graft-hog, compile-bomb, connection-hog, disk-fill, sync-storm.
+    /// control-spin, event-flood, graft-hog, compile-bomb, connection-hog, disk-fill, sync-storm,
+    /// event-filter, compile-churn, lock-count, listing, link-fill.
     #[arg(long, value_delimiter = ',')]
     attacks: Vec<String>,
     /// Seconds each phase measures the victim (default 5; 1 with --quick).
