@@ -576,14 +576,19 @@ fn run_victim(opts: &Options, socket: &Path, graft: &Path, uid: Option<u32>) -> 
 /// gives them back every core this program may use. Children started while pinned (the
 /// victim) inherit the one core. False if the machine has one core, or pinning failed.
 fn pin_to_one_core(pin: bool) -> bool {
-    // SAFETY: sched_getaffinity/sched_setaffinity only read and write the cpu_set_t given.
-    let mut all: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    if unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut all) } != 0 {
+    // The mask this program started with, read before the first pin.
+    static ALL: std::sync::OnceLock<Option<libc::cpu_set_t>> = std::sync::OnceLock::new();
+    let Some(all) = *ALL.get_or_init(|| {
+        // SAFETY: an all-zero cpu_set_t is a valid empty set.
+        let mut all: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: sched_getaffinity writes at most the size it is given into the set.
+        let ok = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut all) } == 0;
+        ok.then_some(all)
+    }) else {
         return false;
-    }
-    static ALL: std::sync::OnceLock<libc::cpu_set_t> = std::sync::OnceLock::new();
-    let all = *ALL.get_or_init(|| all);
+    };
     let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: CPU_ISSET reads the set given, at an index below CPU_SETSIZE.
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &all) })
         .collect();
     if allowed.len() < 2 {
@@ -591,8 +596,11 @@ fn pin_to_one_core(pin: bool) -> bool {
     }
     let mut mask = all;
     if pin {
-        unsafe { libc::CPU_ZERO(&mut mask) };
-        unsafe { libc::CPU_SET(allowed[0], &mut mask) };
+        // SAFETY: CPU_ZERO and CPU_SET write the set given, at an index below CPU_SETSIZE.
+        unsafe {
+            libc::CPU_ZERO(&mut mask);
+            libc::CPU_SET(allowed[0], &mut mask);
+        }
     }
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return false;
@@ -602,6 +610,7 @@ fn pin_to_one_core(pin: bool) -> bool {
         .filter_map(|t| t.file_name().to_str()?.parse::<libc::pid_t>().ok())
     {
         // A thread that ended meanwhile fails with ESRCH: nothing to pin.
+        // SAFETY: sched_setaffinity reads the set given, of the size given.
         unsafe { libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &mask) };
     }
     true
