@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use std::hint::black_box;
 
+pub mod pages;
 pub mod report;
 
 /// Per-iteration statistics over the measured rounds.

@@ -1,0 +1,857 @@
+//! The result pages (`docs/results/<name>.md`): each holds, between two markers, tables drawn
+//! from `results/<name>.json`, so a page's numbers are the file's. [`sync`] rewrites (or, to
+//! check, compares) the region of every page; `vino-bench-report` runs it and a test keeps the
+//! pages so.
+//!
+//! The experiments' JSON shapes differ, so each page names its tables as paths into its file:
+//! `a.b[]` is every element of the array `a.b`, `a[].c[]` every element of each `c` inside
+//! every `a`. A column's path is read from the row; each leading `^` climbs one array up, so
+//! `^name` in a row of `phases[].victim.ops[]` is the phase's name.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use crate::report::{fmt_count, fmt_ns, fmt_ratio};
+
+/// How a value is shown.
+#[derive(Clone, Copy, Debug)]
+pub enum Fmt {
+    /// As it is (strings unquoted, `true`/`false` as yes/no).
+    Text,
+    /// Nanoseconds, with a readable unit.
+    Ns,
+    /// Microseconds, with a readable unit.
+    Us,
+    /// Milliseconds, with a readable unit.
+    Ms,
+    /// Seconds, with a readable unit.
+    Secs,
+    /// A ratio, about three significant digits.
+    Ratio,
+    /// A ratio as a factor ("1.5x").
+    Times,
+    /// A fraction shown as a percentage.
+    Percent,
+    /// A count with thousands separators.
+    Count,
+    /// Bytes shown in MiB.
+    Mib,
+}
+
+/// One column: its heading, the path of its value in a row, its format.
+pub type Column = (&'static str, &'static str, Fmt);
+
+/// One table of a page.
+pub struct Table {
+    /// The line above the table.
+    pub title: &'static str,
+    /// The rows: a path ending in `[]`, or `""` for one row of the file's top-level fields.
+    pub rows: &'static str,
+    /// A pivot: one row per value of the first column, one column per value at this path, each
+    /// cell the other columns' values (the first, then the rest in parentheses).
+    pub across: Option<&'static str>,
+    pub columns: &'static [Column],
+}
+
+/// One page: the experiment's name (`results/<name>.json`, `docs/results/<name>.md`), its tables.
+pub struct Page {
+    pub name: &'static str,
+    pub tables: &'static [Table],
+}
+
+/// The line that opens a page's generated region.
+pub fn begin_marker(name: &str) -> String {
+    format!("<!-- generated from results/{name}.json by vino-bench-report: do not edit -->")
+}
+
+/// The line that closes it.
+pub const END_MARKER: &str = "<!-- end generated -->";
+
+/// The command that rewrites every page's region.
+pub const FIX_COMMAND: &str = "cargo run --release -p vino-measure --bin vino-bench-report";
+
+/// A value's display in format `fmt`; a missing or null value is a dash.
+fn show(value: Option<&Value>, fmt: Fmt) -> String {
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return "–".into();
+    };
+    let number = value.as_f64();
+    match (fmt, number) {
+        (Fmt::Ns, Some(n)) => fmt_ns(n),
+        (Fmt::Us, Some(n)) => fmt_ns(n * 1e3),
+        (Fmt::Ms, Some(n)) => fmt_ns(n * 1e6),
+        (Fmt::Secs, Some(n)) => fmt_ns(n * 1e9),
+        (Fmt::Ratio, Some(n)) => fmt_ratio(n),
+        (Fmt::Times, Some(n)) => format!("{}x", fmt_ratio(n)),
+        (Fmt::Percent, Some(n)) => format!("{}%", fmt_ratio(n * 100.0)),
+        (Fmt::Count, Some(n)) if n.fract() == 0.0 && n.abs() < 100.0 => format!("{n:.0}"),
+        (Fmt::Count, Some(n)) => fmt_count(n),
+        (Fmt::Mib, Some(n)) => format!("{} MiB", fmt_ratio(n / (1024.0 * 1024.0))),
+        _ => text(value),
+    }
+}
+
+/// A value as text, as it reads in a table cell (pipes escaped).
+fn text(value: &Value) -> String {
+    let s = match value {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
+        Value::Array(items) if items.is_empty() => "none".into(),
+        Value::Array(items) => items.iter().map(text).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    };
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The value at a dot path inside `value`.
+fn get<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.')
+        .filter(|p| !p.is_empty())
+        .try_fold(value, |v, key| v.get(key))
+}
+
+/// Every row a rows path names, each with the elements of the arrays above it (innermost last).
+fn rows<'a>(root: &'a Value, path: &str) -> Result<Vec<Vec<&'a Value>>> {
+    let mut found = vec![vec![root]];
+    for step in path.split("[]").filter(|s| !s.is_empty()) {
+        let key = step.trim_start_matches('.');
+        let mut next = Vec::new();
+        for chain in &found {
+            let parent = chain.last().expect("a chain holds its root");
+            let Some(Value::Array(items)) = get(parent, key) else {
+                bail!("no array at `{key}` of `{path}`")
+            };
+            for item in items {
+                let mut longer = chain.clone();
+                longer.push(item);
+                next.push(longer);
+            }
+        }
+        found = next;
+    }
+    Ok(found)
+}
+
+/// A column's value in a row: each leading `^` reads from one array further up.
+fn cell<'a>(chain: &[&'a Value], path: &str) -> Option<&'a Value> {
+    let up = path.chars().take_while(|c| *c == '^').count();
+    let at = chain.len().checked_sub(1 + up)?;
+    get(chain[at], &path[up..])
+}
+
+/// One table as Markdown.
+fn render_table(root: &Value, table: &Table) -> Result<String> {
+    let chains = rows(root, table.rows)?;
+    let (headings, body) = match table.across {
+        None => (
+            table.columns.iter().map(|c| c.0.to_string()).collect(),
+            plain_rows(&chains, table.columns),
+        ),
+        Some(across) => pivot_rows(&chains, table.columns, across),
+    };
+    // A table without a title continues the one above it.
+    let mut out = if table.title.is_empty() {
+        String::new()
+    } else {
+        format!("{}\n\n", table.title)
+    };
+    out += &format!("| {} |\n", headings.join(" | "));
+    out += &format!("|{}\n", " --- |".repeat(headings.len()));
+    for cells in body {
+        out += &format!("| {} |\n", cells.join(" | "));
+    }
+    Ok(out)
+}
+
+/// One row per row found, one cell per column; a row with nothing past its first cell is left out.
+fn plain_rows(chains: &[Vec<&Value>], columns: &[Column]) -> Vec<Vec<String>> {
+    let rows = chains.iter().map(|chain| {
+        columns
+            .iter()
+            .map(|(_, path, fmt)| show(cell(chain, path), *fmt))
+            .collect::<Vec<_>>()
+    });
+    rows.filter(|cells| columns.len() < 2 || cells[1..].iter().any(|c| !c.is_empty() && c != "–"))
+        .collect()
+}
+
+/// The headings and rows of a pivot, in the order the keys first appear.
+fn pivot_rows(chains: &[Vec<&Value>], columns: &[Column], across: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let (key, parts) = columns.split_first().expect("a pivot has a key column");
+    let key_of = |chain: &Vec<&Value>| show(cell(chain, key.1), key.2);
+    let across_of = |chain: &Vec<&Value>| show(cell(chain, across), Fmt::Text);
+    let mut keys: Vec<String> = Vec::new();
+    let mut tops: Vec<String> = Vec::new();
+    for chain in chains {
+        for (list, value) in [(&mut keys, key_of(chain)), (&mut tops, across_of(chain))] {
+            if !list.contains(&value) {
+                list.push(value);
+            }
+        }
+    }
+    let body = keys
+        .iter()
+        .map(|k| {
+            let mut row = vec![k.clone()];
+            for top in &tops {
+                let found = chains.iter().find(|c| &key_of(c) == k && &across_of(c) == top);
+                row.push(found.map_or("–".into(), |chain| pivot_cell(chain, parts)));
+            }
+            row
+        })
+        .collect();
+    (std::iter::once(key.0.to_string()).chain(tops).collect(), body)
+}
+
+/// A pivot's cell: the first part, the others in parentheses.
+fn pivot_cell(chain: &[&Value], parts: &[Column]) -> String {
+    let shown: Vec<String> = parts
+        .iter()
+        .map(|(_, path, fmt)| show(cell(chain, path), *fmt))
+        .collect();
+    match shown.split_first() {
+        Some((first, rest)) if !rest.is_empty() => format!("{first} ({})", rest.join(", ")),
+        Some((first, _)) => first.clone(),
+        None => String::new(),
+    }
+}
+
+/// The generated region of a page (markers excluded): its tables, then the file's notes.
+pub fn render(page: &Page, root: &Value) -> Result<String> {
+    let mut parts = Vec::new();
+    for table in page.tables {
+        parts.push(render_table(root, table).with_context(|| format!("results/{}.json", page.name))?);
+    }
+    if let Some(Value::Array(notes)) = root
+        .get("notes")
+        .filter(|n| n.as_array().is_some_and(|a| !a.is_empty()))
+    {
+        let lines: Vec<String> = notes.iter().map(|n| format!("- {}", text(n))).collect();
+        parts.push(format!("Notes the run recorded:\n\n{}\n", lines.join("\n")));
+    }
+    Ok(parts.join("\n"))
+}
+
+/// A page's text with its region replaced by `region`.
+pub fn splice(page_text: &str, name: &str, region: &str) -> Result<String> {
+    let begin = begin_marker(name);
+    let Some(start) = page_text.find(&begin) else {
+        bail!("no line `{begin}`")
+    };
+    let after = start + begin.len();
+    let Some(len) = page_text[after..].find(END_MARKER) else {
+        bail!("no `{END_MARKER}` after `{begin}`")
+    };
+    Ok(format!(
+        "{}\n\n{}\n{}",
+        &page_text[..after],
+        region,
+        &page_text[after + len..]
+    ))
+}
+
+/// Rewrites (or with `check`, only compares) the generated region of every page under
+/// `root` (the workspace); returns the pages that were (or would be) changed.
+pub fn sync(root: &Path, check: bool) -> Result<Vec<PathBuf>> {
+    let mut stale = Vec::new();
+    for page in PAGES {
+        let json_path = root.join(format!("results/{}.json", page.name));
+        let md_path = root.join(format!("docs/results/{}.md", page.name));
+        let json: Value = serde_json::from_str(
+            &fs::read_to_string(&json_path).with_context(|| format!("reading {}", json_path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", json_path.display()))?;
+        let old = fs::read_to_string(&md_path).with_context(|| format!("reading {}", md_path.display()))?;
+        let new = splice(&old, page.name, &render(page, &json)?).with_context(|| md_path.display().to_string())?;
+        if new != old {
+            if !check {
+                fs::write(&md_path, &new).with_context(|| format!("writing {}", md_path.display()))?;
+            }
+            stale.push(md_path);
+        }
+    }
+    Ok(stale)
+}
+
+const STATS: &[Column] = &[
+    ("median", "stats.median_ns", Fmt::Ns),
+    ("min", "stats.min_ns", Fmt::Ns),
+    ("p90", "stats.p90_ns", Fmt::Ns),
+];
+
+/// Every page and its tables.
+pub const PAGES: &[Page] = &[
+    Page {
+        name: "core",
+        tables: &[
+            Table {
+                title: "Core costs (E1), median of the rounds, per operation; `seed` is the thesis' figure:",
+                rows: "costs.ops[]",
+                across: None,
+                columns: &[
+                    ("group", "group", Fmt::Text),
+                    ("operation", "name", Fmt::Text),
+                    STATS[0],
+                    STATS[1],
+                    STATS[2],
+                    ("seed (µs)", "seed_us", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "Goals:",
+                rows: "costs.goals[]",
+                across: None,
+                columns: &[
+                    ("what", "what", Fmt::Text),
+                    ("goal", "target_ns", Fmt::Ns),
+                    ("measured", "measured_ns", Fmt::Ns),
+                    ("met", "met", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "Extension technologies (E2), per call, normalized to native:",
+                rows: "extensions.results[]",
+                across: None,
+                columns: &[
+                    ("workload", "workload", Fmt::Text),
+                    ("technology", "variant", Fmt::Text),
+                    ("median", "stats.median_ns", Fmt::Ns),
+                    ("per block", "per_block_ns", Fmt::Ns),
+                    ("vs native", "normalized", Fmt::Ratio),
+                ],
+            },
+            Table {
+                title: "The thesis' figures for the same workloads (normalized):",
+                rows: "extensions.seed[]",
+                across: None,
+                columns: &[
+                    ("workload", "workload", Fmt::Text),
+                    ("technology", "technology", Fmt::Text),
+                    ("normalized", "normalized", Fmt::Ratio),
+                    ("source", "source", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "Invocation costs:",
+                rows: "extensions.invocation[]",
+                across: None,
+                columns: &[("call", "name", Fmt::Text), STATS[0], STATS[1], STATS[2]],
+            },
+            Table {
+                title: "Loading a module (E3):",
+                rows: "extensions.load[]",
+                across: None,
+                columns: &[
+                    ("technology", "technology", Fmt::Text),
+                    ("module", "module", Fmt::Text),
+                    ("bytes", "module_bytes", Fmt::Count),
+                    ("compile", "compile.median_ns", Fmt::Ns),
+                    ("instantiate", "instantiate.median_ns", Fmt::Ns),
+                ],
+            },
+            Table {
+                title: "Break-even against a page fault (hot list):",
+                rows: "extensions.break_even.hotlist[]",
+                across: None,
+                columns: &[
+                    ("technology", "variant", Fmt::Text),
+                    ("search", "search_ns", Fmt::Ns),
+                    ("searches per fault", "searches_per_fault", Fmt::Count),
+                    ("pays off", "pays_off", Fmt::Text),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "daemon",
+        tables: &[
+            Table {
+                title: "Cost per operation by path:",
+                rows: "rows[]",
+                across: None,
+                columns: &[
+                    ("operation", "operation", Fmt::Text),
+                    ("path", "path", Fmt::Text),
+                    ("per operation", "ns_per_op", Fmt::Ns),
+                ],
+            },
+            Table {
+                title: "Tails through the socket:",
+                rows: "tails[]",
+                across: None,
+                columns: &[
+                    ("operation", "operation", Fmt::Text),
+                    ("calls", "calls", Fmt::Count),
+                    ("p50", "p50_ns", Fmt::Ns),
+                    ("p99", "p99_ns", Fmt::Ns),
+                    ("max", "max_ns", Fmt::Ns),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "events",
+        tables: &[
+            Table {
+                title: "Checking an event against a filter, by files in the filter (median):",
+                rows: "filter[]",
+                across: None,
+                columns: &[
+                    ("files", "files", Fmt::Count),
+                    ("per event", "cost.median_ns", Fmt::Ns),
+                    ("p90", "cost.p90_ns", Fmt::Ns),
+                ],
+            },
+            Table {
+                title: "Polling instead (median):",
+                rows: "poll[]",
+                across: None,
+                columns: &[
+                    ("files", "files", Fmt::Count),
+                    ("per poll", "cost.median_ns", Fmt::Ns),
+                    ("p90", "cost.p90_ns", Fmt::Ns),
+                ],
+            },
+            Table {
+                title: "Break-even against polling, the filter alone:",
+                rows: "break_even[]",
+                across: None,
+                columns: &[
+                    ("files", "files", Fmt::Count),
+                    ("event", "event_ns", Fmt::Ns),
+                    ("poll", "poll_ns", Fmt::Ns),
+                    ("ratio", "ratio", Fmt::Ratio),
+                    ("s between polls", "seconds_between_polls", Fmt::Ratio),
+                ],
+            },
+            Table {
+                title: "With an asynchronous event graft:",
+                rows: "break_even_async[]",
+                across: None,
+                columns: &[
+                    ("files", "files", Fmt::Count),
+                    ("event", "event_ns", Fmt::Ns),
+                    ("poll", "poll_ns", Fmt::Ns),
+                    ("ratio", "ratio", Fmt::Ratio),
+                    ("s between polls", "seconds_between_polls", Fmt::Ratio),
+                ],
+            },
+            Table {
+                title: "With a synchronous event graft:",
+                rows: "break_even_sync[]",
+                across: None,
+                columns: &[
+                    ("files", "files", Fmt::Count),
+                    ("event", "event_ns", Fmt::Ns),
+                    ("poll", "poll_ns", Fmt::Ns),
+                    ("ratio", "ratio", Fmt::Ratio),
+                    ("s between polls", "seconds_between_polls", Fmt::Ratio),
+                ],
+            },
+            Table {
+                title: "An event graft, asynchronous and synchronous delivery (median):",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("async unprotected", "async_graft.unprotected.median_ns", Fmt::Ns),
+                    ("async protected", "async_graft.protected.median_ns", Fmt::Ns),
+                    (
+                        "async end to end",
+                        "async_graft.protected_end_to_end.median_ns",
+                        Fmt::Ns,
+                    ),
+                    ("sync unprotected", "sync_graft.unprotected.median_ns", Fmt::Ns),
+                    ("sync protected", "sync_graft.protected.median_ns", Fmt::Ns),
+                    ("sync end to end", "sync_graft.protected_end_to_end.median_ns", Fmt::Ns),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "gunzip",
+        tables: &[
+            Table {
+                title: "gunzip through the kernel, by device and read-ahead policy (median of the runs):",
+                rows: "cells[]",
+                across: None,
+                columns: &[
+                    ("device", "device", Fmt::Text),
+                    ("policy", "policy", Fmt::Text),
+                    ("runs", "runs", Fmt::Count),
+                    ("elapsed", "elapsed_s", Fmt::Secs),
+                    ("user", "user_s", Fmt::Secs),
+                    ("kernel", "kernel_s", Fmt::Secs),
+                    ("CPU use", "cpu_util", Fmt::Percent),
+                    ("misses", "misses", Fmt::Count),
+                    ("prefetched", "prefetched", Fmt::Count),
+                    ("used", "prefetch_used", Fmt::Count),
+                    ("vs off", "vs_off", Fmt::Ratio),
+                ],
+            },
+            Table {
+                title: "The graft's protection against the same policy compiled in:",
+                rows: "protection[]",
+                across: None,
+                columns: &[
+                    ("device", "device", Fmt::Text),
+                    ("blocks", "blocks", Fmt::Count),
+                    ("graft", "graft_elapsed_s", Fmt::Secs),
+                    ("native", "native_elapsed_s", Fmt::Secs),
+                    ("overhead", "overhead", Fmt::Percent),
+                    ("same decisions", "same_decisions", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "gunzip as a VINO process (median of the runs):",
+                rows: "program_cells[]",
+                across: None,
+                columns: &[
+                    ("device", "device", Fmt::Text),
+                    ("policy", "policy", Fmt::Text),
+                    ("runs", "runs", Fmt::Count),
+                    ("elapsed", "elapsed_s", Fmt::Secs),
+                    ("misses", "misses", Fmt::Count),
+                    ("prefetched", "prefetched", Fmt::Count),
+                    ("used", "prefetch_used", Fmt::Count),
+                    ("vs off", "vs_off", Fmt::Ratio),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "isolation",
+        tables: &[
+            Table {
+                title: "The victim's p99 in each phase (the attacker's phase names its attack; against the one-core baseline):",
+                rows: "rows[]",
+                across: Some("op"),
+                columns: &[
+                    ("phase", "phase", Fmt::Text),
+                    ("p99", "p99_ns", Fmt::Ns),
+                    ("vs one core", "one_core_ratio", Fmt::Times),
+                ],
+            },
+            Table {
+                title: "What each attack did:",
+                rows: "phases[]",
+                across: None,
+                columns: &[
+                    ("phase", "name", Fmt::Text),
+                    ("attack", "note", Fmt::Text),
+                    ("outcome", "summary", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "CPU in each phase (cores):",
+                rows: "phases[]",
+                across: None,
+                columns: &[
+                    ("phase", "name", Fmt::Text),
+                    ("victim client", "cpu.victim_client", Fmt::Ratio),
+                    ("victim daemon", "cpu.victim_daemon", Fmt::Ratio),
+                    ("attacker client", "cpu.attacker_client", Fmt::Ratio),
+                    ("attacker daemon", "cpu.attacker_daemon", Fmt::Ratio),
+                    ("peak RSS (MiB)", "peak_rss_mib", Fmt::Ratio),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "layout",
+        tables: &[
+            Table {
+                title: "Writing and reading back small files, by device, file size and layout (median of the runs):",
+                rows: "cells[]",
+                across: None,
+                columns: &[
+                    ("device", "device", Fmt::Text),
+                    ("file size", "file_bytes", Fmt::Count),
+                    ("layout", "layout", Fmt::Text),
+                    ("runs", "runs", Fmt::Count),
+                    ("write MB/s", "write_mb_s", Fmt::Ratio),
+                    ("read MB/s", "read_mb_s", Fmt::Ratio),
+                    ("install", "install_s", Fmt::Secs),
+                    ("write vs default", "write_norm", Fmt::Ratio),
+                    ("read vs default", "read_norm", Fmt::Ratio),
+                    ("read seeks", "read_seeks", Fmt::Count),
+                ],
+            },
+            Table {
+                title: "Loading the placement graft:",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("module bytes", "load.wasm_bytes", Fmt::Count),
+                    ("cold compile", "load.cold_compile_ns", Fmt::Ns),
+                    ("first load", "load.first_load_ns", Fmt::Ns),
+                    ("cached load", "load.cached_load_ns", Fmt::Ns),
+                    ("install per file", "load.install_per_file_ns", Fmt::Ns),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "linux",
+        tables: &[
+            Table {
+                title: "The Wisconsin selection on ext4 through Linux's page cache, by mode:",
+                rows: "runs[]",
+                across: None,
+                columns: &[
+                    ("mode", "mode", Fmt::Text),
+                    ("records", "records", Fmt::Count),
+                    ("missed pages", "miss_pages", Fmt::Count),
+                    ("time", "time_ns", Fmt::Ns),
+                    ("min", "time_min_ns", Fmt::Ns),
+                    ("max", "time_max_ns", Fmt::Ns),
+                    ("device reads", "device_reads", Fmt::Count),
+                    ("limit hits", "limit_hits", Fmt::Count),
+                ],
+            },
+            Table {
+                title: "The same selection on VINO in the same run:",
+                rows: "vino.devices[].runs[]",
+                across: None,
+                columns: &[
+                    ("device", "^kind", Fmt::Text),
+                    ("policy", "policy", Fmt::Text),
+                    ("protection", "protection", Fmt::Text),
+                    ("order", "order", Fmt::Text),
+                    ("misses", "cache.misses", Fmt::Count),
+                    ("time", "time_ns", Fmt::Ns),
+                    ("device reads", "device_reads", Fmt::Count),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "locks",
+        tables: &[Table {
+            title: "Readers and writers of one file under each grant policy, by device and share of writes:",
+            rows: "cells[]",
+            across: None,
+            columns: &[
+                ("device", "device", Fmt::Text),
+                ("policy", "policy", Fmt::Text),
+                ("writes %", "write_percent", Fmt::Count),
+                ("read", "read_ms", Fmt::Ms),
+                ("read wait", "read_wait_ms", Fmt::Ms),
+                ("write", "write_ms", Fmt::Ms),
+                ("write wait", "write_wait_ms", Fmt::Ms),
+                ("longest write wait", "write_wait_max_ms", Fmt::Ms),
+                ("ops/s", "throughput", Fmt::Ratio),
+                ("graft time", "policy_ns", Fmt::Ns),
+            ],
+        }],
+    },
+    Page {
+        name: "miss",
+        tables: &[Table {
+            title: "A 4 KiB miss, layer by layer:",
+            rows: "layers[]",
+            across: None,
+            columns: &[
+                ("layer", "layer", Fmt::Text),
+                ("median", "median_us", Fmt::Us),
+                ("p99", "p99_us", Fmt::Us),
+                ("vs pread", "vs_raw", Fmt::Ratio),
+            ],
+        }],
+    },
+    Page {
+        name: "native",
+        tables: &[Table {
+            title: "Real programs: VINO process, native, stock wasmtime-wasi:",
+            rows: "steps[]",
+            across: None,
+            columns: &[
+                ("step", "step", Fmt::Text),
+                ("VINO", "vino_s", Fmt::Secs),
+                ("native", "native_s", Fmt::Secs),
+                ("wasmtime-wasi", "wasmtime_s", Fmt::Secs),
+                ("VINO / native", "vino_vs_native", Fmt::Ratio),
+                ("VINO / wasmtime-wasi", "vino_vs_wasmtime", Fmt::Ratio),
+                ("goal 1.5x met", "meets_goal", Fmt::Text),
+            ],
+        }],
+    },
+    Page {
+        name: "programs",
+        tables: &[
+            Table {
+                title: "Unmodified programs on the mount against ext4:",
+                rows: "steps[]",
+                across: None,
+                columns: &[
+                    ("step", "step", Fmt::Text),
+                    ("VINO", "vino_s", Fmt::Secs),
+                    ("ext4", "ext4_s", Fmt::Secs),
+                    ("VINO / ext4", "ratio", Fmt::Ratio),
+                ],
+            },
+            Table {
+                title: "By transport, with the requests served and the daemon's time on them:",
+                rows: "steps[].by_transport[]",
+                across: None,
+                columns: &[
+                    ("step", "^step", Fmt::Text),
+                    ("transport", "transport", Fmt::Text),
+                    ("time", "seconds", Fmt::Secs),
+                    ("requests", "served.requests", Fmt::Count),
+                    ("daemon's time", "served.seconds", Fmt::Secs),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "sched",
+        tables: &[
+            Table {
+                title: "(a) Proportional share: CPU by tickets:",
+                rows: "shares[]",
+                across: None,
+                columns: &[
+                    ("workers", "workers", Fmt::Count),
+                    ("tickets", "tickets", Fmt::Count),
+                    ("CPU", "cpu_s", Fmt::Secs),
+                    ("share", "share", Fmt::Percent),
+                    ("entitled", "entitled", Fmt::Percent),
+                    ("error", "error", Fmt::Percent),
+                ],
+            },
+            Table {
+                title: "(b) Donation to a server:",
+                rows: "donation[]",
+                across: None,
+                columns: &[
+                    ("donation", "donation", Fmt::Text),
+                    ("requests/s", "requests_per_s", Fmt::Count),
+                    ("server CPU", "server_cpu", Fmt::Percent),
+                    ("competitor CPU", "competitor_cpu", Fmt::Percent),
+                ],
+            },
+            Table {
+                title: "(c) The multimedia case: periodic audio threads beside video and another user:",
+                rows: "multimedia[]",
+                across: None,
+                columns: &[
+                    ("policy", "policy", Fmt::Text),
+                    ("periods", "audio_periods", Fmt::Count),
+                    ("missed", "audio_misses", Fmt::Count),
+                    ("missed %", "miss_percent", Fmt::Ratio),
+                    ("video CPU", "video_cpu", Fmt::Percent),
+                    ("other CPU", "other_cpu", Fmt::Percent),
+                ],
+            },
+            Table {
+                title: "(d) Costs:",
+                rows: "costs[]",
+                across: None,
+                columns: &[
+                    ("what", "what", Fmt::Text),
+                    ("cost", "ns", Fmt::Ns),
+                    ("goal", "goal_ns", Fmt::Ns),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "soak",
+        tables: &[Table {
+            title: "The soak run:",
+            rows: "",
+            across: None,
+            columns: &[
+                ("clients", "clients", Fmt::Count),
+                ("seconds", "secs", Fmt::Count),
+                ("operations", "ops", Fmt::Count),
+                ("records", "records", Fmt::Count),
+                ("graft calls", "graft_invocations", Fmt::Count),
+                ("problems", "problems", Fmt::Text),
+            ],
+        }],
+    },
+    Page {
+        name: "syscalls",
+        tables: &[Table {
+            title: "What a system call costs, median (min-max) of the repetitions:",
+            rows: "rows[]",
+            across: None,
+            columns: &[
+                ("operation", "operation", Fmt::Text),
+                ("path", "path", Fmt::Text),
+                ("median", "median_ns", Fmt::Ns),
+                ("min", "min_ns", Fmt::Ns),
+                ("max", "max_ns", Fmt::Ns),
+                ("vs Linux", "vs_linux", Fmt::Ratio),
+                ("goal", "goal_ns", Fmt::Ns),
+                ("met", "meets_goal", Fmt::Text),
+            ],
+        }],
+    },
+    Page {
+        name: "wisconsin",
+        tables: &[Table {
+            title: "The Wisconsin selection, by device, eviction policy and protection:",
+            rows: "devices[].runs[]",
+            across: None,
+            columns: &[
+                ("device", "^kind", Fmt::Text),
+                ("policy", "policy", Fmt::Text),
+                ("protection", "protection", Fmt::Text),
+                ("order", "order", Fmt::Text),
+                ("hits", "cache.hits", Fmt::Count),
+                ("misses", "cache.misses", Fmt::Count),
+                ("prefetched", "cache.prefetched", Fmt::Count),
+                ("graft mistakes", "cache.graft_mistakes", Fmt::Count),
+                ("time", "time_ns", Fmt::Ns),
+                ("device reads", "device_reads", Fmt::Count),
+            ],
+        }],
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nested_rows_reach_their_parents() {
+        let doc = json!({"a": [{"name": "x", "b": [{"v": 1}, {"v": 2}]}, {"name": "y", "b": [{"v": 3}]}]});
+        let table = Table {
+            title: "t",
+            rows: "a[].b[]",
+            across: None,
+            columns: &[("n", "^name", Fmt::Text), ("v", "v", Fmt::Count)],
+        };
+        let out = render_table(&doc, &table).unwrap();
+        assert!(out.contains("| x | 1 |\n| x | 2 |\n| y | 3 |\n"), "{out}");
+    }
+
+    #[test]
+    fn a_pivot_has_a_column_per_value() {
+        let doc = json!({"r": [{"k": "a", "op": "x", "v": 1, "w": 2}, {"k": "a", "op": "y", "v": 3, "w": 4}, {"k": "b", "op": "y", "v": 5, "w": 6}]});
+        let columns: &[Column] = &[("key", "k", Fmt::Text), ("v", "v", Fmt::Count), ("w", "w", Fmt::Count)];
+        let table = Table {
+            title: "t",
+            rows: "r[]",
+            across: Some("op"),
+            columns,
+        };
+        let out = render_table(&doc, &table).unwrap();
+        assert!(out.contains("| key | x | y |\n"), "{out}");
+        assert!(out.contains("| a | 1 (2) | 3 (4) |\n| b | – | 5 (6) |\n"), "{out}");
+    }
+
+    #[test]
+    fn splice_replaces_only_the_region() {
+        let page = format!("head\n{}\nold\n{END_MARKER}\ntail\n", begin_marker("x"));
+        let out = splice(&page, "x", "new\n").unwrap();
+        assert_eq!(out, format!("head\n{}\n\nnew\n\n{END_MARKER}\ntail\n", begin_marker("x")));
+        assert_eq!(splice(&out, "x", "new\n").unwrap(), out, "splicing is idempotent");
+    }
+}
