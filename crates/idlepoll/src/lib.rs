@@ -8,7 +8,7 @@
 //! are pinned. Where waking a halted CPU is dear (a virtual machine whose idle CPUs halt at
 //! once, without the guest polling first, where the host must schedule the virtual CPU again),
 //! that wake dominates: one FUSE round trip took 44 µs with the CPUs halting and 16 µs with
-//! them kept running, and `tar x` of 12,000 files 5.5 s against 2.45 s (the README has the
+//! them kept running, and `tar x` of 12,000 files 5.5 s against 2.45 s (docs/results/daemon.md has the
 //! measurements). This is what Linux's own halt-polling (`cpuidle-haltpoll`) does inside the
 //! kernel, here only while the server has work and only for its window.
 //!

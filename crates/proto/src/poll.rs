@@ -2,7 +2,7 @@
 //!
 //! On a virtual machine a blocked thread woken by another CPU's write takes tens of
 //! microseconds to run again (the wake-up goes through the hypervisor): `vino bench daemon`
-//! measures a null call with and without the client polling (see the README). A
+//! measures a null call with and without the client polling (docs/results/daemon.md). A
 //! program in a tight loop of system calls sends its next request (or the daemon its answer)
 //! within microseconds, so each side first polls the socket for a bounded window, and only then
 //! blocks. The window is short, the daemon lets only a few connections spin at once, and a poller
