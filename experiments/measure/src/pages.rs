@@ -851,7 +851,10 @@ mod tests {
     fn splice_replaces_only_the_region() {
         let page = format!("head\n{}\nold\n{END_MARKER}\ntail\n", begin_marker("x"));
         let out = splice(&page, "x", "new\n").unwrap();
-        assert_eq!(out, format!("head\n{}\n\nnew\n\n{END_MARKER}\ntail\n", begin_marker("x")));
+        assert_eq!(
+            out,
+            format!("head\n{}\n\nnew\n\n{END_MARKER}\ntail\n", begin_marker("x"))
+        );
         assert_eq!(splice(&out, "x", "new\n").unwrap(), out, "splicing is idempotent");
     }
 }
