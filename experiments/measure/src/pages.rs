@@ -101,6 +101,12 @@ fn text(value: &Value) -> String {
         Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
         Value::Array(items) if items.is_empty() => "none".into(),
         Value::Array(items) => items.iter().map(text).collect::<Vec<_>>().join(", "),
+        // An enum with data, as serde writes it: `{"graft": 8}` reads "graft 8".
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(k, v)| format!("{} {}", k.replace('_', " "), text(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
         other => other.to_string(),
     };
     s.replace('|', "\\|").replace('\n', " ")
@@ -619,6 +625,8 @@ pub const PAGES: &[Page] = &[
                     ("device", "^kind", Fmt::Text),
                     ("policy", "policy", Fmt::Text),
                     ("protection", "protection", Fmt::Text),
+                    ("records or blocks", "param", Fmt::Count),
+                    ("look-ahead beside", "lookahead", Fmt::Count),
                     ("order", "order", Fmt::Text),
                     ("misses", "cache.misses", Fmt::Count),
                     ("time", "time_ns", Fmt::Ns),
@@ -795,19 +803,22 @@ pub const PAGES: &[Page] = &[
     Page {
         name: "wisconsin",
         tables: &[Table {
-            title: "The Wisconsin selection, by device, eviction policy and protection:",
+            title: "The Wisconsin selection, by device, policy (look-ahead eviction of N records, read-ahead of N blocks, or both) and protection; on the model, time is the modeled disk's:",
             rows: "devices[].runs[]",
             across: None,
             columns: &[
                 ("device", "^kind", Fmt::Text),
                 ("policy", "policy", Fmt::Text),
                 ("protection", "protection", Fmt::Text),
+                ("records or blocks", "param", Fmt::Count),
+                ("look-ahead beside", "lookahead", Fmt::Count),
                 ("order", "order", Fmt::Text),
                 ("hits", "cache.hits", Fmt::Count),
                 ("misses", "cache.misses", Fmt::Count),
                 ("prefetched", "cache.prefetched", Fmt::Count),
                 ("graft mistakes", "cache.graft_mistakes", Fmt::Count),
                 ("time", "time_ns", Fmt::Ns),
+                ("graft time", "graft.time_ns", Fmt::Ns),
                 ("device reads", "device_reads", Fmt::Count),
             ],
         }],
