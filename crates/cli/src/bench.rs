@@ -76,6 +76,10 @@ pub enum BenchCommand {
     /// for Linux and the same .wasm on stock wasmtime-wasi, on the same inputs.
     #[command(disable_help_flag = true)]
     Native(Pass),
+    /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
+    /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
+    #[command(disable_help_flag = true)]
+    Report(Pass),
 }
 
 impl BenchCommand {
@@ -97,6 +101,7 @@ impl BenchCommand {
             BenchCommand::Miss(p) => ("miss", p.args),
             BenchCommand::Sched(p) => ("sched", p.args),
             BenchCommand::Native(p) => ("native", p.args),
+            BenchCommand::Report(p) => ("report", p.args),
         }
     }
 }
@@ -108,9 +113,14 @@ pub fn program(name: &str) -> Result<PathBuf> {
     let dir = exe.parent().context("the vino program has no directory")?;
     let program = dir.join(format!("vino-bench-{name}"));
     if !program.is_file() {
+        let package = if name == "report" {
+            "vino-measure"
+        } else {
+            "vino-experiments"
+        };
         bail!(
             "the experiment `{name}` is the program vino-bench-{name}, which is not built next to vino \
-             (in {}): build it with `cargo build --release -p vino-experiments` (or `cargo build --release \
+             (in {}): build it with `cargo build --release -p {package}` (or `cargo build --release \
              --workspace`)",
             dir.display()
         );
