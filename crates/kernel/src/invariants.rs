@@ -440,9 +440,14 @@ impl Kernel {
     /// [`Process::debug_check_locked`], for a call of `process` or of the mount (`None`).
     #[inline]
     pub(crate) fn debug_check_locked(&self, process: Option<&Process>, inos: &[u64]) {
-        if cfg!(debug_assertions)
-            && let Err(e) = self.check_touched(process, inos)
-        {
+        if cfg!(debug_assertions) {
+            self.check_touched_or_panic(process, inos);
+        }
+    }
+
+    /// [`Kernel::check_touched`], panicking with the broken relation.
+    fn check_touched_or_panic(&self, process: Option<&Process>, inos: &[u64]) {
+        if let Err(e) = self.check_touched(process, inos) {
             let who = process.map_or("the mount".to_string(), |p| format!("pid {}", p.pid()));
             panic!("after a system call of {who}: {e}");
         }
@@ -619,18 +624,25 @@ mod tests {
         assert!(e.contains("the total is charged 1"), "{e}");
     }
 
-    /// The hook debug builds run after each call panics naming the relation.
+    /// The check debug builds run after each call panics naming the relation; release builds
+    /// skip it.
     #[test]
     fn the_debug_hook_panics_naming_the_relation() {
         let (k, p, open, _) = with_files();
         p.debug_check(&[open]);
         k.corrupt_for_test(Corruption::Park(open));
+        let check = || {
+            let _ns = k.ns.read();
+            k.check_touched_or_panic(Some(&p), &[open]);
+        };
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check));
+        let msg = *panicked
+            .expect_err("a broken relation panics")
+            .downcast::<String>()
+            .unwrap();
+        let want = format!("after a system call of pid {}: parked files: ino {open}", p.pid());
+        assert!(msg.starts_with(&want), "{msg}");
         let hook = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.debug_check(&[open])));
-        if cfg!(debug_assertions) {
-            let msg = *hook.expect_err("a debug build panics").downcast::<String>().unwrap();
-            assert!(msg.contains("parked files: ino"), "{msg}");
-        } else {
-            assert!(hook.is_ok(), "a release build checks nothing");
-        }
+        assert_eq!(hook.is_err(), cfg!(debug_assertions), "debug builds only");
     }
 }
