@@ -39,4 +39,14 @@ impl FileSystem {
             g.write_inode(ino, &inode)
         })
     }
+
+    /// Charges `uid` one inode it does not hold: a corruption, for the tests of the checks that
+    /// must find it ([`FileSystem::verify_quota`]).
+    #[doc(hidden)]
+    pub fn skew_quota_for_test(&self, uid: u32) -> Result<()> {
+        self.in_transaction(|g| {
+            g.quota.charge(uid, 0, 1);
+            Ok(())
+        })
+    }
 }

@@ -11,7 +11,8 @@
 //!   descriptors, and a descriptor's file is linked or parked (a directory removed while open is
 //!   freed: its descriptor refers to nothing);
 //! * accounts: a process is charged one descriptor per descriptor (at least that while calls
-//!   run), a user what its processes are, the total what its users are, for every resource.
+//!   run), a user what its processes are, the total what its users are, for every resource;
+//!   the file system's blocks and inodes per user are what its inode table holds.
 //!
 //! [`Kernel::check_invariants`] checks them all, for a kernel with no system call running (the
 //! simulator runs it after every step). [`Kernel::check_touched`] checks the part that holds
@@ -223,8 +224,12 @@ impl Kernel {
         }
     }
 
-    /// Descriptor charges against the tables, and each account against those below it.
+    /// Descriptor charges against the tables, each account against those below it, and the
+    /// file system's blocks and inodes per user against its inode table.
     fn check_accounts(&self, procs: &[Arc<Process>], tables: &[Table]) -> Checked {
+        self.fs
+            .verify_quota()
+            .map_err(|e| broken(Relation::Accounts, format!("the file system's usage: {e}")))?;
         let mut by_user: BTreeMap<u32, u64> = BTreeMap::new();
         for (p, t) in procs.iter().zip(tables) {
             let charged = p.account().used(Resource::Descriptors);
@@ -334,6 +339,7 @@ impl Kernel {
                 std::mem::forget(p.account().charge(Resource::Descriptors, 1).unwrap());
             }
             Corruption::ChargeTotal(r) => std::mem::forget(self.accounts.total().charge(r, 1).unwrap()),
+            Corruption::QuotaInode(uid) => self.fs.skew_quota_for_test(uid).unwrap(),
         }
     }
 }
@@ -415,6 +421,8 @@ pub enum Corruption {
     Charge(Pid),
     /// The total charged one of a resource that no user holds.
     ChargeTotal(Resource),
+    /// The file system's usage of the user counts an inode it does not hold.
+    QuotaInode(u32),
 }
 
 impl Process {
@@ -622,6 +630,14 @@ mod tests {
         k.corrupt_for_test(Corruption::ChargeTotal(Resource::Grafts));
         let e = caught(&k, Relation::Accounts);
         assert!(e.contains("the total is charged 1"), "{e}");
+    }
+
+    #[test]
+    fn a_user_charged_an_inode_it_does_not_hold_is_named() {
+        let (k, _p, _, _) = with_files();
+        k.corrupt_for_test(Corruption::QuotaInode(1000));
+        let e = caught(&k, Relation::Accounts);
+        assert!(e.contains("the file system's usage") && e.contains("uid 1000"), "{e}");
     }
 
     /// The check debug builds run after each call panics naming the relation; release builds
