@@ -147,8 +147,11 @@ impl Kernel {
     }
 
     fn linked_or_parked(&self, pid: Pid, fd: Fd, ino: u64, generation: u32, kind: FileType, parked: bool) -> Checked {
-        let ok = match self.fs.stat(ino) {
-            Ok(st) if st.generation == generation => st.nlink > 0 || parked,
+        let Some(st) = self.stat_if_known(ino) else {
+            return Ok(());
+        };
+        let ok = match st {
+            Some(st) if st.generation == generation => st.nlink > 0 || parked,
             // A directory removed while open is freed at once.
             _ => kind == FileType::Directory,
         };
@@ -173,8 +176,20 @@ impl Kernel {
         Ok(())
     }
 
+    /// The inode's attributes, `Some(None)` if it is free, `None` if the file system cannot
+    /// say (a failing device: nothing is judged on it).
+    fn stat_if_known(&self, ino: u64) -> Option<Option<vino_fs::Stat>> {
+        match self.fs.stat(ino) {
+            Ok(st) => Some(Some(st)),
+            Err(e) if e.errno() == crate::Errno::NoEnt as i32 => Some(None),
+            Err(_) => None,
+        }
+    }
+
     fn check_parked_one(&self, ino: u64, refs: usize, parked: bool) -> Checked {
-        let st = self.fs.stat(ino).ok();
+        let Some(st) = self.stat_if_known(ino) else {
+            return Ok(());
+        };
         let nameless = st
             .as_ref()
             .is_some_and(|st| st.nlink == 0 && st.kind != FileType::Directory);
