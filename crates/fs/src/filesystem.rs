@@ -380,7 +380,7 @@ impl FileSystem {
     }
 
     /// Runs a read-only operation on the state, under the lock.
-    fn with_state<T>(&self, f: impl FnOnce(&mut FsState) -> Result<T>) -> Result<T> {
+    pub(crate) fn with_state<T>(&self, f: impl FnOnce(&mut FsState) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
         f(&mut g)
     }

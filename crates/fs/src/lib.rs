@@ -39,6 +39,7 @@ mod dirindex;
 mod error;
 mod filesystem;
 pub mod fsck;
+mod inspect;
 pub mod journal;
 pub mod layout;
 pub mod meta;

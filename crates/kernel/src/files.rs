@@ -106,6 +106,16 @@ const WRITE_STRIPES: usize = 4096;
 struct Refs {
     count: HashMap<u64, usize>,
     parked: HashSet<u64>,
+    /// References the mount holds ([`crate::Kernel::hold_inode`]): the rest are descriptors'
+    /// (and, during a system call, the call's own).
+    mount_holds: usize,
+}
+
+/// A copy of the reference table, for the invariant check.
+pub(crate) struct RefsView {
+    pub count: HashMap<u64, usize>,
+    pub parked: HashSet<u64>,
+    pub mount_holds: usize,
 }
 
 impl Default for FileTable {
@@ -125,6 +135,21 @@ impl FileTable {
         *self.refs.lock().count.entry(ino).or_default() += 1;
     }
 
+    /// [`FileTable::take`] for the mount's node of `ino`.
+    pub fn take_for_mount(&self, ino: u64) {
+        let mut refs = self.refs.lock();
+        *refs.count.entry(ino).or_default() += 1;
+        refs.mount_holds += 1;
+    }
+
+    /// Counts a mount's reference as given back, before [`FileTable::drop_ref`] drops it.
+    pub fn mount_released(&self) {
+        let mut refs = self.refs.lock();
+        // Only the invariant check reads this count: a miscount is its to report.
+        debug_assert!(refs.mount_holds > 0, "the mount gave back a reference it never took");
+        refs.mount_holds = refs.mount_holds.saturating_sub(1);
+    }
+
     /// Drops one reference; true if it was the last of a parked file, which the caller frees.
     #[must_use]
     pub fn drop_ref(&self, ino: u64) -> bool {
@@ -133,6 +158,9 @@ impl FileTable {
             .count
             .get_mut(&ino)
             .expect("dropping a reference that was never taken");
+        // A count reaches 0 only here, where the entry goes: a zero left behind would be a
+        // reference dropped twice.
+        assert!(*n > 0, "inode {ino}: a reference count of 0 in the table");
         *n -= 1;
         if *n > 0 {
             return false;
@@ -171,6 +199,36 @@ impl FileTable {
         v
     }
 
+    /// The whole table at one instant, for the invariant check.
+    pub(crate) fn view(&self) -> RefsView {
+        let refs = self.refs.lock();
+        RefsView {
+            count: refs.count.clone(),
+            parked: refs.parked.clone(),
+            mount_holds: refs.mount_holds,
+        }
+    }
+
+    /// References to `ino` now, and whether it is parked.
+    pub(crate) fn refs_of(&self, ino: u64) -> (usize, bool) {
+        let refs = self.refs.lock();
+        (refs.count.get(&ino).copied().unwrap_or(0), refs.parked.contains(&ino))
+    }
+
+    /// Breaks the table on purpose, for the invariant check's tests: `by` references more or
+    /// fewer (an entry may reach 0), `park` marks or unmarks the inode parked.
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn corrupt(&self, ino: u64, by: isize, park: Option<bool>) {
+        let mut refs = self.refs.lock();
+        let n = refs.count.entry(ino).or_default();
+        *n = n.saturating_add_signed(by);
+        match park {
+            Some(true) => refs.parked.insert(ino),
+            Some(false) => refs.parked.remove(&ino),
+            None => false,
+        };
+    }
+
     pub fn write_lock(&self, ino: u64) -> parking_lot::MutexGuard<'_, ()> {
         use std::hash::BuildHasher;
         self.write_locks[self.stripe_key.hash_one(ino) as usize % WRITE_STRIPES].lock()
@@ -203,6 +261,12 @@ impl FdTable {
     }
 
     fn forget(&mut self, ino: u64) {
+        // A descriptor counted nowhere would leave the events' view of what this process holds
+        // wrong from here on.
+        debug_assert!(
+            self.open.contains_key(&ino),
+            "a descriptor of inode {ino} was never counted"
+        );
         if let Some(n) = self.open.get_mut(&ino) {
             *n -= 1;
             if *n == 0 {
@@ -236,5 +300,21 @@ impl FdTable {
         let mut v: Vec<Fd> = self.files.keys().copied().collect();
         v.sort();
         v
+    }
+
+    /// Every descriptor and its open file, for the invariant check.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (Fd, &Arc<OpenFile>)> {
+        self.files.iter().map(|(&fd, f)| (fd, f))
+    }
+
+    /// Descriptors per inode as kept (see [`FdTable::holds`]), for the invariant check.
+    pub(crate) fn per_inode(&self) -> &HashMap<u64, u32> {
+        &self.open
+    }
+
+    /// Counts one more descriptor on `ino` than the table holds, for the check's tests.
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn corrupt_count(&mut self, ino: u64) {
+        *self.open.entry(ino).or_default() += 1;
     }
 }

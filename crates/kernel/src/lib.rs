@@ -36,6 +36,7 @@ mod events;
 mod file_grafts;
 mod files;
 pub mod graftpoints;
+mod invariants;
 mod locks;
 mod namei;
 mod names;
@@ -54,6 +55,9 @@ pub use events::{
 };
 pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};
+#[cfg(any(test, feature = "internals"))]
+pub use invariants::Corruption;
+pub use invariants::{InvariantError, Relation};
 pub use locks::{LockRequest, LockType};
 pub use namei::{At, MAX_SYMLINKS, NAME_MAX, PATH_MAX};
 pub use names::{DirPage, RenameFlags};
@@ -304,6 +308,7 @@ impl Kernel {
         // What still runs in it stops rather than go on without its files.
         p.kill();
         p.release();
+        debug_assert!(p.fds().is_empty(), "pid {pid} exited holding descriptors");
         self.global.unload_owned_by(pid);
         self.cache.unregister_process(pid);
         self.staged.release(pid);
@@ -366,7 +371,8 @@ impl Kernel {
         let _ns = self.ns.read();
         match self.fs.stat(ino) {
             Ok(st) if st.generation == generation && (st.nlink > 0 || self.files.parked().contains(&ino)) => {
-                self.files.take(ino);
+                self.files.take_for_mount(ino);
+                self.debug_check_locked(None, &[ino]);
                 Ok(st)
             }
             _ => Err(SysError::new(
@@ -378,7 +384,13 @@ impl Kernel {
 
     /// Gives back a reference taken by [`Kernel::hold_inode`].
     pub fn release_inode(&self, ino: u64) -> SysResult<()> {
-        self.release_ref(ino)
+        self.files.mount_released();
+        let released = self.release_ref(ino);
+        if cfg!(debug_assertions) {
+            let _ns = self.ns.read();
+            self.debug_check_locked(None, &[ino]);
+        }
+        released
     }
 
     /// Drops a reference; the last one of a parked file frees it.

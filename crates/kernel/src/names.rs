@@ -349,6 +349,7 @@ impl Process {
         self.kernel()
             .events
             .unlinked(self, p.dir, &show(&p.name), victim.ino, &victim.stat);
+        self.debug_check_locked(&[victim.ino]);
         Ok(())
     }
 
@@ -386,6 +387,18 @@ impl Process {
             kernel.cache().invalidate(victim.ino, 0);
             kernel.fs().release_orphan(victim.ino)?;
         }
+        // A parked file with a link left would never be freed, and one freed while referenced
+        // would hand its blocks to another file under an open descriptor.
+        // (A device that fails the read proves nothing either way.)
+        debug_assert!(
+            !parked
+                || match kernel.fs().stat(victim.ino) {
+                    Ok(st) => st.nlink == 0,
+                    Err(e) => e.errno() != Errno::NoEnt as i32,
+                },
+            "parked inode {} has a link left or is gone",
+            victim.ino
+        );
         Ok(())
     }
 
@@ -487,6 +500,13 @@ impl Process {
             Some(dst) if dst.stat.kind != FileType::Directory => self.drop_name(&dst.stat, rename)?,
             _ => rename(false)?,
         }
+        // A directory that became its own ancestor would be cut off from the root with all
+        // below it, and every walk up from it would loop.
+        debug_assert!(
+            !is_dir || !matches!(fs.is_within(dp.dir, src.ino), Ok(true)),
+            "rename left directory {} its own ancestor",
+            src.ino
+        );
         let kernel = self.kernel();
         if kernel.changes.wanted() {
             let mut changes = vec![
@@ -510,6 +530,7 @@ impl Process {
                 .events
                 .unlinked(self, dp.dir, &show(&dp.name), dst.ino, &dst.stat);
         }
+        self.debug_check_locked(&[src.ino, dst.as_ref().map_or(src.ino, |d| d.ino)]);
         Ok(())
     }
 

@@ -211,7 +211,10 @@ impl Process {
         // the open fails, dropping `held` gives the reference back (and frees a parked file).
         self.check_open(&found.stat, flags, created)?;
         let name = name.map(|n| String::from_utf8_lossy(&n).into_owned());
-        self.install(found, flags, created, held, dir, name.as_deref())
+        let ino = found.ino;
+        let fd = self.install(found, flags, created, held, dir, name.as_deref())?;
+        self.debug_check(&[ino]);
+        Ok(fd)
     }
 
     /// Opens the inode `ino` (the mount's: it holds the inode and Linux has walked the path),
@@ -227,7 +230,9 @@ impl Process {
             (found, held)
         };
         self.check_open(&found.stat, flags, false)?;
-        self.install(found, flags, false, held, 0, None)
+        let fd = self.install(found, flags, false, held, 0, None)?;
+        self.debug_check(&[ino]);
+        Ok(fd)
     }
 
     /// Opens `path`, an absolute path (the path call, as a wrapper).
@@ -422,6 +427,12 @@ impl Process {
                 .register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
         }
         self.locks_opened(fd, &st);
+        // The descriptor's reference, handed over by `held`: without it an unlink would free
+        // the file under the descriptor.
+        debug_assert!(
+            kernel.files.refs_of(ino).0 > 0,
+            "a descriptor of unreferenced inode {ino}"
+        );
         let got = files.insert(file);
         debug_assert_eq!(got, fd);
         drop(files);
@@ -456,7 +467,9 @@ impl Process {
 
     pub fn close(&self, fd: Fd) -> SysResult<()> {
         let file = self.files.lock().remove(fd)?;
-        self.drop_file(fd, &file)
+        let closed = self.drop_file(fd, &file);
+        self.debug_check(&[file.ino]);
+        closed
     }
 
     fn drop_file(&self, fd: Fd, file: &OpenFile) -> SysResult<()> {

@@ -10,7 +10,8 @@
 //! happens in an order fixed by the seed, which [`SimDevice`] hashes into a trace.
 //!
 //! A seed runs twice. The first run goes to the end, checking every answer against the model
-//! (`vino_fs::model`), every read against the bytes the model holds, and at the end the whole
+//! (`vino_fs::model`), every read against the bytes the model holds, the kernel's invariants
+//! after every step (`Kernel::check_invariants`, in both runs), and at the end the whole
 //! tree, that nothing leaked (references, parked files, account charges) and a clean fsck. It
 //! counts the device writes. The second run cuts the power at one of those writes (chosen by
 //! the seed; writes since the last flush survive, tear or vanish), then the crash image must
@@ -419,8 +420,20 @@ impl Sim {
         for i in 0..self.opts.steps {
             let step = self.step(i);
             self.apply(i, &step, true)?;
+            self.check_invariants(i, &step)?;
         }
         Ok(())
+    }
+
+    /// The kernel's invariants after step `i` (references, parked files, the orphan list,
+    /// descriptor tables, accounts), unless the power is gone.
+    fn check_invariants(&self, i: usize, step: &Step) -> Check {
+        if self.dev.crashed().is_some() {
+            return Ok(());
+        }
+        self.kernel
+            .check_invariants()
+            .map_err(|e| format!("step {i} {step:?}: invariant broken: {e}"))
     }
 
     /// The second pass: steps until the power goes. Returns the step it went in.
@@ -446,6 +459,7 @@ impl Sim {
                     return Ok(Some(i));
                 }
             }
+            self.check_invariants(i, &step)?;
         }
         Ok(None)
     }
@@ -658,6 +672,9 @@ impl Sim {
         let kernel = Kernel::boot(disk.clone() as Arc<dyn BlockDevice>, &config)
             .map_err(|e| format!("mount after the crash: {e}"))?;
         let root = kernel.spawn(Credentials::root());
+        kernel
+            .check_invariants()
+            .map_err(|e| format!("after the mount that followed the crash: {e}"))?;
         let after = collect(&root)?;
         promises.check(&after)?;
         kernel.exit(root.pid());
