@@ -98,6 +98,13 @@ impl FsState {
                 // Found by a scan from the floor: nothing between the floor and `bit` is free.
                 self.block_floor[g as usize] = bit + 1;
             }
+            // A block freed by a transaction not yet checkpointed stays out of reach: a replay
+            // of that transaction would write over its new owner's data.
+            assert!(
+                !self.deferred_set.contains(&(start + bit)),
+                "block {} taken again before its free was checkpointed",
+                start + bit
+            );
             let map = self.meta.get_mut(bm)?;
             set_bit(map, bit, true);
             h.free_blocks -= 1;
@@ -225,6 +232,24 @@ impl FsState {
         self.counters.inodes_freed += 1;
         self.quota.charge(owner, 0, -1);
         Ok(())
+    }
+
+    /// In builds that check invariants: inode `ino`, which a new directory entry names, is taken
+    /// in its group's bitmap (else a later file would get the number and the entry). Only where
+    /// the bitmap is in memory.
+    pub(super) fn check_inode_taken(&mut self, ino: u64) {
+        let g = self.geo.ino_group(ino);
+        let bm = self.geo.inode_bitmap(g);
+        if !crate::CHECKS_INVARIANTS || !self.meta.cached(bm) {
+            return;
+        }
+        let bit = (ino - 1) % self.geo.ipg;
+        if let Ok(map) = self.meta.get(bm) {
+            assert!(
+                crate::layout::bit(map, bit),
+                "an entry names inode {ino}, which is free"
+            );
+        }
     }
 }
 

@@ -199,6 +199,7 @@ impl FsState {
     }
 
     pub(crate) fn dir_add_entry(&mut self, dir: u64, name: &[u8], ino: u64, ftype: u8) -> Result<()> {
+        self.check_inode_taken(ino);
         let d = self.dir(dir)?;
         let need = dirent_size(name.len());
         let (fb, b) = match self.dir_index(dir, &d)?.block_with_room(need) {
