@@ -223,13 +223,12 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
         ),
         &["read-ahead", "time", "misses", "prefetched", "used", "MB/s"],
     );
-    for (name, how) in [("off", 0), ("kernel default", 1)] {
+    for (name, off) in [("off", true), ("kernel default", false)] {
         kernel.cache().drop_clean()?;
         let before = kernel.cache().process_counters(p.pid());
         let fd = p.open("/demo/data", OpenFlags::read_only())?;
-        match how {
-            0 => p.set_read_ahead(fd, vino_kernel::RaMode::Off)?,
-            _ => {}
+        if off {
+            p.set_read_ahead(fd, vino_kernel::RaMode::Off)?;
         }
         let started = Instant::now();
         let mut buf = vec![0u8; 32 << 10];
