@@ -214,6 +214,31 @@ fn index_read_ahead_graft_from_c_prefetches_the_next_records() {
 }
 
 #[test]
+fn reverse_read_ahead_graft_from_c_prefetches_before_a_backward_reader() {
+    let s = setup(64, 256);
+    let f = file(0, 200);
+    let ra = ReadAhead::new(&s.runtime, 1, "4");
+    let wasm = vino_sdk::build_example("reverse_ra", &vino_sdk::BuildOptions::default()).unwrap();
+    ra.slot().load(&wasm, Owner::process(1)).unwrap();
+    ra.slot().call_control("rev_set_blocks", &[16]).unwrap();
+    let ctx = IoCtx::with_read_ahead(1, &ra);
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    s.cache.read(&ctx, 1, &f, 199 * BS, &mut buf).unwrap();
+    assert_eq!(s.cache.process_counters(1).prefetched, 0, "one read has no direction");
+    // Ending where the last one started: the 16 blocks before it are asked for.
+    s.cache.read(&ctx, 1, &f, 198 * BS, &mut buf).unwrap();
+    assert!((182..198).all(|b| s.cache.contains(1, b)));
+    assert!(!s.cache.contains(1, 181));
+    s.cache.read(&ctx, 1, &f, 197 * BS, &mut buf).unwrap();
+    assert_eq!(buf[0], pattern(197));
+    assert_eq!(s.cache.process_counters(1).prefetch_used, 1);
+    // A jump forwards is not backward: nothing more is asked for.
+    let asked = s.cache.process_counters(1).prefetched;
+    s.cache.read(&ctx, 1, &f, 10 * BS, &mut buf).unwrap();
+    assert_eq!(s.cache.process_counters(1).prefetched, asked);
+}
+
+#[test]
 fn writes_reach_the_device_on_sync() {
     let s = setup(8, 64);
     let f = file(10, 4);

@@ -172,6 +172,20 @@ const STATIC: u32 = u32::MAX;
 /// A directory entry being checked: name, inode, type code.
 type Named = (Vec<u8>, u64, u8);
 
+/// A directory block being checked: its device block, its entries, and whether it must be
+/// written again.
+type DirBlock = (u64, Vec<Named>, bool);
+
+/// What the check of one directory has seen so far.
+struct DirScan {
+    d: u64,
+    parent: u64,
+    names: HashSet<Vec<u8>>,
+    adopted: Vec<u64>,
+    has_dot: bool,
+    has_dotdot: bool,
+}
+
 struct Checker<'a> {
     img: Image<'a>,
     geo: Geometry,
@@ -203,41 +217,44 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
     };
     let mut problems = Vec::new();
     let mut report = FsckReport::default();
-    let problem = |problems: &mut Vec<Problem>, kind, detail: String| {
-        problems.push(Problem {
-            kind,
-            detail,
-            fixed: repair,
-        })
-    };
+    let mut sb = superblock(&mut img, &mut problems, repair)?;
+    let geo = Geometry::new(&sb).map_err(FsError::Corrupt)?;
+    report.was_mounted = sb.state == STATE_MOUNTED;
+    report.replayed = replay_journal(&mut img, &geo, &sb, &mut problems, repair)?;
 
-    // Superblock: another format version is refused, not repaired.
+    let mut c = Checker::new(img, geo, problems, repair);
+    c.check_all(&mut report)?;
+    c.tally(&mut report);
+    if repair && (!c.img.written.is_empty() || report.was_mounted) {
+        c.write_back(dev, &mut sb)?;
+        report.repaired = true;
+    }
+    Ok(report)
+}
+
+/// Records a problem found before the checker exists.
+fn early_problem(problems: &mut Vec<Problem>, repair: bool, kind: ProblemKind, detail: String) {
+    problems.push(Problem {
+        kind,
+        detail,
+        fixed: repair,
+    })
+}
+
+/// The superblock: the primary, else the backup; a damaged or different copy is put right.
+/// Another format version is refused, not repaired.
+fn superblock(img: &mut Image, problems: &mut Vec<Problem>, repair: bool) -> Result<Superblock> {
     crate::filesystem::check_version(img.get(SB_PRIMARY)?)?;
     let primary = Superblock::decode(img.get(SB_PRIMARY)?);
     let backup = Superblock::decode(img.get(SB_BACKUP)?);
-    let mut sb = match (primary, backup) {
+    let sb = match (primary, backup) {
         (Ok(p), b) => {
-            let same = b.as_ref().is_ok_and(|b| {
-                (
-                    b.block_count,
-                    b.blocks_per_group,
-                    b.inodes_per_group,
-                    b.journal_blocks,
-                    b.maxbpg,
-                    b.fs_id,
-                ) == (
-                    p.block_count,
-                    p.blocks_per_group,
-                    p.inodes_per_group,
-                    p.journal_blocks,
-                    p.maxbpg,
-                    p.fs_id,
-                )
-            });
+            let same = b.as_ref().is_ok_and(|b| same_geometry(b, &p));
             if !same {
                 let why = b.err().unwrap_or_else(|| "describes another geometry".into());
-                problem(
-                    &mut problems,
+                early_problem(
+                    problems,
+                    repair,
                     ProblemKind::Superblock,
                     format!("backup superblock damaged: {why}"),
                 );
@@ -246,8 +263,9 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
             p
         }
         (Err(why), Ok(b)) => {
-            problem(
-                &mut problems,
+            early_problem(
+                problems,
+                repair,
                 ProblemKind::Superblock,
                 format!("primary superblock damaged ({why}); using the backup"),
             );
@@ -256,123 +274,170 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> Result<FsckReport> {
         }
         (Err(p), Err(b)) => return Err(corrupt(format!("no valid superblock (primary: {p}; backup: {b})"))),
     };
-    if dev.block_count() < sb.block_count {
+    if img.dev.block_count() < sb.block_count {
         return Err(corrupt(format!(
             "the file system has {} blocks, the device only {}",
             sb.block_count,
-            dev.block_count()
+            img.dev.block_count()
         )));
     }
-    let geo = Geometry::new(&sb).map_err(FsError::Corrupt)?;
-    report.was_mounted = sb.state == STATE_MOUNTED;
+    Ok(sb)
+}
 
-    // Journal: replay what is committed, as a mount would.
+/// Whether two superblocks describe the same file system.
+fn same_geometry(b: &Superblock, p: &Superblock) -> bool {
+    (
+        b.block_count,
+        b.blocks_per_group,
+        b.inodes_per_group,
+        b.journal_blocks,
+        b.maxbpg,
+        b.fs_id,
+    ) == (
+        p.block_count,
+        p.blocks_per_group,
+        p.inodes_per_group,
+        p.journal_blocks,
+        p.maxbpg,
+        p.fs_id,
+    )
+}
+
+/// Replays what the journal has committed, as a mount would; a damaged journal is reset.
+/// Returns the transactions replayed.
+fn replay_journal(
+    img: &mut Image,
+    geo: &Geometry,
+    sb: &Superblock,
+    problems: &mut Vec<Problem>,
+    repair: bool,
+) -> Result<u64> {
     let slot0 = *img.get(JOURNAL_START)?;
     let header = journal::pick_header(&slot0, img.get(JOURNAL_START + 1)?, sb.fs_id, geo.log_len());
-    // A reset header numbers the writer's next transaction past any left in the log.
-    let reset = |img: &mut Image, generation: u64, tail: u64, seq: u64| -> io::Result<()> {
-        let mut read = |b: u64| -> io::Result<Box<Block>> { Ok(Box::new(*img.get(b)?)) };
-        let seq = journal::fresh_seq(&geo, sb.fs_id, seq, &mut read)?;
-        let h = JournalHeader {
-            fs_id: sb.fs_id,
-            generation,
-            tail,
-            seq,
-        };
-        img.put(h.slot(), &h.encode());
-        Ok(())
+    let Some(h) = header else {
+        early_problem(
+            problems,
+            repair,
+            ProblemKind::Journal,
+            "journal header damaged (both copies): journal reset".into(),
+        );
+        img.put(geo.log_start(), &[0u8; BS]);
+        reset_journal(img, geo, sb.fs_id, 2, 0, 1)?;
+        img.put(JOURNAL_START + 1, &[0u8; BS]);
+        return Ok(0);
     };
-    match header {
-        None => {
-            problem(
-                &mut problems,
-                ProblemKind::Journal,
-                "journal header damaged (both copies): journal reset".into(),
-            );
-            img.put(geo.log_start(), &[0u8; BS]);
-            reset(&mut img, 2, 0, 1)?;
-            img.put(JOURNAL_START + 1, &[0u8; BS]);
-        }
-        Some(h) => {
-            let mut read = |b: u64| -> io::Result<Box<Block>> { Ok(Box::new(*img.get(b)?)) };
-            match journal::scan(&geo, &h, &mut read) {
-                Ok(scan) => {
-                    report.replayed = scan.transactions.len() as u64;
-                    if !scan.transactions.is_empty() {
-                        for t in &scan.transactions {
-                            for (home, data) in &t.images {
-                                img.put(*home, data);
-                            }
-                        }
-                        reset(&mut img, h.generation + 1, scan.end, scan.next_seq)?;
+    let mut read = |b: u64| -> io::Result<Box<Block>> { Ok(Box::new(*img.get(b)?)) };
+    match journal::scan(geo, &h, &mut read) {
+        Ok(scan) => {
+            if !scan.transactions.is_empty() {
+                for t in &scan.transactions {
+                    for (home, data) in &t.images {
+                        img.put(*home, data);
                     }
                 }
-                Err(ScanError::Io(e)) => return Err(FsError::Io(e)),
-                Err(ScanError::Corrupt(why)) => {
-                    problem(&mut problems, ProblemKind::Journal, format!("{why}: journal reset"));
-                    img.put(geo.log_start() + h.tail, &[0u8; BS]);
-                    reset(&mut img, h.generation + 1, h.tail, h.seq + 1)?;
-                }
+                reset_journal(img, geo, sb.fs_id, h.generation + 1, scan.end, scan.next_seq)?;
             }
+            Ok(scan.transactions.len() as u64)
+        }
+        Err(ScanError::Io(e)) => Err(FsError::Io(e)),
+        Err(ScanError::Corrupt(why)) => {
+            early_problem(problems, repair, ProblemKind::Journal, format!("{why}: journal reset"));
+            img.put(geo.log_start() + h.tail, &[0u8; BS]);
+            reset_journal(img, geo, sb.fs_id, h.generation + 1, h.tail, h.seq + 1)?;
+            Ok(0)
+        }
+    }
+}
+
+/// Writes a reset journal header, which numbers the writer's next transaction past any left in
+/// the log.
+fn reset_journal(img: &mut Image, geo: &Geometry, fs_id: u64, generation: u64, tail: u64, seq: u64) -> io::Result<()> {
+    let mut read = |b: u64| -> io::Result<Box<Block>> { Ok(Box::new(*img.get(b)?)) };
+    let seq = journal::fresh_seq(geo, fs_id, seq, &mut read)?;
+    let h = JournalHeader {
+        fs_id,
+        generation,
+        tail,
+        seq,
+    };
+    img.put(h.slot(), &h.encode());
+    Ok(())
+}
+
+impl<'a> Checker<'a> {
+    fn new(img: Image<'a>, geo: Geometry, problems: Vec<Problem>, repair: bool) -> Checker<'a> {
+        let n_inodes = geo.inode_count() as usize;
+        Checker {
+            img,
+            geo: geo.clone(),
+            problems,
+            repair,
+            inodes: vec![Inode::default(); n_inodes + 1],
+            in_use: vec![false; n_inodes + 1],
+            dirty_inodes: BTreeSet::new(),
+            owner: vec![0; geo.block_count as usize],
+            parent: HashMap::new(),
+            subdirs: HashMap::new(),
+            refs: HashMap::new(),
+            lost_found: None,
+            orphan_list: Vec::new(),
+            released_blocks: HashSet::new(),
+            released_inodes: HashSet::new(),
         }
     }
 
-    let n_inodes = geo.inode_count() as usize;
-    let mut c = Checker {
-        img,
-        geo: geo.clone(),
-        problems,
-        repair,
-        inodes: vec![Inode::default(); n_inodes + 1],
-        in_use: vec![false; n_inodes + 1],
-        dirty_inodes: BTreeSet::new(),
-        owner: vec![0; geo.block_count as usize],
-        parent: HashMap::new(),
-        subdirs: HashMap::new(),
-        refs: HashMap::new(),
-        lost_found: None,
-        orphan_list: Vec::new(),
-        released_blocks: HashSet::new(),
-        released_inodes: HashSet::new(),
-    };
-    c.scan_inodes()?;
-    c.check_types()?;
-    c.orphan_chain()?;
-    c.claim_all()?;
-    c.traverse()?;
-    report.orphans = c.orphan_list.len() as u64;
-    c.settle_orphans();
-    c.orphans()?;
-    c.link_counts();
-    c.write_inodes()?;
-    c.bitmaps(&mut report)?;
+    /// Every check, in order: each relies on what the ones before it settled.
+    fn check_all(&mut self, report: &mut FsckReport) -> Result<()> {
+        self.scan_inodes()?;
+        self.check_types()?;
+        self.orphan_chain()?;
+        self.claim_all()?;
+        self.traverse()?;
+        report.orphans = self.orphan_list.len() as u64;
+        self.settle_orphans();
+        self.orphans()?;
+        self.link_counts();
+        self.write_inodes()?;
+        self.bitmaps(report)
+    }
 
-    report.files = (1..=n_inodes).filter(|&i| c.in_use[i] && !c.inodes[i].is_dir()).count() as u64;
-    report.directories = (1..=n_inodes).filter(|&i| c.in_use[i] && c.inodes[i].is_dir()).count() as u64;
-    report.used_inodes = report.files + report.directories;
-    report.problems = std::mem::take(&mut c.problems);
-    if repair && (!c.img.written.is_empty() || report.was_mounted) {
+    /// The counts of files and directories, and the problems, into the report.
+    fn tally(&mut self, report: &mut FsckReport) {
+        let n_inodes = self.geo.inode_count() as usize;
+        let in_use = |want_dir: bool| {
+            (1..=n_inodes)
+                .filter(|&i| self.in_use[i] && self.inodes[i].is_dir() == want_dir)
+                .count() as u64
+        };
+        report.files = in_use(false);
+        report.directories = in_use(true);
+        report.used_inodes = report.files + report.directories;
+        report.problems = std::mem::take(&mut self.problems);
+    }
+
+    /// Writes the repaired blocks, then marks the file system clean: the superblocks last,
+    /// each after a flush.
+    fn write_back(&mut self, dev: &dyn BlockDevice, sb: &mut Superblock) -> Result<()> {
         sb.state = STATE_CLEAN;
         let enc = sb.encode();
-        c.img.put(SB_PRIMARY, &enc);
-        c.img.put(SB_BACKUP, &enc);
-        for b in c
+        self.img.put(SB_PRIMARY, &enc);
+        self.img.put(SB_BACKUP, &enc);
+        for b in self
             .img
             .written
             .iter()
             .copied()
             .filter(|&b| b != SB_PRIMARY && b != SB_BACKUP)
         {
-            dev.write_blocks(b, &c.img.blocks[&b][..])?;
+            dev.write_blocks(b, &self.img.blocks[&b][..])?;
         }
         dev.flush()?;
         dev.write_blocks(SB_PRIMARY, &enc[..])?;
         dev.flush()?;
         dev.write_blocks(SB_BACKUP, &enc[..])?;
         dev.flush()?;
-        report.repaired = true;
+        Ok(())
     }
-    Ok(report)
 }
 
 /// The used records of a directory block that can be read, as far as its record chain holds.
@@ -731,19 +796,59 @@ impl Checker<'_> {
     /// Checks one directory's blocks and entries; returns the subdirectories it adopts.
     fn check_dir(&mut self, d: u64) -> Result<Vec<u64>> {
         let parent = self.parent[&d];
-        if self.inodes[d as usize].size == 0 {
-            self.problem(
-                ProblemKind::Directory,
-                format!("directory {d} has no blocks: `.` and `..` made"),
-            );
-            if self.grow_dir(d, parent)?.is_none() {
-                self.unfixed(
-                    ProblemKind::Directory,
-                    format!("directory {d}: no free block to repair it"),
-                );
-                return Ok(Vec::new());
+        if self.inodes[d as usize].size == 0 && !self.remake_empty_dir(d, parent)? {
+            return Ok(Vec::new());
+        }
+        let blocks = self.read_dir_blocks(d)?;
+        let mut scan = DirScan {
+            d,
+            parent,
+            names: HashSet::new(),
+            adopted: Vec::new(),
+            has_dot: false,
+            has_dotdot: false,
+        };
+        let mut finals: Vec<DirBlock> = Vec::new();
+        for (b, entries, mut changed) in blocks {
+            let mut keep = Vec::new();
+            for (name, ino, ft) in entries {
+                keep.extend(self.check_entry(&mut scan, name, ino, ft, &mut changed));
+            }
+            finals.push((b, keep, changed));
+        }
+        if finals.is_empty() {
+            return Ok(scan.adopted);
+        }
+        if !scan.has_dot || !scan.has_dotdot {
+            self.add_dots(&mut finals[0], d, parent);
+        }
+        for (b, keep, changed) in finals {
+            if changed {
+                self.rewrite_dir_block(d, b, keep, &mut scan.adopted);
             }
         }
+        Ok(scan.adopted)
+    }
+
+    /// A directory with no blocks gets one with `.` and `..`; false if no block is free.
+    fn remake_empty_dir(&mut self, d: u64, parent: u64) -> Result<bool> {
+        self.problem(
+            ProblemKind::Directory,
+            format!("directory {d} has no blocks: `.` and `..` made"),
+        );
+        if self.grow_dir(d, parent)?.is_none() {
+            self.unfixed(
+                ProblemKind::Directory,
+                format!("directory {d}: no free block to repair it"),
+            );
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// A directory's blocks, each with the entries that can be read from it and whether it was
+    /// damaged; stops at the first block missing from the directory's map.
+    fn read_dir_blocks(&mut self, d: u64) -> Result<Vec<DirBlock>> {
         let nblocks = self.inodes[d as usize].size / BS as u64;
         let mut blocks = Vec::new();
         for fb in 0..nblocks {
@@ -770,144 +875,158 @@ impl Checker<'_> {
             }
             blocks.push((b, entries, damaged.is_some()));
         }
-        let mut names: HashSet<Vec<u8>> = HashSet::new();
-        let mut adopted = Vec::new();
-        let mut has_dot = false;
-        let mut has_dotdot = false;
-        let mut finals: Vec<(u64, Vec<Named>, bool)> = Vec::new();
-        for (b, entries, mut changed) in blocks {
-            let mut keep = Vec::new();
-            for (name, ino, ft) in entries {
-                if name == b"." || name == b".." {
-                    let (want, seen) = if name == b"." {
-                        (d, &mut has_dot)
-                    } else {
-                        (parent, &mut has_dotdot)
-                    };
-                    if *seen {
-                        self.problem(
-                            ProblemKind::DirectoryEntry,
-                            format!("directory {d}: second `{}`: removed", show(&name)),
-                        );
-                        changed = true;
-                        continue;
-                    }
-                    *seen = true;
-                    if ino != want || ft != FT_DIR {
-                        self.problem(
-                            ProblemKind::DirectoryEntry,
-                            format!(
-                                "directory {d}: `{}` is inode {ino}, should be {want}: fixed",
-                                show(&name)
-                            ),
-                        );
-                        changed = true;
-                    }
-                    keep.push((name, want, FT_DIR));
-                    continue;
-                }
-                if !names.insert(name.clone()) {
-                    self.problem(
-                        ProblemKind::DirectoryEntry,
-                        format!("directory {d}: `{}` twice: second removed", show(&name)),
-                    );
-                    changed = true;
-                    continue;
-                }
-                let valid = self.geo.valid_ino(ino) && self.in_use[ino as usize];
-                if !valid {
-                    self.problem(
-                        ProblemKind::DirectoryEntry,
-                        format!(
-                            "directory {d}: `{}` names inode {ino}, which is not in use: removed",
-                            show(&name)
-                        ),
-                    );
-                    names.remove(&name);
-                    changed = true;
-                    continue;
-                }
-                let kind = self.inodes[ino as usize].file_type().expect("in use");
-                let mut ft = ft;
-                if ft != kind.dirent_code() {
-                    self.problem(
-                        ProblemKind::DirectoryEntry,
-                        format!("directory {d}: `{}` has the wrong type: fixed", show(&name)),
-                    );
-                    ft = kind.dirent_code();
-                    changed = true;
-                }
-                if kind == FileType::Directory {
-                    if self.parent.contains_key(&ino) {
-                        self.problem(
-                            ProblemKind::DirectoryEntry,
-                            format!(
-                                "directory {d}: `{}` is a second link to directory {ino}: removed",
-                                show(&name)
-                            ),
-                        );
-                        names.remove(&name);
-                        changed = true;
-                        continue;
-                    }
-                    self.parent.insert(ino, d);
-                    *self.subdirs.entry(d).or_default() += 1;
-                    adopted.push(ino);
-                    if d == ROOT_INO && name == b"lost+found" {
-                        self.lost_found = Some(ino);
-                    }
-                } else {
-                    *self.refs.entry(ino).or_default() += 1;
-                }
-                keep.push((name, ino, ft));
-            }
-            finals.push((b, keep, changed));
+        Ok(blocks)
+    }
+
+    /// Checks one entry of the directory `scan` is checking: the entry to keep, fixed, or
+    /// None to drop it. Sets `changed` when its block must be written again.
+    fn check_entry(
+        &mut self,
+        scan: &mut DirScan,
+        name: Vec<u8>,
+        ino: u64,
+        ft: u8,
+        changed: &mut bool,
+    ) -> Option<Named> {
+        if name == b"." || name == b".." {
+            return self.check_dot(scan, name, ino, ft, changed);
         }
-        if finals.is_empty() {
-            return Ok(adopted);
-        }
-        if !has_dot || !has_dotdot {
+        let d = scan.d;
+        if !scan.names.insert(name.clone()) {
             self.problem(
                 ProblemKind::DirectoryEntry,
-                format!("directory {d}: `.` or `..` missing: added"),
+                format!("directory {d}: `{}` twice: second removed", show(&name)),
             );
-            let first = &mut finals[0];
-            first.1.retain(|(n, _, _)| n != b"." && n != b"..");
-            first.1.insert(0, (b"..".to_vec(), parent, FT_DIR));
-            first.1.insert(0, (b".".to_vec(), d, FT_DIR));
-            first.2 = true;
+            *changed = true;
+            return None;
         }
-        for (b, mut keep, changed) in finals {
-            if !changed {
-                continue;
+        let valid = self.geo.valid_ino(ino) && self.in_use[ino as usize];
+        if !valid {
+            self.problem(
+                ProblemKind::DirectoryEntry,
+                format!(
+                    "directory {d}: `{}` names inode {ino}, which is not in use: removed",
+                    show(&name)
+                ),
+            );
+            scan.names.remove(&name);
+            *changed = true;
+            return None;
+        }
+        let kind = self.inodes[ino as usize].file_type().expect("in use");
+        let mut ft = ft;
+        if ft != kind.dirent_code() {
+            self.problem(
+                ProblemKind::DirectoryEntry,
+                format!("directory {d}: `{}` has the wrong type: fixed", show(&name)),
+            );
+            ft = kind.dirent_code();
+            *changed = true;
+        }
+        if kind == FileType::Directory {
+            if !self.adopt_dir(scan, &name, ino) {
+                scan.names.remove(&name);
+                *changed = true;
+                return None;
             }
-            // `.` and `..` first, as a new directory has them.
-            keep.sort_by_key(|(n, _, _)| match n.as_slice() {
-                b"." => 0,
-                b".." => 1,
-                _ => 2,
-            });
-            let mut blk = [0u8; BS];
-            let left = dir_rebuild(&mut blk, d, &keep);
-            self.img.put(b, &blk);
-            for (name, ino, ft) in left {
-                // Did not fit back: the target becomes an orphan.
-                self.problem(
-                    ProblemKind::DirectoryEntry,
-                    format!("directory {d}: no room for `{}`: dropped", show(&name)),
-                );
-                if ft == FT_DIR && self.parent.get(&ino) == Some(&d) {
-                    self.parent.remove(&ino);
-                    adopted.retain(|&a| a != ino);
-                    if let Some(s) = self.subdirs.get_mut(&d) {
-                        *s -= 1;
-                    }
-                } else if let Some(r) = self.refs.get_mut(&ino) {
-                    *r -= 1;
+        } else {
+            *self.refs.entry(ino).or_default() += 1;
+        }
+        Some((name, ino, ft))
+    }
+
+    /// Checks a `.` or `..` entry: one of each, naming the directory and its parent.
+    fn check_dot(&mut self, scan: &mut DirScan, name: Vec<u8>, ino: u64, ft: u8, changed: &mut bool) -> Option<Named> {
+        let d = scan.d;
+        let (want, seen) = if name == b"." {
+            (d, &mut scan.has_dot)
+        } else {
+            (scan.parent, &mut scan.has_dotdot)
+        };
+        if *seen {
+            self.problem(
+                ProblemKind::DirectoryEntry,
+                format!("directory {d}: second `{}`: removed", show(&name)),
+            );
+            *changed = true;
+            return None;
+        }
+        *seen = true;
+        if ino != want || ft != FT_DIR {
+            self.problem(
+                ProblemKind::DirectoryEntry,
+                format!(
+                    "directory {d}: `{}` is inode {ino}, should be {want}: fixed",
+                    show(&name)
+                ),
+            );
+            *changed = true;
+        }
+        Some((name, want, FT_DIR))
+    }
+
+    /// Makes directory `ino` a child of the directory `scan` is checking, unless another entry
+    /// already did (a second link to a directory, reported): whether it did.
+    fn adopt_dir(&mut self, scan: &mut DirScan, name: &[u8], ino: u64) -> bool {
+        let d = scan.d;
+        if self.parent.contains_key(&ino) {
+            self.problem(
+                ProblemKind::DirectoryEntry,
+                format!(
+                    "directory {d}: `{}` is a second link to directory {ino}: removed",
+                    show(name)
+                ),
+            );
+            return false;
+        }
+        self.parent.insert(ino, d);
+        *self.subdirs.entry(d).or_default() += 1;
+        scan.adopted.push(ino);
+        if d == ROOT_INO && name == b"lost+found" {
+            self.lost_found = Some(ino);
+        }
+        true
+    }
+
+    /// Puts `.` and `..` at the start of a directory's first block.
+    fn add_dots(&mut self, first: &mut DirBlock, d: u64, parent: u64) {
+        self.problem(
+            ProblemKind::DirectoryEntry,
+            format!("directory {d}: `.` or `..` missing: added"),
+        );
+        first.1.retain(|(n, _, _)| n != b"." && n != b"..");
+        first.1.insert(0, (b"..".to_vec(), parent, FT_DIR));
+        first.1.insert(0, (b".".to_vec(), d, FT_DIR));
+        first.2 = true;
+    }
+
+    /// Writes directory block `b` again with the entries kept. An entry that no longer fits
+    /// is dropped, and its target's link from `d` undone: the target becomes an orphan.
+    fn rewrite_dir_block(&mut self, d: u64, b: u64, mut keep: Vec<Named>, adopted: &mut Vec<u64>) {
+        // `.` and `..` first, as a new directory has them.
+        keep.sort_by_key(|(n, _, _)| match n.as_slice() {
+            b"." => 0,
+            b".." => 1,
+            _ => 2,
+        });
+        let mut blk = [0u8; BS];
+        let left = dir_rebuild(&mut blk, d, &keep);
+        self.img.put(b, &blk);
+        for (name, ino, ft) in left {
+            self.problem(
+                ProblemKind::DirectoryEntry,
+                format!("directory {d}: no room for `{}`: dropped", show(&name)),
+            );
+            if ft == FT_DIR && self.parent.get(&ino) == Some(&d) {
+                self.parent.remove(&ino);
+                adopted.retain(|&a| a != ino);
+                if let Some(s) = self.subdirs.get_mut(&d) {
+                    *s -= 1;
                 }
+            } else if let Some(r) = self.refs.get_mut(&ino) {
+                *r -= 1;
             }
         }
-        Ok(adopted)
     }
 
     /// Finds or makes `/lost+found`.

@@ -70,7 +70,48 @@ fn random_id() -> u64 {
 
 /// Makes a file system on `dev`: empty but for the root directory and `lost+found`.
 pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
-    let inval = |s: String| FsError::InvalidArgument(s);
+    let mut sb = plan(dev, opts)?;
+    let geo = Geometry::new(&sb).map_err(FsError::InvalidArgument)?;
+    let zero = Box::new([0u8; BS]);
+
+    // No valid superblock until the rest is written.
+    dev.write_blocks(SB_PRIMARY, &zero[..])?;
+    dev.write_blocks(SB_BACKUP, &zero[..])?;
+    write_journal(dev, &geo, sb.fs_id)?;
+
+    // Root (inode 1) and lost+found (inode 2), each with one directory block, in group 0.
+    let root_block = geo.data_start(0);
+    let lf_block = root_block + 1;
+    let free_total = write_groups(dev, &geo, [root_block, lf_block])?;
+    write_root(dev, &geo, sb.created_ns, root_block, lf_block)?;
+    dev.flush()?;
+
+    sb.state = STATE_CLEAN;
+    let enc = sb.encode();
+    dev.write_blocks(SB_PRIMARY, &enc[..])?;
+    dev.write_blocks(SB_BACKUP, &enc[..])?;
+    dev.flush()?;
+    let data_blocks: u64 = (0..geo.groups).map(|g| geo.data_blocks(g)).sum();
+    Ok(MkfsReport {
+        block_count: sb.block_count,
+        groups: sb.groups,
+        blocks_per_group: sb.blocks_per_group,
+        inodes_per_group: sb.inodes_per_group,
+        inodes: geo.inode_count(),
+        journal_blocks: sb.journal_blocks,
+        maxbpg: sb.maxbpg,
+        data_blocks,
+        free_blocks: free_total,
+        fs_id: sb.fs_id,
+    })
+}
+
+fn inval(s: String) -> FsError {
+    FsError::InvalidArgument(s)
+}
+
+/// The superblock of the file system `opts` asks for on `dev`, or why it cannot be made.
+fn plan(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<Superblock> {
     let mut n = opts
         .blocks
         .unwrap_or(dev.block_count())
@@ -82,6 +123,34 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
             n
         )));
     }
+    let (bpg, ipg) = group_shape(n, opts);
+    let itable = u64::from(ipg) / INODES_PER_BLOCK;
+    let overhead = 3 + itable;
+    let mut groups = n.div_ceil(u64::from(bpg)) as u32;
+    let last_len = n - u64::from(groups - 1) * u64::from(bpg);
+    if groups > 1 && last_len < overhead + 16 {
+        groups -= 1;
+        n = u64::from(groups) * u64::from(bpg);
+    }
+    let group0_len = n.min(u64::from(bpg));
+    let journal = journal_size(n, groups, group0_len, overhead, opts.journal_blocks)?;
+    Ok(Superblock {
+        block_count: n,
+        blocks_per_group: bpg,
+        inodes_per_group: ipg,
+        groups,
+        journal_blocks: journal as u32,
+        maxbpg: opts.maxbpg.unwrap_or((bpg / 4).max(1)),
+        fs_id: opts.fs_id.unwrap_or_else(random_id),
+        state: STATE_CLEAN,
+        mount_count: 0,
+        created_ns: opts.clock.wall_ns(),
+        mounted_ns: 0,
+    })
+}
+
+/// Blocks and inodes per group for a file system of `n` blocks.
+fn group_shape(n: u64, opts: &MkfsOptions) -> (u32, u32) {
     let mut bpg = opts.blocks_per_group.clamp(MIN_BLOCKS_PER_GROUP, MAX_BLOCKS_PER_GROUP) & !7;
     if n < u64::from(bpg) {
         bpg = (n as u32).div_ceil(8) * 8;
@@ -96,18 +165,15 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     .clamp(16, MAX_INODES_PER_GROUP)
         / 16
         * 16;
-    let itable = u64::from(ipg) / INODES_PER_BLOCK;
-    let overhead = 3 + itable;
-    let mut groups = n.div_ceil(u64::from(bpg)) as u32;
-    let last_len = n - u64::from(groups - 1) * u64::from(bpg);
-    if groups > 1 && last_len < overhead + 16 {
-        groups -= 1;
-        n = u64::from(groups) * u64::from(bpg);
-    }
-    let group0_len = n.min(u64::from(bpg));
+    (bpg, ipg)
+}
+
+/// The journal's size: the one asked for, or the default; either must hold the groups' headers
+/// and fit group 0.
+fn journal_size(n: u64, groups: u32, group0_len: u64, overhead: u64, asked: Option<u32>) -> Result<u64> {
     // Group 0 keeps room for its metadata and a few data blocks after the journal.
     let room = group0_len.saturating_sub(JOURNAL_START + overhead + 8);
-    let journal = match opts.journal_blocks {
+    let journal = match asked {
         Some(j) => u64::from(j),
         None => (n / 32).min(8192).max(min_journal_blocks(groups)).min(room),
     };
@@ -122,30 +188,12 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
             "a journal of {journal} blocks does not fit group 0 ({room} blocks of room)"
         )));
     }
-    let maxbpg = opts.maxbpg.unwrap_or((bpg / 4).max(1));
-    let fs_id = opts.fs_id.unwrap_or_else(random_id);
-    let now = opts.clock.wall_ns();
-    let mut sb = Superblock {
-        block_count: n,
-        blocks_per_group: bpg,
-        inodes_per_group: ipg,
-        groups,
-        journal_blocks: journal as u32,
-        maxbpg,
-        fs_id,
-        state: STATE_CLEAN,
-        mount_count: 0,
-        created_ns: now,
-        mounted_ns: 0,
-    };
-    let geo = Geometry::new(&sb).map_err(inval)?;
+    Ok(journal)
+}
+
+/// Journal: an empty log.
+fn write_journal(dev: &dyn BlockDevice, geo: &Geometry, fs_id: u64) -> Result<()> {
     let zero = Box::new([0u8; BS]);
-
-    // No valid superblock until the rest is written.
-    dev.write_blocks(SB_PRIMARY, &zero[..])?;
-    dev.write_blocks(SB_BACKUP, &zero[..])?;
-
-    // Journal: an empty log.
     let header = JournalHeader {
         fs_id,
         generation: 1,
@@ -155,24 +203,26 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     dev.write_blocks(JOURNAL_START, &zero[..])?;
     dev.write_blocks(header.slot(), &header.encode()[..])?;
     dev.write_blocks(geo.log_start(), &zero[..])?;
+    Ok(())
+}
 
-    // Root (inode 1) and lost+found (inode 2), each with one directory block, in group 0.
-    let root_block = geo.data_start(0);
-    let lf_block = root_block + 1;
+/// Every group's header, bitmaps and empty inode table, with the two directories' inodes and
+/// blocks (`dir_blocks`) taken in group 0. Returns the free blocks.
+fn write_groups(dev: &dyn BlockDevice, geo: &Geometry, dir_blocks: [u64; 2]) -> Result<u64> {
     let mut free_total = 0u64;
-    let itable_zero = vec![0u8; itable as usize * BS];
-    for g in 0..groups {
-        let mut bb = initial_block_bitmap(&geo, g);
-        let mut ib = initial_inode_bitmap(&geo);
+    let itable_zero = vec![0u8; geo.itable_blocks as usize * BS];
+    for g in 0..geo.groups {
+        let mut bb = initial_block_bitmap(geo, g);
+        let mut ib = initial_inode_bitmap(geo);
         let mut h = GroupHeader {
             group: g,
             free_blocks: geo.data_blocks(g) as u32,
-            free_inodes: ipg,
+            free_inodes: geo.ipg as u32,
             dirs: 0,
             ..Default::default()
         };
         if g == 0 {
-            for b in [root_block, lf_block] {
+            for b in dir_blocks {
                 set_bit(&mut bb[..], b, true);
             }
             set_bit(&mut ib[..], 0, true);
@@ -191,6 +241,11 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         dev.write_blocks(geo.block_bitmap(g), &bb[..])?;
         dev.write_blocks(geo.itable(g), &itable_zero)?;
     }
+    Ok(free_total)
+}
+
+/// The root's and lost+found's inodes and directory blocks.
+fn write_root(dev: &dyn BlockDevice, geo: &Geometry, now: u64, root_block: u64, lf_block: u64) -> Result<()> {
     let mut itb = [0u8; BS];
     let lf_ino = ROOT_INO + 1;
     for (ino, block, nlink) in [(ROOT_INO, root_block, 3u32), (lf_ino, lf_block, 2)] {
@@ -217,24 +272,5 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     dev.write_blocks(root_block, &d)?;
     dir_first_block(&mut d, lf_ino, ROOT_INO);
     dev.write_blocks(lf_block, &d)?;
-    dev.flush()?;
-
-    sb.state = STATE_CLEAN;
-    let enc = sb.encode();
-    dev.write_blocks(SB_PRIMARY, &enc[..])?;
-    dev.write_blocks(SB_BACKUP, &enc[..])?;
-    dev.flush()?;
-    let data_blocks: u64 = (0..groups).map(|g| geo.data_blocks(g)).sum();
-    Ok(MkfsReport {
-        block_count: n,
-        groups,
-        blocks_per_group: bpg,
-        inodes_per_group: ipg,
-        inodes: geo.inode_count(),
-        journal_blocks: journal as u32,
-        maxbpg,
-        data_blocks,
-        free_blocks: free_total,
-        fs_id,
-    })
+    Ok(())
 }

@@ -129,7 +129,13 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ("vas.pick_victim", &["hotlist_evict", "lookahead_evict"]),
     (
         "file.compute_ra",
-        &["sequential_ra", "index_readahead", "wisc_readahead", "randread_ra"],
+        &[
+            "sequential_ra",
+            "reverse_ra",
+            "index_readahead",
+            "wisc_readahead",
+            "randread_ra",
+        ],
     ),
     ("file.block_buddy", &["noswitch"]),
     ("disk.pick_request", &["elevator", "fifo"]),

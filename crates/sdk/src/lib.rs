@@ -60,6 +60,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("hotlist_evict", include_str!("../../../sdk/grafts/hotlist_evict.c")),
     ("index_readahead", include_str!("../../../sdk/grafts/index_readahead.c")),
     ("sequential_ra", include_str!("../../../sdk/grafts/sequential_ra.c")),
+    ("reverse_ra", include_str!("../../../sdk/grafts/reverse_ra.c")),
     ("randread_ra", include_str!("../../../sdk/grafts/randread_ra.c")),
     ("elevator", include_str!("../../../sdk/grafts/elevator.c")),
     ("fifo", include_str!("../../../sdk/grafts/fifo.c")),

@@ -174,6 +174,13 @@ fn examples_build_and_follow_the_abi() {
             &["seq_set_blocks"],
             &["seq_params"],
         ),
+        (
+            "reverse_ra",
+            "file_compute_ra",
+            &[],
+            &["rev_set_blocks"],
+            &["rev_params"],
+        ),
         ("randread_ra", "file_compute_ra", &[], &[], &[]),
         ("elevator", "disk_pick_request", &[], &["set_age_cap"], &[]),
         ("fifo", "disk_pick_request", &[], &[], &[]),
