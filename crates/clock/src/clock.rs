@@ -91,10 +91,17 @@ impl SharedClock {
     }
 }
 
+impl SharedClock {
+    /// The machine's clocks, one instance per process, borrowed (reading it costs no count).
+    pub fn system() -> &'static SharedClock {
+        static SYSTEM: OnceLock<SharedClock> = OnceLock::new();
+        SYSTEM.get_or_init(|| SharedClock(Arc::new(SystemClock::new())))
+    }
+}
+
 impl Default for SharedClock {
     fn default() -> Self {
-        static SYSTEM: OnceLock<SharedClock> = OnceLock::new();
-        SYSTEM.get_or_init(|| SharedClock(Arc::new(SystemClock::new()))).clone()
+        SharedClock::system().clone()
     }
 }
 

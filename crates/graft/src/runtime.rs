@@ -256,7 +256,7 @@ impl Runtime {
             .callables
             .lock()
             .entry(TypeId::of::<G>())
-            .or_insert_with(|| Arc::new(Callables::<G::Env>::of::<G>(&self.inner.engine)))
+            .or_insert_with(|| Arc::new(Callables::<G::Env>::of::<G>(&self.inner.engine, self.inner.vlt.clock())))
             .clone();
         made.downcast()
             .expect("callables are kept under their graftpoint's type")
