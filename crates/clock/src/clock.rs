@@ -9,10 +9,10 @@
 //! A blocking wait with a deadline goes through [`SharedClock::wait_until`], which wakes when
 //! the clock passes the deadline, whichever clock it is.
 
+use parking_lot::{Condvar, MutexGuard};
 use std::fmt;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use parking_lot::{Condvar, MutexGuard};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -26,9 +26,9 @@ mod lock;
 mod txn;
 
 pub use clock::now_ns;
-pub use vino_clock::SharedClock;
 pub use lock::{LockMode, ObjectId};
 pub use txn::{Txn, TxnId};
+pub use vino_clock::SharedClock;
 
 use std::sync::Arc;
 use std::time::Duration;
