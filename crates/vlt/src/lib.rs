@@ -29,6 +29,7 @@ pub use clock::now_ns;
 pub use lock::{LockMode, ObjectId};
 pub use txn::{Txn, TxnId};
 pub use vino_clock::SharedClock;
+pub use vino_clock::clock::MANUAL_SLICE;
 
 use std::sync::Arc;
 use std::time::Duration;
