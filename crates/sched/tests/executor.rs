@@ -55,7 +55,7 @@ async fn burn(ctx: ThreadCtx, stop: Arc<AtomicBool>, steps: Arc<AtomicU64>, cloc
         }
         n += 1;
         steps.fetch_add(1, Ordering::Relaxed);
-        if ctx.slice_over() || (clock.is_some() && n % TURN_STEPS == 0) {
+        if ctx.slice_over() || (clock.is_some() && n.is_multiple_of(TURN_STEPS)) {
             ctx.yield_now().await;
         }
     }
