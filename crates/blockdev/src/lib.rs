@@ -18,16 +18,14 @@
 //!   time; [`DiskParams::st32272n`] is the thesis' test disk.
 
 mod buf;
-pub mod clock;
 mod file;
 mod mem;
 mod model;
 mod queue;
-pub mod rng;
 mod uring;
 
 pub use buf::AlignedBuf;
-pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+// The clock and the generator moved to the base crate; these names keep their users compiling.
 pub use file::{Direct, FileDevice, FileOptions};
 pub use mem::{CrashOptions, MemDevice};
 pub use model::{DiskModel, DiskParams, Geometry, ModelError, ModelStats, SeekCurve, Timing};
@@ -36,6 +34,7 @@ pub use queue::{
     SPIN_BEFORE_SLEEP, Ticket, set_ticket_spin, ticket,
 };
 pub use uring::uring_available;
+pub use vino_clock::{Clock, ManualClock, SharedClock, SystemClock, clock, rng};
 
 use parking_lot::Mutex;
 use std::io;

@@ -164,7 +164,8 @@ impl PageCache {
             charger: OnceLock::new(),
         });
         if let Some(every) = cache.config.writeback_every {
-            spawn_writeback(Arc::downgrade(&cache), cache.flusher.clone(), every);
+            let clock = cache.config.clock.clone();
+            spawn_writeback(Arc::downgrade(&cache), cache.flusher.clone(), every, clock);
         }
         if cache.config.warm_ahead > 0 {
             spawn_warmer(Arc::downgrade(&cache), cache.warmer.clone(), cache.config.warm_ahead);

@@ -131,19 +131,19 @@ macro_rules! define_mem_arity {
 }
 
 impl<E: Send + Sync + 'static> Callables<E> {
-    pub(crate) fn new(engine: &wasmtime::Engine) -> Self {
+    pub(crate) fn new(engine: &wasmtime::Engine, clock: &vino_vlt::SharedClock) -> Self {
         let mut c = Callables {
             linker: Linker::new(engine),
             defined: Vec::new(),
         };
-        c.define_common();
+        c.define_common(clock.clone());
         c
     }
 
     /// The graft-callable functions of graftpoint `G`: the common ones, then the ones it defines,
     /// which must be exactly those it lists in [`GraftPoint::CALLABLE`].
-    pub(crate) fn of<G: GraftPoint<Env = E>>(engine: &wasmtime::Engine) -> Self {
-        let mut c = Callables::new(engine);
+    pub(crate) fn of<G: GraftPoint<Env = E>>(engine: &wasmtime::Engine, clock: &vino_vlt::SharedClock) -> Self {
+        let mut c = Callables::new(engine, clock);
         G::callables(&mut c);
         let mut defined: Vec<&str> = c.defined[COMMON.len()..].iter().map(|d| d.name).collect();
         let mut listed = G::CALLABLE.to_vec();
@@ -168,8 +168,10 @@ impl<E: Send + Sync + 'static> Callables<E> {
     define_mem_arity!(func3_mem, a: A, b: B, c: C);
     define_mem_arity!(func4_mem, a: A, b: B, c: C, d: D);
 
-    fn define_common(&mut self) {
-        self.func0("vino_now_ns", |_| Ok(vino_vlt::now_ns() as i64));
+    /// `vino_now_ns` reads the kernel's clock (the runtime's transaction manager's), so a graft
+    /// sees the same time as the kernel's deadlines, simulated or not.
+    fn define_common(&mut self, clock: vino_vlt::SharedClock) {
+        self.func0("vino_now_ns", move |_| Ok(clock.now_ns() as i64));
         self.linker
             .func_wrap(
                 "vino",

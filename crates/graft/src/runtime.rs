@@ -215,7 +215,7 @@ impl Runtime {
             .expect("the sandbox configuration is valid");
         let stop_ticker = Arc::new(AtomicBool::new(false));
         match config.interrupt {
-            Interrupt::Epoch => spawn_ticker(engine.clone(), config.tick, stop_ticker.clone()),
+            Interrupt::Epoch => spawn_ticker(engine.clone(), config.tick, stop_ticker.clone(), vlt.clock().clone()),
             Interrupt::Fuel => {
                 // Only a waiter whose holder passed its deadline advances the epoch: running
                 // grafts then look at their own transaction and the late one aborts.
@@ -256,7 +256,7 @@ impl Runtime {
             .callables
             .lock()
             .entry(TypeId::of::<G>())
-            .or_insert_with(|| Arc::new(Callables::<G::Env>::of::<G>(&self.inner.engine)))
+            .or_insert_with(|| Arc::new(Callables::<G::Env>::of::<G>(&self.inner.engine, self.inner.vlt.clock())))
             .clone();
         made.downcast()
             .expect("callables are kept under their graftpoint's type")
@@ -436,13 +436,27 @@ impl Default for Runtime {
     }
 }
 
-fn spawn_ticker(engine: Engine, tick: Duration, stop: Arc<AtomicBool>) {
+/// Advances the epoch every `tick` of `clock`: on the machine's clock by sleeping a tick per
+/// epoch (as always); on a manual clock, one epoch per tick it has moved, at most one per short
+/// host slice (a running graft counts each epoch it sees, and a burst would look like one), so
+/// budgets run out when the clock is moved past them.
+fn spawn_ticker(engine: Engine, tick: Duration, stop: Arc<AtomicBool>, clock: vino_vlt::SharedClock) {
+    let manual = clock.host_instant(Duration::ZERO).is_none();
     std::thread::Builder::new()
         .name("vino-epoch".into())
         .spawn(move || {
+            let mut next = clock.deadline_in(tick);
             while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(tick);
-                engine.increment_epoch();
+                if !manual {
+                    std::thread::sleep(tick);
+                    engine.increment_epoch();
+                    continue;
+                }
+                std::thread::sleep(vino_vlt::MANUAL_SLICE);
+                if clock.passed(next) {
+                    engine.increment_epoch();
+                    next += tick.max(Duration::from_nanos(1));
+                }
             }
         })
         .expect("spawning the epoch ticker");

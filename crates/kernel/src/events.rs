@@ -65,7 +65,7 @@ use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vino_fs::Stat;
 use vino_graft::account::Charge;
 use vino_graft::{
@@ -244,6 +244,12 @@ pub struct EventStats {
     /// [`EventKind::Overflow`] markers put on user-level queues.
     #[serde(default)]
     pub overflows: u64,
+    /// [`Process::event_wait`] calls that found the queue empty and waited, and those of them
+    /// that ended at their deadline (on the kernel's clock) with nothing come.
+    #[serde(default)]
+    pub waits_blocked: u64,
+    #[serde(default)]
+    pub wait_timeouts: u64,
 }
 
 impl EventStats {
@@ -635,6 +641,8 @@ struct Shared {
     idle: Condvar,
     stop: AtomicBool,
     seq: AtomicU64,
+    waits_blocked: AtomicU64,
+    wait_timeouts: AtomicU64,
     /// The event threads' CPU is charged to the user whose listener they serve.
     cpu: Option<CpuShares>,
     /// No event threads: graft jobs wait for [`Kernel::run_events`] (or a quiesce).
@@ -658,6 +666,8 @@ impl Shared {
             idle: Condvar::new(),
             stop: AtomicBool::new(false),
             seq: AtomicU64::new(0),
+            waits_blocked: AtomicU64::new(0),
+            wait_timeouts: AtomicU64::new(0),
             cpu,
             stepped,
         }
@@ -1078,7 +1088,7 @@ impl Events {
                     parent,
                     pid: actor.pid(),
                     name: name.map(str::to_string),
-                    time_ns: vino_vlt::now_ns(),
+                    time_ns: actor.kernel().clock.now_ns(),
                     seq: s.seq.fetch_add(1, Ordering::Relaxed),
                 })
                 .clone();
@@ -1232,17 +1242,23 @@ impl Process {
         let Ok(l) = self.kernel().events.listener(self.pid()) else {
             return Vec::new();
         };
-        let until = Instant::now() + timeout;
+        let clock = &self.kernel().clock;
+        let until = clock.deadline_in(timeout);
         let mut queue = l.queue.lock();
         if queue.events.is_empty() && !l.gone.load(Ordering::Relaxed) {
+            let shared = &self.kernel().events.shared;
+            shared.waits_blocked.fetch_add(1, Ordering::Relaxed);
             // Events come when others act: a VINO thread's worker goes to other threads now.
             crate::blocking_wait(|| {
                 while queue.events.is_empty() && !l.gone.load(Ordering::Relaxed) {
-                    if l.ready.wait_until(&mut queue, until).timed_out() {
+                    if clock.wait_until(&l.ready, &mut queue, until) {
                         break;
                     }
                 }
             });
+            if queue.events.is_empty() && clock.passed(until) {
+                shared.wait_timeouts.fetch_add(1, Ordering::Relaxed);
+            }
         }
         queue.take(max, self.kernel().events.shared.queue_max)
     }
@@ -1295,10 +1311,10 @@ impl Kernel {
         if s.stepped {
             self.run_events();
         }
-        let until = Instant::now() + timeout;
+        let until = self.clock.deadline_in(timeout);
         let mut pending = s.pending.lock();
         while *pending > 0 {
-            if s.idle.wait_until(&mut pending, until).timed_out() {
+            if self.clock.wait_until(&s.idle, &mut pending, until) {
                 return *pending == 0;
             }
         }
@@ -1336,6 +1352,8 @@ impl Kernel {
                 .map(|&k| (k, s.counters[k.index()].snapshot()))
                 .collect(),
             overflows: s.overflows.load(Ordering::Relaxed),
+            waits_blocked: s.waits_blocked.load(Ordering::Relaxed),
+            wait_timeouts: s.wait_timeouts.load(Ordering::Relaxed),
         }
     }
 

@@ -173,6 +173,8 @@ pub struct Kernel {
     pub(crate) changes: changes::ChangeHooks,
     pub(crate) accounts: Accounts,
     pub(crate) clock: SharedClock,
+    /// Firings of processes' timers (`event.timer`), for the simulation's report.
+    pub(crate) timer_firings: AtomicU64,
     /// Graft modules waiting for an ioctl on the mount to bind them.
     pub(crate) staged: staged::Staged,
     /// Linux's `fs.protected_*` rules.
@@ -185,7 +187,9 @@ impl Kernel {
         if config.event_queue_max == 0 {
             return Err(SysError::new(Errno::Inval, "event_queue_max must be at least 1"));
         }
-        let runtime = Runtime::new(config.runtime);
+        // Deadlines of transactions, lock waits and grafts' `vino_now_ns` run on the kernel's clock.
+        let vlt = vino_graft::vlt::Vlt::with_clock(config.runtime.vlt, config.clock.clone());
+        let runtime = Runtime::with_vlt(config.runtime, vlt);
         let sched = Arc::new(IoScheduler::with_config(
             device.clone(),
             &runtime,
@@ -250,6 +254,7 @@ impl Kernel {
             changes: Default::default(),
             accounts,
             clock: config.clock.clone(),
+            timer_firings: AtomicU64::new(0),
             staged: Default::default(),
             protect: config.protect,
         });
@@ -284,6 +289,11 @@ impl Kernel {
         for p in self.processes() {
             p.kill();
         }
+    }
+
+    /// Times processes' timers have fired since boot.
+    pub fn timer_firings(&self) -> u64 {
+        self.timer_firings.load(Ordering::Relaxed)
     }
 
     /// The resource accounts of every user, and the limits they are held to.

@@ -678,7 +678,7 @@ impl Process {
     /// started before. A firing whose period has passed is skipped, not made up.
     pub fn timer_start(&self, period: std::time::Duration) -> SysResult<()> {
         use std::sync::atomic::{AtomicBool, Ordering};
-        use std::time::{Duration, Instant};
+        use std::time::Duration;
         if period < TIMER_MIN_PERIOD {
             return Err(SysError::new(
                 Errno::Inval,
@@ -688,24 +688,35 @@ impl Process {
         self.timer_cancel();
         let stop = Arc::new(AtomicBool::new(false));
         let (slot, stopped) = (self.timer_slot.clone(), stop.clone());
+        // Time is the kernel's clock's (a simulation moves it); the first firing is due one
+        // period from the call, not from whenever the thread first runs.
+        let clock = self.kernel.clock.clone();
+        let kernel = Arc::downgrade(&self.kernel);
+        let mut start = clock.deadline_in(period);
         let thread = self.spawn_thread(move |ctx| async move {
-            let mut start = Instant::now() + period;
             let mut count = 0u64;
             loop {
-                // In naps of at most 10 ms, so that a stop is seen soon.
-                while Instant::now() < start && !stopped.load(Ordering::Relaxed) {
-                    let nap = (start - Instant::now()).min(Duration::from_millis(10));
-                    ctx.sleep_until(Instant::now() + nap).await;
+                // In naps of at most 10 ms, so that a stop is seen soon (on a manual clock, host
+                // slices between looks at the clock).
+                while !clock.passed(start) && !stopped.load(Ordering::Relaxed) {
+                    let nap = match clock.host_instant(start) {
+                        Some(_) => start.saturating_sub(clock.monotonic()).min(Duration::from_millis(10)),
+                        None => vino_blockdev::clock::MANUAL_SLICE,
+                    };
+                    ctx.sleep_until(std::time::Instant::now() + nap).await;
                 }
                 if stopped.load(Ordering::Relaxed) {
                     return;
                 }
                 count += 1;
-                let late_ns = start.elapsed().as_nanos() as u64;
+                let late_ns = clock.monotonic().saturating_sub(start).as_nanos() as u64;
                 vino_sched::in_kernel(|| slot.invoke(&vino_sched::TimerArgs { count, late_ns }));
+                if let Some(k) = kernel.upgrade() {
+                    k.timer_firings.fetch_add(1, Ordering::Relaxed);
+                }
                 start += period;
-                if start < Instant::now() {
-                    start = Instant::now() + period;
+                if clock.passed(start) {
+                    start = clock.deadline_in(period);
                 }
             }
         })?;

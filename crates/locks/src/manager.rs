@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vino_graft::account::{Account, Charge, Exceeded, Resource};
 use vino_graft::{Access, GraftSlot, PolicyKind, Runtime};
 
@@ -80,7 +80,8 @@ struct Waiter {
     owner: u64,
     kind: LockKind,
     range: Range,
-    since: Instant,
+    /// When it arrived, on the kernel's clock.
+    since: Duration,
     cv: Arc<Condvar>,
 }
 
@@ -142,6 +143,11 @@ impl LockManager {
             runtime: runtime.clone(),
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The clock deadlines run on: the runtime's transaction manager's, which is the kernel's.
+    fn clock(&self) -> &vino_graft::vlt::SharedClock {
+        self.runtime.vlt().clock()
     }
 
     /// The `lock.grant` graftpoint of `object` (named `lock.grant/<object>`), created on first use
@@ -268,7 +274,7 @@ impl LockManager {
             owner,
             kind,
             range,
-            since: Instant::now(),
+            since: self.clock().monotonic(),
             cv: cv.clone(),
         };
         st.objects.entry(object).or_default().waiting.push_back(waiter);
@@ -282,7 +288,7 @@ impl LockManager {
             }
         }
         let deadline = match wait {
-            Wait::For(d) => Some(Instant::now() + d),
+            Wait::For(d) => Some(self.clock().deadline_in(d)),
             _ => None,
         };
         loop {
@@ -295,7 +301,8 @@ impl LockManager {
             }
             let expired = match (wait, deadline) {
                 (Wait::No, _) => true,
-                (_, Some(d)) => cv.wait_until(&mut st, d).timed_out(),
+                // The kernel's clock decides when the time is up (a simulation's, too).
+                (_, Some(d)) => self.clock().wait_until(&cv, &mut st, d),
                 (_, None) => {
                     cv.wait(&mut st);
                     false
@@ -433,7 +440,7 @@ impl LockManager {
         if obj.waiting.is_empty() {
             return Round::Done;
         }
-        let (infos, held, generation) = (wait_infos(obj), held_for(obj), obj.generation);
+        let (infos, held, generation) = (wait_infos(obj, self.clock().monotonic()), held_for(obj), obj.generation);
         let ids: Vec<u64> = obj.waiting.iter().take(GRANT_MAX).map(|w| w.id).collect();
         obj.deciding = true;
         let mask = MutexGuard::unlocked(st, || {
@@ -461,7 +468,7 @@ impl LockManager {
         if obj.waiting.is_empty() {
             return;
         }
-        let (infos, held) = (wait_infos(obj), held_for(obj));
+        let (infos, held) = (wait_infos(obj, self.clock().monotonic()), held_for(obj));
         let args = GrantArgs {
             waiters: &infos,
             held: &held,
@@ -691,8 +698,7 @@ enum Round {
 }
 
 /// What a policy is told of an object's waiters (the first [`GRANT_MAX`]).
-fn wait_infos(obj: &Object) -> Vec<WaitInfo> {
-    let now = Instant::now();
+fn wait_infos(obj: &Object, now: Duration) -> Vec<WaitInfo> {
     obj.waiting
         .iter()
         .take(GRANT_MAX)
@@ -701,7 +707,7 @@ fn wait_infos(obj: &Object) -> Vec<WaitInfo> {
             kind: w.kind,
             range: w.range,
             upgrade: w.kind == LockKind::Write && obj.held.mine(w.owner, &w.range).any(|l| l.kind == LockKind::Read),
-            age_ns: now.duration_since(w.since).as_nanos() as u64,
+            age_ns: now.saturating_sub(w.since).as_nanos() as u64,
         })
         .collect()
 }

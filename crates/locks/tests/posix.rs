@@ -261,3 +261,26 @@ fn close_exit_timeout_and_cancel_wake_or_end_waits() {
     assert!(m.held(1).is_empty());
     m.check_invariants();
 }
+
+#[test]
+fn a_timed_wait_ends_when_the_kernels_clock_passes_its_deadline() {
+    // The manager's clock is its runtime's (the kernel's): a manual one that only the test moves.
+    let clock = Arc::new(vino_clock::ManualClock::new(Duration::ZERO));
+    let vlt = vino_graft::vlt::Vlt::with_clock(Default::default(), vino_clock::SharedClock::new(clock.clone()));
+    let rt = Runtime::with_vlt(Default::default(), vlt);
+    let m = Arc::new(LockManager::new(&rt));
+    m.lock(1, 1, Write, r(0, 1), Wait::No).unwrap();
+    let m2 = m.clone();
+    let waiter = thread::spawn(move || m2.lock(1, 2, Write, r(0, 1), Wait::For(Duration::from_secs(3600))));
+    let started = Instant::now();
+    while m.waiting(1).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(60), "the request never waited");
+        thread::yield_now();
+    }
+    // An hour of the clock's time, none of the host's.
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(waiter.join().unwrap(), Err(LockError::TimedOut));
+    assert_eq!(m.stats().timeouts, 1);
+    assert!(m.waiting(1).is_empty());
+    m.check_invariants();
+}

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
+use vino_clock::SharedClock;
 use vino_graft::{Access, GraftSlot, PolicyKind, Runtime};
 
 /// How the scheduler runs.
@@ -122,7 +123,8 @@ struct Entry {
 }
 
 struct TimerEntry {
-    at: Instant,
+    /// On the scheduler's clock.
+    at: Duration,
     seq: u64,
 }
 
@@ -176,7 +178,9 @@ struct Inner {
     ticks: Arc<AtomicU64>,
     tick_hooks: Mutex<Vec<(&'static str, TickHook)>>,
     workers: Mutex<Vec<Arc<WorkerSlot>>>,
-    born: Instant,
+    /// Where CPU time, sleeps and ticks are measured: the machine's clock, or a manual one
+    /// that a test moves (a thread's CPU is then the clock's time its turns took).
+    clock: SharedClock,
 }
 
 /// The CPU scheduler of one kernel.
@@ -186,6 +190,11 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(runtime: &Runtime, config: SchedConfig) -> Scheduler {
+        Scheduler::with_clock(runtime, config, SharedClock::default())
+    }
+
+    /// A scheduler whose time (CPU charged, sleeps, ticks) is `clock`'s.
+    pub fn with_clock(runtime: &Runtime, config: SchedConfig, clock: SharedClock) -> Scheduler {
         let target = if config.workers == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -217,7 +226,7 @@ impl Scheduler {
                 ticks: Arc::new(AtomicU64::new(0)),
                 tick_hooks: Mutex::new(Vec::new()),
                 workers: Mutex::new(Vec::new()),
-                born: Instant::now(),
+                clock,
             }),
         }
     }
@@ -453,12 +462,7 @@ fn pid_of(st: &SchedState, tid: Tid) -> Option<Pid> {
 
 impl Inner {
     fn now_ns(&self) -> u64 {
-        self.ns_at(Instant::now())
-    }
-
-    /// `at` on the scheduler's clock (nanoseconds since it started).
-    fn ns_at(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.born).as_nanos() as u64
+        ns(self.clock.monotonic())
     }
 
     fn start_worker(self: &Arc<Self>, st: &mut SchedState) {
@@ -554,15 +558,15 @@ impl Inner {
         let mut st = self.state.lock();
         // The time read at the end of the last poll, while nothing has waited since: one clock
         // read serves the end of one turn, the choice of the next and its start.
-        let mut clock: Option<Instant> = None;
+        let mut clock: Option<Duration> = None;
         loop {
             if st.shutdown {
                 st.started -= 1;
                 return;
             }
-            let started = clock.take().unwrap_or_else(Instant::now);
+            let started = clock.take().unwrap_or_else(|| self.clock.monotonic());
             let picked = if st.polling < self.target {
-                self.pick(&mut st, self.ns_at(started))
+                self.pick(&mut st, ns(started))
             } else {
                 None
             };
@@ -583,8 +587,8 @@ impl Inner {
             let result = future.as_mut().poll(&mut Context::from_waker(&waker));
             POLLING.with(|p| p.set((0, NO_THREAD)));
             let yielded = YIELDED.with(|y| y.replace(false));
-            let ended = Instant::now();
-            let used = ended.saturating_duration_since(started).as_nanos() as u64;
+            let ended = self.clock.monotonic();
+            let used = ns(ended.saturating_sub(started));
 
             st = self.state.lock();
             // (Loaded first: the swap, a locked instruction, only when it was replaced.)
@@ -592,7 +596,7 @@ impl Inner {
                 st.polling = st.polling.checked_sub(1).expect("a worker counted as polling");
             }
             st.shares.charge(pick.tid, pick.charge, used);
-            let now = self.ns_at(ended);
+            let now = ns(ended);
             clock = Some(ended);
             match result {
                 Poll::Ready(()) => {
@@ -624,7 +628,7 @@ impl Inner {
     }
 
     fn ticker(self: Arc<Self>) {
-        let mut next = Instant::now() + self.config.tick;
+        let mut next = self.clock.deadline_in(self.config.tick);
         loop {
             {
                 let mut st = self.state.lock();
@@ -633,17 +637,14 @@ impl Inner {
                 }
                 if st.entries.is_empty() && st.timers.is_empty() {
                     self.threads_exist.wait(&mut st);
-                    next = Instant::now() + self.config.tick;
+                    next = self.clock.deadline_in(self.config.tick);
                     continue;
                 }
             }
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
-            }
+            self.clock.sleep_until(next);
             next += self.config.tick;
-            if next < Instant::now() {
-                next = Instant::now() + self.config.tick;
+            if self.clock.passed(next) {
+                next = self.clock.deadline_in(self.config.tick);
             }
             let tick = self.ticks.fetch_add(1, Ordering::Relaxed) + 1;
             let hooks: Vec<TickHook> = self.tick_hooks.lock().iter().map(|(_, h)| h.clone()).collect();
@@ -656,7 +657,7 @@ impl Inner {
     }
 
     fn fire_timers(&self) {
-        let now = Instant::now();
+        let now = self.clock.monotonic();
         let mut due = Vec::new();
         {
             let mut st = self.state.lock();
@@ -701,7 +702,7 @@ impl Inner {
         self.work.notify_one();
     }
 
-    fn add_timer(&self, at: Instant, waker: Waker) {
+    fn add_timer(&self, at: Duration, waker: Waker) {
         let mut st = self.state.lock();
         let seq = st.next_timer;
         st.next_timer += 1;
@@ -818,8 +819,15 @@ impl ThreadCtx {
         yield_now()
     }
 
-    /// Gives the worker back until `at` (the ticker's resolution: one tick).
+    /// Gives the worker back until `at` (the ticker's resolution: one tick): as long as from
+    /// now to `at`, on the scheduler's clock.
     pub fn sleep_until(&self, at: Instant) -> Sleep {
+        self.sleep_for(at.saturating_duration_since(Instant::now()))
+    }
+
+    /// Gives the worker back for `d` of the scheduler's clock (one tick's resolution).
+    pub fn sleep_for(&self, d: Duration) -> Sleep {
+        let at = self.inner.upgrade().map_or(Duration::ZERO, |i| i.clock.deadline_in(d));
         Sleep {
             at,
             inner: self.inner.clone(),
@@ -875,22 +883,24 @@ impl Future for YieldNow {
 
 /// [`ThreadCtx::sleep_until`].
 pub struct Sleep {
-    at: Instant,
+    at: Duration,
     inner: Weak<Inner>,
 }
 
 impl Future for Sleep {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if Instant::now() >= self.at {
-            return Poll::Ready(());
-        }
         match self.inner.upgrade() {
-            Some(inner) => inner.add_timer(self.at, cx.waker().clone()),
-            None => return Poll::Ready(()),
+            Some(inner) if !inner.clock.passed(self.at) => inner.add_timer(self.at, cx.waker().clone()),
+            _ => return Poll::Ready(()),
         }
         Poll::Pending
     }
+}
+
+/// Nanoseconds of a clock reading, as the shares count them.
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
 }
 
 /// Stamps the tick a thread resumed at before each poll of its future.

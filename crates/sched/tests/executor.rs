@@ -1,10 +1,15 @@
 //! The scheduler running real threads (futures that burn CPU, sleep and block) on its workers,
-//! with and without hostile grafts. Shares are checked from the scheduler's own accounts, with
-//! tolerances wide enough for a shared machine: these are behaviour, not speed.
+//! with and without hostile grafts. Shares are checked from the scheduler's own accounts.
+//!
+//! Most tests run on a manual clock: a burner's step moves the clock 20 µs instead of spinning
+//! for it, so the CPU each thread is charged is the clock's time its turns took, whatever the
+//! host's load, and a test runs until the clock (not the host) has moved far enough. One test
+//! keeps the machine's clock, where real time is the point (a thread blocked in the kernel).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use vino_clock::{ManualClock, SharedClock};
 use vino_graft::{Owner, PolicyKind, Runtime};
 use vino_sched::{JoinHandle, SchedConfig, Scheduler, ThreadCtx, in_kernel};
 
@@ -15,25 +20,72 @@ fn one_worker() -> SchedConfig {
     }
 }
 
-/// Burns CPU in 20 µs steps, yielding at the end of each slice, until `stop`; counts steps.
-async fn burn(ctx: ThreadCtx, stop: Arc<AtomicBool>, steps: Arc<AtomicU64>) {
+/// A scheduler on a manual clock of its own.
+fn manual(rt: &Runtime, config: SchedConfig) -> (Scheduler, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(Duration::ZERO));
+    (
+        Scheduler::with_clock(rt, config, SharedClock::new(clock.clone())),
+        clock,
+    )
+}
+
+const STEP: Duration = Duration::from_micros(20);
+/// Steps of a turn a burner takes before it yields, on a manual clock (1 ms of its time).
+const TURN_STEPS: u64 = 50;
+
+/// Burns CPU in 20 µs steps until `stop`, counting steps: on the machine's clock by spinning,
+/// yielding at the end of each slice; on a manual clock by moving it, yielding every turn, and
+/// only once the test has started the clock (every burner then exists: one that started alone
+/// would have run up time before the others arrived).
+async fn burn(ctx: ThreadCtx, stop: Arc<AtomicBool>, steps: Arc<AtomicU64>, clock: Option<Arc<ManualClock>>) {
+    use vino_clock::Clock;
+    while clock.as_ref().is_some_and(|c| c.monotonic().is_zero()) {
+        ctx.yield_now().await;
+    }
+    let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_micros(20) {
-            std::hint::spin_loop();
+        match &clock {
+            Some(c) => c.advance(STEP),
+            None => {
+                let t = Instant::now();
+                while t.elapsed() < STEP {
+                    std::hint::spin_loop();
+                }
+            }
         }
+        n += 1;
         steps.fetch_add(1, Ordering::Relaxed);
-        if ctx.slice_over() {
+        if ctx.slice_over() || (clock.is_some() && n.is_multiple_of(TURN_STEPS)) {
             ctx.yield_now().await;
         }
     }
 }
 
 fn burner(s: &Scheduler, pid: u64, stop: &Arc<AtomicBool>) -> (JoinHandle, Arc<AtomicU64>) {
+    burner_on(s, pid, stop, None)
+}
+
+fn burner_on(
+    s: &Scheduler,
+    pid: u64,
+    stop: &Arc<AtomicBool>,
+    clock: Option<&Arc<ManualClock>>,
+) -> (JoinHandle, Arc<AtomicU64>) {
     let steps = Arc::new(AtomicU64::new(0));
-    let (stop, counted) = (stop.clone(), steps.clone());
-    let h = s.spawn(pid, move |ctx| burn(ctx, stop, counted)).unwrap();
+    let (stop, counted, clock) = (stop.clone(), steps.clone(), clock.cloned());
+    let h = s.spawn(pid, move |ctx| burn(ctx, stop, counted, clock)).unwrap();
     (h, steps)
+}
+
+/// Starts the burners on `clock` and waits (on the host) until they have moved it by `d`.
+fn until_clock(clock: &ManualClock, d: Duration) {
+    use vino_clock::Clock;
+    clock.advance(Duration::from_nanos(1));
+    let start = Instant::now();
+    while clock.monotonic() < d {
+        assert!(start.elapsed() < Duration::from_secs(60), "the burners stopped");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn cpu_ms(s: &Scheduler, pid: u64) -> f64 {
@@ -43,15 +95,15 @@ fn cpu_ms(s: &Scheduler, pid: u64) -> f64 {
 #[test]
 fn cpu_follows_tickets_between_users() {
     let rt = Runtime::default();
-    let s = Scheduler::new(&rt, one_worker());
+    let (s, clock) = manual(&rt, one_worker());
     let stop = Arc::new(AtomicBool::new(false));
     let mut hs = Vec::new();
     for (pid, tickets) in [(1u64, 300), (2, 200), (3, 100)] {
         s.set_user_tickets(pid as u32, tickets).unwrap();
         s.add_process(pid, pid as u32);
-        hs.push(burner(&s, pid, &stop));
+        hs.push(burner_on(&s, pid, &stop, Some(&clock)));
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    until_clock(&clock, Duration::from_millis(1500));
     stop.store(true, Ordering::Relaxed);
     for (h, _) in &hs {
         h.join();
@@ -67,16 +119,16 @@ fn cpu_follows_tickets_between_users() {
 #[test]
 fn a_user_with_more_processes_gets_no_more_cpu() {
     let rt = Runtime::default();
-    let s = Scheduler::new(&rt, one_worker());
+    let (s, clock) = manual(&rt, one_worker());
     let stop = Arc::new(AtomicBool::new(false));
     let mut hs = Vec::new();
     for pid in 1..=3 {
         s.add_process(pid, 1);
-        hs.push(burner(&s, pid, &stop));
+        hs.push(burner_on(&s, pid, &stop, Some(&clock)));
     }
     s.add_process(9, 2);
-    hs.push(burner(&s, 9, &stop));
-    std::thread::sleep(Duration::from_millis(1000));
+    hs.push(burner_on(&s, 9, &stop, Some(&clock)));
+    until_clock(&clock, Duration::from_millis(1000));
     stop.store(true, Ordering::Relaxed);
     for (h, _) in &hs {
         h.join();
@@ -91,21 +143,24 @@ fn a_user_with_more_processes_gets_no_more_cpu() {
 
 #[test]
 fn a_sleeping_thread_gives_its_worker_back() {
+    use vino_clock::Clock;
     let rt = Runtime::default();
-    let s = Scheduler::new(&rt, one_worker());
+    let (s, clock) = manual(&rt, one_worker());
     s.add_process(1, 1);
     s.add_process(2, 2);
     let stop = Arc::new(AtomicBool::new(false));
-    let (burning, steps) = burner(&s, 2, &stop);
+    // The burner moves the clock; the sleeper wakes as it passes each deadline.
+    clock.advance(Duration::from_nanos(1));
+    let (burning, steps) = burner_on(&s, 2, &stop, Some(&clock));
     let slept = Arc::new(AtomicU64::new(0));
-    let out = slept.clone();
+    let (out, c) = (slept.clone(), clock.clone());
     let sleeper = s
         .spawn(1, move |ctx| async move {
-            let t = Instant::now();
+            let t = c.monotonic();
             for _ in 0..5 {
-                ctx.sleep_until(Instant::now() + Duration::from_millis(20)).await;
+                ctx.sleep_for(Duration::from_millis(20)).await;
             }
-            out.store(t.elapsed().as_millis() as u64, Ordering::Relaxed);
+            out.store((c.monotonic() - t).as_millis() as u64, Ordering::Relaxed);
         })
         .unwrap();
     sleeper.join();
@@ -247,7 +302,7 @@ const NOWHERE: &str = r#"(module
 
 fn two_burners_under(graft: &str, cap: Duration) -> (Scheduler, [f64; 2]) {
     let rt = Runtime::default();
-    let s = Scheduler::new(
+    let (s, clock) = manual(
         &rt,
         SchedConfig {
             starvation_cap: cap,
@@ -258,9 +313,9 @@ fn two_burners_under(graft: &str, cap: Duration) -> (Scheduler, [f64; 2]) {
     s.add_process(1, 1);
     s.add_process(2, 2);
     let stop = Arc::new(AtomicBool::new(false));
-    let a = burner(&s, 1, &stop);
-    let b = burner(&s, 2, &stop);
-    std::thread::sleep(Duration::from_millis(800));
+    let a = burner_on(&s, 1, &stop, Some(&clock));
+    let b = burner_on(&s, 2, &stop, Some(&clock));
+    until_clock(&clock, Duration::from_millis(800));
     stop.store(true, Ordering::Relaxed);
     a.0.join();
     b.0.join();

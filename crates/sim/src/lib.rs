@@ -17,13 +17,21 @@
 //! the seed; writes since the last flush survive, tear or vanish), then the crash image must
 //! pass fsck, mount (replaying the journal) and hold what the workload was promised: a tree
 //! the workload passed through since its last durable point (sync or fsync), and every file
-//! durable then and not changed since, byte for byte. A failure names its seed; the same seed
-//! fails the same way again (the traces are compared).
+//! durable then and not changed since, byte for byte. Where recovery itself writes (journal
+//! replay, the orphan list), the power goes a second time during it (see `recovery`), and the
+//! same promises must hold after the final mount. A failure names its seed; the same seed fails
+//! the same way again (the traces are compared).
+//!
+//! The clock moves only when the seed says: besides long pauses, steps block a thread in a lock
+//! wait, a timer or an event wait and move the clock past its deadline (see `timed`); the
+//! report counts the deadlines reached.
 
 #![forbid(unsafe_code)]
 
 pub mod device;
 pub mod grafts;
+mod recovery;
+mod timed;
 
 pub use device::SimDevice;
 
@@ -118,6 +126,13 @@ pub struct Report {
     pub written_back: u64,
     /// Events handed to event grafts, whether they ran to the end or aborted (first pass).
     pub event_deliveries: u64,
+    /// Deadlines reached on the simulation's clock (first pass): lock waits that timed out,
+    /// timer firings, event waits that ended empty.
+    pub lock_deadline_expiries: u64,
+    pub timer_firings: u64,
+    pub event_wait_timeouts: u64,
+    /// The write of the recovery mount at which the power went a second time.
+    pub second_cut_at_write: Option<u64>,
 }
 
 /// A seed that failed.
@@ -179,6 +194,10 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
         written_back: clean.written_back,
         event_deliveries: clean.event_deliveries(),
         graft_failures: clean.graft_failures(),
+        lock_deadline_expiries: clean.reached.lock_deadline_expiries,
+        timer_firings: clean.reached.timer_firings,
+        event_wait_timeouts: clean.reached.event_wait_timeouts,
+        second_cut_at_write: None,
     };
     clean.finish()?;
     if !opts.crash || report.writes == 0 {
@@ -189,7 +208,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
     let step = cut.run_to_cut()?;
     report.cut_at_write = Some(trip);
     report.cut_in_step = step;
-    cut.recover_and_check()?;
+    report.second_cut_at_write = cut.recover_and_check(seed)?;
     Ok(report)
 }
 
@@ -220,6 +239,12 @@ enum Step {
     DropClean,
     /// Time passes.
     Tick(u64),
+    /// A lock wait with a deadline the clock then passes.
+    LockDeadline(usize),
+    /// A timer the clock makes fire.
+    Timer(usize),
+    /// An event wait the clock ends.
+    EventWait(usize),
 }
 
 struct Sim {
@@ -235,6 +260,7 @@ struct Sim {
     writes_at_start: u64,
     grafts_loaded: u64,
     written_back: u64,
+    reached: timed::Reached,
 }
 
 impl Sim {
@@ -311,6 +337,7 @@ impl Sim {
             writes_at_start,
             grafts_loaded: 0,
             written_back: 0,
+            reached: timed::Reached::default(),
         })
     }
 
@@ -381,13 +408,35 @@ impl Sim {
             28 => return Step::Writeback,
             29 => return Step::Events,
             30 => return Step::DropClean,
-            // Now and then a pause long enough for the write-back policy's age (30 s).
-            _ => match self.rng.chance(0.25) {
-                true => return Step::Tick(31_000),
-                false => return Step::Tick(1 + self.rng.below(50)),
-            },
+            _ => return self.time_step(who),
         };
         Step::Fs(who, op)
+    }
+
+    /// Time passes, by itself or past a deadline something waits for.
+    fn time_step(&mut self, who: usize) -> Step {
+        match self.rng.below(8) {
+            0 => Step::LockDeadline(who),
+            1 => Step::Timer(who),
+            2 => Step::EventWait(who),
+            // Now and then a pause long enough for the write-back policy's age (30 s).
+            _ => match self.rng.chance(0.25) {
+                true => Step::Tick(31_000),
+                false => Step::Tick(1 + self.rng.below(50)),
+            },
+        }
+    }
+
+    /// Runs a step of [`Sim::time_step`] that waits for a deadline, counting what it reached.
+    fn timed(&mut self, step: &Step) -> Check {
+        let (k, c, r) = (&*self.kernel, &*self.clock, &mut self.reached);
+        match step {
+            Step::LockDeadline(who) => r.lock_deadline_expiries += timed::lock_deadline(k, c, *who)?,
+            Step::Timer(who) => r.timer_firings += timed::timer(k, c, &self.procs[*who].p)?,
+            Step::EventWait(who) => r.event_wait_timeouts += timed::event_wait(k, c, &self.procs[*who].p)?,
+            _ => unreachable!("not a timed step: {step:?}"),
+        }
+        Ok(())
     }
 
     /// Step `i` of the workload: random, but for a custom graft's first steps, which bind it
@@ -534,6 +583,7 @@ impl Sim {
                 let _ = self.kernel.cache().drop_clean();
             }
             Step::Tick(ms) => self.clock.advance(Duration::from_millis(*ms)),
+            Step::LockDeadline(_) | Step::Timer(_) | Step::EventWait(_) => self.timed(step).map_err(ctx)?,
         }
         Ok(())
     }
@@ -650,8 +700,9 @@ impl Sim {
         assert_clean(&*self.dev, "after the clean run")
     }
 
-    /// After the power cut: fsck, mount, and the promises.
-    fn recover_and_check(self) -> Check {
+    /// After the power cut: fsck, mount, and the promises; first, a second cut during recovery
+    /// where recovery writes. Returns the write that second cut fell at.
+    fn recover_and_check(self, seed: u64) -> Check<Option<u64>> {
         let image = self.dev.crashed().ok_or("the power was never cut")?;
         let Sim {
             kernel,
@@ -667,8 +718,19 @@ impl Sim {
             kernel.exit(proc.p.pid());
         }
         drop(kernel);
+        assert_clean(
+            &MemDevice::from_image(image.clone()).map_err(|e| e.to_string())?,
+            "the crash image",
+        )?;
+        let second = recovery::cut_during_recovery(seed, &image, &config)?;
+        let (second_at, image) = match second {
+            Some((at, cut)) => (Some(at), cut),
+            None => (None, image),
+        };
         let disk = Arc::new(MemDevice::from_image(image).map_err(|e| e.to_string())?);
-        assert_clean(&*disk, "the crash image")?;
+        if second_at.is_some() {
+            assert_clean(&*disk, "the image of a power cut during recovery")?;
+        }
         let kernel = Kernel::boot(disk.clone() as Arc<dyn BlockDevice>, &config)
             .map_err(|e| format!("mount after the crash: {e}"))?;
         let root = kernel.spawn(Credentials::root());
@@ -679,7 +741,8 @@ impl Sim {
         promises.check(&after)?;
         kernel.exit(root.pid());
         kernel.shutdown().map_err(|e| format!("shutdown after recovery: {e}"))?;
-        assert_clean(&*disk, "after recovery")
+        assert_clean(&*disk, "after recovery")?;
+        Ok(second_at)
     }
 }
 
@@ -789,5 +852,18 @@ pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
     s.insert("graft_failures", reports.iter().map(|r| r.graft_failures).sum());
     s.insert("written_back", reports.iter().map(|r| r.written_back).sum());
     s.insert("event_deliveries", reports.iter().map(|r| r.event_deliveries).sum());
+    s.insert(
+        "lock_deadline_expiries",
+        reports.iter().map(|r| r.lock_deadline_expiries).sum(),
+    );
+    s.insert("timer_firings", reports.iter().map(|r| r.timer_firings).sum());
+    s.insert(
+        "event_wait_timeouts",
+        reports.iter().map(|r| r.event_wait_timeouts).sum(),
+    );
+    s.insert(
+        "double_cuts",
+        reports.iter().filter(|r| r.second_cut_at_write.is_some()).count() as u64,
+    );
     s
 }

@@ -33,6 +33,13 @@ fn three_hundred_seeds_of_the_whole_kernel_survive_their_power_cuts() {
         reports.iter().map(|r| r.event_deliveries).sum::<u64>() > 0,
         "event grafts ran in the simulation's steps"
     );
+    // Deadlines are reached on the simulation's clock, with no host sleep.
+    let sum = |f: fn(&vino_sim::Report) -> u64| reports.iter().map(f).sum::<u64>();
+    assert!(sum(|r| r.lock_deadline_expiries) > 0, "lock waits timed out");
+    assert!(sum(|r| r.timer_firings) > 0, "timers fired");
+    assert!(sum(|r| r.event_wait_timeouts) > 0, "event waits timed out");
+    let double = reports.iter().filter(|r| r.second_cut_at_write.is_some()).count();
+    assert!(double > 100, "the power went again during recovery ({double} of {cut})");
 }
 
 #[test]

@@ -1,14 +1,12 @@
-//! A monotonic nanosecond clock shared by deadlines (an `Instant` cannot live in an atomic).
+//! Nanosecond readings of a [`SharedClock`] for deadlines (an `Instant` cannot live in an atomic).
 
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use vino_clock::SharedClock;
 
-static BASE: OnceLock<Instant> = OnceLock::new();
-
-/// Nanoseconds since the first call in this process; never 0, so 0 can mean "no deadline".
+/// Nanoseconds on the machine's clock (for code with no kernel at hand); never 0, so 0 can mean
+/// "no deadline". The kernel's decisions read its own clock instead ([`crate::Vlt::now_ns`]).
 pub fn now_ns() -> u64 {
-    let base = *BASE.get_or_init(Instant::now);
-    base.elapsed().as_nanos() as u64 + 1
+    SharedClock::system().now_ns()
 }
 
 /// The [`now_ns`] time `after` past `from`, saturating: a limit too long to represent (such as

@@ -28,6 +28,8 @@ mod txn;
 pub use clock::now_ns;
 pub use lock::{LockMode, ObjectId};
 pub use txn::{Txn, TxnId};
+pub use vino_clock::SharedClock;
+pub use vino_clock::clock::MANUAL_SLICE;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,9 +86,24 @@ pub struct Vlt {
 
 impl Vlt {
     pub fn new(config: VltConfig) -> Self {
+        Vlt::with_clock(config, SharedClock::default())
+    }
+
+    /// A manager whose deadlines and limits run on `clock` (a simulation's, say).
+    pub fn with_clock(config: VltConfig, clock: SharedClock) -> Self {
         Vlt {
-            inner: Arc::new(lock::Manager::new(config)),
+            inner: Arc::new(lock::Manager::new(config, clock)),
         }
+    }
+
+    /// The clock deadlines run on.
+    pub fn clock(&self) -> &SharedClock {
+        &self.inner.clock
+    }
+
+    /// Now on this manager's clock, in deadline units (never 0).
+    pub fn now_ns(&self) -> u64 {
+        self.inner.clock.now_ns()
     }
 
     /// Begins a top-level transaction.

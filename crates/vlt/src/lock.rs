@@ -6,7 +6,7 @@
 //! free. The transaction records, per lock it took, what the family held before, so a child's
 //! abort can give back exactly what the child added.
 
-use crate::clock::{later, now_ns};
+use crate::clock::later;
 use crate::{VltConfig, VltError, VltStats};
 use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
@@ -46,7 +46,7 @@ pub(crate) enum Granted {
 pub(crate) struct Family {
     /// Identity of the current top-level transaction using this record (records are pooled).
     pub(crate) id: AtomicU64,
-    /// Deadline in [`now_ns`] units, 0 for none. Waiters lower it; the owner polls it.
+    /// Deadline in [`crate::now_ns`] units, 0 for none. Waiters lower it; the owner polls it.
     pub(crate) deadline_ns: AtomicU64,
     /// The family this one is blocked on, for wait-for cycle detection.
     pub(crate) waits_for: Mutex<Option<Arc<Family>>>,
@@ -76,9 +76,10 @@ impl Family {
         false
     }
 
-    pub(crate) fn deadline_passed(&self) -> bool {
+    /// True if the deadline is set and `now` (the manager's clock) has reached it.
+    pub(crate) fn deadline_passed(&self, now: u64) -> bool {
         let d = self.deadline_ns.load(Ordering::Acquire);
-        d != 0 && now_ns() >= d
+        d != 0 && now >= d
     }
 
     fn id(&self) -> u64 {
@@ -108,6 +109,7 @@ const SHARDS: usize = 64;
 
 pub(crate) struct Manager {
     pub(crate) config: VltConfig,
+    pub(crate) clock: vino_clock::SharedClock,
     shards: Box<[Shard]>,
     aborts: AtomicU64,
     lock_waits: AtomicU64,
@@ -128,7 +130,7 @@ fn shard_of(obj: ObjectId) -> usize {
 const MAX_CHAIN: usize = 64;
 
 impl Manager {
-    pub(crate) fn new(config: VltConfig) -> Self {
+    pub(crate) fn new(config: VltConfig, clock: vino_clock::SharedClock) -> Self {
         let shards = (0..SHARDS)
             .map(|_| Shard {
                 locks: Mutex::new(FxHashMap::default()),
@@ -137,6 +139,7 @@ impl Manager {
             .collect();
         Manager {
             config,
+            clock,
             shards,
             aborts: AtomicU64::new(0),
             lock_waits: AtomicU64::new(0),
@@ -160,11 +163,11 @@ impl Manager {
                 return Ok(granted);
             }
             // Conflict. Give up if our own time is up, then check for a cycle, then wait.
-            if fam.deadline_passed() {
+            if fam.deadline_passed(self.clock.now_ns()) {
                 self.forget_if_idle(&mut table, obj);
                 return Err(VltError::DeadlinePassed);
             }
-            let now = now_ns();
+            let now = self.clock.now_ns();
             let until = *wait_until.get_or_insert(later(now, self.config.wait_limit));
             if now >= until {
                 self.lock_timeouts.fetch_add(1, Ordering::Relaxed);
@@ -195,11 +198,12 @@ impl Manager {
             }
             *fam.waits_for.lock() = blocker.clone();
             // Wake at least every millisecond to re-check our own deadline, which another waiter
-            // may have lowered while we slept.
+            // may have lowered while we slept (on a manual clock the nap is host time, and the
+            // recheck reads the clock: the wait ends when the clock passes `until`).
             let nap = Duration::from_nanos((until - now).min(1_000_000));
             shard.released.wait_for(&mut table, nap);
             if let Some(b) = &blocker
-                && b.deadline_passed()
+                && b.deadline_passed(self.clock.now_ns())
             {
                 // The holder is past its time and still holds the lock: have it interrupted.
                 self.deadline_hooks.read().iter().for_each(|hook| hook());

@@ -174,7 +174,8 @@ impl Txn {
     /// the time limit it got for holding a lock others wait for). The caller must then abort.
     pub fn check(&self) -> Result<(), VltError> {
         let b = self.body.as_ref().expect("transaction already ended");
-        if b.family.deadline_passed() {
+        let now = b.manager.as_deref().map_or_else(crate::now_ns, |m| m.clock.now_ns());
+        if b.family.deadline_passed(now) {
             Err(VltError::DeadlinePassed)
         } else {
             Ok(())
@@ -183,7 +184,8 @@ impl Txn {
 
     /// Sets a deadline `after_ns` from now (lowering any deadline already set).
     pub fn set_deadline_in(&mut self, after: std::time::Duration) {
-        let at = crate::clock::later(crate::now_ns(), after);
+        let now = self.manager().clock.now_ns();
+        let at = crate::clock::later(now, after);
         let fam = &self.body().family;
         let _ = fam.deadline_ns.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |d| {
             (d == 0 || d > at).then_some(at)

@@ -3,34 +3,75 @@
 //! deterministic parts of deadlock detection and deadlines.
 //!
 //! Most tests run several transaction families on one thread: a family is a top-level `Txn`, not
-//! a thread, so a conflicting request from a second family simply waits out a short wait limit
-//! and fails with `LockTimeout`.
+//! a thread, so a conflicting request from a second family waits out a short wait limit and
+//! fails with `LockTimeout`. Time is a manual clock: a helper moves it past the limit once the
+//! request waits, so no test depends on how fast the host runs. One test keeps the machine's
+//! clock, where real time is the point.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use vino_clock::{ManualClock, SharedClock};
 use vino_vlt::{LockMode, Vlt, VltConfig, VltError};
 
 const X: u64 = 0x10;
 const Y: u64 = 0x20;
 const Z: u64 = 0x30;
 
-/// Short wait limit: a conflicting request fails quickly. The hold limit is long so that the
-/// deadlines imposed by those short waits never matter within a test.
-fn short_wait() -> Vlt {
-    Vlt::new(VltConfig {
+const WAIT_LIMIT: Duration = Duration::from_millis(20);
+
+/// A manager on a manual clock of its own.
+fn manual(config: VltConfig) -> (Vlt, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(Duration::ZERO));
+    (Vlt::with_clock(config, SharedClock::new(clock.clone())), clock)
+}
+
+/// Short wait limit, on a manual clock ([`past_limit`] moves it). The hold limit is long so that
+/// the deadlines imposed by those short waits never matter within a test.
+fn short_wait() -> (Vlt, Arc<ManualClock>) {
+    manual(VltConfig {
         hold_limit: Duration::from_secs(30),
-        wait_limit: Duration::from_millis(20),
+        wait_limit: WAIT_LIMIT,
+    })
+}
+
+/// Long limits on a manual clock nobody moves: only cycle detection ends a wait.
+fn never() -> (Vlt, Arc<ManualClock>) {
+    manual(VltConfig {
+        hold_limit: Duration::from_secs(60),
+        wait_limit: Duration::from_secs(60),
     })
 }
 
 /// Wait limit zero: a conflicting request fails at once, without waiting and without imposing a
 /// deadline on the holder. Used to probe the lock table cheaply.
 fn no_wait() -> Vlt {
-    Vlt::new(VltConfig {
+    manual(VltConfig {
         hold_limit: Duration::from_secs(30),
         wait_limit: Duration::ZERO,
+    })
+    .0
+}
+
+/// Runs `request` on this thread while another moves `clock` by `by` as soon as the request
+/// waits (its limit is fixed by then): a request that must time out does so on the clock's time.
+fn past_limit<R>(vlt: &Vlt, clock: &ManualClock, by: Duration, request: impl FnOnce() -> R) -> R {
+    let before = vlt.stats().lock_waits;
+    let done = AtomicBool::new(false);
+    thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                if vlt.stats().lock_waits > before {
+                    clock.advance(by);
+                    return;
+                }
+                thread::yield_now();
+            }
+        });
+        let r = request();
+        done.store(true, Ordering::Relaxed);
+        r
     })
 }
 
@@ -44,7 +85,7 @@ fn probe(vlt: &Vlt, obj: u64, mode: LockMode) -> Result<(), VltError> {
 
 #[test]
 fn shared_locks_are_compatible_across_families() {
-    let vlt = short_wait();
+    let (vlt, _) = short_wait();
     let mut a = vlt.begin();
     let mut b = vlt.begin();
     let mut c = vlt.begin();
@@ -62,18 +103,14 @@ fn shared_locks_are_compatible_across_families() {
 
 #[test]
 fn shared_and_exclusive_conflict() {
-    let vlt = short_wait();
+    let (vlt, clock) = short_wait();
+    let timing_out = |t: &mut vino_vlt::Txn, mode| past_limit(&vlt, &clock, WAIT_LIMIT, || t.lock(X, mode));
     let mut a = vlt.begin();
     a.lock(X, LockMode::Shared).unwrap();
 
     // Exclusive against shared.
     let mut b = vlt.begin();
-    let t0 = Instant::now();
-    assert_eq!(b.lock(X, LockMode::Exclusive), Err(VltError::LockTimeout(X)));
-    assert!(
-        t0.elapsed() >= Duration::from_millis(15),
-        "a timed-out request waited its limit"
-    );
+    assert_eq!(timing_out(&mut b, LockMode::Exclusive), Err(VltError::LockTimeout(X)));
     assert_eq!(b.locks_held(), 0);
     b.abort();
     a.commit();
@@ -82,8 +119,8 @@ fn shared_and_exclusive_conflict() {
     let mut a = vlt.begin();
     a.lock(X, LockMode::Exclusive).unwrap();
     let mut b = vlt.begin();
-    assert_eq!(b.lock(X, LockMode::Shared), Err(VltError::LockTimeout(X)));
-    assert_eq!(b.lock(X, LockMode::Exclusive), Err(VltError::LockTimeout(X)));
+    assert_eq!(timing_out(&mut b, LockMode::Shared), Err(VltError::LockTimeout(X)));
+    assert_eq!(timing_out(&mut b, LockMode::Exclusive), Err(VltError::LockTimeout(X)));
     // The failed requests left nothing behind; other objects are still free.
     b.lock(Y, LockMode::Exclusive).unwrap();
     assert_eq!(vlt.locked_objects(), 2);
@@ -103,14 +140,19 @@ fn shared_and_exclusive_conflict() {
 #[test]
 fn a_request_that_waits_is_counted_once() {
     // Regression: `lock_waits` used to be incremented on every 1 ms re-check of a single wait.
+    // On the machine's clock, where real time is the point: the request naps many times before
+    // its limit, and does not end before it.
+    let limit = Duration::from_millis(60);
     let vlt = Vlt::new(VltConfig {
         hold_limit: Duration::from_secs(30),
-        wait_limit: Duration::from_millis(60),
+        wait_limit: limit,
     });
     let mut a = vlt.begin();
     a.lock(X, LockMode::Exclusive).unwrap();
     let mut b = vlt.begin();
+    let t0 = Instant::now();
     assert_eq!(b.lock(X, LockMode::Exclusive), Err(VltError::LockTimeout(X)));
+    assert!(t0.elapsed() >= limit, "a timed-out request waited its limit");
     assert_eq!(vlt.stats().lock_waits, 1);
     assert_eq!(vlt.stats().lock_timeouts, 1);
     b.abort();
@@ -164,15 +206,16 @@ fn sole_shared_holder_may_upgrade() {
 
 #[test]
 fn upgrade_refused_while_another_family_shares() {
-    let vlt = short_wait();
+    let (vlt, clock) = short_wait();
+    let upgrade = |t: &mut vino_vlt::Txn| past_limit(&vlt, &clock, WAIT_LIMIT, || t.lock(X, LockMode::Exclusive));
     let mut a = vlt.begin();
     let mut b = vlt.begin();
     a.lock(X, LockMode::Shared).unwrap();
     b.lock(X, LockMode::Shared).unwrap();
-    assert_eq!(a.lock(X, LockMode::Exclusive), Err(VltError::LockTimeout(X)));
+    assert_eq!(upgrade(&mut a), Err(VltError::LockTimeout(X)));
     assert_eq!(a.locks_held(), 1, "the refused upgrade records nothing");
     // A still holds its shared lock: B cannot upgrade either while A is there.
-    assert_eq!(b.lock(X, LockMode::Exclusive), Err(VltError::LockTimeout(X)));
+    assert_eq!(upgrade(&mut b), Err(VltError::LockTimeout(X)));
     a.abort();
     // Now B is the sole holder and may upgrade.
     b.lock(X, LockMode::Exclusive).unwrap();
@@ -183,18 +226,13 @@ fn upgrade_refused_while_another_family_shares() {
 
 #[test]
 fn nested_child_inherits_parent_locks() {
-    // Long wait limit: if the child had to wait for its own parent, the test would take seconds
-    // and record a lock wait.
-    let vlt = Vlt::new(VltConfig {
-        hold_limit: Duration::from_secs(30),
-        wait_limit: Duration::from_secs(5),
-    });
+    // No waiting at all: if the child had to wait for its own parent, its request would fail.
+    let vlt = no_wait();
     let mut t = vlt.begin();
     t.lock(X, LockMode::Exclusive).unwrap();
     t.lock(Y, LockMode::Shared).unwrap();
     assert_eq!(t.locks_held(), 2);
 
-    let t0 = Instant::now();
     t.begin_nested();
     assert_eq!(t.depth(), 1);
     t.lock(X, LockMode::Exclusive).unwrap();
@@ -210,7 +248,6 @@ fn nested_child_inherits_parent_locks() {
     t.commit_nested();
     t.commit_nested();
     assert_eq!(t.depth(), 0);
-    assert!(t0.elapsed() < Duration::from_secs(2));
     assert_eq!(vlt.stats().lock_waits, 0);
     assert_eq!(t.locks_held(), 3, "a committed child hands its locks to the parent");
     t.commit();
@@ -385,7 +422,9 @@ fn a_panicking_commit_action_does_not_leak_locks() {
 
 #[test]
 fn own_deadline_fails_check_and_lock_waits() {
-    let vlt = Vlt::new(VltConfig {
+    // Nobody moves the clock past the wait limit: a contended request can only end because its
+    // own deadline passed.
+    let (vlt, clock) = manual(VltConfig {
         hold_limit: Duration::from_secs(30),
         wait_limit: Duration::from_secs(5),
     });
@@ -397,13 +436,13 @@ fn own_deadline_fails_check_and_lock_waits() {
     t.set_deadline_in(Duration::from_millis(5));
     // A later deadline does not push back an earlier one.
     t.set_deadline_in(Duration::from_secs(60));
-    thread::sleep(Duration::from_millis(10));
+    clock.advance(Duration::from_millis(4));
+    t.check().unwrap();
+    clock.advance(Duration::from_millis(1));
     assert_eq!(t.check(), Err(VltError::DeadlinePassed));
     // A free lock is still granted; a contended one fails at once rather than waiting 5 s.
     t.lock(Y, LockMode::Exclusive).unwrap();
-    let t0 = Instant::now();
     assert_eq!(t.lock(X, LockMode::Shared), Err(VltError::DeadlinePassed));
-    assert!(t0.elapsed() < Duration::from_secs(2));
     t.abort();
     holder.check().unwrap();
     holder.commit();
@@ -446,11 +485,8 @@ fn wait_for_waiters(vlt: &Vlt, n: u64) {
 
 #[test]
 fn two_party_cycle_is_detected_without_waiting_out_the_limits() {
-    // Limits far beyond the test's patience: only cycle detection can end this.
-    let vlt = Vlt::new(VltConfig {
-        hold_limit: Duration::from_secs(60),
-        wait_limit: Duration::from_secs(60),
-    });
+    // Limits the clock never reaches: only cycle detection can end this.
+    let (vlt, _clock) = never();
     let mut b = vlt.begin();
     b.lock(Y, LockMode::Exclusive).unwrap();
     let v = vlt.clone();
@@ -462,7 +498,6 @@ fn two_party_cycle_is_detected_without_waiting_out_the_limits() {
         r
     });
     wait_for_waiters(&vlt, 1);
-    let t0 = Instant::now();
     let rb = b.lock(X, LockMode::Exclusive);
     // Whoever closed the cycle is told; if it was A (it noticed first), B then gets X.
     match rb {
@@ -476,17 +511,13 @@ fn two_party_cycle_is_detected_without_waiting_out_the_limits() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    assert!(t0.elapsed() < Duration::from_secs(10));
     assert!(vlt.stats().deadlocks >= 1);
     assert_eq!(vlt.locked_objects(), 0);
 }
 
 #[test]
 fn upgrade_cycle_is_detected() {
-    let vlt = Vlt::new(VltConfig {
-        hold_limit: Duration::from_secs(60),
-        wait_limit: Duration::from_secs(60),
-    });
+    let (vlt, _clock) = never();
     let mut b = vlt.begin();
     b.lock(X, LockMode::Shared).unwrap();
     let v = vlt.clone();
@@ -523,10 +554,7 @@ fn upgrade_cycle_is_detected() {
 #[test]
 fn three_party_chain_cycle_is_detected() {
     // A holds X, waits for Y; B holds Y, waits for Z; C holds Z and asks for X.
-    let vlt = Vlt::new(VltConfig {
-        hold_limit: Duration::from_secs(60),
-        wait_limit: Duration::from_secs(60),
-    });
+    let (vlt, _clock) = never();
     let mut c = vlt.begin();
     c.lock(Z, LockMode::Exclusive).unwrap();
 
@@ -550,7 +578,6 @@ fn three_party_chain_cycle_is_detected() {
     ready_a.wait();
     wait_for_waiters(&vlt, 2);
 
-    let t0 = Instant::now();
     let rc = c.lock(X, LockMode::Exclusive);
     match rc {
         Err(VltError::Deadlock(X)) => {
@@ -571,7 +598,6 @@ fn three_party_chain_cycle_is_detected() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    assert!(t0.elapsed() < Duration::from_secs(10));
     assert!(vlt.stats().deadlocks >= 1);
     assert_eq!(vlt.locked_objects(), 0);
 }
@@ -599,7 +625,7 @@ fn vlt_handles() {
 fn huge_limits_mean_never() {
     // Regression: limits were turned into nanoseconds with `as u64` and added to the clock
     // unchecked, so `Duration::MAX` ("no limit") wrapped around into a deadline in the past.
-    let vlt = Vlt::new(VltConfig {
+    let (vlt, clock) = manual(VltConfig {
         hold_limit: Duration::MAX,
         wait_limit: Duration::MAX,
     });
@@ -615,6 +641,8 @@ fn huge_limits_mean_never() {
         r
     });
     wait_for_waiters(&vlt, 1);
+    // Centuries pass on the clock; the waiter rechecks its limit (naps of 1 ms of host time).
+    clock.advance(Duration::from_secs(1 << 33));
     thread::sleep(Duration::from_millis(20));
     // The waiter gave the holder a hold limit of "forever", and is still waiting.
     assert_eq!(holder.check(), Ok(()));

@@ -149,12 +149,12 @@ impl PageCache {
     ///
     /// Stops at `until` (the next round of the write-back policy, which a writer that never
     /// stops must not hold off from others' pages); returns the writers still to serve.
-    fn write_behind(&self, mut wanted: Vec<(Pid, u64)>, until: std::time::Instant) -> Vec<(Pid, u64)> {
+    fn write_behind(&self, mut wanted: Vec<(Pid, u64)>, until: Duration) -> Vec<(Pid, u64)> {
         wanted.sort_unstable();
         wanted.dedup_by_key(|w| w.0);
         let clock = vino_account::ThreadClock::of_this_thread();
         while !wanted.is_empty() && !self.flusher.stop.load(Ordering::Relaxed) {
-            if std::time::Instant::now() >= until {
+            if self.config.clock.passed(until) {
                 return wanted;
             }
             wanted.retain(|&(pid, object)| {
@@ -238,16 +238,22 @@ pub(super) struct FlushSignal {
 /// The write-back thread: a round of the `cache.writeback` policy every `every`, and between
 /// rounds, write-behind for writers past half their share as soon as they ask. It holds the
 /// cache only while working, so dropping the cache ends it.
-pub(super) fn spawn_writeback(cache: std::sync::Weak<PageCache>, signal: Arc<FlushSignal>, every: Duration) {
+pub(super) fn spawn_writeback(
+    cache: std::sync::Weak<PageCache>,
+    signal: Arc<FlushSignal>,
+    every: Duration,
+    clock: SharedClock,
+) {
     std::thread::Builder::new()
         .name("vino-writeback".into())
         .spawn(move || {
-            let mut next_round = std::time::Instant::now() + every;
+            // Rounds run on the cache's clock (a simulation's moves them).
+            let mut next_round = clock.deadline_in(every);
             loop {
                 let wanted = {
                     let mut w = signal.wanted.lock();
                     if w.is_empty() && !signal.stop.load(Ordering::Relaxed) {
-                        signal.wake.wait_until(&mut w, next_round);
+                        clock.wait_until(&signal.wake, &mut w, next_round);
                     }
                     std::mem::take(&mut *w)
                 };
@@ -264,10 +270,10 @@ pub(super) fn spawn_writeback(cache: std::sync::Weak<PageCache>, signal: Arc<Flu
                         }
                     }
                 }
-                if std::time::Instant::now() >= next_round {
+                if clock.passed(next_round) {
                     // A failed write-back leaves the pages dirty; the next round or a sync retries.
                     let _ = cache.run_writeback();
-                    next_round = std::time::Instant::now() + every;
+                    next_round = clock.deadline_in(every);
                 }
             }
         })
