@@ -226,8 +226,8 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
         ("kernel default", 1),
         ("sequential_ra.c graft, 32 blocks", 2),
     ] {
-        kernel.cache().drop_clean()?;
-        let before = kernel.cache().process_counters(p.pid());
+        kernel.drop_clean_pages()?;
+        let before = p.cache_counters();
         let fd = p.open("/demo/data", OpenFlags::read_only())?;
         match how {
             0 => p.set_read_ahead(fd, vino_kernel::RaMode::Off)?,
@@ -256,7 +256,7 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
         }
         let elapsed = started.elapsed();
         p.close(fd)?;
-        let c = kernel.cache().process_counters(p.pid());
+        let c = p.cache_counters();
         t.row([
             name.to_string(),
             fmt_ns(elapsed.as_nanos() as f64),

@@ -214,9 +214,10 @@ fn tickets_are_set_by_a_processs_user_and_a_users_by_the_privileged() {
         "vino ps shows its tickets and thread"
     );
     // Another user's process is not there for it; a user's share is for the privileged.
-    let other = vino_kernel::Credentials::user(1000, 1000);
-    assert_eq!(daemon.set_tickets(pid, None, 5, &other).unwrap_err().errno, ESRCH);
-    assert_eq!(daemon.set_tickets(pid, Some(1000), 5, &other).unwrap_err().errno, EPERM);
+    let other = d.handle().kernel().spawn(vino_kernel::Credentials::user(1000, 1000));
+    assert_eq!(other.set_tickets_of(pid, 5).unwrap_err().errno as i32, ESRCH);
+    assert_eq!(other.set_user_tickets(1000, 5).unwrap_err().errno as i32, EPERM);
+    d.handle().kernel().exit(other.pid());
     assert_eq!(cpu.process_tickets(pid), Some(300));
     assert_eq!(d.client().set_tickets(Some(pid), 0).unwrap_err().errno, EINVAL);
     d.client().set_user_tickets(1000, 50).unwrap();

@@ -5,11 +5,12 @@
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::Fd;
 use crate::process::Process;
-use crate::{Credentials, Kernel, Pid, Stat};
+use crate::{Credentials, Kernel, Pid, Resource, Stat};
 use std::sync::Arc;
 use vino_blockdev::Backend;
 use vino_cache::{CacheCounters, CacheStats, PickVictim};
 use vino_fs::{BlockBuddy, FsStats, QuotaUsage};
+use vino_graft::account::Charge;
 use vino_graft::{GraftSlot, SlotInfo};
 use vino_iosched::SchedStats;
 use vino_locks::{Lock, LockStats};
@@ -38,6 +39,31 @@ impl Kernel {
             s.stats = None;
         }
         s
+    }
+
+    /// Takes a connection's place for user `uid` (its socket's peer), held until the [`Charge`]
+    /// drops: root may use every place of the total, the other users together all but
+    /// root's reserve ([`LimitsConfig::root_reserved`]), each at most its own limit. `EUSERS`
+    /// says which limit refuses it.
+    ///
+    /// [`LimitsConfig::root_reserved`]: crate::account::LimitsConfig::root_reserved
+    pub fn connect(&self, uid: u32) -> SysResult<Charge> {
+        let r = Resource::Connections;
+        self.accounts.user(uid).charge(r, 1).map_err(|e| {
+            let total = self.accounts.config().total.get(r);
+            let why = if e.account != self.accounts.total().label() {
+                format!("too many connections for uid {uid} ({})", e.limit)
+            } else if e.limit < total {
+                let kept = total - e.limit;
+                format!(
+                    "too many connections for users other than root ({}; {kept} kept for root)",
+                    e.limit
+                )
+            } else {
+                format!("too many connections ({total})")
+            };
+            SysError::new(Errno::Users, why)
+        })
     }
 
     /// The page cache's totals (frames, resident, dirty, hits and misses of everyone).
@@ -151,7 +177,10 @@ impl Process {
     /// Sets user `uid`'s tickets: privileged processes only (`EPERM`).
     pub fn set_user_tickets(&self, uid: u32, tickets: u32) -> SysResult<()> {
         if !self.credentials().privileged {
-            return Err(SysError::new(Errno::Perm, "only a privileged user sets a user's tickets"));
+            return Err(SysError::new(
+                Errno::Perm,
+                "only a privileged user sets a user's tickets",
+            ));
         }
         self.kernel()
             .cpu()

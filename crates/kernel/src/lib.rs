@@ -95,8 +95,8 @@ pub use vino_locks::{Lock, LockKind, LockStats};
 /// daemon's first start makes one; tests check one after unmount).
 pub mod storage {
     pub use vino_fs::{
-        BS, FREE_SLICE, FsStats, FsckReport, MAX_NAME, MkfsOptions, MountOptions, Quota, QuotaUsage, ROOT_INO, UNLIMITED,
-        XattrSet, fsck, mkfs,
+        BS, FREE_SLICE, FsStats, FsckReport, MAX_NAME, MkfsOptions, MountOptions, Quota, QuotaUsage, ROOT_INO,
+        UNLIMITED, XattrSet, fsck, mkfs,
     };
 }
 

@@ -7,10 +7,10 @@
 //! creator, or a privileged process, may graft it (Seltzer et al. 1995, 4.4: the application
 //! that owns the data chooses how its lock queue is served).
 
+use crate::Resource;
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::Fd;
 use crate::process::Process;
-use crate::Resource;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -132,7 +132,9 @@ fn blocking_lock_waits_are_charged_by_the_kernel_for_every_entry_point() {
     let ino = root.inode(fd).unwrap();
     root.lock(fd, LockRequest::write(0, 0), false).unwrap();
     // Alice's two waits take her share; a third is refused at once, Bob's still waits.
-    let alices: Vec<_> = (0..2).map(|_| wait_for_lock(&k, k.spawn(alice_cred()), "/db", ino)).collect();
+    let alices: Vec<_> = (0..2)
+        .map(|_| wait_for_lock(&k, k.spawn(alice_cred()), "/db", ino))
+        .collect();
     let third = wait_for_lock(&k, k.spawn(alice_cred()), "/db", ino);
     assert_eq!(third.join().unwrap(), Err(Errno::NoLck));
     let bobs = wait_for_lock(&k, k.spawn(bob_cred()), "/db", ino);
@@ -152,6 +154,37 @@ fn blocking_lock_waits_are_charged_by_the_kernel_for_every_entry_point() {
         assert_eq!(h.join().unwrap(), Ok(()));
     }
     assert_eq!(k.accounts().total().used(Resource::LockWaits), 0);
+}
+
+#[test]
+fn connections_are_charged_to_their_user_with_a_reserve_for_root() {
+    let mut limits = LimitsConfig::default();
+    limits.total.set(Resource::Connections, 7);
+    limits.user.set(Resource::Connections, 3);
+    limits.root_reserved.set(Resource::Connections, 2);
+    let k = boot(limits);
+    let refused = |uid: u32| {
+        let e = k.connect(uid).unwrap_err();
+        assert_eq!(e.errno, Errno::Users);
+        e.message
+    };
+    let alice: Vec<_> = (0..3).map(|_| k.connect(1000).unwrap()).collect();
+    assert_eq!(refused(1000), "too many connections for uid 1000 (3)");
+    let bob: Vec<_> = (0..2).map(|_| k.connect(1001).unwrap()).collect();
+    assert_eq!(
+        refused(1001),
+        "too many connections for users other than root (5; 2 kept for root)"
+    );
+    let root: Vec<_> = (0..2).map(|_| k.connect(0).unwrap()).collect();
+    assert_eq!(refused(0), "too many connections (7)");
+    assert_eq!(k.accounts().user(1000).used(Resource::Connections), 3);
+    // A connection that ends gives its place back.
+    drop(alice);
+    drop(bob);
+    drop(root);
+    assert_eq!(k.accounts().total().used(Resource::Connections), 0);
+    let again: Vec<_> = (0..3).map(|_| k.connect(1000).unwrap()).collect();
+    assert_eq!(again.len(), 3);
 }
 
 /// The crate's root: the workspace's crates beside it.
@@ -188,7 +221,10 @@ fn front_ends_reach_the_kernel_only_through_its_calls() {
         if front != "cli" {
             assert!(!manifest.contains("vino-fs"), "crates/{front} depends on vino-fs");
         }
-        assert!(!manifest.contains("internals"), "crates/{front} turns on the kernel's internals");
+        assert!(
+            !manifest.contains("internals"),
+            "crates/{front} turns on the kernel's internals"
+        );
         let mut files = Vec::new();
         rust_files(&root.join(front), &mut files);
         for f in files {
@@ -205,11 +241,17 @@ fn front_ends_reach_the_kernel_only_through_its_calls() {
             continue;
         };
         if !["kernel", "sim"].contains(&name.as_str()) {
-            assert!(!manifest.contains("\"internals\""), "crates/{name} turns on the kernel's internals");
+            assert!(
+                !manifest.contains("\"internals\""),
+                "crates/{name} turns on the kernel's internals"
+            );
         }
     }
     for other in ["experiments/Cargo.toml", "fuzz/Cargo.toml"] {
         let manifest = std::fs::read_to_string(root.parent().unwrap().join(other)).unwrap();
-        assert!(!manifest.contains("\"internals\""), "{other} turns on the kernel's internals");
+        assert!(
+            !manifest.contains("\"internals\""),
+            "{other} turns on the kernel's internals"
+        );
     }
 }
