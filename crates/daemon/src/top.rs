@@ -93,8 +93,8 @@ impl Daemon {
                 row.cpu_ns = prog.cpu_ns();
                 (row.bytes_read, row.bytes_written) = p.io_bytes();
             }
-            row.tickets = kernel.cpu().process_tickets(pid).unwrap_or(0);
-            row.threads = kernel.cpu().threads_of(pid).len() as u64;
+            row.tickets = p.tickets().unwrap_or(0);
+            row.threads = p.threads().len() as u64;
             if let Some(c) = self.conns.lock().get(&pid) {
                 row.host_pid = c.peer.pid;
                 row.client = c.client.clone();

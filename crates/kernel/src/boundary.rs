@@ -7,6 +7,7 @@ use crate::files::Fd;
 use crate::process::Process;
 use crate::{Credentials, Kernel, Pid, Resource, Stat};
 use std::sync::Arc;
+use std::time::Duration;
 use vino_blockdev::Backend;
 use vino_cache::{CacheCounters, CacheStats, PickVictim};
 use vino_fs::{BlockBuddy, FsStats, QuotaUsage};
@@ -14,6 +15,7 @@ use vino_graft::account::Charge;
 use vino_graft::{GraftSlot, SlotInfo};
 use vino_iosched::SchedStats;
 use vino_locks::{Lock, LockStats};
+use vino_sched::{SchedStats as CpuStats, ThreadInfo as CpuThread};
 
 impl Kernel {
     /// The inode `ino` as the file system has it, with no permission check: the mount's own
@@ -64,6 +66,21 @@ impl Kernel {
             };
             SysError::new(Errno::Users, why)
         })
+    }
+
+    /// User `uid`'s tickets (its share of the CPU against other users').
+    pub fn user_tickets(&self, uid: u32) -> u32 {
+        self.cpu.user_tickets(uid)
+    }
+
+    /// The CPU scheduler's counters.
+    pub fn cpu_stats(&self) -> CpuStats {
+        self.cpu.stats()
+    }
+
+    /// Calls `hook` at every tick of the CPU scheduler (a runtime's epoch, for preemption).
+    pub fn on_cpu_tick(&self, key: &'static str, hook: Arc<dyn Fn() + Send + Sync>) {
+        self.cpu.on_tick(key, hook);
     }
 
     /// The page cache's totals (frames, resident, dirty, hits and misses of everyone).
@@ -162,6 +179,21 @@ impl Process {
         Ok(self.kernel().fs.block_buddy(ino)?)
     }
 
+    /// This process's tickets in its user's currency (`None` once it exited).
+    pub fn tickets(&self) -> Option<u32> {
+        self.kernel().cpu.process_tickets(self.pid())
+    }
+
+    /// CPU time this process's threads used, as the CPU scheduler charged it.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        self.kernel().cpu.process_cpu(self.pid())
+    }
+
+    /// This process's threads and what each used.
+    pub fn threads(&self) -> Vec<CpuThread> {
+        self.kernel().cpu.threads_of(self.pid())
+    }
+
     /// Sets the tickets of process `pid` in its user's currency: this process's own, another of
     /// its uid's, or any if privileged (`ESRCH` otherwise, as if it did not exist).
     pub fn set_tickets_of(&self, pid: Pid, tickets: u32) -> SysResult<()> {
@@ -169,7 +201,7 @@ impl Process {
             return Err(SysError::new(Errno::Srch, format!("no process {pid} of yours")));
         }
         self.kernel()
-            .cpu()
+            .cpu
             .set_process_tickets(pid, tickets)
             .map_err(|e| SysError::new(Errno::Inval, e.to_string()))
     }
@@ -183,7 +215,7 @@ impl Process {
             ));
         }
         self.kernel()
-            .cpu()
+            .cpu
             .set_user_tickets(uid, tickets)
             .map_err(|e| SysError::new(Errno::Inval, e.to_string()))
     }

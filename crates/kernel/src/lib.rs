@@ -34,7 +34,7 @@
 //! (what `top` and `graft list` show of other users' grafts, who sets whose CPU tickets, how
 //! many connections and blocking lock waits a user holds) is kept here, once, for every entry
 //! point. The subsystems (file system, page cache, I/O scheduler, lock manager, graft runtime)
-//! are this crate's own: their accessors are `pub(crate)`, and public only with the cargo
+//! and the CPU scheduler are this crate's own: their accessors are `pub(crate)`, and public only with the cargo
 //! feature `internals`, which the simulator turns on to drive and inspect them (nothing else
 //! does; `crates/kernel/tests/boundary.rs` keeps it so). What front ends need of the lower
 //! crates is re-exported: types here, image tools in [`storage`]. The one privileged front end
@@ -112,7 +112,8 @@ use vino_graft::account::{Accounts, LimitsConfig};
 use vino_graft::{Namespace, Runtime, RuntimeConfig};
 use vino_iosched::{IoScheduler, SchedConfig, ScheduledDevice};
 pub use vino_sched::{
-    SchedConfig as CpuSchedConfig, Scheduler as CpuScheduler, ShareError as CpuShareError, blocking as blocking_wait,
+    SchedConfig as CpuSchedConfig, SchedStats as CpuStats, Scheduler as CpuScheduler, ShareError as CpuShareError,
+    ThreadInfo as CpuThread, blocking as blocking_wait,
 };
 
 /// A process id.
@@ -383,9 +384,11 @@ impl Kernel {
         }
     }
 
-    /// The CPU scheduler that runs VINO processes' threads.
-    pub fn cpu(&self) -> &CpuScheduler {
-        &self.cpu
+    internal! {
+        /// The CPU scheduler that runs VINO processes' threads.
+        fn cpu(&self) -> &CpuScheduler {
+            &self.cpu
+        }
     }
 
     internal! {

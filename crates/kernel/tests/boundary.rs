@@ -214,6 +214,8 @@ fn front_ends_reach_the_kernel_only_through_its_calls() {
         ".scheduler()",
         ".runtime()",
         ".global_graftpoints()",
+        "kernel.cpu()",
+        "kernel().cpu()",
     ];
     for front in ["daemon", "fuse", "wasi", "cli"] {
         let manifest = std::fs::read_to_string(root.join(front).join("Cargo.toml")).unwrap();
