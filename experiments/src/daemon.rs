@@ -467,7 +467,7 @@ fn check_soak(handle: &Handle, clients: usize, records: u64, rec: usize, problem
             kernel.processes().len()
         ));
     }
-    if !kernel.file_grafts().is_empty() || kernel.global_graftpoints().list().iter().any(|s| s.graft.is_some()) {
+    if !kernel.file_grafts().is_empty() || kernel.global_grafts().iter().any(|s| s.graft.is_some()) {
         problems.push("grafts left bound".into());
     }
     let p = kernel.spawn(vino_kernel::Credentials::root());

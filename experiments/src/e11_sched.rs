@@ -135,16 +135,18 @@ fn shares(workers: usize, secs: f64) -> Result<Vec<ShareRow>> {
         br#"(module (memory (export "memory") 1) (func (export "_start") (loop (br 0))))"#,
         ProgramLimits::default(),
     )?;
+    let admin = kernel.spawn(Credentials::root());
     let tickets = [300u32, 200, 100];
     let procs: Vec<_> = tickets
         .iter()
         .enumerate()
         .map(|(i, &t)| {
             let uid = 2000 + i as u32;
-            kernel.cpu().set_user_tickets(uid, t).expect("valid tickets");
+            admin.set_user_tickets(uid, t).expect("valid tickets");
             kernel.spawn(Credentials::user(uid, uid))
         })
         .collect();
+    kernel.exit(admin.pid());
     let kills: Vec<_> = procs.iter().map(|_| spin.kill_switch()).collect();
     let cpu = std::thread::scope(|s| -> Result<Vec<f64>> {
         let runs: Vec<_> = procs
@@ -157,8 +159,7 @@ fn shares(workers: usize, secs: f64) -> Result<Vec<ShareRow>> {
             .collect();
         // Measured from the first second on, when all three run.
         std::thread::sleep(Duration::from_millis(500));
-        let cpu_of =
-            |p: &Arc<vino_kernel::Process>| kernel.cpu().process_cpu(p.pid()).unwrap_or_default().as_secs_f64();
+        let cpu_of = |p: &Arc<vino_kernel::Process>| p.cpu_time().unwrap_or_default().as_secs_f64();
         let before: Vec<f64> = procs.iter().map(cpu_of).collect();
         std::thread::sleep(Duration::from_secs_f64(secs));
         let after: Vec<f64> = procs.iter().map(cpu_of).collect();
@@ -276,14 +277,7 @@ fn donation(donate: bool, secs: f64) -> Result<DonationRow> {
         }
     })?;
     // The CPU each thread used (the server's on the client's turns included).
-    let cpu = |p: &Arc<vino_kernel::Process>| -> f64 {
-        kernel
-            .cpu()
-            .threads_of(p.pid())
-            .iter()
-            .map(|t| t.cpu_ns as f64 / 1e9)
-            .sum()
-    };
+    let cpu = |p: &Arc<vino_kernel::Process>| -> f64 { p.threads().iter().map(|t| t.cpu_ns as f64 / 1e9).sum() };
     std::thread::sleep(Duration::from_millis(200));
     let (n0, s0, o0) = (served.load(Ordering::Relaxed), cpu(&server), cpu(&other));
     let t0 = Instant::now();
@@ -373,9 +367,7 @@ fn multimedia(graft: bool, secs: f64) -> Result<MultimediaRow> {
         }
     }
     let cpu = |p: &Arc<vino_kernel::Process>, tid: u64| -> f64 {
-        kernel
-            .cpu()
-            .threads_of(p.pid())
+        p.threads()
             .iter()
             .find(|t| t.tid == tid)
             .map_or(0.0, |t| t.cpu_ns as f64 / 1e9)

@@ -630,8 +630,8 @@ pub fn run(opts: &E4Options, progress: &mut dyn FnMut(&str)) -> Result<E4Report>
             kind,
             description: booted.description.clone(),
             direct: booted.direct,
-            backend: format!("{:?}", booted.kernel.scheduler().backend()),
-            queue_depth: booted.kernel.scheduler().depth(),
+            backend: format!("{:?}", booted.kernel.io_queue().0),
+            queue_depth: booted.kernel.io_queue().1,
             scale: booted.model.as_ref().map(|_| scale),
             runs,
         });
@@ -748,7 +748,7 @@ fn boot(image: &Path, kind: DeviceKind, frames: usize, scale: f64, track_buffer_
                 } else {
                     "buffered: the file system refused O_DIRECT"
                 },
-                kernel.scheduler().backend(),
+                kernel.io_queue().0,
                 config.queue_depth
             );
             Ok(Booted {
@@ -948,7 +948,7 @@ enum Bound {
 /// One cold run of query 6.
 fn run_once(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec) -> Result<RunResult> {
     let kernel = &b.kernel;
-    kernel.cache().drop_clean().context("dropping the cache")?;
+    kernel.drop_clean_pages().context("dropping the cache")?;
     // An unprivileged application: it may graft only its own objects.
     let p: Arc<Process> = kernel.spawn(Credentials::user(1000, 1000));
     let result = query(b, grafts, q, spec, &p);
@@ -978,7 +978,7 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
     };
     let bind_la = || {
         let policy = LookAheadNative::new();
-        let slot = kernel.cache().register_process(p.pid());
+        let slot = p.pick_victim();
         slot.bind_native(policy.clone() as Arc<dyn NativePolicy<PickVictim>>, false);
         policy
     };
@@ -1008,7 +1008,7 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
         (Policy::Both, Protection::Unprotected) => Bound::BothNative(bind_la(), bind_ra()?),
     };
     let dev0 = b.device.stats();
-    let sched0 = kernel.scheduler().stats();
+    let sched0 = kernel.io_stats();
     let model0 = b.model.as_ref().map(|m| m.model_stats());
 
     let started = Instant::now();
@@ -1071,7 +1071,7 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
     let wall = started.elapsed().as_nanos() as u64;
 
     let dev1 = b.device.stats();
-    let sched1 = kernel.scheduler().stats();
+    let sched1 = kernel.io_stats();
     let model = match (&b.model, model0) {
         (Some(m), Some(m0)) => Some(ModelDelta::between(&m0, &m.model_stats())),
         _ => None,
@@ -1081,13 +1081,13 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
         Bound::Nothing => None,
         Bound::LookAheadGraft => graft_run(p, "vas.pick_victim"),
         Bound::ReadAheadGraft(point) => graft_run(p, point),
-        Bound::LookAheadNative(_) => kernel.cache().register_process(p.pid()).stats().map(GraftRun::from),
+        Bound::LookAheadNative(_) => p.pick_victim().stats().map(GraftRun::from),
         Bound::ReadAheadNative(_) => sys(p.read_ahead(rel_fd), || "read-ahead slot".into())?
             .stats()
             .map(GraftRun::from),
         Bound::BothGrafts(point) => GraftRun::merge(graft_run(p, "vas.pick_victim"), graft_run(p, point)),
         Bound::BothNative(..) => GraftRun::merge(
-            kernel.cache().register_process(p.pid()).stats().map(GraftRun::from),
+            p.pick_victim().stats().map(GraftRun::from),
             sys(p.read_ahead(rel_fd), || "read-ahead slot".into())?
                 .stats()
                 .map(GraftRun::from),
@@ -1097,7 +1097,7 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
         g.unloaded = !events.is_empty();
         g
     });
-    let cache = kernel.cache().process_counters(p.pid());
+    let cache = p.cache_counters();
     Ok(RunResult {
         policy: spec.policy,
         protection: spec.protection,

@@ -555,14 +555,14 @@ fn stamp(data: &mut [u8], i: usize) {
 }
 
 fn check_layout(kernel: &Kernel, inos: &[u64]) -> Result<LayoutCheck> {
-    let fs = kernel.fs();
-    let geo = fs.geometry();
     let mut c = LayoutCheck {
         files: inos.len(),
         ..LayoutCheck::default()
     };
     for (i, &ino) in inos.iter().enumerate() {
-        let map = fs.block_map(ino).with_context(|| format!("block map of inode {ino}"))?;
+        let map = kernel
+            .block_map(ino)
+            .with_context(|| format!("block map of inode {ino}"))?;
         ensure!(map.iter().all(|&b| b != 0), "file {i} has a hole: {map:?}");
         let contiguous = map.windows(2).enumerate().all(|(j, w)| {
             let gap = w[1].wrapping_sub(w[0]);
@@ -571,7 +571,7 @@ fn check_layout(kernel: &Kernel, inos: &[u64]) -> Result<LayoutCheck> {
         c.contiguous += usize::from(contiguous);
         if map.len() > NDIRECT {
             c.long_files += 1;
-            let (g11, g12) = (geo.group_of(map[NDIRECT - 1]), geo.group_of(map[NDIRECT]));
+            let (g11, g12) = (kernel.block_group(map[NDIRECT - 1]), kernel.block_group(map[NDIRECT]));
             c.switched += usize::from(g11 != g12);
             if i == 0 {
                 c.first_groups = Some((g11, g12));
@@ -620,7 +620,7 @@ fn run_on_image(
     let p = kernel.spawn(Credentials::root());
     p.mkdir("/e6", 0o755)?;
     kernel.sync()?;
-    let alloc_before = kernel.fs().stats().alloc;
+    let alloc_before = p.statfs().alloc;
     let (dev0, model0) = (disk.stats(), disk.model_stats());
     let mut inos = Vec::with_capacity(files);
     let mut loads = Vec::new();
@@ -644,10 +644,7 @@ fn run_on_image(
                         cached: info.cached,
                     });
                 }
-                Layout::Native => kernel
-                    .fs()
-                    .block_buddy(p.inode(fd)?)?
-                    .bind_native(Arc::new(NoSwitch), false),
+                Layout::Native => p.block_buddy(fd)?.bind_native(Arc::new(NoSwitch), false),
             }
             stamp(&mut data, i);
             let n = p.write(fd, &data)?;
@@ -666,7 +663,7 @@ fn run_on_image(
     let write_s = started.elapsed().as_secs_f64();
     let (dev1, model1) = (disk.stats(), disk.model_stats());
     let layout_check = check_layout(&kernel, &inos)?;
-    let placements_rejected = kernel.fs().stats().alloc.placements_rejected - alloc_before.placements_rejected;
+    let placements_rejected = p.statfs().alloc.placements_rejected - alloc_before.placements_rejected;
     kernel.shutdown()?;
     drop(p);
     drop(kernel);
@@ -699,7 +696,7 @@ fn run_on_image(
     }
     let read_s = started.elapsed().as_secs_f64();
     let (dev3, model3) = (disk.stats(), disk.model_stats());
-    let counters = kernel.cache().process_counters(p.pid());
+    let counters = p.cache_counters();
     kernel.shutdown()?;
 
     Ok(E6Run {

@@ -614,7 +614,7 @@ fn run_program(
         stderr: Box::new(SharedBuf(err.clone())),
         tty: [false; 3],
     };
-    let before = kernel.cache().stats().total;
+    let before = kernel.cache_stats().total;
     let started = Instant::now();
     let args = args.into_iter().map(String::into_bytes).collect();
     let exit = gunzip.run(
@@ -625,7 +625,7 @@ fn run_program(
         &gunzip.kill_switch(),
     )?;
     let elapsed_s = started.elapsed().as_secs_f64();
-    let after = kernel.cache().stats().total;
+    let after = kernel.cache_stats().total;
     kernel.shutdown()?;
     ensure!(
         exit == vino_wasi::Exit::Code(0),
@@ -696,7 +696,7 @@ fn run_one(
         RaPolicy::Default => {}
     }
     let (dev0, model0) = (disk.stats(), disk.model_stats());
-    let counters0 = kernel.cache().process_counters(p.pid());
+    let counters0 = p.cache_counters();
     let reader = VinoReader {
         p: &p,
         fd,
@@ -736,7 +736,7 @@ fn run_one(
         text.len()
     );
     let (dev1, model1) = (disk.stats(), disk.model_stats());
-    let c = kernel.cache().process_counters(p.pid());
+    let c = p.cache_counters();
     let stats = p.graft_stats(&point)?.stats.unwrap_or_default();
     let run = E7Run {
         device,

@@ -284,11 +284,8 @@ fn run_cell(
         }
         Ok((all, t0.elapsed().as_secs_f64()))
     })?;
-    let misses = workers
-        .iter()
-        .map(|p| kernel.cache().process_counters(p.pid()).misses)
-        .sum();
-    let lock_stats = kernel.locks().stats();
+    let misses = workers.iter().map(|p| p.cache_counters().misses).sum();
+    let lock_stats = kernel.lock_stats();
     let slot = owner.lock_grant(fd)?.stats().unwrap_or_default();
     owner.close(fd)?;
     kernel.shutdown()?;

@@ -157,7 +157,7 @@ pub fn run(opts: &MissOptions, progress: &mut dyn FnMut(&str)) -> Result<MissRep
         p.fsync(fd)?;
         let ino = p.fstat(fd)?.ino;
         p.close(fd)?;
-        let map = kernel.fs().block_map(ino)?;
+        let map = kernel.block_map(ino)?;
         kernel.shutdown()?;
         map.into_iter().filter(|&b| b != 0).collect()
     };
@@ -216,7 +216,7 @@ pub fn run(opts: &MissOptions, progress: &mut dyn FnMut(&str)) -> Result<MissRep
             ..KernelConfig::default()
         },
     )?;
-    kernel.cache().drop_clean()?;
+    kernel.drop_clean_pages()?;
     // One kernel process per cache layer, so each one's misses are counted apart.
     let procs = [kernel.spawn(Credentials::root()), kernel.spawn(Credentials::root())];
     let mut fds = Vec::new();
@@ -225,7 +225,7 @@ pub fn run(opts: &MissOptions, progress: &mut dyn FnMut(&str)) -> Result<MissRep
         p.set_read_ahead(fd, vino_cache::RaMode::Off)?;
         fds.push(fd);
     }
-    let before: Vec<_> = procs.iter().map(|p| kernel.cache().process_counters(p.pid())).collect();
+    let before: Vec<_> = procs.iter().map(|p| p.cache_counters()).collect();
 
     let queue_name = if uring { "io_uring" } else { "threads" };
     let mut raw_buf = AlignedBuf::new(1);
@@ -298,7 +298,7 @@ pub fn run(opts: &MissOptions, progress: &mut dyn FnMut(&str)) -> Result<MissRep
     // The cache layers' names say how many of their reads missed (a block picked twice hits).
     let mut cache_layers = layers.iter_mut().filter(|(name, _)| name.starts_with("cache miss"));
     for ((p, before), (name, _)) in procs.iter().zip(&before).zip(&mut cache_layers) {
-        let misses = kernel.cache().process_counters(p.pid()).misses - before.misses;
+        let misses = p.cache_counters().misses - before.misses;
         name.insert_str(name.len() - 1, &format!("; {misses} of {reads} missed"));
     }
     for (p, fd) in procs.iter().zip(fds) {

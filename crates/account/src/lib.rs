@@ -53,7 +53,7 @@ pub enum Resource {
     Compiles,
     /// Control-function calls running.
     ControlCalls,
-    /// Blocking lock waits that each hold a kernel thread (the mount's).
+    /// Blocking lock waits that each hold a thread (the mount's, a connection's).
     LockWaits,
     /// VINO processes running in the daemon (each holds a thread and up to its memory cap).
     Programs,
@@ -65,10 +65,12 @@ pub enum Resource {
     EventFilterBytes,
     /// Byte-range lock records held (each a range the lock table keeps).
     LockRecords,
+    /// Client connections being served (each a thread and its buffers).
+    Connections,
 }
 
 impl Resource {
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 16;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -85,6 +87,7 @@ impl Resource {
         Resource::ProgramMemory,
         Resource::EventFilterBytes,
         Resource::LockRecords,
+        Resource::Connections,
     ];
 
     fn index(self) -> usize {
@@ -94,8 +97,7 @@ impl Resource {
     /// The errno of a charge that would pass a limit: `EMFILE` for descriptors, `EAGAIN` for
     /// work in progress (try again when some finishes), `ENOBUFS` for request buffers, `EDQUOT`
     /// for what a user keeps (grafts, memory, code, bindings, subscriptions), `ENOMEM` for a
-    /// program's memory (what its `malloc` would report). (Connections are
-    /// the daemon's to count: `EUSERS`.)
+    /// program's memory (what its `malloc` would report), `EUSERS` for connections.
     pub fn errno(self) -> i32 {
         match self {
             Resource::Descriptors => 24,                                           // EMFILE
@@ -107,6 +109,7 @@ impl Resource {
             Resource::Grafts | Resource::GraftMemory | Resource::GraftCode => 122, // EDQUOT
             Resource::Bindings | Resource::Subscriptions => 122,                   // EDQUOT
             Resource::EventFilterBytes => 122,                                     // EDQUOT
+            Resource::Connections => 87,                                           // EUSERS
         }
     }
 
@@ -139,6 +142,7 @@ impl Resource {
             Resource::ProgramMemory => "program memory",
             Resource::EventFilterBytes => "event filter memory",
             Resource::LockRecords => "byte-range lock records",
+            Resource::Connections => "connections",
         }
     }
 }
@@ -149,6 +153,8 @@ pub struct Table([u64; Resource::COUNT]);
 
 impl Table {
     pub const UNLIMITED: Table = Table([u64::MAX; Resource::COUNT]);
+    /// No amount set: in [`LimitsConfig::root_reserved`], the percent applies.
+    pub const UNSET: Table = Table::UNLIMITED;
 
     pub fn get(&self, r: Resource) -> u64 {
         self.0[r.index()]
@@ -174,6 +180,9 @@ pub struct LimitsConfig {
     pub total: Table,
     /// Percent of each total that only root may use.
     pub root_reserve_percent: u8,
+    /// Amounts of a total that only root may use, in place of the percent ([`Table::UNSET`]
+    /// where the percent applies): a few connections, say, where 5% would be none.
+    pub root_reserved: Table,
     /// How users share the CPU of the kernel's threads.
     pub cpu: CpuConfig,
 }
@@ -222,6 +231,7 @@ impl Default for LimitsConfig {
             user,
             total,
             root_reserve_percent: 5,
+            root_reserved: Table::UNSET,
             cpu: CpuConfig::default(),
         }
     }
@@ -235,6 +245,7 @@ impl LimitsConfig {
             user: Table::UNLIMITED,
             total: Table::UNLIMITED,
             root_reserve_percent: 0,
+            root_reserved: Table::UNSET,
             cpu: CpuConfig::default(),
         }
     }
@@ -294,6 +305,8 @@ pub struct Account {
     /// Which share of its parent's limits it may use: root may use the reserve.
     may_use_reserve: bool,
     reserve_percent: u8,
+    /// Amounts kept for root in place of the percent (see [`LimitsConfig::root_reserved`]).
+    reserved: Table,
     parent: Option<Arc<Account>>,
     used: [AtomicU64; Resource::COUNT],
     cpu_ns: AtomicU64,
@@ -331,6 +344,7 @@ impl Account {
             limits,
             may_use_reserve: root,
             reserve_percent: reserve,
+            reserved: Table::UNSET,
             parent,
             used: Default::default(),
             cpu_ns: AtomicU64::new(0),
@@ -369,10 +383,14 @@ impl Account {
     /// The limit a child with `may_use_reserve` meets here.
     fn limit_for(&self, r: Resource, reserve_ok: bool) -> u64 {
         let limit = self.limits.get(r);
-        if limit == u64::MAX || reserve_ok || self.reserve_percent == 0 {
+        if limit == u64::MAX || reserve_ok {
             return limit;
         }
-        limit - (limit.saturating_mul(u64::from(self.reserve_percent)) / 100)
+        let reserve = match self.reserved.get(r) {
+            u64::MAX => limit.saturating_mul(u64::from(self.reserve_percent)) / 100,
+            n => n,
+        };
+        limit.saturating_sub(reserve)
     }
 
     /// Adds `n` of `r` here and in every account above, or nowhere.
@@ -627,13 +645,16 @@ pub struct Accounts {
 
 impl Accounts {
     pub fn new(config: LimitsConfig) -> Accounts {
-        let total = Arc::new(Account::new(
-            "all users".into(),
-            config.total,
-            None,
-            false,
-            config.root_reserve_percent,
-        ));
+        let total = Arc::new(Account {
+            reserved: config.root_reserved,
+            ..Account::new(
+                "all users".into(),
+                config.total,
+                None,
+                false,
+                config.root_reserve_percent,
+            )
+        });
         Accounts {
             cpu: CpuShares::new(config.cpu),
             config,
@@ -716,8 +737,26 @@ mod tests {
                 .with(Resource::Grafts, 2),
             total: Table::UNLIMITED.with(Resource::Grafts, 20),
             root_reserve_percent: 50,
+            root_reserved: Table::UNSET,
             cpu: CpuConfig::default(),
         }
+    }
+
+    #[test]
+    fn an_amount_reserved_for_root_replaces_the_percent() {
+        let mut config = small();
+        config.total.set(Resource::Connections, 4);
+        config.root_reserved.set(Resource::Connections, 1);
+        let accounts = Accounts::new(config);
+        let users: Vec<_> = (0..3)
+            .map(|i| accounts.user(1000 + i).charge(Resource::Connections, 1).unwrap())
+            .collect();
+        let e = accounts.user(1005).charge(Resource::Connections, 1).unwrap_err();
+        assert_eq!((e.account.as_str(), e.limit, e.errno()), ("all users", 3, 87));
+        let root = accounts.user(0).charge(Resource::Connections, 1).unwrap();
+        assert!(accounts.user(0).charge(Resource::Connections, 1).is_err());
+        drop((users, root));
+        assert_eq!(accounts.total().used(Resource::Connections), 0);
     }
 
     #[test]

@@ -224,8 +224,8 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
         &["read-ahead", "time", "misses", "prefetched", "used", "MB/s"],
     );
     for (name, off) in [("off", true), ("kernel default", false)] {
-        kernel.cache().drop_clean()?;
-        let before = kernel.cache().process_counters(p.pid());
+        kernel.drop_clean_pages()?;
+        let before = p.cache_counters();
         let fd = p.open("/demo/data", OpenFlags::read_only())?;
         if off {
             p.set_read_ahead(fd, vino_kernel::RaMode::Off)?;
@@ -249,7 +249,7 @@ fn storage(image: &std::path::Path, opts: &vino_sdk::BuildOptions) -> Result<()>
         }
         let elapsed = started.elapsed();
         p.close(fd)?;
-        let c = kernel.cache().process_counters(p.pid());
+        let c = p.cache_counters();
         t.row([
             name.to_string(),
             fmt_ns(elapsed.as_nanos() as f64),
@@ -363,8 +363,8 @@ fn measure(
     len: u64,
     setup: impl FnOnce(&str) -> vino_kernel::SysResult<()>,
 ) -> Result<()> {
-    kernel.cache().drop_clean()?;
-    let before = kernel.cache().process_counters(p.pid());
+    kernel.drop_clean_pages()?;
+    let before = p.cache_counters();
     let fd = p.open("/demo/data", vino_kernel::OpenFlags::read_only())?;
     setup(&format!("file.compute_ra/{fd}"))?;
     let started = Instant::now();
@@ -378,7 +378,7 @@ fn measure(
     }
     let elapsed = started.elapsed();
     p.close(fd)?;
-    let c = kernel.cache().process_counters(p.pid());
+    let c = p.cache_counters();
     t.row([
         names[0].to_string(),
         names[1].to_string(),

@@ -121,7 +121,7 @@ pub struct Config {
     pub frame_timeout: Duration,
     /// Longest time between journal commits while anything is uncommitted (seconds, as
     /// `frame_timeout`): what a crash may lose of work nobody fsynced. Commits run on the file
-    /// system's own thread, off the requests' path ([`vino_fs::MountOptions::commit_interval`]).
+    /// system's own thread, off the requests' path ([`vino_kernel::storage::MountOptions::commit_interval`]).
     #[serde(deserialize_with = "seconds")]
     pub commit_interval: Duration,
     /// How long a stop (SIGTERM) waits for the mount's users to leave (seconds, as
@@ -162,14 +162,14 @@ pub struct Config {
     /// What each process and user may make the kernel hold.
     pub limits: LimitsFile,
     /// Disk space (a size, or `unlimited`) each uid but root may hold in the file system; by
-    /// default half of what root's reserve leaves (see [`vino_fs::Quota`]).
+    /// default half of what root's reserve leaves (see [`vino_kernel::storage::Quota`]).
     pub user_block_quota: Option<Amount>,
     /// Inodes (a count, or `unlimited`) each uid but root may hold; by default half.
     pub user_inode_quota: Option<Amount>,
     /// Percent of the disk's blocks and inodes only root may allocate (at most 50).
     pub root_reserve_percent: u8,
     /// Names beyond the first (hard links) the files of each uid but root may have (a count,
-    /// or `unlimited`); by default one per block of its block quota (see [`vino_fs::Quota`]).
+    /// or `unlimited`); by default one per block of its block quota (see [`vino_kernel::storage::Quota`]).
     pub user_link_quota: Option<Amount>,
     /// Linux's `fs.protected_hardlinks` (0 or 1; see [`vino_kernel::Protected`]).
     pub protected_hardlinks: u8,
@@ -197,11 +197,11 @@ pub enum Amount {
 }
 
 impl Amount {
-    /// The amount, [`vino_fs::UNLIMITED`] for `unlimited`; a text is parsed with `parse`.
+    /// The amount, [`vino_kernel::storage::UNLIMITED`] for `unlimited`; a text is parsed with `parse`.
     fn resolve(&self, key: &str, parse: impl Fn(&str) -> Result<u64, String>) -> Result<u64, String> {
         match self {
             Amount::Count(n) => Ok(*n),
-            Amount::Text(t) if t.trim().eq_ignore_ascii_case("unlimited") => Ok(vino_fs::UNLIMITED),
+            Amount::Text(t) if t.trim().eq_ignore_ascii_case("unlimited") => Ok(vino_kernel::storage::UNLIMITED),
             Amount::Text(t) => parse(t).map_err(|e| format!("{key}: {e}")),
         }
     }
@@ -428,7 +428,7 @@ impl Config {
     }
 
     /// The file system's quotas: a size in bytes becomes whole 4 KiB blocks.
-    pub fn quota(&self) -> Result<vino_fs::Quota, String> {
+    pub fn quota(&self) -> Result<vino_kernel::storage::Quota, String> {
         if self.root_reserve_percent > 50 {
             return Err(format!(
                 "root_reserve_percent: {} is more than 50",
@@ -442,10 +442,10 @@ impl Config {
             .map(|a| a.resolve("user_block_quota", bytes))
             .transpose()?
             .map(|b| {
-                if b == vino_fs::UNLIMITED {
+                if b == vino_kernel::storage::UNLIMITED {
                     b
                 } else {
-                    b / vino_fs::BS as u64
+                    b / vino_kernel::storage::BS as u64
                 }
             });
         let count = |t: &str| t.trim().parse::<u64>().map_err(|_| format!("`{t}` is not a count"));
@@ -459,7 +459,7 @@ impl Config {
             .as_ref()
             .map(|a| a.resolve("user_link_quota", count))
             .transpose()?;
-        Ok(vino_fs::Quota {
+        Ok(vino_kernel::storage::Quota {
             user_blocks: blocks,
             user_inodes: inodes,
             root_reserve_percent: self.root_reserve_percent,
@@ -502,7 +502,7 @@ impl Config {
             }
             None => parse_size(size).map_err(|e| format!("cache_size: {e}"))?,
         };
-        Ok(usize::try_from(bytes / vino_fs::BS as u64)
+        Ok(usize::try_from(bytes / vino_kernel::storage::BS as u64)
             .unwrap_or(usize::MAX)
             .clamp(MIN_CACHE_FRAMES, MAX_CACHE_FRAMES))
     }
@@ -553,7 +553,7 @@ pub const MAX_CACHE_FRAMES: usize = 1 << 24;
 
 /// [`DEFAULT_CACHE_PERCENT`] of the machine's memory, in frames.
 fn default_cache_frames() -> usize {
-    let frames = machine_memory() / 100 * DEFAULT_CACHE_PERCENT / vino_fs::BS as u64;
+    let frames = machine_memory() / 100 * DEFAULT_CACHE_PERCENT / vino_kernel::storage::BS as u64;
     usize::try_from(frames)
         .unwrap_or(usize::MAX)
         .clamp(MIN_CACHE_FRAMES, MAX_CACHE_FRAMES)
@@ -678,7 +678,7 @@ mod tests {
     #[test]
     fn quota_keys_read_as_blocks_inodes_and_a_reserve() {
         let q = Config::default().quota().unwrap();
-        assert_eq!(q, vino_fs::Quota::default());
+        assert_eq!(q, vino_kernel::storage::Quota::default());
         let c: Config =
             toml::from_str("user_block_quota = \"64M\"\nuser_inode_quota = 100\nroot_reserve_percent = 10").unwrap();
         let q = c.quota().unwrap();
@@ -690,7 +690,10 @@ mod tests {
         let q = c.quota().unwrap();
         assert_eq!(
             (q.user_blocks, q.user_inodes),
-            (Some(vino_fs::UNLIMITED), Some(vino_fs::UNLIMITED))
+            (
+                Some(vino_kernel::storage::UNLIMITED),
+                Some(vino_kernel::storage::UNLIMITED)
+            )
         );
         let bad: Config = toml::from_str("user_block_quota = \"lots\"").unwrap();
         assert!(bad.quota().unwrap_err().contains("user_block_quota"));

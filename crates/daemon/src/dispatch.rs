@@ -3,7 +3,6 @@
 
 use crate::Daemon;
 use crate::shm::ClientMemory;
-use crate::top::visible_slot;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -188,11 +187,11 @@ fn attrs(a: vino_proto::SetAttrs) -> vino_kernel::Attrs {
     }
 }
 
-fn xattr_how(h: vino_proto::XattrHow) -> vino_fs::XattrSet {
+fn xattr_how(h: vino_proto::XattrHow) -> vino_kernel::storage::XattrSet {
     match h {
-        vino_proto::XattrHow::Any => vino_fs::XattrSet::Any,
-        vino_proto::XattrHow::Create => vino_fs::XattrSet::Create,
-        vino_proto::XattrHow::Replace => vino_fs::XattrSet::Replace,
+        vino_proto::XattrHow::Any => vino_kernel::storage::XattrSet::Any,
+        vino_proto::XattrHow::Create => vino_kernel::storage::XattrSet::Create,
+        vino_proto::XattrHow::Replace => vino_kernel::storage::XattrSet::Replace,
     }
 }
 
@@ -275,10 +274,10 @@ impl Session<'_> {
                 Err(ErrorReply::new(errno::EPROTO, "no program runs on this connection"))
             }
             Request::KillProgram { pid } => self.daemon.kill_program(pid, p.credentials()).map(|()| Response::Ok),
-            Request::SetTickets { pid, uid, tickets } => self
-                .daemon
-                .set_tickets(pid.unwrap_or(p.pid()), uid, tickets, p.credentials())
-                .map(|()| Response::Ok),
+            Request::SetTickets { pid, uid, tickets } => match uid {
+                Some(uid) => ok(p.set_user_tickets(uid, tickets)),
+                None => ok(p.set_tickets_of(pid.unwrap_or(p.pid()), tickets)),
+            },
             Request::Null => Ok(Response::Ok),
             Request::Open { path, flags: f } => p.open(&path, flags(f)).map(Response::Fd).map_err(sys),
             Request::Close { fd } => ok(p.close(fd)),
@@ -318,16 +317,8 @@ impl Session<'_> {
             Request::GraftCall { point, control, args } => {
                 p.graft_call(&point, &control, &args).map(Response::Value).map_err(sys)
             }
-            Request::GraftList => Ok(Response::Slots(
-                p.graft_list()
-                    .into_iter()
-                    .map(|s| slot_info(visible_slot(p.kernel(), p.credentials(), s)))
-                    .collect(),
-            )),
-            Request::GraftStats { point } => p
-                .graft_stats(&point)
-                .map(|s| Response::Slot(slot_info(visible_slot(p.kernel(), p.credentials(), s))))
-                .map_err(sys),
+            Request::GraftList => Ok(Response::Slots(p.graft_list().into_iter().map(slot_info).collect())),
+            Request::GraftStats { point } => p.graft_stats(&point).map(|s| Response::Slot(slot_info(s))).map_err(sys),
             Request::GraftEvents => Ok(Response::GraftEvents(
                 p.graft_events().into_iter().map(event_text).collect(),
             )),

@@ -114,7 +114,7 @@ fn watch(inner: Weak<Inner>) {
                 continue;
             };
             if let Some(kernel) = kernel.upgrade() {
-                kernel.locks().cancel_waits(pid);
+                kernel.cancel_lock_waits(pid);
             }
         }
     }

@@ -36,7 +36,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vino_blockdev::{BLOCK_SIZE, BlockDevice, FileDevice};
-use vino_kernel::{Kernel, KernelConfig, Pid};
+use vino_kernel::account::LimitsConfig;
+use vino_kernel::{Kernel, KernelConfig, Pid, Resource};
 use vino_proto::{ErrorReply, Response, errno};
 
 /// Why the daemon could not start or stop cleanly.
@@ -72,8 +73,6 @@ pub struct Daemon {
     programs: Mutex<HashMap<Pid, program::Running>>,
     /// Compiled programs, by their module's hash.
     program_cache: program::ProgramCache,
-    /// Connections being served (the Hello exchange included), counted as they are accepted.
-    slots: Mutex<Slots>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     stopping: AtomicBool,
     started: Instant,
@@ -104,7 +103,7 @@ fn open_image(config: &Config) -> Result<Arc<dyn BlockDevice>> {
     }
     let bytes = config.image_bytes().map_err(err)?.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
     let dev = FileDevice::create(path, bytes).map_err(|e| err(format!("creating {}: {e}", path.display())))?;
-    vino_fs::mkfs(&dev, &vino_fs::MkfsOptions::default())
+    vino_kernel::storage::mkfs(&dev, &vino_kernel::storage::MkfsOptions::default())
         .map_err(|e| err(format!("making a file system on {}: {e}", path.display())))?;
     Ok(Arc::new(dev))
 }
@@ -132,16 +131,26 @@ fn kernel_config(config: &Config) -> Result<KernelConfig> {
         cache_frames: config.cache_frames().map_err(err)?,
         dirty_percent: config.dirty_percent,
         cache_warm_ahead: config.cache_warm_ahead,
-        limits: config.limits.resolve().map_err(err)?,
+        limits: connection_limits(config, config.limits.resolve().map_err(err)?),
         event_queue_max: config.event_queue_max,
         protect: config.protect().map_err(err)?,
-        mount: vino_fs::MountOptions {
+        mount: vino_kernel::storage::MountOptions {
             quota: config.quota().map_err(err)?,
             commit_interval: Some(config.commit_interval),
             ..Default::default()
         },
         ..Default::default()
     })
+}
+
+/// The connection keys as the kernel's limits on [`Resource::Connections`]: the kernel charges
+/// each connection to its user (see [`Kernel::connect`]).
+fn connection_limits(config: &Config, mut limits: LimitsConfig) -> LimitsConfig {
+    let r = Resource::Connections;
+    limits.total.set(r, config.max_connections as u64);
+    limits.user.set(r, config.max_connections_per_user as u64);
+    limits.root_reserved.set(r, config.root_reserved_connections as u64);
+    limits
 }
 
 impl Daemon {
@@ -155,7 +164,6 @@ impl Daemon {
             next_greeting: Default::default(),
             programs: Mutex::new(HashMap::new()),
             program_cache: program::ProgramCache::default(),
-            slots: Mutex::new(Slots::default()),
             threads: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
             started: Instant::now(),
@@ -186,13 +194,13 @@ impl Daemon {
     /// loop serves one from the socket: a connection slot first (refused with `EUSERS` past the
     /// limits), then the Hello exchange and the requests.
     pub fn serve(&self, mut stream: UnixStream, peer: Peer) {
-        if let Err(why) = self.take_slot(peer.uid) {
-            let _ = vino_proto::write_frame(&mut stream, &Response::Error(ErrorReply::new(errno::EUSERS, why)));
-            return;
-        }
-        let _slot = Slot {
-            daemon: self,
-            uid: peer.uid,
+        let _slot = match self.kernel.connect(peer.uid) {
+            Ok(slot) => slot,
+            Err(e) => {
+                let refusal = Response::Error(ErrorReply::new(errno::EUSERS, e.message));
+                let _ = vino_proto::write_frame(&mut stream, &refusal);
+                return;
+            }
         };
         conn::serve(self, stream, peer);
     }
@@ -357,26 +365,6 @@ impl Drop for Greeting<'_> {
     }
 }
 
-/// The connections being served: all of them, those of users other than root, and each uid's.
-#[derive(Default)]
-struct Slots {
-    all: usize,
-    unprivileged: usize,
-    per_uid: HashMap<u32, usize>,
-}
-
-/// Gives a connection's slot back when its thread ends.
-struct Slot<'a> {
-    daemon: &'a Daemon,
-    uid: u32,
-}
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.daemon.release_slot(self.uid);
-    }
-}
-
 impl Daemon {
     pub fn kernel(&self) -> &Arc<Kernel> {
         &self.kernel
@@ -398,35 +386,6 @@ impl Daemon {
                 vino_proto::errno::ESRCH,
                 format!("no program {pid} of yours runs"),
             )),
-        }
-    }
-
-    /// Sets a user's tickets (`uid`, privileged callers only) or a process's (`pid`: the
-    /// caller's own, any if privileged; `ESRCH` otherwise, as if it did not exist).
-    pub fn set_tickets(
-        &self,
-        pid: Pid,
-        uid: Option<u32>,
-        tickets: u32,
-        caller: &vino_kernel::Credentials,
-    ) -> std::result::Result<(), vino_proto::ErrorReply> {
-        use vino_proto::{ErrorReply, errno};
-        let cpu = self.kernel().cpu();
-        let invalid = |e: vino_kernel::CpuShareError| ErrorReply::new(errno::EINVAL, e.to_string());
-        if let Some(uid) = uid {
-            if !caller.privileged {
-                return Err(ErrorReply::new(
-                    errno::EPERM,
-                    "only a privileged user sets a user's tickets",
-                ));
-            }
-            return cpu.set_user_tickets(uid, tickets).map_err(invalid);
-        }
-        match self.kernel().process(pid) {
-            Some(p) if caller.privileged || p.credentials().uid == caller.uid => {
-                cpu.set_process_tickets(pid, tickets).map_err(invalid)
-            }
-            _ => Err(ErrorReply::new(errno::ESRCH, format!("no process {pid} of yours"))),
         }
     }
 
@@ -600,51 +559,6 @@ impl Daemon {
         self.spinning.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Takes a connection's place for `uid`, or says which limit refuses it: root may use all
-    /// of `max_connections`; the other users together all but `root_reserved_connections`, and
-    /// each of them `max_connections_per_user`.
-    fn take_slot(&self, uid: u32) -> std::result::Result<(), String> {
-        let c = &self.config;
-        let mut slots = self.slots.lock();
-        if slots.all >= c.max_connections {
-            return Err(format!("too many connections ({})", c.max_connections));
-        }
-        if uid != 0 {
-            let mine = slots.per_uid.get(&uid).copied().unwrap_or(0);
-            if mine >= c.max_connections_per_user {
-                return Err(format!(
-                    "too many connections for uid {uid} ({})",
-                    c.max_connections_per_user
-                ));
-            }
-            let shared = c.max_connections.saturating_sub(c.root_reserved_connections);
-            if slots.unprivileged >= shared {
-                return Err(format!(
-                    "too many connections for users other than root ({shared}; {} kept for root)",
-                    c.root_reserved_connections
-                ));
-            }
-            slots.unprivileged += 1;
-            *slots.per_uid.entry(uid).or_default() += 1;
-        }
-        slots.all += 1;
-        Ok(())
-    }
-
-    fn release_slot(&self, uid: u32) {
-        let mut slots = self.slots.lock();
-        slots.all -= 1;
-        if uid != 0 {
-            slots.unprivileged -= 1;
-            if let std::collections::hash_map::Entry::Occupied(mut e) = slots.per_uid.entry(uid) {
-                *e.get_mut() -= 1;
-                if *e.get() == 0 {
-                    e.remove();
-                }
-            }
-        }
-    }
-
     /// Clients connected now (their Hello done).
     pub fn connections(&self) -> usize {
         self.conns.lock().len()
@@ -668,13 +582,17 @@ impl Daemon {
                 }
             };
             let uid = peer.uid;
-            if let Err(why) = self.take_slot(uid) {
-                refuse(&mut stream, errno::EUSERS, why);
-                continue;
-            }
+            // Its place, given back when its thread ends (or if it cannot start).
+            let slot = match self.kernel.connect(uid) {
+                Ok(slot) => slot,
+                Err(e) => {
+                    refuse(&mut stream, errno::EUSERS, e.message);
+                    continue;
+                }
+            };
             let d = self.clone();
             let spawned = std::thread::Builder::new().name("vinod-conn".into()).spawn(move || {
-                let _slot = Slot { daemon: &d, uid };
+                let _slot = slot;
                 conn::serve(&d, stream, peer);
             });
             let mut threads = self.threads.lock();
@@ -682,7 +600,6 @@ impl Daemon {
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
-                    self.release_slot(uid);
                     eprintln!("vinod: cannot start a connection thread: {e}");
                 }
             }

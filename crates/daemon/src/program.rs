@@ -117,7 +117,7 @@ impl Running {
     /// nanoseconds.
     pub fn cpu_ns(&self) -> u64 {
         let p = &self.process;
-        p.kernel().cpu().process_cpu(p.pid()).map_or(0, |d| d.as_nanos() as u64)
+        p.cpu_time().map_or(0, |d| d.as_nanos() as u64)
     }
 }
 

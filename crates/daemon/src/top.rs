@@ -10,22 +10,6 @@ use vino_graft::{PolicyKind, SlotInfo};
 use vino_kernel::{Credentials, Kernel, Pid, Resource};
 use vino_proto::{CacheTop, GraftTop, Held, ProcessTop, Top, UserTop};
 
-/// True if `viewer` may see what the process `owner` is and has (its accounts, its grafts and
-/// their details): it is privileged, or `owner` is a live process of the same uid.
-pub(crate) fn sees(kernel: &Kernel, viewer: &Credentials, owner: Pid) -> bool {
-    viewer.privileged || kernel.process(owner).is_some_and(|p| p.credentials().uid == viewer.uid)
-}
-
-/// A graftpoint as `viewer` may see it: a graft loaded by a process it may not see keeps its
-/// point and policy but loses its details (owner, hash, statistics, log).
-pub(crate) fn visible_slot(kernel: &Kernel, viewer: &Credentials, mut s: SlotInfo) -> SlotInfo {
-    if s.graft.as_ref().is_some_and(|g| !sees(kernel, viewer, g.owner)) {
-        s.graft = None;
-        s.stats = None;
-    }
-    s
-}
-
 fn graft_row(s: &SlotInfo, scope: String) -> Option<GraftTop> {
     let g = s.graft.as_ref()?;
     let st = graft_stats(s.stats.clone().unwrap_or_default());
@@ -50,8 +34,8 @@ impl Daemon {
     /// the processes of its uid and the grafts they loaded.
     pub fn top_for(&self, viewer: &Credentials) -> Top {
         let kernel = &self.kernel;
-        let sees = |owner: Pid| sees(kernel, viewer, owner);
-        let global = kernel.global_graftpoints().list();
+        let sees = |owner: Pid| kernel.sees(viewer, owner);
+        let global = kernel.global_grafts();
         let global_names: HashSet<&str> = global.iter().map(|s| s.point.as_str()).collect();
         let mut file_grafts = kernel.file_grafts();
         file_grafts.retain(|f| sees(f.owner));
@@ -96,10 +80,10 @@ impl Daemon {
                 row.graft_aborts += f.stats.failures;
             }
             grafts.extend(own.iter().filter_map(|s| graft_row(s, format!("process {pid}"))));
-            let cache = kernel.cache().process_counters(pid);
+            let cache = p.cache_counters();
             row.cache_hits = cache.hits;
             row.cache_misses = cache.misses;
-            row.cache_frames = kernel.cache().resident_pages(pid) as u64;
+            row.cache_frames = p.cache_resident() as u64;
             row.open_files = p.fds().len() as u64;
             row.memory_bytes = p.account().used(vino_kernel::account::Resource::ProgramMemory);
             let cred = p.credentials();
@@ -109,8 +93,8 @@ impl Daemon {
                 row.cpu_ns = prog.cpu_ns();
                 (row.bytes_read, row.bytes_written) = p.io_bytes();
             }
-            row.tickets = kernel.cpu().process_tickets(pid).unwrap_or(0);
-            row.threads = kernel.cpu().threads_of(pid).len() as u64;
+            row.tickets = p.tickets().unwrap_or(0);
+            row.threads = p.threads().len() as u64;
             if let Some(c) = self.conns.lock().get(&pid) {
                 row.host_pid = c.peer.pid;
                 row.client = c.client.clone();
@@ -129,7 +113,7 @@ impl Daemon {
             time_ns: f.stats.time_ns,
             aborts: f.stats.failures,
         }));
-        let cs = kernel.cache().stats();
+        let cs = kernel.cache_stats();
         let cache = CacheTop {
             frames: cs.frames as u64,
             resident: cs.resident as u64,

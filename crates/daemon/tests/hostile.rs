@@ -261,7 +261,7 @@ fn sixty_four_clients_lose_no_update_and_leak_nothing() {
     d.wait_processes(0);
     let kernel = d.handle().kernel();
     assert!(kernel.file_grafts().is_empty());
-    assert!(kernel.global_graftpoints().list().iter().all(|s| s.graft.is_none()));
+    assert!(kernel.global_grafts().iter().all(|s| s.graft.is_none()));
     let mut c = d.client();
     let fd = c.open("/log", OpenFlags::read_only()).unwrap();
     let size = c.fstat(fd).unwrap().size as usize;

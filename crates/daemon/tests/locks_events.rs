@@ -13,11 +13,11 @@ use vino_proto::{MAX_FRAME, Request, Response};
 /// Waits until `ino` has `n` lock waiters.
 fn wait_waiters(d: &TestDaemon, ino: u64, n: usize) {
     let until = Instant::now() + Duration::from_secs(10);
-    while d.handle().kernel().locks().waiting(ino).len() != n {
+    while d.handle().kernel().locks_on(ino).1.len() != n {
         assert!(
             Instant::now() < until,
             "waiters on {ino}: {:?}",
-            d.handle().kernel().locks().waiting(ino)
+            d.handle().kernel().locks_on(ino).1
         );
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -112,9 +112,9 @@ fn a_client_that_hangs_up_while_waiting_leaves_the_lock_queue() {
     d.wait_processes(1);
     // a still holds its lock, and nothing of the waiter is left to be granted it.
     let kernel = d.handle().kernel();
-    assert_eq!(kernel.locks().held(ino).len(), 1);
+    assert_eq!(kernel.locks_on(ino).0.len(), 1);
     a.lock(fa, LockKind::Unlock, 0, 0, false).unwrap();
-    assert!(kernel.locks().held(ino).is_empty());
+    assert!(kernel.locks_on(ino).0.is_empty());
 }
 
 #[test]
@@ -284,5 +284,5 @@ fn a_user_past_its_lock_records_gets_enolck_and_they_come_back_when_it_goes() {
         assert!(Instant::now() < until, "the child's records were never refunded");
         std::thread::sleep(Duration::from_millis(5));
     }
-    d.handle().kernel().locks().check_invariants();
+    d.handle().kernel().check_lock_table();
 }

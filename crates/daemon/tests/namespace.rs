@@ -483,8 +483,8 @@ fn a_link_fill_into_roots_tmp_stops_at_the_attackers_link_quota() {
     let st = root.stat_at(None, "/tmp", true).unwrap();
     assert!(st.blocks <= 40, "/tmp has {} blocks", st.blocks);
     let kernel = d.handle().kernel();
-    kernel.fs().verify_quota().unwrap();
-    assert_eq!(kernel.fs().quota_usage(BOB).links, 500);
+    kernel.verify_quota().unwrap();
+    assert_eq!(kernel.quota_usage(BOB).links, 500);
 }
 
 // ---- supplementary groups -----------------------------------------------------------------------

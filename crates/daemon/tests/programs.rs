@@ -114,7 +114,7 @@ fn a_kill_or_a_client_that_goes_ends_the_program_with_nothing_held() {
     let p = d.client().run_program(&wasm, &setup(&["copy", "-", "/f"])).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     // Waiting for input it gave its worker to others at once.
-    let stats = d.handle().kernel().cpu().stats();
+    let stats = d.handle().kernel().cpu_stats();
     assert!(stats.handoffs >= 1, "{stats:?}");
     // What it wrote shows in its account (`vino ps`).
     p.control().input(b"eleven byte").unwrap();
@@ -204,9 +204,9 @@ fn tickets_are_set_by_a_processs_user_and_a_users_by_the_privileged() {
         .run_detached(&wasm, &setup(&["copy", "--sleep", "100"]))
         .unwrap();
     let daemon = d.handle().daemon();
-    let cpu = d.handle().kernel().cpu();
+    let kernel = d.handle().kernel();
     d.client().set_tickets(Some(pid), 300).unwrap();
-    assert_eq!(cpu.process_tickets(pid), Some(300));
+    assert_eq!(kernel.process(pid).unwrap().tickets(), Some(300));
     let row = daemon.top().processes.into_iter().find(|p| p.pid == pid).unwrap();
     assert_eq!(
         (row.tickets, row.threads),
@@ -214,13 +214,14 @@ fn tickets_are_set_by_a_processs_user_and_a_users_by_the_privileged() {
         "vino ps shows its tickets and thread"
     );
     // Another user's process is not there for it; a user's share is for the privileged.
-    let other = vino_kernel::Credentials::user(1000, 1000);
-    assert_eq!(daemon.set_tickets(pid, None, 5, &other).unwrap_err().errno, ESRCH);
-    assert_eq!(daemon.set_tickets(pid, Some(1000), 5, &other).unwrap_err().errno, EPERM);
-    assert_eq!(cpu.process_tickets(pid), Some(300));
+    let other = d.handle().kernel().spawn(vino_kernel::Credentials::user(1000, 1000));
+    assert_eq!(other.set_tickets_of(pid, 5).unwrap_err().errno as i32, ESRCH);
+    assert_eq!(other.set_user_tickets(1000, 5).unwrap_err().errno as i32, EPERM);
+    d.handle().kernel().exit(other.pid());
+    assert_eq!(kernel.process(pid).unwrap().tickets(), Some(300));
     assert_eq!(d.client().set_tickets(Some(pid), 0).unwrap_err().errno, EINVAL);
     d.client().set_user_tickets(1000, 50).unwrap();
-    assert_eq!(cpu.user_tickets(1000), 50);
+    assert_eq!(kernel.user_tickets(1000), 50);
     // Without a pid: the connection's own process.
     d.client().set_tickets(None, 7).unwrap();
     d.client().kill_program(pid).unwrap();

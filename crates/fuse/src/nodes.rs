@@ -36,7 +36,7 @@ pub struct Nodes {
 
 impl Nodes {
     pub fn new(kernel: Arc<Kernel>) -> SysResult<Nodes> {
-        let root_generation = kernel.fs().stat(ROOT)?.generation;
+        let root_generation = kernel.node_stat(ROOT)?.generation;
         Ok(Nodes {
             kernel,
             map: Mutex::default(),
@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn a_late_forget_of_an_earlier_file_leaves_the_numbers_new_file_known() {
         let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4096)); // 16 MiB
-        vino_fs::mkfs(&*dev, &vino_fs::MkfsOptions::default()).unwrap();
+        vino_kernel::storage::mkfs(&*dev, &vino_kernel::storage::MkfsOptions::default()).unwrap();
         let kernel = Kernel::boot(dev, &KernelConfig::default()).unwrap();
         let nodes = Nodes::new(kernel.clone()).unwrap();
         let p = kernel.spawn(Credentials::root());

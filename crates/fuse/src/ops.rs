@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vino_kernel::{
     At, Attrs, Credentials, DirEntry, Fd, FileType, Kernel, LockRequest, LockType, OpenFlags, Pid, Process,
-    RenameFlags, Resource, SetTime, Stat, SysError, SysResult,
+    RenameFlags, SetTime, Stat, SysError, SysResult,
 };
 
 type R<T> = Result<T, Errno>;
@@ -39,7 +39,7 @@ fn attr_of(st: &Stat) -> FileAttr {
     FileAttr {
         ino: INodeNo(st.ino),
         size: st.size,
-        blocks: st.blocks * (vino_fs::BS as u64 / 512),
+        blocks: st.blocks * (vino_kernel::storage::BS as u64 / 512),
         atime: time(st.atime_ns),
         mtime: time(st.mtime_ns),
         ctime: time(st.ctime_ns),
@@ -182,7 +182,7 @@ impl State {
     /// The size of the file behind node `ino`, if it has one (for a transport deciding where
     /// to serve a request that may shrink it).
     pub(crate) fn size_of(&self, ino: u64) -> Option<u64> {
-        self.kernel.fs().stat(ino).ok().map(|st| st.size)
+        self.kernel.node_stat(ino).ok().map(|st| st.size)
     }
 
     /// Called by a `/dev/fuse` reader after it served forgets (see [`FORGET_GATHER`]). Not
@@ -195,7 +195,7 @@ impl State {
 
     pub(crate) fn new(kernel: Arc<Kernel>, config: &MountConfig, ring: crate::ring::RingState) -> SysResult<State> {
         assert_eq!(
-            vino_fs::ROOT_INO,
+            vino_kernel::storage::ROOT_INO,
             crate::nodes::ROOT,
             "FUSE's root inode must be the file system's"
         );
@@ -716,20 +716,13 @@ impl State {
             Err(_) => {}
         }
         // A blocking wait holds a thread of its own (so that the mount's threads stay free to
-        // serve the unlock that ends it), charged to the caller: one user's waits beyond its
-        // share get ENOLCK, and cannot use up the threads other users' waits need.
-        let thread = match h.process.account().charge(Resource::LockWaits, 1) {
-            Ok(c) => c,
-            Err(_) => return reply.error(Errno::ENOLCK),
-        };
+        // serve the unlock that ends it). The kernel charges each wait to the caller: one
+        // user's waits beyond its share get ENOLCK at once, and the thread ends.
         let _ = std::thread::Builder::new()
             .name("vino-fuse-lock".into())
-            .spawn(move || {
-                match h.process.lock_for(h.fd, owner.0, req, true) {
-                    Ok(()) => reply.ok(),
-                    Err(e) => reply.error(sys(e)),
-                }
-                drop(thread);
+            .spawn(move || match h.process.lock_for(h.fd, owner.0, req, true) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(sys(e)),
             });
     }
 
@@ -1118,16 +1111,16 @@ impl Filesystem for VinoFs {
     fn fsyncdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let result = self
             .0
-            .getattr(req, ino, None)
-            .and_then(|st| self.0.kernel.fs().fsync(st.ino).map_err(|e| sys(e.into())));
+            .at(ino)
+            .and_then(|at| self.0.process(req).fsync_at(at, b"").map_err(sys));
         answer!(reply, result, |()| reply.ok());
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let p = self.0.process(req);
         let s = p.statfs();
-        let bs = vino_fs::BS as u32;
-        let max_name = vino_fs::MAX_NAME as u32;
+        let bs = vino_kernel::storage::BS as u32;
+        let max_name = vino_kernel::storage::MAX_NAME as u32;
         // As ext4: what users other than root may still take leaves out root's reserve.
         let available = if p.credentials().uid == 0 {
             s.free_blocks
@@ -1157,9 +1150,9 @@ impl Filesystem for VinoFs {
         reply: ReplyEmpty,
     ) {
         let how = match flags {
-            0 => vino_fs::XattrSet::Any,
-            libc::XATTR_CREATE => vino_fs::XattrSet::Create,
-            libc::XATTR_REPLACE => vino_fs::XattrSet::Replace,
+            0 => vino_kernel::storage::XattrSet::Any,
+            libc::XATTR_CREATE => vino_kernel::storage::XattrSet::Create,
+            libc::XATTR_REPLACE => vino_kernel::storage::XattrSet::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
         let result = self.0.at(ino).and_then(|at| {

@@ -10,7 +10,7 @@
 //! beyond that fails with ENOLCK, as a wait beyond the user's share of lock waits does on either
 //! transport, and an ioctl with EAGAIN; an `fsync` beyond it runs on the queue's thread (it cannot
 //! be refused), delaying only that CPU's callers. A truncation that frees more than a slice of
-//! blocks ([`vino_fs::FREE_SLICE`]: a `setattr` of the size, an open with `O_TRUNC`) goes aside
+//! blocks ([`vino_kernel::storage::FREE_SLICE`]: a `setattr` of the size, an open with `O_TRUNC`) goes aside
 //! the same way: freeing a 2 GiB file took 130 ms, every other request on its CPU waiting.
 
 use crate::ops::{State, VinoFs};
@@ -267,7 +267,7 @@ impl Server {
         let Some((node, new_size)) = shrinks(opcode, request) else {
             return false;
         };
-        let slice = vino_fs::FREE_SLICE * vino_fs::BS as u64;
+        let slice = vino_kernel::storage::FREE_SLICE * vino_kernel::storage::BS as u64;
         self.fs
             .size_of(node)
             .is_some_and(|old| old > new_size.saturating_add(slice))

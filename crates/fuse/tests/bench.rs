@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
 use vino_fuse::bench::{FILE_BYTES, READ_SIZES, cached_reads};
+use vino_kernel::storage::{MkfsOptions, mkfs};
 use vino_kernel::{Kernel, KernelConfig};
 
 #[test]
@@ -29,7 +29,7 @@ fn cached_reads_measure_fuse_and_in_process_reads_of_each_size() {
     assert!(kernel.processes().len() == 1, "the benchmark ends its processes");
     kernel.exit(p.pid());
     kernel.shutdown().unwrap();
-    let fsck = vino_fs::fsck(&*dev, false).unwrap();
+    let fsck = vino_kernel::storage::fsck(&*dev, false).unwrap();
     assert!(fsck.is_clean(), "{:?}", fsck.problems);
     if std::env::var_os("VINO_FUSE_BENCH_PRINT").is_some() {
         for c in &report.costs {

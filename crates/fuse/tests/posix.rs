@@ -264,7 +264,7 @@ fn hard_links_and_files_unlinked_while_open() {
     let mnt = m.mnt();
     let script = format!("cd {} && echo two > a && ln a b && rm b && cat a", mnt.display());
     assert_eq!(ok(Command::new("sh").arg("-c").arg(&script).output().unwrap()), "two\n");
-    let free = m.kernel.fs().stats().free_inodes;
+    let free = m.kernel.fs_stats().free_inodes;
     let f = fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -285,7 +285,7 @@ fn hard_links_and_files_unlinked_while_open() {
         m.kernel.parked_files().is_empty(),
         "the file is freed after its last close"
     );
-    assert_eq!(m.kernel.fs().stats().free_inodes, free);
+    assert_eq!(m.kernel.fs_stats().free_inodes, free);
     m.finish();
 }
 
@@ -436,7 +436,7 @@ fn a_file_another_client_makes_private_is_refused_though_linux_holds_its_pages()
 fn processes_renaming_over_a_file_never_break_its_readers() {
     let m = Mounted::new();
     let mnt = m.mnt();
-    let before = m.kernel.fs().stats().free_inodes;
+    let before = m.kernel.fs_stats().free_inodes;
     fs::write(mnt.join("f"), "0").unwrap();
     let writer = format!(
         "import os, sys, time\nd = {:?}\nend = time.time() + 3\nn = 0\nwhile time.time() < end:\n    t = os.path.join(d, 'tmp' + sys.argv[1])\n    fd = os.open(t, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)\n    os.write(fd, str(os.fstat(fd).st_ino).encode())\n    os.close(fd)\n    os.rename(t, os.path.join(d, 'f'))\n    n += 1\nprint(n)",
@@ -473,7 +473,7 @@ fn processes_renaming_over_a_file_never_break_its_readers() {
     assert!(renames > 50, "{renames} renames");
     fs::remove_file(mnt.join("f")).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while (!m.kernel.parked_files().is_empty() || m.kernel.fs().stats().free_inodes != before)
+    while (!m.kernel.parked_files().is_empty() || m.kernel.fs_stats().free_inodes != before)
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -483,7 +483,7 @@ fn processes_renaming_over_a_file_never_break_its_readers() {
         "{:?} still parked",
         m.kernel.parked_files()
     );
-    assert_eq!(m.kernel.fs().stats().free_inodes, before, "no inode leaked");
+    assert_eq!(m.kernel.fs_stats().free_inodes, before, "no inode leaked");
     m.finish();
 }
 

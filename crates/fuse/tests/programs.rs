@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 use vino_blockdev::BlockDevice;
-use vino_fs::{MkfsOptions, fsck, mkfs};
 use vino_fuse::MountConfig;
+use vino_kernel::storage::{MkfsOptions, fsck, mkfs};
 use vino_kernel::{Kernel, KernelConfig};
 
 mod common;
@@ -525,7 +525,7 @@ fn serve_foreground_runs_until_unmounted() {
 
 /// Lookups of `ino` in VINO's cache so far: hits and misses.
 fn cache_lookups(m: &Mounted, ino: u64) -> u64 {
-    let c = m.kernel.cache().object_counters(ino);
+    let c = m.kernel.file_cache_counters(ino);
     c.hits + c.misses
 }
 

@@ -8,8 +8,8 @@ use common::Mounted;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::{Command, Output};
-use vino_fs::{MountOptions, Quota};
 use vino_kernel::KernelConfig;
+use vino_kernel::storage::{MountOptions, Quota};
 
 const ALICE: u32 = 1000;
 const BOB: u32 = 1001;
@@ -70,7 +70,7 @@ fn a_user_past_its_quota_gets_edquot_while_another_still_writes() {
     let held = fs::metadata(&big).unwrap();
     assert_eq!(held.uid(), ALICE);
     assert!(held.len() <= QUOTA_BLOCKS * 4096, "{} bytes written", held.len());
-    let usage = m.kernel.fs().quota_usage(ALICE);
+    let usage = m.kernel.quota_usage(ALICE);
     assert!(usage.blocks <= QUOTA_BLOCKS, "{usage:?}");
     assert!(usage.blocks >= QUOTA_BLOCKS - 16, "{usage:?}");
     // Even a small new file of hers is refused now (dd says why: a shell's echo says EIO
@@ -109,8 +109,8 @@ fn a_user_past_its_quota_gets_edquot_while_another_still_writes() {
 fn users_get_enospc_at_roots_reserve_while_root_still_writes() {
     // Half the disk is root's; users have no quota, so Alice alone reaches the reserve.
     let m = mounted(Quota {
-        user_blocks: Some(vino_fs::UNLIMITED),
-        user_inodes: Some(vino_fs::UNLIMITED),
+        user_blocks: Some(vino_kernel::storage::UNLIMITED),
+        user_inodes: Some(vino_kernel::storage::UNLIMITED),
         root_reserve_percent: 50,
         user_links: None,
     });
@@ -126,7 +126,7 @@ fn users_get_enospc_at_roots_reserve_while_root_still_writes() {
     assert!(!out.status.success(), "dd past the reserve succeeded: {out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("No space left on device"), "dd: {err}");
-    let s = m.kernel.fs().stats();
+    let s = m.kernel.fs_stats();
     assert!(
         s.free_blocks >= s.reserved_blocks && s.free_blocks <= s.reserved_blocks + 16,
         "{s:?}"

@@ -78,7 +78,7 @@ fn the_ring_serves_programs_on_the_mount() {
     let m = mounted(Transport::Uring, 32);
     let mount = m.mount.as_ref().unwrap();
     assert!(mount.transport().starts_with("io_uring"), "{}", mount.transport());
-    let free = m.kernel.fs().stats().free_inodes;
+    let free = m.kernel.fs_stats().free_inodes;
     work(&m);
     assert!(
         mount.ring_served() > 100,
@@ -89,10 +89,10 @@ fn the_ring_serves_programs_on_the_mount() {
     // removed is freed once Linux forgets it.
     m.sh("rm -rf a big && for i in $(seq 1 300); do echo $i > f$i; done && rm f*");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while m.kernel.fs().stats().free_inodes != free && std::time::Instant::now() < deadline {
+    while m.kernel.fs_stats().free_inodes != free && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert_eq!(m.kernel.fs().stats().free_inodes, free, "removed files not freed");
+    assert_eq!(m.kernel.fs_stats().free_inodes, free, "removed files not freed");
     assert!(
         m.kernel.parked_files().is_empty(),
         "{:?} parked",
@@ -184,7 +184,7 @@ fn lock_waits_cannot_take_a_queues_entries_from_other_users() {
 fn a_ring_too_shallow_to_bound_waits_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let dev: std::sync::Arc<dyn vino_blockdev::BlockDevice> = std::sync::Arc::new(vino_blockdev::MemDevice::new(4096));
-    vino_fs::mkfs(&*dev, &vino_fs::MkfsOptions::default()).unwrap();
+    vino_kernel::storage::mkfs(&*dev, &vino_kernel::storage::MkfsOptions::default()).unwrap();
     let kernel = vino_kernel::Kernel::boot(dev, &vino_kernel::KernelConfig::default()).unwrap();
     let config = MountConfig {
         transport: Transport::Auto,

@@ -320,7 +320,13 @@ impl Process {
 
     /// Makes every metadata change so far durable (`fsync` on a directory: its entries).
     pub fn fsync_path(&self, path: &str) -> SysResult<()> {
-        let ino = self.stat_at(At::Root, path, true)?.ino;
+        self.fsync_at(At::Root, path)
+    }
+
+    /// As [`Process::fsync_path`], for `path` from `at` (the mount's `fsyncdir`: a node it holds
+    /// and an empty path), reached with this process's rights.
+    pub fn fsync_at(&self, at: At, path: impl AsRef<[u8]>) -> SysResult<()> {
+        let ino = self.stat_at(at, path, true)?.ino;
         Ok(self.kernel().fs().fsync(ino)?)
     }
 }

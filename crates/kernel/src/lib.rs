@@ -25,10 +25,36 @@
 //!
 //! The kernel runs in the caller's process; the daemon (`vinod`) serves the same system calls to
 //! other processes.
+//!
+//! # The boundary
+//!
+//! Front ends (the daemon's socket, the FUSE mount, VINO processes, the CLI and the benchmarks)
+//! reach the kernel only through [`Kernel`] and [`Process`] calls, which check the caller's
+//! credentials and charge its accounts themselves: a rule that protects one user from another
+//! (what `top` and `graft list` show of other users' grafts, who sets whose CPU tickets, how
+//! many connections and blocking lock waits a user holds) is kept here, once, for every entry
+//! point. The subsystems (file system, page cache, I/O scheduler, lock manager, graft runtime)
+//! and the CPU scheduler are this crate's own: their accessors are `pub(crate)`, and public only with the cargo
+//! feature `internals`, which the simulator turns on to drive and inspect them (nothing else
+//! does; `crates/kernel/tests/boundary.rs` keeps it so). What front ends need of the lower
+//! crates is re-exported: types here, image tools in [`storage`]. The one privileged front end
+//! is the mount, which serves Linux's own permission checks: see [`Kernel::node_stat`].
 
 #![forbid(unsafe_code)]
 
+/// An accessor of an internal subsystem: public with the feature `internals`, else crate-only.
+macro_rules! internal {
+    ($(#[$m:meta])* fn $($rest:tt)*) => {
+        #[cfg(feature = "internals")]
+        $(#[$m])* pub fn $($rest)*
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code)]
+        $(#[$m])* pub(crate) fn $($rest)*
+    };
+}
+
 mod attrs;
+mod boundary;
 mod cache_io;
 mod changes;
 mod error;
@@ -69,6 +95,15 @@ pub use vino_graft::account::{self, Account, Resource};
 pub use vino_iosched::Dispatch;
 pub use vino_locks::{Lock, LockKind, LockStats};
 
+/// The file system's constants and settings front ends need, and the tools on images (the
+/// daemon's first start makes one; tests check one after unmount).
+pub mod storage {
+    pub use vino_fs::{
+        BS, FREE_SLICE, FsStats, FsckReport, MAX_NAME, MkfsOptions, MountOptions, Quota, QuotaUsage, ROOT_INO,
+        UNLIMITED, XattrSet, fsck, mkfs,
+    };
+}
+
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -81,7 +116,8 @@ use vino_graft::account::{Accounts, LimitsConfig};
 use vino_graft::{Namespace, Runtime, RuntimeConfig};
 use vino_iosched::{IoScheduler, SchedConfig, ScheduledDevice};
 pub use vino_sched::{
-    SchedConfig as CpuSchedConfig, Scheduler as CpuScheduler, ShareError as CpuShareError, blocking as blocking_wait,
+    SchedConfig as CpuSchedConfig, SchedStats as CpuStats, Scheduler as CpuScheduler, ShareError as CpuShareError,
+    ThreadInfo as CpuThread, blocking as blocking_wait,
 };
 
 /// A process id.
@@ -344,34 +380,56 @@ impl Kernel {
         Ok(self.fs.unmount()?)
     }
 
-    pub fn runtime(&self) -> &Runtime {
-        &self.runtime
+    internal! {
+        /// The graft runtime.
+        fn runtime(&self) -> &Runtime {
+            &self.runtime
+        }
     }
 
-    pub fn fs(&self) -> &Arc<FileSystem> {
-        &self.fs
+    internal! {
+        fn fs(&self) -> &Arc<FileSystem> {
+            &self.fs
+        }
     }
 
-    pub fn cache(&self) -> &Arc<PageCache> {
-        &self.cache
+    internal! {
+        fn cache(&self) -> &Arc<PageCache> {
+            &self.cache
+        }
     }
 
-    /// The CPU scheduler that runs VINO processes' threads.
-    pub fn cpu(&self) -> &CpuScheduler {
-        &self.cpu
+    internal! {
+        /// The CPU scheduler that runs VINO processes' threads.
+        fn cpu(&self) -> &CpuScheduler {
+            &self.cpu
+        }
     }
 
-    pub fn scheduler(&self) -> &Arc<IoScheduler> {
-        &self.sched
+    internal! {
+        fn scheduler(&self) -> &Arc<IoScheduler> {
+            &self.sched
+        }
     }
 
-    /// The byte-range lock manager (objects are inode numbers, owners process ids).
-    pub fn locks(&self) -> &vino_locks::LockManager {
-        &self.locks.manager
+    internal! {
+        /// The byte-range lock manager (objects are inode numbers, owners process ids).
+        fn locks(&self) -> &vino_locks::LockManager {
+            &self.locks.manager
+        }
     }
 
-    pub fn global_graftpoints(&self) -> &Namespace {
-        &self.global
+    internal! {
+        /// The global graftpoints' namespace (binding goes through [`Process::graft_load`]).
+        fn global_graftpoints(&self) -> &Namespace {
+            &self.global
+        }
+    }
+
+    /// The global graftpoints, with what is bound and its statistics, unredacted: for the
+    /// kernel's owner (a privileged view such as `top`, which filters by [`Kernel::sees`]).
+    pub fn global_grafts(&self) -> Vec<vino_graft::SlotInfo> {
+        self.global.list()
     }
 
     /// Takes a reference to the inode `ino`, if it still holds the file of `generation` (else

@@ -7,6 +7,7 @@
 //! creator, or a privileged process, may graft it (Seltzer et al. 1995, 4.4: the application
 //! that owns the data chooses how its lock queue is served).
 
+use crate::Resource;
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::Fd;
 use crate::process::Process;
@@ -105,7 +106,8 @@ impl Process {
     /// `fcntl(F_SETLKW)` (waits; `EDEADLK` if waiting would deadlock, `EINTR` if the wait is
     /// cancelled because the process exits). A read lock needs a descriptor open for reading, a
     /// write lock one open for writing (`EBADF`). Each lock record held, and two for a wait, is
-    /// charged to this process's account (`ENOLCK` past `lock_records_per_user`).
+    /// charged to this process's account (`ENOLCK` past `lock_records_per_user`), and so is each
+    /// blocking wait (`ENOLCK` past `lock_waits_per_user`).
     pub fn lock(&self, fd: Fd, req: LockRequest, wait: bool) -> SysResult<()> {
         self.lock_for(fd, self.pid(), req, wait)
     }
@@ -135,8 +137,13 @@ impl Process {
             LockType::Read => LockKind::Read,
             LockType::Write => LockKind::Write,
         };
-        let wait = if wait { Wait::Forever } else { Wait::No };
-        Ok(manager.lock_charged(file.ino, owner, self.account(), kind, range, wait)?)
+        if !wait {
+            return Ok(manager.lock_charged(file.ino, owner, self.account(), kind, range, Wait::No)?);
+        }
+        // A blocking wait holds the caller's thread (a connection's, one of the mount's) until
+        // it ends: each is charged, so one user's waits cannot take every thread (`ENOLCK`).
+        let _waiting = self.account().charge(Resource::LockWaits, 1)?;
+        Ok(manager.lock_charged(file.ino, owner, self.account(), kind, range, Wait::Forever)?)
     }
 
     /// `fcntl(F_GETLK)`: a lock of another process that would block `req`, or `None` (also for an

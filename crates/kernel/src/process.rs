@@ -917,19 +917,25 @@ impl Process {
         }
     }
 
-    /// This process's graftpoints and the global ones, with what is bound and its statistics.
+    /// This process's graftpoints and the global ones, with what is bound and its statistics:
+    /// a graft loaded by a process of another user keeps only its point and policy (see
+    /// [`Kernel::sees`]).
     pub fn graft_list(&self) -> Vec<SlotInfo> {
         let mut all = self.namespace.list();
         all.extend(self.kernel.global.list());
-        all
+        all.into_iter()
+            .map(|s| self.kernel.visible_slot(&self.cred, s))
+            .collect()
     }
 
+    /// One graftpoint as [`Process::graft_list`] shows it.
     pub fn graft_stats(&self, point: &str) -> SysResult<SlotInfo> {
         let slot = self.namespace_of(point).lookup(point)?;
-        Ok(SlotInfo {
+        let info = SlotInfo {
             point: point.to_string(),
             ..slot.info()
-        })
+        };
+        Ok(self.kernel.visible_slot(&self.cred, info))
     }
 
     /// What happened to this process's grafts since the last call (e.g. unloaded for failing).

@@ -1,8 +1,8 @@
 //! WASI preview 1's numbers and layouts (`wasi_snapshot_preview1`, as wasi-libc compiles
 //! against them), and the kernel's errnos in WASI's numbering.
 
-use vino_fs::FileType;
 use vino_kernel::Errno;
+use vino_kernel::FileType;
 
 /// The import module every WASI preview 1 program links against.
 pub const MODULE: &str = "wasi_snapshot_preview1";

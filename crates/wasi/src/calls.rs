@@ -452,7 +452,7 @@ fn fd_fdstat_set_flags(x: &mut Ctx, fd: u32, flags: u32) -> Result<()> {
     Ok(())
 }
 
-fn put_filestat(g: &mut Guest<'_>, out: u32, st: &vino_fs::Stat) -> Result<()> {
+fn put_filestat(g: &mut Guest<'_>, out: u32, st: &vino_kernel::Stat) -> Result<()> {
     g.bytes_mut(out, abi::FILESTAT_SIZE)?.fill(0);
     g.put_u64(out, 1)?; // one device: the VINO file system
     g.put_u64(out + 8, st.ino)?;

@@ -411,8 +411,7 @@ impl Program {
         let engine = self.engine.clone();
         process
             .kernel()
-            .cpu()
-            .on_tick("vino-wasi programs", Arc::new(move || engine.increment_epoch()));
+            .on_cpu_tick("vino-wasi programs", Arc::new(move || engine.increment_epoch()));
         // A kill of the process (`vino kill`, a shutdown) throws this run's switch.
         let switch = kill.clone();
         process.set_killer(Arc::new(move || switch.kill()));

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
+use vino_kernel::storage::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
 use vino_wasi::{Dir, Exit, KillSwitch, Program, ProgramLimits, Setup};
 
@@ -31,7 +31,7 @@ impl Booted {
     /// Shuts the kernel down and checks the image.
     fn fsck(self) {
         self.kernel.shutdown().unwrap();
-        let report = vino_fs::fsck(&*self.dev, false).unwrap();
+        let report = vino_kernel::storage::fsck(&*self.dev, false).unwrap();
         assert!(report.is_clean(), "{report:?}");
     }
 }
@@ -409,7 +409,7 @@ fn a_program_grafts_its_own_file_from_inside() {
         ..KernelConfig::default()
     };
     let k = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
-    let before = k.cache().stats().total;
+    let before = k.cache_stats().total;
     let r = run_as(
         &k,
         &build("graft"),
@@ -438,7 +438,7 @@ fn a_program_grafts_its_own_file_from_inside() {
         (0o600, 1000),
         "set from inside, through the kernel"
     );
-    let after = k.cache().stats().total;
+    let after = k.cache_stats().total;
     assert!(after.prefetched > before.prefetched, "the graft's read-ahead ran");
     assert_nothing_held(&k);
     Booted { dev, kernel: k }.fsck();
@@ -520,10 +520,7 @@ fn spinning_programs_share_one_worker_by_their_tickets() {
             });
         }
         std::thread::sleep(std::time::Duration::from_millis(1500));
-        let cpu: Vec<f64> = procs
-            .iter()
-            .map(|p| k.cpu().process_cpu(p.pid()).unwrap().as_secs_f64())
-            .collect();
+        let cpu: Vec<f64> = procs.iter().map(|p| p.cpu_time().unwrap().as_secs_f64()).collect();
         for kill in &kills {
             kill.kill();
         }
@@ -553,7 +550,7 @@ fn a_program_that_never_yields_is_preempted_and_others_run() {
         kill.kill();
         assert_eq!(spinner.join().unwrap().exit, Exit::Killed);
     });
-    assert!(k.cpu().stats().switches > 2, "{:?}", k.cpu().stats());
+    assert!(k.cpu_stats().switches > 2, "{:?}", k.cpu_stats());
     assert_nothing_held(k);
 }
 

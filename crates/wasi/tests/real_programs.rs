@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
+use vino_kernel::storage::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
 use vino_wasi::{Exit, Program, ProgramLimits, Setup};
 
@@ -52,7 +52,7 @@ fn run(k: &Arc<Kernel>, p: &Program, args: &[&str], stdin: Vec<u8>) -> (Exit, Ve
 fn fsck(dev: &MemDevice, k: &Kernel) {
     assert!(k.processes().is_empty());
     k.shutdown().unwrap();
-    let report = vino_fs::fsck(dev, false).unwrap();
+    let report = vino_kernel::storage::fsck(dev, false).unwrap();
     assert!(report.is_clean(), "{report:?}");
 }
 

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tempfile::TempDir;
 use vino_blockdev::{BlockDevice, FileDevice};
-use vino_fs::{MkfsOptions, fsck, mkfs};
 use vino_fuse::{Mount, MountConfig, mount};
+use vino_kernel::storage::{MkfsOptions, fsck, mkfs};
 use vino_kernel::{Kernel, KernelConfig};
 
 const IMAGE_BYTES: u64 = 128 << 20;
