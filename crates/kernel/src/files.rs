@@ -242,6 +242,9 @@ pub struct FdTable {
     /// Descriptors per inode: which files the process holds open, asked on each event it may
     /// hear (bounded by its descriptors).
     open: HashMap<u64, u32>,
+    /// Set when the process's exit took every descriptor: an open that finishes after that
+    /// must not install one that nobody would ever close.
+    closed: bool,
 }
 
 impl FdTable {
@@ -253,6 +256,11 @@ impl FdTable {
         *self.open.entry(file.ino).or_default() += 1;
         self.files.insert(fd, file);
         fd
+    }
+
+    /// True once the process's exit has taken its descriptors.
+    pub fn closed(&self) -> bool {
+        self.closed
     }
 
     /// True if some descriptor of the process is open on `ino`.
@@ -292,6 +300,7 @@ impl FdTable {
     }
 
     pub fn drain(&mut self) -> Vec<(Fd, Arc<OpenFile>)> {
+        self.closed = true;
         self.open.clear();
         self.files.drain().collect()
     }

@@ -486,7 +486,7 @@ impl Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Credentials, KernelConfig, OpenFlags};
+    use crate::{Credentials, Errno, KernelConfig, OpenFlags};
     use vino_blockdev::{BlockDevice, MemDevice};
     use vino_fs::{MkfsOptions, ROOT_INO, mkfs};
 
@@ -546,6 +546,18 @@ mod tests {
         k.exit(p.pid());
         k.check_invariants().unwrap();
         assert!(k.parked_files().is_empty() && k.fs.orphans().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_open_that_ends_after_its_process_exited_leaves_no_descriptor_or_reference() {
+        let (k, p, _, named) = with_files();
+        k.exit(p.pid());
+        // What a thread of a killed process still inside `open` meets at its end.
+        let e = p.open("/named", OpenFlags::read_only()).unwrap_err();
+        assert_eq!(e.errno, Errno::Srch);
+        assert_eq!(k.files.refs_of(named).0, 0);
+        assert!(p.fds().is_empty());
+        k.check_invariants().unwrap();
     }
 
     #[test]

@@ -406,8 +406,13 @@ impl Process {
         } else {
             None
         };
-        // Nothing below fails: the open is made.
         let mut files = self.files.lock();
+        if files.closed() {
+            // The process exited while this open ran: the charge and `held` (the inode's
+            // reference) go back as they drop, or a parked file would never be freed.
+            return Err(SysError::new(Errno::Srch, "the process has exited"));
+        }
+        // Nothing below fails: the open is made.
         let fd = (0..).find(|fd| files.get(*fd).is_err()).expect("a free descriptor");
         let file = Arc::new(OpenFile {
             ino,
