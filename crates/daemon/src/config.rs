@@ -150,7 +150,7 @@ pub struct Config {
     /// take no CPU time any other thread wants; none elsewhere, nor over `/dev/fuse`. Set: that
     /// long (0: off) over either transport, in the daemon's own group where there is no idle
     /// one, where they hold the daemon's share of the CPUs against other groups' threads (see
-    /// the README).
+    /// docs/results/daemon.md, "Idle polling").
     pub mount_idle_poll_us: Option<u64>,
     /// Let Linux cache the mount's file data in its page cache, in front of VINO's cache (the
     /// default): warm reads then cost no request. False opens every file on the mount for
