@@ -7,7 +7,7 @@ use crate::dispatch::graft_stats;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use vino_graft::{PolicyKind, SlotInfo};
-use vino_kernel::{Credentials, Kernel, Pid, Resource};
+use vino_kernel::{Credentials, Kernel, Pid};
 use vino_proto::{CacheTop, GraftTop, Held, ProcessTop, Top, UserTop};
 
 fn graft_row(s: &SlotInfo, scope: String) -> Option<GraftTop> {
@@ -133,28 +133,24 @@ impl Daemon {
     }
 }
 
-/// The accounts of the users `viewer` may see: its own, or every one if it is privileged.
+/// The accounts of the users `viewer` may see (the kernel decides which).
 fn users(kernel: &Kernel, viewer: &Credentials) -> Vec<UserTop> {
-    let accounts = kernel.accounts();
-    accounts
-        .users()
+    kernel
+        .user_accounts(viewer)
         .into_iter()
-        .filter(|(uid, _)| viewer.privileged || *uid == viewer.uid)
-        .map(|(uid, usage)| {
-            let account = accounts.user(uid);
-            UserTop {
-                uid,
-                held: Resource::ALL
-                    .iter()
-                    .map(|&r| Held {
-                        resource: format!("{r:?}"),
-                        used: account.used(r),
-                        limit: account.limit(r),
-                    })
-                    .collect(),
-                cpu_ns: usage.cpu_ns,
-                work_ns: account.cpu_work_ns(),
-            }
+        .map(|a| UserTop {
+            uid: a.uid,
+            held: a
+                .held
+                .into_iter()
+                .map(|(r, used, limit)| Held {
+                    resource: format!("{r:?}"),
+                    used,
+                    limit,
+                })
+                .collect(),
+            cpu_ns: a.cpu_ns,
+            work_ns: a.work_ns,
         })
         .collect()
 }

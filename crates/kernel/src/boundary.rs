@@ -153,6 +153,41 @@ impl Kernel {
     pub fn block_group(&self, b: u64) -> u32 {
         self.fs.geometry().group_of(b)
     }
+
+    /// The accounts of the users `viewer` may see: its own, or every user's if it is
+    /// privileged (what one user holds says what it does, so it is not another's to read).
+    pub fn user_accounts(&self, viewer: &Credentials) -> Vec<UserAccount> {
+        let accounts = self.accounts();
+        accounts
+            .users()
+            .into_iter()
+            .filter(|(uid, _)| viewer.privileged || *uid == viewer.uid)
+            .map(|(uid, usage)| {
+                let account = accounts.user(uid);
+                UserAccount {
+                    uid,
+                    held: Resource::ALL
+                        .iter()
+                        .map(|&r| (r, account.used(r), account.limit(r)))
+                        .collect(),
+                    cpu_ns: usage.cpu_ns,
+                    work_ns: account.cpu_work_ns(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// One user's account as [`Kernel::user_accounts`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserAccount {
+    pub uid: u32,
+    /// Each resource: what the user holds and its limit.
+    pub held: Vec<(Resource, u64, u64)>,
+    /// CPU spent in the user's grafts, control calls and compiles.
+    pub cpu_ns: u64,
+    /// CPU the kernel's threads spent serving the user.
+    pub work_ns: u64,
 }
 
 impl Process {

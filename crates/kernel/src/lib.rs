@@ -55,6 +55,7 @@ macro_rules! internal {
 
 mod attrs;
 mod boundary;
+pub use boundary::UserAccount;
 mod cache_io;
 mod changes;
 mod error;

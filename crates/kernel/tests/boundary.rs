@@ -88,6 +88,19 @@ fn another_users_graft_details_are_hidden_by_the_kernel() {
 }
 
 #[test]
+fn a_user_sees_only_its_own_account_and_root_sees_every_one() {
+    let k = boot(LimitsConfig::default());
+    let (alice, bob) = (k.spawn(alice_cred()), k.spawn(bob_cred()));
+    let uids = |viewer: &Credentials| k.user_accounts(viewer).iter().map(|a| a.uid).collect::<Vec<_>>();
+    assert_eq!(uids(alice.credentials()), vec![1000]);
+    assert_eq!(uids(bob.credentials()), vec![1001]);
+    let all = uids(&Credentials::root());
+    assert!(all.contains(&1000) && all.contains(&1001), "{all:?}");
+    let mine = &k.user_accounts(alice.credentials())[0];
+    assert_eq!(mine.held.len(), Resource::ALL.len(), "{mine:?}");
+}
+
+#[test]
 fn tickets_of_another_users_process_or_of_a_user_are_refused() {
     let k = boot(LimitsConfig::default());
     let alice = k.spawn(alice_cred());
