@@ -32,13 +32,16 @@
 //! reach the kernel only through [`Kernel`] and [`Process`] calls, which check the caller's
 //! credentials and charge its accounts themselves: a rule that protects one user from another
 //! (what `top` and `graft list` show of other users' grafts, who sets whose CPU tickets, how
-//! many connections and blocking lock waits a user holds) is kept here, once, for every entry
-//! point. The subsystems (file system, page cache, I/O scheduler, lock manager, graft runtime)
-//! and the CPU scheduler are this crate's own: their accessors are `pub(crate)`, and public only with the cargo
-//! feature `internals`, which the simulator turns on to drive and inspect them (nothing else
-//! does; `crates/kernel/tests/boundary.rs` keeps it so). What front ends need of the lower
-//! crates is re-exported: types here, image tools in [`storage`]. The one privileged front end
-//! is the mount, which serves Linux's own permission checks: see [`Kernel::node_stat`].
+//! many connections and blocking lock waits a user holds, whose accounts a viewer may read)
+//! is kept here, once, for every entry point. The subsystems (file system, page cache, I/O
+//! scheduler, lock manager, graft runtime) and the CPU scheduler are this crate's own: their
+//! accessors are `pub(crate)`, and public only with the cargo feature `internals`, which the
+//! simulator turns on to drive and inspect them (nothing else does;
+//! `crates/kernel/tests/boundary.rs` keeps it so). What front ends need of the lower crates is
+//! re-exported: types here, image tools in [`storage`]. The one privileged front end is the
+//! mount, which serves Linux's own permission checks: see [`Kernel::node_stat`]. The account
+//! tree ([`Kernel::accounts`]) is still handed out whole: the daemon registers its connection
+//! threads with the CPU sampler through it, and tests read what is charged.
 
 #![forbid(unsafe_code)]
 

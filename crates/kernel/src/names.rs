@@ -315,6 +315,7 @@ impl Process {
         let fs = self.kernel().fs();
         self.acting(|| fs.link(src.ino, p.dir, &p.name))?;
         self.tell_changes(p.dir, &p.name, &[p.dir, src.ino]);
+        self.debug_check_locked(&[src.ino]);
         Ok(fs.stat(src.ino)?)
     }
 
@@ -425,6 +426,7 @@ impl Process {
         self.kernel()
             .events
             .unlinked(self, p.dir, &show(&p.name), victim.ino, &victim.stat);
+        self.debug_check_locked(&[victim.ino]);
         Ok(())
     }
 
