@@ -14,7 +14,6 @@
 use crate::dispatch::Session;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use vino_kernel::account::Resource;
 use vino_proto::{ErrorReply, MAX_FRAME, ProgramSetup, Request, Response};
@@ -215,10 +214,10 @@ fn attached(
     if vino_proto::write_frame(&mut *out.lock().unwrap(), &Response::Ok).is_err() {
         return;
     }
-    let (input, stdin) = sync_channel(INPUT_FRAMES);
+    let input = Arc::new(InputQueue::default());
     let stdio = Stdio {
-        stdin: Box::new(ChannelReader {
-            rx: stdin,
+        stdin: Box::new(QueueReader {
+            queue: input.clone(),
             pending: Vec::new(),
             at: 0,
         }),
@@ -233,7 +232,7 @@ fn attached(
         tty: [false; 3],
     };
     let exit = std::thread::scope(|s| {
-        s.spawn(|| client_frames(reader, watch, input, kill));
+        s.spawn(|| client_frames(reader, watch, &input, kill));
         let exit = program.run_in(process, setup, stdio, kill);
         // Ends the client-frame reader (it sees the end of the stream) and the connection.
         let _ = stream.shutdown(std::net::Shutdown::Read);
@@ -254,25 +253,23 @@ fn attached(
 
 /// The client's frames while its program runs: input, a kill, or the end of the connection
 /// (which kills the program too: nobody is left to read what it writes).
-fn client_frames(mut reader: impl Read, watch: &UnixStream, input: SyncSender<Vec<u8>>, kill: &KillSwitch) {
-    let mut input = Some(input);
+fn client_frames(mut reader: impl Read, watch: &UnixStream, input: &InputQueue, kill: &KillSwitch) {
     let mut buf = Vec::new();
     loop {
         let frame = vino_proto::read_frame(&mut reader, &mut buf, MAX_FRAME).and_then(|()| vino_proto::decode(&buf));
         match frame {
-            Ok(Request::Input { data }) if data.is_empty() => input = None,
+            Ok(Request::Input { data }) if data.is_empty() => input.end(),
             Ok(Request::Input { data }) => {
-                if let Some(tx) = &input
-                    && !queue(tx, data, watch)
-                {
+                if !input.push(data, watch) {
                     // The client hung up while its program's input was full.
+                    input.end();
                     kill.kill();
                     return;
                 }
             }
             Ok(_) | Err(_) => {
                 // A kill, something else (the program owns the connection), or the client gone.
-                drop(input.take());
+                input.end();
                 kill.kill();
                 if !matches!(frame, Ok(Request::Kill)) {
                     return;
@@ -282,19 +279,85 @@ fn client_frames(mut reader: impl Read, watch: &UnixStream, input: SyncSender<Ve
     }
 }
 
-/// Queues `data` for the program; while its queue is full, watches the client's end of the
-/// connection instead of reading it (it may not read ahead), so that a client that goes is
-/// still noticed. False if the client hung up; true once queued, or if the program no longer
-/// takes input.
-fn queue(tx: &SyncSender<Vec<u8>>, mut data: Vec<u8>, watch: &UnixStream) -> bool {
-    loop {
-        match tx.try_send(data) {
-            Ok(()) | Err(TrySendError::Disconnected(_)) => return true,
-            Err(TrySendError::Full(d)) => data = d,
+/// The program's standard input on its way from the client: at most [`INPUT_FRAMES`] frames
+/// queued, the client's connection read no further while it is full.
+#[derive(Default)]
+struct InputQueue {
+    state: parking_lot::Mutex<InputState>,
+    changed: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct InputState {
+    frames: std::collections::VecDeque<Vec<u8>>,
+    /// The client ended its input (or went).
+    ended: bool,
+    /// The program's end of it is gone: what comes is dropped.
+    closed: bool,
+}
+
+/// How often a full queue looks whether its client hung up.
+const HANGUP_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
+
+impl InputQueue {
+    /// Queues `data` for the program; while the queue is full, waits for room (woken at once
+    /// when the program takes a frame) and watches the client's end of the connection instead
+    /// of reading it (it may not read ahead), so that a client that goes is still noticed.
+    /// False if the client hung up; true once queued, or if the program no longer takes input.
+    fn push(&self, data: Vec<u8>, watch: &UnixStream) -> bool {
+        let mut s = self.state.lock();
+        while s.frames.len() >= INPUT_FRAMES && !s.closed {
+            if self.changed.wait_for(&mut s, HANGUP_CHECK).timed_out() && hung_up(watch, 0) {
+                return false;
+            }
         }
-        if hung_up(watch, 50) {
-            return false;
+        if !s.closed && !s.ended {
+            s.frames.push_back(data);
+            self.changed.notify_all();
         }
+        true
+    }
+
+    /// No more input: the program reads its end once the queue is drained.
+    fn end(&self) {
+        self.state.lock().ended = true;
+        self.changed.notify_all();
+    }
+
+    /// The next frame, waiting for one; `None` at the end.
+    fn pop(&self) -> Option<Vec<u8>> {
+        let mut s = self.state.lock();
+        loop {
+            if let Some(f) = s.frames.pop_front() {
+                self.changed.notify_all();
+                return Some(f);
+            }
+            if s.ended {
+                return None;
+            }
+            self.changed.wait(&mut s);
+        }
+    }
+
+    /// The next frame if one is queued (`Some(None)`: the end).
+    fn try_pop(&self) -> Option<Option<Vec<u8>>> {
+        let mut s = self.state.lock();
+        match s.frames.pop_front() {
+            Some(f) => {
+                self.changed.notify_all();
+                Some(Some(f))
+            }
+            None if s.ended => Some(None),
+            None => None,
+        }
+    }
+
+    /// The program is gone: queued frames are freed and a waiting client reader goes on.
+    fn close(&self) {
+        let mut s = self.state.lock();
+        s.closed = true;
+        s.frames.clear();
+        self.changed.notify_all();
     }
 }
 
@@ -313,20 +376,20 @@ fn hung_up(s: &UnixStream, ms: i32) -> bool {
 
 /// The program's standard input: the client's input frames, in order; the end when the client
 /// says so, goes, or the program is killed.
-struct ChannelReader {
-    rx: Receiver<Vec<u8>>,
+struct QueueReader {
+    queue: Arc<InputQueue>,
     pending: Vec<u8>,
     at: usize,
 }
 
-impl Read for ChannelReader {
+impl Read for QueueReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.at == self.pending.len() {
             // Nothing queued: the wait lasts until the client sends, so the program's worker
             // goes to other threads at once (vino_sched::blocking) instead of after two ticks.
-            let next = match self.rx.try_recv() {
-                Err(std::sync::mpsc::TryRecvError::Empty) => vino_kernel::blocking_wait(|| self.rx.recv().ok()),
-                got => got.ok(),
+            let next = match self.queue.try_pop() {
+                Some(got) => got,
+                None => vino_kernel::blocking_wait(|| self.queue.pop()),
             };
             match next {
                 Some(data) => (self.pending, self.at) = (data, 0),
@@ -337,6 +400,12 @@ impl Read for ChannelReader {
         buf[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
         self.at += n;
         Ok(n)
+    }
+}
+
+impl Drop for QueueReader {
+    fn drop(&mut self) {
+        self.queue.close();
     }
 }
 
