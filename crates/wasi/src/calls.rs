@@ -4,6 +4,7 @@
 
 use crate::Ctx;
 use crate::abi::{self, WasiErrno, event, fdflags, filetype, fstflags, oflags, rights, whence};
+use crate::dev::{self, Device, Node};
 use crate::fds::{Entry, File};
 use crate::guest::{Guest, Result};
 use std::io::{Read, Write};
@@ -152,7 +153,13 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     })?;
     l.func_wrap(m, "fd_sync", |mut c: C, fd: u32| sys(&mut c, |_, x| fd_sync(x, fd)))?;
     l.func_wrap(m, "fd_tell", |mut c: C, fd: u32, out: u32| {
-        sys(&mut c, |g, x| g.put_u64(out, x.fds.file(fd)?.pos))
+        sys(&mut c, |g, x| {
+            let pos = match x.fds.get(fd)? {
+                Entry::Device(_) => 0,
+                _ => x.fds.file(fd)?.pos,
+            };
+            g.put_u64(out, pos)
+        })
     })?;
     l.func_wrap(m, "fd_write", |mut c: C, fd: u32, iovs: u32, n: u32, out: u32| {
         sys(&mut c, |g, x| fd_write(g, x, fd, iovs, n, out))
@@ -171,6 +178,10 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
         "path_filestat_get",
         |mut c: C, fd: u32, flags: u32, path: u32, len: u32, out: u32| {
             sys(&mut c, |g, x| {
+                if let Entry::DevDir = x.fds.get(fd)? {
+                    let node = dev::lookup(&g.path(path, len)?, has_tty(x))?;
+                    return put_dev_filestat(g, out, node);
+                }
                 let (dir, path) = (dir(x, fd)?, g.path(path, len)?);
                 let st = x.process.stat_at(At::Beneath(dir), path, follows(flags))?;
                 put_filestat(g, out, &st)
@@ -372,7 +383,7 @@ fn monotonic() -> u64 {
     BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-fn random(buf: &mut [u8]) -> Result<()> {
+pub(crate) fn random(buf: &mut [u8]) -> Result<()> {
     let mut done = 0;
     while done < buf.len() {
         let rest = &mut buf[done..];
@@ -393,6 +404,10 @@ fn random(buf: &mut [u8]) -> Result<()> {
 
 /// The kernel descriptor of directory `fd`, the start of a path call.
 fn dir(x: &mut Ctx, fd: u32) -> Result<Fd> {
+    if let Entry::DevDir = x.fds.get(fd)? {
+        // Nothing in `/dev` is made, removed, renamed or linked, as for a user on Linux.
+        return Err(WasiErrno::ACCES);
+    }
     let f = x.fds.file(fd)?;
     if f.filetype != filetype::DIRECTORY {
         return Err(WasiErrno::NOTDIR);
@@ -412,7 +427,7 @@ fn fd_allocate(x: &mut Ctx, fd: u32, off: u64, len: u64) -> Result<()> {
 fn fd_close(x: &mut Ctx, fd: u32) -> Result<()> {
     match x.fds.remove(fd)? {
         Entry::File(f) => x.process.close(f.fd).map_err(Into::into),
-        Entry::Stdio(_) => Ok(()),
+        _ => Ok(()),
     }
 }
 
@@ -421,7 +436,7 @@ fn fd_sync(x: &mut Ctx, fd: u32) -> Result<()> {
         Entry::File(f) => x.process.fsync(f.fd).map_err(Into::into),
         Entry::Stdio(1) => x.stdio.stdout.flush().map_err(|_| WasiErrno::IO),
         Entry::Stdio(2) => x.stdio.stderr.flush().map_err(|_| WasiErrno::IO),
-        Entry::Stdio(_) => Ok(()),
+        _ => Ok(()),
     }
 }
 
@@ -438,6 +453,10 @@ fn fd_fdstat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<()
             let rw = if *i == 0 { rights::FD_READ } else { rights::FD_WRITE };
             (filetype::CHARACTER_DEVICE, 0, rw | seekable)
         }
+        Entry::DevDir => (filetype::DIRECTORY, 0, rights::ALL),
+        // A terminal has no seek or tell (isatty); the others seek, to nowhere, as on Linux.
+        Entry::Device(Device::Tty) => (filetype::CHARACTER_DEVICE, 0, rights::FD_READ | rights::FD_WRITE),
+        Entry::Device(_) => (filetype::CHARACTER_DEVICE, 0, rights::ALL),
     };
     g.bytes_mut(out, abi::FDSTAT_SIZE)?.fill(0);
     g.put_u8(out, kind)?;
@@ -447,6 +466,9 @@ fn fd_fdstat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<()
 }
 
 fn fd_fdstat_set_flags(x: &mut Ctx, fd: u32, flags: u32) -> Result<()> {
+    if let Entry::Device(_) | Entry::Stdio(_) = x.fds.get(fd)? {
+        return Ok(());
+    }
     let f = x.fds.file(fd)?;
     f.append = flags as u16 & fdflags::APPEND != 0;
     Ok(())
@@ -474,7 +496,24 @@ fn fd_filestat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<
             g.bytes_mut(out, abi::FILESTAT_SIZE)?.fill(0);
             g.put_u8(out + 16, filetype::CHARACTER_DEVICE)
         }
+        Entry::DevDir => put_dev_filestat(g, out, Node::Dir),
+        &Entry::Device(d) => put_dev_filestat(g, out, Node::Device(d)),
     }
+}
+
+/// A `/dev` node's filestat: on `/dev`'s own device, its inode number its Linux device
+/// number (see `dev::ino`).
+fn put_dev_filestat(g: &mut Guest<'_>, out: u32, node: Node) -> Result<()> {
+    g.bytes_mut(out, abi::FILESTAT_SIZE)?.fill(0);
+    g.put_u64(out, dev::FS_DEV)?;
+    g.put_u64(out + 8, dev::ino(node))?;
+    g.put_u8(out + 16, dev::filetype(node))?;
+    g.put_u64(out + 24, if node == Node::Dir { 2 } else { 1 })
+}
+
+/// Whether the program has a terminal (its standard input or output is one): `/dev/tty`.
+fn has_tty(x: &Ctx) -> bool {
+    x.stdio.tty[0] || x.stdio.tty[1]
 }
 
 fn fd_filestat_set_size(x: &mut Ctx, fd: u32, size: u64) -> Result<()> {
@@ -535,12 +574,20 @@ fn pwrite_iovs(g: &Guest<'_>, x: &Ctx, kfd: Fd, iovs: u32, n: u32, off: u64) -> 
 }
 
 fn fd_pread(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, off: u64, out: u32) -> Result<()> {
+    if let &Entry::Device(d) = x.fds.get(fd)? {
+        let done = device_read(g, x, d, iovs, n)?;
+        return g.put_u32(out, done as u32);
+    }
     let kfd = seekable(x, fd)?.fd;
     let done = pread_iovs(g, x, kfd, iovs, n, off)?;
     g.put_u32(out, done as u32)
 }
 
 fn fd_pwrite(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, off: u64, out: u32) -> Result<()> {
+    if let &Entry::Device(d) = x.fds.get(fd)? {
+        let done = device_write(g, x, d, iovs, n)?;
+        return g.put_u32(out, done as u32);
+    }
     let kfd = seekable(x, fd)?.fd;
     let done = pwrite_iovs(g, x, kfd, iovs, n, off)?;
     g.put_u32(out, done as u32)
@@ -552,28 +599,31 @@ fn seekable(x: &mut Ctx, fd: u32) -> Result<&mut File> {
         Entry::Stdio(_) => Err(WasiErrno::SPIPE),
         Entry::File(f) if f.filetype == filetype::DIRECTORY => Err(WasiErrno::ISDIR),
         Entry::File(f) => Ok(f),
+        Entry::DevDir => Err(WasiErrno::ISDIR),
+        Entry::Device(_) => Err(WasiErrno::BADF),
+    }
+}
+
+/// The name a preopened directory is seen by.
+fn preopen_name(x: &Ctx, fd: u32) -> Result<&[u8]> {
+    match x.fds.get(fd)? {
+        Entry::File(File {
+            preopen: Some(name), ..
+        }) => Ok(name),
+        Entry::DevDir => Ok(dev::DIR_NAME),
+        _ => Err(WasiErrno::BADF),
     }
 }
 
 fn fd_prestat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<()> {
     // wasi-libc asks for descriptors 3, 4, ... until EBADF: that ends its list of preopens.
-    let Ok(Entry::File(File {
-        preopen: Some(name), ..
-    })) = x.fds.get(fd)
-    else {
-        return Err(WasiErrno::BADF);
-    };
+    let name = preopen_name(x, fd)?;
     g.put_u32(out, 0)?; // tag: a directory
     g.put_u32(out + 4, name.len() as u32)
 }
 
 fn fd_prestat_dir_name(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, path: u32, len: u32) -> Result<()> {
-    let Ok(Entry::File(File {
-        preopen: Some(name), ..
-    })) = x.fds.get(fd)
-    else {
-        return Err(WasiErrno::BADF);
-    };
+    let name = preopen_name(x, fd)?;
     if (len as usize) < name.len() {
         return Err(WasiErrno::NAMETOOLONG);
     }
@@ -582,15 +632,10 @@ fn fd_prestat_dir_name(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, path: u32, len: 
 
 fn fd_read(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32) -> Result<()> {
     let done = match x.fds.get(fd)? {
-        Entry::Stdio(0) => {
-            // One read of the stream into the first buffer with room, as a pipe read returns.
-            let Some((buf, len)) = g.iovecs(iovs, n)?.into_iter().find(|&(_, len)| len > 0) else {
-                return g.put_u32(out, 0);
-            };
-            let got = x.stdio.stdin.read(g.bytes_mut(buf, len)?).map_err(|_| WasiErrno::IO)?;
-            got as u64
-        }
+        Entry::Stdio(0) => stdin_read(g, x, iovs, n)?,
         Entry::Stdio(_) => return Err(WasiErrno::BADF),
+        Entry::DevDir => return Err(WasiErrno::ISDIR),
+        &Entry::Device(d) => device_read(g, x, d, iovs, n)?,
         Entry::File(f) if f.filetype == filetype::DIRECTORY => return Err(WasiErrno::ISDIR),
         Entry::File(f) => {
             let (kfd, pos) = (f.fd, f.pos);
@@ -602,22 +647,73 @@ fn fd_read(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32)
     g.put_u32(out, done as u32)
 }
 
+/// One read of the standard input into the first buffer with room, as a pipe read returns.
+fn stdin_read(g: &mut Guest<'_>, x: &mut Ctx, iovs: u32, n: u32) -> Result<u64> {
+    let Some((buf, len)) = g.iovecs(iovs, n)?.into_iter().find(|&(_, len)| len > 0) else {
+        return Ok(0);
+    };
+    let got = x.stdio.stdin.read(g.bytes_mut(buf, len)?).map_err(|_| WasiErrno::IO)?;
+    Ok(got as u64)
+}
+
+/// Writes every buffer to standard stream `i` (1 or 2).
+fn stream_write(g: &Guest<'_>, x: &mut Ctx, i: u8, iovs: u32, n: u32) -> Result<u64> {
+    let stream = if i == 1 {
+        &mut x.stdio.stdout
+    } else {
+        &mut x.stdio.stderr
+    };
+    let mut done = 0u64;
+    for (buf, len) in g.iovecs(iovs, n)? {
+        stream.write_all(g.bytes(buf, len)?).map_err(|_| WasiErrno::IO)?;
+        done += u64::from(len);
+    }
+    Ok(done)
+}
+
+/// A read of a device: the terminal is the standard input when that is one; the others fill
+/// the program's buffers in place (nothing is held for them however large they are).
+fn device_read(g: &mut Guest<'_>, x: &mut Ctx, d: Device, iovs: u32, n: u32) -> Result<u64> {
+    if d == Device::Tty {
+        return if x.stdio.tty[0] {
+            stdin_read(g, x, iovs, n)
+        } else {
+            Err(WasiErrno::BADF)
+        };
+    }
+    let mut done = 0u64;
+    for (buf, len) in g.iovecs(iovs, n)? {
+        let got = dev::read(d, g.bytes_mut(buf, len)?)?;
+        done += got as u64;
+        if got < len as usize {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// A write to a device: the terminal's goes to whichever of standard output and error is it.
+fn device_write(g: &mut Guest<'_>, x: &mut Ctx, d: Device, iovs: u32, n: u32) -> Result<u64> {
+    if d == Device::Tty {
+        let Some(i) = [1u8, 2].into_iter().find(|&i| x.stdio.tty[i as usize]) else {
+            return Err(WasiErrno::BADF);
+        };
+        return stream_write(g, x, i, iovs, n);
+    }
+    let mut len = 0u64;
+    for (buf, l) in g.iovecs(iovs, n)? {
+        g.bytes(buf, l)?; // a bad buffer is EFAULT even where nothing is written
+        len += u64::from(l);
+    }
+    dev::write(d, len)
+}
+
 fn fd_write(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32) -> Result<()> {
     let done = match x.fds.get(fd)? {
-        &Entry::Stdio(i @ (1 | 2)) => {
-            let stream = if i == 1 {
-                &mut x.stdio.stdout
-            } else {
-                &mut x.stdio.stderr
-            };
-            let mut done = 0u64;
-            for (buf, len) in g.iovecs(iovs, n)? {
-                stream.write_all(g.bytes(buf, len)?).map_err(|_| WasiErrno::IO)?;
-                done += u64::from(len);
-            }
-            done
-        }
+        &Entry::Stdio(i @ (1 | 2)) => stream_write(g, x, i, iovs, n)?,
         Entry::Stdio(_) => return Err(WasiErrno::BADF),
+        Entry::DevDir => return Err(WasiErrno::ISDIR),
+        &Entry::Device(d) => device_write(g, x, d, iovs, n)?,
         Entry::File(f) if f.filetype == filetype::DIRECTORY => return Err(WasiErrno::ISDIR),
         Entry::File(f) => {
             let (kfd, append) = (f.fd, f.append);
@@ -636,17 +732,25 @@ fn fd_write(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32
 /// entry's position in the directory plus one (0: the start), so a listing continues where it
 /// left off however the directory changed, and nothing is kept between calls.
 fn fd_readdir(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, buf: u32, len: u32, cookie: u64, out: u32) -> Result<()> {
+    if let Entry::DevDir = x.fds.get(fd)? {
+        let used = dev_readdir(g.bytes_mut(buf, len)?, has_tty(x), cookie);
+        return g.put_u32(out, used as u32);
+    }
     let f = x.fds.file(fd)?;
     if f.filetype != filetype::DIRECTORY {
         return Err(WasiErrno::NOTDIR);
     }
     let kfd = f.fd;
+    let root = shows_dev(x, kfd)?;
     let region = g.bytes_mut(buf, len)?;
-    let (mut used, mut from) = (0usize, cookie);
-    while used < region.len() {
+    let (mut used, mut from, mut listed) = (0usize, cookie, cookie == DEV_COOKIE);
+    while used < region.len() && !listed {
         // A page no bigger than the room left: each entry's cost is its record's size.
         let page = x.process.readdir_page_fd(kfd, from, region.len() - used)?;
         for (pos, e) in &page.entries {
+            if root && e.name == b"dev" {
+                continue;
+            }
             used += put_dirent(&mut region[used..], pos + 1, e);
             if used == region.len() {
                 break;
@@ -654,10 +758,56 @@ fn fd_readdir(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, buf: u32, len: u32, cooki
         }
         match page.next {
             Some(next) => from = next,
-            None => break,
+            None => listed = true,
         }
     }
+    if root && cookie != DEV_COOKIE && listed && used < region.len() {
+        used += put_dirent(&mut region[used..], DEV_COOKIE, &dev_entry(b"dev", Node::Dir));
+    }
     g.put_u32(out, used as u32)
+}
+
+/// Whether directory `kfd` is the program's `/` while it has `/dev`: its listing shows the
+/// `/dev` the program is given (not the disk's own, if it has one).
+fn shows_dev(x: &Ctx, kfd: Fd) -> Result<bool> {
+    let Some(root) = x.fds.preopen_named(b"/").filter(|_| x.fds.has_dev()) else {
+        return Ok(false);
+    };
+    Ok(root == kfd || x.process.fstat(root)?.ino == x.process.fstat(kfd)?.ino)
+}
+
+/// The cookie after the root's `dev` entry, its last.
+const DEV_COOKIE: u64 = u64::MAX;
+
+/// A `/dev` node as a directory entry.
+fn dev_entry(name: &[u8], node: Node) -> vino_kernel::DirEntry {
+    vino_kernel::DirEntry {
+        name: name.to_vec(),
+        ino: dev::ino(node),
+        kind: if node == Node::Dir {
+            vino_kernel::FileType::Directory
+        } else {
+            vino_kernel::FileType::CharDevice
+        },
+    }
+}
+
+/// `/dev`'s entries from `cookie` on (`.`, `..`, then its names) into `region`: the bytes used.
+fn dev_readdir(region: &mut [u8], tty: bool, cookie: u64) -> usize {
+    let dots = [(&b"."[..], Node::Dir), (&b".."[..], Node::Dir)];
+    let mut used = 0;
+    for (i, (name, node)) in dots
+        .into_iter()
+        .chain(dev::names(tty))
+        .enumerate()
+        .skip(cookie as usize)
+    {
+        if used == region.len() {
+            break;
+        }
+        used += put_dirent(&mut region[used..], i as u64 + 1, &dev_entry(name, node));
+    }
+    used
 }
 
 /// Writes as much of `e`'s record as fits in `to`; the bytes written.
@@ -683,6 +833,14 @@ fn fd_renumber(x: &mut Ctx, from: u32, to: u32) -> Result<()> {
 }
 
 fn fd_seek(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, off: i64, wh: u32, out: u32) -> Result<()> {
+    if let Entry::Device(d) = x.fds.get(fd)? {
+        // A device has no position: every seek lands at 0, as Linux's do (a terminal's: ESPIPE).
+        return if *d == Device::Tty {
+            Err(WasiErrno::SPIPE)
+        } else {
+            g.put_u64(out, 0)
+        };
+    }
     let (kfd, pos) = {
         let f = seekable(x, fd)?;
         (f.fd, f.pos)
@@ -703,6 +861,9 @@ fn fd_seek(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, off: i64, wh: u32, out: u32)
 }
 
 fn path_open(x: &mut Ctx, fd: u32, dirflags: u32, path: &[u8], of: u16, base: u64, fdf: u16) -> Result<u32> {
+    if let Entry::DevDir = x.fds.get(fd)? {
+        return dev_open(x, path, of);
+    }
     let dir = dir(x, fd)?;
     let directory = of & oflags::DIRECTORY != 0;
     let write = !directory && base & (rights::FD_WRITE | rights::FD_ALLOCATE | rights::FD_FILESTAT_SET_SIZE) != 0;
@@ -748,6 +909,25 @@ fn path_open(x: &mut Ctx, fd: u32, dirflags: u32, path: &[u8], of: u16, base: u6
     x.fds.insert(entry).inspect_err(|_| {
         let _ = x.process.close(kfd);
     })
+}
+
+/// Opens a name under `/dev`: a device, a standard stream again, or `/dev` itself. A name it
+/// does not hold is `ENOENT`, or `EACCES` to create (nobody makes files there).
+fn dev_open(x: &mut Ctx, path: &[u8], of: u16) -> Result<u32> {
+    let node = match dev::lookup(path, has_tty(x)) {
+        Err(WasiErrno::NOENT) if of & oflags::CREAT != 0 => return Err(WasiErrno::ACCES),
+        other => other?,
+    };
+    if of & (oflags::CREAT | oflags::EXCL) == oflags::CREAT | oflags::EXCL {
+        return Err(WasiErrno::EXIST);
+    }
+    let entry = match node {
+        Node::Dir => Entry::DevDir,
+        _ if of & oflags::DIRECTORY != 0 => return Err(WasiErrno::NOTDIR),
+        Node::Device(d) => Entry::Device(d),
+        Node::Stream(i) => Entry::Stdio(i),
+    };
+    x.fds.insert(entry)
 }
 
 // ---- waiting ---------------------------------------------------------------------------------

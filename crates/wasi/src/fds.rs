@@ -11,6 +11,10 @@ pub enum Entry {
     /// 0, 1, 2: the runner's streams.
     Stdio(u8),
     File(File),
+    /// `/dev` (see `dev`).
+    DevDir,
+    /// A device of `/dev` served without the file system.
+    Device(crate::dev::Device),
 }
 
 /// A kernel file open for the program.
@@ -71,7 +75,7 @@ impl FdTable {
     pub fn file(&mut self, fd: u32) -> Result<&mut File, WasiErrno> {
         match self.get_mut(fd)? {
             Entry::File(f) => Ok(f),
-            Entry::Stdio(_) => Err(WasiErrno::BADF),
+            _ => Err(WasiErrno::BADF),
         }
     }
 
@@ -93,6 +97,19 @@ impl FdTable {
         Ok(self.slots[to as usize].replace(e))
     }
 
+    /// Whether `/dev` was given (it may have been closed since; then the root lists none).
+    pub fn has_dev(&self) -> bool {
+        self.slots.iter().any(|e| matches!(e, Some(Entry::DevDir)))
+    }
+
+    /// The kernel descriptor of the preopened directory seen as `name`.
+    pub fn preopen_named(&self, name: &[u8]) -> Option<Fd> {
+        self.slots.iter().find_map(|e| match e {
+            Some(Entry::File(f)) if f.preopen.as_deref() == Some(name) => Some(f.fd),
+            _ => None,
+        })
+    }
+
     /// Every kernel descriptor still open, for the process's exit.
     pub fn drain(&mut self) -> Vec<Fd> {
         self.slots
@@ -100,7 +117,7 @@ impl FdTable {
             .flatten()
             .filter_map(|e| match e {
                 Entry::File(f) => Some(f.fd),
-                Entry::Stdio(_) => None,
+                _ => None,
             })
             .collect()
     }

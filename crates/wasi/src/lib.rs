@@ -19,6 +19,7 @@
 
 mod abi;
 mod calls;
+mod dev;
 mod disk_cache;
 mod fds;
 mod guest;
@@ -277,7 +278,7 @@ impl ResourceLimiter for MemoryLimits {
 }
 
 /// The descriptor table a program starts with: its standard streams, then `dirs` (or the
-/// root as `/`) opened with its credentials. On an error, the table opened so far comes back
+/// root as `/`) opened with its credentials, then `/dev`. On an error, the table opened so far comes back
 /// to be closed.
 fn preopen(process: &vino_kernel::Process, dirs: &[Dir]) -> Result<fds::FdTable, (RunError, fds::FdTable)> {
     let root = [Dir::parse("/")];
@@ -302,6 +303,17 @@ fn preopen(process: &vino_kernel::Process, dirs: &[Dir]) -> Result<fds::FdTable,
             }
             Err(error) => return Err((RunError::Dir { path, error }, fds)),
         }
+    }
+    // `/dev` beside them, unless the runner gave a directory by that name.
+    if !dirs.iter().any(|d| d.name == dev::DIR_NAME) && fds.insert(fds::Entry::DevDir).is_err() {
+        let error = vino_kernel::SysError::new(vino_kernel::Errno::MFile, "too many directories");
+        return Err((
+            RunError::Dir {
+                path: "/dev".into(),
+                error,
+            },
+            fds,
+        ));
     }
     Ok(fds)
 }

@@ -132,6 +132,6 @@ fn kernel_point(x: &mut Ctx, point: &str) -> Result<String> {
     let fd: u32 = fd.parse().map_err(|_| WasiErrno::INVAL)?;
     match x.fds.get(fd)? {
         Entry::File(f) => Ok(format!("{base}/{}", f.fd)),
-        Entry::Stdio(_) => Err(WasiErrno::BADF),
+        _ => Err(WasiErrno::BADF),
     }
 }

@@ -909,3 +909,66 @@ fn fd_readdir_lists_every_lasting_entry_once_under_another_users_churn() {
     assert_nothing_held(k);
     b.fsck();
 }
+
+/// What `dev.c` prints when it has no terminal; `root` is how `ls /` ends (the program's root
+/// lists `dev` after its own names).
+fn dev_expected(root: &str) -> String {
+    let zero = 1 << 20;
+    format!(
+        "null: wrote 9 read 0\n\
+         zero: read {zero} zeros {zero}\n\
+         full: write -1 No space left on device\n\
+         urandom: read 64 mixed\n\
+         stat /dev/null: chr ino 259\n\
+         stat /dev/zero: chr ino 261\n\
+         stat /dev/full: chr ino 263\n\
+         stat /dev/random: chr ino 264\n\
+         stat /dev/urandom: chr ino 265\n\
+         stat /dev: dir ino 1\n\
+         stat /dev/tty: No such file or directory\n\
+         stat /dev/sda: No such file or directory\n\
+         stdin: 6 hello\n\n\
+         stdout: through /dev/stdout\n\
+         create: Permission denied\n\
+         dotdot: No such file or directory\n\
+         unlink: Permission denied\n\
+         mkdir: Permission denied\n\
+         list /dev: . .. full null random stderr stdin stdout urandom zero\n\
+         list /: {root}\n"
+    )
+}
+
+#[test]
+fn dev_holds_the_devices_and_leads_nowhere_else() {
+    let b = boot();
+    let k = &b.kernel;
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/data", 0o755).unwrap();
+    // A disk's own /dev is not the program's: its listing of `/` shows one `dev`, the given one.
+    root.mkdir("/dev", 0o755).unwrap();
+    let fd = root.open("/dev/sda", vino_kernel::OpenFlags::create()).unwrap();
+    root.close(fd).unwrap();
+    k.exit(root.pid());
+    let program = Program::compile(&build("dev"), ProgramLimits::default()).unwrap();
+    let run = |dirs: &[&str]| {
+        let setup = Setup {
+            args: strings(&["dev"]),
+            dirs: dirs.iter().map(|d| Dir::parse(d)).collect(),
+            ..Setup::default()
+        };
+        let user = Credentials::user(1000, 1000);
+        run_set_up(k, &program, user, setup, b"hello\n", &program.kill_switch()).unwrap()
+    };
+    // The whole file system.
+    let r = run(&[]);
+    assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+    assert_eq!(r.out, dev_expected(". .. data dev lost+found"));
+    // Confined to /data seen as itself, and as `/`: /dev all the same, and nothing more.
+    let r = run(&["/data"]);
+    assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+    assert_eq!(r.out, dev_expected("Capabilities insufficient"));
+    let r = run(&["/data::/"]);
+    assert_eq!(r.out, dev_expected(". .. dev"));
+    assert_nothing_held(k);
+    b.fsck();
+}
