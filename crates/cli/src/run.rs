@@ -117,7 +117,7 @@ const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Sends the program to the daemon, which runs it with this user's credentials; forwards the
 /// standard streams both ways and a Ctrl-C as a kill.
 fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let signals = block_signals()?;
     if a.memory.is_some() {
         bail!("--memory applies to --image; the daemon's program_memory sets it there");
@@ -129,6 +129,7 @@ fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
         env: s.env,
         dirs: s.dirs.into_iter().map(|d| (d.path, d.name)).collect(),
         cwd: s.cwd,
+        tty: Stdio::terminals(),
     };
     let client = crate::remote::connect(a.socket.clone())?;
     if a.detach {
@@ -143,23 +144,7 @@ fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
         .with_context(|| a.program.display().to_string())?;
     let control = running.control();
     let input = control.clone();
-    std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(n) if n > 0 => {
-                    if input.input(&buf[..n]).is_err() {
-                        return;
-                    }
-                }
-                _ => {
-                    let _ = input.input(&[]);
-                    return;
-                }
-            }
-        }
-    });
+    std::thread::spawn(move || input.forward_input(&mut std::io::stdin().lock()));
     let signalled = Arc::new(AtomicI32::new(0));
     let seen = signalled.clone();
     std::thread::spawn(move || {

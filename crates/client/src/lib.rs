@@ -966,6 +966,22 @@ impl ProgramControl {
         Ok(())
     }
 
+    /// Sends everything `src` holds as the program's standard input, then its end (also if
+    /// `src` fails). Each frame carries what `src` has at once, up to [`MAX_DATA`]: a fast pipe
+    /// goes in large frames, a line typed at a terminal at once.
+    pub fn forward_input(&self, src: &mut (impl std::io::Read + std::os::fd::AsRawFd)) -> Result<()> {
+        let mut buf = vec![0u8; MAX_DATA];
+        loop {
+            let (n, end) = gather(src, &mut buf);
+            if n > 0 {
+                self.input(&buf[..n])?;
+            }
+            if end {
+                return self.input(&[]);
+            }
+        }
+    }
+
     /// Kills the program.
     pub fn kill(&self) -> Result<()> {
         let mut w = self
@@ -973,6 +989,28 @@ impl ProgramControl {
             .lock()
             .map_err(|_| ClientError::from(std::io::Error::other("writer")))?;
         Ok(vino_proto::write_frame(&mut *w, &Request::Kill)?)
+    }
+}
+
+/// Reads `src` into `buf`: one read, which waits, then more while more is there at once. The
+/// bytes read, and whether `src` ended (or failed).
+fn gather(src: &mut (impl std::io::Read + std::os::fd::AsRawFd), buf: &mut [u8]) -> (usize, bool) {
+    let mut n = 0;
+    loop {
+        match src.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => return (n, true),
+            Ok(got) => n += got,
+        }
+        let mut p = nix::libc::pollfd {
+            fd: src.as_raw_fd(),
+            events: nix::libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call's duration; the descriptor is borrowed, open.
+        let ready = unsafe { nix::libc::poll(&raw mut p, 1, 0) } == 1;
+        if n == buf.len() || !ready {
+            return (n, false);
+        }
     }
 }
 
@@ -987,6 +1025,9 @@ impl Client {
             detach: false,
         };
         expect!(self.call(&req)?, Response::Ok => ())?;
+        // Room for a frame or two of input in the socket, so that a send seldom waits for the
+        // daemon's next read (the kernel caps it at net.core.wmem_max).
+        let _ = nix::sys::socket::setsockopt(&self.stream, nix::sys::socket::sockopt::SndBuf, &(2 << 20));
         let writer = std::sync::Arc::new(std::sync::Mutex::new(self.stream.try_clone()?));
         Ok(RunningProgram { client: self, writer })
     }

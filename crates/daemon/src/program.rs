@@ -157,6 +157,7 @@ pub(crate) fn run(
     let uid = cred.uid;
     let process = kernel.spawn(cred);
     let pid = process.pid();
+    let tty = setup.tty;
     let setup = Setup {
         args: setup.args,
         env: setup.env,
@@ -192,7 +193,7 @@ pub(crate) fn run(
             let _ = program.run_in(process, setup, stdio, &kill);
         }
     } else {
-        attached(stream, reader, &watch, out, &program, process, setup, &kill);
+        attached(stream, reader, &watch, out, &program, process, (setup, tty), &kill);
     }
     daemon.programs.lock().remove(&pid);
     kernel.exit(pid);
@@ -207,17 +208,21 @@ fn attached(
     out: UnixStream,
     program: &Program,
     process: Arc<vino_kernel::Process>,
-    setup: Setup,
+    (setup, tty): (Setup, [bool; 3]),
     kill: &KillSwitch,
 ) {
-    let out = Arc::new(Mutex::new(out));
-    if vino_proto::write_frame(&mut *out.lock().unwrap(), &Response::Ok).is_err() {
+    // Room for a batch or two in the socket, so that a send seldom waits for the client's
+    // next read (the kernel caps it at net.core.wmem_max; bounded either way).
+    let _ = nix::sys::socket::setsockopt(&out, nix::sys::socket::sockopt::SndBuf, &SOCKET_BUFFER);
+    let out = Arc::new(Output::new(out));
+    if out.send(&Response::Ok, true).is_err() {
         return;
     }
     let input = Arc::new(InputQueue::default());
     let stdio = Stdio {
         stdin: Box::new(QueueReader {
             queue: input.clone(),
+            output: out.clone(),
             pending: Vec::new(),
             at: 0,
         }),
@@ -229,11 +234,14 @@ fn attached(
             out: out.clone(),
             stream: 2,
         }),
-        tty: [false; 3],
+        tty,
     };
+    let ended = std::sync::atomic::AtomicBool::new(false);
     let exit = std::thread::scope(|s| {
         s.spawn(|| client_frames(reader, watch, &input, kill));
+        s.spawn(|| out.linger(&ended));
         let exit = program.run_in(process, setup, stdio, kill);
+        ended.store(true, std::sync::atomic::Ordering::Release);
         // Ends the client-frame reader (it sees the end of the stream) and the connection.
         let _ = stream.shutdown(std::net::Shutdown::Read);
         exit
@@ -248,7 +256,7 @@ fn attached(
         },
         Err(e) => Response::Error(ErrorReply::new(e.errno(), e.to_string())),
     };
-    let _ = vino_proto::write_frame(&mut *out.lock().unwrap(), &answer);
+    let _ = out.send(&answer, true);
 }
 
 /// The client's frames while its program runs: input, a kill, or the end of the connection
@@ -378,6 +386,8 @@ fn hung_up(s: &UnixStream, ms: i32) -> bool {
 /// says so, goes, or the program is killed.
 struct QueueReader {
     queue: Arc<InputQueue>,
+    /// Sent before the program waits for input (a prompt shows before its answer is awaited).
+    output: Arc<Output>,
     pending: Vec<u8>,
     at: usize,
 }
@@ -389,7 +399,10 @@ impl Read for QueueReader {
             // goes to other threads at once (vino_sched::blocking) instead of after two ticks.
             let next = match self.queue.try_pop() {
                 Some(got) => got,
-                None => vino_kernel::blocking_wait(|| self.queue.pop()),
+                None => {
+                    let _ = self.output.flush();
+                    vino_kernel::blocking_wait(|| self.queue.pop())
+                }
             };
             match next {
                 Some(data) => (self.pending, self.at) = (data, 0),
@@ -409,9 +422,87 @@ impl Drop for QueueReader {
     }
 }
 
+/// What a program writes, on its way to the client: frames gathered into one buffer (so one
+/// send carries many of the program's writes) and sent once it holds [`OUTPUT_BATCH`] bytes,
+/// when the program writes to its standard error, before it waits for input, at its end, and
+/// by [`Output::linger`] otherwise, so nothing waits long. A client that does not read holds
+/// up the program's next send, never the daemon's memory: the buffer is bounded.
+struct Output {
+    state: Mutex<OutputState>,
+}
+
+struct OutputState {
+    stream: UnixStream,
+    frames: Vec<u8>,
+}
+
+/// Bytes of output gathered before they are sent.
+const OUTPUT_BATCH: usize = 256 << 10;
+
+/// The send buffer a program's connection asks for.
+const SOCKET_BUFFER: usize = 2 << 20;
+
+/// Longest a program's output waits in the buffer.
+const OUTPUT_LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+
+impl Output {
+    fn new(stream: UnixStream) -> Output {
+        Output {
+            state: Mutex::new(OutputState {
+                stream,
+                frames: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> io::Result<std::sync::MutexGuard<'_, OutputState>> {
+        self.state
+            .lock()
+            .map_err(|_| io::Error::other("the connection's writer"))
+    }
+
+    /// Queues `msg`; sends what is gathered if `now` or once there is enough.
+    fn send(&self, msg: &Response, now: bool) -> io::Result<()> {
+        let mut s = self.lock()?;
+        vino_proto::encode_into(msg, &mut s.frames);
+        if now || s.frames.len() >= OUTPUT_BATCH {
+            s.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.lock()?.flush()
+    }
+
+    /// Sends what is gathered every [`OUTPUT_LINGER`] until `done`.
+    fn linger(&self, done: &std::sync::atomic::AtomicBool) {
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            std::thread::sleep(OUTPUT_LINGER);
+            if self.flush().is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl OutputState {
+    fn flush(&mut self) -> io::Result<()> {
+        if self.frames.is_empty() {
+            return Ok(());
+        }
+        let sent = self.stream.write_all(&self.frames);
+        self.frames.clear();
+        if self.frames.capacity() > 2 * OUTPUT_BATCH + vino_proto::MAX_DATA {
+            self.frames = Vec::new();
+        }
+        sent
+    }
+}
+
 /// The program's standard output or error: each write a frame to the client.
 struct FrameWriter {
-    out: Arc<Mutex<UnixStream>>,
+    out: Arc<Output>,
     stream: u8,
 }
 
@@ -422,15 +513,11 @@ impl Write for FrameWriter {
             stream: self.stream,
             data: buf[..n].to_vec(),
         };
-        let mut out = self
-            .out
-            .lock()
-            .map_err(|_| io::Error::other("the connection's writer"))?;
-        vino_proto::write_frame(&mut *out, &frame)?;
+        self.out.send(&frame, self.stream == 2)?;
         Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        self.out.flush()
     }
 }

@@ -30,6 +30,15 @@ pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
     out
 }
 
+/// Encodes `msg` as a whole frame at the end of `out` (for a writer that sends several at once).
+pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    *out = postcard::to_extend(msg, std::mem::take(out)).expect("encoding into a Vec cannot fail");
+    let len = u32::try_from(out.len() - start - 4).expect("a message under 4 GiB");
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
 /// Decodes a frame's payload.
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
     postcard::from_bytes(payload).map_err(|e| FrameError::Decode(e.to_string()))

@@ -27,7 +27,7 @@ mod poll;
 mod types;
 
 pub use frame::{
-    FrameError, ModuleFor, ModuleHead, decode, encode, module_head, read_frame, read_frame_after_header,
+    FrameError, ModuleFor, ModuleHead, decode, encode, encode_into, module_head, read_frame, read_frame_after_header,
     read_frame_watching, write_frame,
 };
 pub use poll::{Polled, SPIN, poll_until_readable, spin_until_readable};
@@ -40,8 +40,9 @@ use serde::{Deserialize, Serialize};
 /// `generation`, the new [`FileKind`]s (a version-1 peer would misread each of them). Version 3:
 /// [`Request::Run`] with a [`ProgramSetup`], and a program's memory in [`ProcessTop`]. Version 4:
 /// the daemon's FUSE mounts and their transports in [`Top`]. Version 5: directories listed in
-/// pages ([`Response::Entries`] with a cookie), never whole.
-pub const VERSION: u32 = 5;
+/// pages ([`Response::Entries`] with a cookie), never whole. Version 6: [`ProgramSetup`] says
+/// which of the client's standard streams are terminals.
+pub const VERSION: u32 = 6;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
 /// Largest in-band data of one read, write or graft-memory request.

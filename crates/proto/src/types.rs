@@ -268,6 +268,9 @@ pub struct ProgramSetup {
     pub dirs: Vec<(Vec<u8>, Vec<u8>)>,
     /// Its working directory; none: `/`.
     pub cwd: Option<Vec<u8>>,
+    /// Whether the client's standard input, output and error are terminals: the program's
+    /// `isatty` (so its buffering) and its `/dev/tty`.
+    pub tty: [bool; 3],
 }
 
 impl ProgramSetup {

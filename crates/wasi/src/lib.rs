@@ -166,14 +166,19 @@ pub struct Stdio {
 impl Stdio {
     /// The runner's own standard streams.
     pub fn inherit() -> Stdio {
-        // SAFETY: isatty only inspects the descriptor number.
-        let tty = |fd| unsafe { libc::isatty(fd) == 1 };
         Stdio {
             stdin: Box::new(std::io::stdin()),
             stdout: Box::new(std::io::stdout()),
             stderr: Box::new(std::io::stderr()),
-            tty: [tty(0), tty(1), tty(2)],
+            tty: Stdio::terminals(),
         }
+    }
+
+    /// Which of the runner's standard streams are terminals.
+    pub fn terminals() -> [bool; 3] {
+        // SAFETY: isatty only inspects the descriptor number.
+        let tty = |fd| unsafe { libc::isatty(fd) == 1 };
+        [tty(0), tty(1), tty(2)]
     }
 }
 
