@@ -312,6 +312,65 @@ fn a_client_that_floods_a_program_that_never_reads_and_goes_leaves_nothing() {
     d.wait_processes(0);
 }
 
+#[test]
+fn stdin_arrives_whole_and_in_order_and_a_program_that_ignores_it_still_ends() {
+    use sha2::Digest;
+    use std::io::Write;
+    let d = TestDaemon::start();
+    let (wasm, _) = copy_program();
+    // 8 MB through a pipe, forwarded as `vino run` forwards its stdin (frames of what is there).
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..8 << 20)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let p = d.client().run_program(&wasm, &setup(&["copy", "-", "-"])).unwrap();
+    let control = p.control();
+    let (mut source, mut sink) = std::io::pipe().unwrap();
+    let writer = {
+        let data = data.clone();
+        std::thread::spawn(move || {
+            // Uneven writes, so frames come in every size.
+            for chunk in data.chunks(77_777) {
+                sink.write_all(chunk).unwrap();
+            }
+        })
+    };
+    let feeder = std::thread::spawn(move || control.forward_input(&mut source).unwrap());
+    let (out, err, code) = finish(p);
+    writer.join().unwrap();
+    feeder.join().unwrap();
+    // It ended by itself: the end of the input reached it.
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.len(), data.len());
+    assert_eq!(
+        sha2::Sha256::digest(&out),
+        sha2::Sha256::digest(&data),
+        "bytes in order"
+    );
+
+    // A program that never reads its input ends while its client still holds the input open
+    // (with more of it sent), and frees its place: the next runs.
+    let p = d
+        .client()
+        .run_program(&wasm, &setup(&["copy", "--sleep", "0"]))
+        .unwrap();
+    // (The program may be gone already, the connection with it.)
+    let _ = p.control().input(&[7; 100_000]);
+    assert_eq!(finish(p).2, 0);
+    d.wait_processes(0);
+    let p = d
+        .client()
+        .run_program(&wasm, &setup(&["copy", "--sleep", "0"]))
+        .unwrap();
+    assert_eq!(finish(p).2, 0);
+    d.wait_processes(0);
+}
+
 /// Roles run in a child process (see `spawn_child`).
 #[test]
 fn child_role() {
