@@ -969,6 +969,19 @@ fn dev_holds_the_devices_and_leads_nowhere_else() {
     assert_eq!(r.out, dev_expected("Capabilities insufficient"));
     let r = run(&["/data::/"]);
     assert_eq!(r.out, dev_expected(". .. dev"));
+
+    // With a terminal attached, /dev/tty is it.
+    let (mut stdio, out, _) = common::stdio(b"hello\n".to_vec());
+    stdio.tty = [true, true, false];
+    let setup = Setup::new(strings(&["dev"]), Vec::new());
+    let exit = program.run(k, Credentials::user(1000, 1000), setup, stdio, &program.kill_switch());
+    assert_eq!(exit.unwrap(), Exit::Code(0));
+    let out = String::from_utf8(out.bytes()).unwrap();
+    assert!(out.contains("stat /dev/tty: chr ino 1280\n"), "{out}");
+    assert!(
+        out.contains("list /dev: . .. full null random stderr stdin stdout tty urandom zero\n"),
+        "{out}"
+    );
     assert_nothing_held(k);
     b.fsck();
 }
