@@ -956,12 +956,14 @@ impl ProgramControl {
             .chunks(vino_proto::MAX_DATA)
             .chain(data.is_empty().then_some(&[][..]))
         {
-            let req = Request::Input { data: chunk.to_vec() };
+            // The frame's head, then the bytes from where they are.
+            let head = vino_proto::bytes_frame_head(&Request::Input { data: Vec::new() }, chunk.len());
             let mut w = self
                 .writer
                 .lock()
                 .map_err(|_| ClientError::from(std::io::Error::other("writer")))?;
-            vino_proto::write_frame(&mut *w, &req)?;
+            w.write_all(&head)?;
+            w.write_all(chunk)?;
         }
         Ok(())
     }

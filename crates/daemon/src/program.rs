@@ -465,10 +465,20 @@ impl Output {
     fn send(&self, msg: &Response, now: bool) -> io::Result<()> {
         let mut s = self.lock()?;
         vino_proto::encode_into(msg, &mut s.frames);
-        if now || s.frames.len() >= OUTPUT_BATCH {
-            s.flush()?;
-        }
-        Ok(())
+        s.sent(now)
+    }
+
+    /// Queues `data` as an output frame of `stream`, copied once, from the program's memory.
+    fn output(&self, stream: u8, data: &[u8]) -> io::Result<()> {
+        let empty = Response::Output {
+            stream,
+            data: Vec::new(),
+        };
+        let mut s = self.lock()?;
+        s.frames
+            .extend_from_slice(&vino_proto::bytes_frame_head(&empty, data.len()));
+        s.frames.extend_from_slice(data);
+        s.sent(stream == 2)
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -487,6 +497,14 @@ impl Output {
 }
 
 impl OutputState {
+    /// Sends what is gathered if `now` or once there is enough.
+    fn sent(&mut self, now: bool) -> io::Result<()> {
+        if now || self.frames.len() >= OUTPUT_BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         if self.frames.is_empty() {
             return Ok(());
@@ -509,11 +527,7 @@ struct FrameWriter {
 impl Write for FrameWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = buf.len().min(vino_proto::MAX_DATA);
-        let frame = Response::Output {
-            stream: self.stream,
-            data: buf[..n].to_vec(),
-        };
-        self.out.send(&frame, self.stream == 2)?;
+        self.out.output(self.stream, &buf[..n])?;
         Ok(n)
     }
 

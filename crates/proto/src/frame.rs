@@ -39,6 +39,24 @@ pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }
 
+/// The start of the frame of `empty` with `len` bytes in its last field, a byte string (as
+/// [`crate::Request::Input`] and [`crate::Response::Output`] have): the frame is this, then the
+/// bytes, so a writer sends them from where they are instead of copying them into a message.
+pub fn bytes_frame_head<T: Serialize>(empty: &T, len: usize) -> Vec<u8> {
+    let mut head = encode(empty);
+    // The empty byte string is its length, a varint 0, last: it becomes `len`'s.
+    assert_eq!(head.pop(), Some(0), "the message ends with an empty byte string");
+    let mut n = len;
+    while n >= 0x80 {
+        head.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    head.push(n as u8);
+    let payload = u32::try_from(head.len() - 4 + len).expect("a message under 4 GiB");
+    head[..4].copy_from_slice(&payload.to_le_bytes());
+    head
+}
+
 /// Decodes a frame's payload.
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
     postcard::from_bytes(payload).map_err(|e| FrameError::Decode(e.to_string()))
@@ -218,6 +236,23 @@ fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
 mod tests {
     use super::*;
     use crate::{FileKind, MAX_FRAME, OpenFlags, Payload, Request, Response, SetAttrs, SetTime, Stat, XattrHow};
+
+    #[test]
+    fn a_bytes_frame_head_then_the_bytes_is_the_messages_frame() {
+        for len in [0, 1, 127, 128, 300, 16_383, 16_384, 65_536, crate::MAX_DATA] {
+            let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut frame = super::bytes_frame_head(&Request::Input { data: Vec::new() }, len);
+            frame.extend_from_slice(&data);
+            assert_eq!(frame, encode(&Request::Input { data: data.clone() }), "{len}");
+            let empty = Response::Output {
+                stream: 2,
+                data: Vec::new(),
+            };
+            let mut frame = super::bytes_frame_head(&empty, len);
+            frame.extend_from_slice(&data);
+            assert_eq!(frame, encode(&Response::Output { stream: 2, data }), "{len}");
+        }
+    }
 
     fn round_trip(req: &Request) -> Request {
         let bytes = encode(req);

@@ -27,8 +27,8 @@ mod poll;
 mod types;
 
 pub use frame::{
-    FrameError, ModuleFor, ModuleHead, decode, encode, encode_into, module_head, read_frame, read_frame_after_header,
-    read_frame_watching, write_frame,
+    FrameError, ModuleFor, ModuleHead, bytes_frame_head, decode, encode, encode_into, module_head, read_frame,
+    read_frame_after_header, read_frame_watching, write_frame,
 };
 pub use poll::{Polled, SPIN, poll_until_readable, spin_until_readable};
 pub use types::*;
