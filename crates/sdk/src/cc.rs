@@ -143,9 +143,8 @@ pub fn emulation_define(name: &str) -> String {
     format!("-D_WASI_EMULATED_{}", name.replace('-', "_").to_uppercase())
 }
 
-/// The flags every compile step gets, before the source: target, SDK headers, the user's
-/// definitions and flags, the porting errors.
-fn compile_flags(sdk: &Sdk, opts: &BuildOptions) -> Vec<OsString> {
+/// The flags the SDK's own files are compiled with: target, SDK headers, emulations.
+fn sdk_flags(sdk: &Sdk, opts: &BuildOptions) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec!["--target=wasm32-wasi".into(), opts.opt_level.flag().into()];
     a.push("-I".into());
     a.push(sdk.include.clone().into());
@@ -157,6 +156,13 @@ fn compile_flags(sdk: &Sdk, opts: &BuildOptions) -> Vec<OsString> {
     for e in emulations(opts) {
         a.push(emulation_define(&e).into());
     }
+    a
+}
+
+/// The flags every compile of the user's sources gets, before the source: the SDK's, the
+/// porting errors, the user's definitions and flags.
+fn compile_flags(sdk: &Sdk, opts: &BuildOptions) -> Vec<OsString> {
+    let mut a = sdk_flags(sdk, opts);
     a.extend(PORTING_ERRORS.iter().map(OsString::from));
     crate::clang::push_includes_and_defines(&mut a, opts);
     if opts.debug {
@@ -179,26 +185,30 @@ pub fn build_program(sources: &[PathBuf], output: &Path, opts: &BuildOptions) ->
     check_emulations(&opts.emulate)?;
     let tc = find_toolchain(opts)?;
     let sdk = Sdk::write()?;
-    let flags = compile_flags(&sdk, opts);
-    let mut inputs: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let (flags, own) = (compile_flags(&sdk, opts), sdk_flags(&sdk, opts));
+    let mut inputs: Vec<Compile<'_>> = Vec::new();
     let mut objects = Vec::new();
     for (i, s) in sources.iter().enumerate() {
         if is_compiled(s) {
             let stem = s.file_stem().unwrap_or(OsStr::new("source")).to_string_lossy();
             let object = sdk.objects.join(format!("{i}-{stem}.o"));
-            inputs.push((s.clone(), object.clone()));
+            inputs.push((s.clone(), object.clone(), &flags));
             objects.push(object);
         } else {
             objects.push(s.clone());
         }
     }
-    inputs.push((sdk.start.clone(), sdk.objects.join("vino_start.o")));
-    objects.push(sdk.objects.join("vino_start.o"));
+    // The SDK's own files, without the user's flags (its warnings are not the user's).
+    let mut own_files = vec![&sdk.start];
     if opts.compat {
-        inputs.push((sdk.compat.clone(), sdk.objects.join("vino_compat.o")));
-        objects.push(sdk.objects.join("vino_compat.o"));
+        own_files.push(&sdk.compat);
     }
-    compile_all(&tc, &flags, &inputs)?;
+    for file in own_files {
+        let object = sdk.objects.join(file.file_name().expect("a file")).with_extension("o");
+        inputs.push((file.clone(), object.clone(), &own));
+        objects.push(object);
+    }
+    compile_all(&tc, &inputs)?;
     link(&tc, &objects, output, opts)
 }
 
@@ -208,15 +218,18 @@ fn is_compiled(path: &Path) -> bool {
     matches!(ext, "c" | "cc" | "cpp" | "cxx" | "C" | "c++" | "i" | "s" | "S")
 }
 
-/// Compiles each `(source, object)`, a few at a time; clang's warnings are printed as each
-/// finishes, and the first failure in `inputs`' order is returned.
-fn compile_all(tc: &Toolchain, flags: &[OsString], inputs: &[(PathBuf, PathBuf)]) -> Result<(), BuildError> {
+/// A source, the object to compile it into, and the flags to do it with.
+type Compile<'a> = (PathBuf, PathBuf, &'a Vec<OsString>);
+
+/// Compiles each of `inputs`, a few at a time; clang's warnings are printed as each finishes,
+/// and the first failure in `inputs`' order is returned.
+fn compile_all(tc: &Toolchain, inputs: &[Compile<'_>]) -> Result<(), BuildError> {
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     for chunk in inputs.chunks(jobs) {
         let results: Vec<Result<(), BuildError>> = std::thread::scope(|scope| {
             let handles: Vec<_> = chunk
                 .iter()
-                .map(|(src, obj)| scope.spawn(move || compile_one(tc, flags, src, obj)))
+                .map(|(src, obj, flags)| scope.spawn(move || compile_one(tc, flags, src, obj)))
                 .collect();
             handles
                 .into_iter()
