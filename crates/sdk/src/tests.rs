@@ -638,16 +638,20 @@ fn link_flags_and_libraries_reach_the_linker() {
         eprintln!("skipped: llvm-ar is needed to make a library");
         return;
     }
-    let mut opts = BuildOptions::default();
-    opts.link_args = vec![format!("-L{}", dir.path().display()).into(), "-lhelper".into()];
+    let opts = BuildOptions {
+        link_args: vec![format!("-L{}", dir.path().display()).into(), "-lhelper".into()],
+        ..Default::default()
+    };
     build_program_of(&[("main.c", MAIN)], &opts).unwrap();
     // Without the library the link fails, and says so.
     let err = build_program_of(&[("main.c", MAIN)], &BuildOptions::default()).unwrap_err();
     assert!(matches!(err, BuildError::Link { .. }), "{err:?}");
     assert!(err.to_string().contains("undefined symbol: helper"), "{err}");
     // `-l` given among the extra arguments goes after the objects too.
-    let mut opts = BuildOptions::default();
-    opts.extra_args = vec![format!("-L{}", dir.path().display()).into(), "-lhelper".into()];
+    let opts = BuildOptions {
+        extra_args: vec![format!("-L{}", dir.path().display()).into(), "-lhelper".into()],
+        ..Default::default()
+    };
     build_program_of(&[("main.c", MAIN)], &opts).unwrap();
 }
 
@@ -657,14 +661,20 @@ fn emulations_are_asked_for_by_name_or_by_library() {
                int main(void) { signal(SIGINT, SIG_IGN); return mmap(0, 1, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED; }\n";
     let err = build_program_of(&[("sig.c", src)], &BuildOptions::default()).unwrap_err();
     assert!(err.to_string().contains("-D_WASI_EMULATED_SIGNAL"), "{err}");
-    let mut opts = BuildOptions::default();
-    opts.emulate = vec!["signal".into(), "mman".into()];
+    let opts = BuildOptions {
+        emulate: vec!["signal".into(), "mman".into()],
+        ..Default::default()
+    };
     build_program_of(&[("sig.c", src)], &opts).unwrap();
-    let mut opts = BuildOptions::default();
-    opts.link_args = vec!["-lwasi-emulated-signal".into(), "-lwasi-emulated-mman".into()];
+    let opts = BuildOptions {
+        link_args: vec!["-lwasi-emulated-signal".into(), "-lwasi-emulated-mman".into()],
+        ..Default::default()
+    };
     build_program_of(&[("sig.c", src)], &opts).unwrap();
-    let mut opts = BuildOptions::default();
-    opts.emulate = vec!["fork".into()];
+    let opts = BuildOptions {
+        emulate: vec!["fork".into()],
+        ..Default::default()
+    };
     let err = build_program_of(&[("sig.c", src)], &opts).unwrap_err();
     assert!(matches!(err, BuildError::UnknownEmulation(_)), "{err:?}");
 }
@@ -676,8 +686,10 @@ fn the_compatibility_layer_declares_and_defines_what_wasi_libc_lacks() {
                + fchown(1, -1, -1) + lchown(\"f\", 1, 1) + (int)clock() + getpid(); }\n";
     let exports = build_program_of(&[("compat.c", src)], &BuildOptions::default()).unwrap();
     assert!(exports.contains("_start"));
-    let mut opts = BuildOptions::default();
-    opts.compat = false;
+    let opts = BuildOptions {
+        compat: false,
+        ..Default::default()
+    };
     let err = build_program_of(&[("compat.c", src)], &opts).unwrap_err();
     assert!(
         err.to_string().contains("implicit declaration of function 'umask'"),
