@@ -251,3 +251,47 @@ fn integrity_tests_write_to_dev_null() {
     }
     k.exit(p.pid());
 }
+
+/// The SDK's compatibility layer on the kernel: chmod by path and by descriptor reaches the
+/// file's mode, a mode of 0 (a copy of WASI's stat) changes nothing, chown is the kernel's to
+/// allow, and umask answers as POSIX has it.
+#[test]
+fn the_compatibility_layer_changes_modes_and_owners_through_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("modes.c");
+    std::fs::write(
+        &src,
+        r#"#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(void) {
+    int fd = open("/f", O_RDWR);
+    if (chmod("/f", 0640) != 0) { perror("chmod"); return 1; }
+    if (fchmod(fd, 0) != 0) { perror("fchmod 0"); return 2; }
+    if (chown("/f", 1000, 1000) != 0) { perror("chown"); return 3; }
+    if (fchown(fd, -1, 2000) != 0) { perror("fchown"); return 4; }
+    if (chmod("/missing", 0600) == 0 || errno != ENOENT) return 5;
+    mode_t old = umask(077);
+    printf("%o %o\n", (unsigned)old, (unsigned)umask(old));
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let wasm = dir.path().join("modes.wasm");
+    vino_sdk::build_program(&[src], &wasm, &Default::default()).unwrap();
+    let prog = Program::compile(&std::fs::read(wasm).unwrap(), ProgramLimits::default()).unwrap();
+    let (dev, k) = boot();
+    let p = k.spawn(Credentials::root());
+    put(&p, "/f", b"x");
+    let (exit, out, err) = run(&k, &prog, &["modes"], Vec::new());
+    assert_eq!(exit, Exit::Code(0), "{err}");
+    assert_eq!(String::from_utf8(out).unwrap(), "22 77\n");
+    let st = p.stat("/f").unwrap();
+    assert_eq!((st.mode & 0o7777, st.uid, st.gid), (0o640, 1000, 2000));
+    k.exit(p.pid());
+    fsck(&dev, &k);
+}
