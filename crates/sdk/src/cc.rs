@@ -361,6 +361,10 @@ pub fn cc(args: &[OsString], opts: &BuildOptions) -> Result<(), BuildError> {
     let tc = find_toolchain(&opts)?;
     let sdk = Sdk::write()?;
     let parsed = Parsed::of(&clang_args);
+    if parsed.inputs.is_empty() {
+        // `--version`, `-dumpmachine`, `-print-search-dirs`: what configure scripts ask.
+        return ask(&tc, &clang_args);
+    }
     opts.extra_args = parsed.flags;
     if clang_args.iter().any(|a| NO_LINK.iter().any(|n| a == *n)) {
         let mut all = compile_flags(&sdk, &opts);
@@ -374,6 +378,21 @@ pub fn cc(args: &[OsString], opts: &BuildOptions) -> Result<(), BuildError> {
     }
     let output = parsed.output.unwrap_or_else(|| PathBuf::from("a.out"));
     build_program(&parsed.inputs, &output, &opts)
+}
+
+/// Runs clang for wasm32-wasi with `args` and its output as it is.
+fn ask(tc: &Toolchain, args: &[OsString]) -> Result<(), BuildError> {
+    let status = Command::new(&tc.clang)
+        .arg("--target=wasm32-wasi")
+        .args(args)
+        .status()
+        .map_err(io(format!("running {}", tc.clang.display())))?;
+    if status.success() {
+        return Ok(());
+    }
+    Err(BuildError::Clang {
+        status: status.to_string(),
+    })
 }
 
 /// A clang command line taken apart: its input files, its `-o`, the rest.

@@ -114,6 +114,9 @@ pub enum BuildError {
         command: String,
         stderr: String,
     },
+    /// clang, asked something other than a build, said why on stderr.
+    #[error("clang failed ({status})")]
+    Clang { status: String },
     #[error("no wasi-libc emulation named `{0}` (signal, mman, process-clocks, getpid)")]
     UnknownEmulation(String),
     #[error("the sources of {what} are missing: {why}")]

@@ -722,6 +722,8 @@ fn cc_takes_clangs_command_line() {
     cc(&link, &BuildOptions::default()).unwrap();
     let m = parse(&std::fs::read(&out).unwrap()).unwrap();
     assert!(exports_of(&m, ExternKind::Func).contains("helper"));
+    // Questions without inputs go to clang as they are.
+    cc(&[os("--version")], &BuildOptions::default()).unwrap();
     // Without -DHELPER the compile names the file.
     let err = cc(&[os("-c"), paths[1].clone().into()], &BuildOptions::default()).unwrap_err();
     assert!(err.to_string().contains("helper.c"), "{err}");
