@@ -306,24 +306,46 @@ fn find_extracted(base: &Path, dir_name: &str) -> Option<PathBuf> {
 /// Builds program `name` unless a build of the same sources with the same options and clang
 /// is in the cache (`$XDG_CACHE_HOME/vino/built`, else `~/.cache/vino/built`); the module's
 /// path either way. The key hashes every source, the headers beside them and under the include
-/// directories, the SDK's own files, the options and clang's version.
+/// directories, the SDK's own files, the options and clang's version. A cache directory or
+/// module another user owns or may write is refused: it could hold a module of theirs.
 pub fn build_named_cached(name: &str, opts: &BuildOptions) -> Result<PathBuf, BuildError> {
     let key = cache_key(name, opts)?;
     let dir = cache_dir().join("built");
     let path = dir.join(format!("{name}-{key:016x}.wasm"));
-    if path.is_file() {
-        return Ok(path);
-    }
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
     let tmp = tempfile::Builder::new()
         .prefix(".build-")
         .suffix(".wasm")
         .tempfile_in(&dir)
         .map_err(io(format!("creating a file in {}", dir.display())))?;
+    // The owner of a file just made is this user.
+    let me = std::os::unix::fs::MetadataExt::uid(&tmp.as_file().metadata().map_err(io("reading a new file"))?);
+    for p in [&dir, &path] {
+        if let Ok(meta) = std::fs::symlink_metadata(p)
+            && !private(&meta, me)
+        {
+            return Err(BuildError::Io {
+                context: format!("using the build cache {}", p.display()),
+                error: std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "another user owns it or may write it",
+                ),
+            });
+        }
+    }
+    if path.is_file() {
+        return Ok(path);
+    }
     build_named(name, tmp.path(), opts)?;
     tmp.persist(&path)
         .map_err(|e| io(format!("writing {}", path.display()))(e.error))?;
     Ok(path)
+}
+
+/// Owned by `uid`, written by nobody else, and no symbolic link.
+pub(crate) fn private(meta: &std::fs::Metadata, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    !meta.file_type().is_symlink() && meta.uid() == uid && meta.mode() & 0o022 == 0
 }
 
 fn cache_key(name: &str, opts: &BuildOptions) -> Result<u64, BuildError> {

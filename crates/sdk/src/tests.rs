@@ -748,3 +748,20 @@ fn every_program_is_listed_and_an_unknown_one_refused() {
     let err = programs::sources("nethack").unwrap_err();
     assert!(err.to_string().contains("lz4, zstd, minigzip"), "{err}");
 }
+
+#[test]
+fn the_build_cache_is_used_only_where_nobody_else_can_write() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let me = std::fs::metadata(dir.path()).unwrap().uid();
+    let file = dir.path().join("m.wasm");
+    std::fs::write(&file, b"\0asm").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(programs::private(&std::fs::symlink_metadata(&file).unwrap(), me));
+    assert!(!programs::private(&std::fs::symlink_metadata(&file).unwrap(), me + 1));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(!programs::private(&std::fs::symlink_metadata(&file).unwrap(), me));
+    let link = dir.path().join("link.wasm");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    assert!(!programs::private(&std::fs::symlink_metadata(&link).unwrap(), me));
+}
