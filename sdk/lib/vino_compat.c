@@ -8,13 +8,25 @@
  * no permission bits (wasi-libc reports 0), so a program copying one file's mode to another,
  * as compressors do, would otherwise make every file it writes unreadable. umask is remembered
  * and returned, as POSIX has it, but the kernel chooses the mode of a new file (WASI's open
- * carries none). */
+ * carries none).
+ *
+ * Built with VINO_COMPAT_PORTABLE (`vino build --portable`), it imports nothing of the kernel's,
+ * so the module runs on any WASI runtime too: modes and owners are then left as they are and the
+ * calls succeed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "vino_process.h"
+
+#ifdef VINO_COMPAT_PORTABLE
+#define VINO_FD_CHMOD(fd, mode) ((void)(fd), (void)(mode), 0)
+#define VINO_FD_CHOWN(fd, uid, gid) ((void)(fd), (void)(uid), (void)(gid), 0)
+#else
+#define VINO_FD_CHMOD vino_fd_chmod
+#define VINO_FD_CHOWN vino_fd_chown
+#endif
 
 /* A kernel result (0 or a negative errno) as libc returns it. */
 static int vino_result(int r) {
@@ -36,11 +48,11 @@ static int vino_open_for_attrs(int dir, const char *path, int flags) {
 int fchmod(int fd, mode_t mode) {
     if ((mode & 07777) == 0)
         return 0;
-    return vino_result(vino_fd_chmod(fd, mode & 07777));
+    return vino_result(VINO_FD_CHMOD(fd, mode & 07777));
 }
 
 int fchown(int fd, uid_t uid, gid_t gid) {
-    return vino_result(vino_fd_chown(fd, (int)uid, (int)gid));
+    return vino_result(VINO_FD_CHOWN(fd, (int)uid, (int)gid));
 }
 
 /* Calls `change` on `path` opened relative to `dir`, then closes it, keeping its errno. */

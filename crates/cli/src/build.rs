@@ -30,6 +30,10 @@ pub struct ProgramFlags {
     /// Leave out the SDK's compatibility layer (chmod, chown, umask...).
     #[arg(long)]
     no_compat: bool,
+    /// The compatibility layer without the kernel's calls, so the module runs on any WASI
+    /// runtime too (chmod and chown then succeed without effect).
+    #[arg(long)]
+    portable: bool,
     /// Further arguments for clang, after `--`, as clang takes them (link flags go to the link).
     #[arg(last = true, value_name = "CLANG-ARGS")]
     clang_args: Vec<OsString>,
@@ -56,6 +60,7 @@ impl ProgramFlags {
         }
         opts.emulate.extend(self.emulate);
         opts.compat = !self.no_compat;
+        opts.portable = self.portable;
         opts.extra_args.extend(self.clang_args);
     }
 }

@@ -156,6 +156,9 @@ fn sdk_flags(sdk: &Sdk, opts: &BuildOptions) -> Vec<OsString> {
     for e in emulations(opts) {
         a.push(emulation_define(&e).into());
     }
+    if opts.portable {
+        a.push("-DVINO_COMPAT_PORTABLE".into());
+    }
     a
 }
 
@@ -342,7 +345,7 @@ const NO_LINK: &[&str] = &["-c", "-S", "-E", "-M", "-MM", "-fsyntax-only"];
 /// clang's, without a target. With `-c`, `-S`, `-E` or `-M` it is one clang run with the SDK's
 /// headers, the emulation definitions and the porting errors; otherwise each C source among
 /// `args` is compiled on its own and all linked as [`build_program`] does, into `-o` (default
-/// `a.out`). `--emulate=NAME[,NAME]` and `--no-compat` are the driver's own; `-lwasi-emulated-*`
+/// `a.out`). `--emulate=NAME[,NAME]`, `--no-compat` and `--portable` are the driver's own; `-lwasi-emulated-*`
 /// also defines the emulation's `_WASI_EMULATED_*`.
 pub fn cc(args: &[OsString], opts: &BuildOptions) -> Result<(), BuildError> {
     let mut opts = opts.clone();
@@ -350,6 +353,7 @@ pub fn cc(args: &[OsString], opts: &BuildOptions) -> Result<(), BuildError> {
     for a in args {
         match a.to_str() {
             Some("--no-compat") => opts.compat = false,
+            Some("--portable") => opts.portable = true,
             Some(s) if s.starts_with("--emulate=") => {
                 let names = s["--emulate=".len()..].split(',').filter(|n| !n.is_empty());
                 opts.emulate.extend(names.map(str::to_string));

@@ -63,6 +63,9 @@ pub struct BuildOptions {
     pub emulate: Vec<String>,
     /// Programs only: link the SDK's compatibility layer (`sdk/lib/vino_compat.c`); default on.
     pub compat: bool,
+    /// Programs only: the compatibility layer without the kernel's calls, so the module runs
+    /// on any WASI runtime (chmod and chown then succeed without effect); default off.
+    pub portable: bool,
 }
 
 impl Default for BuildOptions {
@@ -78,6 +81,7 @@ impl Default for BuildOptions {
             link_args: Vec::new(),
             emulate: Vec::new(),
             compat: true,
+            portable: false,
         }
     }
 }

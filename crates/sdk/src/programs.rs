@@ -157,10 +157,14 @@ pub fn sources(name: &str) -> Result<ProgramSources, BuildError> {
     Ok(s)
 }
 
-/// Builds program `name` (one of [`PROGRAMS`]) into `output`.
+/// Builds program `name` (one of [`PROGRAMS`]) into `output`, portable: the module imports
+/// nothing of the kernel's, so the same module runs on stock WASI runtimes (`vino bench
+/// native`). It loses nothing: these programs call chmod and chown only to copy a mode and owner
+/// from WASI's stat, which has none.
 pub fn build_named(name: &str, output: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
     let s = sources(name)?;
     let mut opts = opts.clone();
+    opts.portable = true;
     opts.include_dirs.extend(s.include_dirs);
     opts.defines.extend(s.defines);
     opts.emulate.extend(s.wasi_emulations.iter().map(|e| e.to_string()));

@@ -765,3 +765,22 @@ fn the_build_cache_is_used_only_where_nobody_else_can_write() {
     std::os::unix::fs::symlink(&file, &link).unwrap();
     assert!(!programs::private(&std::fs::symlink_metadata(&link).unwrap(), me));
 }
+
+#[test]
+fn a_portable_program_imports_nothing_of_the_kernels() {
+    let src = "#include <sys/stat.h>\n#include <unistd.h>\n\
+               int main(void) { return fchmod(1, 0600) + chown(\"f\", 1, 1); }\n";
+    let imports = |opts: &BuildOptions| {
+        let (dir, paths) = sources_in(&[("p.c", src)]);
+        let out = dir.path().join("p.wasm");
+        build_program(&paths, &out, opts).unwrap();
+        let m = parse(&std::fs::read(&out).unwrap()).unwrap();
+        m.imports.iter().map(|i| i.module.clone()).collect::<BTreeSet<String>>()
+    };
+    assert!(imports(&BuildOptions::default()).contains("vino"));
+    let portable = BuildOptions {
+        portable: true,
+        ..Default::default()
+    };
+    assert_eq!(imports(&portable), set(&["wasi_snapshot_preview1"]));
+}
