@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what VINO needs on a fresh Debian machine: clang and lld (to build grafts and the
 # benchmark workloads for wasm32), wasi-libc (to build programs that run as VINO processes),
-# FUSE and the programs the mount tests run (sqlite3, git, gzip, tar; bzip2 for the VINO-process
-# tests), Python for the Python
-# client, and the Rust crates. Quiet on success.
+# FUSE and the programs the mount tests run (sqlite3, git, gzip, tar; bzip2, lz4 and zstd for the
+# VINO-process tests), Python for the Python client, the Rust crates, and the Debian bookworm
+# sources of lz4, zstd and zlib that `vino build --program` builds. Quiet on success.
 set -euo pipefail
 
 need=()
@@ -15,6 +15,10 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v gzip >/dev/null 2>&1 || need+=(gzip)
 command -v bzip2 >/dev/null 2>&1 || need+=(bzip2)
 command -v tar >/dev/null 2>&1 || need+=(tar)
+command -v lz4 >/dev/null 2>&1 || need+=(lz4)
+command -v zstd >/dev/null 2>&1 || need+=(zstd)
+# `apt-get source` (the real programs' sources) extracts with dpkg-source.
+command -v dpkg-source >/dev/null 2>&1 || need+=(dpkg-dev)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 # pjdfstest (built below) links libacl; setpriv runs the mount tests' programs as other users.
 [ -e /usr/include/acl/libacl.h ] || need+=(libacl1-dev)
@@ -24,17 +28,37 @@ command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 [ -e /usr/lib/wasm32-wasi/libc.a ] || need+=(wasi-libc)
 compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a" >/dev/null ||
     need+=(libclang-rt-dev-wasm32)
-if [ ${#need[@]} -gt 0 ]; then
-    sudo_cmd=""
-    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+# `apt-get source` needs a deb-src line; add one for bookworm's main if there is none.
+deb_src=/etc/apt/sources.list.d/vino-deb-src.sources
+if ! grep -Eqs '^(deb-src|Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/*; then
+    printf '%s\n' 'Types: deb-src' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm' 'Components: main' \
+        'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' | $sudo_cmd tee "$deb_src" >/dev/null
+    need_update=1
+fi
+if [ ${#need[@]} -gt 0 ] || [ -n "${need_update:-}" ]; then
     log=$(mktemp)
     # apt talks on stderr even when all goes well: keep its output for when it fails.
-    if ! { $sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}"; } >"$log" 2>&1; then
+    if ! { $sudo_cmd apt-get update -qq && { [ ${#need[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}"; }; } >"$log" 2>&1; then
         cat "$log" >&2
         exit 1
     fi
     rm -f "$log"
 fi
+# The real programs' sources (crates/sdk/src/programs.rs looks for them here, and fetches them
+# the same way if they are missing): lz4 1.9.4, zstd 1.5.4 (source package libzstd), zlib 1.2.13.
+sources="${VINO_SOURCES:-${XDG_CACHE_HOME:-$HOME/.cache}/vino/sources}"
+mkdir -p "$sources"
+for pkg in lz4:lz4-1.9.4 libzstd:libzstd-1.5.4 zlib:zlib-1.2.13; do
+    compgen -G "$sources/${pkg#*:}*/" >/dev/null && continue
+    log=$(mktemp)
+    if ! (cd "$sources" && apt-get source -qq "${pkg%%:*}") >"$log" 2>&1; then
+        cat "$log" >&2
+        exit 1
+    fi
+    rm -f "$log"
+done
 # The FUSE mount (and its tests) need /dev/fuse: as root, make the node if the kernel has FUSE
 # but the node is missing (as in some containers).
 if [ ! -e /dev/fuse ] && [ "$(id -u)" -eq 0 ]; then

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod build;
 mod demo;
 mod graft;
 mod remote;
@@ -155,14 +156,18 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
-    /// Build a program that runs as a VINO process (`vino run`): C sources compiled with clang
-    /// for wasm32-wasi and linked against wasi-libc, or one of the real programs VINO ships.
+    /// Build a program that runs as a VINO process (`vino run`): C sources compiled one by one
+    /// with clang for wasm32-wasi (its warnings shown; implicit declarations, implicit int,
+    /// int conversions and incompatible pointers are errors) and linked against wasi-libc and
+    /// the SDK's compatibility layer; or one of the real programs VINO knows. sdk/PORTING.md
+    /// takes a C project through it.
     Build {
-        /// The C sources.
+        /// The C sources (and any .o or .a to link).
         #[arg(required_unless_present = "program", conflicts_with = "program")]
         sources: Vec<PathBuf>,
-        /// A real program from crates' sources instead: sqlite3 (a shell over SQLite) or gzip
-        /// (gzip and gunzip over zlib; run it as gunzip.wasm to decompress).
+        /// A real program instead: sqlite3 (a shell over SQLite), gzip (gzip and gunzip over
+        /// zlib; run it as gunzip.wasm to decompress), bzip2, all from crates' sources; lz4,
+        /// zstd, minigzip (zlib's), from Debian bookworm's sources (fetched with apt-get source).
         #[arg(long)]
         program: Option<String>,
         /// The program to write (default: the first source, or the program's name, with .wasm).
@@ -170,6 +175,17 @@ enum Command {
         output: Option<PathBuf>,
         #[command(flatten)]
         flags: graft::BuildFlags,
+        #[command(flatten)]
+        program_flags: build::ProgramFlags,
+    },
+    /// clang for programs that run as VINO processes, taking clang's own arguments, for
+    /// makefiles and configure scripts: `make CC="vino cc"`. As `vino build`, plus -c/-S/-E/-M;
+    /// `--emulate=NAME,...` and `--no-compat` are its own.
+    #[command(disable_help_flag = true)]
+    Cc {
+        /// clang's arguments (no --target).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
     },
     /// Run a program compiled to WebAssembly (WASI preview 1, e.g. `vino build`) as a VINO
     /// process, on a disk image or in the running daemon: its system calls are the kernel's,
@@ -262,19 +278,12 @@ fn main() -> ExitCode {
             program,
             output,
             flags,
-        } => flags.options().and_then(|opts| {
-            match program {
-                Some(name) => {
-                    let output = output.unwrap_or_else(|| PathBuf::from(format!("{name}.wasm")));
-                    vino_sdk::programs::build_named(&name, &output, &opts)?;
-                }
-                None => {
-                    let output = output.unwrap_or_else(|| sources[0].with_extension("wasm"));
-                    vino_sdk::build_program(&sources, &output, &opts)?;
-                }
-            }
-            Ok(())
+            program_flags,
+        } => flags.options().and_then(|mut opts| {
+            program_flags.apply(&mut opts);
+            build::build(sources, program, output, opts)
         }),
+        Command::Cc { args } => build::cc(&args),
         Command::Run {
             image,
             socket,

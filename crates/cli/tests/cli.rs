@@ -465,3 +465,88 @@ fn run_without_an_image_runs_the_program_inside_the_daemon() {
     assert!(daemon.wait().unwrap().success());
     assert!(vino(&["fsck", image.to_str().unwrap()]).status.success());
 }
+
+#[test]
+fn build_shows_clangs_warnings_and_names_the_source_that_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let main = write(
+        "main.c",
+        "#include <stdio.h>\nint helper(void);\nint main(void) { printf(\"%d\\n\", \"x\"); return helper(); }\n",
+    );
+    let helper = write("helper.c", "int helper(void) { return 0; }\n");
+    let broken = write("broken.c", "int helper(void) { return lseek(0, 0, 0) > 0; }\n");
+    let out = dir.path().join("prog.wasm");
+    let out = out.to_str().unwrap();
+    // A warning is shown and the build goes on.
+    let o = vino(&["build", &main, &helper, "-o", out]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("main.c:3") && err.contains("warning: format specifies type 'int'"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+    // An implicit declaration stops it, naming the file among several.
+    let o = vino(&["build", &main, &broken, &helper, "-o", out]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("failed to build") && err.contains("broken.c"), "{err}");
+    assert!(err.contains("implicit declaration of function 'lseek'"), "{err}");
+}
+
+#[test]
+fn build_passes_definitions_libraries_and_clangs_flags_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("main.c");
+    std::fs::write(&main, "int main(void) { return VALUE; }\n").unwrap();
+    let out = dir.path().join("prog.wasm");
+    let (main, out) = (main.to_str().unwrap(), out.to_str().unwrap());
+    let o = vino(&[
+        "build",
+        main,
+        "-o",
+        out,
+        "-DVALUE=0",
+        "-Wall",
+        "--std",
+        "c99",
+        "-f",
+        "wrapv",
+        "-L",
+        "/nonexistent",
+        "-lm",
+        "--emulate",
+        "signal,mman",
+        "--",
+        "-Wl,--export=main",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A library that is not there is the linker's error, shown.
+    let o = vino(&["build", main, "-o", out, "-DVALUE=0", "-lnosuchlibrary"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("failed to link") && err.contains("nosuchlibrary"), "{err}");
+    // `vino cc` takes clang's own command line.
+    let obj = dir.path().join("main.o");
+    let obj = obj.to_str().unwrap();
+    let o = vino(&["cc", "-DVALUE=1", "-std=c99", "-c", main, "-o", obj]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = vino(&["cc", obj, "-o", out, "-lm"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(&std::fs::read(out).unwrap()[..4], b"\0asm");
+}
+
+#[test]
+fn build_help_lists_every_program() {
+    let o = vino(&["build", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    for p in ["sqlite3", "gzip", "bzip2", "lz4", "zstd", "minigzip"] {
+        assert!(help.contains(p), "{p}: {help}");
+    }
+}

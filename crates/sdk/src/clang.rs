@@ -57,6 +57,15 @@ pub struct BuildOptions {
     pub extra_args: Vec<OsString>,
     /// A clang to use instead of searching `$VINO_CLANG`, `clang`, `clang-N`.
     pub clang: Option<PathBuf>,
+    /// Programs only: passed to the link alone (`-lz`, `-L dir`, `-Wl,...`).
+    pub link_args: Vec<OsString>,
+    /// Programs only: wasi-libc's emulations to link besides the defaults (`signal`, `mman`...).
+    pub emulate: Vec<String>,
+    /// Programs only: link the SDK's compatibility layer (`sdk/lib/vino_compat.c`); default on.
+    pub compat: bool,
+    /// Programs only: the compatibility layer without the kernel's calls, so the module runs
+    /// on any WASI runtime (chmod and chown then succeed without effect); default off.
+    pub portable: bool,
 }
 
 impl Default for BuildOptions {
@@ -69,6 +78,10 @@ impl Default for BuildOptions {
             include_dirs: Vec::new(),
             extra_args: Vec::new(),
             clang: None,
+            link_args: Vec::new(),
+            emulate: Vec::new(),
+            compat: true,
+            portable: false,
         }
     }
 }
@@ -97,17 +110,32 @@ pub enum BuildError {
         command: String,
         stderr: String,
     },
+    #[error("clang failed to link {} ({status}):\n{stderr}", path.display())]
+    Link {
+        path: PathBuf,
+        status: String,
+        /// The command line, for reproducing the failure by hand.
+        command: String,
+        stderr: String,
+    },
+    /// clang, asked something other than a build, said why on stderr.
+    #[error("clang failed ({status})")]
+    Clang { status: String },
+    #[error("no wasi-libc emulation named `{0}` (signal, mman, process-clocks, getpid)")]
+    UnknownEmulation(String),
+    #[error("the sources of {what} are missing: {why}")]
+    SourcesMissing { what: String, why: String },
     #[error("clang reported success but {} is not a WebAssembly module", path.display())]
     BadOutput { path: PathBuf },
     #[error("no example or hostile C graft named `{0}`")]
     UnknownExample(String),
-    #[error("no program named `{0}` (sqlite3, gzip, bzip2)")]
+    #[error("no program named `{0}` (sqlite3, gzip, bzip2, lz4, zstd, minigzip)")]
     UnknownProgram(String),
     #[error("the sources of {what} are not in cargo's registry ({looked}): run `cargo fetch` in VINO's source tree")]
     SourcesNotFound { what: String, looked: String },
 }
 
-fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BuildError {
+pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BuildError {
     let context = context.into();
     move |error| BuildError::Io { context, error }
 }
@@ -248,38 +276,8 @@ fn temp_include(name: &str, text: &str) -> Result<(tempfile::TempDir, PathBuf), 
     Ok((tmp, include))
 }
 
-/// Builds a program that runs as a VINO process (`vino run`): C sources compiled and linked
-/// against wasi-libc as a WASI preview 1 command (`_start`), with `vino_process.h` (the `vino`
-/// import module) on the include path. Of `opts`, the optimisation level,
-/// debug information, definitions, include directories, extra arguments and the clang are used.
-pub fn build_program(sources: &[PathBuf], output: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
-    for s in sources {
-        std::fs::metadata(s).map_err(io(format!("reading {}", s.display())))?;
-    }
-    let tc = find_toolchain(opts)?;
-    let (tmp, include) = temp_include(crate::PROCESS_HEADER_NAME, crate::PROCESS_HEADER)?;
-    let start = tmp.path().join("vino_start.c");
-    std::fs::write(&start, crate::PROCESS_START).map_err(io(format!("writing {}", start.display())))?;
-    let mut a: Vec<OsString> = vec!["--target=wasm32-wasi".into(), opts.opt_level.flag().into()];
-    a.push("-I".into());
-    a.push(include.into());
-    push_includes_and_defines(&mut a, opts);
-    if opts.debug {
-        a.push("-g".into());
-    } else {
-        a.push("-Wl,--strip-debug".into());
-    }
-    a.extend(opts.extra_args.iter().cloned());
-    a.extend(sources.iter().map(OsString::from));
-    a.push(start.into());
-    a.push("-o".into());
-    a.push(output.into());
-    let first = sources.first().map_or(Path::new(""), PathBuf::as_path);
-    run_clang(&tc, &a, first, output)
-}
-
 /// `-I` for each of `opts.include_dirs`, `-D` for each definition.
-fn push_includes_and_defines(a: &mut Vec<OsString>, opts: &BuildOptions) {
+pub(crate) fn push_includes_and_defines(a: &mut Vec<OsString>, opts: &BuildOptions) {
     for dir in &opts.include_dirs {
         a.push("-I".into());
         a.push(dir.into());
@@ -317,6 +315,11 @@ fn run_clang(tc: &Toolchain, args: &[OsString], source: &Path, output: &Path) ->
             stderr,
         });
     }
+    check_module(output)
+}
+
+/// Checks that clang wrote a WebAssembly module to `output`.
+pub(crate) fn check_module(output: &Path) -> Result<(), BuildError> {
     let head = std::fs::read(output).map_err(io(format!("reading {}", output.display())))?;
     if !head.starts_with(&crate::wasm::MAGIC) {
         return Err(BuildError::BadOutput {
@@ -327,7 +330,7 @@ fn run_clang(tc: &Toolchain, args: &[OsString], source: &Path, output: &Path) ->
 }
 
 /// Clang found no wasm-ld after all (the check in [`find_toolchain`] is a guess at its search).
-fn looks_like_missing_linker(stderr: &str) -> bool {
+pub(crate) fn looks_like_missing_linker(stderr: &str) -> bool {
     stderr.contains("wasm-ld")
         && [
             "doesn't exist",

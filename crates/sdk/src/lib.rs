@@ -24,13 +24,17 @@
 
 #![forbid(unsafe_code)]
 
+mod cc;
 mod clang;
 pub mod programs;
 pub mod wasm;
 
+pub use cc::{
+    COMPAT_HEADERS, COMPAT_SOURCE, DEFAULT_EMULATIONS, EMULATIONS, PORTING_ERRORS, build_program, cc, check_emulations,
+    emulation_define, is_link_flag,
+};
 pub use clang::{
-    BuildError, BuildOptions, OptLevel, Toolchain, build_c, build_c_bytes, build_c_str, build_program, clang_args,
-    find_toolchain,
+    BuildError, BuildOptions, OptLevel, Toolchain, build_c, build_c_bytes, build_c_str, clang_args, find_toolchain,
 };
 
 use std::path::{Path, PathBuf};

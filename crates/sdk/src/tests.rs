@@ -556,3 +556,231 @@ fn a_clang_without_wasm_ld_says_so() {
     );
     assert!(err.to_string().contains("install clang and lld"), "{err}");
 }
+
+/// Writes C sources `(name, text)` into a new directory: the directory and the paths.
+fn sources_in(files: &[(&str, &str)]) -> (tempfile::TempDir, Vec<std::path::PathBuf>) {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = files
+        .iter()
+        .map(|(name, text)| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        })
+        .collect();
+    (dir, paths)
+}
+
+/// Builds `files` into a program: the module's exports or the error.
+fn build_program_of(files: &[(&str, &str)], opts: &BuildOptions) -> Result<BTreeSet<String>, BuildError> {
+    let (dir, paths) = sources_in(files);
+    let out = dir.path().join("prog.wasm");
+    build_program(&paths, &out, opts)?;
+    let m = parse(&std::fs::read(&out).unwrap()).unwrap();
+    Ok(exports_of(&m, ExternKind::Func))
+}
+
+const MAIN: &str = "int helper(void);\nint main(void) { return helper(); }\n";
+
+#[test]
+fn a_program_build_names_the_source_that_failed() {
+    let err = build_program_of(
+        &[
+            ("main.c", MAIN),
+            ("helper.c", "int helper(void) { return lseek_typo(0); }\n"),
+            ("other.c", "int other(void) { return 1; }\n"),
+        ],
+        &BuildOptions::default(),
+    )
+    .unwrap_err();
+    match &err {
+        BuildError::Compile { path, stderr, .. } => {
+            assert!(path.ends_with("helper.c"), "{path:?}");
+            assert!(
+                stderr.contains("implicit declaration of function 'lseek_typo'"),
+                "{stderr}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("helper.c"), "{err}");
+    let ok = ("helper.c", "int helper(void) { return 0; }\n");
+    let exports = build_program_of(&[("main.c", MAIN), ok], &BuildOptions::default()).unwrap();
+    assert!(exports.contains("_start"), "{exports:?}");
+}
+
+#[test]
+fn warnings_that_hide_wasi_porting_bugs_are_errors() {
+    for (flag, body) in [
+        ("implicit-function-declaration", "int f(void) { return undeclared(); }"),
+        ("implicit-int", "static x = 1; int f(void) { return x; }"),
+        ("int-conversion", "int *f(void) { return 5; }"),
+        ("incompatible-pointer-types", "long *f(int *p) { return p; }"),
+    ] {
+        let src = format!("int main(void) {{ return 0; }}\n{body}\n");
+        let err = build_program_of(&[("bug.c", &src)], &BuildOptions::default()).unwrap_err();
+        assert!(err.to_string().contains(&format!("-Werror,-W{flag}")), "{flag}: {err}");
+    }
+}
+
+#[test]
+fn link_flags_and_libraries_reach_the_linker() {
+    let (dir, paths) = sources_in(&[("lib.c", "int helper(void) { return 7; }\n")]);
+    let object = dir.path().join("lib.o");
+    let args: Vec<std::ffi::OsString> = vec!["-c".into(), paths[0].clone().into(), "-o".into(), object.clone().into()];
+    cc(&args, &BuildOptions::default()).unwrap();
+    let ar = std::process::Command::new("llvm-ar")
+        .arg("rcs")
+        .arg(dir.path().join("libhelper.a"))
+        .arg(&object)
+        .status();
+    if !ar.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: llvm-ar is needed to make a library");
+        return;
+    }
+    let opts = BuildOptions {
+        link_args: vec![format!("-L{}", dir.path().display()).into(), "-lhelper".into()],
+        ..Default::default()
+    };
+    build_program_of(&[("main.c", MAIN)], &opts).unwrap();
+    // Without the library the link fails, and says so.
+    let err = build_program_of(&[("main.c", MAIN)], &BuildOptions::default()).unwrap_err();
+    assert!(matches!(err, BuildError::Link { .. }), "{err:?}");
+    assert!(err.to_string().contains("undefined symbol: helper"), "{err}");
+    // `-l` given among the extra arguments goes after the objects too.
+    let opts = BuildOptions {
+        extra_args: vec![format!("-L{}", dir.path().display()).into(), "-lhelper".into()],
+        ..Default::default()
+    };
+    build_program_of(&[("main.c", MAIN)], &opts).unwrap();
+}
+
+#[test]
+fn emulations_are_asked_for_by_name_or_by_library() {
+    let src = "#include <signal.h>\n#include <sys/mman.h>\n\
+               int main(void) { signal(SIGINT, SIG_IGN); return mmap(0, 1, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED; }\n";
+    let err = build_program_of(&[("sig.c", src)], &BuildOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("-D_WASI_EMULATED_SIGNAL"), "{err}");
+    let opts = BuildOptions {
+        emulate: vec!["signal".into(), "mman".into()],
+        ..Default::default()
+    };
+    build_program_of(&[("sig.c", src)], &opts).unwrap();
+    let opts = BuildOptions {
+        link_args: vec!["-lwasi-emulated-signal".into(), "-lwasi-emulated-mman".into()],
+        ..Default::default()
+    };
+    build_program_of(&[("sig.c", src)], &opts).unwrap();
+    let opts = BuildOptions {
+        emulate: vec!["fork".into()],
+        ..Default::default()
+    };
+    let err = build_program_of(&[("sig.c", src)], &opts).unwrap_err();
+    assert!(matches!(err, BuildError::UnknownEmulation(_)), "{err:?}");
+}
+
+#[test]
+fn the_compatibility_layer_declares_and_defines_what_wasi_libc_lacks() {
+    let src = "#include <sys/stat.h>\n#include <unistd.h>\n#include <time.h>\n\
+               int main(void) { umask(022); return chmod(\"f\", 0600) + fchmod(1, 0600) + chown(\"f\", 1, 1) \
+               + fchown(1, -1, -1) + lchown(\"f\", 1, 1) + (int)clock() + getpid(); }\n";
+    let exports = build_program_of(&[("compat.c", src)], &BuildOptions::default()).unwrap();
+    assert!(exports.contains("_start"));
+    let opts = BuildOptions {
+        compat: false,
+        ..Default::default()
+    };
+    let err = build_program_of(&[("compat.c", src)], &opts).unwrap_err();
+    assert!(
+        err.to_string().contains("implicit declaration of function 'umask'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cc_takes_clangs_command_line() {
+    let (dir, paths) = sources_in(&[("main.c", MAIN), ("helper.c", "int helper(void) { return HELPER; }\n")]);
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let object = dir.path().join("helper.o");
+    let compile = [
+        os("-DHELPER=3"),
+        os("-O1"),
+        os("-c"),
+        paths[1].clone().into(),
+        os("-o"),
+        object.clone().into(),
+    ];
+    cc(&compile, &BuildOptions::default()).unwrap();
+    let out = dir.path().join("prog");
+    let link = [
+        paths[0].clone().into(),
+        object.into(),
+        os("-o"),
+        out.clone().into(),
+        os("-Wl,--export=helper"),
+    ];
+    cc(&link, &BuildOptions::default()).unwrap();
+    let m = parse(&std::fs::read(&out).unwrap()).unwrap();
+    assert!(exports_of(&m, ExternKind::Func).contains("helper"));
+    // Questions without inputs go to clang as they are.
+    cc(&[os("--version")], &BuildOptions::default()).unwrap();
+    // Without -DHELPER the compile names the file.
+    let err = cc(&[os("-c"), paths[1].clone().into()], &BuildOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("helper.c"), "{err}");
+}
+
+#[test]
+fn link_flags_are_told_from_compile_flags() {
+    for f in ["-lz", "-L/x", "-Wl,--export=f", "-static", "-Xlinker"] {
+        assert!(is_link_flag(std::ffi::OsStr::new(f)), "{f}");
+    }
+    for f in ["-Wall", "-DX", "-I/x", "-O2", "-std=c99", "-fno-strict-aliasing"] {
+        assert!(!is_link_flag(std::ffi::OsStr::new(f)), "{f}");
+    }
+}
+
+#[test]
+fn every_program_is_listed_and_an_unknown_one_refused() {
+    assert_eq!(
+        programs::PROGRAMS,
+        &["sqlite3", "gzip", "bzip2", "lz4", "zstd", "minigzip"]
+    );
+    let err = programs::sources("nethack").unwrap_err();
+    assert!(err.to_string().contains("lz4, zstd, minigzip"), "{err}");
+}
+
+#[test]
+fn the_build_cache_is_used_only_where_nobody_else_can_write() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let me = std::fs::metadata(dir.path()).unwrap().uid();
+    let file = dir.path().join("m.wasm");
+    std::fs::write(&file, b"\0asm").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(programs::private(&std::fs::symlink_metadata(&file).unwrap(), me));
+    assert!(!programs::private(&std::fs::symlink_metadata(&file).unwrap(), me + 1));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(!programs::private(&std::fs::symlink_metadata(&file).unwrap(), me));
+    let link = dir.path().join("link.wasm");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    assert!(!programs::private(&std::fs::symlink_metadata(&link).unwrap(), me));
+}
+
+#[test]
+fn a_portable_program_imports_nothing_of_the_kernels() {
+    let src = "#include <sys/stat.h>\n#include <unistd.h>\n\
+               int main(void) { return fchmod(1, 0600) + chown(\"f\", 1, 1); }\n";
+    let imports = |opts: &BuildOptions| {
+        let (dir, paths) = sources_in(&[("p.c", src)]);
+        let out = dir.path().join("p.wasm");
+        build_program(&paths, &out, opts).unwrap();
+        let m = parse(&std::fs::read(&out).unwrap()).unwrap();
+        m.imports.iter().map(|i| i.module.clone()).collect::<BTreeSet<String>>()
+    };
+    assert!(imports(&BuildOptions::default()).contains("vino"));
+    let portable = BuildOptions {
+        portable: true,
+        ..Default::default()
+    };
+    assert_eq!(imports(&portable), set(&["wasi_snapshot_preview1"]));
+}
