@@ -200,7 +200,7 @@ fn bzip2_itself_compresses_in_place_and_the_host_agrees() {
     p.chmod("/data", 0o640).unwrap();
     // bzip2 1.0.8's own main: compresses /data into /data.bz2 and removes /data. (It would give
     // the new file the old one's mode, but WASI's stat has none: the new file keeps the
-    // kernel's default, see sdk/programs/wasi_compat.c.)
+    // kernel's default; sdk/PORTING.md says why.)
     let (exit, _, err) = run(&k, &bzip2, &["bzip2", "-9", "/data"], Vec::new());
     assert_eq!(exit, Exit::Code(0), "{err}");
     assert!(p.stat("/data").is_err());
