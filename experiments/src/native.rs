@@ -882,7 +882,7 @@ impl NativeReport {
         let mut tables = vec![t];
         if let Some(step) = &self.settings_step {
             let mut w = Table::new(
-                &format!("What wasmtime's settings change: `{step}` on stock wasmtime"),
+                format!("What wasmtime's settings change: `{step}` on stock wasmtime"),
                 &["setting", "s", "vs VINO's Config"],
             );
             for s in &self.settings {
