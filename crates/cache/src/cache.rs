@@ -29,6 +29,10 @@ const BS: u64 = BLOCK_SIZE as u64;
 /// Most blocks one read-ahead advice may bring in.
 const MAX_PREFETCH_BLOCKS: u64 = 256;
 
+/// Blocks of a read loaded together (1 MiB, the I/O scheduler's merge limit): a read of any
+/// size goes to the device in requests this large, two windows in flight.
+const READ_WINDOW_BLOCKS: u64 = 256;
+
 /// Most dirty pages one write-back round copies and submits before it waits (16 MiB).
 const WRITEBACK_BATCH: usize = 4096;
 
@@ -228,26 +232,32 @@ impl PageCache {
             return Ok(0);
         }
         let n = buf.len().min((size - offset) as usize);
-        if (offset % BS) as usize + n > BLOCK_SIZE {
-            // Several pages: the missing ones are read together (adjacent ones merge into one
-            // device request) before the copy below waits for each.
-            let mut whole = Extents::new();
-            whole.push(vino_graft::abi::Extent {
-                off: offset,
-                len: n as u64,
-            });
-            self.load(ctx.pid, object, backing, &whole, true);
+        let (first, end) = (offset / BS, (offset + n as u64).div_ceil(BS));
+        let window = self.read_window();
+        if end - first > 1 {
+            // Several pages: the missing ones of each window are read together (adjacent ones
+            // merge into one device request) before the copy below waits for each.
+            self.load_demand(ctx.pid, object, backing, first, end.min(first + window));
         }
         let mut done = 0;
-        while done < n {
-            let pos = offset + done as u64;
-            let (index, within) = (pos / BS, (pos % BS) as usize);
-            let take = (BLOCK_SIZE - within).min(n - done);
-            let mut t = self.table.lock();
-            let f = self.pin(&mut t, ctx.pid, object, backing, index)?;
-            buf[done..done + take].copy_from_slice(&t.frames[f as usize].buf[within..within + take]);
-            self.unpin(&mut t, f);
-            done += take;
+        for start in (first..end).step_by(window as usize) {
+            // The next window goes to the device before this one is waited for, so the device
+            // is never idle while the read copies.
+            let next = start + window;
+            if next < end {
+                self.load_demand(ctx.pid, object, backing, next, end.min(next + window));
+            }
+            let upto = (end.min(next) * BS - offset).min(n as u64) as usize;
+            while done < upto {
+                let pos = offset + done as u64;
+                let (index, within) = (pos / BS, (pos % BS) as usize);
+                let take = (BLOCK_SIZE - within).min(upto - done);
+                let mut t = self.table.lock();
+                let f = self.pin(&mut t, ctx.pid, object, backing, index)?;
+                buf[done..done + take].copy_from_slice(&t.frames[f as usize].buf[within..within + take]);
+                self.unpin(&mut t, f);
+                done += take;
+            }
         }
         if let Some(ra) = ctx.ra {
             let extents = ra.advise(offset, n, size);
@@ -584,11 +594,31 @@ impl PageCache {
         }
     }
 
+    /// How many blocks of a read are loaded together: 1 MiB (the I/O scheduler's merge limit),
+    /// or a quarter of the cache if that is less, so that two windows in flight leave room for
+    /// everyone else's pages and a read larger than the cache streams through it.
+    fn read_window(&self) -> u64 {
+        READ_WINDOW_BLOCKS.min(self.config.frames as u64 / 4).max(1)
+    }
+
+    /// Starts the reads of blocks `first..end` of `object` that are not cached (a read's own
+    /// pages: their misses are counted).
+    fn load_demand(&self, pid: Pid, object: u64, backing: &dyn Backing, first: u64, end: u64) {
+        let mut blocks = Extents::new();
+        blocks.push(vino_graft::abi::Extent {
+            off: first * BS,
+            len: (end - first) * BS,
+        });
+        self.load(pid, object, backing, &blocks, true);
+    }
+
     /// Starts reads of the blocks in `extents` that are not cached, without waiting for them:
     /// read-ahead, or (`demand`) the pages of a read about to wait for them, whose misses are
     /// counted here.
     fn load(&self, pid: Pid, object: u64, backing: &dyn Backing, extents: &Extents, demand: bool) {
-        let mut budget = MAX_PREFETCH_BLOCKS;
+        // The cap bounds read-ahead only: a read's own pages come in windows of
+        // [`PageCache::read_window`] blocks, whatever the read's size.
+        let mut budget = if demand { u64::MAX } else { MAX_PREFETCH_BLOCKS };
         // Frames installed as loading, and their reads: submitted together at the end, so the
         // scheduler can merge adjacent ones. Until then a reader of one of these pages waits on
         // the condition variable (a loading frame without a ticket).

@@ -458,25 +458,14 @@ impl vino_cache::PageIo for Batches {
 
 #[test]
 fn a_full_cache_of_clean_pages_still_reads_a_run_of_misses_together() {
-    let device = Arc::new(vino_blockdev::MemDevice::new(256));
-    let io = Arc::new(Batches {
-        queue: vino_blockdev::IoQueue::new(device, 8).unwrap(),
-        sizes: parking_lot::Mutex::new(Vec::new()),
-    });
-    let runtime = vino_graft::Runtime::default();
-    let config = vino_cache::CacheConfig {
-        frames: 64,
-        writeback_every: None,
-        ..vino_cache::CacheConfig::default()
-    };
-    let cache = vino_cache::PageCache::new(config, io.clone(), &runtime);
+    let (io, cache) = batched(128, 256);
     let f = file(0, 256);
     // Fill every frame with clean pages, then read 32 pages that are not there.
-    let mut buf = vec![0u8; 64 * BLOCK_SIZE];
+    let mut buf = vec![0u8; 128 * BLOCK_SIZE];
     cache.read(&IoCtx::new(1), 1, &f, 0, &mut buf).unwrap();
     io.sizes.lock().clear();
     cache
-        .read(&IoCtx::new(1), 1, &f, 100 * BS, &mut buf[..32 * BLOCK_SIZE])
+        .read(&IoCtx::new(1), 1, &f, 200 * BS, &mut buf[..32 * BLOCK_SIZE])
         .unwrap();
     assert_eq!(
         *io.sizes.lock(),
@@ -498,4 +487,73 @@ fn a_read_larger_than_the_cache_completes_with_the_right_data() {
         assert!(block.iter().all(|&b| b == pattern(i as u64)), "block {i}");
     }
     s.cache.check_invariants();
+}
+
+/// A cache over `Batches` on a device of `blocks` blocks, each holding its number's pattern.
+fn batched(frames: usize, blocks: u64) -> (Arc<Batches>, Arc<vino_cache::PageCache>) {
+    let device = Arc::new(vino_blockdev::MemDevice::new(blocks));
+    for b in 0..blocks {
+        device.write_blocks(b, &vec![pattern(b); BLOCK_SIZE]).unwrap();
+    }
+    let io = Arc::new(Batches {
+        queue: vino_blockdev::IoQueue::new(device, 8).unwrap(),
+        sizes: parking_lot::Mutex::new(Vec::new()),
+    });
+    let config = vino_cache::CacheConfig {
+        frames,
+        writeback_every: None,
+        ..vino_cache::CacheConfig::default()
+    };
+    let cache = vino_cache::PageCache::new(config, io.clone(), &vino_graft::Runtime::default());
+    (io, cache)
+}
+
+#[test]
+fn a_large_read_goes_to_the_device_in_windows_of_a_megabyte_whatever_its_size() {
+    // 4 MiB and 8 MiB reads of an uncached file: every page in a batch of 256 (which the
+    // scheduler merges into one 1 MiB request), none read alone, and no read-ahead cap cuts
+    // them (it once capped the read itself at 256 pages and left the rest to single reads).
+    for mib in [4usize, 8] {
+        let (io, cache) = batched(8192, 4096);
+        let f = file(0, 4096);
+        let mut buf = vec![0u8; mib << 20];
+        assert_eq!(cache.read(&IoCtx::new(1), 1, &f, 0, &mut buf).unwrap(), buf.len());
+        assert_eq!(*io.sizes.lock(), vec![256; mib], "a {mib} MiB read");
+        for (i, block) in buf.chunks(BLOCK_SIZE).enumerate() {
+            assert!(block.iter().all(|&b| b == pattern(i as u64)), "block {i}");
+        }
+        assert_eq!(cache.object_counters(1).misses, (mib * 256) as u64);
+        cache.check_invariants();
+    }
+}
+
+#[test]
+fn an_unaligned_large_read_takes_every_page_it_touches_in_batches() {
+    let (io, cache) = batched(8192, 4096);
+    let f = file(0, 4096);
+    let mut buf = vec![0u8; (3 << 20) + 100];
+    let offset = 1000;
+    assert_eq!(cache.read(&IoCtx::new(1), 1, &f, offset, &mut buf).unwrap(), buf.len());
+    assert_eq!(*io.sizes.lock(), vec![256, 256, 256, 1], "the 769 pages it touches");
+    for (i, b) in buf.iter().enumerate() {
+        let block = (offset + i as u64) / BS;
+        assert_eq!(*b, pattern(block), "byte {i}");
+    }
+}
+
+#[test]
+fn a_read_larger_than_the_cache_streams_through_a_quarter_of_it_at_a_time() {
+    // 128 frames: windows of 32 pages; the 2 MiB read gets the right bytes and leaves at most
+    // the cache's frames resident.
+    let (io, cache) = batched(128, 1024);
+    let f = file(0, 1024);
+    let mut buf = vec![0u8; 2 << 20];
+    assert_eq!(cache.read(&IoCtx::new(1), 1, &f, 0, &mut buf).unwrap(), buf.len());
+    for (i, block) in buf.chunks(BLOCK_SIZE).enumerate() {
+        assert!(block.iter().all(|&b| b == pattern(i as u64)), "block {i}");
+    }
+    let sizes = io.sizes.lock().clone();
+    assert!(sizes.iter().all(|&s| s == 32), "windows of 32 pages: {sizes:?}");
+    assert!(cache.stats().resident <= 128);
+    cache.check_invariants();
 }

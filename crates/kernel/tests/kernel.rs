@@ -518,3 +518,36 @@ fn the_file_systems_own_reads_and_writes_wait_in_the_schedulers_queue() {
         "every device operation since boot (the mount's reads included) was a scheduler request"
     );
 }
+
+#[test]
+fn a_large_read_of_an_uncached_file_reaches_the_device_as_large_requests() {
+    // 16 MiB read cold in 1, 4 and 8 MiB reads: the device sees about one request per MiB
+    // each time (the file's indirect blocks add a few: 24-30), never one per 4 KiB page (once
+    // 3082 in 4 MiB reads: the read-ahead cap of 256 pages capped the read itself).
+    let dev = device(16384);
+    let k = Kernel::boot(
+        dev.clone() as Arc<dyn BlockDevice>,
+        &KernelConfig {
+            cache_frames: 8192,
+            writeback_every: None,
+            ..KernelConfig::default()
+        },
+    )
+    .unwrap();
+    let p = k.spawn(Credentials::root());
+    let data = pattern(16 << 20, 7);
+    let fd = p.open("/big", OpenFlags::create()).unwrap();
+    assert_eq!(p.write(fd, &data).unwrap(), data.len());
+    p.fsync(fd).unwrap();
+    for mib in [1usize, 4, 8] {
+        k.drop_clean_pages().unwrap();
+        let before = k.io_stats().reads;
+        let mut buf = vec![0u8; mib << 20];
+        for (i, chunk) in data.chunks(mib << 20).enumerate() {
+            assert_eq!(p.pread(fd, &mut buf, (i * chunk.len()) as u64).unwrap(), chunk.len());
+            assert!(buf == chunk, "{mib} MiB read {i}");
+        }
+        let requests = k.io_stats().reads - before;
+        assert!(requests <= 32, "{mib} MiB reads of 16 MiB: {requests} device reads");
+    }
+}
