@@ -259,8 +259,9 @@ fn build(dir: &Path, programs: &[&'static str], progress: &mut dyn FnMut(&str)) 
     };
     for &name in programs {
         progress(&format!("building {name} for wasm32-wasi"));
-        let out = dir.join(format!("{name}.wasm"));
-        vino_sdk::programs::build_named(name, &out, &opts).map_err(|e| anyhow!("building {name}.wasm: {e}"))?;
+        // The SDK's cache keeps the module between runs (keyed by its sources and flags).
+        let out =
+            vino_sdk::programs::build_named_cached(name, &opts).map_err(|e| anyhow!("building {name}.wasm: {e}"))?;
         built.wasm.push((name, fs::read(&out)?));
         progress(&format!("building {name} for the host"));
         let s = vino_sdk::programs::sources(name).map_err(|e| anyhow!("{e}"))?;
