@@ -33,7 +33,9 @@ sudo_cmd=""
 # `apt-get source` needs a deb-src line; add one for bookworm's main if there is none.
 deb_src=/etc/apt/sources.list.d/vino-deb-src.sources
 if ! grep -Eqs '^(deb-src|Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/*; then
-    printf '%s\n' 'Types: deb-src' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm' 'Components: main' \
+    # The same mirror as the binary packages' (the machine's own sources), else Debian's.
+    uri=$(awk '$1 == "URIs:" { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    printf '%s\n' 'Types: deb-src' "URIs: ${uri:-http://deb.debian.org/debian}" 'Suites: bookworm' 'Components: main' \
         'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' | $sudo_cmd tee "$deb_src" >/dev/null
     need_update=1
 fi
