@@ -5,56 +5,9 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::sync::Arc;
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_kernel::storage::{MkfsOptions, mkfs};
-use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Exit, Program, ProgramLimits, Setup};
-
-fn boot() -> (Arc<MemDevice>, Arc<Kernel>) {
-    let dev = Arc::new(MemDevice::new(65536));
-    mkfs(&*dev, &MkfsOptions::default()).unwrap();
-    let config = KernelConfig {
-        cache_frames: 2048,
-        ..KernelConfig::default()
-    };
-    let kernel = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
-    (dev, kernel)
-}
-
-fn program(name: &str) -> Program {
-    let dir = tempfile::tempdir().unwrap();
-    let out: PathBuf = dir.path().join(format!("{name}.wasm"));
-    if let Err(e) = vino_sdk::programs::build_named(name, &out, &Default::default()) {
-        panic!("building {name}: {e}");
-    }
-    Program::compile(&std::fs::read(out).unwrap(), ProgramLimits::default()).unwrap()
-}
-
-/// Runs `p` as root with `args` (the first its name) and `stdin`: its exit, stdout, stderr.
-fn run(k: &Arc<Kernel>, p: &Program, args: &[&str], stdin: Vec<u8>) -> (Exit, Vec<u8>, String) {
-    let (stdio, out, err) = common::stdio(stdin);
-    let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-    let exit = p
-        .run(
-            k,
-            Credentials::root(),
-            Setup::new(args, Vec::new()),
-            stdio,
-            &p.kill_switch(),
-        )
-        .unwrap();
-    (exit, out.bytes(), err.text())
-}
-
-fn fsck(dev: &MemDevice, k: &Kernel) {
-    assert!(k.processes().is_empty());
-    k.shutdown().unwrap();
-    let report = vino_kernel::storage::fsck(dev, false).unwrap();
-    assert!(report.is_clean(), "{report:?}");
-}
+use common::{boot, fsck, host, program, run};
+use vino_kernel::Credentials;
+use vino_wasi::Exit;
 
 #[test]
 fn sqlite_inserts_two_hundred_thousand_rows_and_checks_its_database() {
@@ -102,24 +55,6 @@ fn sqlite_inserts_two_hundred_thousand_rows_and_checks_its_database() {
     assert_eq!(exit, Exit::Code(1));
     assert!(err.contains("no such table: missing"), "{err}");
     fsck(&dev, &k);
-}
-
-/// The host's `tool` (gzip, bzip2: scripts/setup.sh installs them), given `input` on stdin,
-/// with `args`: its output.
-fn host(tool: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
-    let mut child = std::process::Command::new(tool)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("the host's {tool}: {e}"));
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(out.status.success());
-    out.stdout
 }
 
 fn host_gzip(args: &[&str], input: &[u8]) -> Vec<u8> {

@@ -5,82 +5,11 @@
 //! makes that work) and the built modules from the build cache (`build_named_cached`), so a
 //! second run builds nothing.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_kernel::storage::{MkfsOptions, mkfs};
-use vino_kernel::{Credentials, Kernel, KernelConfig, OpenFlags, Process};
-use vino_wasi::{Exit, Program, ProgramLimits, Setup, Stdio};
+mod common;
 
-fn boot() -> (Arc<MemDevice>, Arc<Kernel>) {
-    let dev = Arc::new(MemDevice::new(65536));
-    mkfs(&*dev, &MkfsOptions::default()).unwrap();
-    let config = KernelConfig {
-        cache_frames: 2048,
-        ..KernelConfig::default()
-    };
-    let kernel = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
-    (dev, kernel)
-}
-
-fn program(name: &str) -> Program {
-    let path = vino_sdk::programs::build_named_cached(name, &Default::default())
-        .unwrap_or_else(|e| panic!("building {name}: {e}"));
-    Program::compile(&std::fs::read(path).unwrap(), ProgramLimits::default()).unwrap()
-}
-
-/// A stream that keeps what is written to it.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn bytes(&self) -> Vec<u8> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-/// Runs `p` as root with `args` (the first its name) and `stdin`: its exit, stdout, stderr.
-fn run(k: &Arc<Kernel>, p: &Program, args: &[&str], stdin: Vec<u8>) -> (Exit, Vec<u8>, String) {
-    let (out, err) = (Captured::default(), Captured::default());
-    let stdio = Stdio {
-        stdin: Box::new(std::io::Cursor::new(stdin)),
-        stdout: Box::new(out.clone()),
-        stderr: Box::new(err.clone()),
-        tty: [false; 3],
-    };
-    let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-    let setup = Setup::new(args, Vec::new());
-    let exit = p.run(k, Credentials::root(), setup, stdio, &p.kill_switch()).unwrap();
-    (exit, out.bytes(), String::from_utf8_lossy(&err.bytes()).into_owned())
-}
-
-/// The host's `tool` (lz4, zstd, gzip: scripts/setup.sh installs them) with `args`, given
-/// `input` on stdin: its output.
-fn host(tool: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
-    let mut child = std::process::Command::new(tool)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("the host's {tool}: {e}"));
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "the host's {tool} {args:?} failed");
-    out.stdout
-}
+use common::{boot, fsck, host, program, run};
+use vino_kernel::{Credentials, OpenFlags, Process};
+use vino_wasi::{Exit, Program, ProgramLimits};
 
 fn put(p: &Process, path: &str, data: &[u8]) {
     let fd = p.open(path, OpenFlags::create()).unwrap();
@@ -112,13 +41,6 @@ fn sample() -> Vec<u8> {
         x as u8
     }));
     data
-}
-
-fn fsck(dev: &MemDevice, k: &Kernel) {
-    assert!(k.processes().is_empty());
-    k.shutdown().unwrap();
-    let report = vino_kernel::storage::fsck(dev, false).unwrap();
-    assert!(report.is_clean(), "{report:?}");
 }
 
 /// One compressor both ways: `compress` (file IN to file OUT), `decompress` (the same) and
