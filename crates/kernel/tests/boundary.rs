@@ -3,32 +3,17 @@
 //! lock waits and connections a user holds), and the front ends reach the kernel only through
 //! those calls.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::account::LimitsConfig;
-use vino_kernel::{Credentials, Errno, Kernel, KernelConfig, LockRequest, OpenFlags, Process, Resource};
+use vino_kernel::{Credentials, Errno, Kernel, LockRequest, OpenFlags, Process, Resource};
 
 fn boot(limits: LimitsConfig) -> Arc<Kernel> {
-    let dev = Arc::new(MemDevice::new(4096));
-    mkfs(
-        &*dev,
-        &MkfsOptions {
-            blocks_per_group: 2048,
-            ..MkfsOptions::default()
-        },
-    )
-    .unwrap();
-    let config = KernelConfig {
-        cache_frames: 64,
-        writeback_every: None,
-        limits,
-        ..KernelConfig::default()
-    };
-    Kernel::boot(dev as Arc<dyn BlockDevice>, &config).unwrap()
+    common::small_kernel(4096, limits)
 }
 
 fn alice_cred() -> Credentials {

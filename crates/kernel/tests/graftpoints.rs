@@ -2,30 +2,16 @@
 //! kernel creates, who may graft each is what the slots enforce, and its checkers accept what the
 //! kernel's slots load (the SDK's examples) and refuse what they refuse.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
 use vino_graft::{Access, LoadError, Runtime, WasmType};
 use vino_kernel::graftpoints::{self, Grafter, Graftpoint};
-use vino_kernel::{Credentials, Fd, Kernel, KernelConfig, OpenFlags, Process};
+use vino_kernel::{Credentials, Fd, Kernel, OpenFlags, Process};
 
 fn boot() -> Arc<Kernel> {
-    let dev = Arc::new(MemDevice::new(8192));
-    mkfs(
-        &*dev,
-        &MkfsOptions {
-            blocks_per_group: 2048,
-            ..MkfsOptions::default()
-        },
-    )
-    .unwrap();
-    let config = KernelConfig {
-        cache_frames: 64,
-        writeback_every: None,
-        ..KernelConfig::default()
-    };
-    Kernel::boot(dev as Arc<dyn BlockDevice>, &config).unwrap()
+    common::small_kernel(8192, Default::default())
 }
 
 /// A process of `kernel` with a file it created open on a descriptor.

@@ -1,34 +1,19 @@
 //! Byte-range locks through processes: fcntl semantics, close and exit release, and who may graft
 //! `lock.grant`.
 
+mod common;
+
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
-use vino_kernel::{Credentials, Errno, Kernel, KernelConfig, LockKind, LockRequest, OpenFlags, Process};
+use vino_kernel::{Credentials, Errno, Kernel, LockKind, LockRequest, OpenFlags, Process};
 
 fn boot() -> Arc<Kernel> {
     boot_with(vino_kernel::account::LimitsConfig::default())
 }
 
 fn boot_with(limits: vino_kernel::account::LimitsConfig) -> Arc<Kernel> {
-    let dev = Arc::new(MemDevice::new(4096));
-    mkfs(
-        &*dev,
-        &MkfsOptions {
-            blocks_per_group: 2048,
-            ..MkfsOptions::default()
-        },
-    )
-    .unwrap();
-    let config = KernelConfig {
-        cache_frames: 64,
-        writeback_every: None,
-        limits,
-        ..KernelConfig::default()
-    };
-    Kernel::boot(dev as Arc<dyn BlockDevice>, &config).unwrap()
+    common::small_kernel(4096, limits)
 }
 
 /// Root makes /shared (world-writable) and two users open /shared/db read-write.

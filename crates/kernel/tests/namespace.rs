@@ -3,30 +3,14 @@
 //! supplementary groups, set-ID bits, times, symbolic links, special files, extended attributes,
 //! byte names, hard links, files referenced after their last name goes, and renames racing opens.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
-use vino_kernel::{
-    At, Attrs, Credentials, Errno, FileType, Kernel, KernelConfig, OpenFlags, Process, RenameFlags, SetTime,
-};
+use vino_kernel::{At, Attrs, Credentials, Errno, FileType, Kernel, OpenFlags, Process, RenameFlags, SetTime};
 
 fn boot() -> Arc<Kernel> {
-    let dev = Arc::new(MemDevice::new(8192));
-    mkfs(
-        &*dev,
-        &MkfsOptions {
-            blocks_per_group: 2048,
-            ..MkfsOptions::default()
-        },
-    )
-    .unwrap();
-    let config = KernelConfig {
-        cache_frames: 64,
-        writeback_every: None,
-        ..KernelConfig::default()
-    };
-    let k = Kernel::boot(dev as Arc<dyn BlockDevice>, &config).unwrap();
+    let k = common::small_kernel(8192, Default::default());
     // Everyone may make names at the top.
     let root = k.spawn(Credentials::root());
     root.chmod("/", 0o777).unwrap();
