@@ -96,6 +96,8 @@ struct User {
 
 struct Proc {
     uid: Uid,
+    /// Its user's place in `Shares::users`.
+    user: usize,
     tickets: u32,
     pass: u128,
     queue: VecDeque<Tid>,
@@ -103,6 +105,8 @@ struct Proc {
     threads: usize,
     donate_to: Option<Pid>,
     cpu_ns: u64,
+    /// Its place in `Shares::ready` while it has runnable threads.
+    ready_at: Option<usize>,
 }
 
 struct Thread {
@@ -129,7 +133,10 @@ pub struct Candidate {
 /// The proportional-share state of every user, process and thread.
 #[derive(Default)]
 pub struct Shares {
-    users: FxHashMap<Uid, User>,
+    /// Users in the order they appeared (never removed, so a process keeps its user's place
+    /// and reaches it without a lookup on every decision), and each uid's place.
+    users: Vec<User>,
+    user_at: FxHashMap<Uid, usize>,
     /// (A hash map: a decision iterates the ordered sets below, never this.)
     procs: FxHashMap<Pid, Proc>,
     threads: FxHashMap<Tid, Thread>,
@@ -140,7 +147,11 @@ pub struct Shares {
     vtime: u128,
     /// Processes with a runnable thread, and processes giving their turns to another: the
     /// only ones a decision looks at (a daemon holds a process per client, most of them idle).
-    ready: BTreeSet<Pid>,
+    /// (A vector, each member's place kept in its `Proc`: entering and leaving it is a push
+    /// and a swap with no lookup, where a B-tree would allocate and rebalance on every switch
+    /// between two processes. Its order is not the decision's: `choose` compares processes by
+    /// pass and pid, whatever order it meets them in.)
+    ready: Vec<Pid>,
     donors: BTreeSet<Pid>,
 }
 
@@ -166,14 +177,10 @@ impl Shares {
 
     /// Adds a process of user `uid` (the user gets [`DEFAULT_TICKETS`] the first time).
     pub fn add_process(&mut self, pid: Pid, uid: Uid) {
-        self.users.entry(uid).or_insert(User {
-            tickets: DEFAULT_TICKETS,
-            pass: self.vtime,
-            vtime: 0,
-            active: 0,
-        });
+        let user = self.user(uid, DEFAULT_TICKETS);
         self.procs.entry(pid).or_insert(Proc {
             uid,
+            user,
             tickets: DEFAULT_TICKETS,
             pass: 0,
             queue: VecDeque::new(),
@@ -181,6 +188,7 @@ impl Shares {
             threads: 0,
             donate_to: None,
             cpu_ns: 0,
+            ready_at: None,
         });
     }
 
@@ -188,9 +196,9 @@ impl Shares {
     pub fn remove_process(&mut self, pid: Pid) {
         if let Some(p) = self.procs.get(&pid) {
             assert_eq!(p.threads, 0, "process {pid} removed with threads");
+            self.leave_ready(pid);
             self.procs.remove(&pid);
         }
-        self.ready.remove(&pid);
         self.donors.remove(&pid);
         let Shares { procs, donors, .. } = self;
         donors.retain(|d| {
@@ -264,7 +272,7 @@ impl Shares {
         t.queued_at = now;
         let pid = t.pid;
         let p = self.procs.get_mut(&pid).expect("its process");
-        let u = self.users.get_mut(&p.uid).expect("its user");
+        let u = &mut self.users[p.user];
         // Waking from sleep banks no credit: start at the level's current pass.
         if u.active == 0 {
             u.pass = u.pass.max(self.vtime);
@@ -275,7 +283,7 @@ impl Shares {
         u.active += 1;
         p.active += 1;
         p.queue.push_back(tid);
-        self.ready.insert(pid);
+        Shares::enter_ready(&mut self.ready, p, pid);
         self.arrived(tid, now);
         true
     }
@@ -303,9 +311,29 @@ impl Shares {
         t.state = State::Runnable;
         t.queued_at = now;
         let pid = t.pid;
-        self.procs.get_mut(&pid).expect("its process").queue.push_back(tid);
-        self.ready.insert(pid);
+        let p = self.procs.get_mut(&pid).expect("its process");
+        p.queue.push_back(tid);
+        Shares::enter_ready(&mut self.ready, p, pid);
         self.arrived(tid, now);
+    }
+
+    /// `p` (process `pid`) has a runnable thread: a decision looks at it.
+    fn enter_ready(ready: &mut Vec<Pid>, p: &mut Proc, pid: Pid) {
+        if p.ready_at.is_none() {
+            p.ready_at = Some(ready.len());
+            ready.push(pid);
+        }
+    }
+
+    /// `pid` has no runnable thread left.
+    fn leave_ready(&mut self, pid: Pid) {
+        let Some(at) = self.procs.get_mut(&pid).and_then(|p| p.ready_at.take()) else {
+            return;
+        };
+        self.ready.swap_remove(at);
+        if let Some(&moved) = self.ready.get(at) {
+            self.procs.get_mut(&moved).expect("a ready process").ready_at = Some(at);
+        }
     }
 
     /// A running thread waits (a timer, a wake-up).
@@ -320,7 +348,7 @@ impl Shares {
     fn deactivate(&mut self, pid: Pid) {
         let p = self.procs.get_mut(&pid).expect("its process");
         p.active -= 1;
-        let u = self.users.get_mut(&p.uid).expect("its user");
+        let u = &mut self.users[p.user];
         u.active -= 1;
     }
 
@@ -334,28 +362,36 @@ impl Shares {
         };
         p.cpu_ns += ns;
         p.pass += stride(ns, p.tickets);
-        if let Some(u) = self.users.get_mut(&p.uid) {
-            u.pass += stride(ns, u.tickets);
+        let u = &mut self.users[p.user];
+        u.pass += stride(ns, u.tickets);
+    }
+
+    /// The place of user `uid`, added with `tickets` if new.
+    fn user(&mut self, uid: Uid, tickets: u32) -> usize {
+        if let Some(&at) = self.user_at.get(&uid) {
+            return at;
         }
+        self.users.push(User {
+            tickets,
+            pass: self.vtime,
+            vtime: 0,
+            active: 0,
+        });
+        self.user_at.insert(uid, self.users.len() - 1);
+        self.users.len() - 1
     }
 
     pub fn set_user_tickets(&mut self, uid: Uid, tickets: u32) -> Result<(), ShareError> {
         check_tickets(tickets)?;
-        let vtime = self.vtime;
-        self.users
-            .entry(uid)
-            .or_insert(User {
-                tickets,
-                pass: vtime,
-                vtime: 0,
-                active: 0,
-            })
-            .tickets = tickets;
+        let at = self.user(uid, tickets);
+        self.users[at].tickets = tickets;
         Ok(())
     }
 
     pub fn user_tickets(&self, uid: Uid) -> u32 {
-        self.users.get(&uid).map_or(DEFAULT_TICKETS, |u| u.tickets)
+        self.user_at
+            .get(&uid)
+            .map_or(DEFAULT_TICKETS, |&at| self.users[at].tickets)
     }
 
     pub fn set_process_tickets(&mut self, pid: Pid, tickets: u32) -> Result<(), ShareError> {
@@ -391,10 +427,10 @@ impl Shares {
             }
             // A donor that was idle starts its donated turns at the current pass.
             let p = &self.procs[&from];
-            let u = &self.users[&p.uid];
+            let u = &self.users[p.user];
             let (upass, ppass) = (u.pass.max(self.vtime), p.pass.max(u.vtime));
             if u.active == 0 {
-                self.users.get_mut(&self.procs[&from].uid).expect("its user").pass = upass;
+                self.users[p.user].pass = upass;
             }
             let p = self.procs.get_mut(&from).expect("checked");
             if p.active == 0 {
@@ -450,7 +486,9 @@ impl Shares {
         // process with the smallest, in one pass: the best process is only kept for the best
         // user found so far.
         let mut best: Option<(UserKey, ProcKey)> = None;
-        for &pid in self.ready.union(&self.donors) {
+        // A donor with runnable threads of its own is among the ready already.
+        let donors = self.donors.iter().filter(|d| self.procs[d].ready_at.is_none());
+        for &pid in self.ready.iter().chain(donors) {
             let p = &self.procs[&pid];
             let src = if p.queue.is_empty() {
                 let Some(src) = self.source(pid) else { continue };
@@ -458,11 +496,11 @@ impl Shares {
             } else {
                 pid
             };
-            let user = (self.users[&p.uid].pass, p.uid);
+            let user = (self.users[p.user].pass, p.uid);
             match &mut best {
                 Some((u, _)) if user > *u => {}
                 Some((u, proc)) if user == *u => {
-                    if p.pass < proc.0 {
+                    if (p.pass, pid) < (proc.0, proc.1) {
                         *proc = (p.pass, pid, src);
                     }
                 }
@@ -537,14 +575,12 @@ impl Shares {
             .expect("a runnable thread is queued");
         p.queue.remove(at);
         if p.queue.is_empty() {
-            self.ready.remove(&pid);
+            self.leave_ready(pid);
         }
         if let Some(c) = self.procs.get(&pick.charge) {
-            let u = &self.users[&c.uid];
-            let (cpass, upass, uid) = (c.pass, u.pass, c.uid);
-            self.vtime = self.vtime.max(upass);
-            let u = self.users.get_mut(&uid).expect("its user");
-            u.vtime = u.vtime.max(cpass);
+            let u = &mut self.users[c.user];
+            self.vtime = self.vtime.max(u.pass);
+            u.vtime = u.vtime.max(c.pass);
         }
     }
 }
@@ -554,22 +590,21 @@ impl Shares {
     /// those with a runnable thread, `donors` exactly those giving their turns away.
     pub fn check(&self) {
         for (pid, p) in &self.procs {
-            assert_eq!(
-                self.ready.contains(pid),
-                !p.queue.is_empty(),
-                "ready set, process {pid}"
-            );
+            assert_eq!(p.ready_at.is_some(), !p.queue.is_empty(), "ready set, process {pid}");
+            if let Some(at) = p.ready_at {
+                assert_eq!(self.ready.get(at), Some(pid), "ready set, place of process {pid}");
+            }
             assert_eq!(
                 self.donors.contains(pid),
                 p.donate_to.is_some(),
                 "donors, process {pid}"
             );
         }
-        assert!(
-            self.ready
-                .iter()
-                .chain(&self.donors)
-                .all(|p| self.procs.contains_key(p))
+        assert!(self.donors.iter().all(|p| self.procs.contains_key(p)));
+        assert_eq!(
+            self.ready.len(),
+            self.procs.values().filter(|p| p.ready_at.is_some()).count(),
+            "ready set holds a process twice or one gone"
         );
     }
 }
