@@ -67,10 +67,12 @@ pub enum Resource {
     LockRecords,
     /// Client connections being served (each a thread and its buffers).
     Connections,
+    /// Bytes of pipes' queues (each pipe's whole capacity, while it exists).
+    PipeBytes,
 }
 
 impl Resource {
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 17;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -88,6 +90,7 @@ impl Resource {
         Resource::EventFilterBytes,
         Resource::LockRecords,
         Resource::Connections,
+        Resource::PipeBytes,
     ];
 
     fn index(self) -> usize {
@@ -97,7 +100,8 @@ impl Resource {
     /// The errno of a charge that would pass a limit: `EMFILE` for descriptors, `EAGAIN` for
     /// work in progress (try again when some finishes), `ENOBUFS` for request buffers, `EDQUOT`
     /// for what a user keeps (grafts, memory, code, bindings, subscriptions), `ENOMEM` for a
-    /// program's memory (what its `malloc` would report), `EUSERS` for connections.
+    /// program's memory (what its `malloc` would report), `EUSERS` for connections, `ENFILE`
+    /// for pipe buffers (as Linux says at its limit on pipe pages).
     pub fn errno(self) -> i32 {
         match self {
             Resource::Descriptors => 24,                                           // EMFILE
@@ -110,6 +114,7 @@ impl Resource {
             Resource::Bindings | Resource::Subscriptions => 122,                   // EDQUOT
             Resource::EventFilterBytes => 122,                                     // EDQUOT
             Resource::Connections => 87,                                           // EUSERS
+            Resource::PipeBytes => 23,                                             // ENFILE
         }
     }
 
@@ -122,6 +127,7 @@ impl Resource {
                 | Resource::FrameBytes
                 | Resource::ProgramMemory
                 | Resource::EventFilterBytes
+                | Resource::PipeBytes
         )
     }
 
@@ -143,6 +149,7 @@ impl Resource {
             Resource::EventFilterBytes => "event filter memory",
             Resource::LockRecords => "byte-range lock records",
             Resource::Connections => "connections",
+            Resource::PipeBytes => "pipe buffers",
         }
     }
 }
@@ -210,8 +217,9 @@ impl Default for LimitsConfig {
             .with(Resource::Compiles, 2)
             .with(Resource::ControlCalls, 1)
             .with(Resource::LockWaits, 64)
-            .with(Resource::Programs, 4)
+            .with(Resource::Programs, 16)
             .with(Resource::Threads, 64)
+            .with(Resource::PipeBytes, 16 * MIB)
             .with(Resource::ProgramMemory, 2048 * MIB)
             .with(Resource::EventFilterBytes, 4 * MIB)
             .with(Resource::LockRecords, 16384);
@@ -221,8 +229,9 @@ impl Default for LimitsConfig {
             .with(Resource::GraftCode, 1024 * MIB)
             .with(Resource::FrameBytes, 1024 * MIB)
             .with(Resource::LockWaits, 256)
-            .with(Resource::Programs, 16)
+            .with(Resource::Programs, 64)
             .with(Resource::Threads, 512)
+            .with(Resource::PipeBytes, 256 * MIB)
             .with(Resource::ProgramMemory, 8192 * MIB)
             .with(Resource::EventFilterBytes, 256 * MIB)
             .with(Resource::LockRecords, 1 << 20);

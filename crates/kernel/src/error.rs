@@ -15,7 +15,9 @@ pub enum Errno {
     Io = 5,
     NxIo = 6,
     TooBig = 7,
+    NoExec = 8,
     BadF = 9,
+    Child = 10,
     Again = 11,
     Acces = 13,
     Busy = 16,
@@ -24,9 +26,11 @@ pub enum Errno {
     NotDir = 20,
     IsDir = 21,
     Inval = 22,
+    NFile = 23,
     MFile = 24,
     FBig = 27,
     NoSpc = 28,
+    Pipe = 32,
     Range = 34,
     Deadlk = 35,
     NameTooLong = 36,
@@ -44,7 +48,7 @@ pub enum Errno {
 
 impl Errno {
     /// Every errno the kernel returns.
-    pub const ALL: [Errno; 32] = [
+    pub const ALL: [Errno; 36] = [
         Errno::Perm,
         Errno::NoEnt,
         Errno::Srch,
@@ -52,7 +56,9 @@ impl Errno {
         Errno::Io,
         Errno::NxIo,
         Errno::TooBig,
+        Errno::NoExec,
         Errno::BadF,
+        Errno::Child,
         Errno::Again,
         Errno::Acces,
         Errno::Busy,
@@ -61,9 +67,11 @@ impl Errno {
         Errno::NotDir,
         Errno::IsDir,
         Errno::Inval,
+        Errno::NFile,
         Errno::MFile,
         Errno::FBig,
         Errno::NoSpc,
+        Errno::Pipe,
         Errno::Range,
         Errno::Deadlk,
         Errno::NameTooLong,

@@ -63,6 +63,7 @@ mod cache_io;
 mod changes;
 mod error;
 mod events;
+mod family;
 mod file_grafts;
 mod files;
 pub mod graftpoints;
@@ -71,7 +72,9 @@ mod locks;
 mod namei;
 mod names;
 pub mod perm;
+mod pipe;
 mod process;
+pub mod signal;
 mod staged;
 pub use staged::{STAGED_PER_PROCESS, STAGED_TTL};
 
@@ -83,6 +86,7 @@ pub use events::{
     CloseEvent, CreateEvent, EVENT_BATCH, EVENT_QUEUE_MAX, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats,
     FILTER_ENTRY_BYTES, FsEvent, FsEventPoint, KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
 };
+pub use family::{ExitStatus, Waited};
 pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};
 #[cfg(any(test, feature = "internals"))]
@@ -92,6 +96,7 @@ pub use locks::{LockRequest, LockType};
 pub use namei::{At, MAX_SYMLINKS, NAME_MAX, PATH_MAX};
 pub use names::{DirPage, RenameFlags};
 pub use perm::{Credentials, Protected};
+pub use pipe::{PIPE_BUF, PIPE_CAPACITY, Pipe, PipeEnd, Side};
 pub use process::{GraftCall, Process};
 pub use vino_cache::RaMode;
 pub use vino_fs::{DirEntry, FileType, Stat};
@@ -211,6 +216,8 @@ pub struct Kernel {
     /// looks names up for reading, each for its whole walk and operation (see `names`).
     pub(crate) ns: RwLock<()>,
     pub(crate) changes: changes::ChangeHooks,
+    /// The pipes of FIFOs open now, by inode.
+    pub(crate) fifos: Mutex<rustc_hash::FxHashMap<u64, std::sync::Weak<Pipe>>>,
     pub(crate) accounts: Accounts,
     pub(crate) clock: SharedClock,
     /// Firings of processes' timers (`event.timer`), for the simulation's report.
@@ -293,6 +300,7 @@ impl Kernel {
             ns: RwLock::new(()),
             changes: Default::default(),
             accounts,
+            fifos: Mutex::default(),
             clock: config.clock.clone(),
             timer_firings: AtomicU64::new(0),
             staged: Default::default(),
@@ -308,10 +316,14 @@ impl Kernel {
         Ok(kernel)
     }
 
-    /// A new process with these credentials.
+    /// A new process with these credentials, the leader of a session of its own.
     pub fn spawn(self: &Arc<Self>, cred: Credentials) -> Arc<Process> {
+        self.spawn_with(cred, None)
+    }
+
+    pub(crate) fn spawn_with(self: &Arc<Self>, cred: Credentials, parent: Option<&Arc<Process>>) -> Arc<Process> {
         let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
-        let process = Process::new(self.clone(), pid, cred);
+        let process = Process::new(self.clone(), pid, cred, parent.map(|p| &**p));
         self.events.attach(&process);
         let mut all = self.processes.lock();
         // Read under the lock that `kill_all` walks the processes under: no spawn slips between.
@@ -350,11 +362,22 @@ impl Kernel {
         self.processes.lock().values().cloned().collect()
     }
 
-    /// Ends a process: closes its files, unloads every graft it owns, forgets it.
+    /// Ends a process: closes its files, unloads every graft it owns, forgets it. It exited
+    /// with 0 unless a signal killed it.
     pub fn exit(&self, pid: Pid) {
+        let status = self
+            .process(pid)
+            .and_then(|p| p.killed_by())
+            .map_or(ExitStatus::Exited(0), ExitStatus::Signaled);
+        self.exit_with(pid, status);
+    }
+
+    /// As [`Kernel::exit`], with the status its parent's `wait` reports.
+    pub fn exit_with(&self, pid: Pid, status: ExitStatus) {
         let Some(p) = self.processes.lock().remove(&pid) else {
             return;
         };
+        self.leave_family(&p, status);
         // What still runs in it stops rather than go on without its files.
         p.kill();
         p.release();

@@ -53,6 +53,15 @@ pub struct Process {
     /// engine, off the kernel's read path that every caller shares.
     bytes_read: std::sync::atomic::AtomicU64,
     bytes_written: std::sync::atomic::AtomicU64,
+    /// Signals sent to it, blocked, and what it does with each.
+    pub(crate) signals: crate::signal::Signals,
+    /// The signal that killed it (0: none yet).
+    killed_by: std::sync::atomic::AtomicU8,
+    /// Tells its runner a signal wants delivering (a program's engine looks at its next epoch
+    /// check).
+    poker: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    /// Its parent, children, session and zombies.
+    pub(crate) family: Mutex<crate::family::Family>,
 }
 
 /// A timer's thread: told to stop by the flag, waited for by its handle.
@@ -91,7 +100,9 @@ impl Drop for Held<'_> {
 }
 
 impl Process {
-    pub(crate) fn new(kernel: Arc<Kernel>, pid: Pid, cred: Credentials) -> Arc<Process> {
+    /// A new process; a child of `parent` takes its session and its signal state (as exec
+    /// leaves it).
+    pub(crate) fn new(kernel: Arc<Kernel>, pid: Pid, cred: Credentials, parent: Option<&Process>) -> Arc<Process> {
         let namespace = Namespace::new();
         namespace.register(kernel.cache.register_process(pid));
         namespace.register(kernel.cpu.add_process(pid, cred.uid));
@@ -120,6 +131,14 @@ impl Process {
             retired_timers: Mutex::new(Vec::new()),
             bytes_read: Default::default(),
             bytes_written: Default::default(),
+            signals: parent.map(|p| p.signals.inherit()).unwrap_or_default(),
+            killed_by: Default::default(),
+            poker: Mutex::new(None),
+            family: Mutex::new(crate::family::Family {
+                parent: parent.map_or(0, Process::pid),
+                session: parent.map_or(pid, Process::session),
+                ..Default::default()
+            }),
         })
     }
 
@@ -143,12 +162,44 @@ impl Process {
         }
     }
 
-    /// Stops what runs in this process, now or as soon as its runner says how.
+    /// Stops what runs in this process, now or as soon as its runner says how (SIGKILL).
     pub fn kill(&self) {
-        self.killed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.kill_by(crate::signal::SIGKILL);
+    }
+
+    /// As [`Process::kill`], the process dying of `sig` (the first such signal counts).
+    pub fn kill_by(&self, sig: u8) {
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .killed_by
+            .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
+        self.killed.store(true, Ordering::SeqCst);
         let kill = self.killer.lock().clone();
         if let Some(kill) = kill {
             kill();
+        }
+        // Blocked calls look again, and find the process ending.
+        self.signals.wake_all();
+        self.family.lock().waiting.drain(..).for_each(std::task::Waker::wake);
+    }
+
+    /// The signal that killed it, if one did.
+    pub fn killed_by(&self) -> Option<u8> {
+        match self.killed_by.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => None,
+            sig => Some(sig),
+        }
+    }
+
+    /// Tells the kernel how to get its runner's attention when a signal wants delivering.
+    pub fn set_poker(&self, poke: Arc<dyn Fn() + Send + Sync>) {
+        *self.poker.lock() = Some(poke);
+    }
+
+    pub(crate) fn poke(&self) {
+        let poke = self.poker.lock().clone();
+        if let Some(poke) = poke {
+            poke();
         }
     }
 

@@ -18,6 +18,7 @@ impl WasiErrno {
     pub const AGAIN: WasiErrno = WasiErrno(6);
     pub const BADF: WasiErrno = WasiErrno(8);
     pub const BUSY: WasiErrno = WasiErrno(10);
+    pub const CHILD: WasiErrno = WasiErrno(12);
     pub const DEADLK: WasiErrno = WasiErrno(16);
     pub const DQUOT: WasiErrno = WasiErrno(19);
     pub const EXIST: WasiErrno = WasiErrno(20);
@@ -33,6 +34,7 @@ impl WasiErrno {
     pub const NFILE: WasiErrno = WasiErrno(41);
     pub const NOBUFS: WasiErrno = WasiErrno(42);
     pub const NOENT: WasiErrno = WasiErrno(44);
+    pub const NOEXEC: WasiErrno = WasiErrno(45);
     pub const NOLCK: WasiErrno = WasiErrno(46);
     pub const NOSPC: WasiErrno = WasiErrno(51);
     pub const NOSYS: WasiErrno = WasiErrno(52);
@@ -41,6 +43,7 @@ impl WasiErrno {
     pub const NOTSUP: WasiErrno = WasiErrno(58);
     pub const NXIO: WasiErrno = WasiErrno(60);
     pub const PERM: WasiErrno = WasiErrno(63);
+    pub const PIPE: WasiErrno = WasiErrno(64);
     pub const RANGE: WasiErrno = WasiErrno(68);
     pub const SPIPE: WasiErrno = WasiErrno(70);
     pub const SRCH: WasiErrno = WasiErrno(71);
@@ -58,7 +61,9 @@ impl From<Errno> for WasiErrno {
             Errno::Io | Errno::UClean => WasiErrno::IO,
             Errno::NxIo => WasiErrno::NXIO,
             Errno::TooBig => WasiErrno::TOOBIG,
+            Errno::NoExec => WasiErrno::NOEXEC,
             Errno::BadF => WasiErrno::BADF,
+            Errno::Child => WasiErrno::CHILD,
             Errno::Again => WasiErrno::AGAIN,
             Errno::Acces => WasiErrno::ACCES,
             Errno::Busy => WasiErrno::BUSY,
@@ -68,6 +73,8 @@ impl From<Errno> for WasiErrno {
             Errno::IsDir => WasiErrno::ISDIR,
             Errno::Inval => WasiErrno::INVAL,
             Errno::MFile => WasiErrno::MFILE,
+            Errno::NFile => WasiErrno::NFILE,
+            Errno::Pipe => WasiErrno::PIPE,
             Errno::FBig => WasiErrno::FBIG,
             Errno::NoSpc => WasiErrno::NOSPC,
             Errno::Range => WasiErrno::RANGE,
