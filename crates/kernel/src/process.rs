@@ -57,9 +57,6 @@ pub struct Process {
     pub(crate) signals: crate::signal::Signals,
     /// The signal that killed it (0: none yet).
     killed_by: std::sync::atomic::AtomicU8,
-    /// Tells its runner a signal wants delivering (a program's engine looks at its next epoch
-    /// check).
-    poker: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
     /// Its parent, children, session and zombies.
     pub(crate) family: Mutex<crate::family::Family>,
 }
@@ -133,7 +130,6 @@ impl Process {
             bytes_written: Default::default(),
             signals: parent.map(|p| p.signals.inherit()).unwrap_or_default(),
             killed_by: Default::default(),
-            poker: Mutex::new(None),
             family: Mutex::new(crate::family::Family {
                 parent: parent.map_or(0, Process::pid),
                 session: parent.map_or(pid, Process::session),
@@ -191,17 +187,6 @@ impl Process {
         }
     }
 
-    /// Tells the kernel how to get its runner's attention when a signal wants delivering.
-    pub fn set_poker(&self, poke: Arc<dyn Fn() + Send + Sync>) {
-        *self.poker.lock() = Some(poke);
-    }
-
-    pub(crate) fn poke(&self) {
-        let poke = self.poker.lock().clone();
-        if let Some(poke) = poke {
-            poke();
-        }
-    }
 
     /// Whether this process was told to stop.
     pub fn killed(&self) -> bool {
@@ -283,6 +268,29 @@ impl Process {
         self.check_open(&found.stat, flags, false)?;
         let fd = self.install(found, flags, false, held, 0, None)?;
         self.debug_check(&[ino]);
+        Ok(fd)
+    }
+
+    /// Gives `child` a descriptor of the file this process has open as `fd`, opened as this
+    /// one was (less creating and truncating): what a spawned child inherits. No permission is
+    /// checked again, as none is when POSIX's children inherit descriptors. The offset is the
+    /// child's own from here on (a VINO program keeps its offsets itself).
+    pub fn inherit_fd(&self, fd: Fd, child: &Process) -> SysResult<Fd> {
+        let file = self.files.lock().get(fd)?;
+        let flags = OpenFlags {
+            create: false,
+            exclusive: false,
+            truncate: false,
+            ..file.flags
+        };
+        let (found, held) = {
+            let _ns = self.kernel.ns.read();
+            let found = child.handle(file.ino, file.generation)?;
+            let held = child.hold(file.ino);
+            (found, held)
+        };
+        let fd = child.install(found, flags, false, held, 0, None)?;
+        child.debug_check(&[file.ino]);
         Ok(fd)
     }
 

@@ -281,6 +281,29 @@ impl Signals {
         Poll::Pending
     }
 
+    /// Takes a deliverable stop (a signal whose default stops, taken by default): the process
+    /// is stopped from now on. What the engine checks at each tick, so that a program that
+    /// makes no calls stops too.
+    pub(crate) fn take_stop(&self) -> bool {
+        let mut s = self.state.lock();
+        let stops = bit(SIGSTOP) | bit(SIGTSTP) | bit(SIGTTIN) | bit(SIGTTOU);
+        let ready = s.deliverable() & stops;
+        if ready == 0 {
+            return false;
+        }
+        let taken: SigSet = [SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU]
+            .into_iter()
+            .filter(|&sig| ready & bit(sig) != 0 && s.action(sig) == Disposition::Default)
+            .map(bit)
+            .fold(0, |a, b| a | b);
+        if taken == 0 {
+            return false;
+        }
+        s.pending &= !taken;
+        s.stopped = true;
+        true
+    }
+
     pub(crate) fn stopped(&self) -> bool {
         self.state.lock().stopped
     }
@@ -359,6 +382,12 @@ impl Process {
         self.killed() || self.signals.state.lock().deliverable() != 0
     }
 
+    /// Takes a pending stop if there is one (see `Signals::take_stop`): true if the process
+    /// is to stop now.
+    pub fn take_stop(&self) -> bool {
+        self.signals.take_stop()
+    }
+
     /// Whether the process is stopped (a `SIGSTOP` taken, no `SIGCONT` since).
     pub fn stopped(&self) -> bool {
         self.signals.stopped()
@@ -381,8 +410,6 @@ impl Process {
         }
         if let Some(sig) = self.signals.post(sig) {
             self.kill_by(sig);
-        } else {
-            self.poke();
         }
     }
 }

@@ -135,6 +135,7 @@ pub mod oflags {
 /// `__wasi_fdflags_t`.
 pub mod fdflags {
     pub const APPEND: u16 = 1;
+    pub const NONBLOCK: u16 = 4;
 }
 
 /// `__wasi_lookupflags_t`.
@@ -157,6 +158,7 @@ pub mod rights {
     pub const FD_ALLOCATE: u64 = 1 << 8;
     pub const FD_READDIR: u64 = 1 << 14;
     pub const FD_FILESTAT_SET_SIZE: u64 = 1 << 22;
+    pub const POLL_FD_READWRITE: u64 = 1 << 27;
     /// Every right of preview 1 (bits 0-29).
     pub const ALL: u64 = (1 << 30) - 1;
 }

@@ -7,9 +7,9 @@ use crate::abi::{self, WasiErrno, event, fdflags, filetype, fstflags, oflags, ri
 use crate::dev::{self, Device, Node};
 use crate::fds::{Entry, File};
 use crate::guest::{Guest, Result};
+use crate::{pipes, signals};
 use std::io::{Read, Write};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vino_kernel::{At, Attrs, Fd, OpenFlags, RenameFlags, SetTime};
 use wasmtime::{Caller, Extern, Linker};
@@ -45,7 +45,7 @@ pub(crate) fn sys_value(
     }
 }
 
-fn with_memory<T>(caller: &mut Caller<'_, Ctx>, call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<T>) -> Result<T> {
+pub(crate) fn with_memory<T>(caller: &mut Caller<'_, Ctx>, call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<T>) -> Result<T> {
     let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
         // A program that exports no memory can pass no pointer.
         return Err(WasiErrno::FAULT);
@@ -135,8 +135,18 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             sys(&mut c, |g, x| fd_pwrite(g, x, fd, iovs, n, off, out))
         },
     )?;
-    l.func_wrap(m, "fd_read", |mut c: C, fd: u32, iovs: u32, n: u32, out: u32| {
-        sys(&mut c, |g, x| fd_read(g, x, fd, iovs, n, out))
+    // Reads and writes may wait (a pipe): asynchronous, so the worker runs others meanwhile;
+    // a signal is delivered on the way out.
+    l.func_wrap_async(m, "fd_read", |mut c: C, (fd, iovs, n, out): (u32, u32, u32, u32)| {
+        Box::new(async move {
+            match pipes::pipe_of(&c, fd) {
+                Some(p) => pipes::read(&mut c, p, iovs, n, out).await,
+                None => {
+                    let r = sys(&mut c, |g, x| fd_read(g, x, fd, iovs, n, out));
+                    signals::after(&mut c, r).await
+                }
+            }
+        })
     })?;
     l.func_wrap(
         m,
@@ -161,8 +171,16 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             g.put_u64(out, pos)
         })
     })?;
-    l.func_wrap(m, "fd_write", |mut c: C, fd: u32, iovs: u32, n: u32, out: u32| {
-        sys(&mut c, |g, x| fd_write(g, x, fd, iovs, n, out))
+    l.func_wrap_async(m, "fd_write", |mut c: C, (fd, iovs, n, out): (u32, u32, u32, u32)| {
+        Box::new(async move {
+            match pipes::pipe_of(&c, fd) {
+                Some(p) => pipes::write(&mut c, p, iovs, n, out).await,
+                None => {
+                    let r = sys(&mut c, |g, x| fd_write(g, x, fd, iovs, n, out));
+                    signals::after(&mut c, r).await
+                }
+            }
+        })
     })?;
     l.func_wrap(m, "path_create_directory", |mut c: C, fd: u32, path: u32, len: u32| {
         sys(&mut c, |g, x| {
@@ -214,23 +232,29 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             })
         },
     )?;
-    l.func_wrap(
+    // Asynchronous for FIFOs, whose open waits for the other side.
+    l.func_wrap_async(
         m,
         "path_open",
-        |mut c: C,
-         fd: u32,
-         dirflags: u32,
-         path: u32,
-         len: u32,
-         oflags: u32,
-         base: u64,
-         _inheriting: u64,
-         fdflags: u32,
-         out: u32| {
-            sys(&mut c, |g, x| {
-                let path = g.path(path, len)?;
-                let opened = path_open(x, fd, dirflags, &path, oflags as u16, base, fdflags as u16)?;
-                g.put_u32(out, opened)
+        |mut c: C, (fd, dirflags, path, len, oflags, base, _inheriting, fdflags, out): PathOpenArgs| {
+            Box::new(async move {
+                let opened = with_memory(&mut c, |g, x| {
+                    let path = g.path(path, len)?;
+                    match path_open(x, fd, dirflags, &path, oflags as u16, base, fdflags as u16) {
+                        Err(WasiErrno::NXIO) => Ok(Err(path)),
+                        other => other.map(Ok),
+                    }
+                });
+                let opened = match opened {
+                    Ok(Ok(n)) => Ok(n),
+                    Ok(Err(path)) => pipes::open_fifo(&mut c, fd, &path, base, fdflags as u16).await?,
+                    Err(e) => Err(e),
+                };
+                let r = match opened {
+                    Ok(n) => sys(&mut c, |g, _| g.put_u32(out, n)),
+                    Err(e) => i32::from(e.0),
+                };
+                signals::after(&mut c, r).await
             })
         },
     )?;
@@ -293,25 +317,34 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             Box::new(async move {
                 let plan = match with_memory(&mut c, |g, x| poll_plan(g, x, subs, n)) {
                     Ok(plan) => plan,
-                    Err(e) => return i32::from(e.0),
+                    Err(e) => return Ok(i32::from(e.0)),
                 };
-                let (thread, killed) = (c.data().thread.clone(), c.data().killed.clone());
-                let ready = match sleep(thread, &killed, plan).await {
-                    Ok(ready) => ready,
-                    Err(e) => return i32::from(e.0),
+                let (thread, process, killed) =
+                    (c.data().thread.clone(), c.data().process.clone(), c.data().killed.clone());
+                let r = match sleep(thread, &process, &killed, plan).await {
+                    Ok(ready) => sys(&mut c, |g, _| poll_events(g, &ready, events, out)),
+                    Err(e) => i32::from(e.0),
                 };
-                sys(&mut c, |g, _| poll_events(g, &ready, events, out))
+                signals::after(&mut c, r).await
             })
         },
     )?;
     l.func_wrap(m, "proc_exit", |_: C, code: u32| -> wasmtime::Result<()> {
         Err(wasmtime::Error::new(ProcExit(code)))
     })?;
-    l.func_wrap(m, "proc_raise", |_: C, _sig: u32| i32::from(WasiErrno::NOSYS.0))?;
-    l.func_wrap_async(m, "sched_yield", |_: C, (): ()| {
-        Box::new(async {
+    l.func_wrap_async(m, "proc_raise", |mut c: C, (sig,): (u32,)| {
+        Box::new(async move {
+            let Some(sig) = u8::try_from(sig).ok().filter(|&s| (1..=vino_kernel::signal::SIGMAX).contains(&s)) else {
+                return Ok(i32::from(WasiErrno::INVAL.0));
+            };
+            c.data().process.raise(sig);
+            signals::after(&mut c, 0).await
+        })
+    })?;
+    l.func_wrap_async(m, "sched_yield", |mut c: C, (): ()| {
+        Box::new(async move {
             vino_sched::yield_now().await;
-            0i32
+            signals::after(&mut c, 0).await
         })
     })?;
     l.func_wrap(m, "random_get", |mut c: C, buf: u32, len: u32| {
@@ -403,7 +436,7 @@ pub(crate) fn random(buf: &mut [u8]) -> Result<()> {
 // ---- descriptors -----------------------------------------------------------------------------
 
 /// The kernel descriptor of directory `fd`, the start of a path call.
-fn dir(x: &mut Ctx, fd: u32) -> Result<Fd> {
+pub(crate) fn dir(x: &mut Ctx, fd: u32) -> Result<Fd> {
     if let Entry::DevDir = x.fds.get(fd)? {
         // Nothing in `/dev` is made, removed, renamed or linked, as for a user on Linux.
         return Err(WasiErrno::ACCES);
@@ -424,6 +457,9 @@ fn fd_allocate(x: &mut Ctx, fd: u32, off: u64, len: u64) -> Result<()> {
     x.process.fallocate(kfd, false, off, len).map_err(Into::into)
 }
 
+/// `path_open`'s arguments.
+type PathOpenArgs = (u32, u32, u32, u32, u32, u64, u64, u32, u32);
+
 fn fd_close(x: &mut Ctx, fd: u32) -> Result<()> {
     match x.fds.remove(fd)? {
         Entry::File(f) => x.process.close(f.fd).map_err(Into::into),
@@ -434,8 +470,9 @@ fn fd_close(x: &mut Ctx, fd: u32) -> Result<()> {
 fn fd_sync(x: &mut Ctx, fd: u32) -> Result<()> {
     match x.fds.get(fd)? {
         Entry::File(f) => x.process.fsync(f.fd).map_err(Into::into),
-        Entry::Stdio(1) => x.stdio.stdout.flush().map_err(|_| WasiErrno::IO),
-        Entry::Stdio(2) => x.stdio.stderr.flush().map_err(|_| WasiErrno::IO),
+        Entry::Stdio(1) => x.stdio.stdout.lock().flush().map_err(|_| WasiErrno::IO),
+        Entry::Stdio(2) => x.stdio.stderr.lock().flush().map_err(|_| WasiErrno::IO),
+        Entry::Pipe(_) => Err(WasiErrno::INVAL),
         _ => Ok(()),
     }
 }
@@ -457,6 +494,15 @@ fn fd_fdstat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<()
         // A terminal has no seek or tell (isatty); the others seek, to nowhere, as on Linux.
         Entry::Device(Device::Tty) => (filetype::CHARACTER_DEVICE, 0, rights::FD_READ | rights::FD_WRITE),
         Entry::Device(_) => (filetype::CHARACTER_DEVICE, 0, rights::ALL),
+        // WASI has no FIFO type: a pipe is of no known type, readable or writable, not seekable.
+        Entry::Pipe(p) => {
+            let rw = match p.end.side() {
+                vino_kernel::Side::Read => rights::FD_READ,
+                vino_kernel::Side::Write => rights::FD_WRITE,
+            };
+            let flags = if p.nonblock { fdflags::NONBLOCK } else { 0 };
+            (filetype::UNKNOWN, flags, rw | rights::POLL_FD_READWRITE)
+        }
     };
     g.bytes_mut(out, abi::FDSTAT_SIZE)?.fill(0);
     g.put_u8(out, kind)?;
@@ -466,8 +512,13 @@ fn fd_fdstat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<()
 }
 
 fn fd_fdstat_set_flags(x: &mut Ctx, fd: u32, flags: u32) -> Result<()> {
-    if let Entry::Device(_) | Entry::Stdio(_) = x.fds.get(fd)? {
-        return Ok(());
+    match x.fds.get_mut(fd)? {
+        Entry::Device(_) | Entry::Stdio(_) => return Ok(()),
+        Entry::Pipe(p) => {
+            p.nonblock = flags as u16 & fdflags::NONBLOCK != 0;
+            return Ok(());
+        }
+        _ => {}
     }
     let f = x.fds.file(fd)?;
     f.append = flags as u16 & fdflags::APPEND != 0;
@@ -498,6 +549,12 @@ fn fd_filestat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<
         }
         Entry::DevDir => put_dev_filestat(g, out, Node::Dir),
         &Entry::Device(d) => put_dev_filestat(g, out, Node::Device(d)),
+        Entry::Pipe(p) => {
+            g.bytes_mut(out, abi::FILESTAT_SIZE)?.fill(0);
+            g.put_u64(out + 8, p.end.pipe().fifo().unwrap_or(0))?;
+            g.put_u64(out + 24, 1)?;
+            g.put_u64(out + 32, p.end.queued() as u64)
+        }
     }
 }
 
@@ -601,6 +658,7 @@ fn seekable(x: &mut Ctx, fd: u32) -> Result<&mut File> {
         Entry::File(f) => Ok(f),
         Entry::DevDir => Err(WasiErrno::ISDIR),
         Entry::Device(_) => Err(WasiErrno::BADF),
+        Entry::Pipe(_) => Err(WasiErrno::SPIPE),
     }
 }
 
@@ -636,6 +694,7 @@ fn fd_read(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32)
         Entry::Stdio(_) => return Err(WasiErrno::BADF),
         Entry::DevDir => return Err(WasiErrno::ISDIR),
         &Entry::Device(d) => device_read(g, x, d, iovs, n)?,
+        Entry::Pipe(_) => return Err(WasiErrno::BADF),
         Entry::File(f) if f.filetype == filetype::DIRECTORY => return Err(WasiErrno::ISDIR),
         Entry::File(f) => {
             let (kfd, pos) = (f.fd, f.pos);
@@ -652,16 +711,16 @@ fn stdin_read(g: &mut Guest<'_>, x: &mut Ctx, iovs: u32, n: u32) -> Result<u64> 
     let Some((buf, len)) = g.iovecs(iovs, n)?.into_iter().find(|&(_, len)| len > 0) else {
         return Ok(0);
     };
-    let got = x.stdio.stdin.read(g.bytes_mut(buf, len)?).map_err(|_| WasiErrno::IO)?;
+    let got = x.stdio.stdin.lock().read(g.bytes_mut(buf, len)?).map_err(|_| WasiErrno::IO)?;
     Ok(got as u64)
 }
 
 /// Writes every buffer to standard stream `i` (1 or 2).
 fn stream_write(g: &Guest<'_>, x: &mut Ctx, i: u8, iovs: u32, n: u32) -> Result<u64> {
-    let stream = if i == 1 {
-        &mut x.stdio.stdout
+    let mut stream = if i == 1 {
+        x.stdio.stdout.lock()
     } else {
-        &mut x.stdio.stderr
+        x.stdio.stderr.lock()
     };
     let mut done = 0u64;
     for (buf, len) in g.iovecs(iovs, n)? {
@@ -714,6 +773,7 @@ fn fd_write(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32
         Entry::Stdio(_) => return Err(WasiErrno::BADF),
         Entry::DevDir => return Err(WasiErrno::ISDIR),
         &Entry::Device(d) => device_write(g, x, d, iovs, n)?,
+        Entry::Pipe(_) => return Err(WasiErrno::BADF),
         Entry::File(f) if f.filetype == filetype::DIRECTORY => return Err(WasiErrno::ISDIR),
         Entry::File(f) => {
             let (kfd, append) = (f.fd, f.append);
@@ -938,6 +998,8 @@ struct PollPlan {
     start: u64,
     clocks: Vec<(u64, u64)>,
     ready: Vec<(u64, u8, u16)>,
+    /// Pipe ends not ready yet: (userdata, event, end).
+    pipes: Vec<(u64, u8, std::sync::Arc<vino_kernel::PipeEnd>)>,
 }
 
 /// Reads the subscriptions. Descriptor subscriptions are ready at once (files never block; the
@@ -955,6 +1017,7 @@ fn poll_plan(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, n: u32) -> Result<PollPl
         start,
         clocks: Vec::new(),
         ready: Vec::new(),
+        pipes: Vec::new(),
     };
     for i in 0..n {
         let s = subs.checked_add(i * abi::SUBSCRIPTION_SIZE).ok_or(WasiErrno::FAULT)?;
@@ -972,34 +1035,85 @@ fn poll_plan(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, n: u32) -> Result<PollPl
                 };
                 plan.clocks.push((userdata, deadline));
             }
-            event::FD_READ | event::FD_WRITE => {
-                let open = x.fds.get(g.u32(s + 16)?).is_ok();
-                plan.ready
-                    .push((userdata, tag, if open { 0 } else { WasiErrno::BADF.0 }));
-            }
+            event::FD_READ | event::FD_WRITE => match x.fds.get(g.u32(s + 16)?) {
+                Ok(Entry::Pipe(p)) => {
+                    let side = if tag == event::FD_READ {
+                        vino_kernel::Side::Read
+                    } else {
+                        vino_kernel::Side::Write
+                    };
+                    if p.end.side() != side {
+                        plan.ready.push((userdata, tag, WasiErrno::BADF.0));
+                    } else if p.end.ready() {
+                        plan.ready.push((userdata, tag, 0));
+                    } else {
+                        plan.pipes.push((userdata, tag, p.end.clone()));
+                    }
+                }
+                Ok(_) => plan.ready.push((userdata, tag, 0)),
+                Err(_) => plan.ready.push((userdata, tag, WasiErrno::BADF.0)),
+            },
             _ => return Err(WasiErrno::INVAL),
         }
     }
     Ok(plan)
 }
 
-/// With nothing ready, sleeps until the earliest clock subscription (the thread gives its
-/// worker back), in slices of at most 10 ms so that a kill ends the sleep. Returns the events.
-async fn sleep(thread: vino_sched::ThreadCtx, killed: &AtomicBool, mut plan: PollPlan) -> Result<Vec<(u64, u8, u16)>> {
+/// With nothing ready, waits (the thread gives its worker back) until a pipe it watches is
+/// ready or the earliest clock subscription is due, in slices of at most 10 ms so that a kill
+/// ends the wait; a signal to deliver ends it with `EINTR`. Returns the events.
+async fn sleep(
+    thread: vino_sched::ThreadCtx,
+    process: &vino_kernel::Process,
+    killed: &std::sync::atomic::AtomicBool,
+    mut plan: PollPlan,
+) -> Result<Vec<(u64, u8, u16)>> {
     if !plan.ready.is_empty() {
         return Ok(plan.ready);
     }
-    let until = plan.clocks.iter().map(|c| c.1).min().unwrap_or(plan.start);
+    let until = plan.clocks.iter().map(|c| c.1).min();
+    let until = if plan.pipes.is_empty() { Some(until.unwrap_or(plan.start)) } else { until };
     loop {
         let t = monotonic();
-        if t >= until {
+        if until.is_some_and(|u| t >= u) {
             break;
         }
-        if killed.load(Ordering::SeqCst) {
+        if process.killed() || killed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(WasiErrno::INTR);
         }
-        let nap = Duration::from_nanos((until - t).min(10_000_000));
-        thread.sleep_until(Instant::now() + nap).await;
+        let nap = until.map_or(10_000_000, |u| (u - t).min(10_000_000));
+        let mut timer = std::pin::pin!(thread.sleep_until(Instant::now() + Duration::from_nanos(nap)));
+        let pipes = &plan.pipes;
+        let woke = std::future::poll_fn(|cx| {
+            let ready: Vec<_> = pipes
+                .iter()
+                .filter(|(_, tag, end)| {
+                    let r = if *tag == event::FD_READ {
+                        end.poll_readable(cx)
+                    } else {
+                        end.poll_writable(1, cx)
+                    };
+                    r.is_ready()
+                })
+                .map(|(u, tag, _)| (*u, *tag, 0))
+                .collect();
+            if !ready.is_empty() {
+                return std::task::Poll::Ready(Some(ready));
+            }
+            if process.poll_signal(cx).is_ready() {
+                return std::task::Poll::Ready(None);
+            }
+            timer.as_mut().poll(cx).map(|()| Some(Vec::new()))
+        })
+        .await;
+        match woke {
+            None => return Err(WasiErrno::INTR),
+            Some(ready) if !ready.is_empty() => {
+                plan.ready.extend(ready);
+                break;
+            }
+            Some(_) => {}
+        }
     }
     let t = monotonic();
     plan.ready

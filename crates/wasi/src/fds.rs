@@ -8,13 +8,38 @@ use vino_kernel::Fd;
 
 /// What a WASI descriptor stands for.
 pub enum Entry {
-    /// 0, 1, 2: the runner's streams.
+    /// The runner's standard stream 0, 1 or 2 (shared by every process of its session).
     Stdio(u8),
     File(File),
     /// `/dev` (see `dev`).
     DevDir,
     /// A device of `/dev` served without the file system.
     Device(crate::dev::Device),
+    /// One end of a pipe or FIFO (see `pipes`).
+    Pipe(PipeFd),
+}
+
+/// A pipe's end as a descriptor holds it: the end is shared by every descriptor `dup`ed or
+/// inherited from this one (it closes with the last of them).
+#[derive(Clone)]
+pub struct PipeFd {
+    pub end: std::sync::Arc<vino_kernel::PipeEnd>,
+    /// `O_NONBLOCK`: `EAGAIN` instead of waiting.
+    pub nonblock: bool,
+}
+
+impl Entry {
+    /// A copy of an entry that holds no kernel descriptor (`None` for a file: the kernel opens
+    /// another descriptor of it, see `spawn`).
+    pub fn share(&self) -> Option<Entry> {
+        Some(match self {
+            Entry::Stdio(i) => Entry::Stdio(*i),
+            Entry::File(_) => return None,
+            Entry::DevDir => Entry::DevDir,
+            Entry::Device(d) => Entry::Device(*d),
+            Entry::Pipe(p) => Entry::Pipe(p.clone()),
+        })
+    }
 }
 
 /// A kernel file open for the program.
@@ -37,6 +62,10 @@ pub struct FdTable {
 }
 
 impl FdTable {
+    pub fn empty() -> FdTable {
+        FdTable::default()
+    }
+
     pub fn with_stdio() -> FdTable {
         FdTable {
             slots: (0..3).map(|i| Some(Entry::Stdio(i))).collect(),
@@ -84,6 +113,27 @@ impl FdTable {
             .get_mut(fd as usize)
             .and_then(Option::take)
             .ok_or(WasiErrno::BADF)
+    }
+
+    /// Puts `e` at descriptor `n` (growing the table up to [`FDS_MAX`]), returning what was
+    /// there (for the caller to close).
+    pub fn place(&mut self, n: u32, e: Entry) -> Result<Option<Entry>, WasiErrno> {
+        let n = n as usize;
+        if n >= FDS_MAX {
+            return Err(WasiErrno::BADF);
+        }
+        if self.slots.len() <= n {
+            self.slots.resize_with(n + 1, || None);
+        }
+        Ok(self.slots[n].replace(e))
+    }
+
+    /// Every descriptor and its entry, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Entry)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| (i as u32, e)))
     }
 
     /// Moves `from` to `to`, returning what `to` held (for the caller to close).

@@ -23,6 +23,10 @@ mod dev;
 mod disk_cache;
 mod fds;
 mod guest;
+mod pipes;
+mod process_calls;
+mod signals;
+mod spawn;
 mod vino;
 
 pub use abi::{MODULE, WasiErrno};
@@ -139,17 +143,27 @@ pub enum Exit {
     Code(u32),
     /// It trapped (out-of-bounds access, unreachable, stack overflow, memory limit...).
     Trap(String),
-    /// Its [`KillSwitch`] was thrown.
+    /// Its [`KillSwitch`] was thrown, or SIGKILL sent.
     Killed,
+    /// A signal other than SIGKILL ended it (its default action, or a kill).
+    Signaled(u8),
 }
 
 impl Exit {
-    /// The status a shell would see: the code, 134 for a trap (as an abort), 137 if killed.
+    /// The status a shell would see: the code, 134 for a trap (as an abort), 128 plus the
+    /// signal if one ended it (137 if killed).
     pub fn status(&self) -> i32 {
+        self.exit_status().shell_status()
+    }
+
+    /// As the kernel records it for a parent's `wait`: a trap is a death by SIGABRT.
+    pub fn exit_status(&self) -> vino_kernel::ExitStatus {
+        use vino_kernel::{ExitStatus, signal};
         match self {
-            Exit::Code(c) => (*c & 0xff) as i32,
-            Exit::Trap(_) => 134,
-            Exit::Killed => 137,
+            Exit::Code(c) => ExitStatus::Exited((*c & 0xff) as u8),
+            Exit::Trap(_) => ExitStatus::Signaled(signal::SIGABRT),
+            Exit::Killed => ExitStatus::Signaled(signal::SIGKILL),
+            Exit::Signaled(sig) => ExitStatus::Signaled(*sig),
         }
     }
 }
@@ -182,6 +196,26 @@ impl Stdio {
     }
 }
 
+/// The runner's streams as the processes of its session share them (a child spawned with its
+/// parent's descriptors writes to the same output).
+pub(crate) struct Streams {
+    pub stdin: parking_lot::Mutex<Box<dyn Read + Send>>,
+    pub stdout: parking_lot::Mutex<Box<dyn Write + Send>>,
+    pub stderr: parking_lot::Mutex<Box<dyn Write + Send>>,
+    pub tty: [bool; 3],
+}
+
+impl From<Stdio> for Streams {
+    fn from(s: Stdio) -> Streams {
+        Streams {
+            stdin: parking_lot::Mutex::new(s.stdin),
+            stdout: parking_lot::Mutex::new(s.stdout),
+            stderr: parking_lot::Mutex::new(s.stderr),
+            tty: s.tty,
+        }
+    }
+}
+
 /// Stops one run of a program ([`Program::kill_switch`]) at its next loop or call, or at once
 /// if it is asleep in `poll_oneoff`. Other runs of the same program go on: a kill ticks the
 /// engine's epoch, and each run's store asks its own switch whether that tick was for it.
@@ -189,16 +223,29 @@ impl Stdio {
 pub struct KillSwitch {
     engine: Engine,
     killed: Arc<AtomicBool>,
+    /// The process the run is in, once it runs: a kill reaches it too, so that its blocked
+    /// calls (a pipe, a wait) wake and see it.
+    process: Arc<parking_lot::Mutex<std::sync::Weak<vino_kernel::Process>>>,
 }
 
 impl KillSwitch {
     pub fn kill(&self) {
-        self.killed.store(true, Ordering::SeqCst);
+        if self.killed.swap(true, Ordering::SeqCst) {
+            return;
+        }
         self.engine.increment_epoch();
+        let process = self.process.lock().upgrade();
+        if let Some(p) = process {
+            p.kill();
+        }
     }
 
     fn killed(&self) -> bool {
         self.killed.load(Ordering::SeqCst)
+    }
+
+    fn bind(&self, process: &Arc<vino_kernel::Process>) {
+        *self.process.lock() = Arc::downgrade(process);
     }
 }
 
@@ -246,9 +293,28 @@ pub(crate) struct Ctx {
     pub fds: fds::FdTable,
     pub args: Vec<Vec<u8>>,
     pub env: Vec<Vec<u8>>,
-    pub stdio: Stdio,
+    pub stdio: Arc<Streams>,
+    /// This run's kill switch was thrown (a kill from the runner, which may not go through
+    /// the kernel's process).
     pub killed: Arc<AtomicBool>,
     limits: MemoryLimits,
+    /// The limits its children get (its own).
+    pub program_limits: ProgramLimits,
+}
+
+impl Ctx {
+    /// Whether the run is to end: its switch thrown or its process killed.
+    pub fn ending(&self) -> bool {
+        self.killed.load(Ordering::SeqCst) || self.process.killed()
+    }
+}
+
+/// What a program starts with: its descriptors, arguments, environment and streams.
+pub(crate) struct Start {
+    pub fds: fds::FdTable,
+    pub args: Vec<Vec<u8>>,
+    pub env: Vec<Vec<u8>>,
+    pub stdio: Arc<Streams>,
 }
 
 /// A program's memory: at most its cap, and every byte charged to its process (so to its
@@ -388,6 +454,7 @@ impl Program {
         KillSwitch {
             engine: self.engine.clone(),
             killed: Arc::new(AtomicBool::new(false)),
+            process: Arc::default(),
         }
     }
 
@@ -417,7 +484,9 @@ impl Program {
     /// Runs the program in `process`, a kernel process the caller spawned (and makes exit
     /// afterwards): for a caller that keeps its own records of the process while it runs. The
     /// program runs as a thread of the process on the kernel's CPU scheduler; the calling
-    /// thread (never one of the scheduler's workers) waits for it.
+    /// thread (never one of the scheduler's workers) waits for it. A process that leads its
+    /// session (one the caller spawned, not a child) ends the session with it: what its
+    /// children still run is killed.
     pub fn run_in(
         &self,
         process: Arc<vino_kernel::Process>,
@@ -425,17 +494,50 @@ impl Program {
         stdio: Stdio,
         kill: &KillSwitch,
     ) -> Result<Exit, RunError> {
+        let start = match preopen(&process, &setup.dirs) {
+            Ok(fds) => Start {
+                fds,
+                env: setup.environment(),
+                args: setup.args,
+                stdio: Arc::new(Streams::from(stdio)),
+            },
+            Err((error, mut opened)) => {
+                for fd in opened.drain() {
+                    let _ = process.close(fd);
+                }
+                return Err(error);
+            }
+        };
+        let exit = self.run_start(process.clone(), start, kill);
+        if process.session() == process.pid() {
+            process.kernel().end_session(process.pid());
+        }
+        exit
+    }
+
+    /// Runs the program in `process` from `start`, on a thread of the process; waits for it.
+    pub(crate) fn run_start(
+        &self,
+        process: Arc<vino_kernel::Process>,
+        start: Start,
+        kill: &KillSwitch,
+    ) -> Result<Exit, RunError> {
         let engine = self.engine.clone();
         process
             .kernel()
             .on_cpu_tick("vino-wasi programs", Arc::new(move || engine.increment_epoch()));
-        // A kill of the process (`vino kill`, a shutdown) throws this run's switch.
+        // A kill of the process (`vino kill`, a shutdown, a signal) throws this run's switch.
         let switch = kill.clone();
         process.set_killer(Arc::new(move || switch.kill()));
+        kill.bind(&process);
+        if kill.killed() {
+            // Thrown before the run had a process: the process learns it now.
+            process.kill();
+        }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (program, kill, runner) = (self.clone(), kill.clone(), process.clone());
         let thread = process.spawn_thread(move |thread| async move {
-            let outcome = program.run_thread(runner, setup, stdio, &kill, thread).await;
+            let outcome = program.run_thread(runner, start, &kill, thread).await;
             let _ = tx.send(outcome);
         })?;
         thread.join();
@@ -447,22 +549,11 @@ impl Program {
     async fn run_thread(
         &self,
         process: Arc<vino_kernel::Process>,
-        setup: Setup,
-        stdio: Stdio,
+        start: Start,
         kill: &KillSwitch,
         thread: ThreadCtx,
     ) -> Result<Exit, RunError> {
-        let fds = match preopen(&process, &setup.dirs) {
-            Ok(fds) => fds,
-            Err((error, mut opened)) => {
-                for fd in opened.drain() {
-                    let _ = process.close(fd);
-                }
-                return Err(error);
-            }
-        };
-        let env = setup.environment();
-        let args = setup.args;
+        let Start { fds, args, env, stdio } = start;
         let limits = MemoryLimits {
             cap: self.limits.memory_bytes,
             charge: Growing::new(process.account().clone(), Resource::ProgramMemory),
@@ -476,15 +567,22 @@ impl Program {
             stdio,
             killed: kill.killed.clone(),
             limits,
+            program_limits: self.limits,
         };
         let mut store = Store::new(&self.engine, ctx);
         store.limiter(|c| &mut c.limits);
         store.set_epoch_deadline(1);
         let mine = kill.clone();
         // Every tick: a kill ends the run; a slice used up gives the worker back.
+        let stoppable = process.clone();
         store.epoch_deadline_callback(move |_| {
             if mine.killed() {
                 Err(Trap::Interrupt.into())
+            } else if stoppable.take_stop() {
+                // SIGSTOP (or another stop): the thread waits, off its worker, for a SIGCONT.
+                let p = stoppable.clone();
+                let continued = std::future::poll_fn(move |cx| p.poll_continued(cx));
+                Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(continued)))
             } else if thread.slice_over() {
                 Ok(wasmtime::UpdateDeadline::Yield(1))
             } else {
@@ -499,8 +597,8 @@ impl Program {
             },
         };
         let ctx = store.data_mut();
-        let _ = ctx.stdio.stdout.flush();
-        let _ = ctx.stdio.stderr.flush();
+        let _ = ctx.stdio.stdout.lock().flush();
+        let _ = ctx.stdio.stderr.lock().flush();
         for fd in ctx.fds.drain() {
             let _ = process.close(fd);
         }
@@ -510,7 +608,10 @@ impl Program {
                 if let Some(calls::ProcExit(code)) = e.downcast_ref::<calls::ProcExit>() {
                     Exit::Code(*code)
                 } else if kill.killed() || e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-                    Exit::Killed
+                    match process.killed_by() {
+                        Some(sig) if sig != vino_kernel::signal::SIGKILL => Exit::Signaled(sig),
+                        _ => Exit::Killed,
+                    }
                 } else {
                     Exit::Trap(format!("{e:#}"))
                 }
