@@ -40,7 +40,10 @@ pub const COMPAT_SOURCE: &str = concat!(
 /// The compatibility layer's headers (`sdk/include/compat/`), path → text: each includes
 /// wasi-libc's header of the same name and declares what it leaves out.
 pub const COMPAT_HEADERS: &[(&str, &str)] = &[
-    ("__typedef_sigset_t.h", include_str!("../../../sdk/include/compat/__typedef_sigset_t.h")),
+    (
+        "__typedef_sigset_t.h",
+        include_str!("../../../sdk/include/compat/__typedef_sigset_t.h"),
+    ),
     ("signal.h", include_str!("../../../sdk/include/compat/signal.h")),
     ("spawn.h", include_str!("../../../sdk/include/compat/spawn.h")),
     ("stdio.h", include_str!("../../../sdk/include/compat/stdio.h")),
