@@ -73,6 +73,7 @@ fn a_program_spawns_waits_for_and_pipes_to_its_children() {
         "ok WNOHANG before the end of its input is 0",
         "ok 100000 bytes through a pipe",
         "ok the child's line in the file",
+        "ok 16 bytes through the FIFO",
         "ok killed by SIGKILL",
         "ok no children left: ECHILD",
         "ok posix_spawnp through PATH: ENOENT",

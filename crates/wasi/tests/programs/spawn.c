@@ -64,11 +64,14 @@ static int play(const char *part, const char *arg) {
         return 0;
     }
     if (strcmp(part, "count") == 0) {
-        /* Reads stdin to its end: the byte count, mod 251, is the exit status. */
+        /* Reads stdin (or the file `arg`) to its end: the byte count, mod 251, is the status. */
         static char buf[8192];
         size_t total = 0;
         ssize_t r;
-        while ((r = read(0, buf, sizeof buf)) > 0)
+        int fd = arg[0] ? open(arg, O_RDONLY) : 0;
+        if (fd < 0)
+            return 254;
+        while ((r = read(fd, buf, sizeof buf)) > 0)
             total += (size_t)r;
         return r < 0 ? 255 : (int)(total % 251);
     }
@@ -147,6 +150,19 @@ int main(int argc, char **argv) {
     read_all(fd, line, sizeof line);
     close(fd);
     check(strncmp(line, "to a file from ", 15) == 0, "the child's line in the file");
+
+    /* A FIFO by its name: the child opens it to read (opening waits for a writer, so not as a
+     * file action, which posix_spawn may wait for), the parent to write. */
+    check(mkfifo("fifo", 0600) == 0, "mkfifo");
+    pid = child("count", "fifo", NULL);
+    fd = open("fifo", O_WRONLY);
+    check(fd >= 0, "open the FIFO for writing");
+    check(write(fd, "through the fifo", 16) == 16, "write to the FIFO");
+    close(fd);
+    status = wait_for(pid);
+    check(WIFEXITED(status) && WEXITSTATUS(status) == 16, "16 bytes through the FIFO");
+    check(mkfifo("fifo", 0600) == -1 && errno == EEXIST, "mkfifo again: EEXIST");
+    unlink("fifo");
 
     /* A blocked child killed: death by signal. */
     check(pipe(in) == 0, "pipe for a child to block on");
