@@ -1,5 +1,8 @@
 /* vino_process.h: what a program running as a VINO process (`vino run`) may ask of the kernel
- * beyond WASI: grafting its own objects from inside, modes and owners, and a null call. Build
+ * beyond WASI: grafting its own objects from inside, modes and owners, a null call, and the
+ * process model (process ids, spawn and wait, pipes and FIFOs, signals). Programs reach the
+ * last through POSIX calls (posix_spawn, waitpid, pipe, sigaction...) in the SDK's
+ * compatibility layer rather than directly. Build
  * with `vino build` (clang --target=wasm32-wasi), which puts this header on the include path.
  *
  * Graftpoints are named as the client libraries name them: "vas.pick_victim" (this process's
@@ -51,6 +54,96 @@ VINO_IMPORT(timer_start)
 int vino_timer_start(uint64_t period_ns);
 VINO_IMPORT(timer_stop)
 int vino_timer_stop(void);
+
+/* The process model. Signal numbers are Linux's (<signal.h>); a signal set is a 64-bit mask,
+ * bit (sig - 1) for sig. Each call returns its result (>= 0) or a negative errno. */
+
+/* This process's id; its parent's (0 when the parent is gone or it has none). */
+VINO_IMPORT(getpid)
+int vino_getpid(void);
+VINO_IMPORT(getppid)
+int vino_getppid(void);
+
+/* One thing done in a spawned child before it starts, in order: 28 bytes, as the kernel reads
+ * them. `path_ptr` is the address of the path in the program's memory (absolute: it resolves in
+ * the parent's preopened directories), `oflag` a <fcntl.h> O_* set. */
+struct vino_spawn_action {
+    uint32_t kind; /* VINO_SPAWN_CLOSE, VINO_SPAWN_DUP2 or VINO_SPAWN_OPEN */
+    uint32_t fd;
+    uint32_t newfd;
+    uint32_t oflag;
+    uint32_t mode;
+    uint32_t path_ptr;
+    uint32_t path_len;
+};
+#define VINO_SPAWN_CLOSE 0 /* close(fd) */
+#define VINO_SPAWN_DUP2 1  /* dup2(fd, newfd) */
+#define VINO_SPAWN_OPEN 2  /* open(path, oflag, mode) placed at newfd */
+
+/* A spawned child's signal state: with VINO_SPAWN_SETSIGMASK its mask is `sigmask` (else the
+ * parent's), with VINO_SPAWN_SETSIGDEF the signals in `sigdefault` start at their default
+ * action; VINO_SPAWN_SETPGROUP (process groups, sessions) is refused with -ENOTSUP. */
+struct vino_spawn_attr {
+    uint32_t flags;
+    uint32_t pad;
+    uint64_t sigmask;
+    uint64_t sigdefault;
+};
+#define VINO_SPAWN_SETSIGMASK 1
+#define VINO_SPAWN_SETSIGDEF 2
+#define VINO_SPAWN_SETPGROUP 4
+
+/* Starts the program whose module is open (for reading) as `module_fd`, as a child of this
+ * process: its arguments and environment are NUL-terminated strings laid end to end (`argv_len`
+ * and `envp_len` bytes in all). It inherits every open descriptor (the same open files: shared
+ * offsets and pipe ends), then `actions` apply; `attr` may be NULL. Handled signals start at
+ * their default action in the child, ignored ones stay ignored. Returns the child's pid;
+ * -EAGAIN past the user's process limit, -ENOEXEC not a program, -EFBIG a module too large,
+ * -EACCES no execute permission, -EBADF a bad descriptor. */
+VINO_IMPORT(spawn)
+int vino_spawn(int module_fd, const char *argv, size_t argv_len, const char *envp, size_t envp_len,
+               const struct vino_spawn_action *actions, size_t nactions, const struct vino_spawn_attr *attr);
+
+/* Waits for the child `pid` (-1: any) to end and reaps it: its pid, and a Linux wait status in
+ * `*status` (exit code << 8, or the signal that killed it). With VINO_WAIT_NOHANG, 0 if none
+ * has ended yet. -ECHILD no such child, -EINTR a handled signal arrived. */
+#define VINO_WAIT_NOHANG 1
+VINO_IMPORT(wait)
+int vino_wait(int pid, int options, int *status);
+
+/* A pipe (64 KiB; writes up to 4096 bytes are atomic): the read end in fds[0], the write end in
+ * fds[1]. `fdflags` are WASI's fd flags (4 = non-blocking). */
+VINO_IMPORT(pipe)
+int vino_pipe(int fds[2], uint32_t fdflags);
+
+/* Makes a FIFO at `path` (`path_len` bytes), relative to the preopened directory `dirfd`. */
+VINO_IMPORT(mkfifo)
+int vino_mkfifo(int dirfd, const char *path, size_t path_len, uint32_t mode);
+
+/* Sends `sig` to the process `pid` (> 0; 0 checks only): -EPERM another user's, -ESRCH none,
+ * -ENOTSUP a pid of 0 or below (process groups). */
+VINO_IMPORT(kill)
+int vino_kill(int pid, int sig);
+
+/* Sets what `sig` does: VINO_SIG_DEFAULT, VINO_SIG_IGNORE or VINO_SIG_HANDLED (the kernel calls
+ * the program's exported `vino_signal(sig)` at its next safe point, with `sig` blocked while it
+ * runs); `flags` VINO_SA_RESTART resumes a blocking call it interrupts. Returns the old
+ * disposition; -EINVAL for SIGKILL and SIGSTOP. */
+#define VINO_SIG_DEFAULT 0
+#define VINO_SIG_IGNORE 1
+#define VINO_SIG_HANDLED 2
+#define VINO_SA_RESTART 1
+VINO_IMPORT(sigaction)
+int vino_sigaction(int sig, int disposition, int flags);
+
+/* Changes the blocked set (`how`: 0 block, 1 unblock, 2 set), the old one to `*old` unless
+ * NULL; the pending set; waiting with `mask` until a handler has run (always -EINTR). */
+VINO_IMPORT(sigprocmask)
+int vino_sigprocmask(int how, uint64_t set, uint64_t *old);
+VINO_IMPORT(sigpending)
+int vino_sigpending(uint64_t *set);
+VINO_IMPORT(sigsuspend)
+int vino_sigsuspend(uint64_t mask);
 
 #undef VINO_IMPORT
 #endif

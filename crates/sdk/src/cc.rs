@@ -24,13 +24,31 @@ pub const DEFAULT_EMULATIONS: &[&str] = &["process-clocks", "getpid"];
 /// wasi-libc's emulation libraries (`--emulate`, `-lwasi-emulated-<name>`).
 pub const EMULATIONS: &[&str] = &["signal", "mman", "process-clocks", "getpid"];
 
-/// The compatibility layer's C source (`sdk/lib/vino_compat.c`).
-pub const COMPAT_SOURCE: &str = include_str!("../../../sdk/lib/vino_compat.c");
+/// The compatibility layer's C source: `sdk/lib/vino_compat.c` and the files after it, compiled
+/// as one unit (`#line` keeps each file's own name and lines in clang's messages).
+pub const COMPAT_SOURCE: &str = concat!(
+    "#line 1 \"sdk/lib/vino_compat.c\"\n",
+    include_str!("../../../sdk/lib/vino_compat.c"),
+    "#line 1 \"sdk/lib/vino_process.c\"\n",
+    include_str!("../../../sdk/lib/vino_process.c"),
+    "#line 1 \"sdk/lib/vino_signal.c\"\n",
+    include_str!("../../../sdk/lib/vino_signal.c"),
+    "#line 1 \"sdk/lib/vino_shell.c\"\n",
+    include_str!("../../../sdk/lib/vino_shell.c"),
+);
 
 /// The compatibility layer's headers (`sdk/include/compat/`), path → text: each includes
 /// wasi-libc's header of the same name and declares what it leaves out.
 pub const COMPAT_HEADERS: &[(&str, &str)] = &[
+    (
+        "__typedef_sigset_t.h",
+        include_str!("../../../sdk/include/compat/__typedef_sigset_t.h"),
+    ),
+    ("signal.h", include_str!("../../../sdk/include/compat/signal.h")),
+    ("spawn.h", include_str!("../../../sdk/include/compat/spawn.h")),
+    ("stdio.h", include_str!("../../../sdk/include/compat/stdio.h")),
     ("sys/stat.h", include_str!("../../../sdk/include/compat/sys/stat.h")),
+    ("sys/wait.h", include_str!("../../../sdk/include/compat/sys/wait.h")),
     ("unistd.h", include_str!("../../../sdk/include/compat/unistd.h")),
 ];
 

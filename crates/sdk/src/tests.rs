@@ -660,7 +660,7 @@ fn emulations_are_asked_for_by_name_or_by_library() {
     let src = "#include <signal.h>\n#include <sys/mman.h>\n\
                int main(void) { signal(SIGINT, SIG_IGN); return mmap(0, 1, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED; }\n";
     let err = build_program_of(&[("sig.c", src)], &BuildOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("-D_WASI_EMULATED_SIGNAL"), "{err}");
+    assert!(err.to_string().contains("-D_WASI_EMULATED_MMAN"), "{err}");
     let opts = BuildOptions {
         emulate: vec!["signal".into(), "mman".into()],
         ..Default::default()

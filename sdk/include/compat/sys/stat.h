@@ -1,5 +1,5 @@
 /* <sys/stat.h> for programs `vino build` makes: wasi-libc's, plus what it leaves out and VINO
- * provides (sdk/lib/vino_compat.c): chmod and its relatives, and umask. */
+ * provides (sdk/lib/): chmod and its relatives, umask, and FIFOs. */
 #include_next <sys/stat.h>
 
 #ifndef VINO_COMPAT_SYS_STAT_H
@@ -11,6 +11,8 @@ int chmod(const char *, mode_t);
 int fchmod(int, mode_t);
 int fchmodat(int, const char *, mode_t, int);
 mode_t umask(mode_t);
+int mkfifo(const char *, mode_t);
+int mkfifoat(int, const char *, mode_t);
 #ifdef __cplusplus
 }
 #endif
