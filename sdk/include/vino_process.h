@@ -128,7 +128,9 @@ int vino_kill(int pid, int sig);
 /* Sets what `sig` does: VINO_SIG_DEFAULT, VINO_SIG_IGNORE or VINO_SIG_HANDLED (the kernel calls
  * the program's exported `vino_signal(sig)` at its next safe point, with `sig` blocked while it
  * runs); `flags` VINO_SA_RESTART resumes a blocking call it interrupts. Returns the old
- * disposition; -EINVAL for SIGKILL and SIGSTOP. */
+ * disposition; -EINVAL for SIGKILL and SIGSTOP. VINO_SIG_QUERY changes nothing and returns the
+ * disposition. */
+#define VINO_SIG_QUERY (-1)
 #define VINO_SIG_DEFAULT 0
 #define VINO_SIG_IGNORE 1
 #define VINO_SIG_HANDLED 2

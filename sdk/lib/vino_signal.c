@@ -158,16 +158,9 @@ __attribute__((export_name("vino_signal"))) void vino_signal(int sig) {
 }
 #endif
 
-/* The kernel's disposition of `sig`, asked without changing it: the only way to ask is to set
- * one, so ignore it and put back what was there (a signal arriving between the two calls is
- * lost, never acted on). */
+/* The kernel's disposition of `sig`, asked without changing it. */
 static int vino_query(int sig) {
-    int old = VINO_SIGACTION(sig, VINO_SIG_IGNORE, 0);
-    if (old >= 0 && old != VINO_SIG_IGNORE) {
-        int flags = (vino_actions[sig].sa_flags & SA_RESTART) ? VINO_SA_RESTART : 0;
-        (void)VINO_SIGACTION(sig, old, flags);
-    }
-    return old;
+    return VINO_SIGACTION(sig, VINO_SIG_QUERY, 0);
 }
 
 int sigaction(int sig, const struct sigaction *__restrict act, struct sigaction *__restrict old) {

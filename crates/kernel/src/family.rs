@@ -214,13 +214,13 @@ impl Process {
         Err(SysError::new(Errno::Child, "no such child"))
     }
 
-    /// Ready when [`Process::wait_child`] may find something new (a child ended or went).
-    pub fn poll_child(&self, pid: Option<Pid>, cx: &Context<'_>) -> Poll<SysResult<Waited>> {
+    /// Ready when [`Process::wait_child`] would not answer [`Waited::Running`] (a child
+    /// ended, or none is left); it reaps nothing itself.
+    pub fn poll_child(&self, pid: Option<Pid>, cx: &Context<'_>) -> Poll<()> {
         let mut f = self.family.lock();
         let matches = |c: Pid| pid.is_none_or(|p| p == c);
         if f.zombies.iter().any(|z| matches(z.pid)) || !f.children.iter().any(|&c| matches(c)) {
-            drop(f);
-            return Poll::Ready(self.wait_child(pid));
+            return Poll::Ready(());
         }
         f.waiting.push(cx.waker().clone());
         Poll::Pending

@@ -187,7 +187,6 @@ impl Process {
         }
     }
 
-
     /// Whether this process was told to stop.
     pub fn killed(&self) -> bool {
         self.killed.load(std::sync::atomic::Ordering::SeqCst)

@@ -342,6 +342,11 @@ impl Process {
         self.signals.set_action(sig, action)
     }
 
+    /// What this process does with `sig` now.
+    pub fn signal_disposition(&self, sig: u8) -> Disposition {
+        self.signals.action(sig)
+    }
+
     /// Changes the signals this process blocks; returns the old mask. A signal it unblocks
     /// whose default ends it ends it now.
     pub fn signal_mask(&self, how: MaskHow, set: SigSet) -> SigSet {

@@ -45,7 +45,10 @@ pub(crate) fn sys_value(
     }
 }
 
-pub(crate) fn with_memory<T>(caller: &mut Caller<'_, Ctx>, call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<T>) -> Result<T> {
+pub(crate) fn with_memory<T>(
+    caller: &mut Caller<'_, Ctx>,
+    call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<T>,
+) -> Result<T> {
     let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
         // A program that exports no memory can pass no pointer.
         return Err(WasiErrno::FAULT);
@@ -319,8 +322,11 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
                     Ok(plan) => plan,
                     Err(e) => return Ok(i32::from(e.0)),
                 };
-                let (thread, process, killed) =
-                    (c.data().thread.clone(), c.data().process.clone(), c.data().killed.clone());
+                let (thread, process, killed) = (
+                    c.data().thread.clone(),
+                    c.data().process.clone(),
+                    c.data().killed.clone(),
+                );
                 let r = match sleep(thread, &process, &killed, plan).await {
                     Ok(ready) => sys(&mut c, |g, _| poll_events(g, &ready, events, out)),
                     Err(e) => i32::from(e.0),
@@ -334,7 +340,10 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     })?;
     l.func_wrap_async(m, "proc_raise", |mut c: C, (sig,): (u32,)| {
         Box::new(async move {
-            let Some(sig) = u8::try_from(sig).ok().filter(|&s| (1..=vino_kernel::signal::SIGMAX).contains(&s)) else {
+            let Some(sig) = u8::try_from(sig)
+                .ok()
+                .filter(|&s| (1..=vino_kernel::signal::SIGMAX).contains(&s))
+            else {
                 return Ok(i32::from(WasiErrno::INVAL.0));
             };
             c.data().process.raise(sig);
@@ -711,7 +720,12 @@ fn stdin_read(g: &mut Guest<'_>, x: &mut Ctx, iovs: u32, n: u32) -> Result<u64> 
     let Some((buf, len)) = g.iovecs(iovs, n)?.into_iter().find(|&(_, len)| len > 0) else {
         return Ok(0);
     };
-    let got = x.stdio.stdin.lock().read(g.bytes_mut(buf, len)?).map_err(|_| WasiErrno::IO)?;
+    let got = x
+        .stdio
+        .stdin
+        .lock()
+        .read(g.bytes_mut(buf, len)?)
+        .map_err(|_| WasiErrno::IO)?;
     Ok(got as u64)
 }
 
@@ -1072,7 +1086,11 @@ async fn sleep(
         return Ok(plan.ready);
     }
     let until = plan.clocks.iter().map(|c| c.1).min();
-    let until = if plan.pipes.is_empty() { Some(until.unwrap_or(plan.start)) } else { until };
+    let until = if plan.pipes.is_empty() {
+        Some(until.unwrap_or(plan.start))
+    } else {
+        until
+    };
     loop {
         let t = monotonic();
         if until.is_some_and(|u| t >= u) {

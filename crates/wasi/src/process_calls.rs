@@ -32,7 +32,15 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     l.func_wrap(
         MODULE,
         "spawn",
-        |mut c: C, module_fd: u32, argv: u32, argv_len: u32, envp: u32, envp_len: u32, actions: u32, n: u32, attr: u32| {
+        |mut c: C,
+         module_fd: u32,
+         argv: u32,
+         argv_len: u32,
+         envp: u32,
+         envp_len: u32,
+         actions: u32,
+         n: u32,
+         attr: u32| {
             sys_value(&mut c, |g, x| {
                 let r = spawn::Request {
                     module_fd,
@@ -71,15 +79,19 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             Ok(0)
         })
     })?;
-    l.func_wrap(MODULE, "mkfifo", |mut c: C, dirfd: u32, path: u32, len: u32, mode: u32| {
-        sys_value(&mut c, |g, x| {
-            let dir = crate::calls::dir(x, dirfd)?;
-            let mode = (mode & 0o7777) as u16;
-            x.process
-                .mknod_at(At::Beneath(dir), g.path(path, len)?, FileType::Fifo, mode, 0)?;
-            Ok(0)
-        })
-    })?;
+    l.func_wrap(
+        MODULE,
+        "mkfifo",
+        |mut c: C, dirfd: u32, path: u32, len: u32, mode: u32| {
+            sys_value(&mut c, |g, x| {
+                let dir = crate::calls::dir(x, dirfd)?;
+                let mode = (mode & 0o7777) as u16;
+                x.process
+                    .mknod_at(At::Beneath(dir), g.path(path, len)?, FileType::Fifo, mode, 0)?;
+                Ok(0)
+            })
+        },
+    )?;
     l.func_wrap_async(MODULE, "kill", |mut c: C, (pid, sig): (i32, i32)| {
         Box::new(async move {
             let r = kill(c.data(), pid, sig);
@@ -152,7 +164,7 @@ async fn wait(c: &mut Caller<'_, Ctx>, pid: i32, options: i32, status: u32) -> w
             Ok(Waited::Running) => {}
         }
         let signalled = std::future::poll_fn(|cx| {
-            if let Poll::Ready(_) = process.poll_child(target, cx) {
+            if process.poll_child(target, cx).is_ready() {
                 return Poll::Ready(false);
             }
             if process.poll_signal(cx).is_ready() {
@@ -185,7 +197,12 @@ fn kill(x: &Ctx, pid: i32, sig: i32) -> Result<i32> {
 
 fn sigaction(x: &Ctx, sig: i32, disposition: i32, flags: i32) -> Result<i32> {
     let sig = u8::try_from(sig).map_err(|_| WasiErrno::INVAL)?;
+    if !(1..=SIGMAX).contains(&sig) {
+        return Err(WasiErrno::INVAL);
+    }
     let action = match disposition {
+        // Asks without changing it.
+        -1 => return Ok(code(x.process.signal_disposition(sig))),
         0 => Disposition::Default,
         1 => Disposition::Ignore,
         2 => Disposition::Handle {
@@ -193,11 +210,16 @@ fn sigaction(x: &Ctx, sig: i32, disposition: i32, flags: i32) -> Result<i32> {
         },
         _ => return Err(WasiErrno::INVAL),
     };
-    Ok(match x.process.signal_action(sig, action)? {
+    Ok(code(x.process.signal_action(sig, action)?))
+}
+
+/// A disposition as the ABI numbers it.
+fn code(d: Disposition) -> i32 {
+    match d {
         Disposition::Default => 0,
         Disposition::Ignore => 1,
         Disposition::Handle { .. } => 2,
-    })
+    }
 }
 
 /// Waits with `mask` until a handled signal has run its handler (or a default ended it);

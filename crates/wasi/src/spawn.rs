@@ -150,8 +150,7 @@ fn actions(g: &Guest<'_>, (ptr, n): (u32, u32)) -> Result<Vec<Action>> {
 /// (as one of the user's compiles).
 fn load(x: &Ctx, kfd: vino_kernel::Fd) -> Result<Program> {
     let st = x.process.fstat(kfd)?;
-    if st.kind != FileType::Regular || !vino_kernel::perm::may(x.process.credentials(), &st, vino_kernel::perm::EXEC)
-    {
+    if st.kind != FileType::Regular || !vino_kernel::perm::may(x.process.credentials(), &st, vino_kernel::perm::EXEC) {
         return Err(WasiErrno::ACCES);
     }
     let max = x.program_limits.module_bytes;
@@ -280,7 +279,10 @@ fn open(child: &Process, fds: &FdTable, path: &[u8], oflag: u32) -> Result<Entry
     };
     let rest = if rest.is_empty() { &b"."[..] } else { rest };
     let kfd = child.open_at(At::Beneath(dir), rest, flags)?;
-    let kind = child.fstat(kfd).map(|st| crate::abi::filetype_of(st.kind)).unwrap_or(filetype::UNKNOWN);
+    let kind = child
+        .fstat(kfd)
+        .map(|st| crate::abi::filetype_of(st.kind))
+        .unwrap_or(filetype::UNKNOWN);
     Ok(Entry::File(File {
         fd: kfd,
         pos: 0,
@@ -292,7 +294,11 @@ fn open(child: &Process, fds: &FdTable, path: &[u8], oflag: u32) -> Result<Entry
 
 /// `path` relative to the preopened directory `name` if it lies under it.
 fn under<'p>(name: &[u8], path: &'p [u8]) -> Option<&'p [u8]> {
-    let name = if name.len() > 1 { name.strip_suffix(b"/").unwrap_or(name) } else { name };
+    let name = if name.len() > 1 {
+        name.strip_suffix(b"/").unwrap_or(name)
+    } else {
+        name
+    };
     if name == b"/" {
         return path.strip_prefix(b"/");
     }
