@@ -126,8 +126,8 @@ VINO_IMPORT(kill)
 int vino_kill(int pid, int sig);
 
 /* Sets what `sig` does: VINO_SIG_DEFAULT, VINO_SIG_IGNORE or VINO_SIG_HANDLED (the kernel calls
- * the program's exported `vino_signal(sig)` at its next safe point, with `sig` blocked while it
- * runs); `flags` VINO_SA_RESTART resumes a blocking call it interrupts. Returns the old
+ * the trampoline registered with vino_signal_trampoline, `trampoline(sig)`, at the program's
+ * next safe point, with `sig` blocked while it runs); `flags` VINO_SA_RESTART resumes a blocking call it interrupts. Returns the old
  * disposition; -EINVAL for SIGKILL and SIGSTOP. VINO_SIG_QUERY changes nothing and returns the
  * disposition. */
 #define VINO_SIG_QUERY (-1)
@@ -137,6 +137,12 @@ int vino_kill(int pid, int sig);
 #define VINO_SA_RESTART 1
 VINO_IMPORT(sigaction)
 int vino_sigaction(int sig, int disposition, int flags);
+
+/* Registers the function the kernel calls to run a handled signal's handler (through the
+ * program's function table, which `vino build` exports). Without one, a handled signal does
+ * what it does by default. */
+VINO_IMPORT(signal_trampoline)
+int vino_signal_trampoline(void (*trampoline)(int sig));
 
 /* Changes the blocked set (`how`: 0 block, 1 unblock, 2 set), the old one to `*old` unless
  * NULL; the pending set; waiting with `mask` until a handler has run (always -EINTR). */

@@ -4,7 +4,7 @@
  *
  * The kernel keeps each signal's disposition (default, ignored, handled) and the mask; the
  * handlers stay here. At a safe point (on the way out of an I/O or waiting call) the kernel
- * calls the exported vino_signal(sig) with sig blocked; it runs the handler sigaction gave,
+ * calls the registered trampoline with sig blocked; it runs the handler sigaction gave,
  * applying sa_mask, SA_NODEFER and SA_RESETHAND around it, which the kernel leaves to us.
  *
  * Built with VINO_COMPAT_PORTABLE, nothing here imports the kernel: handlers are kept and
@@ -146,17 +146,19 @@ static void vino_run_handler(int sig) {
     errno = saved_errno;
 }
 
-/* Set by the first handler sigaction installs: a program that handles no signal links none of
- * the above (nor imports the kernel's signal calls), though every program exports the
- * trampoline. Not static, so the compiler cannot see its only value and call that directly. */
-void (*vino_signal_handler)(int);
+/* The trampoline the kernel calls (through the function table) to run a handler, registered
+ * with the first handler sigaction installs: a program that handles no signal links none of the
+ * above. */
+static int vino_trampoline_set;
 
+static void vino_register_trampoline(void) {
+    if (vino_trampoline_set)
+        return;
+    vino_trampoline_set = 1;
 #ifndef VINO_COMPAT_PORTABLE
-__attribute__((export_name("vino_signal"))) void vino_signal(int sig) {
-    if (vino_signal_handler != NULL)
-        vino_signal_handler(sig);
-}
+    (void)vino_signal_trampoline(vino_run_handler);
 #endif
+}
 
 /* The kernel's disposition of `sig`, asked without changing it. */
 static int vino_query(int sig) {
@@ -191,7 +193,7 @@ int sigaction(int sig, const struct sigaction *__restrict act, struct sigaction 
     if (act != NULL) {
         vino_actions[sig] = *act;
         if (vino_disposition(act->sa_handler) == VINO_SIG_HANDLED)
-            vino_signal_handler = vino_run_handler;
+            vino_register_trampoline();
     } else if (was != VINO_SIG_HANDLED) {
         memset(&vino_actions[sig], 0, sizeof vino_actions[sig]);
         vino_actions[sig].sa_handler = was == VINO_SIG_IGNORE ? SIG_IGN : SIG_DFL;

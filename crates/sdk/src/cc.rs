@@ -17,6 +17,9 @@ pub const PORTING_ERRORS: &[&str] = &[
     "-Werror=incompatible-pointer-types",
 ];
 
+/// Bytes of stack every program is linked with.
+pub const PROGRAM_STACK: usize = 1 << 20;
+
 /// wasi-libc's emulations every program gets: `clock`, `times`, `getrusage` on the wall clock,
 /// and `getpid` answering a placeholder. Both only link when called.
 pub const DEFAULT_EMULATIONS: &[&str] = &["process-clocks", "getpid"];
@@ -287,6 +290,18 @@ fn link(tc: &Toolchain, objects: &[PathBuf], output: &Path, opts: &BuildOptions)
     }
     if !opts.debug {
         a.push("-Wl,--strip-debug".into());
+    }
+    // A C program expects a stack of megabytes (Linux gives 8 MiB), where wasm-ld's default is
+    // 64 KiB placed below the data: a 64 KiB buffer on the stack then overwrote libc's own
+    // data and crashed far away. 1 MiB, and first in memory, so that running past it traps at
+    // once instead of corrupting anything.
+    a.push("-Wl,--stack-first".into());
+    a.push(format!("-Wl,-z,stack-size={PROGRAM_STACK}").into());
+    if opts.compat && !opts.portable {
+        // The kernel runs signal handlers through the function table (the handler's index is
+        // what the compatibility layer registers); exporting a function instead would make
+        // wasm-ld wrap every export of a command in its constructors and destructors.
+        a.push("-Wl,--export-table".into());
     }
     a.push("-o".into());
     a.push(output.into());

@@ -300,6 +300,8 @@ pub(crate) struct Ctx {
     limits: MemoryLimits,
     /// The limits its children get (its own).
     pub program_limits: ProgramLimits,
+    /// Where in its function table its signal trampoline is (see `signals`).
+    pub trampoline: Option<u32>,
 }
 
 impl Ctx {
@@ -568,6 +570,7 @@ impl Program {
             killed: kill.killed.clone(),
             limits,
             program_limits: self.limits,
+            trampoline: None,
         };
         let mut store = Store::new(&self.engine, ctx);
         store.limiter(|c| &mut c.limits);

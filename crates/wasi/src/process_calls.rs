@@ -101,6 +101,10 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     l.func_wrap(MODULE, "sigaction", |c: C, sig: i32, disposition: i32, flags: i32| {
         value(sigaction(c.data(), sig, disposition, flags))
     })?;
+    l.func_wrap(MODULE, "signal_trampoline", |mut c: C, index: u32| {
+        c.data_mut().trampoline = Some(index);
+        0
+    })?;
     l.func_wrap_async(MODULE, "sigprocmask", |mut c: C, (how, set, old): (i32, i64, u32)| {
         Box::new(async move {
             let r = with_memory(&mut c, |g, x| {

@@ -1,8 +1,9 @@
 //! Signals delivered to a program at its safe points: on the way out of its waiting and I/O
 //! calls (reads, writes, `poll_oneoff`, `sched_yield`, `wait`, `sigsuspend`), and at once from
-//! one that is blocked. A handled signal runs the program's handler through the trampoline its
-//! start-up code exports (`vino_signal`, which the SDK's compatibility layer defines and which
-//! calls the handler `sigaction` gave it), with the signal blocked while it runs; a signal whose
+//! one that is blocked. A handled signal runs the program's handler through the trampoline it
+//! registered (`vino.signal_trampoline`: an index into its function table, which `vino build`
+//! exports; the SDK's compatibility layer registers one that calls the handler `sigaction`
+//! gave), with the signal blocked while it runs; a signal whose
 //! default ends the process ends it here; a stop waits for SIGCONT. The kernel decides which
 //! (see `vino_kernel::signal`); this is only the carrying out.
 //!
@@ -12,10 +13,19 @@
 
 use crate::Ctx;
 use vino_kernel::signal::{Delivery, MaskHow, bit};
-use wasmtime::{Caller, Extern, Trap};
+use wasmtime::{Caller, Extern, Func, Trap};
 
-/// The trampoline a program exports to have its handlers run.
-pub const TRAMPOLINE: &str = "vino_signal";
+/// The export a program's function table goes by (wasm-ld's `--export-table`).
+const TABLE: &str = "__indirect_function_table";
+
+/// The program's trampoline, if it registered one and exports its table.
+fn trampoline(c: &mut Caller<'_, Ctx>) -> Option<Func> {
+    let index = c.data().trampoline?;
+    let Some(Extern::Table(table)) = c.get_export(TABLE) else {
+        return None;
+    };
+    table.get(&mut *c, u64::from(index))?.as_func()?.copied()
+}
 
 /// What delivering did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,13 +58,13 @@ pub async fn deliver(c: &mut Caller<'_, Ctx>) -> wasmtime::Result<Delivered> {
                 std::future::poll_fn(|cx| process.poll_continued(cx)).await;
             }
             Some(Delivery::Handle { sig, restart }) => {
-                let Some(Extern::Func(handler)) = c.get_export(TRAMPOLINE) else {
-                    // A disposition set without the trampoline (not through the SDK): the
-                    // handler cannot run, so the signal does what it does by default.
+                let handler = trampoline(c).and_then(|f| f.typed::<i32, ()>(&*c).ok());
+                let Some(handler) = handler else {
+                    // A handler with no (usable) trampoline to run it: the signal does what it
+                    // does by default.
                     process.kill_by(sig);
                     return Err(Trap::Interrupt.into());
                 };
-                let handler = handler.typed::<i32, ()>(&*c)?;
                 let old = process.signal_mask(MaskHow::Block, bit(sig));
                 let ran = handler.call_async(&mut *c, i32::from(sig)).await;
                 process.signal_mask(MaskHow::Set, old);
