@@ -189,7 +189,11 @@ enum Command {
     },
     /// Run a program compiled to WebAssembly (WASI preview 1, e.g. `vino build`) as a VINO
     /// process, on a disk image or in the running daemon: its system calls are the kernel's,
-    /// with your user's permissions. Exit status: the program's; 134 if it trapped; 128+N if killed by signal N.
+    /// with your user's permissions. A `|` argument (`\|` to the shell) starts a pipeline:
+    /// `vino run -- zstd.wasm -dc f.zst \| lz4.wasm -c`. A program is a .wasm file, or the name
+    /// of one the SDK builds (lz4, zstd, minigzip, gzip, bzip2, sqlite3). Ctrl-C sends SIGINT to
+    /// every process it started. Exit status: the program's (a pipeline's: the last stage's
+    /// that is not 0, as with pipefail); 134 if it trapped; 128+N if signal N ended it.
     Run {
         /// Run on this disk image (with a file system: see `vino mkfs`), the kernel in this
         /// process; without it, in the running daemon.
@@ -221,9 +225,9 @@ enum Command {
         /// of compiled programs ($XDG_CACHE_HOME/vino/programs, else ~/.cache/vino/programs).
         #[arg(long)]
         no_cache: bool,
-        /// The program (.wasm).
+        /// The program (.wasm, or the name of one the SDK builds).
         program: PathBuf,
-        /// Its arguments.
+        /// Its arguments; `|` starts the next program of a pipeline.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },

@@ -1,16 +1,16 @@
 //! `vino run`: a program compiled to WebAssembly (WASI preview 1) runs as a VINO process, on a
 //! disk image with the kernel in this process (`--image`), or inside the running daemon with
-//! this user's credentials. Its standard streams are this command's; Ctrl-C or SIGTERM kills the
-//! VINO process (status 128 + the signal, as a shell reports it).
+//! this user's credentials; `|` among the arguments makes a pipeline of several. Its standard
+//! streams are this command's; Ctrl-C or SIGTERM is sent on to every VINO process it started,
+//! whose default is to end (status 128 + the signal, as a shell reports it).
 
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Dir, DiskCache, Exit, Program, ProgramLimits, Setup, Stdio};
+use vino_wasi::{Dir, DiskCache, Exit, Program, ProgramLimits, Setup, Stage, Stdio};
 
 pub struct RunArgs<'a> {
     /// The image to run on; `None`: in the daemon at `socket`.
@@ -39,12 +39,56 @@ fn block_signals() -> Result<nix::sys::signal::SigSet> {
     Ok(signals)
 }
 
-/// How the program starts: its file name then the user's arguments, its environment, its
-/// directories and working directory.
-fn program_setup(a: &RunArgs<'_>) -> Setup {
-    let name = a.program.file_name().unwrap_or(a.program.as_os_str());
+/// One program of the command line: its file and its arguments.
+struct StageArgs {
+    program: std::path::PathBuf,
+    args: Vec<OsString>,
+}
+
+/// The programs of the command line: the first and its arguments, then after each `|`
+/// argument the next; each program a .wasm file or the name of one the SDK builds.
+fn stages(a: &RunArgs<'_>) -> Result<Vec<StageArgs>> {
+    let mut out = vec![StageArgs {
+        program: a.program.to_path_buf(),
+        args: Vec::new(),
+    }];
+    let mut words = a.args.iter();
+    while let Some(w) = words.next() {
+        if w.as_bytes() == b"|" {
+            let Some(next) = words.next() else {
+                bail!("a `|` with no program after it");
+            };
+            out.push(StageArgs {
+                program: next.into(),
+                args: Vec::new(),
+            });
+        } else {
+            out.last_mut().expect("one stage at least").args.push(w.clone());
+        }
+    }
+    for s in &mut out {
+        s.program = resolve(&s.program)?;
+    }
+    Ok(out)
+}
+
+/// A program's module: the file, or for a bare name that is no file, the SDK's build of that
+/// program (built from its Debian sources the first time, then cached).
+fn resolve(program: &Path) -> Result<std::path::PathBuf> {
+    let name = program.to_string_lossy();
+    if program.exists() || name.contains('/') || !vino_sdk::programs::PROGRAMS.contains(&name.as_ref()) {
+        return Ok(program.to_path_buf());
+    }
+    vino_sdk::programs::build_named_cached(&name, &vino_sdk::BuildOptions::default())
+        .with_context(|| format!("building {name} with the SDK"))
+}
+
+/// How a program starts: its file name then its arguments, the environment, the directories
+/// and working directory.
+fn program_setup(a: &RunArgs<'_>, stage: &StageArgs) -> Setup {
+    let name = stage.program.file_name().unwrap_or(stage.program.as_os_str());
     let mut args = vec![name.as_bytes().to_vec()];
-    args.extend(a.args.iter().map(|s| s.as_bytes().to_vec()));
+    args.extend(stage.args.iter().map(|s| s.as_bytes().to_vec()));
     Setup {
         args,
         env: a.env.iter().map(|e| e.as_bytes().to_vec()).collect(),
@@ -65,7 +109,7 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
     // Blocked before any thread starts (the kernel's threads inherit the mask), so the waiter
     // below is the only one that receives them.
     let signals = block_signals()?;
-    let wasm = std::fs::read(a.program).with_context(|| format!("reading {}", a.program.display()))?;
+    let stages = stages(a)?;
     let mut limits = ProgramLimits::default();
     if let Some(m) = a.memory {
         limits.memory_bytes = usize::try_from(m).context("--memory is too large")?;
@@ -76,8 +120,16 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
     } else {
         DiskCache::default_dir().and_then(|d| DiskCache::open(&d))
     };
-    let program =
-        Program::compile_cached(&wasm, limits, cache.as_ref()).with_context(|| a.program.display().to_string())?;
+    let mut programs = Vec::new();
+    for s in &stages {
+        let wasm = std::fs::read(&s.program).with_context(|| format!("reading {}", s.program.display()))?;
+        let program =
+            Program::compile_cached(&wasm, limits, cache.as_ref()).with_context(|| s.program.display().to_string())?;
+        programs.push(Stage {
+            program,
+            setup: program_setup(a, s),
+        });
+    }
     if !image.exists() {
         bail!(
             "{} does not exist: make one with `vino mkfs {0} --size 256M`",
@@ -86,44 +138,53 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
     }
     let dev: Arc<dyn vino_blockdev::BlockDevice> = Arc::new(vino_blockdev::FileDevice::open(image)?);
     let kernel = Kernel::boot(dev, &KernelConfig::default()).with_context(|| format!("booting {}", image.display()))?;
-
-    let signalled = Arc::new(AtomicI32::new(0));
-    let kill = program.kill_switch();
-    let (killer, seen) = (kill.clone(), signalled.clone());
+    let leader = kernel.spawn(credentials());
+    let session = leader.pid();
+    // Ctrl-C and SIGTERM go to every process of the session, as a terminal's would.
+    let k = kernel.clone();
     std::thread::spawn(move || {
-        if let Ok(sig) = signals.wait() {
-            seen.store(sig as i32, Ordering::SeqCst);
-            killer.kill();
+        while let Ok(sig) = signals.wait() {
+            k.signal_session(session, sig as u8);
         }
     });
-
-    let exit = program.run(&kernel, credentials(), program_setup(a), Stdio::inherit(), &kill);
+    let kill = programs[0].program.kill_switch();
+    let exits = if programs.len() == 1 {
+        let only = programs.pop().expect("one stage");
+        only.program
+            .run_in(leader.clone(), only.setup, Stdio::inherit(), &kill)
+            .map(|e| vec![e])
+    } else {
+        vino_wasi::run_pipeline(&leader, programs, Stdio::inherit(), &kill)
+    };
+    kernel.exit(session);
     kernel
         .shutdown()
         .with_context(|| format!("writing {} back", image.display()))?;
-    let exit = exit?;
-    if let Exit::Trap(why) = &exit {
-        eprintln!("vino: {}: {why}", a.program.display());
+    let exits = exits?;
+    for (exit, s) in exits.iter().zip(&stages) {
+        if let Exit::Trap(why) = exit {
+            eprintln!("vino: {}: {why}", s.program.display());
+        }
     }
-    Ok(match (exit, signalled.load(Ordering::SeqCst)) {
-        (Exit::Killed, sig) if sig > 0 => 128 + sig,
-        (exit, _) => exit.status(),
-    })
+    Ok(vino_wasi::pipefail_status(&exits))
 }
 
 /// How long `vino run` waits for a killed program's end before it leaves.
 const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Sends the program to the daemon, which runs it with this user's credentials; forwards the
-/// standard streams both ways and a Ctrl-C as a kill.
+/// Sends the program (or pipeline) to the daemon, which runs it with this user's credentials;
+/// forwards the standard streams both ways, and a Ctrl-C or SIGTERM as that signal to every
+/// process it started (a second one kills them).
 fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
     use std::io::Write;
     let signals = block_signals()?;
     if a.memory.is_some() {
         bail!("--memory applies to --image; the daemon's program_memory sets it there");
     }
-    let wasm = std::fs::read(a.program).with_context(|| format!("reading {}", a.program.display()))?;
-    let s = program_setup(a);
+    let stages = stages(a)?;
+    let read = |s: &StageArgs| std::fs::read(&s.program).with_context(|| format!("reading {}", s.program.display()));
+    let wasm = read(&stages[0])?;
+    let s = program_setup(a, &stages[0]);
     let setup = vino_client::ProgramSetup {
         args: s.args,
         env: s.env,
@@ -131,8 +192,18 @@ fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
         cwd: s.cwd,
         tty: Stdio::terminals(),
     };
+    let mut then = Vec::new();
+    for stage in &stages[1..] {
+        then.push(vino_client::PipeStage {
+            wasm: read(stage)?,
+            args: program_setup(a, stage).args,
+        });
+    }
     let client = crate::remote::connect(a.socket.clone())?;
     if a.detach {
+        if !then.is_empty() {
+            bail!("--detach runs one program, not a pipeline");
+        }
         let pid = client
             .run_detached(&wasm, &setup)
             .with_context(|| a.program.display().to_string())?;
@@ -140,24 +211,22 @@ fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
         return Ok(0);
     }
     let mut running = client
-        .run_program(&wasm, &setup)
+        .run_pipeline(&wasm, &setup, then)
         .with_context(|| a.program.display().to_string())?;
     let control = running.control();
     let input = control.clone();
     std::thread::spawn(move || input.forward_input(&mut std::io::stdin().lock()));
-    let signalled = Arc::new(AtomicI32::new(0));
-    let seen = signalled.clone();
     std::thread::spawn(move || {
-        if let Ok(sig) = signals.wait() {
-            seen.store(sig as i32, Ordering::SeqCst);
-            // The kill goes on the connection, behind any input still queued there; if the
-            // program has not ended within GRACE (the daemon may have stopped reading a client
-            // whose program does not read its input), leaving ends it: the daemon kills a
-            // program whose client goes.
-            std::thread::spawn(move || control.kill());
-            std::thread::sleep(GRACE);
-            std::process::exit(128 + sig as i32);
-        }
+        let Ok(sig) = signals.wait() else { return };
+        // The signal goes on the connection, behind any input still queued there.
+        let _ = control.signal(sig as u8);
+        let Ok(again) = signals.wait() else { return };
+        // A second one kills. If the programs have not ended within GRACE (the daemon may have
+        // stopped reading a client whose program does not read its input), leaving ends them:
+        // the daemon kills what a client that goes was running.
+        std::thread::spawn(move || control.kill());
+        std::thread::sleep(GRACE);
+        std::process::exit(128 + again as i32);
     });
     loop {
         match running.next_event().context("the daemon")? {
@@ -171,12 +240,7 @@ fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
                 if let Some(why) = trap {
                     eprintln!("vino: {}: {why}", a.program.display());
                 }
-                let sig = signalled.load(Ordering::SeqCst);
-                return Ok(if sig > 0 && code == Exit::Killed.status() {
-                    128 + sig
-                } else {
-                    code
-                });
+                return Ok(code);
             }
         }
     }

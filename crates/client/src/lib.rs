@@ -36,7 +36,7 @@ mod shm;
 pub use shm::SharedMemory;
 pub use vino_proto::{
     CacheTop, DEFAULT_SOCKET, DirEntry, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats, GraftTop, Held,
-    LockInfo, LockKind, MAX_DATA, MountTop, OpenFlags, ProcessTop, ProgramSetup, RequestTop, SetAttrs, SetTime,
+    LockInfo, LockKind, MAX_DATA, MountTop, OpenFlags, PipeStage, ProcessTop, ProgramSetup, RequestTop, SetAttrs, SetTime,
     SlotInfo, Stat, Top, UserTop, XattrHow, errno,
 };
 
@@ -986,11 +986,20 @@ impl ProgramControl {
 
     /// Kills the program.
     pub fn kill(&self) -> Result<()> {
+        self.send(&Request::Kill)
+    }
+
+    /// Sends `sig` to every process of the program's session (Ctrl-C: SIGINT).
+    pub fn signal(&self, sig: u8) -> Result<()> {
+        self.send(&Request::Signal { sig })
+    }
+
+    fn send(&self, req: &Request) -> Result<()> {
         let mut w = self
             .writer
             .lock()
             .map_err(|_| ClientError::from(std::io::Error::other("writer")))?;
-        Ok(vino_proto::write_frame(&mut *w, &Request::Kill)?)
+        Ok(vino_proto::write_frame(&mut *w, req)?)
     }
 }
 
@@ -1020,11 +1029,18 @@ impl Client {
     /// Runs `wasm` (a WASI preview 1 program) in the daemon as a VINO process with this
     /// connection's credentials; the connection is the program's until it ends. `args` start
     /// with its name; `env` is `NAME=value` each.
-    pub fn run_program(mut self, wasm: &[u8], setup: &ProgramSetup) -> Result<RunningProgram> {
+    pub fn run_program(self, wasm: &[u8], setup: &ProgramSetup) -> Result<RunningProgram> {
+        self.run_pipeline(wasm, setup, Vec::new())
+    }
+
+    /// As [`Client::run_program`], `wasm`'s output feeding the programs of `then`, each the
+    /// next's, as one session (a pipeline: `a | b | c`).
+    pub fn run_pipeline(mut self, wasm: &[u8], setup: &ProgramSetup, then: Vec<PipeStage>) -> Result<RunningProgram> {
         let req = Request::Run {
             wasm: wasm.to_vec(),
             setup: setup.clone(),
             detach: false,
+            then,
         };
         expect!(self.call(&req)?, Response::Ok => ())?;
         // Room for a frame or two of input in the socket, so that a send seldom waits for the
@@ -1044,6 +1060,7 @@ impl Client {
             wasm: wasm.to_vec(),
             setup: setup.clone(),
             detach: true,
+            then: Vec::new(),
         };
         expect!(self.call(&req)?, Response::Value(pid) => pid as u64)
     }

@@ -361,7 +361,13 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
         if let Err(why) = req.check() {
             return refuse(stream, errno::E2BIG, format!("{}: {why}", req.name()));
         }
-        if let Request::Run { wasm, setup, detach } = req {
+        if let Request::Run {
+            wasm,
+            setup,
+            detach,
+            then,
+        } = req
+        {
             // The connection is the program's from here to its end.
             // Its CPU is charged to the user as any request's (the thread stays busy); the
             // frame's buffer goes now, the module once compiled.
@@ -370,7 +376,7 @@ fn requests(stream: &mut UnixStream, session: &mut Session<'_>) {
             // The program runs on the CPU scheduler; this thread only waits for it.
             session.cpu.give_turn();
             reader.get_mut().deadline = None;
-            return crate::program::run(stream, reader, session, wasm, setup, detach);
+            return crate::program::run(stream, reader, session, (wasm, then), setup, detach);
         }
         let answer = vino_proto::encode(&session.serve(req));
         if stream.write_all(&answer).is_err() {

@@ -270,7 +270,7 @@ impl Session<'_> {
             Request::Hello { .. } => Err(ErrorReply::new(errno::EPROTO, "Hello was already said")),
             // A connection's Run is taken by the connection (see program.rs); input and kills
             // only mean something while a program runs.
-            Request::Run { .. } | Request::Input { .. } | Request::Kill => {
+            Request::Run { .. } | Request::Input { .. } | Request::Kill | Request::Signal { .. } => {
                 Err(ErrorReply::new(errno::EPROTO, "no program runs on this connection"))
             }
             Request::KillProgram { pid } => self.daemon.kill_program(pid, p.credentials()).map(|()| Response::Ok),

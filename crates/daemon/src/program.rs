@@ -16,8 +16,8 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use vino_kernel::account::Resource;
-use vino_proto::{ErrorReply, MAX_FRAME, ProgramSetup, Request, Response};
-use vino_wasi::{Dir, Exit, KillSwitch, Program, ProgramLimits, Setup, Stdio};
+use vino_proto::{ErrorReply, MAX_FRAME, PipeStage, ProgramSetup, Request, Response};
+use vino_wasi::{Dir, Exit, KillSwitch, Program, ProgramLimits, Setup, Stage, Stdio};
 
 /// Compiled programs by their module's hash, so that a program run again (by anyone who sends
 /// the same bytes) is not compiled again: sqlite3.wasm takes 0.7 s to compile. Bounded by
@@ -124,12 +124,13 @@ impl Running {
 /// the client's: a program that does not read its input holds at most this many.
 const INPUT_FRAMES: usize = 8;
 
-/// Runs the program the client sent, until it ends; the connection ends with it.
+/// Runs the program the client sent (with the further stages of its pipeline, if any), until
+/// it ends; the connection ends with it.
 pub(crate) fn run(
     stream: &mut UnixStream,
     reader: impl Read + Send,
     session: &Session<'_>,
-    wasm: Vec<u8>,
+    (wasm, then): (Vec<u8>, Vec<PipeStage>),
     setup: ProgramSetup,
     detach: bool,
 ) {
@@ -141,14 +142,16 @@ pub(crate) fn run(
         Err(e) => return refuse(stream, e.errno(), e.to_string()),
     };
     let daemon = session.daemon;
-    let program = match daemon
-        .program_cache
-        .get_or_compile(&wasm, daemon.program_memory(), &session.process)
-    {
-        Ok(p) => p,
-        Err(e) => return refuse(stream, e.errno, e.message),
-    };
-    drop(wasm);
+    let mut programs = Vec::with_capacity(1 + then.len());
+    for (module, args) in std::iter::once((wasm, None)).chain(then.into_iter().map(|t| (t.wasm, Some(t.args)))) {
+        match daemon
+            .program_cache
+            .get_or_compile(&module, daemon.program_memory(), &session.process)
+        {
+            Ok(p) => programs.push((p, args)),
+            Err(e) => return refuse(stream, e.errno, e.message),
+        }
+    }
     let (Ok(out), Ok(watch)) = (stream.try_clone(), stream.try_clone()) else {
         return;
     };
@@ -164,6 +167,18 @@ pub(crate) fn run(
         dirs: setup.dirs.into_iter().map(|(path, name)| Dir { path, name }).collect(),
         cwd: setup.cwd,
     };
+    // The stages of a pipeline: each its program and arguments, the rest of the first's setup.
+    let stages: Vec<Stage> = programs
+        .iter()
+        .map(|(p, args)| Stage {
+            program: (**p).clone(),
+            setup: Setup {
+                args: args.clone().unwrap_or_else(|| setup.args.clone()),
+                ..setup.clone()
+            },
+        })
+        .collect();
+    let program = programs[0].0.clone();
     let name = setup
         .args
         .first()
@@ -190,13 +205,28 @@ pub(crate) fn run(
             tty: [false; 3],
         };
         if answered.is_ok() {
-            let _ = program.run_in(process, setup, stdio, &kill);
+            let _ = run_stages(stages, process, stdio, &kill);
         }
     } else {
-        attached(stream, reader, &watch, out, &program, process, (setup, tty), &kill);
+        attached(stream, reader, &watch, out, stages, process, tty, &kill);
     }
     daemon.programs.lock().remove(&pid);
     kernel.exit(pid);
+}
+
+/// Runs one program in `process`, or a pipeline with `process` holding its session: each
+/// stage's exit.
+fn run_stages(
+    mut stages: Vec<Stage>,
+    process: Arc<vino_kernel::Process>,
+    stdio: Stdio,
+    kill: &KillSwitch,
+) -> Result<Vec<Exit>, vino_wasi::RunError> {
+    if stages.len() == 1 {
+        let only = stages.pop().expect("one stage");
+        return only.program.run_in(process, only.setup, stdio, kill).map(|e| vec![e]);
+    }
+    vino_wasi::run_pipeline(&process, stages, stdio, kill)
 }
 
 /// A program whose client stays: its streams over the connection, its end answered.
@@ -206,9 +236,9 @@ fn attached(
     reader: impl Read + Send,
     watch: &UnixStream,
     out: UnixStream,
-    program: &Program,
+    stages: Vec<Stage>,
     process: Arc<vino_kernel::Process>,
-    (setup, tty): (Setup, [bool; 3]),
+    tty: [bool; 3],
     kill: &KillSwitch,
 ) {
     // Room for a batch or two in the socket, so that a send seldom waits for the client's
@@ -238,21 +268,22 @@ fn attached(
     };
     let ended = std::sync::atomic::AtomicBool::new(false);
     let exit = std::thread::scope(|s| {
-        s.spawn(|| client_frames(reader, watch, &input, kill));
+        let signalled = process.clone();
+        s.spawn(move || client_frames(reader, watch, &input, kill, &signalled));
         s.spawn(|| out.linger(&ended));
-        let exit = program.run_in(process, setup, stdio, kill);
+        let exit = run_stages(stages, process, stdio, kill);
         ended.store(true, std::sync::atomic::Ordering::Release);
         // Ends the client-frame reader (it sees the end of the stream) and the connection.
         let _ = stream.shutdown(std::net::Shutdown::Read);
         exit
     });
     let answer = match exit {
-        Ok(exit) => Response::Exited {
-            code: exit.status(),
-            trap: match exit {
+        Ok(exits) => Response::Exited {
+            code: vino_wasi::pipefail_status(&exits),
+            trap: exits.into_iter().find_map(|e| match e {
                 Exit::Trap(why) => Some(why),
                 _ => None,
-            },
+            }),
         },
         Err(e) => Response::Error(ErrorReply::new(e.errno(), e.to_string())),
     };
@@ -261,12 +292,19 @@ fn attached(
 
 /// The client's frames while its program runs: input, a kill, or the end of the connection
 /// (which kills the program too: nobody is left to read what it writes).
-fn client_frames(mut reader: impl Read, watch: &UnixStream, input: &InputQueue, kill: &KillSwitch) {
+fn client_frames(
+    mut reader: impl Read,
+    watch: &UnixStream,
+    input: &InputQueue,
+    kill: &KillSwitch,
+    process: &vino_kernel::Process,
+) {
     let mut buf = Vec::new();
     loop {
         let frame = vino_proto::read_frame(&mut reader, &mut buf, MAX_FRAME).and_then(|()| vino_proto::decode(&buf));
         match frame {
             Ok(Request::Input { data }) if data.is_empty() => input.end(),
+            Ok(Request::Signal { sig }) => process.kernel().signal_session(process.pid(), sig),
             Ok(Request::Input { data }) => {
                 if !input.push(data, watch) {
                     // The client hung up while its program's input was full.

@@ -169,7 +169,11 @@ impl Process {
         let _ = self
             .killed_by
             .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
-        self.killed.store(true, Ordering::SeqCst);
+        if self.killed.swap(true, Ordering::SeqCst) {
+            // Killed already: its runner was told (a killer that kills others, a session's,
+            // may come back here).
+            return;
+        }
         let kill = self.killer.lock().clone();
         if let Some(kill) = kill {
             kill();

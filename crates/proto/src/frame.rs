@@ -212,6 +212,7 @@ fn request_shapes() -> &'static [(u64, ModuleFor, usize)] {
                     wasm: wasm(),
                     setup: Default::default(),
                     detach: false,
+                    then: Vec::new(),
                 }),
                 ModuleFor::Program,
                 0,

@@ -41,8 +41,9 @@ use serde::{Deserialize, Serialize};
 /// [`Request::Run`] with a [`ProgramSetup`], and a program's memory in [`ProcessTop`]. Version 4:
 /// the daemon's FUSE mounts and their transports in [`Top`]. Version 5: directories listed in
 /// pages ([`Response::Entries`] with a cookie), never whole. Version 6: [`ProgramSetup`] says
-/// which of the client's standard streams are terminals.
-pub const VERSION: u32 = 6;
+/// which of the client's standard streams are terminals. Version 7: [`Request::Run`] with the
+/// further stages of a pipeline, and [`Request::Signal`].
+pub const VERSION: u32 = 7;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
 /// Largest in-band data of one read, write or graft-memory request.
@@ -495,6 +496,10 @@ pub enum Request {
         /// Its arguments, environment, directories and working directory.
         setup: ProgramSetup,
         detach: bool,
+        /// Programs its standard output feeds, each the next's (`a | b | c`): a pipeline, run
+        /// as one session (same environment, directories and working directory); its status
+        /// is the last stage's that is not 0. The modules together are at most `MAX_MODULE`.
+        then: Vec<PipeStage>,
     },
     /// Kills a program running in the daemon, by its process id (`vino ps`): the caller's own,
     /// or any if privileged; `ESRCH` otherwise.
@@ -517,6 +522,11 @@ pub enum Request {
     },
     /// Kills the connection's running program.
     Kill,
+    /// Sends signal `sig` to every process of the connection's running program's session (its
+    /// pipeline and what they spawned): Ctrl-C at `vino run`.
+    Signal {
+        sig: u8,
+    },
 }
 
 impl Request {
@@ -564,8 +574,14 @@ impl Request {
             } => data(d.len(), MAX_DATA),
             Request::GraftLoad { point, wasm } => path(point).and(data(wasm.len(), MAX_MODULE)),
             Request::GraftStage { wasm } => data(wasm.len(), MAX_MODULE),
-            Request::Run { wasm, setup, .. } => {
-                data(wasm.len(), MAX_MODULE)?;
+            Request::Run { wasm, setup, then, .. } => {
+                let modules = wasm.len() + then.iter().map(|t| t.wasm.len()).sum::<usize>();
+                data(modules, MAX_MODULE)?;
+                list(then.len())?;
+                for t in then {
+                    list(t.args.len())?;
+                    t.args.iter().try_for_each(|a| bytes(a))?;
+                }
                 let s = setup;
                 list(s.args.len()).and(list(s.env.len())).and(list(s.dirs.len()))?;
                 s.args.iter().chain(&s.env).try_for_each(|a| bytes(a))?;
@@ -672,6 +688,7 @@ impl Request {
             Run,
             Input,
             Kill,
+            Signal,
             KillProgram,
             SetTickets
         )

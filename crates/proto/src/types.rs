@@ -273,6 +273,14 @@ pub struct ProgramSetup {
     pub tty: [bool; 3],
 }
 
+/// A further program of a pipeline: its module and its arguments (the first its name).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipeStage {
+    #[serde(with = "serde_bytes")]
+    pub wasm: Vec<u8>,
+    pub args: Vec<Vec<u8>>,
+}
+
 impl ProgramSetup {
     /// A setup with only arguments and environment.
     pub fn new(args: Vec<Vec<u8>>, env: Vec<Vec<u8>>) -> ProgramSetup {

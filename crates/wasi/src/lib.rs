@@ -23,6 +23,7 @@ mod dev;
 mod disk_cache;
 mod fds;
 mod guest;
+mod pipeline;
 mod pipes;
 mod process_calls;
 mod signals;
@@ -31,6 +32,7 @@ mod vino;
 
 pub use abi::{MODULE, WasiErrno};
 pub use disk_cache::DiskCache;
+pub use pipeline::{Stage, pipefail_status, run_pipeline};
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
