@@ -79,12 +79,15 @@ pub fn run_pipeline(
             let (r, w) = match holder.pipe() {
                 Ok(ends) => ends,
                 Err(e) => {
-                    starts.push((child, Start {
-                        fds,
-                        args: Vec::new(),
-                        env: Vec::new(),
-                        stdio: streams.clone(),
-                    }));
+                    starts.push((
+                        child,
+                        Start {
+                            fds,
+                            args: Vec::new(),
+                            env: Vec::new(),
+                            stdio: streams.clone(),
+                        },
+                    ));
                     return Err(refuse(RunError::Refused(e), &starts));
                 }
             };
@@ -108,14 +111,19 @@ pub fn run_pipeline(
                 s.spawn(move || {
                     let pid = child.pid();
                     let exit = stage.program.run_start(child, start, switch);
-                    let status = exit.as_ref().map_or(vino_kernel::ExitStatus::Exited(127), Exit::exit_status);
+                    let status = exit
+                        .as_ref()
+                        .map_or(vino_kernel::ExitStatus::Exited(127), Exit::exit_status);
                     k.exit_with(pid, status);
                     exit
                 })
             })
             .collect();
         runs.into_iter()
-            .map(|r| r.join().unwrap_or_else(|_| Err(RunError::Invalid("a stage's runner panicked".into()))))
+            .map(|r| {
+                r.join()
+                    .unwrap_or_else(|_| Err(RunError::Invalid("a stage's runner panicked".into())))
+            })
             .collect::<Vec<_>>()
     });
     // Reaped here (the holder runs no program to wait for them); what they left runs no more.
@@ -137,10 +145,5 @@ fn empty_start(streams: &Arc<Streams>) -> Start {
 /// The status of a pipeline as a shell with `pipefail` gives it: the last stage's that is not
 /// 0, or 0.
 pub fn pipefail_status(exits: &[Exit]) -> i32 {
-    exits
-        .iter()
-        .rev()
-        .map(Exit::status)
-        .find(|&s| s != 0)
-        .unwrap_or(0)
+    exits.iter().rev().map(Exit::status).find(|&s| s != 0).unwrap_or(0)
 }

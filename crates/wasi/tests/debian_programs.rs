@@ -216,3 +216,38 @@ int main(void) {
     k.exit(p.pid());
     fsck(&dev, &k);
 }
+
+/// The pipeline `zstd -dc f.zst | lz4 -c`, as `vino run -- zstd -dc f.zst \| lz4 -c` runs it:
+/// two VINO processes joined by a kernel pipe, in one session; what comes out the host's lz4
+/// decompresses to the original, and the status is the pipeline's.
+#[test]
+fn zstd_into_lz4_through_a_pipe_between_vino_processes() {
+    let (dev, k) = boot();
+    let data = sample();
+    let root = k.spawn(Credentials::root());
+    put(&root, "/f.zst", &host("zstd", &["-c"], &data));
+    k.exit(root.pid());
+    let stages = vec![
+        vino_wasi::Stage {
+            program: program("zstd"),
+            setup: vino_wasi::Setup::new(vec![b"zstd".to_vec(), b"-dc".to_vec(), b"/f.zst".to_vec()], Vec::new()),
+        },
+        vino_wasi::Stage {
+            program: program("lz4"),
+            setup: vino_wasi::Setup::new(vec![b"lz4".to_vec(), b"-c".to_vec()], Vec::new()),
+        },
+    ];
+    let (stdio, out, err) = common::stdio(Vec::new());
+    let holder = k.spawn(Credentials::root());
+    let kill = stages[0].program.kill_switch();
+    let exits = vino_wasi::run_pipeline(&holder, stages, stdio, &kill).unwrap();
+    assert_eq!(exits, [Exit::Code(0), Exit::Code(0)], "{}", err.text());
+    assert_eq!(vino_wasi::pipefail_status(&exits), 0);
+    assert!(
+        host("lz4", &["-dc"], &out.bytes()) == data,
+        "the pipeline's output decompresses"
+    );
+    assert!(holder.children().is_empty() && holder.zombies() == 0);
+    k.exit(holder.pid());
+    fsck(&dev, &k);
+}
