@@ -547,6 +547,7 @@ fn a_module_of_250000_functions_is_refused_from_its_first_bytes() {
         wasm,
         setup: Default::default(),
         detach: false,
+        then: Vec::new(),
     };
     for req in [load, run] {
         let mut s = raw(&d.socket());

@@ -542,6 +542,7 @@ mod tests {
                     wasm: module.clone(),
                     setup: Default::default(),
                     detach: true,
+                    then: Vec::new(),
                 },
                 ModuleFor::Program,
             ),

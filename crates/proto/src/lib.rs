@@ -76,7 +76,9 @@ pub mod errno {
     pub const EIO: i32 = 5;
     pub const ENXIO: i32 = 6;
     pub const E2BIG: i32 = 7;
+    pub const ENOEXEC: i32 = 8;
     pub const EBADF: i32 = 9;
+    pub const ECHILD: i32 = 10;
     pub const EAGAIN: i32 = 11;
     pub const EACCES: i32 = 13;
     pub const EBUSY: i32 = 16;
@@ -85,9 +87,11 @@ pub mod errno {
     pub const ENOTDIR: i32 = 20;
     pub const EISDIR: i32 = 21;
     pub const EINVAL: i32 = 22;
+    pub const ENFILE: i32 = 23;
     pub const EMFILE: i32 = 24;
     pub const EFBIG: i32 = 27;
     pub const ENOSPC: i32 = 28;
+    pub const EPIPE: i32 = 32;
     pub const ERANGE: i32 = 34;
     pub const EDEADLK: i32 = 35;
     pub const ENAMETOOLONG: i32 = 36;
@@ -107,7 +111,7 @@ pub mod errno {
     pub const EDQUOT: i32 = 122;
 
     /// Every errno named here, with its name.
-    pub const ALL: [(i32, &str); 36] = [
+    pub const ALL: [(i32, &str); 40] = [
         (EPERM, "EPERM"),
         (ENOENT, "ENOENT"),
         (ESRCH, "ESRCH"),
@@ -115,7 +119,9 @@ pub mod errno {
         (EIO, "EIO"),
         (ENXIO, "ENXIO"),
         (E2BIG, "E2BIG"),
+        (ENOEXEC, "ENOEXEC"),
         (EBADF, "EBADF"),
+        (ECHILD, "ECHILD"),
         (EAGAIN, "EAGAIN"),
         (EACCES, "EACCES"),
         (EBUSY, "EBUSY"),
@@ -124,9 +130,11 @@ pub mod errno {
         (ENOTDIR, "ENOTDIR"),
         (EISDIR, "EISDIR"),
         (EINVAL, "EINVAL"),
+        (ENFILE, "ENFILE"),
         (EMFILE, "EMFILE"),
         (EFBIG, "EFBIG"),
         (ENOSPC, "ENOSPC"),
+        (EPIPE, "EPIPE"),
         (ERANGE, "ERANGE"),
         (EDEADLK, "EDEADLK"),
         (ENAMETOOLONG, "ENAMETOOLONG"),

@@ -21,7 +21,9 @@ pub const PORTING_ERRORS: &[&str] = &[
 pub const PROGRAM_STACK: usize = 1 << 20;
 
 /// wasi-libc's emulations every program gets: `clock`, `times`, `getrusage` on the wall clock,
-/// and `getpid` answering a placeholder. Both only link when called.
+/// and `getpid`'s declaration (the compatibility layer's `getpid` answers the kernel's pid; the
+/// emulation's placeholder only links into a `--portable` or `--no-compat` build). Both only
+/// link when called.
 pub const DEFAULT_EMULATIONS: &[&str] = &["process-clocks", "getpid"];
 
 /// wasi-libc's emulation libraries (`--emulate`, `-lwasi-emulated-<name>`).
