@@ -90,7 +90,7 @@ pub struct PipeEnd {
 
 impl Pipe {
     /// A new pipe, charged to `account`: its read end and its write end.
-    pub fn new(account: &Arc<Account>) -> SysResult<(PipeEnd, PipeEnd)> {
+    pub fn ends(account: &Arc<Account>) -> SysResult<(PipeEnd, PipeEnd)> {
         let pipe = Pipe::unopened(account, None)?;
         Ok((pipe.open(Side::Read), pipe.open(Side::Write)))
     }
@@ -261,7 +261,7 @@ impl PipeEnd {
 impl crate::Process {
     /// A new pipe, its queue charged to this process: the read end and the write end.
     pub fn pipe(&self) -> SysResult<(PipeEnd, PipeEnd)> {
-        Pipe::new(self.account())
+        Pipe::ends(self.account())
     }
 
     /// The FIFO at `path` (from `at`, symbolic links followed), opened for `side`: the pipe
@@ -315,7 +315,7 @@ mod tests {
     #[test]
     fn bytes_go_through_in_order_and_the_end_follows_the_last_writer() {
         let a = account();
-        let (r, w) = Pipe::new(&a).unwrap();
+        let (r, w) = Pipe::ends(&a).unwrap();
         assert_eq!(w.write(b"hello ").unwrap(), 6);
         assert_eq!(w.write(b"world").unwrap(), 5);
         let mut buf = [0u8; 64];
@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn small_writes_are_whole_or_nothing_and_large_ones_fill() {
         let a = account();
-        let (r, w) = Pipe::new(&a).unwrap();
+        let (r, w) = Pipe::ends(&a).unwrap();
         let big = vec![7u8; PIPE_CAPACITY + 100];
         assert_eq!(w.write(&big).unwrap(), PIPE_CAPACITY);
         assert_eq!(w.write(b"x").unwrap_err().errno, Errno::Again);
@@ -346,7 +346,7 @@ mod tests {
     #[test]
     fn a_write_with_no_reader_is_epipe() {
         let a = account();
-        let (r, w) = Pipe::new(&a).unwrap();
+        let (r, w) = Pipe::ends(&a).unwrap();
         drop(r);
         assert_eq!(w.write(b"x").unwrap_err().errno, Errno::Pipe);
     }
@@ -360,12 +360,12 @@ mod tests {
             ..LimitsConfig::default()
         };
         let a = Accounts::new(limits).process(1000, "process 1");
-        let one = Pipe::new(&a).unwrap();
-        let two = Pipe::new(&a).unwrap();
-        let refused = Pipe::new(&a).err().expect("the third pipe passes the limit");
+        let one = Pipe::ends(&a).unwrap();
+        let two = Pipe::ends(&a).unwrap();
+        let refused = Pipe::ends(&a).err().expect("the third pipe passes the limit");
         assert_eq!(refused.errno, Errno::NFile);
         drop(one);
-        let _three = Pipe::new(&a).expect("a pipe's charge goes with it");
+        let _three = Pipe::ends(&a).expect("a pipe's charge goes with it");
         drop(two);
     }
 }

@@ -207,13 +207,15 @@ pub async fn open_fifo(
         if nonblock && side == Side::Write {
             return Ok(Err(WasiErrno::NXIO));
         }
-        while !nonblock {
-            let waiting = end.clone();
-            match wait(c, move |cx| waiting.poll_peer(seen, cx)).await {
-                Woken::Ready => break,
-                Woken::Signal => {
-                    if let Err(e) = interrupted(c).await? {
-                        return Ok(Err(e));
+        if !nonblock {
+            loop {
+                let waiting = end.clone();
+                match wait(c, move |cx| waiting.poll_peer(seen, cx)).await {
+                    Woken::Ready => break,
+                    Woken::Signal => {
+                        if let Err(e) = interrupted(c).await? {
+                            return Ok(Err(e));
+                        }
                     }
                 }
             }
