@@ -9,14 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void check(int ok, const char *what) {
-    if (!ok) {
-        printf("FAIL %s (errno %d: %s)\n", what, errno, strerror(errno));
-        exit(1);
-    }
-    printf("ok %s\n", what);
-    fflush(stdout);
-}
+#include "check.h"
 
 static int play(int argc, char **argv) {
     if (strcmp(argv[1], "exit") == 0)

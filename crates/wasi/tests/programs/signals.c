@@ -13,14 +13,7 @@
 
 static const char *self;
 
-static void check(int ok, const char *what) {
-    if (!ok) {
-        printf("FAIL %s (errno %d: %s)\n", what, errno, strerror(errno));
-        exit(1);
-    }
-    printf("ok %s\n", what);
-    fflush(stdout);
-}
+#include "check.h"
 
 /* Spawns this program with `part`, its stdout to `out` unless -1. */
 static pid_t child(const char *part, int out, int closing) {

@@ -14,14 +14,7 @@
 
 static const char *self;
 
-static void check(int ok, const char *what) {
-    if (!ok) {
-        printf("FAIL %s (errno %d: %s)\n", what, errno, strerror(errno));
-        exit(1);
-    }
-    printf("ok %s\n", what);
-    fflush(stdout);
-}
+#include "check.h"
 
 /* Spawns this program with `part` and `arg` (may be NULL) and the file actions `fa`. */
 static pid_t child(const char *part, const char *arg, posix_spawn_file_actions_t *fa) {
