@@ -406,3 +406,61 @@ fn child_role() {
     println!("secret {code} {}", err.trim());
     println!("DONE");
 }
+
+#[test]
+fn a_pipeline_runs_in_the_daemon_as_one_session_and_a_signal_reaches_it() {
+    let d = TestDaemon::start();
+    let (wasm, _) = copy_program();
+    // copy - - | copy - - | copy - /piped: the client's input through two kernel pipes.
+    let stage = |args: &[&str]| vino_client::PipeStage {
+        wasm: wasm.clone(),
+        args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+    };
+    let p = d
+        .client()
+        .run_pipeline(
+            &wasm,
+            &setup(&["copy", "-", "-"]),
+            vec![stage(&["copy", "-", "-"]), stage(&["copy", "-", "-"])],
+        )
+        .unwrap();
+    let data: Vec<u8> = (0..300_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    let control = p.control();
+    let feeder = {
+        let data = data.clone();
+        std::thread::spawn(move || {
+            for chunk in data.chunks(100_000) {
+                control.input(chunk).unwrap();
+            }
+            control.input(&[]).unwrap();
+        })
+    };
+    let (out, err, code) = finish(p);
+    feeder.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(out == data, "1.2 MB through three programs and two pipes");
+    // The status is the last failing stage's: copy of a missing file fails with 1.
+    let p = d
+        .client()
+        .run_pipeline(
+            &wasm,
+            &setup(&["copy", "/missing", "-"]),
+            vec![stage(&["copy", "-", "-"])],
+        )
+        .unwrap();
+    assert_eq!(finish(p).2, 1, "pipefail");
+    // Ctrl-C at `vino run`: SIGTERM here, to every process of the session; its default ends
+    // them, and the status says which signal.
+    let p = d
+        .client()
+        .run_pipeline(
+            &wasm,
+            &setup(&["copy", "--sleep", "100"]),
+            vec![stage(&["copy", "--sleep", "100"])],
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    p.control().signal(15).unwrap();
+    assert_eq!(finish(p).2, 128 + 15);
+    d.wait_processes(0);
+}

@@ -102,6 +102,12 @@ pub fn run_pipeline(
         };
         starts.push((child, start));
     }
+    // A signal to the session is for the stages: the holder, which runs nothing, takes none
+    // (were it to die of one, its killer would end the stages with SIGKILL instead). Set once
+    // the stages exist, which would otherwise inherit it.
+    for sig in 1..=vino_kernel::signal::SIGMAX {
+        let _ = holder.signal_action(sig, vino_kernel::signal::Disposition::Ignore);
+    }
     let exits = std::thread::scope(|s| {
         let runs: Vec<_> = starts
             .into_iter()
