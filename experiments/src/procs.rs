@@ -55,6 +55,8 @@ pub struct ProcsOptions {
     pub pipe_bytes: u64,
     /// Round trips timed per run of the ping-pong mode.
     pub round_trips: u64,
+    /// Only the modes named here (`spawn`, `pipe`, `pingpong`; empty: all), e.g. to profile one.
+    pub only: Vec<String>,
 }
 
 impl ProcsOptions {
@@ -66,6 +68,7 @@ impl ProcsOptions {
             spawns: if quick { 50 } else { 2_000 },
             pipe_bytes: if quick { 16 << 20 } else { 512 << 20 },
             round_trips: if quick { 2_000 } else { 100_000 },
+            only: Vec::new(),
         }
     }
 }
@@ -94,6 +97,15 @@ impl Measure {
             Measure::Spawn => "µs per spawn + wait",
             Measure::Pipe => "GB/s",
             Measure::PingPong => "µs per round trip",
+        }
+    }
+
+    /// procs.c's name for it.
+    fn mode(self) -> &'static str {
+        match self {
+            Measure::Spawn => "spawn",
+            Measure::Pipe => "pipe",
+            Measure::PingPong => "pingpong",
         }
     }
 
@@ -130,9 +142,9 @@ impl Measure {
     fn args(self, opts: &ProcsOptions, child: &str, warm_up: bool) -> Vec<String> {
         let small = |full: u64, small: u64| if warm_up { small.min(full) } else { full }.to_string();
         match self {
-            Measure::Spawn => vec!["spawn".into(), small(opts.spawns, 5), child.into()],
-            Measure::Pipe => vec!["pipe".into(), small(opts.pipe_bytes, 1 << 20)],
-            Measure::PingPong => vec!["pingpong".into(), small(opts.round_trips, 100)],
+            Measure::Spawn => vec![self.mode().into(), small(opts.spawns, 5), child.into()],
+            Measure::Pipe => vec![self.mode().into(), small(opts.pipe_bytes, 1 << 20)],
+            Measure::PingPong => vec![self.mode().into(), small(opts.round_trips, 100)],
         }
     }
 }
@@ -330,6 +342,16 @@ impl Side<'_> {
 
 pub fn run(opts: &ProcsOptions, progress: &mut dyn FnMut(&str)) -> Result<ProcsReport> {
     ensure!(opts.rounds > 0, "at least one round");
+    for o in &opts.only {
+        ensure!(
+            Measure::ALL.iter().any(|m| m.mode() == o),
+            "no measure {o:?} (spawn, pipe, pingpong)"
+        );
+    }
+    let measures: Vec<Measure> = Measure::ALL
+        .into_iter()
+        .filter(|m| opts.only.is_empty() || opts.only.iter().any(|o| o == m.mode()))
+        .collect();
     let dir = front::scratch_dir(&opts.scratch)?;
     let built = build(dir.path(), progress)?;
     progress("booting a kernel on an in-memory disk");
@@ -347,15 +369,15 @@ pub fn run(opts: &ProcsOptions, progress: &mut dyn FnMut(&str)) -> Result<ProcsR
         },
     ];
     progress("warming up (VINO compiles the children's modules)");
-    for m in Measure::ALL {
+    for &m in &measures {
         for s in &sides {
             s.measure(m, opts, true)?;
         }
     }
     // samples[measure][side]
-    let mut samples = vec![[Vec::new(), Vec::new()]; Measure::ALL.len()];
+    let mut samples = vec![[Vec::new(), Vec::new()]; measures.len()];
     for round in 0..opts.rounds {
-        for (i, m) in Measure::ALL.iter().enumerate() {
+        for (i, m) in measures.iter().enumerate() {
             for k in 0..2 {
                 let side = (round + k) % 2;
                 progress(&format!(
@@ -374,7 +396,7 @@ pub fn run(opts: &ProcsOptions, progress: &mut dyn FnMut(&str)) -> Result<ProcsR
     vino.kernel
         .shutdown()
         .map_err(|e| anyhow!("shutting the kernel down: {e}"))?;
-    let rows = Measure::ALL
+    let rows = measures
         .iter()
         .zip(samples)
         .map(|(&m, [v, l])| {

@@ -21,6 +21,9 @@ struct Args {
     /// Rounds, the sides alternating (default 5; 3 with --quick).
     #[arg(long)]
     rounds: Option<usize>,
+    /// Only this measure (spawn, pipe or pingpong; repeatable), e.g. to profile it.
+    #[arg(long)]
+    only: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -28,11 +31,13 @@ fn main() -> ExitCode {
         common,
         scratch,
         rounds,
+        only,
     } = Args::parse();
     let defaults = procs::ProcsOptions::new(common.quick);
     let opts = procs::ProcsOptions {
         scratch,
         rounds: rounds.unwrap_or(defaults.rounds),
+        only,
         ..defaults
     };
     let result = front::experiment(
