@@ -326,11 +326,14 @@ fn run_native(exe: &Path, args: &[String]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs procs with the given arguments; what it printed.
+type Runner<'a> = Box<dyn Fn(&[String]) -> Result<String> + 'a>;
+
 /// A side of the comparison: runs procs with the given mode and size.
 struct Side<'a> {
     name: &'static str,
     child: String,
-    run: Box<dyn Fn(&[String]) -> Result<String> + 'a>,
+    run: Runner<'a>,
 }
 
 impl Side<'_> {
