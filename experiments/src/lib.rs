@@ -17,6 +17,7 @@
 //! | `vino-bench-programs` | [`programs`] | unmodified programs on the VINO mount against ext4 |
 //! | `vino-bench-miss` | [`miss`] | a cold random 4 KiB read, layer by layer |
 //! | `vino-bench-native` | [`native`] | real programs as VINO processes against Linux and wasmtime-wasi |
+//! | `vino-bench-procs` | [`procs`] | spawn, pipe and ping-pong between VINO processes against Linux |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -36,6 +37,7 @@ pub mod graftcost;
 pub mod isolation;
 pub mod miss;
 pub mod native;
+pub mod procs;
 pub mod programs;
 pub mod progress;
 pub mod wisconsin;

@@ -76,6 +76,10 @@ pub enum BenchCommand {
     /// for Linux and the same .wasm on stock wasmtime-wasi, on the same inputs.
     #[command(disable_help_flag = true)]
     Native(Pass),
+    /// VINO processes against Linux processes running the same C: posix_spawn + waitpid of a
+    /// trivial child, pipe throughput to a child, a one-byte ping-pong over two pipes.
+    #[command(disable_help_flag = true)]
+    Procs(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -101,6 +105,7 @@ impl BenchCommand {
             BenchCommand::Miss(p) => ("miss", p.args),
             BenchCommand::Sched(p) => ("sched", p.args),
             BenchCommand::Native(p) => ("native", p.args),
+            BenchCommand::Procs(p) => ("procs", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

@@ -732,6 +732,40 @@ pub const PAGES: &[Page] = &[
         ],
     },
     Page {
+        name: "procs",
+        tables: &[
+            Table {
+                title: "A VINO process against the same C on Linux, median of the rounds; `time / Linux` is VINO's time for the same work over Linux's (for the pipe, Linux's GB/s over VINO's), above 1 slower:",
+                rows: "rows[]",
+                across: None,
+                columns: &[
+                    ("measure", "measure", Fmt::Text),
+                    ("unit", "unit", Fmt::Text),
+                    ("VINO", "vino", Fmt::Ratio),
+                    ("Linux", "linux", Fmt::Ratio),
+                    ("time / Linux", "time_vs_linux", Fmt::Ratio),
+                    ("goal", "goal", Fmt::Text),
+                    ("met", "meets_goal", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "The run:",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("rounds", "rounds", Fmt::Count),
+                    ("spawns", "spawns", Fmt::Count),
+                    ("pipe bytes", "pipe_bytes", Fmt::Mib),
+                    ("write size", "block_bytes", Fmt::Count),
+                    ("round trips", "round_trips", Fmt::Count),
+                    ("procs.wasm bytes", "procs_module_bytes", Fmt::Count),
+                    ("true.wasm bytes", "true_module_bytes", Fmt::Count),
+                    ("compiler", "clang", Fmt::Text),
+                ],
+            },
+        ],
+    },
+    Page {
         name: "sched",
         tables: &[
             Table {
