@@ -1,5 +1,5 @@
 //! The kernel's invariants: how its table of inode references, the processes' descriptor
-//! tables, the file system's orphan list and the accounts must agree.
+//! tables, the file system's orphan list, the accounts and the process tree must agree.
 //!
 //! * inode references: no inode's count is below the descriptors on it, and with no system call
 //!   running the counts add up to the descriptors plus the mount's nodes;
@@ -12,7 +12,9 @@
 //!   freed: its descriptor refers to nothing);
 //! * accounts: a process is charged one descriptor per descriptor (at least that while calls
 //!   run), a user what its processes are, the total what its users are, for every resource;
-//!   the file system's blocks and inodes per user are what its inode table holds.
+//!   the file system's blocks and inodes per user are what its inode table holds;
+//! * the process tree: a live process's children are live and name it their parent, and a live
+//!   process with a parent is among its children.
 //!
 //! [`Kernel::check_invariants`] checks them all, for a kernel with no system call running (the
 //! simulator runs it after every step). [`Kernel::check_touched`] checks the part that holds
@@ -35,6 +37,7 @@ pub enum Relation {
     OrphanList,
     DescriptorTables,
     Accounts,
+    ProcessTree,
 }
 
 impl fmt::Display for Relation {
@@ -45,6 +48,7 @@ impl fmt::Display for Relation {
             Relation::OrphanList => "the orphan list",
             Relation::DescriptorTables => "descriptor tables",
             Relation::Accounts => "accounts",
+            Relation::ProcessTree => "the process tree",
         })
     }
 }
@@ -135,7 +139,8 @@ impl Kernel {
         check_references(&tables, &refs)?;
         self.check_parked(&refs)?;
         self.check_orphans(&refs)?;
-        self.check_accounts(&procs, &tables)
+        self.check_accounts(&procs, &tables)?;
+        check_tree(&procs)
     }
 
     /// Each descriptor's file is linked or parked.
@@ -361,8 +366,37 @@ impl Kernel {
             }
             Corruption::ChargeTotal(r) => std::mem::forget(self.accounts.total().charge(r, 1).unwrap()),
             Corruption::QuotaInode(uid) => self.fs.skew_quota_for_test(uid).unwrap(),
+            Corruption::Disown(pid) => {
+                let p = self.process(pid).expect("a live process");
+                p.family.lock().parent = 0;
+            }
         }
     }
+}
+
+/// Parents and children agree: a live process's children are live and name it their parent, and
+/// a live process with a parent is among that parent's children (the parent live: an ended
+/// parent hands its children on).
+fn check_tree(procs: &[Arc<Process>]) -> Checked {
+    let by_pid: HashMap<Pid, &Arc<Process>> = procs.iter().map(|p| (p.pid(), p)).collect();
+    for p in procs {
+        for c in p.children() {
+            if by_pid.get(&c).is_none_or(|c| c.ppid() != p.pid()) {
+                return Err(broken(
+                    Relation::ProcessTree,
+                    format!("pid {} lists child {c}, which is gone or has another parent", p.pid()),
+                ));
+            }
+        }
+        let ppid = p.ppid();
+        if ppid != 0 && by_pid.get(&ppid).is_none_or(|q| !q.children().contains(&p.pid())) {
+            return Err(broken(
+                Relation::ProcessTree,
+                format!("pid {} names parent {ppid}, which does not list it", p.pid()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every inode's count is at least its descriptors; all counts add up to the descriptors and
@@ -438,6 +472,8 @@ pub enum Corruption {
     DropLink(u64),
     /// A name's file put on the orphan list by the file system alone: nothing parks it.
     Orphan { dir: u64, name: Vec<u8> },
+    /// The process forgets its parent, which still lists it.
+    Disown(Pid),
     /// The process charged a descriptor it does not hold.
     Charge(Pid),
     /// The total charged one of a resource that no user holds.
@@ -655,6 +691,16 @@ mod tests {
             e.contains(&format!("pid {} is charged 2 descriptors and holds 1", p.pid())),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_child_its_parent_lists_but_that_names_no_parent_is_named() {
+        let (k, p, _, _) = with_files();
+        let c = k.spawn_child(&p).unwrap();
+        k.check_invariants().unwrap();
+        k.corrupt_for_test(Corruption::Disown(c.pid()));
+        let e = caught(&k, Relation::ProcessTree);
+        assert!(e.contains(&format!("lists child {}", c.pid())), "{e}");
     }
 
     #[test]
