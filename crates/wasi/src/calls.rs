@@ -49,9 +49,14 @@ pub(crate) fn with_memory<T>(
     caller: &mut Caller<'_, Ctx>,
     call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<T>,
 ) -> Result<T> {
-    let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
-        // A program that exports no memory can pass no pointer.
-        return Err(WasiErrno::FAULT);
+    // Found once per run (see `run_thread`), not by name at every call.
+    let memory = match caller.data().memory {
+        Some(m) => m,
+        None => match caller.get_export("memory") {
+            Some(Extern::Memory(m)) => m,
+            // A program that exports no memory can pass no pointer.
+            _ => return Err(WasiErrno::FAULT),
+        },
     };
     let (bytes, ctx) = memory.data_and_store_mut(caller);
     // A call may block (the disk, a lock, the standard input): the worker says so, and

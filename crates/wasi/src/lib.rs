@@ -304,6 +304,8 @@ pub(crate) struct Ctx {
     pub program_limits: ProgramLimits,
     /// Where in its function table its signal trampoline is (see `signals`).
     pub trampoline: Option<u32>,
+    /// Its exported memory, once instantiated.
+    pub memory: Option<wasmtime::Memory>,
 }
 
 impl Ctx {
@@ -573,6 +575,7 @@ impl Program {
             limits,
             program_limits: self.limits,
             trampoline: None,
+            memory: None,
         };
         let mut store = Store::new(&self.engine, ctx);
         store.limiter(|c| &mut c.limits);
@@ -596,10 +599,13 @@ impl Program {
         });
         let outcome = match self.pre.instantiate_async(&mut store).await {
             Err(e) => Err(RunError::Invalid(format!("{e:#}"))),
-            Ok(instance) => match instance.get_typed_func::<(), ()>(&mut store, "_start") {
-                Err(e) => Err(RunError::Invalid(format!("`_start`: {e}"))),
-                Ok(start) => Ok(start.call_async(&mut store, ()).await),
-            },
+            Ok(instance) => {
+                store.data_mut().memory = instance.get_memory(&mut store, "memory");
+                match instance.get_typed_func::<(), ()>(&mut store, "_start") {
+                    Err(e) => Err(RunError::Invalid(format!("`_start`: {e}"))),
+                    Ok(start) => Ok(start.call_async(&mut store, ()).await),
+                }
+            }
         };
         let ctx = store.data_mut();
         let _ = ctx.stdio.stdout.lock().flush();
