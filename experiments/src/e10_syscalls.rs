@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, ensure};
-use parking_lot::Mutex;
 use serde::Serialize;
 use vino_client::{Client, OpenFlags};
 use vino_kernel::Credentials;
@@ -33,7 +32,7 @@ use vino_measure::report::{ChartOptions, Table, bar_chart_with, fmt_ns, fmt_rati
 
 use crate::daemon::{self, FuseMount};
 use crate::e6_layout::median_of;
-use crate::e7_gunzip::SharedBuf;
+use crate::e7_gunzip::run_printing;
 
 /// The goal for a null system call from a VINO process, ns.
 pub const NULL_GOAL_NS: f64 = 100.0;
@@ -255,32 +254,14 @@ impl VinoProgram {
 
     /// Runs it on `kernel`: ns per null call and per read, as it measured them.
     fn run(&self, kernel: &Arc<vino_kernel::Kernel>, calls: u64, reads: u64) -> Result<(f64, f64)> {
-        let (out, err) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
-        let stdio = vino_wasi::Stdio {
-            stdin: Box::new(std::io::empty()),
-            stdout: Box::new(SharedBuf(out.clone())),
-            stderr: Box::new(SharedBuf(err.clone())),
-            tty: [false; 3],
-        };
         let args = [
             "syscalls".to_string(),
             calls.to_string(),
             reads.to_string(),
             FILE.into(),
         ];
-        let exit = self.program.run(
-            kernel,
-            Credentials::root(),
-            vino_wasi::Setup::new(args.into_iter().map(String::into_bytes).collect(), Vec::new()),
-            stdio,
-            &self.program.kill_switch(),
-        )?;
-        ensure!(
-            exit == vino_wasi::Exit::Code(0),
-            "syscalls.wasm ended {exit:?}: {}",
-            String::from_utf8_lossy(&err.lock())
-        );
-        let text = String::from_utf8_lossy(&out.lock()).into_owned();
+        let args = args.into_iter().map(String::into_bytes).collect();
+        let text = run_printing(kernel, &self.program, args, "syscalls.wasm")?;
         parse_program_output(&text).ok_or_else(|| anyhow!("syscalls.wasm printed {text:?}"))
     }
 }

@@ -663,6 +663,36 @@ impl Write for SharedBuf {
     }
 }
 
+/// Runs `program` on `kernel` as root with `args` (the first its name), its input empty: what
+/// it printed, or an error naming `what` with its standard error if it did not exit with 0.
+pub(crate) fn run_printing(
+    kernel: &Arc<vino_kernel::Kernel>,
+    program: &vino_wasi::Program,
+    args: Vec<Vec<u8>>,
+    what: &str,
+) -> anyhow::Result<String> {
+    let (out, err) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    let stdio = vino_wasi::Stdio {
+        stdin: Box::new(io::empty()),
+        stdout: Box::new(SharedBuf(out.clone())),
+        stderr: Box::new(SharedBuf(err.clone())),
+        tty: [false; 3],
+    };
+    let exit = program.run(
+        kernel,
+        vino_kernel::Credentials::root(),
+        vino_wasi::Setup::new(args, Vec::new()),
+        stdio,
+        &program.kill_switch(),
+    )?;
+    anyhow::ensure!(
+        exit == vino_wasi::Exit::Code(0),
+        "{what} ended {exit:?}: {}",
+        String::from_utf8_lossy(&err.lock())
+    );
+    Ok(String::from_utf8_lossy(&out.lock()).into_owned())
+}
+
 /// The policies the real gunzip runs: those of the harness a program can set from inside.
 fn program_policies(opts: &E7Options) -> Vec<RaPolicy> {
     opts.policies()

@@ -28,7 +28,6 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, ensure};
-use parking_lot::Mutex;
 use serde::Serialize;
 use vino_blockdev::{BlockDevice, MemDevice};
 use vino_fs::{MkfsOptions, mkfs};
@@ -36,7 +35,7 @@ use vino_kernel::{Credentials, Kernel, KernelConfig, OpenFlags};
 use vino_measure::report::{Table, bar_chart, fmt_ratio};
 
 use crate::e6_layout::median_of;
-use crate::e7_gunzip::SharedBuf;
+use crate::e7_gunzip::run_printing;
 use crate::front;
 
 /// Bytes per write in the pipe mode (procs.c's BLOCK).
@@ -282,31 +281,12 @@ impl Vino {
 
     /// Runs `/bin/procs ARGS` as root; what it printed.
     fn run(&self, args: &[String]) -> Result<String> {
-        let (out, err) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
-        let stdio = vino_wasi::Stdio {
-            stdin: Box::new(std::io::empty()),
-            stdout: Box::new(SharedBuf(out.clone())),
-            stderr: Box::new(SharedBuf(err.clone())),
-            tty: [false; 3],
-        };
         let argv = std::iter::once(VINO_PROCS.to_string())
             .chain(args.iter().cloned())
             .map(String::into_bytes)
             .collect();
-        let exit = self.procs.run(
-            &self.kernel,
-            Credentials::root(),
-            vino_wasi::Setup::new(argv, Vec::new()),
-            stdio,
-            &self.procs.kill_switch(),
-        )?;
-        ensure!(
-            exit == vino_wasi::Exit::Code(0),
-            "procs {} as a VINO process ended {exit:?}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&err.lock())
-        );
-        Ok(String::from_utf8_lossy(&out.lock()).into_owned())
+        let what = format!("procs {} as a VINO process", args.join(" "));
+        run_printing(&self.kernel, &self.procs, argv, &what)
     }
 }
 
