@@ -40,6 +40,17 @@ fn setup(a: &[&str]) -> ProgramSetup {
     ProgramSetup::new(a.iter().map(|s| s.as_bytes().to_vec()).collect(), Vec::new())
 }
 
+/// Sends `data` as the program's input, in 100 kB frames, then its end, from a thread.
+fn feed(p: &RunningProgram, data: &[u8]) -> std::thread::JoinHandle<()> {
+    let (control, data) = (p.control(), data.to_vec());
+    std::thread::spawn(move || {
+        for chunk in data.chunks(100_000) {
+            control.input(chunk).unwrap();
+        }
+        control.input(&[]).unwrap();
+    })
+}
+
 /// Reads the program's events to its end: (stdout, stderr, status).
 fn finish(mut p: RunningProgram) -> (Vec<u8>, String, i32) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -58,16 +69,7 @@ fn a_program_runs_in_the_daemon_with_its_streams_and_status() {
     let (wasm, _) = copy_program();
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
     let p = d.client().run_program(&wasm, &setup(&["copy", "-", "/kept"])).unwrap();
-    let control = p.control();
-    let feeder = {
-        let data = data.clone();
-        std::thread::spawn(move || {
-            for chunk in data.chunks(100_000) {
-                control.input(chunk).unwrap();
-            }
-            control.input(&[]).unwrap();
-        })
-    };
+    let feeder = feed(&p, &data);
     let (out, err, code) = finish(p);
     feeder.join().unwrap();
     assert_eq!((code, out.len()), (0, 0), "{err}");
@@ -425,16 +427,7 @@ fn a_pipeline_runs_in_the_daemon_as_one_session_and_a_signal_reaches_it() {
         )
         .unwrap();
     let data: Vec<u8> = (0..300_000u32).flat_map(|i| i.to_le_bytes()).collect();
-    let control = p.control();
-    let feeder = {
-        let data = data.clone();
-        std::thread::spawn(move || {
-            for chunk in data.chunks(100_000) {
-                control.input(chunk).unwrap();
-            }
-            control.input(&[]).unwrap();
-        })
-    };
+    let feeder = feed(&p, &data);
     let (out, err, code) = finish(p);
     feeder.join().unwrap();
     assert_eq!(code, 0, "{err}");
@@ -459,7 +452,13 @@ fn a_pipeline_runs_in_the_daemon_as_one_session_and_a_signal_reaches_it() {
             vec![stage(&["copy", "--sleep", "100"])],
         )
         .unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Signalled once both stages exist (a signal before would find only the holder).
+    let kernel = d.handle().kernel();
+    let until = Instant::now() + Duration::from_secs(10);
+    while kernel.processes().iter().filter(|q| q.ppid() != 0).count() < 2 {
+        assert!(Instant::now() < until, "the pipeline's stages never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     p.control().signal(15).unwrap();
     assert_eq!(finish(p).2, 128 + 15);
     d.wait_processes(0);

@@ -120,8 +120,12 @@ impl Kernel {
         Ok(())
     }
 
-    /// Sends `sig` to every process of `session` (Ctrl-C at `vino run`).
+    /// Sends `sig` to every process of `session` (Ctrl-C at `vino run`); no such signal
+    /// sends nothing (a client names it).
     pub fn signal_session(&self, session: Pid, sig: u8) {
+        if !(1..=signal::SIGMAX).contains(&sig) {
+            return;
+        }
         for p in self.processes() {
             if p.session() == session {
                 p.raise(sig);

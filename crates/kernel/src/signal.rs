@@ -97,6 +97,9 @@ pub enum MaskHow {
 #[derive(Default)]
 pub(crate) struct Signals {
     state: Mutex<SigState>,
+    /// Whether anything is pending, kept with `state.pending`: read without the lock on the
+    /// way out of every I/O call, where nothing is pending almost always.
+    any_pending: std::sync::atomic::AtomicBool,
 }
 
 struct SigState {
@@ -161,6 +164,7 @@ impl Signals {
                 actions,
                 ..SigState::default()
             }),
+            any_pending: Default::default(),
         }
     }
 
@@ -186,6 +190,7 @@ impl Signals {
             return None;
         }
         s.pending |= bit(sig);
+        self.any_pending.store(true, std::sync::atomic::Ordering::Release);
         if s.mask & bit(sig) != 0 {
             return None;
         }
@@ -250,6 +255,9 @@ impl Signals {
         loop {
             let ready = s.deliverable();
             if ready == 0 {
+                // Cleared only here, under the lock: a stale `true` costs a look, never a miss.
+                self.any_pending
+                    .store(s.pending != 0, std::sync::atomic::Ordering::Release);
                 return None;
             }
             let sig = ready.trailing_zeros() as u8 + 1;
@@ -384,7 +392,9 @@ impl Process {
 
     /// Whether a signal is deliverable or the process was killed (a blocked call gives up).
     pub fn interrupted(&self) -> bool {
-        self.killed() || self.signals.state.lock().deliverable() != 0
+        self.killed()
+            || (self.signals.any_pending.load(std::sync::atomic::Ordering::Acquire)
+                && self.signals.state.lock().deliverable() != 0)
     }
 
     /// Takes a pending stop if there is one (see `Signals::take_stop`): true if the process
@@ -409,6 +419,9 @@ impl Process {
     /// Sends `sig` to this process, from the kernel itself (SIGPIPE to a writer, SIGCHLD to a
     /// parent): no permission applies.
     pub fn raise(&self, sig: u8) {
+        if check(sig).is_err() {
+            return;
+        }
         if sig == SIGKILL {
             self.kill_by(SIGKILL);
             return;
