@@ -1,0 +1,834 @@
+//! The pager: program memories reserved and registered with userfaultfd, their faults served on
+//! threads of its own, resident sets kept to the limits the kernel gives, and pages out to
+//! swap.
+//!
+//! A fault is served in three steps, and only the first keeps the program waiting: (1) the page
+//! itself comes in (zeros on first touch, back from staging, or from swap), which wakes the
+//! program; (2) the owner's fault-around graft, if any, names neighbours to bring in too; (3)
+//! if the memory now holds more frames than its share, pages go (the owner's `vas.pick_victim`
+//! graft choosing which). Grafts run only after the program is awake: a program stuck in a
+//! fault may hold a lock a graft's call needs, and must not wait for it.
+//!
+//! Faults queue per user, and one user is served by one thread at a time, so a user whose
+//! faults are slow (swap on a busy disk, a graft at its budget) takes one fault thread, never
+//! all of them.
+
+use crate::swap::{NoSlot, PAGE, Swap, SwapStore};
+use crate::table::{Page, Table};
+use crate::uffd::{Fault, Placed, Uffd};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The object id program pages carry in the page ids a `vas.pick_victim` graft sees (file pages
+/// carry their file's): `(MEMORY_OBJECT << 32) | page index`.
+pub const MEMORY_OBJECT: u64 = 0xFFFF_FFFF;
+
+/// Most candidates offered to a `vas.pick_victim` graft per eviction.
+pub const VICTIM_CANDIDATES: usize = 256;
+
+/// Most pages a fault-around graft may bring in with one fault.
+pub const FAULT_AROUND_MAX: u64 = 32;
+
+/// The page id of page `index` of program memory.
+pub fn memory_page_id(index: u32) -> u64 {
+    (MEMORY_OBJECT << 32) | u64::from(index)
+}
+
+/// What the kernel tells the pager about a memory's process.
+pub trait Owner: Send + Sync {
+    fn pid(&self) -> u64;
+    /// Whose fault queue its faults join.
+    fn uid(&self) -> u32;
+    /// Which of `candidates` (page ids, the default's choice first) goes: the process's
+    /// `vas.pick_victim` graft. `None`: no graft, or it failed (the first goes).
+    fn pick_victim(&self, _candidates: &[u64]) -> Option<usize> {
+        None
+    }
+    /// Which pages come in with a fault at `page` of `pages`: the process's `vm.fault_around`
+    /// graft, `(first, count)` checked by the pager. `None`: the page alone.
+    fn fault_around(&self, _page: u64, _pages: u64) -> Option<(u64, u64)> {
+        None
+    }
+    /// Charges `pages` of swap to the process's user; false at its limit.
+    fn charge_swap(&self, _pages: u64) -> bool {
+        true
+    }
+    fn uncharge_swap(&self, _pages: u64) {}
+    /// The process needs swap and there is none for it: the kernel ends it (alone).
+    fn out_of_swap(&self) {}
+}
+
+/// Limits and sizes of a pager.
+#[derive(Debug, Clone)]
+pub struct PagerConfig {
+    /// Most frames one memory holds.
+    pub resident_per_process: u64,
+    /// Most frames all memories hold together; each memory's fair share is this over the
+    /// memories there are (Cao's rule: the kernel says how many, the process says which).
+    pub resident_total: u64,
+    /// Most pages of swap.
+    pub swap_pages: u64,
+    /// Pages the swap grows by at a time.
+    pub swap_chunk: u64,
+    /// Threads serving faults.
+    pub fault_threads: usize,
+}
+
+impl Default for PagerConfig {
+    fn default() -> Self {
+        PagerConfig {
+            resident_per_process: (1 << 30) / PAGE as u64,
+            resident_total: (4u64 << 30) / PAGE as u64,
+            swap_pages: (4u64 << 30) / PAGE as u64,
+            swap_chunk: (4 << 20) / PAGE as u64,
+            fault_threads: 2,
+        }
+    }
+}
+
+/// Counts for one memory (`vino ps`, `vino top`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Pages in the program's memory or in staging.
+    pub resident: u64,
+    pub swapped: u64,
+    /// First touches, filled with zeros.
+    pub zero_faults: u64,
+    /// Touches of a page taken out but still in a frame.
+    pub minor_faults: u64,
+    /// Pages read back from swap.
+    pub swap_ins: u64,
+    pub swap_outs: u64,
+    /// Pages brought in by the fault-around graft beyond the one touched.
+    pub faulted_around: u64,
+    /// Evictions where the `vas.pick_victim` graft chose another page than the default.
+    pub evicted_by_graft: u64,
+    pub evicted_by_default: u64,
+    /// Answers of its grafts the pager refused (the default decided).
+    pub graft_refused: u64,
+}
+
+/// Counts for the whole pager.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PagerStats {
+    pub memories: u64,
+    pub frames: u64,
+    pub frame_limit: u64,
+    pub swap_in_use: u64,
+    pub swap_capacity: u64,
+    pub staged: u64,
+}
+
+/// Slots of the staging area, where pages taken out of program memory wait (a frame each).
+struct Staging {
+    base: usize,
+    slots: u32,
+    free: Mutex<(Vec<u32>, u32)>,
+}
+
+impl Staging {
+    fn alloc(&self) -> Option<u32> {
+        let mut f = self.free.lock();
+        if let Some(s) = f.0.pop() {
+            return Some(s);
+        }
+        (f.1 < self.slots).then(|| {
+            f.1 += 1;
+            f.1 - 1
+        })
+    }
+
+    fn release(&self, slot: u32) {
+        self.free.lock().0.push(slot);
+    }
+
+    fn addr(&self, slot: u32) -> usize {
+        self.base + slot as usize * PAGE
+    }
+
+    fn in_use(&self) -> u64 {
+        let f = self.free.lock();
+        u64::from(f.1) - f.0.len() as u64
+    }
+}
+
+/// One program memory.
+pub struct Region {
+    base: usize,
+    /// Bytes reserved (the memory may grow up to here without moving).
+    reserved: usize,
+    /// Bytes mapped: the reservation and the guard after it.
+    mapped: usize,
+    owner: Arc<dyn Owner>,
+    state: Mutex<RegionState>,
+}
+
+struct RegionState {
+    size: usize,
+    table: Table,
+    stats: MemoryStats,
+    /// Its process was told it is out of swap: no more evictions are tried.
+    out_of_swap: bool,
+}
+
+impl Region {
+    fn page_of(&self, addr: usize) -> u32 {
+        ((addr - self.base) / PAGE) as u32
+    }
+
+    fn addr(&self, page: u32) -> usize {
+        self.base + page as usize * PAGE
+    }
+}
+
+struct Shared {
+    uffd: Uffd,
+    config: PagerConfig,
+    staging: Staging,
+    swap: Swap,
+    regions: RwLock<BTreeMap<usize, Arc<Region>>>,
+    frames: AtomicU64,
+    queues: Mutex<Queues>,
+    queued: Condvar,
+    stop: AtomicBool,
+    zeros: Box<[u8]>,
+}
+
+#[derive(Default)]
+struct Queues {
+    by_user: BTreeMap<u32, VecDeque<(Arc<Region>, Fault)>>,
+    /// Users with faults waiting, in the order they are served.
+    turn: VecDeque<u32>,
+    busy: HashSet<u32>,
+    stop: bool,
+}
+
+/// The pager of one kernel.
+pub struct Pager {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Bytes of address space the staging area reserves (no memory until used).
+const STAGING_BYTES: usize = 64 << 30;
+
+fn mmap_none(len: usize) -> io::Result<usize> {
+    // SAFETY: a fresh anonymous reservation; nothing else refers to the range.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // Huge pages would defeat paging a page at a time.
+    // SAFETY: advice on the range just mapped.
+    unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+    Ok(p as usize)
+}
+
+fn protect_rw(addr: usize, len: usize) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: `[addr, addr + len)` lies in a reservation this pager made.
+    let r = unsafe { libc::mprotect(addr as *mut _, len, libc::PROT_READ | libc::PROT_WRITE) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+impl Pager {
+    /// A pager with its own userfaultfd, staging area, swap (in `store`) and threads.
+    pub fn new(config: PagerConfig, store: Arc<dyn SwapStore>) -> io::Result<Pager> {
+        let uffd = Uffd::open()?;
+        let base = mmap_none(STAGING_BYTES)?;
+        protect_rw(base, STAGING_BYTES)?;
+        uffd.register(base, STAGING_BYTES)?;
+        let swap = Swap::new(store, config.swap_pages, config.swap_chunk);
+        let shared = Arc::new(Shared {
+            uffd,
+            staging: Staging {
+                base,
+                slots: (STAGING_BYTES / PAGE) as u32,
+                free: Mutex::new((Vec::new(), 0)),
+            },
+            swap,
+            regions: RwLock::default(),
+            frames: AtomicU64::new(0),
+            queues: Mutex::default(),
+            queued: Condvar::new(),
+            stop: AtomicBool::new(false),
+            zeros: vec![0u8; PAGE].into_boxed_slice(),
+            config,
+        });
+        let mut threads = Vec::new();
+        let s = shared.clone();
+        threads.push(spawn("vino-vm-faults", move || s.read_faults())?);
+        for _ in 0..shared.config.fault_threads.max(1) {
+            let s = shared.clone();
+            threads.push(spawn("vino-vm-serve", move || s.serve_faults())?);
+        }
+        let s = shared.clone();
+        threads.push(spawn("vino-vm-swap", move || s.swap.grow_while_running())?);
+        Ok(Pager {
+            shared,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Reserves a memory of `reserved` bytes and `guard` more never mapped, `minimum` bytes
+    /// usable at first, all of it zeros paged in on touch.
+    pub fn create(
+        &self,
+        minimum: usize,
+        reserved: usize,
+        guard: usize,
+        owner: Arc<dyn Owner>,
+    ) -> io::Result<Memory> {
+        if minimum > reserved || reserved % PAGE != 0 || guard % PAGE != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "memory sizes"));
+        }
+        let mapped = reserved + guard;
+        let base = mmap_none(mapped)?;
+        let region = Arc::new(Region {
+            base,
+            reserved,
+            mapped,
+            owner,
+            state: Mutex::new(RegionState {
+                size: 0,
+                table: Table::default(),
+                stats: MemoryStats::default(),
+                out_of_swap: false,
+            }),
+        });
+        let memory = Memory {
+            region: region.clone(),
+            shared: self.shared.clone(),
+        };
+        if reserved > 0 {
+            self.shared.uffd.register(base, reserved)?;
+        }
+        self.shared.regions.write().insert(base, region);
+        memory.grow_to(minimum)?;
+        Ok(memory)
+    }
+
+    pub fn stats(&self) -> PagerStats {
+        let s = &self.shared;
+        PagerStats {
+            memories: s.regions.read().len() as u64,
+            frames: s.frames.load(Ordering::Relaxed),
+            frame_limit: s.config.resident_total,
+            swap_in_use: s.swap.in_use(),
+            swap_capacity: s.swap.capacity(),
+            staged: s.staging.in_use(),
+        }
+    }
+
+    /// The counts of process `pid`'s memory, if it has one.
+    pub fn memory_of(&self, pid: u64) -> Option<MemoryStats> {
+        let regions = self.shared.regions.read();
+        let r = regions.values().find(|r| r.owner.pid() == pid)?;
+        Some(r.stats())
+    }
+
+    pub fn config(&self) -> &PagerConfig {
+        &self.shared.config
+    }
+
+    /// Checks every memory's table (the simulator's invariant).
+    pub fn check(&self) -> Result<(), String> {
+        let regions: Vec<_> = self.shared.regions.read().values().cloned().collect();
+        let mut frames = 0;
+        for r in regions {
+            let st = r.state.lock();
+            st.table.check().map_err(|e| format!("memory of process {}: {e}", r.owner.pid()))?;
+            frames += st.table.frames();
+        }
+        let counted = self.shared.frames.load(Ordering::Relaxed);
+        if frames != counted {
+            return Err(format!("memories hold {frames} frames, the pager counts {counted}"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Pager {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.queues.lock().stop = true;
+        self.shared.queued.notify_all();
+        self.shared.swap.stop();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        // SAFETY: the staging reservation is this pager's; its threads are gone.
+        unsafe { libc::munmap(self.shared.staging.base as *mut _, STAGING_BYTES) };
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name.into()).spawn(f)
+}
+
+/// A program memory, owned by whoever runs the program (wasmtime's `LinearMemory`): dropping it
+/// gives back its frames, swap and staging and unmaps it.
+pub struct Memory {
+    region: Arc<Region>,
+    shared: Arc<Shared>,
+}
+
+impl Memory {
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.region.base as *mut u8
+    }
+
+    pub fn size(&self) -> usize {
+        self.region.state.lock().size
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.region.reserved
+    }
+
+    /// Makes the first `bytes` usable (new pages read as zeros).
+    pub fn grow_to(&self, bytes: usize) -> io::Result<()> {
+        if bytes > self.region.reserved {
+            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "past the memory's reservation"));
+        }
+        let bytes = bytes.next_multiple_of(PAGE);
+        let mut st = self.region.state.lock();
+        if bytes > st.size {
+            protect_rw(self.region.base + st.size, bytes - st.size)?;
+            st.size = bytes;
+            st.table.grow(bytes / PAGE);
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> MemoryStats {
+        self.region.stats()
+    }
+}
+
+impl Region {
+    fn stats(&self) -> MemoryStats {
+        let st = self.state.lock();
+        MemoryStats {
+            resident: st.table.frames(),
+            swapped: st.table.swapped(),
+            ..st.stats
+        }
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        let s = &self.shared;
+        let r = &self.region;
+        s.regions.write().remove(&r.base);
+        let _ = s.uffd.unregister(r.base, r.reserved);
+        let mut st = r.state.lock();
+        let mut swapped = 0;
+        let held: Vec<_> = st.table.held().collect();
+        for (page, where_) in held {
+            match where_ {
+                Page::Inactive { staged, .. } => {
+                    s.discard_staged(staged);
+                    s.frames.fetch_sub(1, Ordering::Relaxed);
+                }
+                Page::Resident { .. } => {
+                    s.frames.fetch_sub(1, Ordering::Relaxed);
+                }
+                Page::Swapped(at) => {
+                    s.swap.free(at.slot);
+                    swapped += 1;
+                }
+                Page::Absent => {}
+            }
+            st.table.set_absent(page);
+        }
+        drop(st);
+        if swapped > 0 {
+            r.owner.uncharge_swap(swapped);
+        }
+        // SAFETY: the region's mapping; no program runs in it any more (its store is gone).
+        unsafe { libc::munmap(r.base as *mut _, r.mapped) };
+    }
+}
+
+impl Shared {
+    /// Reads fault events and queues each to its memory's user.
+    fn read_faults(&self) {
+        let mut faults = Vec::new();
+        while !self.stop.load(Ordering::SeqCst) {
+            let mut pfd = libc::pollfd {
+                fd: self.uffd.raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd that lives across the call.
+            let n = unsafe { libc::poll(&mut pfd, 1, 50) };
+            if n <= 0 {
+                continue;
+            }
+            faults.clear();
+            if self.uffd.read_faults(&mut faults).is_err() {
+                continue;
+            }
+            let regions = self.regions.read();
+            let mut q = self.queues.lock();
+            for f in faults.drain(..) {
+                let region = regions
+                    .range(..=f.address)
+                    .next_back()
+                    .map(|(_, r)| r)
+                    .filter(|r| f.address < r.base + r.reserved);
+                let Some(region) = region else {
+                    // Not a memory this pager keeps (freed meanwhile): let the thread retry.
+                    let _ = self.uffd.wake(f.address & !(PAGE - 1), PAGE);
+                    continue;
+                };
+                let uid = region.owner.uid();
+                let queue = q.by_user.entry(uid).or_default();
+                if queue.is_empty() && !q.busy.contains(&uid) {
+                    q.turn.push_back(uid);
+                }
+                q.by_user.get_mut(&uid).unwrap().push_back((region.clone(), f));
+            }
+            drop(q);
+            self.queued.notify_all();
+        }
+    }
+
+    /// A fault thread: serves one user's faults at a time, users in turn.
+    fn serve_faults(&self) {
+        loop {
+            let (uid, batch) = {
+                let mut q = self.queues.lock();
+                loop {
+                    if q.stop {
+                        return;
+                    }
+                    if let Some(uid) = q.turn.pop_front() {
+                        let batch: Vec<_> = q.by_user.get_mut(&uid).map(|v| v.drain(..).collect()).unwrap_or_default();
+                        q.by_user.remove(&uid);
+                        q.busy.insert(uid);
+                        break (uid, batch);
+                    }
+                    self.queued.wait(&mut q);
+                }
+            };
+            for (region, fault) in batch {
+                self.serve(&region, fault);
+            }
+            let mut q = self.queues.lock();
+            q.busy.remove(&uid);
+            if q.by_user.get(&uid).is_some_and(|v| !v.is_empty()) {
+                q.turn.push_back(uid);
+                drop(q);
+                self.queued.notify_one();
+            }
+        }
+    }
+
+    fn serve(&self, region: &Arc<Region>, fault: Fault) {
+        let page = region.page_of(fault.address);
+        let pages = {
+            let mut st = region.state.lock();
+            if page as usize >= st.table.len() {
+                drop(st);
+                let _ = self.uffd.wake(region.addr(page), PAGE);
+                return;
+            }
+            self.bring_in(region, &mut st, page, true);
+            st.table.len() as u64
+        };
+        // The program is awake; now the grafts may have their say.
+        if let Some((first, count)) = region.owner.fault_around(u64::from(page), pages) {
+            let valid = count <= FAULT_AROUND_MAX
+                && first <= u64::from(page)
+                && u64::from(page) < first + count
+                && first + count <= pages;
+            let mut st = region.state.lock();
+            if valid {
+                for p in first..first + count {
+                    let p = p as u32;
+                    if p != page && (p as usize) < st.table.len() && !matches!(st.table.get(p), Page::Resident { .. }) {
+                        self.bring_in(region, &mut st, p, false);
+                        st.stats.faulted_around += 1;
+                    }
+                }
+            } else {
+                st.stats.graft_refused += 1;
+            }
+        }
+        self.trim(region);
+        self.balance(region);
+    }
+
+    /// Puts `page` in the program's memory from wherever it is. `waited`: a thread waits on it.
+    fn bring_in(&self, region: &Region, st: &mut RegionState, page: u32, waited: bool) {
+        let addr = region.addr(page);
+        let placed = match st.table.get(page) {
+            Page::Resident { .. } => {
+                let _ = self.uffd.wake(addr, PAGE);
+                return;
+            }
+            Page::Absent => {
+                st.stats.zero_faults += u64::from(waited);
+                self.uffd.copy(addr, &self.zeros)
+            }
+            Page::Inactive { staged, .. } => {
+                st.stats.minor_faults += u64::from(waited);
+                let r = self.uffd.move_page(addr, self.staging.addr(staged), PAGE);
+                if matches!(r, Ok(Placed::Done)) {
+                    self.staging.release(staged);
+                    // A move does not wake the thread waiting on the destination.
+                    let _ = self.uffd.wake(addr, PAGE);
+                }
+                r
+            }
+            Page::Swapped(at) => {
+                st.stats.swap_ins += 1;
+                let mut page_buf = vec![0u8; PAGE];
+                let mut scratch = vec![0u8; PAGE];
+                match self.swap.read_page(at, &mut page_buf, &mut scratch) {
+                    Ok(()) => {
+                        let r = self.uffd.copy(addr, &page_buf);
+                        if matches!(r, Ok(Placed::Done | Placed::AlreadyThere)) {
+                            self.swap.free(at.slot);
+                            region.owner.uncharge_swap(1);
+                        }
+                        r
+                    }
+                    // The swap could not be read: the program cannot go on with its page
+                    // lost; it ends as if out of swap (its page stays recorded as swapped).
+                    Err(_) => {
+                        region.owner.out_of_swap();
+                        let _ = self.uffd.copy(addr, &self.zeros);
+                        return;
+                    }
+                }
+            }
+        };
+        match placed {
+            Ok(Placed::Done | Placed::AlreadyThere) => {
+                let was_frame = matches!(st.table.get(page), Page::Inactive { .. });
+                st.table.set_resident(page);
+                if !was_frame {
+                    self.frames.fetch_add(1, Ordering::Relaxed);
+                }
+                if waited {
+                    let _ = self.uffd.wake(addr, PAGE);
+                }
+            }
+            Ok(Placed::NoSource) | Err(_) => {
+                // Nothing could be put there: wake the thread to fault again rather than hang.
+                let _ = self.uffd.wake(addr, PAGE);
+            }
+        }
+    }
+
+    /// The memory's share: its own limit, and its part of the total.
+    fn limit_of(&self) -> u64 {
+        self.config.resident_per_process.max(1)
+    }
+
+    /// Gives up pages of `region` until it holds no more than its limit.
+    fn trim(&self, region: &Region) {
+        let limit = self.limit_of();
+        for _ in 0..FAULT_AROUND_MAX + 2 {
+            let frames = region.state.lock().table.frames();
+            if frames <= limit || !self.evict_one(region) {
+                return;
+            }
+        }
+    }
+
+    /// When all memories together hold more than the total, the one furthest over its fair
+    /// share gives up pages (its own policy choosing which).
+    fn balance(&self, _from: &Region) {
+        let total = self.config.resident_total.max(1);
+        for _ in 0..FAULT_AROUND_MAX + 2 {
+            if self.frames.load(Ordering::Relaxed) <= total {
+                return;
+            }
+            let regions: Vec<_> = self.regions.read().values().cloned().collect();
+            let fair = total / regions.len().max(1) as u64;
+            let worst = regions
+                .iter()
+                .map(|r| (r.state.lock().table.frames(), r))
+                .filter(|(f, _)| *f > fair)
+                .max_by_key(|(f, _)| *f)
+                .map(|(_, r)| r.clone());
+            match worst {
+                Some(r) if self.evict_one(&r) => {}
+                _ => return,
+            }
+        }
+    }
+
+    /// Inactive pages to keep per memory: an eighth of its limit, at least one, at most 256.
+    fn inactive_target(&self) -> u64 {
+        (self.limit_of() / 8).clamp(1, 256)
+    }
+
+    /// Gives up one page of `region`: refills its inactive list, asks its graft, writes the
+    /// chosen page to swap (unless it holds only zeros). False if none could go.
+    fn evict_one(&self, region: &Region) -> bool {
+        let candidates = {
+            let mut st = region.state.lock();
+            if st.out_of_swap {
+                return false;
+            }
+            self.refill_inactive(region, &mut st);
+            st.table.candidates(VICTIM_CANDIDATES)
+        };
+        if candidates.is_empty() {
+            return false;
+        }
+        let ids: Vec<u64> = candidates.iter().map(|&p| memory_page_id(p)).collect();
+        let choice = region.owner.pick_victim(&ids);
+        let mut st = region.state.lock();
+        let chosen = match choice {
+            Some(i) if i < candidates.len() => Some(candidates[i]),
+            Some(_) => {
+                st.stats.graft_refused += 1;
+                None
+            }
+            None => None,
+        };
+        // The graft's page, if it still holds a frame; the default's otherwise.
+        let holds_frame = |st: &RegionState, p: u32| matches!(st.table.get(p), Page::Resident { .. } | Page::Inactive { .. });
+        let victim = match chosen {
+            Some(p) if holds_frame(&st, p) => {
+                if p == candidates[0] {
+                    st.stats.evicted_by_default += 1;
+                } else {
+                    st.stats.evicted_by_graft += 1;
+                }
+                p
+            }
+            _ => match st.table.candidates(1).first() {
+                Some(&p) => {
+                    st.stats.evicted_by_default += 1;
+                    p
+                }
+                None => return false,
+            },
+        };
+        self.page_out(region, &mut st, victim)
+    }
+
+    /// Moves the oldest active pages out to staging until the inactive list is full enough.
+    fn refill_inactive(&self, region: &Region, st: &mut RegionState) {
+        let target = self.inactive_target();
+        let mut tries = st.table.active();
+        while st.table.inactive() < target && tries > 0 {
+            tries -= 1;
+            let Some(page) = st.table.oldest_active() else { return };
+            if !self.stage(region, st, page) {
+                st.table.requeue(page);
+            }
+        }
+    }
+
+    /// Takes resident `page` out of the program's memory into a staging slot.
+    fn stage(&self, region: &Region, st: &mut RegionState, page: u32) -> bool {
+        let Some(slot) = self.staging.alloc() else { return false };
+        match self.uffd.move_page(self.staging.addr(slot), region.addr(page), PAGE) {
+            Ok(Placed::Done) => {
+                st.table.set_inactive(page, slot);
+                true
+            }
+            Ok(Placed::NoSource) => {
+                // Not there after all (never happens while the table is right): a zero page.
+                self.staging.release(slot);
+                st.table.set_absent(page);
+                self.frames.fetch_sub(1, Ordering::Relaxed);
+                false
+            }
+            // Busy (pinned by I/O in flight) or the like: it stays.
+            _ => {
+                self.staging.release(slot);
+                false
+            }
+        }
+    }
+
+    /// Writes `page` (resident or inactive) to swap and frees its frame.
+    fn page_out(&self, region: &Region, st: &mut RegionState, page: u32) -> bool {
+        if let Page::Resident { .. } = st.table.get(page)
+            && !self.stage(region, st, page)
+        {
+            return false;
+        }
+        let Page::Inactive { staged, .. } = st.table.get(page) else { return false };
+        let addr = self.staging.addr(staged);
+        // SAFETY: a staging slot holding the page just moved there; only this pager touches it,
+        // under the memory's lock.
+        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, PAGE) };
+        if bytes.iter().all(|&b| b == 0) {
+            self.discard_staged(staged);
+            st.table.set_absent(page);
+            self.frames.fetch_sub(1, Ordering::Relaxed);
+            return true;
+        }
+        if !region.owner.charge_swap(1) {
+            return self.out_of_swap(region, st);
+        }
+        let slot = match self.swap.alloc(Duration::from_millis(50)) {
+            Ok(s) => s,
+            Err(NoSlot::Full) => {
+                region.owner.uncharge_swap(1);
+                return self.out_of_swap(region, st);
+            }
+            Err(NoSlot::Growing) => {
+                region.owner.uncharge_swap(1);
+                return false;
+            }
+        };
+        let mut scratch = vec![0u8; PAGE];
+        match self.swap.write_page(slot, bytes, &mut scratch) {
+            Ok(at) => {
+                self.discard_staged(staged);
+                st.table.set_swapped(page, at);
+                st.stats.swap_outs += 1;
+                self.frames.fetch_sub(1, Ordering::Relaxed);
+                true
+            }
+            Err(_) => {
+                self.swap.free(slot);
+                region.owner.uncharge_swap(1);
+                false
+            }
+        }
+    }
+
+    fn out_of_swap(&self, region: &Region, st: &mut RegionState) -> bool {
+        if !st.out_of_swap {
+            st.out_of_swap = true;
+            region.owner.out_of_swap();
+        }
+        false
+    }
+
+    /// Frees a staging slot's frame and the slot.
+    fn discard_staged(&self, slot: u32) {
+        // SAFETY: the slot's page lies in the staging area, which only this pager uses.
+        unsafe { libc::madvise(self.staging.addr(slot) as *mut _, PAGE, libc::MADV_DONTNEED) };
+        self.staging.release(slot);
+    }
+}

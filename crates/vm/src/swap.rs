@@ -1,0 +1,288 @@
+//! Swap space: page slots in a store the kernel owns (on VINO's file system, see the kernel's
+//! `swapfile`), handed out one page at a time and given back at eviction's undo or the owner's
+//! exit.
+//!
+//! Every page is enciphered (ChaCha20) on its way out with a key made at boot that never leaves
+//! memory, each write under a stream number used once. So a freed slot never shows a process's
+//! memory to anyone: not to the next owner of the blocks, not after a crash (the key died with
+//! the kernel), not to root reading the device. It costs a pass over the page (a few µs) on a
+//! path that waits for a disk anyway, and spares zeroing slots at free and after a crash.
+//!
+//! The store grows by chunks on a thread of its own, never on a fault's path: growing takes
+//! file-system locks that a thread stuck in that fault may hold.
+
+use parking_lot::{Condvar, Mutex};
+use rand_core::{Rng, SeedableRng};
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Bytes of one page and one slot.
+pub const PAGE: usize = 4096;
+
+/// Where swap slots live: page-sized slots by index.
+pub trait SwapStore: Send + Sync {
+    /// Slots it has now.
+    fn pages(&self) -> u64;
+    /// Makes it at least `pages` slots (or as many as it can); returns how many it has. Called
+    /// only from the swap's own thread.
+    fn grow(&self, pages: u64) -> io::Result<u64>;
+    fn write(&self, slot: u64, page: &[u8]) -> io::Result<()>;
+    fn read(&self, slot: u64, page: &mut [u8]) -> io::Result<()>;
+}
+
+/// Swap in memory (unit tests, and a kernel without a file system to put it on).
+#[derive(Default)]
+pub struct MemSwap {
+    slots: Mutex<Vec<Box<[u8]>>>,
+}
+
+impl SwapStore for MemSwap {
+    fn pages(&self) -> u64 {
+        self.slots.lock().len() as u64
+    }
+
+    fn grow(&self, pages: u64) -> io::Result<u64> {
+        let mut s = self.slots.lock();
+        while (s.len() as u64) < pages {
+            s.push(vec![0u8; PAGE].into_boxed_slice());
+        }
+        Ok(s.len() as u64)
+    }
+
+    fn write(&self, slot: u64, page: &[u8]) -> io::Result<()> {
+        let mut s = self.slots.lock();
+        let to = s.get_mut(slot as usize).ok_or_else(|| io::Error::other("no such slot"))?;
+        to.copy_from_slice(page);
+        Ok(())
+    }
+
+    fn read(&self, slot: u64, page: &mut [u8]) -> io::Result<()> {
+        let s = self.slots.lock();
+        page.copy_from_slice(s.get(slot as usize).ok_or_else(|| io::Error::other("no such slot"))?);
+        Ok(())
+    }
+}
+
+/// A page as it lies in swap: its slot and the stream it was enciphered under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Swapped {
+    pub slot: u64,
+    pub stream: u64,
+}
+
+/// Why no slot was had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoSlot {
+    /// Every slot the configuration allows is in use.
+    Full,
+    /// The store is still growing (a moment later there will be one).
+    Growing,
+}
+
+struct Slots {
+    free: Vec<u64>,
+    /// Slots the store has; those at or past `next` were never handed out.
+    have: u64,
+    next: u64,
+    in_use: u64,
+    /// The grower is asked to reach this many.
+    want: u64,
+    stop: bool,
+}
+
+/// The swap space of one pager.
+pub struct Swap {
+    store: Arc<dyn SwapStore>,
+    /// Most slots the store may grow to.
+    max_pages: u64,
+    /// Slots added per growth.
+    chunk: u64,
+    key: [u8; 32],
+    /// Next cipher stream: one per write, never reused under this key.
+    streams: AtomicU64,
+    slots: Mutex<Slots>,
+    changed: Condvar,
+}
+
+impl Swap {
+    pub fn new(store: Arc<dyn SwapStore>, max_pages: u64, chunk: u64) -> Swap {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).expect("the host gives random bytes");
+        let have = store.pages().min(max_pages);
+        Swap {
+            store,
+            max_pages,
+            chunk: chunk.max(1),
+            key,
+            streams: AtomicU64::new(1),
+            slots: Mutex::new(Slots {
+                free: Vec::new(),
+                have,
+                next: 0,
+                in_use: 0,
+                want: have,
+                stop: false,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Slots handed out now.
+    pub fn in_use(&self) -> u64 {
+        self.slots.lock().in_use
+    }
+
+    /// Slots the store has.
+    pub fn capacity(&self) -> u64 {
+        self.slots.lock().have
+    }
+
+    /// A free slot, waiting up to `wait` for the store to grow if it must.
+    pub fn alloc(&self, wait: Duration) -> Result<u64, NoSlot> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut s = self.slots.lock();
+        loop {
+            if let Some(slot) = s.free.pop() {
+                s.in_use += 1;
+                return Ok(slot);
+            }
+            if s.next < s.have {
+                s.next += 1;
+                s.in_use += 1;
+                return Ok(s.next - 1);
+            }
+            if s.have >= self.max_pages {
+                return Err(NoSlot::Full);
+            }
+            s.want = s.want.max((s.have + self.chunk).min(self.max_pages));
+            self.changed.notify_all();
+            if self.changed.wait_until(&mut s, deadline).timed_out() {
+                return Err(NoSlot::Growing);
+            }
+        }
+    }
+
+    pub fn free(&self, slot: u64) {
+        let mut s = self.slots.lock();
+        debug_assert!(s.in_use > 0 && slot < s.next, "freeing slot {slot} never handed out");
+        s.in_use -= 1;
+        s.free.push(slot);
+    }
+
+    /// Enciphers `page` into `scratch` and writes it to `slot`.
+    pub fn write_page(&self, slot: u64, page: &[u8], scratch: &mut [u8]) -> io::Result<Swapped> {
+        let stream = self.streams.fetch_add(1, Ordering::Relaxed);
+        self.keystream(stream, scratch);
+        for (s, p) in scratch.iter_mut().zip(page) {
+            *s ^= p;
+        }
+        self.store.write(slot, scratch)?;
+        Ok(Swapped { slot, stream })
+    }
+
+    /// Reads the page `at` into `page`, deciphered.
+    pub fn read_page(&self, at: Swapped, page: &mut [u8], scratch: &mut [u8]) -> io::Result<()> {
+        self.store.read(at.slot, page)?;
+        self.keystream(at.stream, scratch);
+        for (p, s) in page.iter_mut().zip(scratch.iter()) {
+            *p ^= s;
+        }
+        Ok(())
+    }
+
+    fn keystream(&self, stream: u64, out: &mut [u8]) {
+        let mut c = chacha20::ChaCha20Rng::from_seed(self.key);
+        c.set_stream(stream);
+        c.set_word_pos(0);
+        c.fill_bytes(out);
+    }
+
+    /// The grower's loop: grows the store when asked, until [`Swap::stop`].
+    pub fn grow_while_running(&self) {
+        let mut s = self.slots.lock();
+        loop {
+            if s.stop {
+                return;
+            }
+            if s.want > s.have {
+                let want = s.want;
+                drop(s);
+                let got = self.store.grow(want);
+                s = self.slots.lock();
+                match got {
+                    Ok(n) => s.have = s.have.max(n.min(self.max_pages)),
+                    // No room on the file system: the swap ends where it is.
+                    Err(_) => s.want = s.have,
+                }
+                self.changed.notify_all();
+                continue;
+            }
+            self.changed.wait(&mut s);
+        }
+    }
+
+    pub fn stop(&self) {
+        self.slots.lock().stop = true;
+        self.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_come_back_as_written_and_lie_enciphered() {
+        let store = Arc::new(MemSwap::default());
+        store.grow(4).unwrap();
+        let swap = Swap::new(store.clone(), 4, 4);
+        let page: Vec<u8> = (0..PAGE).map(|i| (i % 251) as u8).collect();
+        let mut scratch = vec![0u8; PAGE];
+        let slot = swap.alloc(Duration::ZERO).unwrap();
+        let at = swap.write_page(slot, &page, &mut scratch).unwrap();
+        let mut raw = vec![0u8; PAGE];
+        store.read(slot, &mut raw).unwrap();
+        assert_ne!(raw, page, "the store holds no plain page");
+        let mut back = vec![0u8; PAGE];
+        swap.read_page(at, &mut back, &mut scratch).unwrap();
+        assert_eq!(back, page);
+        // The same page written again goes under another stream.
+        let again = swap.write_page(slot, &page, &mut scratch).unwrap();
+        let mut raw2 = vec![0u8; PAGE];
+        store.read(slot, &mut raw2).unwrap();
+        assert_ne!(again.stream, at.stream);
+        assert_ne!(raw, raw2);
+    }
+
+    #[test]
+    fn slots_are_bounded_and_reused() {
+        let store = Arc::new(MemSwap::default());
+        store.grow(2).unwrap();
+        let swap = Swap::new(store, 2, 2);
+        let a = swap.alloc(Duration::ZERO).unwrap();
+        let b = swap.alloc(Duration::ZERO).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(swap.alloc(Duration::ZERO), Err(NoSlot::Full));
+        swap.free(a);
+        assert_eq!(swap.alloc(Duration::ZERO), Ok(a));
+        assert_eq!(swap.in_use(), 2);
+    }
+
+    #[test]
+    fn the_store_grows_on_its_own_thread() {
+        let store = Arc::new(MemSwap::default());
+        let swap = Arc::new(Swap::new(store.clone(), 8, 4));
+        let grower = {
+            let swap = swap.clone();
+            std::thread::spawn(move || swap.grow_while_running())
+        };
+        let got: Vec<u64> = (0..8).map(|_| swap.alloc(Duration::from_secs(10)).unwrap()).collect();
+        assert_eq!(got.len(), 8);
+        assert_eq!(store.pages(), 8);
+        assert_eq!(swap.alloc(Duration::from_millis(10)), Err(NoSlot::Full));
+        swap.stop();
+        grower.join().unwrap();
+    }
+}
