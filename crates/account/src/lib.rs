@@ -69,10 +69,15 @@ pub enum Resource {
     Connections,
     /// Bytes of pipes' queues (each pipe's whole capacity, while it exists).
     PipeBytes,
+    /// Bytes of VINO processes' memory in frames. Not charged: the pager keeps each process
+    /// within its limit and all of them within the total by evicting its pages to swap.
+    ResidentBytes,
+    /// Bytes of swap holding VINO processes' pages.
+    SwapBytes,
 }
 
 impl Resource {
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 19;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -91,6 +96,8 @@ impl Resource {
         Resource::LockRecords,
         Resource::Connections,
         Resource::PipeBytes,
+        Resource::ResidentBytes,
+        Resource::SwapBytes,
     ];
 
     fn index(self) -> usize {
@@ -115,6 +122,7 @@ impl Resource {
             Resource::EventFilterBytes => 122,                                     // EDQUOT
             Resource::Connections => 87,                                           // EUSERS
             Resource::PipeBytes => 23,                                             // ENFILE
+            Resource::ResidentBytes | Resource::SwapBytes => 12,                   // ENOMEM
         }
     }
 
@@ -128,6 +136,8 @@ impl Resource {
                 | Resource::ProgramMemory
                 | Resource::EventFilterBytes
                 | Resource::PipeBytes
+                | Resource::ResidentBytes
+                | Resource::SwapBytes
         )
     }
 
@@ -150,6 +160,8 @@ impl Resource {
             Resource::LockRecords => "byte-range lock records",
             Resource::Connections => "connections",
             Resource::PipeBytes => "pipe buffers",
+            Resource::ResidentBytes => "program memory in frames",
+            Resource::SwapBytes => "swap",
         }
     }
 }
@@ -204,6 +216,7 @@ impl Default for LimitsConfig {
     fn default() -> Self {
         let process = Table::UNLIMITED
             .with(Resource::Descriptors, 1024)
+            .with(Resource::ResidentBytes, 512 * MIB)
             .with(Resource::Compiles, 1)
             .with(Resource::ControlCalls, 1);
         let user = Table::UNLIMITED
@@ -221,6 +234,7 @@ impl Default for LimitsConfig {
             .with(Resource::Threads, 64)
             .with(Resource::PipeBytes, 16 * MIB)
             .with(Resource::ProgramMemory, 2048 * MIB)
+            .with(Resource::SwapBytes, 1024 * MIB)
             .with(Resource::EventFilterBytes, 4 * MIB)
             .with(Resource::LockRecords, 16384);
         let total = Table::UNLIMITED
@@ -233,6 +247,8 @@ impl Default for LimitsConfig {
             .with(Resource::Threads, 512)
             .with(Resource::PipeBytes, 256 * MIB)
             .with(Resource::ProgramMemory, 8192 * MIB)
+            .with(Resource::ResidentBytes, 2048 * MIB)
+            .with(Resource::SwapBytes, 4096 * MIB)
             .with(Resource::EventFilterBytes, 256 * MIB)
             .with(Resource::LockRecords, 1 << 20);
         LimitsConfig {

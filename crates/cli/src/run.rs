@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Dir, DiskCache, Exit, Program, ProgramLimits, Setup, Stage, Stdio};
+use vino_wasi::{Dir, DiskCache, Program, ProgramLimits, Setup, Stage, Stdio};
 
 pub struct RunArgs<'a> {
     /// The image to run on; `None`: in the daemon at `socket`.
@@ -162,7 +162,7 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
         .with_context(|| format!("writing {} back", image.display()))?;
     let exits = exits?;
     for (exit, s) in exits.iter().zip(&stages) {
-        if let Exit::Trap(why) = exit {
+        if let Some(why) = exit.reason() {
             eprintln!("vino: {}: {why}", s.program.display());
         }
     }

@@ -53,6 +53,10 @@
 //! threads_total = 512
 //! program_memory_per_user = "2G" # linear memory of those programs (each at most 1 GiB)
 //! program_memory_total = "8G"
+//! resident_per_process = "512M" # program memory a process keeps in frames (the rest is paged)
+//! resident_total = "2G"         # frames of all programs' memory together
+//! swap_per_user = "1G"          # swap holding a user's programs' pages
+//! swap_total = "4G"             # the swap area on the file system grows to this at most
 //! event_filter_bytes_per_user = "4M" # names and inodes event subscribers filter on
 //! event_filter_bytes_total = "256M"
 //! lock_records_per_user = 16384  # byte-range locks held, over all of a user's processes
@@ -248,6 +252,10 @@ pub struct LimitsFile {
     pub threads_total: Option<u64>,
     pub program_memory_per_user: Option<String>,
     pub program_memory_total: Option<String>,
+    pub resident_per_process: Option<String>,
+    pub resident_total: Option<String>,
+    pub swap_per_user: Option<String>,
+    pub swap_total: Option<String>,
     pub event_filter_bytes_per_user: Option<String>,
     pub event_filter_bytes_total: Option<String>,
     pub lock_records_per_user: Option<u64>,
@@ -328,6 +336,15 @@ impl LimitsFile {
                 Resource::ProgramMemory,
                 &self.program_memory_total,
             ),
+            (
+                "resident_per_process",
+                Process,
+                Resource::ResidentBytes,
+                &self.resident_per_process,
+            ),
+            ("resident_total", Total, Resource::ResidentBytes, &self.resident_total),
+            ("swap_per_user", User, Resource::SwapBytes, &self.swap_per_user),
+            ("swap_total", Total, Resource::SwapBytes, &self.swap_total),
             (
                 "request_buffers_per_user",
                 User,

@@ -280,10 +280,7 @@ fn attached(
     let answer = match exit {
         Ok(exits) => Response::Exited {
             code: vino_wasi::pipefail_status(&exits),
-            trap: exits.into_iter().find_map(|e| match e {
-                Exit::Trap(why) => Some(why),
-                _ => None,
-            }),
+            trap: exits.iter().find_map(Exit::reason),
         },
         Err(e) => Response::Error(ErrorReply::new(e.errno(), e.to_string())),
     };

@@ -19,6 +19,7 @@ pub enum Errno {
     BadF = 9,
     Child = 10,
     Again = 11,
+    NoMem = 12,
     Acces = 13,
     Busy = 16,
     Exist = 17,
@@ -48,7 +49,7 @@ pub enum Errno {
 
 impl Errno {
     /// Every errno the kernel returns.
-    pub const ALL: [Errno; 36] = [
+    pub const ALL: [Errno; 37] = [
         Errno::Perm,
         Errno::NoEnt,
         Errno::Srch,
@@ -60,6 +61,7 @@ impl Errno {
         Errno::BadF,
         Errno::Child,
         Errno::Again,
+        Errno::NoMem,
         Errno::Acces,
         Errno::Busy,
         Errno::Exist,

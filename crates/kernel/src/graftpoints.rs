@@ -21,6 +21,7 @@ pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
 pub use vino_locks::LockGrant;
 pub use vino_sched::{PickNext, PickThread, Timer};
+pub use vino_vm::FaultAround;
 
 /// Who may graft a graftpoint (Small 1998, 3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -145,11 +146,16 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
 const EVENTS: &str = "Small 1998, 3.5 and 7.4";
 
 /// Every graftpoint of the kernel.
-pub static GRAFTPOINTS: [Graftpoint; 14] = [
+pub static GRAFTPOINTS: [Graftpoint; 15] = [
     entry::<PickVictim>(
         Grafter::PageOwner,
-        "which of its own pages a process gives up when the cache needs a frame",
-        "Small 1998, 7.7.1",
+        "which of its own pages a process gives up when the cache needs a frame or its memory is over its share",
+        "Small 1998, 2.2 and 7.7.1",
+    ),
+    entry::<FaultAround>(
+        Grafter::PageOwner,
+        "which neighbouring pages of its memory come in with a page fault",
+        "Small 1998, 2.2",
     ),
     entry::<ComputeRa>(
         Grafter::Opener,

@@ -38,6 +38,7 @@ pub enum Relation {
     DescriptorTables,
     Accounts,
     ProcessTree,
+    ProgramMemory,
 }
 
 impl fmt::Display for Relation {
@@ -49,6 +50,7 @@ impl fmt::Display for Relation {
             Relation::DescriptorTables => "descriptor tables",
             Relation::Accounts => "accounts",
             Relation::ProcessTree => "the process tree",
+            Relation::ProgramMemory => "program memory",
         })
     }
 }
@@ -140,6 +142,7 @@ impl Kernel {
         self.check_parked(&refs)?;
         self.check_orphans(&refs)?;
         self.check_accounts(&procs, &tables)?;
+        self.check_pager().map_err(|e| broken(Relation::ProgramMemory, e))?;
         check_tree(&procs)
     }
 
@@ -221,7 +224,11 @@ impl Kernel {
     /// The on-disk orphan list against the parked files and the inodes with no link.
     fn check_orphans(&self, refs: &RefsView) -> Checked {
         let fs_err = |e: vino_fs::FsError| broken(Relation::OrphanList, format!("the file system: {e}"));
-        let orphans: BTreeSet<u64> = self.fs.orphans().map_err(fs_err)?.into_iter().collect();
+        let mut orphans: BTreeSet<u64> = self.fs.orphans().map_err(fs_err)?.into_iter().collect();
+        // The swap area is an orphan the pager holds, not a parked file.
+        if let Some(swap) = self.memory.swap_inode() {
+            orphans.remove(&swap);
+        }
         if let Some(ino) = orphans.iter().find(|i| !refs.parked.contains(i)) {
             return Err(broken(
                 Relation::OrphanList,
@@ -235,7 +242,8 @@ impl Kernel {
             ));
         }
         let unlinked = self.fs.unlinked_inodes().map_err(fs_err)?;
-        match unlinked.into_iter().find(|i| !orphans.contains(i)) {
+        let swap = self.memory.swap_inode();
+        match unlinked.into_iter().find(|i| !orphans.contains(i) && Some(*i) != swap) {
             Some(ino) => Err(broken(
                 Relation::OrphanList,
                 format!("ino {ino} is in use with no link but not on the orphan list"),

@@ -69,6 +69,7 @@ mod files;
 pub mod graftpoints;
 mod invariants;
 mod locks;
+pub mod memory;
 mod namei;
 mod names;
 pub mod perm;
@@ -226,6 +227,8 @@ pub struct Kernel {
     pub(crate) staged: staged::Staged,
     /// Linux's `fs.protected_*` rules.
     pub(crate) protect: perm::Protected,
+    /// Processes' memory: the pager and its swap area.
+    pub(crate) memory: memory::KernelMemory,
 }
 
 impl Kernel {
@@ -279,6 +282,7 @@ impl Kernel {
         let cpu = CpuScheduler::new(&runtime, config.cpu);
         global.register(cpu.pick_next_slot().clone());
         let accounts = Accounts::new(config.limits);
+        let fs_for_memory = fs.clone();
         let kernel = Arc::new(Kernel {
             locks: locks::KernelLocks::new(&runtime),
             runtime,
@@ -305,6 +309,7 @@ impl Kernel {
             timer_firings: AtomicU64::new(0),
             staged: Default::default(),
             protect: config.protect,
+            memory: memory::KernelMemory::new(fs_for_memory, &config.limits),
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);
@@ -404,6 +409,7 @@ impl Kernel {
             self.exit(pid);
         }
         self.cache.sync_all()?;
+        self.memory.release_swap();
         Ok(self.fs.unmount()?)
     }
 

@@ -24,7 +24,7 @@ pub enum GraftCall {
 /// A process: credentials, open files, and the graftpoints it may graft.
 pub struct Process {
     pid: Pid,
-    cred: Credentials,
+    pub(crate) cred: Credentials,
     kernel: Arc<Kernel>,
     /// Shared with the process's event listener, which asks it which files the process holds.
     files: Arc<Mutex<FdTable>>,
@@ -57,6 +57,10 @@ pub struct Process {
     pub(crate) signals: crate::signal::Signals,
     /// The signal that killed it (0: none yet).
     killed_by: std::sync::atomic::AtomicU8,
+    /// It was ended for want of swap (see `memory`).
+    pub(crate) out_of_swap: std::sync::atomic::AtomicBool,
+    /// Its `vm.fault_around` graftpoint: which pages come in with a fault of its memory.
+    pub(crate) fault_around: Arc<vino_graft::GraftSlot<vino_vm::FaultAround>>,
     /// Its parent, children, session and zombies.
     pub(crate) family: Mutex<crate::family::Family>,
 }
@@ -110,6 +114,13 @@ impl Process {
             None,
         ));
         namespace.register(timer_slot.clone());
+        let fault_around = Arc::new(vino_graft::GraftSlot::new(
+            &kernel.runtime,
+            Arc::new(pid),
+            vino_graft::Access::Process(pid),
+            None,
+        ));
+        namespace.register(fault_around.clone());
         let account = kernel.accounts.process(cred.uid, format!("process {pid}"));
         Arc::new(Process {
             pid,
@@ -130,6 +141,8 @@ impl Process {
             bytes_written: Default::default(),
             signals: parent.map(|p| p.signals.inherit()).unwrap_or_default(),
             killed_by: Default::default(),
+            out_of_swap: Default::default(),
+            fault_around,
             family: Mutex::new(crate::family::Family {
                 parent: parent.map_or(0, Process::pid),
                 session: parent.map_or(pid, Process::session),

@@ -80,6 +80,7 @@ pub mod errno {
     pub const EBADF: i32 = 9;
     pub const ECHILD: i32 = 10;
     pub const EAGAIN: i32 = 11;
+    pub const ENOMEM: i32 = 12;
     pub const EACCES: i32 = 13;
     pub const EBUSY: i32 = 16;
     pub const EEXIST: i32 = 17;
@@ -111,7 +112,7 @@ pub mod errno {
     pub const EDQUOT: i32 = 122;
 
     /// Every errno named here, with its name.
-    pub const ALL: [(i32, &str); 40] = [
+    pub const ALL: [(i32, &str); 41] = [
         (EPERM, "EPERM"),
         (ENOENT, "ENOENT"),
         (ESRCH, "ESRCH"),
@@ -123,6 +124,7 @@ pub mod errno {
         (EBADF, "EBADF"),
         (ECHILD, "ECHILD"),
         (EAGAIN, "EAGAIN"),
+        (ENOMEM, "ENOMEM"),
         (EACCES, "EACCES"),
         (EBUSY, "EBUSY"),
         (EEXIST, "EEXIST"),

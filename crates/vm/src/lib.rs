@@ -14,6 +14,7 @@
 //!   (`vas.pick_victim` over its memory pages, `vm.fault_around`), its swap charge.
 
 pub mod pager;
+pub mod points;
 pub mod swap;
 pub mod table;
 pub mod uffd;
@@ -22,4 +23,5 @@ pub use pager::{
     FAULT_AROUND_MAX, MEMORY_OBJECT, Memory, MemoryStats, Owner, Pager, PagerConfig, PagerStats, VICTIM_CANDIDATES,
     memory_page_id,
 };
+pub use points::{FaultArgs, FaultAround};
 pub use swap::{MemSwap, PAGE, SwapStore};

@@ -122,6 +122,11 @@ pub struct PagerStats {
     pub swap_in_use: u64,
     pub swap_capacity: u64,
     pub staged: u64,
+    /// Since the pager started, over all memories: faults served, pages written to swap and
+    /// read back.
+    pub faults: u64,
+    pub swap_outs: u64,
+    pub swap_ins: u64,
 }
 
 /// Slots of the staging area, where pages taken out of program memory wait (a frame each).
@@ -177,6 +182,22 @@ struct RegionState {
 }
 
 impl Region {
+    fn reserve(reserved: usize, guard: usize, owner: Arc<dyn Owner>) -> io::Result<Arc<Region>> {
+        let mapped = reserved + guard;
+        Ok(Arc::new(Region {
+            base: mmap_none(mapped)?,
+            reserved,
+            mapped,
+            owner,
+            state: Mutex::new(RegionState {
+                size: 0,
+                table: Table::default(),
+                stats: MemoryStats::default(),
+                out_of_swap: false,
+            }),
+        }))
+    }
+
     fn page_of(&self, addr: usize) -> u32 {
         ((addr - self.base) / PAGE) as u32
     }
@@ -193,6 +214,9 @@ struct Shared {
     swap: Swap,
     regions: RwLock<BTreeMap<usize, Arc<Region>>>,
     frames: AtomicU64,
+    faults: AtomicU64,
+    swap_outs: AtomicU64,
+    swap_ins: AtomicU64,
     queues: Mutex<Queues>,
     queued: Condvar,
     stop: AtomicBool,
@@ -265,6 +289,9 @@ impl Pager {
             swap,
             regions: RwLock::default(),
             frames: AtomicU64::new(0),
+            faults: AtomicU64::new(0),
+            swap_outs: AtomicU64::new(0),
+            swap_ins: AtomicU64::new(0),
             queues: Mutex::default(),
             queued: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -288,33 +315,15 @@ impl Pager {
 
     /// Reserves a memory of `reserved` bytes and `guard` more never mapped, `minimum` bytes
     /// usable at first, all of it zeros paged in on touch.
-    pub fn create(
-        &self,
-        minimum: usize,
-        reserved: usize,
-        guard: usize,
-        owner: Arc<dyn Owner>,
-    ) -> io::Result<Memory> {
+    pub fn create(&self, minimum: usize, reserved: usize, guard: usize, owner: Arc<dyn Owner>) -> io::Result<Memory> {
         if minimum > reserved || reserved % PAGE != 0 || guard % PAGE != 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "memory sizes"));
         }
-        let mapped = reserved + guard;
-        let base = mmap_none(mapped)?;
-        let region = Arc::new(Region {
-            base,
-            reserved,
-            mapped,
-            owner,
-            state: Mutex::new(RegionState {
-                size: 0,
-                table: Table::default(),
-                stats: MemoryStats::default(),
-                out_of_swap: false,
-            }),
-        });
+        let region = Region::reserve(reserved, guard, owner)?;
+        let base = region.base;
         let memory = Memory {
             region: region.clone(),
-            shared: self.shared.clone(),
+            shared: Some(self.shared.clone()),
         };
         if reserved > 0 {
             self.shared.uffd.register(base, reserved)?;
@@ -333,6 +342,9 @@ impl Pager {
             swap_in_use: s.swap.in_use(),
             swap_capacity: s.swap.capacity(),
             staged: s.staging.in_use(),
+            faults: s.faults.load(Ordering::Relaxed),
+            swap_outs: s.swap_outs.load(Ordering::Relaxed),
+            swap_ins: s.swap_ins.load(Ordering::Relaxed),
         }
     }
 
@@ -353,7 +365,9 @@ impl Pager {
         let mut frames = 0;
         for r in regions {
             let st = r.state.lock();
-            st.table.check().map_err(|e| format!("memory of process {}: {e}", r.owner.pid()))?;
+            st.table
+                .check()
+                .map_err(|e| format!("memory of process {}: {e}", r.owner.pid()))?;
             frames += st.table.frames();
         }
         let counted = self.shared.frames.load(Ordering::Relaxed);
@@ -386,10 +400,27 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle
 /// gives back its frames, swap and staging and unmaps it.
 pub struct Memory {
     region: Arc<Region>,
-    shared: Arc<Shared>,
+    /// The pager paging it; none for memory Linux pages (where userfaultfd is not to be had).
+    shared: Option<Arc<Shared>>,
 }
 
 impl Memory {
+    /// A memory as [`Pager::create`] makes one, but paged by Linux: for a kernel whose host
+    /// gives it no userfaultfd. Its pages are not counted, limited or grafted.
+    pub fn unpaged(minimum: usize, reserved: usize, guard: usize, owner: Arc<dyn Owner>) -> io::Result<Memory> {
+        let memory = Memory {
+            region: Region::reserve(reserved, guard, owner)?,
+            shared: None,
+        };
+        memory.grow_to(minimum)?;
+        Ok(memory)
+    }
+
+    /// Whether the kernel pages it.
+    pub fn is_paged(&self) -> bool {
+        self.shared.is_some()
+    }
+
     pub fn as_ptr(&self) -> *mut u8 {
         self.region.base as *mut u8
     }
@@ -405,7 +436,10 @@ impl Memory {
     /// Makes the first `bytes` usable (new pages read as zeros).
     pub fn grow_to(&self, bytes: usize) -> io::Result<()> {
         if bytes > self.region.reserved {
-            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "past the memory's reservation"));
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "past the memory's reservation",
+            ));
         }
         let bytes = bytes.next_multiple_of(PAGE);
         let mut st = self.region.state.lock();
@@ -435,8 +469,12 @@ impl Region {
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        let s = &self.shared;
         let r = &self.region;
+        let Some(s) = &self.shared else {
+            // SAFETY: the region's mapping, which nothing uses any more.
+            unsafe { libc::munmap(r.base as *mut _, r.mapped) };
+            return;
+        };
         s.regions.write().remove(&r.base);
         let _ = s.uffd.unregister(r.base, r.reserved);
         let mut st = r.state.lock();
@@ -522,7 +560,11 @@ impl Shared {
                         return;
                     }
                     if let Some(uid) = q.turn.pop_front() {
-                        let batch: Vec<_> = q.by_user.get_mut(&uid).map(|v| v.drain(..).collect()).unwrap_or_default();
+                        let batch: Vec<_> = q
+                            .by_user
+                            .get_mut(&uid)
+                            .map(|v| v.drain(..).collect())
+                            .unwrap_or_default();
                         q.by_user.remove(&uid);
                         q.busy.insert(uid);
                         break (uid, batch);
@@ -544,6 +586,7 @@ impl Shared {
     }
 
     fn serve(&self, region: &Arc<Region>, fault: Fault) {
+        self.faults.fetch_add(1, Ordering::Relaxed);
         let page = region.page_of(fault.address);
         let pages = {
             let mut st = region.state.lock();
@@ -602,6 +645,7 @@ impl Shared {
             }
             Page::Swapped(at) => {
                 st.stats.swap_ins += 1;
+                self.swap_ins.fetch_add(1, Ordering::Relaxed);
                 let mut page_buf = vec![0u8; PAGE];
                 let mut scratch = vec![0u8; PAGE];
                 match self.swap.read_page(at, &mut page_buf, &mut scratch) {
@@ -711,7 +755,8 @@ impl Shared {
             None => None,
         };
         // The graft's page, if it still holds a frame; the default's otherwise.
-        let holds_frame = |st: &RegionState, p: u32| matches!(st.table.get(p), Page::Resident { .. } | Page::Inactive { .. });
+        let holds_frame =
+            |st: &RegionState, p: u32| matches!(st.table.get(p), Page::Resident { .. } | Page::Inactive { .. });
         let victim = match chosen {
             Some(p) if holds_frame(&st, p) => {
                 if p == candidates[0] {
@@ -775,7 +820,9 @@ impl Shared {
         {
             return false;
         }
-        let Page::Inactive { staged, .. } = st.table.get(page) else { return false };
+        let Page::Inactive { staged, .. } = st.table.get(page) else {
+            return false;
+        };
         let addr = self.staging.addr(staged);
         // SAFETY: a staging slot holding the page just moved there; only this pager touches it,
         // under the memory's lock.
@@ -806,6 +853,7 @@ impl Shared {
                 self.discard_staged(staged);
                 st.table.set_swapped(page, at);
                 st.stats.swap_outs += 1;
+                self.swap_outs.fetch_add(1, Ordering::Relaxed);
                 self.frames.fetch_sub(1, Ordering::Relaxed);
                 true
             }

@@ -53,7 +53,9 @@ impl SwapStore for MemSwap {
 
     fn write(&self, slot: u64, page: &[u8]) -> io::Result<()> {
         let mut s = self.slots.lock();
-        let to = s.get_mut(slot as usize).ok_or_else(|| io::Error::other("no such slot"))?;
+        let to = s
+            .get_mut(slot as usize)
+            .ok_or_else(|| io::Error::other("no such slot"))?;
         to.copy_from_slice(page);
         Ok(())
     }

@@ -170,7 +170,12 @@ impl Table {
             self.active = live;
         }
         if self.inactive.len() > 2 * self.n_inactive as usize + 64 {
-            let live: VecDeque<_> = self.inactive.iter().copied().filter(|&e| self.live_inactive(e)).collect();
+            let live: VecDeque<_> = self
+                .inactive
+                .iter()
+                .copied()
+                .filter(|&e| self.live_inactive(e))
+                .collect();
             self.inactive = live;
         }
     }
@@ -192,7 +197,9 @@ impl Table {
         let on_active = self.active.iter().filter(|&&e| self.live_active(e)).count() as u64;
         let on_inactive = self.inactive.iter().filter(|&&e| self.live_inactive(e)).count() as u64;
         if on_active != a || on_inactive != i {
-            return Err(format!("lists hold {on_active} active and {on_inactive} inactive pages of {a} and {i}"));
+            return Err(format!(
+                "lists hold {on_active} active and {on_inactive} inactive pages of {a} and {i}"
+            ));
         }
         Ok(())
     }

@@ -203,7 +203,11 @@ impl Uffd {
         };
         if n < 0 {
             let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock { Ok(()) } else { Err(e) };
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(())
+            } else {
+                Err(e)
+            };
         }
         let count = n as usize / std::mem::size_of::<Msg>();
         into.extend(

@@ -105,7 +105,11 @@ fn write_and_check(base: *mut u8, pages: usize, salt: u8) {
         // SAFETY: as above.
         let got = unsafe {
             let at = base.add(p * PAGE);
-            (at.read_volatile(), at.add(1).read_volatile(), at.add(PAGE - 1).read_volatile())
+            (
+                at.read_volatile(),
+                at.add(1).read_volatile(),
+                at.add(PAGE - 1).read_volatile(),
+            )
         };
         assert_eq!(got, (salt, p as u8, (p >> 8) as u8), "page {p}");
     }
@@ -113,7 +117,9 @@ fn write_and_check(base: *mut u8, pages: usize, salt: u8) {
 
 #[test]
 fn memory_larger_than_its_limit_keeps_every_byte() {
-    let Some((pager, _)) = pager(16, 1024, 4096) else { return };
+    let Some((pager, _)) = pager(16, 1024, 4096) else {
+        return;
+    };
     let owner = Proc::new(1, 1000);
     let mem = pager.create(1 << 20, 1 << 20, 64 << 10, owner.clone()).unwrap();
     write_and_check(mem.as_ptr(), 256, 7);
@@ -128,7 +134,11 @@ fn memory_larger_than_its_limit_keeps_every_byte() {
     assert_eq!(owner.swap.load(Ordering::SeqCst), s.swapped, "swap charged as held");
     drop(mem);
     let after = pager.stats();
-    assert_eq!((after.frames, after.swap_in_use, after.staged, after.memories), (0, 0, 0, 0), "{after:?}");
+    assert_eq!(
+        (after.frames, after.swap_in_use, after.staged, after.memories),
+        (0, 0, 0, 0),
+        "{after:?}"
+    );
     assert_eq!(owner.swap.load(Ordering::SeqCst), 0, "swap uncharged at the end");
 }
 
@@ -148,7 +158,9 @@ fn pages_of_zeros_take_no_swap() {
 
 #[test]
 fn swap_lies_enciphered_in_the_store() {
-    let Some((pager, store)) = pager(4, 1024, 4096) else { return };
+    let Some((pager, store)) = pager(4, 1024, 4096) else {
+        return;
+    };
     let owner = Proc::new(1, 1000);
     let mem = pager.create(256 << 10, 256 << 10, 0, owner).unwrap();
     let secret = b"a secret the next owner of the blocks must not read";
@@ -160,13 +172,18 @@ fn swap_lies_enciphered_in_the_store() {
     let mut raw = vec![0u8; PAGE];
     for slot in 0..store.pages() {
         store.read(slot, &mut raw).unwrap();
-        assert!(!raw.windows(secret.len()).any(|w| w == secret), "slot {slot} holds the plain page");
+        assert!(
+            !raw.windows(secret.len()).any(|w| w == secret),
+            "slot {slot} holds the plain page"
+        );
     }
 }
 
 #[test]
 fn a_graft_chooses_among_its_own_pages_and_invalid_answers_are_refused() {
-    let Some((pager, _)) = pager(16, 1024, 4096) else { return };
+    let Some((pager, _)) = pager(16, 1024, 4096) else {
+        return;
+    };
     let owner = Proc::new(1, 1000);
     let mem = pager.create(1 << 20, 1 << 20, 0, owner.clone()).unwrap();
     owner.pick_last.store(true, Ordering::SeqCst);
@@ -184,7 +201,9 @@ fn a_graft_chooses_among_its_own_pages_and_invalid_answers_are_refused() {
 
 #[test]
 fn fault_around_brings_neighbours_and_an_overreaching_answer_is_refused() {
-    let Some((pager, _)) = pager(1024, 4096, 4096) else { return };
+    let Some((pager, _)) = pager(1024, 4096, 4096) else {
+        return;
+    };
     let owner = Proc::new(1, 1000);
     let mem = pager.create(1 << 20, 1 << 20, 0, owner.clone()).unwrap();
     owner.around.store(8, Ordering::SeqCst);
@@ -216,7 +235,9 @@ fn a_memory_out_of_swap_is_ended_alone() {
 
 #[test]
 fn the_total_is_shared_out_between_memories() {
-    let Some((pager, _)) = pager(1024, 64, 8192) else { return };
+    let Some((pager, _)) = pager(1024, 64, 8192) else {
+        return;
+    };
     let (p1, p2) = (Proc::new(1, 1000), Proc::new(2, 1001));
     let a = pager.create(1 << 20, 1 << 20, 0, p1).unwrap();
     let b = pager.create(1 << 20, 1 << 20, 0, p2).unwrap();
@@ -224,14 +245,21 @@ fn the_total_is_shared_out_between_memories() {
     write_and_check(b.as_ptr(), 200, 2);
     let total = pager.stats().frames;
     assert!(total <= 64 + vino_vm::FAULT_AROUND_MAX + 2, "{total}");
-    assert!(a.stats().resident <= 40 && b.stats().resident >= 20, "{:?} {:?}", a.stats(), b.stats());
+    assert!(
+        a.stats().resident <= 40 && b.stats().resident >= 20,
+        "{:?} {:?}",
+        a.stats(),
+        b.stats()
+    );
     write_and_check(a.as_ptr(), 200, 3);
     pager.check().unwrap();
 }
 
 #[test]
 fn threads_touching_one_memory_at_once_see_their_own_bytes() {
-    let Some((pager, _)) = pager(32, 1024, 8192) else { return };
+    let Some((pager, _)) = pager(32, 1024, 8192) else {
+        return;
+    };
     let owner = Proc::new(1, 1000);
     let mem = pager.create(4 << 20, 4 << 20, 0, owner).unwrap();
     let base = mem.as_ptr() as usize;

@@ -36,6 +36,7 @@ impl WasiErrno {
     pub const NOENT: WasiErrno = WasiErrno(44);
     pub const NOEXEC: WasiErrno = WasiErrno(45);
     pub const NOLCK: WasiErrno = WasiErrno(46);
+    pub const NOMEM: WasiErrno = WasiErrno(48);
     pub const NOSPC: WasiErrno = WasiErrno(51);
     pub const NOSYS: WasiErrno = WasiErrno(52);
     pub const NOTDIR: WasiErrno = WasiErrno(54);
@@ -74,6 +75,7 @@ impl From<Errno> for WasiErrno {
             Errno::Inval => WasiErrno::INVAL,
             Errno::MFile => WasiErrno::MFILE,
             Errno::NFile => WasiErrno::NFILE,
+            Errno::NoMem => WasiErrno::NOMEM,
             Errno::Pipe => WasiErrno::PIPE,
             Errno::FBig => WasiErrno::FBIG,
             Errno::NoSpc => WasiErrno::NOSPC,

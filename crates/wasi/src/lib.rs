@@ -23,6 +23,7 @@ mod dev;
 mod disk_cache;
 mod fds;
 mod guest;
+mod memory;
 mod pipeline;
 mod pipes;
 mod process_calls;
@@ -149,9 +150,24 @@ pub enum Exit {
     Killed,
     /// A signal other than SIGKILL ended it (its default action, or a kill).
     Signaled(u8),
+    /// The kernel ended it: its memory was over its share and no swap was left for its pages
+    /// (its user's swap limit, or the swap area full). Others run on.
+    OutOfSwap,
 }
 
 impl Exit {
+    /// What a runner tells its user besides the status: a trap's message, or why the kernel
+    /// ended it.
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            Exit::Trap(why) => Some(why.clone()),
+            Exit::OutOfSwap => {
+                Some("killed: out of swap (its memory was over its share and no swap was left for its pages)".into())
+            }
+            _ => None,
+        }
+    }
+
     /// The status a shell would see: the code, 134 for a trap (as an abort), 128 plus the
     /// signal if one ended it (137 if killed).
     pub fn status(&self) -> i32 {
@@ -164,7 +180,7 @@ impl Exit {
         match self {
             Exit::Code(c) => ExitStatus::Exited((*c & 0xff) as u8),
             Exit::Trap(_) => ExitStatus::Signaled(signal::SIGABRT),
-            Exit::Killed => ExitStatus::Signaled(signal::SIGKILL),
+            Exit::Killed | Exit::OutOfSwap => ExitStatus::Signaled(signal::SIGKILL),
             Exit::Signaled(sig) => ExitStatus::Signaled(*sig),
         }
     }
@@ -279,6 +295,10 @@ fn engine() -> &'static Engine {
         // charged to the program's user (and lowered when that user is heavy), not on a pool
         // of every core that nobody's share accounts for.
         config.parallel_compilation(false);
+        // Programs' memories are the kernel's, paged by it (see `memory`); wasmtime's
+        // copy-on-write images would map files over them.
+        config.with_host_memory(Arc::new(memory::KernelMemories));
+        config.memory_init_cow(false);
         // `VINO_PERFMAP=1`: programs' functions named for `perf` (/tmp/perf-PID.map).
         if std::env::var_os("VINO_PERFMAP").is_some() {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
@@ -329,12 +349,19 @@ pub(crate) struct Start {
 struct MemoryLimits {
     cap: usize,
     charge: Growing,
+    /// The process whose memory the next creation makes, until it is made.
+    creating: Option<Arc<vino_kernel::Process>>,
 }
 
 impl ResourceLimiter for MemoryLimits {
     fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
         let more = desired.saturating_sub(current) as u64;
-        Ok(desired <= self.cap && (more == 0 || self.charge.grow(more).is_ok()))
+        let allowed = desired <= self.cap && (more == 0 || self.charge.grow(more).is_ok());
+        // The store's first memory: the creator, called next on this thread, takes the process.
+        if allowed && let Some(process) = self.creating.take() {
+            memory::memory_for(&process);
+        }
+        Ok(allowed)
     }
 
     fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
@@ -563,6 +590,7 @@ impl Program {
         let limits = MemoryLimits {
             cap: self.limits.memory_bytes,
             charge: Growing::new(process.account().clone(), Resource::ProgramMemory),
+            creating: Some(process.clone()),
         };
         let ctx = Ctx {
             process: process.clone(),
@@ -618,6 +646,8 @@ impl Program {
             Err(e) => {
                 if let Some(calls::ProcExit(code)) = e.downcast_ref::<calls::ProcExit>() {
                     Exit::Code(*code)
+                } else if process.ran_out_of_swap() {
+                    Exit::OutOfSwap
                 } else if kill.killed() || e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                     match process.killed_by() {
                         Some(sig) if sig != vino_kernel::signal::SIGKILL => Exit::Signaled(sig),

@@ -1,0 +1,304 @@
+//! Processes' memory: the kernel's pager (`vino-vm`) made on first need, its swap area on the
+//! kernel's own file system, and what the pager is told of each process (its user, its
+//! `vas.pick_victim` and `vm.fault_around` grafts, its swap charge, its end when out of swap).
+//!
+//! The swap area is a file with no name: made at first need, put on the orphan list at once (so
+//! a crash frees it at the next mount, with whatever it held), grown a chunk at a time, and
+//! written and read at its blocks' addresses, past the page cache and the journal. Its pages are
+//! enciphered (see `vino_vm::swap`), so the freed blocks show nothing to their next owner.
+
+use crate::account::{Account, Charge, LimitsConfig, Resource};
+use crate::process::Process;
+use crate::{Kernel, SysError, SysResult};
+use parking_lot::{Mutex, RwLock};
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, Weak};
+use vino_blockdev::BLOCK_SIZE;
+use vino_cache::{Candidates, PickVictim};
+use vino_fs::{FileSystem, NewFile};
+use vino_graft::{GraftSlot, PolicyKind};
+use vino_vm::{FaultArgs, FaultAround, Owner, PAGE, Pager, PagerConfig, SwapStore};
+
+pub use vino_vm::{Memory, MemoryStats, PAGE as PAGE_SIZE, PagerStats};
+
+const _: () = assert!(PAGE == BLOCK_SIZE, "a swap slot is one block");
+
+/// The kernel's pager and swap area.
+pub(crate) struct KernelMemory {
+    config: PagerConfig,
+    swap: Arc<SwapFile>,
+    /// Made at the first program memory; `None` if this host gives no userfaultfd (programs'
+    /// memory is then Linux's, unpaged and uncounted).
+    pager: OnceLock<Option<Pager>>,
+}
+
+impl KernelMemory {
+    pub(crate) fn new(fs: Arc<FileSystem>, limits: &LimitsConfig) -> KernelMemory {
+        let pages = |bytes: u64| (bytes / PAGE as u64).max(1);
+        let config = PagerConfig {
+            resident_per_process: pages(limits.process.get(Resource::ResidentBytes)),
+            resident_total: pages(limits.total.get(Resource::ResidentBytes)),
+            swap_pages: pages(limits.total.get(Resource::SwapBytes)).min(fs.geometry().block_count / 2),
+            ..PagerConfig::default()
+        };
+        KernelMemory {
+            config,
+            swap: Arc::new(SwapFile {
+                fs,
+                file: RwLock::new(None),
+            }),
+            pager: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn pager(&self) -> Option<&Pager> {
+        self.pager
+            .get_or_init(|| match Pager::new(self.config.clone(), self.swap.clone()) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("vino: programs' memory is not paged: no userfaultfd here ({e})");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// The swap file's inode, while there is one (the invariants count it as parked).
+    pub(crate) fn swap_inode(&self) -> Option<u64> {
+        self.swap.file.read().as_ref().map(|f| f.ino)
+    }
+
+    /// Frees the swap file (at shutdown, when no program memory is left).
+    pub(crate) fn release_swap(&self) {
+        if self
+            .pager
+            .get()
+            .and_then(Option::as_ref)
+            .is_some_and(|p| p.stats().memories > 0)
+        {
+            return;
+        }
+        if let Some(f) = self.swap.file.write().take() {
+            let _ = self.swap.fs.release_orphan(f.ino);
+        }
+    }
+}
+
+/// The swap area: an unnamed file and its blocks, slot `i` at block `blocks[i]`.
+struct SwapFile {
+    fs: Arc<FileSystem>,
+    file: RwLock<Option<SwapBlocks>>,
+}
+
+struct SwapBlocks {
+    ino: u64,
+    blocks: Vec<u64>,
+}
+
+impl SwapFile {
+    /// Makes the unnamed file: created under the root (mode 0, root's) and taken off it at
+    /// once. A name someone else took first is only tried again under another.
+    fn make(&self) -> io::Result<u64> {
+        let root = self.fs.root();
+        let mut tries = 0;
+        loop {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let name = format!(".vino-swap-{}-{nanos:x}", std::process::id());
+            match self.create_unnamed(root, &name) {
+                Err(e) if tries < 8 => {
+                    tries += 1;
+                    if tries == 8 {
+                        return Err(e);
+                    }
+                }
+                done => return done,
+            }
+        }
+    }
+
+    fn create_unnamed(&self, root: u64, name: &str) -> io::Result<u64> {
+        let attrs = NewFile {
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            creator: 0,
+        };
+        let ino = self.fs.create(root, name, &attrs).map_err(io::Error::other)?;
+        self.fs.unlink_keep(root, name).map_err(io::Error::other)?;
+        Ok(ino)
+    }
+
+    fn block(&self, slot: u64) -> io::Result<u64> {
+        let f = self.file.read();
+        f.as_ref()
+            .and_then(|f| f.blocks.get(slot as usize).copied())
+            .ok_or_else(|| io::Error::other(format!("swap slot {slot} past the swap area")))
+    }
+}
+
+impl SwapStore for SwapFile {
+    fn pages(&self) -> u64 {
+        self.file.read().as_ref().map_or(0, |f| f.blocks.len() as u64)
+    }
+
+    fn grow(&self, pages: u64) -> io::Result<u64> {
+        let (ino, have) = match self.file.read().as_ref() {
+            Some(f) => (f.ino, f.blocks.len() as u64),
+            None => (0, 0),
+        };
+        let ino = if ino == 0 {
+            let ino = self.make()?;
+            *self.file.write() = Some(SwapBlocks {
+                ino,
+                blocks: Vec::new(),
+            });
+            ino
+        } else {
+            ino
+        };
+        if pages > have {
+            let bs = BLOCK_SIZE as u64;
+            self.fs
+                .fallocate(ino, have * bs, (pages - have) * bs, false)
+                .map_err(io::Error::other)?;
+        }
+        let blocks = self.fs.block_map(ino).map_err(io::Error::other)?;
+        if blocks.iter().any(|&b| b == 0) {
+            return Err(io::Error::other("the swap area has a hole"));
+        }
+        let n = blocks.len() as u64;
+        if let Some(f) = self.file.write().as_mut() {
+            f.blocks = blocks;
+        }
+        Ok(n)
+    }
+
+    fn write(&self, slot: u64, page: &[u8]) -> io::Result<()> {
+        self.fs.device().write_blocks(self.block(slot)?, page)
+    }
+
+    fn read(&self, slot: u64, page: &mut [u8]) -> io::Result<()> {
+        self.fs.device().read_blocks(self.block(slot)?, page)
+    }
+}
+
+/// What the pager knows of one process's memory.
+struct ProcessMemory {
+    pid: u64,
+    uid: u32,
+    process: Weak<Process>,
+    account: Arc<Account>,
+    victim: Arc<GraftSlot<PickVictim>>,
+    around: Arc<GraftSlot<FaultAround>>,
+    swap: Mutex<Option<Charge>>,
+}
+
+impl Owner for ProcessMemory {
+    fn pid(&self) -> u64 {
+        self.pid
+    }
+
+    fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    fn pick_victim(&self, candidates: &[u64]) -> Option<usize> {
+        if self.victim.policy_kind() == PolicyKind::Default {
+            return None;
+        }
+        Some(self.victim.invoke(&Candidates::fixed(candidates.to_vec())))
+    }
+
+    fn fault_around(&self, page: u64, pages: u64) -> Option<(u64, u64)> {
+        if self.around.policy_kind() == PolicyKind::Default {
+            return None;
+        }
+        Some(self.around.invoke(&FaultArgs { page, pages }))
+    }
+
+    fn charge_swap(&self, pages: u64) -> bool {
+        let bytes = pages * PAGE as u64;
+        let mut held = self.swap.lock();
+        match held.as_mut() {
+            Some(c) => c.grow(bytes).is_ok(),
+            None => match self.account.charge(Resource::SwapBytes, bytes) {
+                Ok(c) => {
+                    *held = Some(c);
+                    true
+                }
+                Err(_) => false,
+            },
+        }
+    }
+
+    fn uncharge_swap(&self, pages: u64) {
+        if let Some(c) = self.swap.lock().as_mut() {
+            c.shrink(pages * PAGE as u64);
+        }
+    }
+
+    fn out_of_swap(&self) {
+        if let Some(p) = self.process.upgrade() {
+            p.out_of_swap.store(true, Ordering::SeqCst);
+            p.kill();
+        }
+    }
+}
+
+impl Kernel {
+    /// Counts of the pager over all programs (`None` before the first program memory, or
+    /// where memory is not paged).
+    pub fn pager_stats(&self) -> Option<PagerStats> {
+        self.memory.pager.get().and_then(Option::as_ref).map(Pager::stats)
+    }
+
+    /// Checks the pager's tables (the simulator's invariant).
+    pub fn check_pager(&self) -> Result<(), String> {
+        self.memory
+            .pager
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(Ok(()), Pager::check)
+    }
+}
+
+impl Process {
+    /// A memory for this process's program: `reserved` bytes of address space and `guard`
+    /// more never mapped, the first `minimum` usable, paged by the kernel within this
+    /// process's resident limit (wasmtime's `MemoryCreator` calls this).
+    pub fn create_memory(self: &Arc<Self>, minimum: usize, reserved: usize, guard: usize) -> SysResult<Memory> {
+        let kernel = self.kernel();
+        let owner = Arc::new(ProcessMemory {
+            pid: self.pid(),
+            uid: self.cred.uid,
+            process: Arc::downgrade(self),
+            account: self.account().clone(),
+            victim: kernel.cache.register_process(self.pid()),
+            around: self.fault_around.clone(),
+            swap: Mutex::new(None),
+        });
+        let made = match kernel.memory.pager() {
+            Some(pager) => pager.create(minimum, reserved, guard, owner),
+            None => Memory::unpaged(minimum, reserved, guard, owner),
+        };
+        made.map_err(|e| SysError::new(crate::Errno::NoMem, format!("program memory: {e}")))
+    }
+
+    /// Counts of this process's program memory, if the kernel pages one for it.
+    pub fn memory_stats(&self) -> Option<MemoryStats> {
+        self.kernel()
+            .memory
+            .pager
+            .get()
+            .and_then(Option::as_ref)?
+            .memory_of(self.pid())
+    }
+
+    /// Whether the process was ended for want of swap.
+    pub fn ran_out_of_swap(&self) -> bool {
+        self.out_of_swap.load(Ordering::SeqCst)
+    }
+}
