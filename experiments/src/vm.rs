@@ -16,8 +16,8 @@
 //!   switches on, the program run in a fresh memory cgroup limited to L bytes, writing W > L
 //!   bytes and reading them back in order: ns per page of the re-read, with its major faults.
 //!   Needs root and a memory cgroup the bench may make children in; without either the row is
-//!   skipped with the reason. The swap file and the cgroup are removed on every way out, also
-//!   on Ctrl-C ([`SwapRig`]);
+//!   skipped with the reason. The swap file is the machine's (at the highest priority) while the
+//!   measure runs; it and the cgroup are removed on every way out, also on Ctrl-C (`SwapRig`);
 //! * **mapped file, cold and hot**: a file written and fsynced in the scratch directory, mapped
 //!   read-only and read one byte per page; cold after `posix_fadvise(POSIX_FADV_DONTNEED)` on it
 //!   (Linux's read-ahead and fault-around then fetch many pages per fault), hot with every page in
@@ -189,9 +189,21 @@ pub struct LinuxSide {
     pub rows: Vec<Row>,
     /// Measures skipped, with the reason (the swap-in without root or a memory cgroup).
     pub skipped: Vec<Skipped>,
-    /// How the swap-in ran: the swap file, the cgroup.
-    pub swap_setup: Option<String>,
+    /// How the swap-in ran (None if it did not).
+    pub swap_setup: Option<SwapSetup>,
     pub clang: String,
+}
+
+/// The swap file and the memory cgroup the swap-in ran with (both gone after the run).
+#[derive(Clone, Debug, Serialize)]
+pub struct SwapSetup {
+    pub swap_file: PathBuf,
+    pub swap_file_bytes: u64,
+    /// The cgroup made for the program.
+    pub cgroup: PathBuf,
+    /// Where the cgroup was made, and its version.
+    pub controller: String,
+    pub limit_bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -309,7 +321,7 @@ fn run_native(exe: &Path, args: &[OsString], cgroup: Option<&Cgroup>) -> Result<
 
 // ---- the swap file and its cgroup -----------------------------------------------------------
 
-/// Set when SIGINT, SIGTERM or SIGHUP arrives while a [`SwapRig`] is up.
+/// Set when SIGINT, SIGTERM or SIGHUP arrives while a `SwapRig` is up.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn note_interrupt(_: libc::c_int) {
@@ -395,7 +407,8 @@ impl SwapFile {
         f.sync_all()?;
         drop(f);
         run_tool(&mkswap, &["-q".as_ref(), path.as_os_str()])?;
-        run_tool(&swapon, &[path.as_os_str()])?;
+        // The highest priority: the pages go to this file even where the machine has other swap.
+        run_tool(&swapon, &["--priority".as_ref(), "32767".as_ref(), path.as_os_str()])?;
         swap.on = true;
         Ok(swap)
     }
@@ -422,7 +435,7 @@ struct SwapRig {
     cgroup: Cgroup,
     _swap: SwapFile,
     _interrupts: Interrupts,
-    setup: String,
+    setup: SwapSetup,
 }
 
 impl SwapRig {
@@ -445,13 +458,13 @@ impl SwapRig {
         };
         let cgroup = site.create(&format!("vino-vm-{}", std::process::id()))?;
         cgroup.set_limit(opts.swap_limit_bytes)?;
-        let setup = format!(
-            "swap file {} MiB at {} (the scratch directory's disk); {}; limit {} MiB",
-            opts.swap_file_bytes >> 20,
-            path.display(),
-            cap.detail,
-            opts.swap_limit_bytes >> 20
-        );
+        let setup = SwapSetup {
+            swap_file: path,
+            swap_file_bytes: opts.swap_file_bytes,
+            cgroup: cgroup.dir.clone(),
+            controller: cap.detail,
+            limit_bytes: opts.swap_limit_bytes,
+        };
         Ok(Ok(SwapRig {
             cgroup,
             _swap: swap,
@@ -573,8 +586,17 @@ fn row(m: Measure, samples: &[BTreeMap<String, f64>]) -> Row {
     }
 }
 
+/// The machine's load averages (1, 5, 15 minutes), to say whether it was busy.
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 pub fn run(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<VmReport> {
+    let before = load_average();
     let linux = linux_side(opts, progress)?;
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     Ok(VmReport {
         rounds: opts.rounds,
         page_bytes: PAGE,
@@ -585,7 +607,10 @@ pub fn run(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<VmReport>
         mapped_bytes: opts.mapped_bytes,
         linux,
         vino_side: None,
-        notes: Vec::new(),
+        notes: vec![format!(
+            "load average (1, 5, 15 min) before: {before}, after: {}; {cpus} CPUs",
+            load_average()
+        )],
     })
 }
 
@@ -640,7 +665,14 @@ impl VmReport {
             self.mapped_bytes >> 20
         ));
         if let Some(s) = &self.linux.swap_setup {
-            t.note(s.clone());
+            t.note(format!(
+                "swap-in: a {} MiB swap file at {} (the scratch directory's disk, highest priority), a memory cgroup \
+                 limited to {} MiB, {}",
+                s.swap_file_bytes >> 20,
+                s.swap_file.display(),
+                s.limit_bytes >> 20,
+                s.controller
+            ));
         }
         t.note(
             "/ uffd floor: ns per page over the userfaultfd round trip's (the floor for a pager in user space); \

@@ -1,7 +1,7 @@
 //! `vino bench vm` at CI size: every Linux row that ran has a positive, finite ns per page in
 //! every round and its ratio to the userfaultfd floor; the swap-in either ran or says why not;
-//! no swap file or cgroup is left behind; vm.c builds for wasm32-wasi too. Timings are not
-//! checked.
+//! no swap file or cgroup is left behind; vm.c's wasm32-wasi build runs `touch` and `reread` as a
+//! VINO process and refuses `uffd` and `mapfile` with exit 2. Timings are not checked.
 
 use std::process::Command;
 
@@ -58,6 +58,10 @@ fn the_linux_fault_costs_are_measured_and_the_swap_is_undone() {
     }
     let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
     assert!(!swaps.contains(path), "the swap file is still on: {swaps}");
+    if let Some(setup) = linux["swap_setup"].as_object() {
+        let cgroup = setup["cgroup"].as_str().unwrap();
+        assert!(!std::path::Path::new(cgroup).exists(), "{cgroup} is left");
+    }
     assert!(dir.path().join("vm.json").exists() && dir.path().join("vm.svg").exists());
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -79,9 +83,68 @@ fn the_programs_figures_are_read_back() {
     assert!(!parse_figures("ns_per_page=inf pages=1\n").contains_key("ns_per_page"));
 }
 
+/// What a VINO process's standard output or error collects.
+#[derive(Clone, Default)]
+struct Collected(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Collected {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[test]
-fn vm_c_builds_for_wasm32_wasi() {
+fn the_wasm_build_touches_and_rereads_as_a_vino_process_and_refuses_the_host_modes() {
+    use std::sync::Arc;
+    use vino_blockdev::{BlockDevice, MemDevice};
     let dir = tempfile::tempdir().unwrap();
-    let wasm = vino_experiments::vm::build_wasm(dir.path()).expect("vm.c builds with the SDK");
-    assert!(wasm.starts_with(b"\0asm"));
+    let wasm = vino_experiments::vm::build_wasm(dir.path()).unwrap();
+    let dev = Arc::new(MemDevice::new(1024));
+    vino_fs::mkfs(&*dev, &vino_fs::MkfsOptions::default()).unwrap();
+    let kernel = vino_kernel::Kernel::boot(dev as Arc<dyn BlockDevice>, &vino_kernel::KernelConfig::default()).unwrap();
+    let program = vino_wasi::Program::compile(&wasm, vino_wasi::ProgramLimits::default()).unwrap();
+    let run = |args: &[&str]| {
+        let (out, err) = (Collected::default(), Collected::default());
+        let stdio = vino_wasi::Stdio {
+            stdin: Box::new(std::io::empty()),
+            stdout: Box::new(out.clone()),
+            stderr: Box::new(err.clone()),
+            tty: [false; 3],
+        };
+        let argv = std::iter::once("vm")
+            .chain(args.iter().copied())
+            .map(|a| a.as_bytes().to_vec())
+            .collect();
+        let exit = program
+            .run(
+                &kernel,
+                vino_kernel::Credentials::root(),
+                vino_wasi::Setup::new(argv, Vec::new()),
+                stdio,
+                &program.kill_switch(),
+            )
+            .unwrap();
+        let text = |c: &Collected| String::from_utf8_lossy(&c.0.lock().unwrap()).into_owned();
+        (exit, text(&out), text(&err))
+    };
+    for args in [&["touch", "64"][..], &["reread", "64", "2"]] {
+        let (exit, out, err) = run(args);
+        assert_eq!(exit, vino_wasi::Exit::Code(0), "{args:?}: {err}");
+        let f = vino_experiments::vm::parse_figures(&out);
+        assert!(f["ns_per_page"] > 0.0, "{args:?}: {out}");
+        assert!(!f.contains_key("majflt"), "{args:?}: {out}");
+    }
+    for (args, says) in [
+        (&["uffd", "64"][..], "userfaultfd not supported"),
+        (&["mapfile", "/f", "cold"], "mmap not supported"),
+    ] {
+        let (exit, _, err) = run(args);
+        assert_eq!(exit, vino_wasi::Exit::Code(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    kernel.shutdown().unwrap();
 }
