@@ -192,6 +192,7 @@ pub struct LinuxSide {
     /// How the swap-in ran (None if it did not).
     pub swap_setup: Option<SwapSetup>,
     pub clang: String,
+    pub notes: Vec<String>,
 }
 
 /// The swap file and the memory cgroup the swap-in ran with (both gone after the run).
@@ -559,11 +560,18 @@ pub fn linux_side(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<Li
         r.vs_uffd_floor = r.ns_per_page / floor;
     }
     skipped.retain(|s| !rows.iter().any(|r| r.key == s.key));
+    let notes = measures
+        .iter()
+        .zip(&samples)
+        .filter(|(_, s)| s.iter().any(|f| f.contains_key("user_mode_only")))
+        .map(|(m, _)| format!("{}: not root, so the region took user-mode faults only", m.key()))
+        .collect();
     Ok(LinuxSide {
         rows,
         skipped,
         swap_setup,
         clang,
+        notes,
     })
 }
 
@@ -646,6 +654,9 @@ impl VmReport {
                     fmt_faults(r.minor_faults),
                 ]);
             }
+        }
+        for n in &self.linux.notes {
+            t.note(format!("Linux {n}"));
         }
         for s in &self.linux.skipped {
             t.note(format!("Linux {} skipped: {}", s.key, s.reason));
