@@ -11,7 +11,9 @@
 //! * **userfaultfd round trip**: the same region registered for missing pages, a thread reading
 //!   the fault events and resolving each with `UFFDIO_COPY` of a zeroed page: the floor for any
 //!   pager in user space, and the denominator of every ratio; also with both threads kept on one
-//!   CPU, which on a virtual machine skips waking another virtual CPU;
+//!   CPU, which on a virtual machine skips waking another virtual CPU (an idle one is halted,
+//!   and waking it goes through the hypervisor: on an idle 2-CPU KVM guest the two-thread round
+//!   trip took about 5 times the one-CPU one, on a busy one under 2 times);
 //! * **swap-in**: a swap file the bench makes in the scratch directory (so on its disk) and
 //!   switches on, the program run in a fresh memory cgroup limited to L bytes, writing W > L
 //!   bytes and reading them back in order: ns per page of the re-read, with its major faults.
@@ -688,7 +690,8 @@ impl VmReport {
         t.note(
             "/ uffd floor: ns per page over the userfaultfd round trip's (the floor for a pager in user space); \
              a cold mapped file's major faults are fewer than its pages: read-ahead and fault-around map many \
-             pages per fault",
+             pages per fault; the two-thread round trip wakes the other CPU, dearer when it is idle (on a virtual \
+             machine, halted), so it varies with the machine's load more than the one-CPU one",
         );
         match &self.vino_side {
             None => t.note("VINO side: not measured yet (its pager is not in this build)"),
