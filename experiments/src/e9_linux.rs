@@ -280,7 +280,7 @@ impl Drop for Cgroup {
 }
 
 /// The memory cgroup this process may make children in, or why there is none.
-fn find_cgroup_site() -> (Capability, Option<CgroupSite>) {
+pub(crate) fn find_cgroup_site() -> (Capability, Option<CgroupSite>) {
     let Ok(own) = fs::read_to_string("/proc/self/cgroup") else {
         return (Capability::no("/proc/self/cgroup is unreadable"), None);
     };

@@ -18,6 +18,7 @@
 //! | `vino-bench-miss` | [`miss`] | a cold random 4 KiB read, layer by layer |
 //! | `vino-bench-native` | [`native`] | real programs as VINO processes against Linux and wasmtime-wasi |
 //! | `vino-bench-procs` | [`procs`] | spawn, pipe and ping-pong between VINO processes against Linux |
+//! | `vino-bench-vm` | [`vm`] | page-fault costs: first touch, userfaultfd, swap-in, a mapped file |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -40,4 +41,5 @@ pub mod native;
 pub mod procs;
 pub mod programs;
 pub mod progress;
+pub mod vm;
 pub mod wisconsin;

@@ -80,6 +80,11 @@ pub enum BenchCommand {
     /// trivial child, pipe throughput to a child, a one-byte ping-pong over two pipes.
     #[command(disable_help_flag = true)]
     Procs(Pass),
+    /// What a page fault costs on Linux, against the userfaultfd round trip (the floor for a
+    /// pager in user space): first touch, swap-in from a swap file in a memory cgroup, a mapped
+    /// ext4 file cold and hot.
+    #[command(disable_help_flag = true)]
+    Vm(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -106,6 +111,7 @@ impl BenchCommand {
             BenchCommand::Sched(p) => ("sched", p.args),
             BenchCommand::Native(p) => ("native", p.args),
             BenchCommand::Procs(p) => ("procs", p.args),
+            BenchCommand::Vm(p) => ("vm", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }
