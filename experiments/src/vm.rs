@@ -25,8 +25,17 @@
 //!   (Linux's read-ahead and fault-around then fetch many pages per fault), hot with every page in
 //!   the page cache but the mapping fresh.
 //!
-//! The VINO side's rows (first touch, swap-in from VINO's swap, a mapped VINO file cold and hot)
-//! go in [`VmReport::vino_side`], empty until the pager lands.
+//! The VINO side ([`VmReport::vino_side`]) runs the same C built for wasm32-wasi as a VINO
+//! process whose memory the kernel pages, on a VINO image in the scratch directory (`O_DIRECT`,
+//! so its swap goes to the same disk as Linux's swap file), a kernel booted for each run:
+//!
+//! * **first touch**: the same pages, each a fault served by the pager (zeros copied in),
+//!   the resident limit above the working set;
+//! * **swap-in**: the same W bytes written and re-read with the process's resident limit at L,
+//!   its pages out to and back from VINO's swap (an unnamed file on the image, enciphered).
+//!
+//! A mapped VINO file (`mapped-cold`, `mapped-hot`) has no VINO row yet: the SDK's `mmap` does
+//! not map files.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -603,9 +612,126 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// Boots a kernel on `image` whose processes keep `resident` bytes in frames.
+fn boot_vino(image: &Path, resident: u64, swap: u64) -> Result<std::sync::Arc<vino_kernel::Kernel>> {
+    use vino_kernel::account::{LimitsConfig, Resource};
+    let dev = std::sync::Arc::new(vino_blockdev::FileDevice::open(image)?);
+    let mut limits = LimitsConfig::default();
+    limits.process.set(Resource::ResidentBytes, resident);
+    limits.total.set(
+        Resource::ResidentBytes,
+        resident.max(limits.total.get(Resource::ResidentBytes)),
+    );
+    limits.user.set(Resource::SwapBytes, swap);
+    limits.total.set(Resource::SwapBytes, swap);
+    let config = vino_kernel::KernelConfig {
+        limits,
+        ..vino_kernel::KernelConfig::default()
+    };
+    vino_kernel::Kernel::boot(dev, &config).map_err(|e| anyhow!("booting VINO on {}: {e}", image.display()))
+}
+
+/// The VINO side: vm.c as a VINO process, its memory paged by the kernel.
+pub fn vino_side(opts: &VmOptions, linux_floor: f64, progress: &mut dyn FnMut(&str)) -> Result<VinoSide> {
+    opts.check()?;
+    let dir = front::scratch_dir(&opts.scratch)?;
+    progress("building vm.c for wasm32-wasi");
+    let program = vino_wasi::Program::compile(&build_wasm(dir.path())?, vino_wasi::ProgramLimits::default())?;
+    let image = dir.path().join("vino-vm.img");
+    let image_bytes = (2 * opts.swap_file_bytes + (256 << 20)).next_multiple_of(1 << 20);
+    {
+        let dev = vino_blockdev::FileDevice::create(&image, image_bytes)?;
+        vino_fs::mkfs(&dev, &vino_fs::MkfsOptions::default())?;
+    }
+    let no_map = Path::new("/");
+    let measures = [
+        (
+            Measure::Touch,
+            2 * opts.touch_bytes,
+            "first touch of program memory (zeros through the pager)",
+        ),
+        (
+            Measure::SwapIn,
+            opts.swap_limit_bytes,
+            "swap-in: re-read in order, resident limit L, VINO's swap",
+        ),
+    ];
+    let mut samples: Vec<Vec<BTreeMap<String, f64>>> = vec![Vec::new(); measures.len()];
+    let mut paged = true;
+    let mut measure = |i: usize, small: bool| -> Result<BTreeMap<String, f64>> {
+        let (m, resident, _) = measures[i];
+        let kernel = boot_vino(&image, resident, opts.swap_file_bytes)?;
+        let argv = std::iter::once(OsString::from("vm"))
+            .chain(m.args(opts, no_map, small))
+            .map(|a| a.into_encoded_bytes())
+            .collect();
+        let text =
+            crate::e7_gunzip::run_printing(&kernel, &program, argv, &format!("vm {} as a VINO process", m.key()));
+        let stats = kernel.pager_stats();
+        kernel.shutdown().map_err(|e| anyhow!("shutting VINO down: {e}"))?;
+        let mut figures = parse_figures(&text?);
+        match stats {
+            Some(s) => {
+                figures.insert("majflt".into(), s.swap_ins as f64);
+                figures.insert("minflt".into(), s.faults.saturating_sub(s.swap_ins) as f64);
+            }
+            None => paged = false,
+        }
+        Interrupts::check()?;
+        Ok(figures)
+    };
+    progress("VINO: warming up");
+    for i in 0..measures.len() {
+        measure(i, true)?;
+    }
+    for round in 0..opts.rounds {
+        let mut order: Vec<usize> = (0..measures.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            progress(&format!(
+                "VINO round {} of {}: {}",
+                round + 1,
+                opts.rounds,
+                measures[i].0.key()
+            ));
+            samples[i].push(measure(i, false)?);
+        }
+    }
+    let rows = measures
+        .iter()
+        .zip(&samples)
+        .map(|(&(m, _, name), s)| {
+            let mut r = row(m, s);
+            r.measure = name.into();
+            r.vs_uffd_floor = r.ns_per_page / linux_floor;
+            r
+        })
+        .collect();
+    let mut notes = vec![format!(
+        "VINO: vm.c for wasm32-wasi as a VINO process on a {} MiB image in the scratch directory (O_DIRECT), a \
+         kernel booted per run; first touch with a resident limit of {} MiB, swap-in with {} MiB; major faults are \
+         the pager's swap-ins, minor its other faults (zero fills, pages back from its inactive list)",
+        image_bytes >> 20,
+        (2 * opts.touch_bytes) >> 20,
+        opts.swap_limit_bytes >> 20
+    )];
+    if !paged {
+        notes.push("VINO: programs' memory was not paged (no userfaultfd): the rows measure Linux's paging".into());
+    }
+    Ok(VinoSide { rows, notes })
+}
+
 pub fn run(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<VmReport> {
     let before = load_average();
     let linux = linux_side(opts, progress)?;
+    let floor = linux
+        .rows
+        .iter()
+        .find(|r| r.key == Measure::Uffd.key())
+        .map_or(f64::NAN, |r| r.ns_per_page);
+    let vino = vino_side(opts, floor, progress)?;
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     Ok(VmReport {
         rounds: opts.rounds,
@@ -616,7 +742,7 @@ pub fn run(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<VmReport>
         swap_file_bytes: opts.swap_file_bytes,
         mapped_bytes: opts.mapped_bytes,
         linux,
-        vino_side: None,
+        vino_side: Some(vino),
         notes: vec![format!(
             "load average (1, 5, 15 min) before: {before}, after: {}; {cpus} CPUs",
             load_average()

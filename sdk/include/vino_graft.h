@@ -160,6 +160,21 @@ static inline const uint64_t *vino_victim_pages(void) { return (const uint64_t *
 static inline uint64_t vino_victim_first(void) {
     return *(const uint64_t *)(vino_args + VINO_VICTIM_MAX * sizeof(uint64_t));
 }
+/* The same graft decides for the process's program memory when it is over its resident share:
+ * its candidates are then its memory pages, id VINO_MEMORY_PAGE(index) (inactive pages oldest
+ * first, then active ones oldest first), up to 256 in one page. */
+#define VINO_MEMORY_OBJECT 0xFFFFFFFFull
+#define VINO_MEMORY_PAGE(index) ((VINO_MEMORY_OBJECT << 32) | (uint64_t)(index))
+
+/* vm.fault_around (thesis 2.2): a page of the process's program memory faulted (page, of pages
+ * in all). Return VINO_FAULT_AROUND(first, count): count pages from first come in, the faulting
+ * one among them, at most VINO_FAULT_AROUND_MAX, none past the end. Anything else is invalid.
+ * Default: the page alone. */
+#define VINO_FAULT_AROUND_MAX 32
+#define VINO_FAULT_AROUND(first, count) ((int64_t)(((uint64_t)(first) << 32) | (uint64_t)(count)))
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int64_t vm_fault_around(int64_t page, int64_t pages);
+#endif
 
 /* file.compute_ra (thesis 7.7.2): called after each read of len bytes at offset. Write up to
  * VINO_RA_MAX_EXTENTS extents at the start of the argument area and return how many (0: no

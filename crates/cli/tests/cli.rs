@@ -101,7 +101,8 @@ fn graft_points_lists_the_registry() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names.len(), 14);
+    assert_eq!(names.len(), 15);
+    assert!(names.contains(&"vm.fault_around"));
     assert!(names.contains(&"event.fs.modify") && names.contains(&"disk.pick_request"));
     assert!(names.contains(&"sched.pick_next") && names.contains(&"sched.pick_thread"));
     assert_eq!(points[0]["signature"], "(i32) -> i32");

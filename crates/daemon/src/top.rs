@@ -86,6 +86,19 @@ impl Daemon {
             row.cache_frames = p.cache_resident() as u64;
             row.open_files = p.fds().len() as u64;
             row.memory_bytes = p.account().used(vino_kernel::account::Resource::ProgramMemory);
+            if let Some(m) = p.memory_stats() {
+                row.memory = vino_proto::MemoryTop {
+                    resident: m.resident,
+                    swapped: m.swapped,
+                    zero_faults: m.zero_faults,
+                    minor_faults: m.minor_faults,
+                    swap_ins: m.swap_ins,
+                    swap_outs: m.swap_outs,
+                    faulted_around: m.faulted_around,
+                    evicted_by_graft: m.evicted_by_graft,
+                    graft_refused: m.graft_refused,
+                };
+            }
             let cred = p.credentials();
             (row.uid, row.gid, row.privileged) = (cred.uid, cred.gid, cred.privileged);
             if let Some(prog) = self.programs.lock().get(&pid) {

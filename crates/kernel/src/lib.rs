@@ -169,6 +169,9 @@ pub struct KernelConfig {
     pub cpu: CpuSchedConfig,
     /// Linux's `fs.protected_*` rules, for every entry point's names.
     pub protect: perm::Protected,
+    /// Whether programs' memory is paged by the kernel (see `memory`); off, Linux pages it,
+    /// unlimited by the kernel's resident sets (to measure what paging costs).
+    pub paged_memory: bool,
 }
 
 impl Default for KernelConfig {
@@ -191,6 +194,7 @@ impl Default for KernelConfig {
             event_dispatch: Dispatch::Thread,
             cpu: CpuSchedConfig::default(),
             protect: perm::Protected::default(),
+            paged_memory: true,
         }
     }
 }
@@ -309,7 +313,7 @@ impl Kernel {
             timer_firings: AtomicU64::new(0),
             staged: Default::default(),
             protect: config.protect,
-            memory: memory::KernelMemory::new(fs_for_memory, &config.limits),
+            memory: memory::KernelMemory::new(fs_for_memory, &config.limits, config.paged_memory),
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);

@@ -27,6 +27,8 @@ const _: () = assert!(PAGE == BLOCK_SIZE, "a swap slot is one block");
 /// The kernel's pager and swap area.
 pub(crate) struct KernelMemory {
     config: PagerConfig,
+    /// Programs' memory is paged by the kernel (`KernelConfig::paged_memory`).
+    paged: bool,
     swap: Arc<SwapFile>,
     /// Made at the first program memory; `None` if this host gives no userfaultfd (programs'
     /// memory is then Linux's, unpaged and uncounted).
@@ -34,16 +36,20 @@ pub(crate) struct KernelMemory {
 }
 
 impl KernelMemory {
-    pub(crate) fn new(fs: Arc<FileSystem>, limits: &LimitsConfig) -> KernelMemory {
+    pub(crate) fn new(fs: Arc<FileSystem>, limits: &LimitsConfig, paged: bool) -> KernelMemory {
         let pages = |bytes: u64| (bytes / PAGE as u64).max(1);
+        let swap_pages = pages(limits.total.get(Resource::SwapBytes)).min(fs.geometry().block_count / 2);
         let config = PagerConfig {
             resident_per_process: pages(limits.process.get(Resource::ResidentBytes)),
             resident_total: pages(limits.total.get(Resource::ResidentBytes)),
-            swap_pages: pages(limits.total.get(Resource::SwapBytes)).min(fs.geometry().block_count / 2),
+            swap_pages,
+            // 4 MiB at a time, less on a small image.
+            swap_chunk: (swap_pages / 8).clamp(16, 1024),
             ..PagerConfig::default()
         };
         KernelMemory {
             config,
+            paged,
             swap: Arc::new(SwapFile {
                 fs,
                 file: RwLock::new(None),
@@ -54,11 +60,16 @@ impl KernelMemory {
 
     pub(crate) fn pager(&self) -> Option<&Pager> {
         self.pager
-            .get_or_init(|| match Pager::new(self.config.clone(), self.swap.clone()) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    eprintln!("vino: programs' memory is not paged: no userfaultfd here ({e})");
-                    None
+            .get_or_init(|| {
+                if !self.paged {
+                    return None;
+                }
+                match Pager::new(self.config.clone(), self.swap.clone()) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        eprintln!("vino: programs' memory is not paged: no userfaultfd here ({e})");
+                        None
+                    }
                 }
             })
             .as_ref()
@@ -166,7 +177,7 @@ impl SwapStore for SwapFile {
                 .map_err(io::Error::other)?;
         }
         let blocks = self.fs.block_map(ino).map_err(io::Error::other)?;
-        if blocks.iter().any(|&b| b == 0) {
+        if blocks.contains(&0) {
             return Err(io::Error::other("the swap area has a hole"));
         }
         let n = blocks.len() as u64;
@@ -253,6 +264,14 @@ impl Kernel {
     /// where memory is not paged).
     pub fn pager_stats(&self) -> Option<PagerStats> {
         self.memory.pager.get().and_then(Option::as_ref).map(Pager::stats)
+    }
+
+    /// Waits until every fault is served and every eviction it set off is done (see
+    /// `Pager::settle`).
+    pub fn settle_memory(&self) {
+        if let Some(p) = self.memory.pager.get().and_then(Option::as_ref) {
+            p.settle();
+        }
     }
 
     /// Checks the pager's tables (the simulator's invariant).

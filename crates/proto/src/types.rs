@@ -254,6 +254,26 @@ pub struct ProcessTop {
     pub threads: u64,
     /// Bytes of linear memory its program holds (charged to its user).
     pub memory_bytes: u64,
+    /// Its program's memory as the kernel pages it (zero where it is not paged).
+    pub memory: MemoryTop,
+}
+
+/// A program's memory as the kernel's pager sees it (pages of 4 KiB).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryTop {
+    /// Pages in frames (in its memory, or taken out to test them but not yet evicted).
+    pub resident: u64,
+    pub swapped: u64,
+    /// Faults: first touches (zeros), pages back from the inactive list, pages read from swap.
+    pub zero_faults: u64,
+    pub minor_faults: u64,
+    pub swap_ins: u64,
+    pub swap_outs: u64,
+    /// Its grafts' decisions: pages brought in by `vm.fault_around` beyond the one touched,
+    /// evictions where `vas.pick_victim` chose another page than the default, answers refused.
+    pub faulted_around: u64,
+    pub evicted_by_graft: u64,
+    pub graft_refused: u64,
 }
 
 /// How a program run in the daemon starts (`vino run`).

@@ -34,6 +34,7 @@
 pub mod device;
 pub mod family;
 pub mod grafts;
+pub mod memory;
 mod recovery;
 mod timed;
 
@@ -139,6 +140,9 @@ pub struct Report {
     pub children_spawned: u64,
     pub signals_sent: u64,
     pub piped_bytes: u64,
+    /// Pages of program memory touched, and pages the pager wrote to swap (first pass).
+    pub memory_touches: u64,
+    pub swap_outs: u64,
     /// The write of the recovery mount at which the power went a second time.
     pub second_cut_at_write: Option<u64>,
 }
@@ -208,6 +212,8 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
         children_spawned: clean.family.spawned,
         signals_sent: clean.family.signalled,
         piped_bytes: clean.family.piped_bytes,
+        memory_touches: clean.memories.touched,
+        swap_outs: clean.kernel.pager_stats().map_or(0, |s| s.swap_outs),
         second_cut_at_write: None,
     };
     clean.finish()?;
@@ -258,6 +264,8 @@ enum Step {
     EventWait(usize),
     /// Children, signals and pipes (see `family`).
     Family(family::FamilyStep),
+    /// Program memory under pressure (see `memory`).
+    Memory(memory::MemoryStep),
 }
 
 struct Sim {
@@ -275,6 +283,7 @@ struct Sim {
     written_back: u64,
     reached: timed::Reached,
     family: family::Family,
+    memories: memory::Memories,
 }
 
 impl Sim {
@@ -304,6 +313,7 @@ impl Sim {
             dispatch: vino_kernel::Dispatch::Caller,
             event_dispatch: vino_kernel::Dispatch::Caller,
             clock: shared_clock,
+            limits: memory::limits(),
             mount: MountOptions {
                 commit_blocks: rng.chance(0.5).then(|| 4 + rng.below(60) as usize),
                 ..MountOptions::default()
@@ -353,6 +363,7 @@ impl Sim {
             written_back: 0,
             reached: timed::Reached::default(),
             family: family::Family::default(),
+            memories: memory::Memories::default(),
         })
     }
 
@@ -392,7 +403,7 @@ impl Sim {
     fn random_step(&mut self) -> Step {
         let who = self.rng.below(self.procs.len() as u64) as usize;
         let path = self.random_path();
-        let op = match self.rng.below(35) {
+        let op = match self.rng.below(38) {
             0..=2 => Op::Create(path),
             3..=4 => Op::Mkdir(path),
             5..=11 => Op::Write {
@@ -428,7 +439,8 @@ impl Sim {
             29 => return Step::Events,
             30 => return Step::DropClean,
             31 => return self.time_step(who),
-            _ => return Step::Family(family::FamilyStep::random(&mut self.rng, who)),
+            32..=34 => return Step::Family(family::FamilyStep::random(&mut self.rng, who)),
+            _ => return Step::Memory(memory::MemoryStep::random(&mut self.rng, who)),
         };
         Step::Fs(who, op)
     }
@@ -608,6 +620,14 @@ impl Sim {
                 let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
                 self.family.apply(&procs, f).map_err(ctx)?;
             }
+            Step::Memory(m) => {
+                let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
+                let done = self.memories.apply(&self.kernel, &procs, m);
+                // Past the power cut the swap's writes are lost with the machine's memory.
+                if self.dev.crashed().is_none() {
+                    done.map_err(ctx)?;
+                }
+            }
         }
         Ok(())
     }
@@ -692,6 +712,9 @@ impl Sim {
     fn finish(mut self) -> Check {
         let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
         self.family.finish(&procs).map_err(|e| format!("at the end: {e}"))?;
+        self.memories
+            .finish(&self.kernel, &procs)
+            .map_err(|e| format!("at the end: {e}"))?;
         for proc in &self.procs {
             for &fd in &proc.held {
                 proc.p.close(fd).map_err(|e| format!("close: {e}"))?;
@@ -890,6 +913,8 @@ pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
     s.insert("children_spawned", reports.iter().map(|r| r.children_spawned).sum());
     s.insert("signals_sent", reports.iter().map(|r| r.signals_sent).sum());
     s.insert("piped_bytes", reports.iter().map(|r| r.piped_bytes).sum());
+    s.insert("memory_touches", reports.iter().map(|r| r.memory_touches).sum());
+    s.insert("swap_outs", reports.iter().map(|r| r.swap_outs).sum());
     s.insert(
         "double_cuts",
         reports.iter().filter(|r| r.second_cut_at_write.is_some()).count() as u64,

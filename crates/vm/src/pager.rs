@@ -316,7 +316,7 @@ impl Pager {
     /// Reserves a memory of `reserved` bytes and `guard` more never mapped, `minimum` bytes
     /// usable at first, all of it zeros paged in on touch.
     pub fn create(&self, minimum: usize, reserved: usize, guard: usize, owner: Arc<dyn Owner>) -> io::Result<Memory> {
-        if minimum > reserved || reserved % PAGE != 0 || guard % PAGE != 0 {
+        if minimum > reserved || !reserved.is_multiple_of(PAGE) || !guard.is_multiple_of(PAGE) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "memory sizes"));
         }
         let region = Region::reserve(reserved, guard, owner)?;
@@ -355,12 +355,30 @@ impl Pager {
         Some(r.stats())
     }
 
+    /// Waits until no fault is queued or being served and the swap is not growing: every
+    /// eviction a served fault set off is done (the simulator settles after each touch so that
+    /// what reaches the device comes in the same order every run).
+    pub fn settle(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            let idle = {
+                let q = self.shared.queues.lock();
+                q.turn.is_empty() && q.busy.is_empty()
+            };
+            if idle && !self.shared.swap.growing() {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
     pub fn config(&self) -> &PagerConfig {
         &self.shared.config
     }
 
     /// Checks every memory's table (the simulator's invariant).
     pub fn check(&self) -> Result<(), String> {
+        self.settle();
         let regions: Vec<_> = self.shared.regions.read().values().cloned().collect();
         let mut frames = 0;
         for r in regions {
@@ -427,6 +445,27 @@ impl Memory {
 
     pub fn size(&self) -> usize {
         self.region.state.lock().size
+    }
+
+    /// The byte at `offset` (faulted in as the program's access would be), or `None` past the
+    /// usable part: for the simulator and tests, which touch a memory with no program in it.
+    pub fn read_byte(&self, offset: usize) -> Option<u8> {
+        (offset < self.size()).then(|| self.byte(offset).load(Ordering::Relaxed))
+    }
+
+    /// Writes the byte at `offset`; false past the usable part.
+    pub fn write_byte(&self, offset: usize, value: u8) -> bool {
+        let inside = offset < self.size();
+        if inside {
+            self.byte(offset).store(value, Ordering::Relaxed);
+        }
+        inside
+    }
+
+    fn byte(&self, offset: usize) -> &std::sync::atomic::AtomicU8 {
+        // SAFETY: `offset` lies in the usable part (checked by the callers), mapped read-write
+        // while the memory lives; an atomic byte access races with nothing undefined.
+        unsafe { &*(self.region.base as *const std::sync::atomic::AtomicU8).add(offset) }
     }
 
     pub fn capacity(&self) -> usize {

@@ -136,6 +136,12 @@ impl Swap {
         self.slots.lock().in_use
     }
 
+    /// Whether the grower has growing to do.
+    pub fn growing(&self) -> bool {
+        let s = self.slots.lock();
+        s.want > s.have
+    }
+
     /// Slots the store has.
     pub fn capacity(&self) -> u64 {
         self.slots.lock().have

@@ -124,6 +124,7 @@ fn memory_larger_than_its_limit_keeps_every_byte() {
     let mem = pager.create(1 << 20, 1 << 20, 64 << 10, owner.clone()).unwrap();
     write_and_check(mem.as_ptr(), 256, 7);
     write_and_check(mem.as_ptr(), 256, 9);
+    pager.settle();
     let s = mem.stats();
     assert!(s.resident <= 16 + vino_vm::FAULT_AROUND_MAX + 2, "{s:?}");
     assert!(s.swap_outs > 200 && s.swap_ins > 200, "{s:?}");
@@ -188,11 +189,13 @@ fn a_graft_chooses_among_its_own_pages_and_invalid_answers_are_refused() {
     let mem = pager.create(1 << 20, 1 << 20, 0, owner.clone()).unwrap();
     owner.pick_last.store(true, Ordering::SeqCst);
     write_and_check(mem.as_ptr(), 128, 1);
+    pager.settle();
     let s = mem.stats();
     assert!(s.evicted_by_graft > 50, "{s:?}");
     owner.pick_last.store(false, Ordering::SeqCst);
     owner.answer.store(100_000, Ordering::SeqCst);
     write_and_check(mem.as_ptr(), 128, 2);
+    pager.settle();
     let t = mem.stats();
     assert!(t.graft_refused > 50, "{t:?}");
     assert!(t.evicted_by_default > s.evicted_by_default);
@@ -243,6 +246,7 @@ fn the_total_is_shared_out_between_memories() {
     let b = pager.create(1 << 20, 1 << 20, 0, p2).unwrap();
     write_and_check(a.as_ptr(), 200, 1);
     write_and_check(b.as_ptr(), 200, 2);
+    pager.settle();
     let total = pager.stats().frames;
     assert!(total <= 64 + vino_vm::FAULT_AROUND_MAX + 2, "{total}");
     assert!(
