@@ -672,8 +672,8 @@ pub fn vino_side(opts: &VmOptions, linux_floor: f64, progress: &mut dyn FnMut(&s
         let mut figures = parse_figures(&text?);
         match stats {
             Some(s) => {
-                figures.insert("majflt".into(), s.swap_ins as f64);
-                figures.insert("minflt".into(), s.faults.saturating_sub(s.swap_ins) as f64);
+                figures.insert("majflt".into(), s.swap_reads as f64);
+                figures.insert("minflt".into(), s.faults.saturating_sub(s.swap_reads) as f64);
             }
             None => paged = false,
         }
@@ -712,7 +712,8 @@ pub fn vino_side(opts: &VmOptions, linux_floor: f64, progress: &mut dyn FnMut(&s
     let mut notes = vec![format!(
         "VINO: vm.c for wasm32-wasi as a VINO process on a {} MiB image in the scratch directory (O_DIRECT), a \
          kernel booted per run; first touch with a resident limit of {} MiB, swap-in with {} MiB; major faults are \
-         the pager's swap-ins, minor its other faults (zero fills, pages back from its inactive list)",
+         the pager's reads of swap (each brings the faulting page and up to 31 after it whose slots follow its \
+         own), minor its other faults (zero fills, pages back from its inactive list)",
         image_bytes >> 20,
         (2 * opts.touch_bytes) >> 20,
         opts.swap_limit_bytes >> 20

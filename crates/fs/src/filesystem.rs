@@ -701,6 +701,18 @@ impl FileSystem {
         self.in_transaction(|g| g.unlink_with(dir, name.as_ref(), true))
     }
 
+    /// Creates a regular file with no name: made in `dir` as `name` and put on the orphan list
+    /// in one transaction, so no one ever sees the name, not after a crash either (the next
+    /// mount frees it). For a file only its maker keeps (the kernel's swap area).
+    pub fn create_unnamed(&self, dir: u64, name: impl AsRef<[u8]>, attrs: &NewFile) -> Result<u64> {
+        let name = name.as_ref();
+        self.in_transaction(|g| {
+            let ino = g.create(dir, name, FileType::Regular, attrs)?;
+            g.unlink_with(dir, name, true)?;
+            Ok(ino)
+        })
+    }
+
     /// Frees an inode on the orphan list (its blocks, its xattrs, the inode).
     pub fn release_orphan(&self, ino: u64) -> Result<()> {
         // A big file's blocks go a slice at a time, each slice a transaction of its own, so

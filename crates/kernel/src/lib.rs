@@ -172,6 +172,9 @@ pub struct KernelConfig {
     /// Whether programs' memory is paged by the kernel (see `memory`); off, Linux pages it,
     /// unlimited by the kernel's resident sets (to measure what paging costs).
     pub paged_memory: bool,
+    /// How long an eviction waits for the swap area to grow (`vino_vm::PagerConfig::swap_wait`;
+    /// the simulator waits as long as it takes, so its disk sees the same writes every run).
+    pub swap_wait: Duration,
 }
 
 impl Default for KernelConfig {
@@ -195,6 +198,7 @@ impl Default for KernelConfig {
             cpu: CpuSchedConfig::default(),
             protect: perm::Protected::default(),
             paged_memory: true,
+            swap_wait: Duration::from_millis(50),
         }
     }
 }
@@ -313,7 +317,7 @@ impl Kernel {
             timer_firings: AtomicU64::new(0),
             staged: Default::default(),
             protect: config.protect,
-            memory: memory::KernelMemory::new(fs_for_memory, &config.limits, config.paged_memory),
+            memory: memory::KernelMemory::new(fs_for_memory, config),
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);

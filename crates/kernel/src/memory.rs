@@ -7,7 +7,7 @@
 //! written and read at its blocks' addresses, past the page cache and the journal. Its pages are
 //! enciphered (see `vino_vm::swap`), so the freed blocks show nothing to their next owner.
 
-use crate::account::{Account, Charge, LimitsConfig, Resource};
+use crate::account::{Account, Charge, Resource};
 use crate::process::Process;
 use crate::{Kernel, SysError, SysResult};
 use parking_lot::{Mutex, RwLock};
@@ -36,7 +36,8 @@ pub(crate) struct KernelMemory {
 }
 
 impl KernelMemory {
-    pub(crate) fn new(fs: Arc<FileSystem>, limits: &LimitsConfig, paged: bool) -> KernelMemory {
+    pub(crate) fn new(fs: Arc<FileSystem>, kernel: &crate::KernelConfig) -> KernelMemory {
+        let (limits, paged) = (&kernel.limits, kernel.paged_memory);
         let pages = |bytes: u64| (bytes / PAGE as u64).max(1);
         let swap_pages = pages(limits.total.get(Resource::SwapBytes)).min(fs.geometry().block_count / 2);
         let config = PagerConfig {
@@ -45,6 +46,7 @@ impl KernelMemory {
             swap_pages,
             // 4 MiB at a time, less on a small image.
             swap_chunk: (swap_pages / 8).clamp(16, 1024),
+            swap_wait: kernel.swap_wait,
             ..PagerConfig::default()
         };
         KernelMemory {
@@ -108,38 +110,29 @@ struct SwapBlocks {
 }
 
 impl SwapFile {
-    /// Makes the unnamed file: created under the root (mode 0, root's) and taken off it at
-    /// once. A name someone else took first is only tried again under another.
+    /// Makes the unnamed file, root's with mode 0, made and put on the orphan list in one
+    /// transaction (see `FileSystem::create_unnamed`). The name it passes through is never
+    /// seen; one already taken is tried again under the next.
     fn make(&self) -> io::Result<u64> {
-        let root = self.fs.root();
-        let mut tries = 0;
-        loop {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let name = format!(".vino-swap-{}-{nanos:x}", std::process::id());
-            match self.create_unnamed(root, &name) {
-                Err(e) if tries < 8 => {
-                    tries += 1;
-                    if tries == 8 {
-                        return Err(e);
-                    }
-                }
-                done => return done,
-            }
-        }
-    }
-
-    fn create_unnamed(&self, root: u64, name: &str) -> io::Result<u64> {
         let attrs = NewFile {
             mode: 0,
             uid: 0,
             gid: 0,
             creator: 0,
         };
-        let ino = self.fs.create(root, name, &attrs).map_err(io::Error::other)?;
-        self.fs.unlink_keep(root, name).map_err(io::Error::other)?;
-        Ok(ino)
+        let root = self.fs.root();
+        let mut last = None;
+        for attempt in 0..64 {
+            let name = format!(".vino-swap-{attempt}");
+            match self.fs.create_unnamed(root, &name, &attrs) {
+                Ok(ino) => return Ok(ino),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(io::Error::other(format!(
+            "making the swap area: {}",
+            last.map_or(String::new(), |e| e.to_string())
+        )))
     }
 
     fn block(&self, slot: u64) -> io::Result<u64> {
@@ -194,6 +187,44 @@ impl SwapStore for SwapFile {
     fn read(&self, slot: u64, page: &mut [u8]) -> io::Result<()> {
         self.fs.device().read_blocks(self.block(slot)?, page)
     }
+
+    fn write_run(&self, first: u64, pages: &[u8]) -> io::Result<()> {
+        for (block, at, n) in self.extents(first, pages.len() / PAGE)? {
+            self.fs
+                .device()
+                .write_blocks(block, &pages[at * PAGE..(at + n) * PAGE])?;
+        }
+        Ok(())
+    }
+
+    fn read_run(&self, first: u64, pages: &mut [u8]) -> io::Result<()> {
+        for (block, at, n) in self.extents(first, pages.len() / PAGE)? {
+            self.fs
+                .device()
+                .read_blocks(block, &mut pages[at * PAGE..(at + n) * PAGE])?;
+        }
+        Ok(())
+    }
+}
+
+impl SwapFile {
+    /// Slots `first..first + n` as runs that lie together on the device: (device block, index
+    /// of its first slot in the run, slots).
+    fn extents(&self, first: u64, n: usize) -> io::Result<Vec<(u64, usize, usize)>> {
+        let f = self.file.read();
+        let blocks = f
+            .as_ref()
+            .and_then(|f| f.blocks.get(first as usize..first as usize + n))
+            .ok_or_else(|| io::Error::other(format!("swap slots {first}+{n} past the swap area")))?;
+        let mut runs: Vec<(u64, usize, usize)> = Vec::new();
+        for (i, &b) in blocks.iter().enumerate() {
+            match runs.last_mut() {
+                Some((start, _, len)) if *start + *len as u64 == b => *len += 1,
+                _ => runs.push((b, i, 1)),
+            }
+        }
+        Ok(runs)
+    }
 }
 
 /// What the pager knows of one process's memory.
@@ -221,6 +252,10 @@ impl Owner for ProcessMemory {
             return None;
         }
         Some(self.victim.invoke(&Candidates::fixed(candidates.to_vec())))
+    }
+
+    fn has_fault_around(&self) -> bool {
+        self.around.policy_kind() != PolicyKind::Default
     }
 
     fn fault_around(&self, page: u64, pages: u64) -> Option<(u64, u64)> {

@@ -314,6 +314,7 @@ impl Sim {
             event_dispatch: vino_kernel::Dispatch::Caller,
             clock: shared_clock,
             limits: memory::limits(),
+            swap_wait: Duration::from_secs(60),
             mount: MountOptions {
                 commit_blocks: rng.chance(0.5).then(|| 4 + rng.below(60) as usize),
                 ..MountOptions::default()

@@ -30,6 +30,23 @@ pub trait SwapStore: Send + Sync {
     fn grow(&self, pages: u64) -> io::Result<u64>;
     fn write(&self, slot: u64, page: &[u8]) -> io::Result<()>;
     fn read(&self, slot: u64, page: &mut [u8]) -> io::Result<()>;
+
+    /// Writes `pages.len() / PAGE` consecutive slots from `first` (one request where the slots
+    /// lie together on the device).
+    fn write_run(&self, first: u64, pages: &[u8]) -> io::Result<()> {
+        for (i, page) in pages.chunks_exact(PAGE).enumerate() {
+            self.write(first + i as u64, page)?;
+        }
+        Ok(())
+    }
+
+    /// Reads `pages.len() / PAGE` consecutive slots from `first`.
+    fn read_run(&self, first: u64, pages: &mut [u8]) -> io::Result<()> {
+        for (i, page) in pages.chunks_exact_mut(PAGE).enumerate() {
+            self.read(first + i as u64, page)?;
+        }
+        Ok(())
+    }
 }
 
 /// Swap in memory (unit tests, and a kernel without a file system to put it on).
@@ -84,14 +101,66 @@ pub enum NoSlot {
 }
 
 struct Slots {
-    free: Vec<u64>,
-    /// Slots the store has; those at or past `next` were never handed out.
+    /// One bit per slot the store has: set while handed out.
+    used: Vec<u64>,
+    /// Slots the store has.
     have: u64,
-    next: u64,
+    /// Where the next search for free slots starts (next fit: runs handed out one after
+    /// another lie together, so pages evicted together are read back together).
+    cursor: u64,
     in_use: u64,
     /// The grower is asked to reach this many.
     want: u64,
+    /// The store could not grow past `have` (the file system is full): no use asking again
+    /// until slots are freed.
+    stuck: bool,
     stop: bool,
+}
+
+impl Slots {
+    fn is_used(&self, slot: u64) -> bool {
+        self.used[(slot / 64) as usize] & (1 << (slot % 64)) != 0
+    }
+
+    fn set(&mut self, slot: u64, used: bool) {
+        let (w, b) = ((slot / 64) as usize, slot % 64);
+        if used {
+            self.used[w] |= 1 << b;
+        } else {
+            self.used[w] &= !(1 << b);
+        }
+    }
+
+    /// The store has `have` slots now.
+    fn grown(&mut self, have: u64) {
+        self.have = self.have.max(have);
+        self.used.resize(self.have.div_ceil(64) as usize, 0);
+    }
+
+    /// The first free run of up to `max` slots from the cursor on (wrapping once), taken.
+    fn take_run(&mut self, max: u64) -> Option<(u64, u64)> {
+        if self.in_use >= self.have {
+            return None;
+        }
+        let start = self.cursor.min(self.have);
+        let order = (start..self.have).chain(0..start);
+        let mut found = None;
+        for slot in order {
+            if !self.is_used(slot) {
+                found = Some(slot);
+                break;
+            }
+        }
+        let first = found?;
+        let mut n = 0;
+        while n < max && first + n < self.have && !self.is_used(first + n) {
+            self.set(first + n, true);
+            n += 1;
+        }
+        self.in_use += n;
+        self.cursor = first + n;
+        Some((first, n))
+    }
 }
 
 /// The swap space of one pager.
@@ -113,20 +182,23 @@ impl Swap {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).expect("the host gives random bytes");
         let have = store.pages().min(max_pages);
+        let mut slots = Slots {
+            used: Vec::new(),
+            have: 0,
+            cursor: 0,
+            in_use: 0,
+            want: have,
+            stuck: false,
+            stop: false,
+        };
+        slots.grown(have);
         Swap {
             store,
             max_pages,
             chunk: chunk.max(1),
             key,
             streams: AtomicU64::new(1),
-            slots: Mutex::new(Slots {
-                free: Vec::new(),
-                have,
-                next: 0,
-                in_use: 0,
-                want: have,
-                stop: false,
-            }),
+            slots: Mutex::new(slots),
             changed: Condvar::new(),
         }
     }
@@ -149,19 +221,24 @@ impl Swap {
 
     /// A free slot, waiting up to `wait` for the store to grow if it must.
     pub fn alloc(&self, wait: Duration) -> Result<u64, NoSlot> {
+        self.alloc_run(1, wait).map(|(first, _)| first)
+    }
+
+    /// Up to `max` consecutive free slots (at least one), waiting up to `wait` for the store
+    /// to grow if none is free: (first, how many).
+    pub fn alloc_run(&self, max: u64, wait: Duration) -> Result<(u64, u64), NoSlot> {
         let deadline = std::time::Instant::now() + wait;
         let mut s = self.slots.lock();
         loop {
-            if let Some(slot) = s.free.pop() {
-                s.in_use += 1;
-                return Ok(slot);
+            if let Some(run) = s.take_run(max.max(1)) {
+                // Less than half a chunk left: the grower adds one ahead of need.
+                if s.have - s.in_use < self.chunk / 2 && s.have < self.max_pages && s.want <= s.have && !s.stuck {
+                    s.want = (s.have + self.chunk).min(self.max_pages);
+                    self.changed.notify_all();
+                }
+                return Ok(run);
             }
-            if s.next < s.have {
-                s.next += 1;
-                s.in_use += 1;
-                return Ok(s.next - 1);
-            }
-            if s.have >= self.max_pages {
+            if s.have >= self.max_pages || s.stuck {
                 return Err(NoSlot::Full);
             }
             s.want = s.want.max((s.have + self.chunk).min(self.max_pages));
@@ -174,9 +251,15 @@ impl Swap {
 
     pub fn free(&self, slot: u64) {
         let mut s = self.slots.lock();
-        debug_assert!(s.in_use > 0 && slot < s.next, "freeing slot {slot} never handed out");
-        s.in_use -= 1;
-        s.free.push(slot);
+        debug_assert!(
+            slot < s.have && s.is_used(slot),
+            "freeing slot {slot}, which is not handed out"
+        );
+        if slot < s.have && s.is_used(slot) {
+            s.set(slot, false);
+            s.in_use -= 1;
+            s.stuck = false;
+        }
     }
 
     /// Enciphers `page` into `scratch` and writes it to `slot`.
@@ -188,6 +271,39 @@ impl Swap {
         }
         self.store.write(slot, scratch)?;
         Ok(Swapped { slot, stream })
+    }
+
+    /// Enciphers `pages` (whole pages) into `scratch` (as long) and writes them to the
+    /// consecutive slots from `first`: where each lies.
+    pub fn write_pages(&self, first: u64, pages: &[&[u8]], scratch: &mut [u8]) -> io::Result<Vec<Swapped>> {
+        let mut at = Vec::with_capacity(pages.len());
+        for (i, (page, out)) in pages.iter().zip(scratch.chunks_exact_mut(PAGE)).enumerate() {
+            let stream = self.streams.fetch_add(1, Ordering::Relaxed);
+            self.keystream(stream, out);
+            for (o, p) in out.iter_mut().zip(page.iter()) {
+                *o ^= p;
+            }
+            at.push(Swapped {
+                slot: first + i as u64,
+                stream,
+            });
+        }
+        self.store.write_run(first, &scratch[..pages.len() * PAGE])?;
+        Ok(at)
+    }
+
+    /// Reads the pages `at` (consecutive slots) into `pages`, deciphered; `scratch` is a page.
+    pub fn read_pages(&self, at: &[Swapped], pages: &mut [u8], scratch: &mut [u8]) -> io::Result<()> {
+        let Some(first) = at.first() else { return Ok(()) };
+        debug_assert!(at.windows(2).all(|w| w[1].slot == w[0].slot + 1));
+        self.store.read_run(first.slot, &mut pages[..at.len() * PAGE])?;
+        for (a, page) in at.iter().zip(pages.chunks_exact_mut(PAGE)) {
+            self.keystream(a.stream, scratch);
+            for (p, k) in page.iter_mut().zip(scratch.iter()) {
+                *p ^= k;
+            }
+        }
+        Ok(())
     }
 
     /// Reads the page `at` into `page`, deciphered.
@@ -220,9 +336,12 @@ impl Swap {
                 let got = self.store.grow(want);
                 s = self.slots.lock();
                 match got {
-                    Ok(n) => s.have = s.have.max(n.min(self.max_pages)),
+                    Ok(n) => s.grown(n.min(self.max_pages)),
                     // No room on the file system: the swap ends where it is.
-                    Err(_) => s.want = s.have,
+                    Err(_) => {
+                        s.want = s.have;
+                        s.stuck = true;
+                    }
                 }
                 self.changed.notify_all();
                 continue;

@@ -52,6 +52,9 @@ impl Owner for Proc {
         let a = self.answer.load(Ordering::SeqCst);
         (a >= 0).then_some(a as usize)
     }
+    fn has_fault_around(&self) -> bool {
+        self.around.load(Ordering::SeqCst) > 0
+    }
     fn fault_around(&self, page: u64, pages: u64) -> Option<(u64, u64)> {
         let n = self.around.load(Ordering::SeqCst);
         (n > 0).then(|| (page, n.min(pages - page)))
@@ -80,6 +83,7 @@ fn pager(per_process: u64, total: u64, swap_pages: u64) -> Option<(Pager, Arc<Me
         swap_pages,
         swap_chunk: 64,
         fault_threads: 2,
+        ..PagerConfig::default()
     };
     match Pager::new(config, store.clone()) {
         Ok(p) => Some((p, store)),
@@ -128,7 +132,10 @@ fn memory_larger_than_its_limit_keeps_every_byte() {
     let s = mem.stats();
     assert!(s.resident <= 16 + vino_vm::FAULT_AROUND_MAX + 2, "{s:?}");
     assert!(s.swap_outs > 200 && s.swap_ins > 200, "{s:?}");
-    assert_eq!(s.zero_faults, 256, "{s:?}");
+    assert!(
+        s.zero_faults <= 256 / 8,
+        "first touches fill the untouched pages after them: {s:?}"
+    );
     assert!(s.evicted_by_default > 0 && s.evicted_by_graft == 0);
     assert!(!owner.offered_foreign.load(Ordering::SeqCst));
     pager.check().unwrap();

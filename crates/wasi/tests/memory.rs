@@ -152,20 +152,35 @@ fn grafts_on_program_pages_decide_within_bounds_and_hostile_ones_change_nothing_
     nothing_held(&dev, &k, &[1000]);
 }
 
+/// The page alone.
+const AROUND_1: &str = r#"(module (memory (export "memory") 1)
+    (func (export "vm_fault_around") (param i64 i64) (result i64)
+      (i64.or (i64.shl (local.get 0) (i64.const 32)) (i64.const 1))))"#;
+
 #[test]
 fn fault_around_saves_faults() {
     let (_dev, k) = boot(64 * MIB, 256 * MIB);
     let program = Program::compile(&build("memory"), ProgramLimits::default()).unwrap();
-    let (exit, _) = run(&k, &program, 1000, &["8", "1"], &[]);
-    if !paged(&k) {
+    let faults = |grafts: &[(&str, &str)]| {
+        let before = k.pager_stats().map_or(0, |s| s.faults);
+        let (exit, _) = run(&k, &program, 1000, &["8", "1"], grafts);
+        assert_eq!(exit, Exit::Code(0));
+        k.pager_stats().map(|s| s.faults - before)
+    };
+    let Some(alone) = faults(&[("vm.fault_around", AROUND_1)]) else {
+        paged(&k);
         return;
-    }
-    assert_eq!(exit, Exit::Code(0));
-    let alone = k.pager_stats().unwrap().faults;
-    let (exit, _) = run(&k, &program, 1000, &["8", "1"], &[("vm.fault_around", AROUND_8)]);
-    assert_eq!(exit, Exit::Code(0));
-    let around = k.pager_stats().unwrap().faults - alone;
-    assert!(around * 3 < alone, "fault-around of 8: {around} faults against {alone}");
+    };
+    let around = faults(&[("vm.fault_around", AROUND_8)]).unwrap();
+    let default = faults(&[]).unwrap();
+    assert!(
+        around * 3 < alone,
+        "fault-around of 8: {around} faults against {alone} alone"
+    );
+    assert!(
+        default * 3 < alone,
+        "the default's cluster: {default} faults against {alone} alone"
+    );
 }
 
 #[test]
