@@ -131,12 +131,12 @@ pub struct NativeReport {
 
 /// A step: the program, its arguments (the first its name; `/x` is file `x` of the side's file
 /// system), and the file on its standard input, if any.
-struct Step {
-    name: String,
-    program: &'static str,
-    kind: &'static str,
-    args: Vec<&'static str>,
-    stdin: Option<&'static str>,
+pub(crate) struct Step {
+    pub(crate) name: String,
+    pub(crate) program: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) args: Vec<&'static str>,
+    pub(crate) stdin: Option<&'static str>,
 }
 
 /// A compressor: its program, the arguments that compress `/text` in place and restore it, and
@@ -183,13 +183,13 @@ const CODECS: &[Codec] = &[
 ];
 
 /// The SQLite script, made a host file for every side's standard input.
-const SCRIPT: &str = "insert.sql";
+pub(crate) const SCRIPT: &str = "insert.sql";
 /// The text's name in every side's file system.
-const TEXT: &str = "text";
+pub(crate) const TEXT: &str = "text";
 /// SQLite's database, removed between rounds.
 const DB: &str = "bench.db";
 
-fn steps(opts: &NativeOptions) -> Vec<Step> {
+pub(crate) fn steps(opts: &NativeOptions) -> Vec<Step> {
     let built = |p: &str| vino_sdk::programs::PROGRAMS.contains(&p);
     let step = |name: String, program, kind, args: &[&'static str], stdin| Step {
         name,
@@ -226,7 +226,7 @@ fn label(args: &[&str]) -> String {
 }
 
 /// One INSERT a row, in one transaction, and a check the program prints.
-fn sqlite_script(rows: u64) -> String {
+pub(crate) fn sqlite_script(rows: u64) -> String {
     let mut s = String::from("CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER, v TEXT);\nBEGIN;\n");
     for i in 0..rows {
         let k = i.wrapping_mul(2_654_435_761) % 1_000_003;
@@ -259,10 +259,7 @@ fn build(dir: &Path, programs: &[&'static str], progress: &mut dyn FnMut(&str)) 
     };
     for &name in programs {
         progress(&format!("building {name} for wasm32-wasi"));
-        // The SDK's cache keeps the module between runs (keyed by its sources and flags).
-        let out =
-            vino_sdk::programs::build_named_cached(name, &opts).map_err(|e| anyhow!("building {name}.wasm: {e}"))?;
-        built.wasm.push((name, fs::read(&out)?));
+        built.wasm.push((name, build_wasm(name)?));
         progress(&format!("building {name} for the host"));
         let s = vino_sdk::programs::sources(name).map_err(|e| anyhow!("{e}"))?;
         let exe = dir.join(format!("{name}-native"));
@@ -289,6 +286,14 @@ fn build(dir: &Path, programs: &[&'static str], progress: &mut dyn FnMut(&str)) 
         built.native.push((name, exe));
     }
     Ok(built)
+}
+
+/// The SDK's program `name` for wasm32-wasi: its module. The SDK's cache keeps it between runs
+/// (keyed by its sources and flags).
+pub(crate) fn build_wasm(name: &str) -> Result<Vec<u8>> {
+    let out = vino_sdk::programs::build_named_cached(name, &vino_sdk::BuildOptions::default())
+        .map_err(|e| anyhow!("building {name}.wasm: {e}"))?;
+    Ok(fs::read(&out)?)
 }
 
 /// The side's path of a program's argument: `/x` is `x` in `root`.
@@ -540,21 +545,26 @@ impl Node {
 }
 
 /// The VINO side: the programs compiled once, run on a daemon's kernel.
-struct Vino {
+pub(crate) struct Vino {
     programs: Vec<(&'static str, vino_wasi::Program)>,
 }
 
 impl Vino {
     fn new(built: &Built) -> Result<Vino> {
-        let programs = built
-            .wasm
+        Vino::compile(&built.wasm)
+    }
+
+    /// The modules `wasm` (each with its program's name) compiled for vino-wasi.
+    pub(crate) fn compile(wasm: &[(&'static str, Vec<u8>)]) -> Result<Vino> {
+        let programs = wasm
             .iter()
             .map(|(n, w)| Ok((*n, vino_wasi::Program::compile(w, vino_wasi::ProgramLimits::default())?)))
             .collect::<Result<_>>()?;
         Ok(Vino { programs })
     }
 
-    fn run(&self, kernel: &Arc<vino_kernel::Kernel>, host: &Path, step: &Step) -> Result<f64> {
+    /// Runs `step` on `kernel` as root, its standard input from `host`: seconds from start to exit.
+    pub(crate) fn run(&self, kernel: &Arc<vino_kernel::Kernel>, host: &Path, step: &Step) -> Result<f64> {
         let program = &self.programs.iter().find(|m| m.0 == step.program).expect("built").1;
         let err = Arc::new(Mutex::new(Vec::new()));
         let stdin: Box<dyn std::io::Read + Send> = match step.stdin {

@@ -36,6 +36,12 @@
 //!
 //! A mapped VINO file (`mapped-cold`, `mapped-hot`) has no VINO row yet: the SDK's `mmap` does
 //! not map files.
+//!
+//! Beside the faults, what having memory paged at all costs a real program ([`paging_cost`]):
+//! SQLite and gzip (the SDK's programs, driven as `vino bench native` drives them) as VINO
+//! processes on a kernel whose programs' memory is paged, resident limits far above their working
+//! sets, against the same kernel with `paged_memory` off (wasmtime's memory, paged by Linux), the
+//! sides alternating in each round.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -74,6 +80,10 @@ pub struct VmOptions {
     pub swap_file_bytes: u64,
     /// Size of the mapped file.
     pub mapped_bytes: u64,
+    /// Rows SQLite inserts in the paging-cost measure.
+    pub sqlite_rows: u64,
+    /// Bytes of text gzip compresses in the paging-cost measure.
+    pub text_bytes: usize,
 }
 
 impl VmOptions {
@@ -88,6 +98,8 @@ impl VmOptions {
             swap_working_bytes: (64 << 20) / scale,
             swap_file_bytes: (128 << 20) / scale,
             mapped_bytes: (64 << 20) / scale,
+            sqlite_rows: if quick { 5_000 } else { 100_000 },
+            text_bytes: if quick { 1 << 20 } else { 20 << 20 },
         }
     }
 
@@ -192,6 +204,8 @@ pub struct Row {
     pub minor_faults: Option<f64>,
     /// ns per page over the userfaultfd round trip's (Linux's `uffd` row).
     pub vs_uffd_floor: f64,
+    /// ns per page over the round trip's with both threads on one CPU (`uffd-one-cpu`).
+    pub vs_uffd_one_cpu: f64,
 }
 
 /// The Linux side: every row that ran, and why any did not.
@@ -246,6 +260,8 @@ pub struct VmReport {
     pub linux: LinuxSide,
     /// None until VINO's pager is measured in the same run.
     pub vino_side: Option<VinoSide>,
+    /// What paging costs SQLite and gzip (None if not measured).
+    pub paging_cost: Option<PagingCost>,
     pub notes: Vec<String>,
 }
 
@@ -563,12 +579,9 @@ pub fn linux_side(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<Li
     let swap_setup = rig.as_ref().map(|r| r.setup.clone());
     drop(rig);
     let mut rows: Vec<Row> = measures.iter().zip(&samples).map(|(&m, s)| row(m, s)).collect();
-    let floor = rows
-        .iter()
-        .find(|r| r.key == Measure::Uffd.key())
-        .map_or(f64::NAN, |r| r.ns_per_page);
+    let floors = Floors::of(&rows);
     for r in &mut rows {
-        r.vs_uffd_floor = r.ns_per_page / floor;
+        floors.apply(r);
     }
     skipped.retain(|s| !rows.iter().any(|r| r.key == s.key));
     let notes = measures
@@ -584,6 +597,33 @@ pub fn linux_side(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<Li
         clang,
         notes,
     })
+}
+
+/// Linux's userfaultfd round trips, the denominators of every row's ratios (NaN if missing).
+#[derive(Clone, Copy, Debug)]
+pub struct Floors {
+    pub uffd: f64,
+    pub uffd_one_cpu: f64,
+}
+
+impl Floors {
+    fn of(linux: &[Row]) -> Floors {
+        let ns = |m: Measure| {
+            linux
+                .iter()
+                .find(|r| r.key == m.key())
+                .map_or(f64::NAN, |r| r.ns_per_page)
+        };
+        Floors {
+            uffd: ns(Measure::Uffd),
+            uffd_one_cpu: ns(Measure::UffdOneCpu),
+        }
+    }
+
+    fn apply(self, r: &mut Row) {
+        r.vs_uffd_floor = r.ns_per_page / self.uffd;
+        r.vs_uffd_one_cpu = r.ns_per_page / self.uffd_one_cpu;
+    }
 }
 
 /// The row of one measure from its rounds' figures.
@@ -602,6 +642,7 @@ fn row(m: Measure, samples: &[BTreeMap<String, f64>]) -> Row {
         major_faults_rounds: major,
         minor_faults: median(&minor),
         vs_uffd_floor: f64::NAN,
+        vs_uffd_one_cpu: f64::NAN,
     }
 }
 
@@ -632,7 +673,7 @@ fn boot_vino(image: &Path, resident: u64, swap: u64) -> Result<std::sync::Arc<vi
 }
 
 /// The VINO side: vm.c as a VINO process, its memory paged by the kernel.
-pub fn vino_side(opts: &VmOptions, linux_floor: f64, progress: &mut dyn FnMut(&str)) -> Result<VinoSide> {
+pub fn vino_side(opts: &VmOptions, floors: Floors, progress: &mut dyn FnMut(&str)) -> Result<VinoSide> {
     opts.check()?;
     let dir = front::scratch_dir(&opts.scratch)?;
     progress("building vm.c for wasm32-wasi");
@@ -705,7 +746,7 @@ pub fn vino_side(opts: &VmOptions, linux_floor: f64, progress: &mut dyn FnMut(&s
         .map(|(&(m, _, name), s)| {
             let mut r = row(m, s);
             r.measure = name.into();
-            r.vs_uffd_floor = r.ns_per_page / linux_floor;
+            floors.apply(&mut r);
             r
         })
         .collect();
@@ -724,15 +765,201 @@ pub fn vino_side(opts: &VmOptions, linux_floor: f64, progress: &mut dyn FnMut(&s
     Ok(VinoSide { rows, notes })
 }
 
+// ---- what paging costs a real program ------------------------------------------------------
+
+/// The goal: a program whose memory the kernel pages within this factor of the same program's
+/// time with its memory left to wasmtime (and Linux).
+pub const GOAL_PAGED_VS_UNPAGED: f64 = 1.05;
+
+/// The resident limit, per process and in total, of the paging-cost measure: far above SQLite's
+/// and gzip's working sets, so the pager fills pages and never evicts.
+pub const PAGING_RESIDENT_LIMIT: u64 = 1 << 30;
+
+/// The in-memory disk each paging-cost run's kernel boots on, in 4 KiB blocks (256 MiB, only
+/// SQLite's database written to it).
+const PAGING_DEVICE_BLOCKS: u64 = 65_536;
+
+/// VINO's page cache in the paging-cost runs, in 4 KiB frames (as `vino bench native`'s).
+const PAGING_CACHE_FRAMES: usize = 32_768;
+
+/// SQLite and gzip, paged against unpaged.
+#[derive(Clone, Debug, Serialize)]
+pub struct PagingCost {
+    pub rows: Vec<PagingRow>,
+    pub rounds: usize,
+    pub sqlite_rows: u64,
+    pub text_bytes: usize,
+    pub resident_limit_bytes: u64,
+    pub goal: f64,
+    /// Whether the paged side's memory was the pager's (false without userfaultfd: then both
+    /// sides are wasmtime's memory and the ratios measure nothing).
+    pub paged: bool,
+}
+
+/// One program's times on both kernels.
+#[derive(Clone, Debug, Serialize)]
+pub struct PagingRow {
+    pub program: String,
+    pub step: String,
+    pub command: String,
+    /// Seconds from start to exit, the median of the rounds.
+    pub paged_s: f64,
+    pub unpaged_s: f64,
+    pub paged_vs_unpaged: f64,
+    pub meets_goal: bool,
+    /// The pager's faults served during a paged run, and how many were swap-ins (medians).
+    pub pager_faults: Option<f64>,
+    pub swap_ins: Option<f64>,
+    pub paged_s_rounds: Vec<f64>,
+    pub unpaged_s_rounds: Vec<f64>,
+}
+
+/// Boots a kernel on a fresh in-memory disk, its programs' memory paged or not, the resident
+/// limits at [`PAGING_RESIDENT_LIMIT`] either way.
+fn boot_for_paging(paged: bool) -> Result<std::sync::Arc<vino_kernel::Kernel>> {
+    use vino_kernel::account::{LimitsConfig, Resource};
+    let dev = std::sync::Arc::new(vino_blockdev::MemDevice::new(PAGING_DEVICE_BLOCKS));
+    vino_fs::mkfs(&*dev, &vino_fs::MkfsOptions::default())?;
+    let mut limits = LimitsConfig::default();
+    limits.process.set(Resource::ResidentBytes, PAGING_RESIDENT_LIMIT);
+    limits.total.set(Resource::ResidentBytes, PAGING_RESIDENT_LIMIT);
+    let config = vino_kernel::KernelConfig {
+        limits,
+        cache_frames: PAGING_CACHE_FRAMES,
+        paged_memory: paged,
+        ..vino_kernel::KernelConfig::default()
+    };
+    vino_kernel::Kernel::boot(dev, &config).map_err(|e| anyhow!("booting VINO on a memory disk: {e}"))
+}
+
+/// One run of a program: its seconds, and the pager's faults and swap-ins during it (None
+/// unpaged).
+#[derive(Clone, Copy, Debug)]
+struct PagingRun {
+    secs: f64,
+    faults: Option<u64>,
+    swap_ins: Option<u64>,
+}
+
+/// One run of `step` on a fresh kernel, its memory paged or not.
+fn paging_run(vino: &crate::native::Vino, host: &Path, step: &crate::native::Step, paged: bool) -> Result<PagingRun> {
+    let kernel = boot_for_paging(paged)?;
+    let before = kernel.pager_stats();
+    let secs = vino.run(&kernel, host, step);
+    kernel.settle_memory();
+    let after = kernel.pager_stats();
+    kernel.shutdown().map_err(|e| anyhow!("shutting VINO down: {e}"))?;
+    // The pager starts with the first program memory: none before it is no fault yet.
+    let before = before.unwrap_or_default();
+    ensure!(
+        after.is_none() || paged,
+        "{}: the kernel paged programs' memory with paged_memory off",
+        step.name
+    );
+    Ok(PagingRun {
+        secs: secs?,
+        faults: after.map(|a| a.faults.saturating_sub(before.faults)),
+        swap_ins: after.map(|a| a.swap_ins.saturating_sub(before.swap_ins)),
+    })
+}
+
+/// SQLite inserting rows and gzip compressing text as VINO processes, with the kernel paging
+/// their memory and without, the side that goes first alternating, `opts.rounds` rounds after one
+/// uncounted run of each.
+pub fn paging_cost(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<PagingCost> {
+    use crate::native;
+    opts.check()?;
+    let native_opts = native::NativeOptions {
+        sqlite_rows: opts.sqlite_rows,
+        text_bytes: opts.text_bytes,
+        ..native::NativeOptions::new(opts.quick)
+    };
+    let steps: Vec<native::Step> = native::steps(&native_opts)
+        .into_iter()
+        .filter(|s| (s.program, s.kind) == ("sqlite3", "sql") || (s.program, s.kind) == ("gzip", "compute"))
+        .collect();
+    let mut wasm = Vec::new();
+    for s in &steps {
+        progress(&format!("building {} for wasm32-wasi", s.program));
+        wasm.push((s.program, native::build_wasm(s.program)?));
+    }
+    progress("compiling SQLite and gzip for vino-wasi");
+    let vino = native::Vino::compile(&wasm)?;
+    let dir = front::scratch_dir(&opts.scratch)?;
+    fs::write(dir.path().join(native::SCRIPT), native::sqlite_script(opts.sqlite_rows))?;
+    fs::write(
+        dir.path().join(native::TEXT),
+        crate::e7_gunzip::generate_text(opts.text_bytes, 0xE11),
+    )?;
+    let host = dir.path();
+    let mut runs: Vec<[Vec<PagingRun>; 2]> = vec![[Vec::new(), Vec::new()]; steps.len()];
+    progress("paging cost: warming up");
+    for s in &steps {
+        for paged in [true, false] {
+            paging_run(&vino, host, s, paged)?;
+        }
+    }
+    for round in 0..opts.rounds {
+        let order = if round % 2 == 0 { [true, false] } else { [false, true] };
+        for (s, r) in steps.iter().zip(runs.iter_mut()) {
+            for paged in order {
+                progress(&format!(
+                    "paging cost, round {} of {}: {} {}",
+                    round + 1,
+                    opts.rounds,
+                    s.program,
+                    if paged { "paged" } else { "unpaged" }
+                ));
+                r[usize::from(!paged)].push(paging_run(&vino, host, s, paged)?);
+                Interrupts::check()?;
+            }
+        }
+    }
+    let rows = steps
+        .iter()
+        .zip(&runs)
+        .map(|(s, [paged, unpaged])| paging_row(s, paged, unpaged))
+        .collect();
+    Ok(PagingCost {
+        rows,
+        rounds: opts.rounds,
+        sqlite_rows: opts.sqlite_rows,
+        text_bytes: opts.text_bytes,
+        resident_limit_bytes: PAGING_RESIDENT_LIMIT,
+        goal: GOAL_PAGED_VS_UNPAGED,
+        paged: runs.iter().flat_map(|[p, _]| p).all(|r| r.faults.is_some()),
+    })
+}
+
+fn paging_row(step: &crate::native::Step, paged: &[PagingRun], unpaged: &[PagingRun]) -> PagingRow {
+    let secs = |runs: &[PagingRun]| -> Vec<f64> { runs.iter().map(|r| r.secs).collect() };
+    let (p, u) = (secs(paged), secs(unpaged));
+    let count = |pick: fn(&PagingRun) -> Option<u64>| -> Option<f64> {
+        let v: Vec<f64> = paged.iter().filter_map(|r| pick(r).map(|n| n as f64)).collect();
+        (!v.is_empty()).then(|| median_of(v))
+    };
+    let (paged_s, unpaged_s) = (median_of(p.iter().copied()), median_of(u.iter().copied()));
+    let ratio = paged_s / unpaged_s;
+    PagingRow {
+        program: step.program.to_string(),
+        step: step.name.clone(),
+        command: step.args.join(" ") + if step.stdin.is_some() { " < input" } else { "" },
+        paged_s,
+        unpaged_s,
+        paged_vs_unpaged: ratio,
+        meets_goal: ratio <= GOAL_PAGED_VS_UNPAGED,
+        pager_faults: count(|r| r.faults),
+        swap_ins: count(|r| r.swap_ins),
+        paged_s_rounds: p,
+        unpaged_s_rounds: u,
+    }
+}
+
 pub fn run(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<VmReport> {
     let before = load_average();
     let linux = linux_side(opts, progress)?;
-    let floor = linux
-        .rows
-        .iter()
-        .find(|r| r.key == Measure::Uffd.key())
-        .map_or(f64::NAN, |r| r.ns_per_page);
-    let vino = vino_side(opts, floor, progress)?;
+    let vino = vino_side(opts, Floors::of(&linux.rows), progress)?;
+    let paging = paging_cost(opts, progress)?;
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     Ok(VmReport {
         rounds: opts.rounds,
@@ -744,11 +971,54 @@ pub fn run(opts: &VmOptions, progress: &mut dyn FnMut(&str)) -> Result<VmReport>
         mapped_bytes: opts.mapped_bytes,
         linux,
         vino_side: Some(vino),
+        paging_cost: Some(paging),
         notes: vec![format!(
             "load average (1, 5, 15 min) before: {before}, after: {}; {cpus} CPUs",
             load_average()
         )],
     })
+}
+
+impl PagingCost {
+    fn table(&self) -> Table {
+        let mut t = Table::new(
+            "What paging costs a real program: the kernel paging its memory against wasmtime's memory",
+            &[
+                "step",
+                "paged s",
+                "unpaged s",
+                "paged / unpaged",
+                "within 5%",
+                "pager faults",
+                "swap-ins",
+            ],
+        );
+        for r in &self.rows {
+            t.row([
+                r.step.clone(),
+                format!("{:.3}", r.paged_s),
+                format!("{:.3}", r.unpaged_s),
+                fmt_ratio(r.paged_vs_unpaged),
+                if r.meets_goal { "yes" } else { "no" }.into(),
+                fmt_faults(r.pager_faults),
+                fmt_faults(r.swap_ins),
+            ]);
+        }
+        t.note(format!(
+            "the median of {} rounds, the side that goes first alternating, after one uncounted run of each; a \
+             kernel booted for every run on an in-memory disk, paged_memory on or off, the resident limits {} MiB \
+             per process and in total either way; wall-clock from start to exit",
+            self.rounds,
+            self.resident_limit_bytes >> 20
+        ));
+        for r in &self.rows {
+            t.note(format!("{}: {}", r.step, r.command));
+        }
+        if !self.paged {
+            t.note("programs' memory was not paged (no userfaultfd): both sides are wasmtime's memory");
+        }
+        t
+    }
 }
 
 fn fmt_faults(f: Option<f64>) -> String {
@@ -765,6 +1035,7 @@ impl VmReport {
                 "pages",
                 "ns per page",
                 "/ uffd floor",
+                "/ one-CPU uffd",
                 "major faults",
                 "minor faults",
             ],
@@ -779,6 +1050,7 @@ impl VmReport {
                     r.pages.to_string(),
                     format!("{:.1}", r.ns_per_page),
                     fmt_ratio(r.vs_uffd_floor),
+                    fmt_ratio(r.vs_uffd_one_cpu),
                     fmt_faults(r.major_faults),
                     fmt_faults(r.minor_faults),
                 ]);
@@ -832,7 +1104,9 @@ impl VmReport {
         for n in &self.notes {
             t.note(n.clone());
         }
-        vec![t]
+        let mut tables = vec![t];
+        tables.extend(self.paging_cost.as_ref().map(PagingCost::table));
+        tables
     }
 
     /// Each measure's ns per page over the userfaultfd round trip's, per side (SVG).

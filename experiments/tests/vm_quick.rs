@@ -1,6 +1,6 @@
 //! `vino bench vm` at CI size: every Linux row that ran has a positive, finite ns per page in
 //! every round and its ratio to the userfaultfd floor; the swap-in either ran or says why not;
-//! the VINO side measured its first touch and swap-in; no swap file or cgroup is left behind; vm.c's wasm32-wasi build runs `touch` and `reread` as a
+//! the VINO side measured its first touch and swap-in; SQLite and gzip ran paged and unpaged; no swap file or cgroup is left behind; vm.c's wasm32-wasi build runs `touch` and `reread` as a
 //! VINO process and refuses `uffd` and `mapfile` with exit 2. Timings are not checked.
 
 use std::process::Command;
@@ -27,6 +27,25 @@ fn the_linux_fault_costs_are_measured_and_the_swap_is_undone() {
             r["ns_per_page"].as_f64().is_some_and(|x| x.is_finite() && x > 0.0),
             "{r}"
         );
+    }
+    let paging = v["paging_cost"]["rows"].as_array().expect("the paging cost ran");
+    for program in ["sqlite3", "gzip"] {
+        let r = paging
+            .iter()
+            .find(|r| r["program"] == program)
+            .unwrap_or_else(|| panic!("paging cost of {program} missing: {v}"));
+        for side in ["paged_s", "unpaged_s"] {
+            assert!(
+                r[side].as_f64().is_some_and(|x| x.is_finite() && x > 0.0),
+                "{side}: {r}"
+            );
+        }
+        if v["paging_cost"]["paged"] == true {
+            assert!(
+                r["pager_faults"].as_f64().is_some_and(|x| x > 0.0),
+                "no fault paged: {r}"
+            );
+        }
     }
     let linux = &v["linux"];
     let rows = linux["rows"].as_array().expect("rows");

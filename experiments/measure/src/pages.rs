@@ -288,6 +288,17 @@ const STATS: &[Column] = &[
     ("p90", "stats.p90_ns", Fmt::Ns),
 ];
 
+/// A row of `vino bench vm`'s fault costs, either side.
+const VM_FAULT_COLUMNS: &[Column] = &[
+    ("measure", "measure", Fmt::Text),
+    ("pages", "pages", Fmt::Count),
+    ("per page", "ns_per_page", Fmt::Ns),
+    ("/ floor", "vs_uffd_floor", Fmt::Ratio),
+    ("/ one-CPU", "vs_uffd_one_cpu", Fmt::Ratio),
+    ("major faults", "major_faults", Fmt::Count),
+    ("minor faults", "minor_faults", Fmt::Count),
+];
+
 /// Every page and its tables.
 pub const PAGES: &[Page] = &[
     Page {
@@ -761,6 +772,53 @@ pub const PAGES: &[Page] = &[
                     ("procs.wasm bytes", "procs_module_bytes", Fmt::Count),
                     ("true.wasm bytes", "true_module_bytes", Fmt::Count),
                     ("compiler", "clang", Fmt::Text),
+                ],
+            },
+        ],
+    },
+    Page {
+        name: "vm",
+        tables: &[
+            Table {
+                title: "What a page fault costs on Linux, median of the rounds; `/ floor` is ns per page over the userfaultfd round trip's (the floor for a pager in user space), `/ one-CPU` over the round trip's with both threads on one CPU:",
+                rows: "linux.rows[]",
+                across: None,
+                columns: VM_FAULT_COLUMNS,
+            },
+            Table {
+                title: "The same work as a VINO process, its memory paged by the kernel (goal: each fault within 2x of the floor); major faults are the pager's swap-ins, minor its other faults:",
+                rows: "vino_side.rows[]",
+                across: None,
+                columns: VM_FAULT_COLUMNS,
+            },
+            Table {
+                title: "What paging costs a real program: SQLite and gzip as VINO processes, the kernel paging their memory against wasmtime's (goal: paged within 5% of unpaged), median of the rounds:",
+                rows: "paging_cost.rows[]",
+                across: None,
+                columns: &[
+                    ("step", "step", Fmt::Text),
+                    ("paged", "paged_s", Fmt::Secs),
+                    ("unpaged", "unpaged_s", Fmt::Secs),
+                    ("paged / unpaged", "paged_vs_unpaged", Fmt::Ratio),
+                    ("within 5%", "meets_goal", Fmt::Text),
+                    ("pager faults", "pager_faults", Fmt::Count),
+                    ("swap-ins", "swap_ins", Fmt::Count),
+                ],
+            },
+            Table {
+                title: "The run:",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("rounds", "rounds", Fmt::Count),
+                    ("touched", "touch_bytes", Fmt::Mib),
+                    ("swap-in written", "swap_working_bytes", Fmt::Mib),
+                    ("swap-in limit", "swap_limit_bytes", Fmt::Mib),
+                    ("mapped file", "mapped_bytes", Fmt::Mib),
+                    ("SQLite rows", "paging_cost.sqlite_rows", Fmt::Count),
+                    ("gzip text", "paging_cost.text_bytes", Fmt::Mib),
+                    ("resident limit", "paging_cost.resident_limit_bytes", Fmt::Mib),
+                    ("compiler", "linux.clang", Fmt::Text),
                 ],
             },
         ],

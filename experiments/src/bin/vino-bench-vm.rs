@@ -1,6 +1,7 @@
 //! `vino-bench-vm` (`vino bench vm`): what a page fault costs on this machine (first touch, the
 //! userfaultfd round trip, swap-in, a mapped ext4 file cold and hot), each against the
-//! userfaultfd round trip, the floor for a pager in user space. Writes `vm.json` and `vm.svg`.
+//! userfaultfd round trip, the floor for a pager in user space, on Linux and as a VINO process;
+//! and what paging costs SQLite and gzip. Writes `vm.json` and `vm.svg`.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -8,9 +9,10 @@ use std::process::ExitCode;
 use vino_experiments::front::{self, Common};
 use vino_experiments::vm;
 
-/// Page-fault costs on Linux: first touch, userfaultfd, swap-in, mapped file
-/// (experiments/programs/vm.c). The swap-in needs root and a memory cgroup, and is skipped
-/// with the reason otherwise.
+/// Page-fault costs on Linux and VINO: first touch, userfaultfd, swap-in, mapped file
+/// (experiments/programs/vm.c); and SQLite and gzip as VINO processes with their memory paged
+/// and not. Linux's swap-in needs root and a memory cgroup, and is skipped with the reason
+/// otherwise.
 #[derive(Parser)]
 #[command(name = "vino-bench-vm")]
 struct Args {
