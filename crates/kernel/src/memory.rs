@@ -27,6 +27,8 @@ const _: () = assert!(PAGE == BLOCK_SIZE, "a swap slot is one block");
 /// The kernel's pager and swap area.
 pub(crate) struct KernelMemory {
     config: PagerConfig,
+    /// Swap in memory instead of the file (`KernelConfig::swap_on_disk` off).
+    in_memory: Option<Arc<vino_vm::MemSwap>>,
     /// Programs' memory is paged by the kernel (`KernelConfig::paged_memory`).
     paged: bool,
     swap: Arc<SwapFile>,
@@ -47,10 +49,13 @@ impl KernelMemory {
             // 4 MiB at a time, less on a small image.
             swap_chunk: (swap_pages / 8).clamp(16, 1024),
             swap_wait: kernel.swap_wait,
+            swap_grow_ahead: kernel.swap_grow_ahead,
+            swap_key: kernel.swap_key,
             ..PagerConfig::default()
         };
         KernelMemory {
             config,
+            in_memory: (!kernel.swap_on_disk).then(Default::default),
             paged,
             swap: Arc::new(SwapFile {
                 fs,
@@ -66,7 +71,11 @@ impl KernelMemory {
                 if !self.paged {
                     return None;
                 }
-                match Pager::new(self.config.clone(), self.swap.clone()) {
+                let store: Arc<dyn SwapStore> = match &self.in_memory {
+                    Some(m) => m.clone(),
+                    None => self.swap.clone(),
+                };
+                match Pager::new(self.config.clone(), store) {
                     Ok(p) => Some(p),
                     Err(e) => {
                         eprintln!("vino: programs' memory is not paged: no userfaultfd here ({e})");

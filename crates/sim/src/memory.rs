@@ -1,13 +1,15 @@
 //! Processes' memory under pressure, in the simulation: each simulated process may hold a
 //! program memory (made by the kernel's pager, as wasmtime's would be) far larger than its
 //! resident limit, touches pages of it and reads them back against a model of what it wrote,
-//! while the workload's hostile grafts sit on its `vas.pick_victim` and `vm.fault_around`. Its
-//! pages go to the swap file on the simulated disk, among the workload's own writes, so power
-//! cuts hit them too. At the end every memory is dropped and nothing may stay held: frames,
-//! staging slots, swap slots, swap charges.
+//! while the workload's hostile grafts sit on its `vas.pick_victim` and `vm.fault_around`. At
+//! the end every memory is dropped and nothing may stay held: frames, staging slots, swap
+//! slots, swap charges.
 //!
 //! The pager serves faults on threads of its own; the simulation settles it after every touch
-//! (`Kernel::settle_memory`), so what reaches the disk comes in the same order every run.
+//! (`Kernel::settle_memory`). Its swap is kept in memory (`KernelConfig::swap_on_disk` off):
+//! which page goes depends on when Linux lets a page move, so swap writes on the simulated disk
+//! would make its sequence of writes vary from run to run. The swap file on a real file system,
+//! crashes included, is tested in `crates/wasi/tests/memory.rs`.
 
 use std::sync::Arc;
 use vino_blockdev::rng::SplitMix64;
@@ -20,8 +22,7 @@ const RESERVED: usize = 64 * PAGE_SIZE;
 const GUARD: usize = 16 * PAGE_SIZE;
 
 /// The simulation's limits: the defaults, with memories held to a quarter of their pages each
-/// and to half of one memory all together, and a swap area of 512 KiB (in chunks of 64 KiB)
-/// on the 8 MiB disk.
+/// and to half of one memory all together, and a swap area of 512 KiB.
 pub fn limits() -> vino_kernel::account::LimitsConfig {
     let mut l = vino_kernel::account::LimitsConfig::default();
     l.process.set(Resource::ResidentBytes, (PAGES / 4 * PAGE_SIZE) as u64);

@@ -85,6 +85,10 @@ pub struct PagerConfig {
     /// memory stays over its share for now: growing takes file-system locks a thread stuck in
     /// a fault may hold, so a fault's path never waits on it without bound).
     pub swap_wait: Duration,
+    /// The swap area grows half a chunk ahead of need (see `Swap::with_growth`).
+    pub swap_grow_ahead: bool,
+    /// The swap's key (see `Swap::with_key`): `None`, random at start.
+    pub swap_key: Option<[u8; 32]>,
 }
 
 impl Default for PagerConfig {
@@ -96,6 +100,8 @@ impl Default for PagerConfig {
             swap_chunk: (4 << 20) / PAGE as u64,
             fault_threads: 2,
             swap_wait: Duration::from_millis(50),
+            swap_grow_ahead: true,
+            swap_key: None,
         }
     }
 }
@@ -300,7 +306,13 @@ impl Pager {
         let base = mmap_none(STAGING_BYTES)?;
         protect_rw(base, STAGING_BYTES)?;
         uffd.register(base, STAGING_BYTES)?;
-        let swap = Swap::new(store, config.swap_pages, config.swap_chunk);
+        let swap = Swap::with_key(
+            store,
+            config.swap_pages,
+            config.swap_chunk,
+            config.swap_grow_ahead,
+            config.swap_key,
+        );
         let shared = Arc::new(Shared {
             uffd,
             staging: Staging {
@@ -386,10 +398,13 @@ impl Pager {
     pub fn settle(&self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while std::time::Instant::now() < deadline {
-            let idle = {
+            // The reader's count first: it queues what a fault leaves to do before it counts
+            // the fault done, so a queue seen empty after a count of zero is empty indeed.
+            let read = self.shared.reading.load(Ordering::SeqCst) == 0;
+            let idle = read && {
                 let q = self.shared.queues.lock();
                 q.turn.is_empty() && q.busy.is_empty()
-            } && self.shared.reading.load(Ordering::SeqCst) == 0;
+            };
             if idle && !self.shared.swap.growing() {
                 return;
             }
@@ -881,11 +896,12 @@ impl Shared {
             }
             let regions: Vec<_> = self.regions.read().values().cloned().collect();
             let fair = total / regions.len().max(1) as u64;
+            // Ties go to the highest pid, not to where the memories happen to lie.
             let worst = regions
                 .iter()
                 .map(|r| (r.state.lock().table.frames(), r))
                 .filter(|(f, _)| *f > fair)
-                .max_by_key(|(f, _)| *f)
+                .max_by_key(|(f, r)| (*f, r.owner.pid()))
                 .map(|(_, r)| r.clone());
             match worst {
                 Some(r) if self.evict(&r, (frames - total).min(WRITE_BATCH)) > 0 => {}

@@ -170,6 +170,8 @@ pub struct Swap {
     max_pages: u64,
     /// Slots added per growth.
     chunk: u64,
+    /// Grow half a chunk ahead of need (off: only when an eviction finds no slot).
+    ahead: bool,
     key: [u8; 32],
     /// Next cipher stream: one per write, never reused under this key.
     streams: AtomicU64,
@@ -179,8 +181,23 @@ pub struct Swap {
 
 impl Swap {
     pub fn new(store: Arc<dyn SwapStore>, max_pages: u64, chunk: u64) -> Swap {
-        let mut key = [0u8; 32];
-        getrandom::fill(&mut key).expect("the host gives random bytes");
+        Swap::with_growth(store, max_pages, chunk, true)
+    }
+
+    /// As [`Swap::new`]; `ahead`: grow before the slots run out, on the grower's thread while
+    /// evictions write (the simulator turns it off: its disk must see writes in one order).
+    pub fn with_growth(store: Arc<dyn SwapStore>, max_pages: u64, chunk: u64, ahead: bool) -> Swap {
+        Swap::with_key(store, max_pages, chunk, ahead, None)
+    }
+
+    /// As [`Swap::with_growth`], enciphering under `key` (`None`: a random one, the only kind a
+    /// kernel should use; the simulator fixes it so that its disk sees the same bytes every run).
+    pub fn with_key(store: Arc<dyn SwapStore>, max_pages: u64, chunk: u64, ahead: bool, key: Option<[u8; 32]>) -> Swap {
+        let key = key.unwrap_or_else(|| {
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key).expect("the host gives random bytes");
+            key
+        });
         let have = store.pages().min(max_pages);
         let mut slots = Slots {
             used: Vec::new(),
@@ -196,6 +213,7 @@ impl Swap {
             store,
             max_pages,
             chunk: chunk.max(1),
+            ahead,
             key,
             streams: AtomicU64::new(1),
             slots: Mutex::new(slots),
@@ -232,7 +250,12 @@ impl Swap {
         loop {
             if let Some(run) = s.take_run(max.max(1)) {
                 // Less than half a chunk left: the grower adds one ahead of need.
-                if s.have - s.in_use < self.chunk / 2 && s.have < self.max_pages && s.want <= s.have && !s.stuck {
+                if self.ahead
+                    && s.have - s.in_use < self.chunk / 2
+                    && s.have < self.max_pages
+                    && s.want <= s.have
+                    && !s.stuck
+                {
                     s.want = (s.have + self.chunk).min(self.max_pages);
                     self.changed.notify_all();
                 }

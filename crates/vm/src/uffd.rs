@@ -174,19 +174,28 @@ impl Uffd {
 
     /// Moves the page at `src` to the missing page at `dst` (both in anonymous memory
     /// registered here), atomically: a thread touching `src` meanwhile faults to the pager.
+    /// A page Linux holds for a moment (locked, not yet on its LRU lists) refuses with `EAGAIN`
+    /// or `EBUSY`: tried again a few times, so that what goes does not hang on the moment.
     pub fn move_page(&self, dst: usize, src: usize, len: usize) -> io::Result<Placed> {
-        let mut t = Transfer {
-            dst: dst as u64,
-            src: src as u64,
-            len: len as u64,
-            mode: 0,
-            result: 0,
-        };
-        match self.ioctl(IOC_MOVE, &mut t) {
-            Ok(()) => Ok(Placed::Done),
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(Placed::AlreadyThere),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Placed::NoSource),
-            Err(e) => Err(e),
+        let mut tries = 0;
+        loop {
+            let mut t = Transfer {
+                dst: dst as u64,
+                src: src as u64,
+                len: len as u64,
+                mode: 0,
+                result: 0,
+            };
+            match self.ioctl(IOC_MOVE, &mut t) {
+                Ok(()) => return Ok(Placed::Done),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(Placed::AlreadyThere),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(Placed::NoSource),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) && tries < 1000 => {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 

@@ -626,6 +626,9 @@ impl Program {
             }
         });
         let outcome = match self.pre.instantiate_async(&mut store).await {
+            // A kill that landed while it was being made (its memory's pages faulting in): it
+            // ends as killed, not as a program that could not start.
+            Err(e) if kill.killed() || process.killed() => Ok(Err(e)),
             Err(e) => Err(RunError::Invalid(format!("{e:#}"))),
             Ok(instance) => {
                 store.data_mut().memory = instance.get_memory(&mut store, "memory");

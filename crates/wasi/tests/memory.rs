@@ -201,3 +201,46 @@ fn a_program_out_of_swap_ends_alone_with_that_reason() {
     assert!(hog_exit.reason().unwrap().contains("out of swap"));
     nothing_held(&dev, &k, &[1000, 1001]);
 }
+
+#[test]
+fn a_power_cut_with_pages_in_swap_loses_nothing_fsynced_and_frees_the_swap() {
+    let (dev, k) = boot(2 * MIB, 256 * MIB);
+    let root = k.spawn(Credentials::root());
+    let fd = root.open("/kept", vino_kernel::OpenFlags::create()).unwrap();
+    root.write(fd, b"durable before the cut").unwrap();
+    root.fsync(fd).unwrap();
+    root.close(fd).unwrap();
+    k.exit(root.pid());
+    let program = Program::compile(&build("memory"), ProgramLimits::default()).unwrap();
+    // Its pages go to swap; the kernel is then cut off with the swap area still on the disk.
+    let (exit, out) = run(&k, &program, 1000, &["16", "1"], &[]);
+    if !paged(&k) {
+        return;
+    }
+    assert_eq!(exit, Exit::Code(0), "{out}");
+    assert!(k.pager_stats().unwrap().swap_outs > 0);
+    // The swap area (a file with no name, on the orphan list) is durable, then the power goes.
+    k.sync().unwrap();
+    let cut = Arc::new(MemDevice::from_image(dev.durable_image()).unwrap());
+    drop(k);
+    let again = Kernel::boot(cut.clone() as Arc<dyn BlockDevice>, &KernelConfig::default()).unwrap();
+    let reader = again.spawn(Credentials::root());
+    let fd = reader.open("/kept", vino_kernel::OpenFlags::read_only()).unwrap();
+    let mut buf = [0u8; 64];
+    let n = reader.read(fd, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"durable before the cut");
+    reader.close(fd).unwrap();
+    let names: Vec<String> = reader
+        .readdir("/")
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with(".vino-swap")), "{names:?}");
+    again.exit(reader.pid());
+    assert!(
+        again.fs_stats().orphans_freed_at_mount >= 1,
+        "the swap area was freed at mount"
+    );
+    common::fsck(&cut, &again);
+}
