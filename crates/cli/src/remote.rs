@@ -294,7 +294,7 @@ fn graft_table(grafts: &[GraftTop]) -> String {
 
 fn process_table(procs: &[ProcessTop]) -> String {
     let mut out = format!(
-        "{:>5} {:>7} {:>5} {:<12} {:>8} {:>10} {:>10} {:>5} {:>6} {:>10} {:>8} {:>9} {:>8} {:>8} {:>6}\n",
+        "{:>5} {:>7} {:>5} {:<12} {:>8} {:>10} {:>10} {:>5} {:>6} {:>10} {:>8} {:>9} {:>8} {:>8} {:>6} {:>6} {:>6}\n",
         "PID",
         "HOSTPID",
         "UID",
@@ -309,11 +309,13 @@ fn process_table(procs: &[ProcessTop]) -> String {
         "GRAFT ms",
         "HITS",
         "MISSES",
-        "FRAMES"
+        "FRAMES",
+        "RES",
+        "SWAP"
     );
     for p in procs {
         out += &format!(
-            "{:>5} {:>7} {:>5} {:<12} {:>8} {:>10} {:>10} {:>5} {:>6} {:>10} {:>8} {:>9.3} {:>8} {:>8} {:>6}\n",
+            "{:>5} {:>7} {:>5} {:<12} {:>8} {:>10} {:>10} {:>5} {:>6} {:>10} {:>8} {:>9.3} {:>8} {:>8} {:>6} {:>6} {:>6}\n",
             p.pid,
             p.host_pid,
             p.uid,
@@ -334,7 +336,10 @@ fn process_table(procs: &[ProcessTop]) -> String {
             p.graft_time_ns as f64 / 1e6,
             p.cache_hits,
             p.cache_misses,
-            p.cache_frames
+            p.cache_frames,
+            // Pages of its program's memory in frames and in swap.
+            p.memory.resident,
+            p.memory.swapped
         );
     }
     out
