@@ -172,15 +172,6 @@ pub struct KernelConfig {
     /// Whether programs' memory is paged by the kernel (see `memory`); off, Linux pages it,
     /// unlimited by the kernel's resident sets (to measure what paging costs).
     pub paged_memory: bool,
-    /// How long an eviction waits for the swap area to grow (`vino_vm::PagerConfig::swap_wait`),
-    /// and whether the area grows ahead of need. The simulator waits as long as it takes and
-    /// grows only on need, so that its disk sees the same writes every run.
-    pub swap_wait: Duration,
-    pub swap_grow_ahead: bool,
-    /// The key swap pages are enciphered under: `None` (the default), random at boot, so that
-    /// nobody reading the device reads swap; the simulator fixes one so that its disk sees the
-    /// same bytes every run.
-    pub swap_key: Option<[u8; 32]>,
     /// Swap on the kernel's file system (the default), or in the daemon's memory: the
     /// simulator's, whose disk must see the same writes every run while which page the pager
     /// evicts depends on when Linux lets a page move.
@@ -208,9 +199,6 @@ impl Default for KernelConfig {
             cpu: CpuSchedConfig::default(),
             protect: perm::Protected::default(),
             paged_memory: true,
-            swap_wait: Duration::from_millis(50),
-            swap_grow_ahead: true,
-            swap_key: None,
             swap_on_disk: true,
         }
     }

@@ -48,9 +48,6 @@ impl KernelMemory {
             swap_pages,
             // 4 MiB at a time, less on a small image.
             swap_chunk: (swap_pages / 8).clamp(16, 1024),
-            swap_wait: kernel.swap_wait,
-            swap_grow_ahead: kernel.swap_grow_ahead,
-            swap_key: kernel.swap_key,
             ..PagerConfig::default()
         };
         KernelMemory {

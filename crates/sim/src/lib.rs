@@ -312,9 +312,6 @@ impl Sim {
             event_dispatch: vino_kernel::Dispatch::Caller,
             clock: shared_clock,
             limits: memory::limits(),
-            swap_wait: Duration::from_secs(60),
-            swap_grow_ahead: false,
-            swap_key: Some([7; 32]),
             // Which pages the pager evicts depends on when Linux lets a page move (and on
             // graft budgets in real time), so its writes would make the disk's sequence vary
             // from run to run: swap stays off the simulated disk.

@@ -85,10 +85,6 @@ pub struct PagerConfig {
     /// memory stays over its share for now: growing takes file-system locks a thread stuck in
     /// a fault may hold, so a fault's path never waits on it without bound).
     pub swap_wait: Duration,
-    /// The swap area grows half a chunk ahead of need (see `Swap::with_growth`).
-    pub swap_grow_ahead: bool,
-    /// The swap's key (see `Swap::with_key`): `None`, random at start.
-    pub swap_key: Option<[u8; 32]>,
 }
 
 impl Default for PagerConfig {
@@ -100,8 +96,6 @@ impl Default for PagerConfig {
             swap_chunk: (4 << 20) / PAGE as u64,
             fault_threads: 2,
             swap_wait: Duration::from_millis(50),
-            swap_grow_ahead: true,
-            swap_key: None,
         }
     }
 }
@@ -306,13 +300,7 @@ impl Pager {
         let base = mmap_none(STAGING_BYTES)?;
         protect_rw(base, STAGING_BYTES)?;
         uffd.register(base, STAGING_BYTES)?;
-        let swap = Swap::with_key(
-            store,
-            config.swap_pages,
-            config.swap_chunk,
-            config.swap_grow_ahead,
-            config.swap_key,
-        );
+        let swap = Swap::new(store, config.swap_pages, config.swap_chunk);
         let shared = Arc::new(Shared {
             uffd,
             staging: Staging {
@@ -410,10 +398,6 @@ impl Pager {
             }
             std::thread::sleep(Duration::from_micros(20));
         }
-    }
-
-    pub fn config(&self) -> &PagerConfig {
-        &self.shared.config
     }
 
     /// Checks every memory's table (the simulator's invariant).
@@ -902,9 +886,10 @@ impl Shared {
                 .map(|r| (r.state.lock().table.frames(), r))
                 .filter(|(f, _)| *f > fair)
                 .max_by_key(|(f, r)| (*f, r.owner.pid()))
-                .map(|(_, r)| r.clone());
+                .map(|(f, r)| (f, r.clone()));
+            // Never below its fair share: what it holds past it, at most.
             match worst {
-                Some(r) if self.evict(&r, (frames - total).min(WRITE_BATCH)) > 0 => {}
+                Some((held, r)) if self.evict(&r, (frames - total).min(held - fair).min(WRITE_BATCH)) > 0 => {}
                 _ => return,
             }
         }

@@ -170,8 +170,6 @@ pub struct Swap {
     max_pages: u64,
     /// Slots added per growth.
     chunk: u64,
-    /// Grow half a chunk ahead of need (off: only when an eviction finds no slot).
-    ahead: bool,
     key: [u8; 32],
     /// Next cipher stream: one per write, never reused under this key.
     streams: AtomicU64,
@@ -180,24 +178,11 @@ pub struct Swap {
 }
 
 impl Swap {
+    /// A swap of at most `max_pages` slots in `store`, grown `chunk` at a time, half a chunk
+    /// ahead of need; its key made now, at random.
     pub fn new(store: Arc<dyn SwapStore>, max_pages: u64, chunk: u64) -> Swap {
-        Swap::with_growth(store, max_pages, chunk, true)
-    }
-
-    /// As [`Swap::new`]; `ahead`: grow before the slots run out, on the grower's thread while
-    /// evictions write (the simulator turns it off: its disk must see writes in one order).
-    pub fn with_growth(store: Arc<dyn SwapStore>, max_pages: u64, chunk: u64, ahead: bool) -> Swap {
-        Swap::with_key(store, max_pages, chunk, ahead, None)
-    }
-
-    /// As [`Swap::with_growth`], enciphering under `key` (`None`: a random one, the only kind a
-    /// kernel should use; the simulator fixes it so that its disk sees the same bytes every run).
-    pub fn with_key(store: Arc<dyn SwapStore>, max_pages: u64, chunk: u64, ahead: bool, key: Option<[u8; 32]>) -> Swap {
-        let key = key.unwrap_or_else(|| {
-            let mut key = [0u8; 32];
-            getrandom::fill(&mut key).expect("the host gives random bytes");
-            key
-        });
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).expect("the host gives random bytes");
         let have = store.pages().min(max_pages);
         let mut slots = Slots {
             used: Vec::new(),
@@ -213,7 +198,6 @@ impl Swap {
             store,
             max_pages,
             chunk: chunk.max(1),
-            ahead,
             key,
             streams: AtomicU64::new(1),
             slots: Mutex::new(slots),
@@ -237,11 +221,6 @@ impl Swap {
         self.slots.lock().have
     }
 
-    /// A free slot, waiting up to `wait` for the store to grow if it must.
-    pub fn alloc(&self, wait: Duration) -> Result<u64, NoSlot> {
-        self.alloc_run(1, wait).map(|(first, _)| first)
-    }
-
     /// Up to `max` consecutive free slots (at least one), waiting up to `wait` for the store
     /// to grow if none is free: (first, how many).
     pub fn alloc_run(&self, max: u64, wait: Duration) -> Result<(u64, u64), NoSlot> {
@@ -250,12 +229,7 @@ impl Swap {
         loop {
             if let Some(run) = s.take_run(max.max(1)) {
                 // Less than half a chunk left: the grower adds one ahead of need.
-                if self.ahead
-                    && s.have - s.in_use < self.chunk / 2
-                    && s.have < self.max_pages
-                    && s.want <= s.have
-                    && !s.stuck
-                {
+                if s.have - s.in_use < self.chunk / 2 && s.have < self.max_pages && s.want <= s.have && !s.stuck {
                     s.want = (s.have + self.chunk).min(self.max_pages);
                     self.changed.notify_all();
                 }
@@ -283,17 +257,6 @@ impl Swap {
             s.in_use -= 1;
             s.stuck = false;
         }
-    }
-
-    /// Enciphers `page` into `scratch` and writes it to `slot`.
-    pub fn write_page(&self, slot: u64, page: &[u8], scratch: &mut [u8]) -> io::Result<Swapped> {
-        let stream = self.streams.fetch_add(1, Ordering::Relaxed);
-        self.keystream(stream, scratch);
-        for (s, p) in scratch.iter_mut().zip(page) {
-            *s ^= p;
-        }
-        self.store.write(slot, scratch)?;
-        Ok(Swapped { slot, stream })
     }
 
     /// Enciphers `pages` (whole pages) into `scratch` (as long) and writes them to the
@@ -325,16 +288,6 @@ impl Swap {
             for (p, k) in page.iter_mut().zip(scratch.iter()) {
                 *p ^= k;
             }
-        }
-        Ok(())
-    }
-
-    /// Reads the page `at` into `page`, deciphered.
-    pub fn read_page(&self, at: Swapped, page: &mut [u8], scratch: &mut [u8]) -> io::Result<()> {
-        self.store.read(at.slot, page)?;
-        self.keystream(at.stream, scratch);
-        for (p, s) in page.iter_mut().zip(scratch.iter()) {
-            *p ^= s;
         }
         Ok(())
     }
@@ -390,16 +343,16 @@ mod tests {
         let swap = Swap::new(store.clone(), 4, 4);
         let page: Vec<u8> = (0..PAGE).map(|i| (i % 251) as u8).collect();
         let mut scratch = vec![0u8; PAGE];
-        let slot = swap.alloc(Duration::ZERO).unwrap();
-        let at = swap.write_page(slot, &page, &mut scratch).unwrap();
+        let (slot, _) = swap.alloc_run(1, Duration::ZERO).unwrap();
+        let at = swap.write_pages(slot, &[&page], &mut scratch).unwrap()[0];
         let mut raw = vec![0u8; PAGE];
         store.read(slot, &mut raw).unwrap();
         assert_ne!(raw, page, "the store holds no plain page");
         let mut back = vec![0u8; PAGE];
-        swap.read_page(at, &mut back, &mut scratch).unwrap();
+        swap.read_pages(&[at], &mut back, &mut vec![0u8; PAGE]).unwrap();
         assert_eq!(back, page);
         // The same page written again goes under another stream.
-        let again = swap.write_page(slot, &page, &mut scratch).unwrap();
+        let again = swap.write_pages(slot, &[&page], &mut scratch).unwrap()[0];
         let mut raw2 = vec![0u8; PAGE];
         store.read(slot, &mut raw2).unwrap();
         assert_ne!(again.stream, at.stream);
@@ -411,12 +364,12 @@ mod tests {
         let store = Arc::new(MemSwap::default());
         store.grow(2).unwrap();
         let swap = Swap::new(store, 2, 2);
-        let a = swap.alloc(Duration::ZERO).unwrap();
-        let b = swap.alloc(Duration::ZERO).unwrap();
+        let a = swap.alloc_run(1, Duration::ZERO).map(|r| r.0).unwrap();
+        let b = swap.alloc_run(1, Duration::ZERO).map(|r| r.0).unwrap();
         assert_ne!(a, b);
-        assert_eq!(swap.alloc(Duration::ZERO), Err(NoSlot::Full));
+        assert_eq!(swap.alloc_run(1, Duration::ZERO).map(|r| r.0), Err(NoSlot::Full));
         swap.free(a);
-        assert_eq!(swap.alloc(Duration::ZERO), Ok(a));
+        assert_eq!(swap.alloc_run(1, Duration::ZERO).map(|r| r.0), Ok(a));
         assert_eq!(swap.in_use(), 2);
     }
 
@@ -428,10 +381,15 @@ mod tests {
             let swap = swap.clone();
             std::thread::spawn(move || swap.grow_while_running())
         };
-        let got: Vec<u64> = (0..8).map(|_| swap.alloc(Duration::from_secs(10)).unwrap()).collect();
+        let got: Vec<u64> = (0..8)
+            .map(|_| swap.alloc_run(1, Duration::from_secs(10)).map(|r| r.0).unwrap())
+            .collect();
         assert_eq!(got.len(), 8);
         assert_eq!(store.pages(), 8);
-        assert_eq!(swap.alloc(Duration::from_millis(10)), Err(NoSlot::Full));
+        assert_eq!(
+            swap.alloc_run(1, Duration::from_millis(10)).map(|r| r.0),
+            Err(NoSlot::Full)
+        );
         swap.stop();
         grower.join().unwrap();
     }
