@@ -153,5 +153,26 @@ int vino_sigpending(uint64_t *set);
 VINO_IMPORT(sigsuspend)
 int vino_sigsuspend(uint64_t mask);
 
+/* ---- Files mapped into memory (the SDK's mmap, munmap and msync call these). ----
+ * vino_mmap maps `len` bytes of the file open as `fd`, from `offset`, over the `len` bytes of
+ * the program's memory at `addr` (both page-aligned, VINO_MEMORY_PAGE_SIZE; what was there goes).
+ * VINO_MAP_SHARED: stores reach the file (written back when the kernel evicts the page, at
+ * vino_msync, at vino_munmap and when the program ends) and the mapping sees the file's writes
+ * by others; else the pages are the program's own copies from the first touch.
+ * VINO_MAP_WRITABLE: the program may store (else a store traps). A touch of a mapped page wholly
+ * past the end of the file (truncated meanwhile) traps. -ENOTSUP where the kernel does not page
+ * program memory. vino_munmap ends a mapping (exactly as mapped); vino_msync writes back, and
+ * with `durable` makes durable, what was stored through shared mappings in the range. */
+#define VINO_MEMORY_PAGE_SIZE 4096u
+#define VINO_MAP_SHARED 1u
+#define VINO_MAP_WRITABLE 2u
+VINO_IMPORT(mmap)
+int vino_mmap(void *addr, size_t len, unsigned flags, int fd, uint64_t offset);
+VINO_IMPORT(munmap)
+int vino_munmap(void *addr, size_t len);
+VINO_IMPORT(msync)
+int vino_msync(void *addr, size_t len, unsigned durable);
+
 #undef VINO_IMPORT
+
 #endif

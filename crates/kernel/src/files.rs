@@ -109,6 +109,8 @@ struct Refs {
     /// References the mount holds ([`crate::Kernel::hold_inode`]): the rest are descriptors'
     /// (and, during a system call, the call's own).
     mount_holds: usize,
+    /// References programs' file mappings hold (`Process::mmap`).
+    map_holds: usize,
 }
 
 /// A copy of the reference table, for the invariant check.
@@ -116,6 +118,7 @@ pub(crate) struct RefsView {
     pub count: HashMap<u64, usize>,
     pub parked: HashSet<u64>,
     pub mount_holds: usize,
+    pub map_holds: usize,
 }
 
 impl Default for FileTable {
@@ -140,6 +143,20 @@ impl FileTable {
         let mut refs = self.refs.lock();
         *refs.count.entry(ino).or_default() += 1;
         refs.mount_holds += 1;
+    }
+
+    /// [`FileTable::take`] for a program's mapping of `ino`.
+    pub fn take_for_mapping(&self, ino: u64) {
+        let mut refs = self.refs.lock();
+        *refs.count.entry(ino).or_default() += 1;
+        refs.map_holds += 1;
+    }
+
+    /// Counts a mapping's reference as given back, before [`FileTable::drop_ref`] drops it.
+    pub fn mapping_released(&self) {
+        let mut refs = self.refs.lock();
+        debug_assert!(refs.map_holds > 0, "a mapping gave back a reference it never took");
+        refs.map_holds = refs.map_holds.saturating_sub(1);
     }
 
     /// Counts a mount's reference as given back, before [`FileTable::drop_ref`] drops it.
@@ -206,6 +223,7 @@ impl FileTable {
             count: refs.count.clone(),
             parked: refs.parked.clone(),
             mount_holds: refs.mount_holds,
+            map_holds: refs.map_holds,
         }
     }
 

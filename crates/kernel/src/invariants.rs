@@ -431,7 +431,7 @@ fn check_references(tables: &[Table], refs: &RefsView) -> Checked {
         ));
     }
     let counted: usize = refs.count.values().sum();
-    let held = fds.values().sum::<usize>() + refs.mount_holds;
+    let held = fds.values().sum::<usize>() + refs.mount_holds + refs.map_holds;
     if counted == held {
         return Ok(());
     }

@@ -8,6 +8,9 @@
 //! enciphered (see `vino_vm::swap`), so the freed blocks show nothing to their next owner.
 
 use crate::account::{Account, Charge, Resource};
+use crate::cache_io::{CacheTarget, FileBacking};
+use crate::error::Errno;
+use crate::files::Fd;
 use crate::process::Process;
 use crate::{Kernel, SysError, SysResult};
 use parking_lot::{Mutex, RwLock};
@@ -15,12 +18,14 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 use vino_blockdev::BLOCK_SIZE;
+use vino_cache::IoCtx;
 use vino_cache::{Candidates, PickVictim};
+use vino_fs::FileType;
 use vino_fs::{FileSystem, NewFile};
 use vino_graft::{GraftSlot, PolicyKind};
-use vino_vm::{FaultArgs, FaultAround, Owner, PAGE, Pager, PagerConfig, SwapStore};
+use vino_vm::{FaultArgs, FaultAround, MapError, MapMode, MapSource, Owner, PAGE, Pager, PagerConfig, SwapStore};
 
-pub use vino_vm::{Memory, MemoryStats, PAGE as PAGE_SIZE, PagerStats};
+pub use vino_vm::{HostPin, Memory, MemoryStats, PAGE as PAGE_SIZE, PagerStats};
 
 const _: () = assert!(PAGE == BLOCK_SIZE, "a swap slot is one block");
 
@@ -81,6 +86,14 @@ impl KernelMemory {
                 }
             })
             .as_ref()
+    }
+
+    /// The bytes `[start, end)` of file `ino` changed (written, or its size set): mappings of
+    /// it look again.
+    pub(crate) fn file_changed(&self, ino: u64, start: u64, end: u64) {
+        if let Some(p) = self.pager.get().and_then(Option::as_ref) {
+            p.file_changed(ino, start, end);
+        }
     }
 
     /// The swap file's inode, while there is one (the invariants count it as parked).
@@ -344,7 +357,74 @@ impl Process {
             Some(pager) => pager.create(minimum, reserved, guard, owner),
             None => Memory::unpaged(minimum, reserved, guard, owner),
         };
-        made.map_err(|e| SysError::new(crate::Errno::NoMem, format!("program memory: {e}")))
+        let memory = made.map_err(|e| SysError::new(crate::Errno::NoMem, format!("program memory: {e}")))?;
+        *self.memory.lock() = Some(memory.handle());
+        Ok(memory)
+    }
+
+    fn memory_handle(&self) -> SysResult<vino_vm::MemoryHandle> {
+        self.memory
+            .lock()
+            .clone()
+            .ok_or_else(|| SysError::new(Errno::NotSup, "this process has no program memory"))
+    }
+
+    /// Maps `len` bytes of open file `fd` from `offset` at `at` of the program's memory (both
+    /// page-aligned; `vino_mmap`). `shared`: the program's stores reach the file; `writable`:
+    /// it may store at all. The descriptor must be open for reading, and for writing too for a
+    /// shared writable mapping (as Linux asks). The file stays referenced until unmapped.
+    pub fn mmap(&self, at: usize, len: usize, fd: Fd, offset: u64, shared: bool, writable: bool) -> SysResult<()> {
+        let f = self.file(fd)?;
+        if f.kind != FileType::Regular {
+            return Err(SysError::new(
+                Errno::NotSup,
+                format!("descriptor {fd} is not a file to map"),
+            ));
+        }
+        if !f.flags.read || (shared && writable && !f.flags.write) {
+            return Err(SysError::new(
+                Errno::Acces,
+                format!("descriptor {fd} is not open for this mapping"),
+            ));
+        }
+        if !offset.is_multiple_of(PAGE as u64) {
+            return Err(SysError::new(Errno::Inval, "a mapping's file offset is page-aligned"));
+        }
+        let kernel = self.kernel();
+        {
+            // The descriptor holds a reference already: the file cannot go meanwhile.
+            let _ns = kernel.ns.read();
+            kernel.files.take_for_mapping(f.ino);
+        }
+        let source = Arc::new(FileMap {
+            kernel: Arc::downgrade(kernel),
+            ino: f.ino,
+            pid: self.pid(),
+            backing: FileBacking::new(kernel.fs.clone(), f.ino),
+        });
+        let mode = MapMode { shared, writable };
+        self.memory_handle()?
+            .map(at, len, source, f.ino, offset / PAGE as u64, mode)
+            .map_err(|e| map_error(e, "mmap"))
+    }
+
+    /// Ends the mapping at `at` (exactly as mapped), writing back what the program changed.
+    pub fn munmap(&self, at: usize, len: usize) -> SysResult<()> {
+        self.memory_handle()?.unmap(at, len).map_err(|e| map_error(e, "munmap"))
+    }
+
+    /// Writes back what the program changed through its shared mappings in `[at, at + len)`;
+    /// `durable`: and makes it durable.
+    pub fn msync(&self, at: usize, len: usize, durable: bool) -> SysResult<()> {
+        self.memory_handle()?
+            .sync(at, len, durable)
+            .map_err(|e| map_error(e, "msync"))
+    }
+
+    /// Pins the program's memory for a system call that touches it (see `vino_vm::HostPin`);
+    /// `None` when it maps no file (nothing to check).
+    pub fn pin_memory(&self) -> Option<HostPin> {
+        self.memory.lock().as_ref()?.pin()
     }
 
     /// Counts of this process's program memory, if the kernel pages one for it.
@@ -360,5 +440,85 @@ impl Process {
     /// Whether the process was ended for want of swap.
     pub fn ran_out_of_swap(&self) -> bool {
         self.out_of_swap.load(Ordering::SeqCst)
+    }
+}
+
+fn map_error(e: MapError, call: &str) -> SysError {
+    let (errno, why) = match e {
+        MapError::Invalid => (
+            Errno::Inval,
+            "a range not page-aligned, outside memory, or over another mapping",
+        ),
+        MapError::TooMany => (Errno::NoMem, "too many mappings"),
+        MapError::NotPaged => (Errno::NotSup, "program memory not paged by the kernel"),
+        MapError::Io => (Errno::Io, "writing back a mapped page failed"),
+    };
+    SysError::new(errno, format!("{call}: {why}"))
+}
+
+/// A mapped file as the pager reads and writes it: through the page cache, as `pread` and
+/// `pwrite` would, on behalf of the mapping's process. Holds a reference to the inode (an
+/// unlinked file stays until its last mapping goes).
+struct FileMap {
+    kernel: Weak<Kernel>,
+    ino: u64,
+    pid: crate::Pid,
+    backing: FileBacking,
+}
+
+fn gone() -> io::Error {
+    io::Error::other("the kernel is gone")
+}
+
+impl MapSource for FileMap {
+    fn read(&self, index: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let k = self.kernel.upgrade().ok_or_else(gone)?;
+        k.cache
+            .read(&IoCtx::new(self.pid), self.ino, &self.backing, index * PAGE as u64, buf)
+    }
+
+    fn write_page(&self, index: u64, page: &[u8]) -> io::Result<()> {
+        let k = self.kernel.upgrade().ok_or_else(gone)?;
+        let offset = index * PAGE as u64;
+        let written = {
+            let _writer = k.files.write_lock(self.ino);
+            let size = k.fs.stat(self.ino).map_err(io::Error::other)?.size;
+            if offset >= size {
+                return Ok(());
+            }
+            let len = (size - offset).min(PAGE as u64) as usize;
+            let mut target = CacheTarget {
+                cache: &k.cache,
+                ctx: IoCtx::new(self.pid),
+                ino: self.ino,
+                backing: &self.backing,
+            };
+            k.fs.write_with(self.ino, offset, &page[..len], &mut target)
+                .map_err(io::Error::other)?
+        };
+        k.memory.file_changed(self.ino, offset, offset + written as u64);
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let k = self.kernel.upgrade().ok_or_else(gone)?;
+        k.cache.sync_object(self.ino)?;
+        k.fs.fsync(self.ino).map_err(io::Error::other)
+    }
+
+    fn size(&self) -> u64 {
+        self.kernel
+            .upgrade()
+            .and_then(|k| k.fs.stat(self.ino).ok())
+            .map_or(0, |s| s.size)
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        if let Some(k) = self.kernel.upgrade() {
+            k.files.mapping_released();
+            let _ = k.release_ref(self.ino);
+        }
     }
 }

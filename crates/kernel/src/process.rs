@@ -59,6 +59,8 @@ pub struct Process {
     killed_by: std::sync::atomic::AtomicU8,
     /// It was ended for want of swap (see `memory`).
     pub(crate) out_of_swap: std::sync::atomic::AtomicBool,
+    /// Its program memory, for mapping files into it (set when the memory is made).
+    pub(crate) memory: Mutex<Option<vino_vm::MemoryHandle>>,
     /// Its `vm.fault_around` graftpoint: which pages come in with a fault of its memory.
     pub(crate) fault_around: Arc<vino_graft::GraftSlot<vino_vm::FaultAround>>,
     /// Its parent, children, session and zombies.
@@ -142,6 +144,7 @@ impl Process {
             signals: parent.map(|p| p.signals.inherit()).unwrap_or_default(),
             killed_by: Default::default(),
             out_of_swap: Default::default(),
+            memory: Default::default(),
             fault_around,
             family: Mutex::new(crate::family::Family {
                 parent: parent.map_or(0, Process::pid),
@@ -658,7 +661,9 @@ impl Process {
             ino: f.ino,
             backing: &f.backing,
         };
-        Ok(self.fs().write_with(f.ino, offset, data, &mut target)?)
+        let n = self.fs().write_with(f.ino, offset, data, &mut target)?;
+        self.kernel.memory.file_changed(f.ino, offset, offset + n as u64);
+        Ok(n)
     }
 
     pub fn seek(&self, fd: Fd, offset: u64) -> SysResult<()> {
@@ -716,7 +721,10 @@ impl Process {
             ino,
             backing: &backing,
         };
-        Ok(change(self.fs(), &mut target)?)
+        change(self.fs(), &mut target)?;
+        // Sizes changed: every mapped page of the file is looked at again.
+        self.kernel.memory.file_changed(ino, 0, u64::MAX);
+        Ok(())
     }
 
     pub fn fstat(&self, fd: Fd) -> SysResult<Stat> {

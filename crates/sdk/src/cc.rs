@@ -40,6 +40,8 @@ pub const COMPAT_SOURCE: &str = concat!(
     include_str!("../../../sdk/lib/vino_signal.c"),
     "#line 1 \"sdk/lib/vino_shell.c\"\n",
     include_str!("../../../sdk/lib/vino_shell.c"),
+    "#line 1 \"sdk/lib/vino_mman.c\"\n",
+    include_str!("../../../sdk/lib/vino_mman.c"),
 );
 
 /// The compatibility layer's headers (`sdk/include/compat/`), path → text: each includes

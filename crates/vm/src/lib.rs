@@ -10,18 +10,21 @@
 //!   an inactive list; a page is tested for use by taking it out of the program's memory with
 //!   `UFFDIO_MOVE` and seeing whether it is touched before it is evicted).
 //! * [`uffd`]: the userfaultfd ioctls.
+//! * [`maps`]: files mapped into program memory (`vino_mmap`), kept coherent with `write(2)`.
 //! * [`Owner`]: what the kernel tells the pager about a memory's process: its user, its grafts
 //!   (`vas.pick_victim` over its memory pages, `vm.fault_around`), its swap charge.
 
+pub mod maps;
 pub mod pager;
 pub mod points;
 pub mod swap;
 pub mod table;
 pub mod uffd;
 
+pub use maps::{MAX_MAPPINGS, MapMode, MapSource};
 pub use pager::{
-    FAULT_AROUND_MAX, MEMORY_OBJECT, Memory, MemoryStats, Owner, Pager, PagerConfig, PagerStats, VICTIM_CANDIDATES,
-    memory_page_id,
+    FAULT_AROUND_MAX, HostPin, MEMORY_OBJECT, MapError, Memory, MemoryHandle, MemoryStats, Owner, Pager, PagerConfig,
+    PagerStats, VICTIM_CANDIDATES, memory_page_id,
 };
 pub use points::{FaultArgs, FaultAround};
 pub use swap::{MemSwap, PAGE, SwapStore};

@@ -13,14 +13,15 @@
 //! faults are slow (swap on a busy disk, a graft at its budget) takes one fault thread, never
 //! all of them.
 
+use crate::maps::{self, MAX_MAPPINGS, MapMode, MapSource, Mapping};
 use crate::swap::{NoSlot, PAGE, Swap, SwapStore};
 use crate::table::{Page, Table};
 use crate::uffd::{Fault, Placed, Uffd};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -120,6 +121,14 @@ pub struct MemoryStats {
     pub evicted_by_default: u64,
     /// Answers of its grafts the pager refused (the default decided).
     pub graft_refused: u64,
+    /// Pages read in from mapped files.
+    pub file_faults: u64,
+    /// Pages written back to mapped files.
+    pub written_back: u64,
+    /// Pages mapped from files now.
+    pub mapped: u64,
+    /// Files mapped now.
+    pub mappings: u64,
 }
 
 /// Counts for the whole pager.
@@ -138,6 +147,9 @@ pub struct PagerStats {
     pub swap_outs: u64,
     pub swap_ins: u64,
     pub swap_reads: u64,
+    /// Pages read in from mapped files, and written back to them.
+    pub file_faults: u64,
+    pub written_back: u64,
 }
 
 /// Slots of the staging area, where pages taken out of program memory wait (a frame each).
@@ -181,6 +193,8 @@ pub struct Region {
     /// Bytes mapped: the reservation and the guard after it.
     mapped: usize,
     owner: Arc<dyn Owner>,
+    /// It has mappings (read without the lock at every system call).
+    has_maps: AtomicBool,
     state: Mutex<RegionState>,
 }
 
@@ -190,6 +204,33 @@ struct RegionState {
     stats: MemoryStats,
     /// Its process was told it is out of swap: no more evictions are tried.
     out_of_swap: bool,
+    /// Files mapped into it, in address order.
+    maps: Vec<Mapping>,
+    /// System calls touching it now ([`HostPin`]): its file-backed pages stay, and changes to
+    /// their files wait in `deferred` (file, start, end) until the last one ends.
+    pins: u32,
+    deferred: Vec<(u64, u64, u64)>,
+    /// Pages of shared writable mappings evicted and not yet written back: a fault in the
+    /// meantime reads them here, not from the file. (generation, bytes)
+    pending: HashMap<u32, (u64, Arc<[u8]>)>,
+    pending_next: u64,
+    /// The memory is gone (its owner dropped it); handles to it do nothing.
+    dropped: bool,
+}
+
+impl RegionState {
+    fn mapping_of(&self, page: u32) -> Option<usize> {
+        if self.maps.is_empty() {
+            return None;
+        }
+        let i = self.maps.partition_point(|m| m.first + m.pages <= page);
+        (i < self.maps.len() && self.maps[i].contains(page)).then_some(i)
+    }
+
+    /// Whether `page` lies in a mapping whose pages are dropped rather than swapped.
+    fn file_backed(&self, page: u32) -> bool {
+        self.mapping_of(page).is_some_and(|i| self.maps[i].file_backed())
+    }
 }
 
 impl Region {
@@ -200,11 +241,18 @@ impl Region {
             reserved,
             mapped,
             owner,
+            has_maps: AtomicBool::new(false),
             state: Mutex::new(RegionState {
                 size: 0,
                 table: Table::default(),
                 stats: MemoryStats::default(),
                 out_of_swap: false,
+                maps: Vec::new(),
+                pins: 0,
+                deferred: Vec::new(),
+                pending: HashMap::new(),
+                pending_next: 0,
+                dropped: false,
             }),
         }))
     }
@@ -224,6 +272,8 @@ struct Shared {
     staging: Staging,
     swap: Swap,
     regions: RwLock<BTreeMap<usize, Arc<Region>>>,
+    /// The memories mapping each file, by the file's key.
+    mapped: RwLock<HashMap<u64, Vec<Weak<Region>>>>,
     frames: AtomicU64,
     /// Fault events read and not yet served or queued.
     reading: AtomicU64,
@@ -231,6 +281,8 @@ struct Shared {
     swap_outs: AtomicU64,
     swap_ins: AtomicU64,
     swap_reads: AtomicU64,
+    file_faults: AtomicU64,
+    written_back: AtomicU64,
     queues: Mutex<Queues>,
     queued: Condvar,
     stop: AtomicBool,
@@ -310,12 +362,15 @@ impl Pager {
             },
             swap,
             regions: RwLock::default(),
+            mapped: RwLock::default(),
             frames: AtomicU64::new(0),
             reading: AtomicU64::new(0),
             faults: AtomicU64::new(0),
             swap_outs: AtomicU64::new(0),
             swap_ins: AtomicU64::new(0),
             swap_reads: AtomicU64::new(0),
+            file_faults: AtomicU64::new(0),
+            written_back: AtomicU64::new(0),
             queues: Mutex::default(),
             queued: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -370,6 +425,8 @@ impl Pager {
             swap_outs: s.swap_outs.load(Ordering::Relaxed),
             swap_ins: s.swap_ins.load(Ordering::Relaxed),
             swap_reads: s.swap_reads.load(Ordering::Relaxed),
+            file_faults: s.file_faults.load(Ordering::Relaxed),
+            written_back: s.written_back.load(Ordering::Relaxed),
         }
     }
 
@@ -517,6 +574,15 @@ impl Memory {
     pub fn stats(&self) -> MemoryStats {
         self.region.stats()
     }
+
+    /// A handle the kernel keeps to map files into the memory and pin it during system calls;
+    /// it does nothing once the memory is gone.
+    pub fn handle(&self) -> MemoryHandle {
+        MemoryHandle {
+            region: self.region.clone(),
+            shared: self.shared.clone(),
+        }
+    }
 }
 
 impl Region {
@@ -525,6 +591,8 @@ impl Region {
         MemoryStats {
             resident: st.table.frames(),
             swapped: st.table.swapped(),
+            mapped: st.maps.iter().map(|m| u64::from(m.pages)).sum(),
+            mappings: st.maps.len() as u64,
             ..st.stats
         }
     }
@@ -539,27 +607,13 @@ impl Drop for Memory {
             return;
         };
         s.regions.write().remove(&r.base);
+        // Its shared writable mappings' changes reach their files; then its mappings go.
+        s.end_mappings(r);
         let _ = s.uffd.unregister(r.base, r.reserved);
         let mut st = r.state.lock();
-        let mut swapped = 0;
-        let held: Vec<_> = st.table.held().collect();
-        for (page, where_) in held {
-            match where_ {
-                Page::Inactive { staged, .. } => {
-                    s.discard_staged(staged);
-                    s.frames.fetch_sub(1, Ordering::Relaxed);
-                }
-                Page::Resident { .. } => {
-                    s.frames.fetch_sub(1, Ordering::Relaxed);
-                }
-                Page::Swapped(at) => {
-                    s.swap.free(at.slot);
-                    swapped += 1;
-                }
-                Page::Absent => {}
-            }
-            st.table.set_absent(page);
-        }
+        let held: Vec<_> = st.table.held().map(|(page, _)| page).collect();
+        // (Its frames go with the unmapping below, all at once.)
+        let swapped: u64 = held.into_iter().map(|p| s.give_up(r, &mut st, p, false)).sum();
         drop(st);
         if swapped > 0 {
             r.owner.uncharge_swap(swapped);
@@ -637,7 +691,7 @@ impl Shared {
             return;
         }
         let served = match region.state.try_lock() {
-            Some(mut st) if (page as usize) < st.table.len() && !matches!(st.table.get(page), Page::Swapped(_)) => {
+            Some(mut st) if (page as usize) < st.table.len() && !needs_io(&st, page) => {
                 self.faults.fetch_add(1, Ordering::Relaxed);
                 self.bring_in(&region, &mut st, page, true);
                 Some(st.table.frames() > self.limit_of() || self.over_total())
@@ -746,6 +800,10 @@ impl Shared {
                 let _ = self.uffd.wake(addr, PAGE);
                 return;
             }
+            Page::Absent if st.mapping_of(page).is_some() => {
+                self.fill_mapped(region, st, page, waited && !region.owner.has_fault_around());
+                return;
+            }
             Page::Absent => {
                 st.stats.zero_faults += u64::from(waited);
                 self.uffd.copy(addr, &self.zeros)
@@ -778,7 +836,7 @@ impl Shared {
     fn zero_around(&self, region: &Region, st: &mut RegionState, page: u32) {
         let end = (page as usize + ZERO_CLUSTER).min(st.table.len()) as u32;
         for p in page + 1..end {
-            if !matches!(st.table.get(p), Page::Absent) {
+            if !matches!(st.table.get(p), Page::Absent) || st.mapping_of(p).is_some() {
                 break;
             }
             let placed = self.uffd.copy(region.addr(p), &self.zeros);
@@ -915,7 +973,18 @@ impl Shared {
             return 0;
         }
         let mut st = region.state.lock();
-        self.page_out(region, &mut st, &chosen)
+        // File pages chosen were dropped already (written back below if changed).
+        let dropped = chosen
+            .iter()
+            .filter(|&&p| matches!(st.table.get(p), Page::Absent))
+            .count() as u64;
+        let gone = dropped + self.page_out(region, &mut st, &chosen);
+        let pending = !st.pending.is_empty();
+        drop(st);
+        if pending {
+            self.write_back(region);
+        }
+        gone
     }
 
     /// One victim of `region` not among `taken`, staged out of its memory.
@@ -927,7 +996,9 @@ impl Shared {
             }
             self.refill_inactive(region, &mut st, taken.len() as u64);
             let mut c = st.table.candidates(VICTIM_CANDIDATES + taken.len());
-            c.retain(|p| !taken.contains(p));
+            // While a system call uses the memory, its file pages stay (see `HostPin`).
+            let pinned = |p: u32| st.pins > 0 && st.file_backed(p);
+            c.retain(|&p| !taken.contains(&p) && !pinned(p));
             c.truncate(VICTIM_CANDIDATES);
             c
         };
@@ -983,7 +1054,11 @@ impl Shared {
     }
 
     /// Takes resident `page` out of the program's memory into a staging slot.
+    /// A page of a file mapping is dropped instead (the file holds its bytes).
     fn stage(&self, region: &Region, st: &mut RegionState, page: u32) -> bool {
+        if st.file_backed(page) {
+            return st.pins == 0 && self.drop_mapped(region, st, page);
+        }
         let Some(slot) = self.staging.alloc() else { return false };
         match self.uffd.move_page(self.staging.addr(slot), region.addr(page), PAGE) {
             Ok(Placed::Done) => {
@@ -1015,7 +1090,8 @@ impl Shared {
             let Page::Inactive { staged, .. } = st.table.get(page) else {
                 continue;
             };
-            if self.staged_bytes(staged).iter().all(|&b| b == 0) {
+            // (A private mapping's page of zeros is not the file's page: it goes to swap.)
+            if st.mapping_of(page).is_none() && self.staged_bytes(staged).iter().all(|&b| b == 0) {
                 self.discard_staged(staged);
                 st.table.set_absent(page);
                 self.frames.fetch_sub(1, Ordering::Relaxed);
@@ -1087,5 +1163,508 @@ impl Shared {
         // SAFETY: the slot's page lies in the staging area, which only this pager uses.
         unsafe { libc::madvise(self.staging.addr(slot) as *mut _, PAGE, libc::MADV_DONTNEED) };
         self.staging.release(slot);
+    }
+}
+
+/// Whether a fault on `page` needs I/O (swap, or a mapped file): the reader then queues it.
+fn needs_io(st: &RegionState, page: u32) -> bool {
+    match st.table.get(page) {
+        Page::Swapped(_) => true,
+        Page::Absent => st.mapping_of(page).is_some(),
+        _ => false,
+    }
+}
+
+// ---- Files mapped into program memory (see `maps`) ----------------------------------------
+
+impl Pager {
+    /// The bytes `[start, end)` of file `key` changed: every memory mapping them gives up its
+    /// clean copies of those pages (and pages fenced past the old end become touchable again).
+    pub fn file_changed(&self, key: u64, start: u64, end: u64) {
+        let regions: Vec<Arc<Region>> = match self.shared.mapped.read().get(&key) {
+            Some(list) => list.iter().filter_map(Weak::upgrade).collect(),
+            None => return,
+        };
+        for r in regions {
+            let mut st = r.state.lock();
+            if st.pins > 0 {
+                st.deferred.push((key, start, end));
+            } else {
+                self.shared.invalidate(&r, &mut st, key, start, end);
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Reads mapped `page` in from its file (or from a write-back still pending), with the
+    /// untouched pages after it up to [`maps::FILE_CLUSTER`] when `cluster`. A page past the
+    /// end of the file is fenced instead: the program's touch traps.
+    fn fill_mapped(&self, region: &Region, st: &mut RegionState, page: u32, cluster: bool) {
+        let Some(i) = st.mapping_of(page) else { return };
+        let addr = region.addr(page);
+        let (mut buf, got) = match st.pending.get(&page) {
+            Some((_, bytes)) => (bytes.to_vec(), PAGE),
+            None => {
+                let m = &st.maps[i];
+                let mut n = 1;
+                while cluster
+                    && n < maps::FILE_CLUSTER
+                    && m.contains(page + n)
+                    && matches!(st.table.get(page + n), Page::Absent)
+                    && !st.pending.contains_key(&(page + n))
+                {
+                    n += 1;
+                }
+                let mut buf = vec![0u8; n as usize * PAGE];
+                let got = m.source.read(m.file_index(page), &mut buf).unwrap_or(0);
+                (buf, got)
+            }
+        };
+        if got == 0 {
+            // A system call's own touch past the end (the file shrank after it checked) reads
+            // zeros; the program's traps.
+            if st.pins == 0 {
+                let _ = maps::protect(addr, PAGE, libc::PROT_NONE);
+                st.maps[i].fenced.insert(page);
+                let _ = self.uffd.wake(addr, PAGE);
+                return;
+            }
+            buf.truncate(PAGE);
+        }
+        let pages = got.div_ceil(PAGE).max(1);
+        for (k, bytes) in buf.chunks_exact(PAGE).take(pages).enumerate() {
+            let p = page + k as u32;
+            st.stats.file_faults += 1;
+            self.file_faults.fetch_add(1, Ordering::Relaxed);
+            if st.maps[i].writes_back() {
+                st.maps[i].filled.insert(p, maps::page_hash(bytes));
+            }
+            let placed = self.uffd.copy(region.addr(p), bytes);
+            self.placed(st, p, placed);
+        }
+        let _ = self.uffd.wake(addr, PAGE);
+    }
+
+    /// Drops resident file page `page`; a page changed through a shared writable mapping is
+    /// taken out first (so no store of the program's is lost) and queued for write-back.
+    fn drop_mapped(&self, region: &Region, st: &mut RegionState, page: u32) -> bool {
+        let Some(i) = st.mapping_of(page) else { return false };
+        if !matches!(st.table.get(page), Page::Resident { .. }) {
+            return false;
+        }
+        let addr = region.addr(page);
+        if st.maps[i].writes_back() {
+            let Some(slot) = self.staging.alloc() else { return false };
+            if !matches!(
+                self.uffd.move_page(self.staging.addr(slot), addr, PAGE),
+                Ok(Placed::Done)
+            ) {
+                self.staging.release(slot);
+                return false;
+            }
+            let bytes = self.staged_bytes(slot);
+            if st.maps[i].dirty(page, bytes) {
+                st.pending_next += 1;
+                let generation = st.pending_next;
+                st.pending.insert(page, (generation, Arc::from(bytes)));
+            }
+            self.discard_staged(slot);
+        } else {
+            maps::zap(addr, PAGE);
+        }
+        st.maps[i].filled.remove(&page);
+        st.table.set_absent(page);
+        self.frames.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Writes the region's pending pages back to their files (outside its lock: the kernel's
+    /// write tells every mapping of the file, this one included).
+    fn write_back(&self, region: &Region) {
+        let jobs: Vec<_> = {
+            let st = region.state.lock();
+            st.pending
+                .iter()
+                .filter_map(|(&page, (generation, bytes))| {
+                    let m = &st.maps[st.mapping_of(page)?];
+                    Some((page, *generation, bytes.clone(), m.source.clone(), m.file_index(page)))
+                })
+                .collect()
+        };
+        for (page, generation, bytes, source, index) in jobs {
+            let written = source.write_page(index, &bytes).is_ok();
+            let mut st = region.state.lock();
+            if st.pending.get(&page).is_some_and(|(g, _)| *g == generation) {
+                st.pending.remove(&page);
+            }
+            match st.mapping_of(page) {
+                Some(_) if written => {
+                    st.stats.written_back += 1;
+                    self.written_back.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(i) => st.maps[i].failed = true,
+                None => {}
+            }
+        }
+    }
+
+    /// Queues the changed resident pages of `region`'s shared writable mappings among
+    /// `pages` for write-back, as clean from now on. Only while the program cannot run (in a
+    /// system call of its own, or gone): its bytes are read in place.
+    fn pend_changed(&self, region: &Region, st: &mut RegionState, pages: std::ops::Range<u32>) {
+        for i in 0..st.maps.len() {
+            if !st.maps[i].writes_back() {
+                continue;
+            }
+            let (first, end) = (st.maps[i].first, st.maps[i].first + st.maps[i].pages);
+            for p in pages.start.max(first)..pages.end.min(end) {
+                if !matches!(st.table.get(p), Page::Resident { .. }) {
+                    continue;
+                }
+                // SAFETY: a resident page of the program's memory, which lives while its lock
+                // is held; the program is not running (see above).
+                let bytes = unsafe { std::slice::from_raw_parts(region.addr(p) as *const u8, PAGE) };
+                if st.maps[i].dirty(p, bytes) {
+                    st.maps[i].filled.insert(p, maps::page_hash(bytes));
+                    st.pending_next += 1;
+                    let generation = st.pending_next;
+                    st.pending.insert(p, (generation, Arc::from(bytes)));
+                }
+            }
+        }
+    }
+
+    /// Gives up `region`'s clean copies of file `key`'s bytes `[start, end)`.
+    fn invalidate(&self, region: &Region, st: &mut RegionState, key: u64, start: u64, end: u64) {
+        for i in 0..st.maps.len() {
+            if st.maps[i].key != key || !st.maps[i].file_backed() {
+                continue;
+            }
+            for p in st.maps[i].pages_of(start, end) {
+                let addr = region.addr(p);
+                if st.maps[i].fenced.remove(&p) {
+                    let _ = maps::protect(addr, PAGE, st.maps[i].prot());
+                }
+                if !matches!(st.table.get(p), Page::Resident { .. }) {
+                    continue;
+                }
+                if st.maps[i].writes_back() {
+                    // Taken out before it is looked at: a store of the program's racing with
+                    // the look either lands in the page kept or waits for it to come back.
+                    let Some(slot) = self.staging.alloc() else { continue };
+                    if !matches!(
+                        self.uffd.move_page(self.staging.addr(slot), addr, PAGE),
+                        Ok(Placed::Done)
+                    ) {
+                        self.staging.release(slot);
+                        continue;
+                    }
+                    if st.maps[i].dirty(p, self.staged_bytes(slot)) {
+                        // Written through the mapping: it keeps its bytes until msync.
+                        let _ = self.uffd.move_page(addr, self.staging.addr(slot), PAGE);
+                        self.staging.release(slot);
+                        let _ = self.uffd.wake(addr, PAGE);
+                        continue;
+                    }
+                    self.discard_staged(slot);
+                    let _ = self.uffd.wake(addr, PAGE);
+                } else {
+                    maps::zap(addr, PAGE);
+                }
+                st.maps[i].filled.remove(&p);
+                st.table.set_absent(p);
+                self.frames.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The memory is going: its changed shared pages reach their files, its mappings end.
+    fn end_mappings(&self, region: &Region) {
+        let maps = {
+            let mut st = region.state.lock();
+            st.dropped = true;
+            if st.maps.is_empty() {
+                return;
+            }
+            let all = 0..st.table.len() as u32;
+            self.pend_changed(region, &mut st, all);
+            std::mem::take(&mut st.maps)
+        };
+        let pending = std::mem::take(&mut region.state.lock().pending);
+        for (page, (_, bytes)) in pending {
+            if let Some(m) = maps.iter().find(|m| m.contains(page)) {
+                let _ = m.source.write_page(m.file_index(page), &bytes);
+            }
+        }
+        region.has_maps.store(false, Ordering::Release);
+        for m in &maps {
+            self.forget_mapping(region, m.key);
+        }
+    }
+
+    /// Takes `region` off the list of memories mapping file `key`.
+    fn forget_mapping(&self, region: &Region, key: u64) {
+        let mut mapped = self.mapped.write();
+        if let Some(list) = mapped.get_mut(&key) {
+            list.retain(|w| w.upgrade().is_some_and(|r| !std::ptr::eq(Arc::as_ptr(&r), region)));
+            if list.is_empty() {
+                mapped.remove(&key);
+            }
+        }
+    }
+}
+
+/// What the kernel keeps of a process's memory: to map files into it and to pin it while a
+/// system call touches it. Does nothing once the memory is gone.
+#[derive(Clone)]
+pub struct MemoryHandle {
+    region: Arc<Region>,
+    shared: Option<Arc<Shared>>,
+}
+
+/// Why a mapping was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapError {
+    /// Not page-aligned, outside the memory, or over another mapping (`EINVAL`).
+    Invalid,
+    /// The memory holds [`MAX_MAPPINGS`] already (`ENOMEM`).
+    TooMany,
+    /// The memory is not paged by the kernel, or is gone (`ENODEV`).
+    NotPaged,
+    /// Writing back failed (`EIO`).
+    Io,
+}
+
+impl MemoryHandle {
+    fn live(&self) -> Option<(&Arc<Shared>, parking_lot::MutexGuard<'_, RegionState>)> {
+        let shared = self.shared.as_ref()?;
+        let st = self.region.state.lock();
+        (!st.dropped).then_some((shared, st))
+    }
+
+    fn pages(&self, st: &RegionState, offset: usize, len: usize) -> Result<(u32, u32), MapError> {
+        let end = offset.checked_add(len).ok_or(MapError::Invalid)?;
+        if len == 0 || !offset.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || end > st.size {
+            return Err(MapError::Invalid);
+        }
+        Ok(((offset / PAGE) as u32, (len / PAGE) as u32))
+    }
+
+    /// Maps the file behind `source` (file `key`), from its page `file_page`, at the
+    /// `len` bytes of memory at `offset` (both page-aligned). What was there goes.
+    pub fn map(
+        &self,
+        offset: usize,
+        len: usize,
+        source: Arc<dyn MapSource>,
+        key: u64,
+        file_page: u64,
+        mode: MapMode,
+    ) -> Result<(), MapError> {
+        let (shared, mut st) = self.live().ok_or(MapError::NotPaged)?;
+        let (first, pages) = self.pages(&st, offset, len)?;
+        if st.maps.len() >= MAX_MAPPINGS {
+            return Err(MapError::TooMany);
+        }
+        if (first..first + pages).any(|p| st.mapping_of(p).is_some()) {
+            return Err(MapError::Invalid);
+        }
+        shared.clear(&self.region, &mut st, first, pages);
+        let mapping = Mapping {
+            first,
+            pages,
+            source,
+            key,
+            file_page,
+            mode,
+            filled: HashMap::new(),
+            fenced: Default::default(),
+            failed: false,
+        };
+        if !mode.writable {
+            maps::protect(self.region.addr(first), len, mapping.prot()).map_err(|_| MapError::Invalid)?;
+        }
+        let at = st.maps.partition_point(|m| m.first < first);
+        st.maps.insert(at, mapping);
+        self.region.has_maps.store(true, Ordering::Release);
+        drop(st);
+        shared
+            .mapped
+            .write()
+            .entry(key)
+            .or_default()
+            .push(Arc::downgrade(&self.region));
+        Ok(())
+    }
+
+    /// Ends the mapping of exactly `[offset, offset + len)`: its changes reach the file, and the
+    /// range is program memory of zeros again.
+    pub fn unmap(&self, offset: usize, len: usize) -> Result<(), MapError> {
+        let (shared, mut st) = self.live().ok_or(MapError::NotPaged)?;
+        let (first, pages) = self.pages(&st, offset, len)?;
+        let i = st.mapping_of(first).ok_or(MapError::Invalid)?;
+        if st.maps[i].first != first || st.maps[i].pages != pages {
+            return Err(MapError::Invalid);
+        }
+        shared.pend_changed(&self.region, &mut st, first..first + pages);
+        drop(st);
+        shared.write_back(&self.region);
+        let mut st = self.region.state.lock();
+        let Some(i) = st.mapping_of(first) else { return Ok(()) };
+        let failed = st.maps[i].failed;
+        shared.clear(&self.region, &mut st, first, pages);
+        let m = st.maps.remove(i);
+        let key = m.key;
+        let still = st.maps.iter().any(|m| m.key == key);
+        self.region.has_maps.store(!st.maps.is_empty(), Ordering::Release);
+        drop(st);
+        let _ = maps::protect(self.region.addr(first), len, libc::PROT_READ | libc::PROT_WRITE);
+        if !still {
+            shared.forget_mapping(&self.region, key);
+        }
+        if failed { Err(MapError::Io) } else { Ok(()) }
+    }
+
+    /// Writes back what the program changed through its shared writable mappings within
+    /// `[offset, offset + len)`; `durable`: and makes it durable (`MS_SYNC`).
+    pub fn sync(&self, offset: usize, len: usize, durable: bool) -> Result<(), MapError> {
+        let (shared, mut st) = self.live().ok_or(MapError::NotPaged)?;
+        let end = offset.checked_add(len).ok_or(MapError::Invalid)?.min(st.size);
+        if !offset.is_multiple_of(PAGE) {
+            return Err(MapError::Invalid);
+        }
+        let pages = (offset / PAGE) as u32..end.div_ceil(PAGE) as u32;
+        shared.pend_changed(&self.region, &mut st, pages.clone());
+        drop(st);
+        shared.write_back(&self.region);
+        let mut st = self.region.state.lock();
+        let mut failed = false;
+        let mut sources = Vec::new();
+        for m in st.maps.iter_mut() {
+            if m.first < pages.end && pages.start < m.first + m.pages && m.writes_back() {
+                failed |= std::mem::take(&mut m.failed);
+                sources.push(m.source.clone());
+            }
+        }
+        drop(st);
+        if durable {
+            for s in sources {
+                failed |= s.sync().is_err();
+            }
+        }
+        if failed { Err(MapError::Io) } else { Ok(()) }
+    }
+
+    /// Pins the memory for a system call, if it has mappings (else `None`: nothing to check).
+    pub fn pin(&self) -> Option<HostPin> {
+        if !self.region.has_maps.load(Ordering::Acquire) {
+            return None;
+        }
+        let (_, mut st) = self.live()?;
+        st.pins += 1;
+        drop(st);
+        Some(HostPin(self.clone()))
+    }
+
+    /// Counts of the memory.
+    pub fn stats(&self) -> MemoryStats {
+        self.region.stats()
+    }
+}
+
+/// A system call in progress on a memory with mappings. While any is, the memory's file pages
+/// are not evicted and changes to their files wait, so the pages [`HostPin::check`] touched
+/// stay in place: kernel code never faults on a file page while it may hold a kernel lock the
+/// fault's read of the file would need.
+pub struct HostPin(MemoryHandle);
+
+impl HostPin {
+    /// Whether the kernel may touch `[offset, offset + len)` of the memory (`write`: store into
+    /// it): false for a store into a read-only mapping and for a mapped page past the end of
+    /// its file (the call fails with `EFAULT`). Touches its file pages first.
+    pub fn check(&self, offset: usize, len: usize, write: bool) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let region = &self.0.region;
+        let (first, last) = ((offset / PAGE) as u32, ((offset + len - 1) / PAGE) as u32);
+        let mut touch = Vec::new();
+        {
+            let st = region.state.lock();
+            for m in st.maps.iter().filter(|m| m.first <= last && first < m.first + m.pages) {
+                if write && !m.mode.writable {
+                    return false;
+                }
+                let size = m.source.size();
+                for p in first.max(m.first)..=last.min(m.first + m.pages - 1) {
+                    if m.fenced.contains(&p) || m.file_index(p) * PAGE as u64 >= size {
+                        return false;
+                    }
+                    touch.push(p);
+                }
+            }
+        }
+        for p in touch {
+            // SAFETY: a page of the memory's usable part (mapped, so readable); the read
+            // faults it in if it is not.
+            unsafe { std::ptr::read_volatile(region.addr(p) as *const u8) };
+        }
+        true
+    }
+}
+
+impl Drop for HostPin {
+    fn drop(&mut self) {
+        let Some(shared) = self.0.shared.as_ref() else { return };
+        let region = &self.0.region;
+        let mut st = region.state.lock();
+        st.pins -= 1;
+        if st.pins == 0 {
+            for (key, start, end) in std::mem::take(&mut st.deferred) {
+                shared.invalidate(region, &mut st, key, start, end);
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Gives up whatever `pages` pages from `first` hold (frames, staging, swap): they read as
+    /// zeros, or from the file if mapped, at the next touch.
+    fn clear(&self, region: &Region, st: &mut RegionState, first: u32, pages: u32) {
+        let swapped: u64 = (first..first + pages).map(|p| self.give_up(region, st, p, true)).sum();
+        if swapped > 0 {
+            region.owner.uncharge_swap(swapped);
+        }
+    }
+
+    /// Gives up what `page` holds (its frame, taken out of the program's memory if `zap`; its
+    /// staging slot; its swap slot, counted in the result for the caller to uncharge).
+    fn give_up(&self, region: &Region, st: &mut RegionState, page: u32, zap: bool) -> u64 {
+        let mut swapped = 0;
+        match st.table.get(page) {
+            Page::Resident { .. } => {
+                if zap {
+                    maps::zap(region.addr(page), PAGE);
+                }
+                self.frames.fetch_sub(1, Ordering::Relaxed);
+            }
+            Page::Inactive { staged, .. } => {
+                self.discard_staged(staged);
+                self.frames.fetch_sub(1, Ordering::Relaxed);
+            }
+            Page::Swapped(at) => {
+                self.swap.free(at.slot);
+                swapped = 1;
+            }
+            Page::Absent => {}
+        }
+        st.table.set_absent(page);
+        st.pending.remove(&page);
+        if let Some(i) = st.mapping_of(page) {
+            st.maps[i].filled.remove(&page);
+            st.maps[i].fenced.remove(&page);
+        }
+        swapped
     }
 }

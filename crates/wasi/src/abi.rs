@@ -33,6 +33,7 @@ impl WasiErrno {
     pub const NAMETOOLONG: WasiErrno = WasiErrno(37);
     pub const NFILE: WasiErrno = WasiErrno(41);
     pub const NOBUFS: WasiErrno = WasiErrno(42);
+    pub const NODEV: WasiErrno = WasiErrno(43);
     pub const NOENT: WasiErrno = WasiErrno(44);
     pub const NOEXEC: WasiErrno = WasiErrno(45);
     pub const NOLCK: WasiErrno = WasiErrno(46);

@@ -58,10 +58,12 @@ pub(crate) fn with_memory<T>(
             _ => return Err(WasiErrno::FAULT),
         },
     };
+    // While the call runs, the file pages it touches stay put (none to pin without mappings).
+    let pin = caller.data().process.pin_memory();
     let (bytes, ctx) = memory.data_and_store_mut(caller);
     // A call may block (the disk, a lock, the standard input): the worker says so, and
     // another takes its place if it does for long.
-    vino_sched::in_kernel(|| call(&mut Guest(bytes), ctx))
+    vino_sched::in_kernel(|| call(&mut Guest(bytes, pin.as_ref()), ctx))
 }
 
 /// Links every preview 1 function.

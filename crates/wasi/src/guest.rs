@@ -4,34 +4,37 @@
 
 use crate::abi::{IOVEC_SIZE, WasiErrno};
 use std::ops::Range;
+use vino_kernel::memory::HostPin;
 
 /// Most buffers one `readv`/`writev` takes (`IOV_MAX`).
 pub const IOV_MAX: u32 = 1024;
 /// Longest path a call takes (Linux's `PATH_MAX`).
 pub const PATH_MAX: u32 = 4096;
 
-/// A program's memory during one system call.
-pub struct Guest<'a>(pub &'a mut [u8]);
+/// A program's memory during one system call, and, where it maps files, its pin: a buffer
+/// over a mapped page past the end of its file, or a store into a read-only mapping, is a
+/// fault too (see `vino_vm::HostPin`).
+pub struct Guest<'a>(pub &'a mut [u8], pub Option<&'a HostPin>);
 
 pub type Result<T> = std::result::Result<T, WasiErrno>;
 
 impl Guest<'_> {
-    fn range(&self, ptr: u32, len: u32) -> Result<Range<usize>> {
+    fn range(&self, ptr: u32, len: u32, store: bool) -> Result<Range<usize>> {
         let start = ptr as usize;
         let end = start.checked_add(len as usize).ok_or(WasiErrno::FAULT)?;
-        if end > self.0.len() {
+        if end > self.0.len() || self.1.is_some_and(|pin| !pin.check(start, len as usize, store)) {
             return Err(WasiErrno::FAULT);
         }
         Ok(start..end)
     }
 
     pub fn bytes(&self, ptr: u32, len: u32) -> Result<&[u8]> {
-        let r = self.range(ptr, len)?;
+        let r = self.range(ptr, len, false)?;
         Ok(&self.0[r])
     }
 
     pub fn bytes_mut(&mut self, ptr: u32, len: u32) -> Result<&mut [u8]> {
-        let r = self.range(ptr, len)?;
+        let r = self.range(ptr, len, true)?;
         Ok(&mut self.0[r])
     }
 
@@ -87,7 +90,7 @@ impl Guest<'_> {
         for i in 0..count {
             let at = ptr.checked_add(i * IOVEC_SIZE).ok_or(WasiErrno::FAULT)?;
             let (buf, len) = (self.u32(at)?, self.u32(at + 4)?);
-            self.range(buf, len)?;
+            self.range(buf, len, false)?;
             v.push((buf, len));
         }
         Ok(v)
@@ -109,7 +112,7 @@ mod tests {
     #[test]
     fn pointers_past_the_end_and_overflowing_lengths_are_faults() {
         let mut mem = vec![0u8; 64];
-        let mut g = Guest(&mut mem);
+        let mut g = Guest(&mut mem, None);
         assert_eq!(g.bytes(60, 4).map(<[u8]>::len), Ok(4));
         assert_eq!(g.bytes(61, 4), Err(WasiErrno::FAULT));
         assert_eq!(g.bytes(u32::MAX, 2), Err(WasiErrno::FAULT));

@@ -41,6 +41,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             Ok(0)
         })
     })?;
+    define_mappings(l)?;
     l.func_wrap(
         MODULE,
         "graft_load",
@@ -135,4 +136,44 @@ fn kernel_point(x: &mut Ctx, point: &str) -> Result<String> {
         Entry::File(f) => Ok(format!("{base}/{}", f.fd)),
         _ => Err(WasiErrno::BADF),
     }
+}
+
+/// `vino_mmap` flags: the mapping is shared (stores reach the file), and writable.
+const MAP_SHARED: u32 = 1;
+const MAP_WRITABLE: u32 = 2;
+
+/// Files mapped into the program's memory: `mmap(addr, len, flags, fd, offset)` over a
+/// page-aligned range the program gives (the SDK's `mmap` allocates it), `munmap(addr, len)`,
+/// `msync(addr, len, durable)`.
+fn define_mappings(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
+    type C<'a> = Caller<'a, Ctx>;
+    l.func_wrap(
+        MODULE,
+        "mmap",
+        |mut c: C, addr: u32, len: u32, flags: u32, fd: u32, offset: u64| {
+            sys_value(&mut c, |g, x| {
+                g.bytes(addr, len)?;
+                let Entry::File(f) = x.fds.get(fd)? else {
+                    return Err(WasiErrno::NODEV);
+                };
+                let (shared, writable) = (flags & MAP_SHARED != 0, flags & MAP_WRITABLE != 0);
+                x.process
+                    .mmap(addr as usize, len as usize, f.fd, offset, shared, writable)?;
+                Ok(0)
+            })
+        },
+    )?;
+    l.func_wrap(MODULE, "munmap", |mut c: C, addr: u32, len: u32| {
+        sys_value(&mut c, |_, x| {
+            x.process.munmap(addr as usize, len as usize)?;
+            Ok(0)
+        })
+    })?;
+    l.func_wrap(MODULE, "msync", |mut c: C, addr: u32, len: u32, durable: u32| {
+        sys_value(&mut c, |_, x| {
+            x.process.msync(addr as usize, len as usize, durable != 0)?;
+            Ok(0)
+        })
+    })?;
+    Ok(())
 }

@@ -244,3 +244,65 @@ fn a_power_cut_with_pages_in_swap_loses_nothing_fsynced_and_frees_the_swap() {
     );
     common::fsck(&cut, &again);
 }
+
+/// Runs the mapping program in `mode` over `file` as root.
+fn map_run(k: &Arc<Kernel>, program: &Program, mode: &str, file: &str, pages: &str) -> (Exit, String) {
+    run(k, program, 0, &[mode, file, pages], &[])
+}
+
+#[test]
+fn mapped_files_read_write_and_stay_coherent_with_read_and_write() {
+    let (dev, k) = boot(MIB, 256 * MIB);
+    let program = Program::compile(&build("mmap"), ProgramLimits::default()).unwrap();
+    for (mode, pages) in [
+        ("coherent", "3"),
+        ("private", "3"),
+        ("readinto", "1"),
+        ("unlinked", "2"),
+        // 2 MiB through a 1 MiB resident limit: clean pages dropped and read again, changed
+        // ones written back as they go.
+        ("big", "512"),
+        ("shared", "512"),
+    ] {
+        let (exit, out) = map_run(&k, &program, mode, &format!("/{mode}"), pages);
+        if !paged(&k) {
+            return;
+        }
+        assert_eq!(exit, Exit::Code(0), "{mode}: {out}");
+        assert!(out.contains(&format!("{mode} done")), "{mode}: {out}");
+    }
+    let s = k.pager_stats().unwrap();
+    // The 512-page files went through the 256-frame limit: read in more than once, and the
+    // shared one's changes written back while it ran.
+    assert!(s.file_faults > 1024 + 256, "{s:?}");
+    assert!(s.written_back >= 512, "{s:?}");
+    nothing_held(&dev, &k, &[0]);
+}
+
+#[test]
+fn touching_a_mapping_where_it_may_not_traps_that_program_alone() {
+    let (dev, k) = boot(4 * MIB, 256 * MIB);
+    let program = Program::compile(&build("mmap"), ProgramLimits::default()).unwrap();
+    let (exit, out) = map_run(&k, &program, "truncate", "/t", "3");
+    if !paged(&k) {
+        return;
+    }
+    assert!(
+        matches!(exit, Exit::Trap(_)),
+        "a touch past the end of a truncated file: {exit:?} {out}"
+    );
+    assert!(
+        out.contains("ok a system call over the lost page: EFAULT") && !out.contains("survived"),
+        "{out}"
+    );
+    let (exit, out) = map_run(&k, &program, "rostore", "/r", "1");
+    assert!(
+        matches!(exit, Exit::Trap(_)),
+        "a store into a read-only mapping: {exit:?} {out}"
+    );
+    assert!(!out.contains("survived"), "{out}");
+    // The kernel goes on: another program maps and reads.
+    let (exit, out) = map_run(&k, &program, "coherent", "/c", "3");
+    assert_eq!(exit, Exit::Code(0), "{out}");
+    nothing_held(&dev, &k, &[0]);
+}
