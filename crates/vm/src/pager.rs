@@ -641,8 +641,14 @@ impl Shared {
             self.queue(region, Job::Fault(f));
             return;
         }
+        // A memory over its limit has its faults wait behind its evictions (queued to its
+        // user's thread), so a process touching memory as fast as it can stays within it.
         let served = match region.state.try_lock() {
-            Some(mut st) if (page as usize) < st.table.len() && !matches!(st.table.get(page), Page::Swapped(_)) => {
+            Some(mut st)
+                if (page as usize) < st.table.len()
+                    && !matches!(st.table.get(page), Page::Swapped(_))
+                    && st.table.frames() <= self.limit_of() =>
+            {
                 self.faults.fetch_add(1, Ordering::Relaxed);
                 self.bring_in(&region, &mut st, page, true);
                 Some(st.table.frames() > self.limit_of() || self.over_total())
