@@ -647,14 +647,14 @@ fn row(m: Measure, samples: &[BTreeMap<String, f64>]) -> Row {
 }
 
 /// The machine's load averages (1, 5, 15 minutes), to say whether it was busy.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into())
 }
 
 /// Boots a kernel on `image` whose processes keep `resident` bytes in frames.
-fn boot_vino(image: &Path, resident: u64, swap: u64) -> Result<std::sync::Arc<vino_kernel::Kernel>> {
+pub(crate) fn boot_vino(image: &Path, resident: u64, swap: u64) -> Result<std::sync::Arc<vino_kernel::Kernel>> {
     use vino_kernel::account::{LimitsConfig, Resource};
     let dev = std::sync::Arc::new(vino_blockdev::FileDevice::open(image)?);
     let mut limits = LimitsConfig::default();

@@ -1,7 +1,8 @@
 //! `vino bench <experiment> [ARGS]...`: runs the experiment's own program, `vino-bench-<experiment>`
-//! (the `vino-experiments` crate, `experiments/`), found in the directory of this program, with
-//! the arguments as given. The experiments are not part of `vino`: build them with
-//! `cargo build --release -p vino-experiments` (or `cargo build --release --workspace`).
+//! (`vm-latency`'s is `vino-bench-vmlat`; the `vino-experiments` crate, `experiments/`), found in
+//! the directory of this program, with the arguments as given. The experiments are not part of
+//! `vino`: build them with `cargo build --release -p vino-experiments` (or `cargo build --release
+//! --workspace`).
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
@@ -85,6 +86,11 @@ pub enum BenchCommand {
     /// ext4 file cold and hot.
     #[command(disable_help_flag = true)]
     Vm(Pass),
+    /// Another user's page-fault latency (first touch and swap-in, p50 and p99) alone and beside
+    /// hostile neighbours: a hog swapping far over its limit, `vm.fault_around` grafts asking for
+    /// the most and looping.
+    #[command(disable_help_flag = true)]
+    VmLatency(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -112,6 +118,7 @@ impl BenchCommand {
             BenchCommand::Native(p) => ("native", p.args),
             BenchCommand::Procs(p) => ("procs", p.args),
             BenchCommand::Vm(p) => ("vm", p.args),
+            BenchCommand::VmLatency(p) => ("vmlat", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

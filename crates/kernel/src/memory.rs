@@ -1,6 +1,7 @@
 //! Processes' memory: the kernel's pager (`vino-vm`) made on first need, its swap area on the
 //! kernel's own file system, and what the pager is told of each process (its user, its
-//! `vas.pick_victim` and `vm.fault_around` grafts, its swap charge, its end when out of swap).
+//! `vas.pick_victim` and `vm.fault_around` grafts, its swap charge, its end when out of swap, and
+//! its faults that wait, which the CPU scheduler hands off as it does a system call that blocks).
 //!
 //! The swap area is a file with no name: made at first need, put on the orphan list at once (so
 //! a crash frees it at the next mount, with whatever it held), grown a chunk at a time, and
@@ -303,6 +304,14 @@ impl Owner for ProcessMemory {
         if let Some(c) = self.swap.lock().as_mut() {
             c.shrink(pages * PAGE as u64);
         }
+    }
+
+    fn fault_waits(&self, thread: u32) {
+        vino_sched::fault_waits(thread);
+    }
+
+    fn fault_served(&self, thread: u32) {
+        vino_sched::fault_served(thread);
     }
 
     fn out_of_swap(&self) {

@@ -9,7 +9,10 @@
 //! ([`ThreadCtx::sleep_until`]). A system call that blocks on the disk or a lock runs inside
 //! [`in_kernel`]: if it outlasts two ticks, the ticker lets another worker take its place, so
 //! the cores stay busy (the hand-off Go's runtime makes for a system call, done lazily so that
-//! a call that does not block costs two atomic stores).
+//! a call that does not block costs two atomic stores). A program blocked on a page fault that
+//! needs I/O (a swap-in, a fault behind its memory's fault-around graft) is handed off the same
+//! way: the pager, which sees the faulting OS thread's id, marks its worker ([`fault_waits`],
+//! [`fault_served`]) and the ticker replaces it if the wait lasts.
 //!
 //! The policy ([`share`]) is proportional share with per-user currencies and donation; the
 //! graftpoints ([`points`]) let a privileged graft choose among all runnable threads and a
@@ -30,8 +33,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use vino_clock::SharedClock;
@@ -468,9 +471,8 @@ impl Inner {
     fn start_worker(self: &Arc<Self>, st: &mut SchedState) {
         st.started += 1;
         let slot = Arc::new(WorkerSlot {
-            call: AtomicU8::new(NOT_IN_CALL),
+            call: AtomicU8::new(IDLE),
             since: AtomicU64::new(0),
-            extra: AtomicBool::new(false),
             ticks: self.ticks.clone(),
             inner: Arc::downgrade(self),
         });
@@ -555,6 +557,7 @@ impl Inner {
 
     fn worker(self: Arc<Self>, slot: Arc<WorkerSlot>) {
         WORKER.with(|w| *w.borrow_mut() = Some(slot.clone()));
+        let _known = FaultingWorker::register(&slot);
         let mut st = self.state.lock();
         // The time read at the end of the last poll, while nothing has waited since: one clock
         // read serves the end of one turn, the choice of the next and its start.
@@ -584,15 +587,17 @@ impl Inner {
             drop(st);
 
             POLLING.with(|p| p.set((Arc::as_ptr(&self) as usize, pick.tid)));
+            slot.call.store(NOT_IN_CALL, Ordering::Release);
             let result = future.as_mut().poll(&mut Context::from_waker(&waker));
+            // Replaced during the poll (in a call, or while a fault held it): not counted.
+            let replaced = matches!(slot.call.swap(IDLE, Ordering::AcqRel), HANDED_OFF | EXTRA);
             POLLING.with(|p| p.set((0, NO_THREAD)));
             let yielded = YIELDED.with(|y| y.replace(false));
             let ended = self.clock.monotonic();
             let used = ns(ended.saturating_sub(started));
 
             st = self.state.lock();
-            // (Loaded first: the swap, a locked instruction, only when it was replaced.)
-            if !(slot.extra.load(Ordering::Acquire) && slot.extra.swap(false, Ordering::AcqRel)) {
+            if !replaced {
                 st.polling = st.polling.checked_sub(1).expect("a worker counted as polling");
             }
             st.shares.charge(pick.tid, pick.charge, used);
@@ -673,14 +678,17 @@ impl Inner {
         }
     }
 
-    /// Workers in the kernel for two ticks or more give their place to another.
+    /// Workers in the kernel (or blocked on a queued fault) for two ticks or more give their
+    /// place to another.
     fn hand_off_blocked(self: &Arc<Self>, tick: u64) {
         let slots: Vec<Arc<WorkerSlot>> = self.workers.lock().clone();
         for slot in slots {
-            if tick.saturating_sub(slot.since.load(Ordering::Relaxed)) < 2
+            let call = slot.call.load(Ordering::Acquire);
+            if !matches!(call, IN_CALL | IN_FAULT)
+                || tick.saturating_sub(slot.since.load(Ordering::Relaxed)) < 2
                 || slot
                     .call
-                    .compare_exchange(IN_CALL, HANDED_OFF, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(call, HANDED_OFF, Ordering::AcqRel, Ordering::Relaxed)
                     .is_err()
             {
                 continue;
@@ -716,20 +724,123 @@ impl Inner {
 /// No thread (work charged to a process but done by the kernel): thread ids start at 1.
 const NO_THREAD: Tid = 0;
 
+// What a worker is doing, as its slot shows it. Each move into `HANDED_OFF` (by the ticker or
+// `blocking`) replaces the worker once; the worker itself moves out of it, to `EXTRA`, and is
+// not counted again until its poll ends, so a worker is replaced at most once per poll.
+/// Polling, counted among the polling workers.
 const NOT_IN_CALL: u8 = 0;
+/// In a system call ([`in_kernel`]): the ticker hands it off after two ticks.
 const IN_CALL: u8 = 1;
+/// Blocked in a call or a fault, and its place given to another worker.
 const HANDED_OFF: u8 = 2;
+/// Blocked on a page fault that waits on I/O (the pager marked it): handed off as a call is.
+const IN_FAULT: u8 = 3;
+/// Replaced earlier in this poll and running again: an extra worker until its poll ends.
+const EXTRA: u8 = 4;
+/// Not polling (a fault reported late finds nothing to hand off).
+const IDLE: u8 = 5;
 
-/// What a worker shows the ticker of itself.
+/// What a worker shows the ticker (and the pager) of itself.
 struct WorkerSlot {
     call: AtomicU8,
-    /// The tick it entered the kernel at.
+    /// The tick it entered the kernel (or its fault) at.
     since: AtomicU64,
-    /// Its place was given to another while it was in the kernel: it is an extra worker until
-    /// its poll ends.
-    extra: AtomicBool,
     ticks: Arc<AtomicU64>,
     inner: Weak<Inner>,
+}
+
+impl WorkerSlot {
+    /// The running worker enters `to` (a call, or a wait handed off at once); false if it is
+    /// an extra worker already: replaced in this poll, perhaps while a fault held it.
+    fn enter(&self, to: u8) -> bool {
+        self.since.store(self.ticks.load(Ordering::Relaxed), Ordering::Relaxed);
+        loop {
+            match self.call.load(Ordering::Acquire) {
+                EXTRA => return false,
+                HANDED_OFF => {
+                    // Handed off while a fault held it; it runs again.
+                    self.call.store(EXTRA, Ordering::Release);
+                    return false;
+                }
+                // Running, or a fault's mark the pager has not cleared yet (the fault is over).
+                now => {
+                    if self
+                        .call
+                        .compare_exchange(now, to, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The running worker leaves the call it entered: an extra worker if it was handed off.
+    fn leave_call(&self) {
+        if self
+            .call
+            .compare_exchange(IN_CALL, NOT_IN_CALL, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            self.call.store(EXTRA, Ordering::Release);
+        }
+    }
+}
+
+/// Workers by OS thread id, for the pager, which knows a fault by the thread that took it.
+static BY_OS_THREAD: LazyLock<parking_lot::RwLock<FxHashMap<u32, Weak<WorkerSlot>>>> = LazyLock::new(Default::default);
+
+/// A worker's entry in [`BY_OS_THREAD`] while its OS thread lives.
+struct FaultingWorker(u32);
+
+impl FaultingWorker {
+    fn register(slot: &Arc<WorkerSlot>) -> FaultingWorker {
+        let tid = os_thread_id();
+        BY_OS_THREAD.write().insert(tid, Arc::downgrade(slot));
+        FaultingWorker(tid)
+    }
+}
+
+impl Drop for FaultingWorker {
+    fn drop(&mut self) {
+        BY_OS_THREAD.write().remove(&self.0);
+    }
+}
+
+fn os_thread_id() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+fn worker_on(os_tid: u32) -> Option<Arc<WorkerSlot>> {
+    BY_OS_THREAD.read().get(&os_tid)?.upgrade()
+}
+
+/// The pager queued a page fault of OS thread `os_tid` that waits on I/O (a swap-in, or its
+/// turn behind a fault-around graft): if that thread is a worker polling a thread outside any
+/// call, it counts as in the kernel from now, and the ticker gives its place to another
+/// worker if the wait lasts two ticks. Call it before the fault can be served; any other
+/// thread is ignored.
+pub fn fault_waits(os_tid: u32) {
+    let Some(slot) = worker_on(os_tid) else { return };
+    if slot.call.load(Ordering::Acquire) == NOT_IN_CALL {
+        slot.since.store(slot.ticks.load(Ordering::Relaxed), Ordering::Relaxed);
+        let _ = slot
+            .call
+            .compare_exchange(NOT_IN_CALL, IN_FAULT, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+/// The fault [`fault_waits`] marked is served (its thread is woken): its worker counts as
+/// running again, or, if it was handed off meanwhile, as an extra worker until its poll ends
+/// (as after a call handed off in [`in_kernel`]; the worker sees it itself).
+pub fn fault_served(os_tid: u32) {
+    if let Some(slot) = worker_on(os_tid) {
+        let _ = slot
+            .call
+            .compare_exchange(IN_FAULT, NOT_IN_CALL, Ordering::AcqRel, Ordering::Relaxed);
+    }
 }
 
 thread_local! {
@@ -748,22 +859,20 @@ thread_local! {
 pub fn in_kernel<R>(f: impl FnOnce() -> R) -> R {
     let slot = WORKER.with(|w| w.borrow().clone());
     let Some(slot) = slot else { return f() };
-    // A worker already replaced during this poll is not counted among the polling ones: there
-    // is nothing more to hand off (only its own thread sets and clears `extra`).
-    if slot.extra.load(Ordering::Acquire) {
-        return f();
-    }
-    if DEPTH.with(|d| d.replace(d.get() + 1)) > 0 {
+    if DEPTH.with(Cell::get) > 0 {
+        DEPTH.with(|d| d.set(d.get() + 1));
         let r = f();
         DEPTH.with(|d| d.set(d.get() - 1));
         return r;
     }
-    slot.since.store(slot.ticks.load(Ordering::Relaxed), Ordering::Relaxed);
-    slot.call.store(IN_CALL, Ordering::Release);
-    let r = f();
-    if slot.call.swap(NOT_IN_CALL, Ordering::AcqRel) == HANDED_OFF {
-        slot.extra.store(true, Ordering::Release);
+    // A worker already replaced during this poll is not counted among the polling ones: there
+    // is nothing more to hand off.
+    if !slot.enter(IN_CALL) {
+        return f();
     }
+    DEPTH.with(|d| d.set(1));
+    let r = f();
+    slot.leave_call();
     DEPTH.with(|d| d.set(0));
     r
 }
@@ -775,22 +884,26 @@ pub fn in_kernel<R>(f: impl FnOnce() -> R) -> R {
 pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
     let slot = WORKER.with(|w| w.borrow().clone());
     let Some(slot) = slot else { return f() };
-    if slot.extra.load(Ordering::Acquire) {
+    let replace = || {
+        if let Some(inner) = slot.inner.upgrade() {
+            inner.replace_worker();
+        }
+    };
+    if DEPTH.with(Cell::get) > 0 {
+        // Inside `in_kernel`: the call stays marked handed off (so the ticker does not replace
+        // it again), and `in_kernel` makes it an extra worker when it returns.
+        if slot.call.swap(HANDED_OFF, Ordering::AcqRel) == IN_CALL {
+            replace();
+        }
+        return f();
+    }
+    if !slot.enter(HANDED_OFF) {
         return f(); // replaced already in this poll
     }
-    let before = slot.call.swap(HANDED_OFF, Ordering::AcqRel);
-    if before != HANDED_OFF
-        && let Some(inner) = slot.inner.upgrade()
-    {
-        inner.replace_worker();
-    }
+    replace();
     let r = f();
-    // An extra worker until its poll ends. Inside `in_kernel` the call stays marked handed
-    // off (so the ticker does not replace it again), and `in_kernel` clears it.
-    slot.extra.store(true, Ordering::Release);
-    if before == NOT_IN_CALL {
-        slot.call.store(NOT_IN_CALL, Ordering::Release);
-    }
+    // An extra worker until its poll ends.
+    slot.call.store(EXTRA, Ordering::Release);
     r
 }
 

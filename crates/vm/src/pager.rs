@@ -66,6 +66,11 @@ pub trait Owner: Send + Sync {
     fn uncharge_swap(&self, _pages: u64) {}
     /// The process needs swap and there is none for it: the kernel ends it (alone).
     fn out_of_swap(&self) {}
+    /// A fault of OS thread `thread` was queued: it waits on I/O or behind a graft, and the
+    /// kernel may give the CPU it held to another (called before the fault can be served).
+    fn fault_waits(&self, _thread: u32) {}
+    /// That fault is served: its thread is awake.
+    fn fault_served(&self, _thread: u32) {}
 }
 
 /// Limits and sizes of a pager.
@@ -690,8 +695,12 @@ impl Shared {
             self.queue(region, Job::Fault(f));
             return;
         }
+        // A memory over its limit has its faults wait behind its evictions (queued to its
+        // user's thread), so a process touching memory as fast as it can stays within it.
         let served = match region.state.try_lock() {
-            Some(mut st) if (page as usize) < st.table.len() && !needs_io(&st, page) => {
+            Some(mut st)
+                if (page as usize) < st.table.len() && !needs_io(&st, page) && st.table.frames() <= self.limit_of() =>
+            {
                 self.faults.fetch_add(1, Ordering::Relaxed);
                 self.bring_in(&region, &mut st, page, true);
                 Some(st.table.frames() > self.limit_of() || self.over_total())
@@ -706,6 +715,9 @@ impl Shared {
     }
 
     fn queue(&self, region: Arc<Region>, job: Job) {
+        if let Job::Fault(f) = &job {
+            region.owner.fault_waits(f.thread);
+        }
         let uid = region.owner.uid();
         let mut q = self.queues.lock();
         let queue = q.by_user.entry(uid).or_default();
@@ -758,10 +770,12 @@ impl Shared {
             if page as usize >= st.table.len() {
                 drop(st);
                 let _ = self.uffd.wake(region.addr(page), PAGE);
+                region.owner.fault_served(fault.thread);
                 return;
             }
             self.bring_in(region, &mut st, page, true);
         }
+        region.owner.fault_served(fault.thread);
         self.after(region, page);
     }
 

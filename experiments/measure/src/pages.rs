@@ -824,6 +824,55 @@ pub const PAGES: &[Page] = &[
         ],
     },
     Page {
+        name: "vm-latency",
+        tables: &[
+            Table {
+                title: "Another user's fault latency, times of single-page touches in the program, medians of the rounds; `/ alone` is the median of each round's figure over the alone case's of the same round:",
+                rows: "rows[]",
+                across: None,
+                columns: &[
+                    ("neighbour", "neighbour", Fmt::Text),
+                    ("first touch p50", "first_p50_ns", Fmt::Ns),
+                    ("/ alone", "first_p50_vs_alone", Fmt::Ratio),
+                    ("p99", "first_p99_ns", Fmt::Ns),
+                    ("/ alone", "first_p99_vs_alone", Fmt::Ratio),
+                    ("swap-in p50", "swap_p50_ns", Fmt::Ns),
+                    ("/ alone", "swap_p50_vs_alone", Fmt::Ratio),
+                    ("p99", "swap_p99_ns", Fmt::Ns),
+                    ("/ alone", "swap_p99_vs_alone", Fmt::Ratio),
+                ],
+            },
+            Table {
+                title: "What held each neighbour in, per round: the most frames its memory held (sampled every 10 ms), its pages written to swap, its graft's calls and failures, how it ended, and the peak RSS of the process that holds the kernel:",
+                rows: "rows[].containment_rounds[]",
+                across: None,
+                columns: &[
+                    ("neighbour", "^key", Fmt::Text),
+                    ("most frames", "max_resident_pages", Fmt::Count),
+                    ("swapped out", "swap_outs", Fmt::Count),
+                    ("graft calls", "graft_calls", Fmt::Count),
+                    ("failed", "graft_failures", Fmt::Count),
+                    ("unloaded", "graft_unloaded", Fmt::Text),
+                    ("ended", "exit", Fmt::Text),
+                    ("peak RSS", "peak_rss_bytes", Fmt::Mib),
+                ],
+            },
+            Table {
+                title: "The run:",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("rounds", "rounds", Fmt::Count),
+                    ("resident limit (pages)", "resident_limit_pages", Fmt::Count),
+                    ("victim pages", "victim_pages", Fmt::Count),
+                    ("neighbour pages", "hog_pages", Fmt::Count),
+                    ("warm-up (ms)", "warmup_ms", Fmt::Count),
+                    ("paged", "paged", Fmt::Text),
+                ],
+            },
+        ],
+    },
+    Page {
         name: "sched",
         tables: &[
             Table {
