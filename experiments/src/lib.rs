@@ -19,6 +19,7 @@
 //! | `vino-bench-native` | [`native`] | real programs as VINO processes against Linux and wasmtime-wasi |
 //! | `vino-bench-procs` | [`procs`] | spawn, pipe and ping-pong between VINO processes against Linux |
 //! | `vino-bench-vm` | [`vm`] | page-fault costs: first touch, userfaultfd, swap-in, a mapped file |
+//! | `vino-bench-vmjoin` | [`vm_join`] | E4's join in a program's own memory: look-ahead graft, default, Linux |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -42,4 +43,5 @@ pub mod procs;
 pub mod programs;
 pub mod progress;
 pub mod vm;
+pub mod vm_join;
 pub mod wisconsin;
