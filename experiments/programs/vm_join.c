@@ -209,8 +209,10 @@ static void graft_lookahead(const struct relation *a, const struct relation *b, 
         fprintf(stderr, "vm_join: loading the graft: error %d\n", -r);
         exit(1);
     }
-    int64_t set[3] = {(int64_t)MEMORY_OBJECT, lookahead, n};
-    control("la_set", set, 3);
+    /* When every candidate is needed, the graft answers the LRU page itself: failing instead (as
+     * the thesis' graft did) would have the kernel unload it after eight in a row. */
+    int64_t set[4] = {(int64_t)MEMORY_OBJECT, lookahead, n, 1};
+    control("la_set", set, 4);
     for (uint32_t at = 0; at < n; at += 7) {
         int64_t put[8] = {at};
         for (uint32_t k = 0; k < 7; k++) {

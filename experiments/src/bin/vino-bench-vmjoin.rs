@@ -23,7 +23,7 @@ struct Args {
     /// Rounds (default 5; 2 with --quick).
     #[arg(long)]
     rounds: Option<usize>,
-    /// Keys the graft looks ahead (default: three quarters of the memory's pages).
+    /// Keys the graft looks ahead (default: half the memory's pages, two record reads a key).
     #[arg(long)]
     lookahead: Option<u32>,
 }
