@@ -20,6 +20,7 @@
 //! | `vino-bench-procs` | [`procs`] | spawn, pipe and ping-pong between VINO processes against Linux |
 //! | `vino-bench-vm` | [`vm`] | page-fault costs: first touch, userfaultfd, swap-in, a mapped file |
 //! | `vino-bench-vmlat` | [`vm_latency`] | another user's fault latency beside hostile neighbours |
+//! | `vino-bench-vmjoin` | [`vm_join`] | E4's join in a program's own memory: look-ahead graft, default, Linux |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -44,4 +45,5 @@ pub mod programs;
 pub mod progress;
 pub mod vm;
 pub mod vm_latency;
+pub mod vm_join;
 pub mod wisconsin;

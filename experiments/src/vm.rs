@@ -271,13 +271,19 @@ fn source() -> PathBuf {
 
 /// Builds vm.c for the host into `dir`: the program and the compiler's description.
 fn build_native(dir: &Path) -> Result<(PathBuf, String)> {
+    build_native_from(&source(), &dir.join("vm-native"))
+}
+
+/// Builds the C program `source` for the host as `exe`: the program and the compiler's
+/// description.
+pub(crate) fn build_native_from(source: &Path, exe: &Path) -> Result<(PathBuf, String)> {
     let opts = vino_sdk::BuildOptions::default();
     let tc = vino_sdk::find_toolchain(&opts).map_err(|e| anyhow!("{e}"))?;
-    let exe = dir.join("vm-native");
+    let exe = exe.to_path_buf();
     let mut cmd = Command::new(&tc.clang);
     cmd.arg(opts.opt_level.flag())
         .arg("-pthread")
-        .arg(source())
+        .arg(source)
         .arg("-o")
         .arg(&exe);
     let out = cmd
@@ -285,7 +291,8 @@ fn build_native(dir: &Path) -> Result<(PathBuf, String)> {
         .with_context(|| format!("running {}", tc.clang.display()))?;
     ensure!(
         out.status.success(),
-        "building vm.c for the host: {cmd:?}: {}",
+        "building {} for the host: {cmd:?}: {}",
+        source.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     Ok((exe, format!("{} {}", tc.clang.display(), opts.opt_level.flag())))
@@ -315,7 +322,7 @@ pub fn parse_figures(text: &str) -> BTreeMap<String, f64> {
 
 /// Runs the host's vm with `args`, in `cgroup` if given (a shell moves itself in first, so the
 /// program starts there); its figures.
-fn run_native(exe: &Path, args: &[OsString], cgroup: Option<&Cgroup>) -> Result<BTreeMap<String, f64>> {
+pub(crate) fn run_native(exe: &Path, args: &[OsString], cgroup: Option<&Cgroup>) -> Result<BTreeMap<String, f64>> {
     let mut cmd = match cgroup {
         Some(cg) => {
             let mut c = Command::new("sh");
@@ -360,7 +367,7 @@ const CAUGHT: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 /// While alive, SIGINT, SIGTERM and SIGHUP only set [`INTERRUPTED`] (the run then stops at the
 /// next measure and the guards undo what they did); the former actions come back on drop.
-struct Interrupts {
+pub(crate) struct Interrupts {
     old: Vec<(libc::c_int, libc::sigaction)>,
 }
 
@@ -386,7 +393,7 @@ impl Interrupts {
         Ok(guard)
     }
 
-    fn check() -> Result<()> {
+    pub(crate) fn check() -> Result<()> {
         ensure!(
             !INTERRUPTED.load(Ordering::SeqCst),
             "interrupted (the swap file and the cgroup are removed)"
@@ -459,16 +466,16 @@ fn tool(name: &str) -> Result<PathBuf> {
 
 /// What the swap-in runs in: a swap file switched on, a memory cgroup limited to L bytes, and
 /// the signals caught meanwhile. Fields drop in order: the cgroup, the swap, the signals.
-struct SwapRig {
-    cgroup: Cgroup,
+pub(crate) struct SwapRig {
+    pub(crate) cgroup: Cgroup,
     _swap: SwapFile,
     _interrupts: Interrupts,
-    setup: SwapSetup,
+    pub(crate) setup: SwapSetup,
 }
 
 impl SwapRig {
     /// The rig, or why the swap-in cannot run here (Ok(Err(reason)): a skip, not a failure).
-    fn make(opts: &VmOptions, dir: &Path) -> Result<std::result::Result<SwapRig, String>> {
+    pub(crate) fn make(opts: &VmOptions, dir: &Path) -> Result<std::result::Result<SwapRig, String>> {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
         if euid != 0 {

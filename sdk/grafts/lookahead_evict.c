@@ -17,6 +17,13 @@
  * Write la_plan and la_ctl with write_memory, call the control function la_start, and before
  * reading record i write i into la_ctl.cursor (8 bytes).
  *
+ * An owner that cannot write the graft's memory (a program grafting its own memory from inside
+ * has control calls only) does the same with control calls: la_set(object, lookahead, count,
+ * lru_when_all_needed), la_put(at, r0 .. r6) for seven records at a time, each
+ * `(first << 32) | second`, then la_start, and la_cursor(i) as it goes (every few records is
+ * enough: the window is thousands long). For program memory the object is VINO_MEMORY_OBJECT and
+ * the plan's pages are memory page indexes (address / 4096).
+ *
  * The thesis' graft compared each candidate with every entry of the keep list, which at 8192
  * records of look-ahead made a run take minutes. Here the graft keeps, for every page, how many
  * accesses in the window [cursor, cursor + N) fall on it (need[]), and slides the window as the
@@ -26,7 +33,10 @@
  * the graft evicts the first one no upcoming record needs, asking for the next page while every
  * candidate so far is needed. If all are needed it returns -1 -- invalid, as the thesis returned
  * EINVAL -- and the kernel's LRU choice stands: the graft may choose which of its own pages go,
- * never keep more memory than the kernel gives it. */
+ * never keep more memory than the kernel gives it. A window that covers every candidate then
+ * fails call after call, and the kernel unloads a graft that fails eight times in a row; set with
+ * la_set's lru_when_all_needed, the graft answers the LRU candidate itself instead (the same
+ * page goes, and no call fails). */
 #include "vino_graft.h"
 
 #define LA_MAX_RECORDS 65536
@@ -49,6 +59,7 @@ static uint32_t need[LA_MAX_PAGES]; /* accesses of each page by records in [win_
 static volatile uint64_t win_lo, win_hi;
 static uint64_t started_object;     /* the object of the plan la_start accepted */
 static uint32_t started;            /* la_start has run since the plan was written */
+static uint32_t lru_when_all_needed; /* answer 0, not -1, when every candidate is needed */
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
@@ -104,7 +115,7 @@ VINO_GRAFT(vas_pick_victim) int32_t vas_pick_victim(int32_t n) {
     if (!started)
         return 0; /* no plan yet: LRU */
     if (n == 0)
-        return -1; /* every candidate is needed: the kernel's default decides */
+        return lru_when_all_needed ? 0 : -1; /* every candidate is needed: the LRU page goes */
     if (first == 0)
         catch_up(LA_SLIDE_MAX); /* the first page of an eviction */
     for (int32_t i = 0; i < n; i++)
@@ -124,6 +135,37 @@ VINO_CONTROL(la_start) int32_t la_start(void) {
     started_object = la_ctl.object;
     started = 1;
     return (int32_t)count;
+}
+
+/* la_ctl without write_memory: the cursor starts at 0. */
+VINO_CONTROL(la_set)
+int32_t la_set(uint64_t object, uint64_t lookahead, uint64_t count, uint64_t lru_when_all) {
+    lru_when_all_needed = lru_when_all != 0;
+    la_ctl.object = object;
+    la_ctl.lookahead = lookahead;
+    la_ctl.count = count;
+    la_ctl.cursor = 0;
+    return 0;
+}
+
+/* la_plan[at .. at + 7) without write_memory, each record packed `(first << 32) | second`;
+ * entries past LA_MAX_RECORDS are dropped. Returns the records written. */
+VINO_CONTROL(la_put)
+int32_t la_put(uint64_t at, uint64_t r0, uint64_t r1, uint64_t r2, uint64_t r3, uint64_t r4, uint64_t r5,
+               uint64_t r6) {
+    const uint64_t records[7] = {r0, r1, r2, r3, r4, r5, r6};
+    int32_t written = 0;
+    for (uint64_t k = 0; k < 7 && at + k < LA_MAX_RECORDS; k++, written++) {
+        la_plan[at + k][0] = (uint32_t)(records[k] >> 32);
+        la_plan[at + k][1] = (uint32_t)records[k];
+    }
+    return written;
+}
+
+/* The next record the owner reads, without write_memory. */
+VINO_CONTROL(la_cursor) int32_t la_cursor(uint64_t record) {
+    la_ctl.cursor = record;
+    return 0;
 }
 
 /* Ends a scan: from now on LRU decides until the next la_start. */

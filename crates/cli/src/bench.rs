@@ -91,6 +91,11 @@ pub enum BenchCommand {
     /// the most and looping.
     #[command(disable_help_flag = true)]
     VmLatency(Pass),
+    /// E4's join (thesis 7.3.3) with its relations in a VINO process's own memory: the look-ahead
+    /// eviction graft against the pager's default policy, and against Linux with the same memory
+    /// (a memory cgroup with a swap file).
+    #[command(disable_help_flag = true)]
+    VmJoin(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -119,6 +124,7 @@ impl BenchCommand {
             BenchCommand::Procs(p) => ("procs", p.args),
             BenchCommand::Vm(p) => ("vm", p.args),
             BenchCommand::VmLatency(p) => ("vmlat", p.args),
+            BenchCommand::VmJoin(p) => ("vmjoin", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

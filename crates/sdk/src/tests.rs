@@ -189,7 +189,7 @@ fn examples_build_and_follow_the_abi() {
             "lookahead_evict",
             "vas_pick_victim",
             &[],
-            &["la_start", "la_stop"],
+            &["la_start", "la_stop", "la_set", "la_put", "la_cursor"],
             &["la_ctl", "la_plan"],
         ),
         (

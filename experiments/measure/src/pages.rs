@@ -873,6 +873,55 @@ pub const PAGES: &[Page] = &[
         ],
     },
     Page {
+        name: "vm-join",
+        tables: &[
+            Table {
+                title: "The Wisconsin join in a program's own memory, median of the rounds; major faults waited for swap (VINO: the pager's reads of swap, Linux: getrusage's majflt), swap-ins are VINO's pages read back, `by graft` the evictions the graft chose:",
+                rows: "rows[]",
+                across: None,
+                columns: &[
+                    ("side", "side", Fmt::Text),
+                    ("join", "seconds", Fmt::Secs),
+                    ("major faults", "major_faults", Fmt::Count),
+                    ("minor faults", "minor_faults", Fmt::Count),
+                    ("swap-ins", "swap_ins", Fmt::Count),
+                    ("by graft", "evicted_by_graft", Fmt::Count),
+                    ("refused", "graft_refused", Fmt::Count),
+                    ("time / default", "time_vs_default", Fmt::Ratio),
+                    ("faults / default", "faults_vs_default", Fmt::Ratio),
+                    ("time / Linux", "time_vs_linux", Fmt::Ratio),
+                ],
+            },
+            Table {
+                title: "Goals, beside the thesis' look-ahead runs over its LRU run (table 12, 1,024-4,096 records):",
+                rows: "goals[]",
+                across: None,
+                columns: &[
+                    ("what", "what", Fmt::Text),
+                    ("measured", "measured", Fmt::Ratio),
+                    ("thesis", "thesis", Fmt::Text),
+                    ("goal", "goal", Fmt::Text),
+                    ("met", "met", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "The run:",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("rounds", "rounds", Fmt::Count),
+                    ("tuples per relation", "tuples", Fmt::Count),
+                    ("relations", "relation_bytes", Fmt::Mib),
+                    ("memory", "limit_bytes", Fmt::Mib),
+                    ("look-ahead (keys)", "lookahead", Fmt::Count),
+                    ("swap", "swap_bytes", Fmt::Mib),
+                    ("Linux runs OOM-killed, run again", "linux_oom_kills", Fmt::Count),
+                    ("compiler", "clang", Fmt::Text),
+                ],
+            },
+        ],
+    },
+    Page {
         name: "sched",
         tables: &[
             Table {
