@@ -44,6 +44,6 @@ pub mod procs;
 pub mod programs;
 pub mod progress;
 pub mod vm;
-pub mod vm_latency;
 pub mod vm_join;
+pub mod vm_latency;
 pub mod wisconsin;

@@ -34,8 +34,11 @@
 //! * **swap-in**: the same W bytes written and re-read with the process's resident limit at L,
 //!   its pages out to and back from VINO's swap (an unnamed file on the image, enciphered).
 //!
-//! A mapped VINO file (`mapped-cold`, `mapped-hot`) has no VINO row yet: the SDK's `mmap` does
-//! not map files.
+//! * **mapped file, cold and hot**: a VINO file the size of Linux's, written before the runs,
+//!   mapped read-only with the SDK's `mmap` (`vino_mmap`) and read one byte per page: each fault
+//!   reads the page and up to 15 untouched ones after it through VINO's page cache and copies
+//!   them in; cold with a kernel booted for the run (its cache empty), hot after reading the file
+//!   with `read` first.
 //!
 //! Beside the faults, what having memory paged at all costs a real program ([`paging_cost`]):
 //! SQLite and gzip (the SDK's programs, driven as `vino bench native` drives them) as VINO
@@ -185,6 +188,29 @@ impl Measure {
         };
         v
     }
+}
+
+/// Writes the file the VINO side maps (`bytes` of a pattern, so no page reads as zeros) onto
+/// the image, made durable, with a kernel of its own: each measuring kernel starts with it
+/// out of its cache.
+fn write_vino_mapped(image: &Path, path: &Path, bytes: u64) -> Result<()> {
+    let kernel = boot_vino(image, 1 << 30, 1 << 20)?;
+    let root = kernel.spawn(vino_kernel::Credentials::root());
+    let fd = root
+        .open(&path.to_string_lossy(), vino_kernel::OpenFlags::create())
+        .map_err(|e| anyhow!("creating {} on VINO: {e}", path.display()))?;
+    let chunk: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8 + 1).collect();
+    let mut done = 0;
+    while done < bytes {
+        let n = chunk.len().min((bytes - done) as usize);
+        root.write(fd, &chunk[..n])
+            .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+        done += n as u64;
+    }
+    root.fsync(fd).map_err(|e| anyhow!("fsync: {e}"))?;
+    root.close(fd).map_err(|e| anyhow!("close: {e}"))?;
+    kernel.exit(root.pid());
+    kernel.shutdown().map_err(|e| anyhow!("shutting VINO down: {e}"))
 }
 
 /// One measure: the medians of the rounds, each round's figures, the ratio to the floor.
@@ -691,7 +717,8 @@ pub fn vino_side(opts: &VmOptions, floors: Floors, progress: &mut dyn FnMut(&str
         let dev = vino_blockdev::FileDevice::create(&image, image_bytes)?;
         vino_fs::mkfs(&dev, &vino_fs::MkfsOptions::default())?;
     }
-    let no_map = Path::new("/");
+    let mapped = Path::new("/mapped");
+    write_vino_mapped(&image, mapped, opts.mapped_bytes)?;
     let measures = [
         (
             Measure::Touch,
@@ -703,6 +730,16 @@ pub fn vino_side(opts: &VmOptions, floors: Floors, progress: &mut dyn FnMut(&str
             opts.swap_limit_bytes,
             "swap-in: re-read in order, resident limit L, VINO's swap",
         ),
+        (
+            Measure::MappedCold,
+            2 * opts.mapped_bytes,
+            "vino_mmap'd VINO file, cold (a kernel booted with an empty cache)",
+        ),
+        (
+            Measure::MappedHot,
+            2 * opts.mapped_bytes,
+            "vino_mmap'd VINO file, hot (in VINO's page cache)",
+        ),
     ];
     let mut samples: Vec<Vec<BTreeMap<String, f64>>> = vec![Vec::new(); measures.len()];
     let mut paged = true;
@@ -710,7 +747,7 @@ pub fn vino_side(opts: &VmOptions, floors: Floors, progress: &mut dyn FnMut(&str
         let (m, resident, _) = measures[i];
         let kernel = boot_vino(&image, resident, opts.swap_file_bytes)?;
         let argv = std::iter::once(OsString::from("vm"))
-            .chain(m.args(opts, no_map, small))
+            .chain(m.args(opts, mapped, small))
             .map(|a| a.into_encoded_bytes())
             .collect();
         let text =
@@ -719,6 +756,11 @@ pub fn vino_side(opts: &VmOptions, floors: Floors, progress: &mut dyn FnMut(&str
         kernel.shutdown().map_err(|e| anyhow!("shutting VINO down: {e}"))?;
         let mut figures = parse_figures(&text?);
         match stats {
+            Some(s) if matches!(m, Measure::MappedCold | Measure::MappedHot) => {
+                // Each fault reads the file (its page and up to 15 untouched ones after it).
+                figures.insert("majflt".into(), s.faults as f64);
+                figures.insert("minflt".into(), 0.0);
+            }
             Some(s) => {
                 figures.insert("majflt".into(), s.swap_reads as f64);
                 figures.insert("minflt".into(), s.faults.saturating_sub(s.swap_reads) as f64);
