@@ -248,8 +248,17 @@ impl FileTable {
     }
 
     pub fn write_lock(&self, ino: u64) -> parking_lot::MutexGuard<'_, ()> {
+        self.write_stripe(ino).lock()
+    }
+
+    /// [`FileTable::write_lock`] if no one holds it now.
+    pub fn try_write_lock(&self, ino: u64) -> Option<parking_lot::MutexGuard<'_, ()>> {
+        self.write_stripe(ino).try_lock()
+    }
+
+    fn write_stripe(&self, ino: u64) -> &Mutex<()> {
         use std::hash::BuildHasher;
-        self.write_locks[self.stripe_key.hash_one(ino) as usize % WRITE_STRIPES].lock()
+        &self.write_locks[self.stripe_key.hash_one(ino) as usize % WRITE_STRIPES]
     }
 }
 

@@ -486,11 +486,17 @@ impl MapSource for FileMap {
             .read(&IoCtx::new(self.pid), self.ino, &self.backing, index * PAGE as u64, buf)
     }
 
-    fn write_page(&self, index: u64, page: &[u8]) -> io::Result<()> {
+    fn write_page(&self, index: u64, page: &[u8], wait: bool) -> io::Result<()> {
         let k = self.kernel.upgrade().ok_or_else(gone)?;
         let offset = index * PAGE as u64;
         let written = {
-            let _writer = k.files.write_lock(self.ino);
+            let _writer = match wait {
+                true => k.files.write_lock(self.ino),
+                false => k
+                    .files
+                    .try_write_lock(self.ino)
+                    .ok_or_else(|| io::Error::from(io::ErrorKind::WouldBlock))?,
+            };
             let size = k.fs.stat(self.ino).map_err(io::Error::other)?.size;
             if offset >= size {
                 return Ok(());

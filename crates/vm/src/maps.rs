@@ -44,7 +44,9 @@ pub trait MapSource: Send + Sync {
     /// the file; how many bytes (0: the page lies wholly past the end).
     fn read(&self, index: u64, buf: &mut [u8]) -> io::Result<usize>;
     /// Writes page `index` back as the mapping holds it: the part before the end of the file.
-    fn write_page(&self, index: u64, page: &[u8]) -> io::Result<()>;
+    /// `wait` false (a fault thread's write-back): fails with `WouldBlock` rather than wait for a
+    /// writer of the file, who may be stuck in a fault that thread is to serve.
+    fn write_page(&self, index: u64, page: &[u8], wait: bool) -> io::Result<()>;
     /// Makes what was written back durable (`msync` with `MS_SYNC`).
     fn sync(&self) -> io::Result<()>;
     /// The file's size in bytes now.
@@ -153,7 +155,7 @@ mod tests {
         fn read(&self, _: u64, _: &mut [u8]) -> io::Result<usize> {
             Ok(0)
         }
-        fn write_page(&self, _: u64, _: &[u8]) -> io::Result<()> {
+        fn write_page(&self, _: u64, _: &[u8], _: bool) -> io::Result<()> {
             Ok(())
         }
         fn sync(&self) -> io::Result<()> {

@@ -996,7 +996,7 @@ impl Shared {
         let pending = !st.pending.is_empty();
         drop(st);
         if pending {
-            self.write_back(region);
+            self.write_back(region, false);
         }
         gone
     }
@@ -1294,8 +1294,10 @@ impl Shared {
     }
 
     /// Writes the region's pending pages back to their files (outside its lock: the kernel's
-    /// write tells every mapping of the file, this one included).
-    fn write_back(&self, region: &Region) {
+    /// write tells every mapping of the file, this one included). Without `wait` (on a fault
+    /// thread), a page whose file a writer holds stays pending for a later write-back; a fault
+    /// meanwhile reads the pending copy.
+    fn write_back(&self, region: &Region, wait: bool) {
         let jobs: Vec<_> = {
             let st = region.state.lock();
             st.pending
@@ -1307,7 +1309,11 @@ impl Shared {
                 .collect()
         };
         for (page, generation, bytes, source, index) in jobs {
-            let written = source.write_page(index, &bytes).is_ok();
+            let written = source.write_page(index, &bytes, wait);
+            if written.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock) {
+                continue;
+            }
+            let written = written.is_ok();
             let mut st = region.state.lock();
             if st.pending.get(&page).is_some_and(|(g, _)| *g == generation) {
                 st.pending.remove(&page);
@@ -1408,7 +1414,7 @@ impl Shared {
         let pending = std::mem::take(&mut region.state.lock().pending);
         for (page, (_, bytes)) in pending {
             if let Some(m) = maps.iter().find(|m| m.contains(page)) {
-                let _ = m.source.write_page(m.file_index(page), &bytes);
+                let _ = m.source.write_page(m.file_index(page), &bytes, true);
             }
         }
         region.has_maps.store(false, Ordering::Release);
@@ -1523,7 +1529,7 @@ impl MemoryHandle {
         }
         shared.pend_changed(&self.region, &mut st, first..first + pages);
         drop(st);
-        shared.write_back(&self.region);
+        shared.write_back(&self.region, true);
         let mut st = self.region.state.lock();
         let Some(i) = st.mapping_of(first) else { return Ok(()) };
         let failed = st.maps[i].failed;
@@ -1551,7 +1557,7 @@ impl MemoryHandle {
         let pages = (offset / PAGE) as u32..end.div_ceil(PAGE) as u32;
         shared.pend_changed(&self.region, &mut st, pages.clone());
         drop(st);
-        shared.write_back(&self.region);
+        shared.write_back(&self.region, true);
         let mut st = self.region.state.lock();
         let mut failed = false;
         let mut sources = Vec::new();
