@@ -224,6 +224,21 @@ struct RegionState {
 }
 
 impl RegionState {
+    /// Keeps a change to file `key` for when no system call pins the memory: one range per
+    /// file, widened (so another user writing the file all the while cannot grow the list).
+    fn defer(&mut self, key: u64, start: u64, end: u64) {
+        match self.deferred.iter_mut().find(|d| d.0 == key) {
+            Some(d) => *d = (key, d.1.min(start), d.2.max(end)),
+            None => self.deferred.push((key, start, end)),
+        }
+    }
+
+    /// Queues `bytes`, page `page` as the program changed it, for write-back.
+    fn pend(&mut self, page: u32, bytes: &[u8]) {
+        self.pending_next += 1;
+        self.pending.insert(page, (self.pending_next, Arc::from(bytes)));
+    }
+
     fn mapping_of(&self, page: u32) -> Option<usize> {
         if self.maps.is_empty() {
             return None;
@@ -1202,7 +1217,7 @@ impl Pager {
         for r in regions {
             let mut st = r.state.lock();
             if st.pins > 0 {
-                st.deferred.push((key, start, end));
+                st.defer(key, start, end);
             } else {
                 self.shared.invalidate(&r, &mut st, key, start, end);
             }
@@ -1279,9 +1294,7 @@ impl Shared {
             }
             let bytes = self.staged_bytes(slot);
             if st.maps[i].dirty(page, bytes) {
-                st.pending_next += 1;
-                let generation = st.pending_next;
-                st.pending.insert(page, (generation, Arc::from(bytes)));
+                st.pend(page, bytes);
             }
             self.discard_staged(slot);
         } else {
@@ -1347,9 +1360,7 @@ impl Shared {
                 let bytes = unsafe { std::slice::from_raw_parts(region.addr(p) as *const u8, PAGE) };
                 if st.maps[i].dirty(p, bytes) {
                     st.maps[i].filled.insert(p, maps::page_hash(bytes));
-                    st.pending_next += 1;
-                    let generation = st.pending_next;
-                    st.pending.insert(p, (generation, Arc::from(bytes)));
+                    st.pend(p, bytes);
                 }
             }
         }
@@ -1505,16 +1516,20 @@ impl MemoryHandle {
         if !mode.writable {
             maps::protect(self.region.addr(first), len, mapping.prot()).map_err(|_| MapError::Invalid)?;
         }
+        let known = st.maps.iter().any(|m| m.key == key);
         let at = st.maps.partition_point(|m| m.first < first);
         st.maps.insert(at, mapping);
         self.region.has_maps.store(true, Ordering::Release);
         drop(st);
-        shared
-            .mapped
-            .write()
-            .entry(key)
-            .or_default()
-            .push(Arc::downgrade(&self.region));
+        // Listed once per file however often it maps it: a change is looked at once.
+        if !known {
+            shared
+                .mapped
+                .write()
+                .entry(key)
+                .or_default()
+                .push(Arc::downgrade(&self.region));
+        }
         Ok(())
     }
 
