@@ -10,7 +10,7 @@
 use crate::lru::{Links, List, NIL};
 use crate::points::{Candidates, PickVictim, ReadAhead, WRITEBACK_MAX, Writeback, WritebackArgs, page_id};
 use crate::stats::{CacheCounters, CacheStats};
-use crate::{Backing, IoCtx, PageIo, Pid};
+use crate::{Backing, ChunkStore, IoCtx, PageIo, Pid};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
@@ -107,6 +107,7 @@ macro_rules! count {
 }
 
 mod eviction;
+mod streams;
 mod table;
 mod writeback;
 
@@ -153,6 +154,7 @@ impl PageCache {
             procs: FxHashMap::default(),
             objects: FxHashMap::default(),
             placeholders: FxHashMap::default(),
+            streams: FxHashMap::default(),
             total: CacheCounters::default(),
         };
         let cache = Arc::new(PageCache {
@@ -318,12 +320,17 @@ impl PageCache {
             let pos = offset + done as u64;
             let (index, within) = (pos / BS, (pos % BS) as usize);
             let take = (BLOCK_SIZE - within).min(data.len() - done);
-            let dev = backing.locate(index)?.ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("block {index} of object {object} has no device block"),
-                )
-            })?;
+            // A stream object's pages have no device block: their chunk is stored whole.
+            let dev = if self.is_stream(object) {
+                None
+            } else {
+                Some(backing.locate(index)?.ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("block {index} of object {object} has no device block"),
+                    )
+                })?)
+            };
             let mut t = self.table.lock();
             let f = if take == BLOCK_SIZE {
                 self.pin_for_overwrite(&mut t, ctx.pid, object, index, dev)?
@@ -332,7 +339,7 @@ impl PageCache {
             };
             let fr = &mut t.frames[f as usize];
             fr.buf[within..within + take].copy_from_slice(&data[done..done + take]);
-            fr.dev = Some(dev);
+            fr.dev = dev;
             fr.generation += 1;
             t.mark_dirty(f, self.now_ns(), ctx.pid);
             self.unpin(&mut t, f);
@@ -515,6 +522,11 @@ impl PageCache {
                     State::Free => unreachable!("a free frame is in the map"),
                 }
             }
+            if let Some(store) = t.streams.get(&object).cloned() {
+                let limit = MutexGuard::unlocked(t, || backing.size())?.div_ceil(BS);
+                self.load_chunk(t, pid, object, &store, index, limit)?;
+                continue;
+            }
             let dev = MutexGuard::unlocked(t, || backing.locate(index))?;
             if t.map.contains_key(&key) {
                 continue;
@@ -554,7 +566,7 @@ impl PageCache {
         pid: Pid,
         object: u64,
         index: u64,
-        dev: u64,
+        dev: Option<u64>,
     ) -> io::Result<u32> {
         let key = (object, index);
         loop {
@@ -579,7 +591,7 @@ impl PageCache {
                 t.free.push(f);
                 continue;
             }
-            t.install(f, key, pid, Some(dev));
+            t.install(f, key, pid, dev);
             t.frames[f as usize].pins += 1;
             return Ok(f);
         }
@@ -616,6 +628,10 @@ impl PageCache {
     /// read-ahead, or (`demand`) the pages of a read about to wait for them, whose misses are
     /// counted here.
     fn load(&self, pid: Pid, object: u64, backing: &dyn Backing, extents: &Extents, demand: bool) {
+        if self.is_stream(object) {
+            // A stream object's pages come a chunk at a time, when a read needs one (`pin`).
+            return;
+        }
         // The cap bounds read-ahead only: a read's own pages come in windows of
         // [`PageCache::read_window`] blocks, whatever the read's size.
         let mut budget = if demand { u64::MAX } else { MAX_PREFETCH_BLOCKS };

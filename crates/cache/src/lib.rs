@@ -51,6 +51,20 @@ pub trait Backing: Send + Sync {
     fn size(&self) -> io::Result<u64>;
 }
 
+/// Where a stream object's data lives (a file kept in encoded chunks, `vino-kernel`'s stream
+/// files): the cache reads and writes it a whole chunk at a time, through this, instead of
+/// block by block through the [`PageIo`] ([`PageCache::attach_stream`]).
+pub trait ChunkStore: Send + Sync {
+    /// Pages in one chunk.
+    fn chunk_pages(&self) -> u64;
+    /// The plain bytes of chunk `chunk` (`buf` is the whole chunk; zeros past the object's end
+    /// and in holes). An error fails the read that needed the chunk; nothing of it is cached.
+    fn read_chunk(&self, chunk: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Stores chunk `chunk`, whose plain bytes are `data` (the whole chunk; the store cuts it at
+    /// the object's end). An error leaves its pages dirty.
+    fn write_chunk(&self, chunk: u64, data: &[u8]) -> io::Result<()>;
+}
+
 /// Where the cache sends its reads and writes: in the kernel the I/O scheduler, or a device
 /// queue directly (the kernel's adapters implement it for both).
 pub trait PageIo: Send + Sync {

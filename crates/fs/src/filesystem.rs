@@ -249,6 +249,17 @@ pub(crate) fn recover(dev: &dyn BlockDevice, geo: &Geometry, fs_id: u64) -> Resu
 
 /// Refuses a superblock of another format version with [`FsError::Version`] (saying how to
 /// upgrade an older one).
+/// A stream file's blocks are chunk maps, not its data: the paths that map or read data block by
+/// block refuse it (its data is read and written through the kernel's page cache, encoded).
+fn refuse_stream(ino: u64, i: &crate::layout::Inode) -> Result<()> {
+    if i.stream.is_some() && i.is_regular() {
+        return Err(FsError::InvalidArgument(format!(
+            "inode {ino} is a stream file: its data is encoded in chunks"
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_version(b: &[u8]) -> Result<()> {
     match Superblock::version_of(b).and_then(version_problem) {
         Some(why) => Err(FsError::Version(why)),
@@ -373,7 +384,7 @@ impl FileSystem {
         Ok(fs)
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, FsState>> {
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, FsState>> {
         let g = self.state.lock();
         g.usable()?;
         Ok(g)
@@ -844,6 +855,7 @@ impl FileSystem {
     pub fn locate(&self, ino: u64, index: u64) -> Result<Option<u64>> {
         self.with_state(|g| {
             let i = g.live(ino)?;
+            refuse_stream(ino, &i)?;
             g.bmap(ino, &i, index)
         })
     }
@@ -852,6 +864,7 @@ impl FileSystem {
     pub fn block_map(&self, ino: u64) -> Result<Vec<u64>> {
         self.with_state(|g| {
             let i = g.live(ino)?;
+            refuse_stream(ino, &i)?;
             let n = i.size.div_ceil(BS as u64);
             (0..n).map(|fb| Ok(g.bmap(ino, &i, fb)?.unwrap_or(0))).collect()
         })
@@ -866,7 +879,9 @@ impl FileSystem {
     /// Like [`FileSystem::allocate`], and says whether the block is new.
     pub fn allocate_block(&self, ino: u64, index: u64) -> Result<Allocation> {
         self.in_transaction(|g| {
-            crate::state::regular(ino, &g.live(ino)?)?;
+            let i = g.live(ino)?;
+            crate::state::regular(ino, &i)?;
+            refuse_stream(ino, &i)?;
             g.ensure_block(ino, index)
                 .map(|(block, fresh)| Allocation { block, fresh })
         })
@@ -905,6 +920,7 @@ impl FileSystem {
         let (size, map) = self.with_state(|g| {
             let i = g.live(ino)?;
             crate::state::regular(ino, &i)?;
+            refuse_stream(ino, &i)?;
             if offset >= i.size || buf.is_empty() {
                 return Ok((i.size, Vec::new()));
             }

@@ -54,6 +54,8 @@ pub enum ProblemKind {
     Xattr,
     /// The orphan list's chain.
     OrphanList,
+    /// A stream file's chunk map: a map block or a chunk entry.
+    ChunkMap,
 }
 
 /// One problem, and whether it was fixed on the device.
@@ -632,6 +634,9 @@ impl Checker<'_> {
                     }
                 }
             }
+            if inode.stream.is_some() && inode.is_regular() {
+                count += self.claim_chunks(ino, &mut inode, &data)?;
+            }
             if inode.is_dir() {
                 data.sort_by_key(|d| d.0);
                 let leading = data.iter().enumerate().take_while(|(i, d)| d.0 == *i as u64).count() as u64;
@@ -678,6 +683,66 @@ impl Checker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Claims the blocks of the chunks a stream file's map blocks (`maps`: file block, device
+    /// block, where its pointer is) name; returns how many. A map block that does not decode
+    /// is dropped with its chunks (they read as holes); an entry past the end of the file, or
+    /// one with a bad pointer, is dropped (its blocks are freed).
+    fn claim_chunks(&mut self, ino: u64, inode: &mut Inode, maps: &[(u64, u64, Loc)]) -> Result<u32> {
+        let mut count = 0;
+        for &(m, b, loc) in maps {
+            let mut map = match ChunkMap::decode(self.img.get(b)?, ino, m) {
+                Ok(map) => map,
+                Err(why) => {
+                    self.problem(ProblemKind::ChunkMap, format!("{why}: its chunks are dropped"));
+                    self.owner[b as usize] = 0;
+                    count -= 1;
+                    match loc {
+                        Loc::Direct(i) => inode.direct[i] = 0,
+                        Loc::Entry(blk, i) => ind_set(self.img.get_mut(blk)?, i, 0),
+                    }
+                    continue;
+                }
+            };
+            let mut changed = false;
+            for (slot, e) in map.entries.iter_mut().enumerate() {
+                if e.is_hole() {
+                    continue;
+                }
+                let chunk = m * CHUNKS_PER_MAP + slot as u64;
+                let start = chunk * CHUNK_BYTES as u64;
+                let mut claimed = Vec::new();
+                let mut bad = (start >= inode.size).then(|| "lies past the end of the file".to_string());
+                for &p in &e.blocks {
+                    if bad.is_some() {
+                        break;
+                    }
+                    match self.claim(ino, p as u32, "a chunk's block pointer") {
+                        Some(true) => claimed.push(p),
+                        _ => bad = Some(format!("names block {p}, which it may not")),
+                    }
+                }
+                match bad {
+                    None => count += claimed.len() as u32,
+                    Some(why) => {
+                        self.problem(
+                            ProblemKind::ChunkMap,
+                            format!("inode {ino}: chunk {chunk} {why}: dropped"),
+                        );
+                        for p in claimed {
+                            self.owner[p as usize] = 0;
+                        }
+                        *e = ChunkEntry::default();
+                        changed = true;
+                    }
+                }
+            }
+            if changed {
+                map.encode(self.img.get_mut(b)?, ino, m);
+            }
+        }
+        Ok(count)
     }
 
     fn map(&mut self, ino: u64, fb: u64) -> Result<Option<u64>> {

@@ -25,8 +25,10 @@ pub const MAGIC: [u8; 8] = *b"VINOFS\x00\x01";
 /// On-disk format version. Version 2 added file types besides regular files and directories,
 /// symlinks, device numbers, extended attributes and the orphan list: fields that are zero in
 /// every version-1 record, so a version-1 image becomes a version-2 one by its superblock alone
-/// ([`crate::upgrade`]).
-pub const VERSION: u32 = 2;
+/// ([`crate::upgrade`]). Version 3 added stream files (a codec's module named in the inode, the
+/// file's data in encoded chunks found through chunk map blocks, [`ChunkMap`]): also absent from
+/// every version-2 record, so the upgrade is again the superblock's alone.
+pub const VERSION: u32 = 3;
 pub const INODE_SIZE: usize = 256;
 pub const INODES_PER_BLOCK: u64 = (BS / INODE_SIZE) as u64;
 /// Direct block pointers in an inode.
@@ -83,6 +85,12 @@ pub const MAX_SYMLINK: usize = 4095;
 pub const INLINE_SYMLINK: usize = INODE_INLINE_END - INODE_INLINE;
 /// Where the inode record keeps a fast symlink's target.
 pub const INODE_INLINE: usize = 136;
+/// Where a stream file's module hash lies, after [`STREAM_MAGIC`] at [`INODE_INLINE`].
+pub const INODE_STREAM: usize = INODE_INLINE + 4;
+/// Marks the inline area of a regular file or directory as holding a stream codec.
+pub const STREAM_MAGIC: u32 = 0x4d52_5453; // "STRM"
+/// A stream codec module's identity: the SHA-256 of its bytes.
+pub type ModuleId = [u8; 32];
 pub const INODE_INLINE_END: usize = INODE_SIZE - 4;
 
 pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
@@ -612,6 +620,10 @@ pub struct Inode {
     pub rdev: u64,
     /// A fast symlink's target (at most [`INLINE_SYMLINK`] bytes); empty otherwise.
     pub inline: Vec<u8>,
+    /// Since version 3, a regular file's or directory's stream codec (the module's content
+    /// hash): the file's data is kept in encoded chunks ([`ChunkMap`]); a directory hands its
+    /// codec to the files and directories made in it. Kept where a symlink keeps its target.
+    pub stream: Option<ModuleId>,
 }
 
 impl Inode {
@@ -665,6 +677,12 @@ impl Inode {
         put_u64(b, 128, self.rdev);
         let n = self.inline.len().min(INLINE_SYMLINK);
         b[INODE_INLINE..INODE_INLINE + n].copy_from_slice(&self.inline[..n]);
+        if let Some(module) = &self.stream
+            && !self.is_symlink()
+        {
+            put_u32(b, INODE_INLINE, STREAM_MAGIC);
+            b[INODE_STREAM..INODE_STREAM + 32].copy_from_slice(module);
+        }
         let c = crc(ino as u32, &b[..INODE_SIZE - 4]);
         put_u32(b, INODE_SIZE - 4, c);
     }
@@ -706,7 +724,20 @@ impl Inode {
                 let n = area.iter().position(|&c| c == 0).unwrap_or(area.len());
                 area[..n].to_vec()
             },
+            stream: None,
         };
+        let mut inode = inode;
+        if !inode.is_symlink() && get_u32(b, INODE_INLINE) == STREAM_MAGIC {
+            if !matches!(inode.file_type(), Some(FileType::Regular | FileType::Directory)) {
+                return Err(format!(
+                    "inode {ino}: a stream codec on a file that is neither regular nor a directory"
+                ));
+            }
+            let mut module = [0u8; 32];
+            module.copy_from_slice(&b[INODE_STREAM..INODE_STREAM + 32]);
+            inode.stream = Some(module);
+            inode.inline.clear();
+        }
         if !inode.is_free() && inode.file_type().is_none() {
             return Err(format!("inode {ino}: unknown file type (mode {:o})", inode.mode));
         }
@@ -1090,6 +1121,170 @@ pub fn dir_rebuild(b: &mut [u8], dir_ino: u64, entries: &[(Vec<u8>, u64, u8)]) -
         }
     }
     left
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunk maps (version 3): where a stream file's encoded chunks lie
+// ---------------------------------------------------------------------------------------------
+
+/// Plain bytes in one chunk of a stream file: the unit a codec encodes.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+/// File blocks (pages) in one chunk.
+pub const CHUNK_BLOCKS: u64 = (CHUNK_BYTES / BS) as u64;
+/// Most bytes an encoded chunk may take: its plain length plus a tag (a MAC, a checksum) of up
+/// to one block. A codec that would need more fails.
+pub const MAX_CODED: usize = CHUNK_BYTES + BS;
+/// Most device blocks one chunk's encoded bytes take.
+pub const CHUNK_PTRS: usize = MAX_CODED.div_ceil(BS);
+/// Bytes of the nonce kept with each chunk (drawn fresh by the kernel for every write of it).
+pub const NONCE_BYTES: usize = 24;
+/// Chunk entries in one chunk map block.
+pub const CHUNKS_PER_MAP: u64 = 31;
+const CHUNK_MAP_MAGIC: u32 = 0x4d4b_4843; // "CHKM"
+const CHUNK_MAP_HEADER: usize = 64;
+const CHUNK_ENTRY: usize = 128;
+
+/// The chunk is stored as the plain bytes, not encoded (a compressor that could not shrink it
+/// asked for this); it is read without the codec.
+pub const CHUNK_RAW: u32 = 1;
+
+/// Where one chunk of a stream file lies and how to read it back: an entry of a chunk map
+/// block (128 bytes: coded length (0), plain length (4), valid length (8), flags (12), nonce
+/// (16..40), block pointers (40..108), zeros).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkEntry {
+    /// Bytes stored (encoded); 0: no chunk here (a hole, reads as zeros).
+    pub coded_len: u32,
+    /// The plain length the codec was given, and must give back when decoding.
+    pub plain_len: u32,
+    /// How many of those plain bytes are still the file's (a shrinking truncate cuts this; the
+    /// rest read as zeros).
+    pub valid_len: u32,
+    pub flags: u32,
+    pub nonce: [u8; NONCE_BYTES],
+    /// The device blocks of the encoded bytes, in order (`coded_len.div_ceil(BS)` of them).
+    pub blocks: Vec<u64>,
+}
+
+impl ChunkEntry {
+    pub fn is_hole(&self) -> bool {
+        self.coded_len == 0
+    }
+
+    pub fn is_raw(&self) -> bool {
+        self.flags & CHUNK_RAW != 0
+    }
+
+    fn encode_into(&self, b: &mut [u8]) {
+        b.fill(0);
+        if self.is_hole() {
+            return;
+        }
+        put_u32(b, 0, self.coded_len);
+        put_u32(b, 4, self.plain_len);
+        put_u32(b, 8, self.valid_len);
+        put_u32(b, 12, self.flags);
+        b[16..40].copy_from_slice(&self.nonce);
+        for (i, &p) in self.blocks.iter().enumerate() {
+            put_u32(b, 40 + 4 * i, p as u32);
+        }
+    }
+
+    fn decode(b: &[u8], what: &str) -> Result<ChunkEntry, String> {
+        let coded_len = get_u32(b, 0);
+        if coded_len == 0 {
+            return if b.iter().all(|&x| x == 0) {
+                Ok(ChunkEntry::default())
+            } else {
+                Err(format!("{what}: an empty chunk entry holds bytes"))
+            };
+        }
+        let e = ChunkEntry {
+            coded_len,
+            plain_len: get_u32(b, 4),
+            valid_len: get_u32(b, 8),
+            flags: get_u32(b, 12),
+            nonce: b[16..40].try_into().expect("24 bytes"),
+            blocks: (0..CHUNK_PTRS).map(|i| u64::from(get_u32(b, 40 + 4 * i))).collect(),
+        };
+        let n = (coded_len as usize).div_ceil(BS);
+        let bad = if coded_len as usize > MAX_CODED {
+            Some(format!("coded length {coded_len} is past {MAX_CODED}"))
+        } else if e.plain_len as usize > CHUNK_BYTES || e.plain_len == 0 {
+            Some(format!("plain length {} is not in 1..={CHUNK_BYTES}", e.plain_len))
+        } else if e.valid_len > e.plain_len {
+            Some(format!(
+                "valid length {} is past the plain length {}",
+                e.valid_len, e.plain_len
+            ))
+        } else if e.flags & !CHUNK_RAW != 0 {
+            Some(format!("unknown flags {:#x}", e.flags))
+        } else if e.is_raw() && coded_len != e.plain_len {
+            Some("a raw chunk's coded and plain lengths differ".into())
+        } else if e.blocks[..n].contains(&0) || e.blocks[n..].iter().any(|&p| p != 0) {
+            Some(format!("block pointers do not match {n} blocks"))
+        } else if b[108..].iter().any(|&x| x != 0) {
+            Some("reserved bytes are not zero".into())
+        } else {
+            None
+        };
+        match bad {
+            Some(why) => Err(format!("{what}: {why}")),
+            None => Ok(ChunkEntry {
+                blocks: e.blocks[..n].to_vec(),
+                ..e
+            }),
+        }
+    }
+}
+
+/// One chunk map block of a stream file: [`CHUNKS_PER_MAP`] entries. Map block `m` of the file
+/// (its file block `m` in the inode's block tree) holds chunks `m * CHUNKS_PER_MAP ..`. Header:
+/// magic (0), map index (4); entries from byte 64; sealed with a checksum seeded with the inode
+/// number.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkMap {
+    pub entries: Vec<ChunkEntry>,
+}
+
+impl ChunkMap {
+    pub fn empty() -> ChunkMap {
+        ChunkMap {
+            entries: vec![ChunkEntry::default(); CHUNKS_PER_MAP as usize],
+        }
+    }
+
+    pub fn encode(&self, b: &mut [u8], ino: u64, index: u64) {
+        b.fill(0);
+        put_u32(b, 0, CHUNK_MAP_MAGIC);
+        put_u32(b, 4, index as u32);
+        for (i, e) in self.entries.iter().enumerate() {
+            let at = CHUNK_MAP_HEADER + i * CHUNK_ENTRY;
+            e.encode_into(&mut b[at..at + CHUNK_ENTRY]);
+        }
+        seal_block(b, ino as u32);
+    }
+
+    /// Parses and checks map block `index` of inode `ino`.
+    pub fn decode(b: &[u8], ino: u64, index: u64) -> Result<ChunkMap, String> {
+        if b.len() != BS || get_u32(b, 0) != CHUNK_MAP_MAGIC || !block_sealed(b, ino as u32) {
+            return Err(format!("inode {ino}: chunk map block {index}: checksum mismatch"));
+        }
+        if u64::from(get_u32(b, 4)) != index {
+            return Err(format!(
+                "inode {ino}: chunk map block {index} says it is block {}",
+                get_u32(b, 4)
+            ));
+        }
+        let entries = (0..CHUNKS_PER_MAP as usize)
+            .map(|i| {
+                let at = CHUNK_MAP_HEADER + i * CHUNK_ENTRY;
+                let what = format!("inode {ino}: chunk {}", index * CHUNKS_PER_MAP + i as u64);
+                ChunkEntry::decode(&b[at..at + CHUNK_ENTRY], &what)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ChunkMap { entries })
+    }
 }
 
 #[cfg(test)]

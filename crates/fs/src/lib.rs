@@ -50,17 +50,22 @@ pub mod placement;
 mod posix;
 pub mod quota;
 mod state;
+mod streams;
 pub mod write;
 
 pub use error::{FsError, FsErrorKind, Result};
 pub use filesystem::{Allocation, DataHook, FileSystem, FsStats, MountOptions, upgrade};
 pub use fsck::{FsckReport, Problem, fsck};
-pub use layout::{BS, FileType, MAX_FILE_SIZE, MAX_NAME, MAX_SYMLINK, MAX_XATTR_NAME, ROOT_INO, VERSION};
+pub use layout::{
+    BS, CHUNK_BYTES, ChunkEntry, FileType, MAX_CODED, MAX_FILE_SIZE, MAX_NAME, MAX_SYMLINK, MAX_XATTR_NAME, ModuleId,
+    NONCE_BYTES, ROOT_INO, VERSION,
+};
 pub use meta::MetaCounters;
 pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
 pub use quota::{Actor, Quota, QuotaUsage, UNLIMITED, acting};
 pub use state::{AllocCounters, DirEntry, FREE_SLICE, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
+pub use streams::{NewChunk, StoredChunk};
 pub use write::{BlockWrite, WriteTarget};
 
 /// True if this build checks the journal writer's invariants after every operation (debug builds, and

@@ -30,6 +30,7 @@ use vino_graft::GraftSlot;
 
 mod alloc;
 mod blockmap;
+mod chunks;
 mod inodes;
 mod names;
 
@@ -117,6 +118,9 @@ pub struct Stat {
     pub creator: u64,
     /// Device number of a character or block device, 0 otherwise.
     pub rdev: u64,
+    /// The stream codec of a stream file (its data is kept encoded) or of a directory (handed
+    /// to what is made in it).
+    pub stream: Option<ModuleId>,
 }
 
 /// How [`crate::FileSystem::set_xattr`] treats an existing attribute.
@@ -161,6 +165,7 @@ pub(crate) fn stat_of(ino: u64, i: &Inode) -> Stat {
         } else {
             0
         },
+        stream: i.stream,
     }
 }
 

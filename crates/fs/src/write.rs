@@ -86,6 +86,13 @@ pub(crate) struct DeviceTarget<'d>(pub &'d dyn BlockDevice);
 
 impl WriteTarget for DeviceTarget<'_> {
     fn put(&mut self, piece: &BlockWrite<'_>) -> io::Result<()> {
+        if piece.block == 0 {
+            // A stream file's pieces have no device block: only a page cache holds them.
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a stream file's data goes through the kernel's page cache",
+            ));
+        }
         if piece.at == 0 && piece.data.len() == BS {
             return self.0.write_blocks(piece.block, piece.data);
         }
@@ -124,7 +131,7 @@ impl FileSystem {
     /// Writes `data` at `offset` of file `ino`, the bytes going through `target`, by the rules
     /// of [`crate::write`]; returns how many bytes were written.
     pub fn write_with(&self, ino: u64, offset: u64, data: &[u8], target: &mut dyn WriteTarget) -> Result<usize> {
-        let old = self.regular_size(ino)?;
+        let (old, stream) = self.regular_size(ino)?;
         if data.is_empty() {
             return Ok(0);
         }
@@ -132,9 +139,12 @@ impl FileSystem {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or(FsError::FileTooLarge)?;
+        if stream {
+            return self.write_stream(ino, offset, data, old, target);
+        }
         let bs = BS as u64;
         if offset / bs > old / bs {
-            self.zero_past_end(ino, old, target)?;
+            self.zero_past_end(ino, old, false, target)?;
         }
         // Blocks past the old end before the first block written are freed with the new size.
         let gap = old.div_ceil(bs)..offset / bs;
@@ -157,6 +167,45 @@ impl FileSystem {
             g.free_past_end(ino, gap.end)?;
             g.extend(ino, offset + done as u64)
         })?;
+        Ok(done)
+    }
+
+    /// [`FileSystem::write_with`] for a stream file: the same rules of zero-fill, but nothing is
+    /// allocated (a chunk gets its blocks when the kernel writes it back, encoded): the pieces
+    /// carry no device block, and only a page cache can take them. A full disk or quota shows at
+    /// write-back (fsync), as with any file system that allocates late.
+    fn write_stream(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        old: u64,
+        target: &mut dyn WriteTarget,
+    ) -> Result<usize> {
+        let bs = BS as u64;
+        if offset / bs > old / bs {
+            self.zero_past_end(ino, old, true, target)?;
+        }
+        let gap = old.div_ceil(bs)..offset / bs;
+        if !gap.is_empty() {
+            target.forget(gap.start);
+        }
+        let mut done = 0;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let (index, at) = (pos / bs, (pos % bs) as usize);
+            let take = (BS - at).min(data.len() - done);
+            let piece = BlockWrite {
+                index,
+                block: 0,
+                keep: old.saturating_sub(index * bs).min(bs) as usize,
+                at,
+                data: &data[done..done + take],
+            };
+            target.put(&piece)?;
+            done += take;
+        }
+        self.in_transaction(|g| g.extend(ino, offset + done as u64))?;
         Ok(done)
     }
 
@@ -238,9 +287,9 @@ impl FileSystem {
         if size > MAX_FILE_SIZE {
             return Err(FsError::FileTooLarge);
         }
-        let old = self.regular_size(ino)?;
+        let (old, stream) = self.regular_size(ino)?;
         if size > old {
-            self.zero_past_end(ino, old, target)?;
+            self.zero_past_end(ino, old, stream, target)?;
         }
         target.forget(size.min(old).div_ceil(BS as u64));
         // A big file's blocks past the new end go a slice at a time, each slice a transaction
@@ -251,11 +300,11 @@ impl FileSystem {
         Ok(())
     }
 
-    /// The size of regular file `ino`.
-    fn regular_size(&self, ino: u64) -> Result<u64> {
+    /// The size of regular file `ino`, and whether it is a stream file.
+    fn regular_size(&self, ino: u64) -> Result<(u64, bool)> {
         let st = self.stat(ino)?;
         match st.kind {
-            FileType::Regular => Ok(st.size),
+            FileType::Regular => Ok((st.size, st.stream.is_some())),
             FileType::Directory => Err(FsError::IsADirectory(format!("inode {ino}"))),
             _ => Err(FsError::InvalidArgument(format!("inode {ino} is not a regular file"))),
         }
@@ -287,7 +336,15 @@ impl FileSystem {
             .checked_add(len)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or(FsError::FileTooLarge)?;
-        let old = self.regular_size(ino)?;
+        let (old, stream) = self.regular_size(ino)?;
+        if stream {
+            // Nothing to reserve: a chunk's blocks depend on what it encodes to.
+            if !keep_size && end > old {
+                self.zero_past_end(ino, old, true, target)?;
+                self.in_transaction(|g| g.extend(ino, end))?;
+            }
+            return Ok(());
+        }
         let bs = BS as u64;
         let (first, last) = (offset / bs, end.div_ceil(bs));
         // Blocks past the end of file hold zeros (preallocated) or bytes nobody wrote to this
@@ -323,21 +380,26 @@ impl FileSystem {
             c = to;
         }
         if !keep_size && end > old {
-            self.zero_past_end(ino, old, target)?;
+            self.zero_past_end(ino, old, false, target)?;
             self.in_transaction(|g| g.extend(ino, end))?;
         }
         Ok(())
     }
 
     /// Before a file of `size` bytes grows: the bytes of its partial last block past the end
-    /// become zeros.
-    fn zero_past_end(&self, ino: u64, size: u64, target: &mut dyn WriteTarget) -> Result<()> {
+    /// become zeros (a stream file's page has no device block of its own).
+    fn zero_past_end(&self, ino: u64, size: u64, stream: bool, target: &mut dyn WriteTarget) -> Result<()> {
         let (index, keep) = (size / BS as u64, (size % BS as u64) as usize);
         if keep == 0 {
             return Ok(());
         }
-        let Some(block) = self.locate(ino, index)? else {
-            return Ok(());
+        let block = if stream {
+            0
+        } else {
+            match self.locate(ino, index)? {
+                Some(block) => block,
+                None => return Ok(()),
+            }
         };
         let piece = BlockWrite {
             index,

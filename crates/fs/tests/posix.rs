@@ -659,7 +659,10 @@ fn format_versions() {
     assert_eq!(e.errno(), 22);
     let msg = e.to_string();
     assert!(
-        msg.contains("format version 1 is older than this VINO (2): run `vino fsck --upgrade IMAGE`"),
+        msg.contains(&format!(
+            "format version 1 is older than this VINO ({}): run `vino fsck --upgrade IMAGE`",
+            vino_fs::VERSION
+        )),
         "{msg}"
     );
     assert_eq!(
@@ -672,8 +675,13 @@ fn format_versions() {
     assert_eq!(read_all(&fs, f), b"kept");
     fs.symlink(fs.root(), "s", b"f", &nf()).unwrap();
     fs.unmount().unwrap();
+    // Version 2 (before stream files) upgrades the same way.
+    set_version(&*dev, 2);
+    assert_eq!(mount_err(&dev).kind(), FsErrorKind::Version);
+    assert_eq!(upgrade(&*dev).unwrap(), 2);
+    assert_clean(&*dev, "upgraded from 2");
     // Newer.
-    set_version(&*dev, 3);
+    set_version(&*dev, vino_fs::VERSION + 1);
     let e = mount_err(&dev);
     assert_eq!(e.kind(), FsErrorKind::Version);
     assert!(e.to_string().contains("newer VINO"), "{e}");

@@ -244,6 +244,7 @@ mod tests {
             generation: 1,
             creator: 0,
             rdev: 0,
+            stream: None,
         }
     }
 

@@ -92,6 +92,8 @@ pub(super) struct Table {
     pub(super) objects: FxHashMap<u64, CacheCounters>,
     /// Cao's placeholders: page the graft evicted -> page the kernel had chosen (kept instead).
     pub(super) placeholders: FxHashMap<PageKey, PageKey>,
+    /// Stream objects and where their chunks are kept.
+    pub(super) streams: FxHashMap<u64, Arc<dyn ChunkStore>>,
     pub(super) total: CacheCounters,
 }
 
@@ -386,7 +388,7 @@ impl Table {
             }
             if fr.dirty_since.is_some() {
                 assert!(
-                    fr.state == State::Valid && fr.dev.is_some(),
+                    fr.state == State::Valid && (fr.dev.is_some() || self.streams.contains_key(&fr.key.0)),
                     "dirty frame {f} is not a valid placed page"
                 );
             }

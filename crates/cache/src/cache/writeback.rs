@@ -35,6 +35,23 @@ impl PageCache {
     /// those on adjacent device blocks into one request. The table is unlocked during the I/O;
     /// the pages stay readable and writable (the device gets a copy).
     pub(super) fn write_frames(&self, t: &mut MutexGuard<'_, Table>, frames: &[u32]) -> io::Result<()> {
+        let (streamed, frames): (Vec<u32>, Vec<u32>) = frames
+            .iter()
+            .partition(|&&f| t.streams.contains_key(&t.frames[f as usize].key.0));
+        let chunks = if streamed.is_empty() {
+            Ok(())
+        } else {
+            self.write_chunks(t, &streamed)
+        };
+        let blocks = self.write_blocks(t, &frames);
+        chunks.and(blocks)
+    }
+
+    /// [`PageCache::write_frames`] for pages that have device blocks.
+    fn write_blocks(&self, t: &mut MutexGuard<'_, Table>, frames: &[u32]) -> io::Result<()> {
+        if frames.is_empty() {
+            return Ok(());
+        }
         let mut located = Vec::with_capacity(frames.len());
         for &f in frames {
             let fr = &t.frames[f as usize];

@@ -102,7 +102,7 @@ impl FsState {
 
     /// [`FsState::ensure_block`] on `inode`, the caller's copy of `ino`'s inode, which the
     /// caller writes back if a block was allocated.
-    fn ensure_block_of(&mut self, ino: u64, inode: &mut Inode, fb: u64) -> Result<(u64, bool)> {
+    pub(crate) fn ensure_block_of(&mut self, ino: u64, inode: &mut Inode, fb: u64) -> Result<(u64, bool)> {
         if let Some(b) = self.bmap(ino, inode, fb)? {
             return Ok((b, false));
         }
@@ -215,6 +215,10 @@ impl FsState {
         if from >= to {
             return Ok(());
         }
+        if inode.stream.is_some() && inode.is_regular() {
+            // A stream file's blocks in the tree are chunk maps: the chunks they name go first.
+            self.free_chunks_in_maps(ino, inode, from, to)?;
+        }
         for i in from.min(NDIRECT)..to.min(NDIRECT) {
             let p = self.ptr(ino, inode.direct[i as usize])?;
             if p != 0 {
@@ -271,6 +275,10 @@ impl FsState {
     /// Growing over a hole shows zeros.
     pub fn free_past_end(&mut self, ino: u64, upto: u64) -> Result<()> {
         let mut inode = self.live(ino)?;
+        if inode.stream.is_some() {
+            // A stream file keeps no chunk past its end (`cut_chunks`, `replace_chunk`).
+            return Ok(());
+        }
         let from = inode.size.div_ceil(BS as u64);
         if from >= upto {
             return Ok(());
@@ -293,6 +301,19 @@ impl FsState {
         }
         let mut inode = self.live(ino)?;
         regular(ino, &inode)?;
+        if inode.stream.is_some() {
+            // Chunks, not blocks: the ones past the new end go in this transaction (a slice of
+            // the map is not worth the bookkeeping: a map block names 2 MiB of the file).
+            if size < inode.size {
+                self.cut_chunks(ino, &mut inode, size)?;
+            }
+            let now = self.now_ns();
+            inode.size = size;
+            inode.mtime_ns = now;
+            inode.ctime_ns = now;
+            self.write_inode(ino, &inode)?;
+            return Ok(None);
+        }
         // Shrinking frees the blocks past the new end; growing, those past the old end (see
         // `free_past_end`).
         let keep = size.min(inode.size).div_ceil(BS as u64);
@@ -376,7 +397,7 @@ impl FsState {
     }
 
     /// The last file block of `inode` that maps a block, if any.
-    fn last_mapped(&mut self, ino: u64, inode: &Inode) -> Result<Option<u64>> {
+    pub(crate) fn last_mapped(&mut self, ino: u64, inode: &Inode) -> Result<Option<u64>> {
         let d = self.ptr(ino, inode.dindirect)?;
         if d != 0 {
             for i in (0..NINDIRECT).rev() {
@@ -405,14 +426,18 @@ impl FsState {
     /// Grows a regular file's size to at least `end` (after a write).
     pub fn extend(&mut self, ino: u64, end: u64) -> Result<()> {
         let now = self.now_ns();
-        self.modify(ino, |i| {
+        let inode = self.modify(ino, |i| {
             i.size = i.size.max(end);
             i.mtime_ns = now;
             i.ctime_ns = now;
         })?;
         // Ordered mode: a commit must not make the new size durable before the data it exposes,
-        // so the data hook writes this file's pages first (as for a new allocation).
-        self.alloc_inos.insert(ino);
+        // so the data hook writes this file's pages first (as for a new allocation). A stream
+        // file's chunks are stored by the kernel's write-back, which needs this lock, so no
+        // commit can wait for them: its new size may be durable first (see `write_chunk`).
+        if inode.stream.is_none() {
+            self.alloc_inos.insert(ino);
+        }
         Ok(())
     }
 }

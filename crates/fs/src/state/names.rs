@@ -320,6 +320,12 @@ impl FsState {
             } else {
                 Vec::new()
             },
+            // A directory's codec goes to the regular files and directories made in it.
+            stream: if matches!(kind, FileType::Regular | FileType::Directory) {
+                d.stream
+            } else {
+                None
+            },
             ..Inode::default()
         };
         self.write_inode(ino, &inode)?;

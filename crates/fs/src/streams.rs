@@ -1,0 +1,169 @@
+//! Stream files (format version 3): a regular file whose data is kept in encoded chunks of
+//! [`CHUNK_BYTES`] plain bytes, each named by an entry of the file's chunk map
+//! ([`crate::layout::ChunkMap`]). The file system stores and finds the encoded bytes; it knows
+//! nothing of codecs. The kernel's page cache holds the plain pages, encodes a chunk when it
+//! writes it back ([`FileSystem::write_chunk`]) and decodes one on a miss
+//! ([`FileSystem::read_chunk`]).
+//!
+//! Writing a chunk is out of place: new blocks are allocated and written, then the entry is
+//! changed and the old blocks freed in one operation. The data gate is held from the allocation
+//! to the entry's change, so no commit falls between them (it would make blocks durable that
+//! nothing names); a freed block is not reused before its free is checkpointed. A crash thus
+//! leaves each chunk as it was or as it was written, never torn. A stream file's size may be
+//! committed before the chunks it covers (its write-back needs the lock a commit holds): after
+//! a crash, bytes written but never written back nor synced read as zeros.
+
+use crate::error::{FsError, Result};
+use crate::filesystem::{FileSystem, ROOM_RETRIES};
+use crate::layout::{BS, CHUNK_BYTES, CHUNK_RAW, ChunkEntry, MAX_CODED, ModuleId, NONCE_BYTES};
+
+/// One encoded chunk as the file system stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredChunk {
+    /// Where it lies, its lengths and nonce.
+    pub entry: ChunkEntry,
+    /// Its encoded bytes (`entry.coded_len` of them); empty for a hole.
+    pub coded: Vec<u8>,
+}
+
+/// A chunk to store: its encoded bytes and how to read them back.
+#[derive(Debug, Clone, Copy)]
+pub struct NewChunk<'a> {
+    pub coded: &'a [u8],
+    /// Stored as the plain bytes (the codec asked for it).
+    pub raw: bool,
+    /// The plain length the codec was given.
+    pub plain_len: usize,
+    /// The nonce the codec was given.
+    pub nonce: [u8; NONCE_BYTES],
+}
+
+impl FileSystem {
+    /// Gives a regular file with no data, or a directory, the stream codec `module` (its
+    /// content hash), or takes it away (`None`). A directory's codec goes to the files and
+    /// directories made in it afterwards. EINVAL for a file that holds data.
+    pub fn bind_stream(&self, ino: u64, module: Option<ModuleId>) -> Result<()> {
+        self.in_transaction(|g| g.set_stream(ino, module))
+    }
+
+    /// Chunk `chunk` of stream file `ino`: where it lies and its encoded bytes, read from the
+    /// device (a hole has none). The caller keeps the file's chunks from being written
+    /// meanwhile (the kernel's per-file chunk lock): a replaced chunk's blocks may be reused
+    /// once its replacement is checkpointed.
+    pub fn read_chunk(&self, ino: u64, chunk: u64) -> Result<StoredChunk> {
+        let entry = self.with_state(|g| {
+            let inode = g.stream_file(ino)?;
+            g.chunk_entry(ino, &inode, chunk)
+        })?;
+        let mut coded = vec![0u8; entry.blocks.len() * BS];
+        for run in runs(&entry.blocks) {
+            let (first, n, at) = run;
+            self.device().read_blocks(first, &mut coded[at * BS..(at + n) * BS])?;
+        }
+        coded.truncate(entry.coded_len as usize);
+        Ok(StoredChunk { entry, coded })
+    }
+
+    /// Stores `new` as chunk `chunk` of stream file `ino`, of generation `generation` (the file
+    /// the caller took the bytes from), out of place (see the module's comment); the chunk's
+    /// valid bytes are its plain length, cut at the file's end. False if the file is no longer
+    /// that file or no longer reaches the chunk (nothing is stored). NoSpace or QuotaExceeded
+    /// when the chunk's blocks cannot be had: the old chunk stays.
+    pub fn write_chunk(&self, ino: u64, generation: u32, chunk: u64, new: &NewChunk<'_>) -> Result<bool> {
+        if new.coded.is_empty() || new.coded.len() > MAX_CODED || new.plain_len == 0 || new.plain_len > CHUNK_BYTES {
+            return Err(FsError::InvalidArgument(format!(
+                "a chunk of {} bytes encoding {} plain bytes",
+                new.coded.len(),
+                new.plain_len
+            )));
+        }
+        if new.raw && new.coded.len() != new.plain_len {
+            return Err(FsError::InvalidArgument("a raw chunk must be its plain bytes".into()));
+        }
+        let n = new.coded.len().div_ceil(BS);
+        let mut retries = 0;
+        loop {
+            // A commit due now is made before the gate is taken: none may run under it.
+            self.commit_if_due()?;
+            let gate = self.data_gate();
+            let allocated = {
+                let mut g = self.lock()?;
+                g.begin_op();
+                let got = (|| {
+                    let inode = g.stream_file(ino)?;
+                    let old = g.chunk_entry(ino, &inode, chunk)?;
+                    let pref = old.blocks.first().copied().unwrap_or(0);
+                    Ok((inode.uid, g.alloc_chunk_blocks(inode.uid, n, pref)?))
+                })();
+                match got {
+                    Ok(got) => {
+                        g.end_op();
+                        Ok(got)
+                    }
+                    Err(e) => {
+                        g.rollback_op();
+                        Err((e, g.no_room()))
+                    }
+                }
+            };
+            let (uid, blocks) = match allocated {
+                Ok(got) => got,
+                Err((FsError::NoSpace, seen)) if retries < ROOM_RETRIES => {
+                    drop(gate);
+                    retries += 1;
+                    if !self.make_room(seen)? {
+                        return Err(FsError::NoSpace);
+                    }
+                    continue;
+                }
+                Err((e, _)) => return Err(e),
+            };
+            let written = self.write_coded(&blocks, new.coded);
+            let entry = written.is_ok().then(|| ChunkEntry {
+                coded_len: new.coded.len() as u32,
+                plain_len: new.plain_len as u32,
+                valid_len: new.plain_len as u32,
+                flags: if new.raw { CHUNK_RAW } else { 0 },
+                nonce: new.nonce,
+                blocks: blocks.clone(),
+            });
+            let mut g = self.lock()?;
+            g.begin_op();
+            match g.replace_chunk(ino, generation, chunk, uid, &blocks, entry) {
+                Ok(stored) => {
+                    g.end_op();
+                    drop((g, gate));
+                    // Blocks that could not be written went back: the write failed.
+                    written?;
+                    return Ok(stored);
+                }
+                Err(e) => {
+                    g.rollback_op();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Writes a chunk's encoded bytes to its blocks (the last one zero-padded).
+    fn write_coded(&self, blocks: &[u64], coded: &[u8]) -> std::io::Result<()> {
+        let mut padded = vec![0u8; blocks.len() * BS];
+        padded[..coded.len()].copy_from_slice(coded);
+        for (first, n, at) in runs(blocks) {
+            self.device().write_blocks(first, &padded[at * BS..(at + n) * BS])?;
+        }
+        Ok(())
+    }
+}
+
+/// Consecutive runs of `blocks`: (first block, how many, index of the first in `blocks`).
+fn runs(blocks: &[u64]) -> Vec<(u64, usize, usize)> {
+    let mut out: Vec<(u64, usize, usize)> = Vec::new();
+    for (i, &b) in blocks.iter().enumerate() {
+        match out.last_mut() {
+            Some((first, n, _)) if *first + *n as u64 == b => *n += 1,
+            _ => out.push((b, 1, i)),
+        }
+    }
+    out
+}
