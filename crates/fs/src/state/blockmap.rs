@@ -376,7 +376,7 @@ impl FsState {
     }
 
     /// The last file block of `inode` that maps a block, if any.
-    fn last_mapped(&mut self, ino: u64, inode: &Inode) -> Result<Option<u64>> {
+    pub(crate) fn last_mapped(&mut self, ino: u64, inode: &Inode) -> Result<Option<u64>> {
         let d = self.ptr(ino, inode.dindirect)?;
         if d != 0 {
             for i in (0..NINDIRECT).rev() {
