@@ -50,7 +50,7 @@ use vino_blockdev::{BackendChoice, BlockDevice, CrashOptions, ManualClock, MemDe
 use vino_fs::model::{Model, Node, Op, Promises, data, run_model};
 use vino_fs::{FileType, MkfsOptions, MountOptions, fsck, mkfs};
 use vino_kernel::graftpoints::Grafter;
-use vino_kernel::{Credentials, Errno, Fd, Kernel, KernelConfig, OpenFlags, Process, Resource, SysError};
+use vino_kernel::{Credentials, Errno, FallocMode, Fd, Kernel, KernelConfig, OpenFlags, Process, Resource, SysError};
 
 /// Blocks of the simulated disk (8 MiB: room for the workload, which makes at most a dozen
 /// files of up to 90 KB, and small enough to copy at every power cut).
@@ -677,6 +677,18 @@ impl Sim {
                 len,
                 keep_size,
             } => with_fd(path, rw, &|fd| p.fallocate(fd, *keep_size, *offset, *len)),
+            Op::PunchHole { path, offset, len } => with_fd(path, rw, &|fd| {
+                p.fallocate_mode(fd, FallocMode::PunchHole, *offset, *len)
+            }),
+            Op::ZeroRange {
+                path,
+                offset,
+                len,
+                keep_size,
+            } => with_fd(path, rw, &|fd| {
+                let mode = FallocMode::ZeroRange { keep_size: *keep_size };
+                p.fallocate_mode(fd, mode, *offset, *len)
+            }),
             Op::Unlink(path) | Op::UnlinkKeep(path) => p.unlink(path),
             Op::Rmdir(path) => p.rmdir(path),
             Op::Rename(from, to) => p.rename(from, to),
