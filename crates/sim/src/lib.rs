@@ -402,6 +402,27 @@ impl Sim {
             .collect()
     }
 
+    /// A fallocate: an allocation, a punched hole or a zeroed range.
+    fn fallocate_op(&mut self, path: String) -> Op {
+        let (offset, len) = (self.rng.below(50_000), 1 + self.rng.below(30_000));
+        let keep_size = self.rng.chance(0.5);
+        match self.rng.below(3) {
+            0 => Op::Fallocate {
+                path,
+                offset,
+                len,
+                keep_size,
+            },
+            1 => Op::PunchHole { path, offset, len },
+            _ => Op::ZeroRange {
+                path,
+                offset,
+                len,
+                keep_size,
+            },
+        }
+    }
+
     fn random_step(&mut self) -> Step {
         let who = self.rng.below(self.procs.len() as u64) as usize;
         let path = self.random_path();
@@ -418,12 +439,7 @@ impl Sim {
                 path,
                 size: self.rng.below(70_000),
             },
-            13 => Op::Fallocate {
-                path,
-                offset: self.rng.below(50_000),
-                len: 1 + self.rng.below(30_000),
-                keep_size: self.rng.chance(0.5),
-            },
+            13 => self.fallocate_op(path),
             14..=15 => Op::Unlink(path),
             16 => Op::Rmdir(path),
             17..=18 => Op::Rename(path, self.random_path()),
