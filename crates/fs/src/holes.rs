@@ -41,8 +41,11 @@ impl FileSystem {
         self.zero_edges(ino, offset..end, size, target)?;
         let whole = whole_blocks(offset..end);
         if !whole.is_empty() {
+            // Before the blocks are freed, so that no dirty page is written back over a freed
+            // block; and after, for a page a reader brought back in from one meanwhile.
             target.forget_range(whole.start, whole.end);
-            self.free_hole(ino, whole)?;
+            self.free_hole(ino, whole.clone())?;
+            target.forget_range(whole.start, whole.end);
         }
         self.in_transaction(|g| g.touch_data(ino))
     }
@@ -73,8 +76,11 @@ impl FileSystem {
         self.fallocate_with(ino, offset, len, keep_size, target)?;
         self.zero_edges(ino, offset..end, old, target)?;
         if !held.is_empty() {
+            // As for a punched hole: before (no dirty page written back over the zeros) and
+            // after (no page read in meanwhile with the old bytes).
             target.forget_range(whole.start, whole.end);
             write_zeros(&**self.device(), held)?;
+            target.forget_range(whole.start, whole.end);
         }
         self.in_transaction(|g| g.touch_data(ino))
     }
