@@ -209,6 +209,12 @@ def test_setattr_access_and_fallocate():
         assert c.fstat(fd).size == 1 << 20
         e = raises(OSError, c.fallocate, fd, 0, 0)
         assert e.errno == errno.EINVAL
+        held = c.fstat(fd).blocks
+        c.fallocate(fd, 1 << 20, 1 << 20, keep_size=True, mode=vino.FALLOC_FL_PUNCH_HOLE)
+        assert c.fstat(fd).blocks == st.blocks < held
+        c.fallocate(fd, 0, 4096, mode=vino.FALLOC_FL_ZERO_RANGE)
+        e = raises(OSError, c.fallocate, fd, 0, 4096, False, vino.FALLOC_FL_PUNCH_HOLE)
+        assert e.errno == errno.EOPNOTSUPP
         c.close(fd)
         c.unlink(path)
 

@@ -26,7 +26,7 @@ __all__ = [
     "O_READ", "O_WRITE", "O_RDONLY", "O_WRONLY", "O_RDWR", "O_CREAT", "O_EXCL", "O_TRUNC", "O_APPEND",
     "O_NOFOLLOW", "O_DIRECTORY",
     "KIND_REGULAR", "KIND_DIRECTORY", "KIND_SYMLINK", "KIND_FIFO", "KIND_SOCKET", "KIND_CHAR_DEVICE",
-    "KIND_BLOCK_DEVICE", "XATTR_CREATE", "XATTR_REPLACE", "UTIME_NOW",
+    "KIND_BLOCK_DEVICE", "XATTR_CREATE", "XATTR_REPLACE", "UTIME_NOW", "FALLOC_FL_PUNCH_HOLE", "FALLOC_FL_ZERO_RANGE",
     "LOCK_UNLOCK", "LOCK_READ", "LOCK_WRITE",
     "EVENT_OPEN", "EVENT_CLOSE", "EVENT_CREATE", "EVENT_UNLINK", "EVENT_MODIFY", "EVENT_OVERFLOW",
     "EVENT_NAMES",
@@ -72,6 +72,9 @@ _AT_SYMLINK_NOFOLLOW = 0x100
 _AT_SYMLINK_FOLLOW = 0x400
 _RENAME_NOREPLACE = 1
 _FALLOC_KEEP_SIZE = 1
+#: fallocate modes (Linux's flag bits).
+FALLOC_FL_PUNCH_HOLE = 0x02
+FALLOC_FL_ZERO_RANGE = 0x10
 _SET_MODE, _SET_UID, _SET_GID, _SET_SIZE = 0x01, 0x02, 0x04, 0x08
 _SET_ATIME, _SET_MTIME, _SET_ATIME_NOW, _SET_MTIME_NOW = 0x10, 0x20, 0x40, 0x80
 
@@ -613,10 +616,11 @@ class Client:
     def removexattr(self, path, name, dir_fd: Optional[int] = None, follow_symlinks: bool = True) -> None:
         self._call("removexattr_at", _dirfd(dir_fd), _path(path), _nofollow(follow_symlinks), _path(name))
 
-    def fallocate(self, fd: int, offset: int, length: int, keep_size: bool = False) -> None:
+    def fallocate(self, fd: int, offset: int, length: int, keep_size: bool = False, mode: int = 0) -> None:
         """Allocates length bytes from offset in the file open for writing as fd; the size grows
-        to cover them unless keep_size."""
-        self._call("fallocate", fd, _FALLOC_KEEP_SIZE if keep_size else 0, offset, length)
+        to cover them unless keep_size. mode adds Linux's other flags: FALLOC_FL_PUNCH_HOLE
+        (with keep_size) frees the range's blocks, FALLOC_FL_ZERO_RANGE zeroes it."""
+        self._call("fallocate", fd, mode | (_FALLOC_KEEP_SIZE if keep_size else 0), offset, length)
 
     # ---- grafts -----------------------------------------------------------------------------
 

@@ -385,11 +385,21 @@ impl PageCache {
     /// Drops the pages of `object` from block `from` on (truncate, unlink). Dirty data there is
     /// discarded: the file system is freeing those blocks.
     pub fn invalidate(&self, object: u64, from: u64) {
+        self.invalidate_range(object, from, u64::MAX);
+    }
+
+    /// Drops the pages of `object` in blocks `[first, end)` (a punched hole, a range zeroed on
+    /// the device), as [`PageCache::invalidate`] does; `end` `u64::MAX`: to the last.
+    pub fn invalidate_range(&self, object: u64, first: u64, end: u64) {
+        if first >= end {
+            return;
+        }
+        let last = if end == u64::MAX { end } else { end - 1 };
         let mut t = self.table.lock();
         loop {
             let doomed: Vec<u32> = t
                 .keys
-                .range((object, from)..=(object, u64::MAX))
+                .range((object, first)..=(object, last))
                 .map(|k| t.map[k])
                 .collect();
             if doomed.is_empty() {

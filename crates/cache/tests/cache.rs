@@ -285,6 +285,32 @@ fn dirty_pages_are_written_before_eviction_and_invalidate_discards() {
     assert_eq!(dev[0], pattern(12), "discarded, never written");
 }
 
+/// A range dropped (a punched hole): its dirty pages are discarded, never written; the pages
+/// on either side stay, dirty, and reach the device.
+#[test]
+fn invalidate_range_discards_only_the_range() {
+    let s = setup(16, 64);
+    let f = file(10, 8);
+    let ctx = IoCtx::new(1);
+    for index in 0..6 {
+        s.cache.write(&ctx, 1, &f, index * BS, &vec![7u8; BLOCK_SIZE]).unwrap();
+    }
+    s.cache.invalidate_range(1, 2, 4);
+    let held: Vec<bool> = (0..6).map(|index| s.cache.contains(1, index)).collect();
+    assert_eq!(held, [true, true, false, false, true, true]);
+    s.cache.sync_all().unwrap();
+    let mut dev = vec![0u8; BLOCK_SIZE];
+    for index in 0..6 {
+        s.device.read_blocks(10 + index, &mut dev).unwrap();
+        let want = if (2..4).contains(&index) {
+            pattern(10 + index)
+        } else {
+            7
+        };
+        assert_eq!(dev[0], want, "block {index}");
+    }
+}
+
 /// The cache's I/O to a device queue that, on the first write batch, calls `during` while the
 /// batch is in flight (the table unlocked), as another writer could.
 struct Intercept {

@@ -53,6 +53,8 @@ typedef struct vino_client vino_client;
 #define VINO_XATTR_CREATE 1               /* vino_setxattr_at: fail with -EEXIST if it exists */
 #define VINO_XATTR_REPLACE 2              /* vino_setxattr_at: fail with -ENODATA if it does not */
 #define VINO_FALLOC_KEEP_SIZE 1           /* vino_fallocate: allocate, keep the size */
+#define VINO_FALLOC_PUNCH_HOLE 0x02       /* vino_fallocate (with KEEP_SIZE): free, read zeros */
+#define VINO_FALLOC_ZERO_RANGE 0x10       /* vino_fallocate: read zeros, stay allocated */
 
 /* What struct vino_setattr changes (its `valid` bits). */
 #define VINO_SET_MODE 0x01
@@ -279,9 +281,11 @@ int vino_setxattr_at(vino_client *client, int dirfd, const char *path, int flags
 int64_t vino_listxattr_at(vino_client *client, int dirfd, const char *path, int flags, char *buf, size_t len);
 int vino_removexattr_at(vino_client *client, int dirfd, const char *path, int flags, const char *name);
 
-/* Allocates `len` bytes from `offset` in the file open for writing as `fd`, so writes there
- * cannot fail for want of space; `mode`: 0 (the size grows to cover them) or
- * VINO_FALLOC_KEEP_SIZE. */
+/* fallocate(2) on `len` bytes from `offset` in the file open for writing as `fd`. `mode` 0
+ * allocates them, so writes there cannot fail for want of space, the size growing to cover
+ * them (not with VINO_FALLOC_KEEP_SIZE); VINO_FALLOC_PUNCH_HOLE | VINO_FALLOC_KEEP_SIZE frees
+ * their blocks (partial edge blocks zeroed); VINO_FALLOC_ZERO_RANGE (KEEP_SIZE or not) makes
+ * them read as zeros, allocated. Other modes: -EOPNOTSUPP (or -EINVAL), as Linux. */
 int vino_fallocate(vino_client *client, int fd, int mode, uint64_t offset, uint64_t len);
 
 /* ---- grafts ------------------------------------------------------------------------------- */

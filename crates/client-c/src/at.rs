@@ -22,6 +22,10 @@ pub const VINO_XATTR_CREATE: c_int = 1;
 pub const VINO_XATTR_REPLACE: c_int = 2;
 /// `vino_fallocate`: keep the size.
 pub const VINO_FALLOC_KEEP_SIZE: c_int = 1;
+/// `vino_fallocate`: free the range's blocks, zero its partial edges (with `KEEP_SIZE`).
+pub const VINO_FALLOC_PUNCH_HOLE: c_int = 0x02;
+/// `vino_fallocate`: the range reads as zeros and stays allocated.
+pub const VINO_FALLOC_ZERO_RANGE: c_int = 0x10;
 
 /// A `dirfd` argument: the root, or a descriptor.
 fn arg_dirfd(dirfd: c_int) -> Res<Option<u32>> {
@@ -566,8 +570,11 @@ pub unsafe extern "C" fn vino_removexattr_at(
     }
 }
 
-/// Allocates `len` bytes from `offset` in the file open (for writing) as `fd`
-/// (`VINO_FALLOC_KEEP_SIZE`: the size stays).
+/// fallocate(2) on `len` bytes from `offset` in the file open (for writing) as `fd`: `mode` 0
+/// allocates them, `VINO_FALLOC_KEEP_SIZE` too without growing the size;
+/// `VINO_FALLOC_PUNCH_HOLE | VINO_FALLOC_KEEP_SIZE` punches a hole; `VINO_FALLOC_ZERO_RANGE`
+/// (with `KEEP_SIZE` or not) zeroes the range. Any other mode is `-EOPNOTSUPP` (or `-EINVAL`),
+/// as Linux's are.
 ///
 /// # Safety
 ///
@@ -583,11 +590,10 @@ pub unsafe extern "C" fn vino_fallocate(
     // SAFETY: `client` is a client, by this function's contract.
     unsafe {
         with_client_int(client, |c, _| {
-            if mode & !VINO_FALLOC_KEEP_SIZE != 0 {
+            if mode < 0 {
                 return Err(fail(errno::EOPNOTSUPP, format!("fallocate mode {mode:#x}")));
             }
-            c.fallocate(arg_fd(fd)?, mode & VINO_FALLOC_KEEP_SIZE != 0, offset, len)
-                .map(|_| 0)
+            c.fallocate_mode(arg_fd(fd)?, mode as u32, offset, len).map(|_| 0)
         })
     }
 }

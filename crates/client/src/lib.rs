@@ -738,6 +738,18 @@ impl Client {
         })
     }
 
+    /// fallocate(2) in `mode` (Linux's flag bits: `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`
+    /// punches a hole, `FALLOC_FL_ZERO_RANGE` zeroes a range) on `len` bytes from `offset` of
+    /// the file open (for writing) as `fd`. Modes 0 and `KEEP_SIZE` go as
+    /// [`Client::fallocate`], which any daemon knows.
+    pub fn fallocate_mode(&mut self, fd: u32, mode: u32, offset: u64, len: u64) -> Result<()> {
+        const KEEP_SIZE: u32 = 1;
+        if mode & !KEEP_SIZE == 0 {
+            return self.fallocate(fd, mode == KEEP_SIZE, offset, len);
+        }
+        self.ok(Request::FallocateMode { fd, mode, offset, len })
+    }
+
     // ---- grafts -----------------------------------------------------------------------------
 
     /// Loads a graft at a graftpoint of this process (`vas.pick_victim`, `file.compute_ra/<fd>`)

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use vino_kernel::{At, Process, RenameFlags, SysError};
+use vino_kernel::{At, FallocMode, Process, RenameFlags, SysError};
 use vino_proto::{ErrorReply, PAGE_BYTES, Payload, Request, Response, errno};
 
 /// What a connection did, for `top`.
@@ -432,6 +432,9 @@ impl Session<'_> {
                 offset,
                 len,
             } => ok(p.fallocate(fd, keep_size, offset, len)),
+            Request::FallocateMode { fd, mode, offset, len } => {
+                ok(FallocMode::from_linux(mode).and_then(|mode| p.fallocate_mode(fd, mode, offset, len)))
+            }
         }
     }
 

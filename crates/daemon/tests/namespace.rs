@@ -986,6 +986,26 @@ fn setattr_access_and_fallocate_through_the_socket() {
     assert_eq!(c.fallocate(fd, false, 0, 0).unwrap_err().errno, errno::EINVAL);
     let ro = c.open_at(None, "/fa", OpenFlags::read_only()).unwrap();
     assert_eq!(c.fallocate(ro, false, 0, 4096).unwrap_err().errno, errno::EBADF);
+    // Linux's other modes: a punched hole (PUNCH_HOLE | KEEP_SIZE) gives the preallocation
+    // back, a zeroed range (ZERO_RANGE | KEEP_SIZE) reads as zeros; no collapse, no punch that
+    // would change the size.
+    c.fallocate_mode(fd, 0x03, 1 << 20, 1 << 20).unwrap();
+    assert_eq!(c.fstat(fd).unwrap().blocks, st.blocks, "the hole's blocks are freed");
+    c.pwrite(fd, &[7u8; 8192], 0).unwrap();
+    c.fallocate_mode(fd, 0x11, 100, 200).unwrap();
+    assert_eq!(c.pread(fd, &mut back, 0).unwrap(), 8192);
+    let mut want = [7u8; 8192];
+    want[100..300].fill(0);
+    assert!(back == want, "a zeroed range through the socket");
+    assert_eq!(
+        c.fallocate_mode(fd, 0x08, 0, 4096).unwrap_err().errno,
+        errno::EOPNOTSUPP
+    );
+    assert_eq!(
+        c.fallocate_mode(fd, 0x02, 0, 4096).unwrap_err().errno,
+        errno::EOPNOTSUPP
+    );
+    assert_eq!(c.fallocate_mode(ro, 0x03, 0, 4096).unwrap_err().errno, errno::EBADF);
 
     // setattr: size, mode and times at once; on a descriptor too.
     let attrs = SetAttrs {

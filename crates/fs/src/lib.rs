@@ -14,7 +14,7 @@
 //!
 //! Besides regular files and directories it has the other POSIX file types (symlinks, fifos,
 //! sockets, character and block devices), extended attributes (one block per inode),
-//! preallocation ([`FileSystem::fallocate`]) and an on-disk orphan list (ext4's): an inode whose
+//! preallocation ([`FileSystem::fallocate`]), punched holes and zeroed ranges ([`holes`]) and an on-disk orphan list (ext4's): an inode whose
 //! last name goes while the kernel still has it open ([`FileSystem::unlink_keep`]) stays until
 //! [`FileSystem::release_orphan`] or the next mount frees it. See `posix` for how they are kept.
 //! Blocks and inodes are charged to their owner's uid: quotas per user and a reserve only root
@@ -39,6 +39,7 @@ mod dirindex;
 mod error;
 mod filesystem;
 pub mod fsck;
+pub mod holes;
 mod inspect;
 pub mod journal;
 pub mod layout;

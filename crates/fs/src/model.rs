@@ -51,6 +51,19 @@ pub enum Op {
         len: u64,
         keep_size: bool,
     },
+    /// fallocate's `FALLOC_FL_PUNCH_HOLE` (with `KEEP_SIZE`).
+    PunchHole {
+        path: String,
+        offset: u64,
+        len: u64,
+    },
+    /// fallocate's `FALLOC_FL_ZERO_RANGE`.
+    ZeroRange {
+        path: String,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    },
     /// Sets an xattr (`user.<seed % 4>`) on anything; the model does not keep them.
     SetXattr {
         path: String,
@@ -185,6 +198,23 @@ impl Model {
         Ok(())
     }
 
+    /// Punches a hole: the bytes of the range inside the file become zeros; the size stays.
+    pub fn punch_hole(&mut self, path: &str, offset: u64, len: u64) -> R {
+        self.zero_range(path, offset, len, true)
+    }
+
+    /// Zeroes a range: its bytes inside the file become zeros; the size grows to cover it
+    /// unless `keep_size`.
+    pub fn zero_range(&mut self, path: &str, offset: u64, len: u64, keep_size: bool) -> R {
+        self.fallocate(path, offset, len, keep_size)?;
+        let f = self.file_mut(path)?;
+        let end = ((offset + len) as usize).min(f.len());
+        if let Some(range) = f.get_mut(offset as usize..end) {
+            range.fill(0);
+        }
+        Ok(())
+    }
+
     pub fn truncate(&mut self, path: &str, size: u64) -> R {
         self.file_mut(path)?.resize(size as usize, 0);
         Ok(())
@@ -280,6 +310,13 @@ pub fn run_model(m: &mut Model, op: &Op) -> R {
             len,
             keep_size,
         } => m.fallocate(path, *offset, *len, *keep_size),
+        Op::PunchHole { path, offset, len } => m.punch_hole(path, *offset, *len),
+        Op::ZeroRange {
+            path,
+            offset,
+            len,
+            keep_size,
+        } => m.zero_range(path, *offset, *len, *keep_size),
         Op::SetXattr { path, .. } => m.resolve(path).map(|_| ()),
         Op::Rmdir(p) => m.rmdir(p),
         Op::Rename(a, b) => m.rename(a, b),
@@ -325,6 +362,8 @@ impl Promises {
             | Op::Unlink(path)
             | Op::UnlinkKeep(path)
             | Op::Fallocate { path, .. }
+            | Op::PunchHole { path, .. }
+            | Op::ZeroRange { path, .. }
             | Op::Rmdir(path) => self.touch(path),
             Op::Rename(a, b) => {
                 self.touch(a);

@@ -79,6 +79,11 @@ pub trait WriteTarget {
     /// past the file's end, old or new): drop whatever is held for them, unwritten. The device
     /// holds nothing; a page cache drops the pages.
     fn forget(&mut self, from: u64);
+
+    /// The file system is about to free, or zero on the device, the file's blocks `[first,
+    /// end)` (a punched hole, a zeroed range): drop whatever is held for them, unwritten. A
+    /// target that holds nothing (the device) has nothing to do.
+    fn forget_range(&mut self, _first: u64, _end: u64) {}
 }
 
 /// The uncached path's target: read, change and write each block on the device.
@@ -301,7 +306,7 @@ impl FileSystem {
     }
 
     /// The size of regular file `ino`, and whether it is a stream file.
-    fn regular_size(&self, ino: u64) -> Result<(u64, bool)> {
+    pub(crate) fn regular_size(&self, ino: u64) -> Result<(u64, bool)> {
         let st = self.stat(ino)?;
         match st.kind {
             FileType::Regular => Ok((st.size, st.stream.is_some())),
@@ -413,7 +418,7 @@ impl FileSystem {
 }
 
 /// Writes zeros over `blocks`, a run of consecutive blocks at a time.
-fn write_zeros(dev: &dyn BlockDevice, mut blocks: Vec<u64>) -> io::Result<()> {
+pub(crate) fn write_zeros(dev: &dyn BlockDevice, mut blocks: Vec<u64>) -> io::Result<()> {
     const RUN: usize = 64;
     blocks.sort_unstable();
     blocks.dedup();

@@ -105,7 +105,18 @@ fn random_op(rng: &mut SplitMix64) -> Op {
             path: random_path(rng),
             size: rng.below(90_000),
         },
-        12 => match rng.next_u64() % 6 {
+        12 => match rng.next_u64() % 8 {
+            6 => Op::PunchHole {
+                path: random_path(rng),
+                offset: rng.next_u64() % 60_000,
+                len: 1 + rng.next_u64() % 40_000,
+            },
+            7 => Op::ZeroRange {
+                path: random_path(rng),
+                offset: rng.next_u64() % 60_000,
+                len: 1 + rng.next_u64() % 40_000,
+                keep_size: rng.next_u64().is_multiple_of(2),
+            },
             4 => Op::Fallocate {
                 path: random_path(rng),
                 offset: rng.next_u64() % 60_000,

@@ -30,6 +30,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => path().prop_map(Op::Mknod),
         1 => (path(), 0u64..90_000, 0u64..40_000, any::<bool>())
             .prop_map(|(path, offset, len, keep_size)| Op::Fallocate { path, offset, len, keep_size }),
+        1 => (path(), 0u64..90_000, 0u64..40_000).prop_map(|(path, offset, len)| Op::PunchHole { path, offset, len }),
+        1 => (path(), 0u64..90_000, 0u64..40_000, any::<bool>())
+            .prop_map(|(path, offset, len, keep_size)| Op::ZeroRange { path, offset, len, keep_size }),
         1 => (path(), any::<u64>()).prop_map(|(path, seed)| Op::SetXattr { path, seed }),
         2 => path().prop_map(Op::Rmdir),
         3 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),

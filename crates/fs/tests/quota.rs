@@ -1,7 +1,7 @@
 //! Disk quotas per uid and root's reserve: usage follows writes, truncation, unlink, chown,
-//! fallocate, xattrs and symlinks; limits fail with EDQUOT; the reserve gives ENOSPC to users
-//! while root can still write; a remount recounts the same usage; and random operations keep
-//! the usage equal to a count from the inode table.
+//! fallocate, punched holes, zeroed ranges, xattrs and symlinks; limits fail with EDQUOT; the
+//! reserve gives ENOSPC to users while root can still write; a remount recounts the same usage;
+//! and random operations keep the usage equal to a count from the inode table.
 
 mod common;
 
@@ -395,6 +395,8 @@ enum Op {
     Write(u8, u64, usize),
     Truncate(u8, u64),
     Fallocate(u8, u64, u64),
+    /// A punched hole (true) or a zeroed range growing the file (false).
+    Clear(u8, u64, u64, bool),
     Unlink(u8),
     UnlinkKeep(u8),
     Chown(u8, u32),
@@ -417,6 +419,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (n.clone(), 0u64..400, 1usize..60).prop_map(|(n, b, l)| Op::Write(n, b, l)),
         2 => (n.clone(), 0u64..300).prop_map(|(n, b)| Op::Truncate(n, b)),
         1 => (n.clone(), 0u64..300, 1u64..40).prop_map(|(n, b, l)| Op::Fallocate(n, b, l)),
+        1 => (n.clone(), 0u64..300, 1u64..300, any::<bool>()).prop_map(|(n, b, l, p)| Op::Clear(n, b, l, p)),
         2 => n.clone().prop_map(Op::Unlink),
         1 => n.clone().prop_map(Op::UnlinkKeep),
         2 => (n.clone(), uid()).prop_map(|(n, u)| Op::Chown(n, u)),
@@ -444,6 +447,14 @@ fn run(fs: &FileSystem, op: &Op) {
         },
         Op::Truncate(n, b) => ino(n).map_or(Ok(()), |i| fs.truncate(i, b * BS as u64)),
         Op::Fallocate(n, b, l) => ino(n).map_or(Ok(()), |i| fs.fallocate(i, b * BS as u64, l * BS as u64, false)),
+        Op::Clear(n, b, l, punch) => ino(n).map_or(Ok(()), |i| {
+            let (offset, len) = (b * BS as u64 + 100, l * BS as u64);
+            if *punch {
+                fs.punch_hole(i, offset, len)
+            } else {
+                fs.zero_range(i, offset, len, false)
+            }
+        }),
         Op::Unlink(n) => fs.unlink(root, name(n)).or_else(|_| fs.rmdir(root, name(n))),
         Op::UnlinkKeep(n) => match ino(n) {
             // The kernel would release it on close: here at once, or never (until a mount).

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vino_kernel::{
-    At, Attrs, Credentials, DirEntry, Fd, FileType, Kernel, LockRequest, LockType, OpenFlags, Pid, Process,
+    At, Attrs, Credentials, DirEntry, FallocMode, Fd, FileType, Kernel, LockRequest, LockType, OpenFlags, Pid, Process,
     RenameFlags, SetTime, Stat, SysError, SysResult,
 };
 
@@ -1248,15 +1248,11 @@ impl Filesystem for VinoFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let keep_size = match mode {
-            0 => false,
-            libc::FALLOC_FL_KEEP_SIZE => true,
-            _ => return reply.error(Errno::EOPNOTSUPP),
-        };
-        let result = self
-            .0
-            .handle(fh.0)
-            .and_then(|h| h.process.fallocate(h.fd, keep_size, offset, length).map_err(sys));
+        // Allocation, punched holes and zeroed ranges; collapse and insert are EOPNOTSUPP.
+        let result = FallocMode::from_linux(mode as u32).map_err(sys).and_then(|mode| {
+            let h = self.0.handle(fh.0)?;
+            h.process.fallocate_mode(h.fd, mode, offset, length).map_err(sys)
+        });
         answer!(reply, result, |()| reply.ok());
     }
 }

@@ -1,9 +1,10 @@
 //! The POSIX namespace and permissions through the mount, as real programs of two real users
 //! see them (run as root; the users' programs run under `setpriv` with their own uid, gid and
 //! supplementary groups): search permission on every component, the sticky bit, groups, set-ID
-//! bits, symbolic links, FIFOs, device nodes, fallocate, extended attributes, byte names, hard
-//! links, files unlinked while open, locks shared with the kernel's other clients, invalidation
-//! of what Linux caches, and many processes renaming over a file others open.
+//! bits, symbolic links, FIFOs, device nodes, fallocate (punched holes and zeroed ranges too),
+//! extended attributes, byte names, hard links, files unlinked while open, locks shared with the
+//! kernel's other clients, invalidation of what Linux caches, and many processes renaming over a
+//! file others open.
 
 mod common;
 
@@ -220,6 +221,60 @@ fn fifos_pass_data_and_device_nodes_need_root_and_a_dev_mount() {
     assert_eq!(st.rdev(), libc::makedev(1, 3));
     // The mount is nodev: the node is stored, not usable.
     assert!(fs::read(mnt.join("null")).is_err());
+    m.finish();
+}
+
+/// fallocate(2) on the mount in Linux's other modes: a punched hole frees its blocks and reads
+/// as zeros, its edges zeroed, the size kept; a zeroed range reads as zeros, keeping or growing
+/// the size; collapse, insert and a punch that would change the size are refused.
+#[test]
+fn punched_holes_and_zeroed_ranges() {
+    use std::os::fd::AsRawFd;
+    const B: i64 = 4096;
+    let m = Mounted::new();
+    let f = m.mnt().join("holes");
+    let mut want: Vec<u8> = (0..64 * B).map(|i| (i % 251) as u8 + 1).collect();
+    fs::write(&f, &want).unwrap();
+    let file = fs::OpenOptions::new().read(true).write(true).open(&f).unwrap();
+    let fallocate = |mode: i32, offset: i64, len: i64| {
+        // SAFETY: a descriptor this test holds open; no memory is passed.
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+        }
+    };
+    let before = fs::metadata(&f).unwrap().blocks();
+    let (off, len) = (3 * B + 100, 20 * B);
+    fallocate(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, len).unwrap();
+    want[off as usize..(off + len) as usize].fill(0);
+    let st = fs::metadata(&f).unwrap();
+    assert_eq!(st.len(), 64 * B as u64, "the size stays");
+    assert_eq!(before - st.blocks(), 19 * 8, "blocks 4..23 are freed");
+    assert!(
+        fs::read(&f).unwrap() == want,
+        "the hole reads as zeros, the rest as it was"
+    );
+    fallocate(
+        libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+        40 * B + 5,
+        2 * B,
+    )
+    .unwrap();
+    want[(40 * B + 5) as usize..(42 * B + 5) as usize].fill(0);
+    assert!(fs::read(&f).unwrap() == want, "the zeroed range reads as zeros");
+    fallocate(libc::FALLOC_FL_ZERO_RANGE, 63 * B, 3 * B).unwrap();
+    want.resize(66 * B as usize, 0);
+    want[63 * B as usize..].fill(0);
+    assert!(
+        fs::read(&f).unwrap() == want,
+        "a zeroed range past the end grows the file"
+    );
+    assert_eq!(fallocate(libc::FALLOC_FL_PUNCH_HOLE, 0, B), Err(libc::EOPNOTSUPP));
+    assert_eq!(fallocate(libc::FALLOC_FL_COLLAPSE_RANGE, 0, B), Err(libc::EOPNOTSUPP));
+    assert_eq!(fallocate(libc::FALLOC_FL_INSERT_RANGE, 0, B), Err(libc::EOPNOTSUPP));
+    drop(file);
     m.finish();
 }
 

@@ -59,6 +59,12 @@ fn protocol() -> Vec<Vec<u8>> {
             offset: 0,
             len: 40_000,
         },
+        Request::FallocateMode {
+            fd: 0,
+            mode: 0x03,
+            offset: 4096,
+            len: 8192,
+        },
         Request::Fsync { fd: 0 },
         Request::Fstat { fd: 0 },
         Request::Close { fd: 0 },

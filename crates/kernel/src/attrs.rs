@@ -36,6 +36,57 @@ pub struct Attrs {
     pub mtime: SetTime,
 }
 
+/// What a fallocate does: one of the modes of Linux's fallocate(2) that VINO has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallocMode {
+    /// Mode 0, or `FALLOC_FL_KEEP_SIZE`: the range's blocks are allocated (zeros where it had
+    /// none); the size grows to cover it unless `keep_size`.
+    Allocate { keep_size: bool },
+    /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`: the blocks wholly inside the range are
+    /// freed, the bytes of the partial ones at its edges become zeros; the size stays.
+    PunchHole,
+    /// `FALLOC_FL_ZERO_RANGE` (with `FALLOC_FL_KEEP_SIZE`: `keep_size`): the range reads as
+    /// zeros and holds blocks, as after `Allocate`; the size grows to cover it unless
+    /// `keep_size`.
+    ZeroRange { keep_size: bool },
+}
+
+impl FallocMode {
+    pub const KEEP_SIZE: u32 = 0x01;
+    pub const PUNCH_HOLE: u32 = 0x02;
+    pub const COLLAPSE_RANGE: u32 = 0x08;
+    pub const ZERO_RANGE: u32 = 0x10;
+    pub const INSERT_RANGE: u32 = 0x20;
+
+    /// The mode of Linux's flag `bits`, refused as Linux refuses: `EINVAL` for a collapse or
+    /// an insert with another flag, `EOPNOTSUPP` for a punch without `KEEP_SIZE`, a punch with
+    /// a zero, and every mode VINO lacks (collapse, insert, unshare, unknown flags).
+    pub fn from_linux(bits: u32) -> SysResult<FallocMode> {
+        let keep_size = bits & Self::KEEP_SIZE != 0;
+        for alone in [Self::COLLAPSE_RANGE, Self::INSERT_RANGE] {
+            if bits & alone != 0 && bits != alone {
+                return Err(err(Errno::Inval, format!("fallocate mode {bits:#x}")));
+            }
+        }
+        match bits & !Self::KEEP_SIZE {
+            0 => Ok(FallocMode::Allocate { keep_size }),
+            Self::PUNCH_HOLE if keep_size => Ok(FallocMode::PunchHole),
+            Self::ZERO_RANGE => Ok(FallocMode::ZeroRange { keep_size }),
+            _ => Err(err(Errno::NotSup, format!("fallocate mode {bits:#x}"))),
+        }
+    }
+
+    /// The mode as Linux's flag bits.
+    pub fn linux_bits(self) -> u32 {
+        let keep = |k: bool| if k { Self::KEEP_SIZE } else { 0 };
+        match self {
+            FallocMode::Allocate { keep_size } => keep(keep_size),
+            FallocMode::PunchHole => Self::PUNCH_HOLE | Self::KEEP_SIZE,
+            FallocMode::ZeroRange { keep_size } => Self::ZERO_RANGE | keep(keep_size),
+        }
+    }
+}
+
 /// Extended attribute values are at most this long (Linux's `XATTR_SIZE_MAX`).
 pub const XATTR_SIZE_MAX: usize = 65536;
 /// Names are at most this long (`XATTR_NAME_MAX`).
@@ -252,8 +303,16 @@ impl Process {
 
     /// Allocates the blocks of `len` bytes from `offset` in the file open as `fd` (for
     /// writing), so that writes there cannot fail for want of space; the size grows to cover
-    /// them unless `keep_size` (`FALLOC_FL_KEEP_SIZE`).
+    /// them unless `keep_size` (`FALLOC_FL_KEEP_SIZE`). [`Process::fallocate_mode`] does the
+    /// other modes.
     pub fn fallocate(&self, fd: Fd, keep_size: bool, offset: u64, len: u64) -> SysResult<()> {
+        self.fallocate_mode(fd, FallocMode::Allocate { keep_size }, offset, len)
+    }
+
+    /// fallocate(2) in `mode` on `len` bytes from `offset` of the file open as `fd` (for
+    /// writing). A punched hole or a zeroed range is a write: an unprivileged writer drops the
+    /// file's set-ID bits, and a modify event is raised.
+    pub fn fallocate_mode(&self, fd: Fd, mode: FallocMode, offset: u64, len: u64) -> SysResult<()> {
         let file = self.file(fd)?;
         if !file.flags.write {
             return Err(err(Errno::BadF, format!("descriptor {fd} is not open for writing")));
@@ -270,8 +329,13 @@ impl Process {
             return Err(err(Errno::FBig, "past the largest file"));
         }
         let _writer = self.kernel().files.write_lock(file.ino);
-        self.allocate(file.ino, offset, len, keep_size)?;
-        self.tell_attr(file.ino);
+        self.fallocate_cached(file.ino, mode, offset, len)?;
+        if matches!(mode, FallocMode::Allocate { .. }) {
+            self.tell_attr(file.ino);
+            return Ok(());
+        }
+        self.after_change(file.ino, false)?;
+        self.kernel().events.modified(self, file.ino);
         Ok(())
     }
 

@@ -112,6 +112,11 @@ impl WriteTarget for CacheTarget<'_> {
         // on a block reused for another file or for metadata.
         self.cache.invalidate(self.ino, from);
     }
+
+    fn forget_range(&mut self, first: u64, end: u64) {
+        // As `forget`: the blocks are freed, or zeroed on the device under the pages.
+        self.cache.invalidate_range(self.ino, first, end);
+    }
 }
 
 /// The page cache's I/O through the I/O scheduler (and its `disk.pick_request` graftpoint).

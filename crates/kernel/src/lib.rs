@@ -79,7 +79,7 @@ pub mod signal;
 mod staged;
 pub use staged::{STAGED_PER_PROCESS, STAGED_TTL};
 
-pub use attrs::{Attrs, SetTime};
+pub use attrs::{Attrs, FallocMode, SetTime};
 pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
 pub use changes::{Change, ChangeHook};
 pub use error::{Errno, SysError, SysResult};

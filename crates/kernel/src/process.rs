@@ -5,7 +5,7 @@ use crate::error::{Errno, SysError, SysResult};
 use crate::files::{Fd, FdTable, OpenFile, OpenFlags};
 use crate::namei::{At, Found};
 use crate::perm::{self, Credentials, EXEC, READ, WRITE};
-use crate::{Account, Kernel, Pid, Resource, account};
+use crate::{Account, FallocMode, Kernel, Pid, Resource, account};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use vino_cache::{IoCtx, ReadAhead};
@@ -525,7 +525,7 @@ impl Process {
 
     /// After a write or resize of `ino` by this process: drops set-ID bits as an unprivileged
     /// writer must, optionally marks the file modified now, and tells the change hooks.
-    fn after_change(&self, ino: u64, touch: bool) -> SysResult<Option<Stat>> {
+    pub(crate) fn after_change(&self, ino: u64, touch: bool) -> SysResult<Option<Stat>> {
         let mut st = None;
         if !self.cred.privileged || touch {
             let fs = self.fs();
@@ -698,19 +698,38 @@ impl Process {
     /// a file that grows) before it frees them; growing zeroes, in the cache, the bytes past the
     /// old end in the old last page.
     pub(crate) fn resize(&self, ino: u64, size: u64) -> SysResult<()> {
-        self.through_cache(ino, |fs, target| fs.set_size_with(ino, size, target))
+        self.through_cache(ino, 0..u64::MAX, |fs, target| fs.set_size_with(ino, size, target))
     }
 
-    /// fallocate through the cache (a size that grows zeroes, in the cache, the old last page
-    /// past the old end, as a resize does).
-    pub(crate) fn allocate(&self, ino: u64, offset: u64, len: u64, keep_size: bool) -> SysResult<()> {
-        self.through_cache(ino, |fs, target| fs.fallocate_with(ino, offset, len, keep_size, target))
+    /// fallocate through the cache, by the file system's rules: a size that grows zeroes, in
+    /// the cache, the old last page past the old end (as a resize does); a punched hole or a
+    /// zeroed range drops the pages of the blocks freed or zeroed on the device and zeroes its
+    /// partial edges in the cache. Mappings look again at the range (from it on, or at the
+    /// whole file, where the size may grow).
+    pub(crate) fn fallocate_cached(&self, ino: u64, mode: FallocMode, offset: u64, len: u64) -> SysResult<()> {
+        let end = offset.saturating_add(len);
+        match mode {
+            FallocMode::Allocate { keep_size } => self.through_cache(ino, 0..u64::MAX, |fs, target| {
+                fs.fallocate_with(ino, offset, len, keep_size, target)
+            }),
+            FallocMode::PunchHole => self.through_cache(ino, offset..end, |fs, target| {
+                fs.punch_hole_with(ino, offset, len, target)
+            }),
+            FallocMode::ZeroRange { keep_size } => {
+                let changed = offset..if keep_size { end } else { u64::MAX };
+                self.through_cache(ino, changed, |fs, target| {
+                    fs.zero_range_with(ino, offset, len, keep_size, target)
+                })
+            }
+        }
     }
 
-    /// Runs a file-system change of `ino`'s data with the page cache as where its bytes go.
+    /// Runs a file-system change of `ino`'s data with the page cache as where its bytes go;
+    /// mappings of the file look again at bytes `changed`.
     fn through_cache(
         &self,
         ino: u64,
+        changed: std::ops::Range<u64>,
         change: impl FnOnce(&vino_fs::FileSystem, &mut CacheTarget<'_>) -> vino_fs::Result<()>,
     ) -> SysResult<()> {
         let backing = FileBacking::new(self.kernel.fs.clone(), ino);
@@ -722,8 +741,7 @@ impl Process {
             backing: &backing,
         };
         change(self.fs(), &mut target)?;
-        // Sizes changed: every mapped page of the file is looked at again.
-        self.kernel.memory.file_changed(ino, 0, u64::MAX);
+        self.kernel.memory.file_changed(ino, changed.start, changed.end);
         Ok(())
     }
 

@@ -7,7 +7,9 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use vino_kernel::{At, Attrs, Credentials, Errno, FileType, Kernel, OpenFlags, Process, RenameFlags, SetTime};
+use vino_kernel::{
+    At, Attrs, Credentials, Errno, EventKind, FallocMode, FileType, Kernel, OpenFlags, Process, RenameFlags, SetTime,
+};
 
 fn boot() -> Arc<Kernel> {
     let k = common::small_kernel(8192, Default::default());
@@ -477,6 +479,66 @@ fn fallocate_reserves_blocks_that_read_as_zeros() {
     let ro = p.open("/big", OpenFlags::read_only()).unwrap();
     assert_eq!(errno(p.fallocate(ro, false, 0, 10)), Errno::BadF);
     assert_eq!(errno(p.fallocate(fd, false, 0, 0)), Errno::Inval);
+}
+
+/// A punched hole and a zeroed range through the page cache: dirty pages in the range are
+/// dropped (never written back over freed blocks), the partial edges zeroed in the cache, and
+/// what reaches the device after a sync is the same as what reads through the cache.
+#[test]
+fn punched_holes_and_zeroed_ranges_go_through_the_cache() {
+    const B: u64 = 4096;
+    let k = boot();
+    let p = k.spawn(Credentials::root());
+    let fd = p.open("/holes", OpenFlags::create()).unwrap();
+    let ino = p.fstat(fd).unwrap().ino;
+    let mut want: Vec<u8> = (0..16 * B).map(|i| (i % 251) as u8 + 1).collect();
+    assert_eq!(p.pwrite(fd, &want, 0).unwrap(), want.len());
+    let held = p.fstat(fd).unwrap().blocks;
+    let modified = k.event_stats().of(EventKind::Modify).raised;
+    // Dirty pages, not yet written back: blocks 4..9 go, blocks 3 and 9 keep their outer bytes.
+    let (off, len) = (3 * B + 100, 6 * B);
+    p.fallocate_mode(fd, FallocMode::PunchHole, off, len).unwrap();
+    want[off as usize..(off + len) as usize].fill(0);
+    let st = p.fstat(fd).unwrap();
+    assert_eq!((st.size, st.blocks), (16 * B, held - 5));
+    assert_eq!(
+        k.event_stats().of(EventKind::Modify).raised,
+        modified + 1,
+        "a modify event"
+    );
+    let mut got = vec![0u8; want.len()];
+    assert_eq!(p.pread(fd, &mut got, 0).unwrap(), want.len());
+    assert!(got == want, "through the cache after the punch");
+    // A zeroed range keeps its blocks.
+    p.fallocate_mode(fd, FallocMode::ZeroRange { keep_size: true }, 10 * B + 7, 3 * B)
+        .unwrap();
+    want[(10 * B + 7) as usize..(13 * B + 7) as usize].fill(0);
+    assert_eq!(p.fstat(fd).unwrap().blocks, held - 5);
+    assert_eq!(p.pread(fd, &mut got, 0).unwrap(), want.len());
+    assert!(got == want, "through the cache after the zeroing");
+    k.sync().unwrap();
+    assert_eq!(p.pread(fd, &mut got, 0).unwrap(), want.len());
+    assert!(got == want, "through the cache after a sync");
+    let mut on_disk = vec![0u8; want.len()];
+    k.fs().read_at(ino, 0, &mut on_disk).unwrap();
+    assert!(on_disk == want, "on the device after a sync");
+    // Modes as Linux takes them; a descriptor not open for writing.
+    assert_eq!(FallocMode::from_linux(0x03).unwrap(), FallocMode::PunchHole);
+    assert_eq!(
+        FallocMode::from_linux(0x10).unwrap(),
+        FallocMode::ZeroRange { keep_size: false }
+    );
+    assert_eq!(
+        errno(FallocMode::from_linux(0x02)),
+        Errno::NotSup,
+        "a punch must keep the size"
+    );
+    assert_eq!(errno(FallocMode::from_linux(0x08)), Errno::NotSup, "no collapse");
+    assert_eq!(errno(FallocMode::from_linux(0x20)), Errno::NotSup, "no insert");
+    assert_eq!(errno(FallocMode::from_linux(0x09)), Errno::Inval);
+    assert_eq!(errno(FallocMode::from_linux(0x13)), Errno::NotSup);
+    let ro = p.open("/holes", OpenFlags::read_only()).unwrap();
+    assert_eq!(errno(p.fallocate_mode(ro, FallocMode::PunchHole, 0, 10)), Errno::BadF);
 }
 
 #[test]

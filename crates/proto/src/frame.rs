@@ -339,6 +339,12 @@ mod tests {
                 offset: 4096,
                 len: 1 << 20,
             },
+            Request::FallocateMode {
+                fd: 3,
+                mode: 0x03,
+                offset: 4096,
+                len: 1 << 20,
+            },
         ];
         for r in &reqs {
             assert_eq!(&round_trip(r), r);

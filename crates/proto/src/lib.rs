@@ -538,6 +538,17 @@ pub enum Request {
     Signal {
         sig: u8,
     },
+    /// fallocate(2) in any `mode`, Linux's flag bits: [`Request::Fallocate`]'s modes (0 and
+    /// `FALLOC_FL_KEEP_SIZE`), `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE` and
+    /// `FALLOC_FL_ZERO_RANGE` (with `KEEP_SIZE` or not); any other is `EOPNOTSUPP` (or `EINVAL`,
+    /// as Linux). A request of its own, last, so that every earlier request keeps its encoding:
+    /// a daemon that predates it refuses it as an unknown request, nothing else changes.
+    FallocateMode {
+        fd: u32,
+        mode: u32,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl Request {
@@ -701,7 +712,8 @@ impl Request {
             Kill,
             Signal,
             KillProgram,
-            SetTickets
+            SetTickets,
+            FallocateMode
         )
     }
 }

@@ -50,7 +50,7 @@ use vino_blockdev::{BackendChoice, BlockDevice, CrashOptions, ManualClock, MemDe
 use vino_fs::model::{Model, Node, Op, Promises, data, run_model};
 use vino_fs::{FileType, MkfsOptions, MountOptions, fsck, mkfs};
 use vino_kernel::graftpoints::Grafter;
-use vino_kernel::{Credentials, Errno, Fd, Kernel, KernelConfig, OpenFlags, Process, Resource, SysError};
+use vino_kernel::{Credentials, Errno, FallocMode, Fd, Kernel, KernelConfig, OpenFlags, Process, Resource, SysError};
 
 /// Blocks of the simulated disk (8 MiB: room for the workload, which makes at most a dozen
 /// files of up to 90 KB, and small enough to copy at every power cut).
@@ -402,6 +402,27 @@ impl Sim {
             .collect()
     }
 
+    /// A fallocate: an allocation, a punched hole or a zeroed range.
+    fn fallocate_op(&mut self, path: String) -> Op {
+        let (offset, len) = (self.rng.below(50_000), 1 + self.rng.below(30_000));
+        let keep_size = self.rng.chance(0.5);
+        match self.rng.below(3) {
+            0 => Op::Fallocate {
+                path,
+                offset,
+                len,
+                keep_size,
+            },
+            1 => Op::PunchHole { path, offset, len },
+            _ => Op::ZeroRange {
+                path,
+                offset,
+                len,
+                keep_size,
+            },
+        }
+    }
+
     fn random_step(&mut self) -> Step {
         let who = self.rng.below(self.procs.len() as u64) as usize;
         let path = self.random_path();
@@ -418,12 +439,7 @@ impl Sim {
                 path,
                 size: self.rng.below(70_000),
             },
-            13 => Op::Fallocate {
-                path,
-                offset: self.rng.below(50_000),
-                len: 1 + self.rng.below(30_000),
-                keep_size: self.rng.chance(0.5),
-            },
+            13 => self.fallocate_op(path),
             14..=15 => Op::Unlink(path),
             16 => Op::Rmdir(path),
             17..=18 => Op::Rename(path, self.random_path()),
@@ -677,6 +693,18 @@ impl Sim {
                 len,
                 keep_size,
             } => with_fd(path, rw, &|fd| p.fallocate(fd, *keep_size, *offset, *len)),
+            Op::PunchHole { path, offset, len } => with_fd(path, rw, &|fd| {
+                p.fallocate_mode(fd, FallocMode::PunchHole, *offset, *len)
+            }),
+            Op::ZeroRange {
+                path,
+                offset,
+                len,
+                keep_size,
+            } => with_fd(path, rw, &|fd| {
+                let mode = FallocMode::ZeroRange { keep_size: *keep_size };
+                p.fallocate_mode(fd, mode, *offset, *len)
+            }),
             Op::Unlink(path) | Op::UnlinkKeep(path) => p.unlink(path),
             Op::Rmdir(path) => p.rmdir(path),
             Op::Rename(from, to) => p.rename(from, to),

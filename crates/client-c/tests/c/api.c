@@ -221,6 +221,12 @@ static void names_at(void) {
               st.size == 65536,
           "FALLOC_FL_KEEP_SIZE");
     CHECK(vino_fallocate(c, fd, 8, 0, 1) == -EOPNOTSUPP, "an unknown fallocate mode");
+    uint64_t held = st.blocks;
+    CHECK(vino_fallocate(c, fd, VINO_FALLOC_PUNCH_HOLE | VINO_FALLOC_KEEP_SIZE, 65536, 65536) == 0 &&
+              vino_fstat(c, fd, &st) == 0 && st.size == 65536 && st.blocks == held - 16,
+          "FALLOC_FL_PUNCH_HOLE frees the preallocation");
+    CHECK(vino_fallocate(c, fd, VINO_FALLOC_ZERO_RANGE, 0, 4096) == 0, "FALLOC_FL_ZERO_RANGE");
+    CHECK(vino_fallocate(c, fd, VINO_FALLOC_PUNCH_HOLE, 0, 4096) == -EOPNOTSUPP, "a punch that would change the size");
     CHECK(vino_close(c, fd) == 0, "close");
 
     /* Renames and removals. */

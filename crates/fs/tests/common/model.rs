@@ -53,6 +53,19 @@ pub fn run_fs(fs: &FileSystem, op: &Op) -> R {
             let ino = fs.resolve(path).map_err(k)?;
             fs.fallocate(ino, *offset, *len, *keep_size).map_err(k)
         }
+        Op::PunchHole { path, offset, len } => {
+            let ino = fs.resolve(path).map_err(k)?;
+            fs.punch_hole(ino, *offset, *len).map_err(k)
+        }
+        Op::ZeroRange {
+            path,
+            offset,
+            len,
+            keep_size,
+        } => {
+            let ino = fs.resolve(path).map_err(k)?;
+            fs.zero_range(ino, *offset, *len, *keep_size).map_err(k)
+        }
         Op::SetXattr { path, seed } => {
             let ino = fs.resolve(path).map_err(k)?;
             let name = format!("user.{}", seed % 4);
