@@ -34,7 +34,9 @@
 #ifndef VINO_GRAFT_H
 #define VINO_GRAFT_H
 
-#if !defined(__wasm32__)
+/* VINO_GRAFT_NATIVE: the same C built for the host, to measure a graft against itself unprotected
+ * (`vino bench streams`); the attributes and imports fall away and libc supplies memcpy. */
+#if !defined(__wasm32__) && !defined(VINO_GRAFT_NATIVE)
 #error "vino_graft.h is for grafts: compile with clang --target=wasm32"
 #endif
 
@@ -71,7 +73,9 @@ typedef __SIZE_TYPE__ size_t;
 #define NULL ((void *)0)
 #endif
 
+#ifndef VINO_GRAFT_NATIVE
 VINO_STATIC_ASSERT(sizeof(uint64_t) == 8 && sizeof(void *) == 4, "wasm32 expected");
+#endif
 
 /* ---- Attributes. ---- */
 
@@ -80,7 +84,11 @@ VINO_STATIC_ASSERT(sizeof(uint64_t) == 8 && sizeof(void *) == 4, "wasm32 expecte
  * The name is macro-expanded first, so VINO_TOY (below) can rename it. */
 #define VINO_STRINGIFY_(x) #x
 #define VINO_STRINGIFY(x) VINO_STRINGIFY_(x)
+#ifdef VINO_GRAFT_NATIVE
+#define VINO_GRAFT(graftpoint)
+#else
 #define VINO_GRAFT(graftpoint) __attribute__((export_name(VINO_STRINGIFY(graftpoint))))
+#endif
 
 /* The toy kernel (vino-toykernel, for tests and demonstrations) has toy.pick_victim and
  * toy.compute_ra, which take and return exactly what vas.pick_victim and file.compute_ra do.
@@ -93,20 +101,34 @@ VINO_STATIC_ASSERT(sizeof(uint64_t) == 8 && sizeof(void *) == 4, "wasm32 expecte
 
 /* Export a control function the owning process calls with call_control("<name>", args):
  *     VINO_CONTROL(hot_add) int32_t hot_add(uint64_t page) { ... }  -> export `vino_ctl_hot_add` */
+#ifdef VINO_GRAFT_NATIVE
+#define VINO_CONTROL(name)
+#else
 #define VINO_CONTROL(name) __attribute__((export_name("vino_ctl_" #name)))
+#endif
 
 /* Data the owner locates by name (an exported i32 global holding its address) and writes into. */
 #define VINO_SHARED __attribute__((visibility("default"), used))
 
 /* Declare a graft-callable kernel function imported from module "vino". */
+#ifdef VINO_GRAFT_NATIVE
+#define VINO_IMPORT(name)
+#else
 #define VINO_IMPORT(name) __attribute__((import_module("vino"), import_name(#name)))
+#endif
 
 /* Give up: the invocation aborts, its kernel changes are undone, the default decides. */
 #define VINO_TRAP() __builtin_trap()
 
 /* ---- The argument area. ---- */
 
+/* 4096 bytes; a stream graft (file.stream) defines VINO_STREAM_ARGS before including this header
+ * and gets the larger area its graftpoint needs (header, input chunk, output chunk). */
+#ifdef VINO_STREAM_ARGS
+#define VINO_ARG_BYTES (64 + 2 * (65536 + 4096))
+#else
 #define VINO_ARG_BYTES 4096
+#endif
 
 /* Weak so that every translation unit may include this header; exported because the kernel finds
  * the area through the `vino_args` global. */
@@ -116,7 +138,7 @@ static inline void *vino_arg_area(void) { return (void *)vino_args; }
 
 /* ---- Graft-callable imports. ---- */
 
-/* Every graftpoint. */
+/* Every graftpoint (vino_now_ns: all but file.stream, whose output must not depend on time). */
 VINO_IMPORT(vino_now_ns) int64_t vino_now_ns(void);             /* monotonic nanoseconds */
 VINO_IMPORT(vino_log) void vino_log(const char *ptr, int32_t len); /* <= 256 bytes kept */
 
@@ -325,12 +347,70 @@ int64_t lock_grant(int32_t n, int32_t m);
 #endif
 static inline const struct vino_lock *vino_lock_entries(void) { return (const struct vino_lock *)vino_args; }
 
+/* file.stream (one per bound file or directory, the file's owner; thesis 4.2's stream graft): the
+ * kernel keeps plain pages in its cache and calls the graft for each whole chunk of up to
+ * VINO_STREAM_CHUNK plain bytes it writes back (op VINO_STREAM_ENCODE) and for each chunk it
+ * reads on a miss (op VINO_STREAM_DECODE). Build with VINO_STREAM_ARGS defined (the area is
+ * VINO_STREAM_ARG_BYTES). The argument area:
+ *     [0, 24)    nonce: fresh random bytes for each chunk written, stored beside it (decode gets
+ *                the ones the encode got)
+ *     [24, 32)   chunk index in the file (u64)
+ *     [32, 36)   plain_len (u32): encode, = in_len; decode, the length the graft must produce
+ *     [36, 40)   op (u32), the same as the argument
+ *     [40, 64)   zero
+ *     [64, ...)  the input, in_len bytes: vino_stream_in()
+ *     [64 + VINO_STREAM_MAX_ENCODED, ...)   the output: vino_stream_out()
+ * Encode returns n >= 0 encoded bytes (n <= in_len + VINO_STREAM_MAX_GROWTH), VINO_STREAM_RAW to
+ * have the plain bytes stored as they are (a compressor that did not shrink them), or
+ * VINO_STREAM_NEED_KEY. Decode returns plain_len, or VINO_STREAM_NEED_KEY. Any other result
+ * (VINO_STREAM_FAILED for a bad tag, a corrupt chunk) fails the read or the write-back (EIO;
+ * EACCES for NEED_KEY); so do a trap and running past the budget. There is no default: nothing
+ * is ever stored or returned for a chunk the graft failed on. No clock: vino_now_ns is refused. */
+#define VINO_STREAM_CHUNK 65536
+#define VINO_STREAM_MAX_GROWTH 4096
+#define VINO_STREAM_MAX_ENCODED (VINO_STREAM_CHUNK + VINO_STREAM_MAX_GROWTH)
+#define VINO_STREAM_NONCE_BYTES 24
+#define VINO_STREAM_HEADER 64
+#define VINO_STREAM_ARG_BYTES (VINO_STREAM_HEADER + 2 * VINO_STREAM_MAX_ENCODED)
+#define VINO_STREAM_ENCODE 0
+#define VINO_STREAM_DECODE 1
+#define VINO_STREAM_FAILED (-1)
+#define VINO_STREAM_RAW (-2)
+#define VINO_STREAM_NEED_KEY (-3)
+struct vino_stream_header {
+    uint8_t nonce[VINO_STREAM_NONCE_BYTES];
+    uint64_t chunk;
+    uint32_t plain_len;
+    uint32_t op;
+    uint8_t zero[24];
+};
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t file_stream(int32_t op, int64_t chunk, int32_t in_len);
+#endif
+static inline const struct vino_stream_header *vino_stream_header(void) {
+    return (const struct vino_stream_header *)vino_args;
+}
+static inline const uint8_t *vino_stream_nonce(void) { return vino_stream_header()->nonce; }
+static inline uint32_t vino_stream_plain_len(void) { return vino_stream_header()->plain_len; }
+static inline uint8_t *vino_stream_in(void) { return vino_args + VINO_STREAM_HEADER; }
+static inline uint8_t *vino_stream_out(void) { return vino_args + VINO_STREAM_HEADER + VINO_STREAM_MAX_ENCODED; }
+VINO_STATIC_ASSERT(sizeof(struct vino_stream_header) == VINO_STREAM_HEADER, "the stream header is 64 bytes");
+#ifdef VINO_STREAM_ARGS
+VINO_STATIC_ASSERT(VINO_ARG_BYTES == VINO_STREAM_ARG_BYTES, "a stream graft's area holds both chunks");
+#endif
+
 VINO_STATIC_ASSERT((VINO_VICTIM_MAX + 1) * sizeof(uint64_t) <= VINO_ARG_BYTES, "victims fit");
 VINO_STATIC_ASSERT(sizeof(struct vino_lock) == 32, "lock entries are 32 bytes");
 VINO_STATIC_ASSERT(sizeof(struct vino_disk_request) == 24 && VINO_DISK_PICK_MAX * 24 <= VINO_ARG_BYTES, "disk requests fit");
 VINO_STATIC_ASSERT(VINO_RA_MAX_EXTENTS * sizeof(struct vino_extent) <= VINO_ARG_BYTES, "extents fit");
 
-/* ---- Freestanding memory helpers. ----
+/* ---- Freestanding memory helpers. ---- */
+#ifdef VINO_GRAFT_NATIVE
+void *memset(void *dst, int c, size_t n);
+void *memcpy(void *dst, const void *src, size_t n);
+void *memmove(void *dst, const void *src, size_t n);
+#else
+/*
  * There is no libc, yet clang emits calls to memset/memcpy/memmove for struct copies and large
  * initialisations. Weak and hidden: a graft may bring its own, and they are never exported.
  * no_builtin keeps the optimiser from turning these loops back into calls to themselves. */
@@ -366,6 +446,7 @@ __attribute__((weak, visibility("hidden"), no_builtin)) void *memmove(void *dst,
     }
     return dst;
 }
+#endif /* VINO_GRAFT_NATIVE */
 
 #ifdef __cplusplus
 }

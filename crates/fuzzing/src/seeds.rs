@@ -211,7 +211,7 @@ fn protocol() -> Vec<Vec<u8>> {
                 }),
             ),
             // A file of the client's own making, which it may graft.
-            Grafter::FileCreator | Grafter::FileCreatorOrPrivileged => (
+            Grafter::FileCreator | Grafter::FileCreatorOrPrivileged | Grafter::FileOwner => (
                 format!("{}/0", g.name),
                 Some(Request::Open {
                     path: s("/mine"),

@@ -61,8 +61,14 @@ impl<T: WasmInt> CallResult for T {
     const TYPES: &'static [WasmType] = &[T::TYPE];
 }
 
-/// Names every graft may import, whatever its graftpoint.
+/// Names every graft may import, whatever its graftpoint (`vino_now_ns` only where the
+/// graftpoint allows the clock, [`GraftPoint::CLOCK`]).
 pub const COMMON: &[&str] = &["vino_now_ns", "vino_log"];
+
+/// The common names a graft at `G` may import.
+pub(crate) fn common_of<G: GraftPoint>() -> impl Iterator<Item = &'static str> {
+    COMMON.iter().copied().filter(|&n| G::CLOCK || n != "vino_now_ns")
+}
 
 /// Longest message a graft's `vino_log` keeps.
 pub const LOG_BYTES: usize = 256;
@@ -131,21 +137,23 @@ macro_rules! define_mem_arity {
 }
 
 impl<E: Send + Sync + 'static> Callables<E> {
-    pub(crate) fn new(engine: &wasmtime::Engine, clock: &vino_vlt::SharedClock) -> Self {
+    /// The common functions; the clock only if `clock` is given.
+    pub(crate) fn new(engine: &wasmtime::Engine, clock: Option<&vino_vlt::SharedClock>) -> Self {
         let mut c = Callables {
             linker: Linker::new(engine),
             defined: Vec::new(),
         };
-        c.define_common(clock.clone());
+        c.define_common(clock.cloned());
         c
     }
 
     /// The graft-callable functions of graftpoint `G`: the common ones, then the ones it defines,
     /// which must be exactly those it lists in [`GraftPoint::CALLABLE`].
     pub(crate) fn of<G: GraftPoint<Env = E>>(engine: &wasmtime::Engine, clock: &vino_vlt::SharedClock) -> Self {
-        let mut c = Callables::new(engine, clock);
+        let mut c = Callables::new(engine, G::CLOCK.then_some(clock));
+        let common = c.defined.len();
         G::callables(&mut c);
-        let mut defined: Vec<&str> = c.defined[COMMON.len()..].iter().map(|d| d.name).collect();
+        let mut defined: Vec<&str> = c.defined[common..].iter().map(|d| d.name).collect();
         let mut listed = G::CALLABLE.to_vec();
         defined.sort_unstable();
         listed.sort_unstable();
@@ -169,9 +177,12 @@ impl<E: Send + Sync + 'static> Callables<E> {
     define_mem_arity!(func4_mem, a: A, b: B, c: C, d: D);
 
     /// `vino_now_ns` reads the kernel's clock (the runtime's transaction manager's), so a graft
-    /// sees the same time as the kernel's deadlines, simulated or not.
-    fn define_common(&mut self, clock: vino_vlt::SharedClock) {
-        self.func0("vino_now_ns", move |_| Ok(clock.now_ns() as i64));
+    /// sees the same time as the kernel's deadlines, simulated or not. Without `clock` it is not
+    /// defined, so a module importing it is refused as a forbidden import.
+    fn define_common(&mut self, clock: Option<vino_vlt::SharedClock>) {
+        if let Some(clock) = clock {
+            self.func0("vino_now_ns", move |_| Ok(clock.now_ns() as i64));
+        }
         self.linker
             .func_wrap(
                 "vino",

@@ -50,7 +50,9 @@ pub fn check_module<G: GraftPoint>(runtime: &Runtime, wasm: &[u8]) -> Result<Mod
 
 /// The names a graft at `G` may import from module `vino`: the common ones and `G`'s own.
 pub fn allowed_imports<G: GraftPoint>() -> Vec<&'static str> {
-    crate::callable::COMMON.iter().chain(G::CALLABLE).copied().collect()
+    crate::callable::common_of::<G>()
+        .chain(G::CALLABLE.iter().copied())
+        .collect()
 }
 
 /// The checks of a load, on a compiled module. `point` names the graftpoint in errors.
@@ -68,7 +70,7 @@ pub(crate) fn check<G: GraftPoint>(
     let entry = export_name(G::NAME);
     check_entry(module, &entry, signature, point)?;
     if G::USES_ARG_AREA {
-        check_arg_area(module, point)?;
+        check_arg_area(module, point, G::ARG_BYTES, config.memory_cap)?;
     }
     let controls = module
         .exports()
@@ -157,13 +159,23 @@ fn check_entry(module: &Module, entry: &str, signature: Signature, point: &str) 
     }
 }
 
-fn check_arg_area(module: &Module, point: &str) -> Result<(), LoadError> {
+/// Checks the argument area's export; its place (only an instance knows it) is checked at load.
+/// A memory that could never hold `size` bytes (its declared maximum, or the cap) is refused.
+fn check_arg_area(module: &Module, point: &str, size: usize, memory_cap: usize) -> Result<(), LoadError> {
     let err = |why: &str| LoadError::ArgArea {
         point: point.to_string(),
         why: why.to_string(),
     };
-    if !matches!(module.get_export("memory"), Some(ExternType::Memory(_))) {
+    let Some(ExternType::Memory(memory)) = module.get_export("memory") else {
         return Err(err("the graft exports no `memory`"));
+    };
+    let largest = memory.maximum().map_or(memory_cap as u64, |pages| {
+        pages.saturating_mul(WASM_PAGE).min(memory_cap as u64)
+    });
+    if largest < size as u64 {
+        return Err(err(&format!(
+            "its `vino_args` must be {size} bytes, and the graft's memory can never be larger than {largest}"
+        )));
     }
     match module.get_export("vino_args") {
         Some(ExternType::Global(g)) if matches!(g.content(), ValType::I32) => Ok(()),

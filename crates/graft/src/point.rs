@@ -54,6 +54,13 @@ pub trait GraftPoint: Send + Sync + 'static {
     /// True if the arguments or the decision pass through the graft's argument area, which the
     /// graft must then export as `vino_args`.
     const USES_ARG_AREA: bool = false;
+    /// Bytes of the argument area the graft must export as `vino_args` (when
+    /// [`GraftPoint::USES_ARG_AREA`]): 4 KiB unless the graftpoint passes bulk data.
+    const ARG_BYTES: usize = crate::sandbox::ARG_BYTES;
+    /// True if a graft at this graftpoint may read the kernel's clock (`vino_now_ns`). A
+    /// graftpoint whose answers must not depend on when it runs (a stream graft's bytes reach
+    /// other users' reads) sets it false, and a module importing the clock is refused at load.
+    const CLOCK: bool = true;
     /// The CPU budget of one invocation. The runtime's [`RuntimeConfig::invocation_budget`]
     /// caps it: an invocation gets the smaller of the two.
     ///

@@ -14,7 +14,8 @@ use vino_account::{Account, Exceeded, Growing, Resource};
 use vino_vlt::VltError;
 use wasmtime::{Func, Instance, Memory, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline, Val, ValType};
 
-/// Size of the argument area a graft exports as `vino_args`.
+/// Size of the argument area a graft exports as `vino_args`, unless its graftpoint sets its own
+/// ([`GraftPoint::ARG_BYTES`]).
 pub const ARG_BYTES: usize = 4096;
 
 /// Prefix of the exports the owner may call as control functions.
@@ -195,7 +196,7 @@ impl<G: GraftPoint> WasmGraft<G> {
             })?;
         let memory = instance.get_memory(&mut store, "memory");
         let arg_area = if G::USES_ARG_AREA {
-            Some(find_arg_area(&mut store, &instance, memory, point)?)
+            Some(find_arg_area(&mut store, &instance, memory, point, G::ARG_BYTES)?)
         } else {
             None
         };
@@ -224,7 +225,9 @@ impl<G: GraftPoint> WasmGraft<G> {
         let run = |live: &mut Live<G>| -> Result<G::Output, Failure> {
             arm(&mut live.store, &self.runtime, self.invocation_units);
             let params = match (live.arg_area, live.memory) {
-                (Some(at), Some(mem)) => G::encode(env, args, &mut mem.data_mut(&mut live.store)[at..at + ARG_BYTES]),
+                (Some(at), Some(mem)) => {
+                    G::encode(env, args, &mut mem.data_mut(&mut live.store)[at..at + G::ARG_BYTES])
+                }
                 _ => G::encode(env, args, &mut []),
             };
             let mut results = live.entry.call(&mut live.store, params).map_err(|e| classify(&e))?;
@@ -233,7 +236,7 @@ impl<G: GraftPoint> WasmGraft<G> {
             while G::PAGED
                 && let (Some(at), Some(mem)) = (live.arg_area, live.memory)
             {
-                let area = &mut mem.data_mut(&mut live.store)[at..at + ARG_BYTES];
+                let area = &mut mem.data_mut(&mut live.store)[at..at + G::ARG_BYTES];
                 let Some(params) = G::next_page(env, args, &results, area) else {
                     break;
                 };
@@ -242,7 +245,7 @@ impl<G: GraftPoint> WasmGraft<G> {
                 vino_vlt::current::check().map_err(|_| Failure::Deadline)?;
             }
             let area: &[u8] = match (live.arg_area, live.memory) {
-                (Some(at), Some(mem)) => &mem.data(&live.store)[at..at + ARG_BYTES],
+                (Some(at), Some(mem)) => &mem.data(&live.store)[at..at + G::ARG_BYTES],
                 _ => &[],
             };
             G::decode(env, args, results, area).map_err(|e| Failure::Invalid(e.0))
@@ -441,6 +444,7 @@ fn find_arg_area<E>(
     instance: &Instance,
     memory: Option<Memory>,
     point: &str,
+    size: usize,
 ) -> Result<usize, LoadError> {
     let err = |why: &str| LoadError::ArgArea {
         point: point.to_string(),
@@ -454,10 +458,10 @@ fn find_arg_area<E>(
         return Err(err("`vino_args` is not an i32 global"));
     };
     let at = addr as u32 as usize;
-    if !at.is_multiple_of(8) || at + ARG_BYTES > memory.data_size(&*store) {
-        return Err(err(
-            "`vino_args` does not point at 4096 aligned bytes inside the graft's memory",
-        ));
+    if !at.is_multiple_of(8) || at + size > memory.data_size(&*store) {
+        return Err(err(&format!(
+            "`vino_args` does not point at {size} aligned bytes inside the graft's memory"
+        )));
     }
     Ok(at)
 }

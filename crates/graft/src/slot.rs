@@ -162,9 +162,18 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// aborted, the failure counted, and the default decides.
     #[inline]
     pub fn invoke(&self, args: &G::Args<'_>) -> G::Output {
+        self.try_invoke(args)
+            .unwrap_or_else(|_| G::default_policy(&self.env, args))
+    }
+
+    /// Like [`GraftSlot::invoke`], but a failed call (aborted, counted as `invoke` counts it)
+    /// gives its failure instead of the default's decision: for graftpoints where the caller
+    /// must say what went wrong. With nothing bound, the default decides.
+    #[inline]
+    pub fn try_invoke(&self, args: &G::Args<'_>) -> Result<G::Output, Failure> {
         let guard = self.binding.load();
         let Some(binding) = guard.as_ref() else {
-            return G::default_policy(&self.env, args);
+            return Ok(G::default_policy(&self.env, args));
         };
         let timed = binding.counters.should_time();
         let started = if timed { clock::ticks() } else { 0 };
@@ -184,20 +193,12 @@ impl<G: GraftPoint> GraftSlot<G> {
             } => graft.invoke(&self.env, args, *transactional),
         };
         let spent = timed.then(|| clock::ticks().wrapping_sub(started));
-        match result {
-            Ok(output) => {
-                binding.counters.succeeded(spent);
-                output
-            }
-            Err(Failure::Busy) => {
-                binding.counters.busy();
-                G::default_policy(&self.env, args)
-            }
-            Err(failure) => {
-                self.count_failure(binding, spent, failure.to_string(), failure.is_grafts_fault());
-                G::default_policy(&self.env, args)
-            }
+        match &result {
+            Ok(_) => binding.counters.succeeded(spent),
+            Err(Failure::Busy) => binding.counters.busy(),
+            Err(failure) => self.count_failure(binding, spent, failure.to_string(), failure.is_grafts_fault()),
         }
+        result
     }
 
     /// Like [`GraftSlot::invoke`], but a Wasm graft runs in a transaction whether or not it

@@ -21,6 +21,7 @@ pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
 pub use vino_locks::LockGrant;
 pub use vino_sched::{PickNext, PickThread, Timer};
+pub use vino_stream::FileStream;
 pub use vino_vm::FaultAround;
 
 /// Who may graft a graftpoint (Small 1998, 3.4).
@@ -41,6 +42,8 @@ pub enum Grafter {
     Process,
     /// The process itself, hearing of events on files it may read that pass its own filters.
     Listener,
+    /// The file's owner: one per bound file or directory.
+    FileOwner,
 }
 
 impl Grafter {
@@ -55,6 +58,7 @@ impl Grafter {
             }
             Grafter::Process => "the process itself, for its own threads and timer (one per process)",
             Grafter::Listener => "the process itself, for events on files it may read that pass its filters",
+            Grafter::FileOwner => "the file's owner (one per bound file or directory)",
         }
     }
 }
@@ -73,6 +77,10 @@ pub struct Graftpoint {
     pub callable: &'static [&'static str],
     /// True if arguments or the decision pass through the graft's `vino_args` area.
     pub uses_arg_area: bool,
+    /// Bytes of that area.
+    pub arg_bytes: usize,
+    /// True if its grafts may read the clock (`vino_now_ns`).
+    pub clock: bool,
     pub who: Grafter,
     /// CPU budget of one invocation (the runtime's invocation budget caps it).
     pub budget: Duration,
@@ -103,6 +111,8 @@ impl std::fmt::Debug for Graftpoint {
             .field("signature", &self.signature)
             .field("callable", &self.callable)
             .field("uses_arg_area", &self.uses_arg_area)
+            .field("arg_bytes", &self.arg_bytes)
+            .field("clock", &self.clock)
             .field("who", &self.who)
             .field("budget", &self.budget)
             .finish_non_exhaustive()
@@ -111,7 +121,7 @@ impl std::fmt::Debug for Graftpoint {
 
 impl Serialize for Graftpoint {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut st = s.serialize_struct("Graftpoint", 12)?;
+        let mut st = s.serialize_struct("Graftpoint", 14)?;
         st.serialize_field("name", self.name)?;
         st.serialize_field("export", &self.export())?;
         st.serialize_field("signature", &self.signature.to_string())?;
@@ -119,6 +129,8 @@ impl Serialize for Graftpoint {
         st.serialize_field("results", self.signature.results)?;
         st.serialize_field("callable", self.callable)?;
         st.serialize_field("uses_arg_area", &self.uses_arg_area)?;
+        st.serialize_field("arg_bytes", &self.arg_bytes)?;
+        st.serialize_field("clock", &self.clock)?;
         st.serialize_field("who", &self.who)?;
         st.serialize_field("who_description", self.who.describe())?;
         st.serialize_field("budget_ns", &(self.budget.as_nanos() as u64))?;
@@ -135,6 +147,8 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
         signature: Signature::of::<G>(),
         callable: G::CALLABLE,
         uses_arg_area: G::USES_ARG_AREA,
+        arg_bytes: G::ARG_BYTES,
+        clock: G::CLOCK,
         who,
         budget: G::BUDGET,
         meaning,
@@ -146,7 +160,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
 const EVENTS: &str = "Small 1998, 3.5 and 7.4";
 
 /// Every graftpoint of the kernel.
-pub static GRAFTPOINTS: [Graftpoint; 15] = [
+pub static GRAFTPOINTS: [Graftpoint; 16] = [
     entry::<PickVictim>(
         Grafter::PageOwner,
         "which of its own pages a process gives up when the cache needs a frame or its memory is over its share",
@@ -176,6 +190,11 @@ pub static GRAFTPOINTS: [Graftpoint; 15] = [
         Grafter::Privileged,
         "which waiting request the device serves next",
         "Small 1998, 4.2.1",
+    ),
+    entry::<FileStream>(
+        Grafter::FileOwner,
+        "how a file's chunks are encoded on their way to the device and decoded on their way back (compression, encryption, integrity)",
+        "Small 1998, 4.2",
     ),
     entry::<LockGrant>(
         Grafter::FileCreatorOrPrivileged,
@@ -259,7 +278,7 @@ pub fn render_markdown() -> String {
     );
     out.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
     for g in &GRAFTPOINTS {
-        let callable = if g.callable.is_empty() {
+        let mut callable = if g.callable.is_empty() {
             "none".to_string()
         } else {
             g.callable
@@ -268,12 +287,20 @@ pub fn render_markdown() -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        if !g.clock {
+            callable.push_str("; no `vino_now_ns`");
+        }
+        let area = match (g.uses_arg_area, g.arg_bytes) {
+            (false, _) => "none".to_string(),
+            (true, vino_graft::ARG_BYTES) => "`vino_args`".to_string(),
+            (true, bytes) => format!("`vino_args`, {bytes} bytes"),
+        };
         let _ = writeln!(
             out,
             "| `{}` | `{}` | {callable} | {} | {} | {} | {} ({}) |",
             g.name,
             g.entry(),
-            if g.uses_arg_area { "`vino_args`" } else { "none" },
+            area,
             g.who.describe(),
             budget_text(g.budget),
             g.meaning,

@@ -263,16 +263,21 @@ pub fn build_c(source: &Path, output: &Path, opts: &BuildOptions) -> Result<(), 
     run_clang(&tc, &clang_args(source, output, &include, opts), source, output)
 }
 
-/// A temporary include directory holding the header `name` (gone with the returned guard).
+/// A temporary include directory holding the header `name` and the sources the SDK bundles
+/// ([`crate::BUNDLED`]) (gone with the returned guard).
 fn temp_include(name: &str, text: &str) -> Result<(tempfile::TempDir, PathBuf), BuildError> {
     let tmp = tempfile::Builder::new()
         .prefix("vino-sdk-")
         .tempdir()
         .map_err(io("creating a temporary directory"))?;
     let include = tmp.path().join("include");
-    std::fs::create_dir_all(&include)
-        .and_then(|()| std::fs::write(include.join(name), text))
-        .map_err(io(format!("writing {name} to {}", include.display())))?;
+    for (file, contents) in std::iter::once((name, text)).chain(crate::BUNDLED.iter().copied()) {
+        let path = include.join(file);
+        path.parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, contents))
+            .map_err(io(format!("writing {file} to {}", include.display())))?;
+    }
     Ok((tmp, include))
 }
 

@@ -54,8 +54,21 @@ pub const PROCESS_HEADER_NAME: &str = "vino_process.h";
 /// directory `vino run --cwd` passes as `PWD` (wasi-libc itself starts at `/`).
 pub const PROCESS_START: &str = include_str!("../../../sdk/lib/vino_start.c");
 
-/// Size of the argument area (`vino_args`) every graft exports.
+/// Size of the argument area (`vino_args`) every graft exports (but stream grafts, built with
+/// `VINO_STREAM_ARGS`: [`STREAM_ARG_BYTES`]).
 pub const ARG_BYTES: usize = 4096;
+
+/// Size of a stream graft's argument area (`file.stream`): a 64-byte header and two chunks of
+/// 64 KiB + 4 KiB.
+pub const STREAM_ARG_BYTES: usize = 64 + 2 * (65536 + 4096);
+
+/// Third-party C sources every build finds on its include path, path → text: LZ4 1.9.4
+/// (`vendor/lz4`, BSD-2-Clause), which `lz4_stream.c` includes as `"lz4/lz4.c"`.
+pub const BUNDLED: &[(&str, &str)] = &[
+    ("lz4/lz4.h", include_str!("../../../vendor/lz4/lz4.h")),
+    ("lz4/lz4.c", include_str!("../../../vendor/lz4/lz4.c")),
+    ("lz4/LICENSE", include_str!("../../../vendor/lz4/LICENSE")),
+];
 
 /// Example grafts (`sdk/grafts/<name>.c`), name → C source.
 pub const EXAMPLES: &[(&str, &str)] = &[
@@ -76,6 +89,12 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("lock_fifo", include_str!("../../../sdk/grafts/lock_fifo.c")),
     ("strict_priority", include_str!("../../../sdk/grafts/strict_priority.c")),
     ("multimedia", include_str!("../../../sdk/grafts/multimedia.c")),
+    ("lz4_stream", include_str!("../../../sdk/grafts/lz4_stream.c")),
+    (
+        "chacha20poly1305_stream",
+        include_str!("../../../sdk/grafts/chacha20poly1305_stream.c"),
+    ),
+    ("crc32c_stream", include_str!("../../../sdk/grafts/crc32c_stream.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening
@@ -101,6 +120,20 @@ pub const HOSTILE_C: &[(&str, &str)] = &[
     ("bad_log_ptr", include_str!("../../../sdk/hostile/bad_log_ptr.c")),
     ("bad_indirect", include_str!("../../../sdk/hostile/bad_indirect.c")),
     ("div_zero", include_str!("../../../sdk/hostile/div_zero.c")),
+    (
+        "stream_overflow",
+        include_str!("../../../sdk/hostile/stream_overflow.c"),
+    ),
+    ("stream_loop", include_str!("../../../sdk/hostile/stream_loop.c")),
+    (
+        "stream_partial_trap",
+        include_str!("../../../sdk/hostile/stream_partial_trap.c"),
+    ),
+    (
+        "stream_wrong_length",
+        include_str!("../../../sdk/hostile/stream_wrong_length.c"),
+    ),
+    ("stream_clock", include_str!("../../../sdk/hostile/stream_clock.c")),
 ];
 
 /// Hostile grafts C cannot express (`sdk/hostile/<name>.wat`), name → WebAssembly text. wasmtime

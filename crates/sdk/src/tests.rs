@@ -31,6 +31,7 @@ fn graftpoint(export: &str) -> FuncType {
         "lock_grant" => ft(&[I32, I32], &[I64]),
         "sched_pick_next" | "sched_pick_thread" => ft(&[I32, I32], &[I32]),
         "event_timer" => ft(&[I64, I64], &[I32]),
+        "file_stream" => ft(&[I32, I64, I32], &[I32]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -64,7 +65,12 @@ fn check_common(name: &str, m: &ModuleInfo, allowed_imports: &[&str]) {
         .init
         .unwrap_or_else(|| panic!("{name}: vino_args has no constant address"));
     assert_eq!(addr % 16, 0, "{name}: vino_args is 16-aligned");
-    let end = addr as u64 + ARG_BYTES as u64;
+    let size = if m.export_func_type("file_stream").is_some() {
+        STREAM_ARG_BYTES
+    } else {
+        ARG_BYTES
+    };
+    let end = addr as u64 + size as u64;
     assert!(
         end <= m.memories[0].initial * 65536,
         "{name}: vino_args inside the initial memory"
@@ -204,6 +210,15 @@ fn examples_build_and_follow_the_abi() {
         ("lock_fifo", "lock_grant", &[], &[], &[]),
         ("strict_priority", "sched_pick_thread", &[], &["set_priority"], &[]),
         ("multimedia", "sched_pick_thread", &[], &["set_period"], &[]),
+        ("lz4_stream", "file_stream", &[], &[], &[]),
+        (
+            "chacha20poly1305_stream",
+            "file_stream",
+            &[],
+            &["set_key", "forget_key"],
+            &[],
+        ),
+        ("crc32c_stream", "file_stream", &[], &[], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {
@@ -238,6 +253,7 @@ fn hostile_c_grafts_build() {
         let point = match name {
             "bad_victim" => "vas_pick_victim",
             "bad_readahead" => "file_compute_ra",
+            n if n.starts_with("stream_") => "file_stream",
             _ => "toy_apply",
         };
         assert_eq!(m.export_func_type(point), Some(&graftpoint(point)), "{name}: {point}");

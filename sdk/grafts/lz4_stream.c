@@ -1,0 +1,27 @@
+/* lz4_stream.c -- a compressing stream graft (file.stream): each chunk is one LZ4 block, made by
+ * LZ4's own code (vendor/lz4, LZ4 1.9.4, BSD-2-Clause; the SDK puts it on the include path as
+ * lz4/lz4.c). A chunk LZ4 cannot shrink is stored raw. */
+#define VINO_STREAM_ARGS
+#include "vino_graft.h"
+
+/* Freestanding: no libc, no heap (the hash table lives on the stack), copies by the builtins. */
+#define LZ4_FREESTANDING 1
+#define LZ4_HEAPMODE 0
+#define LZ4LIB_VISIBILITY /* LZ4's functions stay inside the graft, not exported */
+#define LZ4_memcpy(dst, src, size) __builtin_memcpy(dst, src, size)
+#define LZ4_memset(p, v, s) __builtin_memset(p, v, s)
+#define LZ4_memmove(dst, src, size) __builtin_memmove(dst, src, size)
+#include "lz4/lz4.c"
+
+VINO_GRAFT(file_stream) int32_t file_stream(int32_t op, int64_t chunk, int32_t in_len) {
+    (void)chunk;
+    const char *in = (const char *)vino_stream_in();
+    char *out = (char *)vino_stream_out();
+    if (op == VINO_STREAM_ENCODE) {
+        /* Only a block shorter than the chunk is worth storing: capacity in_len - 1. */
+        int n = in_len > 1 ? LZ4_compress_default(in, out, in_len, in_len - 1) : 0;
+        return n > 0 ? n : VINO_STREAM_RAW;
+    }
+    int n = LZ4_decompress_safe(in, out, in_len, (int)vino_stream_plain_len());
+    return n >= 0 ? n : VINO_STREAM_FAILED;
+}
