@@ -195,6 +195,10 @@ impl FileSystem {
         if !gap.is_empty() {
             target.forget(gap.start);
         }
+        // The size first: the cache may write a chunk back (to make room) before the write
+        // ends, and a chunk is stored only up to the file's end.
+        let end = offset + data.len() as u64;
+        self.in_transaction(|g| g.extend(ino, end))?;
         let mut done = 0;
         while done < data.len() {
             let pos = offset + done as u64;
@@ -207,10 +211,15 @@ impl FileSystem {
                 at,
                 data: &data[done..done + take],
             };
-            target.put(&piece)?;
+            if let Err(e) = target.put(&piece) {
+                // What was not written is not the file's: the size goes back to what was.
+                let size = old.max(offset + done as u64);
+                target.forget(size.div_ceil(bs));
+                self.in_transaction(|g| g.set_size(ino, size).map(drop))?;
+                return if done > 0 { Ok(done) } else { Err(e.into()) };
+            }
             done += take;
         }
-        self.in_transaction(|g| g.extend(ino, offset + done as u64))?;
         Ok(done)
     }
 

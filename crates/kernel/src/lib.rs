@@ -77,7 +77,9 @@ mod pipe;
 mod process;
 pub mod signal;
 mod staged;
+mod streams;
 pub use staged::{STAGED_PER_PROCESS, STAGED_TTL};
+pub use streams::{StreamStatus, Streams, module_id, module_name};
 
 pub use attrs::{Attrs, FallocMode, SetTime};
 pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
@@ -238,6 +240,8 @@ pub struct Kernel {
     pub(crate) protect: perm::Protected,
     /// Processes' memory: the pager and its swap area.
     pub(crate) memory: memory::KernelMemory,
+    /// Stream codecs and the stream files the cache knows.
+    pub(crate) streams: streams::Streams,
 }
 
 impl Kernel {
@@ -292,6 +296,7 @@ impl Kernel {
         global.register(cpu.pick_next_slot().clone());
         let accounts = Accounts::new(config.limits);
         let fs_for_memory = fs.clone();
+        let streams = streams::Streams::new(&runtime, &fs);
         let kernel = Arc::new(Kernel {
             locks: locks::KernelLocks::new(&runtime),
             runtime,
@@ -319,6 +324,7 @@ impl Kernel {
             staged: Default::default(),
             protect: config.protect,
             memory: memory::KernelMemory::new(fs_for_memory, config),
+            streams,
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);
@@ -518,6 +524,7 @@ impl Kernel {
         // The cache forgets the file before its blocks are freed: a stale dirty page written
         // back later could land on a block reused for metadata.
         self.cache.invalidate(ino, 0);
+        self.streams.forget(&self.cache, ino);
         Ok(self.fs.release_orphan(ino)?)
     }
 

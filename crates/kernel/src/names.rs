@@ -386,6 +386,7 @@ impl Process {
         }
         if !parked {
             kernel.cache().invalidate(victim.ino, 0);
+            kernel.streams.forget(kernel.cache(), victim.ino);
             kernel.fs().release_orphan(victim.ino)?;
         }
         // A parked file with a link left would never be freed, and one freed while referenced

@@ -479,6 +479,9 @@ impl Process {
             st = self.after_change(ino, true)?.expect("a touched file's attributes");
         }
         let charge = self.account.charge(Resource::Descriptors, 1)?;
+        if regular {
+            kernel.prepare_stream(&st);
+        }
         let buddy = if regular {
             Some(kernel.fs.block_buddy(ino)?)
         } else {
@@ -733,6 +736,7 @@ impl Process {
         change: impl FnOnce(&vino_fs::FileSystem, &mut CacheTarget<'_>) -> vino_fs::Result<()>,
     ) -> SysResult<()> {
         let backing = FileBacking::new(self.kernel.fs.clone(), ino);
+        self.kernel.prepare_stream(&self.kernel.fs.stat(ino)?);
         self.kernel.cache.throttle(self.pid, ino);
         let mut target = CacheTarget {
             cache: &self.kernel.cache,

@@ -1,0 +1,392 @@
+//! Stream files: files whose owner has bound a codec (a `file.stream` graft, Small 1998, 4.2)
+//! that every byte of the file flows through. The page cache keeps plain pages; a chunk is
+//! encoded when the cache writes it back and decoded on a miss ([`StreamFile`], the cache's
+//! [`ChunkStore`] for the file). The file system keeps the encoded chunks and names the codec's
+//! module in the inode; the kernel keeps the modules themselves, content-addressed, in
+//! `/.vino/streams/<sha256>` (root's directory, mode 0700; each module file owned by, and
+//! charged to, the user who bound it first) and loads a module again on the first access after
+//! a mount.
+//!
+//! One codec instance serves every file of one owner bound to one module: the owner's key,
+//! given by a control call, lives in that instance's linear memory only, which nothing reads
+//! back. A codec that fails fails the operation that needed it: write-back (the pages stay
+//! dirty; fsync and close report EIO), or a read (EIO, or EACCES while the codec has no key);
+//! it never falls back to storing or showing anything else.
+
+use crate::SysResult;
+use crate::error::{Errno, SysError};
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+use sha2::{Digest, Sha256};
+use std::io;
+use std::sync::Arc;
+use vino_cache::{ChunkStore, PageCache};
+use vino_fs::{CHUNK_BYTES, FileSystem, ModuleId, NewChunk, NewFile};
+use vino_graft::Runtime;
+use vino_stream::{Codec, Encoded, StreamError};
+
+/// The directory (under the root) that holds the codecs' modules.
+const MODULE_DIR: [&str; 2] = [".vino", "streams"];
+
+/// A module's name in [`MODULE_DIR`]: its hash in hex.
+pub fn module_name(id: &ModuleId) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The content hash that names a module.
+pub fn module_id(wasm: &[u8]) -> ModuleId {
+    Sha256::digest(wasm).into()
+}
+
+/// The loaded codecs, by owner and module; loaded from the module store on first need.
+pub struct Codecs {
+    runtime: Runtime,
+    fs: Arc<FileSystem>,
+    loaded: Mutex<FxHashMap<(u32, ModuleId), Arc<Codec>>>,
+}
+
+impl Codecs {
+    /// The codec of `uid` for `module`, loaded from the module store if it is not yet.
+    pub fn get(&self, uid: u32, module: ModuleId) -> SysResult<Arc<Codec>> {
+        if let Some(c) = self.loaded.lock().get(&(uid, module)) {
+            return Ok(c.clone());
+        }
+        let wasm = read_module(&self.fs, &module)?;
+        let codec = Arc::new(
+            Codec::load(&self.runtime, u64::from(uid), &wasm)
+                .map_err(|e| SysError::new(Errno::Io, format!("stream codec {}: {e}", module_name(&module))))?,
+        );
+        Ok(self.loaded.lock().entry((uid, module)).or_insert(codec).clone())
+    }
+
+    /// Every loaded codec, with its owner and module.
+    pub fn loaded(&self) -> Vec<(u32, ModuleId, Arc<Codec>)> {
+        self.loaded
+            .lock()
+            .iter()
+            .map(|(&(u, m), c)| (u, m, c.clone()))
+            .collect()
+    }
+}
+
+/// The kernel's stream codecs and the stream files the cache knows.
+pub struct Streams {
+    pub(crate) codecs: Arc<Codecs>,
+    files: Mutex<FxHashMap<u64, Arc<StreamFile>>>,
+}
+
+impl Streams {
+    pub(crate) fn new(runtime: &Runtime, fs: &Arc<FileSystem>) -> Streams {
+        Streams {
+            codecs: Arc::new(Codecs {
+                runtime: runtime.clone(),
+                fs: fs.clone(),
+                loaded: Mutex::default(),
+            }),
+            files: Mutex::default(),
+        }
+    }
+
+    /// Before `ino`'s data goes through the cache: if it is a stream file (of `generation`,
+    /// owned by `uid`, codec `module`), the cache keeps it through its [`StreamFile`]; if not,
+    /// it is no stream object (an inode number reused).
+    pub(crate) fn prepare(&self, cache: &PageCache, ino: u64, generation: u32, stream: Option<(u32, ModuleId)>) {
+        let mut files = self.files.lock();
+        let Some((uid, module)) = stream else {
+            if files.remove(&ino).is_some() {
+                cache.detach_stream(ino);
+            }
+            return;
+        };
+        if files
+            .get(&ino)
+            .is_some_and(|f| f.generation == generation && f.uid == uid && f.module == module)
+        {
+            return;
+        }
+        let file = Arc::new(StreamFile {
+            codecs: self.codecs.clone(),
+            ino,
+            generation,
+            uid,
+            module,
+            io: Mutex::new(()),
+        });
+        files.insert(ino, file.clone());
+        cache.attach_stream(ino, file);
+    }
+
+    /// The file is gone (its pages were dropped): the cache forgets it.
+    pub(crate) fn forget(&self, cache: &PageCache, ino: u64) {
+        if self.files.lock().remove(&ino).is_some() {
+            cache.detach_stream(ino);
+        }
+    }
+
+    /// The loaded codecs.
+    pub fn codecs(&self) -> &Codecs {
+        &self.codecs
+    }
+
+    /// The stream files of each module, as (inode, owner, module).
+    pub fn files(&self) -> Vec<(u64, u32, ModuleId)> {
+        self.files.lock().values().map(|f| (f.ino, f.uid, f.module)).collect()
+    }
+}
+
+/// Stores `wasm` in the module store (if it is not there), owned by and charged to `uid`;
+/// returns its id.
+pub(crate) fn store_module(fs: &FileSystem, uid: u32, gid: u32, wasm: &[u8]) -> SysResult<ModuleId> {
+    let id = module_id(wasm);
+    let mut dir = fs.root();
+    for name in MODULE_DIR {
+        dir = match fs.lookup(dir, name) {
+            Ok(ino) => ino,
+            Err(e) if e.kind() == vino_fs::FsErrorKind::NotFound => fs.mkdir(
+                dir,
+                name,
+                &NewFile {
+                    mode: 0o700,
+                    ..NewFile::by(0)
+                },
+            )?,
+            Err(e) => return Err(e.into()),
+        };
+    }
+    let name = module_name(&id);
+    if fs.lookup(dir, &name).is_ok() {
+        return Ok(id);
+    }
+    let ino = fs.create(
+        dir,
+        &name,
+        &NewFile {
+            mode: 0o400,
+            uid,
+            gid,
+            ..NewFile::by(0)
+        },
+    )?;
+    if let Err(e) = fs.write_at(ino, 0, wasm).and_then(|_| fs.fsync(ino)) {
+        let _ = fs.unlink(dir, &name);
+        return Err(e.into());
+    }
+    Ok(id)
+}
+
+/// A stored module's bytes, checked against its name.
+fn read_module(fs: &FileSystem, id: &ModuleId) -> SysResult<Vec<u8>> {
+    let path = format!("/{}/{}/{}", MODULE_DIR[0], MODULE_DIR[1], module_name(id));
+    let ino = fs
+        .resolve(&path)
+        .map_err(|_| SysError::new(Errno::Io, format!("stream codec module {path} is missing")))?;
+    let size = fs.stat(ino)?.size as usize;
+    let mut wasm = vec![0u8; size];
+    let n = fs.read_at(ino, 0, &mut wasm)?;
+    wasm.truncate(n);
+    if module_id(&wasm) != *id {
+        return Err(SysError::new(
+            Errno::Io,
+            format!("stream codec module {path} does not match its hash"),
+        ));
+    }
+    Ok(wasm)
+}
+
+/// One stream file as the page cache sees it: reads and writes whole chunks through the codec
+/// of its owner.
+pub struct StreamFile {
+    codecs: Arc<Codecs>,
+    ino: u64,
+    generation: u32,
+    uid: u32,
+    module: ModuleId,
+    /// Held across each chunk's read or write: a chunk read while another write of the file
+    /// replaces chunks could find blocks freed and reused.
+    io: Mutex<()>,
+}
+
+impl StreamFile {
+    fn fs(&self) -> &FileSystem {
+        &self.codecs.fs
+    }
+
+    /// The owner's codec (loaded on first need): a module that cannot be had fails the chunk.
+    fn codec(&self) -> io::Result<Arc<Codec>> {
+        self.codecs
+            .get(self.uid, self.module)
+            .map_err(|e| io::Error::other(format!("inode {}: {e}", self.ino)))
+    }
+}
+
+/// A codec's failure as the system call sees it: EACCES while it has no key, else EIO.
+fn codec_error(ino: u64, e: StreamError) -> io::Error {
+    match e {
+        StreamError::NeedKey => io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("inode {ino}: its stream codec has no key (its owner must give it one)"),
+        ),
+        StreamError::Failed(why) => io::Error::other(format!("inode {ino}: stream codec failed: {why}")),
+    }
+}
+
+impl ChunkStore for StreamFile {
+    fn chunk_pages(&self) -> u64 {
+        (CHUNK_BYTES / vino_fs::BS) as u64
+    }
+
+    fn read_chunk(&self, chunk: u64, buf: &mut [u8]) -> io::Result<()> {
+        let _io = self.io.lock();
+        let stored = self.fs().read_chunk(self.ino, chunk).map_err(io::Error::other)?;
+        buf.fill(0);
+        let e = &stored.entry;
+        if e.is_hole() {
+            return Ok(());
+        }
+        let valid = e.valid_len as usize;
+        if e.is_raw() {
+            buf[..valid].copy_from_slice(&stored.coded[..valid]);
+            return Ok(());
+        }
+        let plain = self
+            .codec()?
+            .decode(chunk, &stored.coded, &e.nonce, e.plain_len as usize)
+            .map_err(|err| codec_error(self.ino, err))?;
+        buf[..valid].copy_from_slice(&plain[..valid]);
+        Ok(())
+    }
+
+    fn write_chunk(&self, chunk: u64, data: &[u8]) -> io::Result<()> {
+        let _io = self.io.lock();
+        let size = self.fs().stat(self.ino).map_err(io::Error::other)?.size;
+        let start = chunk * CHUNK_BYTES as u64;
+        if start >= size {
+            return Ok(());
+        }
+        let plain = &data[..(size - start).min(CHUNK_BYTES as u64) as usize];
+        let nonce = vino_stream::fresh_nonce();
+        let encoded = self
+            .codec()?
+            .encode(chunk, plain, &nonce)
+            .map_err(|err| codec_error(self.ino, err))?;
+        let (coded, raw) = match &encoded {
+            Encoded::Coded(bytes) => (&bytes[..], false),
+            Encoded::Raw => (plain, true),
+        };
+        let new = NewChunk {
+            coded,
+            raw,
+            plain_len: plain.len(),
+            nonce,
+        };
+        self.fs()
+            .write_chunk(self.ino, self.generation, chunk, &new)
+            .map(drop)
+            .map_err(|e| match e {
+                vino_fs::FsError::Io(e) => e,
+                e => io::Error::new(io_kind(&e), e.to_string()),
+            })
+    }
+}
+
+fn io_kind(e: &vino_fs::FsError) -> io::ErrorKind {
+    match e {
+        vino_fs::FsError::NoSpace => io::ErrorKind::StorageFull,
+        vino_fs::FsError::QuotaExceeded => io::ErrorKind::QuotaExceeded,
+        _ => io::ErrorKind::Other,
+    }
+}
+
+/// What [`Process::stream_status`] says of a stream file or directory.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StreamStatus {
+    /// The codec's module (hex SHA-256).
+    pub module: String,
+    /// Whether the owner's codec is loaded now.
+    pub loaded: bool,
+}
+
+impl crate::Process {
+    /// Binds the stream codec `wasm` to the empty regular file or the directory at `path`
+    /// (`None`: unbinds it). Only the file's owner may: the codec runs on everyone's reads of
+    /// it. The module is checked (it must load as a `file.stream` graft) and kept by the kernel.
+    pub fn stream_bind(&self, path: &str, wasm: Option<&[u8]>) -> SysResult<()> {
+        let kernel = self.kernel();
+        let _ns = kernel.ns.read();
+        let f = self.walk(crate::namei::At::Root, path.as_bytes(), true)?;
+        let cred = self.credentials();
+        if cred.uid != f.stat.uid {
+            return Err(SysError::new(
+                Errno::Perm,
+                format!("only the owner of {path} binds its stream codec"),
+            ));
+        }
+        let module = match wasm {
+            None => None,
+            Some(wasm) => {
+                Codec::load(&kernel.runtime, u64::from(cred.uid), wasm)
+                    .map_err(|e| SysError::new(Errno::Inval, format!("not a stream codec: {e}")))?;
+                Some(store_module(kernel.fs(), cred.uid, cred.gid, wasm)?)
+            }
+        };
+        {
+            let _writer = kernel.files.write_lock(f.ino);
+            kernel.fs().bind_stream(f.ino, module)?;
+        }
+        let st = kernel.fs().stat(f.ino)?;
+        kernel.prepare_stream(&st);
+        Ok(())
+    }
+
+    /// The stream codec of the file or directory at `path`, if any.
+    pub fn stream_status(&self, path: &str) -> SysResult<Option<StreamStatus>> {
+        let kernel = self.kernel();
+        let _ns = kernel.ns.read();
+        let f = self.walk(crate::namei::At::Root, path.as_bytes(), true)?;
+        Ok(f.stat.stream.map(|m| StreamStatus {
+            module: module_name(&m),
+            loaded: kernel.streams.codecs.loaded.lock().contains_key(&(f.stat.uid, m)),
+        }))
+    }
+
+    /// Calls control function `name` of the owner's codec of the file at `path` (an encrypting
+    /// codec's key is given this way). Only the file's owner may; each call runs in a
+    /// transaction, as every control call does.
+    pub fn stream_control(&self, path: &str, name: &str, args: &[i64]) -> SysResult<i64> {
+        let kernel = self.kernel();
+        let (uid, module) = {
+            let _ns = kernel.ns.read();
+            let f = self.walk(crate::namei::At::Root, path.as_bytes(), true)?;
+            let module = f
+                .stat
+                .stream
+                .ok_or_else(|| SysError::new(Errno::Inval, format!("{path} has no stream codec")))?;
+            (f.stat.uid, module)
+        };
+        if self.credentials().uid != uid {
+            return Err(SysError::new(
+                Errno::Perm,
+                format!("only the owner of {path} controls its stream codec"),
+            ));
+        }
+        let codec = kernel.streams.codecs.get(uid, module)?;
+        Ok(codec.slot().call_control(name, args)?)
+    }
+}
+
+impl crate::Kernel {
+    /// Before a file's data goes through the cache: a stream file's chunks go through its
+    /// codec; any other file is no stream object.
+    pub(crate) fn prepare_stream(&self, st: &vino_fs::Stat) {
+        let stream = st
+            .stream
+            .filter(|_| st.kind == vino_fs::FileType::Regular)
+            .map(|m| (st.uid, m));
+        self.streams.prepare(&self.cache, st.ino, st.generation, stream);
+    }
+
+    /// The kernel's stream codecs and files (for `vino graft`, statistics).
+    pub fn streams(&self) -> &Streams {
+        &self.streams
+    }
+}

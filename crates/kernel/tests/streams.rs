@@ -1,0 +1,188 @@
+//! Stream files through the kernel: a codec bound by a file's owner, every byte through it
+//! (written back a chunk at a time, decoded on a miss), the module kept by the kernel across a
+//! reboot, corruption turned into EIO by an integrity codec, and an encryptor without its key
+//! refusing to store anything.
+
+use std::sync::Arc;
+use vino_blockdev::{BlockDevice, MemDevice};
+use vino_fs::{MkfsOptions, mkfs};
+use vino_kernel::{Credentials, Errno, Kernel, KernelConfig, OpenFlags};
+use vino_sdk::{BuildOptions, build_example};
+
+fn boot(dev: &Arc<MemDevice>) -> Arc<Kernel> {
+    let config = KernelConfig {
+        cache_frames: 64,
+        writeback_every: None,
+        ..KernelConfig::default()
+    };
+    Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap()
+}
+
+fn fresh() -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(16384));
+    mkfs(
+        &*dev,
+        &MkfsOptions {
+            blocks_per_group: 4096,
+            ..MkfsOptions::default()
+        },
+    )
+    .unwrap();
+    dev
+}
+
+fn codec(name: &str) -> Vec<u8> {
+    build_example(name, &BuildOptions::default()).unwrap()
+}
+
+/// Text-like bytes that compress, different in every chunk.
+fn text(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| b"the quick brown fox jumps over the lazy dog "[(i * 7 + i / 4096) % 44])
+        .collect()
+}
+
+#[test]
+fn a_compressed_file_reads_back_after_a_reboot_and_costs_fewer_blocks() {
+    let dev = fresh();
+    let k = boot(&dev);
+    let user = k.spawn(Credentials::user(1000, 1000));
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/u", 0o777).unwrap();
+    let fd = user.open("/u/z", OpenFlags::create()).unwrap();
+    // Only the owner binds; the module is checked as a stream graft.
+    assert_eq!(
+        root.stream_bind("/u/z", Some(&codec("lz4_stream"))).unwrap_err().errno,
+        Errno::Perm
+    );
+    assert_eq!(
+        user.stream_bind("/u/z", Some(&codec("sequential_ra")))
+            .unwrap_err()
+            .errno,
+        Errno::Inval
+    );
+    user.stream_bind("/u/z", Some(&codec("lz4_stream"))).unwrap();
+    let data = text(300_000);
+    assert_eq!(user.pwrite(fd, &data, 0).unwrap(), data.len());
+    // A small write into a chunk already written back.
+    user.fsync(fd).unwrap();
+    user.pwrite(fd, b"HELLO", 70_000).unwrap();
+    user.fsync(fd).unwrap();
+    let mut want = data.clone();
+    want[70_000..70_005].copy_from_slice(b"HELLO");
+    let st = user.fstat(fd).unwrap();
+    assert_eq!(st.size, data.len() as u64);
+    assert!(
+        st.blocks * 4096 < data.len() as u64 / 2,
+        "{} blocks for {} bytes",
+        st.blocks,
+        data.len()
+    );
+    k.drop_clean_pages().unwrap();
+    let mut got = vec![0u8; data.len() + 10];
+    assert_eq!(
+        root.pread(root.open("/u/z", OpenFlags::read_only()).unwrap(), &mut got, 0)
+            .unwrap(),
+        data.len()
+    );
+    assert_eq!(&got[..data.len()], &want[..]);
+    // A cut in the middle of a chunk, then growth: zeros past the cut.
+    user.ftruncate(fd, 100_000).unwrap();
+    user.ftruncate(fd, 140_000).unwrap();
+    user.fsync(fd).unwrap();
+    k.drop_clean_pages().unwrap();
+    let mut got = vec![0u8; 140_000];
+    user.pread(fd, &mut got, 0).unwrap();
+    assert_eq!(&got[..100_000], &want[..100_000]);
+    assert!(got[100_000..].iter().all(|&b| b == 0));
+    user.close(fd).unwrap();
+    k.shutdown().unwrap();
+    drop((user, root, k));
+    // After a reboot the module is loaded again from the kernel's store.
+    assert!(vino_fs::fsck(&*dev, false).unwrap().problems.is_empty());
+    let k = boot(&dev);
+    let other = k.spawn(Credentials::user(2000, 2000));
+    let fd = other.open("/u/z", OpenFlags::read_only()).unwrap();
+    let mut again = vec![0u8; 140_000];
+    assert_eq!(other.pread(fd, &mut again, 0).unwrap(), 140_000);
+    assert_eq!(again, got);
+    assert_eq!(other.stream_status("/u/z").unwrap().unwrap().module.len(), 64);
+}
+
+#[test]
+fn an_integrity_codec_turns_corruption_into_eio_on_that_file_only() {
+    let dev = fresh();
+    let k = boot(&dev);
+    let user = k.spawn(Credentials::user(1000, 1000));
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/u", 0o777).unwrap();
+    let fd = user.open("/u/c", OpenFlags::create()).unwrap();
+    user.stream_bind("/u/c", Some(&codec("crc32c_stream"))).unwrap();
+    let data = vec![0x5au8; 65_536];
+    user.pwrite(fd, &data, 0).unwrap();
+    user.fsync(fd).unwrap();
+    let plain = user.open("/u/p", OpenFlags::create()).unwrap();
+    user.pwrite(plain, b"plain", 0).unwrap();
+    user.fsync(plain).unwrap();
+    k.drop_clean_pages().unwrap();
+    // Flip one byte of the chunk on the device (the only block full of 0x5a).
+    let mut buf = vec![0u8; 4096];
+    let block = (0..dev.block_count())
+        .rev()
+        .find(|&b| {
+            dev.read_blocks(b, &mut buf).unwrap();
+            buf.iter().all(|&x| x == 0x5a)
+        })
+        .expect("the chunk's block");
+    buf[17] ^= 1;
+    dev.write_blocks(block, &buf).unwrap();
+    let mut got = vec![0u8; 4096];
+    assert_eq!(user.pread(fd, &mut got, 0).unwrap_err().errno, Errno::Io);
+    let mut p = [0u8; 5];
+    user.pread(plain, &mut p, 0).unwrap();
+    assert_eq!(&p, b"plain");
+}
+
+#[test]
+fn an_encryptor_without_its_key_stores_nothing_and_reads_need_it_again_after_a_reboot() {
+    let dev = fresh();
+    let k = boot(&dev);
+    let user = k.spawn(Credentials::user(1000, 1000));
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/u", 0o777).unwrap();
+    let fd = user.open("/u/s", OpenFlags::create()).unwrap();
+    user.stream_bind("/u/s", Some(&codec("chacha20poly1305_stream")))
+        .unwrap();
+    let secret = b"attack at dawn, bring the blue flag".repeat(100);
+    user.pwrite(fd, &secret, 0).unwrap();
+    // No key: write-back fails, nothing is stored, the data stays.
+    assert_eq!(user.fsync(fd).unwrap_err().errno, Errno::Acces);
+    assert_eq!(user.fstat(fd).unwrap().blocks, 0);
+    // Only the owner gives the key.
+    assert_eq!(
+        root.stream_control("/u/s", "set_key", &[0, 1]).unwrap_err().errno,
+        Errno::Perm
+    );
+    for word in 0..4 {
+        user.stream_control("/u/s", "set_key", &[word, 0x0123_4567_89ab_cdef ^ word])
+            .unwrap();
+    }
+    user.fsync(fd).unwrap();
+    user.close(fd).unwrap();
+    // The plaintext is nowhere on the device.
+    let image = dev.image();
+    assert!(!image.windows(14).any(|w| w == b"attack at dawn"));
+    k.shutdown().unwrap();
+    drop((user, root, k));
+    let k = boot(&dev);
+    let user = k.spawn(Credentials::user(1000, 1000));
+    let fd = user.open("/u/s", OpenFlags::read_only()).unwrap();
+    let mut got = vec![0u8; secret.len()];
+    assert_eq!(user.pread(fd, &mut got, 0).unwrap_err().errno, Errno::Acces);
+    for word in 0..4 {
+        user.stream_control("/u/s", "set_key", &[word, 0x0123_4567_89ab_cdef ^ word])
+            .unwrap();
+    }
+    assert_eq!(user.pread(fd, &mut got, 0).unwrap(), secret.len());
+    assert_eq!(got, secret);
+}
