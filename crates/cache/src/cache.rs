@@ -117,6 +117,10 @@ use writeback::{FlushSignal, spawn_writeback};
 
 /// The page cache. Shared by every process of the kernel.
 pub struct PageCache {
+    /// The cache itself, for the threads it starts.
+    me: std::sync::Weak<PageCache>,
+    /// Stream chunks waiting for background write-back, by owner.
+    stream_queues: Mutex<streams::StreamQueues>,
     table: Mutex<Table>,
     changed: Condvar,
     io: Arc<dyn PageIo>,
@@ -157,7 +161,9 @@ impl PageCache {
             streams: FxHashMap::default(),
             total: CacheCounters::default(),
         };
-        let cache = Arc::new(PageCache {
+        let cache = Arc::new_cyclic(|me| PageCache {
+            me: me.clone(),
+            stream_queues: Mutex::default(),
             table: Mutex::new(table),
             changed: Condvar::new(),
             io,

@@ -57,6 +57,11 @@ pub trait Backing: Send + Sync {
 pub trait ChunkStore: Send + Sync {
     /// Pages in one chunk.
     fn chunk_pages(&self) -> u64;
+    /// Whose codec the chunks go through: the background write-back of stream objects runs
+    /// in a queue per owner, so that one owner's slow codec delays only its own files.
+    fn owner(&self) -> u32 {
+        0
+    }
     /// The plain bytes of chunk `chunk` (`buf` is the whole chunk; zeros past the object's end
     /// and in holes). An error fails the read that needed the chunk; nothing of it is cached.
     fn read_chunk(&self, chunk: u64, buf: &mut [u8]) -> io::Result<()>;

@@ -235,6 +235,10 @@ impl ChunkStore for StreamFile {
         (CHUNK_BYTES / vino_fs::BS) as u64
     }
 
+    fn owner(&self) -> u32 {
+        self.uid
+    }
+
     fn read_chunk(&self, chunk: u64, buf: &mut [u8]) -> io::Result<()> {
         let _io = self.io.lock();
         let stored = self.fs().read_chunk(self.ino, chunk).map_err(io::Error::other)?;

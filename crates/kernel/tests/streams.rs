@@ -186,3 +186,40 @@ fn an_encryptor_without_its_key_stores_nothing_and_reads_need_it_again_after_a_r
     assert_eq!(user.pread(fd, &mut got, 0).unwrap(), secret.len());
     assert_eq!(got, secret);
 }
+
+#[test]
+fn another_users_failing_codec_never_fails_a_read_that_needs_a_frame() {
+    let dev = fresh();
+    // With a write-back thread, as vinod runs: its stream chunks go to their owners' writers.
+    let config = KernelConfig {
+        cache_frames: 64,
+        writeback_every: Some(std::time::Duration::from_millis(50)),
+        ..KernelConfig::default()
+    };
+    let k = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
+    let hostile = k.spawn(Credentials::user(1000, 1000));
+    let victim = k.spawn(Credentials::user(2000, 2000));
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/u", 0o777).unwrap();
+    // The victim's file first, on the device.
+    let plain = victim.open("/u/plain", OpenFlags::create()).unwrap();
+    let data = text(400_000);
+    victim.pwrite(plain, &data, 0).unwrap();
+    victim.fsync(plain).unwrap();
+    k.drop_clean_pages().unwrap();
+    // A codec that traps on every chunk starting with 'T': its owner's dirty pages never go.
+    let trap =
+        vino_sdk::build_c_bytes(&vino_sdk::hostile_path("stream_partial_trap"), &BuildOptions::default()).unwrap();
+    let fd = hostile.open("/u/t", OpenFlags::create()).unwrap();
+    hostile.stream_bind("/u/t", Some(&trap)).unwrap();
+    hostile.pwrite(fd, &vec![b'T'; 63 * 4096], 0).unwrap();
+    // The victim reads a file bigger than the cache, nearly all of which is the hostile user's
+    // dirty pages: its reads never fail for them (an eviction passes them over; their owner's
+    // writer fails on them).
+    let mut got = vec![0u8; data.len()];
+    for _ in 0..3 {
+        assert_eq!(victim.pread(plain, &mut got, 0).unwrap(), data.len());
+        assert_eq!(got, data);
+    }
+    assert_eq!(hostile.fsync(fd).unwrap_err().errno, Errno::Io);
+}

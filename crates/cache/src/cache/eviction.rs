@@ -55,7 +55,12 @@ impl PageCache {
                 .iter(&t.global)
                 .take(EVICTION_SCAN)
                 .find(|&f| t.evictable(f) && t.frames[f as usize].dirty_since.is_none());
-            let Some(candidate) = clean.or_else(|| t.lru.iter(&t.global).find(|&f| t.evictable(f))) else {
+            // A dirty stream page is its owner's writer's to write (its codec may be slow): passed over.
+            let Some(candidate) = clean.or_else(|| {
+                t.lru
+                    .iter(&t.global)
+                    .find(|&f| t.evictable(f) && !self.left_to_its_owner(t, f))
+            }) else {
                 // Everything is pinned or in flight: wait for a change.
                 if !may_wait {
                     return Ok(None);
@@ -73,7 +78,11 @@ impl PageCache {
                 if !batch.contains(&victim) {
                     batch.push(victim);
                 }
-                self.write_frames(t, &batch)?;
+                streams::in_background(|| self.write_frames(t, &batch))?;
+                if self.left_to_its_owner(t, victim) {
+                    // Its owner's writer stores it: meanwhile, another victim, or a wait.
+                    self.changed.wait_for(t, Duration::from_millis(1));
+                }
                 continue;
             }
             let (vkey, owner) = (t.frames[victim as usize].key, t.frames[victim as usize].owner);

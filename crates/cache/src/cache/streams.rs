@@ -4,6 +4,61 @@
 //! were written). Their pages have no device block.
 
 use super::*;
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most threads writing stream chunks back in the background at once (each serves one owner at
+/// a time): one owner's slow codec holds at most one of them.
+pub const STREAM_WRITERS: usize = 4;
+/// Chunks a stream writer stores for one owner before it lets the next owner's turn come.
+const STREAM_TURN: usize = 8;
+
+thread_local! {
+    /// Set on threads that write back for everyone (the write-back thread, an eviction): their
+    /// stream chunks go to the owners' queues instead of through the codec on this thread.
+    static BACKGROUND: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as one that writes back for everyone (the write-back thread).
+pub(super) fn mark_background_thread() {
+    BACKGROUND.with(|b| b.set(true));
+}
+
+/// Runs `f` as background write-back (see [`BACKGROUND`]).
+pub(super) fn in_background<T>(f: impl FnOnce() -> T) -> T {
+    let was = BACKGROUND.with(|b| b.replace(true));
+    let r = f();
+    BACKGROUND.with(|b| b.set(was));
+    r
+}
+
+/// The stream chunks waiting for background write-back, a queue per owner.
+#[derive(Default)]
+pub(super) struct StreamQueues {
+    pending: BTreeMap<u32, BTreeSet<(u64, u64)>>,
+    /// Owners a writer serves now.
+    running: BTreeSet<u32>,
+    /// Writer threads alive.
+    writers: usize,
+}
+
+impl StreamQueues {
+    /// The next owner with chunks waiting and no writer, and a turn of its chunks.
+    fn next_turn(&mut self) -> Option<(u32, Vec<(u64, u64)>)> {
+        let owner = *self
+            .pending
+            .iter()
+            .find(|(o, q)| !q.is_empty() && !self.running.contains(o))?
+            .0;
+        let queue = self.pending.get_mut(&owner).expect("found");
+        let turn: Vec<(u64, u64)> = (0..STREAM_TURN).map_while(|_| queue.pop_first()).collect();
+        if queue.is_empty() {
+            self.pending.remove(&owner);
+        }
+        self.running.insert(owner);
+        Some((owner, turn))
+    }
+}
 
 impl PageCache {
     /// Makes `object` a stream object kept by `store` (before any of its pages is cached).
@@ -94,26 +149,65 @@ impl PageCache {
         read
     }
 
+    /// True if stream chunks written back in the background go to the owners' queues (a cache
+    /// with a write-back thread); without one (tests, the simulator) they are written where
+    /// they are found, in a deterministic order.
+    fn queues_stream_chunks(&self) -> bool {
+        self.config.writeback_every.is_some()
+    }
+
+    /// True if dirty page `f` waits in its owner's queue rather than being written by whoever
+    /// finds it (an eviction passes it over).
+    pub(super) fn left_to_its_owner(&self, t: &Table, f: u32) -> bool {
+        let fr = &t.frames[f as usize];
+        self.queues_stream_chunks() && fr.dirty_since.is_some() && t.streams.contains_key(&fr.key.0)
+    }
+
     /// Writes back the chunks of the dirty stream pages `frames`: each chunk once, from its
     /// cached pages and, for pages not cached, its stored contents. The chunk's pages are being
-    /// written meanwhile (not evicted, not dropped; a write to one keeps it dirty).
+    /// written meanwhile (not evicted, not dropped; a write to one keeps it dirty). In the
+    /// background ([`in_background`]) the chunks go to their owners' queues instead.
     pub(super) fn write_chunks(&self, t: &mut MutexGuard<'_, Table>, frames: &[u32]) -> io::Result<()> {
-        let chunks: BTreeSet<(u64, u64)> = frames
+        let chunks: BTreeSet<(u64, u64, u32)> = frames
             .iter()
             .filter_map(|&f| {
                 let key = t.frames[f as usize].key;
-                let per = t.streams.get(&key.0)?.chunk_pages();
-                Some((key.0, key.1 / per))
+                let store = t.streams.get(&key.0)?;
+                Some((key.0, key.1 / store.chunk_pages(), store.owner()))
             })
             .collect();
+        if self.queues_stream_chunks() && BACKGROUND.with(Cell::get) {
+            for (object, chunk, owner) in chunks {
+                self.queue_chunk(owner, object, chunk);
+            }
+            return Ok(());
+        }
         let mut first_error = None;
-        for (object, chunk) in chunks {
+        for (object, chunk, _) in chunks {
             if let Err(e) = self.write_chunk(t, object, chunk) {
                 first_error.get_or_insert(e);
             }
         }
         self.changed.notify_all();
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Queues a chunk for its owner's background writer, starting a writer if fewer than
+    /// [`STREAM_WRITERS`] run.
+    fn queue_chunk(&self, owner: u32, object: u64, chunk: u64) {
+        let mut q = self.stream_queues.lock();
+        q.pending.entry(owner).or_default().insert((object, chunk));
+        if q.writers < STREAM_WRITERS {
+            q.writers += 1;
+            let cache = self.me.clone();
+            let spawned = std::thread::Builder::new()
+                .name("vino-stream-writer".into())
+                .spawn(move || stream_writer(cache));
+            if spawned.is_err() {
+                // No thread now: the next round queues the chunk again.
+                q.writers -= 1;
+            }
+        }
     }
 
     fn write_chunk(&self, t: &mut MutexGuard<'_, Table>, object: u64, chunk: u64) -> io::Result<()> {
@@ -183,5 +277,32 @@ impl PageCache {
             }
         }
         stored
+    }
+}
+
+/// A background stream writer: serves one owner's turn at a time until no owner without a
+/// writer has chunks waiting.
+fn stream_writer(cache: std::sync::Weak<PageCache>) {
+    loop {
+        let Some(c) = cache.upgrade() else { return };
+        let turn = {
+            let mut q = c.stream_queues.lock();
+            match q.next_turn() {
+                Some(turn) => turn,
+                None => {
+                    q.writers -= 1;
+                    return;
+                }
+            }
+        };
+        let (owner, chunks) = turn;
+        for (object, chunk) in chunks {
+            let mut t = c.table.lock();
+            // A failure leaves the pages dirty: the next round queues them again, and fsync
+            // reports it.
+            let _ = c.write_chunk(&mut t, object, chunk);
+        }
+        c.stream_queues.lock().running.remove(&owner);
+        c.changed.notify_all();
     }
 }

@@ -264,6 +264,8 @@ pub(super) fn spawn_writeback(
     std::thread::Builder::new()
         .name("vino-writeback".into())
         .spawn(move || {
+            // This thread writes back for everyone: stream chunks go to their owners' queues.
+            super::streams::mark_background_thread();
             // Rounds run on the cache's clock (a simulation's moves them).
             let mut next_round = clock.deadline_in(every);
             loop {
