@@ -22,7 +22,8 @@ use std::io;
 use std::sync::Arc;
 use vino_cache::{ChunkStore, PageCache};
 use vino_fs::{CHUNK_BYTES, FileSystem, ModuleId, NewChunk, NewFile};
-use vino_graft::Runtime;
+use vino_graft::account::Account;
+use vino_graft::{Owner, Runtime};
 use vino_stream::{Codec, Encoded, StreamError};
 
 /// The directory (under the root) that holds the codecs' modules.
@@ -46,17 +47,31 @@ pub struct Codecs {
 }
 
 impl Codecs {
-    /// The codec of `uid` for `module`, loaded from the module store if it is not yet.
-    pub fn get(&self, uid: u32, module: ModuleId) -> SysResult<Arc<Codec>> {
+    /// The codec of `uid` for `module`, loaded from the module store if it is not yet. The
+    /// instance is charged to the user's `account` (grafts loaded, their memory and code, as
+    /// any graft's), and so is every chunk's CPU.
+    pub fn get(&self, uid: u32, module: ModuleId, account: &Arc<Account>) -> SysResult<Arc<Codec>> {
         if let Some(c) = self.loaded.lock().get(&(uid, module)) {
             return Ok(c.clone());
         }
         let wasm = read_module(&self.fs, &module)?;
-        let codec = Arc::new(
-            Codec::load(&self.runtime, u64::from(uid), &wasm)
-                .map_err(|e| SysError::new(Errno::Io, format!("stream codec {}: {e}", module_name(&module))))?,
-        );
-        Ok(self.loaded.lock().entry((uid, module)).or_insert(codec).clone())
+        let owner = Owner {
+            account: Some(account.clone()),
+            ..Owner::process(0)
+        };
+        let codec = Codec::load_for(&self.runtime, owner, &wasm).map_err(|e| {
+            let errno = match &e {
+                vino_graft::LoadError::Limit(x) => Errno::from_number(x.errno()).unwrap_or(Errno::Again),
+                _ => Errno::Io,
+            };
+            SysError::new(errno, format!("stream codec {}: {e}", module_name(&module)))
+        })?;
+        Ok(self
+            .loaded
+            .lock()
+            .entry((uid, module))
+            .or_insert(Arc::new(codec))
+            .clone())
     }
 
     /// Every loaded codec, with its owner and module.
@@ -90,9 +105,15 @@ impl Streams {
     /// Before `ino`'s data goes through the cache: if it is a stream file (of `generation`,
     /// owned by `uid`, codec `module`), the cache keeps it through its [`StreamFile`]; if not,
     /// it is no stream object (an inode number reused).
-    pub(crate) fn prepare(&self, cache: &PageCache, ino: u64, generation: u32, stream: Option<(u32, ModuleId)>) {
+    pub(crate) fn prepare(
+        &self,
+        cache: &PageCache,
+        ino: u64,
+        generation: u32,
+        stream: Option<(u32, ModuleId, Arc<Account>)>,
+    ) {
         let mut files = self.files.lock();
-        let Some((uid, module)) = stream else {
+        let Some((uid, module, account)) = stream else {
             if files.remove(&ino).is_some() {
                 cache.detach_stream(ino);
             }
@@ -106,6 +127,7 @@ impl Streams {
         }
         let file = Arc::new(StreamFile {
             codecs: self.codecs.clone(),
+            account,
             ino,
             generation,
             uid,
@@ -197,6 +219,8 @@ fn read_module(fs: &FileSystem, id: &ModuleId) -> SysResult<Vec<u8>> {
 /// of its owner.
 pub struct StreamFile {
     codecs: Arc<Codecs>,
+    /// The owner's account: its codec's instance and CPU are charged there.
+    account: Arc<Account>,
     ino: u64,
     generation: u32,
     uid: u32,
@@ -214,7 +238,7 @@ impl StreamFile {
     /// The owner's codec (loaded on first need): a module that cannot be had fails the chunk.
     fn codec(&self) -> io::Result<Arc<Codec>> {
         self.codecs
-            .get(self.uid, self.module)
+            .get(self.uid, self.module, &self.account)
             .map_err(|e| io::Error::other(format!("inode {}: {e}", self.ino)))
     }
 }
@@ -328,7 +352,8 @@ impl crate::Process {
         let module = match wasm {
             None => None,
             Some(wasm) => {
-                Codec::load(&kernel.runtime, u64::from(cred.uid), wasm)
+                // Checked as the binder's own graft: its compile is charged to the caller.
+                Codec::load_for(&kernel.runtime, self.graft_owner(), wasm)
                     .map_err(|e| SysError::new(Errno::Inval, format!("not a stream codec: {e}")))?;
                 Some(store_module(kernel.fs(), cred.uid, cred.gid, wasm)?)
             }
@@ -373,7 +398,7 @@ impl crate::Process {
                 format!("only the owner of {path} controls its stream codec"),
             ));
         }
-        let codec = kernel.streams.codecs.get(uid, module)?;
+        let codec = kernel.streams.codecs.get(uid, module, &kernel.accounts.user(uid))?;
         Ok(codec.slot().call_control(name, args)?)
     }
 }
@@ -385,7 +410,7 @@ impl crate::Kernel {
         let stream = st
             .stream
             .filter(|_| st.kind == vino_fs::FileType::Regular)
-            .map(|m| (st.uid, m));
+            .map(|m| (st.uid, m, self.accounts.user(st.uid)));
         self.streams.prepare(&self.cache, st.ino, st.generation, stream);
     }
 
