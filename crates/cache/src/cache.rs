@@ -108,6 +108,7 @@ macro_rules! count {
 
 mod eviction;
 mod streams;
+pub use streams::STREAM_WRITERS;
 mod table;
 mod writeback;
 

@@ -26,7 +26,7 @@ mod lru;
 mod points;
 mod stats;
 
-pub use cache::{CacheConfig, MIN_DIRTY_SHARE, PageCache, WorkCharger};
+pub use cache::{CacheConfig, MIN_DIRTY_SHARE, PageCache, STREAM_WRITERS, WorkCharger};
 pub use points::{
     Candidates, ComputeRa, MoreCandidates, PickVictim, RaFile, RaMode, Read, ReadAhead, Writeback, WritebackArgs,
     page_id,
