@@ -66,7 +66,7 @@ pub use mkfs::{MkfsOptions, MkfsReport, mkfs};
 pub use placement::{BlockBuddy, BuddyArgs, NoSwitch, Placement, ffs_policy, no_switch_policy};
 pub use quota::{Actor, Quota, QuotaUsage, UNLIMITED, acting};
 pub use state::{AllocCounters, DirEntry, FREE_SLICE, NewFile, RenameFlags, SetAttr, Stat, XattrSet};
-pub use streams::{NewChunk, StoredChunk};
+pub use streams::{NewChunk, StoredChunk, StreamInode};
 pub use write::{BlockWrite, WriteTarget};
 
 /// True if this build checks the journal writer's invariants after every operation (debug builds, and

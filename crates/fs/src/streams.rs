@@ -167,3 +167,42 @@ fn runs(blocks: &[u64]) -> Vec<(u64, usize, usize)> {
     }
     out
 }
+
+/// A file or directory with a stream codec, as [`FileSystem::stream_inodes`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInode {
+    pub ino: u64,
+    pub uid: u32,
+    pub kind: crate::FileType,
+    pub module: ModuleId,
+}
+
+impl FileSystem {
+    /// Every file and directory in use that names a stream codec, in inode order. Reads the
+    /// inode table a group at a time, each under the lock alone (others' operations go on in
+    /// between): for tools (which files depend on which module; which stored modules nothing
+    /// names), never a system call's path.
+    pub fn stream_inodes(&self) -> Result<Vec<StreamInode>> {
+        let geo = self.geometry().clone();
+        let mut out = Vec::new();
+        for group in 0..geo.groups {
+            self.with_state(|g| {
+                let map = g.meta.get(geo.inode_bitmap(group))?.to_vec();
+                for i in (0..geo.ipg).filter(|&i| crate::layout::bit(&map, i)) {
+                    let ino = geo.first_ino(group) + i;
+                    let inode = g.read_inode(ino)?;
+                    if let (Some(module), Some(kind)) = (inode.stream, inode.file_type()) {
+                        out.push(StreamInode {
+                            ino,
+                            uid: inode.uid,
+                            kind,
+                            module,
+                        });
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(out)
+    }
+}

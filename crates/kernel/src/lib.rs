@@ -79,7 +79,7 @@ pub mod signal;
 mod staged;
 mod streams;
 pub use staged::{STAGED_PER_PROCESS, STAGED_TTL};
-pub use streams::{StreamStatus, Streams, module_id, module_name};
+pub use streams::{StreamDependency, StreamStatus, Streams, module_id, module_name};
 
 pub use attrs::{Attrs, FallocMode, SetTime};
 pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};

@@ -419,3 +419,65 @@ impl crate::Kernel {
         &self.streams
     }
 }
+
+/// A file or directory that depends on a stream codec's module.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StreamDependency {
+    pub ino: u64,
+    pub uid: u32,
+    /// `regular` or `directory`.
+    pub kind: String,
+    /// The module (hex SHA-256).
+    pub module: String,
+    /// Whether its owner's codec is loaded now.
+    pub loaded: bool,
+}
+
+impl crate::Process {
+    /// Which files depend on which stream codec module: the caller's own files, or every one
+    /// for a privileged caller (others' files are not a user's to enumerate).
+    pub fn stream_dependencies(&self) -> SysResult<Vec<StreamDependency>> {
+        let kernel = self.kernel();
+        let cred = self.credentials();
+        let loaded = kernel.streams.codecs.loaded.lock().keys().copied().collect::<Vec<_>>();
+        Ok(kernel
+            .fs()
+            .stream_inodes()?
+            .into_iter()
+            .filter(|s| cred.privileged || s.uid == cred.uid)
+            .map(|s| StreamDependency {
+                ino: s.ino,
+                uid: s.uid,
+                kind: if s.kind == vino_fs::FileType::Directory { "directory" } else { "regular" }.into(),
+                module: module_name(&s.module),
+                loaded: loaded.contains(&(s.uid, s.module)),
+            })
+            .collect())
+    }
+
+    /// Removes the stored modules no file or directory names any more (privileged callers
+    /// only); returns how many went. A module bound again later is stored again.
+    pub fn collect_stream_modules(&self) -> SysResult<usize> {
+        if !self.credentials().privileged {
+            return Err(SysError::new(Errno::Perm, "only a privileged process collects stream modules"));
+        }
+        let kernel = self.kernel();
+        let fs = kernel.fs();
+        let _ns = kernel.ns.write();
+        let used: std::collections::BTreeSet<String> =
+            fs.stream_inodes()?.iter().map(|s| module_name(&s.module)).collect();
+        let Ok(dir) = fs.resolve(format!("/{}/{}", MODULE_DIR[0], MODULE_DIR[1])) else {
+            return Ok(0);
+        };
+        let mut removed = 0;
+        for entry in fs.readdir(dir)? {
+            let name = entry.name_lossy();
+            if name == "." || name == ".." || used.contains(&name) {
+                continue;
+            }
+            fs.unlink(dir, &entry.name)?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+}
