@@ -34,6 +34,13 @@ VINO_IMPORT(graft_call)
 int vino_graft_call(const char *point, size_t point_len, const char *control, size_t control_len,
                     const int64_t *args, size_t nargs, int64_t *result);
 
+/* Binds the stream codec `wasm` (`len` bytes, a `file.stream` graft) to the empty regular file or
+ * the directory at `path` (`path_len` bytes), relative to the preopened directory `dirfd`; a
+ * `len` of 0 unbinds. Only the file's owner may (-EPERM); -EINVAL: not a codec, or the file
+ * holds data. */
+VINO_IMPORT(stream_bind)
+int vino_stream_bind(int dirfd, const char *path, size_t path_len, const void *wasm, size_t len);
+
 /* Sets the mode (the low 12 bits of `mode`) or the owner (-1 leaves one as it is) of the file
  * open as `fd`, which WASI preview 1 cannot do; the kernel's permission rules apply. */
 VINO_IMPORT(fd_chmod)

@@ -13,6 +13,7 @@ mod graft;
 mod remote;
 mod run;
 mod storage;
+mod stream;
 mod table;
 
 use clap::{Parser, Subcommand};
@@ -48,6 +49,10 @@ enum Command {
     /// Build, inspect and check grafts.
     #[command(subcommand)]
     Graft(graft::GraftCommand),
+    /// Stream files: bind a codec (a `file.stream` graft) to a file or directory, give it its
+    /// key, see what is bound.
+    #[command(subcommand)]
+    Stream(stream::StreamCommand),
     /// Make a VINO file system on an image file or a block device.
     Mkfs {
         image: PathBuf,
@@ -244,6 +249,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo { no_bench, image } => demo::run(!no_bench, &image),
         Command::Graft(cmd) => graft::run(cmd),
+        Command::Stream(cmd) => stream::run(cmd),
         Command::Bench { which } => bench::run(which),
         Command::Daemon { image, socket, config } => remote::daemon(&image, socket, config),
         Command::Mount {

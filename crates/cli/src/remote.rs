@@ -150,7 +150,7 @@ fn mount_of(path: &Path) -> Option<(String, PathBuf)> {
 
 /// What `--file` names: a path in the VINO file system, or a host path inside a VINO mount
 /// (then the daemon's socket comes from the mount unless `--socket` says otherwise).
-fn file_arg(file: &str, socket: Option<PathBuf>) -> (String, Option<PathBuf>) {
+pub(crate) fn file_arg(file: &str, socket: Option<PathBuf>) -> (String, Option<PathBuf>) {
     match mount_of(Path::new(file)) {
         Some((inside, mount_socket)) => (inside, socket.or(Some(mount_socket))),
         None => (file.to_string(), socket),

@@ -37,7 +37,7 @@ pub use shm::SharedMemory;
 pub use vino_proto::{
     CacheTop, DEFAULT_SOCKET, DirEntry, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats, GraftTop, Held,
     LockInfo, LockKind, MAX_DATA, MountTop, OpenFlags, PipeStage, ProcessTop, ProgramSetup, RequestTop, SetAttrs,
-    SetTime, SlotInfo, Stat, Top, UserTop, XattrHow, errno,
+    SetTime, SlotInfo, Stat, StreamInfo, Top, UserTop, XattrHow, errno,
 };
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
@@ -750,6 +750,71 @@ impl Client {
         self.ok(Request::FallocateMode { fd, mode, offset, len })
     }
 
+    // ---- stream files -----------------------------------------------------------------------
+
+    /// A stream request: a daemon that predates stream files refuses it as undecodable
+    /// (`EPROTO`, and it hangs up), which is said plainly here.
+    fn stream_call(&mut self, req: Request) -> Result<Response> {
+        self.call(&req).map_err(|e| match e.errno {
+            errno::EPROTO => ClientError {
+                errno: errno::EOPNOTSUPP,
+                message: format!("{}: this vinod predates stream files ({})", req.name(), e.message),
+            },
+            _ => e,
+        })
+    }
+
+    /// Binds the stream codec `wasm` (a `file.stream` graft) to the empty regular file or the
+    /// directory at `path` (new files in a directory get its codec). Only the file's owner may.
+    pub fn stream_bind(&mut self, path: &str, wasm: &[u8]) -> Result<()> {
+        let req = Request::StreamBind {
+            path: path.into(),
+            wasm: Some(wasm.to_vec()),
+        };
+        expect!(self.stream_call(req)?, Response::Ok => ())
+    }
+
+    /// Unbinds the stream codec of the file or directory at `path`.
+    pub fn stream_unbind(&mut self, path: &str) -> Result<()> {
+        let req = Request::StreamBind {
+            path: path.into(),
+            wasm: None,
+        };
+        expect!(self.stream_call(req)?, Response::Ok => ())
+    }
+
+    /// The stream codec of the file or directory at `path`, if it has one.
+    pub fn stream_status(&mut self, path: &str) -> Result<Option<StreamInfo>> {
+        expect!(self.stream_call(Request::StreamStatus { path: path.into() })?, Response::Stream(s) => s)
+    }
+
+    /// Calls control function `name` (without its `vino_ctl_` prefix) of the owner's codec of
+    /// the stream file at `path`.
+    pub fn stream_control(&mut self, path: &str, name: &str, args: &[i64]) -> Result<i64> {
+        let req = Request::StreamControl {
+            path: path.into(),
+            name: name.into(),
+            args: args.to_vec(),
+        };
+        expect!(self.stream_call(req)?, Response::Value(v) => v)
+    }
+
+    /// Gives the codec of the stream file at `path` a 256-bit key, as [`stream_key_words`]
+    /// splits it: `set_key(word, value)` for words 0 to 3. A codec that refuses a word (a
+    /// result other than 0) is `EINVAL`.
+    pub fn stream_set_key(&mut self, path: &str, key: &[u8; 32]) -> Result<()> {
+        for (word, value) in stream_key_words(key).into_iter().enumerate() {
+            let r = self.stream_control(path, "set_key", &[word as i64, value])?;
+            if r != 0 {
+                return Err(ClientError {
+                    errno: errno::EINVAL,
+                    message: format!("the stream codec of {path} refused key word {word} (it answered {r})"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     // ---- grafts -----------------------------------------------------------------------------
 
     /// Loads a graft at a graftpoint of this process (`vas.pick_victim`, `file.compute_ra/<fd>`)
@@ -915,6 +980,25 @@ impl ClientError {
         self.message = format!("{what}: {}", self.message);
         self
     }
+}
+
+/// A 256-bit stream key as the example codecs take it: four 64-bit words, word `w` the key's
+/// bytes `8w..8w+8` read little-endian (so the codec holds the key's bytes in their order).
+pub fn stream_key_words(key: &[u8; 32]) -> [i64; 4] {
+    std::array::from_fn(|w| i64::from_le_bytes(key[8 * w..8 * w + 8].try_into().expect("8 bytes")))
+}
+
+/// A 256-bit key written as 64 hex digits (the key's bytes in order).
+pub fn parse_stream_key(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, b) in key.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(key)
 }
 
 /// `$VINO_SOCKET`, or [`DEFAULT_SOCKET`].

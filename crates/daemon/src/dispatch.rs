@@ -43,6 +43,13 @@ fn inval(message: String) -> ErrorReply {
     ErrorReply::new(errno::EINVAL, message)
 }
 
+fn stream_info(s: vino_kernel::StreamStatus) -> vino_proto::StreamInfo {
+    vino_proto::StreamInfo {
+        module: s.module,
+        loaded: s.loaded,
+    }
+}
+
 fn lock_request(kind: vino_proto::LockKind, start: u64, len: u64) -> vino_kernel::LockRequest {
     let kind = match kind {
         vino_proto::LockKind::Read => vino_kernel::LockType::Read,
@@ -434,6 +441,14 @@ impl Session<'_> {
             } => ok(p.fallocate(fd, keep_size, offset, len)),
             Request::FallocateMode { fd, mode, offset, len } => {
                 ok(FallocMode::from_linux(mode).and_then(|mode| p.fallocate_mode(fd, mode, offset, len)))
+            }
+            Request::StreamBind { path, wasm } => ok(p.stream_bind(&path, wasm.as_deref())),
+            Request::StreamStatus { path } => p
+                .stream_status(&path)
+                .map(|s| Response::Stream(s.map(stream_info)))
+                .map_err(sys),
+            Request::StreamControl { path, name, args } => {
+                p.stream_control(&path, &name, &args).map(Response::Value).map_err(sys)
             }
         }
     }

@@ -361,6 +361,29 @@ impl State {
         Ok(None)
     }
 
+    /// [`vino_proto::STREAM_XATTR`] of `ino`: its codec's hash, in hex.
+    fn stream_xattr(&self, req: &Request, ino: INodeNo) -> R<Vec<u8>> {
+        let st = self.process(req).stat_at(self.at(ino)?, b"", false).map_err(sys)?;
+        let module = st.stream.ok_or(Errno::ENODATA)?;
+        Ok(vino_kernel::module_name(&module).into_bytes())
+    }
+
+    /// Binds the stored codec whose hash `value` holds (trailing NULs and a newline allowed,
+    /// as tools write them) to `ino`, or unbinds (`None`). The kernel's rules decide: the
+    /// file's owner only, an empty file.
+    fn bind_stream_xattr(&self, req: &Request, ino: INodeNo, value: Option<&[u8]>) -> R<()> {
+        let module = match value {
+            None => None,
+            Some(v) => {
+                let end = v.iter().rposition(|&b| b != 0 && b != b'\n').map_or(0, |i| i + 1);
+                Some(vino_kernel::parse_module_name(&v[..end]).ok_or(Errno::EINVAL)?)
+            }
+        };
+        self.process(req)
+            .stream_bind_stored_at(self.at(ino)?, b"", module)
+            .map_err(sys)
+    }
+
     fn handle(&self, fh: u64) -> R<Arc<Handle>> {
         self.files.lock().get(&fh).cloned().ok_or(Errno::EBADF)
     }
@@ -668,9 +691,9 @@ impl State {
 
     /// A reply to an extended-attribute read: the size only if `size` is 0, `ERANGE` if the
     /// caller's buffer is too small.
-    fn xattr_reply(data: SysResult<Vec<u8>>, size: u32, reply: ReplyXattr) {
+    fn xattr_reply(data: R<Vec<u8>>, size: u32, reply: ReplyXattr) {
         match data {
-            Err(e) => reply.error(sys(e)),
+            Err(e) => reply.error(e),
             Ok(d) if size == 0 => reply.size(d.len() as u32),
             Ok(d) if d.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(d) => reply.data(&d),
@@ -1155,6 +1178,9 @@ impl Filesystem for VinoFs {
             libc::XATTR_REPLACE => vino_kernel::storage::XattrSet::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
+        if name.as_bytes() == vino_proto::STREAM_XATTR.as_bytes() {
+            return answer!(reply, self.0.bind_stream_xattr(req, ino, Some(value)), |()| reply.ok());
+        }
         let result = self.0.at(ino).and_then(|at| {
             self.0
                 .process(req)
@@ -1165,12 +1191,15 @@ impl Filesystem for VinoFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if name.as_bytes() == vino_proto::STREAM_XATTR.as_bytes() {
+            return State::xattr_reply(self.0.stream_xattr(req, ino), size, reply);
+        }
         let at = match self.0.at(ino) {
             Ok(at) => at,
             Err(e) => return reply.error(e),
         };
         let value = self.0.process(req).getxattr_at(at, b"", false, name.as_bytes());
-        State::xattr_reply(value, size, reply);
+        State::xattr_reply(value.map_err(sys), size, reply);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
@@ -1185,10 +1214,13 @@ impl Filesystem for VinoFs {
                 all
             })
         });
-        State::xattr_reply(names, size, reply);
+        State::xattr_reply(names.map_err(sys), size, reply);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if name.as_bytes() == vino_proto::STREAM_XATTR.as_bytes() {
+            return answer!(reply, self.0.bind_stream_xattr(req, ino, None), |()| reply.ok());
+        }
         let result = self.0.at(ino).and_then(|at| {
             self.0
                 .process(req)

@@ -69,6 +69,7 @@ fn protocol() -> Vec<Vec<u8>> {
         Request::Fstat { fd: 0 },
         Request::Close { fd: 0 },
         Request::Stat { path: s("/d/f") },
+        Request::StreamStatus { path: s("/d/f") },
         Request::Sync,
     ];
     let names = vec![

@@ -77,8 +77,10 @@ mod pipe;
 mod process;
 pub mod signal;
 mod staged;
+mod stream_names;
 mod streams;
 pub use staged::{STAGED_PER_PROCESS, STAGED_TTL};
+pub use stream_names::parse_module_name;
 pub use streams::{StreamDependency, StreamStatus, Streams, module_id, module_name};
 
 pub use attrs::{Attrs, FallocMode, SetTime};

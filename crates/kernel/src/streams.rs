@@ -196,9 +196,14 @@ pub(crate) fn store_module(fs: &FileSystem, uid: u32, gid: u32, wasm: &[u8]) -> 
     Ok(id)
 }
 
+/// Where the module store keeps module `id`.
+pub(crate) fn module_path(id: &ModuleId) -> String {
+    format!("/{}/{}/{}", MODULE_DIR[0], MODULE_DIR[1], module_name(id))
+}
+
 /// A stored module's bytes, checked against its name.
 fn read_module(fs: &FileSystem, id: &ModuleId) -> SysResult<Vec<u8>> {
-    let path = format!("/{}/{}/{}", MODULE_DIR[0], MODULE_DIR[1], module_name(id));
+    let path = module_path(id);
     let ino = fs
         .resolve(&path)
         .map_err(|_| SysError::new(Errno::Io, format!("stream codec module {path} is missing")))?;
@@ -339,32 +344,7 @@ impl crate::Process {
     /// (`None`: unbinds it). Only the file's owner may: the codec runs on everyone's reads of
     /// it. The module is checked (it must load as a `file.stream` graft) and kept by the kernel.
     pub fn stream_bind(&self, path: &str, wasm: Option<&[u8]>) -> SysResult<()> {
-        let kernel = self.kernel();
-        let _ns = kernel.ns.read();
-        let f = self.walk(crate::namei::At::Root, path.as_bytes(), true)?;
-        let cred = self.credentials();
-        if cred.uid != f.stat.uid {
-            return Err(SysError::new(
-                Errno::Perm,
-                format!("only the owner of {path} binds its stream codec"),
-            ));
-        }
-        let module = match wasm {
-            None => None,
-            Some(wasm) => {
-                // Checked as the binder's own graft: its compile is charged to the caller.
-                Codec::load_for(&kernel.runtime, self.graft_owner(), wasm)
-                    .map_err(|e| SysError::new(Errno::Inval, format!("not a stream codec: {e}")))?;
-                Some(store_module(kernel.fs(), cred.uid, cred.gid, wasm)?)
-            }
-        };
-        {
-            let _writer = kernel.files.write_lock(f.ino);
-            kernel.fs().bind_stream(f.ino, module)?;
-        }
-        let st = kernel.fs().stat(f.ino)?;
-        kernel.prepare_stream(&st);
-        Ok(())
+        self.stream_bind_at(crate::At::Root, path.as_bytes(), wasm)
     }
 
     /// The stream codec of the file or directory at `path`, if any.
@@ -448,7 +428,12 @@ impl crate::Process {
             .map(|s| StreamDependency {
                 ino: s.ino,
                 uid: s.uid,
-                kind: if s.kind == vino_fs::FileType::Directory { "directory" } else { "regular" }.into(),
+                kind: if s.kind == vino_fs::FileType::Directory {
+                    "directory"
+                } else {
+                    "regular"
+                }
+                .into(),
                 module: module_name(&s.module),
                 loaded: loaded.contains(&(s.uid, s.module)),
             })
@@ -459,7 +444,10 @@ impl crate::Process {
     /// only); returns how many went. A module bound again later is stored again.
     pub fn collect_stream_modules(&self) -> SysResult<usize> {
         if !self.credentials().privileged {
-            return Err(SysError::new(Errno::Perm, "only a privileged process collects stream modules"));
+            return Err(SysError::new(
+                Errno::Perm,
+                "only a privileged process collects stream modules",
+            ));
         }
         let kernel = self.kernel();
         let fs = kernel.fs();

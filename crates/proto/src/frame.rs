@@ -142,7 +142,8 @@ pub fn read_frame_watching(
 /// Who a module carried in a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModuleFor {
-    /// A graft ([`Request::GraftLoad`], [`Request::GraftLoadFile`], [`Request::GraftStage`]).
+    /// A graft ([`Request::GraftLoad`], [`Request::GraftLoadFile`], [`Request::GraftStage`],
+    /// [`Request::StreamBind`]).
     Graft,
     /// A program ([`Request::Run`]).
     Program,
@@ -163,60 +164,87 @@ pub struct ModuleHead<'a> {
 /// module too costly to compile can be refused before the rest of its frame is read.
 pub fn module_head(payload: &[u8]) -> Option<ModuleHead<'_>> {
     let (tag, mut at) = varint(payload)?;
-    let (kind, strings) = request_shapes().iter().find(|s| s.0 == tag).map(|s| (s.1, s.2))?;
+    let shape = request_shapes().iter().find(|s| s.tag == tag)?;
     // The strings before the module: each a length and its bytes.
-    for _ in 0..strings {
+    for _ in 0..shape.strings {
         let (n, len) = varint(&payload[at..])?;
         at = at.checked_add(len)?.checked_add(usize::try_from(n).ok()?)?;
+    }
+    if shape.optional {
+        // An `Option`'s tag: 1 if the module follows.
+        if *payload.get(at)? != 1 {
+            return None;
+        }
+        at += 1;
     }
     let (size, len) = varint(payload.get(at..)?)?;
     let size = usize::try_from(size).ok()?;
     let start = at + len;
     let end = payload.len().min(start.saturating_add(size));
     Some(ModuleHead {
-        kind,
+        kind: shape.kind,
         size,
         head: payload.get(start..end)?,
     })
 }
 
-/// Each request that carries a module: its tag, whom the module is for, and how many strings
-/// come before the module in its encoding.
-fn request_shapes() -> &'static [(u64, ModuleFor, usize)] {
-    static SHAPES: std::sync::OnceLock<Vec<(u64, ModuleFor, usize)>> = std::sync::OnceLock::new();
+/// A request that carries a module, as its encoding lays it out.
+struct Shape {
+    tag: u64,
+    kind: ModuleFor,
+    /// Strings before the module.
+    strings: usize,
+    /// The module is an `Option` (a tag byte first).
+    optional: bool,
+}
+
+/// Each request that carries a module.
+fn request_shapes() -> &'static [Shape] {
+    static SHAPES: std::sync::OnceLock<Vec<Shape>> = std::sync::OnceLock::new();
     SHAPES.get_or_init(|| {
         let tag = |r: &crate::Request| varint(&postcard::to_allocvec(r).expect("encodes")).expect("a tag").0;
+        let shape = |r: crate::Request, kind, strings, optional| Shape {
+            tag: tag(&r),
+            kind,
+            strings,
+            optional,
+        };
         let wasm = Vec::new;
         let s = String::new;
+        use crate::Request::*;
         vec![
-            (
-                tag(&crate::Request::GraftLoad {
+            shape(
+                GraftLoad {
                     point: s(),
                     wasm: wasm(),
-                }),
+                },
                 ModuleFor::Graft,
                 1,
+                false,
             ),
-            (
-                tag(&crate::Request::GraftLoadFile {
+            shape(
+                GraftLoadFile {
                     path: s(),
                     point: s(),
                     wasm: wasm(),
-                }),
+                },
                 ModuleFor::Graft,
                 2,
+                false,
             ),
-            (tag(&crate::Request::GraftStage { wasm: wasm() }), ModuleFor::Graft, 0),
-            (
-                tag(&crate::Request::Run {
+            shape(GraftStage { wasm: wasm() }, ModuleFor::Graft, 0, false),
+            shape(
+                Run {
                     wasm: wasm(),
                     setup: Default::default(),
                     detach: false,
                     then: Vec::new(),
-                }),
+                },
                 ModuleFor::Program,
                 0,
+                false,
             ),
+            shape(StreamBind { path: s(), wasm: None }, ModuleFor::Graft, 1, true),
         ]
     })
 }
@@ -345,6 +373,20 @@ mod tests {
                 offset: 4096,
                 len: 1 << 20,
             },
+            Request::StreamBind {
+                path: "/s".into(),
+                wasm: Some(vec![0, 97, 115, 109]),
+            },
+            Request::StreamBind {
+                path: "/s".into(),
+                wasm: None,
+            },
+            Request::StreamStatus { path: "/s".into() },
+            Request::StreamControl {
+                path: "/s".into(),
+                name: "vino_ctl_set_key".into(),
+                args: vec![0, -1],
+            },
         ];
         for r in &reqs {
             assert_eq!(&round_trip(r), r);
@@ -371,6 +413,11 @@ mod tests {
             }),
             Response::Names(vec![b"user.a".to_vec(), b"user.\xff".to_vec()]),
             Response::Data(b"target/of/a/link".to_vec()),
+            Response::Stream(Some(crate::StreamInfo {
+                module: "ab".repeat(32),
+                loaded: true,
+            })),
+            Response::Stream(None),
         ];
         for r in &resps {
             let bytes = encode(r);
@@ -552,6 +599,13 @@ mod tests {
                 },
                 ModuleFor::Program,
             ),
+            (
+                Request::StreamBind {
+                    path: "/s".into(),
+                    wasm: Some(module.clone()),
+                },
+                ModuleFor::Graft,
+            ),
         ];
         for (req, kind) in cases {
             let frame = encode(&req);
@@ -564,5 +618,10 @@ mod tests {
             assert_eq!(module_head(&payload[..1]), None);
         }
         assert_eq!(module_head(&encode(&Request::Top)[4..]), None);
+        let unbind = encode(&Request::StreamBind {
+            path: "/s".into(),
+            wasm: None,
+        });
+        assert_eq!(module_head(&unbind[4..]), None, "an unbind carries no module");
     }
 }

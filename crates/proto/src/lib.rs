@@ -64,6 +64,11 @@ pub const PAGE_BYTES: usize = 64 << 10;
 pub const ENTRY_OVERHEAD: usize = 16;
 /// Largest shared-memory area a client may pass in Hello.
 pub const MAX_SHM: u64 = 256 << 20;
+/// The extended attribute of a file or directory on the FUSE mount that is its stream codec:
+/// reading it gives the codec module's SHA-256 in hex (`ENODATA` if none), setting it to such
+/// a hash binds a codec the kernel holds already (one bound before by its bytes, through the
+/// socket), removing it unbinds. Not listed, and not stored as an attribute.
+pub const STREAM_XATTR: &str = "user.vino.stream";
 /// The socket clients use when `VINO_SOCKET` is not set.
 pub const DEFAULT_SOCKET: &str = "/run/vino/vinod.sock";
 
@@ -549,6 +554,26 @@ pub enum Request {
         offset: u64,
         len: u64,
     },
+    /// Binds the stream codec `wasm` (a `file.stream` graft, at most [`MAX_MODULE`]) to the
+    /// empty regular file or the directory at `path`; `None` unbinds it. Only the file's owner
+    /// may (`EPERM`); a module that is no stream codec is `EINVAL`. The stream requests come
+    /// after the others, so that every earlier request keeps its encoding.
+    StreamBind {
+        path: String,
+        #[serde(with = "serde_bytes")]
+        wasm: Option<Vec<u8>>,
+    },
+    /// The stream codec of the file or directory at `path`: [`Response::Stream`].
+    StreamStatus {
+        path: String,
+    },
+    /// Calls control function `name` of the owner's codec of the stream file at `path` (a
+    /// key, `vino_ctl_set_key`): its result as a [`Response::Value`]. Only the owner may.
+    StreamControl {
+        path: String,
+        name: String,
+        args: Vec<i64>,
+    },
 }
 
 impl Request {
@@ -641,6 +666,9 @@ impl Request {
             Request::SetXattr {
                 path: p, name, value, ..
             } => bytes(p).and(bytes(name)).and(data(value.len(), MAX_XATTR)),
+            Request::StreamBind { path: p, wasm } => path(p).and(data(wasm.as_ref().map_or(0, Vec::len), MAX_MODULE)),
+            Request::StreamStatus { path: p } => path(p),
+            Request::StreamControl { path: p, name, args } => path(p).and(path(name)).and(list(args.len())),
             _ => Ok(()),
         }
     }
@@ -713,7 +741,10 @@ impl Request {
             Signal,
             KillProgram,
             SetTickets,
-            FallocateMode
+            FallocateMode,
+            StreamBind,
+            StreamStatus,
+            StreamControl
         )
     }
 }
@@ -764,6 +795,8 @@ pub enum Response {
         code: i32,
         trap: Option<String>,
     },
+    /// The stream codec of a file or directory, if it has one ([`Request::StreamStatus`]).
+    Stream(Option<StreamInfo>),
 }
 
 /// The ioctls the FUSE mount answers on an open file. FUSE passes only restricted ioctls: the

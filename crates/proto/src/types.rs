@@ -398,6 +398,15 @@ pub struct RequestTop {
     pub ns: u64,
 }
 
+/// The stream codec bound to a file or directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamInfo {
+    /// SHA-256 of the codec's module, hex (its name in the kernel's module store).
+    pub module: String,
+    /// Whether the owner's codec is loaded now (it loads on the first access after a mount).
+    pub loaded: bool,
+}
+
 /// A failed request: an errno (Linux numbering) and what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorReply {

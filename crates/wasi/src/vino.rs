@@ -80,6 +80,25 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             })
         },
     )?;
+    // A stream codec bound to a file or directory of the program's (the owner's right, as for
+    // any process); no module (a length of 0) unbinds.
+    l.func_wrap(
+        MODULE,
+        "stream_bind",
+        |mut c: C, dirfd: u32, path: u32, len: u32, wasm: u32, wasm_len: u32| {
+            sys_value(&mut c, |g, x| {
+                let dir = crate::calls::dir(x, dirfd)?;
+                let wasm = if wasm_len == 0 {
+                    None
+                } else {
+                    Some(g.bytes(wasm, wasm_len)?)
+                };
+                x.process
+                    .stream_bind_at(vino_kernel::At::Beneath(dir), &g.path(path, len)?, wasm)?;
+                Ok(0)
+            })
+        },
+    )?;
     // Modes and owners, which WASI preview 1 has no calls for; the kernel checks them as for
     // any process.
     l.func_wrap(MODULE, "fd_chmod", |mut c: C, fd: u32, mode: u32| {

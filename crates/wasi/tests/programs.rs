@@ -474,6 +474,49 @@ fn spin_program() -> Program {
 }
 
 /// A kernel whose CPU scheduler has one worker, so programs compete for it.
+#[test]
+fn a_program_binds_a_stream_codec_to_its_own_file() {
+    let b = boot();
+    let k = &b.kernel;
+    let root = k.spawn(Credentials::root());
+    for path in ["/s", "/other", "/lz4.wasm"] {
+        let fd = root.open(path, vino_kernel::OpenFlags::create()).unwrap();
+        root.close(fd).unwrap();
+    }
+    let module = vino_sdk::build_example("lz4_stream", &Default::default()).unwrap();
+    let fd = root.open("/lz4.wasm", vino_kernel::OpenFlags::read_write()).unwrap();
+    root.write(fd, &module).unwrap();
+    root.close(fd).unwrap();
+    let to_alice = vino_kernel::Attrs {
+        uid: Some(1000),
+        ..Default::default()
+    };
+    root.setattr_at(vino_kernel::At::Root, "/other", true, &to_alice)
+        .unwrap();
+    let r = run_as(
+        k,
+        &build("stream"),
+        Credentials::root(),
+        &["stream", "/", "s", "other", "/lz4.wasm"],
+        b"",
+    );
+    assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+    let errno = |e: vino_wasi::WasiErrno| -i32::from(e.0);
+    let expect = format!(
+        "not a codec {inval}\nnot the owner {}\nbind 0\nfsync 0\nwrote 200000 read 200000 same 1\n\
+         unbind with data {inval}\n",
+        errno(vino_wasi::WasiErrno::PERM),
+        inval = errno(vino_wasi::WasiErrno::INVAL),
+    );
+    assert_eq!(r.out, expect);
+    let status = root.stream_status("/s").unwrap().expect("a stream file");
+    assert_eq!(
+        status.module,
+        vino_kernel::module_name(&vino_kernel::module_id(&module))
+    );
+    k.exit(root.pid());
+}
+
 fn boot_one_worker(limits: Option<vino_kernel::account::LimitsConfig>) -> Booted {
     let dev = Arc::new(MemDevice::new(16384));
     mkfs(&*dev, &MkfsOptions::default()).unwrap();
