@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use vino_graft::{GraftPoint, Runtime};
+use vino_graft::{GraftPoint, Interrupt, Runtime, RuntimeConfig};
 use vino_measure::report::{ChartOptions, Table, bar_chart_with};
 use vino_stream::{ARG_BYTES, CHUNK, ChunkArgs, Codec, Encoded, FileStream, NONCE_BYTES, Op};
 
@@ -31,6 +31,9 @@ pub struct StreamsOptions {
     pub quick: bool,
     /// The binary corpus; the `vino` program next to this one if not given.
     pub binary: Option<PathBuf>,
+    /// How the grafts' budget is enforced: fuel (the runtime's default, what grafts run under)
+    /// or epoch ticks (to see what counting fuel costs).
+    pub interrupt: Interrupt,
 }
 
 /// The results.
@@ -38,6 +41,8 @@ pub struct StreamsOptions {
 pub struct StreamsReport {
     /// Rounds per measurement (each a pass over the corpus, Wasm and native in turn).
     pub rounds: usize,
+    /// The grafts' budget enforcement: `Fuel` (the default) or `Epoch`.
+    pub interrupt: String,
     /// `/proc/loadavg` (1, 5, 15 minutes) before and after.
     pub load_before: String,
     pub load_after: String,
@@ -121,7 +126,10 @@ pub fn run(opts: &StreamsOptions, progress: &mut dyn FnMut(&str)) -> Result<Stre
         ("source", source_corpus(limit)?),
         ("binary", binary_corpus(opts.binary.as_deref(), limit)?),
     ];
-    let runtime = Runtime::default();
+    let runtime = Runtime::new(RuntimeConfig {
+        interrupt: opts.interrupt,
+        ..RuntimeConfig::default()
+    });
     let mut codecs = Vec::new();
     for ex in examples() {
         progress(&format!("building {}", ex.name));
@@ -146,6 +154,7 @@ pub fn run(opts: &StreamsOptions, progress: &mut dyn FnMut(&str)) -> Result<Stre
         .collect();
     Ok(StreamsReport {
         rounds,
+        interrupt: format!("{:?}", opts.interrupt),
         load_before,
         load_after: crate::vm::load_average(),
         clang: env!("VINO_BENCH_CLANG_VERSION").to_string(),
@@ -464,8 +473,8 @@ impl StreamsReport {
             ));
         }
         t.note(format!(
-            "load before {}, after {}; {}",
-            self.load_before, self.load_after, self.clang
+            "load before {}, after {}; {}; the grafts' budget counted by {}",
+            self.load_before, self.load_after, self.clang, self.interrupt
         ));
         let mut tables = vec![t];
         if !self.kernel.is_empty() {

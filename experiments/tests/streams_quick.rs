@@ -7,6 +7,7 @@ fn every_codec_runs_both_ways_on_both_corpora_with_the_same_bytes_as_native() {
     let opts = StreamsOptions {
         quick: true,
         binary: Some(std::env::current_exe().unwrap()),
+        interrupt: vino_graft::Interrupt::Fuel,
     };
     let report = streams::run(&opts, &mut |_| {}).expect("the streams bench runs");
     assert_eq!(report.corpora.len(), 2);

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use vino_experiments::front::{self, Common};
 use vino_experiments::streams;
+use vino_graft::Interrupt;
 
 #[derive(Parser)]
 #[command(name = "vino-bench-streams")]
@@ -17,13 +18,17 @@ struct Args {
     /// The binary corpus (default: the `vino` program beside this one).
     #[arg(long)]
     binary: Option<PathBuf>,
+    /// Count the grafts' budget in epoch ticks instead of fuel (what counting fuel costs).
+    #[arg(long)]
+    epoch: bool,
 }
 
 fn main() -> ExitCode {
-    let Args { common, binary } = Args::parse();
+    let Args { common, binary, epoch } = Args::parse();
     let opts = streams::StreamsOptions {
         quick: common.quick,
         binary,
+        interrupt: if epoch { Interrupt::Epoch } else { Interrupt::Fuel },
     };
     let result = front::experiment(
         &common,
