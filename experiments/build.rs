@@ -2,6 +2,11 @@
 //! same source with the same clang at -O2: natively, as a static library
 //! linked into this crate, and to wasm32 modules written into `OUT_DIR` (the
 //! crate embeds them with `include_bytes!`).
+//!
+//! Also builds the example stream grafts (`sdk/grafts/*_stream.c`) natively with
+//! the same clang at -O2, the SDK's level for grafts (`vino bench streams`
+//! measures them against themselves in Wasm, built by the SDK at run time):
+//! each in a library of its own, its symbols prefixed so the three link together.
 
 use std::env;
 use std::path::PathBuf;
@@ -45,6 +50,8 @@ fn main() {
     }
     native.compile("vino_bench_workloads");
 
+    build_native_streams(&clang, &manifest);
+
     // wasm32: the runtime support object first, then one module per workload.
     let rt_obj = out.join(format!("{WASM_RUNTIME}.o"));
     run(
@@ -71,6 +78,41 @@ fn main() {
                 .arg("-o")
                 .arg(&wasm),
         );
+    }
+}
+
+/// The stream grafts built natively: (file stem in `sdk/grafts`, symbol prefix).
+const STREAM_GRAFTS: &[(&str, &str)] = &[
+    ("lz4_stream", "lz4"),
+    ("chacha20poly1305_stream", "chacha"),
+    ("crc32c_stream", "crc"),
+];
+
+/// Each stream graft as a native static library `vino_stream_<prefix>`, its entry point and
+/// argument area renamed `<prefix>_file_stream` and `<prefix>_vino_args` (and its key control
+/// `<prefix>_set_key`), compiled against the SDK header in its native mode.
+fn build_native_streams(clang: &str, manifest: &std::path::Path) {
+    let root = manifest.join("..");
+    let include = root.join("sdk/include");
+    let vendor = root.join("vendor");
+    println!("cargo:rerun-if-changed={}", include.join("vino_graft.h").display());
+    println!("cargo:rerun-if-changed={}", vendor.join("lz4/lz4.c").display());
+    for (stem, prefix) in STREAM_GRAFTS {
+        let source = root.join(format!("sdk/grafts/{stem}.c"));
+        println!("cargo:rerun-if-changed={}", source.display());
+        let mut b = cc::Build::new();
+        b.compiler(clang)
+            .opt_level(2)
+            .debug(false)
+            .warnings(true)
+            .flag("-std=c11")
+            .include(&include)
+            .include(&vendor)
+            .define("VINO_GRAFT_NATIVE", None);
+        for symbol in ["file_stream", "vino_args", "set_key", "forget_key"] {
+            b.define(symbol, Some(format!("{prefix}_{symbol}").as_str()));
+        }
+        b.file(&source).compile(&format!("vino_stream_{prefix}"));
     }
 }
 

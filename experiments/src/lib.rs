@@ -21,6 +21,7 @@
 //! | `vino-bench-vm` | [`vm`] | page-fault costs: first touch, userfaultfd, swap-in, a mapped file |
 //! | `vino-bench-vmlat` | [`vm_latency`] | another user's fault latency beside hostile neighbours |
 //! | `vino-bench-vmjoin` | [`vm_join`] | E4's join in a program's own memory: look-ahead graft, default, Linux |
+//! | `vino-bench-streams` | [`streams`] | stream grafts: each example codec in Wasm against the same C native |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -43,6 +44,7 @@ pub mod native;
 pub mod procs;
 pub mod programs;
 pub mod progress;
+pub mod streams;
 pub mod vm;
 pub mod vm_join;
 pub mod vm_latency;

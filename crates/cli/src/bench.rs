@@ -96,6 +96,10 @@ pub enum BenchCommand {
     /// (a memory cgroup with a swap file).
     #[command(disable_help_flag = true)]
     VmJoin(Pass),
+    /// Stream grafts (Small 1998, 4.2): each example codec (LZ4, ChaCha20-Poly1305, CRC32C)
+    /// encoding and decoding 64 KiB chunks in Wasm, protected, against the same C native.
+    #[command(disable_help_flag = true)]
+    Streams(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -125,6 +129,7 @@ impl BenchCommand {
             BenchCommand::Vm(p) => ("vm", p.args),
             BenchCommand::VmLatency(p) => ("vmlat", p.args),
             BenchCommand::VmJoin(p) => ("vmjoin", p.args),
+            BenchCommand::Streams(p) => ("streams", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

@@ -1030,6 +1030,38 @@ pub const PAGES: &[Page] = &[
             ],
         }],
     },
+    Page {
+        name: "streams",
+        tables: &[
+            Table {
+                title: "Stream codecs on 64 KiB chunks: Wasm through `Codec` against the same C native (each chunk's median \
+                        over the rounds, summed):",
+                rows: "codecs[]",
+                across: None,
+                columns: &[
+                    ("codec", "codec", Fmt::Text),
+                    ("corpus", "corpus", Fmt::Text),
+                    ("op", "op", Fmt::Text),
+                    ("Wasm MB/s", "wasm_mb_s", Fmt::Ratio),
+                    ("native MB/s", "native_mb_s", Fmt::Ratio),
+                    ("Wasm / native", "wasm_vs_native", Fmt::Ratio),
+                    ("stored / plain", "stored_ratio", Fmt::Ratio),
+                    ("raw chunks", "raw_chunks", Fmt::Count),
+                ],
+            },
+            Table {
+                title: "The corpora:",
+                rows: "corpora[]",
+                across: None,
+                columns: &[
+                    ("corpus", "name", Fmt::Text),
+                    ("bytes", "bytes", Fmt::Count),
+                    ("chunks", "chunks", Fmt::Count),
+                    ("from", "source", Fmt::Text),
+                ],
+            },
+        ],
+    },
 ];
 
 #[cfg(test)]
