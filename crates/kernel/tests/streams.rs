@@ -272,3 +272,70 @@ fn writers_of_one_compressed_file_at_once_lose_nothing() {
     k.shutdown().unwrap();
     assert!(vino_fs::fsck(&*dev, false).unwrap().problems.is_empty());
 }
+
+fn hostile(name: &str) -> Vec<u8> {
+    vino_sdk::build_c_bytes(&vino_sdk::hostile_path(name), &BuildOptions::default()).unwrap()
+}
+
+#[test]
+fn hostile_codecs_fail_their_own_file_and_store_nothing_half_done() {
+    let dev = fresh();
+    let k = boot(&dev);
+    let user = k.spawn(Credentials::user(1000, 1000));
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/u", 0o777).unwrap();
+    // A codec that reads the clock is refused at bind, naming the import.
+    let fd = user.open("/u/clock", OpenFlags::create()).unwrap();
+    let e = user
+        .stream_bind("/u/clock", Some(&hostile("stream_clock")))
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::Inval);
+    assert!(e.to_string().contains("vino_now_ns"), "{e}");
+    user.close(fd).unwrap();
+    // Encoding past the bound, or looping past the budget: write-back fails, nothing is
+    // stored, the data stays readable from the cache, and the other chunks go through.
+    for (name, bad, recovers) in [("stream_overflow", b'O', false), ("stream_loop", b'L', true)] {
+        let path = format!("/u/{name}");
+        let fd = user.open(&path, OpenFlags::create()).unwrap();
+        user.stream_bind(&path, Some(&hostile(name))).unwrap();
+        let mut data = vec![b'g'; 2 * 65_536];
+        data[0] = bad;
+        user.pwrite(fd, &data, 0).unwrap();
+        assert_eq!(user.fsync(fd).unwrap_err().errno, Errno::Io, "{name}");
+        let mut got = vec![0u8; data.len()];
+        assert_eq!(user.pread(fd, &mut got, 0).unwrap(), data.len());
+        assert_eq!(got, data, "{name}: the dirty data stays");
+        // Nothing of the failing chunk is stored (the loop codec copies its other chunk: 16
+        // blocks and the map's).
+        let stored = if recovers { 17 } else { 0 };
+        assert_eq!(
+            user.fstat(fd).unwrap().blocks,
+            stored,
+            "{name}: only whole good chunks stored"
+        );
+        if !recovers {
+            // It fails every chunk: its owner's file stays dirty until it goes.
+            user.close(fd).unwrap();
+            user.unlink(&path).unwrap();
+            continue;
+        }
+        // Once the bad byte is gone the file is stored whole.
+        user.pwrite(fd, b"g", 0).unwrap();
+        user.fsync(fd).unwrap();
+        k.drop_clean_pages().unwrap();
+        user.pread(fd, &mut got, 0).unwrap();
+        assert!(got.iter().all(|&b| b == b'g'), "{name}");
+        user.close(fd).unwrap();
+    }
+    // Decoding to another length: EIO on that file only, never wrong bytes.
+    let fd = user.open("/u/short", OpenFlags::create()).unwrap();
+    user.stream_bind("/u/short", Some(&hostile("stream_wrong_length")))
+        .unwrap();
+    user.pwrite(fd, &[7u8; 10_000], 0).unwrap();
+    user.fsync(fd).unwrap();
+    k.drop_clean_pages().unwrap();
+    let mut got = vec![0u8; 10_000];
+    assert_eq!(user.pread(fd, &mut got, 0).unwrap_err().errno, Errno::Io);
+    k.shutdown().unwrap();
+    assert!(vino_fs::fsck(&*dev, false).unwrap().problems.is_empty());
+}
