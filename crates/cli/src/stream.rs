@@ -42,6 +42,19 @@ pub enum StreamCommand {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Which files and directories depend on which codec module (yours; every one for root):
+    /// inode, owner, kind, module, and whether the owner's codec is loaded.
+    Ls {
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Remove the stored codec modules no file names any more (root only); prints how many.
+    Gc {
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Call one of the codec's control functions (its name without `vino_ctl_`) with integer
     /// arguments; prints its result.
     Ctl {
@@ -93,6 +106,28 @@ pub fn run(cmd: StreamCommand) -> Result<()> {
             connect(socket)?
                 .stream_set_key(&path, &key)
                 .with_context(|| format!("giving the codec of {path} its key"))?;
+        }
+        StreamCommand::Ls { json, socket } => {
+            let files = connect(socket)?.stream_files().context("listing stream files")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&files)?);
+            } else {
+                println!("{:>8} {:>6} {:<9} {:<64} loaded", "ino", "uid", "kind", "module");
+                for f in files {
+                    println!(
+                        "{:>8} {:>6} {:<9} {:<64} {}",
+                        f.ino,
+                        f.uid,
+                        f.kind,
+                        f.module,
+                        if f.loaded { "yes" } else { "no" }
+                    );
+                }
+            }
+        }
+        StreamCommand::Gc { socket } => {
+            let n = connect(socket)?.stream_collect().context("collecting stream modules")?;
+            println!("{n}");
         }
         StreamCommand::Ctl {
             path,

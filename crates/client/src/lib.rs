@@ -37,7 +37,7 @@ pub use shm::SharedMemory;
 pub use vino_proto::{
     CacheTop, DEFAULT_SOCKET, DirEntry, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats, GraftTop, Held,
     LockInfo, LockKind, MAX_DATA, MountTop, OpenFlags, PipeStage, ProcessTop, ProgramSetup, RequestTop, SetAttrs,
-    SetTime, SlotInfo, Stat, StreamInfo, Top, UserTop, XattrHow, errno,
+    SetTime, SlotInfo, Stat, StreamFile, StreamInfo, Top, UserTop, XattrHow, errno,
 };
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
@@ -786,6 +786,17 @@ impl Client {
     /// The stream codec of the file or directory at `path`, if it has one.
     pub fn stream_status(&mut self, path: &str) -> Result<Option<StreamInfo>> {
         expect!(self.stream_call(Request::StreamStatus { path: path.into() })?, Response::Stream(s) => s)
+    }
+
+    /// Which files and directories depend on which stream codec module: the caller's own, or
+    /// all for a privileged caller.
+    pub fn stream_files(&mut self) -> Result<Vec<StreamFile>> {
+        expect!(self.stream_call(Request::StreamFiles)?, Response::StreamFiles(f) => f)
+    }
+
+    /// Removes the stored codec modules no file names any more (privileged); how many went.
+    pub fn stream_collect(&mut self) -> Result<u64> {
+        expect!(self.stream_call(Request::StreamCollect)?, Response::Value(n) => n as u64)
     }
 
     /// Calls control function `name` (without its `vino_ctl_` prefix) of the owner's codec of

@@ -450,6 +450,26 @@ impl Session<'_> {
             Request::StreamControl { path, name, args } => {
                 p.stream_control(&path, &name, &args).map(Response::Value).map_err(sys)
             }
+            Request::StreamFiles => p
+                .stream_dependencies()
+                .map(|deps| {
+                    Response::StreamFiles(
+                        deps.into_iter()
+                            .map(|d| vino_proto::StreamFile {
+                                ino: d.ino,
+                                uid: d.uid,
+                                kind: d.kind,
+                                module: d.module,
+                                loaded: d.loaded,
+                            })
+                            .collect(),
+                    )
+                })
+                .map_err(sys),
+            Request::StreamCollect => p
+                .collect_stream_modules()
+                .map(|n| Response::Value(n as i64))
+                .map_err(sys),
         }
     }
 

@@ -70,8 +70,13 @@ fn role_intruder() -> Result<(), String> {
         return Err(format!("bind {bind:?}, unbind {unbind:?}, key {key:?}: expected EPERM"));
     }
     match c.stream_status("/lz4") {
-        Ok(Some(_)) => Ok(()),
-        other => Err(format!("status of /lz4: {other:?}")),
+        Ok(Some(_)) => {}
+        other => return Err(format!("status of /lz4: {other:?}")),
+    }
+    // Another user's stream files are not its to enumerate, nor the store its to collect.
+    match (c.stream_files(), c.stream_collect()) {
+        (Ok(files), Err(e)) if files.is_empty() && e.errno == errno::EPERM => Ok(()),
+        other => Err(format!("stream files and collect: {other:?}")),
     }
 }
 
@@ -128,6 +133,19 @@ fn an_owner_binds_a_codec_and_keys_it_through_the_socket() {
     let secret = body(100_000);
     write_file(&mut c, "/chacha", &secret).unwrap();
     assert!(read_file(&mut c, "/chacha", secret.len()) == secret, "chacha read back");
+
+    // Which files depend on which module; the unbound module's store entry is kept while
+    // a file names it, then collected.
+    let files = c.stream_files().unwrap();
+    let names: Vec<_> = files.iter().map(|f| (f.kind.as_str(), f.module.clone())).collect();
+    assert_eq!(files.len(), 2, "{names:?}");
+    assert!(files.iter().all(|f| f.kind == "regular" && f.loaded));
+    assert_eq!(c.stream_collect().unwrap(), 0, "both modules are named");
+    let (crc, _) = graft("crc32c_stream");
+    c.stream_bind("/empty", &crc).unwrap();
+    c.stream_unbind("/empty").unwrap();
+    assert_eq!(c.stream_collect().unwrap(), 1, "the unbound module goes");
+    assert!(read_file(&mut c, "/lz4", data.len()) == data, "the others stay");
 
     if !is_root() {
         eprintln!("skipped the other user: needs root");

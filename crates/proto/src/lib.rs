@@ -574,6 +574,12 @@ pub enum Request {
         name: String,
         args: Vec<i64>,
     },
+    /// Which files and directories depend on which stream codec module (the caller's own, or
+    /// all for a privileged caller): [`Response::StreamFiles`].
+    StreamFiles,
+    /// Removes the stored codec modules no file names any more (privileged): how many, as a
+    /// [`Response::Value`].
+    StreamCollect,
 }
 
 impl Request {
@@ -744,7 +750,9 @@ impl Request {
             FallocateMode,
             StreamBind,
             StreamStatus,
-            StreamControl
+            StreamControl,
+            StreamFiles,
+            StreamCollect
         )
     }
 }
@@ -797,6 +805,8 @@ pub enum Response {
     },
     /// The stream codec of a file or directory, if it has one ([`Request::StreamStatus`]).
     Stream(Option<StreamInfo>),
+    /// The files that depend on stream codec modules ([`Request::StreamFiles`]).
+    StreamFiles(Vec<StreamFile>),
 }
 
 /// The ioctls the FUSE mount answers on an open file. FUSE passes only restricted ioctls: the

@@ -407,6 +407,19 @@ pub struct StreamInfo {
     pub loaded: bool,
 }
 
+/// A file or directory that depends on a stream codec module.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamFile {
+    pub ino: u64,
+    pub uid: u32,
+    /// `regular` or `directory`.
+    pub kind: String,
+    /// SHA-256 of the module, hex.
+    pub module: String,
+    /// Whether its owner's codec is loaded now.
+    pub loaded: bool,
+}
+
 /// A failed request: an errno (Linux numbering) and what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorReply {
