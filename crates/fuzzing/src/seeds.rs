@@ -261,6 +261,7 @@ fn image() -> Vec<Vec<u8>> {
         out.push(vec![block, 40, 0, 4, 0xde, 0xad, 0xbe, 0xef]);
     }
     out.extend(random(0x1a6e, 16, 64));
+    out.extend(crate::image::chunk_map_inputs());
     out
 }
 

@@ -119,3 +119,14 @@ fn program_inputs_make_many_kinds_of_calls() {
     }
     assert!(kinds.len() >= 12, "{kinds:?}");
 }
+
+#[test]
+fn image_seeds_reach_the_chunk_maps() {
+    use vino_fuzzing::image::{chunk_map_inputs, mutate};
+    let inputs = chunk_map_inputs();
+    // Fifteen ways to break a map, on each copy of each stream file's first map.
+    assert!(inputs.len() >= 30, "{} inputs", inputs.len());
+    let template = mutate(&[]);
+    let idle = inputs.iter().filter(|i| mutate(i) == template).count();
+    assert_eq!(idle, 0, "inputs that change nothing");
+}

@@ -22,6 +22,10 @@
 //! same promises must hold after the final mount. A failure names its seed; the same seed fails
 //! the same way again (the traces are compared).
 //!
+//! With `streams`, files made in the directory `/s` (bound to a codec graft before the workload) are stream
+//! files: write-back and fsync store their 64 KiB chunks through the codec, out of place, and
+//! a read after a drop of clean pages decodes them; the model knows them as regular files.
+//!
 //! The processes also spawn children, signal them, wait for them and pass bytes through pipes
 //! (see `family`), each answer checked against a model of the process tree and the pipes.
 //!
@@ -71,6 +75,10 @@ pub struct SimOptions {
     /// One module every graft step binds, instead of the simulator's own (the graft fuzzer
     /// runs the workload around each module it makes). The first steps bind it at once.
     pub graft: Option<CustomGraft>,
+    /// Make the stream directory `/s` (see the crate documentation) and paths in it. Off by
+    /// default while stream files are not ordered: another file's fsync makes a stream file's
+    /// new size durable before its chunks, which a power cut then shows as lost bytes.
+    pub streams: bool,
 }
 
 /// A module of the caller's, bound at one graftpoint of [`grafts::points`].
@@ -93,6 +101,9 @@ impl SimOptions {
         if !self.ordered {
             f += " --unordered";
         }
+        if self.streams {
+            f += " --streams";
+        }
         if let Some(g) = &self.graft {
             f += &format!(" (and the caller's graft at {})", g.point);
         }
@@ -107,6 +118,7 @@ impl Default for SimOptions {
             crash: true,
             ordered: true,
             graft: None,
+            streams: false,
         }
     }
 }
@@ -177,7 +189,10 @@ pub fn run(seed: u64, opts: &SimOptions) -> Result<Report, Failure> {
         what,
         flags: opts.flags(),
     };
+    // A stream chunk's nonce lands on the disk: drawn from the seed, the disk's bytes repeat.
+    vino_stream::seed_nonces(Some(seed));
     let caught = catch_unwind(AssertUnwindSafe(|| run_passes(seed, opts)));
+    vino_stream::seed_nonces(None);
     match caught {
         Ok(r) => r.map_err(fail),
         Err(panic) => {
@@ -339,6 +354,13 @@ impl Sim {
                 held: Vec::new(),
             });
         }
+        let mut model = Model::default();
+        let mut promises = Promises::new();
+        if opts.streams {
+            make_stream_dir(&kernel, &procs[0].p)?;
+            model.nodes.insert(STREAM_DIR.to_string(), Node::Dir);
+            promises.durable_point(&model);
+        }
         let writes_at_start = dev.writes();
         if let Some(trip) = trip {
             // From a generator of its own: the workload's must not depend on the pass.
@@ -358,8 +380,8 @@ impl Sim {
             config,
             kernel,
             procs,
-            model: Model::default(),
-            promises: Promises::new(),
+            model,
+            promises,
             writes_at_start,
             grafts_loaded: 0,
             written_back: 0,
@@ -395,10 +417,20 @@ impl Sim {
             .sum()
     }
 
+    /// A path of one or two names; a two-name path may start in the stream directory (which
+    /// no path names itself, so it stays bound).
     fn random_path(&mut self) -> String {
         let depth = 1 + self.rng.below(2) as usize;
+        let names = ["a", "b", "c", &STREAM_DIR[1..]];
         (0..depth)
-            .map(|_| format!("/{}", ["a", "b", "c"][self.rng.below(3) as usize]))
+            .map(|i| {
+                let choices = if self.opts.streams && i == 0 && depth == 2 {
+                    4
+                } else {
+                    3
+                };
+                format!("/{}", names[self.rng.below(choices) as usize])
+            })
             .collect()
     }
 
@@ -825,6 +857,25 @@ impl Sim {
     }
 }
 
+/// The directory bound to [`grafts::stream_codec`] before the workload: the regular files and
+/// directories made in it are stream files and stream directories (regular files and
+/// directories to the model).
+const STREAM_DIR: &str = "/s";
+
+/// The kernel's store of stream codecs: no node of the model.
+const MODULE_STORE: &str = "/.vino";
+
+/// Makes [`STREAM_DIR`] and binds it, durably: the workload starts on a tree holding it.
+fn make_stream_dir(kernel: &Kernel, root: &Process) -> Check {
+    root.mkdir(STREAM_DIR, 0o777)
+        .map_err(|e| format!("mkdir {STREAM_DIR}: {e}"))?;
+    root.stream_bind(STREAM_DIR, Some(&grafts::stream_codec()))
+        .map_err(|e| format!("binding {STREAM_DIR}: {e}"))?;
+    kernel
+        .sync()
+        .map_err(|e| format!("sync after binding {STREAM_DIR}: {e}"))
+}
+
 /// Reads a whole file through a process.
 fn read_file(p: &Process, path: &str) -> Result<Vec<u8>, SysError> {
     let fd = p.open(path, OpenFlags::read_only())?;
@@ -843,7 +894,8 @@ fn read_file(p: &Process, path: &str) -> Result<Vec<u8>, SysError> {
     Ok(buf)
 }
 
-/// The tree as a process sees it, in the model's terms (`lost+found` left out).
+/// The tree as a process sees it, in the model's terms (`lost+found` and the codec store left
+/// out).
 fn collect(p: &Process) -> Check<Model> {
     let mut m = Model::default();
     let mut dirs = vec!["/".to_string()];
@@ -851,7 +903,8 @@ fn collect(p: &Process) -> Check<Model> {
         let entries = p.readdir(&dir).map_err(|e| format!("readdir {dir}: {e}"))?;
         for e in entries {
             let name = String::from_utf8_lossy(&e.name).into_owned();
-            if name == "." || name == ".." || (dir == "/" && name == "lost+found") {
+            let kernels_own = dir == "/" && (name == "lost+found" || name == MODULE_STORE[1..]);
+            if name == "." || name == ".." || kernels_own {
                 continue;
             }
             let path = if dir == "/" {

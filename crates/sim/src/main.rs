@@ -38,6 +38,9 @@ struct Args {
     /// Turn ordered mode off (shows the hole the simulator finds; seeds are expected to fail).
     #[arg(long)]
     unordered: bool,
+    /// Make stream files too (in `/s`, bound to a codec).
+    #[arg(long)]
+    streams: bool,
     /// Print every seed's report and the summary as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         crash: !args.no_crash,
         ordered: !args.unordered,
         graft: None,
+        streams: args.streams,
     };
     let (from, count) = match args.seed {
         Some(s) => (s, 1),

@@ -72,3 +72,33 @@ fn the_simulator_finds_the_ordered_mode_hole_and_a_failing_seed_fails_again_alik
     run(hole.seed, &SimOptions::default()).unwrap();
     assert_eq!(run(hole.seed, &opts).unwrap_err(), *hole);
 }
+
+#[test]
+fn a_seed_with_stream_files_runs_the_same_way_every_time() {
+    // Their chunk maps hold nonces, drawn from the seed: the disk's bytes repeat too.
+    let opts = SimOptions {
+        streams: true,
+        ..SimOptions::default()
+    };
+    for seed in [3, 17] {
+        let a = run(seed, &opts).unwrap();
+        assert_eq!(a, run(seed, &opts).unwrap(), "seed {seed}");
+    }
+}
+
+#[test]
+#[ignore = "stream files are not ordered (seeds 2, 22 and 31 lose bytes another file's fsync made durable) and a chunk loaded for a write can wait for its own eviction (seeds 5 and 18 hang)"]
+fn stream_files_survive_their_power_cuts() {
+    let opts = SimOptions {
+        streams: true,
+        ..SimOptions::default()
+    };
+    let (_, failures) = run_many(0, 100, &opts, |_, _| {});
+    let shown: Vec<String> = failures.iter().take(5).map(|f| f.to_string()).collect();
+    assert!(
+        failures.is_empty(),
+        "{} seeds failed:\n{}",
+        failures.len(),
+        shown.join("\n")
+    );
+}

@@ -313,11 +313,38 @@ impl Codec {
     }
 }
 
-/// A fresh nonce from the OS's random source.
+thread_local! {
+    /// The state of this thread's seeded nonces, if [`seed_nonces`] seeded them.
+    static SEEDED: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// A fresh nonce from the OS's random source, or from this thread's seed (see [`seed_nonces`]).
 pub fn fresh_nonce() -> [u8; NONCE_BYTES] {
     let mut nonce = [0; NONCE_BYTES];
-    getrandom::fill(&mut nonce).expect("the host gives random bytes");
+    match SEEDED.get() {
+        Some(state) => SEEDED.set(Some(fill_seeded(state, &mut nonce))),
+        None => getrandom::fill(&mut nonce).expect("the host gives random bytes"),
+    }
     nonce
+}
+
+/// Makes the nonces drawn on this thread a sequence fixed by `seed` (`None`: the OS's again).
+/// For the simulator, whose runs must write the same bytes every time: a nonce repeats from one
+/// run to the next, which no cipher may be given outside a test.
+pub fn seed_nonces(seed: Option<u64>) {
+    SEEDED.set(seed);
+}
+
+/// Fills `nonce` from a SplitMix64 sequence at `state`; returns the state after it.
+fn fill_seeded(mut state: u64, nonce: &mut [u8]) -> u64 {
+    for word in nonce.chunks_mut(8) {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        word.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes()[..word.len()]);
+    }
+    state
 }
 
 #[cfg(test)]
@@ -377,6 +404,21 @@ mod tests {
 
     #[test]
     fn nonces_differ() {
+        assert_ne!(fresh_nonce(), fresh_nonce());
+    }
+
+    #[test]
+    fn seeded_nonces_repeat_per_seed_and_differ_from_draw_to_draw() {
+        let draw = |seed| {
+            seed_nonces(Some(seed));
+            let drawn = [fresh_nonce(), fresh_nonce()];
+            seed_nonces(None);
+            drawn
+        };
+        let a = draw(7);
+        assert_eq!(a, draw(7));
+        assert_ne!(a[0], a[1]);
+        assert_ne!(a, draw(8));
         assert_ne!(fresh_nonce(), fresh_nonce());
     }
 }
