@@ -1088,11 +1088,15 @@ impl FileSystem {
     /// earlier namespace change is durable too.
     pub fn fsync(&self, ino: u64) -> Result<()> {
         self.stat(ino)?;
+        // A stream file's chunks are all stored now: its size on disk is the size written.
+        self.in_transaction(|g| g.settle_stream_sizes(Some(ino)))?;
         self.commit()
     }
 
-    /// Commits, then writes every journaled block home and empties the journal.
+    /// Commits, then writes every journaled block home and empties the journal. The caller
+    /// has written every cached page first (stream files' sizes on disk become their sizes).
     pub fn sync(&self) -> Result<()> {
+        self.in_transaction(|g| g.settle_stream_sizes(None))?;
         self.commit()?;
         self.checkpoint()
     }

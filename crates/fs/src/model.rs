@@ -345,8 +345,21 @@ impl Promises {
     }
 
     pub fn durable_point(&mut self, m: &Model) {
-        self.durable = m.nodes.clone();
-        self.touched.clear();
+        self.durable_point_but(m, &[]);
+    }
+
+    /// A durable point that does not reach the files `pending` (stream files whose chunks only
+    /// their own fsync or a sync stores): they keep their earlier promise and stay changed.
+    pub fn durable_point_but(&mut self, m: &Model, pending: &[String]) {
+        let mut durable = m.nodes.clone();
+        for p in pending {
+            match self.durable.get(p) {
+                Some(n) => durable.insert(p.clone(), n.clone()),
+                None => durable.remove(p),
+            };
+        }
+        self.durable = durable;
+        self.touched = pending.iter().cloned().collect();
         self.shapes = vec![m.shape()];
     }
 

@@ -258,6 +258,11 @@ pub(crate) struct FsState {
     dirs: DirIndex,
     /// Inodes that got blocks since the last commit (for the data write-back hook).
     pub alloc_inos: BTreeSet<u64>,
+    /// Stream files written past their size on disk: inode -> (generation, size). A stream
+    /// file's chunks are stored by the kernel's write-back, which a commit cannot wait for (it
+    /// needs this lock), so its size on disk only grows over chunks stored (as ext4's
+    /// `i_disksize` does): a power cut leaves it shorter, never longer with zeros.
+    pub(crate) stream_sizes: FxHashMap<u64, (u32, u64)>,
     pub mode: Mode,
     pub counters: AllocCounters,
     /// Blocks and inodes charged to each owner, and the limits (see [`crate::quota`]).
@@ -292,6 +297,7 @@ impl FsState {
             deferred_mark: 0,
             releases: 0,
             alloc_inos: BTreeSet::new(),
+            stream_sizes: FxHashMap::default(),
             mode: Mode::Mounted,
             counters: AllocCounters::default(),
             quota,

@@ -46,6 +46,12 @@ impl FileSystem {
         self.in_transaction(|g| g.set_stream(ino, module))
     }
 
+    /// Every stream file's size on disk becomes the size written: for a caller that has had
+    /// every stream file's chunks stored (the kernel's sync, after its cache's).
+    pub fn settle_stream_sizes(&self) -> Result<()> {
+        self.in_transaction(|g| g.settle_stream_sizes(None))
+    }
+
     /// Chunk `chunk` of stream file `ino`: where it lies and its encoded bytes, read from the
     /// device (a hole has none). The caller keeps the file's chunks from being written
     /// meanwhile (the kernel's per-file chunk lock): a replaced chunk's blocks may be reused

@@ -415,6 +415,8 @@ impl Kernel {
     /// does at sync(2): any user may call this, and a checkpoint writes much more.
     pub fn sync(&self) -> SysResult<()> {
         self.cache.sync_all()?;
+        // Every stream file's chunks are stored: their sizes on disk catch up.
+        self.fs.settle_stream_sizes()?;
         Ok(self.fs.commit()?)
     }
 
@@ -427,6 +429,7 @@ impl Kernel {
         }
         self.cache.sync_all()?;
         self.memory.release_swap();
+        self.streams.unload_codecs();
         Ok(self.fs.unmount()?)
     }
 

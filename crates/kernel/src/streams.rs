@@ -74,6 +74,14 @@ impl Codecs {
             .clone())
     }
 
+    /// Unloads every codec (their keys go with them), giving their charges back: at shutdown,
+    /// once nothing can need them. A later access loads a codec again (without its key).
+    fn unload_all(&self) {
+        for (_, codec) in self.loaded.lock().drain() {
+            codec.slot().unload();
+        }
+    }
+
     /// Every loaded codec, with its owner and module.
     pub fn loaded(&self) -> Vec<(u32, ModuleId, Arc<Codec>)> {
         self.loaded
@@ -136,6 +144,11 @@ impl Streams {
         });
         files.insert(ino, file.clone());
         cache.attach_stream(ino, file);
+    }
+
+    /// Unloads every codec (see [`Codecs`]): the kernel is shutting down.
+    pub fn unload_codecs(&self) {
+        self.codecs.unload_all();
     }
 
     /// The file is gone (its pages were dropped): the cache forgets it.

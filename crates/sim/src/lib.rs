@@ -614,7 +614,13 @@ impl Sim {
                     self.model = trial;
                     self.promises.touch_op(op);
                     match op {
-                        Op::Sync | Op::Fsync(_) => self.promises.durable_point(&self.model),
+                        Op::Sync => self.promises.durable_point(&self.model),
+                        Op::Fsync(synced) => {
+                            // Another file's fsync commits the journal, which stores no stream
+                            // file's chunks: those changed since stay unpromised.
+                            let pending = self.unsynced_streams(synced);
+                            self.promises.durable_point_but(&self.model, &pending)
+                        }
                         _ => self.promises.shapes.push(self.model.shape()),
                     }
                 }
@@ -683,6 +689,17 @@ impl Sim {
     }
 
     /// Runs a model operation through the kernel's system calls.
+    /// The stream files changed since the last durable point, but `synced`.
+    fn unsynced_streams(&self, synced: &str) -> Vec<String> {
+        self.promises
+            .touched
+            .iter()
+            .filter(|p| p.as_str() != synced)
+            .filter(|p| self.procs[0].p.stream_status(p).is_ok_and(|s| s.is_some()))
+            .cloned()
+            .collect()
+    }
+
     fn kernel_op(&self, who: usize, op: &Op) -> Result<(), SysError> {
         let p = &self.procs[who].p;
         let rw = OpenFlags::read_write();
@@ -798,6 +815,9 @@ impl Sim {
                 self.kernel.parked_files()
             ));
         }
+        // Stream codecs are the kernel's, held for their owners (with their keys) until
+        // shutdown, which gives their charges back: so does this, before the count.
+        self.kernel.streams().unload_codecs();
         let total = self.kernel.accounts().total();
         for r in Resource::ALL {
             if total.used(r) != 0 {

@@ -87,7 +87,6 @@ fn a_seed_with_stream_files_runs_the_same_way_every_time() {
 }
 
 #[test]
-#[ignore = "stream files are not ordered (seeds 2, 22 and 31 lose bytes another file's fsync made durable) and a chunk loaded for a write can wait for its own eviction (seeds 5 and 18 hang)"]
 fn stream_files_survive_their_power_cuts() {
     let opts = SimOptions {
         streams: true,

@@ -92,21 +92,34 @@ impl PageCache {
         let per = store.chunk_pages();
         let chunk = index / per;
         let first = chunk * per;
-        let mut loading: Vec<(u64, u32)> = Vec::new();
+        // Every frame is taken before any page is installed as loading: taking one may evict,
+        // and an eviction that writes this chunk back waits for its loading pages, which would
+        // be this thread's own. The demanded page's frame may wait; the others take only free
+        // frames, or none.
+        let mut taken: Vec<(u64, u32)> = Vec::new();
+        if !t.map.contains_key(&(object, index)) {
+            taken.push((index, self.allocate(t, pid, (object, index))?));
+        }
         for i in first..(first + per).min(limit.max(index + 1)) {
-            let key = (object, i);
-            if t.map.contains_key(&key) {
+            if i == index || t.map.contains_key(&(object, i)) {
                 continue;
             }
-            let f = if i == index {
-                self.allocate(t, pid, key)?
-            } else {
-                match self.allocate_within(t, pid, key, false)? {
-                    Some(f) => f,
-                    None => continue,
+            match self.allocate_within(t, pid, (object, i), false) {
+                Ok(Some(f)) => taken.push((i, f)),
+                Ok(None) => break,
+                Err(e) => {
+                    for (_, f) in taken {
+                        t.free.push(f);
+                    }
+                    return Err(e);
                 }
-            };
+            }
+        }
+        let mut loading: Vec<(u64, u32)> = Vec::new();
+        for (i, f) in taken {
+            let key = (object, i);
             if t.map.contains_key(&key) {
+                // Brought in by another thread while frames were taken.
                 t.free.push(f);
                 continue;
             }

@@ -304,9 +304,11 @@ impl FsState {
         if inode.stream.is_some() {
             // Chunks, not blocks: the ones past the new end go in this transaction (a slice of
             // the map is not worth the bookkeeping: a map block names 2 MiB of the file).
-            if size < inode.size {
+            if size < self.size_of(ino, &inode) {
                 self.cut_chunks(ino, &mut inode, size)?;
             }
+            // The size set is the size on disk: a truncate's bytes are zeros, nothing to wait for.
+            self.stream_sizes.remove(&ino);
             let now = self.now_ns();
             inode.size = size;
             inode.mtime_ns = now;
@@ -426,18 +428,25 @@ impl FsState {
     /// Grows a regular file's size to at least `end` (after a write).
     pub fn extend(&mut self, ino: u64, end: u64) -> Result<()> {
         let now = self.now_ns();
+        let stream = self.live(ino)?.stream.is_some();
         let inode = self.modify(ino, |i| {
-            i.size = i.size.max(end);
+            if !stream {
+                i.size = i.size.max(end);
+            }
             i.mtime_ns = now;
             i.ctime_ns = now;
         })?;
-        // Ordered mode: a commit must not make the new size durable before the data it exposes,
-        // so the data hook writes this file's pages first (as for a new allocation). A stream
-        // file's chunks are stored by the kernel's write-back, which needs this lock, so no
-        // commit can wait for them: its new size may be durable first (see `write_chunk`).
-        if inode.stream.is_none() {
-            self.alloc_inos.insert(ino);
+        if stream {
+            // Its size on disk grows only over chunks stored (`stream_sizes`).
+            let size = self.size_of(ino, &inode).max(end);
+            if size > inode.size {
+                self.stream_sizes.insert(ino, (inode.generation, size));
+            }
+            return Ok(());
         }
+        // Ordered mode: a commit must not make the new size durable before the data it exposes,
+        // so the data hook writes this file's pages first (as for a new allocation).
+        self.alloc_inos.insert(ino);
         Ok(())
     }
 }

@@ -98,10 +98,9 @@ impl FsState {
         entry: Option<ChunkEntry>,
     ) -> Result<bool> {
         let start = chunk * CHUNK_BYTES as u64;
-        let inode = self
-            .live(ino)
-            .ok()
-            .filter(|i| i.generation == generation && i.stream.is_some() && i.is_regular() && start < i.size);
+        let inode = self.live(ino).ok().filter(|i| {
+            i.generation == generation && i.stream.is_some() && i.is_regular() && start < self.size_of(ino, i)
+        });
         let (Some(mut inode), Some(mut entry)) = (inode, entry) else {
             for &b in blocks {
                 self.free_block(uid, b)?;
@@ -110,14 +109,39 @@ impl FsState {
         };
         debug_assert_eq!(entry.blocks, blocks);
         // The file may have been cut since the chunk's bytes were taken: no byte past its end.
-        entry.valid_len = entry
-            .valid_len
-            .min((inode.size - start).min(u64::from(u32::MAX)) as u32);
+        let size = self.size_of(ino, &inode);
+        entry.valid_len = entry.valid_len.min((size - start).min(u64::from(u32::MAX)) as u32);
+        // The size on disk grows over the chunk now stored (never past the size written).
+        inode.size = inode.size.max((start + u64::from(entry.valid_len)).min(size));
+        if inode.size >= size {
+            self.stream_sizes.remove(&ino);
+        }
         inode.blocks = inode.blocks.saturating_add(blocks.len() as u32);
         let old = self.put_chunk_entry(ino, &mut inode, chunk, entry)?;
         self.free_chunk_blocks(ino, &mut inode, &old.blocks)?;
         self.write_inode(ino, &inode)?;
         Ok(true)
+    }
+
+    /// Every stream file's size on disk becomes the size written (`only`: one file's), for a
+    /// caller that has had the kernel store their chunks (an fsync, a sync).
+    pub(crate) fn settle_stream_sizes(&mut self, only: Option<u64>) -> Result<()> {
+        let pending: Vec<(u64, (u32, u64))> = match only {
+            Some(ino) => self.stream_sizes.get(&ino).map(|&p| vec![(ino, p)]).unwrap_or_default(),
+            None => self.stream_sizes.iter().map(|(&i, &p)| (i, p)).collect(),
+        };
+        for (ino, (generation, size)) in pending {
+            self.stream_sizes.remove(&ino);
+            if let Ok(mut inode) = self.live(ino)
+                && inode.generation == generation
+                && inode.stream.is_some()
+                && inode.size < size
+            {
+                inode.size = size;
+                self.write_inode(ino, &inode)?;
+            }
+        }
+        Ok(())
     }
 
     /// Frees the encoded chunks that map blocks `[from, to)` of a stream file name (their map

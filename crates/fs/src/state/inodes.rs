@@ -53,7 +53,17 @@ impl FsState {
 
     pub fn stat(&mut self, ino: u64) -> Result<Stat> {
         let i = self.live(ino)?;
-        Ok(stat_of(ino, &i))
+        let mut st = stat_of(ino, &i);
+        st.size = self.size_of(ino, &i);
+        Ok(st)
+    }
+
+    /// A file's size: its size on disk, or for a stream file written past it, the size written.
+    pub(crate) fn size_of(&self, ino: u64, i: &Inode) -> u64 {
+        match self.stream_sizes.get(&ino) {
+            Some(&(generation, size)) if generation == i.generation && i.stream.is_some() => size.max(i.size),
+            _ => i.size,
+        }
     }
 
     pub fn set_attr(&mut self, ino: u64, a: &SetAttr) -> Result<Stat> {
