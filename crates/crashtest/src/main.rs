@@ -179,9 +179,9 @@ fn crash_workload(image: &Path, log: &Path, seed: u64, codecs: Option<&Path>) ->
         };
         fds.push(open_crash_file(&p, &crash_path(f), codec.as_deref())?);
     }
-    // A stream file's size may be durable before its chunks (unlike a plain file's, in ordered
-    // mode): after a kill it can end in zeros past what was fsync'd. Appends go on from the
-    // fsync'd end, as the checker expects.
+    // A stream file's size on disk grows over the chunks stored, which write-back may store out
+    // of order: past what was fsync'd, a kill can leave a chunk not yet stored (zeros) before
+    // one that was. Appends go on from the fsync'd end, as the checker expects.
     let fsynced = read_log(log_path);
     for (f, (fd, size)) in fds.iter_mut().enumerate().skip(PLAIN_FILES) {
         if *size > fsynced.sizes[f] {
