@@ -1078,6 +1078,8 @@ pub const PAGES: &[Page] = &[
                     ("max", "read_max_mb_s", Fmt::Ratio),
                     ("read / plain", "read_vs_plain", Fmt::Ratio),
                     ("stored / plain", "stored_ratio", Fmt::Ratio),
+                    ("device writes", "write_device.writes", Fmt::Count),
+                    ("device reads", "read_device.reads", Fmt::Count),
                 ],
             },
             Table {
@@ -1092,12 +1094,6 @@ pub const PAGES: &[Page] = &[
                     ("load before", "kernel.load_before", Fmt::Text),
                     ("load after", "kernel.load_after", Fmt::Text),
                 ],
-            },
-            Table {
-                title: "What the run left out:",
-                rows: "kernel.notes[]",
-                across: None,
-                columns: &[("note", "", Fmt::Text)],
             },
             Table {
                 title: "Compressed sizes of the same bytes:",

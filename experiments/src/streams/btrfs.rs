@@ -87,11 +87,10 @@ impl Mounted {
     /// Bytes of the data space in use (`btrfs filesystem df`), after a syncfs.
     fn data_used(&self) -> Result<u64> {
         let dir = std::fs::File::open(&self.dir)?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&dir);
         // SAFETY: syncfs on a descriptor this function holds open.
-        ensure!(
-            unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) } == 0,
-            "syncfs"
-        );
+        let synced = unsafe { libc::syncfs(fd) };
+        ensure!(synced == 0, "syncfs: {}", std::io::Error::last_os_error());
         let out = run(Command::new("btrfs").args(["filesystem", "df", "-b"]).arg(&self.dir))?;
         let line = out
             .lines()
@@ -161,5 +160,6 @@ pub fn once(scratch: &Path, compress: Option<&str>, files: &Files<'_>) -> Result
         read_s,
         stored,
         coded: None,
+        device: None,
     })
 }

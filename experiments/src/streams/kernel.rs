@@ -16,7 +16,7 @@ use vino_fs::{FileSystem, MkfsOptions, MountOptions};
 use vino_kernel::{Credentials, OpenFlags, Process};
 
 use super::btrfs;
-use crate::e6_layout::{DeviceKind, Disk, image_path, median_of};
+use crate::e6_layout::{DeviceDelta, DeviceKind, Disk, E6_MODEL_SCALE, FineTimerSlack, image_path, median_of};
 use vino_measure::report::Table;
 
 /// Bytes per `write` and `read` call, as a copying program would use.
@@ -38,6 +38,8 @@ pub struct Sample {
     pub stored: Vec<u64>,
     /// VINO: the exact encoded bytes of each file (the sum of its chunks' `coded_len`).
     pub coded: Option<Vec<u64>>,
+    /// VINO: the device's requests over the write (with the fsyncs) and over the read.
+    pub device: Option<[DeviceDelta; 2]>,
 }
 
 /// One way of storing the files.
@@ -45,11 +47,14 @@ pub struct Sample {
 pub enum Case {
     /// Straight to the image file, `O_DIRECT`: the disk's own pace.
     Device,
-    /// VINO, the files in a directory bound to `wasm` (none: unbound), keyed if `key`.
+    /// VINO, the files in a directory bound to `wasm` (none: unbound), keyed if `key`; on the
+    /// image itself, or on E6's model of a 1996 disk over it (`model`: where the disk sets
+    /// the pace).
     Vino {
         codec: &'static str,
         wasm: Option<Arc<Vec<u8>>>,
         key: Option<[u8; 32]>,
+        model: bool,
     },
     /// btrfs on a loop device over an image file, mounted with `compress=<how>` (none: plain).
     Btrfs { compress: Option<&'static str> },
@@ -59,7 +64,8 @@ impl Case {
     pub fn system(&self) -> &'static str {
         match self {
             Case::Device => "device",
-            Case::Vino { .. } => "VINO",
+            Case::Vino { model: false, .. } => "VINO",
+            Case::Vino { model: true, .. } => "VINO, disk model",
             Case::Btrfs { .. } => "btrfs",
         }
     }
@@ -80,13 +86,15 @@ impl Case {
     fn run(&self, scratch: &Path, files: &Files<'_>, exact: bool) -> Result<Sample> {
         match self {
             Case::Device => device_once(scratch, files),
-            Case::Vino { wasm, key, .. } => vino_once(
-                scratch,
-                wasm.as_deref().map(|w| w.as_slice()),
-                key.as_ref(),
-                files,
-                exact,
-            ),
+            Case::Vino { wasm, key, model, .. } => {
+                let device = if *model {
+                    DeviceKind::Model { scale: E6_MODEL_SCALE }
+                } else {
+                    DeviceKind::Plain
+                };
+                let wasm = wasm.as_deref().map(|w| w.as_slice());
+                vino_once(scratch, device, wasm, key.as_ref(), files, exact)
+            }
             Case::Btrfs { compress } => btrfs::once(scratch, *compress, files),
         }
     }
@@ -114,6 +122,9 @@ pub struct KernelRow {
     /// Bytes stored for all the files (see [`Sample::stored`]), from the first round.
     pub stored_bytes: u64,
     pub stored_ratio: f64,
+    /// VINO: the device's requests over the write and over the read, in the first round.
+    pub write_device: Option<DeviceDelta>,
+    pub read_device: Option<DeviceDelta>,
 }
 
 /// The kernel-path part of the report.
@@ -162,6 +173,8 @@ pub fn measure(
     rounds: usize,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<KernelRow>, Vec<Sample>)> {
+    // The disk model sleeps: with Linux's default timer slack each sleep would overshoot.
+    let _slack = FineTimerSlack::new();
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); cases.len()];
     for round in 0..rounds {
         for k in 0..cases.len() {
@@ -211,6 +224,8 @@ pub fn measure(
                 read_vs_plain: ratio(|x| x.read_s),
                 stored_bytes: stored,
                 stored_ratio: stored as f64 / bytes as f64,
+                write_device: s[0].device.map(|d| d[0]),
+                read_device: s[0].device.map(|d| d[1]),
             }
         })
         .collect();
@@ -262,6 +277,7 @@ fn device_once(scratch: &Path, files: &Files<'_>) -> Result<Sample> {
             read_s,
             stored: files.iter().map(|(_, d)| d.len() as u64).collect(),
             coded: None,
+            device: None,
         })
     })();
     let _ = std::fs::remove_file(&path);
@@ -272,6 +288,7 @@ fn device_once(scratch: &Path, files: &Files<'_>) -> Result<Sample> {
 /// each fsynced; the cache dropped; the files read back and checked.
 fn vino_once(
     scratch: &Path,
+    device: DeviceKind,
     wasm: Option<&[u8]>,
     key: Option<&[u8; 32]>,
     files: &Files<'_>,
@@ -279,19 +296,20 @@ fn vino_once(
 ) -> Result<Sample> {
     let (path, image_bytes) = image_for(scratch, "streams", files);
     Disk::create_image(&path, image_bytes, &MkfsOptions::default())?;
-    let result = vino_on_image(&path, wasm, key, files, exact);
+    let result = vino_on_image(&path, device, wasm, key, files, exact);
     let _ = std::fs::remove_file(&path);
     result
 }
 
 fn vino_on_image(
     path: &Path,
+    device: DeviceKind,
     wasm: Option<&[u8]>,
     key: Option<&[u8; 32]>,
     files: &Files<'_>,
     exact: bool,
 ) -> Result<Sample> {
-    let disk = Disk::open(path, DeviceKind::Plain)?;
+    let disk = Disk::open(path, device)?;
     let kernel = disk.boot(cache_frames(files))?;
     let p = kernel.spawn(Credentials::root());
     p.mkdir("/s", 0o755)?;
@@ -303,6 +321,7 @@ fn vino_on_image(
     }
     kernel.sync()?;
 
+    let dev0 = disk.stats();
     let started = Instant::now();
     for (name, data) in files {
         let fd = p.open(&format!("/s/{name}"), OpenFlags::create())?;
@@ -314,12 +333,14 @@ fn vino_on_image(
         p.close(fd)?;
     }
     let write_s = started.elapsed().as_secs_f64();
+    let dev1 = disk.stats();
     let mut stored = Vec::new();
     for (name, _) in files {
         stored.push(p.stat(&format!("/s/{name}"))?.blocks * 4096);
     }
 
     kernel.drop_clean_pages()?;
+    let dev2 = disk.stats();
     let mut back: Vec<Vec<u8>> = files.iter().map(|(_, d)| vec![0u8; d.len()]).collect();
     let started = Instant::now();
     for ((name, _), into) in files.iter().zip(&mut back) {
@@ -334,6 +355,7 @@ fn vino_on_image(
         p.close(fd)?;
     }
     let read_s = started.elapsed().as_secs_f64();
+    let dev3 = disk.stats();
     for ((name, data), got) in files.iter().zip(&back) {
         ensure!(got == data, "{name} reads back other bytes");
     }
@@ -351,6 +373,7 @@ fn vino_on_image(
         read_s,
         stored,
         coded,
+        device: Some([DeviceDelta::between(&dev0, &dev1), DeviceDelta::between(&dev2, &dev3)]),
     })
 }
 
@@ -403,6 +426,8 @@ impl KernelPath {
                 "read MB/s",
                 "read / plain",
                 "stored",
+                "writes",
+                "reads",
             ],
         );
         let ratio = |r: Option<f64>| r.map_or("–".into(), |r| format!("{r:.2}"));
@@ -415,8 +440,11 @@ impl KernelPath {
                 format!("{:.0} ({:.0}-{:.0})", r.read_mb_s, r.read_min_mb_s, r.read_max_mb_s),
                 ratio(r.read_vs_plain),
                 format!("{:.3}", r.stored_ratio),
+                r.write_device.map_or("–".into(), |d| d.writes.to_string()),
+                r.read_device.map_or("–".into(), |d| d.reads.to_string()),
             ]);
         }
+        t.note("writes, reads: VINO's device requests over the write+fsync and over the cold read (first round)");
         t.note(format!(
             "{} bytes per case and round (every corpus, one file each); image files {}; VINO's cache {} frames",
             self.bytes,
