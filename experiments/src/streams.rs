@@ -17,8 +17,9 @@
 //! **Kernel path** ([`kernel_path`], [`kernel`]): both corpora written as whole files by a
 //! process into a directory bound to each codec (and unbound) on a VINO image opened with
 //! `O_DIRECT`, each file fsynced, the cache dropped and the files read back cold; beside the
-//! same bytes written straight to the device and, where the machine allows (root, btrfs), btrfs
-//! plain and with `compress=lzo` and `compress=zstd:1` ([`btrfs`]). The LZ4 codec's stored
+//! same bytes written straight to the device, VINO unbound and with LZ4 again on E6's disk model
+//! (a disk that sets the pace) and, where the machine allows (root, btrfs), btrfs plain and with
+//! `compress=lzo` and `compress=zstd:1` ([`btrfs`]). The LZ4 codec's stored
 //! size is set against the `lz4` command's on the same bytes.
 
 mod btrfs;
