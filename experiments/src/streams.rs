@@ -14,11 +14,19 @@
 //! their ratio.
 //! Both must give the same bytes.
 //!
-//! **Kernel path** ([`kernel_path`]): writes and reads through the kernel with a codec bound
-//! against unbound, the compressed size against the `lz4` command, btrfs' compression; rows the
-//! kernel's stream wiring adds.
+//! **Kernel path** ([`kernel_path`], [`kernel`]): both corpora written as whole files by a
+//! process into a directory bound to each codec (and unbound) on a VINO image opened with
+//! `O_DIRECT`, each file fsynced, the cache dropped and the files read back cold; beside the
+//! same bytes written straight to the device, VINO unbound and with LZ4 again on E6's disk model
+//! (a disk that sets the pace) and, where the machine allows (root, btrfs), btrfs plain and with
+//! `compress=lzo` and `compress=zstd:1` ([`btrfs`]). The LZ4 codec's stored
+//! size is set against the `lz4` command's on the same bytes.
+
+mod btrfs;
+pub mod kernel;
 
 use anyhow::{Context, Result, bail, ensure};
+pub use kernel::{CompressionRow, KernelPath, KernelRow};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -34,6 +42,10 @@ pub struct StreamsOptions {
     /// How the grafts' budget is enforced: fuel (the runtime's default, what grafts run under)
     /// or epoch ticks (to see what counting fuel costs).
     pub interrupt: Interrupt,
+    /// Where the images go, in a fresh directory (not a tmpfs: `O_DIRECT`).
+    pub scratch_dir: PathBuf,
+    /// Measure btrfs too (root, a loop device, `mkfs.btrfs`).
+    pub btrfs: bool,
 }
 
 /// The results.
@@ -50,7 +62,7 @@ pub struct StreamsReport {
     pub corpora: Vec<Corpus>,
     pub codecs: Vec<CodecRow>,
     /// Through the kernel (see [`kernel_path`]).
-    pub kernel: Vec<KernelRow>,
+    pub kernel: KernelPath,
 }
 
 /// One corpus.
@@ -77,15 +89,6 @@ pub struct CodecRow {
     pub stored_ratio: f64,
     /// Chunks stored raw.
     pub raw_chunks: usize,
-}
-
-/// A measurement through the kernel: a file written and read with a codec bound, against the
-/// same unbound or another system.
-#[derive(Debug, Serialize)]
-pub struct KernelRow {
-    pub case: String,
-    pub mb_s: f64,
-    pub stored_ratio: f64,
 }
 
 /// The codecs measured: example graft name, native entry point and area, key (if it takes one).
@@ -143,6 +146,11 @@ pub fn run(opts: &StreamsOptions, progress: &mut dyn FnMut(&str)) -> Result<Stre
             codecs.extend(measure(&ex, &codec, corpus, data, rounds)?);
         }
     }
+    let files: Vec<(&str, &[u8])> = corpora
+        .iter()
+        .map(|(name, (_, data))| (*name, data.as_slice()))
+        .collect();
+    let kernel = kernel_path(opts, &files, progress)?;
     let corpora = corpora
         .iter()
         .map(|(name, (source, data))| Corpus {
@@ -160,15 +168,178 @@ pub fn run(opts: &StreamsOptions, progress: &mut dyn FnMut(&str)) -> Result<Stre
         clang: env!("VINO_BENCH_CLANG_VERSION").to_string(),
         corpora,
         codecs,
-        kernel: kernel_path(opts, progress)?,
+        kernel,
     })
 }
 
-/// The rows measured through the kernel: a file written and read back with a codec bound and
-/// unbound, the stored size against the `lz4` command, btrfs with compression. None yet: they
-/// need the kernel's stream wiring, and go here.
-pub fn kernel_path(_opts: &StreamsOptions, _progress: &mut dyn FnMut(&str)) -> Result<Vec<KernelRow>> {
-    Ok(Vec::new())
+/// The rows measured through the kernel (see the module's comment): each case's write+fsync
+/// and cold read over the rounds, the stored sizes against the `lz4` command's.
+pub fn kernel_path(
+    opts: &StreamsOptions,
+    files: &kernel::Files<'_>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<KernelPath> {
+    let load_before = crate::vm::load_average();
+    let rounds = if opts.quick { 1 } else { 7 };
+    let mut cases = vec![
+        kernel::Case::Device,
+        kernel::Case::Vino {
+            codec: "none",
+            wasm: None,
+            key: None,
+            model: false,
+        },
+    ];
+    for ex in examples() {
+        let wasm = vino_sdk::build_example(ex.name, &vino_sdk::BuildOptions::default())?;
+        cases.push(kernel::Case::Vino {
+            codec: ex.name,
+            wasm: Some(std::sync::Arc::new(wasm)),
+            key: ex.key,
+            model: false,
+        });
+    }
+    if !opts.quick {
+        // Where the disk is the bottleneck: E6's model of a 1996 disk, unbound and LZ4.
+        let lz4 = cases.iter().find_map(|c| match c {
+            kernel::Case::Vino {
+                codec: "lz4_stream",
+                wasm,
+                ..
+            } => wasm.clone(),
+            _ => None,
+        });
+        for (codec, wasm) in [("none", None), ("lz4_stream", lz4)] {
+            cases.push(kernel::Case::Vino {
+                codec,
+                wasm,
+                key: None,
+                model: true,
+            });
+        }
+    }
+    let mut notes = Vec::new();
+    if opts.btrfs {
+        match btrfs::unavailable() {
+            None => cases.extend(
+                [None, Some("lzo"), Some("zstd:1")]
+                    .into_iter()
+                    .map(|compress| kernel::Case::Btrfs { compress }),
+            ),
+            Some(why) => notes.push(format!("btrfs not measured: {why}")),
+        }
+    } else {
+        notes.push("btrfs not measured (not asked for)".into());
+    }
+    let scratch = crate::front::scratch_dir(&opts.scratch_dir)?;
+    let direct = direct_io_works(scratch.path())?;
+    let (rows, first) = kernel::measure(&cases, scratch.path(), files, rounds, progress)?;
+    let mut compression = Vec::new();
+    for (i, (corpus, data)) in files.iter().enumerate() {
+        compression.extend(compressed_sizes(corpus, data, i, &cases, &first, &mut notes)?);
+    }
+    Ok(KernelPath {
+        rounds,
+        bytes: files.iter().map(|(_, d)| d.len() as u64).sum(),
+        direct,
+        cache_frames: kernel::cache_frames(files),
+        rows,
+        compression,
+        notes,
+        load_before,
+        load_after: crate::vm::load_average(),
+    })
+}
+
+/// Whether an image in `dir` opens with `O_DIRECT` (else the host's cache is in the path).
+fn direct_io_works(dir: &Path) -> Result<bool> {
+    std::fs::create_dir_all(dir)?;
+    let path = crate::e6_layout::image_path(dir, "streams-probe");
+    drop(vino_blockdev::FileDevice::create(&path, 1 << 20)?);
+    let disk = crate::e6_layout::Disk::open(&path, crate::e6_layout::DeviceKind::Plain);
+    let _ = std::fs::remove_file(&path);
+    Ok(disk?.direct())
+}
+
+/// One corpus' compressed sizes: VINO's LZ4 codec (exact and in whole blocks), the `lz4`
+/// command with 64 KiB independent blocks and with its default 4 MiB blocks, btrfs'.
+fn compressed_sizes(
+    corpus: &str,
+    data: &[u8],
+    index: usize,
+    cases: &[kernel::Case],
+    first: &[kernel::Sample],
+    notes: &mut Vec<String>,
+) -> Result<Vec<CompressionRow>> {
+    let lz4_64k = match lz4_command(&["-1", "-B4", "-BI"], data) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            notes.push(format!("the lz4 command: {e:#}"));
+            None
+        }
+    };
+    let mut sizes: Vec<(String, u64)> = Vec::new();
+    for (case, s) in cases.iter().zip(first) {
+        match case {
+            kernel::Case::Vino {
+                codec: "lz4_stream",
+                model: false,
+                ..
+            } => {
+                if let Some(coded) = &s.coded {
+                    sizes.push(("VINO lz4_stream: chunks' coded bytes".into(), coded[index]));
+                }
+                sizes.push(("VINO lz4_stream: st_blocks × 4 KiB".into(), s.stored[index]));
+            }
+            kernel::Case::Btrfs { compress: Some(c) } => {
+                sizes.push((format!("btrfs compress={c}: data space used"), s.stored[index]));
+            }
+            _ => {}
+        }
+    }
+    if let Some(n) = lz4_64k {
+        sizes.push(("lz4 -1 -B4 (64 KiB independent blocks)".into(), n));
+        if let Ok(n) = lz4_command(&["-1"], data) {
+            sizes.push(("lz4 -1 (default: 4 MiB blocks)".into(), n));
+        }
+    }
+    Ok(sizes
+        .into_iter()
+        .map(|(what, bytes)| CompressionRow {
+            corpus: corpus.to_string(),
+            what,
+            bytes,
+            ratio: bytes as f64 / data.len() as f64,
+            vs_lz4_64k: lz4_64k.map(|l| bytes as f64 / l as f64),
+        })
+        .collect())
+}
+
+/// The size of `lz4 <args> -c` on `data` (fed on standard input).
+fn lz4_command(args: &[&str], data: &[u8]) -> Result<u64> {
+    use std::io::{Read, Write};
+    let mut child = std::process::Command::new("lz4")
+        .args(args)
+        .arg("-c")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("running lz4")?;
+    let mut stdin = child.stdin.take().context("lz4's stdin")?;
+    let mut stdout = child.stdout.take().context("lz4's stdout")?;
+    let counted = std::thread::scope(|s| {
+        let reader = s.spawn(move || -> std::io::Result<u64> {
+            let mut buf = Vec::new();
+            stdout.read_to_end(&mut buf)?;
+            Ok(buf.len() as u64)
+        });
+        let written = stdin.write_all(data);
+        drop(stdin);
+        written.and(reader.join().expect("lz4 reader"))
+    })?;
+    ensure!(child.wait()?.success(), "lz4 {args:?} failed");
+    Ok(counted)
 }
 
 /// This repository's Rust sources (`crates/*/src`), concatenated, at most `limit` bytes.
@@ -477,17 +648,7 @@ impl StreamsReport {
             self.load_before, self.load_after, self.clang, self.interrupt
         ));
         let mut tables = vec![t];
-        if !self.kernel.is_empty() {
-            let mut k = Table::new("Through the kernel", &["case", "MB/s", "stored"]);
-            for r in &self.kernel {
-                k.row([
-                    r.case.clone(),
-                    format!("{:.0}", r.mb_s),
-                    format!("{:.3}", r.stored_ratio),
-                ]);
-            }
-            tables.push(k);
-        }
+        tables.extend(self.kernel.tables());
         tables
     }
 

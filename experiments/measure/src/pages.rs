@@ -1060,6 +1060,53 @@ pub const PAGES: &[Page] = &[
                     ("from", "source", Fmt::Text),
                 ],
             },
+            Table {
+                title: "Whole files through the kernel (both corpora, one file each): write and fsync, then read back \
+                        cold; MB/s median, slowest and fastest of the rounds; `/ plain` is the median over the rounds \
+                        of the case's MB/s over its system's uncompressed case's in the same round:",
+                rows: "kernel.rows[]",
+                across: None,
+                columns: &[
+                    ("system", "system", Fmt::Text),
+                    ("codec", "codec", Fmt::Text),
+                    ("write MB/s", "write_mb_s", Fmt::Ratio),
+                    ("min", "write_min_mb_s", Fmt::Ratio),
+                    ("max", "write_max_mb_s", Fmt::Ratio),
+                    ("write / plain", "write_vs_plain", Fmt::Ratio),
+                    ("read MB/s", "read_mb_s", Fmt::Ratio),
+                    ("min", "read_min_mb_s", Fmt::Ratio),
+                    ("max", "read_max_mb_s", Fmt::Ratio),
+                    ("read / plain", "read_vs_plain", Fmt::Ratio),
+                    ("stored / plain", "stored_ratio", Fmt::Ratio),
+                    ("device writes", "write_device.writes", Fmt::Count),
+                    ("device reads", "read_device.reads", Fmt::Count),
+                ],
+            },
+            Table {
+                title: "The kernel path's run:",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("rounds", "kernel.rounds", Fmt::Count),
+                    ("bytes per case", "kernel.bytes", Fmt::Count),
+                    ("O_DIRECT", "kernel.direct", Fmt::Text),
+                    ("VINO cache frames", "kernel.cache_frames", Fmt::Count),
+                    ("load before", "kernel.load_before", Fmt::Text),
+                    ("load after", "kernel.load_after", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "Compressed sizes of the same bytes:",
+                rows: "kernel.compression[]",
+                across: None,
+                columns: &[
+                    ("corpus", "corpus", Fmt::Text),
+                    ("what", "what", Fmt::Text),
+                    ("bytes", "bytes", Fmt::Count),
+                    ("/ plain", "ratio", Fmt::Ratio),
+                    ("/ lz4 -B4", "vs_lz4_64k", Fmt::Ratio),
+                ],
+            },
         ],
     },
 ];

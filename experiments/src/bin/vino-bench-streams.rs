@@ -1,7 +1,8 @@
 //! `vino-bench-streams` (`vino bench streams`): each example stream graft (LZ4,
 //! ChaCha20-Poly1305, CRC32C) encoding and decoding 64 KiB chunks of a source tree and a binary,
-//! in Wasm through the kernel's codec path against the same C native. Writes `streams.json` and
-//! `streams.svg`.
+//! in Wasm through the kernel's codec path against the same C native; then whole files through
+//! the kernel with each codec bound, against the device, the `lz4` command and btrfs. Writes
+//! `streams.json` and `streams.svg`.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -21,14 +22,28 @@ struct Args {
     /// Count the grafts' budget in epoch ticks instead of fuel (what counting fuel costs).
     #[arg(long)]
     epoch: bool,
+    /// Where the images go (not a tmpfs: they are opened with O_DIRECT).
+    #[arg(long, default_value = "target/vino-bench")]
+    scratch: PathBuf,
+    /// Leave btrfs out (it needs root, a loop device and mkfs.btrfs).
+    #[arg(long)]
+    no_btrfs: bool,
 }
 
 fn main() -> ExitCode {
-    let Args { common, binary, epoch } = Args::parse();
+    let Args {
+        common,
+        binary,
+        epoch,
+        scratch,
+        no_btrfs,
+    } = Args::parse();
     let opts = streams::StreamsOptions {
         quick: common.quick,
         binary,
         interrupt: if epoch { Interrupt::Epoch } else { Interrupt::Fuel },
+        scratch_dir: scratch,
+        btrfs: !no_btrfs,
     };
     let result = front::experiment(
         &common,
