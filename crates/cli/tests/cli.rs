@@ -101,8 +101,8 @@ fn graft_points_lists_the_registry() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names.len(), 15);
-    assert!(names.contains(&"vm.fault_around"));
+    assert_eq!(names.len(), 16);
+    assert!(names.contains(&"vm.fault_around") && names.contains(&"file.stream"));
     assert!(names.contains(&"event.fs.modify") && names.contains(&"disk.pick_request"));
     assert!(names.contains(&"sched.pick_next") && names.contains(&"sched.pick_thread"));
     assert_eq!(points[0]["signature"], "(i32) -> i32");
@@ -302,13 +302,17 @@ fn fsck_upgrade_brings_an_old_image_to_this_format() {
     assert_eq!(out.status.code(), Some(8));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("format version 1 is older than this VINO (2): run `vino fsck --upgrade IMAGE`"),
+        err.contains(&format!(
+            "format version 1 is older than this VINO ({}): run `vino fsck --upgrade IMAGE`",
+            vino_fs::VERSION
+        )),
         "{err}"
     );
     let out = vino_cmd().args(["fsck", "--upgrade", img]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("upgraded from format version 1 to 2"), "{err}");
+    let said = format!("upgraded from format version 1 to {}", vino_fs::VERSION);
+    assert!(err.contains(&said), "{err}");
     let out = vino_cmd().args(["fsck", "--upgrade", img]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stderr.is_empty(), "nothing to upgrade, nothing said");
