@@ -202,7 +202,7 @@ impl FsState {
         let inode = self.live(ino)?;
         match inode.file_type() {
             Some(FileType::Directory) => {}
-            Some(FileType::Regular) if inode.size == 0 && inode.blocks == 0 => {}
+            Some(FileType::Regular) if self.size_of(ino, &inode) == 0 && inode.blocks == 0 => {}
             Some(FileType::Regular) => {
                 return Err(FsError::InvalidArgument(format!(
                     "inode {ino} holds data: a codec is given to an empty file or a directory"

@@ -93,7 +93,9 @@ impl FsState {
             }
             i.ctime_ns = now;
         })?;
-        Ok(stat_of(ino, &i))
+        let mut st = stat_of(ino, &i);
+        st.size = self.size_of(ino, &i);
+        Ok(st)
     }
 
     /// Chown's accounting: moves an inode's charge (itself, its blocks, its names beyond the
