@@ -322,13 +322,15 @@ impl PageCache {
         data: &[u8],
         throttled: bool,
     ) -> io::Result<()> {
+        // A stream object's pages have no device block: their chunk is stored whole. Asked once
+        // per write, not per page (the table's lock is the cache's hottest).
+        let stream = self.is_stream(object);
         let mut done = 0;
         while done < data.len() {
             let pos = offset + done as u64;
             let (index, within) = (pos / BS, (pos % BS) as usize);
             let take = (BLOCK_SIZE - within).min(data.len() - done);
-            // A stream object's pages have no device block: their chunk is stored whole.
-            let dev = if self.is_stream(object) {
+            let dev = if stream {
                 None
             } else {
                 Some(backing.locate(index)?.ok_or_else(|| {

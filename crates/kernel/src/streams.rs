@@ -81,15 +81,6 @@ impl Codecs {
             codec.slot().unload();
         }
     }
-
-    /// Every loaded codec, with its owner and module.
-    pub fn loaded(&self) -> Vec<(u32, ModuleId, Arc<Codec>)> {
-        self.loaded
-            .lock()
-            .iter()
-            .map(|(&(u, m), c)| (u, m, c.clone()))
-            .collect()
-    }
 }
 
 /// The kernel's stream codecs and the stream files the cache knows.
@@ -156,16 +147,6 @@ impl Streams {
         if self.files.lock().remove(&ino).is_some() {
             cache.detach_stream(ino);
         }
-    }
-
-    /// The loaded codecs.
-    pub fn codecs(&self) -> &Codecs {
-        &self.codecs
-    }
-
-    /// The stream files of each module, as (inode, owner, module).
-    pub fn files(&self) -> Vec<(u64, u32, ModuleId)> {
-        self.files.lock().values().map(|f| (f.ino, f.uid, f.module)).collect()
     }
 }
 
