@@ -68,6 +68,15 @@ pub trait ChunkStore: Send + Sync {
     /// Stores chunk `chunk`, whose plain bytes are `data` (the whole chunk; the store cuts it at
     /// the object's end). An error leaves its pages dirty.
     fn write_chunk(&self, chunk: u64, data: &[u8]) -> io::Result<()>;
+    /// Stores several chunks (each its index and whole plain bytes, as for
+    /// [`ChunkStore::write_chunk`]): a store may batch them into fewer device requests. A
+    /// result per chunk, in order.
+    fn write_chunks(&self, chunks: &[(u64, &[u8])]) -> Vec<io::Result<()>> {
+        chunks
+            .iter()
+            .map(|&(chunk, data)| self.write_chunk(chunk, data))
+            .collect()
+    }
 }
 
 /// Where the cache sends its reads and writes: in the kernel the I/O scheduler, or a device

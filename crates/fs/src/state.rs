@@ -262,7 +262,10 @@ pub(crate) struct FsState {
     /// file's chunks are stored by the kernel's write-back, which a commit cannot wait for (it
     /// needs this lock), so its size on disk only grows over chunks stored (as ext4's
     /// `i_disksize` does): a power cut leaves it shorter, never longer with zeros.
-    pub(crate) stream_sizes: FxHashMap<u64, (u32, u64)>,
+    stream_sizes: FxHashMap<u64, (u32, u64)>,
+    /// What the operation under way changed in `stream_sizes` (each inode's value before), so
+    /// that a rolled-back operation leaves the sizes as they were.
+    stream_sizes_undo: Vec<(u64, Option<(u32, u64)>)>,
     pub mode: Mode,
     pub counters: AllocCounters,
     /// Blocks and inodes charged to each owner, and the limits (see [`crate::quota`]).
@@ -298,6 +301,7 @@ impl FsState {
             releases: 0,
             alloc_inos: BTreeSet::new(),
             stream_sizes: FxHashMap::default(),
+            stream_sizes_undo: Vec::new(),
             mode: Mode::Mounted,
             counters: AllocCounters::default(),
             quota,
@@ -317,12 +321,35 @@ impl FsState {
 
     // ---- ops ------------------------------------------------------------------------------
 
+    /// Stream file `ino`'s size written beyond its size on disk, if any: (generation, size).
+    pub(crate) fn stream_size(&self, ino: u64) -> Option<(u32, u64)> {
+        self.stream_sizes.get(&ino).copied()
+    }
+
+    /// Sets (or, `None`, forgets) stream file `ino`'s size written beyond its size on disk,
+    /// undone if the operation is rolled back.
+    pub(crate) fn set_stream_size(&mut self, ino: u64, to: Option<(u32, u64)>) {
+        let before = match to {
+            Some(v) => self.stream_sizes.insert(ino, v),
+            None => self.stream_sizes.remove(&ino),
+        };
+        if before != to {
+            self.stream_sizes_undo.push((ino, before));
+        }
+    }
+
+    /// Every stream file with a size written beyond its size on disk.
+    pub(crate) fn stream_sizes(&self) -> Vec<(u64, (u32, u64))> {
+        self.stream_sizes.iter().map(|(&i, &p)| (i, p)).collect()
+    }
+
     pub fn begin_op(&mut self) {
         self.meta.begin_op();
         self.deferred_mark = self.deferred.len();
         self.pending_unslot.clear();
         self.quota.begin();
         self.dirs.begin_op();
+        self.stream_sizes_undo.clear();
     }
 
     pub fn end_op(&mut self) {
@@ -348,6 +375,12 @@ impl FsState {
         self.block_floor.fill(0);
         self.inode_floor.fill(0);
         self.dirs.rollback();
+        while let Some((ino, before)) = self.stream_sizes_undo.pop() {
+            match before {
+                Some(v) => self.stream_sizes.insert(ino, v),
+                None => self.stream_sizes.remove(&ino),
+            };
+        }
         for g in 0..self.geo.groups {
             if blocks.contains(&self.geo.header(g))
                 && let Ok(h) = self.header(g)

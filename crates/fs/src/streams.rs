@@ -76,17 +76,41 @@ impl FileSystem {
     /// that file or no longer reaches the chunk (nothing is stored). NoSpace or QuotaExceeded
     /// when the chunk's blocks cannot be had: the old chunk stays.
     pub fn write_chunk(&self, ino: u64, generation: u32, chunk: u64, new: &NewChunk<'_>) -> Result<bool> {
-        if new.coded.is_empty() || new.coded.len() > MAX_CODED || new.plain_len == 0 || new.plain_len > CHUNK_BYTES {
-            return Err(FsError::InvalidArgument(format!(
-                "a chunk of {} bytes encoding {} plain bytes",
-                new.coded.len(),
-                new.plain_len
-            )));
+        Ok(self.write_chunks(ino, generation, &[(chunk, *new)])?[0])
+    }
+
+    /// Stores several chunks of stream file `ino` as [`FileSystem::write_chunk`] stores one,
+    /// with their blocks allocated one after another and written in one device request where
+    /// they are consecutive, and their entries changed in one operation: write-back of a
+    /// compressed file costs as many device requests as an uncompressed one's, not one per
+    /// chunk. A result per chunk, in order. When the batch's blocks cannot all be had, the
+    /// chunks are stored one at a time (as many as fit).
+    pub fn write_chunks(&self, ino: u64, generation: u32, chunks: &[(u64, NewChunk<'_>)]) -> Result<Vec<bool>> {
+        for (_, new) in chunks {
+            check_new_chunk(new)?;
         }
-        if new.raw && new.coded.len() != new.plain_len {
-            return Err(FsError::InvalidArgument("a raw chunk must be its plain bytes".into()));
+        match self.store_chunks(ino, generation, chunks) {
+            Err(FsError::NoSpace | FsError::QuotaExceeded) if chunks.len() > 1 => {
+                let mut stored = Vec::with_capacity(chunks.len());
+                let mut first_error = None;
+                for one in chunks {
+                    match self.store_chunks(ino, generation, std::slice::from_ref(one)) {
+                        Ok(s) => stored.push(s[0]),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                            stored.push(false);
+                        }
+                    }
+                }
+                // Any chunk that could not be had fails the batch: its pages stay dirty.
+                first_error.map_or(Ok(stored), Err)
+            }
+            other => other,
         }
-        let n = new.coded.len().div_ceil(BS);
+    }
+
+    fn store_chunks(&self, ino: u64, generation: u32, chunks: &[(u64, NewChunk<'_>)]) -> Result<Vec<bool>> {
+        let total: usize = chunks.iter().map(|(_, new)| new.coded.len().div_ceil(BS)).sum();
         let mut retries = 0;
         loop {
             // A commit due now is made before the gate is taken: none may run under it.
@@ -97,9 +121,8 @@ impl FileSystem {
                 g.begin_op();
                 let got = (|| {
                     let inode = g.stream_file(ino)?;
-                    let old = g.chunk_entry(ino, &inode, chunk)?;
-                    let pref = old.blocks.first().copied().unwrap_or(0);
-                    Ok((inode.uid, g.alloc_chunk_blocks(inode.uid, n, pref)?))
+                    let pref = g.chunk_place(ino, &inode, chunks[0].0)?;
+                    Ok((inode.uid, g.alloc_chunk_blocks(inode.uid, total, pref)?))
                 })();
                 match got {
                     Ok(got) => {
@@ -124,18 +147,36 @@ impl FileSystem {
                 }
                 Err((e, _)) => return Err(e),
             };
-            let written = self.write_coded(&blocks, new.coded);
-            let entry = written.is_ok().then(|| ChunkEntry {
-                coded_len: new.coded.len() as u32,
-                plain_len: new.plain_len as u32,
-                valid_len: new.plain_len as u32,
-                flags: if new.raw { CHUNK_RAW } else { 0 },
-                nonce: new.nonce,
-                blocks: blocks.clone(),
-            });
+            let mut entries = Vec::with_capacity(chunks.len());
+            let mut padded = vec![0u8; total * BS];
+            let mut at = 0;
+            for (chunk, new) in chunks {
+                let n = new.coded.len().div_ceil(BS);
+                padded[at * BS..at * BS + new.coded.len()].copy_from_slice(new.coded);
+                entries.push((
+                    *chunk,
+                    ChunkEntry {
+                        coded_len: new.coded.len() as u32,
+                        plain_len: new.plain_len as u32,
+                        valid_len: new.plain_len as u32,
+                        flags: if new.raw { CHUNK_RAW } else { 0 },
+                        nonce: new.nonce,
+                        blocks: blocks[at..at + n].to_vec(),
+                    },
+                ));
+                at += n;
+            }
+            let written = self.write_coded(&blocks, &padded);
             let mut g = self.lock()?;
             g.begin_op();
-            match g.replace_chunk(ino, generation, chunk, uid, &blocks, entry) {
+            let replaced: Result<Vec<bool>> = entries
+                .into_iter()
+                .map(|(chunk, entry)| {
+                    let mine = entry.blocks.clone();
+                    g.replace_chunk(ino, generation, chunk, uid, &mine, written.is_ok().then_some(entry))
+                })
+                .collect();
+            match replaced {
                 Ok(stored) => {
                     g.end_op();
                     drop((g, gate));
@@ -151,15 +192,30 @@ impl FileSystem {
         }
     }
 
-    /// Writes a chunk's encoded bytes to its blocks (the last one zero-padded).
-    fn write_coded(&self, blocks: &[u64], coded: &[u8]) -> std::io::Result<()> {
-        let mut padded = vec![0u8; blocks.len() * BS];
-        padded[..coded.len()].copy_from_slice(coded);
+    /// Writes chunks' encoded bytes (`padded`, whole blocks) to their blocks, a device request
+    /// per consecutive run.
+    fn write_coded(&self, blocks: &[u64], padded: &[u8]) -> std::io::Result<()> {
+        debug_assert_eq!(padded.len(), blocks.len() * BS);
         for (first, n, at) in runs(blocks) {
             self.device().write_blocks(first, &padded[at * BS..(at + n) * BS])?;
         }
         Ok(())
     }
+}
+
+/// EINVAL for a chunk the file system cannot store as given.
+fn check_new_chunk(new: &NewChunk<'_>) -> Result<()> {
+    if new.coded.is_empty() || new.coded.len() > MAX_CODED || new.plain_len == 0 || new.plain_len > CHUNK_BYTES {
+        return Err(FsError::InvalidArgument(format!(
+            "a chunk of {} bytes encoding {} plain bytes",
+            new.coded.len(),
+            new.plain_len
+        )));
+    }
+    if new.raw && new.coded.len() != new.plain_len {
+        return Err(FsError::InvalidArgument("a raw chunk must be its plain bytes".into()));
+    }
+    Ok(())
 }
 
 /// Consecutive runs of `blocks`: (first block, how many, index of the first in `blocks`).

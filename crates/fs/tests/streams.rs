@@ -100,6 +100,49 @@ fn a_bound_file_stores_chunks_out_of_place_and_frees_them() {
 }
 
 #[test]
+fn a_batch_of_chunks_lies_in_order_and_stores_only_what_the_file_reaches() {
+    let dev = dev();
+    let fs = mount(&dev);
+    let f = fs.create(fs.root(), "f", &NewFile::by(1)).unwrap();
+    fs.bind_stream(f, Some(MODULE)).unwrap();
+    let size = 3 * CHUNK_BYTES as u64 + 10;
+    fs.extend_size(f, size).unwrap();
+    let coded: Vec<Vec<u8>> = (0..5u8).map(|i| chunk(i + 1, 5000 + 3000 * i as usize)).collect();
+    let batch: Vec<(u64, NewChunk<'_>)> = coded
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let plain_len = if i == 3 { 10 } else { CHUNK_BYTES };
+            let new = NewChunk {
+                coded: c,
+                raw: false,
+                plain_len,
+                nonce: [i as u8; 24],
+            };
+            (i as u64, new)
+        })
+        .collect();
+    let generation = fs.stat(f).unwrap().generation;
+    // Chunk 4 lies past the end: it is not stored (and its blocks go back).
+    let stored = fs.write_chunks(f, generation, &batch).unwrap();
+    assert_eq!(stored, vec![true, true, true, true, false]);
+    let entries: Vec<_> = (0..4).map(|i| fs.read_chunk(f, i).unwrap()).collect();
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(e.coded, coded[i], "chunk {i}");
+        assert_eq!(e.entry.nonce, [i as u8; 24]);
+    }
+    assert_eq!(entries[3].entry.valid_len, 10);
+    // One after another on the device: one request for the batch.
+    let blocks: Vec<u64> = entries.iter().flat_map(|e| e.entry.blocks.clone()).collect();
+    assert!(blocks.windows(2).all(|w| w[1] == w[0] + 1), "{blocks:?}");
+    assert!(fs.read_chunk(f, 4).unwrap().entry.is_hole());
+    // A chunk of another generation's file stores nothing.
+    assert_eq!(fs.write_chunks(f, generation + 1, &batch[..1]).unwrap(), vec![false]);
+    fs.commit().unwrap();
+    assert_clean(&*dev, "a batch stored");
+}
+
+#[test]
 fn a_power_cut_leaves_the_old_chunk_or_the_new() {
     let dev = dev();
     let fs = mount(&dev);

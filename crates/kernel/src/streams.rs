@@ -284,35 +284,74 @@ impl ChunkStore for StreamFile {
     }
 
     fn write_chunk(&self, chunk: u64, data: &[u8]) -> io::Result<()> {
+        self.write_chunks(&[(chunk, data)]).remove(0)
+    }
+
+    /// Encodes each chunk, then stores those that encoded in one batch
+    /// ([`FileSystem::write_chunks`]): one device request for them all where the blocks allow.
+    fn write_chunks(&self, chunks: &[(u64, &[u8])]) -> Vec<io::Result<()>> {
         let _io = self.io.lock();
-        let size = self.fs().stat(self.ino).map_err(io::Error::other)?.size;
-        let start = chunk * CHUNK_BYTES as u64;
-        if start >= size {
-            return Ok(());
+        let mut results: Vec<io::Result<()>> = chunks.iter().map(|_| Ok(())).collect();
+        let size = match self.fs().stat(self.ino) {
+            Ok(st) => st.size,
+            Err(e) => return chunks.iter().map(|_| Err(io::Error::other(e.to_string()))).collect(),
+        };
+        let codec = match self.codec() {
+            Ok(c) => c,
+            Err(e) => {
+                return chunks
+                    .iter()
+                    .map(|_| Err(io::Error::new(e.kind(), e.to_string())))
+                    .collect();
+            }
+        };
+        // (index into `chunks`, chunk, plain bytes, nonce, encoding)
+        let mut encoded = Vec::with_capacity(chunks.len());
+        for (i, &(chunk, data)) in chunks.iter().enumerate() {
+            let start = chunk * CHUNK_BYTES as u64;
+            if start >= size {
+                continue;
+            }
+            let plain = &data[..(size - start).min(CHUNK_BYTES as u64) as usize];
+            let nonce = vino_stream::fresh_nonce();
+            match codec.encode(chunk, plain, &nonce) {
+                Ok(e) => encoded.push((i, chunk, plain, nonce, e)),
+                Err(err) => results[i] = Err(codec_error(self.ino, err)),
+            }
         }
-        let plain = &data[..(size - start).min(CHUNK_BYTES as u64) as usize];
-        let nonce = vino_stream::fresh_nonce();
-        let encoded = self
-            .codec()?
-            .encode(chunk, plain, &nonce)
-            .map_err(|err| codec_error(self.ino, err))?;
-        let (coded, raw) = match &encoded {
-            Encoded::Coded(bytes) => (&bytes[..], false),
-            Encoded::Raw => (plain, true),
-        };
-        let new = NewChunk {
-            coded,
-            raw,
-            plain_len: plain.len(),
-            nonce,
-        };
-        self.fs()
-            .write_chunk(self.ino, self.generation, chunk, &new)
-            .map(drop)
-            .map_err(|e| match e {
-                vino_fs::FsError::Io(e) => e,
-                e => io::Error::new(io_kind(&e), e.to_string()),
+        if encoded.is_empty() {
+            return results;
+        }
+        let batch: Vec<(u64, NewChunk<'_>)> = encoded
+            .iter()
+            .map(|(_, chunk, plain, nonce, e)| {
+                let (coded, raw) = match e {
+                    Encoded::Coded(bytes) => (&bytes[..], false),
+                    Encoded::Raw => (*plain, true),
+                };
+                let new = NewChunk {
+                    coded,
+                    raw,
+                    plain_len: plain.len(),
+                    nonce: *nonce,
+                };
+                (*chunk, new)
             })
+            .collect();
+        if let Err(e) = self.fs().write_chunks(self.ino, self.generation, &batch) {
+            for (i, ..) in &encoded {
+                results[*i] = Err(fs_io_error(&e));
+            }
+        }
+        results
+    }
+}
+
+/// A file system error as the cache's stores report it.
+fn fs_io_error(e: &vino_fs::FsError) -> io::Error {
+    match e {
+        vino_fs::FsError::Io(e) => io::Error::new(e.kind(), e.to_string()),
+        e => io::Error::new(io_kind(e), e.to_string()),
     }
 }
 

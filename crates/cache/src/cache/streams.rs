@@ -11,7 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// a time): one owner's slow codec holds at most one of them.
 pub const STREAM_WRITERS: usize = 4;
 /// Chunks a stream writer stores for one owner before it lets the next owner's turn come.
-const STREAM_TURN: usize = 8;
+const STREAM_TURN: usize = 16;
+/// Most chunks of one object handed to its store at once (1 MiB plain): the store may write
+/// them in one device request.
+const STREAM_BATCH: usize = 16;
 
 thread_local! {
     /// Set on threads that write back for everyone (the write-back thread, an eviction): their
@@ -195,13 +198,38 @@ impl PageCache {
             }
             return Ok(());
         }
+        let stored = self.write_chunk_batches(t, chunks.into_iter().map(|(object, chunk, _)| (object, chunk)));
+        self.changed.notify_all();
+        stored
+    }
+
+    /// Writes back `chunks` (in order, by object then chunk), up to [`STREAM_BATCH`] of one
+    /// object at a time; the first error, after trying them all.
+    fn write_chunk_batches(
+        &self,
+        t: &mut MutexGuard<'_, Table>,
+        chunks: impl IntoIterator<Item = (u64, u64)>,
+    ) -> io::Result<()> {
         let mut first_error = None;
-        for (object, chunk, _) in chunks {
-            if let Err(e) = self.write_chunk(t, object, chunk) {
+        let mut batch: Vec<u64> = Vec::new();
+        let mut of = None;
+        let mut flush = |t: &mut MutexGuard<'_, Table>, object: Option<u64>, batch: &mut Vec<u64>| {
+            if let Some(object) = object
+                && !batch.is_empty()
+                && let Err(e) = self.write_chunk_batch(t, object, batch)
+            {
                 first_error.get_or_insert(e);
             }
+            batch.clear();
+        };
+        for (object, chunk) in chunks {
+            if of != Some(object) || batch.len() == STREAM_BATCH {
+                flush(t, of, &mut batch);
+                of = Some(object);
+            }
+            batch.push(chunk);
         }
-        self.changed.notify_all();
+        flush(t, of, &mut batch);
         first_error.map_or(Ok(()), Err)
     }
 
@@ -223,75 +251,122 @@ impl PageCache {
         }
     }
 
-    fn write_chunk(&self, t: &mut MutexGuard<'_, Table>, object: u64, chunk: u64) -> io::Result<()> {
+    /// Writes back chunks `chunks` (ascending) of stream object `object`: each whose pages are
+    /// dirty, from its cached pages and, for pages not cached, its stored contents, all handed
+    /// to the store at once. Its pages are being written meanwhile (not evicted, not dropped;
+    /// a write to one keeps it dirty). The first error.
+    fn write_chunk_batch(&self, t: &mut MutexGuard<'_, Table>, object: u64, chunks: &[u64]) -> io::Result<()> {
         let Some(store) = t.streams.get(&object).cloned() else {
             return Ok(());
         };
         let per = store.chunk_pages();
-        let first = chunk * per;
-        // Wait while another thread writes or loads this chunk's pages.
-        let (members, missing) = loop {
-            let mut members: Vec<(u64, u32, u64)> = Vec::new();
-            let mut missing = false;
+        // Wait while another thread writes or loads any of these chunks' pages (then take them
+        // all at once, so no thread holds some while it waits for others).
+        let gathered = loop {
+            let mut gathered: Vec<Gathered> = Vec::new();
             let mut busy = false;
-            for i in first..first + per {
-                match t.map.get(&(object, i)) {
-                    None => missing = true,
-                    Some(&f) => {
-                        let fr = &t.frames[f as usize];
-                        if fr.writing || fr.state != State::Valid {
-                            busy = true;
-                        } else {
-                            members.push((i, f, fr.generation));
+            for &chunk in chunks {
+                let first = chunk * per;
+                let mut members: Vec<(u64, u32, u64)> = Vec::new();
+                let mut missing = false;
+                for i in first..first + per {
+                    match t.map.get(&(object, i)) {
+                        None => missing = true,
+                        Some(&f) => {
+                            let fr = &t.frames[f as usize];
+                            if fr.writing || fr.state != State::Valid {
+                                busy = true;
+                            } else {
+                                members.push((i, f, fr.generation));
+                            }
                         }
                     }
                 }
+                gathered.push((chunk, members, missing));
             }
             if !busy {
-                break (members, missing);
+                break gathered;
             }
             self.changed.wait_for(t, Duration::from_millis(1));
         };
-        if !members
-            .iter()
-            .any(|&(_, f, _)| t.frames[f as usize].dirty_since.is_some())
-        {
+        // Only chunks with a dirty page are written.
+        let gathered: Vec<_> = gathered
+            .into_iter()
+            .filter(|(_, members, _)| {
+                members
+                    .iter()
+                    .any(|&(_, f, _)| t.frames[f as usize].dirty_since.is_some())
+            })
+            .collect();
+        if gathered.is_empty() {
             return Ok(());
         }
-        let mut plain = vec![0u8; per as usize * BLOCK_SIZE];
-        for &(i, f, _) in &members {
-            t.frames[f as usize].writing = true;
-            let at = (i - first) as usize * BLOCK_SIZE;
-            plain[at..at + BLOCK_SIZE].copy_from_slice(&t.frames[f as usize].buf[..]);
+        let bytes = per as usize * BLOCK_SIZE;
+        let mut plain = vec![0u8; gathered.len() * bytes];
+        for (k, (chunk, members, _)) in gathered.iter().enumerate() {
+            let first = chunk * per;
+            for &(i, f, _) in members {
+                t.frames[f as usize].writing = true;
+                let at = k * bytes + (i - first) as usize * BLOCK_SIZE;
+                plain[at..at + BLOCK_SIZE].copy_from_slice(&t.frames[f as usize].buf[..]);
+            }
         }
-        let stored = MutexGuard::unlocked(t, || {
-            if missing {
+        let results = MutexGuard::unlocked(t, || {
+            let mut results: Vec<io::Result<()>> = gathered.iter().map(|_| Ok(())).collect();
+            for (k, (chunk, members, missing)) in gathered.iter().enumerate() {
+                if !missing {
+                    continue;
+                }
                 // The pages not cached keep what the chunk holds now.
-                let mut old = vec![0u8; plain.len()];
-                store.read_chunk(chunk, &mut old)?;
+                let mut old = vec![0u8; bytes];
+                if let Err(e) = store.read_chunk(*chunk, &mut old) {
+                    results[k] = Err(e);
+                    continue;
+                }
+                let first = chunk * per;
                 for i in first..first + per {
                     if !members.iter().any(|m| m.0 == i) {
                         let at = (i - first) as usize * BLOCK_SIZE;
-                        plain[at..at + BLOCK_SIZE].copy_from_slice(&old[at..at + BLOCK_SIZE]);
+                        plain[k * bytes + at..k * bytes + at + BLOCK_SIZE].copy_from_slice(&old[at..at + BLOCK_SIZE]);
                     }
                 }
             }
-            store.write_chunk(chunk, &plain)
+            let ready: Vec<(usize, (u64, &[u8]))> = gathered
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| results[k].is_ok())
+                .map(|(k, (chunk, ..))| (k, (*chunk, &plain[k * bytes..(k + 1) * bytes])))
+                .collect();
+            let batch: Vec<(u64, &[u8])> = ready.iter().map(|&(_, c)| c).collect();
+            for ((k, _), r) in ready.iter().zip(store.write_chunks(&batch)) {
+                results[*k] = r;
+            }
+            results
         });
-        for &(_, f, generation) in &members {
-            let fr = &mut t.frames[f as usize];
-            fr.writing = false;
-            if stored.is_ok() && fr.dirty_since.is_some() {
-                if fr.generation == generation {
-                    t.mark_clean(f);
+        let mut first_error = None;
+        for ((_, members, _), stored) in gathered.iter().zip(results) {
+            for &(_, f, generation) in members {
+                let fr = &mut t.frames[f as usize];
+                fr.writing = false;
+                if stored.is_ok() && fr.dirty_since.is_some() {
+                    if fr.generation == generation {
+                        t.mark_clean(f);
+                    }
+                    let (owner, object) = (t.frames[f as usize].owner, t.frames[f as usize].key.0);
+                    count!(t, owner, object, written_back);
                 }
-                let (owner, object) = (t.frames[f as usize].owner, t.frames[f as usize].key.0);
-                count!(t, owner, object, written_back);
+            }
+            if let Err(e) = stored {
+                first_error.get_or_insert(e);
             }
         }
-        stored
+        first_error.map_or(Ok(()), Err)
     }
 }
+
+/// One chunk being written back: its index, its cached pages (page, frame, generation when
+/// copied), and whether some of its pages are not cached.
+type Gathered = (u64, Vec<(u64, u32, u64)>, bool);
 
 /// A background stream writer: serves one owner's turn at a time until no owner without a
 /// writer has chunks waiting.
@@ -309,11 +384,11 @@ fn stream_writer(cache: std::sync::Weak<PageCache>) {
             }
         };
         let (owner, chunks) = turn;
-        for (object, chunk) in chunks {
+        {
             let mut t = c.table.lock();
             // A failure leaves the pages dirty: the next round queues them again, and fsync
             // reports it.
-            let _ = c.write_chunk(&mut t, object, chunk);
+            let _ = c.write_chunk_batches(&mut t, chunks);
         }
         c.stream_queues.lock().running.remove(&owner);
         c.changed.notify_all();

@@ -308,7 +308,7 @@ impl FsState {
                 self.cut_chunks(ino, &mut inode, size)?;
             }
             // The size set is the size on disk: a truncate's bytes are zeros, nothing to wait for.
-            self.stream_sizes.remove(&ino);
+            self.set_stream_size(ino, None);
             let now = self.now_ns();
             inode.size = size;
             inode.mtime_ns = now;
@@ -440,7 +440,7 @@ impl FsState {
             // Its size on disk grows only over chunks stored (`stream_sizes`).
             let size = self.size_of(ino, &inode).max(end);
             if size > inode.size {
-                self.stream_sizes.insert(ino, (inode.generation, size));
+                self.set_stream_size(ino, Some((inode.generation, size)));
             }
             return Ok(());
         }

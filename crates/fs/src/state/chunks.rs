@@ -42,6 +42,22 @@ impl FsState {
             .unwrap_or_default())
     }
 
+    /// Where new blocks for chunk `chunk` should go: just after the chunk before it, so that a
+    /// file written in order lies in order; else near the chunk's old place.
+    pub(crate) fn chunk_place(&mut self, ino: u64, inode: &Inode, chunk: u64) -> Result<u64> {
+        if chunk > 0
+            && let Some(&last) = self.chunk_entry(ino, inode, chunk - 1)?.blocks.last()
+        {
+            return Ok(last + 1);
+        }
+        Ok(self
+            .chunk_entry(ino, inode, chunk)?
+            .blocks
+            .first()
+            .copied()
+            .unwrap_or(0))
+    }
+
     /// Names `entry` as chunk `chunk`, making its map block if the file has none there yet;
     /// returns the entry it replaces. The caller writes `inode` back.
     fn put_chunk_entry(&mut self, ino: u64, inode: &mut Inode, chunk: u64, entry: ChunkEntry) -> Result<ChunkEntry> {
@@ -114,7 +130,7 @@ impl FsState {
         // The size on disk grows over the chunk now stored (never past the size written).
         inode.size = inode.size.max((start + u64::from(entry.valid_len)).min(size));
         if inode.size >= size {
-            self.stream_sizes.remove(&ino);
+            self.set_stream_size(ino, None);
         }
         inode.blocks = inode.blocks.saturating_add(blocks.len() as u32);
         let old = self.put_chunk_entry(ino, &mut inode, chunk, entry)?;
@@ -127,11 +143,11 @@ impl FsState {
     /// caller that has had the kernel store their chunks (an fsync, a sync).
     pub(crate) fn settle_stream_sizes(&mut self, only: Option<u64>) -> Result<()> {
         let pending: Vec<(u64, (u32, u64))> = match only {
-            Some(ino) => self.stream_sizes.get(&ino).map(|&p| vec![(ino, p)]).unwrap_or_default(),
-            None => self.stream_sizes.iter().map(|(&i, &p)| (i, p)).collect(),
+            Some(ino) => self.stream_size(ino).map(|p| vec![(ino, p)]).unwrap_or_default(),
+            None => self.stream_sizes(),
         };
         for (ino, (generation, size)) in pending {
-            self.stream_sizes.remove(&ino);
+            self.set_stream_size(ino, None);
             if let Ok(mut inode) = self.live(ino)
                 && inode.generation == generation
                 && inode.stream.is_some()

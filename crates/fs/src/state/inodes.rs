@@ -60,8 +60,8 @@ impl FsState {
 
     /// A file's size: its size on disk, or for a stream file written past it, the size written.
     pub(crate) fn size_of(&self, ino: u64, i: &Inode) -> u64 {
-        match self.stream_sizes.get(&ino) {
-            Some(&(generation, size)) if generation == i.generation && i.stream.is_some() => size.max(i.size),
+        match self.stream_size(ino) {
+            Some((generation, size)) if generation == i.generation && i.stream.is_some() => size.max(i.size),
             _ => i.size,
         }
     }
