@@ -142,6 +142,45 @@ fn a_batch_of_chunks_lies_in_order_and_stores_only_what_the_file_reaches() {
     assert_clean(&*dev, "a batch stored");
 }
 
+/// An unlinked stream file's chunks go a slice at a time (a few map blocks' chunks per
+/// operation), not all under the lock at once.
+#[test]
+fn a_big_stream_file_is_freed_a_slice_at_a_time() {
+    let dev = fresh(16_384, &small_opts(4096));
+    let fs = mount(&dev);
+    let free = |fs: &vino_fs::FileSystem| fs.stats().free_blocks;
+    let before = free(&fs);
+    let f = fs.create(fs.root(), "big", &NewFile::by(1)).unwrap();
+    fs.bind_stream(f, Some(MODULE)).unwrap();
+    let chunks = 12 * CHUNKS_PER_MAP + 5;
+    fs.extend_size(f, chunks * CHUNK_BYTES as u64).unwrap();
+    let coded = chunk(9, CHUNK_BYTES);
+    let generation = fs.stat(f).unwrap().generation;
+    for first in (0..chunks).step_by(16) {
+        let batch: Vec<(u64, NewChunk<'_>)> = (first..(first + 16).min(chunks))
+            .map(|i| {
+                let new = NewChunk {
+                    coded: &coded,
+                    raw: true,
+                    plain_len: CHUNK_BYTES,
+                    nonce: [0; 24],
+                };
+                (i, new)
+            })
+            .collect();
+        assert!(fs.write_chunks(f, generation, &batch).unwrap().iter().all(|&s| s));
+    }
+    assert!(u64::from(fs.stat(f).unwrap().blocks) > vino_fs::FREE_SLICE);
+    fs.unlink_keep(fs.root(), "big").unwrap();
+    let ops = |fs: &vino_fs::FileSystem| fs.stats().meta.ops;
+    let o = ops(&fs);
+    fs.release_orphan(f).unwrap();
+    assert!(ops(&fs) - o >= 3, "released in {} operations", ops(&fs) - o);
+    assert_eq!(free(&fs), before, "every chunk back");
+    fs.sync().unwrap();
+    assert_clean(&*dev, "a big stream file freed in slices");
+}
+
 #[test]
 fn a_power_cut_leaves_the_old_chunk_or_the_new() {
     let dev = dev();

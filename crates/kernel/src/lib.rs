@@ -81,7 +81,7 @@ mod stream_names;
 mod streams;
 pub use staged::{STAGED_PER_PROCESS, STAGED_TTL};
 pub use stream_names::parse_module_name;
-pub use streams::{StreamDependency, StreamStatus, Streams, module_id, module_name};
+pub use streams::{STREAM_SCAN_EVERY, StreamDependency, StreamStatus, Streams, module_id, module_name};
 
 pub use attrs::{Attrs, FallocMode, SetTime};
 pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};

@@ -83,10 +83,17 @@ impl Codecs {
     }
 }
 
+/// How often an unprivileged user may have the inode table scanned for stream files
+/// ([`crate::Process::stream_dependencies`]): the scan reads every inode, so without a limit
+/// any user could keep the file system's lock busy by asking in a loop.
+pub const STREAM_SCAN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The kernel's stream codecs and the stream files the cache knows.
 pub struct Streams {
     pub(crate) codecs: Arc<Codecs>,
     files: Mutex<FxHashMap<u64, Arc<StreamFile>>>,
+    /// When each user last had the inode table scanned (clock ns); one scan runs at a time.
+    scans: Mutex<FxHashMap<u32, u64>>,
 }
 
 impl Streams {
@@ -98,6 +105,7 @@ impl Streams {
                 loaded: Mutex::default(),
             }),
             files: Mutex::default(),
+            scans: Mutex::default(),
         }
     }
 
@@ -448,14 +456,31 @@ pub struct StreamDependency {
 
 impl crate::Process {
     /// Which files depend on which stream codec module: the caller's own files, or every one
-    /// for a privileged caller (others' files are not a user's to enumerate).
+    /// for a privileged caller (others' files are not a user's to enumerate). EAGAIN for an
+    /// unprivileged caller who asked less than [`STREAM_SCAN_EVERY`] ago.
     pub fn stream_dependencies(&self) -> SysResult<Vec<StreamDependency>> {
         let kernel = self.kernel();
         let cred = self.credentials();
+        let inodes = {
+            // Held over the scan: one at a time, whoever asks.
+            let mut scans = kernel.streams.scans.lock();
+            let now = kernel.clock.now_ns();
+            let every = STREAM_SCAN_EVERY.as_nanos() as u64;
+            scans.retain(|_, &mut at| now.saturating_sub(at) < every);
+            if !cred.privileged
+                && let Some(&at) = scans.get(&cred.uid)
+            {
+                let wait = (every - now.saturating_sub(at)).div_ceil(1_000_000);
+                return Err(SysError::new(
+                    Errno::Again,
+                    format!("listing stream files scans every inode: once a second per user (try again in {wait} ms)"),
+                ));
+            }
+            scans.insert(cred.uid, now);
+            kernel.fs().stream_inodes()?
+        };
         let loaded = kernel.streams.codecs.loaded.lock().keys().copied().collect::<Vec<_>>();
-        Ok(kernel
-            .fs()
-            .stream_inodes()?
+        Ok(inodes
             .into_iter()
             .filter(|s| cred.privileged || s.uid == cred.uid)
             .map(|s| StreamDependency {

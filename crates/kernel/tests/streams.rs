@@ -107,6 +107,20 @@ fn a_compressed_file_reads_back_after_a_reboot_and_costs_fewer_blocks() {
     assert_eq!(other.pread(fd, &mut again, 0).unwrap(), 140_000);
     assert_eq!(again, got);
     assert_eq!(other.stream_status("/u/z").unwrap().unwrap().module.len(), 64);
+
+    // Listing stream files scans every inode: a user may have it done once a second (root
+    // without limit), and sees only its own files.
+    let asked = std::time::Instant::now();
+    assert!(other.stream_dependencies().unwrap().is_empty());
+    let again = other.stream_dependencies();
+    if asked.elapsed() < vino_kernel::STREAM_SCAN_EVERY {
+        assert_eq!(again.unwrap_err().errno, Errno::Again);
+    }
+    let root = k.spawn(Credentials::root());
+    for _ in 0..2 {
+        let files = root.stream_dependencies().unwrap();
+        assert_eq!(files.iter().map(|f| f.uid).collect::<Vec<_>>(), vec![1000]);
+    }
 }
 
 #[test]

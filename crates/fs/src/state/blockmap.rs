@@ -385,6 +385,13 @@ impl FsState {
     /// blocks at once (a 2 GiB file took 170 ms, every other user's operation waiting). True if
     /// blocks may remain from `from` on.
     fn free_top_slice(&mut self, ino: u64, inode: &mut Inode, from: u64) -> Result<bool> {
+        // A stream file's file blocks are chunk maps, each naming up to
+        // CHUNKS_PER_MAP * CHUNK_PTRS blocks: its slice is that many fewer map blocks.
+        let slice = if inode.stream.is_some() {
+            (FREE_SLICE / (CHUNKS_PER_MAP * CHUNK_PTRS as u64)).max(1)
+        } else {
+            FREE_SLICE
+        };
         let big = u64::from(inode.blocks) > FREE_SLICE;
         let last = match big.then(|| self.last_mapped(ino, inode)).transpose()?.flatten() {
             Some(last) if last >= from => last,
@@ -393,7 +400,7 @@ impl FsState {
                 return Ok(false);
             }
         };
-        let lo = (last + 1).saturating_sub(FREE_SLICE).max(from);
+        let lo = (last + 1).saturating_sub(slice).max(from);
         self.free_from(ino, inode, lo)?;
         Ok(lo > from)
     }
