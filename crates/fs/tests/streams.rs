@@ -170,7 +170,7 @@ fn a_big_stream_file_is_freed_a_slice_at_a_time() {
             .collect();
         assert!(fs.write_chunks(f, generation, &batch).unwrap().iter().all(|&s| s));
     }
-    assert!(u64::from(fs.stat(f).unwrap().blocks) > vino_fs::FREE_SLICE);
+    assert!(fs.stat(f).unwrap().blocks > vino_fs::FREE_SLICE);
     fs.unlink_keep(fs.root(), "big").unwrap();
     let ops = |fs: &vino_fs::FileSystem| fs.stats().meta.ops;
     let o = ops(&fs);
