@@ -673,7 +673,8 @@ impl StreamsReport {
                 log_scale: Some(false),
                 ..ChartOptions::default()
             },
-        )
+        )?;
+        self.kernel.plot(&path.with_file_name("streams-kernel.svg"))
     }
 }
 

@@ -17,7 +17,7 @@ use vino_kernel::{Credentials, OpenFlags, Process};
 
 use super::btrfs;
 use crate::e6_layout::{DeviceDelta, DeviceKind, Disk, E6_MODEL_SCALE, FineTimerSlack, image_path, median_of};
-use vino_measure::report::Table;
+use vino_measure::report::{ChartOptions, Table, bar_chart_with};
 
 /// Bytes per `write` and `read` call, as a copying program would use.
 const IO_BYTES: usize = 1 << 20;
@@ -409,6 +409,34 @@ fn coded_bytes(dev: Arc<dyn BlockDevice>, files: &Files<'_>) -> Result<Vec<u64>>
 }
 
 impl KernelPath {
+    /// Each case's write+fsync and cold read against its system's plain case (1 is as fast).
+    pub fn plot(&self, path: &Path) -> Result<()> {
+        let groups: Vec<(String, Vec<(String, f64)>)> = self
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let (w, rd) = (r.write_vs_plain?, r.read_vs_plain?);
+                let name = format!("{} {}", r.system, r.codec.trim_end_matches("_stream"));
+                Some((
+                    name,
+                    vec![("write+fsync".to_string(), w), ("cold read".to_string(), rd)],
+                ))
+            })
+            .collect();
+        bar_chart_with(
+            path,
+            "Whole files through the kernel: each case against its system's plain case",
+            "MB/s over plain's (median of the rounds)",
+            &groups,
+            &ChartOptions {
+                reference: Some(1.0),
+                value_labels: true,
+                log_scale: Some(false),
+                size: Some((1200, 560)),
+            },
+        )
+    }
+
     pub fn tables(&self) -> Vec<Table> {
         if self.rows.is_empty() {
             return Vec::new();
