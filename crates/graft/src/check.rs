@@ -243,6 +243,11 @@ pub fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadError> {
                             }
                         }
                         Operator::End => depth = depth.saturating_sub(1),
+                        op if !limits.bulk_operators => {
+                            if let Some(name) = bulk_operator(&op) {
+                                return Err(LoadError::Unmetered(name.into()));
+                            }
+                        }
                         _ => {}
                     }
                 }
@@ -254,6 +259,21 @@ pub fn precheck(wasm: &[u8], limits: &ModuleLimits) -> Result<(), LoadError> {
         }
     }
     Ok(())
+}
+
+/// The name of `op` if its cost grows with an operand (see [`ModuleLimits::bulk_operators`]).
+fn bulk_operator(op: &wasmparser::Operator<'_>) -> Option<&'static str> {
+    use wasmparser::Operator as O;
+    Some(match op {
+        O::MemoryCopy { .. } => "memory.copy",
+        O::MemoryFill { .. } => "memory.fill",
+        O::MemoryInit { .. } => "memory.init",
+        O::TableCopy { .. } => "table.copy",
+        O::TableFill { .. } => "table.fill",
+        O::TableInit { .. } => "table.init",
+        O::TableGrow { .. } => "table.grow",
+        _ => return None,
+    })
 }
 
 /// The checks that need only the start of a module, for a module still arriving: its declared

@@ -30,6 +30,10 @@ pub enum LoadError {
     /// The module would cost too much to compile (see `ModuleLimits`).
     #[error("graft refused before compiling: {0}")]
     TooLarge(String),
+    /// The module uses an instruction whose cost grows with an operand (`memory.fill`,
+    /// `memory.copy`, ...): fuel counts one unit for it, so a budget would not bound its time.
+    #[error("graft uses `{0}`, whose cost grows with its length and is not counted against a graft's budget")]
+    Unmetered(String),
     /// Too many compiles wait for a turn (EAGAIN).
     #[error("the kernel is busy compiling: {0}")]
     Busy(String),

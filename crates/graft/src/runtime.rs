@@ -49,6 +49,11 @@ pub struct ModuleLimits {
     /// Deepest nesting of blocks, loops and ifs in one body.
     pub max_nesting: u32,
     pub max_locals: u32,
+    /// Whether the bulk instructions (`memory.copy`, `memory.fill`, `memory.init`, and the
+    /// table ones) are allowed. Fuel counts each as one unit however many bytes it moves: a
+    /// graft looping over `memory.fill` of its 16 MiB would run minutes on a 10 ms budget, so
+    /// grafts may not use them. Programs may (the scheduler stops them by time, not fuel).
+    pub bulk_operators: bool,
 }
 
 impl Default for ModuleLimits {
@@ -60,6 +65,7 @@ impl Default for ModuleLimits {
             max_body_bytes: 128 << 10,
             max_nesting: 256,
             max_locals: 50_000,
+            bulk_operators: false,
         }
     }
 }
@@ -74,6 +80,7 @@ impl ModuleLimits {
             max_body_bytes: 1 << 20,
             max_nesting: 1024,
             max_locals: 100_000,
+            bulk_operators: true,
         }
     }
 }

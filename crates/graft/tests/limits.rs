@@ -68,6 +68,35 @@ fn deep_blocks(depth: usize) -> Vec<u8> {
     wat::parse_str(&wat).unwrap()
 }
 
+/// Fuel counts `memory.fill` as one unit however many bytes it writes: a graft looping over
+/// it would run for minutes on a 10 ms budget. Grafts may not use the bulk instructions;
+/// programs, which the scheduler stops by time, may.
+#[test]
+fn grafts_may_not_use_instructions_whose_cost_fuel_does_not_count() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let s = slot(&rt);
+    let fill = r#"(module
+      (memory (export "memory") 256)
+      (func (export "test_step") (param i64) (result i64)
+        (loop $again
+          (memory.fill (i32.const 0) (i32.const 0) (i32.const 16777216))
+          (br $again))
+        (local.get 0)))"#;
+    let copy = r#"(module
+      (memory (export "memory") 1)
+      (func (export "test_step") (param i64) (result i64)
+        (memory.copy (i32.const 0) (i32.const 8) (i32.const 8))
+        (local.get 0)))"#;
+    for (what, wat) in [("memory.fill", fill), ("memory.copy", copy)] {
+        match s.load(wat.as_bytes(), Owner::process(1)) {
+            Err(e @ LoadError::Unmetered(_)) => assert!(e.to_string().contains(what), "{e}"),
+            other => panic!("{what}: {:?}", other.map(|i| i.hash)),
+        }
+        let binary = wat::parse_str(wat).unwrap();
+        vino_graft::precheck(&binary, &ModuleLimits::program(1 << 20)).unwrap();
+    }
+}
+
 #[test]
 fn costly_modules_are_refused_before_compiling() {
     let rt = Runtime::new(RuntimeConfig::default());
