@@ -317,7 +317,7 @@ static int LZ4_isAligned(const void* ptr, size_t alignment)
   typedef size_t              uptrval;   /* generally true, except OpenVMS-64 */
 #endif
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__wasm32__)   /* VINO: wasm32, like x32, has 64-bit registers */
   typedef U64    reg_t;   /* 64-bits in x32 mode */
 #else
   typedef size_t reg_t;   /* 32-bits in x32 mode */

@@ -228,6 +228,9 @@ pub fn clang_args(source: &Path, output: &Path, include_dir: &Path, opts: &Build
         "-ffreestanding".into(),
         // Only what the header's macros mark is exported (graftpoints, controls, shared data).
         "-fvisibility=hidden".into(),
+        // 128-bit SIMD, as a native x86-64 build has SSE2: fixed-cost instructions (fuel counts
+        // each as one, like any other). Not -mbulk-memory: grafts may not use those.
+        "-msimd128".into(),
     ];
     a.push("-I".into());
     a.push(include_dir.into());
