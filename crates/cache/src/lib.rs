@@ -65,6 +65,16 @@ pub trait ChunkStore: Send + Sync {
     /// The plain bytes of chunk `chunk` (`buf` is the whole chunk; zeros past the object's end
     /// and in holes). An error fails the read that needed the chunk; nothing of it is cached.
     fn read_chunk(&self, chunk: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// The plain bytes of several chunks, each into its whole-chunk part of `buf` (in order): a
+    /// store may fetch them in fewer device requests. A result per chunk.
+    fn read_chunks(&self, chunks: &[u64], buf: &mut [u8]) -> Vec<io::Result<()>> {
+        let per = buf.len() / chunks.len().max(1);
+        chunks
+            .iter()
+            .zip(buf.chunks_mut(per.max(1)))
+            .map(|(&chunk, part)| self.read_chunk(chunk, part))
+            .collect()
+    }
     /// Stores chunk `chunk`, whose plain bytes are `data` (the whole chunk; the store cuts it at
     /// the object's end). An error leaves its pages dirty.
     fn write_chunk(&self, chunk: u64, data: &[u8]) -> io::Result<()>;

@@ -57,17 +57,35 @@ impl FileSystem {
     /// meanwhile (the kernel's per-file chunk lock): a replaced chunk's blocks may be reused
     /// once its replacement is checkpointed.
     pub fn read_chunk(&self, ino: u64, chunk: u64) -> Result<StoredChunk> {
-        let entry = self.with_state(|g| {
+        Ok(self.read_chunks(ino, &[chunk])?.remove(0))
+    }
+
+    /// Several chunks of stream file `ino`, as [`FileSystem::read_chunk`] reads one, their
+    /// blocks read in one device request wherever they lie one after another (as a file's
+    /// chunks written in order do).
+    pub fn read_chunks(&self, ino: u64, chunks: &[u64]) -> Result<Vec<StoredChunk>> {
+        let entries = self.with_state(|g| {
             let inode = g.stream_file(ino)?;
-            g.chunk_entry(ino, &inode, chunk)
+            chunks
+                .iter()
+                .map(|&c| g.chunk_entry(ino, &inode, c))
+                .collect::<Result<Vec<_>>>()
         })?;
-        let mut coded = vec![0u8; entry.blocks.len() * BS];
-        for run in runs(&entry.blocks) {
-            let (first, n, at) = run;
-            self.device().read_blocks(first, &mut coded[at * BS..(at + n) * BS])?;
+        let blocks: Vec<u64> = entries.iter().flat_map(|e| e.blocks.iter().copied()).collect();
+        let mut all = vec![0u8; blocks.len() * BS];
+        for (first, n, at) in runs(&blocks) {
+            self.device().read_blocks(first, &mut all[at * BS..(at + n) * BS])?;
         }
-        coded.truncate(entry.coded_len as usize);
-        Ok(StoredChunk { entry, coded })
+        let mut at = 0;
+        Ok(entries
+            .into_iter()
+            .map(|entry| {
+                let n = entry.blocks.len() * BS;
+                let coded = all[at..at + entry.coded_len as usize].to_vec();
+                at += n;
+                StoredChunk { entry, coded }
+            })
+            .collect())
     }
 
     /// Stores `new` as chunk `chunk` of stream file `ino`, of generation `generation` (the file

@@ -248,6 +248,26 @@ impl StreamFile {
             .get(self.uid, self.module, &self.account)
             .map_err(|e| io::Error::other(format!("inode {}: {e}", self.ino)))
     }
+
+    /// A stored chunk's plain bytes into `buf` (zeros past its valid bytes, and for a hole).
+    fn decode_into(&self, chunk: u64, stored: &vino_fs::StoredChunk, buf: &mut [u8]) -> io::Result<()> {
+        buf.fill(0);
+        let e = &stored.entry;
+        if e.is_hole() {
+            return Ok(());
+        }
+        let valid = e.valid_len as usize;
+        if e.is_raw() {
+            buf[..valid].copy_from_slice(&stored.coded[..valid]);
+            return Ok(());
+        }
+        let plain = self
+            .codec()?
+            .decode(chunk, &stored.coded, &e.nonce, e.plain_len as usize)
+            .map_err(|err| codec_error(self.ino, err))?;
+        buf[..valid].copy_from_slice(&plain[..valid]);
+        Ok(())
+    }
 }
 
 /// A codec's failure as the system call sees it: EACCES while it has no key, else EIO.
@@ -271,24 +291,24 @@ impl ChunkStore for StreamFile {
     }
 
     fn read_chunk(&self, chunk: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.read_chunks(&[chunk], buf).remove(0)
+    }
+
+    /// Fetches the chunks' encoded bytes together ([`FileSystem::read_chunks`]), then decodes
+    /// each into its part of `buf`.
+    fn read_chunks(&self, chunks: &[u64], buf: &mut [u8]) -> Vec<io::Result<()>> {
         let _io = self.io.lock();
-        let stored = self.fs().read_chunk(self.ino, chunk).map_err(io::Error::other)?;
-        buf.fill(0);
-        let e = &stored.entry;
-        if e.is_hole() {
-            return Ok(());
-        }
-        let valid = e.valid_len as usize;
-        if e.is_raw() {
-            buf[..valid].copy_from_slice(&stored.coded[..valid]);
-            return Ok(());
-        }
-        let plain = self
-            .codec()?
-            .decode(chunk, &stored.coded, &e.nonce, e.plain_len as usize)
-            .map_err(|err| codec_error(self.ino, err))?;
-        buf[..valid].copy_from_slice(&plain[..valid]);
-        Ok(())
+        let stored = match self.fs().read_chunks(self.ino, chunks) {
+            Ok(s) => s,
+            Err(e) => return chunks.iter().map(|_| Err(io::Error::other(e.to_string()))).collect(),
+        };
+        let per = buf.len() / chunks.len().max(1);
+        stored
+            .iter()
+            .zip(chunks)
+            .zip(buf.chunks_mut(per.max(1)))
+            .map(|((stored, &chunk), part)| self.decode_into(chunk, stored, part))
+            .collect()
     }
 
     fn write_chunk(&self, chunk: u64, data: &[u8]) -> io::Result<()> {

@@ -123,6 +123,42 @@ fn a_compressed_file_reads_back_after_a_reboot_and_costs_fewer_blocks() {
     }
 }
 
+/// A read that goes on through a stream file fetches the next chunks with the one it needs:
+/// written in order, they lie in order, and a cold sequential read costs far fewer device
+/// requests than one per chunk.
+#[test]
+fn a_sequential_read_fetches_chunks_together() {
+    let dev = fresh();
+    let config = KernelConfig {
+        cache_frames: 1024,
+        writeback_every: None,
+        ..KernelConfig::default()
+    };
+    let k = Kernel::boot(dev.clone() as Arc<dyn BlockDevice>, &config).unwrap();
+    let user = k.spawn(Credentials::user(1000, 1000));
+    k.spawn(Credentials::root()).mkdir("/u", 0o777).unwrap();
+    let fd = user.open("/u/z", OpenFlags::create()).unwrap();
+    user.stream_bind("/u/z", Some(&codec("lz4_stream"))).unwrap();
+    let chunks = 32;
+    let data = text(chunks * 65536);
+    assert_eq!(user.pwrite(fd, &data, 0).unwrap(), data.len());
+    user.fsync(fd).unwrap();
+    k.drop_clean_pages().unwrap();
+    let before = dev.stats().reads;
+    let mut got = vec![0u8; data.len()];
+    let mut at = 0;
+    while at < got.len() {
+        let n = user
+            .pread(fd, &mut got[at..(at + (1 << 20)).min(data.len())], at as u64)
+            .unwrap();
+        assert!(n > 0);
+        at += n;
+    }
+    let reads = dev.stats().reads - before;
+    assert!(got == data, "read back");
+    assert!(reads <= chunks as u64 / 2, "{reads} device reads for {chunks} chunks");
+}
+
 #[test]
 fn an_integrity_codec_turns_corruption_into_eio_on_that_file_only() {
     let dev = fresh();

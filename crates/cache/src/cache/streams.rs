@@ -12,6 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const STREAM_WRITERS: usize = 4;
 /// Chunks a stream writer stores for one owner before it lets the next owner's turn come.
 const STREAM_TURN: usize = 16;
+/// Chunks read ahead of a sequential read's miss, fetched with the chunk it needs (256 KiB
+/// plain with it). Seven made a cold read faster on a fast device (0.74x of unbound's against
+/// 0.66x) and slower on the slow disk model (1.85x against 2.04x): the reader waits while the
+/// whole batch is fetched and decoded, with nothing else in flight.
+const STREAM_READ_AHEAD: u64 = 3;
 /// Most chunks of one object handed to its store at once (1 MiB plain): the store may write
 /// them in one device request.
 const STREAM_BATCH: usize = 16;
@@ -81,8 +86,11 @@ impl PageCache {
 
     /// Brings in the pages of the chunk holding page `index` of stream object `object` that are
     /// not cached, below page `limit` (the end of the file): the demanded page with a frame it
-    /// may wait for, the others only with frames free now. The chunk is decoded with the table
-    /// unlocked; meanwhile its pages are loading (readers wait, nobody evicts or drops them).
+    /// may wait for, the others only with frames free now. A read that goes on from the chunk
+    /// before (its last page is cached, and this is the chunk's first page) also brings in up to
+    /// [`STREAM_READ_AHEAD`] chunks after it that have no page cached, with frames free now, all
+    /// fetched together. The chunks are decoded with the table unlocked; meanwhile their pages
+    /// are loading (readers wait, nobody evicts or drops them).
     pub(super) fn load_chunk(
         &self,
         t: &mut MutexGuard<'_, Table>,
@@ -103,19 +111,48 @@ impl PageCache {
         if !t.map.contains_key(&(object, index)) {
             taken.push((index, self.allocate(t, pid, (object, index))?));
         }
+        let give_back = |t: &mut MutexGuard<'_, Table>, taken: Vec<(u64, u32)>| {
+            for (_, f) in taken {
+                t.free.push(f);
+            }
+        };
+        let mut full = true;
         for i in first..(first + per).min(limit.max(index + 1)) {
             if i == index || t.map.contains_key(&(object, i)) {
                 continue;
             }
             match self.allocate_within(t, pid, (object, i), false) {
                 Ok(Some(f)) => taken.push((i, f)),
-                Ok(None) => break,
+                Ok(None) => {
+                    full = false;
+                    break;
+                }
                 Err(e) => {
-                    for (_, f) in taken {
-                        t.free.push(f);
-                    }
+                    give_back(t, taken);
                     return Err(e);
                 }
+            }
+        }
+        let mut chunks = vec![chunk];
+        let sequential = index == first && first > 0 && t.map.contains_key(&(object, first - 1));
+        if full && sequential {
+            'ahead: for c in chunk + 1..=chunk + STREAM_READ_AHEAD {
+                let pages = c * per..((c + 1) * per).min(limit);
+                if pages.is_empty() || pages.clone().any(|i| t.map.contains_key(&(object, i))) {
+                    break;
+                }
+                let mut mine = Vec::new();
+                for i in pages {
+                    match self.allocate_within(t, pid, (object, i), false) {
+                        Ok(Some(f)) => mine.push((i, f)),
+                        _ => {
+                            give_back(t, mine);
+                            break 'ahead;
+                        }
+                    }
+                }
+                taken.extend(mine);
+                chunks.push(c);
             }
         }
         let mut loading: Vec<(u64, u32)> = Vec::new();
@@ -142,14 +179,16 @@ impl PageCache {
         if loading.is_empty() {
             return Ok(());
         }
-        let mut plain = vec![0u8; per as usize * BLOCK_SIZE];
-        let read = MutexGuard::unlocked(t, || store.read_chunk(chunk, &mut plain));
+        let bytes = per as usize * BLOCK_SIZE;
+        let mut plain = vec![0u8; chunks.len() * bytes];
+        let read = MutexGuard::unlocked(t, || store.read_chunks(&chunks, &mut plain));
         for &(i, f) in &loading {
+            let k = (i / per - chunk) as usize;
             let fr = &mut t.frames[f as usize];
             fr.pins -= 1;
-            match &read {
+            match &read[k] {
                 Ok(()) => {
-                    let at = (i - first) as usize * BLOCK_SIZE;
+                    let at = k * bytes + (i % per) as usize * BLOCK_SIZE;
                     fr.buf[..].copy_from_slice(&plain[at..at + BLOCK_SIZE]);
                     fr.state = State::Valid;
                 }
@@ -162,7 +201,8 @@ impl PageCache {
             }
         }
         self.changed.notify_all();
-        read
+        // Only the demanded chunk's failure is this read's.
+        read.into_iter().next().expect("the demanded chunk")
     }
 
     /// True if stream chunks written back in the background go to the owners' queues (a cache
