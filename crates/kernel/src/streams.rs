@@ -232,8 +232,8 @@ pub struct StreamFile {
     generation: u32,
     uid: u32,
     module: ModuleId,
-    /// Held across each chunk's read or write: a chunk read while another write of the file
-    /// replaces chunks could find blocks freed and reused.
+    /// Held across each fetch or store of chunks (not while the codec runs): a chunk read while
+    /// another write of the file replaces chunks could find blocks freed and reused.
     io: Mutex<()>,
 }
 
@@ -295,10 +295,14 @@ impl ChunkStore for StreamFile {
     }
 
     /// Fetches the chunks' encoded bytes together ([`FileSystem::read_chunks`]), then decodes
-    /// each into its part of `buf`.
+    /// each into its part of `buf`, with the file's I/O lock no longer held: other chunks of
+    /// the file may be fetched or stored meanwhile.
     fn read_chunks(&self, chunks: &[u64], buf: &mut [u8]) -> Vec<io::Result<()>> {
-        let _io = self.io.lock();
-        let stored = match self.fs().read_chunks(self.ino, chunks) {
+        let fetched = {
+            let _io = self.io.lock();
+            self.fs().read_chunks(self.ino, chunks)
+        };
+        let stored = match fetched {
             Ok(s) => s,
             Err(e) => return chunks.iter().map(|_| Err(io::Error::other(e.to_string()))).collect(),
         };
@@ -317,8 +321,9 @@ impl ChunkStore for StreamFile {
 
     /// Encodes each chunk, then stores those that encoded in one batch
     /// ([`FileSystem::write_chunks`]): one device request for them all where the blocks allow.
+    /// The file's I/O lock is held only to store them, not while the codec runs (the cache
+    /// never writes one chunk back from two threads at once).
     fn write_chunks(&self, chunks: &[(u64, &[u8])]) -> Vec<io::Result<()>> {
-        let _io = self.io.lock();
         let mut results: Vec<io::Result<()>> = chunks.iter().map(|_| Ok(())).collect();
         let size = match self.fs().stat(self.ino) {
             Ok(st) => st.size,
@@ -366,6 +371,7 @@ impl ChunkStore for StreamFile {
                 (*chunk, new)
             })
             .collect();
+        let _io = self.io.lock();
         if let Err(e) = self.fs().write_chunks(self.ino, self.generation, &batch) {
             for (i, ..) in &encoded {
                 results[*i] = Err(fs_io_error(&e));
