@@ -40,6 +40,7 @@ pub mod front;
 pub mod graftcost;
 pub mod isolation;
 pub mod miss;
+pub mod names;
 pub mod native;
 pub mod procs;
 pub mod programs;

@@ -347,6 +347,41 @@ int64_t lock_grant(int32_t n, int32_t m);
 #endif
 static inline const struct vino_lock *vino_lock_entries(void) { return (const struct vino_lock *)vino_args; }
 
+/* dir.access (the directory's owner, for the tree under it; thesis 4.2's access control): asked
+ * about every lookup, open and change of a name in a directory under the bound one, by any user,
+ * after the permission bits allowed it. The name is in vino_args (name_len bytes, no NUL); dir
+ * is the inode of the directory it is in; now_s the wall clock in seconds (time-of-day rules).
+ * Return 0 to allow, anything else to refuse (EACCES). A trap or running past the budget
+ * refuses too: the graft fails closed. It can only narrow what POSIX allows. */
+#define VINO_ACCESS_LOOKUP 0  /* a walk looks the name up */
+#define VINO_ACCESS_OPEN 1    /* the name is opened; flags: VINO_OPEN_* */
+#define VINO_ACCESS_CREATE 2  /* the name is made; flags: the file type's S_IFMT bits */
+#define VINO_ACCESS_REMOVE 3  /* the name is removed (unlink, rmdir, a rename's old name) */
+#define VINO_ACCESS_SETATTR 4 /* its attributes change; flags: VINO_SETATTR_* */
+#define VINO_OPEN_READ 1
+#define VINO_OPEN_WRITE 2
+#define VINO_OPEN_CREATE 4
+#define VINO_OPEN_TRUNCATE 8
+#define VINO_OPEN_APPEND 16
+#define VINO_SETATTR_MODE 1
+#define VINO_SETATTR_OWNER 2
+#define VINO_SETATTR_SIZE 4
+#define VINO_SETATTR_TIMES 8
+#define VINO_SETATTR_XATTR 16
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t dir_access(int32_t op, int32_t uid, int32_t gid, int32_t flags, int64_t dir, int32_t name_len, int64_t now_s);
+#endif
+
+/* dir.lookup (the process itself, for its own walks): asked about each name a walk of the process
+ * looks up (in vino_args, name_len bytes; dir the directory's inode). Return 0 to look the name
+ * up as it is, or n (1..4095) to look up instead the path written in the first n bytes of
+ * vino_args (absolute, or relative to dir). The kernel walks it with the process's own
+ * credentials and every check; its names are not redirected again. A failure redirects nothing. */
+#define VINO_ROOT_INO 1
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t dir_lookup(int64_t dir, int32_t name_len);
+#endif
+
 /* file.stream (one per bound file or directory, the file's owner; thesis 4.2's stream graft): the
  * kernel keeps plain pages in its cache and calls the graft for each whole chunk of up to
  * VINO_STREAM_CHUNK plain bytes it writes back (op VINO_STREAM_ENCODE) and for each chunk it

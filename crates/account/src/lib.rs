@@ -147,7 +147,7 @@ impl Resource {
             Resource::Grafts => "grafts",
             Resource::GraftMemory => "graft memory",
             Resource::GraftCode => "compiled graft code",
-            Resource::Bindings => "file-wide graft bindings",
+            Resource::Bindings => "graft bindings (file-wide, dir.access)",
             Resource::Subscriptions => "event subscriptions",
             Resource::FrameBytes => "request buffers",
             Resource::Compiles => "compiles in progress",

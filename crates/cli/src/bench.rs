@@ -100,6 +100,10 @@ pub enum BenchCommand {
     /// encoding and decoding 64 KiB chunks in Wasm, protected, against the same C native.
     #[command(disable_help_flag = true)]
     Streams(Pass),
+    /// Grafts over names (Small 1998, 4.2): what a bound `dir.access` or `dir.lookup` graft adds
+    /// to a walk step and to an open, against nothing bound.
+    #[command(disable_help_flag = true)]
+    Names(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -130,6 +134,7 @@ impl BenchCommand {
             BenchCommand::VmLatency(p) => ("vmlat", p.args),
             BenchCommand::VmJoin(p) => ("vmjoin", p.args),
             BenchCommand::Streams(p) => ("streams", p.args),
+            BenchCommand::Names(p) => ("names", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

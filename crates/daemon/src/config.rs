@@ -41,7 +41,7 @@
 //! graft_memory_per_user = "256M"
 //! graft_memory_total = "4G"
 //! graft_code_per_user = "64M"
-//! bindings_per_user = 64        # file-wide graft bindings
+//! bindings_per_user = 64        # file-wide and dir.access graft bindings
 //! subscriptions_per_user = 256  # event kinds subscribed, over all of a user's processes
 //! request_buffers_per_user = "128M"
 //! compiles_per_user = 2

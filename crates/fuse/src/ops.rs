@@ -341,8 +341,16 @@ impl State {
     /// connection. Only the user who opened the descriptor may, and the kernel's own rules
     /// decide the rest (a file's `lock.grant` is its creator's, say). Returns the file whose
     /// pages Linux must drop before the answer, if the graft decides for its reads.
-    fn fd_graft(&self, req: &Request, fh: u64, arg: &[u8]) -> R<Option<u64>> {
+    ///
+    /// On a directory (the mount keeps no handle for one), `dir.access` binds the directory's
+    /// access graft: its owner only, as the kernel rules.
+    fn fd_graft(&self, req: &Request, ino: INodeNo, fh: u64, arg: &[u8]) -> R<Option<u64>> {
         let g = vino_proto::ioctl::FdGraft::decode(arg).ok_or(Errno::EINVAL)?;
+        if g.point == "dir.access" {
+            let p = self.process(req);
+            p.dir_access_bind_staged_at(self.at(ino)?, g.token).map_err(sys)?;
+            return Ok(None);
+        }
         let h = self.handle(fh)?;
         if h.process.credentials().uid != req.uid() {
             return Err(Errno::EPERM);
@@ -1059,7 +1067,7 @@ impl Filesystem for VinoFs {
     fn ioctl(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
@@ -1068,7 +1076,7 @@ impl Filesystem for VinoFs {
         reply: ReplyIoctl,
     ) {
         let result = match cmd {
-            vino_proto::ioctl::GRAFT => self.0.fd_graft(req, fh.0, in_data),
+            vino_proto::ioctl::GRAFT => self.0.fd_graft(req, ino, fh.0, in_data),
             _ => Err(Errno::ENOTTY),
         };
         match result {

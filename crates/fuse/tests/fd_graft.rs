@@ -209,3 +209,62 @@ fn a_process_stages_only_so_many_modules_and_they_go_with_it() {
         "staged modules go with their process: {e}"
     );
 }
+
+/// A `dir.access` graft that refuses every operation on the name `x`.
+const REFUSE_X: &str = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "dir_access") (param i32 i32 i32 i32 i64 i32 i64) (result i32)
+    (i32.and (i32.eq (local.get 5) (i32.const 1)) (i32.eq (i32.load8_u (i32.const 1024)) (i32.const 120)))))"#;
+
+/// Runs `script` (Python, with `os` imported) as `uid`; its printed line.
+fn python_line(uid: u32, script: &str) -> String {
+    let out = python_as(uid, &format!("import fcntl, os, struct\n{script}"))
+        .output()
+        .expect("setpriv and python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn the_ioctl_on_a_directory_binds_its_access_graft_for_its_owner_only() {
+    let m = Mounted::new();
+    let dir = m.mnt().join("a");
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(ALICE), Some(ALICE)).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::write(dir.join("y"), b"y").unwrap();
+    let ioctl = |uid: u32, token: u64| {
+        python_line(
+            uid,
+            &format!(
+                "fd = os.open('{}', os.O_RDONLY | os.O_DIRECTORY)\n\
+                 try:\n    fcntl.ioctl(fd, {:#x}, struct.pack('=Q56s', {token}, b'dir.access'))\n    print(0)\n\
+                 except OSError as e:\n    print(e.errno)",
+                dir.display(),
+                vino_proto::ioctl::GRAFT
+            ),
+        )
+    };
+    // Another user's directory: refused (EPERM), and its token is spent.
+    let (bob, token) = stage(&m, BOB, REFUSE_X.as_bytes());
+    assert_eq!(ioctl(BOB, token), "1");
+    let (alice, token) = stage(&m, ALICE, REFUSE_X.as_bytes());
+    assert_eq!(ioctl(ALICE, token), "0");
+    for p in [bob, alice] {
+        m.kernel.exit(p.pid());
+    }
+    // Every user, the owner too, is refused the name `x` in the tree; other names are as POSIX says.
+    let touch = |uid: u32, name: &str| {
+        python_line(
+            uid,
+            &format!(
+                "try:\n    os.close(os.open('{}', os.O_CREAT | os.O_WRONLY))\n    print(0)\n\
+                 except OSError as e:\n    print(e.errno)",
+                dir.join(name).display()
+            ),
+        )
+    };
+    assert_eq!(touch(BOB, "x"), "13");
+    assert_eq!(touch(ALICE, "x"), "13");
+    assert_eq!(touch(BOB, "z"), "0");
+    m.finish();
+}

@@ -220,9 +220,24 @@ fn protocol() -> Vec<Vec<u8>> {
                 }),
             ),
             Grafter::PageOwner | Grafter::Listener | Grafter::Process => (g.name.to_string(), None),
+            // A directory of the client's own making, its descriptor 0.
+            Grafter::DirectoryOwner => (
+                format!("{}/0", g.name),
+                Some(Request::Open {
+                    path: s("/mydir"),
+                    flags: OpenFlags::directory(),
+                }),
+            ),
         };
         let wasm = grafts::module(g, Behaviour::Zero);
-        let mut reqs: Vec<Request> = open.into_iter().collect();
+        let mut reqs: Vec<Request> = Vec::new();
+        if g.who == Grafter::DirectoryOwner {
+            reqs.push(Request::Mkdir {
+                path: s("/mydir"),
+                mode: 0o755,
+            });
+        }
+        reqs.extend(open);
         reqs.extend([
             Request::GraftLoad {
                 point: slot.clone(),

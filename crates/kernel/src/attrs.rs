@@ -36,6 +36,21 @@ pub struct Attrs {
     pub mtime: SetTime,
 }
 
+impl Attrs {
+    /// The changes asked for, as a `dir.access` graft sees them.
+    fn access_bits(&self) -> i32 {
+        use crate::dir_grafts::*;
+        let bit = |on: bool, b: i32| if on { b } else { 0 };
+        bit(self.mode.is_some(), SETATTR_MODE)
+            | bit(self.uid.is_some() || self.gid.is_some(), SETATTR_OWNER)
+            | bit(self.size.is_some(), SETATTR_SIZE)
+            | bit(
+                self.atime != SetTime::Omit || self.mtime != SetTime::Omit,
+                SETATTR_TIMES,
+            )
+    }
+}
+
 /// What a fallocate does: one of the modes of Linux's fallocate(2) that VINO has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FallocMode {
@@ -191,6 +206,7 @@ impl Process {
                 return Err(err(Errno::Acces, "no write permission to touch the file"));
             }
         }
+        self.found_allows(f, crate::AccessOp::SetAttr, a.access_bits())?;
         let now = self.kernel().clock.wall_ns();
         set.atime_ns = a.atime.resolve(now);
         set.mtime_ns = a.mtime.resolve(now);
@@ -246,6 +262,9 @@ impl Process {
         }
         if !perm::may(self.credentials(), &f.stat, want) {
             return Err(err(Errno::Acces, "permission denied"));
+        }
+        if want == WRITE {
+            self.found_allows(f, crate::AccessOp::SetAttr, crate::dir_grafts::SETATTR_XATTR)?;
         }
         Ok(())
     }

@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 use vino_graft::{GraftPoint, LoadError, ModuleSummary, Runtime, Signature, check_module, export_name};
 
+pub use crate::dir_grafts::{DirAccess, DirLookup};
 pub use crate::events::{CloseEvent, CreateEvent, ModifyEvent, OpenEvent, UnlinkEvent};
 pub use vino_cache::{Candidates, ComputeRa, PickVictim, Writeback};
 pub use vino_fs::BlockBuddy;
@@ -44,6 +45,8 @@ pub enum Grafter {
     Listener,
     /// The file's owner: one per bound file or directory.
     FileOwner,
+    /// The directory's owner, for the tree under it: one per bound directory.
+    DirectoryOwner,
 }
 
 impl Grafter {
@@ -56,9 +59,10 @@ impl Grafter {
             Grafter::FileCreatorOrPrivileged => {
                 "the process that created the file, or a privileged process (one per file)"
             }
-            Grafter::Process => "the process itself, for its own threads and timer (one per process)",
+            Grafter::Process => "the process itself, for its own threads, timer and lookups (one per process)",
             Grafter::Listener => "the process itself, for events on files it may read that pass its filters",
             Grafter::FileOwner => "the file's owner (one per bound file or directory)",
+            Grafter::DirectoryOwner => "the directory's owner, for the tree under it (one per bound directory)",
         }
     }
 }
@@ -160,7 +164,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
 const EVENTS: &str = "Small 1998, 3.5 and 7.4";
 
 /// Every graftpoint of the kernel.
-pub static GRAFTPOINTS: [Graftpoint; 16] = [
+pub static GRAFTPOINTS: [Graftpoint; 18] = [
     entry::<PickVictim>(
         Grafter::PageOwner,
         "which of its own pages a process gives up when the cache needs a frame or its memory is over its share",
@@ -232,6 +236,16 @@ pub static GRAFTPOINTS: [Graftpoint; 16] = [
         Grafter::Listener,
         "a file was written or truncated (write, pwrite, ftruncate)",
         EVENTS,
+    ),
+    entry::<DirAccess>(
+        Grafter::DirectoryOwner,
+        "whether a lookup, open or change of a name in the tree may go on (it may only refuse; a failure refuses)",
+        "Small 1998, 4.2",
+    ),
+    entry::<DirLookup>(
+        Grafter::Process,
+        "another path to look up in place of a name the process's walk looks up",
+        "Small 1998, 4.2",
     ),
 ];
 

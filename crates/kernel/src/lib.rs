@@ -61,6 +61,7 @@ mod boundary;
 pub use boundary::UserAccount;
 mod cache_io;
 mod changes;
+pub mod dir_grafts;
 mod error;
 mod events;
 mod family;
@@ -86,6 +87,7 @@ pub use streams::{STREAM_SCAN_EVERY, StreamDependency, StreamStatus, Streams, mo
 pub use attrs::{Attrs, FallocMode, SetTime};
 pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
 pub use changes::{Change, ChangeHook};
+pub use dir_grafts::{AccessOp, DirAccess, DirAccessInfo, DirLookup, MAX_REDIRECTS, WALK_ACCESS_CALLS};
 pub use error::{Errno, SysError, SysResult};
 pub use events::{
     CloseEvent, CreateEvent, EVENT_BATCH, EVENT_QUEUE_MAX, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats,
@@ -244,6 +246,8 @@ pub struct Kernel {
     pub(crate) memory: memory::KernelMemory,
     /// Stream codecs and the stream files the cache knows.
     pub(crate) streams: streams::Streams,
+    /// Directories' `dir.access` grafts.
+    pub(crate) dir_grafts: dir_grafts::DirGrafts,
 }
 
 impl Kernel {
@@ -327,6 +331,7 @@ impl Kernel {
             protect: config.protect,
             memory: memory::KernelMemory::new(fs_for_memory, config),
             streams,
+            dir_grafts: Default::default(),
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);
@@ -430,6 +435,7 @@ impl Kernel {
         self.cache.sync_all()?;
         self.memory.release_swap();
         self.streams.unload_codecs();
+        self.dir_grafts.clear();
         Ok(self.fs.unmount()?)
     }
 

@@ -6,11 +6,13 @@
 //! Callers hold the kernel's namespace lock for the whole walk and the operation that follows,
 //! so what the walk found is still there when the operation acts on it.
 
+use crate::dir_grafts::{AccessOp, AccessQuery, Governors, MAX_REDIRECTS, Place};
 use crate::error::{Errno, SysError, SysResult};
 use crate::files::Fd;
 use crate::perm::{self, EXEC};
 use crate::process::Process;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use vino_fs::{FileType, ROOT_INO, Stat};
 
 /// Symbolic links one walk follows before it gives up with `ELOOP` (Linux's limit).
@@ -36,11 +38,27 @@ pub enum At {
     Inode { ino: u64, generation: u32 },
 }
 
+/// The `dir.access` checks of one walk: how many it made (at most
+/// [`crate::WALK_ACCESS_CALLS`]), and the time they all see (the clock is read once a walk).
+#[derive(Default)]
+struct Checks {
+    calls: usize,
+    now_s: Option<i64>,
+}
+
 /// What a walk found.
 #[derive(Debug, Clone)]
 pub struct Found {
     pub ino: u64,
     pub stat: Stat,
+    /// Where a walk found it, if `dir.access` grafts govern that directory.
+    pub(crate) place: Option<Arc<Place>>,
+}
+
+impl Found {
+    pub(crate) fn new(ino: u64, stat: Stat) -> Found {
+        Found { ino, stat, place: None }
+    }
 }
 
 /// The directory a name is to be made in or removed from, and the name.
@@ -52,6 +70,8 @@ pub struct Parent {
     pub name: Vec<u8>,
     /// The path ended in `/`: the name must be (or become) a directory.
     pub trailing_slash: bool,
+    /// The `dir.access` grafts over names in `dir`.
+    pub(crate) governors: Governors,
 }
 
 fn err(errno: Errno, what: impl Into<String>) -> SysError {
@@ -89,6 +109,18 @@ fn components(path: &[u8]) -> SysResult<(VecDeque<Vec<u8>>, bool)> {
     Ok((comps, path.len() > 1 && path.ends_with(b"/")))
 }
 
+/// Puts the names of `target` (a symbolic link's, or a redirect's) at the front of a walk's
+/// queue, in place of the name that led to it (the path's `last` one, if `last`): how many.
+fn splice(comps: &mut VecDeque<Vec<u8>>, target: &[u8], last: bool, must_be_dir: &mut bool) -> SysResult<usize> {
+    let (more, slash) = components(target)?;
+    *must_be_dir |= last && slash;
+    let n = more.len();
+    for c in more.into_iter().rev() {
+        comps.push_front(c);
+    }
+    Ok(n)
+}
+
 impl Process {
     /// The directory a walk starts from: `at`, or the root for an absolute path.
     fn start(&self, at: At, path: &[u8]) -> SysResult<Found> {
@@ -103,21 +135,18 @@ impl Process {
                     let stat = fs.stat(f.ino).ok().filter(|s| s.generation == f.generation);
                     let stat =
                         stat.ok_or_else(|| err(Errno::NoEnt, format!("descriptor {fd}: its file was removed")))?;
-                    return Ok(Found { ino: f.ino, stat });
+                    return Ok(Found::new(f.ino, stat));
                 }
                 At::Inode { ino, generation } => return self.handle(ino, generation),
             }
         };
-        Ok(Found {
-            ino,
-            stat: fs.stat(ino)?,
-        })
+        Ok(Found::new(ino, fs.stat(ino)?))
     }
 
     /// The inode `ino` if it still holds the file of `generation`.
     pub(crate) fn handle(&self, ino: u64, generation: u32) -> SysResult<Found> {
         match self.kernel().fs().stat(ino) {
-            Ok(stat) if stat.generation == generation => Ok(Found { ino, stat }),
+            Ok(stat) if stat.generation == generation => Ok(Found::new(ino, stat)),
             _ => Err(err(
                 Errno::Stale,
                 format!("inode {ino} (generation {generation}) is gone"),
@@ -125,19 +154,48 @@ impl Process {
         }
     }
 
-    /// Looks `name` up in the directory `dir`, which must be searchable.
-    fn step(&self, dir: &Found, name: &[u8]) -> SysResult<Found> {
+    /// Looks `name` up in the directory `dir`, which must be searchable and whose `dir.access`
+    /// grafts (`gov`) must allow it.
+    fn step(&self, dir: &Found, name: &[u8], gov: &Governors, checks: &mut Checks) -> SysResult<Found> {
         if dir.stat.kind != FileType::Directory {
             return Err(err(Errno::NotDir, format!("not a directory (inode {})", dir.ino)));
         }
         if !perm::may(self.credentials(), &dir.stat, EXEC) {
             return Err(err(Errno::Acces, format!("no search permission on inode {}", dir.ino)));
         }
+        if !gov.is_empty() {
+            let now_s = *checks.now_s.get_or_insert_with(|| self.now_s());
+            let q = AccessQuery {
+                now_s,
+                ..self.access_query(AccessOp::Lookup, dir.ino, name, 0)
+            };
+            gov.check(&q, &mut checks.calls)?;
+        }
         if name == b"." {
-            return Ok(dir.clone());
+            return Ok(Found::new(dir.ino, dir.stat.clone()));
         }
         let (ino, stat) = self.kernel().fs().lookup_stat(dir.ino, name)?;
-        Ok(Found { ino, stat })
+        Ok(Found::new(ino, stat))
+    }
+
+    /// A question to `dir.access` grafts about this process doing `op` on `name` in `dir`, asked
+    /// now (a walk reads the clock once: see [`Checks`]).
+    pub(crate) fn access_query<'a>(&self, op: AccessOp, dir: u64, name: &'a [u8], flags: i32) -> AccessQuery<'a> {
+        let cred = self.credentials();
+        AccessQuery {
+            op,
+            uid: cred.uid,
+            gid: cred.gid,
+            flags,
+            dir,
+            name,
+            now_s: self.now_s(),
+        }
+    }
+
+    /// The wall clock in seconds, as `dir.access` grafts see it.
+    fn now_s(&self) -> i64 {
+        (self.kernel().clock.wall_ns() / 1_000_000_000) as i64
     }
 
     /// protected_symlinks: may this process follow `link`, found in the directory `dir`?
@@ -158,6 +216,13 @@ impl Process {
     /// `follow` says so. An empty path names `at` itself (`AT_EMPTY_PATH`), except from the
     /// root, where it is `ENOENT` as POSIX asks.
     pub(crate) fn walk(&self, at: At, path: &[u8], follow: bool) -> SysResult<Found> {
+        Ok(self.walk_governed(at, path, follow, true)?.0)
+    }
+
+    /// [`Process::walk`], also giving the `dir.access` grafts over the names in what it found
+    /// (if a directory; else over its directory). With `redirect`, the process's `dir.lookup`
+    /// graft is asked about each name of `path` (not about the names of a redirect).
+    fn walk_governed(&self, at: At, path: &[u8], follow: bool, redirect: bool) -> SysResult<(Found, Governors)> {
         if path.is_empty() && at == At::Root {
             return Err(err(Errno::NoEnt, "empty path"));
         }
@@ -173,28 +238,53 @@ impl Process {
             }
             _ => None,
         };
+        let kernel = self.kernel();
+        let guarded = kernel.dir_grafts.active();
+        let redirecting = redirect && self.redirects_lookups();
         let mut cur = self.start(at, path)?;
-        let mut links = 0;
+        let mut gov = if guarded {
+            kernel.dir_grafts.governors(kernel.fs(), &cur)?
+        } else {
+            Governors::default()
+        };
+        let (mut links, mut redirects, mut checks) = (0, 0, Checks::default());
+        // The first `redirected` components came from a redirect: they are not redirected again.
+        let mut redirected = 0usize;
         while let Some(name) = comps.pop_front() {
-            let next = self.step(&cur, &name)?;
+            let from_redirect = redirected > 0;
+            redirected = redirected.saturating_sub(1);
             let last = comps.is_empty();
+            if redirecting
+                && !from_redirect
+                && let Some(to) = self.lookup_redirect(&cur, &name)?
+            {
+                redirects += 1;
+                if redirects > MAX_REDIRECTS {
+                    return Err(err(
+                        Errno::Loop,
+                        format!("too many dir.lookup redirects in {}", show(path)),
+                    ));
+                }
+                redirected += splice(&mut comps, &to, last, &mut must_be_dir)?;
+                if to.starts_with(b"/") {
+                    (cur, gov) = self.restart_at_root(path, depth.is_some(), guarded)?;
+                }
+                continue;
+            }
+            let next = self.step(&cur, &name, &gov, &mut checks)?;
             if next.stat.kind == FileType::Symlink && (!last || follow || must_be_dir) {
                 self.may_follow(&cur.stat, &next.stat)?;
                 links += 1;
                 if links > MAX_SYMLINKS {
                     return Err(err(Errno::Loop, format!("too many symbolic links in {}", show(path))));
                 }
-                let target = self.kernel().fs().readlink(next.ino)?;
-                let (more, slash) = components(&target)?;
-                must_be_dir |= last && slash;
-                for c in more.into_iter().rev() {
-                    comps.push_front(c);
+                let target = kernel.fs().readlink(next.ino)?;
+                let spliced = splice(&mut comps, &target, last, &mut must_be_dir)?;
+                if from_redirect {
+                    redirected += spliced;
                 }
                 if target.starts_with(b"/") {
-                    if depth.is_some() {
-                        return Err(escape(path));
-                    }
-                    cur = self.start(At::Root, b"/")?;
+                    (cur, gov) = self.restart_at_root(path, depth.is_some(), guarded)?;
                 }
                 continue;
             }
@@ -205,18 +295,80 @@ impl Process {
                     _ => *d += 1,
                 }
             }
+            let mut next = next;
+            if guarded {
+                if comps.is_empty() && !gov.is_empty() {
+                    if next.stat.kind != FileType::Directory {
+                        kernel.dir_grafts.found(next.ino, cur.ino);
+                    }
+                    next.place = Some(Arc::new(Place {
+                        dir: cur.ino,
+                        name: name.clone().into_boxed_slice(),
+                        governors: gov.clone(),
+                    }));
+                }
+                gov = match name.as_slice() {
+                    b"." => gov,
+                    b".." => kernel.dir_grafts.governors(kernel.fs(), &next)?,
+                    _ if next.stat.kind == FileType::Directory => kernel.dir_grafts.descend(&gov, &next).unwrap_or(gov),
+                    _ => gov,
+                };
+            }
             cur = next;
         }
         if must_be_dir && cur.stat.kind != FileType::Directory {
             return Err(err(Errno::NotDir, format!("not a directory: {}", show(path))));
         }
-        Ok(cur)
+        Ok((cur, gov))
+    }
+
+    /// A walk's jump to the root (an absolute symbolic link or redirect): `EXDEV` for a walk
+    /// beneath a directory.
+    fn restart_at_root(&self, path: &[u8], beneath: bool, guarded: bool) -> SysResult<(Found, Governors)> {
+        if beneath {
+            return Err(escape(path));
+        }
+        let root = self.start(At::Root, b"/")?;
+        let kernel = self.kernel();
+        let gov = if guarded {
+            kernel.dir_grafts.governors(kernel.fs(), &root)?
+        } else {
+            Governors::default()
+        };
+        Ok((root, gov))
     }
 
     /// Walks to the directory that holds the last component of `path` (following symbolic
     /// links on the way, and checking search permission on that directory too), and returns it
     /// with the last name. A trailing symbolic link is not followed: the name is the link's.
+    /// The process's `dir.lookup` graft is asked about the last name too: a redirect of it
+    /// walks again to the redirect's directory and name, which are not redirected again.
     pub(crate) fn walk_parent(&self, at: At, path: &[u8]) -> SysResult<Parent> {
+        let p = self.walk_parent_via(at, path, true)?;
+        if !self.redirects_lookups() || matches!(p.name.as_slice(), b"" | b"." | b"..") {
+            return Ok(p);
+        }
+        let dir = Found::new(p.dir, p.dir_stat.clone());
+        match self.lookup_redirect(&dir, &p.name)? {
+            None => Ok(p),
+            Some(mut to) => {
+                if p.trailing_slash && !to.ends_with(b"/") {
+                    to.push(b'/');
+                }
+                let from = At::Inode {
+                    ino: p.dir,
+                    generation: p.dir_stat.generation,
+                };
+                let beneath = matches!(at, At::Beneath(_)) && self.start(at, b"")?.ino != ROOT_INO;
+                if beneath && to.starts_with(b"/") {
+                    return Err(escape(path));
+                }
+                self.walk_parent_via(from, &to, false)
+            }
+        }
+    }
+
+    fn walk_parent_via(&self, at: At, path: &[u8], redirect: bool) -> SysResult<Parent> {
         if path.is_empty() {
             return Err(err(Errno::NoEnt, "empty path"));
         }
@@ -230,10 +382,13 @@ impl Process {
             dir_path.extend_from_slice(c);
             dir_path.push(b'/');
         }
-        let dir = if dir_path.is_empty() {
-            self.start(at, b"")?
+        let (dir, governors) = if dir_path.is_empty() {
+            let dir = self.start(at, b"")?;
+            let kernel = self.kernel();
+            let gov = kernel.dir_grafts.governors(kernel.fs(), &dir)?;
+            (dir, gov)
         } else {
-            self.walk(at, &dir_path, true)?
+            self.walk_governed(at, &dir_path, true, redirect)?
         };
         if dir.stat.kind != FileType::Directory {
             return Err(err(Errno::NotDir, format!("not a directory: {}", show(&dir_path))));
@@ -249,6 +404,7 @@ impl Process {
             dir_stat: dir.stat,
             name,
             trailing_slash,
+            governors,
         })
     }
 }

@@ -9,6 +9,7 @@
 //! directory, then the sticky bit.
 
 use crate::Change;
+use crate::dir_grafts::AccessOp;
 use crate::error::{Errno, SysError, SysResult};
 use crate::namei::{At, Found, Parent};
 use crate::perm::{self, READ, WRITE};
@@ -59,31 +60,44 @@ fn special(name: &[u8]) -> bool {
 }
 
 impl Process {
-    /// Write and search permission on the directory a name is made in or removed from.
-    fn may_change(&self, p: &Parent) -> SysResult<()> {
-        if perm::may(self.credentials(), &p.dir_stat, WRITE | perm::EXEC) {
-            Ok(())
-        } else {
-            Err(err(
+    /// Write and search permission on the directory a name is made in or removed from, then
+    /// the directory's `dir.access` grafts on `op` (`flags`: the new file's type for a create).
+    fn may_change(&self, p: &Parent, op: AccessOp, flags: i32) -> SysResult<()> {
+        if !perm::may(self.credentials(), &p.dir_stat, WRITE | perm::EXEC) {
+            return Err(err(
                 Errno::Acces,
                 format!("no write permission on the directory of {}", show(&p.name)),
-            ))
+            ));
         }
+        self.parent_allows(p, op, flags)
     }
 
-    /// The name `p.name` in `p.dir`, if there is one.
+    /// The `dir.access` grafts over `p.dir` on `op` of `p.name`.
+    pub(crate) fn parent_allows(&self, p: &Parent, op: AccessOp, flags: i32) -> SysResult<()> {
+        if p.governors.is_empty() {
+            return Ok(());
+        }
+        p.governors.check(&self.access_query(op, p.dir, &p.name, flags), &mut 0)
+    }
+
+    /// The name `p.name` in `p.dir`, if there is one (a lookup, which the directory's
+    /// `dir.access` grafts may refuse).
     pub(crate) fn existing(&self, p: &Parent) -> SysResult<Option<Found>> {
+        if !special(&p.name) {
+            self.parent_allows(p, AccessOp::Lookup, 0)?;
+        }
         match self.kernel().fs().lookup_stat(p.dir, &p.name) {
-            Ok((ino, stat)) => Ok(Some(Found { ino, stat })),
+            Ok((ino, stat)) => Ok(Some(Found::new(ino, stat))),
             Err(e) if e.errno() == Errno::NoEnt as i32 => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Checks that `p.name` may be made: a new name, in a directory this process may write.
-    fn new_name(&self, p: &Parent) -> SysResult<()> {
+    /// Checks that `p.name` may be made (a file of `kind`): a new name, in a directory this
+    /// process may write.
+    fn new_name(&self, p: &Parent, kind: FileType) -> SysResult<()> {
         self.absent(p)?;
-        self.may_change(p)
+        self.may_change(p, AccessOp::Create, crate::dir_grafts::type_bits(kind))
     }
 
     fn absent(&self, p: &Parent) -> SysResult<()> {
@@ -133,7 +147,7 @@ impl Process {
         let st = {
             let _ns = self.kernel().ns.write();
             let p = self.walk_parent(at, path)?;
-            self.new_name(&p)?;
+            self.new_name(&p, FileType::Directory)?;
             let attrs = self.new_file(&p, mode, FileType::Directory);
             let ino = self.acting(|| self.kernel().fs().mkdir(p.dir, &p.name, &attrs))?;
             self.tell_changes(p.dir, &p.name, &[p.dir]);
@@ -159,7 +173,7 @@ impl Process {
         let path = path.as_ref();
         let _ns = self.kernel().ns.write();
         let p = self.walk_parent(at, path)?;
-        self.new_name(&p)?;
+        self.new_name(&p, kind)?;
         let attrs = self.new_file(&p, mode, kind);
         let fs = self.kernel().fs();
         let ino = self.acting(|| fs.mknod(p.dir, &p.name, kind, rdev, &attrs))?;
@@ -179,7 +193,7 @@ impl Process {
         }
         let _ns = self.kernel().ns.write();
         let p = self.walk_parent(at, path.as_ref())?;
-        self.new_name(&p)?;
+        self.new_name(&p, FileType::Symlink)?;
         let attrs = self.new_file(&p, 0o777, FileType::Symlink);
         let fs = self.kernel().fs();
         let ino = self.acting(|| fs.symlink(p.dir, &p.name, target, &attrs))?;
@@ -311,7 +325,7 @@ impl Process {
                 "protected_hardlinks: only the owner, or who may read and write it, links a file",
             ));
         }
-        self.may_change(&p)?;
+        self.may_change(&p, AccessOp::Create, crate::dir_grafts::type_bits(src.stat.kind))?;
         let fs = self.kernel().fs();
         self.acting(|| fs.link(src.ino, p.dir, &p.name))?;
         self.tell_changes(p.dir, &p.name, &[p.dir, src.ino]);
@@ -336,7 +350,7 @@ impl Process {
         if p.trailing_slash {
             return Err(err(Errno::NotDir, format!("not a directory: {}", show(&p.name))));
         }
-        self.may_change(&p)?;
+        self.may_change(&p, AccessOp::Remove, 0)?;
         self.sticky_check(&p, &victim.stat)?;
         let fs = self.kernel().fs();
         self.drop_name(&victim.stat, |keep| {
@@ -420,9 +434,10 @@ impl Process {
         if victim.stat.kind != FileType::Directory {
             return Err(err(Errno::NotDir, format!("not a directory: {}", show(&p.name))));
         }
-        self.may_change(&p)?;
+        self.may_change(&p, AccessOp::Remove, 0)?;
         self.sticky_check(&p, &victim.stat)?;
         self.kernel().fs().rmdir(p.dir, &p.name)?;
+        self.kernel().dir_grafts.unbind(victim.ino);
         self.tell_changes(p.dir, &p.name, &[p.dir, victim.ino]);
         self.kernel()
             .events
@@ -469,8 +484,8 @@ impl Process {
                 format!("cannot move directory {} into its own subtree", show(&sp.name)),
             ));
         }
-        self.may_change(&sp)?;
-        self.may_change(&dp)?;
+        self.may_change(&sp, AccessOp::Remove, 0)?;
+        self.may_change(&dp, AccessOp::Create, crate::dir_grafts::type_bits(src.stat.kind))?;
         self.sticky_check(&sp, &src.stat)?;
         if let Some(dst) = &dst {
             if dst.ino == src.ino {
@@ -511,6 +526,11 @@ impl Process {
             src.ino
         );
         let kernel = self.kernel();
+        if let Some(dst) = &dst
+            && dst.stat.kind == FileType::Directory
+        {
+            kernel.dir_grafts.unbind(dst.ino);
+        }
         if kernel.changes.wanted() {
             let mut changes = vec![
                 Change::Entry {

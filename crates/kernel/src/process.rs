@@ -63,6 +63,8 @@ pub struct Process {
     pub(crate) memory: Mutex<Option<vino_vm::MemoryHandle>>,
     /// Its `vm.fault_around` graftpoint: which pages come in with a fault of its memory.
     pub(crate) fault_around: Arc<vino_graft::GraftSlot<vino_vm::FaultAround>>,
+    /// Its `dir.lookup` graftpoint: redirects of the names its walks look up.
+    pub(crate) lookup_slot: Arc<vino_graft::GraftSlot<crate::dir_grafts::DirLookup>>,
     /// Its parent, children, session and zombies.
     pub(crate) family: Mutex<crate::family::Family>,
 }
@@ -123,6 +125,13 @@ impl Process {
             None,
         ));
         namespace.register(fault_around.clone());
+        let lookup_slot = Arc::new(vino_graft::GraftSlot::new(
+            &kernel.runtime,
+            Arc::new(()),
+            vino_graft::Access::Process(pid),
+            None,
+        ));
+        namespace.register(lookup_slot.clone());
         let account = kernel.accounts.process(cred.uid, format!("process {pid}"));
         Arc::new(Process {
             pid,
@@ -146,6 +155,7 @@ impl Process {
             out_of_swap: Default::default(),
             memory: Default::default(),
             fault_around,
+            lookup_slot,
             family: Mutex::new(crate::family::Family {
                 parent: parent.map_or(0, Process::pid),
                 session: parent.map_or(pid, Process::session),
@@ -281,6 +291,7 @@ impl Process {
         let (found, held) = {
             let _ns = self.kernel.ns.read();
             let found = self.handle(ino, generation)?;
+            self.open_allowed(&found, None, flags)?;
             let held = self.hold(ino);
             (found, held)
         };
@@ -362,7 +373,10 @@ impl Process {
                     ));
                 }
                 match self.walk(at, path, true) {
-                    Ok(found) => Ok((found, p.dir, Some(p.name), false)),
+                    Ok(found) => {
+                        self.open_allowed(&found, None, flags)?;
+                        Ok((found, p.dir, Some(p.name), false))
+                    }
                     Err(e) if e.errno == Errno::NoEnt && flags.create => {
                         self.may_follow(&p.dir_stat, &f.stat)?;
                         if links >= crate::MAX_SYMLINKS {
@@ -388,6 +402,7 @@ impl Process {
                         "protected_regular/fifos: O_CREAT of another user's file in a sticky directory",
                     ));
                 }
+                self.open_allowed(&f, Some(&p), flags)?;
                 Ok((f, p.dir, Some(p.name), false))
             }
             None if !flags.create => Err(SysError::new(
@@ -404,6 +419,11 @@ impl Process {
                 if !perm::may(&self.cred, &p.dir_stat, WRITE | EXEC) {
                     return Err(SysError::new(Errno::Acces, "no write permission on the directory"));
                 }
+                self.parent_allows(
+                    &p,
+                    crate::dir_grafts::AccessOp::Open,
+                    crate::dir_grafts::open_bits(&flags),
+                )?;
                 let (gid, mode) = perm::new_file_owner(&self.cred, &p.dir_stat, flags.mode, FileType::Regular);
                 let attrs = NewFile {
                     mode,
@@ -415,15 +435,7 @@ impl Process {
                 self.tell_changes(p.dir, &p.name, &[p.dir]);
                 let name = String::from_utf8_lossy(&p.name).into_owned();
                 self.kernel.events.created(self, p.dir, &name, ino);
-                Ok((
-                    Found {
-                        ino,
-                        stat: fs.stat(ino)?,
-                    },
-                    p.dir,
-                    Some(p.name),
-                    true,
-                ))
+                Ok((Found::new(ino, fs.stat(ino)?), p.dir, Some(p.name), true))
             }
         }
     }
@@ -900,6 +912,10 @@ impl Process {
     /// Loads a graft at `point`. The owner hears, through [`Process::graft_events`], if the
     /// kernel unloads it for failing.
     pub fn graft_load(&self, point: &str, wasm: &[u8]) -> SysResult<GraftInfo> {
+        if let Some(fd) = crate::dir_grafts::bound_fd(point) {
+            let bound = self.dir_access_bind_at(At::Fd(fd?), b"", Some(wasm))?;
+            return Ok(bound.expect("a load gives its graft"));
+        }
         let owner = self.graft_owner();
         let info = self.namespace_of(point).load(self.principal(), point, wasm, owner)?;
         if let Some(slot) = self.per_file_slot(point) {
@@ -990,10 +1006,22 @@ impl Process {
     }
 
     pub fn graft_unload(&self, point: &str) -> SysResult<()> {
+        if let Some(r) = self.dir_access_call(point, &GraftCall::Unload) {
+            return r.map(drop);
+        }
         Ok(self.namespace_of(point).unload(self.principal(), point)?)
     }
 
     pub fn graft_write_memory(&self, point: &str, offset: u32, bytes: &[u8]) -> SysResult<()> {
+        if let Some(r) = self.dir_access_call(
+            point,
+            &GraftCall::WriteMemory {
+                offset,
+                bytes: bytes.to_vec(),
+            },
+        ) {
+            return r.map(drop);
+        }
         Ok(self
             .namespace_of(point)
             .write_memory(self.principal(), point, offset, bytes)?)
@@ -1011,6 +1039,15 @@ impl Process {
     /// CPU: one user runs at most its limit of them at once (others of its calls wait their turn,
     /// up to twice the control budget, then `EAGAIN`), so its calls cannot take every core.
     pub fn graft_call(&self, point: &str, control: &str, args: &[i64]) -> SysResult<i64> {
+        if let Some(r) = self.dir_access_call(
+            point,
+            &GraftCall::Call {
+                control: control.to_string(),
+                args: args.to_vec(),
+            },
+        ) {
+            return r;
+        }
         let slot = self.namespace_of(point).authorized(self.principal(), point)?;
         let patience = self.kernel.runtime.config().control_budget.saturating_mul(2);
         let _turn = self.account.charge_waiting(Resource::ControlCalls, 1, patience)?;
@@ -1033,6 +1070,7 @@ impl Process {
     pub fn graft_list(&self) -> Vec<SlotInfo> {
         let mut all = self.namespace.list();
         all.extend(self.kernel.global.list());
+        all.extend(self.dir_access_slots());
         all.into_iter()
             .map(|s| self.kernel.visible_slot(&self.cred, s))
             .collect()

@@ -44,7 +44,7 @@ fn the_registry_lists_exactly_the_graftpoints_a_kernel_creates() {
         // A stream codec is no process's slot: its owner binds it to a file (`stream_bind`).
         let registered: BTreeSet<_> = graftpoints::all()
             .iter()
-            .filter(|g| g.who != Grafter::FileOwner)
+            .filter(|g| !matches!(g.who, Grafter::FileOwner | Grafter::DirectoryOwner))
             .map(|g| g.name)
             .collect();
         assert_eq!(created, registered, "privileged {privileged}");
@@ -90,12 +90,23 @@ fn load_at(p: &Process, g: &Graftpoint, fd: Fd, wasm: &[u8]) -> vino_kernel::Sys
         p.open("/codec", OpenFlags::create())?;
         return p.stream_bind("/codec", Some(wasm));
     }
+    if g.who == Grafter::DirectoryOwner {
+        return p.graft_load(&format!("{}/{}", g.name, dir_fd(p)), wasm).map(drop);
+    }
     p.graft_load(&slot_name(g, fd), wasm).map(drop)
+}
+
+/// A descriptor of the directory `/d` (made if need be), which `p` owns.
+fn dir_fd(p: &Process) -> Fd {
+    let _ = p.mkdir("/d", 0o755);
+    p.open("/d", OpenFlags::directory()).unwrap()
 }
 
 fn unload_at(p: &Process, g: &Graftpoint, fd: Fd) {
     if g.who == Grafter::FileOwner {
         p.stream_bind("/codec", None).unwrap();
+    } else if g.who == Grafter::DirectoryOwner {
+        p.graft_unload(&format!("{}/{}", g.name, dir_fd(p))).unwrap();
     } else {
         p.graft_unload(&slot_name(g, fd)).unwrap();
     }
@@ -156,6 +167,8 @@ const EXAMPLES: &[(&str, &[&str])] = &[
         "file.stream",
         &["lz4_stream", "chacha20poly1305_stream", "crc32c_stream"],
     ),
+    ("dir.access", &["dir_hours", "count_access"]),
+    ("dir.lookup", &["private_tmp"]),
 ];
 
 /// The SDK's examples for the toy kernel.

@@ -95,6 +95,9 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../sdk/grafts/chacha20poly1305_stream.c"),
     ),
     ("crc32c_stream", include_str!("../../../sdk/grafts/crc32c_stream.c")),
+    ("dir_hours", include_str!("../../../sdk/grafts/dir_hours.c")),
+    ("count_access", include_str!("../../../sdk/grafts/count_access.c")),
+    ("private_tmp", include_str!("../../../sdk/grafts/private_tmp.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

@@ -32,6 +32,8 @@ fn graftpoint(export: &str) -> FuncType {
         "sched_pick_next" | "sched_pick_thread" => ft(&[I32, I32], &[I32]),
         "event_timer" => ft(&[I64, I64], &[I32]),
         "file_stream" => ft(&[I32, I64, I32], &[I32]),
+        "dir_access" => ft(&[I32, I32, I32, I32, I64, I32, I64], &[I32]),
+        "dir_lookup" => ft(&[I64, I32], &[I32]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -219,6 +221,15 @@ fn examples_build_and_follow_the_abi() {
             &[],
         ),
         ("crc32c_stream", "file_stream", &[], &[], &[]),
+        (
+            "dir_hours",
+            "dir_access",
+            &[],
+            &["set_owner", "set_hours", "ban"],
+            &["policy"],
+        ),
+        ("count_access", "dir_access", &[], &[], &["asked", "name_bytes"]),
+        ("private_tmp", "dir_lookup", &[], &[], &["private_tmp"]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {

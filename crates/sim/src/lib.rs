@@ -769,6 +769,15 @@ impl Sim {
     /// descriptor it keeps open, for per-file graftpoints). Refusals are part of the game.
     fn graft(&mut self, who: usize, point: usize, behaviour: grafts::Behaviour) {
         let g = grafts::points()[point];
+        if g.who == Grafter::DirectoryOwner && self.opts.graft.is_none() {
+            return self.graft_root_access(behaviour);
+        }
+        // A redirect would send the model's names elsewhere: a lookup graft that answers its
+        // argument (a length, so a redirect) answers 0 here. The hostile ones redirect nothing.
+        let behaviour = match (g.name, behaviour) {
+            ("dir.lookup", grafts::Behaviour::FirstArg) => grafts::Behaviour::Zero,
+            _ => behaviour,
+        };
         let proc = &self.procs[who];
         let slot = match g.who {
             Grafter::Opener | Grafter::FileCreator | Grafter::FileCreatorOrPrivileged => match proc.held.last() {
@@ -787,6 +796,36 @@ impl Sim {
         }
     }
 
+    /// `dir.access` on the root (root's): a graft that allows stays bound, so every later step
+    /// walks through it; any other (refusing, spinning, trapping, storing out of bounds) must
+    /// refuse a lookup (it fails closed), and is unbound at once so the model still holds.
+    fn graft_root_access(&mut self, behaviour: grafts::Behaviour) {
+        let g = grafts::points()
+            .into_iter()
+            .find(|g| g.name == "dir.access")
+            .expect("dir.access is a graftpoint");
+        let root = &self.procs[0].p;
+        let Ok(fd) = root.open("/", OpenFlags::directory()) else {
+            return;
+        };
+        let point = format!("dir.access/{fd}");
+        if root.graft_load(&point, &grafts::module(g, behaviour)).is_ok() {
+            self.grafts_loaded += 1;
+            if behaviour == grafts::Behaviour::FirstArg {
+                // Answers its operation: allows lookups, refuses the rest; not kept either.
+                let _ = root.graft_unload(&point);
+            } else if behaviour != grafts::Behaviour::Zero {
+                let looked = self.procs[1].p.stat("/.");
+                assert!(
+                    looked.as_ref().is_err_and(|e| e.errno == vino_kernel::Errno::Acces),
+                    "a {behaviour:?} dir.access graft let a lookup through: {looked:?}"
+                );
+                let _ = root.graft_unload(&point);
+            }
+        }
+        let _ = root.close(fd);
+    }
+
     /// End of the first pass: the whole tree against the model, nothing leaked, a clean disk.
     fn finish(mut self) -> Check {
         let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
@@ -799,6 +838,9 @@ impl Sim {
                 proc.p.close(fd).map_err(|e| format!("close: {e}"))?;
             }
         }
+        // The root's dir.access graft is the kernel's to keep until unbound: unbound here, so
+        // that its charges are back before the count below.
+        let _ = self.procs[0].p.dir_access_bind_at(vino_kernel::At::Root, b"/", None);
         self.kernel.sync().map_err(|e| format!("sync at the end: {e}"))?;
         let tree = collect(&self.procs[0].p)?;
         if tree != self.model {

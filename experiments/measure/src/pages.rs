@@ -1031,6 +1031,23 @@ pub const PAGES: &[Page] = &[
         }],
     },
     Page {
+        name: "names",
+        tables: &[Table {
+            title: "What a bound graft adds to a walk step and to an open, by a process of another user than the \
+                    tree's owner (medians of the repetitions):",
+            rows: "rows[]",
+            across: None,
+            columns: &[
+                ("bound", "label", Fmt::Text),
+                ("deep stat (11 steps)", "stat_ns", Fmt::Ns),
+                ("open+close", "open_ns", Fmt::Ns),
+                ("added per step", "per_step_ns", Fmt::Ns),
+                ("added per open", "per_open_ns", Fmt::Ns),
+                ("goal met", "meets_goal", Fmt::Text),
+            ],
+        }],
+    },
+    Page {
         name: "streams",
         tables: &[
             Table {
