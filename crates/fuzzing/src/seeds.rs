@@ -220,6 +220,8 @@ fn protocol() -> Vec<Vec<u8>> {
                 }),
             ),
             Grafter::PageOwner | Grafter::Listener | Grafter::Process => (g.name.to_string(), None),
+            // The user's own verifier.
+            Grafter::PrivilegedOrUser => (format!("{}/user", g.name), None),
         };
         let wasm = grafts::module(g, Behaviour::Zero);
         let mut reqs: Vec<Request> = open.into_iter().collect();

@@ -16,6 +16,7 @@ use std::time::Duration;
 use vino_graft::{GraftPoint, LoadError, ModuleSummary, Runtime, Signature, check_module, export_name};
 
 pub use crate::events::{CloseEvent, CreateEvent, ModifyEvent, OpenEvent, UnlinkEvent};
+pub use crate::exec_verify::ExecVerify;
 pub use vino_cache::{Candidates, ComputeRa, PickVictim, Writeback};
 pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
@@ -44,6 +45,8 @@ pub enum Grafter {
     Listener,
     /// The file's owner: one per bound file or directory.
     FileOwner,
+    /// Privileged processes (global), or any process of a user for that user's own programs.
+    PrivilegedOrUser,
 }
 
 impl Grafter {
@@ -59,6 +62,9 @@ impl Grafter {
             Grafter::Process => "the process itself, for its own threads and timer (one per process)",
             Grafter::Listener => "the process itself, for events on files it may read that pass its filters",
             Grafter::FileOwner => "the file's owner (one per bound file or directory)",
+            Grafter::PrivilegedOrUser => {
+                "privileged processes (global), or any process of a user for its own programs (`exec.verify/user`, one per user)"
+            }
         }
     }
 }
@@ -160,7 +166,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
 const EVENTS: &str = "Small 1998, 3.5 and 7.4";
 
 /// Every graftpoint of the kernel.
-pub static GRAFTPOINTS: [Graftpoint; 16] = [
+pub static GRAFTPOINTS: [Graftpoint; 17] = [
     entry::<PickVictim>(
         Grafter::PageOwner,
         "which of its own pages a process gives up when the cache needs a frame or its memory is over its share",
@@ -232,6 +238,11 @@ pub static GRAFTPOINTS: [Graftpoint; 16] = [
         Grafter::Listener,
         "a file was written or truncated (write, pwrite, ftruncate)",
         EVENTS,
+    ),
+    entry::<ExecVerify>(
+        Grafter::PrivilegedOrUser,
+        "whether a program may run, from a digest of its module's bytes streamed through the graft",
+        "Small 1998, 4.2",
     ),
 ];
 

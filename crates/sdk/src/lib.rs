@@ -95,6 +95,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../sdk/grafts/chacha20poly1305_stream.c"),
     ),
     ("crc32c_stream", include_str!("../../../sdk/grafts/crc32c_stream.c")),
+    ("sha256_allow", include_str!("../../../sdk/grafts/sha256_allow.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening
