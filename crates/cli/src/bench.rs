@@ -100,6 +100,10 @@ pub enum BenchCommand {
     /// encoding and decoding 64 KiB chunks in Wasm, protected, against the same C native.
     #[command(disable_help_flag = true)]
     Streams(Pass),
+    /// Executable fingerprints (Small 1998, 4.2): `exec.verify`'s SHA-256 allow-list graft
+    /// verifying a real module, against `sha256sum` on the same bytes.
+    #[command(disable_help_flag = true)]
+    Execverify(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -130,6 +134,7 @@ impl BenchCommand {
             BenchCommand::VmLatency(p) => ("vmlat", p.args),
             BenchCommand::VmJoin(p) => ("vmjoin", p.args),
             BenchCommand::Streams(p) => ("streams", p.args),
+            BenchCommand::Execverify(p) => ("execverify", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }
