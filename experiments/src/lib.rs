@@ -22,6 +22,7 @@
 //! | `vino-bench-vmlat` | [`vm_latency`] | another user's fault latency beside hostile neighbours |
 //! | `vino-bench-vmjoin` | [`vm_join`] | E4's join in a program's own memory: look-ahead graft, default, Linux |
 //! | `vino-bench-streams` | [`streams`] | stream grafts: each example codec in Wasm against the same C native |
+//! | `vino-bench-execverify` | [`execverify`] | `exec.verify`'s SHA-256 allow-list graft against `sha256sum` |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -35,6 +36,7 @@ pub mod e6_layout;
 pub mod e7_gunzip;
 pub mod e8_locks;
 pub mod e9_linux;
+pub mod execverify;
 pub mod exttech;
 pub mod front;
 pub mod graftcost;

@@ -123,9 +123,12 @@ VINO_STATIC_ASSERT(sizeof(uint64_t) == 8 && sizeof(void *) == 4, "wasm32 expecte
 /* ---- The argument area. ---- */
 
 /* 4096 bytes; a stream graft (file.stream) defines VINO_STREAM_ARGS before including this header
- * and gets the larger area its graftpoint needs (header, input chunk, output chunk). */
+ * and gets the larger area its graftpoint needs (header, input chunk, output chunk); an
+ * exec.verify graft defines VINO_EXEC_VERIFY_ARGS and gets 16 KiB (a chunk of the module). */
 #ifdef VINO_STREAM_ARGS
 #define VINO_ARG_BYTES (64 + 2 * (65536 + 4096))
+#elif defined(VINO_EXEC_VERIFY_ARGS)
+#define VINO_ARG_BYTES 16384
 #else
 #define VINO_ARG_BYTES 4096
 #endif
@@ -482,6 +485,28 @@ __attribute__((weak, visibility("hidden"), no_builtin)) void *memmove(void *dst,
     return dst;
 }
 #endif /* VINO_GRAFT_NATIVE */
+
+/* exec.verify (global: privileged processes; `exec.verify/user`: any process of a user, for the
+ * programs that user runs; Small 1998 4.2's executable fingerprints): a module about to run
+ * streams through the graft. Build with VINO_EXEC_VERIFY_ARGS defined (the area is
+ * VINO_EXEC_CHUNK bytes). Calls, one module's never interleaved with another's:
+ *     op VINO_EXEC_BEGIN  len = the module's size in bytes; nothing in the area
+ *     op VINO_EXEC_DATA   len <= VINO_EXEC_CHUNK bytes of the module at the start of vino_args,
+ *                         in order
+ *     op VINO_EXEC_END    the graft writes its 32-byte digest at the start of vino_args
+ * Each call returns 0 (go on / allow) or 1 (deny; begin and data may deny early). Anything else,
+ * a trap or a call past its budget refuses the program too, and counts as the graft's failure.
+ * Default (nothing bound): every program runs. */
+#define VINO_EXEC_BEGIN 0
+#define VINO_EXEC_DATA 1
+#define VINO_EXEC_END 2
+#define VINO_EXEC_CHUNK 16384
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t exec_verify(int32_t op, int32_t len);
+#endif
+#ifdef VINO_EXEC_VERIFY_ARGS
+VINO_STATIC_ASSERT(VINO_ARG_BYTES == VINO_EXEC_CHUNK, "an exec.verify graft's area holds one chunk");
+#endif
 
 #ifdef __cplusplus
 }

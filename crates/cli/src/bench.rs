@@ -104,6 +104,10 @@ pub enum BenchCommand {
     /// to a walk step and to an open, against nothing bound.
     #[command(disable_help_flag = true)]
     Names(Pass),
+    /// Executable fingerprints (Small 1998, 4.2): `exec.verify`'s SHA-256 allow-list graft
+    /// verifying a real module, against `sha256sum` on the same bytes.
+    #[command(disable_help_flag = true)]
+    Execverify(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -135,6 +139,7 @@ impl BenchCommand {
             BenchCommand::VmJoin(p) => ("vmjoin", p.args),
             BenchCommand::Streams(p) => ("streams", p.args),
             BenchCommand::Names(p) => ("names", p.args),
+            BenchCommand::Execverify(p) => ("execverify", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

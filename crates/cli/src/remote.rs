@@ -489,6 +489,7 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
             "HITS",
             "MISSES",
             "GRAFTS",
+            "DIGEST",
             "PROGRAM",
         ],
     );
@@ -510,6 +511,10 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
             p.cache_hits.to_string(),
             p.cache_misses.to_string(),
             p.grafts.to_string(),
+            // The first 12 hex digits, as git shortens a hash.
+            p.digest
+                .as_deref()
+                .map_or_else(String::new, |d| d.chars().take(12).collect()),
             p.program.clone().unwrap_or_default(),
         ]);
     }

@@ -184,6 +184,25 @@ pub(crate) fn run(
         .first()
         .map_or_else(String::new, |a| String::from_utf8_lossy(a).into_owned());
     let kill = program.kill_switch();
+    // Every module passes `exec.verify` before the client hears that it runs: a cached compile
+    // is streamed through it again (a pipeline's stages are verified again on their own
+    // processes when they start).
+    let mut verified = Vec::with_capacity(stages.len());
+    for stage in &stages {
+        let stage_name = stage
+            .setup
+            .args
+            .first()
+            .map_or_else(|| name.clone(), |a| String::from_utf8_lossy(a).into_owned());
+        match stage.program.verify(&process, &stage_name) {
+            Ok(v) => verified.push(v),
+            Err(e) => {
+                kernel.exit(pid);
+                return refuse(stream, e.errno(), e.to_string());
+            }
+        }
+    }
+    let verified = if stages.len() == 1 { verified.pop() } else { None };
     daemon.programs.lock().insert(
         pid,
         Running {
@@ -205,10 +224,10 @@ pub(crate) fn run(
             tty: [false; 3],
         };
         if answered.is_ok() {
-            let _ = run_stages(stages, process, stdio, &kill);
+            let _ = run_stages(stages, verified, process, stdio, &kill);
         }
     } else {
-        attached(stream, reader, &watch, out, stages, process, tty, &kill);
+        attached(stream, reader, &watch, out, (stages, verified), process, tty, &kill);
     }
     daemon.programs.lock().remove(&pid);
     kernel.exit(pid);
@@ -218,13 +237,18 @@ pub(crate) fn run(
 /// stage's exit.
 fn run_stages(
     mut stages: Vec<Stage>,
+    verified: Option<vino_wasi::Verified>,
     process: Arc<vino_kernel::Process>,
     stdio: Stdio,
     kill: &KillSwitch,
 ) -> Result<Vec<Exit>, vino_wasi::RunError> {
     if stages.len() == 1 {
         let only = stages.pop().expect("one stage");
-        return only.program.run_in(process, only.setup, stdio, kill).map(|e| vec![e]);
+        return match verified {
+            Some(v) => only.program.run_verified_in(process, v, only.setup, stdio, kill),
+            None => only.program.run_in(process, only.setup, stdio, kill),
+        }
+        .map(|e| vec![e]);
     }
     vino_wasi::run_pipeline(&process, stages, stdio, kill)
 }
@@ -236,7 +260,7 @@ fn attached(
     reader: impl Read + Send,
     watch: &UnixStream,
     out: UnixStream,
-    stages: Vec<Stage>,
+    (stages, verified): (Vec<Stage>, Option<vino_wasi::Verified>),
     process: Arc<vino_kernel::Process>,
     tty: [bool; 3],
     kill: &KillSwitch,
@@ -271,7 +295,7 @@ fn attached(
         let signalled = process.clone();
         s.spawn(move || client_frames(reader, watch, &input, kill, &signalled));
         s.spawn(|| out.linger(&ended));
-        let exit = run_stages(stages, process, stdio, kill);
+        let exit = run_stages(stages, verified, process, stdio, kill);
         ended.store(true, std::sync::atomic::Ordering::Release);
         // Ends the client-frame reader (it sees the end of the stream) and the connection.
         let _ = stream.shutdown(std::net::Shutdown::Read);

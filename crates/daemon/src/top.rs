@@ -106,6 +106,7 @@ impl Daemon {
                 row.cpu_ns = prog.cpu_ns();
                 (row.bytes_read, row.bytes_written) = p.io_bytes();
             }
+            row.digest = p.exec_digest();
             row.tickets = p.tickets().unwrap_or(0);
             row.threads = p.threads().len() as u64;
             if let Some(c) = self.conns.lock().get(&pid) {

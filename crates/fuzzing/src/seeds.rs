@@ -228,6 +228,8 @@ fn protocol() -> Vec<Vec<u8>> {
                     flags: OpenFlags::directory(),
                 }),
             ),
+            // The user's own verifier.
+            Grafter::PrivilegedOrUser => (format!("{}/user", g.name), None),
         };
         let wasm = grafts::module(g, Behaviour::Zero);
         let mut reqs: Vec<Request> = Vec::new();

@@ -17,6 +17,7 @@ use vino_graft::{GraftPoint, LoadError, ModuleSummary, Runtime, Signature, check
 
 pub use crate::dir_grafts::{DirAccess, DirLookup};
 pub use crate::events::{CloseEvent, CreateEvent, ModifyEvent, OpenEvent, UnlinkEvent};
+pub use crate::exec_verify::ExecVerify;
 pub use vino_cache::{Candidates, ComputeRa, PickVictim, Writeback};
 pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
@@ -47,6 +48,8 @@ pub enum Grafter {
     FileOwner,
     /// The directory's owner, for the tree under it: one per bound directory.
     DirectoryOwner,
+    /// Privileged processes (global), or any process of a user for that user's own programs.
+    PrivilegedOrUser,
 }
 
 impl Grafter {
@@ -63,6 +66,9 @@ impl Grafter {
             Grafter::Listener => "the process itself, for events on files it may read that pass its filters",
             Grafter::FileOwner => "the file's owner (one per bound file or directory)",
             Grafter::DirectoryOwner => "the directory's owner, for the tree under it (one per bound directory)",
+            Grafter::PrivilegedOrUser => {
+                "privileged processes (global), or any process of a user for its own programs (`exec.verify/user`, one per user)"
+            }
         }
     }
 }
@@ -164,7 +170,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
 const EVENTS: &str = "Small 1998, 3.5 and 7.4";
 
 /// Every graftpoint of the kernel.
-pub static GRAFTPOINTS: [Graftpoint; 18] = [
+pub static GRAFTPOINTS: [Graftpoint; 19] = [
     entry::<PickVictim>(
         Grafter::PageOwner,
         "which of its own pages a process gives up when the cache needs a frame or its memory is over its share",
@@ -245,6 +251,11 @@ pub static GRAFTPOINTS: [Graftpoint; 18] = [
     entry::<DirLookup>(
         Grafter::Process,
         "another path to look up in place of a name the process's walk looks up",
+        "Small 1998, 4.2",
+    ),
+    entry::<ExecVerify>(
+        Grafter::PrivilegedOrUser,
+        "whether a program may run, from a digest of its module's bytes streamed through the graft",
         "Small 1998, 4.2",
     ),
 ];

@@ -64,6 +64,7 @@ mod changes;
 pub mod dir_grafts;
 mod error;
 mod events;
+mod exec_verify;
 mod family;
 mod file_grafts;
 mod files;
@@ -93,6 +94,12 @@ pub use events::{
     CloseEvent, CreateEvent, EVENT_BATCH, EVENT_QUEUE_MAX, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats,
     FILTER_ENTRY_BYTES, FsEvent, FsEventPoint, KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
 };
+pub use exec_verify::{ExecVerify, Verdict, Verified, VerifyArgs, hex as exec_hex};
+
+/// Largest module a bound `exec.verify` verifier reads.
+pub fn exec_verify_max() -> usize {
+    exec_verify::MAX_MODULE
+}
 pub use family::{ExitStatus, Waited};
 pub use file_grafts::{FILE_WIDE_POINTS, FileGraftInfo};
 pub use files::{Fd, OpenFlags};
@@ -107,6 +114,7 @@ pub use pipe::{PIPE_BUF, PIPE_CAPACITY, Pipe, PipeEnd, Side};
 pub use process::{GraftCall, Process};
 pub use vino_cache::RaMode;
 pub use vino_fs::{DirEntry, FileType, Stat};
+pub use vino_graft::GraftEvent;
 pub use vino_graft::account::{self, Account, Resource};
 pub use vino_iosched::Dispatch;
 pub use vino_locks::{Lock, LockKind, LockStats};
@@ -248,6 +256,8 @@ pub struct Kernel {
     pub(crate) streams: streams::Streams,
     /// Directories' `dir.access` grafts.
     pub(crate) dir_grafts: dir_grafts::DirGrafts,
+    /// `exec.verify`: the global verifier and each user's.
+    pub(crate) exec: exec_verify::ExecVerifiers,
 }
 
 impl Kernel {
@@ -303,6 +313,8 @@ impl Kernel {
         let accounts = Accounts::new(config.limits);
         let fs_for_memory = fs.clone();
         let streams = streams::Streams::new(&runtime, &fs);
+        let exec = exec_verify::ExecVerifiers::new(&runtime);
+        global.register(exec.global.slot.clone());
         let kernel = Arc::new(Kernel {
             locks: locks::KernelLocks::new(&runtime),
             runtime,
@@ -332,6 +344,7 @@ impl Kernel {
             memory: memory::KernelMemory::new(fs_for_memory, config),
             streams,
             dir_grafts: Default::default(),
+            exec,
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);
@@ -436,6 +449,7 @@ impl Kernel {
         self.memory.release_swap();
         self.streams.unload_codecs();
         self.dir_grafts.clear();
+        self.exec.unload_all();
         Ok(self.fs.unmount()?)
     }
 

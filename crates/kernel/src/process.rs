@@ -67,6 +67,8 @@ pub struct Process {
     pub(crate) lookup_slot: Arc<vino_graft::GraftSlot<crate::dir_grafts::DirLookup>>,
     /// Its parent, children, session and zombies.
     pub(crate) family: Mutex<crate::family::Family>,
+    /// The digest of the program it runs ([`Process::exec_start`]).
+    exec_digest: Mutex<Option<[u8; 32]>>,
 }
 
 /// A timer's thread: told to stop by the flag, waited for by its handle.
@@ -132,6 +134,14 @@ impl Process {
             None,
         ));
         namespace.register(lookup_slot.clone());
+        namespace.register_as(
+            crate::exec_verify::USER_POINT,
+            Arc::new(crate::exec_verify::UserSlot {
+                verifier: kernel.exec.user(cred.uid),
+                pid,
+                user: kernel.accounts.user(cred.uid),
+            }),
+        );
         let account = kernel.accounts.process(cred.uid, format!("process {pid}"));
         Arc::new(Process {
             pid,
@@ -161,6 +171,7 @@ impl Process {
                 session: parent.map_or(pid, Process::session),
                 ..Default::default()
             }),
+            exec_digest: Mutex::new(None),
         })
     }
 
@@ -891,6 +902,36 @@ impl Process {
             .map_err(|e| SysError::new(Errno::Inval, e.to_string()))
     }
 
+    // ---- programs ---------------------------------------------------------------------------
+
+    /// Streams a program's module through `exec.verify` (the global verifier, then this user's)
+    /// before it runs as a process of this user: `EACCES` if either denies it or fails (a
+    /// failing verifier refuses, as a denying one does). With nothing bound, every module
+    /// passes. `name` names the program in the error. The time is charged to this process.
+    pub fn exec_verify(&self, name: &str, wasm: &[u8]) -> SysResult<crate::Verified> {
+        crate::exec_verify::verify(&self.kernel.exec, self.cred.uid, name, wasm, &self.account)
+    }
+
+    /// Starts running a verified module in this process: `verified` must be for this user
+    /// and for the module whose SHA-256 is `module_sha256` (`EACCES` otherwise). Its digest is
+    /// the process's from now on ([`Process::exec_digest`]).
+    pub fn exec_start(&self, verified: crate::Verified, module_sha256: &[u8; 32]) -> SysResult<()> {
+        if verified.uid() != self.cred.uid || verified.sha256() != module_sha256 {
+            return Err(SysError::new(
+                Errno::Acces,
+                "exec.verify: the program was verified for another module or user",
+            ));
+        }
+        *self.exec_digest.lock() = Some(*verified.digest());
+        Ok(())
+    }
+
+    /// The digest of the program this process runs, hex: its verifier's (the global one's if
+    /// both ran), else the kernel's SHA-256 of the module; `None` if it runs no program.
+    pub fn exec_digest(&self) -> Option<String> {
+        self.exec_digest.lock().as_ref().map(|d| crate::exec_verify::hex(d))
+    }
+
     // ---- grafts -----------------------------------------------------------------------------
 
     fn principal(&self) -> Principal {
@@ -1122,6 +1163,8 @@ impl Process {
             let _ = self.drop_file(fd, &file);
         }
         self.locks_released();
+        // The user's verifier outlives the process that loaded it.
+        self.namespace.forget(crate::exec_verify::USER_POINT);
         self.namespace.unload_owned_by(self.pid);
         for slot in self.file_slots.lock().drain(..).filter_map(|w| w.upgrade()) {
             if slot.info().graft.is_some_and(|g| g.owner == self.pid) {

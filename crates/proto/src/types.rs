@@ -256,6 +256,10 @@ pub struct ProcessTop {
     pub memory_bytes: u64,
     /// Its program's memory as the kernel pages it (zero where it is not paged).
     pub memory: MemoryTop,
+    /// The digest of the program it runs, hex: `exec.verify`'s verifier's, else the kernel's
+    /// SHA-256 of the module.
+    #[serde(default)]
+    pub digest: Option<String>,
 }
 
 /// A program's memory as the kernel's pager sees it (pages of 4 KiB).

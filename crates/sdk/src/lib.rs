@@ -98,6 +98,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("dir_hours", include_str!("../../../sdk/grafts/dir_hours.c")),
     ("count_access", include_str!("../../../sdk/grafts/count_access.c")),
     ("private_tmp", include_str!("../../../sdk/grafts/private_tmp.c")),
+    ("sha256_allow", include_str!("../../../sdk/grafts/sha256_allow.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

@@ -62,9 +62,10 @@ pub fn module(g: &Graftpoint, b: Behaviour) -> Vec<u8> {
     // Every module has a memory (the out-of-bounds store needs one); the argument area where
     // the graftpoint passes its arguments there.
     let area = if g.uses_arg_area {
-        r#"(memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))"#
+        let pages = (1024 + g.arg_bytes).div_ceil(65536);
+        format!(r#"(memory (export "memory") {pages}) (global (export "vino_args") i32 (i32.const 1024))"#)
     } else {
-        "(memory 1)"
+        "(memory 1)".to_string()
     };
     let result = result.map(|r| format!("(result {r})")).unwrap_or_default();
     format!(

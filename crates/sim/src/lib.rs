@@ -293,6 +293,8 @@ struct Sim {
     promises: Promises,
     writes_at_start: u64,
     grafts_loaded: u64,
+    /// An `exec.verify` verifier that judged a module otherwise than its behaviour says.
+    exec_verify_wrong: Option<String>,
     written_back: u64,
     reached: timed::Reached,
     family: family::Family,
@@ -384,6 +386,7 @@ impl Sim {
             promises,
             writes_at_start,
             grafts_loaded: 0,
+            exec_verify_wrong: None,
             written_back: 0,
             reached: timed::Reached::default(),
             family: family::Family::default(),
@@ -793,6 +796,23 @@ impl Sim {
         };
         if proc.p.graft_load(&slot, &wasm).is_ok() {
             self.grafts_loaded += 1;
+            if g.name == "exec.verify" && self.opts.graft.is_none() {
+                self.check_exec_verify(who, behaviour);
+            }
+        }
+    }
+
+    /// A module through the verifier just bound: a well-behaved one (answering 0) lets it run,
+    /// every other fails closed (EACCES).
+    fn check_exec_verify(&mut self, who: usize, behaviour: grafts::Behaviour) {
+        let judged = self.procs[who].p.exec_verify("sim", &[7u8; 100]);
+        let right = match (&judged, behaviour) {
+            (Ok(_), grafts::Behaviour::Zero) => true,
+            (Err(e), b) => b != grafts::Behaviour::Zero && e.errno == vino_kernel::Errno::Acces,
+            (Ok(_), _) => false,
+        };
+        if !right && self.exec_verify_wrong.is_none() {
+            self.exec_verify_wrong = Some(format!("exec.verify bound to a {behaviour:?} graft: {judged:?}"));
         }
     }
 
@@ -828,6 +848,9 @@ impl Sim {
 
     /// End of the first pass: the whole tree against the model, nothing leaked, a clean disk.
     fn finish(mut self) -> Check {
+        if let Some(wrong) = self.exec_verify_wrong.take() {
+            return Err(wrong);
+        }
         let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
         self.family.finish(&procs).map_err(|e| format!("at the end: {e}"))?;
         self.memories

@@ -34,6 +34,7 @@ mod vino;
 pub use abi::{MODULE, WasiErrno};
 pub use disk_cache::DiskCache;
 pub use pipeline::{Stage, pipefail_status, run_pipeline};
+pub use vino_kernel::Verified;
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -278,6 +279,10 @@ pub struct Program {
     limits: ProgramLimits,
     /// Its compiled form came from a [`DiskCache`].
     cached: bool,
+    /// The module's bytes, streamed through `exec.verify` before every run (a compiled program
+    /// kept in a cache is verified again each time), and their SHA-256.
+    wasm: Arc<[u8]>,
+    sha256: [u8; 32],
 }
 
 /// The engine every program is compiled and run by: asynchronous, so that a program is a
@@ -468,12 +473,15 @@ impl Program {
         if let (Some(c), false) = (cache, cached) {
             c.store(&engine, wasm, &module);
         }
+        use sha2::Digest;
         Ok(Program {
             engine,
             module,
             pre,
             limits,
             cached,
+            sha256: sha2::Sha256::digest(wasm).into(),
+            wasm: wasm.into(),
         })
     }
 
@@ -491,10 +499,21 @@ impl Program {
         }
     }
 
-    /// Bytes of compiled code the program holds (for a cache's bound).
+    /// Bytes of compiled code the program holds, with its module's (for a cache's bound).
     pub fn code_bytes(&self) -> usize {
         let r = self.module.image_range();
-        (r.end as usize).saturating_sub(r.start as usize)
+        (r.end as usize).saturating_sub(r.start as usize) + self.wasm.len()
+    }
+
+    /// SHA-256 of the module.
+    pub fn sha256(&self) -> &[u8; 32] {
+        &self.sha256
+    }
+
+    /// Streams the module through `exec.verify` for `process`'s user, `name` naming it in a
+    /// refusal (`EACCES`): what every run does before it starts.
+    pub fn verify(&self, process: &vino_kernel::Process, name: &str) -> Result<Verified, RunError> {
+        Ok(process.exec_verify(name, &self.wasm)?)
     }
 
     /// Runs the program as a new kernel process with `cred` and `setup`, until it ends or
@@ -527,6 +546,28 @@ impl Program {
         stdio: Stdio,
         kill: &KillSwitch,
     ) -> Result<Exit, RunError> {
+        let verified = match self.verify(&process, &program_name(&setup.args)) {
+            Ok(v) => v,
+            Err(e) => {
+                if process.session() == process.pid() {
+                    process.kernel().end_session(process.pid());
+                }
+                return Err(e);
+            }
+        };
+        self.run_verified_in(process, verified, setup, stdio, kill)
+    }
+
+    /// As [`Program::run_in`], with the module verified already (by [`Program::verify`]),
+    /// for a caller that must know before it answers that the program may run.
+    pub fn run_verified_in(
+        &self,
+        process: Arc<vino_kernel::Process>,
+        verified: Verified,
+        setup: Setup,
+        stdio: Stdio,
+        kill: &KillSwitch,
+    ) -> Result<Exit, RunError> {
         let start = match preopen(&process, &setup.dirs) {
             Ok(fds) => Start {
                 fds,
@@ -541,7 +582,7 @@ impl Program {
                 return Err(error);
             }
         };
-        let exit = self.run_start(process.clone(), start, kill);
+        let exit = self.run_start(process.clone(), verified, start, kill);
         if process.session() == process.pid() {
             process.kernel().end_session(process.pid());
         }
@@ -549,12 +590,20 @@ impl Program {
     }
 
     /// Runs the program in `process` from `start`, on a thread of the process; waits for it.
+    /// Every run comes here, with the proof that `exec.verify` let the module run.
     pub(crate) fn run_start(
         &self,
         process: Arc<vino_kernel::Process>,
-        start: Start,
+        verified: Verified,
+        mut start: Start,
         kill: &KillSwitch,
     ) -> Result<Exit, RunError> {
+        if let Err(e) = process.exec_start(verified, &self.sha256) {
+            for fd in start.fds.drain() {
+                let _ = process.close(fd);
+            }
+            return Err(e.into());
+        }
         let engine = self.engine.clone();
         process
             .kernel()
@@ -662,4 +711,10 @@ impl Program {
             }
         })
     }
+}
+
+/// A program's name for messages: its first argument.
+pub(crate) fn program_name(args: &[Vec<u8>]) -> String {
+    args.first()
+        .map_or_else(|| "(unnamed)".into(), |a| String::from_utf8_lossy(a).into_owned())
 }

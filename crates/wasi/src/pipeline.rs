@@ -43,6 +43,7 @@ pub fn run_pipeline(
     }
     let n = stages.len();
     let mut starts = Vec::with_capacity(n);
+    let mut verified = Vec::with_capacity(n);
     let mut feed: Option<vino_kernel::PipeEnd> = None;
     let refuse = |e: RunError, started: &[(Arc<Process>, Start)]| {
         for (p, _) in started {
@@ -56,6 +57,14 @@ pub fn run_pipeline(
             Ok(c) => c,
             Err(e) => return Err(refuse(RunError::Refused(e), &starts)),
         };
+        // Every stage passes `exec.verify` before any starts.
+        match stage.program.verify(&child, &crate::program_name(&stage.setup.args)) {
+            Ok(v) => verified.push(v),
+            Err(e) => {
+                starts.push((child, empty_start(&streams)));
+                return Err(refuse(e, &starts));
+            }
+        }
         let mut fds = match preopen(&child, &stage.setup.dirs) {
             Ok(fds) => fds,
             Err((e, mut opened)) => {
@@ -111,12 +120,13 @@ pub fn run_pipeline(
     let exits = std::thread::scope(|s| {
         let runs: Vec<_> = starts
             .into_iter()
+            .zip(verified)
             .zip(stages.iter().zip(&switches))
-            .map(|((child, start), (stage, switch))| {
+            .map(|(((child, start), verified), (stage, switch))| {
                 let k = kernel.clone();
                 s.spawn(move || {
                     let pid = child.pid();
-                    let exit = stage.program.run_start(child, start, switch);
+                    let exit = stage.program.run_start(child, verified, start, switch);
                     let status = exit
                         .as_ref()
                         .map_or(vino_kernel::ExitStatus::Exited(127), Exit::exit_status);

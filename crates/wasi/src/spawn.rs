@@ -9,7 +9,8 @@
 //! Compiling is the costly part (sqlite3's module takes most of a second): compiled modules are
 //! kept per user, bounded ([`USER_PROGRAMS`], [`USER_CODE_BYTES`], and a bound over all users),
 //! and a compile waits its turn among its user's as any compile does (`Process::compile_charge`):
-//! a loop spawning large modules costs its user, not the others.
+//! a loop spawning large modules costs its user, not the others. A cached program is still
+//! streamed through `exec.verify` at each spawn, and a refusal is the spawn's `EACCES`.
 
 use crate::abi::{WasiErrno, filetype};
 use crate::fds::{Entry, FdTable, File};
@@ -77,6 +78,10 @@ pub fn spawn(g: &mut Guest<'_>, x: &mut Ctx, r: Request) -> Result<i32> {
     }
     let kfd = x.fds.file(r.module_fd)?.fd;
     let program = load(x, kfd)?;
+    // Streamed through `exec.verify` at every spawn, from the cache or not.
+    let verified = program
+        .verify(&x.process, &crate::program_name(&args))
+        .map_err(|_| WasiErrno::ACCES)?;
     let child = x.process.kernel().spawn_child(&x.process)?;
     let fds = match inherit(x, &child).and_then(|fds| apply(&child, fds, actions)) {
         Ok(fds) => fds,
@@ -102,7 +107,7 @@ pub fn spawn(g: &mut Guest<'_>, x: &mut Ctx, r: Request) -> Result<i32> {
         stdio: x.stdio.clone(),
     };
     let pid = child.pid();
-    launch(program, child, start).inspect_err(|_| {
+    launch(program, verified, child, start).inspect_err(|_| {
         let _ = x.process.wait_child(Some(pid));
     })?;
     Ok(pid as i32)
@@ -311,7 +316,7 @@ fn under<'p>(name: &[u8], path: &'p [u8]) -> Option<&'p [u8]> {
 }
 
 /// Runs the child on a host thread of its own that waits for it and records its status.
-fn launch(program: Program, child: Arc<Process>, start: Start) -> Result<()> {
+fn launch(program: Program, verified: crate::Verified, child: Arc<Process>, start: Start) -> Result<()> {
     let pid = child.pid();
     let kernel = child.kernel().clone();
     let kill = program.kill_switch();
@@ -319,7 +324,7 @@ fn launch(program: Program, child: Arc<Process>, start: Start) -> Result<()> {
     std::thread::Builder::new()
         .name(format!("vino-pid-{pid}"))
         .spawn(move || {
-            let exit = program.run_start(runner, start, &kill);
+            let exit = program.run_start(runner, verified, start, &kill);
             let status = exit.map_or(ExitStatus::Exited(127), |e| e.exit_status());
             kernel.exit_with(pid, status);
         })
