@@ -57,33 +57,64 @@ static inline void store_be(uint8_t *p, uint32_t v) {
 }
 
 /* One round; the eight working variables rotate by renaming, not by moves. */
-#define ROUND(a, b, c, d, e, f, g, h, i)                                                         \
+#define ROUND(a, b, c, d, e, f, g, h, k, w)                                                      \
     do {                                                                                         \
-        uint32_t t1 = h + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + (g ^ (e & (f ^ g))) + K[i] + w[i]; \
+        uint32_t t1 = h + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + (g ^ (e & (f ^ g))) + (k) + (w); \
         uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) | (c & (a | b)));        \
         d += t1;                                                                                 \
         h = t1 + t2;                                                                             \
     } while (0)
 
+/* The message schedule kept as 16 words that roll (W[i] overwrites W[i - 16]): sixteen named
+ * variables the compiler keeps in Wasm locals, not a 64-word array in linear memory. */
+#define S0(x) (ror(x, 7) ^ ror(x, 18) ^ ((x) >> 3))
+#define S1(x) (ror(x, 17) ^ ror(x, 19) ^ ((x) >> 10))
+#define NEXT(w0, w1, w9, w14) (w0 += S1(w14) + w9 + S0(w1))
+
+#define EIGHT(i, w0, w1, w2, w3, w4, w5, w6, w7)                                                 \
+    do {                                                                                         \
+        ROUND(a, b, c, d, e, f, g, hh, K[(i) + 0], w0);                                          \
+        ROUND(hh, a, b, c, d, e, f, g, K[(i) + 1], w1);                                          \
+        ROUND(g, hh, a, b, c, d, e, f, K[(i) + 2], w2);                                          \
+        ROUND(f, g, hh, a, b, c, d, e, K[(i) + 3], w3);                                          \
+        ROUND(e, f, g, hh, a, b, c, d, K[(i) + 4], w4);                                          \
+        ROUND(d, e, f, g, hh, a, b, c, K[(i) + 5], w5);                                          \
+        ROUND(c, d, e, f, g, hh, a, b, K[(i) + 6], w6);                                          \
+        ROUND(b, c, d, e, f, g, hh, a, K[(i) + 7], w7);                                          \
+    } while (0)
+
+/* The next 16 schedule words, each from the four it depends on (W[i-16], W[i-15], W[i-7], W[i-2]). */
+#define SCHEDULE()                                                                               \
+    do {                                                                                         \
+        NEXT(x0, x1, x9, x14);                                                                   \
+        NEXT(x1, x2, x10, x15);                                                                  \
+        NEXT(x2, x3, x11, x0);                                                                   \
+        NEXT(x3, x4, x12, x1);                                                                   \
+        NEXT(x4, x5, x13, x2);                                                                   \
+        NEXT(x5, x6, x14, x3);                                                                   \
+        NEXT(x6, x7, x15, x4);                                                                   \
+        NEXT(x7, x8, x0, x5);                                                                    \
+        NEXT(x8, x9, x1, x6);                                                                    \
+        NEXT(x9, x10, x2, x7);                                                                   \
+        NEXT(x10, x11, x3, x8);                                                                  \
+        NEXT(x11, x12, x4, x9);                                                                  \
+        NEXT(x12, x13, x5, x10);                                                                 \
+        NEXT(x13, x14, x6, x11);                                                                 \
+        NEXT(x14, x15, x7, x12);                                                                 \
+        NEXT(x15, x0, x8, x13);                                                                  \
+    } while (0)
+
 static void compress(uint32_t h[8], const uint8_t *p) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; i++)
-        w[i] = load_be(p + 4 * i);
-    for (int i = 16; i < 64; i++) {
-        uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
+    uint32_t x0 = load_be(p), x1 = load_be(p + 4), x2 = load_be(p + 8), x3 = load_be(p + 12);
+    uint32_t x4 = load_be(p + 16), x5 = load_be(p + 20), x6 = load_be(p + 24), x7 = load_be(p + 28);
+    uint32_t x8 = load_be(p + 32), x9 = load_be(p + 36), x10 = load_be(p + 40), x11 = load_be(p + 44);
+    uint32_t x12 = load_be(p + 48), x13 = load_be(p + 52), x14 = load_be(p + 56), x15 = load_be(p + 60);
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
-    for (int i = 0; i < 64; i += 8) {
-        ROUND(a, b, c, d, e, f, g, hh, i);
-        ROUND(hh, a, b, c, d, e, f, g, i + 1);
-        ROUND(g, hh, a, b, c, d, e, f, i + 2);
-        ROUND(f, g, hh, a, b, c, d, e, i + 3);
-        ROUND(e, f, g, hh, a, b, c, d, i + 4);
-        ROUND(d, e, f, g, hh, a, b, c, i + 5);
-        ROUND(c, d, e, f, g, hh, a, b, i + 6);
-        ROUND(b, c, d, e, f, g, hh, a, i + 7);
+    for (int i = 0; i < 64; i += 16) {
+        if (i)
+            SCHEDULE();
+        EIGHT(i, x0, x1, x2, x3, x4, x5, x6, x7);
+        EIGHT(i + 8, x8, x9, x10, x11, x12, x13, x14, x15);
     }
     h[0] += a;
     h[1] += b;

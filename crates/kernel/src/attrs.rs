@@ -126,7 +126,7 @@ impl Process {
     /// `follow`).
     pub fn setattr_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool, attrs: &Attrs) -> SysResult<Stat> {
         let ns = self.kernel().ns.read();
-        let f = self.walk(at, path.as_ref(), follow)?;
+        let f = self.walk_placed(at, path.as_ref(), follow)?;
         self.apply_found(ns, &f, attrs, false)
     }
 
@@ -291,7 +291,7 @@ impl Process {
             return Err(err(Errno::Range, format!("attribute value of {} bytes", value.len())));
         }
         let _ns = self.kernel().ns.read();
-        let f = self.walk(at, path.as_ref(), follow)?;
+        let f = self.walk_placed(at, path.as_ref(), follow)?;
         self.xattr_checks(&f, name, WRITE)?;
         self.kernel().fs().set_xattr(f.ino, name, value, how)?;
         self.tell_attr(f.ino);
@@ -307,7 +307,7 @@ impl Process {
 
     pub fn removexattr_at(&self, at: At, path: impl AsRef<[u8]>, follow: bool, name: &[u8]) -> SysResult<()> {
         let _ns = self.kernel().ns.read();
-        let f = self.walk(at, path.as_ref(), follow)?;
+        let f = self.walk_placed(at, path.as_ref(), follow)?;
         self.xattr_checks(&f, name, WRITE)?;
         self.kernel().fs().remove_xattr(f.ino, name)?;
         self.tell_attr(f.ino);

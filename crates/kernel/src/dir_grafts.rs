@@ -313,6 +313,53 @@ impl Entry {
     }
 }
 
+/// The bindings one walk sees ([`DirGrafts::snapshot`]).
+pub(crate) struct Snapshot(Arc<FxHashMap<u64, Entry>>);
+
+impl Snapshot {
+    /// The binding of directory `ino` of `generation`, if it has one.
+    fn binding(&self, ino: u64, generation: u32) -> Option<&Entry> {
+        self.0.get(&ino).filter(|e| e.binding.generation == generation)
+    }
+
+    /// The governors of `child`, a directory entered from one governed by `gov`, if they are
+    /// not `gov`'s (`child` is bound).
+    pub(crate) fn descend(&self, gov: &Governors, child: &Found) -> Option<Governors> {
+        let e = self.binding(child.ino, child.stat.generation)?;
+        Some(if gov.is_empty() {
+            e.alone.clone()
+        } else {
+            gov.with(e.binding.clone())
+        })
+    }
+
+    /// The governors of directory `dir`, found by going up through `..` to the root. Empty for
+    /// a file that is no directory (it has no `..`; a walk from it goes nowhere).
+    pub(crate) fn governors(&self, fs: &FileSystem, dir: &Found) -> SysResult<Governors> {
+        if dir.stat.kind != vino_fs::FileType::Directory {
+            return Ok(Governors::default());
+        }
+        let mut chain = Vec::new();
+        let (mut ino, mut generation) = (dir.ino, dir.stat.generation);
+        for _ in 0..MAX_DEPTH {
+            if let Some(e) = self.binding(ino, generation) {
+                chain.push(e.binding.clone());
+            }
+            if ino == ROOT_INO {
+                chain.reverse();
+                return Ok(if chain.is_empty() {
+                    Governors::default()
+                } else {
+                    Governors(Some(chain.into()))
+                });
+            }
+            let (up, stat) = fs.lookup_stat(ino, b"..")?;
+            (ino, generation) = (up, stat.generation);
+        }
+        Err(SysError::new(Errno::Loop, "directory deeper than any walk goes"))
+    }
+}
+
 /// The kernel's `dir.access` bindings.
 #[derive(Default)]
 pub(crate) struct DirGrafts {
@@ -334,27 +381,18 @@ impl DirGrafts {
         self.count.load(Ordering::Acquire) > 0
     }
 
-    /// The binding of directory `ino` of `generation`, if it has one.
-    fn binding(&self, ino: u64, generation: u32) -> Option<Arc<AccessBinding>> {
-        self.bound
-            .load()
-            .get(&ino)
-            .filter(|e| e.binding.generation == generation)
-            .map(|e| e.binding.clone())
+    /// The bindings as they are now, for one walk (`None` with none anywhere): the walk probes
+    /// them at each step without touching what others share.
+    pub(crate) fn snapshot(&self) -> Option<Snapshot> {
+        self.active().then(|| Snapshot(self.bound.load_full()))
     }
 
-    /// The governors of `child`, a directory entered from one governed by `gov`, if they are
-    /// not `gov`'s (`child` is bound).
-    pub(crate) fn descend(&self, gov: &Governors, child: &Found) -> Option<Governors> {
-        let map = self.bound.load();
-        let e = map
-            .get(&child.ino)
-            .filter(|e| e.binding.generation == child.stat.generation)?;
-        Some(if gov.is_empty() {
-            e.alone.clone()
-        } else {
-            gov.with(e.binding.clone())
-        })
+    /// The governors of directory `dir`, found by going up through `..` to the root.
+    pub(crate) fn governors(&self, fs: &FileSystem, dir: &Found) -> SysResult<Governors> {
+        match self.snapshot() {
+            Some(s) => s.governors(fs, dir),
+            None => Ok(Governors::default()),
+        }
     }
 
     /// Changes the bindings (a copy of them, then put in place), under the writers' lock.
@@ -364,32 +402,6 @@ impl DirGrafts {
         let out = f(&mut map);
         self.bound.store(Arc::new(map));
         out
-    }
-
-    /// The governors of directory `dir`, found by going up through `..` to the root.
-    /// Empty for a file that is no directory (it has no `..`; a walk from it goes nowhere).
-    pub(crate) fn governors(&self, fs: &FileSystem, dir: &Found) -> SysResult<Governors> {
-        if !self.active() || dir.stat.kind != vino_fs::FileType::Directory {
-            return Ok(Governors::default());
-        }
-        let mut chain = Vec::new();
-        let (mut ino, mut generation) = (dir.ino, dir.stat.generation);
-        for _ in 0..MAX_DEPTH {
-            if let Some(b) = self.binding(ino, generation) {
-                chain.push(b);
-            }
-            if ino == ROOT_INO {
-                chain.reverse();
-                return Ok(if chain.is_empty() {
-                    Governors::default()
-                } else {
-                    Governors(Some(chain.into()))
-                });
-            }
-            let (up, stat) = fs.lookup_stat(ino, b"..")?;
-            (ino, generation) = (up, stat.generation);
-        }
-        Err(SysError::new(Errno::Loop, "directory deeper than any walk goes"))
     }
 
     /// Remembers that a walk found file `ino` in governed directory `dir`.

@@ -216,13 +216,26 @@ impl Process {
     /// `follow` says so. An empty path names `at` itself (`AT_EMPTY_PATH`), except from the
     /// root, where it is `ENOENT` as POSIX asks.
     pub(crate) fn walk(&self, at: At, path: &[u8], follow: bool) -> SysResult<Found> {
-        Ok(self.walk_governed(at, path, follow, true)?.0)
+        Ok(self.walk_governed(at, path, follow, true, false)?.0)
+    }
+
+    /// [`Process::walk`] for a call that then acts on what it found (open, attributes): the
+    /// result says where it was found if `dir.access` grafts govern that directory.
+    pub(crate) fn walk_placed(&self, at: At, path: &[u8], follow: bool) -> SysResult<Found> {
+        Ok(self.walk_governed(at, path, follow, true, true)?.0)
     }
 
     /// [`Process::walk`], also giving the `dir.access` grafts over the names in what it found
     /// (if a directory; else over its directory). With `redirect`, the process's `dir.lookup`
     /// graft is asked about each name of `path` (not about the names of a redirect).
-    fn walk_governed(&self, at: At, path: &[u8], follow: bool, redirect: bool) -> SysResult<(Found, Governors)> {
+    fn walk_governed(
+        &self,
+        at: At,
+        path: &[u8],
+        follow: bool,
+        redirect: bool,
+        placed: bool,
+    ) -> SysResult<(Found, Governors)> {
         if path.is_empty() && at == At::Root {
             return Err(err(Errno::NoEnt, "empty path"));
         }
@@ -239,13 +252,13 @@ impl Process {
             _ => None,
         };
         let kernel = self.kernel();
-        let guarded = kernel.dir_grafts.active();
+        let snapshot = kernel.dir_grafts.snapshot();
+        let guarded = snapshot.is_some();
         let redirecting = redirect && self.redirects_lookups();
         let mut cur = self.start(at, path)?;
-        let mut gov = if guarded {
-            kernel.dir_grafts.governors(kernel.fs(), &cur)?
-        } else {
-            Governors::default()
+        let mut gov = match &snapshot {
+            Some(s) => s.governors(kernel.fs(), &cur)?,
+            None => Governors::default(),
         };
         let (mut links, mut redirects, mut checks) = (0, 0, Checks::default());
         // The first `redirected` components came from a redirect: they are not redirected again.
@@ -296,21 +309,24 @@ impl Process {
                 }
             }
             let mut next = next;
-            if guarded {
+            if let Some(snapshot) = &snapshot {
                 if comps.is_empty() && !gov.is_empty() {
-                    if next.stat.kind != FileType::Directory {
+                    // The mount opens (and changes) by inode what its lookup found: where.
+                    if matches!(at, At::Inode { .. }) && next.stat.kind != FileType::Directory {
                         kernel.dir_grafts.found(next.ino, cur.ino);
                     }
-                    next.place = Some(Arc::new(Place {
-                        dir: cur.ino,
-                        name: name.clone().into_boxed_slice(),
-                        governors: gov.clone(),
-                    }));
+                    if placed {
+                        next.place = Some(Arc::new(Place {
+                            dir: cur.ino,
+                            name: name.clone().into_boxed_slice(),
+                            governors: gov.clone(),
+                        }));
+                    }
                 }
                 gov = match name.as_slice() {
                     b"." => gov,
-                    b".." => kernel.dir_grafts.governors(kernel.fs(), &next)?,
-                    _ if next.stat.kind == FileType::Directory => kernel.dir_grafts.descend(&gov, &next).unwrap_or(gov),
+                    b".." => snapshot.governors(kernel.fs(), &next)?,
+                    _ if next.stat.kind == FileType::Directory => snapshot.descend(&gov, &next).unwrap_or(gov),
                     _ => gov,
                 };
             }
@@ -388,7 +404,7 @@ impl Process {
             let gov = kernel.dir_grafts.governors(kernel.fs(), &dir)?;
             (dir, gov)
         } else {
-            self.walk_governed(at, &dir_path, true, redirect)?
+            self.walk_governed(at, &dir_path, true, redirect, false)?
         };
         if dir.stat.kind != FileType::Directory {
             return Err(err(Errno::NotDir, format!("not a directory: {}", show(&dir_path))));

@@ -367,7 +367,7 @@ impl Process {
         let p = self.walk_parent(at, path)?;
         let fs = self.kernel.fs();
         let existing = if matches!(p.name.as_slice(), b"" | b"." | b"..") {
-            Some(self.walk(at, path, true)?)
+            Some(self.walk_placed(at, path, true)?)
         } else {
             self.existing(&p)?
         };
@@ -383,7 +383,7 @@ impl Process {
                         "the last component is a symbolic link (O_NOFOLLOW)",
                     ));
                 }
-                match self.walk(at, path, true) {
+                match self.walk_placed(at, path, true) {
                     Ok(found) => {
                         self.open_allowed(&found, None, flags)?;
                         Ok((found, p.dir, Some(p.name), false))

@@ -34,6 +34,7 @@ fn graftpoint(export: &str) -> FuncType {
         "file_stream" => ft(&[I32, I64, I32], &[I32]),
         "dir_access" => ft(&[I32, I32, I32, I32, I64, I32, I64], &[I32]),
         "dir_lookup" => ft(&[I64, I32], &[I32]),
+        "exec_verify" => ft(&[I32, I32], &[I32]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -230,6 +231,13 @@ fn examples_build_and_follow_the_abi() {
         ),
         ("count_access", "dir_access", &[], &[], &["asked", "name_bytes"]),
         ("private_tmp", "dir_lookup", &[], &[], &["private_tmp"]),
+        (
+            "sha256_allow",
+            "exec_verify",
+            &[],
+            &["allow", "clear", "count"],
+            &["sha256_allow_list", "sha256_allow_count"],
+        ),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {

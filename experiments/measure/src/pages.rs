@@ -1031,6 +1031,27 @@ pub const PAGES: &[Page] = &[
         }],
     },
     Page {
+        name: "execverify",
+        tables: &[Table {
+            title: "exec.verify (`sha256_allow.c` through `Process::exec_verify`) against `sha256sum` on the same bytes; \
+                    MB/s at the median round (slowest-fastest), and the median of each round's time ratio:",
+            rows: "rows[]",
+            across: None,
+            columns: &[
+                ("input", "input", Fmt::Text),
+                ("bytes", "bytes", Fmt::Count),
+                ("rounds", "rounds", Fmt::Count),
+                ("exec.verify MB/s", "verify_mb_s", Fmt::Ratio),
+                ("min", "verify_mb_s_min", Fmt::Ratio),
+                ("max", "verify_mb_s_max", Fmt::Ratio),
+                ("sha256sum MB/s", "sha256sum_mb_s", Fmt::Ratio),
+                ("min", "sha256sum_mb_s_min", Fmt::Ratio),
+                ("max", "sha256sum_mb_s_max", Fmt::Ratio),
+                ("exec.verify time / sha256sum", "time_ratio_median", Fmt::Times),
+            ],
+        }],
+    },
+    Page {
         name: "names",
         tables: &[Table {
             title: "What a bound graft adds to a walk step and to an open, by a process of another user than the \
