@@ -72,6 +72,8 @@ pub struct Parent {
     pub trailing_slash: bool,
     /// The `dir.access` grafts over names in `dir`.
     pub(crate) governors: Governors,
+    /// The time they are asked at (read once a call; 0 with none to ask).
+    pub(crate) now_s: i64,
 }
 
 fn err(errno: Errno, what: impl Into<String>) -> SysError {
@@ -165,10 +167,7 @@ impl Process {
         }
         if !gov.is_empty() {
             let now_s = *checks.now_s.get_or_insert_with(|| self.now_s());
-            let q = AccessQuery {
-                now_s,
-                ..self.access_query(AccessOp::Lookup, dir.ino, name, 0)
-            };
+            let q = self.access_query_at(AccessOp::Lookup, dir.ino, name, 0, now_s);
             gov.check(&q, &mut checks.calls)?;
         }
         if name == b"." {
@@ -181,6 +180,18 @@ impl Process {
     /// A question to `dir.access` grafts about this process doing `op` on `name` in `dir`, asked
     /// now (a walk reads the clock once: see [`Checks`]).
     pub(crate) fn access_query<'a>(&self, op: AccessOp, dir: u64, name: &'a [u8], flags: i32) -> AccessQuery<'a> {
+        self.access_query_at(op, dir, name, flags, self.now_s())
+    }
+
+    /// [`Process::access_query`] asked at `now_s`.
+    pub(crate) fn access_query_at<'a>(
+        &self,
+        op: AccessOp,
+        dir: u64,
+        name: &'a [u8],
+        flags: i32,
+        now_s: i64,
+    ) -> AccessQuery<'a> {
         let cred = self.credentials();
         AccessQuery {
             op,
@@ -189,7 +200,7 @@ impl Process {
             flags,
             dir,
             name,
-            now_s: self.now_s(),
+            now_s,
         }
     }
 
@@ -415,12 +426,14 @@ impl Process {
                 format!("no search permission on {}", show(&dir_path)),
             ));
         }
+        let now_s = if governors.is_empty() { 0 } else { self.now_s() };
         Ok(Parent {
             dir: dir.ino,
             dir_stat: dir.stat,
             name,
             trailing_slash,
             governors,
+            now_s,
         })
     }
 }

@@ -77,7 +77,8 @@ impl Process {
         if p.governors.is_empty() {
             return Ok(());
         }
-        p.governors.check(&self.access_query(op, p.dir, &p.name, flags), &mut 0)
+        let q = self.access_query_at(op, p.dir, &p.name, flags, p.now_s);
+        p.governors.check(&q, &mut 0)
     }
 
     /// The name `p.name` in `p.dir`, if there is one (a lookup, which the directory's
