@@ -404,7 +404,9 @@ impl DirGrafts {
         out
     }
 
-    /// Remembers that a walk found file `ino` in governed directory `dir`.
+    /// Remembers that a walk found file `ino` in governed directory `dir`. One entry per file
+    /// at most, so bounded by the file system's inodes; not dropped when full, since a file the
+    /// mount opens by inode without an entry would be checked against no directory.
     pub(crate) fn found(&self, ino: u64, dir: u64) {
         self.found_in.lock().insert(ino, dir);
     }

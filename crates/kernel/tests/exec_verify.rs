@@ -4,28 +4,15 @@
 //! that user's programs and outlives the process that bound it; a hostile verifier refuses
 //! (fails closed) until the kernel unloads it, and gives back what it was charged.
 
+mod common;
+
 use std::sync::Arc;
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
-use vino_kernel::{Credentials, Errno, GraftEvent, Kernel, KernelConfig, Process, Resource};
+use vino_kernel::account::LimitsConfig;
+use vino_kernel::{Credentials, Errno, GraftEvent, Kernel, Process, Resource};
 use vino_sdk::{BuildOptions, build_c_str, build_example};
 
 fn boot() -> Arc<Kernel> {
-    let dev = Arc::new(MemDevice::new(4096));
-    mkfs(
-        &*dev,
-        &MkfsOptions {
-            blocks_per_group: 4096,
-            ..MkfsOptions::default()
-        },
-    )
-    .unwrap();
-    let config = KernelConfig {
-        cache_frames: 64,
-        writeback_every: None,
-        ..KernelConfig::default()
-    };
-    Kernel::boot(dev as Arc<dyn BlockDevice>, &config).unwrap()
+    common::small_kernel(4096, LimitsConfig::default())
 }
 
 /// Bytes standing for a module (the verifier sees bytes, not Wasm): more than a chunk, and not a
