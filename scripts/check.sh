@@ -19,8 +19,9 @@ cargo test --release --workspace --target-dir target/test
 # The kernel's tests once more in a debug build, where every open, close, unlink, rmdir, link,
 # rename and hold of the mount is followed by the kernel's invariant check of what it changed
 # (Kernel::check_touched) and the debug assertions are on: about 4 minutes, most of it the build.
+# Built once, so without incremental state (gigabytes on a disk the checks share).
 step "cargo test (debug, kernel invariants after each call)"
-cargo test --quiet -p vino-kernel --target-dir target/debug-check
+CARGO_INCREMENTAL=0 cargo test --quiet -p vino-kernel --target-dir target/debug-check
 # Each fuzz target briefly under libFuzzer, where a nightly toolchain is installed (none is
 # downloaded); the tests above replayed every target's corpus on stable either way.
 # A finding fails the check; a nightly toolchain that cannot build them is said, not failed on.
