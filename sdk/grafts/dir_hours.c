@@ -2,7 +2,7 @@
  *
  * The owner of a shared directory keeps it open for reading to everyone the permission bits let
  * in, but:
- *   - other users see no name that begins with '.' (lookups of them are refused);
+ *   - other users see no name that begins with '.' (lookups and opens of them are refused);
  *   - other users change the tree (open for writing, create, remove, change attributes) only
  *     between `policy.from_hour` and `policy.to_hour` (UTC; 0 and 24, the defaults, mean always);
  *   - a user in `policy.banned` (up to BANNED_MAX uids) may do nothing in it at all.
@@ -66,7 +66,8 @@ int32_t dir_access(int32_t op, int32_t uid, int32_t gid, int32_t flags, int64_t 
         return 0;
     if (is_banned((uint32_t)uid))
         return 1;
-    if (op == VINO_ACCESS_LOOKUP && name_len > 0 && vino_args[0] == '.' &&
+    /* Any question about a hidden name: an open's last name is asked as the open alone. */
+    if (name_len > 0 && vino_args[0] == '.' &&
         !(name_len == 1 || (name_len == 2 && vino_args[1] == '.')))
         return 1;
     if (changes(op, flags) && !in_hours(now_s))

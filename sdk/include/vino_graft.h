@@ -357,7 +357,7 @@ static inline const struct vino_lock *vino_lock_entries(void) { return (const st
  * Return 0 to allow, anything else to refuse (EACCES). A trap or running past the budget
  * refuses too: the graft fails closed. It can only narrow what POSIX allows. */
 #define VINO_ACCESS_LOOKUP 0  /* a walk looks the name up */
-#define VINO_ACCESS_OPEN 1    /* the name is opened; flags: VINO_OPEN_* */
+#define VINO_ACCESS_OPEN 1    /* the name is opened (an open's last name: no LOOKUP first); flags: VINO_OPEN_* */
 #define VINO_ACCESS_CREATE 2  /* the name is made; flags: the file type's S_IFMT bits */
 #define VINO_ACCESS_REMOVE 3  /* the name is removed (unlink, rmdir, a rename's old name) */
 #define VINO_ACCESS_SETATTR 4 /* its attributes change; flags: VINO_SETATTR_* */

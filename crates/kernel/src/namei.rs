@@ -206,7 +206,7 @@ impl Process {
 
     /// The wall clock in seconds, as `dir.access` grafts see it.
     fn now_s(&self) -> i64 {
-        (self.kernel().clock.wall_ns() / 1_000_000_000) as i64
+        self.kernel().clock.wall_s()
     }
 
     /// protected_symlinks: may this process follow `link`, found in the directory `dir`?

@@ -87,6 +87,11 @@ impl Process {
         if !special(&p.name) {
             self.parent_allows(p, AccessOp::Lookup, 0)?;
         }
+        self.lookup_in(p)
+    }
+
+    /// The name `p.name` in `p.dir`, if there is one, the grafts already asked.
+    pub(crate) fn lookup_in(&self, p: &Parent) -> SysResult<Option<Found>> {
         match self.kernel().fs().lookup_stat(p.dir, &p.name) {
             Ok((ino, stat)) => Ok(Some(Found::new(ino, stat))),
             Err(e) if e.errno() == Errno::NoEnt as i32 => Ok(None),

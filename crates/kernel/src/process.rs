@@ -366,10 +366,19 @@ impl Process {
     ) -> SysResult<(Found, u64, Option<Vec<u8>>, bool)> {
         let p = self.walk_parent(at, path)?;
         let fs = self.kernel.fs();
-        let existing = if matches!(p.name.as_slice(), b"" | b"." | b"..") {
-            Some(self.walk_placed(at, path, true)?)
+        let plain_name = !matches!(p.name.as_slice(), b"" | b"." | b"..");
+        let existing = if plain_name {
+            // The directory's `dir.access` grafts are asked once, about the open with its
+            // flags, which stands for the lookup of the name too (not a lookup and then an
+            // open: two calls where one tells the graft everything).
+            self.parent_allows(
+                &p,
+                crate::dir_grafts::AccessOp::Open,
+                crate::dir_grafts::open_bits(&flags),
+            )?;
+            self.lookup_in(&p)?
         } else {
-            self.existing(&p)?
+            Some(self.walk_placed(at, path, true)?)
         };
         match existing {
             Some(_) if flags.create && flags.exclusive => Err(SysError::new(
@@ -413,7 +422,9 @@ impl Process {
                         "protected_regular/fifos: O_CREAT of another user's file in a sticky directory",
                     ));
                 }
-                self.open_allowed(&f, Some(&p), flags)?;
+                if !plain_name {
+                    self.open_allowed(&f, Some(&p), flags)?;
+                }
                 Ok((f, p.dir, Some(p.name), false))
             }
             None if !flags.create => Err(SysError::new(
@@ -430,11 +441,8 @@ impl Process {
                 if !perm::may(&self.cred, &p.dir_stat, WRITE | EXEC) {
                     return Err(SysError::new(Errno::Acces, "no write permission on the directory"));
                 }
-                self.parent_allows(
-                    &p,
-                    crate::dir_grafts::AccessOp::Open,
-                    crate::dir_grafts::open_bits(&flags),
-                )?;
+                // The grafts were asked about this open (its flags say create) before the lookup.
+                debug_assert!(plain_name);
                 let (gid, mode) = perm::new_file_owner(&self.cred, &p.dir_stat, flags.mode, FileType::Regular);
                 let attrs = NewFile {
                     mode,

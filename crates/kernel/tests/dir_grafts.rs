@@ -118,6 +118,25 @@ fn an_access_graft_narrows_the_tree_and_never_widens_it() {
     bind(&owner, "/shared", &example("count_access")).unwrap();
     assert_eq!(errno(other.open("/shared/mine", OpenFlags::read_only())), Errno::Acces);
     assert!(banned.stat("/shared/f").is_ok(), "the replaced graft is gone");
+
+    // An open's last name is one question (the open, standing for its lookup), a walk step one.
+    let asked = || {
+        let list = owner.dir_access_list();
+        list[0].stats.as_ref().expect("loaded").invocations
+    };
+    let before = asked();
+    other
+        .close(other.open("/shared/f", OpenFlags::read_only()).unwrap())
+        .unwrap();
+    assert_eq!(asked() - before, 1, "an open of a name under the binding");
+    let before = asked();
+    other
+        .close(other.open("/shared/fresh", OpenFlags::create()).unwrap())
+        .unwrap();
+    assert_eq!(asked() - before, 1, "a create");
+    let before = asked();
+    other.stat("/shared/sub/g").unwrap();
+    assert_eq!(asked() - before, 2, "a stat two names below it");
 }
 
 #[test]
