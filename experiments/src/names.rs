@@ -6,7 +6,8 @@
 //! * a `stat` of the deep path (nine walk steps under `/t`) and an open and close of `/t/f`,
 //!   with nothing bound;
 //! * the same with `count_access.c` (allows everything, reading each name) bound on `/t`: every
-//!   step below `/t` is one call of it, and the open one more;
+//!   step below `/t` is one call of it, and an open of `/t/f` one (the open, standing for the
+//!   lookup of `f`);
 //! * the same with the process's own `dir.lookup` graft (`private_tmp.c`, which redirects only
 //!   `/tmp`: every step is one call of it that redirects nothing).
 //!
@@ -243,7 +244,7 @@ impl NamesReport {
         ));
         t.note(format!(
             "deep stat: /t/d1/.../d8/f, {} steps under /t (each one dir.access call when bound); open+close: /t/f \
-             (one lookup and one open check)",
+             (one dir.access question: the open, which stands for the lookup of f)",
             self.steps
         ));
         t.note(format!(
