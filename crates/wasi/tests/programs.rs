@@ -445,6 +445,53 @@ fn a_program_grafts_its_own_file_from_inside() {
 }
 
 #[test]
+fn a_program_binds_an_access_graft_on_its_directory_and_the_binding_outlives_it() {
+    use vino_kernel::{Errno, OpenFlags};
+    const OWNER: u32 = 1000;
+    const OTHER: u32 = 1001;
+    let b = boot();
+    let k = &b.kernel;
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/shared", 0o755).unwrap();
+    root.chown("/shared", Some(OWNER), Some(OWNER)).unwrap();
+    k.exit(root.pid());
+    let owner = k.spawn(Credentials::user(OWNER, OWNER));
+    for f in ["/shared/f", "/shared/.hidden"] {
+        owner.close(owner.open(f, OpenFlags::create()).unwrap()).unwrap();
+    }
+    let fd = owner.open("/shared/guard.wasm", OpenFlags::create()).unwrap();
+    owner.write(fd, &vino_sdk::build_example("dir_hours", &Default::default()).unwrap()).unwrap();
+    owner.close(fd).unwrap();
+    let guard = build("dir_guard");
+    let args = |what| ["dir_guard", "/shared", "/shared/guard.wasm", what];
+    let errno = |e: vino_wasi::WasiErrno| -i32::from(e.0);
+
+    let r = run_as(k, &guard, Credentials::user(OTHER, OTHER), &args("bind"), b"");
+    assert_eq!(r.out, format!("load {}\n", errno(vino_wasi::WasiErrno::PERM)), "only the owner binds");
+    let r = run_as(k, &guard, Credentials::user(OWNER, OWNER), &args("bind"), b"");
+    assert_eq!((r.exit, r.out.as_str()), (Exit::Code(0), "load 0\n"), "{}", r.err);
+
+    // The program has exited; its user's binding governs the tree.
+    let other = k.spawn(Credentials::user(OTHER, OTHER));
+    assert_eq!(other.stat("/shared/.hidden").unwrap_err().errno, Errno::Acces);
+    assert_eq!(
+        other.open("/shared/.hidden", OpenFlags::read_only()).unwrap_err().errno,
+        Errno::Acces
+    );
+    assert!(other.stat("/shared/f").is_ok());
+    assert_eq!(owner.dir_access_list().len(), 1);
+
+    let r = run_as(k, &guard, Credentials::user(OWNER, OWNER), &args("unbind"), b"");
+    assert_eq!(r.out, "unload 0\n", "{}", r.err);
+    assert!(other.stat("/shared/.hidden").is_ok(), "unbound from inside a program too");
+    assert!(owner.dir_access_list().is_empty());
+    k.exit(other.pid());
+    k.exit(owner.pid());
+    assert_nothing_held(k);
+    b.fsck();
+}
+
+#[test]
 fn a_kill_stops_its_own_run_and_not_the_others_of_the_same_program() {
     let b = boot();
     let k = &b.kernel;
