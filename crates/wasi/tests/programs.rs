@@ -460,14 +460,20 @@ fn a_program_binds_an_access_graft_on_its_directory_and_the_binding_outlives_it(
         owner.close(owner.open(f, OpenFlags::create()).unwrap()).unwrap();
     }
     let fd = owner.open("/shared/guard.wasm", OpenFlags::create()).unwrap();
-    owner.write(fd, &vino_sdk::build_example("dir_hours", &Default::default()).unwrap()).unwrap();
+    owner
+        .write(fd, &vino_sdk::build_example("dir_hours", &Default::default()).unwrap())
+        .unwrap();
     owner.close(fd).unwrap();
     let guard = build("dir_guard");
     let args = |what| ["dir_guard", "/shared", "/shared/guard.wasm", what];
     let errno = |e: vino_wasi::WasiErrno| -i32::from(e.0);
 
     let r = run_as(k, &guard, Credentials::user(OTHER, OTHER), &args("bind"), b"");
-    assert_eq!(r.out, format!("load {}\n", errno(vino_wasi::WasiErrno::PERM)), "only the owner binds");
+    assert_eq!(
+        r.out,
+        format!("load {}\n", errno(vino_wasi::WasiErrno::PERM)),
+        "only the owner binds"
+    );
     let r = run_as(k, &guard, Credentials::user(OWNER, OWNER), &args("bind"), b"");
     assert_eq!((r.exit, r.out.as_str()), (Exit::Code(0), "load 0\n"), "{}", r.err);
 
@@ -483,7 +489,10 @@ fn a_program_binds_an_access_graft_on_its_directory_and_the_binding_outlives_it(
 
     let r = run_as(k, &guard, Credentials::user(OWNER, OWNER), &args("unbind"), b"");
     assert_eq!(r.out, "unload 0\n", "{}", r.err);
-    assert!(other.stat("/shared/.hidden").is_ok(), "unbound from inside a program too");
+    assert!(
+        other.stat("/shared/.hidden").is_ok(),
+        "unbound from inside a program too"
+    );
     assert!(owner.dir_access_list().is_empty());
     k.exit(other.pid());
     k.exit(owner.pid());
