@@ -29,6 +29,7 @@ mod runtime;
 mod sandbox;
 mod slot;
 mod stats;
+pub mod undo_log;
 
 pub use callable::{CallError, Callables};
 pub use check::{ModuleSummary, allowed_imports, check_module, declared_functions, precheck, precheck_head};
