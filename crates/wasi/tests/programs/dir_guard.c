@@ -7,16 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "module.h"
 #include "vino_process.h"
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = malloc(1 << 20);
-    *len = fread(buf, 1, 1 << 20, f);
-    fclose(f);
-    return buf;
-}
 
 int main(int argc, char **argv) {
     if (argc != 4) return 2;
