@@ -48,3 +48,43 @@ fn a_client_binds_its_directory_s_access_graft_over_the_socket() {
         libc::ENOTDIR
     );
 }
+
+/// A client that binds and goes away is let go: the binding keeps nothing of its connection,
+/// so the daemon closes the connection's socket and the client reads its end.
+#[test]
+fn a_binding_does_not_hold_the_connection_that_made_it_open() {
+    use std::io::Read;
+    use vino_proto::{Request, Response};
+    let d = TestDaemon::start();
+    let mut s = common::raw(&d.socket());
+    let mut ask = |r: Request| {
+        vino_proto::write_frame(&mut s, &r).unwrap();
+        common::answer(&mut s).expect("an answer")
+    };
+    assert!(matches!(
+        ask(Request::Mkdir {
+            path: "/b".into(),
+            mode: 0o755
+        }),
+        Response::Ok
+    ));
+    let fd = match ask(Request::Open {
+        path: "/b".into(),
+        flags: OpenFlags::directory(),
+    }) {
+        Response::Fd(fd) => fd,
+        other => panic!("{other:?}"),
+    };
+    let bound = ask(Request::GraftLoad {
+        point: format!("dir.access/{fd}"),
+        wasm: REFUSE_X.as_bytes().to_vec(),
+    });
+    assert!(matches!(bound, Response::Graft(_)), "{bound:?}");
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).expect("the daemon closes the connection");
+    assert!(rest.is_empty());
+    // The binding itself stays.
+    assert_eq!(d.client().stat("/b/x").unwrap_err().errno, libc::EACCES);
+}

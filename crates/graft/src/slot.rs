@@ -226,13 +226,16 @@ impl<G: GraftPoint> GraftSlot<G> {
 
     /// Compiles (or finds in the cache), checks and binds a graft, replacing what was bound.
     /// On error nothing changes.
-    pub fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
+    pub fn load(&self, wasm: &[u8], mut owner: Owner) -> Result<GraftInfo, LoadError> {
         let started = Instant::now();
         let mut charges = Vec::new();
         if let Some(a) = &owner.account {
             charges.push(a.charge(Resource::Grafts, 1)?);
         }
-        let wanted = owner.wanted.clone();
+        // The liveness check is for the compile's wait only: a binding kept after its owner
+        // went away (a directory's `dir.access` graft) must not keep what it watches (the
+        // owner's connection) open.
+        let wanted = owner.wanted.take();
         let compiled = self
             .runtime
             .compile_for(wasm, owner.account.as_ref(), &|| wanted.as_ref().is_none_or(|w| w()))?;
