@@ -99,14 +99,38 @@ struct Inner {
     /// lowered thread again.
     lowering: bool,
     workers: Mutex<Vec<Arc<Shared>>>,
-    sampler: OnceLock<()>,
-    /// The sampler sleeps here when no thread works; the first to work again wakes it.
-    asleep: AtomicBool,
-    wake: (Mutex<()>, Condvar),
+    /// The sampler thread, joined when the shares go (so no thread outlives its kernel).
+    sampler: OnceLock<Option<std::thread::JoinHandle<()>>>,
+    /// Where the sampler waits between ticks; shared with it, as it holds no strong reference
+    /// to `Inner` while it waits.
+    wake: Arc<Wake>,
     /// Users with work lately (as of the sampler's last tick).
     active_users: AtomicUsize,
     /// How many threads may serve one heavy user at once: its share of the cores, at least one.
     heavy_threads: AtomicUsize,
+}
+
+/// The sampler's pauses: between ticks, and while no thread works (until the first to work
+/// again wakes it); ended at once when the shares go.
+#[derive(Default)]
+struct Wake {
+    asleep: AtomicBool,
+    /// True once the shares have gone: the sampler returns.
+    stopped: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        *self.wake.stopped.lock() = true;
+        self.wake.cv.notify_all();
+        // Not on the sampler itself (its tick may hold the last reference).
+        if let Some(Some(sampler)) = self.sampler.take()
+            && sampler.thread().id() != std::thread::current().id()
+        {
+            let _ = sampler.join();
+        }
+    }
 }
 
 /// A registered thread, as the sampler sees it.
@@ -146,8 +170,7 @@ impl CpuShares {
                 lowering,
                 workers: Mutex::new(Vec::new()),
                 sampler: OnceLock::new(),
-                asleep: AtomicBool::new(false),
-                wake: (Mutex::new(()), Condvar::new()),
+                wake: Arc::default(),
                 active_users: AtomicUsize::new(0),
                 heavy_threads: AtomicUsize::new(1),
             }),
@@ -170,7 +193,7 @@ impl CpuShares {
     pub fn register(&self) -> Worker {
         self.inner
             .sampler
-            .get_or_init(|| spawn_sampler(Arc::downgrade(&self.inner)));
+            .get_or_init(|| spawn_sampler(Arc::downgrade(&self.inner), self.inner.wake.clone()));
         let shared = Arc::new(Shared {
             tid: os::tid(),
             clock: os::Clock::of_this_thread(),
@@ -223,12 +246,13 @@ impl Worker {
     pub fn begin(&self) {
         self.shared.touched.store(true, Ordering::Relaxed);
         self.shared.busy.store(true, Ordering::Relaxed);
-        if self.inner.asleep.load(Ordering::Relaxed) {
+        let wake = &self.inner.wake;
+        if wake.asleep.load(Ordering::Relaxed) {
             // Under the sampler's lock: it is either not yet waiting (and sees the flag
             // cleared) or waiting (and is woken); no wake-up is lost between the two.
-            let _g = self.inner.wake.0.lock();
-            self.inner.asleep.store(false, Ordering::Relaxed);
-            self.inner.wake.1.notify_one();
+            let _g = wake.stopped.lock();
+            wake.asleep.store(false, Ordering::Relaxed);
+            wake.cv.notify_one();
         }
         self.settle();
     }
@@ -336,21 +360,38 @@ impl Drop for Worker {
     }
 }
 
-fn spawn_sampler(inner: Weak<Inner>) {
-    let spawned = std::thread::Builder::new()
-        .name("vino-cpu-shares".into())
-        .spawn(move || sampler(inner));
+fn spawn_sampler(inner: Weak<Inner>, wake: Arc<Wake>) -> Option<std::thread::JoinHandle<()>> {
     // Without the sampler nobody counts as heavy: shares are simply not enforced.
-    drop(spawned);
+    std::thread::Builder::new()
+        .name("vino-cpu-shares".into())
+        .spawn(move || sampler(inner, &wake))
+        .ok()
 }
 
 /// Every [`TICK`]: charges the working threads' CPU to their users, updates each user's recent
 /// rate and heaviness, and re-settles the threads of users whose state changed.
-fn sampler(inner: Weak<Inner>) {
+fn sampler(inner: Weak<Inner>, wake: &Wake) {
     let mut tracked: Vec<Arc<Account>> = Vec::new();
     let mut idle_ticks = 0u32;
     loop {
-        std::thread::sleep(TICK);
+        {
+            let mut stopped = wake.stopped.lock();
+            if idle_ticks >= IDLE_TICKS {
+                // Until some thread works again (begin wakes it), or a second has passed (a
+                // thread that began just before the flag was set did not wake it).
+                wake.asleep.store(true, Ordering::Relaxed);
+                if !*stopped {
+                    wake.cv.wait_for(&mut stopped, Duration::from_secs(1));
+                }
+                wake.asleep.store(false, Ordering::Relaxed);
+                idle_ticks = 0;
+            } else if !*stopped {
+                wake.cv.wait_for(&mut stopped, TICK);
+            }
+            if *stopped {
+                return;
+            }
+        }
         let Some(inner) = inner.upgrade() else { return };
         let workers = inner.workers.lock().clone();
         let mut worked = false;
@@ -393,15 +434,6 @@ fn sampler(inner: Weak<Inner>) {
         } else {
             idle_ticks + 1
         };
-        if idle_ticks >= IDLE_TICKS {
-            let (lock, cv) = &inner.wake;
-            let mut g = lock.lock();
-            inner.asleep.store(true, Ordering::Relaxed);
-            // Wake now and then to notice the kernel went away.
-            cv.wait_for(&mut g, Duration::from_secs(1));
-            inner.asleep.store(false, Ordering::Relaxed);
-            idle_ticks = 0;
-        }
     }
 }
 
@@ -635,7 +667,7 @@ mod tests {
             ..CpuConfig::default()
         });
         // No sampler: the test says who is heavy.
-        shares.inner.sampler.set(()).unwrap();
+        shares.inner.sampler.set(None).unwrap();
         let (heavy, light) = (accounts.user(1000), accounts.user(1001));
         heavy.cpu_heavy.store(true, Ordering::Relaxed);
         let first = shares.register();

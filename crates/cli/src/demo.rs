@@ -140,6 +140,7 @@ fn hostile_suite(rt: &Runtime) -> Result<()> {
             "stopped by",
             "default",
             "state",
+            "its memory",
             "locks",
             "next graft",
             "time",
@@ -159,6 +160,11 @@ fn hostile_suite(rt: &Runtime) -> Result<()> {
             shorten(&o.failure, 60),
             yes(o.default_decided),
             if o.state_restored {
+                "restored".into()
+            } else {
+                "CHANGED".into()
+            },
+            if o.memory_restored {
                 "restored".into()
             } else {
                 "CHANGED".into()

@@ -63,6 +63,9 @@ pub fn module(u: &mut Unstructured<'_>) -> arbitrary::Result<(&'static Graftpoin
     config.multibyte_array_access_enabled = false;
     config.allow_invalid_funcs = false;
     config.reference_types_enabled = false;
+    // A graft's memory writes are logged for rollback, which one memory allows (a module with
+    // more is refused at load). The exports' module brings the argument area's memory.
+    config.max_memories = config.max_memories.min(usize::from(!point.uses_arg_area));
     // Large enough to hit the graft memory limit now and then, small enough to stay quick.
     config.max_memory32_bytes = config.max_memory32_bytes.min(64 << 20);
     config.max_funcs = config.max_funcs.min(64);

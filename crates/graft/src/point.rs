@@ -53,6 +53,12 @@ pub trait GraftPoint: Send + Sync + 'static {
     const CALLABLE: &'static [&'static str] = &[];
     /// True if the arguments or the decision pass through the graft's argument area, which the
     /// graft must then export as `vino_args`.
+    /// Whether a failed call's writes to the graft's own memory are undone
+    /// ([`crate::RuntimeConfig::roll_back_memory`]). A graftpoint whose calls each compute a
+    /// fresh answer from their arguments alone, writing much of their memory each time (a
+    /// stream codec's chunk, a digest's block), may do without: the kernel throws a failed
+    /// call's output away, and logging every write would multiply the data path's cost.
+    const ROLL_BACK_MEMORY: bool = true;
     const USES_ARG_AREA: bool = false;
     /// Bytes of the argument area the graft must export as `vino_args` (when
     /// [`GraftPoint::USES_ARG_AREA`]): 4 KiB unless the graftpoint passes bulk data.

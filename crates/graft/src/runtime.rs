@@ -131,6 +131,11 @@ pub struct RuntimeConfig {
     /// default it runs without one, as the original VINO did; the thesis' measurements turned
     /// that off (Small 1998, 7.3.3, note 4), and so do the experiments that compare with them.
     pub always_transact: bool,
+    /// Give a graft's memory and globals back what they held before a call that failed: each
+    /// module is rewritten at load to keep an undo log of its writes
+    /// ([`crate::undo_log`]), replayed when the call aborts. Without it an aborted call's
+    /// half-done writes stay in the graft's memory for its next call.
+    pub roll_back_memory: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -153,6 +158,7 @@ impl Default for RuntimeConfig {
             compile_queue: 64,
             vlt: VltConfig::default(),
             always_transact: false,
+            roll_back_memory: true,
         }
     }
 }
@@ -292,6 +298,19 @@ impl Runtime {
         account: Option<&Arc<Account>>,
         wanted: &dyn Fn() -> bool,
     ) -> Result<Compiled, LoadError> {
+        self.compile_logged(wasm, account, wanted, self.inner.config.roll_back_memory)
+    }
+
+    /// [`Runtime::compile_for`], rewritten to keep an undo log of its writes if `logged`
+    /// ([`crate::undo_log`]; a graftpoint may do without, see
+    /// [`crate::GraftPoint::ROLL_BACK_MEMORY`]).
+    pub fn compile_logged(
+        &self,
+        wasm: &[u8],
+        account: Option<&Arc<Account>>,
+        wanted: &dyn Fn() -> bool,
+        logged: bool,
+    ) -> Result<Compiled, LoadError> {
         let limits = &self.inner.config.module_limits;
         if wasm.len() > limits.max_bytes {
             return Err(LoadError::TooLarge(format!(
@@ -304,7 +323,7 @@ impl Runtime {
         let binary = wat::parse_bytes(wasm).map_err(|e| LoadError::Malformed(e.to_string()))?;
         crate::check::precheck(&binary, limits)?;
         let hash: [u8; 32] = Sha256::digest(wasm).into();
-        if let Some(module) = self.inner.cache.lock().get(&hash) {
+        if let Some(module) = self.inner.cache.lock().get(&(hash, logged)) {
             return Ok(Compiled {
                 module,
                 hash,
@@ -318,16 +337,26 @@ impl Runtime {
         };
         let _turn = self.inner.pool.turn(&self.inner.config, wanted)?;
         let started = Instant::now();
+        // Rewritten after the limits were checked on what the user sent (the log adds code to
+        // every store, which no user can make larger than the limits allow for).
+        let binary = match logged {
+            true => crate::undo_log::instrument(&binary)
+                .map_err(|e| LoadError::Malformed(e.to_string()))?
+                .into(),
+            false => binary,
+        };
         let module = Module::new(&self.inner.engine, &binary).map_err(|e| LoadError::Malformed(format!("{e:#}")))?;
         let compile_time = started.elapsed();
         if let Some(a) = account {
             a.add_cpu(compile_time);
         }
         let c = &self.inner.config;
-        self.inner
-            .cache
-            .lock()
-            .insert(hash, module.clone(), c.module_cache_entries, c.module_cache_bytes);
+        self.inner.cache.lock().insert(
+            (hash, logged),
+            module.clone(),
+            c.module_cache_entries,
+            c.module_cache_bytes,
+        );
         Ok(Compiled {
             module,
             hash,
@@ -470,19 +499,22 @@ fn spawn_ticker(engine: Engine, tick: Duration, stop: Arc<AtomicBool>, clock: vi
 }
 
 /// Compiled modules by content hash, oldest dropped first, within a count and a size.
+/// A module's place in the cache: its hash, and whether it was compiled with an undo log.
+type CacheKey = ([u8; 32], bool);
+
 #[derive(Default)]
 struct ModuleCache {
-    modules: FxHashMap<[u8; 32], (Module, usize)>,
-    order: VecDeque<[u8; 32]>,
+    modules: FxHashMap<CacheKey, (Module, usize)>,
+    order: VecDeque<CacheKey>,
     bytes: usize,
 }
 
 impl ModuleCache {
-    fn get(&self, hash: &[u8; 32]) -> Option<Module> {
-        self.modules.get(hash).map(|(m, _)| m.clone())
+    fn get(&self, key: &CacheKey) -> Option<Module> {
+        self.modules.get(key).map(|(m, _)| m.clone())
     }
 
-    fn insert(&mut self, hash: [u8; 32], module: Module, cap: usize, cap_bytes: usize) {
+    fn insert(&mut self, hash: CacheKey, module: Module, cap: usize, cap_bytes: usize) {
         let size = code_bytes(&module);
         if size > cap_bytes {
             return;

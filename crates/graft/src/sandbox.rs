@@ -6,6 +6,7 @@ use crate::error::{GraftError, LoadError};
 use crate::point::{GraftPoint, export_name};
 use crate::runtime::{Interrupt, Runtime, RuntimeConfig};
 use crate::stats::Counters;
+use crate::undo_log::UndoLog;
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::Arc;
@@ -135,6 +136,39 @@ struct Live<G: GraftPoint> {
     memory: Option<Memory>,
     /// Offset of the argument area in the graft's memory.
     arg_area: Option<usize>,
+    /// The undo log of the graft's writes, if its module keeps one
+    /// ([`RuntimeConfig::roll_back_memory`]).
+    undo: Option<UndoLog>,
+    /// The records of a paged call's earlier pages (see [`UndoLog::keep`]).
+    kept: Vec<u8>,
+}
+
+impl<G: GraftPoint> Live<G> {
+    /// Keeps the writes of the entry call that just returned for a rollback of the whole
+    /// invocation, before the next page's entry call empties the log.
+    fn keep_log(&mut self) -> Result<(), Failure> {
+        match &self.undo {
+            Some(undo) => undo.keep(&mut self.store, &mut self.kept).map_err(rollback_failed),
+            None => Ok(()),
+        }
+    }
+
+    /// Undoes what the failed call wrote to the graft's memory and globals.
+    fn roll_back(&mut self) {
+        let kept = std::mem::take(&mut self.kept);
+        if let Some(undo) = &self.undo {
+            let undone = undo.roll_back_after(&mut self.store, &kept);
+            // The log is the instrumentation's alone (the graft's code cannot address it), so
+            // a bad one is the kernel's bug.
+            debug_assert!(undone.is_ok(), "rolling back a graft's memory: {undone:?}");
+        }
+        self.kept = kept;
+        self.kept.clear();
+    }
+}
+
+fn rollback_failed(e: crate::undo_log::RollbackError) -> Failure {
+    Failure::Trap(format!("undo log: {e}"))
 }
 
 /// A graft bound to a graftpoint.
@@ -156,6 +190,7 @@ impl<G: GraftPoint> WasmGraft<G> {
         counters: Arc<Counters>,
         point: &str,
         account: Option<Arc<Account>>,
+        logged: bool,
     ) -> Result<Self, LoadError> {
         let config = runtime.config();
         let state = HostState {
@@ -200,6 +235,15 @@ impl<G: GraftPoint> WasmGraft<G> {
         } else {
             None
         };
+        let undo = match logged {
+            true => {
+                let undo = UndoLog::new(&mut store, &instance).map_err(|e| LoadError::Start(e.to_string()))?;
+                // What the start function wrote is the graft's first state, not to be undone.
+                undo.commit(&mut store).map_err(|e| LoadError::Start(e.to_string()))?;
+                Some(undo)
+            }
+            false => None,
+        };
         Ok(WasmGraft {
             live: Mutex::new(Live {
                 store,
@@ -207,6 +251,8 @@ impl<G: GraftPoint> WasmGraft<G> {
                 entry,
                 memory,
                 arg_area,
+                undo,
+                kept: Vec::new(),
             }),
             runtime: runtime.clone(),
             invocation_units: runtime.budget_units(budget::<G>(config)),
@@ -241,6 +287,7 @@ impl<G: GraftPoint> WasmGraft<G> {
                     break;
                 };
                 charge(&mut live.store, &self.runtime, self.page_units)?;
+                live.keep_log()?;
                 results = live.entry.call(&mut live.store, params).map_err(|e| classify(&e))?;
                 vino_vlt::current::check().map_err(|_| Failure::Deadline)?;
             }
@@ -249,6 +296,17 @@ impl<G: GraftPoint> WasmGraft<G> {
                 _ => &[],
             };
             G::decode(env, args, results, area).map_err(|e| Failure::Invalid(e.0))
+        };
+        // Whatever failed (a trap, the budget, a refused kernel call, an answer out of range),
+        // the call's writes to the graft's own memory are undone with the kernel's.
+        let run = |live: &mut Live<G>| {
+            let done = run(live);
+            if done.is_err() {
+                live.roll_back();
+            } else if G::PAGED {
+                live.kept.clear();
+            }
+            done
         };
         if transactional {
             vino_vlt::current::atomically(self.runtime.vlt(), || run(live))
@@ -333,9 +391,14 @@ impl<G: GraftPoint> WasmGraft<G> {
         let units = self.runtime.budget_units(self.runtime.config().control_budget);
         vino_vlt::current::atomically(self.runtime.vlt(), || {
             arm(&mut live.store, &self.runtime, units);
-            func.call(&mut live.store, &params, &mut results)
-                .map_err(|e| classify(&e))?;
-            vino_vlt::current::check().map_err(|_| Failure::Deadline)
+            let done = func
+                .call(&mut live.store, &params, &mut results)
+                .map_err(|e| classify(&e))
+                .and_then(|_| vino_vlt::current::check().map_err(|_| Failure::Deadline));
+            if done.is_err() {
+                live.roll_back();
+            }
+            done
         })
         .map_err(|f| GraftError::ControlAborted {
             name: name.to_string(),

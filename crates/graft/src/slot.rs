@@ -236,9 +236,13 @@ impl<G: GraftPoint> GraftSlot<G> {
         // went away (a directory's `dir.access` graft) must not keep what it watches (the
         // owner's connection) open.
         let wanted = owner.wanted.take();
-        let compiled = self
-            .runtime
-            .compile_for(wasm, owner.account.as_ref(), &|| wanted.as_ref().is_none_or(|w| w()))?;
+        let logged = G::ROLL_BACK_MEMORY && self.runtime.config().roll_back_memory;
+        let compiled = self.runtime.compile_logged(
+            wasm,
+            owner.account.as_ref(),
+            &|| wanted.as_ref().is_none_or(|w| w()),
+            logged,
+        )?;
         if let Some(a) = &owner.account {
             charges.push(a.charge(Resource::GraftCode, code_bytes(&compiled.module) as u64)?);
         }
@@ -258,6 +262,7 @@ impl<G: GraftPoint> GraftSlot<G> {
             counters.clone(),
             &self.name,
             owner.account.clone(),
+            logged,
         )?;
         let info = GraftInfo {
             hash: summary.hash,

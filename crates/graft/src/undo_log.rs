@@ -15,15 +15,16 @@
 //!   reserved names ([`LOG_EXPORT`], [`CURSOR_EXPORT`]). The graft's original code never
 //!   names either: they are appended at the end of their index spaces.
 //! * [`roll_back`] replays a log backwards over a copy of the memory; [`UndoLog`] does the same
-//!   on a wasmtime instance ([`UndoLog::roll_back`]), and empties the log at the start of a call
-//!   ([`UndoLog::begin`]) and after a successful one ([`UndoLog::commit`]).
+//!   on a wasmtime instance ([`UndoLog::roll_back`]). Every exported function is called
+//!   through a wrapper the rewrite adds, which empties the log first: a call from outside starts
+//!   a fresh log at no cost to the host ([`UndoLog::begin`] does the same from the host).
 //!
 //! A record is [`RECORD_BYTES`] long: the old value's bytes (little-endian, zero-padded to 16),
 //! then the effective address as a `u32` (or the global's index), then the kind as a `u32`
-//! (the store's width in bytes, or [`GLOBAL_FLAG`] with the global's value type). The kind is
-//! written last and ends the record, so a record that does not fit traps on it before the
-//! cursor moves: a call that writes more than the log holds ([`LOG_PAGES`]) fails and is rolled
-//! back. The old bytes are loaded from the graft's memory with the store's own offset and width
+//! (the store's width in bytes, or [`GLOBAL_FLAG`] with the global's value type). Before a
+//! record is written the log is checked for room and doubled if it has none (it starts at
+//! [`LOG_INITIAL_PAGES`]); growing goes through the runtime's memory limits, so a call that
+//! writes more than its owner may hold traps there, and is rolled back. The old bytes are loaded from the graft's memory with the store's own offset and width
 //! before anything is written to the log, so a store that would trap (out of bounds, or an
 //! address plus offset past 4 GiB) traps at that load, with nothing logged.
 //!
@@ -41,14 +42,14 @@ use wasm_encoder::{
 use wasmparser::{Encoding, Operator, Parser, Payload, TypeRef, Validator, WasmFeatures};
 use wasmtime::{AsContextMut, Global, Instance, Memory, Val, ValType};
 
-/// Size of the log memory in 64 KiB pages (its minimum and maximum).
-pub const LOG_PAGES: u64 = 16;
-/// Size of the log memory in bytes.
-pub const LOG_BYTES: usize = (LOG_PAGES as usize) << 16;
+/// Size of the log memory in 64 KiB pages when the instance starts. A call that needs more
+/// doubles it (`memory.grow`, so the runtime's memory limits and charges apply); a log that
+/// cannot grow traps, and the call fails and is rolled back.
+pub const LOG_INITIAL_PAGES: u64 = 1;
+/// Most pages the log memory may have (2 GiB: its byte size then fits in an `i32`).
+pub const LOG_MAX_PAGES: u64 = 1 << 15;
 /// Size of one undo record in the log.
 pub const RECORD_BYTES: u32 = 24;
-/// How many records the log holds; the next store traps.
-pub const LOG_RECORDS: usize = LOG_BYTES / RECORD_BYTES as usize;
 /// Set in a record's kind when the record holds a global's old value.
 pub const GLOBAL_FLAG: u32 = 1 << 31;
 /// Prefix of every export name the instrumentation adds; a module exporting such a name is
@@ -131,6 +132,13 @@ struct Survey {
     memories: u32,
     /// Every global, imported ones first.
     globals: Vec<wasmparser::GlobalType>,
+    /// Types in the type section (the log's grow function's type is added after them).
+    types: u32,
+    /// Functions imported (the defined ones are numbered after them).
+    imported_funcs: u32,
+    /// The defined functions exported, by function index, each once, in export order: each
+    /// gets an entry wrapper that empties the log before it runs.
+    exported_funcs: Vec<u32>,
 }
 
 impl Survey {
@@ -150,11 +158,13 @@ impl Survey {
                 Payload::TypeSection(r) => {
                     for ty in r.into_iter_err_on_gc_types() {
                         s.type_params.push(ty?.params().len() as u32);
+                        s.types += 1;
                     }
                 }
                 Payload::ImportSection(r) => {
                     for import in r.into_imports() {
                         match import?.ty {
+                            TypeRef::Func(_) => s.imported_funcs += 1,
                             TypeRef::Memory(m) => s.memory(&m)?,
                             TypeRef::Global(g) => s.globals.push(g),
                             _ => {}
@@ -182,6 +192,14 @@ impl Survey {
                         if e.name.starts_with(RESERVED_PREFIX) {
                             return Err(InstrumentError::ReservedName(e.name.to_owned()));
                         }
+                        if e.kind == wasmparser::ExternalKind::Func {
+                            if e.index < s.imported_funcs {
+                                return Err(InstrumentError::Unsupported("exporting an imported function"));
+                            }
+                            if !s.exported_funcs.contains(&e.index) {
+                                s.exported_funcs.push(e.index);
+                            }
+                        }
                     }
                 }
                 _ => {}
@@ -191,6 +209,23 @@ impl Survey {
             return Err(InstrumentError::TooManyMemories(s.memories));
         }
         Ok(s)
+    }
+
+    /// The type index of defined function `func` (by function index).
+    fn defined_type(&self, func: u32) -> Option<u32> {
+        let at = func.checked_sub(self.imported_funcs)?;
+        self.func_types.get(at as usize).copied()
+    }
+
+    /// The function index of the function that grows the log: after the entry wrappers.
+    fn grow_function(&self) -> u32 {
+        self.imported_funcs + self.func_types.len() as u32 + self.exported_funcs.len() as u32
+    }
+
+    /// The function index of the entry wrapper of exported function `func`, if it has one.
+    fn wrapper_of(&self, func: u32) -> Option<u32> {
+        let k = self.exported_funcs.iter().position(|&f| f == func)?;
+        Some(self.imported_funcs + self.func_types.len() as u32 + k as u32)
     }
 
     fn memory(&mut self, m: &wasmparser::MemoryType) -> Result<(), InstrumentError> {
@@ -331,8 +366,8 @@ impl Instrumenter<'_> {
 
     fn add_memory(&mut self, memories: &mut MemorySection) {
         memories.memory(MemoryType {
-            minimum: LOG_PAGES,
-            maximum: Some(LOG_PAGES),
+            minimum: LOG_INITIAL_PAGES,
+            maximum: Some(LOG_MAX_PAGES),
             memory64: false,
             shared: false,
             page_size_log2: None,
@@ -368,6 +403,21 @@ impl Instrumenter<'_> {
         self.export_done = true;
     }
 
+    /// Appends the check that the log has room for one more record, growing it if not.
+    fn reserve(&self, f: &mut Function) {
+        // cursor > size_in_bytes - RECORD_BYTES (the log has at least one page).
+        f.instruction(&Instruction::GlobalGet(self.cursor));
+        f.instruction(&Instruction::MemorySize(self.log_memory));
+        f.instruction(&Instruction::I32Const(16));
+        f.instruction(&Instruction::I32Shl);
+        f.instruction(&Instruction::I32Const(RECORD_BYTES as i32));
+        f.instruction(&Instruction::I32Sub);
+        f.instruction(&Instruction::I32GtU);
+        f.instruction(&Instruction::If(wasm_encoder::BlockType::Empty));
+        f.instruction(&Instruction::Call(self.survey.grow_function()));
+        f.instruction(&Instruction::End);
+    }
+
     /// Appends the cursor bump that ends a record.
     fn bump(&self, f: &mut Function) {
         f.instruction(&Instruction::GlobalGet(self.cursor));
@@ -389,6 +439,7 @@ impl Instrumenter<'_> {
             .map_err(|_| reencode::Error::UserError(InstrumentError::Unsupported("a 64-bit offset")))?;
         f.instruction(&Instruction::LocalSet(scratch.value(ty)));
         f.instruction(&Instruction::LocalSet(scratch.addr));
+        self.reserve(f);
         // The old bytes, loaded with the store's own offset and width: a store that would trap
         // traps here, before anything is logged.
         f.instruction(&Instruction::GlobalGet(self.cursor));
@@ -436,6 +487,7 @@ impl Instrumenter<'_> {
             .ok_or(reencode::Error::UserError(InstrumentError::Unsupported(
                 "a mutable global of reference type",
             )))?;
+        self.reserve(f);
         f.instruction(&Instruction::GlobalGet(self.cursor));
         f.instruction(&Instruction::GlobalGet(index));
         let (store, code) = match ty {
@@ -516,6 +568,75 @@ impl Reencode for Instrumenter<'_> {
         Ok(())
     }
 
+    fn parse_type_section(
+        &mut self,
+        types: &mut wasm_encoder::TypeSection,
+        section: wasmparser::TypeSectionReader<'_>,
+    ) -> RResult<()> {
+        reencode::utils::parse_type_section(self, types, section)?;
+        // The grow function's type, `[] -> []`, after the module's own.
+        types.ty().function([], []);
+        Ok(())
+    }
+
+    fn parse_function_section(
+        &mut self,
+        functions: &mut wasm_encoder::FunctionSection,
+        section: wasmparser::FunctionSectionReader<'_>,
+    ) -> RResult<()> {
+        reencode::utils::parse_function_section(self, functions, section)?;
+        // The entry wrappers and the grow function, after every defined function: no index
+        // changes.
+        for &func in &self.survey.exported_funcs {
+            functions.function(self.survey.defined_type(func).ok_or_else(no_type)?);
+        }
+        functions.function(self.survey.types);
+        Ok(())
+    }
+
+    fn parse_code_section(
+        &mut self,
+        code: &mut CodeSection,
+        section: wasmparser::CodeSectionReader<'_>,
+    ) -> RResult<()> {
+        reencode::utils::parse_code_section(self, code, section)?;
+        for &func in &self.survey.exported_funcs {
+            let ty = self.survey.defined_type(func).ok_or_else(no_type)?;
+            let params = self.survey.type_params.get(ty as usize).copied().ok_or_else(no_type)?;
+            let mut f = Function::new([]);
+            f.instruction(&Instruction::I32Const(0));
+            f.instruction(&Instruction::GlobalSet(self.cursor));
+            for p in 0..params {
+                f.instruction(&Instruction::LocalGet(p));
+            }
+            f.instruction(&Instruction::Call(func));
+            f.instruction(&Instruction::End);
+            code.function(&f);
+        }
+        // The grow function: doubles the log, or traps if it cannot.
+        let mut f = Function::new([]);
+        f.instruction(&Instruction::MemorySize(self.log_memory));
+        f.instruction(&Instruction::MemoryGrow(self.log_memory));
+        f.instruction(&Instruction::I32Const(-1));
+        f.instruction(&Instruction::I32Eq);
+        f.instruction(&Instruction::If(wasm_encoder::BlockType::Empty));
+        f.instruction(&Instruction::Unreachable);
+        f.instruction(&Instruction::End);
+        f.instruction(&Instruction::End);
+        code.function(&f);
+        Ok(())
+    }
+
+    fn parse_export(&mut self, exports: &mut ExportSection, export: wasmparser::Export<'_>) -> RResult<()> {
+        match self.survey.wrapper_of(export.index) {
+            Some(wrapper) if export.kind == wasmparser::ExternalKind::Func => {
+                exports.export(export.name, ExportKind::Func, wrapper);
+                Ok(())
+            }
+            _ => reencode::utils::parse_export(self, exports, export),
+        }
+    }
+
     fn parse_function_body(&mut self, code: &mut CodeSection, func: wasmparser::FunctionBody<'_>) -> RResult<()> {
         let ty = self.survey.func_types.get(self.next_func).copied();
         self.next_func += 1;
@@ -579,11 +700,17 @@ impl Reencode for Instrumenter<'_> {
     }
 }
 
+fn no_type() -> reencode::Error<InstrumentError> {
+    reencode::Error::UserError(InstrumentError::Encode("a function without a function type".into()))
+}
+
 /// Rewrites a core WebAssembly module so that its stores and `global.set`s keep an undo log
 /// (see the [module documentation](self)).
 ///
 /// The module must be valid (atomics and GC types are refused) and have at most one memory,
-/// 32-bit and not shared. The result adds one memory (the log, [`LOG_PAGES`] pages), one
+/// 32-bit and not shared. The result adds one memory (the log, [`LOG_INITIAL_PAGES`] pages
+/// growing to [`LOG_MAX_PAGES`]), a function that grows it, an entry wrapper per exported
+/// function, one
 /// mutable `i32` global (the cursor) and exports ([`LOG_EXPORT`], [`CURSOR_EXPORT`],
 /// [`MEMORY_EXPORT`] for the module's memory, [`GLOBAL_EXPORT_PREFIX`] and the index for each
 /// mutable global), all after the module's own: no existing index changes. Running it needs
@@ -708,23 +835,46 @@ impl UndoLog {
         self.begin(store)
     }
 
-    /// Undoes every write logged since [`UndoLog::begin`]: the memory's bytes and the mutable
-    /// globals get their old values back, and the log is emptied. Returns the number of
-    /// records replayed.
-    pub fn roll_back(&self, mut store: impl AsContextMut) -> Result<usize, RollbackError> {
+    /// Copies the records of the log in use to the end of `kept`: for a call made of several
+    /// entries (each of which empties the log), whose earlier entries' records must be undone
+    /// too if a later one fails ([`UndoLog::roll_back_after`]).
+    pub fn keep(&self, mut store: impl AsContextMut, kept: &mut Vec<u8>) -> Result<(), RollbackError> {
         let cursor = self.cursor(&mut store);
         let log = self
             .log
             .data(&store)
             .get(..cursor as usize)
-            .ok_or(RollbackError::BadCursor(cursor))?
-            .to_vec();
+            .ok_or(RollbackError::BadCursor(cursor))?;
+        kept.extend_from_slice(log);
+        Ok(())
+    }
+
+    /// Undoes every write logged since [`UndoLog::begin`] (or since the instance's last entry
+    /// was called): the memory's bytes and the mutable globals get their old values back, and
+    /// the log is emptied. Returns the number of records replayed.
+    pub fn roll_back(&self, store: impl AsContextMut) -> Result<usize, RollbackError> {
+        self.roll_back_after(store, &[])
+    }
+
+    /// [`UndoLog::roll_back`], then the records `earlier` holds ([`UndoLog::keep`]), newest
+    /// first.
+    pub fn roll_back_after(&self, mut store: impl AsContextMut, earlier: &[u8]) -> Result<usize, RollbackError> {
+        let cursor = self.cursor(&mut store);
+        let current = self
+            .log
+            .data(&store)
+            .get(..cursor as usize)
+            .ok_or(RollbackError::BadCursor(cursor))?;
+        let mut log = Vec::with_capacity(earlier.len() + current.len());
+        log.extend_from_slice(earlier);
+        log.extend_from_slice(current);
+        let used = u32::try_from(log.len()).map_err(|_| RollbackError::BadCursor(u32::MAX))?;
         let mut old_globals = Vec::new();
         let memory: &mut [u8] = match self.memory {
             Some(memory) => memory.data_mut(&mut store),
             None => &mut [],
         };
-        let records = roll_back(memory, &log, cursor, &mut |index, old| old_globals.push((index, old)))?;
+        let records = roll_back(memory, &log, used, &mut |index, old| old_globals.push((index, old)))?;
         for (index, old) in old_globals {
             let global = self
                 .globals
@@ -858,6 +1008,37 @@ mod tests {
     }
 
     #[test]
+    fn undo_log_each_exported_entry_starts_an_empty_log() {
+        let engine = engine();
+        let (mut store, instance, undo) = instance(
+            &engine,
+            r#"
+            (module
+              (memory (export "mem") 1)
+              (func $one (export "one") (i32.store (i32.const 8) (i32.const 1)))
+              (func (export "two") (call $one) (call $one))
+              (export "one_again" (func $one)))
+            "#,
+        );
+        let call = |store: &mut Store<()>, name: &str| {
+            let f = instance.get_typed_func::<(), ()>(&mut *store, name).unwrap();
+            f.call(&mut *store, ()).unwrap();
+        };
+        // No begin: the entry itself empties what an earlier call left.
+        call(&mut store, "two");
+        assert_eq!(
+            undo.cursor(&mut store),
+            2 * RECORD_BYTES,
+            "a call inside the graft keeps the log"
+        );
+        call(&mut store, "one");
+        assert_eq!(undo.cursor(&mut store), RECORD_BYTES);
+        call(&mut store, "two");
+        call(&mut store, "one_again");
+        assert_eq!(undo.cursor(&mut store), RECORD_BYTES);
+    }
+
+    #[test]
     fn undo_log_commit_keeps_writes() {
         let engine = engine();
         let (mut store, instance, undo) = instance(&engine, WRITER);
@@ -917,12 +1098,26 @@ mod tests {
         }
     }
 
+    /// Lets memories grow to `max` bytes at most.
+    struct Cap {
+        max: usize,
+    }
+
+    impl wasmtime::ResourceLimiter for Cap {
+        fn memory_growing(&mut self, _: usize, desired: usize, _: Option<usize>) -> wasmtime::Result<bool> {
+            Ok(desired <= self.max)
+        }
+        fn table_growing(&mut self, _: usize, _: usize, _: Option<usize>) -> wasmtime::Result<bool> {
+            Ok(true)
+        }
+    }
+
     #[test]
-    fn undo_log_full_log_traps_and_rolls_back() {
+    fn undo_log_grows_with_the_call_and_traps_when_it_cannot() {
         let engine = engine();
-        let (mut store, instance, undo) = instance(
-            &engine,
-            r#"
+        let wasm = instrument(
+            &wat::parse_str(
+                r#"
             (module
               (memory (export "mem") 1)
               (data (i32.const 100) "some bytes that are there before")
@@ -934,22 +1129,40 @@ mod tests {
                   (local.set $i (i32.add (local.get $i) (i32.const 1)))
                   (br_if $next (i32.lt_u (local.get $i) (local.get $n))))))
             "#,
-        );
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let module = Module::new(&engine, &wasm).unwrap();
+        // The graft's page and three of log.
+        let mut store = Store::new(&engine, Cap { max: 3 << 16 });
+        store.limiter(|c| c as &mut dyn wasmtime::ResourceLimiter);
+        let instance = Instance::new(&mut store, &module, &[]).unwrap();
+        let undo = UndoLog::new(&mut store, &instance).unwrap();
         let fill = instance.get_typed_func::<i32, ()>(&mut store, "fill").unwrap();
-        let before = memory(&mut store, &instance);
+        let log = instance.get_memory(&mut store, LOG_EXPORT).unwrap();
+        let before = instance.get_memory(&mut store, "mem").unwrap().data(&store).to_vec();
+        let page_records = (1 << 16) / RECORD_BYTES as i32;
 
-        undo.begin(&mut store).unwrap();
-        let err = fill.call(&mut store, LOG_RECORDS as i32 + 10).unwrap_err();
-        assert!(is_trap(&err, Trap::MemoryOutOfBounds), "{err:?}");
-        assert_eq!(undo.cursor(&mut store) as usize, LOG_RECORDS * RECORD_BYTES as usize);
-        assert_eq!(undo.roll_back(&mut store).unwrap(), LOG_RECORDS);
-        assert_eq!(memory(&mut store, &instance), before);
+        // More than a page of records: the log doubles.
+        fill.call(&mut store, page_records + 10).unwrap();
+        assert_eq!(log.size(&store), 2);
+        assert_eq!(undo.roll_back(&mut store).unwrap(), page_records as usize + 10);
+        assert_eq!(
+            instance.get_memory(&mut store, "mem").unwrap().data(&store),
+            &before[..]
+        );
 
-        // Exactly as many stores as the log holds succeed.
-        undo.begin(&mut store).unwrap();
-        fill.call(&mut store, LOG_RECORDS as i32).unwrap();
+        // Past what the limiter lets the log grow to: the store that finds no room traps.
+        let err = fill.call(&mut store, 2 * page_records + 10).unwrap_err();
+        assert!(is_trap(&err, Trap::UnreachableCodeReached), "{err:?}");
+        let two_pages = (2 << 16) / RECORD_BYTES * RECORD_BYTES;
+        assert_eq!(undo.cursor(&mut store), two_pages, "a full log of two pages");
         undo.roll_back(&mut store).unwrap();
-        assert_eq!(memory(&mut store, &instance), before);
+        assert_eq!(
+            instance.get_memory(&mut store, "mem").unwrap().data(&store),
+            &before[..]
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use vino_clock::{ManualClock, SharedClock};
 use vino_graft::account::{Account, Resource, Table};
+use vino_graft::undo_log::LOG_INITIAL_PAGES;
 use vino_graft::vlt::{Vlt, VltConfig};
 use vino_graft::{
     Access, GraftPoint, GraftSlot, Interrupt, Invalid, LoadError, ModuleLimits, Owner, Runtime, RuntimeConfig,
@@ -160,14 +161,16 @@ fn a_compile_waits_its_turn_and_is_dropped_when_its_owner_goes() {
 #[test]
 fn grafts_and_their_memory_are_charged_to_the_owner_and_refunded() {
     let rt = Runtime::new(RuntimeConfig::default());
+    // Each graft's memory is charged with its undo log's.
+    let log = LOG_INITIAL_PAGES << 16;
     let limits = Table::UNLIMITED
         .with(Resource::Grafts, 2)
-        .with(Resource::GraftMemory, 3 << 16);
+        .with(Resource::GraftMemory, (3 << 16) + 2 * log);
     let account = Account::standalone("uid 1000", limits);
     let slots: Vec<_> = (0..3).map(|_| slot(&rt)).collect();
     slots[0].load(ADD_ONE.as_bytes(), owned_by(&account)).unwrap();
     assert_eq!(account.used(Resource::Grafts), 1);
-    assert_eq!(account.used(Resource::GraftMemory), 1 << 16);
+    assert_eq!(account.used(Resource::GraftMemory), (1 << 16) + log);
     assert!(account.used(Resource::GraftCode) > 0);
     slots[1].load(ADD_ONE.as_bytes(), owned_by(&account)).unwrap();
     match slots[2].load(ADD_ONE.as_bytes(), owned_by(&account)) {
@@ -192,7 +195,11 @@ fn grafts_and_their_memory_are_charged_to_the_owner_and_refunded() {
 #[test]
 fn growing_memory_past_the_account_fails_the_call_not_the_kernel() {
     let rt = Runtime::new(RuntimeConfig::default());
-    let account = Account::standalone("uid 1000", Table::UNLIMITED.with(Resource::GraftMemory, 2 << 16));
+    let log = LOG_INITIAL_PAGES << 16;
+    let account = Account::standalone(
+        "uid 1000",
+        Table::UNLIMITED.with(Resource::GraftMemory, (2 << 16) + log),
+    );
     let s = slot(&rt);
     let grows = r#"(module (memory (export "memory") 1)
       (func (export "test_step") (param i64) (result i64)
@@ -200,7 +207,7 @@ fn growing_memory_past_the_account_fails_the_call_not_the_kernel() {
     s.load(grows.as_bytes(), owned_by(&account)).unwrap();
     assert_eq!(s.invoke(&7), -7, "the default decided");
     assert!(s.stats().unwrap().last_error.unwrap().contains("graft memory"));
-    assert_eq!(account.used(Resource::GraftMemory), 1 << 16);
+    assert_eq!(account.used(Resource::GraftMemory), (1 << 16) + log);
 }
 
 #[test]
@@ -211,7 +218,11 @@ fn a_budget_is_work_so_the_same_graft_stops_at_the_same_place() {
         (i64.store (i32.const 0) (i64.const 0))
         (loop (i64.store (i32.const 0) (i64.add (i64.load (i32.const 0)) (i64.const 1))) (br 0))
         (local.get 0)))"#;
-    let rt = Runtime::new(RuntimeConfig::default());
+    // The count stays in memory only if the failed call's writes are not rolled back.
+    let rt = Runtime::new(RuntimeConfig {
+        roll_back_memory: false,
+        ..RuntimeConfig::default()
+    });
     let mut turns = Vec::new();
     for _ in 0..3 {
         let s = slot(&rt);

@@ -125,6 +125,10 @@ pub const HOSTILE_C: &[(&str, &str)] = &[
     ("bad_indirect", include_str!("../../../sdk/hostile/bad_indirect.c")),
     ("div_zero", include_str!("../../../sdk/hostile/div_zero.c")),
     (
+        "corrupt_then_trap",
+        include_str!("../../../sdk/hostile/corrupt_then_trap.c"),
+    ),
+    (
         "stream_overflow",
         include_str!("../../../sdk/hostile/stream_overflow.c"),
     ),

@@ -68,13 +68,24 @@ pub fn module(g: &Graftpoint, b: Behaviour) -> Vec<u8> {
         "(memory 1)".to_string()
     };
     let result = result.map(|r| format!("(result {r})")).unwrap_or_default();
+    // Every call first counts itself in the graft's memory (word 0, below the argument area):
+    // a call that then fails is rolled back, so the count is the calls that succeeded, which
+    // `vino_ctl_calls` tells ([`CALLS_CONTROL`]).
     format!(
-        r#"(module {area} (func (export "{}") (param {}) {result} {body}))"#,
+        r#"(module {area}
+  (func (export "{}") (param {}) {result}
+    (i64.store (i32.const 0) (i64.add (i64.load (i32.const 0)) (i64.const 1)))
+    {body})
+  (func (export "vino_ctl_{CALLS_CONTROL}") (result i64) (i64.load (i32.const 0))))"#,
         g.export(),
         params.join(" ")
     )
     .into_bytes()
 }
+
+/// The control function of every [`module`] that says how many of its calls succeeded (each
+/// entry call counts itself in the graft's memory; a failed call's count is rolled back).
+pub const CALLS_CONTROL: &str = "calls";
 
 /// The codec the simulation's stream directory is bound to (text format): each chunk stored
 /// XORed with a key of its index's low byte, so that a chunk read through no codec, or stored

@@ -854,12 +854,48 @@ impl Sim {
     }
 
     /// End of the first pass: the whole tree against the model, nothing leaked, a clean disk.
+    /// Nothing a failed graft call wrote survives in its memory: each of the simulator's
+    /// grafts counts its calls in its memory, so the count must be its calls that succeeded.
+    /// (`vas.pick_victim` is entered once per page of candidates, so there it may be more; the
+    /// scheduler's grafts run on its threads as real time passes, and a custom graft keeps no
+    /// count.)
+    fn check_graft_memories(&self, procs: &[Arc<Process>]) -> Check {
+        for p in procs {
+            for slot in p.graft_list() {
+                let Some(stats) = slot.stats.filter(|_| slot.graft.is_some()) else {
+                    continue;
+                };
+                if slot.point.starts_with("sched.") {
+                    continue;
+                }
+                let Ok(counted) = p.graft_call(&slot.point, grafts::CALLS_CONTROL, &[]) else {
+                    continue;
+                };
+                let succeeded = stats.invocations - stats.failures;
+                let paged = slot.point.starts_with("vas.pick_victim");
+                let right = if paged {
+                    counted as u64 >= succeeded
+                } else {
+                    counted as u64 == succeeded
+                };
+                if !right {
+                    return Err(format!(
+                        "at the end: the graft at {} counted {counted} calls in its memory, but {succeeded} of its {} calls succeeded: a failed call's writes survived",
+                        slot.point, stats.invocations
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn finish(mut self) -> Check {
         if let Some(wrong) = self.graft_wrong.take() {
             return Err(wrong);
         }
         let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
         self.family.finish(&procs).map_err(|e| format!("at the end: {e}"))?;
+        self.check_graft_memories(&procs)?;
         self.memories
             .finish(&self.kernel, &procs)
             .map_err(|e| format!("at the end: {e}"))?;

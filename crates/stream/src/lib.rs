@@ -177,6 +177,9 @@ impl GraftPoint for FileStream {
     const USES_ARG_AREA: bool = true;
     const ARG_BYTES: usize = ARG_BYTES;
     const CLOCK: bool = false;
+    /// A chunk's output is a function of its input and the keys; a failed chunk's is thrown
+    /// away, and logging its 64 KiB of writes would double the data path's cost.
+    const ROLL_BACK_MEMORY: bool = false;
     /// A chunk's work (64 KiB through a compressor or a cipher takes well under a millisecond
     /// natively); the bound on what one chunk adds to a read.
     const BUDGET: Duration = Duration::from_millis(10);

@@ -199,6 +199,9 @@ pub struct Outcome {
     pub state_restored: bool,
     /// No lock is held afterwards.
     pub no_lock_held: bool,
+    /// The graft's own memory holds what it held before the failed call (checked where the
+    /// kernel writes no arguments into it, so any difference is the graft's own writes).
+    pub memory_restored: bool,
     /// A good graft loaded into the same slot works afterwards.
     pub next_graft_works: bool,
     pub elapsed: Duration,
@@ -206,7 +209,12 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn passed(&self) -> bool {
-        self.expected && self.default_decided && self.state_restored && self.no_lock_held && self.next_graft_works
+        self.expected
+            && self.default_decided
+            && self.state_restored
+            && self.no_lock_held
+            && self.memory_restored
+            && self.next_graft_works
     }
 }
 
@@ -232,7 +240,7 @@ pub fn run_case(rt: &Runtime, case: &Case) -> Result<Outcome, String> {
         kernel.set(k as i64, *v).expect("setting up outside a transaction");
     }
     let started = Instant::now();
-    let (failure, default_decided, next_graft_works) = match case.target {
+    let (failure, default_decided, memory_restored, next_graft_works) = match case.target {
         Target::Apply(arg) => drive::<ToyApply>(rt, Arc::new(kernel.clone()), &wasm, &arg, &arg, good_apply(), &5, &10),
         Target::ApplyContended(arg) => {
             let waiter = contend(rt, &kernel);
@@ -285,6 +293,7 @@ pub fn run_case(rt: &Runtime, case: &Case) -> Result<Outcome, String> {
         default_decided,
         state_restored: kernel.snapshot() == INITIAL,
         no_lock_held: rt.vlt().locked_objects() == 0,
+        memory_restored: memory_restored || !rt.config().roll_back_memory,
         next_graft_works,
         elapsed: started.elapsed(),
     })
@@ -296,7 +305,8 @@ pub fn run(rt: &Runtime) -> Result<Vec<Outcome>, String> {
 }
 
 /// Loads the hostile graft, invokes it, then loads a good graft into the same slot and invokes
-/// that. Returns (failure text, the default decided, the good graft worked).
+/// that. Returns (failure text, the default decided, the graft's first page of memory is as
+/// before the call (if `G` writes no arguments there), the good graft worked).
 #[allow(clippy::too_many_arguments)]
 fn drive<G: GraftPoint>(
     rt: &Runtime,
@@ -307,24 +317,27 @@ fn drive<G: GraftPoint>(
     good: &str,
     good_args: &G::Args<'_>,
     good_answer: &G::Output,
-) -> Result<(String, bool, bool), String>
+) -> Result<(String, bool, bool, bool), String>
 where
     G::Output: PartialEq + std::fmt::Debug,
 {
     let slot: GraftSlot<G> = GraftSlot::new(rt, env, Access::Process(1), None);
-    let (failure, default_decided) = match slot.load(wasm, Owner::process(1)) {
-        Err(e) => (e.to_string(), slot.invoke(args) == *default),
+    let first_page = |slot: &GraftSlot<G>| slot.read_memory(0, 1 << 16).ok().filter(|_| !G::USES_ARG_AREA);
+    let (failure, default_decided, memory_restored) = match slot.load(wasm, Owner::process(1)) {
+        Err(e) => (e.to_string(), slot.invoke(args) == *default, true),
         Ok(_) => {
+            let before = first_page(&slot);
             let decided = slot.invoke(args);
+            let restored = first_page(&slot) == before;
             let stats = slot.stats().ok_or("no statistics")?;
             let failure = stats.last_error.unwrap_or_else(|| "(no failure recorded)".into());
-            (failure, decided == *default && stats.failures == 1)
+            (failure, decided == *default && stats.failures == 1, restored)
         }
     };
     slot.load(good.as_bytes(), Owner::process(1))
         .map_err(|e| format!("good graft refused: {e}"))?;
     let works = slot.invoke(good_args) == *good_answer && slot.stats().is_some_and(|s| s.failures == 0);
-    Ok((failure, default_decided, works))
+    Ok((failure, default_decided, memory_restored, works))
 }
 
 fn good_apply() -> &'static str {
