@@ -23,6 +23,8 @@
 //! | `vino-bench-vmjoin` | [`vm_join`] | E4's join in a program's own memory: look-ahead graft, default, Linux |
 //! | `vino-bench-streams` | [`streams`] | stream grafts: each example codec in Wasm against the same C native |
 //! | `vino-bench-execverify` | [`execverify`] | `exec.verify`'s SHA-256 allow-list graft against `sha256sum` |
+//! | `vino-bench-names` | [`names`] | what a bound `dir.access` or `dir.lookup` graft adds to a walk step and an open |
+//! | `vino-bench-rollback` | [`rollback`] | rolling a graft's memory back on abort: its cost per call, word and record |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
@@ -47,6 +49,7 @@ pub mod native;
 pub mod procs;
 pub mod programs;
 pub mod progress;
+pub mod rollback;
 pub mod streams;
 pub mod vm;
 pub mod vm_join;

@@ -108,6 +108,11 @@ pub enum BenchCommand {
     /// verifying a real module, against `sha256sum` on the same bytes.
     #[command(disable_help_flag = true)]
     Execverify(Pass),
+    /// Memory rollback: what the undo log of a graft's own writes costs, rollback on against
+    /// off (a null graft, grafts storing 1-1000 words, failed calls undoing 0-1000 records, E3's
+    /// hot list as built and instrumented).
+    #[command(disable_help_flag = true)]
+    Rollback(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -140,6 +145,7 @@ impl BenchCommand {
             BenchCommand::Streams(p) => ("streams", p.args),
             BenchCommand::Names(p) => ("names", p.args),
             BenchCommand::Execverify(p) => ("execverify", p.args),
+            BenchCommand::Rollback(p) => ("rollback", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

@@ -1069,6 +1069,78 @@ pub const PAGES: &[Page] = &[
         }],
     },
     Page {
+        name: "rollback",
+        tables: &[
+            Table {
+                title: "Goals: rollback on over off, medians of the per-round ratios:",
+                rows: "goals[]",
+                across: None,
+                columns: &[
+                    ("what", "what", Fmt::Text),
+                    ("goal (at most)", "goal", Fmt::Times),
+                    ("measured", "measured", Fmt::Times),
+                    ("met", "met", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "Calls through the `toy.apply` graftpoint, rollback on and off (ns per call, medians of the \
+                        rounds; added and on / off: medians of each round's difference and ratio):",
+                rows: "calls[]",
+                across: None,
+                columns: &[
+                    ("graft", "graft", Fmt::Text),
+                    ("words stored", "words", Fmt::Count),
+                    ("rollback off", "off_ns", Fmt::Ns),
+                    ("rollback on", "on_ns", Fmt::Ns),
+                    ("added", "added_ns", Fmt::Ns),
+                    ("on / off", "ratio", Fmt::Times),
+                ],
+            },
+            Table {
+                title: "Failed calls (the graft answers -1, which `toy.apply` refuses), rollback on and off:",
+                rows: "aborts[]",
+                across: None,
+                columns: &[
+                    ("graft", "graft", Fmt::Text),
+                    ("undo records", "words", Fmt::Count),
+                    ("rollback off", "off_ns", Fmt::Ns),
+                    ("rollback on", "on_ns", Fmt::Ns),
+                    ("added", "added_ns", Fmt::Ns),
+                    ("on / off", "ratio", Fmt::Times),
+                ],
+            },
+            Table {
+                title: "Per word and per record (least-squares slopes over 1-1000 words and 0-1000 records):",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("store, rollback on", "slopes.write_on_ns_per_word", Fmt::Ns),
+                    ("store, rollback off", "slopes.write_off_ns_per_word", Fmt::Ns),
+                    ("logging adds per word", "slopes.added_ns_per_word", Fmt::Ns),
+                    (
+                        "a record adds to a failed call",
+                        "slopes.abort_added_ns_per_record",
+                        Fmt::Ns,
+                    ),
+                    ("of which replaying it", "slopes.replay_ns_per_record", Fmt::Ns),
+                ],
+            },
+            Table {
+                title: "E3's hot-list module through wasmtime, as built against instrumented, on one engine:",
+                rows: "hot_list[]",
+                across: None,
+                columns: &[
+                    ("interrupt", "interrupt", Fmt::Text),
+                    ("call", "call", Fmt::Text),
+                    ("as built", "off_ns", Fmt::Ns),
+                    ("instrumented", "on_ns", Fmt::Ns),
+                    ("added", "added_ns", Fmt::Ns),
+                    ("instrumented / as built", "ratio", Fmt::Times),
+                ],
+            },
+        ],
+    },
+    Page {
         name: "streams",
         tables: &[
             Table {

@@ -116,11 +116,25 @@ fn compile(engine: &Engine, bytes: &[u8], name: &str) -> Result<Module> {
 
 impl WasmModules {
     pub fn compile(interrupt: Interruption) -> Result<WasmModules> {
-        let engine = sandbox_engine_with(interrupt);
+        WasmModules::compile_with(sandbox_engine_with(interrupt), interrupt, |_, bytes| Ok(bytes.to_vec()))
+    }
+
+    /// The modules as `transform` rewrites them (given each module's name and bytes), compiled
+    /// for `engine`, a sandbox engine with `interrupt`: `vino bench rollback` runs the workloads
+    /// as built and with the undo log's instrumentation on one engine.
+    pub fn compile_with(
+        engine: Engine,
+        interrupt: Interruption,
+        mut transform: impl FnMut(&str, &[u8]) -> Result<Vec<u8>>,
+    ) -> Result<WasmModules> {
+        let mut module = |name: &str, bytes: &[u8]| -> Result<Module> {
+            let bytes = transform(name, bytes).map_err(|e| e.context(format!("rewriting {name}")))?;
+            compile(&engine, &bytes, name)
+        };
         Ok(WasmModules {
-            hotlist: compile(&engine, HOTLIST_WASM, "hotlist.wasm")?,
-            md5: compile(&engine, MD5_WASM, "md5.wasm")?,
-            logdisk: compile(&engine, LOGDISK_WASM, "logdisk.wasm")?,
+            hotlist: module("hotlist.wasm", HOTLIST_WASM)?,
+            md5: module("md5.wasm", MD5_WASM)?,
+            logdisk: module("logdisk.wasm", LOGDISK_WASM)?,
             engine,
             interrupt,
         })
