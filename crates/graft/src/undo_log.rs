@@ -758,7 +758,10 @@ pub fn roll_back(
         let record = &log[index * RECORD_BYTES as usize..][..RECORD_BYTES as usize];
         let mut old = [0u8; 16];
         old.copy_from_slice(&record[..16]);
-        let field = |at: u64| u32::from_le_bytes([0, 1, 2, 3].map(|i| record[at as usize + i]));
+        let field = |at: u64| {
+            let at = at as usize;
+            u32::from_le_bytes(record[at..at + 4].try_into().expect("four bytes"))
+        };
         let (addr, kind) = (field(ADDR_AT), field(KIND_AT));
         if kind & GLOBAL_FLAG != 0 {
             globals(addr, old);
@@ -860,6 +863,11 @@ impl UndoLog {
     /// first.
     pub fn roll_back_after(&self, mut store: impl AsContextMut, earlier: &[u8]) -> Result<usize, RollbackError> {
         let cursor = self.cursor(&mut store);
+        if cursor == 0 && earlier.is_empty() {
+            // A call that failed before it wrote anything (the common failure: a bad answer, a
+            // budget spent reading): nothing to replay.
+            return Ok(0);
+        }
         let current = self
             .log
             .data(&store)
