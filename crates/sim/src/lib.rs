@@ -72,6 +72,9 @@ pub struct SimOptions {
     /// Ordered mode (a file's data reaches the disk before a commit makes its new size or
     /// blocks durable). Off only to show that the simulator finds the hole it leaves.
     pub ordered: bool,
+    /// Roll a failed graft call's writes to its own memory back
+    /// (`RuntimeConfig::roll_back_memory`). Off only to show that the simulator finds them.
+    pub roll_back_memory: bool,
     /// One module every graft step binds, instead of the simulator's own (the graft fuzzer
     /// runs the workload around each module it makes). The first steps bind it at once.
     pub graft: Option<CustomGraft>,
@@ -101,6 +104,9 @@ impl SimOptions {
         if !self.ordered {
             f += " --unordered";
         }
+        if !self.roll_back_memory {
+            f += " --no-memory-rollback";
+        }
         if self.streams {
             f += " --streams";
         }
@@ -117,6 +123,7 @@ impl Default for SimOptions {
             steps: 400,
             crash: true,
             ordered: true,
+            roll_back_memory: true,
             graft: None,
             streams: false,
         }
@@ -337,6 +344,10 @@ impl Sim {
             mount: MountOptions {
                 commit_blocks: rng.chance(0.5).then(|| 4 + rng.below(60) as usize),
                 ..MountOptions::default()
+            },
+            runtime: vino_graft::RuntimeConfig {
+                roll_back_memory: opts.roll_back_memory,
+                ..KernelConfig::default().runtime
             },
             ..KernelConfig::default()
         };

@@ -38,6 +38,10 @@ struct Args {
     /// Turn ordered mode off (shows the hole the simulator finds; seeds are expected to fail).
     #[arg(long)]
     unordered: bool,
+    /// Leave a failed graft call's writes in its memory (shows that the simulator finds them;
+    /// seeds are expected to fail).
+    #[arg(long)]
+    no_memory_rollback: bool,
     /// Make stream files too (in `/s`, bound to a codec).
     #[arg(long)]
     streams: bool,
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
         steps: args.steps,
         crash: !args.no_crash,
         ordered: !args.unordered,
+        roll_back_memory: !args.no_memory_rollback,
         graft: None,
         streams: args.streams,
     };

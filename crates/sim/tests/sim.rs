@@ -78,6 +78,32 @@ fn the_simulator_finds_the_ordered_mode_hole_and_a_failing_seed_fails_again_alik
 }
 
 #[test]
+fn the_simulator_finds_a_failed_graft_call_s_writes_left_in_its_memory() {
+    // Each simulated graft counts its calls in its memory before it behaves (well or not): a
+    // failed call's count survives unless the runtime rolls its memory back.
+    let opts = SimOptions {
+        roll_back_memory: false,
+        crash: false,
+        ..SimOptions::default()
+    };
+    let (_, failures) = run_many(0, 40, &opts, |_, _| {});
+    let found = failures
+        .iter()
+        .find(|f| f.what.contains("a failed call's writes survived"))
+        .unwrap_or_else(|| panic!("no seed of 40 found them ({} failed otherwise)", failures.len()));
+    assert!(found.to_string().contains("--no-memory-rollback"), "{found}");
+    // The same seed with rollback passes.
+    run(
+        found.seed,
+        &SimOptions {
+            crash: false,
+            ..SimOptions::default()
+        },
+    )
+    .unwrap();
+}
+
+#[test]
 fn a_seed_with_stream_files_runs_the_same_way_every_time() {
     // Their chunk maps hold nonces, drawn from the seed: the disk's bytes repeat too.
     let opts = SimOptions {
