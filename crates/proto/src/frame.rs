@@ -167,7 +167,8 @@ pub fn module_head(payload: &[u8]) -> Option<ModuleHead<'_>> {
     let shape = request_shapes().iter().find(|s| s.tag == tag)?;
     // The strings before the module: each a length and its bytes.
     for _ in 0..shape.strings {
-        let (n, len) = varint(&payload[at..])?;
+        // A string may say it is longer than what has arrived: the next is then not here yet.
+        let (n, len) = varint(payload.get(at..)?)?;
         at = at.checked_add(len)?.checked_add(usize::try_from(n).ok()?)?;
     }
     if shape.optional {
@@ -618,6 +619,13 @@ mod tests {
             assert_eq!(module_head(&payload[..1]), None);
         }
         assert_eq!(module_head(&encode(&Request::Top)[4..]), None);
+        // A first string longer than the frame so far: its second string has not arrived.
+        let file = encode(&Request::GraftLoadFile {
+            path: "p".repeat(300),
+            point: "x".into(),
+            wasm: vec![0; 8],
+        });
+        assert_eq!(module_head(&file[4..40]), None);
         let unbind = encode(&Request::StreamBind {
             path: "/s".into(),
             wasm: None,
