@@ -31,7 +31,7 @@ pub enum Failure {
     Budget,
     /// The transaction passed its deadline (it held a lock others waited for too long).
     Deadline,
-    /// The graft tried to grow its memory past the cap.
+    /// The graft tried to grow its memory past the cap (or its writes' undo log outgrew it).
     MemoryCap,
     /// A graft-callable function refused a call.
     Refused(CallError),
@@ -60,7 +60,7 @@ impl fmt::Display for Failure {
             Failure::Trap(t) => f.write_str(t),
             Failure::Budget => f.write_str("ran past its CPU budget"),
             Failure::Deadline => f.write_str("held a lock others wait for past its deadline"),
-            Failure::MemoryCap => f.write_str("tried to grow its memory past the cap"),
+            Failure::MemoryCap => f.write_str("tried to grow its memory (or its writes' undo log) past the cap"),
             Failure::Refused(e) => write!(f, "refused: {e}"),
             Failure::Conflict(e) => write!(f, "lock conflict: {e}"),
             Failure::Invalid(why) => write!(f, "invalid result: {why}"),

@@ -272,3 +272,70 @@ fn a_busy_instance_makes_the_kernel_take_the_default_at_once() {
     assert_eq!(stats.busy, 101);
     assert_eq!(s.invoke(&1), 2, "the graft decides again once free");
 }
+
+/// A call that writes more than its undo log may grow to (the memory cap bounds the log as it
+/// bounds the memory) fails and is rolled back; the log's pages are charged to the owner while
+/// the graft is loaded and given back with it.
+#[test]
+fn a_call_whose_undo_log_outgrows_the_cap_fails_and_is_rolled_back() {
+    let rt = Runtime::new(RuntimeConfig {
+        memory_cap: 1 << 20,
+        ..RuntimeConfig::default()
+    });
+    let account = Account::standalone("uid 1000", Table::UNLIMITED);
+    let s: GraftSlot<LongStep> = GraftSlot::new(&rt, Arc::new(()), Access::Process(1), None);
+    // Stores its argument into n words (n = the argument), one after another.
+    let writer = r#"(module (memory (export "memory") 16)
+      (func (export "test_step") (param $n i64) (result i64) (local $i i32)
+        (block $done (loop $next
+          (br_if $done (i64.ge_u (i64.extend_i32_u (local.get $i)) (local.get $n)))
+          (i64.store (i32.shl (i32.and (local.get $i) (i32.const 0x1ffff)) (i32.const 3)) (local.get $n))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br $next)))
+        (local.get $n)))"#;
+    s.load(writer.as_bytes(), owned_by(&account)).unwrap();
+    // 1000 words: a log of 24 KB, within its first page.
+    assert_eq!(s.invoke(&1000), 1000, "{:?}", s.stats());
+    let first = s.read_memory(0, 8).unwrap();
+    // 100,000 words: 2.4 MB of log, past the 1 MiB cap.
+    assert_eq!(s.invoke(&100_000), -100_000, "the default decided");
+    let stats = s.stats().unwrap();
+    assert!(
+        stats.last_error.unwrap().contains("undo log"),
+        "the failure names the log"
+    );
+    assert_eq!(
+        s.read_memory(0, 8).unwrap(),
+        first,
+        "the failed call's writes are undone"
+    );
+    assert!(
+        account.used(Resource::GraftMemory) > (16 << 16),
+        "the grown log is charged"
+    );
+    s.unload();
+    assert_eq!(account.used(Resource::GraftMemory), 0);
+}
+
+/// [`Step`] with the runtime's whole invocation budget (10 ms), for calls that write a lot.
+struct LongStep;
+
+impl GraftPoint for LongStep {
+    const NAME: &'static str = "test.step";
+    const BUDGET: Duration = Duration::from_millis(10);
+    type Env = ();
+    type Args<'a> = i64;
+    type Output = i64;
+    type Params = (i64,);
+    type Results = i64;
+
+    fn default_policy(_: &(), n: &i64) -> i64 {
+        -*n
+    }
+    fn encode(_: &(), n: &i64, _: &mut [u8]) -> (i64,) {
+        (*n,)
+    }
+    fn decode(_: &(), _: &i64, r: i64, _: &[u8]) -> Result<i64, Invalid> {
+        Ok(r)
+    }
+}
