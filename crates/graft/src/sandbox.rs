@@ -181,7 +181,9 @@ pub(crate) struct WasmGraft<G: GraftPoint> {
 }
 
 impl<G: GraftPoint> WasmGraft<G> {
-    /// Instantiates a compiled module that passed [`crate::check`]'s checks for the graftpoint.
+    /// Instantiates a compiled module that passed [`crate::check`]'s checks for the graftpoint;
+    /// `logged` if it was compiled with an undo log ([`crate::undo_log`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn instantiate(
         runtime: &Runtime,
         module: &wasmtime::Module,
