@@ -91,6 +91,9 @@ pub struct Graftpoint {
     pub arg_bytes: usize,
     /// True if its grafts may read the clock (`vino_now_ns`).
     pub clock: bool,
+    /// True if a failed call's writes to the graft's own memory are undone
+    /// ([`vino_graft::GraftPoint::ROLL_BACK_MEMORY`]).
+    pub roll_back_memory: bool,
     pub who: Grafter,
     /// CPU budget of one invocation (the runtime's invocation budget caps it).
     pub budget: Duration,
@@ -159,6 +162,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
         uses_arg_area: G::USES_ARG_AREA,
         arg_bytes: G::ARG_BYTES,
         clock: G::CLOCK,
+        roll_back_memory: G::ROLL_BACK_MEMORY,
         who,
         budget: G::BUDGET,
         meaning,
