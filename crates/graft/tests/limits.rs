@@ -12,14 +12,22 @@ use vino_graft::account::{Account, Resource, Table};
 use vino_graft::undo_log::LOG_INITIAL_PAGES;
 use vino_graft::vlt::{Vlt, VltConfig};
 use vino_graft::{
-    Access, GraftPoint, GraftSlot, Interrupt, Invalid, LoadError, ModuleLimits, Owner, Runtime, RuntimeConfig,
+    Access, DEFAULT_BUDGET, GraftPoint, GraftSlot, Interrupt, Invalid, LoadError, ModuleLimits, Owner, Runtime,
+    RuntimeConfig,
 };
 
-/// `test.step(i64) -> i64`: returns its argument plus what the graft adds.
-struct Step;
+/// `test.step(i64) -> i64`: returns its argument plus what the graft adds; its calls' budget
+/// is `BUDGET_US` microseconds.
+struct StepWith<const BUDGET_US: u64>;
 
-impl GraftPoint for Step {
+/// [`StepWith`] with the default budget.
+type Step = StepWith<{ DEFAULT_BUDGET.as_micros() as u64 }>;
+/// [`StepWith`] with the runtime's whole invocation budget (10 ms), for calls that write a lot.
+type LongStep = StepWith<10_000>;
+
+impl<const BUDGET_US: u64> GraftPoint for StepWith<BUDGET_US> {
     const NAME: &'static str = "test.step";
+    const BUDGET: Duration = Duration::from_micros(BUDGET_US);
     type Env = ();
     type Args<'a> = i64;
     type Output = i64;
@@ -315,27 +323,4 @@ fn a_call_whose_undo_log_outgrows_the_cap_fails_and_is_rolled_back() {
     );
     s.unload();
     assert_eq!(account.used(Resource::GraftMemory), 0);
-}
-
-/// [`Step`] with the runtime's whole invocation budget (10 ms), for calls that write a lot.
-struct LongStep;
-
-impl GraftPoint for LongStep {
-    const NAME: &'static str = "test.step";
-    const BUDGET: Duration = Duration::from_millis(10);
-    type Env = ();
-    type Args<'a> = i64;
-    type Output = i64;
-    type Params = (i64,);
-    type Results = i64;
-
-    fn default_policy(_: &(), n: &i64) -> i64 {
-        -*n
-    }
-    fn encode(_: &(), n: &i64, _: &mut [u8]) -> (i64,) {
-        (*n,)
-    }
-    fn decode(_: &(), _: &i64, r: i64, _: &[u8]) -> Result<i64, Invalid> {
-        Ok(r)
-    }
 }
