@@ -423,9 +423,11 @@ impl Account {
         let reserve_ok = reserve_ok || self.may_use_reserve;
         let limit = self.limit_for(r, reserve_ok);
         let slot = &self.used[r.index()];
-        let before = slot.fetch_add(n, Ordering::AcqRel);
-        if before.saturating_add(n) > limit {
-            slot.fetch_sub(n, Ordering::AcqRel);
+        // Compare-and-swap rather than add-then-undo: a reader (`vino top`, a limit's waiter)
+        // never sees an account above its limit, even for the instant a refused charge lasts.
+        if let Err(before) = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(n).filter(|&after| after <= limit)
+        }) {
             return Err(Exceeded {
                 resource: r,
                 account: self.label.clone(),
@@ -847,6 +849,34 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         drop(first);
         assert!(t.join().unwrap());
+    }
+
+    #[test]
+    fn an_account_is_never_seen_above_its_limit_while_others_are_refused() {
+        let a = Account::standalone("p", Table::UNLIMITED.with(Resource::ControlCalls, 1));
+        let (tries, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+        let mut seen = 0;
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while tries.fetch_add(1, Ordering::Relaxed) < 1_000_000 {
+                        if let Ok(held) = a.charge(Resource::ControlCalls, 1) {
+                            // Hold it a moment, so the other thread is refused now and then.
+                            std::hint::black_box(a.used(Resource::ControlCalls));
+                            drop(held);
+                        } else {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+            while tries.load(Ordering::Relaxed) < 1_000_000 {
+                seen = seen.max(a.used(Resource::ControlCalls));
+            }
+        });
+        assert!(refused.into_inner() > 0, "the threads never met");
+        assert!(seen <= 1, "{seen} held at once under a limit of 1");
+        assert_eq!(a.used(Resource::ControlCalls), 0);
     }
 
     #[test]
