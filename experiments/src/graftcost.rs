@@ -373,7 +373,8 @@ fn loading(budget: Budget, ops: &mut Vec<Op>) {
     ops.push(op("load", "null graft, from the module cache", warm, None));
     let hot = vino_sdk::build_example("hotlist_evict", &vino_sdk::BuildOptions::default());
     if let Ok(hot) = hot {
-        let vslot: GraftSlot<vino_cache::PickVictim> = GraftSlot::new(&rt, Arc::new(1), Access::Process(1), None);
+        let vslot: GraftSlot<vino_cache::PickVictim> =
+            GraftSlot::new(&rt, Arc::new(vino_cache::VictimEnv::new(1)), Access::Process(1), None);
         let mut fresh = 0u32;
         let cold = bench(n, 1, || {
             fresh += 1;

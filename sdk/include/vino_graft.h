@@ -185,6 +185,17 @@ static inline const uint64_t *vino_victim_pages(void) { return (const uint64_t *
 static inline uint64_t vino_victim_first(void) {
     return *(const uint64_t *)(vino_args + VINO_VICTIM_MAX * sizeof(uint64_t));
 }
+/* A vas.pick_victim graft may also say what should become of its pages:
+ * vino_page_hint(page, hint) -> 0, -EINVAL (unknown hint, a page of program memory) or -ENOSPC
+ * (more than VINO_HINTS_MAX hints in this call). KEEP: as if just used; COLD: to the cold end,
+ * taken next; DROP: its frame given back now if clean and not in use (else as COLD). Hints apply
+ * when the call commits, to the process's own pages still cached (others are ignored); a call
+ * that fails afterwards has its hints dropped. */
+#define VINO_HINT_KEEP 0
+#define VINO_HINT_COLD 1
+#define VINO_HINT_DROP 2
+#define VINO_HINTS_MAX 64
+VINO_IMPORT(vino_page_hint) int32_t vino_page_hint(uint64_t page, int32_t hint);
 /* The same graft decides for the process's program memory when it is over its resident share:
  * its candidates are then its memory pages, id VINO_MEMORY_PAGE(index) (inactive pages oldest
  * first, then active ones oldest first), up to 256 in one page. */
@@ -216,6 +227,11 @@ struct vino_extent {
 int32_t file_compute_ra(int64_t offset, int32_t len, int64_t file_size);
 #endif
 static inline struct vino_extent *vino_ra_extents(void) { return (struct vino_extent *)vino_args; }
+/* file.compute_ra may also ask as it goes: vino_prefetch(offset, len) -> 0, -EINVAL (empty, or
+ * past file_size), -ENOSPC (more than VINO_RA_MAX_EXTENTS requests or VINO_RA_MAX_BYTES in this
+ * call). Requests are issued when the call commits, besides the extents it returns; a call that
+ * fails afterwards (a trap, its budget, an invalid result) has its requests dropped unissued. */
+VINO_IMPORT(vino_prefetch) int32_t vino_prefetch(int64_t offset, int64_t len);
 
 /* cache.writeback (global, privileged; Seltzer et al. 1995, 3): called about once a second while
  * pages are dirty. The argument area holds n <= VINO_WRITEBACK_MAX dirty pages, oldest first,

@@ -8,7 +8,9 @@
 //! loaded is marked so, and threads that need it wait on the condition variable.
 
 use crate::lru::{Links, List, NIL};
-use crate::points::{Candidates, PickVictim, ReadAhead, WRITEBACK_MAX, Writeback, WritebackArgs, page_id};
+use crate::points::{
+    Candidates, PageHint, PickVictim, ReadAhead, VictimEnv, WRITEBACK_MAX, Writeback, WritebackArgs, page_id,
+};
 use crate::stats::{CacheCounters, CacheStats};
 use crate::{Backing, ChunkStore, IoCtx, PageIo, Pid};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -212,7 +214,10 @@ impl PageCache {
         let mut t = self.table.lock();
         let proc = t.proc_mut(pid);
         proc.victim
-            .get_or_insert_with(|| Arc::new(GraftSlot::new(&self.runtime, Arc::new(pid), Access::Process(pid), None)))
+            .get_or_insert_with(|| {
+                let env = Arc::new(VictimEnv::new(pid));
+                Arc::new(GraftSlot::new(&self.runtime, env, Access::Process(pid), None))
+            })
             .clone()
     }
 
@@ -269,8 +274,10 @@ impl PageCache {
             }
         }
         if let Some(ra) = ctx.ra {
-            let extents = ra.advise(offset, n, size);
-            self.load(ctx.pid, object, backing, &extents, false);
+            let advice = ra.advise(offset, n, size);
+            for extents in [&advice.prefetched, &advice.decided] {
+                self.load(ctx.pid, object, backing, extents, false);
+            }
         }
         self.table.lock().checked();
         Ok(n)

@@ -28,8 +28,8 @@ mod stats;
 
 pub use cache::{CacheConfig, MIN_DIRTY_SHARE, PageCache, STREAM_WRITERS, WorkCharger};
 pub use points::{
-    Candidates, ComputeRa, MoreCandidates, PickVictim, RaFile, RaMode, Read, ReadAhead, Writeback, WritebackArgs,
-    page_id,
+    Advice, Candidates, ComputeRa, HINTS_MAX, MoreCandidates, PageHint, PickVictim, RaFile, RaMode, Read, ReadAhead,
+    VictimEnv, Writeback, WritebackArgs, page_id,
 };
 pub use stats::{CacheCounters, CacheStats};
 

@@ -65,6 +65,24 @@ impl List {
         self.len -= 1;
     }
 
+    /// Moves `i` to the least-recently-used end (the next to go).
+    pub fn move_to_front(&mut self, links: &mut [Links], i: u32) {
+        if self.head != i {
+            self.remove(links, i);
+            links[i as usize] = Links {
+                prev: NIL,
+                next: self.head,
+            };
+            if self.head == NIL {
+                self.tail = i;
+            } else {
+                links[self.head as usize].prev = i;
+            }
+            self.head = i;
+            self.len += 1;
+        }
+    }
+
     /// Moves `i` to the most-recently-used end.
     pub fn touch(&mut self, links: &mut [Links], i: u32) {
         if self.tail != i {

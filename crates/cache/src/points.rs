@@ -1,13 +1,14 @@
 //! The cache's graftpoints and their default policies.
 
 use crate::Pid;
+use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use vino_blockdev::BLOCK_SIZE;
 use vino_graft::abi::{self, Extent, Extents};
-use vino_graft::{Access, GraftPoint, GraftSlot, Invalid, Runtime};
+use vino_graft::{Access, CallError, Callables, GraftPoint, GraftSlot, Invalid, Runtime};
 
 /// The id a graft sees for a page: the file's object id in the high 32 bits, the block index in
 /// the low 32 (an application computes it the same way for its hot list).
@@ -104,27 +105,111 @@ impl<'a> Candidates<'a> {
     }
 }
 
+/// What a `vas.pick_victim` graft may say of one of its pages with `vino_page_hint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageHint {
+    /// As if the owner had just used it: to the young end of the owner's list.
+    Keep,
+    /// To the cold end, the owner's list's and the cache's: the next eviction takes it first.
+    Cold,
+    /// Give its frame back now, if it is clean and not in use (else as [`PageHint::Cold`]).
+    Drop,
+}
+
+/// Most hints one `vas.pick_victim` call may give.
+pub const HINTS_MAX: usize = 64;
+/// Most committed hints waiting for the cache to apply them (calls made for the process's
+/// program memory leave theirs to the next eviction from the cache).
+const HINTS_WAITING: usize = 4 * HINTS_MAX;
+
+/// What a `vas.pick_victim` policy sees: the process whose pages are offered, and the hints its
+/// graft's committed calls gave, waiting for the cache to apply them.
+pub struct VictimEnv {
+    pid: Pid,
+    hints: Arc<Mutex<Vec<(u64, PageHint)>>>,
+    /// Hints the running call gave (reset as each call begins, with the graft's instance held).
+    asked: Mutex<usize>,
+}
+
+impl VictimEnv {
+    pub fn new(pid: Pid) -> Self {
+        VictimEnv {
+            pid,
+            hints: Arc::default(),
+            asked: Mutex::new(0),
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The committed hints not applied yet, by page id, oldest first.
+    pub fn take_hints(&self) -> Vec<(u64, PageHint)> {
+        std::mem::take(&mut *self.hints.lock())
+    }
+}
+
+/// `vino_page_hint(page, hint) -> 0 | -errno`: `hint` 0 keep, 1 cold, 2 drop ([`PageHint`]) for
+/// the page `page` (an id as the candidates give them). Checked now (`-EINVAL`: an unknown
+/// hint, a page of program memory; `-ENOSPC`: more than [`HINTS_MAX`] in this call) and applied
+/// by the cache when the call's transaction commits, to the page if it is still the owner's and
+/// resident (anything else is ignored: a hint cannot reach another process's pages, nor tell
+/// whether they exist). A call that fails afterwards has its hints dropped unapplied. Nothing
+/// another transaction can see changes before then, so it takes no lock.
+fn page_hint(env: &VictimEnv, page: i64, hint: i32) -> Result<i32, CallError> {
+    const EINVAL: i32 = -22;
+    const ENOSPC: i32 = -28;
+    let hint = match hint {
+        0 => PageHint::Keep,
+        1 => PageHint::Cold,
+        2 => PageHint::Drop,
+        _ => return Ok(EINVAL),
+    };
+    let page = page as u64;
+    if page >> 32 == u64::from(u32::MAX) {
+        return Ok(EINVAL);
+    }
+    {
+        let mut asked = env.asked.lock();
+        if *asked == HINTS_MAX {
+            return Ok(ENOSPC);
+        }
+        *asked += 1;
+    }
+    let hints = env.hints.clone();
+    vino_vlt::current::on_commit(move || {
+        let mut hints = hints.lock();
+        if hints.len() < HINTS_WAITING {
+            hints.push((page, hint));
+        }
+    });
+    Ok(0)
+}
+
 impl GraftPoint for PickVictim {
     const NAME: &'static str = "vas.pick_victim";
+    const CALLABLE: &'static [&'static str] = &["vino_page_hint"];
     const USES_ARG_AREA: bool = true;
     const PAGED: bool = true;
     /// Room to walk every page of a process of a thousand frames (four pages of candidates
     /// at 5 us each, and the graft's look at each candidate), as the thesis' look-ahead graft
     /// walked the whole list; the bound on what an owner's graft adds to a miss.
     const BUDGET: std::time::Duration = std::time::Duration::from_micros(200);
-    type Env = Pid;
+    type Env = VictimEnv;
     type Args<'a> = Candidates<'a>;
     type Output = usize;
     type Params = (i32,);
     type Results = i32;
 
-    fn default_policy(_: &Pid, _: &Candidates<'_>) -> usize {
+    fn default_policy(_: &VictimEnv, _: &Candidates<'_>) -> usize {
         0
     }
-    fn encode(_: &Pid, candidates: &Candidates<'_>, area: &mut [u8]) -> (i32,) {
+    fn encode(env: &VictimEnv, candidates: &Candidates<'_>, area: &mut [u8]) -> (i32,) {
+        *env.asked.lock() = 0;
         (abi::encode_candidate_page(&candidates.offered(), 0, area),)
     }
-    fn next_page(_: &Pid, candidates: &Candidates<'_>, choice: &i32, area: &mut [u8]) -> Option<(i32,)> {
+    fn next_page(_: &VictimEnv, candidates: &Candidates<'_>, choice: &i32, area: &mut [u8]) -> Option<(i32,)> {
         if *choice != abi::VICTIM_MORE || candidates.ended.get() {
             return None;
         }
@@ -133,11 +218,14 @@ impl GraftPoint for PickVictim {
         let offered = candidates.offered();
         Some((abi::encode_candidate_page(&offered[page.clone()], page.start, area),))
     }
-    fn decode(_: &Pid, candidates: &Candidates<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
+    fn decode(_: &VictimEnv, candidates: &Candidates<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
         if choice == abi::VICTIM_MORE {
             return Err(Invalid::new("asked for more candidates after the last"));
         }
         abi::decode_victim(choice, candidates.len())
+    }
+    fn callables(c: &mut Callables<VictimEnv>) {
+        c.func2("vino_page_hint", page_hint);
     }
 }
 
@@ -166,6 +254,11 @@ pub struct RaFile {
     /// Where the read-ahead already asked for ends (0: none since the last jump).
     ahead_end: AtomicU64,
     mode: AtomicU8,
+    /// What the graft's committed `vino_prefetch` calls asked for, not yet issued.
+    prefetched: Arc<Mutex<Extents>>,
+    /// Bytes and requests `vino_prefetch` took in the running call (reset as each call
+    /// begins, with the graft's instance held).
+    asked: Mutex<(u64, usize)>,
 }
 
 impl RaFile {
@@ -176,6 +269,8 @@ impl RaFile {
             window: AtomicU64::new(0),
             ahead_end: AtomicU64::new(0),
             mode: AtomicU8::new(0),
+            prefetched: Arc::default(),
+            asked: Mutex::new((0, 0)),
         }
     }
 
@@ -239,11 +334,45 @@ pub struct Read {
     pub len: u32,
 }
 
-/// `file.compute_ra`: what to prefetch after a read (Small 1998, 7.7.2; TR 4.3).
+/// `file.compute_ra`: what to prefetch after a read (Small 1998, 7.7.2; TR 4.3). A graft
+/// returns extents, or asks for them as it goes with `vino_prefetch` (or both).
 pub struct ComputeRa;
+
+/// `vino_prefetch(offset, length) -> 0 | -errno`: asks for `length` bytes at `offset` of the
+/// file to be read ahead. The request is checked now (within the file, within the call's
+/// allowance of [`abi::RA_MAX_EXTENTS`] requests and [`abi::RA_MAX_BYTES`]) and issued when the
+/// call's transaction commits: a call that then fails (a trap, its budget, a nonsense answer)
+/// has its requests dropped with it, so none of its reads reach the device. It changes nothing
+/// another transaction can see before then, so it takes no lock.
+fn prefetch(file: &RaFile, offset: i64, length: i64) -> Result<i32, CallError> {
+    const EINVAL: i32 = -22;
+    const ENOSPC: i32 = -28;
+    let (Ok(off), Ok(len)) = (u64::try_from(offset), u64::try_from(length)) else {
+        return Ok(EINVAL);
+    };
+    if len == 0 || off.checked_add(len).is_none_or(|end| end > file.size()) {
+        return Ok(EINVAL);
+    }
+    {
+        let mut asked = file.asked.lock();
+        if asked.1 == abi::RA_MAX_EXTENTS || asked.0 + len > abi::RA_MAX_BYTES {
+            return Ok(ENOSPC);
+        }
+        *asked = (asked.0 + len, asked.1 + 1);
+    }
+    let prefetched = file.prefetched.clone();
+    vino_vlt::current::on_commit(move || {
+        // Room is certain: each call asks for at most RA_MAX_EXTENTS, and the reader takes
+        // them after each call. A full list (calls racing on one descriptor) drops the rest:
+        // read-ahead is advice.
+        prefetched.lock().push(Extent { off, len });
+    });
+    Ok(0)
+}
 
 impl GraftPoint for ComputeRa {
     const NAME: &'static str = "file.compute_ra";
+    const CALLABLE: &'static [&'static str] = &["vino_prefetch"];
     const USES_ARG_AREA: bool = true;
     type Env = RaFile;
     type Args<'a> = Read;
@@ -258,11 +387,24 @@ impl GraftPoint for ComputeRa {
         }
     }
     fn encode(file: &RaFile, read: &Read, _: &mut [u8]) -> (i64, i32, i64) {
+        *file.asked.lock() = (0, 0);
         (read.offset as i64, read.len as i32, file.size() as i64)
     }
     fn decode(file: &RaFile, _: &Read, count: i32, area: &[u8]) -> Result<Extents, Invalid> {
         abi::decode_extents(count, area, file.size())
     }
+    fn callables(c: &mut Callables<RaFile>) {
+        c.func2("vino_prefetch", prefetch);
+    }
+}
+
+/// What the read-ahead policy wants after one read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Advice {
+    /// The extents the policy returned.
+    pub decided: Extents,
+    /// What its committed `vino_prefetch` calls asked for.
+    pub prefetched: Extents,
 }
 
 /// The read-ahead state of one open file: its `file.compute_ra` graftpoint.
@@ -291,16 +433,18 @@ impl ReadAhead {
 
     /// Asks the policy what to prefetch after a read of `len` bytes at `offset` in a file of
     /// `size` bytes.
-    pub fn advise(&self, offset: u64, len: usize, size: u64) -> Extents {
+    pub fn advise(&self, offset: u64, len: usize, size: u64) -> Advice {
         let file = self.slot.env();
         file.size.store(size, Ordering::Relaxed);
         if file.mode() == RaMode::Off {
-            return Extents::new();
+            return Advice::default();
         }
-        self.slot.invoke(&Read {
+        let decided = self.slot.invoke(&Read {
             offset,
             len: len.min(u32::MAX as usize) as u32,
-        })
+        });
+        let prefetched = std::mem::take(&mut *file.prefetched.lock());
+        Advice { decided, prefetched }
     }
 }
 

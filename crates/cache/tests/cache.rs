@@ -5,7 +5,7 @@ mod common;
 use common::{file, pattern, setup};
 use std::sync::Arc;
 use vino_blockdev::{BLOCK_SIZE, BlockDevice};
-use vino_cache::{Candidates, IoCtx, PickVictim, RaMode, ReadAhead, page_id};
+use vino_cache::{Candidates, IoCtx, PickVictim, RaMode, ReadAhead, VictimEnv, page_id};
 use vino_graft::{Invalid, Owner};
 
 const BS: u64 = BLOCK_SIZE as u64;
@@ -65,7 +65,7 @@ fn lru_evicts_the_least_recently_used_page() {
 
 /// Spares pages whose id is in `hot`.
 fn spare(hot: Vec<u64>) -> Arc<dyn vino_graft::NativePolicy<PickVictim>> {
-    Arc::new(move |_: &u64, c: &Candidates<'_>| {
+    Arc::new(move |_: &VictimEnv, c: &Candidates<'_>| {
         c.iter()
             .position(|p| !hot.contains(&p))
             .ok_or_else(|| Invalid::new("all hot"))
@@ -93,12 +93,116 @@ fn pick_victim_chooses_among_the_owners_pages_only() {
     assert_eq!(slot.stats().unwrap().failures, 1);
 }
 
+/// A `vas.pick_victim` graft that gives hint `[8]` on page `[0]` (both set with `vino_ctl_set`),
+/// then traps if `[16]` is set, and otherwise takes the kernel's candidate.
+const HINTING: &str = r#"(module
+  (import "vino" "vino_page_hint" (func $hint (param i64 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 4096))
+  (func (export "vino_ctl_set") (param $page i64) (param $hint i64) (param $trap i64) (result i32)
+    (i64.store (i32.const 0) (local.get $page))
+    (i64.store (i32.const 8) (local.get $hint))
+    (i64.store (i32.const 16) (local.get $trap))
+    (i32.const 0))
+  (func (export "vas_pick_victim") (param $n i32) (result i32)
+    (if (i32.ne (call $hint (i64.load (i32.const 0)) (i32.wrap_i64 (i64.load (i32.const 8)))) (i32.const 0))
+      (then unreachable))
+    (if (i64.ne (i64.load (i32.const 16)) (i64.const 0)) (then unreachable))
+    (i32.const 0)))"#;
+
+#[test]
+fn page_hints_apply_when_the_call_commits_and_vanish_when_it_aborts() {
+    let s = setup(4, 64);
+    let f = file(0, 16);
+    let slot = s.cache.register_process(1);
+    slot.load(&wat::parse_str(HINTING).unwrap(), Owner::process(1)).unwrap();
+    for i in 0..4 {
+        read_block(&s, 1, 1, &f, i);
+    }
+    // Drop block 2, then trap: block 0 (LRU) goes as the default decides, block 2 stays.
+    slot.call_control("set", &[page_id(1, 2) as i64, 2, 1]).unwrap();
+    read_block(&s, 1, 1, &f, 4);
+    assert_eq!(slot.stats().unwrap().failures, 1);
+    assert!(
+        !s.cache.contains(1, 0) && s.cache.contains(1, 2),
+        "an aborted call's hint was applied"
+    );
+    assert_eq!(s.cache.stats().resident, 4);
+    // The same call committed: block 1 goes (its choice) and block 2's frame is given back.
+    slot.call_control("set", &[page_id(1, 2) as i64, 2, 0]).unwrap();
+    read_block(&s, 1, 1, &f, 5);
+    assert!(!s.cache.contains(1, 1) && !s.cache.contains(1, 2));
+    assert_eq!(s.cache.stats().resident, 3);
+    // Cold: block 5 goes at the eviction after the hint's, ahead of the older block 4.
+    read_block(&s, 1, 1, &f, 6); // into the frame given back: no eviction
+    slot.call_control("set", &[page_id(1, 5) as i64, 1, 0]).unwrap();
+    read_block(&s, 1, 1, &f, 7); // evicts block 3, then moves block 5 to the cold end
+    assert!(!s.cache.contains(1, 3) && s.cache.contains(1, 4) && s.cache.contains(1, 5));
+    slot.call_control("set", &[page_id(1, 7) as i64, 0, 0]).unwrap();
+    read_block(&s, 1, 1, &f, 8);
+    assert!(
+        !s.cache.contains(1, 5) && s.cache.contains(1, 4),
+        "the page hinted cold went first"
+    );
+    // An unknown hint, or a page of program memory, is refused (here: aborting the graft).
+    slot.call_control("set", &[page_id(1, 6) as i64, 3, 0]).unwrap();
+    read_block(&s, 1, 1, &f, 9);
+    slot.call_control("set", &[page_id(0xffff_ffff, 6) as i64, 0, 0])
+        .unwrap();
+    read_block(&s, 1, 1, &f, 10);
+    assert_eq!(slot.stats().unwrap().failures, 3);
+}
+
+#[test]
+fn scan_eviction_graft_from_c_gives_the_scan_back_and_keeps_the_working_set() {
+    let s = setup(8, 64);
+    let (hot, scanned) = (file(0, 16), file(20, 16));
+    let slot = s.cache.register_process(1);
+    let wasm = vino_sdk::build_example("scan_evict", &vino_sdk::BuildOptions::default()).unwrap();
+    slot.load(&wasm, Owner::process(1)).unwrap();
+    slot.call_control("scan_set", &[2]).unwrap();
+    for i in 0..4 {
+        read_block(&s, 1, 1, &hot, i);
+    }
+    for i in 0..4 {
+        read_block(&s, 1, 2, &scanned, i);
+    }
+    // The first eviction takes one scanned page and gives the other three back.
+    read_block(&s, 1, 2, &scanned, 4);
+    assert_eq!(s.cache.stats().resident, 5);
+    for i in 5..16 {
+        read_block(&s, 1, 2, &scanned, i);
+    }
+    assert!((0..4).all(|i| s.cache.contains(1, i)), "the working set stayed");
+    assert_eq!(slot.stats().unwrap().failures, 0);
+}
+
+#[test]
+fn a_hint_never_reaches_another_process_s_pages() {
+    let s = setup(4, 64);
+    let (fa, fb) = (file(0, 16), file(20, 16));
+    let slot = s.cache.register_process(1);
+    slot.load(&wat::parse_str(HINTING).unwrap(), Owner::process(1)).unwrap();
+    read_block(&s, 2, 2, &fb, 0);
+    read_block(&s, 1, 1, &fa, 0);
+    read_block(&s, 1, 1, &fa, 1);
+    read_block(&s, 2, 2, &fb, 1);
+    // Process 1's graft asks to drop process 2's block 1 when one of its own pages is offered.
+    slot.call_control("set", &[page_id(2, 1) as i64, 2, 0]).unwrap();
+    read_block(&s, 1, 1, &fa, 2); // evicts process 2's block 0 (LRU): no graft runs
+    read_block(&s, 1, 1, &fa, 3); // evicts process 1's block 0: its graft runs and hints
+    assert_eq!(slot.stats().unwrap().invocations, 1);
+    assert!(s.cache.contains(2, 1), "process 2's page stayed");
+    assert_eq!(s.cache.stats().resident, 4);
+}
+
 #[test]
 fn a_graft_that_chooses_badly_pays_with_its_own_pages() {
     let s = setup(4, 64);
     let (fa, fb) = (file(0, 16), file(20, 16));
     // Always evicts the process's most recently used page: a bad policy.
-    let mru: Arc<dyn vino_graft::NativePolicy<PickVictim>> = Arc::new(|_: &u64, c: &Candidates<'_>| Ok(c.len() - 1));
+    let mru: Arc<dyn vino_graft::NativePolicy<PickVictim>> =
+        Arc::new(|_: &VictimEnv, c: &Candidates<'_>| Ok(c.len() - 1));
     s.cache.register_process(1).bind_native(mru, false);
     for i in 0..3 {
         read_block(&s, 1, 1, &fa, i);
@@ -211,6 +315,82 @@ fn index_read_ahead_graft_from_c_prefetches_the_next_records() {
     ra.slot().load(&bad, Owner::process(1)).unwrap();
     s.cache.read(&ctx, 1, &f, 0, &mut buf).unwrap();
     assert_eq!(ra.slot().stats().unwrap().failures, 1);
+}
+
+#[test]
+fn a_prefetching_graft_asks_as_it_goes_and_a_failed_call_issues_nothing() {
+    let s = setup(64, 256);
+    let f = file(0, 200);
+    let ra = ReadAhead::new(&s.runtime, 1, "4");
+    let wasm = vino_sdk::build_example("index_prefetch", &vino_sdk::BuildOptions::default()).unwrap();
+    ra.slot().load(&wasm, Owner::process(1)).unwrap();
+    for rec in [0u64, 150, 20, 90] {
+        ra.slot().call_control("ip_push", &[(rec * BS + 100) as i64]).unwrap();
+    }
+    let ctx = IoCtx::with_read_ahead(1, &ra);
+    let mut buf = vec![0u8; 208];
+    // The call traps after its prefetches: none reaches the device, and the cursor it moved in
+    // its own memory is back at the first record.
+    ra.slot().call_control("ip_fail", &[1]).unwrap();
+    s.cache.read(&ctx, 1, &f, 100, &mut buf).unwrap();
+    assert_eq!(ra.slot().stats().unwrap().failures, 1);
+    assert!(
+        ![150, 20, 90].iter().any(|&b| s.cache.contains(1, b)),
+        "an aborted call's prefetch was issued"
+    );
+    assert_eq!(s.cache.process_counters(1).prefetched, 0);
+    assert_eq!(ra.slot().call_control("ip_cursor", &[]).unwrap(), 0);
+    // The same call committed: its prefetches are read.
+    ra.slot().call_control("ip_fail", &[0]).unwrap();
+    s.cache.read(&ctx, 1, &f, 100, &mut buf).unwrap();
+    assert_eq!(ra.slot().stats().unwrap().failures, 1);
+    assert!([150, 20, 90].iter().all(|&b| s.cache.contains(1, b)));
+    assert_eq!(ra.slot().call_control("ip_cursor", &[]).unwrap(), 1);
+    s.cache.read(&ctx, 1, &f, 150 * BS + 100, &mut buf).unwrap();
+    assert_eq!(buf[0], pattern(150));
+    assert_eq!(s.cache.process_counters(1).prefetch_used, 1);
+}
+
+#[test]
+fn vino_prefetch_checks_its_requests_as_a_system_call_would() {
+    let s = setup(64, 256);
+    let f = file(0, 200);
+    let ra = ReadAhead::new(&s.runtime, 1, "4");
+    // Each answer not as expected makes the call invalid (counted as a failure).
+    let wasm = wat::parse_str(
+        r#"(module
+        (import "vino" "vino_prefetch" (func $p (param i64 i64) (result i32)))
+        (memory (export "memory") 1)
+        (global (export "vino_args") i32 (i32.const 0))
+        (func $expect (param $got i32) (param $want i32)
+          (if (i32.ne (local.get $got) (local.get $want)) (then unreachable)))
+        (func (export "file_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
+          (local $i i64)
+          ;; past the end, empty, negative: EINVAL
+          (call $expect (call $p (local.get $size) (i64.const 4096)) (i32.const -22))
+          (call $expect (call $p (i64.const 0) (i64.const 0)) (i32.const -22))
+          (call $expect (call $p (i64.const -4096) (i64.const 4096)) (i32.const -22))
+          (call $expect (call $p (i64.const 4096) (i64.const -1)) (i32.const -22))
+          ;; sixteen requests go (blocks 100..116), the seventeenth is refused
+          (loop $l
+            (call $expect
+              (call $p (i64.mul (i64.add (i64.const 100) (local.get $i)) (i64.const 4096)) (i64.const 4096))
+              (i32.const 0))
+            (local.set $i (i64.add (local.get $i) (i64.const 1)))
+            (br_if $l (i64.lt_u (local.get $i) (i64.const 16))))
+          (call $expect (call $p (i64.const 0) (i64.const 4096)) (i32.const -28))
+          (i32.const 0)))"#,
+    )
+    .unwrap();
+    ra.slot().load(&wasm, Owner::process(1)).unwrap();
+    let ctx = IoCtx::with_read_ahead(1, &ra);
+    let mut buf = vec![0u8; 100];
+    s.cache.read(&ctx, 1, &f, 0, &mut buf).unwrap();
+    assert_eq!(ra.slot().stats().unwrap().failures, 0);
+    assert!((100..116).all(|b| s.cache.contains(1, b)) && !s.cache.contains(1, 116));
+    // The allowance is per call: the next call gets sixteen more.
+    s.cache.read(&ctx, 1, &f, 0, &mut buf).unwrap();
+    assert_eq!(ra.slot().stats().unwrap().failures, 0);
 }
 
 #[test]

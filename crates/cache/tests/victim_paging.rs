@@ -8,7 +8,7 @@ use common::{Queue, file, pattern};
 use std::sync::Arc;
 use std::time::Duration;
 use vino_blockdev::{BLOCK_SIZE, BlockDevice, IoQueue, MemDevice};
-use vino_cache::{CacheConfig, Candidates, IoCtx, PageCache, PickVictim, page_id};
+use vino_cache::{CacheConfig, Candidates, IoCtx, PageCache, PickVictim, VictimEnv, page_id};
 use vino_graft::{GraftSlot, Invalid, Owner, Runtime, RuntimeConfig};
 
 const BS: u64 = BLOCK_SIZE as u64;
@@ -182,7 +182,7 @@ fn asking_page_after_page_spends_the_budget() {
 fn a_native_policy_walks_the_candidates_page_by_page() {
     let s = full(700, Runtime::default());
     // Evicts the owner's most recently used page: the last candidate of the last page.
-    let mru = |_: &u64, c: &Candidates<'_>| c.iter().count().checked_sub(1).ok_or_else(|| Invalid::new("none"));
+    let mru = |_: &VictimEnv, c: &Candidates<'_>| c.iter().count().checked_sub(1).ok_or_else(|| Invalid::new("none"));
     s.slot.bind_native(Arc::new(mru), false);
     assert_eq!(s.evict_one(), 699);
     assert_eq!(page_id(1, 699), (1 << 32) | 699);
@@ -196,7 +196,7 @@ fn pages_passed_over_are_not_offered_first_again() {
     let s = full(700, Runtime::default());
     let looked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let seen = looked.clone();
-    let keep_first_400 = move |_: &u64, c: &Candidates<'_>| {
+    let keep_first_400 = move |_: &VictimEnv, c: &Candidates<'_>| {
         c.iter()
             .inspect(|_| {
                 seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

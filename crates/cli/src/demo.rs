@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use std::sync::Arc;
 use std::time::Instant;
 use vino_graft::{Access, GraftSlot, Owner, Runtime};
-use vino_kernel::graftpoints::{Candidates, PickVictim};
+use vino_kernel::graftpoints::{Candidates, PickVictim, VictimEnv};
 use vino_toykernel::{ToyApply, ToyKernel, hostile};
 
 pub fn run(with_bench: bool, image: &std::path::Path) -> Result<()> {
@@ -110,7 +110,7 @@ fn good_grafts(rt: &Runtime, opts: &vino_sdk::BuildOptions) -> Result<()> {
     ]);
 
     // The page cache's own graftpoint, as process 1 has it.
-    let victim: GraftSlot<PickVictim> = GraftSlot::new(rt, Arc::new(1), Access::Process(1), None);
+    let victim: GraftSlot<PickVictim> = GraftSlot::new(rt, Arc::new(VictimEnv::new(1)), Access::Process(1), None);
     victim.load(&vino_sdk::build_example("hotlist_evict", opts)?, Owner::process(1))?;
     let lru: &[u64] = &[100, 101, 102, 103];
     victim.call_control("hot_add", &[100])?;

@@ -18,7 +18,7 @@ use vino_graft::{GraftPoint, LoadError, ModuleSummary, Runtime, Signature, check
 pub use crate::dir_grafts::{DirAccess, DirLookup};
 pub use crate::events::{CloseEvent, CreateEvent, ModifyEvent, OpenEvent, UnlinkEvent};
 pub use crate::exec_verify::ExecVerify;
-pub use vino_cache::{Candidates, ComputeRa, PickVictim, Writeback};
+pub use vino_cache::{Candidates, ComputeRa, PickVictim, VictimEnv, Writeback};
 pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
 pub use vino_locks::LockGrant;
@@ -377,7 +377,8 @@ mod tests {
     fn entries_come_from_the_types() {
         let victim = find("vas.pick_victim").unwrap();
         assert_eq!(victim.entry(), "vas_pick_victim(i32) -> i32");
-        assert!(victim.uses_arg_area && victim.callable.is_empty());
+        assert!(victim.uses_arg_area);
+        assert_eq!(victim.callable, ["vino_page_hint"]);
         assert_eq!(victim.budget, <PickVictim as vino_graft::GraftPoint>::BUDGET);
         let buddy = find("file.block_buddy").unwrap();
         assert_eq!(buddy.budget, vino_graft::DEFAULT_BUDGET);

@@ -148,13 +148,14 @@ fn every_graftpoint_checks_and_loads_a_minimal_graft_and_refuses_the_toys_import
 
 /// The SDK's examples for the kernel's graftpoints, by graftpoint.
 const EXAMPLES: &[(&str, &[&str])] = &[
-    ("vas.pick_victim", &["hotlist_evict", "lookahead_evict"]),
+    ("vas.pick_victim", &["hotlist_evict", "lookahead_evict", "scan_evict"]),
     (
         "file.compute_ra",
         &[
             "sequential_ra",
             "reverse_ra",
             "index_readahead",
+            "index_prefetch",
             "wisc_readahead",
             "randread_ra",
         ],

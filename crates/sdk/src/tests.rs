@@ -177,6 +177,20 @@ fn examples_build_and_follow_the_abi() {
             &["ra_params", "ra_index"],
         ),
         (
+            "scan_evict",
+            "vas_pick_victim",
+            &["vino_page_hint"],
+            &["scan_set"],
+            &["scan"],
+        ),
+        (
+            "index_prefetch",
+            "file_compute_ra",
+            &["vino_prefetch"],
+            &["ip_push", "ip_cursor", "ip_fail"],
+            &["ip_scan"],
+        ),
+        (
             "sequential_ra",
             "file_compute_ra",
             TOY,

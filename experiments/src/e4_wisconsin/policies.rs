@@ -391,7 +391,12 @@ mod tests {
         // Records on pages 1, 2, 3, 4.
         la.start(object, 2, vec![[1, NONE], [2, NONE], [3, NONE], [4, NONE]]);
         let id = |p: u64| vino_cache::page_id(object, p);
-        let pick = |c: &[u64]| la.decide(&0, &vino_cache::Candidates::fixed(c.to_vec()));
+        let pick = |c: &[u64]| {
+            la.decide(
+                &vino_cache::VictimEnv::new(0),
+                &vino_cache::Candidates::fixed(c.to_vec()),
+            )
+        };
         // Window [0, 2): pages 1 and 2 are needed.
         assert_eq!(pick(&[id(1), id(2), id(9)]), Ok(2));
         la.cursor().store(2, Ordering::Relaxed);

@@ -145,11 +145,16 @@ impl PageCache {
             MutexGuard::bump(t);
         }
         let still_there = t.map.get(&key) == Some(&f) && t.frames[f as usize].owner == owner && t.evictable(f);
-        if still_there && t.frames[f as usize].state == State::Valid {
+        let victim = if still_there && t.frames[f as usize].state == State::Valid {
             f
         } else {
             candidate
+        };
+        let hints = slot.env().take_hints();
+        if !hints.is_empty() {
+            t.apply_hints(owner, &hints, &[victim, candidate]);
         }
+        victim
     }
 }
 

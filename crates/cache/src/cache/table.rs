@@ -145,6 +145,43 @@ impl Table {
         self.proc_mut(owner).pages = pages;
     }
 
+    /// Applies the committed `vino_page_hint`s of `owner`'s graft to those of its pages still
+    /// resident, leaving `busy` (the frames the eviction under way decided on) where they are.
+    /// A page hinted cold goes to the cold end of the global list too: that gives the owner's
+    /// own memory up sooner, never another's. Keeping moves it in the owner's order only, as
+    /// [`Table::pass_over`] does.
+    pub(super) fn apply_hints(&mut self, owner: Pid, hints: &[(u64, PageHint)], busy: &[u32]) {
+        let Some(mut pages) = self.procs.get(&owner).map(|p| p.pages) else {
+            return;
+        };
+        for &(id, hint) in hints {
+            let Some(&f) = self.map.get(&(id >> 32, id & 0xffff_ffff)) else {
+                continue;
+            };
+            if self.frames[f as usize].owner != owner || busy.contains(&f) {
+                continue;
+            }
+            let free = hint == PageHint::Drop
+                && self.evictable(f)
+                && self.frames[f as usize].state == State::Valid
+                && self.frames[f as usize].dirty_since.is_none();
+            match hint {
+                PageHint::Keep => pages.touch(&mut self.owned, f),
+                _ if free => {
+                    self.procs.get_mut(&owner).expect("owner has a list").pages = pages;
+                    self.remove(f);
+                    self.free.push(f);
+                    pages = self.procs[&owner].pages;
+                }
+                PageHint::Cold | PageHint::Drop => {
+                    pages.move_to_front(&mut self.owned, f);
+                    self.lru.move_to_front(&mut self.global, f);
+                }
+            }
+        }
+        self.proc_mut(owner).pages = pages;
+    }
+
     pub(super) fn install(&mut self, f: u32, key: PageKey, owner: Pid, dev: Option<u64>) {
         let fr = &mut self.frames[f as usize];
         debug_assert_eq!(fr.state, State::Free);
