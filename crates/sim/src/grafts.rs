@@ -68,19 +68,40 @@ pub fn module(g: &Graftpoint, b: Behaviour) -> Vec<u8> {
         "(memory 1)".to_string()
     };
     let result = result.map(|r| format!("(result {r})")).unwrap_or_default();
+    let (imports, changes) = kernel_changes(g);
     // Every call first counts itself in the graft's memory (word 0, below the argument area):
     // a call that then fails is rolled back, so the count is the calls that succeeded, which
     // `vino_ctl_calls` tells ([`CALLS_CONTROL`]).
     format!(
-        r#"(module {area}
+        r#"(module {imports} {area}
   (func (export "{}") (param {}) {result}
     (i64.store (i32.const 0) (i64.add (i64.load (i32.const 0)) (i64.const 1)))
+    {changes}
     {body})
   (func (export "vino_ctl_{CALLS_CONTROL}") (result i64) (i64.load (i32.const 0))))"#,
         g.export(),
         params.join(" ")
     )
     .into_bytes()
+}
+
+/// Imports and instructions with which a [`module`] changes kernel state through its
+/// graftpoint's graft-callable functions before it behaves as it does, so that a call that then
+/// fails has changes for its transaction to drop: `file.compute_ra` asks for the file's first
+/// block to be read ahead, `vas.pick_victim` hints its second candidate (the kernel's own choice
+/// is the first) as one to give back. Results are ignored (a file too short refuses the read).
+fn kernel_changes(g: &Graftpoint) -> (&'static str, &'static str) {
+    match g.callable {
+        ["vino_prefetch"] => (
+            r#"(import "vino" "vino_prefetch" (func $prefetch (param i64 i64) (result i32)))"#,
+            "(drop (call $prefetch (i64.const 0) (i64.const 4096)))",
+        ),
+        ["vino_page_hint"] => (
+            r#"(import "vino" "vino_page_hint" (func $hint (param i64 i32) (result i32)))"#,
+            "(drop (call $hint (i64.load (i32.const 1032)) (i32.const 2)))",
+        ),
+        _ => ("", ""),
+    }
 }
 
 /// The control function of every [`module`] that says how many of its calls succeeded (each
