@@ -13,6 +13,10 @@
 //!   what a logged store adds (the slope over the words);
 //! * the same grafts answering -1, which `toy.apply` refuses, so every call fails and (on the
 //!   first runtime) is rolled back: what one undo record adds to an aborted call;
+//! * each graft-callable function that changes kernel state (`vino_prefetch`, `vino_page_hint`,
+//!   `vino_lock_requeue`, `vino_tickets_give`) at its graftpoint: a graft calling it once
+//!   against the same graft without the call, committed (the change made) and then failing
+//!   (the change dropped), each through the kernel's slot as the kernel invokes it;
 //! * E3's hot-list graft (`HOTLIST_WASM`, C compiled to Wasm) called straight through wasmtime,
 //!   as built and as [`vino_graft::undo_log::instrument`] rewrites it, on one sandbox engine,
 //!   with fuel (the kernel's runtime) and with epochs: the hot-list search and the null call.
@@ -123,6 +127,17 @@ pub struct Goal {
     pub met: bool,
 }
 
+/// A graft-callable function's cost at its graftpoint: `on` calls it once, `off` does not.
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionRow {
+    pub function: &'static str,
+    pub graftpoint: &'static str,
+    /// The call committed: the change is made.
+    pub committed: Pair,
+    /// The graft traps after the call: its change is dropped.
+    pub aborted: Pair,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct RollbackReport {
     pub rounds: usize,
@@ -132,6 +147,7 @@ pub struct RollbackReport {
     /// The failing writers: every call aborted.
     pub aborts: Vec<Row>,
     pub slopes: Slopes,
+    pub functions: Vec<FunctionRow>,
     pub hot_list: Vec<HotRow>,
     /// E3's modules as they ran instrumented: each the module's name, and why not if it was not.
     pub instrumented: Vec<String>,
@@ -281,6 +297,198 @@ fn added_slope(rows: &[(u32, Vec<(f64, f64)>)]) -> f64 {
     slope(&points)
 }
 
+/// A graft for `export(params) -> result` that runs `call` (dropping its result) if `with`,
+/// then traps if `fail`, else answers 0; `imports` declares the function `call` uses.
+fn caller(export: &str, params: &str, result: &str, imports: &str, call: &str, with: bool, fail: bool) -> Vec<u8> {
+    let call = if with { call } else { "" };
+    let end = if fail { "unreachable" } else { "" };
+    format!(
+        r#"(module {imports}
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "{export}") (param {params}) (result {result})
+    {call} {end} ({result}.const 0)))"#
+    )
+    .into_bytes()
+}
+
+/// Times one graftpoint's graft with the call against without, committed and failing: `run`
+/// loads a module into a fresh slot and returns a closure making one kernel call through it.
+fn function_row<F: FnMut() -> Result<()>>(
+    budget: Budget,
+    rounds: usize,
+    function: &'static str,
+    graftpoint: &'static str,
+    module: impl Fn(bool, bool) -> Vec<u8>,
+    run: impl Fn(&[u8]) -> Result<F>,
+) -> Result<FunctionRow> {
+    let pair = |fail: bool| -> Result<Pair> {
+        let (on, off) = (run(&module(true, fail))?, run(&module(false, fail))?);
+        Ok(in_turn(budget, rounds, on, off)?.0)
+    };
+    Ok(FunctionRow {
+        function,
+        graftpoint,
+        committed: pair(false)?,
+        aborted: pair(true)?,
+    })
+}
+
+/// The four graft-callable functions that change kernel state, each at its graftpoint.
+fn functions(budget: Budget, rounds: usize, rt: &Runtime, progress: &mut dyn FnMut(&str)) -> Result<Vec<FunctionRow>> {
+    use vino_cache::{Candidates, ReadAhead, VictimEnv, page_id};
+    use vino_locks::{GrantArgs, GrantEnv, Lock, LockGrant, LockKind, Range, WaitInfo};
+    use vino_sched::{PickArgs, PickThread, ThreadEnv};
+    let mut rows = Vec::new();
+
+    progress("vino_prefetch");
+    rows.push(function_row(
+        budget,
+        rounds,
+        "vino_prefetch",
+        "file.compute_ra",
+        |with, fail| {
+            caller(
+                "file_compute_ra",
+                "i64 i32 i64",
+                "i32",
+                r#"(import "vino" "vino_prefetch" (func $f (param i64 i64) (result i32)))"#,
+                "(drop (call $f (i64.const 8192) (i64.const 4096)))",
+                with,
+                fail,
+            )
+        },
+        |wasm| {
+            let ra = ReadAhead::new(rt, 1, "0");
+            ra.slot().load(wasm, Owner::process(1)).context("loading a graft")?;
+            Ok(move || {
+                black_box(ra.advise(black_box(0), 4096, 1 << 20));
+                Ok(())
+            })
+        },
+    )?);
+
+    progress("vino_page_hint");
+    let ids: Vec<u64> = (0..32).map(|i| page_id(1, i)).collect();
+    rows.push(function_row(
+        budget,
+        rounds,
+        "vino_page_hint",
+        "vas.pick_victim",
+        |with, fail| {
+            caller(
+                "vas_pick_victim",
+                "i32",
+                "i32",
+                r#"(import "vino" "vino_page_hint" (func $f (param i64 i32) (result i32)))"#,
+                "(drop (call $f (i64.load (i32.const 1032)) (i32.const 1)))",
+                with,
+                fail,
+            )
+        },
+        |wasm| {
+            let slot: GraftSlot<vino_cache::PickVictim> =
+                GraftSlot::new(rt, Arc::new(VictimEnv::new(1)), Access::Process(1), None);
+            slot.load(wasm, Owner::process(1)).context("loading a graft")?;
+            let ids = ids.clone();
+            Ok(move || {
+                black_box(slot.invoke(&Candidates::fixed(ids.clone())));
+                black_box(slot.env().take_hints());
+                Ok(())
+            })
+        },
+    )?);
+
+    progress("vino_lock_requeue");
+    let waiters: Vec<WaitInfo> = (0..4)
+        .map(|owner| WaitInfo {
+            owner,
+            kind: LockKind::Write,
+            range: Range { start: 0, end: 1 },
+            upgrade: false,
+            age_ns: 0,
+        })
+        .collect();
+    let held = [Lock {
+        owner: 9,
+        kind: LockKind::Write,
+        range: Range { start: 0, end: 1 },
+    }];
+    rows.push(function_row(
+        budget,
+        rounds,
+        "vino_lock_requeue",
+        "lock.grant",
+        |with, fail| {
+            caller(
+                "lock_grant",
+                "i32 i32",
+                "i64",
+                r#"(import "vino" "vino_lock_requeue" (func $f (param i32 i32) (result i32)))"#,
+                "(drop (call $f (i32.const 3) (i32.const 0)))",
+                with,
+                fail,
+            )
+        },
+        |wasm| {
+            let slot: GraftSlot<LockGrant> = GraftSlot::new(rt, Arc::new(GrantEnv::new(1)), Access::Process(1), None);
+            slot.load(wasm, Owner::process(1)).context("loading a graft")?;
+            let (waiters, held) = (waiters.clone(), held);
+            Ok(move || {
+                black_box(slot.invoke(&GrantArgs {
+                    waiters: &waiters,
+                    held: &held,
+                }));
+                black_box(slot.env().take_requeues());
+                Ok(())
+            })
+        },
+    )?);
+
+    progress("vino_tickets_give");
+    let candidates: Vec<vino_sched::Candidate> = (0..2)
+        .map(|tid| vino_sched::Candidate {
+            tid,
+            pid: 1,
+            uid: 1,
+            tickets: 100,
+            waited_ns: 0,
+            cpu_ns: 0,
+        })
+        .collect();
+    rows.push(function_row(
+        budget,
+        rounds,
+        "vino_tickets_give",
+        "sched.pick_thread",
+        |with, fail| {
+            caller(
+                "sched_pick_thread",
+                "i32 i32",
+                "i32",
+                r#"(import "vino" "vino_tickets_give" (func $f (param i64 i32) (result i32)))"#,
+                "(drop (call $f (i64.const 2) (i32.const 1)))",
+                with,
+                fail,
+            )
+        },
+        |wasm| {
+            let slot: GraftSlot<PickThread> = GraftSlot::new(rt, Arc::new(ThreadEnv::new(1)), Access::Process(1), None);
+            slot.load(wasm, Owner::process(1)).context("loading a graft")?;
+            let candidates = candidates.clone();
+            Ok(move || {
+                black_box(slot.invoke(&PickArgs {
+                    candidates: &candidates,
+                    default: 0,
+                }));
+                black_box(slot.env().take_gifts());
+                Ok(())
+            })
+        },
+    )?);
+    Ok(rows)
+}
+
 /// E3's hot list and null call, as built against instrumented, with `interrupt`.
 fn hot_list(
     budget: Budget,
@@ -405,6 +613,8 @@ pub fn run(opts: &RollbackOptions, progress: &mut dyn FnMut(&str)) -> Result<Rol
         replay_ns_per_record: abort_added_ns_per_record - added_ns_per_word,
     };
 
+    let functions = functions(budget, rounds, &on, progress)?;
+
     let lists = candidate_lists();
     let mut hot = Vec::new();
     let mut instrumented = Vec::new();
@@ -438,6 +648,7 @@ pub fn run(opts: &RollbackOptions, progress: &mut dyn FnMut(&str)) -> Result<Rol
         calls,
         aborts,
         slopes,
+        functions,
         hot_list: hot,
         instrumented,
     })
@@ -503,6 +714,37 @@ impl RollbackReport {
             fmt_ns(self.slopes.replay_ns_per_record)
         ));
 
+        let mut functions = Table::new(
+            "Graft-callable functions that change kernel state: a graft calling one once, against the same graft without the call",
+            &[
+                "function",
+                "graftpoint",
+                "without",
+                "with",
+                "the call adds",
+                "failing: without",
+                "failing: with",
+                "failing: the call adds",
+            ],
+        );
+        for f in &self.functions {
+            functions.row([
+                f.function.to_string(),
+                f.graftpoint.to_string(),
+                fmt_ns(f.committed.off_ns),
+                fmt_ns(f.committed.on_ns),
+                fmt_ns(f.committed.added_ns),
+                fmt_ns(f.aborted.off_ns),
+                fmt_ns(f.aborted.on_ns),
+                fmt_ns(f.aborted.added_ns),
+            ]);
+        }
+        functions.note(
+            "ns per kernel call through the graftpoint's slot, rollback on; the call begins the \
+             call's transaction (a graft that calls nothing runs without one), and the change is \
+             made at commit or dropped when the graft then traps",
+        );
+
         let mut hot = Table::new(
             "E3's hot-list module through wasmtime: as built against instrumented (one engine)",
             &[
@@ -519,7 +761,7 @@ impl RollbackReport {
             hot.row([r.interrupt.to_string(), r.call.to_string(), a, b, c, d]);
         }
         hot.note(format!("instrumented: {}", self.instrumented.join(", ")));
-        vec![goals, calls, aborts, hot]
+        vec![goals, calls, aborts, functions, hot]
     }
 
     /// ns per call with rollback off and on, null graft, writers, hot list (SVG).

@@ -297,6 +297,11 @@ struct vino_sched_thread {
 int32_t sched_pick_next(int32_t n, int32_t def);
 int32_t sched_pick_thread(int32_t n, int32_t def);
 #endif
+/* sched.pick_thread may give some of its process's tickets to another process of the same user:
+ * vino_tickets_give(pid, tickets) -> 0, -EINVAL (none, too many, itself) or -ENOSPC (more than 8
+ * gifts in this call). Made after the call commits, if pid is then the same user's and the giver
+ * keeps at least one ticket; dropped if the call fails. */
+VINO_IMPORT(vino_tickets_give) int32_t vino_tickets_give(int64_t pid, int32_t tickets);
 static inline const struct vino_sched_thread *vino_sched_threads(void) {
     return (const struct vino_sched_thread *)vino_args;
 }
@@ -365,6 +370,13 @@ struct vino_lock {
 int64_t lock_grant(int32_t n, int32_t m);
 #endif
 static inline const struct vino_lock *vino_lock_entries(void) { return (const struct vino_lock *)vino_args; }
+/* lock.grant may also reorder the file's queue: vino_lock_requeue(i, place) moves waiter i (as
+ * offered) to the front (VINO_REQUEUE_FRONT) or the back (VINO_REQUEUE_BACK) -> 0, -EINVAL (no
+ * such waiter, unknown place) or -ENOSPC (more than 64 moves in this call). Done when the call
+ * commits, after its grants, to the waiter if it still waits; dropped if the call fails. */
+#define VINO_REQUEUE_FRONT 0
+#define VINO_REQUEUE_BACK 1
+VINO_IMPORT(vino_lock_requeue) int32_t vino_lock_requeue(int32_t index, int32_t place);
 
 /* dir.access (the directory's owner, for the tree under it; thesis 4.2's access control): asked
  * about every lookup, open and change of a name in a directory under the bound one, by any user,

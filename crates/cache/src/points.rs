@@ -182,6 +182,7 @@ fn page_hint(env: &VictimEnv, page: i64, hint: i32) -> Result<i32, CallError> {
         let mut hints = hints.lock();
         if hints.len() < HINTS_WAITING {
             hints.push((page, hint));
+            vino_graft::change_made();
         }
     });
     Ok(0)
@@ -365,7 +366,9 @@ fn prefetch(file: &RaFile, offset: i64, length: i64) -> Result<i32, CallError> {
         // Room is certain: each call asks for at most RA_MAX_EXTENTS, and the reader takes
         // them after each call. A full list (calls racing on one descriptor) drops the rest:
         // read-ahead is advice.
-        prefetched.lock().push(Extent { off, len });
+        if prefetched.lock().push(Extent { off, len }) {
+            vino_graft::change_made();
+        }
     });
     Ok(0)
 }

@@ -128,11 +128,13 @@ fn page_hints_apply_when_the_call_commits_and_vanish_when_it_aborts() {
         "an aborted call's hint was applied"
     );
     assert_eq!(s.cache.stats().resident, 4);
+    assert_eq!(slot.stats().unwrap().changes, 0);
     // The same call committed: block 1 goes (its choice) and block 2's frame is given back.
     slot.call_control("set", &[page_id(1, 2) as i64, 2, 0]).unwrap();
     read_block(&s, 1, 1, &f, 5);
     assert!(!s.cache.contains(1, 1) && !s.cache.contains(1, 2));
     assert_eq!(s.cache.stats().resident, 3);
+    assert_eq!(slot.stats().unwrap().changes, 1);
     // Cold: block 5 goes at the eviction after the hint's, ahead of the older block 4.
     read_block(&s, 1, 1, &f, 6); // into the frame given back: no eviction
     slot.call_control("set", &[page_id(1, 5) as i64, 1, 0]).unwrap();
@@ -339,12 +341,14 @@ fn a_prefetching_graft_asks_as_it_goes_and_a_failed_call_issues_nothing() {
         "an aborted call's prefetch was issued"
     );
     assert_eq!(s.cache.process_counters(1).prefetched, 0);
+    assert_eq!(ra.slot().stats().unwrap().changes, 0);
     assert_eq!(ra.slot().call_control("ip_cursor", &[]).unwrap(), 0);
     // The same call committed: its prefetches are read.
     ra.slot().call_control("ip_fail", &[0]).unwrap();
     s.cache.read(&ctx, 1, &f, 100, &mut buf).unwrap();
     assert_eq!(ra.slot().stats().unwrap().failures, 1);
     assert!([150, 20, 90].iter().all(|&b| s.cache.contains(1, b)));
+    assert_eq!(ra.slot().stats().unwrap().changes, 3, "one request per block");
     assert_eq!(ra.slot().call_control("ip_cursor", &[]).unwrap(), 1);
     s.cache.read(&ctx, 1, &f, 150 * BS + 100, &mut buf).unwrap();
     assert_eq!(buf[0], pattern(150));

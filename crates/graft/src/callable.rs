@@ -31,6 +31,25 @@ impl CallError {
     }
 }
 
+thread_local! {
+    /// Changes to kernel state made on this thread by graft-callable functions' commit records.
+    static CHANGES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one change to kernel state made for a graft: a graft-callable function's commit
+/// record calls it as it makes its change, and the slot that ran the graft adds the changes made
+/// during its call to the graft's statistics ([`crate::GraftStats::changes`]). Counted where the
+/// change happens, not where it is asked for, so an aborted call's change, made by mistake,
+/// would show.
+pub fn change_made() {
+    CHANGES.with(|c| c.set(c.get() + 1));
+}
+
+/// Changes counted on this thread so far.
+pub(crate) fn changes_made() -> u64 {
+    CHANGES.with(std::cell::Cell::get)
+}
+
 /// Integer types a graft-callable function may take or return.
 pub trait WasmInt: wasmtime::WasmTy + wasmtime::WasmRet + Copy + Send + 'static {
     /// Its Wasm type.

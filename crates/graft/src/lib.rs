@@ -31,7 +31,7 @@ mod slot;
 mod stats;
 pub mod undo_log;
 
-pub use callable::{CallError, Callables};
+pub use callable::{CallError, Callables, change_made};
 pub use check::{ModuleSummary, allowed_imports, check_module, declared_functions, precheck, precheck_head};
 pub use clock::{ticks, ticks_to_ns};
 pub use error::{GraftError, LoadError};

@@ -3,7 +3,7 @@
 //! The binding is swapped atomically: a caller sees the old policy or the new one, never a mix,
 //! and a graft being replaced or unloaded finishes the calls already inside it.
 
-use crate::callable::Callables;
+use crate::callable::{self, Callables};
 use crate::check;
 use crate::clock;
 use crate::error::{GraftError, LoadError};
@@ -190,7 +190,15 @@ impl<G: GraftPoint> GraftSlot<G> {
             }),
             Policy::Wasm {
                 graft, transactional, ..
-            } => graft.invoke(&self.env, args, *transactional),
+            } if G::CALLABLE.is_empty() => graft.invoke(&self.env, args, *transactional),
+            Policy::Wasm {
+                graft, transactional, ..
+            } => {
+                let before = callable::changes_made();
+                let result = graft.invoke(&self.env, args, *transactional);
+                binding.counters.changed(callable::changes_made() - before);
+                result
+            }
         };
         let spent = timed.then(|| clock::ticks().wrapping_sub(started));
         match &result {

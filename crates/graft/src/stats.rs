@@ -13,6 +13,8 @@ pub(crate) struct Counters {
     consecutive_failures: AtomicU64,
     /// Calls that found the instance busy and took the default without reaching the graft.
     busy: AtomicU64,
+    /// Changes to kernel state its committed calls made through graft-callable functions.
+    changes: AtomicU64,
     /// Time of the calls that were timed ([`Counters::should_time`]), and how many.
     ticks: AtomicU64,
     timed: AtomicU64,
@@ -105,6 +107,12 @@ impl Counters {
         }
     }
 
+    pub(crate) fn changed(&self, n: u64) {
+        if n > 0 {
+            self.changes.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     /// Counts a call that found the instance busy: it never reached the graft.
     pub(crate) fn busy(&self) {
         self.busy.fetch_add(1, Ordering::Relaxed);
@@ -126,6 +134,7 @@ impl Counters {
             failures: self.failures.load(Ordering::Relaxed),
             consecutive_failures: self.consecutive_failures.load(Ordering::Relaxed),
             busy: self.busy.load(Ordering::Relaxed),
+            changes: self.changes.load(Ordering::Relaxed),
             time_ns: clock::ticks_to_ns(u64::try_from(estimate).unwrap_or(u64::MAX)),
             last_error: self.last_error.lock().clone(),
             last_log: self.last_log.lock().clone(),
@@ -144,6 +153,10 @@ pub struct GraftStats {
     /// Calls that found the graft's instance busy (its owner in a control call) and took the
     /// default at once; not counted in `invocations`.
     pub busy: u64,
+    /// Changes to kernel state its committed calls made through graft-callable functions
+    /// (reads asked for, page hints, waiters moved, tickets given, event writes): counted as
+    /// each change is made, at commit.
+    pub changes: u64,
     /// Time spent in the graft, transaction included: estimated from one call in 16, timed.
     pub time_ns: u64,
     pub last_error: Option<String>,

@@ -434,7 +434,9 @@ fn file_write(env: &EventEnv, memory: &[u8], fd: i32, offset: i64, ptr: i32, len
             };
             at.and_then(|at| p.pwrite(fd, &data, at)).is_ok_and(|n| n == data.len())
         };
-        if !done {
+        if done {
+            vino_graft::change_made();
+        } else {
             env.commit_error();
         }
     });
@@ -462,7 +464,9 @@ fn file_fsync(env: &EventEnv, fd: i32) -> Result<i32, CallError> {
         };
         let Some(p) = env.process() else { return };
         let same = p.file(fd).is_ok_and(|f| Arc::ptr_eq(&f, &file));
-        if !same || p.fsync(fd).is_err() {
+        if same && p.fsync(fd).is_ok() {
+            vino_graft::change_made();
+        } else {
             env.commit_error();
         }
     });

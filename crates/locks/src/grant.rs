@@ -37,7 +37,9 @@
 //!   `sdk/grafts/lock_fifo.c`, and as a native policy, [`Fifo`].
 
 use crate::range::{Lock, LockKind, Range};
-use vino_graft::{GraftPoint, Invalid, NativePolicy};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use vino_graft::{CallError, Callables, GraftPoint, Invalid, NativePolicy};
 
 /// Most waiting requests offered to a policy in one call (the bits of the result).
 pub const GRANT_MAX: usize = 64;
@@ -68,10 +70,74 @@ pub struct GrantArgs<'a> {
     pub held: &'a [Lock],
 }
 
-/// What a `lock.grant` policy knows besides its arguments: the object it decides for.
-#[derive(Debug, Clone, Copy, Default)]
+/// What a `lock.grant` policy knows besides its arguments: the object it decides for; and the
+/// waiters its graft's committed calls moved, for the round that asked it to apply.
+#[derive(Debug, Default)]
 pub struct GrantEnv {
     pub object: u64,
+    requeues: Arc<Mutex<Vec<(usize, Requeue)>>>,
+    /// Requeues the running call asked for, and how many waiters it was offered (set as each
+    /// call begins, with the graft's instance held).
+    asked: Mutex<(usize, usize)>,
+}
+
+impl GrantEnv {
+    pub fn new(object: u64) -> Self {
+        GrantEnv {
+            object,
+            ..GrantEnv::default()
+        }
+    }
+
+    /// The committed requeues not applied yet: (index among the waiters offered, where to).
+    pub fn take_requeues(&self) -> Vec<(usize, Requeue)> {
+        std::mem::take(&mut *self.requeues.lock())
+    }
+}
+
+/// Where `vino_lock_requeue` moves a waiter in its object's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// Ahead of every other waiter: offered first, and first in the default's order.
+    Front,
+    /// Behind every other waiter.
+    Back,
+}
+
+/// Most `vino_lock_requeue` calls one `lock.grant` call may make.
+pub const REQUEUE_MAX: usize = GRANT_MAX;
+
+/// `vino_lock_requeue(index, place) -> 0 | -errno`: moves the waiter offered at `index` to the
+/// front (`place` 0) or the back (1) of its object's queue. Checked now (`-EINVAL`: no such
+/// waiter offered, an unknown place; `-ENOSPC`: more than [`REQUEUE_MAX`] in this call); done
+/// when the call commits, after the grants its answer names, to the waiter if it still waits
+/// (a round whose waiters changed while the graft ran drops them with its answer). A call that
+/// fails afterwards has its moves dropped. The queue is the object's, whose policy the graft
+/// already is: moving a waiter gives it no more than granting or passing it over does.
+fn requeue(env: &GrantEnv, index: i32, place: i32) -> Result<i32, CallError> {
+    const EINVAL: i32 = -22;
+    const ENOSPC: i32 = -28;
+    let place = match place {
+        0 => Requeue::Front,
+        1 => Requeue::Back,
+        _ => return Ok(EINVAL),
+    };
+    {
+        let mut asked = env.asked.lock();
+        let Some(index) = usize::try_from(index).ok().filter(|&i| i < asked.1) else {
+            return Ok(EINVAL);
+        };
+        if asked.0 == REQUEUE_MAX {
+            return Ok(ENOSPC);
+        }
+        asked.0 += 1;
+        let requeues = env.requeues.clone();
+        vino_graft::vlt::current::on_commit(move || {
+            requeues.lock().push((index, place));
+            vino_graft::change_made();
+        });
+    }
+    Ok(0)
 }
 
 /// One entry of the argument area, decoded (tests and tools use it).
@@ -243,6 +309,7 @@ pub struct LockGrant;
 
 impl GraftPoint for LockGrant {
     const NAME: &'static str = "lock.grant";
+    const CALLABLE: &'static [&'static str] = &["vino_lock_requeue"];
     const USES_ARG_AREA: bool = true;
     type Env = GrantEnv;
     type Args<'a> = GrantArgs<'a>;
@@ -254,8 +321,10 @@ impl GraftPoint for LockGrant {
         frp(args)
     }
 
-    fn encode(_: &GrantEnv, args: &GrantArgs<'_>, area: &mut [u8]) -> (i32, i32) {
-        encode_grant(args, area)
+    fn encode(env: &GrantEnv, args: &GrantArgs<'_>, area: &mut [u8]) -> (i32, i32) {
+        let (n, m) = encode_grant(args, area);
+        *env.asked.lock() = (0, n as usize);
+        (n, m)
     }
 
     fn decode(_: &GrantEnv, args: &GrantArgs<'_>, mask: i64, _: &[u8]) -> Result<u64, Invalid> {
@@ -263,6 +332,10 @@ impl GraftPoint for LockGrant {
             return Err(Invalid(format!("negative grant mask {mask}")));
         }
         check_grant(args, mask as u64)
+    }
+
+    fn callables(c: &mut Callables<GrantEnv>) {
+        c.func2("vino_lock_requeue", requeue);
     }
 }
 

@@ -44,7 +44,7 @@ mod manager;
 pub mod range;
 mod tree;
 
-pub use grant::{Fifo, Frp, GrantArgs, GrantEnv, LockGrant, WaitInfo};
+pub use grant::{Fifo, Frp, GrantArgs, GrantEnv, LockGrant, REQUEUE_MAX, Requeue, WaitInfo};
 pub use manager::{LockError, LockManager, LockStats, Wait};
 pub use range::{Change, Held, Lock, LockKind, Range, TO_EOF};
 

@@ -11,7 +11,7 @@
 //! that one file wait for its graft, at most a few budgets (100 µs of work each); trusted native
 //! policies and the default still decide under the mutex.
 
-use crate::grant::{self, GRANT_MAX, GrantArgs, GrantEnv, LockGrant, WaitInfo};
+use crate::grant::{self, GRANT_MAX, GrantArgs, GrantEnv, LockGrant, Requeue, WaitInfo};
 use crate::range::{Held, Lock, LockKind, Range};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
@@ -157,7 +157,7 @@ impl LockManager {
         st.slots
             .entry(object)
             .or_insert_with(|| {
-                let env = Arc::new(GrantEnv { object });
+                let env = Arc::new(GrantEnv::new(object));
                 Arc::new(GraftSlot::new(&self.runtime, env, access, Some(&object.to_string())))
             })
             .clone()
@@ -453,12 +453,16 @@ impl LockManager {
             return Round::Done;
         };
         obj.deciding = false;
+        let requeues = slot.env().take_requeues();
         let same =
             obj.generation == generation && obj.waiting.iter().take(GRANT_MAX).map(|w| w.id).eq(ids.iter().copied());
         if !same {
             return Round::Changed;
         }
         self.apply(st, object, &infos, &held, mask);
+        if let Some(obj) = st.objects.get_mut(&object) {
+            requeue(obj, &ids, &requeues);
+        }
         Round::Done
     }
 
@@ -740,6 +744,22 @@ fn grant_mask(st: &mut State, object: u64, mask: u64) {
         let _ = st.set(object, w.owner, None, Some(w.kind), w.range, WAIT_RESERVE);
         st.outcomes.insert(w.id, Ok(()));
         w.cv.notify_one();
+    }
+}
+
+/// Moves the waiters a graft's committed `vino_lock_requeue` calls named (by their index in
+/// `ids`, the waiters it was offered) that still wait, in the order the calls were made.
+fn requeue(obj: &mut Object, ids: &[u64], requeues: &[(usize, Requeue)]) {
+    for &(index, place) in requeues {
+        let Some(id) = ids.get(index) else { continue };
+        let Some(at) = obj.waiting.iter().position(|w| w.id == *id) else {
+            continue;
+        };
+        let w = obj.waiting.remove(at).expect("found");
+        match place {
+            Requeue::Front => obj.waiting.push_front(w),
+            Requeue::Back => obj.waiting.push_back(w),
+        }
     }
 }
 

@@ -318,3 +318,60 @@ fn an_object_that_changes_while_its_graft_decides_is_decided_again() {
     );
     m.check_invariants();
 }
+
+/// A graft that moves the newest waiter it is offered to the front of the queue
+/// (`vino_lock_requeue`), grants nothing, and traps afterwards while `vino_ctl_trap` has set
+/// its flag.
+const REQUEUING: &str = r#"(module
+  (import "vino" "vino_lock_requeue" (func $requeue (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "vino_ctl_trap") (param $on i64) (result i32)
+    (i64.store (i32.const 0) (local.get $on)) (i32.const 0))
+  (func (export "lock_grant") (param $n i32) (param $m i32) (result i64)
+    (if (call $requeue (i32.sub (local.get $n) (i32.const 1)) (i32.const 0)) (then unreachable))
+    (if (i64.ne (i64.load (i32.const 0)) (i64.const 0)) (then unreachable))
+    (i64.const 0)))"#;
+
+fn waiting_owners(m: &LockManager) -> Vec<u64> {
+    m.waiting(OBJ).iter().map(|l| l.owner).collect()
+}
+
+#[test]
+fn a_graft_reorders_its_objects_waiters_when_its_call_commits_and_not_when_it_fails() {
+    let (m, slot) = manager(Policy::Frp);
+    slot.load(&wat::parse_str(REQUEUING).unwrap(), Owner::process(1))
+        .unwrap();
+    m.lock(OBJ, 1, Read, BYTE0, Wait::No).unwrap();
+    let hs = vec![waiter(&m, 2, Write), waiter(&m, 3, Write), waiter(&m, 4, Write)];
+    // A reader that could share owner 1's lock while writers wait makes the policy decide: the
+    // graft moves it to the front and grants nothing, so the reader gives up (it would not
+    // wait), and the policy decides again: writer 4 goes to the front.
+    assert!(m.lock(OBJ, 8, Read, BYTE0, Wait::No).is_err());
+    assert_eq!(waiting_owners(&m), [4, 2, 3]);
+    // The same call failing after its move: the default decides (the reader gets in) and the
+    // queue keeps its order.
+    slot.call_control("trap", &[1]).unwrap();
+    m.lock(OBJ, 8, Read, BYTE0, Wait::No).unwrap();
+    assert_eq!(waiting_owners(&m), [4, 2, 3]);
+    assert_eq!(slot.stats().unwrap().failures, 1);
+    // Two calls committed a move each (as the reader came, and as it gave up); the failed one's
+    // move was never made.
+    assert_eq!(slot.stats().unwrap().changes, 2);
+    slot.call_control("trap", &[0]).unwrap();
+    m.unlock(OBJ, 8, BYTE0).unwrap();
+    assert_eq!(waiting_owners(&m), [3, 4, 2]);
+    // Once nobody holds the byte, the default overrules the empty grant: the writer at the
+    // front goes, then the graft's move applies to those still waiting.
+    m.unlock(OBJ, 1, BYTE0).unwrap();
+    assert_eq!(holders(&m), [(3, Write)]);
+    assert_eq!(waiting_owners(&m), [2, 4]);
+    for owner in [3, 2, 4] {
+        assert_eq!(holders(&m), [(owner, Write)]);
+        m.unlock(OBJ, owner, BYTE0).unwrap();
+    }
+    for h in hs {
+        assert_eq!(h.join().unwrap(), Ok(()));
+    }
+    m.check_invariants();
+}

@@ -22,7 +22,7 @@
 pub mod points;
 pub mod share;
 
-pub use points::{PickArgs, PickNext, PickThread, Timer, TimerArgs};
+pub use points::{GIFTS_MAX, PickArgs, PickNext, PickThread, ThreadEnv, Timer, TimerArgs};
 pub use share::{Candidate, DEFAULT_TICKETS, How, MAX_TICKETS, Pick, Pid, ShareError, State, Tid, Uid};
 
 use parking_lot::{Condvar, Mutex};
@@ -82,6 +82,10 @@ pub struct SchedStats {
     pub handoffs: u64,
     pub spawned: u64,
     pub exited: u64,
+    /// Ticket gifts of `sched.pick_thread` grafts made (`vino_tickets_give`), and refused when
+    /// due (the receiver gone or another user's, the giver short of tickets).
+    pub tickets_given: u64,
+    pub gifts_refused: u64,
 }
 
 /// One thread, as `vino ps` shows it.
@@ -258,7 +262,7 @@ impl Scheduler {
             .or_insert_with(|| {
                 Arc::new(GraftSlot::new(
                     &self.inner.runtime,
-                    Arc::new(pid),
+                    Arc::new(ThreadEnv::new(pid)),
                     Access::Process(pid),
                     None,
                 ))
@@ -504,6 +508,9 @@ impl Inner {
     /// The next thread to run at `now`, taken out of the queues; `None` if nothing is runnable.
     fn pick(&self, st: &mut SchedState, now: u64) -> Option<Pick> {
         let cap = self.config.starvation_cap.as_nanos() as u64;
+        // The processes whose graft ran: the tickets their committed calls gave are moved once
+        // the choice is made.
+        let mut asked: Vec<Pid> = Vec::new();
         let pick = if let Some(tid) = st.shares.starving(now, cap) {
             st.stats.starved += 1;
             Pick {
@@ -521,6 +528,7 @@ impl Inner {
                 if slot.policy_kind() == PolicyKind::Default {
                     return None;
                 }
+                asked.push(pid);
                 Some(slot.invoke(&PickArgs {
                     candidates: &shares.queue_of(pid, now),
                     default: 0,
@@ -547,6 +555,14 @@ impl Inner {
             }
             pick
         };
+        for pid in asked {
+            let gifts = st.pick_thread.get(&pid).map(|slot| slot.env().take_gifts());
+            for (to, n) in gifts.into_iter().flatten() {
+                let given = st.shares.give_tickets(pid, to, n).is_ok();
+                st.stats.tickets_given += u64::from(given);
+                st.stats.gifts_refused += u64::from(!given);
+            }
+        }
         if pick.how == How::Donated {
             st.stats.donated += 1;
         }

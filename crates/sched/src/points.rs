@@ -11,9 +11,11 @@
 //! entry point gets their number and the default's choice, and returns an index. Anything else
 //! is invalid and the default decides.
 
-use crate::share::Candidate;
+use crate::share::{Candidate, MAX_TICKETS, Pid};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
-use vino_graft::{GraftPoint, Invalid};
+use vino_graft::{CallError, Callables, GraftPoint, Invalid};
 
 /// Most candidates one decision sees.
 pub const PICK_MAX: usize = 64;
@@ -75,29 +77,97 @@ impl GraftPoint for PickNext {
     }
 }
 
-/// The graftpoint `sched.pick_thread` of one process (its environment is the process's id).
+/// The graftpoint `sched.pick_thread` of one process.
 pub struct PickThread;
+
+/// Most `vino_tickets_give` calls one `sched.pick_thread` call may make.
+pub const GIFTS_MAX: usize = 8;
+
+/// What a `sched.pick_thread` policy sees: its process, and the tickets its graft's committed
+/// calls gave away, waiting for the scheduler to move them.
+#[derive(Debug, Default)]
+pub struct ThreadEnv {
+    pid: Pid,
+    gifts: Arc<Mutex<Vec<(Pid, u32)>>>,
+    /// Gifts the running call made (reset as each call begins, with the graft's instance held).
+    asked: Mutex<usize>,
+}
+
+impl ThreadEnv {
+    pub fn new(pid: Pid) -> Self {
+        ThreadEnv {
+            pid,
+            ..ThreadEnv::default()
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The committed gifts not made yet: (receiver, tickets), oldest first.
+    pub fn take_gifts(&self) -> Vec<(Pid, u32)> {
+        std::mem::take(&mut *self.gifts.lock())
+    }
+}
+
+/// `vino_tickets_give(pid, tickets) -> 0 | -errno`: gives `tickets` of the process's tickets to
+/// process `pid` of the same user (lottery scheduling's ticket transfer, in the user's currency:
+/// the user's share against others does not move). Checked now (`-EINVAL`: no tickets, more than
+/// any process may hold, the process itself; `-ENOSPC`: more than [`GIFTS_MAX`] in this call);
+/// made by the scheduler after the call commits, if `pid` is then a live process of the same
+/// user and the giver keeps at least one ticket, else dropped. A call that fails afterwards has
+/// its gifts dropped.
+fn tickets_give(env: &ThreadEnv, to: i64, tickets: i32) -> Result<i32, CallError> {
+    const EINVAL: i32 = -22;
+    const ENOSPC: i32 = -28;
+    let (Ok(to), Ok(n)) = (u64::try_from(to), u32::try_from(tickets)) else {
+        return Ok(EINVAL);
+    };
+    if to == env.pid || n == 0 || n > MAX_TICKETS {
+        return Ok(EINVAL);
+    }
+    {
+        let mut asked = env.asked.lock();
+        if *asked == GIFTS_MAX {
+            return Ok(ENOSPC);
+        }
+        *asked += 1;
+    }
+    let gifts = env.gifts.clone();
+    vino_graft::vlt::current::on_commit(move || {
+        gifts.lock().push((to, n));
+        vino_graft::change_made();
+    });
+    Ok(0)
+}
 
 impl GraftPoint for PickThread {
     const NAME: &'static str = "sched.pick_thread";
+    const CALLABLE: &'static [&'static str] = &["vino_tickets_give"];
     const USES_ARG_AREA: bool = true;
     const BUDGET: Duration = PICK_BUDGET;
-    type Env = u64;
+    type Env = ThreadEnv;
     type Args<'a> = PickArgs<'a>;
     type Output = usize;
     type Params = (i32, i32);
     type Results = i32;
 
-    fn default_policy(_: &u64, args: &PickArgs<'_>) -> usize {
+    fn default_policy(_: &ThreadEnv, args: &PickArgs<'_>) -> usize {
         args.default
     }
 
-    fn encode(_: &u64, args: &PickArgs<'_>, area: &mut [u8]) -> (i32, i32) {
+    fn encode(env: &ThreadEnv, args: &PickArgs<'_>, area: &mut [u8]) -> (i32, i32) {
+        *env.asked.lock() = 0;
         encode(args, area)
     }
 
-    fn decode(_: &u64, args: &PickArgs<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
+    fn decode(_: &ThreadEnv, args: &PickArgs<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
         decode(args, choice)
+    }
+
+    fn callables(c: &mut Callables<ThreadEnv>) {
+        c.func2("vino_tickets_give", tickets_give);
     }
 }
 

@@ -400,6 +400,26 @@ impl Shares {
         Ok(())
     }
 
+    /// Moves `n` of `from`'s tickets to `to`, both processes of one user: they are in that
+    /// user's currency, so its share against other users does not move. `from` keeps at least
+    /// one ticket, and `to` stays within [`MAX_TICKETS`].
+    pub fn give_tickets(&mut self, from: Pid, to: Pid, n: u32) -> Result<(), ShareError> {
+        let (Some(giver), Some(taker)) = (self.procs.get(&from), self.procs.get(&to)) else {
+            let missing = if self.procs.contains_key(&from) { to } else { from };
+            return Err(ShareError::NoSuchProcess(missing));
+        };
+        if giver.uid != taker.uid {
+            return Err(ShareError::NoSuchProcess(to));
+        }
+        if from == to || n == 0 || n >= giver.tickets {
+            return Err(ShareError::BadTickets(n));
+        }
+        check_tickets(taker.tickets.saturating_add(n))?;
+        self.procs.get_mut(&from).expect("checked").tickets -= n;
+        self.procs.get_mut(&to).expect("checked").tickets += n;
+        Ok(())
+    }
+
     pub fn process_tickets(&self, pid: Pid) -> Option<u32> {
         self.procs.get(&pid).map(|p| p.tickets)
     }

@@ -388,3 +388,64 @@ fn a_wait_of_no_known_length_gives_the_worker_away_at_once() {
         s.spawn(2, |ctx| async move { ctx.yield_now().await }).unwrap().join();
     }
 }
+
+/// A `sched.pick_thread` graft that gives one ticket to the process `vino_ctl_set` named on
+/// every call (`vino_tickets_give`), then traps if told to, else runs the default's choice.
+const GIVER: &str = r#"(module
+    (import "vino" "vino_tickets_give" (func $give (param i64 i32) (result i32)))
+    (memory (export "memory") 1)
+    (global (export "vino_args") i32 (i32.const 1024))
+    (func (export "vino_ctl_set") (param $to i64) (param $trap i64) (result i32)
+        (i64.store (i32.const 0) (local.get $to))
+        (i64.store (i32.const 8) (local.get $trap))
+        (i32.const 0))
+    (func (export "sched_pick_thread") (param i32 i32) (result i32)
+        (drop (call $give (i64.load (i32.const 0)) (i32.const 1)))
+        (if (i64.ne (i64.load (i32.const 8)) (i64.const 0)) (then unreachable))
+        (i32.const 0)))"#;
+
+/// Process 1 (user 1) runs two burners under [`GIVER`] giving to `to`; process 2 is user 1's
+/// too, process 3 user 2's. Returns the scheduler and how many calls the graft made.
+fn giving(to: u64, trap: bool) -> (Scheduler, u64) {
+    // A graft that keeps failing stays loaded, so that its failed calls are counted.
+    let rt = Runtime::new(vino_graft::RuntimeConfig {
+        max_consecutive_failures: u32::MAX,
+        failure_rate_min: u32::MAX,
+        ..Default::default()
+    });
+    let (s, clock) = manual(&rt, one_worker());
+    let slot = s.add_process(1, 1);
+    s.add_process(2, 1);
+    s.add_process(3, 2);
+    slot.load(GIVER.as_bytes(), Owner::process(1)).unwrap();
+    slot.call_control("set", &[to as i64, i64::from(trap)]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let a = burner_on(&s, 1, &stop, Some(&clock));
+    let b = burner_on(&s, 1, &stop, Some(&clock));
+    until_clock(&clock, Duration::from_millis(30));
+    stop.store(true, Ordering::Relaxed);
+    a.0.join();
+    b.0.join();
+    let calls = slot.stats().map_or(0, |g| g.invocations);
+    (s, calls)
+}
+
+#[test]
+fn a_thread_graft_moves_tickets_between_its_users_processes_when_its_call_commits() {
+    let (s, calls) = giving(2, false);
+    let (mine, theirs) = (s.process_tickets(1).unwrap(), s.process_tickets(2).unwrap());
+    assert!(calls > 0 && mine < 100, "{calls} calls, {mine} tickets left");
+    assert_eq!(mine + theirs, 200, "tickets moved, none made");
+    assert_eq!(s.stats().tickets_given, u64::from(100 - mine));
+    assert!(s.stats().tickets_given + s.stats().gifts_refused <= calls);
+    // The same gifts from calls that trap afterwards: none is made.
+    let (s, calls) = giving(2, true);
+    assert!(calls > 0);
+    assert_eq!((s.process_tickets(1), s.process_tickets(2)), (Some(100), Some(100)));
+    assert_eq!(s.stats().tickets_given, 0);
+    // Another user's process takes no gift: the user's share against others never moves.
+    let (s, calls) = giving(3, false);
+    assert!(calls > 0);
+    assert_eq!((s.process_tickets(1), s.process_tickets(3)), (Some(100), Some(100)));
+    assert!(s.stats().gifts_refused > 0 && s.stats().tickets_given == 0);
+}

@@ -89,12 +89,22 @@ pub fn module(g: &Graftpoint, b: Behaviour) -> Vec<u8> {
 /// graftpoint's graft-callable functions before it behaves as it does, so that a call that then
 /// fails has changes for its transaction to drop: `file.compute_ra` asks for the file's first
 /// block to be read ahead, `vas.pick_victim` hints its second candidate (the kernel's own choice
-/// is the first) as one to give back. Results are ignored (a file too short refuses the read).
+/// is the first) as one to give back, `lock.grant` sends the longest waiter to the back of the
+/// queue, `sched.pick_thread` gives a ticket to process 1. Results are ignored (a file too
+/// short refuses the read, process 1 is rarely the same user's).
 fn kernel_changes(g: &Graftpoint) -> (&'static str, &'static str) {
     match g.callable {
         ["vino_prefetch"] => (
             r#"(import "vino" "vino_prefetch" (func $prefetch (param i64 i64) (result i32)))"#,
             "(drop (call $prefetch (i64.const 0) (i64.const 4096)))",
+        ),
+        ["vino_lock_requeue"] => (
+            r#"(import "vino" "vino_lock_requeue" (func $requeue (param i32 i32) (result i32)))"#,
+            "(drop (call $requeue (i32.const 0) (i32.const 1)))",
+        ),
+        ["vino_tickets_give"] => (
+            r#"(import "vino" "vino_tickets_give" (func $give (param i64 i32) (result i32)))"#,
+            "(drop (call $give (i64.const 1) (i32.const 1)))",
         ),
         ["vino_page_hint"] => (
             r#"(import "vino" "vino_page_hint" (func $hint (param i64 i32) (result i32)))"#,

@@ -867,6 +867,8 @@ impl Sim {
     /// End of the first pass: the whole tree against the model, nothing leaked, a clean disk.
     /// Nothing a failed graft call wrote survives in its memory: each of the simulator's
     /// grafts counts its calls in its memory, so the count must be its calls that succeeded.
+    /// Nor in the kernel: the changes made for it through graft-callable functions (one per
+    /// call at most, [`grafts::module`]) are at most the calls that committed.
     /// (`vas.pick_victim` is entered once per page of candidates, so there it may be more; the
     /// scheduler's grafts run on its threads as real time passes, a custom graft keeps no
     /// count, and graftpoints whose calls recompute everything, `file.stream` and
@@ -898,6 +900,14 @@ impl Sim {
                     return Err(format!(
                         "at the end: the graft at {} counted {counted} calls in its memory, but {succeeded} of its {} calls succeeded: a failed call's writes survived",
                         slot.point, stats.invocations
+                    ));
+                }
+                // Each entry call asks for at most one kernel change before it behaves well or
+                // badly: more changes made than calls committed means a failed call's was made.
+                if stats.changes > counted as u64 {
+                    return Err(format!(
+                        "at the end: {} kernel changes were made for the graft at {}, but only {counted} of its calls committed: a failed call's change was made",
+                        stats.changes, slot.point
                     ));
                 }
             }
