@@ -1126,6 +1126,23 @@ pub const PAGES: &[Page] = &[
                 ],
             },
             Table {
+                title: "Graft-callable functions that change kernel state, each at its graftpoint: a graft calling it \
+                        once against the same graft without the call (ns per kernel call through the slot, rollback \
+                        on), committed and then trapping:",
+                rows: "functions[]",
+                across: None,
+                columns: &[
+                    ("function", "function", Fmt::Text),
+                    ("graftpoint", "graftpoint", Fmt::Text),
+                    ("without", "committed.off_ns", Fmt::Ns),
+                    ("with", "committed.on_ns", Fmt::Ns),
+                    ("the call adds", "committed.added_ns", Fmt::Ns),
+                    ("trapping: without", "aborted.off_ns", Fmt::Ns),
+                    ("trapping: with", "aborted.on_ns", Fmt::Ns),
+                    ("trapping: the call adds", "aborted.added_ns", Fmt::Ns),
+                ],
+            },
+            Table {
                 title: "E3's hot-list module through wasmtime, as built against instrumented, on one engine:",
                 rows: "hot_list[]",
                 across: None,
