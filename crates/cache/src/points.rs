@@ -5,7 +5,7 @@ use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use vino_blockdev::BLOCK_SIZE;
 use vino_graft::abi::{self, Extent, Extents};
 use vino_graft::{Access, CallError, Callables, GraftPoint, GraftSlot, Invalid, Runtime};
@@ -256,7 +256,7 @@ pub struct RaFile {
     ahead_end: AtomicU64,
     mode: AtomicU8,
     /// What the graft's committed `vino_prefetch` calls asked for, not yet issued.
-    prefetched: Arc<Mutex<Extents>>,
+    prefetched: Arc<Prefetched>,
     /// Bytes and requests `vino_prefetch` took in the running call (reset as each call
     /// begins, with the graft's instance held).
     asked: Mutex<(u64, usize)>,
@@ -328,6 +328,25 @@ impl RaFile {
     }
 }
 
+/// The committed `vino_prefetch` requests of one open file, and whether there are any: every
+/// read asks, and most files have none, so the read path looks at a flag, not the lock.
+#[derive(Default)]
+struct Prefetched {
+    pending: AtomicBool,
+    extents: Mutex<Extents>,
+}
+
+impl Prefetched {
+    /// Takes the requests (none without touching the lock if none are pending).
+    fn take(&self) -> Extents {
+        if !self.pending.load(Ordering::Acquire) {
+            return Extents::new();
+        }
+        self.pending.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *self.extents.lock())
+    }
+}
+
 /// One read that just happened, as `file.compute_ra` sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Read {
@@ -366,7 +385,8 @@ fn prefetch(file: &RaFile, offset: i64, length: i64) -> Result<i32, CallError> {
         // Room is certain: each call asks for at most RA_MAX_EXTENTS, and the reader takes
         // them after each call. A full list (calls racing on one descriptor) drops the rest:
         // read-ahead is advice.
-        if prefetched.lock().push(Extent { off, len }) {
+        if prefetched.extents.lock().push(Extent { off, len }) {
+            prefetched.pending.store(true, Ordering::Release);
             vino_graft::change_made();
         }
     });
@@ -446,7 +466,7 @@ impl ReadAhead {
             offset,
             len: len.min(u32::MAX as usize) as u32,
         });
-        let prefetched = std::mem::take(&mut *file.prefetched.lock());
+        let prefetched = file.prefetched.take();
         Advice { decided, prefetched }
     }
 }
