@@ -155,6 +155,43 @@ fn page_hints_apply_when_the_call_commits_and_vanish_when_it_aborts() {
     assert_eq!(slot.stats().unwrap().failures, 3);
 }
 
+/// The hostile suite's `change_then_fail` at `vas.pick_victim`: a hint given by a call that then
+/// traps, spins past its budget or answers out of range is never applied.
+#[test]
+fn a_page_hint_applies_only_from_a_call_that_commits_however_the_call_fails() {
+    let s = setup(4, 64);
+    let f = file(0, 16);
+    let slot = s.cache.register_process(1);
+    slot.load(
+        &vino_sdk::change_then_fail("vas.pick_victim").unwrap(),
+        Owner::process(1),
+    )
+    .unwrap();
+    for i in 0..4 {
+        read_block(&s, 1, 1, &f, i);
+    }
+    // Every eviction, the graft asks for block 2's frame to be given back.
+    slot.call_control("set", &[page_id(1, 2) as i64, 2]).unwrap();
+    for (failed, (mode, failure)) in (1..).zip(vino_sdk::CHANGE_THEN_FAIL_MODES) {
+        slot.call_control("fail", &[mode]).unwrap();
+        read_block(&s, 1, 1, &f, 2); // a hit: block 2 is the newest, never the default's victim
+        read_block(&s, 1, 1, &f, 3 + failed);
+        let stats = slot.stats().unwrap();
+        assert_eq!(stats.failures, failed);
+        assert!(stats.last_error.unwrap().contains(failure), "mode {mode}");
+        assert_eq!(stats.changes, 0);
+        assert!(s.cache.contains(1, 2), "mode {mode}: a failed call's hint was applied");
+        assert_eq!(s.cache.stats().resident, 4);
+        assert_eq!(slot.call_control("calls", &[]).unwrap(), 0);
+    }
+    slot.call_control("fail", &[0]).unwrap();
+    read_block(&s, 1, 1, &f, 10);
+    assert!(!s.cache.contains(1, 2), "the committed call's hint gave the frame back");
+    assert_eq!(s.cache.stats().resident, 3);
+    assert_eq!(slot.stats().unwrap().changes, 1);
+    assert_eq!(slot.call_control("calls", &[]).unwrap(), 1);
+}
+
 #[test]
 fn scan_eviction_graft_from_c_gives_the_scan_back_and_keeps_the_working_set() {
     let s = setup(8, 64);
@@ -353,6 +390,43 @@ fn a_prefetching_graft_asks_as_it_goes_and_a_failed_call_issues_nothing() {
     s.cache.read(&ctx, 1, &f, 150 * BS + 100, &mut buf).unwrap();
     assert_eq!(buf[0], pattern(150));
     assert_eq!(s.cache.process_counters(1).prefetch_used, 1);
+}
+
+/// The hostile suite's `change_then_fail` at `file.compute_ra`: a prefetch asked for by a call
+/// that then traps, spins past its budget or answers out of range is never issued.
+#[test]
+fn a_prefetch_is_issued_only_by_a_call_that_commits_however_the_call_fails() {
+    let s = setup(64, 256);
+    let f = file(0, 200);
+    let ra = ReadAhead::new(&s.runtime, 1, "4");
+    ra.slot()
+        .load(
+            &vino_sdk::change_then_fail("file.compute_ra").unwrap(),
+            Owner::process(1),
+        )
+        .unwrap();
+    ra.slot().call_control("set", &[(150 * BS) as i64, BS as i64]).unwrap();
+    let ctx = IoCtx::with_read_ahead(1, &ra);
+    let mut buf = vec![0u8; 100];
+    for (failed, (mode, failure)) in (1..).zip(vino_sdk::CHANGE_THEN_FAIL_MODES) {
+        ra.slot().call_control("fail", &[mode]).unwrap();
+        s.cache.read(&ctx, 1, &f, 100, &mut buf).unwrap();
+        let stats = ra.slot().stats().unwrap();
+        assert_eq!(stats.failures, failed);
+        assert!(stats.last_error.unwrap().contains(failure), "mode {mode}");
+        assert_eq!(stats.changes, 0);
+        assert!(
+            !s.cache.contains(1, 150),
+            "mode {mode}: a failed call's prefetch was issued"
+        );
+        assert_eq!(s.cache.process_counters(1).prefetched, 0);
+        assert_eq!(ra.slot().call_control("calls", &[]).unwrap(), 0);
+    }
+    ra.slot().call_control("fail", &[0]).unwrap();
+    s.cache.read(&ctx, 1, &f, 100, &mut buf).unwrap();
+    assert!(s.cache.contains(1, 150));
+    assert_eq!(ra.slot().stats().unwrap().changes, 1);
+    assert_eq!(ra.slot().call_control("calls", &[]).unwrap(), 1);
 }
 
 #[test]

@@ -71,6 +71,10 @@ pub enum GraftError {
         /// The graft's own doing (a trap, its budget), not a lock conflict with others.
         grafts_fault: bool,
     },
+    /// The graft's instance is held by another transaction that called it from inside a graft
+    /// and has not ended, and the wait for it failed (EBUSY).
+    #[error("the graft is held by a transaction still in progress: {0}")]
+    InUse(String),
 }
 
 pub(crate) fn describe_access(access: Access) -> String {

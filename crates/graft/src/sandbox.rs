@@ -7,12 +7,13 @@ use crate::point::{GraftPoint, export_name};
 use crate::runtime::{Interrupt, Runtime, RuntimeConfig};
 use crate::stats::Counters;
 use crate::undo_log::UndoLog;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use vino_account::{Account, Exceeded, Growing, Resource};
-use vino_vlt::VltError;
+use vino_vlt::{LockMode, ObjectId, VltError, current};
 use wasmtime::{Func, Instance, Memory, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline, Val, ValType};
 
 /// Size of the argument area a graft exports as `vino_args`, unless its graftpoint sets its own
@@ -141,6 +142,10 @@ struct Live<G: GraftPoint> {
     undo: Option<UndoLog>,
     /// The records of a paged call's earlier pages (see [`UndoLog::keep`]).
     kept: Vec<u8>,
+    /// A transaction family called this instance from inside a graft and has not ended: its
+    /// calls' writes may still be undone, so no one else may call the instance (or write its
+    /// memory) until the family commits or aborts. See [`WasmGraft::invoke`].
+    pinned: bool,
 }
 
 impl<G: GraftPoint> Live<G> {
@@ -165,15 +170,60 @@ impl<G: GraftPoint> Live<G> {
         self.kept = kept;
         self.kept.clear();
     }
+
+    /// The records of the call that just succeeded (its earlier pages' first), to undo it
+    /// later if the transaction it was nested in aborts.
+    fn records_of_call(&mut self) -> Result<Vec<u8>, Failure> {
+        let mut records = self.kept.clone();
+        if let Some(undo) = &self.undo {
+            undo.keep(&mut self.store, &mut records).map_err(rollback_failed)?;
+        }
+        Ok(records)
+    }
+
+    /// Undoes a committed nested call's writes (`records`, from [`Live::records_of_call`]):
+    /// its enclosing transaction aborted. Only that family has called the instance since
+    /// (it is pinned), and the family's later calls were undone first (undo records run newest
+    /// first), so the memory is as that call left it.
+    fn undo_nested_call(&mut self, records: &[u8]) {
+        if let Some(undo) = &self.undo {
+            let undone = undo
+                .begin(&mut self.store)
+                .and_then(|_| undo.roll_back_after(&mut self.store, records));
+            debug_assert!(undone.is_ok(), "undoing a nested graft call's memory: {undone:?}");
+        }
+    }
+}
+
+/// The failure of a wait for a graft instance's lock.
+fn lock_failure(e: VltError) -> Failure {
+    match e {
+        VltError::DeadlinePassed => Failure::Deadline,
+        other => Failure::Conflict(other),
+    }
+}
+
+fn in_use(failure: Failure) -> GraftError {
+    GraftError::InUse(failure.to_string())
 }
 
 fn rollback_failed(e: crate::undo_log::RollbackError) -> Failure {
     Failure::Trap(format!("undo log: {e}"))
 }
 
+/// Lock-table names of graft instances: a tag in the top bits keeps them apart from the
+/// kernel objects sharing the table.
+const INSTANCE_TAG: u64 = 1 << 62;
+static INSTANCES: AtomicU64 = AtomicU64::new(0);
+
 /// A graft bound to a graftpoint.
 pub(crate) struct WasmGraft<G: GraftPoint> {
-    live: Mutex<Live<G>>,
+    live: Arc<Mutex<Live<G>>>,
+    /// The instance's name in the VLT lock table: a family that calls it from inside a graft
+    /// holds it exclusively until the family ends ([`WasmGraft::invoke`]).
+    object: ObjectId,
+    /// Its module keeps an undo log of its writes.
+    logged: bool,
     runtime: Runtime,
     invocation_units: u64,
     /// What one more page of arguments costs ([`crate::point::PAGE_COST`]).
@@ -247,7 +297,7 @@ impl<G: GraftPoint> WasmGraft<G> {
             false => None,
         };
         Ok(WasmGraft {
-            live: Mutex::new(Live {
+            live: Arc::new(Mutex::new(Live {
                 store,
                 instance,
                 entry,
@@ -255,19 +305,70 @@ impl<G: GraftPoint> WasmGraft<G> {
                 arg_area,
                 undo,
                 kept: Vec::new(),
-            }),
+                pinned: false,
+            })),
+            object: INSTANCE_TAG | INSTANCES.fetch_add(1, Ordering::Relaxed),
+            logged,
             runtime: runtime.clone(),
             invocation_units: runtime.budget_units(budget::<G>(config)),
             page_units: runtime.budget_units(crate::point::PAGE_COST),
         })
     }
 
+    /// Locks the instance for a caller outside any transaction's family that pinned it: if a
+    /// family pinned it, waits (with the lock table's deadlines, which put a time limit on that
+    /// family) until the family ends, or with `wait` false gives [`Failure::Busy`].
+    fn lock_unpinned(&self, wait: bool) -> Result<MutexGuard<'_, Live<G>>, Failure> {
+        loop {
+            let live = match wait {
+                true => self.live.lock(),
+                false => self.live.try_lock().ok_or(Failure::Busy)?,
+            };
+            if !live.pinned {
+                return Ok(live);
+            }
+            drop(live);
+            if !wait {
+                return Err(Failure::Busy);
+            }
+            // A transaction of our own just for the wait: the lock is given back at once.
+            current::atomically(self.runtime.vlt(), || current::lock(self.object, LockMode::Exclusive))
+                .map_err(lock_failure)?;
+        }
+    }
+
+    /// Locks the instance for a call from inside a transaction: the caller's family takes the
+    /// instance's VLT lock, held until the family ends, and the instance is pinned to it.
+    fn lock_for_family(&self, wait: bool) -> Result<MutexGuard<'_, Live<G>>, Failure> {
+        current::lock(self.object, LockMode::Exclusive).map_err(lock_failure)?;
+        let mut live = match wait {
+            true => self.live.lock(),
+            false => self.live.try_lock().ok_or(Failure::Busy)?,
+        };
+        if !live.pinned {
+            // Holding the instance's lock, only this family can have pinned it; it is pinned
+            // from now until the family ends, whichever way (these records run before the
+            // lock is given back).
+            live.pinned = true;
+            let unpin = |live: Arc<Mutex<Live<G>>>| move || live.lock().pinned = false;
+            current::on_abort(unpin(self.live.clone()));
+            current::on_commit(unpin(self.live.clone()));
+        }
+        Ok(live)
+    }
+
     /// Runs the graft once, inside a transaction (nested in the caller's, if it has one).
+    ///
+    /// A call from inside another transaction (a graft reached from a graft's kernel call) is
+    /// undone if that transaction later aborts, even though the call itself committed: its
+    /// memory's undo records go to the enclosing transaction, and the instance stays pinned to
+    /// the enclosing family (others wait, or are told it is busy) so that undoing them cannot
+    /// clobber a later call's committed writes.
     pub(crate) fn invoke(&self, env: &G::Env, args: &G::Args<'_>, transactional: bool) -> Result<G::Output, Failure> {
-        let mut guard = if G::WAIT_WHEN_BUSY {
-            self.live.lock()
-        } else {
-            self.live.try_lock().ok_or(Failure::Busy)?
+        let nested = self.logged && current::active();
+        let mut guard = match nested {
+            true => self.lock_for_family(G::WAIT_WHEN_BUSY)?,
+            false => self.lock_unpinned(G::WAIT_WHEN_BUSY)?,
         };
         let live = &mut *guard;
         let run = |live: &mut Live<G>| -> Result<G::Output, Failure> {
@@ -302,7 +403,17 @@ impl<G: GraftPoint> WasmGraft<G> {
         // Whatever failed (a trap, the budget, a refused kernel call, an answer out of range),
         // the call's writes to the graft's own memory are undone with the kernel's.
         let run = |live: &mut Live<G>| {
-            let done = run(live);
+            let mut done = run(live);
+            if done.is_ok() && nested {
+                match live.records_of_call() {
+                    Ok(records) if records.is_empty() => {}
+                    Ok(records) => {
+                        let instance = self.live.clone();
+                        current::on_abort(move || instance.lock().undo_nested_call(&records));
+                    }
+                    Err(failure) => done = Err(failure),
+                }
+            }
             if done.is_err() {
                 live.roll_back();
             } else if G::PAGED {
@@ -319,7 +430,7 @@ impl<G: GraftPoint> WasmGraft<G> {
 
     /// Copies `bytes` into the graft's memory at `offset` (all or nothing).
     pub(crate) fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
-        let mut live = self.live.lock();
+        let mut live = self.lock_unpinned(true).map_err(in_use)?;
         let live = &mut *live;
         let mem = live
             .memory
@@ -331,7 +442,7 @@ impl<G: GraftPoint> WasmGraft<G> {
     }
 
     pub(crate) fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError> {
-        let mut live = self.live.lock();
+        let mut live = self.lock_unpinned(true).map_err(in_use)?;
         let live = &mut *live;
         let mem = live
             .memory
@@ -356,7 +467,7 @@ impl<G: GraftPoint> WasmGraft<G> {
 
     /// Calls the control export `vino_ctl_<name>` with integer arguments, in a transaction.
     pub(crate) fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
-        let mut live = self.live.lock();
+        let mut live = self.lock_unpinned(true).map_err(in_use)?;
         let live = &mut *live;
         let export = format!("{CONTROL_PREFIX}{name}");
         let control_error = |why: String| GraftError::Control {

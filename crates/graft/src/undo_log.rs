@@ -35,8 +35,10 @@
 //!
 //! Not covered yet, and refused by [`instrument`] where it would matter: bulk memory writes
 //! (`memory.fill`, `memory.copy`, `memory.init`), atomics and shared memories, 64-bit memories,
-//! more than one memory, mutable globals of reference type. Not undone: tables (`table.set`,
-//! `table.grow`), and the size of a memory grown by the aborted call (stores into the grown part
+//! more than one memory, mutable globals of reference type, and every instruction that changes a
+//! table (`table.set`, `table.grow`, ...: a graft's tables never change after instantiation,
+//! so there is nothing of them to undo). Not undone: the size of a memory grown by the aborted
+//! call (stores into the grown part
 //! are logged and undone, to zeros, but the memory stays grown).
 
 use wasm_encoder::reencode::{self, Reencode};
@@ -308,6 +310,12 @@ fn unsupported(op: &Operator<'_>) -> Option<&'static str> {
         Operator::MemoryFill { .. } => Some("memory.fill"),
         Operator::MemoryCopy { .. } => Some("memory.copy"),
         Operator::MemoryInit { .. } => Some("memory.init"),
+        // A table the graft changes would keep an aborted call's entries: none may change.
+        Operator::TableSet { .. } => Some("table.set"),
+        Operator::TableGrow { .. } => Some("table.grow"),
+        Operator::TableFill { .. } => Some("table.fill"),
+        Operator::TableCopy { .. } => Some("table.copy"),
+        Operator::TableInit { .. } => Some("table.init"),
         _ => None,
     }
 }
@@ -1321,6 +1329,10 @@ mod tests {
         assert!(matches!(
             parse("(module (memory 1) (func (memory.fill (i32.const 0) (i32.const 0) (i32.const 1))))"),
             Err(InstrumentError::Unsupported("memory.fill"))
+        ));
+        assert!(matches!(
+            parse("(module (table 1 funcref) (func (table.set (i32.const 0) (ref.null func))))"),
+            Err(InstrumentError::Unsupported("table.set"))
         ));
         assert!(matches!(
             parse("(module (memory i64 1))"),

@@ -151,6 +151,7 @@ impl From<GraftError> for SysError {
             GraftError::Load(LoadError::Busy(_)) => Errno::Again,
             GraftError::Load(LoadError::TooLarge(_)) => Errno::TooBig,
             GraftError::Load(LoadError::Cancelled) => Errno::Intr,
+            GraftError::InUse(_) => Errno::Busy,
             _ => Errno::Inval,
         };
         SysError::new(errno, e.to_string())

@@ -337,6 +337,55 @@ fn waiting_owners(m: &LockManager) -> Vec<u64> {
     m.waiting(OBJ).iter().map(|l| l.owner).collect()
 }
 
+/// The hostile suite's `change_then_fail` at `lock.grant`: a move asked for by a call that then
+/// traps, spins past its budget or answers out of range is never made.
+#[test]
+fn a_queue_move_is_made_only_by_a_call_that_commits_however_the_call_fails() {
+    let (m, slot) = manager(Policy::Frp);
+    slot.load(&vino_sdk::change_then_fail("lock.grant").unwrap(), Owner::process(1))
+        .unwrap();
+    // Every call asks for the third waiter offered to go to the front.
+    slot.call_control("set", &[2, 0]).unwrap();
+    m.lock(OBJ, 1, Read, BYTE0, Wait::No).unwrap();
+    let hs = vec![waiter(&m, 2, Write), waiter(&m, 3, Write), waiter(&m, 4, Write)];
+    let mut failed = 0;
+    for (mode, failure) in vino_sdk::CHANGE_THEN_FAIL_MODES {
+        slot.call_control("fail", &[mode]).unwrap();
+        // The reader's arrival and its leaving make the policy decide: the graft fails, the
+        // default lets the reader share owner 1's lock, and the queue keeps its order.
+        m.lock(OBJ, 8, Read, BYTE0, Wait::No).unwrap();
+        m.unlock(OBJ, 8, BYTE0).unwrap();
+        let stats = slot.stats().unwrap();
+        assert!(stats.failures > failed, "mode {mode}: {stats:?}");
+        failed = stats.failures;
+        assert!(stats.last_error.unwrap().contains(failure), "mode {mode}");
+        assert_eq!(stats.changes, 0);
+        assert_eq!(
+            waiting_owners(&m),
+            [2, 3, 4],
+            "mode {mode}: a failed call's move was made"
+        );
+        assert_eq!(slot.call_control("calls", &[]).unwrap(), 0);
+    }
+    // Committed: owner 4 goes to the front as the reader comes (the graft grants nothing, so
+    // the reader gives up), then owner 3 as it leaves.
+    slot.call_control("fail", &[0]).unwrap();
+    assert!(m.lock(OBJ, 8, Read, BYTE0, Wait::No).is_err());
+    assert_eq!(waiting_owners(&m), [3, 4, 2]);
+    assert_eq!(slot.stats().unwrap().changes, 2);
+    assert_eq!(slot.call_control("calls", &[]).unwrap(), 2);
+    slot.unload();
+    m.unlock(OBJ, 1, BYTE0).unwrap();
+    for owner in [3, 4, 2] {
+        assert_eq!(holders(&m), [(owner, Write)]);
+        m.unlock(OBJ, owner, BYTE0).unwrap();
+    }
+    for h in hs {
+        assert_eq!(h.join().unwrap(), Ok(()));
+    }
+    m.check_invariants();
+}
+
 #[test]
 fn a_graft_reorders_its_objects_waiters_when_its_call_commits_and_not_when_it_fails() {
     let (m, slot) = manager(Policy::Frp);

@@ -407,6 +407,13 @@ const GIVER: &str = r#"(module
 /// Process 1 (user 1) runs two burners under [`GIVER`] giving to `to`; process 2 is user 1's
 /// too, process 3 user 2's. Returns the scheduler and how many calls the graft made.
 fn giving(to: u64, trap: bool) -> (Scheduler, u64) {
+    let (s, stats) = giving_from(GIVER.as_bytes(), &[("set", &[to as i64, i64::from(trap)])]);
+    (s, stats.invocations)
+}
+
+/// Process 1 (user 1) runs two burners under `graft`, set up by the `controls` calls; process 2
+/// is user 1's too, process 3 user 2's. Returns the scheduler and the graft's statistics.
+fn giving_from(graft: &[u8], controls: &[(&str, &[i64])]) -> (Scheduler, vino_graft::GraftStats) {
     // A graft that keeps failing stays loaded, so that its failed calls are counted.
     let rt = Runtime::new(vino_graft::RuntimeConfig {
         max_consecutive_failures: u32::MAX,
@@ -417,8 +424,10 @@ fn giving(to: u64, trap: bool) -> (Scheduler, u64) {
     let slot = s.add_process(1, 1);
     s.add_process(2, 1);
     s.add_process(3, 2);
-    slot.load(GIVER.as_bytes(), Owner::process(1)).unwrap();
-    slot.call_control("set", &[to as i64, i64::from(trap)]).unwrap();
+    slot.load(graft, Owner::process(1)).unwrap();
+    for (name, args) in controls {
+        slot.call_control(name, args).unwrap();
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let a = burner_on(&s, 1, &stop, Some(&clock));
     let b = burner_on(&s, 1, &stop, Some(&clock));
@@ -426,8 +435,8 @@ fn giving(to: u64, trap: bool) -> (Scheduler, u64) {
     stop.store(true, Ordering::Relaxed);
     a.0.join();
     b.0.join();
-    let calls = slot.stats().map_or(0, |g| g.invocations);
-    (s, calls)
+    let stats = slot.stats().expect("the graft stays loaded");
+    (s, stats)
 }
 
 #[test]
@@ -448,4 +457,31 @@ fn a_thread_graft_moves_tickets_between_its_users_processes_when_its_call_commit
     assert!(calls > 0);
     assert_eq!((s.process_tickets(1), s.process_tickets(3)), (Some(100), Some(100)));
     assert!(s.stats().gifts_refused > 0 && s.stats().tickets_given == 0);
+}
+
+/// The hostile suite's `change_then_fail` at `sched.pick_thread`: a gift asked for by calls that
+/// then trap, spin past their budget or answer out of range is never made.
+#[test]
+fn a_ticket_gift_is_made_only_by_calls_that_commit_however_they_fail() {
+    let graft = vino_sdk::change_then_fail("sched.pick_thread").unwrap();
+    for (mode, failure) in vino_sdk::CHANGE_THEN_FAIL_MODES {
+        let (s, stats) = giving_from(&graft, &[("set", &[2, 1]), ("fail", &[mode])]);
+        assert!(
+            stats.failures > 0 && stats.failures == stats.invocations,
+            "mode {mode}: {stats:?}"
+        );
+        assert!(stats.last_error.unwrap().contains(failure), "mode {mode}");
+        assert_eq!(stats.changes, 0);
+        assert_eq!((s.process_tickets(1), s.process_tickets(2)), (Some(100), Some(100)));
+        assert_eq!(s.stats().tickets_given, 0, "mode {mode}");
+    }
+    let (s, stats) = giving_from(&graft, &[("set", &[2, 1])]);
+    assert!(stats.invocations > 0 && stats.failures == 0);
+    // Each committed call's gift is counted as a change when made over to the scheduler, which
+    // gives it if the giver can spare it.
+    assert!(stats.changes > 0 && stats.changes >= s.stats().tickets_given);
+    assert!(
+        s.process_tickets(1).unwrap() < 100,
+        "the committed calls' gifts were made"
+    );
 }

@@ -131,6 +131,10 @@ pub const HOSTILE_C: &[(&str, &str)] = &[
         include_str!("../../../sdk/hostile/corrupt_then_trap.c"),
     ),
     (
+        "change_then_fail",
+        include_str!("../../../sdk/hostile/change_then_fail.c"),
+    ),
+    (
         "stream_overflow",
         include_str!("../../../sdk/hostile/stream_overflow.c"),
     ),
@@ -191,6 +195,28 @@ pub fn example_source(name: &str) -> Option<&'static str> {
 pub fn build_example(name: &str, opts: &BuildOptions) -> Result<Vec<u8>, BuildError> {
     let source = example_source(name).ok_or_else(|| BuildError::UnknownExample(name.to_owned()))?;
     build_c_str(&format!("{}.c", strip_ext(name)), source, opts)
+}
+
+/// The ways `sdk/hostile/change_then_fail.c` ends a call after asking for its change (the value
+/// for its `vino_ctl_fail`), each with a word of the failure the kernel records for it.
+pub const CHANGE_THEN_FAIL_MODES: [(i64, &str); 3] = [(1, "unreachable"), (2, "budget"), (3, "invalid result")];
+
+/// `sdk/hostile/change_then_fail.c` built for `graftpoint`: `file.compute_ra`,
+/// `vas.pick_victim`, `lock.grant` or `sched.pick_thread` (the graftpoints whose grafts may
+/// change kernel state).
+pub fn change_then_fail(graftpoint: &str) -> Result<Vec<u8>, BuildError> {
+    let define = match graftpoint {
+        "vas.pick_victim" => Some("CHANGE_VICTIM"),
+        "lock.grant" => Some("CHANGE_GRANT"),
+        "sched.pick_thread" => Some("CHANGE_THREAD"),
+        "file.compute_ra" => None,
+        other => return Err(BuildError::UnknownExample(format!("change_then_fail for {other}"))),
+    };
+    let opts = BuildOptions {
+        defines: define.map(|d| (d.to_string(), None)).into_iter().collect(),
+        ..BuildOptions::default()
+    };
+    build_example("change_then_fail", &opts)
 }
 
 /// Writes the header into `dir` (created if missing) and returns the path of the file.

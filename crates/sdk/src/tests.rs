@@ -285,7 +285,7 @@ fn hostile_c_grafts_build() {
         let (bytes, m) = build(name);
         let point = match name {
             "bad_victim" => "vas_pick_victim",
-            "bad_readahead" => "file_compute_ra",
+            "bad_readahead" | "change_then_fail" => "file_compute_ra",
             n if n.starts_with("stream_") => "file_stream",
             _ => "toy_apply",
         };
@@ -296,11 +296,28 @@ fn hostile_c_grafts_build() {
                 imp.iter().any(|i| i.module == "vino" && i.name == "vino_format_disk"),
                 "{name}: {imp:?}"
             );
+        } else if name == "change_then_fail" {
+            check_common(name, &m, &["vino_prefetch"]);
         } else {
             check_common(name, &m, TOY);
         }
         assert!(bytes.len() < 4096, "{name}: {} bytes", bytes.len());
     }
+    // The graft that changes kernel state and then fails builds for each of the four
+    // graftpoints with such a function, importing just that one.
+    for (point, entry, function) in [
+        ("file.compute_ra", "file_compute_ra", "vino_prefetch"),
+        ("vas.pick_victim", "vas_pick_victim", "vino_page_hint"),
+        ("lock.grant", "lock_grant", "vino_lock_requeue"),
+        ("sched.pick_thread", "sched_pick_thread", "vino_tickets_give"),
+    ] {
+        let m = parse(&crate::change_then_fail(point).unwrap()).unwrap();
+        assert_eq!(m.export_func_type(entry), Some(&graftpoint(entry)), "{point}");
+        check_common(point, &m, &[function]);
+        let imports: Vec<_> = m.imports.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(imports, [function], "{point}");
+    }
+    assert!(crate::change_then_fail("toy.apply").is_err());
     // The writes the kernel must undo, and the calls whose arguments it must check, are there.
     let imports = |n| build(n).1.imports.into_iter().map(|i| i.name).collect::<Vec<_>>();
     assert_eq!(imports("lock_hog"), ["vino_toy_set"]);

@@ -168,3 +168,142 @@ fn concurrent_grafts_updating_shared_cells_lose_no_update() {
     );
     assert_eq!(rt.vlt().locked_objects(), 0);
 }
+
+/// Counts its calls in its memory's first word and answers the count; `vino_ctl_count` reads it.
+/// With `transactional` it also imports a kernel function (so its calls run in a transaction of
+/// their own, nested in the caller's).
+fn counter(transactional: bool) -> String {
+    let (import, touch) = match transactional {
+        true => (
+            r#"(import "vino" "vino_toy_get" (func $get (param i32) (result i64)))"#,
+            "(drop (call $get (i32.const 3)))",
+        ),
+        false => ("", ""),
+    };
+    format!(
+        r#"(module {import}
+        (memory (export "memory") 1)
+        (func (export "toy_apply") (param i64) (result i64)
+            {touch}
+            (i64.store (i32.const 0) (i64.add (i64.load (i32.const 0)) (i64.const 1)))
+            (i64.load (i32.const 0)))
+        (func (export "vino_ctl_count") (result i64) (i64.load (i32.const 0))))"#
+    )
+}
+
+/// Calls the inner graftpoint and returns the negation of its answer: always invalid, so the
+/// whole family aborts after the inner call committed.
+const OUTER_NEGATING: &str = r#"(module
+    (import "vino" "vino_toy_call_inner" (func $inner (param i64) (result i64)))
+    (func (export "toy_apply") (param i64) (result i64)
+        (i64.sub (i64.const 0) (call $inner (local.get 0)))))"#;
+
+#[test]
+fn an_outer_abort_undoes_the_inner_grafts_memory_too() {
+    for transactional in [false, true] {
+        let rt = Runtime::default();
+        let (_k, outer, inner) = setup(&rt);
+        inner
+            .load(counter(transactional).as_bytes(), Owner::process(1))
+            .unwrap();
+        let count = || inner.call_control("count", &[]).unwrap();
+        assert_eq!(inner.invoke(&0), 1, "a call of its own");
+        // The inner call commits inside the outer transaction, which then aborts: the count it
+        // wrote goes with it.
+        outer.load(OUTER_NEGATING.as_bytes(), Owner::process(1)).unwrap();
+        assert_eq!(outer.invoke(&2), 2, "the default decided");
+        assert_eq!(outer.stats().unwrap().failures, 1);
+        assert_eq!(count(), 1, "transactional inner graft: {transactional}");
+        // Committed by both, it stays; and the pin on the inner instance is gone.
+        outer.load(OUTER.as_bytes(), Owner::process(1)).unwrap();
+        assert_eq!(outer.invoke(&2), 2, "the inner graft's second count");
+        assert_eq!(count(), 2);
+        assert_eq!(inner.invoke(&0), 3);
+        assert_eq!(rt.vlt().locked_objects(), 0);
+    }
+}
+
+#[test]
+fn an_outer_graft_calling_twice_has_both_inner_calls_undone() {
+    let rt = Runtime::default();
+    let (_k, outer, inner) = setup(&rt);
+    inner.load(counter(true).as_bytes(), Owner::process(1)).unwrap();
+    let twice = r#"(module
+        (import "vino" "vino_toy_call_inner" (func $inner (param i64) (result i64)))
+        (func (export "toy_apply") (param i64) (result i64)
+            (drop (call $inner (local.get 0)))
+            (if (i64.ne (call $inner (local.get 0)) (i64.const 3)) (then (return (i64.const -1))))
+            unreachable))"#;
+    assert_eq!(inner.invoke(&0), 1);
+    outer.load(twice.as_bytes(), Owner::process(1)).unwrap();
+    assert_eq!(outer.invoke(&5), 5, "the default decided");
+    let failure = outer.stats().unwrap().last_error.unwrap();
+    assert!(
+        failure.contains("unreachable"),
+        "the second inner call saw 3: {failure}"
+    );
+    assert_eq!(inner.call_control("count", &[]).unwrap(), 1);
+    assert_eq!(rt.vlt().locked_objects(), 0);
+}
+
+#[test]
+fn an_inner_graft_pinned_by_an_unfinished_transaction_makes_others_wait() {
+    use std::sync::mpsc;
+    use vino_graft::{GraftError, Invalid};
+    let config = RuntimeConfig {
+        vlt: vino_vlt::VltConfig {
+            wait_limit: std::time::Duration::from_secs(30),
+            ..vino_vlt::VltConfig::default()
+        },
+        ..RuntimeConfig::default()
+    };
+    let rt = Runtime::new(config);
+    let (_k, outer, inner) = setup(&rt);
+    inner.load(counter(false).as_bytes(), Owner::process(1)).unwrap();
+    assert_eq!(inner.invoke(&0), 1);
+    // A trusted outer policy that calls the inner graft, says so, waits to be let go, then
+    // fails: its transaction holds the inner instance until then.
+    let (reached_tx, reached) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let (reached_tx, go_rx) = (std::sync::Mutex::new(reached_tx), std::sync::Mutex::new(go_rx));
+    let policy = move |k: &ToyKernel, arg: &i64| -> Result<i64, Invalid> {
+        let counted = k.call_inner(*arg).expect("inner graftpoint set");
+        reached_tx.lock().unwrap().send(counted).unwrap();
+        go_rx.lock().unwrap().recv().unwrap();
+        Err(Invalid("changed its mind".into()))
+    };
+    outer.bind_native(Arc::new(policy), true);
+    let outer = Arc::new(outer);
+    let caller = std::thread::spawn({
+        let outer = outer.clone();
+        move || outer.invoke(&9)
+    });
+    assert_eq!(reached.recv().unwrap(), 2, "the nested call counted");
+    // Another caller of the inner graft: the control call waits for the outer family to end;
+    // a graftpoint that does not wait is told the instance is busy, and the default decides.
+    let control = std::thread::spawn({
+        let inner = inner.clone();
+        move || inner.call_control("count", &[])
+    });
+    assert_eq!(inner.invoke(&0), 0, "busy: the default answered");
+    assert_eq!(inner.stats().unwrap().failures, 0, "busy is not the graft's failure");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(
+        !control.is_finished(),
+        "the control call waits for the outer transaction"
+    );
+    go.send(()).unwrap();
+    assert_eq!(
+        caller.join().unwrap(),
+        9,
+        "the outer policy failed: the default decided"
+    );
+    let seen: Result<i64, GraftError> = control.join().unwrap();
+    assert_eq!(
+        seen,
+        Ok(1),
+        "the waiting call saw the count with the aborted call undone"
+    );
+    assert_eq!(inner.invoke(&0), 2);
+    assert_eq!(rt.vlt().locked_objects(), 0);
+}
