@@ -1,14 +1,13 @@
 //! The cache's graftpoints and their default policies.
 
 use crate::Pid;
-use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use vino_blockdev::BLOCK_SIZE;
 use vino_graft::abi::{self, Extent, Extents};
-use vino_graft::{Access, CallError, Callables, GraftPoint, GraftSlot, Invalid, Runtime};
+use vino_graft::{Access, CallError, Callables, Deferred, GraftPoint, GraftSlot, Invalid, Runtime};
 
 /// The id a graft sees for a page: the file's object id in the high 32 bits, the block index in
 /// the low 32 (an application computes it the same way for its hot list).
@@ -126,17 +125,14 @@ const HINTS_WAITING: usize = 4 * HINTS_MAX;
 /// graft's committed calls gave, waiting for the cache to apply them.
 pub struct VictimEnv {
     pid: Pid,
-    hints: Arc<Mutex<Vec<(u64, PageHint)>>>,
-    /// Hints the running call gave (reset as each call begins, with the graft's instance held).
-    asked: Mutex<usize>,
+    hints: Deferred<(u64, PageHint)>,
 }
 
 impl VictimEnv {
     pub fn new(pid: Pid) -> Self {
         VictimEnv {
             pid,
-            hints: Arc::default(),
-            asked: Mutex::new(0),
+            hints: Deferred::new(HINTS_MAX, HINTS_WAITING),
         }
     }
 
@@ -146,7 +142,7 @@ impl VictimEnv {
 
     /// The committed hints not applied yet, by page id, oldest first.
     pub fn take_hints(&self) -> Vec<(u64, PageHint)> {
-        std::mem::take(&mut *self.hints.lock())
+        self.hints.take()
     }
 }
 
@@ -170,22 +166,7 @@ fn page_hint(env: &VictimEnv, page: i64, hint: i32) -> Result<i32, CallError> {
     if page >> 32 == u64::from(u32::MAX) {
         return Ok(EINVAL);
     }
-    {
-        let mut asked = env.asked.lock();
-        if *asked == HINTS_MAX {
-            return Ok(ENOSPC);
-        }
-        *asked += 1;
-    }
-    let hints = env.hints.clone();
-    vino_vlt::current::on_commit(move || {
-        let mut hints = hints.lock();
-        if hints.len() < HINTS_WAITING {
-            hints.push((page, hint));
-            vino_graft::change_made();
-        }
-    });
-    Ok(0)
+    Ok(if env.hints.ask((page, hint)) { 0 } else { ENOSPC })
 }
 
 impl GraftPoint for PickVictim {
@@ -207,7 +188,7 @@ impl GraftPoint for PickVictim {
         0
     }
     fn encode(env: &VictimEnv, candidates: &Candidates<'_>, area: &mut [u8]) -> (i32,) {
-        *env.asked.lock() = 0;
+        env.hints.begin_call();
         (abi::encode_candidate_page(&candidates.offered(), 0, area),)
     }
     fn next_page(_: &VictimEnv, candidates: &Candidates<'_>, choice: &i32, area: &mut [u8]) -> Option<(i32,)> {
@@ -255,11 +236,10 @@ pub struct RaFile {
     /// Where the read-ahead already asked for ends (0: none since the last jump).
     ahead_end: AtomicU64,
     mode: AtomicU8,
-    /// What the graft's committed `vino_prefetch` calls asked for, not yet issued.
-    prefetched: Arc<Prefetched>,
-    /// Bytes and requests `vino_prefetch` took in the running call (reset as each call
-    /// begins, with the graft's instance held).
-    asked: Mutex<(u64, usize)>,
+    /// What the graft's `vino_prefetch` calls asked for, issued once their calls committed.
+    prefetched: Deferred<Extent>,
+    /// Bytes the running call's `vino_prefetch` calls asked for.
+    prefetch_bytes: AtomicU64,
 }
 
 impl RaFile {
@@ -270,8 +250,8 @@ impl RaFile {
             window: AtomicU64::new(0),
             ahead_end: AtomicU64::new(0),
             mode: AtomicU8::new(0),
-            prefetched: Arc::default(),
-            asked: Mutex::new((0, 0)),
+            prefetched: Deferred::new(abi::RA_MAX_EXTENTS, abi::RA_MAX_EXTENTS),
+            prefetch_bytes: AtomicU64::new(0),
         }
     }
 
@@ -328,25 +308,6 @@ impl RaFile {
     }
 }
 
-/// The committed `vino_prefetch` requests of one open file, and whether there are any: every
-/// read asks, and most files have none, so the read path looks at a flag, not the lock.
-#[derive(Default)]
-struct Prefetched {
-    pending: AtomicBool,
-    extents: Mutex<Extents>,
-}
-
-impl Prefetched {
-    /// Takes the requests (none without touching the lock if none are pending).
-    fn take(&self) -> Extents {
-        if !self.pending.load(Ordering::Acquire) {
-            return Extents::new();
-        }
-        self.pending.store(false, Ordering::Relaxed);
-        std::mem::take(&mut *self.extents.lock())
-    }
-}
-
 /// One read that just happened, as `file.compute_ra` sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Read {
@@ -373,23 +334,12 @@ fn prefetch(file: &RaFile, offset: i64, length: i64) -> Result<i32, CallError> {
     if len == 0 || off.checked_add(len).is_none_or(|end| end > file.size()) {
         return Ok(EINVAL);
     }
-    {
-        let mut asked = file.asked.lock();
-        if asked.1 == abi::RA_MAX_EXTENTS || asked.0 + len > abi::RA_MAX_BYTES {
-            return Ok(ENOSPC);
-        }
-        *asked = (asked.0 + len, asked.1 + 1);
+    // The instance runs one call at a time: the byte count is this call's alone.
+    let bytes = file.prefetch_bytes.load(Ordering::Relaxed) + len;
+    if bytes > abi::RA_MAX_BYTES || !file.prefetched.ask(Extent { off, len }) {
+        return Ok(ENOSPC);
     }
-    let prefetched = file.prefetched.clone();
-    vino_vlt::current::on_commit(move || {
-        // Room is certain: each call asks for at most RA_MAX_EXTENTS, and the reader takes
-        // them after each call. A full list (calls racing on one descriptor) drops the rest:
-        // read-ahead is advice.
-        if prefetched.extents.lock().push(Extent { off, len }) {
-            prefetched.pending.store(true, Ordering::Release);
-            vino_graft::change_made();
-        }
-    });
+    file.prefetch_bytes.store(bytes, Ordering::Relaxed);
     Ok(0)
 }
 
@@ -410,7 +360,8 @@ impl GraftPoint for ComputeRa {
         }
     }
     fn encode(file: &RaFile, read: &Read, _: &mut [u8]) -> (i64, i32, i64) {
-        *file.asked.lock() = (0, 0);
+        file.prefetched.begin_call();
+        file.prefetch_bytes.store(0, Ordering::Relaxed);
         (read.offset as i64, read.len as i32, file.size() as i64)
     }
     fn decode(file: &RaFile, _: &Read, count: i32, area: &[u8]) -> Result<Extents, Invalid> {
@@ -466,7 +417,10 @@ impl ReadAhead {
             offset,
             len: len.min(u32::MAX as usize) as u32,
         });
-        let prefetched = file.prefetched.take();
+        let mut prefetched = Extents::new();
+        for extent in file.prefetched.take() {
+            prefetched.push(extent);
+        }
         Advice { decided, prefetched }
     }
 }

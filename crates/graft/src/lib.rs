@@ -22,6 +22,7 @@ pub mod abi;
 pub mod callable;
 mod check;
 mod clock;
+mod deferred;
 mod error;
 pub mod point;
 mod registry;
@@ -34,6 +35,7 @@ pub mod undo_log;
 pub use callable::{CallError, Callables, change_made};
 pub use check::{ModuleSummary, allowed_imports, check_module, declared_functions, precheck, precheck_head};
 pub use clock::{ticks, ticks_to_ns};
+pub use deferred::Deferred;
 pub use error::{GraftError, LoadError};
 pub use point::{
     Access, DEFAULT_BUDGET, GraftPoint, Invalid, NativePolicy, Signature, WasmScalar, WasmType, WasmTypes, export_name,

@@ -37,9 +37,8 @@
 //!   `sdk/grafts/lock_fifo.c`, and as a native policy, [`Fifo`].
 
 use crate::range::{Lock, LockKind, Range};
-use parking_lot::Mutex;
-use std::sync::Arc;
-use vino_graft::{CallError, Callables, GraftPoint, Invalid, NativePolicy};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use vino_graft::{CallError, Callables, Deferred, GraftPoint, Invalid, NativePolicy};
 
 /// Most waiting requests offered to a policy in one call (the bits of the result).
 pub const GRANT_MAX: usize = 64;
@@ -72,26 +71,35 @@ pub struct GrantArgs<'a> {
 
 /// What a `lock.grant` policy knows besides its arguments: the object it decides for; and the
 /// waiters its graft's committed calls moved, for the round that asked it to apply.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct GrantEnv {
     pub object: u64,
-    requeues: Arc<Mutex<Vec<(usize, Requeue)>>>,
-    /// Requeues the running call asked for, and how many waiters it was offered (set as each
-    /// call begins, with the graft's instance held).
-    asked: Mutex<(usize, usize)>,
+    requeues: Deferred<(usize, Requeue)>,
+    /// How many waiters the running call was offered (set as each call begins, with the
+    /// graft's instance held).
+    offered: AtomicUsize,
 }
 
 impl GrantEnv {
     pub fn new(object: u64) -> Self {
         GrantEnv {
             object,
-            ..GrantEnv::default()
+            // The round that asked takes them after each call: only calls racing past it
+            // (another thread's round) wait longer.
+            requeues: Deferred::new(REQUEUE_MAX, 4 * REQUEUE_MAX),
+            offered: AtomicUsize::new(0),
         }
     }
 
     /// The committed requeues not applied yet: (index among the waiters offered, where to).
     pub fn take_requeues(&self) -> Vec<(usize, Requeue)> {
-        std::mem::take(&mut *self.requeues.lock())
+        self.requeues.take()
+    }
+}
+
+impl Default for GrantEnv {
+    fn default() -> Self {
+        GrantEnv::new(0)
     }
 }
 
@@ -122,22 +130,11 @@ fn requeue(env: &GrantEnv, index: i32, place: i32) -> Result<i32, CallError> {
         1 => Requeue::Back,
         _ => return Ok(EINVAL),
     };
-    {
-        let mut asked = env.asked.lock();
-        let Some(index) = usize::try_from(index).ok().filter(|&i| i < asked.1) else {
-            return Ok(EINVAL);
-        };
-        if asked.0 == REQUEUE_MAX {
-            return Ok(ENOSPC);
-        }
-        asked.0 += 1;
-        let requeues = env.requeues.clone();
-        vino_graft::vlt::current::on_commit(move || {
-            requeues.lock().push((index, place));
-            vino_graft::change_made();
-        });
-    }
-    Ok(0)
+    let offered = env.offered.load(Ordering::Relaxed);
+    let Some(index) = usize::try_from(index).ok().filter(|&i| i < offered) else {
+        return Ok(EINVAL);
+    };
+    Ok(if env.requeues.ask((index, place)) { 0 } else { ENOSPC })
 }
 
 /// One entry of the argument area, decoded (tests and tools use it).
@@ -323,7 +320,8 @@ impl GraftPoint for LockGrant {
 
     fn encode(env: &GrantEnv, args: &GrantArgs<'_>, area: &mut [u8]) -> (i32, i32) {
         let (n, m) = encode_grant(args, area);
-        *env.asked.lock() = (0, n as usize);
+        env.requeues.begin_call();
+        env.offered.store(n as usize, Ordering::Relaxed);
         (n, m)
     }
 

@@ -12,10 +12,8 @@
 //! is invalid and the default decides.
 
 use crate::share::{Candidate, MAX_TICKETS, Pid};
-use parking_lot::Mutex;
-use std::sync::Arc;
 use std::time::Duration;
-use vino_graft::{CallError, Callables, GraftPoint, Invalid};
+use vino_graft::{CallError, Callables, Deferred, GraftPoint, Invalid};
 
 /// Most candidates one decision sees.
 pub const PICK_MAX: usize = 64;
@@ -85,19 +83,18 @@ pub const GIFTS_MAX: usize = 8;
 
 /// What a `sched.pick_thread` policy sees: its process, and the tickets its graft's committed
 /// calls gave away, waiting for the scheduler to move them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ThreadEnv {
     pid: Pid,
-    gifts: Arc<Mutex<Vec<(Pid, u32)>>>,
-    /// Gifts the running call made (reset as each call begins, with the graft's instance held).
-    asked: Mutex<usize>,
+    gifts: Deferred<(Pid, u32)>,
 }
 
 impl ThreadEnv {
     pub fn new(pid: Pid) -> Self {
         ThreadEnv {
             pid,
-            ..ThreadEnv::default()
+            // The scheduler takes them after each pick: only picks racing past it wait longer.
+            gifts: Deferred::new(GIFTS_MAX, 4 * GIFTS_MAX),
         }
     }
 
@@ -107,7 +104,7 @@ impl ThreadEnv {
 
     /// The committed gifts not made yet: (receiver, tickets), oldest first.
     pub fn take_gifts(&self) -> Vec<(Pid, u32)> {
-        std::mem::take(&mut *self.gifts.lock())
+        self.gifts.take()
     }
 }
 
@@ -127,19 +124,7 @@ fn tickets_give(env: &ThreadEnv, to: i64, tickets: i32) -> Result<i32, CallError
     if to == env.pid || n == 0 || n > MAX_TICKETS {
         return Ok(EINVAL);
     }
-    {
-        let mut asked = env.asked.lock();
-        if *asked == GIFTS_MAX {
-            return Ok(ENOSPC);
-        }
-        *asked += 1;
-    }
-    let gifts = env.gifts.clone();
-    vino_graft::vlt::current::on_commit(move || {
-        gifts.lock().push((to, n));
-        vino_graft::change_made();
-    });
-    Ok(0)
+    Ok(if env.gifts.ask((to, n)) { 0 } else { ENOSPC })
 }
 
 impl GraftPoint for PickThread {
@@ -158,7 +143,7 @@ impl GraftPoint for PickThread {
     }
 
     fn encode(env: &ThreadEnv, args: &PickArgs<'_>, area: &mut [u8]) -> (i32, i32) {
-        *env.asked.lock() = 0;
+        env.gifts.begin_call();
         encode(args, area)
     }
 
