@@ -202,12 +202,13 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             } else {
                 let s = slot.stats.unwrap_or_default();
                 println!(
-                    "{}: {} ({}), {} invocations, {} aborts, {:.1} us in graft",
+                    "{}: {} ({}), {} invocations, {} aborts, {} changes made, {:.1} us in graft",
                     slot.point,
                     slot.policy,
                     slot.access,
                     s.invocations,
                     s.aborts,
+                    s.changes,
                     s.time_ns as f64 / 1e3
                 );
                 if let Some(e) = s.last_error {

@@ -236,6 +236,7 @@ pub(crate) fn graft_stats(s: vino_graft::GraftStats) -> vino_proto::GraftStats {
         invocations: s.invocations,
         aborts: s.failures,
         consecutive_aborts: s.consecutive_failures,
+        changes: s.changes,
         time_ns: s.time_ns,
         last_error: s.last_error,
         last_log: s.last_log,

@@ -254,3 +254,24 @@ fn a_file_wide_graft_reaches_every_later_open_and_goes_with_its_binder() {
         "default"
     );
 }
+
+#[test]
+fn a_grafts_changes_to_kernel_state_are_counted_over_the_protocol() {
+    let d = TestDaemon::start();
+    let mut c = d.client();
+    let fd = c.open("/data", OpenFlags::create()).unwrap();
+    c.write(fd, &vec![1u8; 64 << 10]).unwrap();
+    let point = format!("file.compute_ra/{fd}");
+    c.graft_load(&point, &vino_sdk::change_then_fail("file.compute_ra").unwrap())
+        .unwrap();
+    // Each read asks for the file's last block to be read ahead; the failing call's request is
+    // dropped, the committed one's made.
+    c.graft_call(&point, "set", &[60 << 10, 4096]).unwrap();
+    let mut buf = vec![0u8; 4096];
+    c.graft_call(&point, "fail", &[1]).unwrap();
+    c.pread(fd, &mut buf, 0).unwrap();
+    c.graft_call(&point, "fail", &[0]).unwrap();
+    c.pread(fd, &mut buf, 8192).unwrap();
+    let stats = c.graft_stats(&point).unwrap().stats.unwrap();
+    assert_eq!((stats.invocations, stats.aborts, stats.changes), (2, 1, 1));
+}

@@ -43,8 +43,9 @@ use serde::{Deserialize, Serialize};
 /// pages ([`Response::Entries`] with a cookie), never whole. Version 6: [`ProgramSetup`] says
 /// which of the client's standard streams are terminals. Version 7: [`Request::Run`] with the
 /// further stages of a pipeline, and [`Request::Signal`]. Version 8: a program's paged memory in
-/// [`ProcessTop`] ([`MemoryTop`]).
-pub const VERSION: u32 = 8;
+/// [`ProcessTop`] ([`MemoryTop`]). Version 9: the changes a graft's committed calls made in
+/// [`GraftStats`].
+pub const VERSION: u32 = 9;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
 /// Largest in-band data of one read, write or graft-memory request.

@@ -159,6 +159,8 @@ pub struct GraftStats {
     /// Invocations whose transaction aborted.
     pub aborts: u64,
     pub consecutive_aborts: u64,
+    /// Changes to kernel state its committed calls made through graft-callable functions.
+    pub changes: u64,
     pub time_ns: u64,
     pub last_error: Option<String>,
     pub last_log: Option<String>,
