@@ -74,10 +74,15 @@ pub enum Resource {
     ResidentBytes,
     /// Bytes of swap holding VINO processes' pages.
     SwapBytes,
+    /// Network sockets (each a listening slot of a listener's pool, a connection, or a
+    /// connection closing): the stack's per-connection state.
+    Sockets,
+    /// Bytes of sockets' send and receive buffers.
+    SocketBytes,
 }
 
 impl Resource {
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 21;
     pub const ALL: [Resource; Resource::COUNT] = [
         Resource::Descriptors,
         Resource::Grafts,
@@ -98,6 +103,8 @@ impl Resource {
         Resource::PipeBytes,
         Resource::ResidentBytes,
         Resource::SwapBytes,
+        Resource::Sockets,
+        Resource::SocketBytes,
     ];
 
     fn index(self) -> usize {
@@ -108,7 +115,8 @@ impl Resource {
     /// work in progress (try again when some finishes), `ENOBUFS` for request buffers, `EDQUOT`
     /// for what a user keeps (grafts, memory, code, bindings, subscriptions), `ENOMEM` for a
     /// program's memory (what its `malloc` would report), `EUSERS` for connections, `ENFILE`
-    /// for pipe buffers (as Linux says at its limit on pipe pages).
+    /// for pipe buffers (as Linux says at its limit on pipe pages), `ENOBUFS` for sockets and
+    /// their buffers (as socket(2) says when it lacks them).
     pub fn errno(self) -> i32 {
         match self {
             Resource::Descriptors => 24,                                           // EMFILE
@@ -123,6 +131,7 @@ impl Resource {
             Resource::Connections => 87,                                           // EUSERS
             Resource::PipeBytes => 23,                                             // ENFILE
             Resource::ResidentBytes | Resource::SwapBytes => 12,                   // ENOMEM
+            Resource::Sockets | Resource::SocketBytes => 105,                      // ENOBUFS
         }
     }
 
@@ -138,6 +147,7 @@ impl Resource {
                 | Resource::PipeBytes
                 | Resource::ResidentBytes
                 | Resource::SwapBytes
+                | Resource::SocketBytes
         )
     }
 
@@ -162,6 +172,8 @@ impl Resource {
             Resource::PipeBytes => "pipe buffers",
             Resource::ResidentBytes => "program memory in frames",
             Resource::SwapBytes => "swap",
+            Resource::Sockets => "network sockets",
+            Resource::SocketBytes => "socket buffers",
         }
     }
 }
@@ -236,7 +248,9 @@ impl Default for LimitsConfig {
             .with(Resource::ProgramMemory, 2048 * MIB)
             .with(Resource::SwapBytes, 1024 * MIB)
             .with(Resource::EventFilterBytes, 4 * MIB)
-            .with(Resource::LockRecords, 16384);
+            .with(Resource::LockRecords, 16384)
+            .with(Resource::Sockets, 1024)
+            .with(Resource::SocketBytes, 256 * MIB);
         let total = Table::UNLIMITED
             .with(Resource::Grafts, 4096)
             .with(Resource::GraftMemory, 4096 * MIB)
@@ -250,7 +264,9 @@ impl Default for LimitsConfig {
             .with(Resource::ResidentBytes, 2048 * MIB)
             .with(Resource::SwapBytes, 4096 * MIB)
             .with(Resource::EventFilterBytes, 256 * MIB)
-            .with(Resource::LockRecords, 1 << 20);
+            .with(Resource::LockRecords, 1 << 20)
+            .with(Resource::Sockets, 16384)
+            .with(Resource::SocketBytes, 2048 * MIB);
         LimitsConfig {
             process,
             user,

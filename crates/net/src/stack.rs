@@ -1,0 +1,646 @@
+//! The stack: one smoltcp interface and its sockets under one lock, a kernel thread that runs
+//! its timers, and the table of VINO's sockets over smoltcp's.
+//!
+//! A VINO socket is owned by a process (its pid) and charged to it: one [`Resource::Sockets`]
+//! and both buffers' bytes in [`Resource::SocketBytes`] per smoltcp socket. smoltcp has no
+//! listen backlog (a listening socket becomes the connection), so a listener is a pool of
+//! listening smoltcp sockets, one per connection that may be pending, charged to the listener's
+//! owner and refilled as connections are accepted. A closed connection stays in the stack until
+//! its close handshake ends (or [`NetConfig::linger`] passes), still charged to its owner: a
+//! user cannot make the kernel hold closing connections beyond its limit either.
+//!
+//! Calls that change a socket run the interface at once, on the caller's thread, so a loopback
+//! exchange needs no thread switch; the stack's thread runs what is due later (retransmits,
+//! delayed acknowledgements, closing connections' timers) and wakes waiters.
+
+use crate::NetError;
+use crate::ports::Ports;
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
+use smoltcp::phy::{Loopback, Medium};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use vino_account::{Account, Charge, Resource};
+
+/// The stack's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct NetConfig {
+    /// Bytes of each socket's receive buffer, and of its send buffer.
+    pub buffer_bytes: usize,
+    /// Most connections a listener may have pending (its pool of listening sockets).
+    pub max_backlog: usize,
+    /// Longest a closed connection may take to finish its close handshake before it is reset.
+    pub linger: Duration,
+    /// Longest the stack's thread sleeps when no timer is due sooner.
+    pub tick: Duration,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig {
+            buffer_bytes: 64 << 10,
+            max_backlog: 128,
+            linger: Duration::from_secs(10),
+            tick: Duration::from_millis(10),
+        }
+    }
+}
+
+/// Who a socket call is for: the process that will own the socket, its user (for ports), and
+/// the account its sockets are charged to.
+#[derive(Clone, Default)]
+pub struct Owner {
+    pub pid: u64,
+    pub uid: u32,
+    pub account: Option<Arc<Account>>,
+}
+
+/// A socket's name in the stack (its owner's calls name it; nobody else's can).
+pub type SocketId = u64;
+
+/// How long a call may wait for the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Not at all: [`NetError::WouldBlock`] instead.
+    No,
+    /// Up to this long: then [`NetError::TimedOut`].
+    For(Duration),
+}
+
+/// Counts of what the stack holds, for listings and leak checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// smoltcp sockets in the stack (pool slots, connections, closing connections).
+    pub stack_sockets: usize,
+    pub listeners: usize,
+    pub connections: usize,
+    /// Connections closed by their owner, finishing their close handshake.
+    pub closing: usize,
+    pub ports_in_use: usize,
+}
+
+/// One smoltcp socket and what it is charged.
+struct Slot {
+    handle: SocketHandle,
+    _charges: Vec<Charge>,
+}
+
+enum Kind {
+    /// Listening on `port`: `pool` holds a listening socket per connection that may be pending.
+    Listener { port: u16, pool: Vec<Slot> },
+    /// A connection; `ephemeral` if it holds its local port (one it connected from).
+    Stream { slot: Slot, ephemeral: Option<u16> },
+}
+
+struct Entry {
+    pid: u64,
+    kind: Kind,
+}
+
+/// A connection its owner closed, finishing its close handshake.
+struct Closing {
+    slot: Slot,
+    ephemeral: Option<u16>,
+    since: Instant,
+}
+
+struct State {
+    iface: Interface,
+    device: Loopback,
+    sockets: SocketSet<'static>,
+    entries: HashMap<SocketId, Entry>,
+    closing: Vec<Closing>,
+    ports: Ports,
+    next_id: SocketId,
+    epoch: Instant,
+    config: NetConfig,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    /// Notified whenever the stack ran: waiting calls look again.
+    changed: Condvar,
+    /// Wakes the stack's thread early (a socket changed, or the stack stops).
+    kick: Condvar,
+    stop: AtomicBool,
+}
+
+/// The kernel's network stack. Dropping it stops its thread; sockets still open are dropped
+/// with it, their charges returned.
+pub struct Net {
+    inner: Arc<Inner>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The loopback address every VINO process reaches the others at.
+pub const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+impl Net {
+    /// A stack with its loopback link, and its thread started.
+    pub fn new(config: NetConfig) -> Net {
+        let mut device = Loopback::new(Medium::Ip);
+        let mut iface_config = Config::new(HardwareAddress::Ip);
+        iface_config.random_seed = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let epoch = Instant::now();
+        let mut iface = Interface::new(iface_config, &mut device, smoltcp::time::Instant::from_micros(0));
+        iface.update_ip_addrs(|addrs| {
+            addrs
+                .push(IpCidr::new(IpAddress::Ipv4(LOOPBACK), 8))
+                .expect("one address fits");
+        });
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                iface,
+                device,
+                sockets: SocketSet::new(Vec::new()),
+                entries: HashMap::new(),
+                closing: Vec::new(),
+                ports: Ports::default(),
+                next_id: 1,
+                epoch,
+                config,
+            }),
+            changed: Condvar::new(),
+            kick: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let thread = std::thread::Builder::new()
+            .name("vino-net".into())
+            .spawn({
+                let inner = inner.clone();
+                move || run_timers(&inner)
+            })
+            .expect("spawning the network thread");
+        Net {
+            inner,
+            thread: Some(thread),
+        }
+    }
+
+    /// Listens for TCP connections on `port` of every address, with up to `backlog`
+    /// connections pending (at least one, at most [`NetConfig::max_backlog`]).
+    pub fn tcp_listen(&self, owner: &Owner, port: u16, backlog: usize) -> Result<SocketId, NetError> {
+        let mut st = self.lock();
+        let backlog = backlog.clamp(1, st.config.max_backlog);
+        st.ports.bind(owner.uid, port)?;
+        let mut pool = Vec::with_capacity(backlog);
+        for _ in 0..backlog {
+            match st.listening_slot(owner, port) {
+                Ok(slot) => pool.push(slot),
+                Err(e) => {
+                    for slot in pool {
+                        st.sockets.remove(slot.handle);
+                    }
+                    st.ports.release(port);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(st.insert(owner.pid, Kind::Listener { port, pool }))
+    }
+
+    /// Takes a connection that arrived at `listener`, with its peer's address.
+    pub fn accept(&self, owner: &Owner, listener: SocketId, wait: Wait) -> Result<(SocketId, SocketAddrV4), NetError> {
+        self.wait(wait, |st| {
+            let at = st.ready_connection(owner.pid, listener)?;
+            at.map(|i| st.take_connection(owner, listener, i)).transpose()
+        })
+    }
+
+    /// Connects to `to`; waits for the connection to be made unless `wait` is [`Wait::No`],
+    /// when the socket is returned at once and sends wait until it is made.
+    pub fn tcp_connect(&self, owner: &Owner, to: SocketAddrV4, wait: Wait) -> Result<SocketId, NetError> {
+        let id = {
+            let mut st = self.lock();
+            let port = st.ports.ephemeral(owner.uid)?;
+            let slot = match st.new_socket(owner) {
+                Ok(slot) => slot,
+                Err(e) => {
+                    st.ports.release(port);
+                    return Err(e);
+                }
+            };
+            let State { iface, sockets, .. } = &mut *st;
+            let socket = sockets.get_mut::<tcp::Socket>(slot.handle);
+            if let Err(e) = socket.connect(iface.context(), IpEndpoint::from(to), port) {
+                sockets.remove(slot.handle);
+                st.ports.release(port);
+                return Err(NetError::Unreachable(format!("{to}: {e}")));
+            }
+            let id = st.insert(
+                owner.pid,
+                Kind::Stream {
+                    slot,
+                    ephemeral: Some(port),
+                },
+            );
+            st.run();
+            id
+        };
+        self.inner.changed.notify_all();
+        if wait == Wait::No {
+            return Ok(id);
+        }
+        let made = self.wait(wait, |st| {
+            let socket = st.stream(owner.pid, id)?;
+            match socket.state() {
+                tcp::State::SynSent | tcp::State::SynReceived => Ok(None),
+                tcp::State::Closed => Err(NetError::Refused),
+                _ => Ok(Some(())),
+            }
+        });
+        match made {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                // The socket goes with the failed connect, whatever state it reached.
+                let _ = self.abort(owner, id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends what fits of `data` (at least one byte, waiting for room as `wait` allows).
+    pub fn send(&self, owner: &Owner, id: SocketId, data: &[u8], wait: Wait) -> Result<usize, NetError> {
+        if data.is_empty() {
+            self.lock().stream(owner.pid, id)?;
+            return Ok(0);
+        }
+        let sent = self.wait(wait, |st| {
+            let socket = st.stream(owner.pid, id)?;
+            if socket.can_send() {
+                let n = socket.send_slice(data).map_err(|_| NetError::NotConnected)?;
+                return Ok((n > 0).then_some(n));
+            }
+            match socket.state() {
+                tcp::State::SynSent | tcp::State::SynReceived => Ok(None),
+                tcp::State::Closed => Err(NetError::Reset),
+                _ if !socket.may_send() => Err(NetError::Pipe),
+                _ => Ok(None),
+            }
+        })?;
+        self.ran();
+        Ok(sent)
+    }
+
+    /// Receives into `buf`: at least one byte, or 0 once the peer closed its side and
+    /// everything it sent was read.
+    pub fn recv(&self, owner: &Owner, id: SocketId, buf: &mut [u8], wait: Wait) -> Result<usize, NetError> {
+        let got = self.wait(wait, |st| {
+            let socket = st.stream(owner.pid, id)?;
+            if buf.is_empty() {
+                return Ok(Some(0));
+            }
+            match socket.recv_slice(buf) {
+                Ok(0) => {}
+                Ok(n) => return Ok(Some(n)),
+                Err(tcp::RecvError::Finished) => return Ok(Some(0)),
+                Err(tcp::RecvError::InvalidState) => {}
+            }
+            match socket.state() {
+                tcp::State::Closed | tcp::State::TimeWait if !socket.may_recv() => Err(NetError::Reset),
+                tcp::State::Listen => Err(NetError::NotConnected),
+                _ => Ok(None),
+            }
+        })?;
+        // Reading opened the window: tell the peer.
+        self.ran();
+        Ok(got)
+    }
+
+    /// Shuts the sending side: the peer reads to its end, then gets 0. Receiving goes on.
+    pub fn shutdown_write(&self, owner: &Owner, id: SocketId) -> Result<(), NetError> {
+        let mut st = self.lock();
+        st.stream(owner.pid, id)?.close();
+        st.run();
+        drop(st);
+        self.ran();
+        Ok(())
+    }
+
+    /// Closes a socket: a connection finishes its close handshake in the stack (still charged
+    /// to its owner), a listener resets the connections it had pending.
+    pub fn close(&self, owner: &Owner, id: SocketId) -> Result<(), NetError> {
+        let mut st = self.lock();
+        st.owned(owner.pid, id)?;
+        st.close(id, false);
+        drop(st);
+        self.ran();
+        Ok(())
+    }
+
+    /// Closes a socket at once, resetting its connection.
+    fn abort(&self, owner: &Owner, id: SocketId) -> Result<(), NetError> {
+        let mut st = self.lock();
+        st.owned(owner.pid, id)?;
+        st.close(id, true);
+        drop(st);
+        self.ran();
+        Ok(())
+    }
+
+    /// Closes every socket of process `pid` (it exited). Its connections finish closing as
+    /// [`Net::close`] has them.
+    pub fn close_all(&self, pid: u64) {
+        let mut st = self.lock();
+        let ids: Vec<SocketId> = st
+            .entries
+            .iter()
+            .filter(|(_, e)| e.pid == pid)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            st.close(id, false);
+        }
+        drop(st);
+        self.ran();
+    }
+
+    /// The local and remote addresses of a connection.
+    pub fn endpoints(&self, owner: &Owner, id: SocketId) -> Result<(SocketAddrV4, SocketAddrV4), NetError> {
+        let mut st = self.lock();
+        let socket = st.stream(owner.pid, id)?;
+        let v4 = |e: Option<IpEndpoint>| match e {
+            Some(IpEndpoint {
+                addr: IpAddress::Ipv4(a),
+                port,
+            }) => Ok(SocketAddrV4::new(a, port)),
+            _ => Err(NetError::NotConnected),
+        };
+        Ok((v4(socket.local_endpoint())?, v4(socket.remote_endpoint())?))
+    }
+
+    pub fn stats(&self) -> NetStats {
+        let st = self.lock();
+        let listeners = st
+            .entries
+            .values()
+            .filter(|e| matches!(e.kind, Kind::Listener { .. }))
+            .count();
+        NetStats {
+            stack_sockets: st.sockets.iter().count(),
+            listeners,
+            connections: st.entries.len() - listeners,
+            closing: st.closing.len(),
+            ports_in_use: st.ports.in_use(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock()
+    }
+
+    /// The stack ran on this thread: waiting calls look again.
+    fn ran(&self) {
+        self.inner.changed.notify_all();
+    }
+
+    /// Runs `step` until it has an answer, running the stack after each try and waiting for
+    /// it to change in between, as `wait` allows.
+    fn wait<T>(
+        &self,
+        wait: Wait,
+        mut step: impl FnMut(&mut State) -> Result<Option<T>, NetError>,
+    ) -> Result<T, NetError> {
+        let deadline = match wait {
+            Wait::No => None,
+            Wait::For(d) => Some(Instant::now() + d),
+        };
+        let mut st = self.lock();
+        loop {
+            let answer = step(&mut st);
+            st.run();
+            match answer? {
+                Some(done) => return Ok(done),
+                None => match deadline {
+                    None => return Err(NetError::WouldBlock),
+                    Some(at) if Instant::now() >= at => return Err(NetError::TimedOut),
+                    Some(at) => {
+                        self.inner.changed.wait_until(&mut st, at);
+                    }
+                },
+            }
+        }
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Release);
+        self.inner.kick.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The stack's thread: runs what is due, ends closing connections, wakes waiters.
+fn run_timers(inner: &Inner) {
+    let mut st = inner.state.lock();
+    while !inner.stop.load(Ordering::Acquire) {
+        st.run();
+        st.reap();
+        inner.changed.notify_all();
+        let now = st.now();
+        let State {
+            iface, sockets, config, ..
+        } = &mut *st;
+        let due = iface
+            .poll_delay(now, sockets)
+            .map_or(config.tick, |d| Duration::from_micros(d.total_micros()));
+        let nap = due.min(st.config.tick).max(Duration::from_micros(100));
+        inner.kick.wait_for(&mut st, nap);
+    }
+}
+
+impl State {
+    fn now(&self) -> smoltcp::time::Instant {
+        smoltcp::time::Instant::from_micros(self.epoch.elapsed().as_micros() as i64)
+    }
+
+    /// Runs the interface until it has nothing more to do now (on loopback, a packet sent is
+    /// received on the next round), at most a bounded number of rounds.
+    fn run(&mut self) {
+        let now = self.now();
+        for _ in 0..64 {
+            if self.iface.poll(now, &mut self.device, &mut self.sockets) == PollResult::None {
+                break;
+            }
+        }
+    }
+
+    fn insert(&mut self, pid: u64, kind: Kind) -> SocketId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.entries.insert(id, Entry { pid, kind });
+        id
+    }
+
+    /// A new smoltcp TCP socket, charged to `owner`.
+    fn new_socket(&mut self, owner: &Owner) -> Result<Slot, NetError> {
+        let bytes = self.config.buffer_bytes;
+        let mut charges = Vec::new();
+        if let Some(account) = &owner.account {
+            charges.push(account.charge(Resource::Sockets, 1)?);
+            charges.push(account.charge(Resource::SocketBytes, 2 * bytes as u64)?);
+        }
+        let socket = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; bytes]),
+            tcp::SocketBuffer::new(vec![0; bytes]),
+        );
+        Ok(Slot {
+            handle: self.sockets.add(socket),
+            _charges: charges,
+        })
+    }
+
+    /// A socket listening on `port`, charged to `owner`.
+    fn listening_slot(&mut self, owner: &Owner, port: u16) -> Result<Slot, NetError> {
+        let slot = self.new_socket(owner)?;
+        self.sockets
+            .get_mut::<tcp::Socket>(slot.handle)
+            .listen(port)
+            .expect("a new socket listens on a nonzero port");
+        Ok(slot)
+    }
+
+    /// The entry `id`, if `pid` owns it.
+    fn owned(&mut self, pid: u64, id: SocketId) -> Result<&mut Entry, NetError> {
+        self.entries
+            .get_mut(&id)
+            .filter(|e| e.pid == pid)
+            .ok_or(NetError::BadSocket)
+    }
+
+    /// The smoltcp socket of connection `id`, if `pid` owns it.
+    fn stream(&mut self, pid: u64, id: SocketId) -> Result<&mut tcp::Socket<'static>, NetError> {
+        let handle = match &self.owned(pid, id)?.kind {
+            Kind::Stream { slot, .. } => slot.handle,
+            Kind::Listener { .. } => return Err(NetError::WrongKind("a listening socket has no connection")),
+        };
+        Ok(self.sockets.get_mut::<tcp::Socket>(handle))
+    }
+
+    /// The index in `listener`'s pool of a connection ready to accept. Slots whose handshake
+    /// failed listen again.
+    fn ready_connection(&mut self, pid: u64, listener: SocketId) -> Result<Option<usize>, NetError> {
+        let Kind::Listener { port, pool } = &self.owned(pid, listener)?.kind else {
+            return Err(NetError::WrongKind("accept needs a listening socket"));
+        };
+        let port = *port;
+        let handles: Vec<SocketHandle> = pool.iter().map(|s| s.handle).collect();
+        let mut ready = None;
+        for (i, handle) in handles.into_iter().enumerate() {
+            let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+            match socket.state() {
+                tcp::State::Listen | tcp::State::SynReceived => {}
+                tcp::State::Closed => socket.listen(port).expect("a closed socket listens again"),
+                _ if ready.is_none() => ready = Some(i),
+                _ => {}
+            }
+        }
+        Ok(ready)
+    }
+
+    /// Takes pool slot `at` of `listener` as a new connection owned by `owner`, and puts a
+    /// fresh listening socket in its place (none if the owner's account is full: the pool
+    /// shrinks until accepted connections close).
+    fn take_connection(
+        &mut self,
+        owner: &Owner,
+        listener: SocketId,
+        at: usize,
+    ) -> Result<(SocketId, SocketAddrV4), NetError> {
+        let port = match &self.owned(owner.pid, listener)?.kind {
+            Kind::Listener { port, .. } => *port,
+            Kind::Stream { .. } => unreachable!("checked by ready_connection"),
+        };
+        let fresh = self.listening_slot(owner, port).ok();
+        let Some(Entry {
+            kind: Kind::Listener { pool, .. },
+            ..
+        }) = self.entries.get_mut(&listener)
+        else {
+            unreachable!("checked above");
+        };
+        let slot = match fresh {
+            Some(f) => std::mem::replace(&mut pool[at], f),
+            None => pool.swap_remove(at),
+        };
+        let peer = match self.sockets.get_mut::<tcp::Socket>(slot.handle).remote_endpoint() {
+            Some(IpEndpoint {
+                addr: IpAddress::Ipv4(a),
+                port,
+            }) => SocketAddrV4::new(a, port),
+            _ => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+        };
+        let id = self.insert(owner.pid, Kind::Stream { slot, ephemeral: None });
+        Ok((id, peer))
+    }
+
+    /// Closes entry `id`: with `reset`, or for a listener's pool, at once; otherwise a
+    /// connection sends its FIN and finishes closing in the stack.
+    fn close(&mut self, id: SocketId, reset: bool) {
+        let Some(entry) = self.entries.remove(&id) else {
+            return;
+        };
+        match entry.kind {
+            Kind::Listener { port, pool } => {
+                for slot in pool {
+                    self.sockets.get_mut::<tcp::Socket>(slot.handle).abort();
+                    self.closing.push(Closing {
+                        slot,
+                        ephemeral: None,
+                        since: Instant::now(),
+                    });
+                }
+                self.ports.release(port);
+            }
+            Kind::Stream { slot, ephemeral } => {
+                let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
+                if reset {
+                    socket.abort();
+                } else {
+                    socket.close();
+                }
+                self.closing.push(Closing {
+                    slot,
+                    ephemeral,
+                    since: Instant::now(),
+                });
+            }
+        }
+        self.run();
+        self.reap();
+    }
+
+    /// Removes the closing connections that are done (their charges go back), resetting
+    /// those that took longer than the linger time.
+    fn reap(&mut self) {
+        let linger = self.config.linger;
+        let mut i = 0;
+        while i < self.closing.len() {
+            let c = &self.closing[i];
+            let socket = self.sockets.get_mut::<tcp::Socket>(c.slot.handle);
+            let done = matches!(socket.state(), tcp::State::Closed | tcp::State::TimeWait);
+            if !done && c.since.elapsed() < linger {
+                i += 1;
+                continue;
+            }
+            if !done {
+                socket.abort();
+                self.run();
+            }
+            let c = self.closing.swap_remove(i);
+            self.sockets.remove(c.slot.handle);
+            if let Some(port) = c.ephemeral {
+                self.ports.release(port);
+            }
+        }
+    }
+}

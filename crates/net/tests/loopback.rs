@@ -1,0 +1,291 @@
+//! VINO processes talking TCP over the loopback link: whole streams, ports that belong to a user,
+//! sockets charged to their owner, and nothing left when a process goes.
+
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+use vino_account::{Accounts, LimitsConfig, Resource, Table};
+use vino_net::{LOOPBACK, Net, NetConfig, NetError, NetStats, Owner, Wait};
+
+const PATIENCE: Wait = Wait::For(Duration::from_secs(20));
+
+fn owner(accounts: &Accounts, pid: u64, uid: u32) -> Owner {
+    Owner {
+        pid,
+        uid,
+        account: Some(accounts.process(uid, format!("pid {pid}"))),
+    }
+}
+
+fn at(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(LOOPBACK, port)
+}
+
+/// Waits (a bounded while) until the stack holds nothing: every closing connection has ended.
+fn settled(net: &Net) -> NetStats {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = net.stats();
+        if s.stack_sockets == 0 || Instant::now() > until {
+            return s;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn pattern(i: usize) -> u8 {
+    (i * 7 + i / 251) as u8
+}
+
+#[test]
+fn two_users_processes_exchange_a_stream_byte_for_byte_and_leave_nothing() {
+    let accounts = Accounts::new(LimitsConfig::default());
+    let net = Arc::new(Net::new(NetConfig::default()));
+    let server = owner(&accounts, 1, 1000);
+    let client = owner(&accounts, 2, 1001);
+    let listener = net.tcp_listen(&server, 7000, 4).unwrap();
+    // The server echoes everything back until the client closes its side.
+    let echo = thread::spawn({
+        let (net, server) = (net.clone(), server.clone());
+        move || {
+            let (conn, peer) = net.accept(&server, listener, PATIENCE).unwrap();
+            assert_eq!(*peer.ip(), LOOPBACK);
+            let mut buf = vec![0u8; 10_000];
+            let mut echoed = 0;
+            loop {
+                let n = net.recv(&server, conn, &mut buf, PATIENCE).unwrap();
+                if n == 0 {
+                    break;
+                }
+                let mut off = 0;
+                while off < n {
+                    off += net.send(&server, conn, &buf[off..n], PATIENCE).unwrap();
+                }
+                echoed += n;
+            }
+            net.close(&server, conn).unwrap();
+            echoed
+        }
+    });
+    let conn = net.tcp_connect(&client, at(7000), PATIENCE).unwrap();
+    let (local, remote) = net.endpoints(&client, conn).unwrap();
+    assert_eq!(remote, at(7000));
+    assert!(local.port() >= vino_net::ports::EPHEMERAL_FIRST);
+    let total = 1 << 20;
+    let data: Vec<u8> = (0..total).map(pattern).collect();
+    let reader = thread::spawn({
+        let (net, client) = (net.clone(), client.clone());
+        move || {
+            let mut back = Vec::with_capacity(total);
+            let mut buf = vec![0u8; 7_000];
+            loop {
+                let n = net.recv(&client, conn, &mut buf, PATIENCE).unwrap();
+                if n == 0 {
+                    return back;
+                }
+                back.extend_from_slice(&buf[..n]);
+            }
+        }
+    });
+    let mut off = 0;
+    while off < total {
+        off += net
+            .send(&client, conn, &data[off..(off + 30_000).min(total)], PATIENCE)
+            .unwrap();
+    }
+    net.shutdown_write(&client, conn).unwrap();
+    assert_eq!(echo.join().unwrap(), total);
+    let back = reader.join().unwrap();
+    assert!(back == data, "the stream came back changed ({} bytes)", back.len());
+    net.close(&client, conn).unwrap();
+    net.close(&server, listener).unwrap();
+    let s = settled(&net);
+    assert_eq!(s, NetStats::default(), "the stack holds nothing afterwards");
+    for uid in [1000, 1001] {
+        let user = accounts.user(uid);
+        assert_eq!(user.used(Resource::Sockets), 0, "uid {uid}");
+        assert_eq!(user.used(Resource::SocketBytes), 0, "uid {uid}");
+    }
+}
+
+#[test]
+fn a_port_is_one_users_and_the_low_ones_need_privilege() {
+    let accounts = Accounts::new(LimitsConfig::default());
+    let net = Net::new(NetConfig::default());
+    let alice = owner(&accounts, 1, 1000);
+    let bob = owner(&accounts, 2, 1001);
+    let root = owner(&accounts, 3, 0);
+    assert_eq!(net.tcp_listen(&alice, 80, 1), Err(NetError::Privileged(80)));
+    assert_eq!(NetError::Privileged(80).errno(), 13);
+    let web = net.tcp_listen(&root, 80, 1).unwrap();
+    let mine = net.tcp_listen(&alice, 8080, 1).unwrap();
+    assert_eq!(net.tcp_listen(&bob, 8080, 1), Err(NetError::AddrInUse(8080)));
+    // Another's socket is as good as absent.
+    assert_eq!(net.close(&bob, mine), Err(NetError::BadSocket));
+    assert_eq!(net.accept(&bob, mine, Wait::No), Err(NetError::BadSocket));
+    assert_eq!(net.accept(&alice, mine, Wait::No), Err(NetError::WouldBlock));
+    net.close(&alice, mine).unwrap();
+    let theirs = net.tcp_listen(&bob, 8080, 1).unwrap();
+    net.close(&bob, theirs).unwrap();
+    net.close(&root, web).unwrap();
+    assert_eq!(settled(&net), NetStats::default());
+}
+
+#[test]
+fn nothing_listening_refuses_and_the_socket_goes() {
+    let accounts = Accounts::new(LimitsConfig::default());
+    let net = Net::new(NetConfig::default());
+    let client = owner(&accounts, 2, 1001);
+    assert_eq!(net.tcp_connect(&client, at(7001), PATIENCE), Err(NetError::Refused));
+    assert_eq!(settled(&net), NetStats::default());
+    assert_eq!(accounts.user(1001).used(Resource::Sockets), 0);
+}
+
+#[test]
+fn a_listener_accepts_more_connections_than_its_backlog_as_it_refills() {
+    let accounts = Accounts::new(LimitsConfig::default());
+    let net = Arc::new(Net::new(NetConfig::default()));
+    let server = owner(&accounts, 1, 1000);
+    let listener = net.tcp_listen(&server, 7002, 2).unwrap();
+    let clients: Vec<_> = (0..6u64)
+        .map(|i| {
+            let net = net.clone();
+            let client = owner(&accounts, 10 + i, 1001);
+            thread::spawn(move || {
+                // Two may wait at once; a connection that finds the pool taken is refused,
+                // and tries again, as a client of a full backlog would.
+                let conn = loop {
+                    match net.tcp_connect(&client, at(7002), PATIENCE) {
+                        Ok(c) => break c,
+                        Err(NetError::Refused) => thread::sleep(Duration::from_millis(2)),
+                        Err(e) => panic!("connect: {e}"),
+                    }
+                };
+                net.send(&client, conn, &[i as u8], PATIENCE).unwrap();
+                let mut b = [0u8; 1];
+                assert_eq!(net.recv(&client, conn, &mut b, PATIENCE).unwrap(), 1);
+                assert_eq!(b[0], i as u8 + 100);
+                net.close(&client, conn).unwrap();
+            })
+        })
+        .collect();
+    for _ in 0..6 {
+        let (conn, _) = net.accept(&server, listener, PATIENCE).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(net.recv(&server, conn, &mut b, PATIENCE).unwrap(), 1);
+        net.send(&server, conn, &[b[0] + 100], PATIENCE).unwrap();
+        net.close(&server, conn).unwrap();
+    }
+    for c in clients {
+        c.join().unwrap();
+    }
+    net.close(&server, listener).unwrap();
+    assert_eq!(settled(&net), NetStats::default());
+}
+
+#[test]
+fn sockets_are_charged_to_their_owner_and_refused_past_its_limit() {
+    let limits = LimitsConfig {
+        user: Table::UNLIMITED.with(Resource::Sockets, 3),
+        ..LimitsConfig::unlimited()
+    };
+    let accounts = Accounts::new(limits);
+    let net = Net::new(NetConfig::default());
+    let alice = owner(&accounts, 1, 1000);
+    // A pool of four would pass the limit: refused whole, the port given back.
+    let too_many = net.tcp_listen(&alice, 7003, 4).unwrap_err();
+    assert!(matches!(too_many, NetError::Limit(_)), "{too_many}");
+    assert_eq!(too_many.errno(), 105, "ENOBUFS");
+    assert_eq!(accounts.user(1000).used(Resource::Sockets), 0);
+    let listener = net.tcp_listen(&alice, 7003, 2).unwrap();
+    assert_eq!(accounts.user(1000).used(Resource::Sockets), 2);
+    assert_eq!(
+        accounts.user(1000).used(Resource::SocketBytes),
+        2 * 2 * NetConfig::default().buffer_bytes as u64
+    );
+    let one = net.tcp_connect(&alice, at(7003), PATIENCE).unwrap();
+    assert!(matches!(
+        net.tcp_connect(&alice, at(7003), PATIENCE),
+        Err(NetError::Limit(_))
+    ));
+    // Another user's limit is their own.
+    let bob = owner(&accounts, 2, 1001);
+    let theirs = net.tcp_connect(&bob, at(7003), PATIENCE).unwrap();
+    net.close(&bob, theirs).unwrap();
+    net.close(&alice, one).unwrap();
+    net.close(&alice, listener).unwrap();
+    assert_eq!(settled(&net), NetStats::default());
+    assert_eq!(accounts.user(1000).used(Resource::Sockets), 0);
+}
+
+#[test]
+fn a_process_that_goes_leaves_no_socket_port_or_charge() {
+    let accounts = Accounts::new(LimitsConfig::default());
+    let net = Net::new(NetConfig::default());
+    let server = owner(&accounts, 1, 1000);
+    let client = owner(&accounts, 2, 1001);
+    let listener = net.tcp_listen(&server, 7004, 3).unwrap();
+    let conns: Vec<_> = (0..3)
+        .map(|_| net.tcp_connect(&client, at(7004), PATIENCE).unwrap())
+        .collect();
+    let accepted: Vec<_> = (0..3)
+        .map(|_| net.accept(&server, listener, PATIENCE).unwrap().0)
+        .collect();
+    // Unread data both ways, then both processes exit without closing anything.
+    for &c in &conns {
+        net.send(&client, c, b"left unread", PATIENCE).unwrap();
+    }
+    net.send(&server, accepted[0], b"also unread", PATIENCE).unwrap();
+    net.close_all(1);
+    net.close_all(2);
+    assert_eq!(net.accept(&server, listener, Wait::No), Err(NetError::BadSocket));
+    let s = settled(&net);
+    assert_eq!(s, NetStats::default());
+    for uid in [1000, 1001] {
+        assert_eq!(accounts.user(uid).used(Resource::Sockets), 0);
+    }
+    // The port is free again, for anyone.
+    let other = owner(&accounts, 3, 1002);
+    net.tcp_listen(&other, 7004, 1).unwrap();
+}
+
+#[test]
+fn a_call_that_may_not_wait_says_so_and_a_wait_ends_in_time() {
+    let accounts = Accounts::new(LimitsConfig::default());
+    let net = Net::new(NetConfig::default());
+    let server = owner(&accounts, 1, 1000);
+    let client = owner(&accounts, 2, 1001);
+    let listener = net.tcp_listen(&server, 7005, 1).unwrap();
+    let conn = net.tcp_connect(&client, at(7005), PATIENCE).unwrap();
+    let mut b = [0u8; 8];
+    assert_eq!(net.recv(&client, conn, &mut b, Wait::No), Err(NetError::WouldBlock));
+    assert_eq!(
+        net.recv(&client, conn, &mut b, Wait::For(Duration::from_millis(20))),
+        Err(NetError::TimedOut)
+    );
+    assert_eq!(
+        net.recv(&server, listener, &mut b, Wait::No),
+        Err(NetError::WrongKind("a listening socket has no connection"))
+    );
+    // A receiver that never reads: the sender fills both buffers, then is told to wait.
+    let (accepted, _) = net.accept(&server, listener, PATIENCE).unwrap();
+    let chunk = vec![1u8; 16 << 10];
+    let mut sent = 0;
+    loop {
+        match net.send(&client, conn, &chunk, Wait::No) {
+            Ok(n) => sent += n,
+            Err(NetError::WouldBlock) => break,
+            Err(e) => panic!("send: {e}"),
+        }
+        assert!(
+            sent <= 4 * NetConfig::default().buffer_bytes,
+            "sent {sent} into a receiver that never reads"
+        );
+    }
+    assert!(sent >= NetConfig::default().buffer_bytes);
+    net.close_all(1);
+    net.close_all(2);
+    let _ = accepted;
+    assert_eq!(settled(&net), NetStats::default());
+}
