@@ -41,7 +41,14 @@ pub enum Errno {
     NoData = 61,
     Users = 87,
     NotSup = 95,
+    AddrInUse = 98,
+    AddrNotAvail = 99,
+    NetUnreach = 101,
+    ConnReset = 104,
     NoBufs = 105,
+    NotConn = 107,
+    TimedOut = 110,
+    ConnRefused = 111,
     Stale = 116,
     UClean = 117,
     DQuot = 122,
@@ -49,7 +56,7 @@ pub enum Errno {
 
 impl Errno {
     /// Every errno the kernel returns.
-    pub const ALL: [Errno; 37] = [
+    pub const ALL: [Errno; 44] = [
         Errno::Perm,
         Errno::NoEnt,
         Errno::Srch,
@@ -83,7 +90,14 @@ impl Errno {
         Errno::NoData,
         Errno::Users,
         Errno::NotSup,
+        Errno::AddrInUse,
+        Errno::AddrNotAvail,
+        Errno::NetUnreach,
+        Errno::ConnReset,
         Errno::NoBufs,
+        Errno::NotConn,
+        Errno::TimedOut,
+        Errno::ConnRefused,
         Errno::Stale,
         Errno::UClean,
         Errno::DQuot,
@@ -155,6 +169,12 @@ impl From<GraftError> for SysError {
             _ => Errno::Inval,
         };
         SysError::new(errno, e.to_string())
+    }
+}
+
+impl From<vino_net::NetError> for SysError {
+    fn from(e: vino_net::NetError) -> Self {
+        SysError::new(Errno::from_number(e.errno()).unwrap_or(Errno::Inval), e.to_string())
     }
 }
 

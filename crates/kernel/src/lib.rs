@@ -78,6 +78,7 @@ pub mod perm;
 mod pipe;
 mod process;
 pub mod signal;
+mod sockets;
 mod staged;
 mod stream_names;
 mod streams;
@@ -90,6 +91,7 @@ pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
 pub use changes::{Change, ChangeHook};
 pub use dir_grafts::{AccessOp, DirAccess, DirAccessInfo, DirLookup, MAX_REDIRECTS, WALK_ACCESS_CALLS};
 pub use error::{Errno, SysError, SysResult};
+pub use vino_net::{LOOPBACK, NetStats, SocketId, Wait as SocketWait};
 pub use events::{
     CloseEvent, CreateEvent, EVENT_BATCH, EVENT_QUEUE_MAX, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats,
     FILTER_ENTRY_BYTES, FsEvent, FsEventPoint, KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
@@ -258,6 +260,9 @@ pub struct Kernel {
     pub(crate) dir_grafts: dir_grafts::DirGrafts,
     /// `exec.verify`: the global verifier and each user's.
     pub(crate) exec: exec_verify::ExecVerifiers,
+    /// The network stack, started by the first socket call (a kernel that never uses the
+    /// network runs no thread for it).
+    pub(crate) net: std::sync::OnceLock<vino_net::Net>,
 }
 
 impl Kernel {
@@ -345,6 +350,7 @@ impl Kernel {
             streams,
             dir_grafts: Default::default(),
             exec,
+            net: std::sync::OnceLock::new(),
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);
@@ -426,6 +432,9 @@ impl Kernel {
         self.cache.unregister_process(pid);
         self.staged.release(pid);
         self.cpu.remove_process(pid);
+        if let Some(net) = self.net.get() {
+            net.close_all(pid);
+        }
     }
 
     /// Writes everything to the device and commits the file system: all of it survives a crash

@@ -15,6 +15,13 @@ impl WasiErrno {
     pub const SUCCESS: WasiErrno = WasiErrno(0);
     pub const TOOBIG: WasiErrno = WasiErrno(1);
     pub const ACCES: WasiErrno = WasiErrno(2);
+    pub const ADDRINUSE: WasiErrno = WasiErrno(3);
+    pub const ADDRNOTAVAIL: WasiErrno = WasiErrno(4);
+    pub const CONNREFUSED: WasiErrno = WasiErrno(14);
+    pub const CONNRESET: WasiErrno = WasiErrno(15);
+    pub const NETUNREACH: WasiErrno = WasiErrno(40);
+    pub const NOTCONN: WasiErrno = WasiErrno(53);
+    pub const TIMEDOUT: WasiErrno = WasiErrno(73);
     pub const AGAIN: WasiErrno = WasiErrno(6);
     pub const BADF: WasiErrno = WasiErrno(8);
     pub const BUSY: WasiErrno = WasiErrno(10);
@@ -91,6 +98,13 @@ impl From<Errno> for WasiErrno {
             Errno::Users => WasiErrno::NFILE,
             Errno::NotSup => WasiErrno::NOTSUP,
             Errno::NoBufs => WasiErrno::NOBUFS,
+            Errno::AddrInUse => WasiErrno::ADDRINUSE,
+            Errno::AddrNotAvail => WasiErrno::ADDRNOTAVAIL,
+            Errno::NetUnreach => WasiErrno::NETUNREACH,
+            Errno::ConnReset => WasiErrno::CONNRESET,
+            Errno::NotConn => WasiErrno::NOTCONN,
+            Errno::TimedOut => WasiErrno::TIMEDOUT,
+            Errno::ConnRefused => WasiErrno::CONNREFUSED,
             Errno::Stale => WasiErrno::STALE,
             Errno::DQuot => WasiErrno::DQUOT,
         }

@@ -1,0 +1,64 @@
+//! TCP sockets of kernel processes, over the kernel's network stack (`vino-net`).
+//!
+//! A socket belongs to the process that made or accepted it and is charged to its account;
+//! ports belong to its user (below 1024 only root's). The stack starts with the first socket
+//! call. When the process exits, its sockets are closed (`Kernel::exit_with`).
+
+use crate::{Kernel, Process, SysResult};
+use std::net::SocketAddrV4;
+use vino_net::{Net, NetConfig, Owner, SocketId, Wait};
+
+impl Kernel {
+    /// The network stack, started on first use.
+    pub(crate) fn net(&self) -> &Net {
+        self.net.get_or_init(|| Net::new(NetConfig::default()))
+    }
+
+    /// What the stack holds now (`None` before the first socket call).
+    pub fn net_stats(&self) -> Option<vino_net::NetStats> {
+        self.net.get().map(Net::stats)
+    }
+}
+
+impl Process {
+    /// Whom this process's sockets belong to and are charged to.
+    fn socket_owner(&self) -> Owner {
+        Owner {
+            pid: self.pid(),
+            uid: self.credentials().uid,
+            account: Some(self.account().clone()),
+        }
+    }
+
+    /// Listens for TCP connections on `port`, with up to `backlog` pending.
+    pub fn tcp_listen(&self, port: u16, backlog: usize) -> SysResult<SocketId> {
+        Ok(self.kernel().net().tcp_listen(&self.socket_owner(), port, backlog)?)
+    }
+
+    /// Takes a connection that arrived at `listener`, and its peer's address.
+    pub fn tcp_accept(&self, listener: SocketId, wait: Wait) -> SysResult<(SocketId, SocketAddrV4)> {
+        Ok(self.kernel().net().accept(&self.socket_owner(), listener, wait)?)
+    }
+
+    /// Connects to `to` (on the loopback link: 127.0.0.1).
+    pub fn tcp_connect(&self, to: SocketAddrV4, wait: Wait) -> SysResult<SocketId> {
+        Ok(self.kernel().net().tcp_connect(&self.socket_owner(), to, wait)?)
+    }
+
+    pub fn socket_send(&self, socket: SocketId, data: &[u8], wait: Wait) -> SysResult<usize> {
+        Ok(self.kernel().net().send(&self.socket_owner(), socket, data, wait)?)
+    }
+
+    /// Receives into `buf`; 0 once the peer closed its side and all was read.
+    pub fn socket_recv(&self, socket: SocketId, buf: &mut [u8], wait: Wait) -> SysResult<usize> {
+        Ok(self.kernel().net().recv(&self.socket_owner(), socket, buf, wait)?)
+    }
+
+    pub fn socket_shutdown_write(&self, socket: SocketId) -> SysResult<()> {
+        Ok(self.kernel().net().shutdown_write(&self.socket_owner(), socket)?)
+    }
+
+    pub fn socket_close(&self, socket: SocketId) -> SysResult<()> {
+        Ok(self.kernel().net().close(&self.socket_owner(), socket)?)
+    }
+}

@@ -1,0 +1,52 @@
+//! Kernel processes' TCP sockets: two users' processes talk over loopback, the errors are the
+//! POSIX ones, and a process that exits leaves no socket, port or charge.
+
+mod common;
+
+use common::small_kernel;
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+use vino_kernel::account::{LimitsConfig, Resource};
+use vino_kernel::{Credentials, Errno, LOOPBACK, NetStats, SocketWait};
+
+const PATIENCE: SocketWait = SocketWait::For(Duration::from_secs(20));
+
+#[test]
+fn two_users_processes_talk_and_their_exits_leave_nothing() {
+    let k = small_kernel(4096, LimitsConfig::default());
+    assert_eq!(k.net_stats(), None, "no socket call yet, no stack");
+    let server = k.spawn(Credentials::user(1000, 1000));
+    let client = k.spawn(Credentials::user(2000, 2000));
+    assert_eq!(server.tcp_listen(80, 1).unwrap_err().errno, Errno::Acces);
+    let listener = server.tcp_listen(7100, 2).unwrap();
+    assert_eq!(client.tcp_listen(7100, 1).unwrap_err().errno, Errno::AddrInUse);
+    assert_eq!(
+        client.socket_close(listener).unwrap_err().errno,
+        Errno::BadF,
+        "another process's socket is not there for it"
+    );
+    let at = SocketAddrV4::new(LOOPBACK, 7100);
+    let conn = client.tcp_connect(at, PATIENCE).unwrap();
+    let (accepted, _) = server.tcp_accept(listener, PATIENCE).unwrap();
+    assert_eq!(client.socket_send(conn, b"ping", PATIENCE).unwrap(), 4);
+    let mut buf = [0u8; 16];
+    let n = server.socket_recv(accepted, &mut buf, PATIENCE).unwrap();
+    assert_eq!(&buf[..n], b"ping");
+    assert!(client.account().used(Resource::Sockets) > 0);
+    // The client exits without closing: the server reads the end of the stream.
+    k.exit(client.pid());
+    assert_eq!(server.socket_recv(accepted, &mut buf, PATIENCE).unwrap(), 0);
+    k.exit(server.pid());
+    let until = Instant::now() + Duration::from_secs(20);
+    while k.net_stats().unwrap().stack_sockets > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(k.net_stats().unwrap(), NetStats::default());
+    let users = k.accounts();
+    for uid in [1000, 2000] {
+        assert_eq!(users.user(uid).used(Resource::Sockets), 0, "uid {uid}");
+    }
+    // Nothing listens now: refused.
+    let again = k.spawn(Credentials::user(2000, 2000));
+    assert_eq!(again.tcp_connect(at, PATIENCE).unwrap_err().errno, Errno::ConnRefused);
+}
