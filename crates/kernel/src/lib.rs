@@ -91,12 +91,12 @@ pub use cache_io::{CacheTarget, FileBacking, QueueIo, SchedulerIo};
 pub use changes::{Change, ChangeHook};
 pub use dir_grafts::{AccessOp, DirAccess, DirAccessInfo, DirLookup, MAX_REDIRECTS, WALK_ACCESS_CALLS};
 pub use error::{Errno, SysError, SysResult};
-pub use vino_net::{LOOPBACK, NetStats, SocketId, Wait as SocketWait};
 pub use events::{
     CloseEvent, CreateEvent, EVENT_BATCH, EVENT_QUEUE_MAX, EVENT_THREADS, EventEnv, EventFilter, EventKind, EventStats,
     FILTER_ENTRY_BYTES, FsEvent, FsEventPoint, KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
 };
 pub use exec_verify::{ExecVerify, Verdict, Verified, VerifyArgs, hex as exec_hex};
+pub use vino_net::{LOOPBACK, NetStats, SocketId, Wait as SocketWait};
 
 /// Largest module a bound `exec.verify` verifier reads.
 pub fn exec_verify_max() -> usize {
