@@ -112,14 +112,20 @@ pub mod errno {
     pub const EUSERS: i32 = 87;
     pub const EMSGSIZE: i32 = 90;
     pub const EOPNOTSUPP: i32 = 95;
+    pub const EADDRINUSE: i32 = 98;
+    pub const EADDRNOTAVAIL: i32 = 99;
+    pub const ENETUNREACH: i32 = 101;
+    pub const ECONNRESET: i32 = 104;
     pub const ENOBUFS: i32 = 105;
+    pub const ENOTCONN: i32 = 107;
     pub const ETIMEDOUT: i32 = 110;
+    pub const ECONNREFUSED: i32 = 111;
     pub const ESTALE: i32 = 116;
     pub const EUCLEAN: i32 = 117;
     pub const EDQUOT: i32 = 122;
 
     /// Every errno named here, with its name.
-    pub const ALL: [(i32, &str); 41] = [
+    pub const ALL: [(i32, &str); 47] = [
         (EPERM, "EPERM"),
         (ENOENT, "ENOENT"),
         (ESRCH, "ESRCH"),
@@ -156,8 +162,14 @@ pub mod errno {
         (EUSERS, "EUSERS"),
         (EMSGSIZE, "EMSGSIZE"),
         (EOPNOTSUPP, "EOPNOTSUPP"),
+        (EADDRINUSE, "EADDRINUSE"),
+        (EADDRNOTAVAIL, "EADDRNOTAVAIL"),
+        (ENETUNREACH, "ENETUNREACH"),
+        (ECONNRESET, "ECONNRESET"),
         (ENOBUFS, "ENOBUFS"),
+        (ENOTCONN, "ENOTCONN"),
         (ETIMEDOUT, "ETIMEDOUT"),
+        (ECONNREFUSED, "ECONNREFUSED"),
         (ESTALE, "ESTALE"),
         (EUCLEAN, "EUCLEAN"),
         (EDQUOT, "EDQUOT"),
