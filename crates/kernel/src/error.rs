@@ -40,6 +40,7 @@ pub enum Errno {
     Loop = 40,
     NoData = 61,
     Users = 87,
+    MsgSize = 90,
     NotSup = 95,
     AddrInUse = 98,
     AddrNotAvail = 99,
@@ -56,7 +57,7 @@ pub enum Errno {
 
 impl Errno {
     /// Every errno the kernel returns.
-    pub const ALL: [Errno; 44] = [
+    pub const ALL: [Errno; 45] = [
         Errno::Perm,
         Errno::NoEnt,
         Errno::Srch,
@@ -89,6 +90,7 @@ impl Errno {
         Errno::Loop,
         Errno::NoData,
         Errno::Users,
+        Errno::MsgSize,
         Errno::NotSup,
         Errno::AddrInUse,
         Errno::AddrNotAvail,

@@ -1,4 +1,4 @@
-//! TCP sockets of kernel processes, over the kernel's network stack (`vino-net`).
+//! TCP and UDP sockets of kernel processes, over the kernel's network stack (`vino-net`).
 //!
 //! A socket belongs to the process that made or accepted it and is charged to its account;
 //! ports belong to its user (below 1024 only root's). The stack starts with the first socket
@@ -60,5 +60,23 @@ impl Process {
 
     pub fn socket_close(&self, socket: SocketId) -> SysResult<()> {
         Ok(self.kernel().net().close(&self.socket_owner(), socket)?)
+    }
+
+    /// A UDP socket bound to `port` (0: an ephemeral one; `Net::udp_port` says which).
+    pub fn udp_bind(&self, port: u16) -> SysResult<SocketId> {
+        Ok(self.kernel().net().udp_bind(&self.socket_owner(), port)?)
+    }
+
+    /// Sends one datagram to `to`.
+    pub fn socket_send_to(&self, socket: SocketId, data: &[u8], to: SocketAddrV4, wait: Wait) -> SysResult<()> {
+        Ok(self
+            .kernel()
+            .net()
+            .send_to(&self.socket_owner(), socket, data, to, wait)?)
+    }
+
+    /// Receives one datagram, and its sender.
+    pub fn socket_recv_from(&self, socket: SocketId, buf: &mut [u8], wait: Wait) -> SysResult<(usize, SocketAddrV4)> {
+        Ok(self.kernel().net().recv_from(&self.socket_owner(), socket, buf, wait)?)
     }
 }

@@ -1,5 +1,5 @@
-//! Kernel processes' TCP sockets: two users' processes talk over loopback, the errors are the
-//! POSIX ones, and a process that exits leaves no socket, port or charge.
+//! Kernel processes' sockets: two users' processes talk TCP and UDP over loopback, the errors are
+//! the POSIX ones, and a process that exits leaves no socket, port or charge.
 
 mod common;
 
@@ -33,6 +33,15 @@ fn two_users_processes_talk_and_their_exits_leave_nothing() {
     let n = server.socket_recv(accepted, &mut buf, PATIENCE).unwrap();
     assert_eq!(&buf[..n], b"ping");
     assert!(client.account().used(Resource::Sockets) > 0);
+    // A datagram each way between the same two processes.
+    let (dgram_server, dgram_client) = (server.udp_bind(7100).unwrap(), client.udp_bind(0).unwrap());
+    client
+        .socket_send_to(dgram_client, b"hello", SocketAddrV4::new(LOOPBACK, 7100), PATIENCE)
+        .unwrap();
+    let (n, from) = server.socket_recv_from(dgram_server, &mut buf, PATIENCE).unwrap();
+    assert_eq!(&buf[..n], b"hello");
+    server.socket_send_to(dgram_server, b"back", from, PATIENCE).unwrap();
+    assert_eq!(client.socket_recv_from(dgram_client, &mut buf, PATIENCE).unwrap().0, 4);
     // The client exits without closing: the server reads the end of the stream.
     k.exit(client.pid());
     assert_eq!(server.socket_recv(accepted, &mut buf, PATIENCE).unwrap(), 0);

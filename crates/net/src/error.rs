@@ -36,6 +36,9 @@ pub enum NetError {
     /// The sending side was shut (EPIPE).
     #[error("the connection's sending side is shut")]
     Pipe,
+    /// A datagram larger than a socket's buffer or than UDP allows (EMSGSIZE).
+    #[error("a datagram of {0} bytes is too large")]
+    TooBig(usize),
     /// No link reaches the address (ENETUNREACH).
     #[error("network unreachable: {0}")]
     Unreachable(String),
@@ -58,6 +61,7 @@ impl NetError {
             NetError::WouldBlock => 11,
             NetError::TimedOut => 110,
             NetError::Pipe => 32,
+            NetError::TooBig(_) => 90,
             NetError::Unreachable(_) => 101,
             NetError::Limit(e) => e.errno(),
         }

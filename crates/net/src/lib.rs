@@ -9,14 +9,17 @@
 //! connection stays charged until the stack lets it go.
 //!
 //! This is the first part of the network (docs/network.md): the loopback link over which VINO
-//! processes talk to each other, and TCP. Links to Linux, UDP, the WASI socket calls, and the
-//! charging of protocol work to the receiving principal before it is done are the next parts.
+//! processes talk to each other, TCP ([`stack`]) and UDP ([`udp`]). Links to Linux, the WASI
+//! socket calls, and the charging of protocol work to the receiving principal before it is done
+//! are the next parts.
 
 #![forbid(unsafe_code)]
 
 mod error;
 pub mod ports;
-mod stack;
+pub mod stack;
+pub mod udp;
 
 pub use error::NetError;
 pub use stack::{LOOPBACK, Net, NetConfig, NetStats, Owner, SocketId, Wait};
+pub use udp::MAX_DATAGRAM;

@@ -82,25 +82,30 @@ pub struct NetStats {
     pub connections: usize,
     /// Connections closed by their owner, finishing their close handshake.
     pub closing: usize,
+    /// UDP sockets.
+    pub datagrams: usize,
+    /// TCP and UDP ports bound or held by connections.
     pub ports_in_use: usize,
 }
 
 /// One smoltcp socket and what it is charged.
-struct Slot {
-    handle: SocketHandle,
-    _charges: Vec<Charge>,
+pub(crate) struct Slot {
+    pub(crate) handle: SocketHandle,
+    pub(crate) _charges: Vec<Charge>,
 }
 
-enum Kind {
+pub(crate) enum Kind {
     /// Listening on `port`: `pool` holds a listening socket per connection that may be pending.
     Listener { port: u16, pool: Vec<Slot> },
     /// A connection; `ephemeral` if it holds its local port (one it connected from).
     Stream { slot: Slot, ephemeral: Option<u16> },
+    /// A UDP socket bound to `port` (see `udp.rs`).
+    Datagram { slot: Slot, port: u16 },
 }
 
-struct Entry {
-    pid: u64,
-    kind: Kind,
+pub(crate) struct Entry {
+    pub(crate) pid: u64,
+    pub(crate) kind: Kind,
 }
 
 /// A connection its owner closed, finishing its close handshake.
@@ -110,16 +115,19 @@ struct Closing {
     since: Instant,
 }
 
-struct State {
+pub(crate) struct State {
     iface: Interface,
     device: Loopback,
-    sockets: SocketSet<'static>,
+    pub(crate) sockets: SocketSet<'static>,
     entries: HashMap<SocketId, Entry>,
     closing: Vec<Closing>,
+    /// TCP's ports.
     ports: Ports,
+    /// UDP's ports (a namespace of their own, as in every stack).
+    pub(crate) udp_ports: Ports,
     next_id: SocketId,
     epoch: Instant,
-    config: NetConfig,
+    pub(crate) config: NetConfig,
 }
 
 struct Inner {
@@ -162,6 +170,7 @@ impl Net {
                 entries: HashMap::new(),
                 closing: Vec::new(),
                 ports: Ports::default(),
+                udp_ports: Ports::default(),
                 next_id: 1,
                 epoch,
                 config,
@@ -377,32 +386,29 @@ impl Net {
 
     pub fn stats(&self) -> NetStats {
         let st = self.lock();
-        let listeners = st
-            .entries
-            .values()
-            .filter(|e| matches!(e.kind, Kind::Listener { .. }))
-            .count();
+        let count = |f: fn(&Kind) -> bool| st.entries.values().filter(|e| f(&e.kind)).count();
         NetStats {
             stack_sockets: st.sockets.iter().count(),
-            listeners,
-            connections: st.entries.len() - listeners,
+            listeners: count(|k| matches!(k, Kind::Listener { .. })),
+            connections: count(|k| matches!(k, Kind::Stream { .. })),
             closing: st.closing.len(),
-            ports_in_use: st.ports.in_use(),
+            datagrams: count(|k| matches!(k, Kind::Datagram { .. })),
+            ports_in_use: st.ports.in_use() + st.udp_ports.in_use(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.inner.state.lock()
     }
 
     /// The stack ran on this thread: waiting calls look again.
-    fn ran(&self) {
+    pub(crate) fn ran(&self) {
         self.inner.changed.notify_all();
     }
 
     /// Runs `step` until it has an answer, running the stack after each try and waiting for
     /// it to change in between, as `wait` allows.
-    fn wait<T>(
+    pub(crate) fn wait<T>(
         &self,
         wait: Wait,
         mut step: impl FnMut(&mut State) -> Result<Option<T>, NetError>,
@@ -465,7 +471,7 @@ impl State {
 
     /// Runs the interface until it has nothing more to do now (on loopback, a packet sent is
     /// received on the next round), at most a bounded number of rounds.
-    fn run(&mut self) {
+    pub(crate) fn run(&mut self) {
         let now = self.now();
         for _ in 0..64 {
             if self.iface.poll(now, &mut self.device, &mut self.sockets) == PollResult::None {
@@ -474,21 +480,27 @@ impl State {
         }
     }
 
-    fn insert(&mut self, pid: u64, kind: Kind) -> SocketId {
+    pub(crate) fn insert(&mut self, pid: u64, kind: Kind) -> SocketId {
         let id = self.next_id;
         self.next_id += 1;
         self.entries.insert(id, Entry { pid, kind });
         id
     }
 
-    /// A new smoltcp TCP socket, charged to `owner`.
-    fn new_socket(&mut self, owner: &Owner) -> Result<Slot, NetError> {
-        let bytes = self.config.buffer_bytes;
+    /// What one more socket costs `owner`: a socket and both its buffers.
+    pub(crate) fn charge(&self, owner: &Owner) -> Result<Vec<Charge>, NetError> {
         let mut charges = Vec::new();
         if let Some(account) = &owner.account {
             charges.push(account.charge(Resource::Sockets, 1)?);
-            charges.push(account.charge(Resource::SocketBytes, 2 * bytes as u64)?);
+            charges.push(account.charge(Resource::SocketBytes, 2 * self.config.buffer_bytes as u64)?);
         }
+        Ok(charges)
+    }
+
+    /// A new smoltcp TCP socket, charged to `owner`.
+    fn new_socket(&mut self, owner: &Owner) -> Result<Slot, NetError> {
+        let bytes = self.config.buffer_bytes;
+        let charges = self.charge(owner)?;
         let socket = tcp::Socket::new(
             tcp::SocketBuffer::new(vec![0; bytes]),
             tcp::SocketBuffer::new(vec![0; bytes]),
@@ -510,7 +522,7 @@ impl State {
     }
 
     /// The entry `id`, if `pid` owns it.
-    fn owned(&mut self, pid: u64, id: SocketId) -> Result<&mut Entry, NetError> {
+    pub(crate) fn owned(&mut self, pid: u64, id: SocketId) -> Result<&mut Entry, NetError> {
         self.entries
             .get_mut(&id)
             .filter(|e| e.pid == pid)
@@ -522,6 +534,7 @@ impl State {
         let handle = match &self.owned(pid, id)?.kind {
             Kind::Stream { slot, .. } => slot.handle,
             Kind::Listener { .. } => return Err(NetError::WrongKind("a listening socket has no connection")),
+            Kind::Datagram { .. } => return Err(NetError::WrongKind("a UDP socket has no connection")),
         };
         Ok(self.sockets.get_mut::<tcp::Socket>(handle))
     }
@@ -558,7 +571,7 @@ impl State {
     ) -> Result<(SocketId, SocketAddrV4), NetError> {
         let port = match &self.owned(owner.pid, listener)?.kind {
             Kind::Listener { port, .. } => *port,
-            Kind::Stream { .. } => unreachable!("checked by ready_connection"),
+            Kind::Stream { .. } | Kind::Datagram { .. } => unreachable!("checked by ready_connection"),
         };
         let fresh = self.listening_slot(owner, port).ok();
         let Some(Entry {
@@ -600,6 +613,11 @@ impl State {
                     });
                 }
                 self.ports.release(port);
+            }
+            Kind::Datagram { slot, port } => {
+                // Nothing to finish: what was queued goes with it.
+                self.sockets.remove(slot.handle);
+                self.udp_ports.release(port);
             }
             Kind::Stream { slot, ephemeral } => {
                 let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);

@@ -289,3 +289,59 @@ fn a_call_that_may_not_wait_says_so_and_a_wait_ends_in_time() {
     let _ = accepted;
     assert_eq!(settled(&net), NetStats::default());
 }
+
+#[test]
+fn udp_datagrams_go_whole_between_users_and_ports_are_udps_own() {
+    let accounts = Accounts::new(LimitsConfig::default());
+    let net = Net::new(NetConfig::default());
+    let alice = owner(&accounts, 1, 1000);
+    let bob = owner(&accounts, 2, 1001);
+    // UDP's ports are not TCP's: the same number is free for another user.
+    let tcp = net.tcp_listen(&bob, 5353, 1).unwrap();
+    let server = net.udp_bind(&alice, 5353).unwrap();
+    assert_eq!(net.udp_bind(&bob, 5353), Err(NetError::AddrInUse(5353)));
+    assert_eq!(net.udp_bind(&bob, 53), Err(NetError::Privileged(53)));
+    let client = net.udp_bind(&bob, 0).unwrap();
+    let from_port = net.udp_port(&bob, client).unwrap();
+    assert!(from_port >= vino_net::ports::EPHEMERAL_FIRST);
+    for i in 0..10u8 {
+        net.send_to(&bob, client, &[i; 100], at(5353), PATIENCE).unwrap();
+    }
+    let mut buf = [0u8; 200];
+    for i in 0..10u8 {
+        let (n, from) = net.recv_from(&alice, server, &mut buf, PATIENCE).unwrap();
+        assert_eq!((n, from), (100, at(from_port)));
+        assert!(buf[..n].iter().all(|&b| b == i), "datagram {i} in order and whole");
+    }
+    // A reply; a short buffer takes what fits and the rest of that datagram is dropped.
+    net.send_to(&alice, server, b"0123456789", at(from_port), PATIENCE)
+        .unwrap();
+    net.send_to(&alice, server, b"next", at(from_port), PATIENCE).unwrap();
+    let mut short = [0u8; 4];
+    assert_eq!(net.recv_from(&bob, client, &mut short, PATIENCE).unwrap().0, 4);
+    assert_eq!(&short, b"0123");
+    assert_eq!(net.recv_from(&bob, client, &mut buf, PATIENCE).unwrap().0, 4);
+    assert_eq!(&buf[..4], b"next");
+    assert_eq!(
+        net.recv_from(&bob, client, &mut buf, Wait::No),
+        Err(NetError::WouldBlock)
+    );
+    let huge = vec![0u8; NetConfig::default().buffer_bytes + 1];
+    let too_big = net.send_to(&bob, client, &huge, at(5353), PATIENCE).unwrap_err();
+    assert_eq!(too_big.errno(), 90, "EMSGSIZE");
+    // Another user's socket is absent to it; a UDP socket has no stream.
+    assert_eq!(
+        net.recv_from(&alice, client, &mut buf, Wait::No),
+        Err(NetError::BadSocket)
+    );
+    assert!(matches!(
+        net.recv(&alice, server, &mut buf, Wait::No),
+        Err(NetError::WrongKind(_))
+    ));
+    assert_eq!(accounts.user(1000).used(Resource::Sockets), 1);
+    net.close_all(1);
+    net.close_all(2);
+    let _ = tcp;
+    assert_eq!(settled(&net), NetStats::default());
+    assert_eq!(accounts.user(1001).used(Resource::Sockets), 0);
+}

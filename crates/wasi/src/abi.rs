@@ -19,6 +19,7 @@ impl WasiErrno {
     pub const ADDRNOTAVAIL: WasiErrno = WasiErrno(4);
     pub const CONNREFUSED: WasiErrno = WasiErrno(14);
     pub const CONNRESET: WasiErrno = WasiErrno(15);
+    pub const MSGSIZE: WasiErrno = WasiErrno(35);
     pub const NETUNREACH: WasiErrno = WasiErrno(40);
     pub const NOTCONN: WasiErrno = WasiErrno(53);
     pub const TIMEDOUT: WasiErrno = WasiErrno(73);
@@ -98,6 +99,7 @@ impl From<Errno> for WasiErrno {
             Errno::Users => WasiErrno::NFILE,
             Errno::NotSup => WasiErrno::NOTSUP,
             Errno::NoBufs => WasiErrno::NOBUFS,
+            Errno::MsgSize => WasiErrno::MSGSIZE,
             Errno::AddrInUse => WasiErrno::ADDRINUSE,
             Errno::AddrNotAvail => WasiErrno::ADDRNOTAVAIL,
             Errno::NetUnreach => WasiErrno::NETUNREACH,
