@@ -60,11 +60,6 @@ impl<T: Send + 'static> Deferred<T> {
         self.asked.store(0, Ordering::Relaxed);
     }
 
-    /// Changes the running call asked for so far.
-    pub fn asked(&self) -> usize {
-        self.asked.load(Ordering::Relaxed)
-    }
-
     /// Asks for `change`, made when the running call's transaction commits (at once outside a
     /// transaction) and dropped if it aborts. False, and nothing asked, when the call's
     /// allowance is spent.

@@ -335,19 +335,18 @@ impl Net {
     /// Closes a socket: a connection finishes its close handshake in the stack (still charged
     /// to its owner), a listener resets the connections it had pending.
     pub fn close(&self, owner: &Owner, id: SocketId) -> Result<(), NetError> {
-        let mut st = self.lock();
-        st.owned(owner.pid, id)?;
-        st.close(id, false);
-        drop(st);
-        self.ran();
-        Ok(())
+        self.close_owned(owner, id, false)
     }
 
     /// Closes a socket at once, resetting its connection.
     fn abort(&self, owner: &Owner, id: SocketId) -> Result<(), NetError> {
+        self.close_owned(owner, id, true)
+    }
+
+    fn close_owned(&self, owner: &Owner, id: SocketId, reset: bool) -> Result<(), NetError> {
         let mut st = self.lock();
         st.owned(owner.pid, id)?;
-        st.close(id, true);
+        st.close(id, reset);
         drop(st);
         self.ran();
         Ok(())
@@ -374,13 +373,7 @@ impl Net {
     pub fn endpoints(&self, owner: &Owner, id: SocketId) -> Result<(SocketAddrV4, SocketAddrV4), NetError> {
         let mut st = self.lock();
         let socket = st.stream(owner.pid, id)?;
-        let v4 = |e: Option<IpEndpoint>| match e {
-            Some(IpEndpoint {
-                addr: IpAddress::Ipv4(a),
-                port,
-            }) => Ok(SocketAddrV4::new(a, port)),
-            _ => Err(NetError::NotConnected),
-        };
+        let v4 = |e: Option<IpEndpoint>| e.map(v4).ok_or(NetError::NotConnected);
         Ok((v4(socket.local_endpoint())?, v4(socket.remote_endpoint())?))
     }
 
@@ -442,6 +435,13 @@ impl Drop for Net {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// An endpoint as a socket address (the stack speaks IPv4 only).
+pub(crate) fn v4(endpoint: IpEndpoint) -> SocketAddrV4 {
+    match endpoint.addr {
+        IpAddress::Ipv4(a) => SocketAddrV4::new(a, endpoint.port),
     }
 }
 
@@ -585,13 +585,11 @@ impl State {
             Some(f) => std::mem::replace(&mut pool[at], f),
             None => pool.swap_remove(at),
         };
-        let peer = match self.sockets.get_mut::<tcp::Socket>(slot.handle).remote_endpoint() {
-            Some(IpEndpoint {
-                addr: IpAddress::Ipv4(a),
-                port,
-            }) => SocketAddrV4::new(a, port),
-            _ => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
-        };
+        let peer = self
+            .sockets
+            .get_mut::<tcp::Socket>(slot.handle)
+            .remote_endpoint()
+            .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), v4);
         let id = self.insert(owner.pid, Kind::Stream { slot, ephemeral: None });
         Ok((id, peer))
     }

@@ -4,8 +4,8 @@
 use crate::stack::{Kind, Slot};
 use crate::{Net, NetError, Owner, SocketId, Wait};
 use smoltcp::socket::udp;
-use smoltcp::wire::{IpAddress, IpEndpoint};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use smoltcp::wire::IpEndpoint;
+use std::net::SocketAddrV4;
 
 /// Largest UDP payload over IPv4.
 pub const MAX_DATAGRAM: usize = 65_507;
@@ -97,15 +97,7 @@ impl Net {
             };
             let n = payload.len().min(buf.len());
             buf[..n].copy_from_slice(&payload[..n]);
-            let from = match meta.endpoint {
-                IpEndpoint {
-                    addr: IpAddress::Ipv4(a),
-                    port,
-                } => SocketAddrV4::new(a, port),
-                #[allow(unreachable_patterns)]
-                _ => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
-            };
-            Ok(Some((n, from)))
+            Ok(Some((n, crate::stack::v4(meta.endpoint))))
         })
     }
 }
