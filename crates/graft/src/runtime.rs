@@ -190,6 +190,9 @@ pub(crate) struct Inner {
     cache: Mutex<ModuleCache>,
     pool: CompilePool,
     stop_ticker: Arc<AtomicBool>,
+    /// Epochs the ticker has counted on a manual clock (each also an `increment_epoch`): what a
+    /// running graft's budget is charged from there.
+    pub(crate) epochs: Arc<std::sync::atomic::AtomicU64>,
     /// Each graftpoint type's graft-callable functions, made once per runtime: building a
     /// wasmtime `Linker` costs tens of microseconds, and every open file has several graftpoints.
     callables: Mutex<FxHashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
@@ -227,8 +230,16 @@ impl Runtime {
         let engine = Engine::new(&sandbox_config(config.interrupt, config.max_wasm_stack))
             .expect("the sandbox configuration is valid");
         let stop_ticker = Arc::new(AtomicBool::new(false));
+        let epochs = Arc::new(std::sync::atomic::AtomicU64::new(0));
         match config.interrupt {
-            Interrupt::Epoch => spawn_ticker(engine.clone(), config.tick, stop_ticker.clone(), vlt.clock().clone()),
+            Interrupt::Epoch => {
+                let ticker = Ticker {
+                    engine: engine.clone(),
+                    epochs: epochs.clone(),
+                    stop: stop_ticker.clone(),
+                };
+                spawn_ticker(ticker, config.tick, vlt.clock().clone());
+            }
             Interrupt::Fuel => {
                 // Only a waiter whose holder passed its deadline advances the epoch: running
                 // grafts then look at their own transaction and the late one aborts.
@@ -245,6 +256,7 @@ impl Runtime {
                 cache: Mutex::new(ModuleCache::default()),
                 pool: CompilePool::default(),
                 stop_ticker,
+                epochs,
                 callables: Mutex::default(),
             }),
         }
@@ -472,25 +484,42 @@ impl Default for Runtime {
     }
 }
 
+/// What the epoch ticker moves, and what stops it.
+struct Ticker {
+    engine: Engine,
+    epochs: Arc<std::sync::atomic::AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Ticker {
+    fn tick(&self) {
+        self.epochs.fetch_add(1, Ordering::Relaxed);
+        self.engine.increment_epoch();
+    }
+}
+
 /// Advances the epoch every `tick` of `clock`: on the machine's clock by sleeping a tick per
 /// epoch (as always); on a manual clock, one epoch per tick it has moved, at most one per short
-/// host slice (a running graft counts each epoch it sees, and a burst would look like one), so
-/// budgets run out when the clock is moved past them.
-fn spawn_ticker(engine: Engine, tick: Duration, stop: Arc<AtomicBool>, clock: vino_vlt::SharedClock) {
+/// host slice, so budgets run out when the clock is moved past them. Those epochs are counted,
+/// and a running graft is charged every one since it last looked: a graft off the CPU during a
+/// burst still sees the whole burst (it once saw one, and spun on past its budget).
+fn spawn_ticker(ticker: Ticker, tick: Duration, clock: vino_vlt::SharedClock) {
     let manual = clock.host_instant(Duration::ZERO).is_none();
     std::thread::Builder::new()
         .name("vino-epoch".into())
         .spawn(move || {
             let mut next = clock.deadline_in(tick);
-            while !stop.load(Ordering::Relaxed) {
+            while !ticker.stop.load(Ordering::Relaxed) {
                 if !manual {
                     std::thread::sleep(tick);
-                    engine.increment_epoch();
+                    // Not counted: on the machine's clock a graft is charged a tick per tick
+                    // it sees running, not the ticks it spent off the CPU.
+                    ticker.engine.increment_epoch();
                     continue;
                 }
                 std::thread::sleep(vino_vlt::MANUAL_SLICE);
                 if clock.passed(next) {
-                    engine.increment_epoch();
+                    ticker.tick();
                     next += tick.max(Duration::from_nanos(1));
                 }
             }

@@ -92,6 +92,12 @@ pub struct HostState<E> {
     memory_cap: usize,
     /// Epoch ticks left in the current invocation's budget.
     ticks_left: u64,
+    /// The runtime's count of epochs on a manual clock, and its value when this store last
+    /// looked: a graft that was off the CPU while the clock moved several ticks is charged them
+    /// all (wasmtime calls back once however many passed). On the machine's clock nothing is
+    /// counted and each callback is one tick.
+    epochs: Arc<std::sync::atomic::AtomicU64>,
+    epoch_seen: u64,
     /// Where `vino_log` leaves its messages.
     pub(crate) counters: Arc<Counters>,
     /// The charge for the graft's memory to its owner (refunded when the store goes).
@@ -249,6 +255,8 @@ impl<G: GraftPoint> WasmGraft<G> {
             env,
             memory_cap: config.memory_cap,
             ticks_left: 0,
+            epochs: runtime.inner.epochs.clone(),
+            epoch_seen: 0,
             counters,
             memory: account.map(|a| Growing::new(a, Resource::GraftMemory)),
         };
@@ -540,7 +548,9 @@ fn bounded(offset: u32, len: usize, size: usize) -> Result<std::ops::Range<usize
 fn arm<E>(store: &mut Store<HostState<E>>, runtime: &Runtime, units: u64) {
     match runtime.config().interrupt {
         Interrupt::Epoch => {
-            store.data_mut().ticks_left = units;
+            let state = store.data_mut();
+            state.ticks_left = units;
+            state.epoch_seen = state.epochs.load(std::sync::atomic::Ordering::Relaxed);
             store.set_epoch_deadline(1);
         }
         Interrupt::Fuel => {
@@ -580,10 +590,13 @@ fn on_tick<E>(mut ctx: wasmtime::StoreContextMut<'_, HostState<E>>) -> wasmtime:
         return Err(wasmtime::Error::new(HostAbort::Deadline));
     }
     let state = ctx.data_mut();
-    if state.ticks_left <= 1 {
+    let now = state.epochs.load(std::sync::atomic::Ordering::Relaxed);
+    let passed = now.saturating_sub(state.epoch_seen).max(1);
+    state.epoch_seen = now;
+    if state.ticks_left <= passed {
         return Err(wasmtime::Error::new(HostAbort::Budget));
     }
-    state.ticks_left -= 1;
+    state.ticks_left -= passed;
     Ok(UpdateDeadline::Continue(1))
 }
 
