@@ -18,6 +18,9 @@ pub enum NetError {
     /// The peer reset the connection (ECONNRESET).
     #[error("connection reset by the peer")]
     Reset,
+    /// The socket is connected already (EISCONN).
+    #[error("the socket is connected already")]
+    IsConnected,
     /// The socket is not connected, or no longer (ENOTCONN).
     #[error("the socket is not connected")]
     NotConnected,
@@ -55,6 +58,7 @@ impl NetError {
             NetError::NoPorts => 99,
             NetError::Refused => 111,
             NetError::Reset => 104,
+            NetError::IsConnected => 106,
             NetError::NotConnected => 107,
             NetError::BadSocket => 9,
             NetError::WrongKind(_) => 22,

@@ -16,10 +16,12 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod link;
 pub mod ports;
 pub mod stack;
 pub mod udp;
 
 pub use error::NetError;
-pub use stack::{LOOPBACK, Net, NetConfig, NetStats, Owner, SocketId, Wait};
+pub use link::{Faults, LinkStats};
+pub use stack::{Interest, LOOPBACK, Net, NetConfig, NetStats, Owner, SocketId, SocketInfo, Wait};
 pub use udp::MAX_DATAGRAM;

@@ -33,6 +33,15 @@ impl Ports {
         Ok(())
     }
 
+    /// Binds `port` for `uid` as [`Ports::bind`] does, or for 0 a free ephemeral port: the
+    /// port now held.
+    pub(crate) fn take(&mut self, uid: u32, port: u16) -> Result<u16, NetError> {
+        match port {
+            0 => self.ephemeral(uid),
+            p => self.bind(uid, p).map(|()| p),
+        }
+    }
+
     /// A free ephemeral port, now held by `uid`.
     pub(crate) fn ephemeral(&mut self, uid: u32) -> Result<u16, NetError> {
         let span = u32::from(u16::MAX - EPHEMERAL_FIRST) + 1;

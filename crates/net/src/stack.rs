@@ -14,10 +14,10 @@
 //! delayed acknowledgements, closing connections' timers) and wakes waiters.
 
 use crate::NetError;
+use crate::link::{Faults, Link, LinkStats};
 use crate::ports::Ports;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
-use smoltcp::phy::{Loopback, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 use std::collections::HashMap;
@@ -25,6 +25,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use vino_account::{Account, Charge, Resource};
 
@@ -39,6 +40,11 @@ pub struct NetConfig {
     pub linger: Duration,
     /// Longest the stack's thread sleeps when no timer is due sooner.
     pub tick: Duration,
+    /// Faults the loopback link injects (none by default).
+    pub faults: Faults,
+    /// Largest IP packet the loopback link carries (65535, as Linux's loopback; a smaller one
+    /// makes more, smaller segments, as a real link would).
+    pub mtu: usize,
 }
 
 impl Default for NetConfig {
@@ -48,6 +54,8 @@ impl Default for NetConfig {
             max_backlog: 128,
             linger: Duration::from_secs(10),
             tick: Duration::from_millis(10),
+            faults: Faults::default(),
+            mtu: 65535,
         }
     }
 }
@@ -73,6 +81,30 @@ pub enum Wait {
     For(Duration),
 }
 
+/// What a waiter waits for on a socket ([`Net::poll_ready`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interest {
+    /// A receive (or accept) would not block: data, a connection, the peer's end, an error.
+    Read,
+    /// A send would not block: room, or an error.
+    Write,
+}
+
+/// One socket as a listing shows it (`vino ps`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketInfo {
+    pub id: SocketId,
+    /// `tcp` or `udp`.
+    pub proto: &'static str,
+    pub local: SocketAddrV4,
+    /// A connection's peer.
+    pub remote: Option<SocketAddrV4>,
+    /// `bound`, `listen` (with its pending connections in `pending`), a TCP state
+    /// (`established`, `close-wait`...), or `bound` for UDP.
+    pub state: String,
+    pub pending: usize,
+}
+
 /// Counts of what the stack holds, for listings and leak checks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NetStats {
@@ -91,10 +123,14 @@ pub struct NetStats {
 /// One smoltcp socket and what it is charged.
 pub(crate) struct Slot {
     pub(crate) handle: SocketHandle,
-    pub(crate) _charges: Vec<Charge>,
+    /// Held until the slot goes (the socket's charge first).
+    pub(crate) charges: Vec<Charge>,
 }
 
 pub(crate) enum Kind {
+    /// A TCP socket bound to `port`, neither listening nor connected yet (charged one socket,
+    /// no buffers: it has none until it listens or connects).
+    Bound { port: u16, charges: Vec<Charge> },
     /// Listening on `port`: `pool` holds a listening socket per connection that may be pending.
     Listener { port: u16, pool: Vec<Slot> },
     /// A connection; `ephemeral` if it holds its local port (one it connected from).
@@ -106,6 +142,35 @@ pub(crate) enum Kind {
 pub(crate) struct Entry {
     pub(crate) pid: u64,
     pub(crate) kind: Kind,
+    /// The tasks waiting on this socket ([`Net::poll_ready`]).
+    waiters: Arc<Waiters>,
+}
+
+/// The tasks waiting on one socket. smoltcp keeps one waker per socket and direction; this
+/// one, registered there, wakes every task that waits (a process's threads may wait on the
+/// same socket, or `poll_oneoff` on one while a read waits on it).
+#[derive(Default)]
+struct Waiters(Mutex<Vec<Waker>>);
+
+impl Waiters {
+    fn add(&self, waker: &Waker) {
+        let mut list = self.0.lock();
+        if !list.iter().any(|w| w.will_wake(waker)) {
+            list.push(waker.clone());
+        }
+    }
+}
+
+impl Wake for Waiters {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        for w in std::mem::take(&mut *self.0.lock()) {
+            w.wake();
+        }
+    }
 }
 
 /// A connection its owner closed, finishing its close handshake.
@@ -117,7 +182,7 @@ struct Closing {
 
 pub(crate) struct State {
     iface: Interface,
-    device: Loopback,
+    link: Link,
     pub(crate) sockets: SocketSet<'static>,
     entries: HashMap<SocketId, Entry>,
     closing: Vec<Closing>,
@@ -152,11 +217,11 @@ pub const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
 impl Net {
     /// A stack with its loopback link, and its thread started.
     pub fn new(config: NetConfig) -> Net {
-        let mut device = Loopback::new(Medium::Ip);
+        let mut link = Link::new(config.faults, config.mtu);
         let mut iface_config = Config::new(HardwareAddress::Ip);
         iface_config.random_seed = std::collections::hash_map::RandomState::new().build_hasher().finish();
         let epoch = Instant::now();
-        let mut iface = Interface::new(iface_config, &mut device, smoltcp::time::Instant::from_micros(0));
+        let mut iface = Interface::new(iface_config, &mut link, smoltcp::time::Instant::from_micros(0));
         iface.update_ip_addrs(|addrs| {
             addrs
                 .push(IpCidr::new(IpAddress::Ipv4(LOOPBACK), 8))
@@ -165,7 +230,7 @@ impl Net {
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 iface,
-                device,
+                link,
                 sockets: SocketSet::new(Vec::new()),
                 entries: HashMap::new(),
                 closing: Vec::new(),
@@ -195,23 +260,75 @@ impl Net {
     /// Listens for TCP connections on `port` of every address, with up to `backlog`
     /// connections pending (at least one, at most [`NetConfig::max_backlog`]).
     pub fn tcp_listen(&self, owner: &Owner, port: u16, backlog: usize) -> Result<SocketId, NetError> {
+        if port == 0 {
+            return Err(NetError::AddrInUse(0));
+        }
+        let id = self.tcp_bind(owner, port)?;
+        self.listen(owner, id, backlog).inspect_err(|_| {
+            let _ = self.close(owner, id);
+        })?;
+        Ok(id)
+    }
+
+    /// A TCP socket bound to `port` (0: an ephemeral one), to listen or connect from.
+    pub fn tcp_bind(&self, owner: &Owner, port: u16) -> Result<SocketId, NetError> {
+        let mut st = self.lock();
+        let port = st.ports.take(owner.uid, port)?;
+        let charges = match &owner.account {
+            Some(account) => account.charge(Resource::Sockets, 1).map(|c| vec![c]),
+            None => Ok(Vec::new()),
+        };
+        match charges {
+            Ok(charges) => Ok(st.insert(owner.pid, Kind::Bound { port, charges })),
+            Err(e) => {
+                st.ports.release(port);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Makes bound socket `id` listen, with up to `backlog` connections pending. A socket
+    /// listening already keeps its pool.
+    pub fn listen(&self, owner: &Owner, id: SocketId, backlog: usize) -> Result<(), NetError> {
         let mut st = self.lock();
         let backlog = backlog.clamp(1, st.config.max_backlog);
-        st.ports.bind(owner.uid, port)?;
+        let (port, mut prepaid) = match &mut st.owned(owner.pid, id)?.kind {
+            Kind::Bound { port, charges } => (*port, charges.pop()),
+            Kind::Listener { .. } => return Ok(()),
+            _ => return Err(NetError::WrongKind("listen needs a bound TCP socket")),
+        };
+        // The pool's first socket takes on the bound socket's charge.
         let mut pool = Vec::with_capacity(backlog);
+        let mut failed = None;
         for _ in 0..backlog {
-            match st.listening_slot(owner, port) {
+            match st.listening_slot(owner, port, &mut prepaid) {
                 Ok(slot) => pool.push(slot),
                 Err(e) => {
-                    for slot in pool {
-                        st.sockets.remove(slot.handle);
-                    }
-                    st.ports.release(port);
-                    return Err(e);
+                    failed = Some(e);
+                    break;
                 }
             }
         }
-        Ok(st.insert(owner.pid, Kind::Listener { port, pool }))
+        let kind = match failed {
+            None => Kind::Listener { port, pool },
+            Some(_) => {
+                // Still bound, with its charge back.
+                if let Some(first) = pool.first_mut()
+                    && !first.charges.is_empty()
+                {
+                    prepaid = Some(first.charges.remove(0));
+                }
+                for slot in pool {
+                    st.sockets.remove(slot.handle);
+                }
+                Kind::Bound {
+                    port,
+                    charges: prepaid.into_iter().collect(),
+                }
+            }
+        };
+        st.owned(owner.pid, id)?.kind = kind;
+        failed.map_or(Ok(()), Err)
     }
 
     /// Takes a connection that arrived at `listener`, with its peer's address.
@@ -222,56 +339,138 @@ impl Net {
         })
     }
 
-    /// Connects to `to`; waits for the connection to be made unless `wait` is [`Wait::No`],
-    /// when the socket is returned at once and sends wait until it is made.
+    /// Connects to `to` from an ephemeral port; waits for the connection to be made unless
+    /// `wait` is [`Wait::No`], when the socket is returned at once and sends wait until it is
+    /// made.
     pub fn tcp_connect(&self, owner: &Owner, to: SocketAddrV4, wait: Wait) -> Result<SocketId, NetError> {
-        let id = {
-            let mut st = self.lock();
-            let port = st.ports.ephemeral(owner.uid)?;
-            let slot = match st.new_socket(owner) {
-                Ok(slot) => slot,
-                Err(e) => {
-                    st.ports.release(port);
-                    return Err(e);
-                }
-            };
-            let State { iface, sockets, .. } = &mut *st;
-            let socket = sockets.get_mut::<tcp::Socket>(slot.handle);
-            if let Err(e) = socket.connect(iface.context(), IpEndpoint::from(to), port) {
-                sockets.remove(slot.handle);
-                st.ports.release(port);
-                return Err(NetError::Unreachable(format!("{to}: {e}")));
-            }
-            let id = st.insert(
-                owner.pid,
-                Kind::Stream {
-                    slot,
-                    ephemeral: Some(port),
-                },
-            );
-            st.run();
-            id
-        };
-        self.inner.changed.notify_all();
+        let id = self.tcp_bind(owner, 0)?;
+        self.connect(owner, id, to, wait)?;
+        Ok(id)
+    }
+
+    /// Connects bound socket `id` to `to`, from its port; waits as [`Net::tcp_connect`]. A
+    /// connect that fails closes the socket.
+    pub fn connect(&self, owner: &Owner, id: SocketId, to: SocketAddrV4, wait: Wait) -> Result<(), NetError> {
+        let started = self.start_connect(owner, id, to);
+        if started.is_err() {
+            let _ = self.abort(owner, id);
+        }
+        started?;
+        self.ran();
         if wait == Wait::No {
-            return Ok(id);
+            return Ok(());
         }
         let made = self.wait(wait, |st| {
             let socket = st.stream(owner.pid, id)?;
-            match socket.state() {
-                tcp::State::SynSent | tcp::State::SynReceived => Ok(None),
-                tcp::State::Closed => Err(NetError::Refused),
-                _ => Ok(Some(())),
-            }
+            connect_state(socket)
         });
-        match made {
-            Ok(()) => Ok(id),
-            Err(e) => {
-                // The socket goes with the failed connect, whatever state it reached.
-                let _ = self.abort(owner, id);
-                Err(e)
-            }
+        if made.is_err() {
+            // The socket goes with the failed connect, whatever state it reached.
+            let _ = self.abort(owner, id);
         }
+        made
+    }
+
+    fn start_connect(&self, owner: &Owner, id: SocketId, to: SocketAddrV4) -> Result<(), NetError> {
+        let mut st = self.lock();
+        let (port, mut prepaid) = match &mut st.owned(owner.pid, id)?.kind {
+            Kind::Bound { port, charges } => (*port, charges.pop()),
+            Kind::Stream { .. } => return Err(NetError::IsConnected),
+            _ => return Err(NetError::WrongKind("connect needs a bound TCP socket")),
+        };
+        // On failure the caller closes the socket: its charge may go with it.
+        let slot = st.new_socket(owner, &mut prepaid)?;
+        let State { iface, sockets, .. } = &mut *st;
+        let socket = sockets.get_mut::<tcp::Socket>(slot.handle);
+        if let Err(e) = socket.connect(iface.context(), IpEndpoint::from(to), port) {
+            sockets.remove(slot.handle);
+            return Err(NetError::Unreachable(format!("{to}: {e}")));
+        }
+        // The port goes with the connection now (released when it has closed).
+        st.owned(owner.pid, id)?.kind = Kind::Stream {
+            slot,
+            ephemeral: Some(port),
+        };
+        st.run();
+        Ok(())
+    }
+
+    /// Whether connection `id` is made: `Ok(true)` made, `Ok(false)` still being made, or why
+    /// it failed.
+    pub fn connected(&self, owner: &Owner, id: SocketId) -> Result<bool, NetError> {
+        let mut st = self.lock();
+        connect_state(st.stream(owner.pid, id)?).map(|made| made.is_some())
+    }
+
+    /// Whether a call for `interest` on socket `id` would proceed now; if not, the task of `cx`
+    /// is woken when that may have changed.
+    pub fn poll_ready(
+        &self,
+        owner: &Owner,
+        id: SocketId,
+        interest: Interest,
+        cx: &Context<'_>,
+    ) -> Poll<Result<(), NetError>> {
+        let mut st = self.lock();
+        let entry = match st.owned(owner.pid, id) {
+            Ok(e) => e,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        let waiters = entry.waiters.clone();
+        // Registered before the look, under the stack's lock: no change falls in between.
+        waiters.add(cx.waker());
+        let waker = Waker::from(waiters);
+        let handles: Vec<SocketHandle> = match &entry.kind {
+            // Nothing will happen to it until the owner listens or connects.
+            Kind::Bound { .. } => return Poll::Ready(Ok(())),
+            Kind::Listener { pool, .. } => pool.iter().map(|s| s.handle).collect(),
+            Kind::Stream { slot, .. } | Kind::Datagram { slot, .. } => vec![slot.handle],
+        };
+        let listening = matches!(entry.kind, Kind::Listener { .. });
+        let mut ready = false;
+        for handle in handles {
+            ready |= match st.sockets.get_mut::<smoltcp::socket::Socket>(handle) {
+                smoltcp::socket::Socket::Tcp(s) => {
+                    match interest {
+                        Interest::Read => s.register_recv_waker(&waker),
+                        Interest::Write => s.register_send_waker(&waker),
+                    }
+                    if listening {
+                        !matches!(
+                            s.state(),
+                            tcp::State::Listen | tcp::State::SynReceived | tcp::State::Closed
+                        )
+                    } else {
+                        stream_ready(s, interest)
+                    }
+                }
+                smoltcp::socket::Socket::Udp(s) => match interest {
+                    Interest::Read => {
+                        s.register_recv_waker(&waker);
+                        s.can_recv()
+                    }
+                    Interest::Write => {
+                        s.register_send_waker(&waker);
+                        s.can_send()
+                    }
+                },
+            };
+        }
+        if ready { Poll::Ready(Ok(())) } else { Poll::Pending }
+    }
+
+    /// The local address of socket `id` (unspecified for a socket bound but not connected).
+    pub fn local_addr(&self, owner: &Owner, id: SocketId) -> Result<SocketAddrV4, NetError> {
+        let mut st = self.lock();
+        let port = match &st.owned(owner.pid, id)?.kind {
+            Kind::Bound { port, .. } | Kind::Listener { port, .. } | Kind::Datagram { port, .. } => *port,
+            Kind::Stream { slot, .. } => {
+                let handle = slot.handle;
+                let socket = st.sockets.get_mut::<tcp::Socket>(handle);
+                return socket.local_endpoint().map(v4).ok_or(NetError::NotConnected);
+            }
+        };
+        Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
     }
 
     /// Sends what fits of `data` (at least one byte, waiting for room as `wait` allows).
@@ -320,6 +519,26 @@ impl Net {
         // Reading opened the window: tell the peer.
         self.ran();
         Ok(got)
+    }
+
+    /// Sends all of `data`, waiting for room as `wait` allows each time.
+    pub fn send_all(&self, owner: &Owner, id: SocketId, data: &[u8], wait: Wait) -> Result<(), NetError> {
+        let mut off = 0;
+        while off < data.len() {
+            off += self.send(owner, id, &data[off..], wait)?;
+        }
+        Ok(())
+    }
+
+    /// Receives until the peer closes its side: all it sent from now on.
+    pub fn recv_to_end(&self, owner: &Owner, id: SocketId, wait: Wait) -> Result<Vec<u8>, NetError> {
+        let (mut all, mut buf) = (Vec::new(), vec![0u8; 16 << 10]);
+        loop {
+            match self.recv(owner, id, &mut buf, wait)? {
+                0 => return Ok(all),
+                n => all.extend_from_slice(&buf[..n]),
+            }
+        }
     }
 
     /// Shuts the sending side: the peer reads to its end, then gets 0. Receiving goes on.
@@ -375,6 +594,68 @@ impl Net {
         let socket = st.stream(owner.pid, id)?;
         let v4 = |e: Option<IpEndpoint>| e.map(v4).ok_or(NetError::NotConnected);
         Ok((v4(socket.local_endpoint())?, v4(socket.remote_endpoint())?))
+    }
+
+    /// Puts a raw IPv4 packet on the loopback link, as if it had arrived there, and runs the
+    /// stack (for fuzzing the protocols with frames no socket call makes).
+    pub fn inject(&self, frame: &[u8]) {
+        let mut st = self.lock();
+        let now = st.now();
+        st.link.inject(frame, now);
+        st.run();
+        drop(st);
+        self.ran();
+    }
+
+    /// The sockets process `pid` owns, in the order it made them.
+    pub fn sockets_of(&self, pid: u64) -> Vec<SocketInfo> {
+        let mut st = self.lock();
+        let mut ids: Vec<SocketId> = st
+            .entries
+            .iter()
+            .filter(|(_, e)| e.pid == pid)
+            .map(|(&id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        let any = |port| SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+        ids.into_iter()
+            .map(|id| {
+                let State { entries, sockets, .. } = &mut *st;
+                let (proto, local, remote, state, pending) = match &entries[&id].kind {
+                    Kind::Bound { port, .. } => ("tcp", any(*port), None, "bound".to_owned(), 0),
+                    Kind::Listener { port, pool } => {
+                        let pending = pool
+                            .iter()
+                            .filter(|s| {
+                                let state = sockets.get::<tcp::Socket>(s.handle).state();
+                                !matches!(state, tcp::State::Listen | tcp::State::Closed)
+                            })
+                            .count();
+                        ("tcp", any(*port), None, "listen".to_owned(), pending)
+                    }
+                    Kind::Stream { slot, .. } => {
+                        let s = sockets.get::<tcp::Socket>(slot.handle);
+                        let local = s.local_endpoint().map_or(any(0), v4);
+                        let state = s.state().to_string().to_lowercase().replace('_', "-");
+                        ("tcp", local, s.remote_endpoint().map(v4), state, 0)
+                    }
+                    Kind::Datagram { port, .. } => ("udp", any(*port), None, "bound".to_owned(), 0),
+                };
+                SocketInfo {
+                    id,
+                    proto,
+                    local,
+                    remote,
+                    state,
+                    pending,
+                }
+            })
+            .collect()
+    }
+
+    /// What the link did to the frames it carried.
+    pub fn link_stats(&self) -> LinkStats {
+        self.lock().link.stats
     }
 
     pub fn stats(&self) -> NetStats {
@@ -438,6 +719,25 @@ impl Drop for Net {
     }
 }
 
+/// Where a connection being made stands: made (`Some`), not yet (`None`), or refused.
+fn connect_state(socket: &tcp::Socket<'_>) -> Result<Option<()>, NetError> {
+    match socket.state() {
+        tcp::State::SynSent | tcp::State::SynReceived => Ok(None),
+        tcp::State::Closed => Err(NetError::Refused),
+        _ => Ok(Some(())),
+    }
+}
+
+/// Whether a receive or a send on a connection would proceed now (with data, room, its end,
+/// or an error).
+fn stream_ready(s: &tcp::Socket<'_>, interest: Interest) -> bool {
+    let connecting = matches!(s.state(), tcp::State::SynSent | tcp::State::SynReceived);
+    match interest {
+        Interest::Read => s.can_recv() || (!s.may_recv() && !connecting),
+        Interest::Write => s.can_send() || (!s.may_send() && !connecting),
+    }
+}
+
 /// An endpoint as a socket address (the stack speaks IPv4 only).
 pub(crate) fn v4(endpoint: IpEndpoint) -> SocketAddrV4 {
     match endpoint.addr {
@@ -453,12 +753,15 @@ fn run_timers(inner: &Inner) {
         st.reap();
         inner.changed.notify_all();
         let now = st.now();
+        let link_due = st.link.next_due(now).map(|at| at - now);
         let State {
             iface, sockets, config, ..
         } = &mut *st;
-        let due = iface
-            .poll_delay(now, sockets)
-            .map_or(config.tick, |d| Duration::from_micros(d.total_micros()));
+        let due = match (iface.poll_delay(now, sockets), link_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map_or(config.tick, |d| Duration::from_micros(d.total_micros()));
         let nap = due.min(st.config.tick).max(Duration::from_micros(100));
         inner.kick.wait_for(&mut st, nap);
     }
@@ -474,7 +777,7 @@ impl State {
     pub(crate) fn run(&mut self) {
         let now = self.now();
         for _ in 0..64 {
-            if self.iface.poll(now, &mut self.device, &mut self.sockets) == PollResult::None {
+            if self.iface.poll(now, &mut self.link, &mut self.sockets) == PollResult::None {
                 break;
             }
         }
@@ -483,37 +786,44 @@ impl State {
     pub(crate) fn insert(&mut self, pid: u64, kind: Kind) -> SocketId {
         let id = self.next_id;
         self.next_id += 1;
-        self.entries.insert(id, Entry { pid, kind });
+        let waiters = Arc::default();
+        self.entries.insert(id, Entry { pid, kind, waiters });
         id
     }
 
-    /// What one more socket costs `owner`: a socket and both its buffers.
-    pub(crate) fn charge(&self, owner: &Owner) -> Result<Vec<Charge>, NetError> {
-        let mut charges = Vec::new();
-        if let Some(account) = &owner.account {
-            charges.push(account.charge(Resource::Sockets, 1)?);
-            charges.push(account.charge(Resource::SocketBytes, 2 * self.config.buffer_bytes as u64)?);
-        }
-        Ok(charges)
+    /// What one more socket costs `owner`: a socket and both its buffers. The socket itself
+    /// may be paid for already (`prepaid`: a bound socket's charge, which it takes on); on
+    /// failure that charge stays where it was.
+    pub(crate) fn charge(&self, owner: &Owner, prepaid: &mut Option<Charge>) -> Result<Vec<Charge>, NetError> {
+        let Some(account) = &owner.account else {
+            return Ok(Vec::new());
+        };
+        let bytes = account.charge(Resource::SocketBytes, 2 * self.config.buffer_bytes as u64)?;
+        let socket = match prepaid.take() {
+            Some(c) => c,
+            None => account.charge(Resource::Sockets, 1)?,
+        };
+        // The socket's charge first: `listen` takes it back from there when it fails.
+        Ok(vec![socket, bytes])
     }
 
     /// A new smoltcp TCP socket, charged to `owner`.
-    fn new_socket(&mut self, owner: &Owner) -> Result<Slot, NetError> {
+    fn new_socket(&mut self, owner: &Owner, prepaid: &mut Option<Charge>) -> Result<Slot, NetError> {
         let bytes = self.config.buffer_bytes;
-        let charges = self.charge(owner)?;
+        let charges = self.charge(owner, prepaid)?;
         let socket = tcp::Socket::new(
             tcp::SocketBuffer::new(vec![0; bytes]),
             tcp::SocketBuffer::new(vec![0; bytes]),
         );
         Ok(Slot {
             handle: self.sockets.add(socket),
-            _charges: charges,
+            charges,
         })
     }
 
     /// A socket listening on `port`, charged to `owner`.
-    fn listening_slot(&mut self, owner: &Owner, port: u16) -> Result<Slot, NetError> {
-        let slot = self.new_socket(owner)?;
+    fn listening_slot(&mut self, owner: &Owner, port: u16, prepaid: &mut Option<Charge>) -> Result<Slot, NetError> {
+        let slot = self.new_socket(owner, prepaid)?;
         self.sockets
             .get_mut::<tcp::Socket>(slot.handle)
             .listen(port)
@@ -533,6 +843,7 @@ impl State {
     fn stream(&mut self, pid: u64, id: SocketId) -> Result<&mut tcp::Socket<'static>, NetError> {
         let handle = match &self.owned(pid, id)?.kind {
             Kind::Stream { slot, .. } => slot.handle,
+            Kind::Bound { .. } => return Err(NetError::NotConnected),
             Kind::Listener { .. } => return Err(NetError::WrongKind("a listening socket has no connection")),
             Kind::Datagram { .. } => return Err(NetError::WrongKind("a UDP socket has no connection")),
         };
@@ -571,9 +882,9 @@ impl State {
     ) -> Result<(SocketId, SocketAddrV4), NetError> {
         let port = match &self.owned(owner.pid, listener)?.kind {
             Kind::Listener { port, .. } => *port,
-            Kind::Stream { .. } | Kind::Datagram { .. } => unreachable!("checked by ready_connection"),
+            _ => unreachable!("checked by ready_connection"),
         };
-        let fresh = self.listening_slot(owner, port).ok();
+        let fresh = self.listening_slot(owner, port, &mut None).ok();
         let Some(Entry {
             kind: Kind::Listener { pool, .. },
             ..
@@ -600,7 +911,10 @@ impl State {
         let Some(entry) = self.entries.remove(&id) else {
             return;
         };
+        // Whoever waits on it looks again, and finds it gone.
+        entry.waiters.wake_by_ref();
         match entry.kind {
+            Kind::Bound { port, .. } => self.ports.release(port),
             Kind::Listener { port, pool } => {
                 for slot in pool {
                     self.sockets.get_mut::<tcp::Socket>(slot.handle).abort();

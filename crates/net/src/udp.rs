@@ -16,14 +16,8 @@ impl Net {
     /// A UDP socket bound to `port` (0: an ephemeral port).
     pub fn udp_bind(&self, owner: &Owner, port: u16) -> Result<SocketId, NetError> {
         let mut st = self.lock();
-        let port = match port {
-            0 => st.udp_ports.ephemeral(owner.uid)?,
-            p => {
-                st.udp_ports.bind(owner.uid, p)?;
-                p
-            }
-        };
-        let charges = match st.charge(owner) {
+        let port = st.udp_ports.take(owner.uid, port)?;
+        let charges = match st.charge(owner, &mut None) {
             Ok(c) => c,
             Err(e) => {
                 st.udp_ports.release(port);
@@ -38,10 +32,7 @@ impl Net {
         Ok(st.insert(
             owner.pid,
             Kind::Datagram {
-                slot: Slot {
-                    handle,
-                    _charges: charges,
-                },
+                slot: Slot { handle, charges },
                 port,
             },
         ))

@@ -76,17 +76,7 @@ fn two_users_processes_exchange_a_stream_byte_for_byte_and_leave_nothing() {
     let data: Vec<u8> = (0..total).map(pattern).collect();
     let reader = thread::spawn({
         let (net, client) = (net.clone(), client.clone());
-        move || {
-            let mut back = Vec::with_capacity(total);
-            let mut buf = vec![0u8; 7_000];
-            loop {
-                let n = net.recv(&client, conn, &mut buf, PATIENCE).unwrap();
-                if n == 0 {
-                    return back;
-                }
-                back.extend_from_slice(&buf[..n]);
-            }
-        }
+        move || net.recv_to_end(&client, conn, PATIENCE).unwrap()
     });
     let mut off = 0;
     while off < total {
@@ -344,4 +334,30 @@ fn udp_datagrams_go_whole_between_users_and_ports_are_udps_own() {
     let _ = tcp;
     assert_eq!(settled(&net), NetStats::default());
     assert_eq!(accounts.user(1001).used(Resource::Sockets), 0);
+}
+
+#[test]
+fn a_processs_sockets_are_listed_with_their_addresses_and_states() {
+    let accounts = Accounts::new(LimitsConfig::default());
+    let net = Net::new(NetConfig::default());
+    let (server, client) = (owner(&accounts, 1, 1000), owner(&accounts, 2, 1001));
+    let listener = net.tcp_listen(&server, 7400, 4).unwrap();
+    let conn = net.tcp_connect(&client, at(7400), PATIENCE).unwrap();
+    let listed = net.sockets_of(1);
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].state.as_str(), listed[0].pending), ("listen", 1));
+    let (accepted, _) = net.accept(&server, listener, PATIENCE).unwrap();
+    let udp = net.udp_bind(&server, 7401).unwrap();
+    let listed = net.sockets_of(1);
+    let states: Vec<(&str, &str)> = listed.iter().map(|s| (s.proto, s.state.as_str())).collect();
+    assert_eq!(states, [("tcp", "listen"), ("tcp", "established"), ("udp", "bound")]);
+    let (local, _) = net.endpoints(&client, conn).unwrap();
+    assert_eq!(listed[1].local, at(7400));
+    assert_eq!(listed[1].remote, Some(local));
+    assert!(net.sockets_of(3).is_empty(), "another process's are not its");
+    for id in [accepted, udp, listener] {
+        net.close(&server, id).unwrap();
+    }
+    net.close(&client, conn).unwrap();
+    settled(&net);
 }
