@@ -47,6 +47,7 @@ pub enum Errno {
     NetUnreach = 101,
     ConnReset = 104,
     NoBufs = 105,
+    IsConn = 106,
     NotConn = 107,
     TimedOut = 110,
     ConnRefused = 111,
@@ -57,7 +58,7 @@ pub enum Errno {
 
 impl Errno {
     /// Every errno the kernel returns.
-    pub const ALL: [Errno; 45] = [
+    pub const ALL: [Errno; 46] = [
         Errno::Perm,
         Errno::NoEnt,
         Errno::Srch,
@@ -97,6 +98,7 @@ impl Errno {
         Errno::NetUnreach,
         Errno::ConnReset,
         Errno::NoBufs,
+        Errno::IsConn,
         Errno::NotConn,
         Errno::TimedOut,
         Errno::ConnRefused,

@@ -96,7 +96,7 @@ pub use events::{
     FILTER_ENTRY_BYTES, FsEvent, FsEventPoint, KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
 };
 pub use exec_verify::{ExecVerify, Verdict, Verified, VerifyArgs, hex as exec_hex};
-pub use vino_net::{LOOPBACK, NetStats, SocketId, Wait as SocketWait};
+pub use vino_net::{Interest as SocketInterest, LOOPBACK, NetStats, SocketId, SocketInfo, Wait as SocketWait};
 
 /// Largest module a bound `exec.verify` verifier reads.
 pub fn exec_verify_max() -> usize {

@@ -6,12 +6,18 @@
 
 use crate::{Kernel, Process, SysResult};
 use std::net::SocketAddrV4;
-use vino_net::{Net, NetConfig, Owner, SocketId, Wait};
+use std::task::{Context, Poll};
+use vino_net::{Interest, Net, NetConfig, Owner, SocketId, Wait};
 
 impl Kernel {
     /// The network stack, started on first use.
     pub(crate) fn net(&self) -> &Net {
         self.net.get_or_init(|| Net::new(NetConfig::default()))
+    }
+
+    /// The sockets process `pid` owns (none before the first socket call).
+    pub fn sockets_of(&self, pid: u64) -> Vec<vino_net::SocketInfo> {
+        self.net.get().map_or_else(Vec::new, |n| n.sockets_of(pid))
     }
 
     /// What the stack holds now (`None` before the first socket call).
@@ -33,6 +39,45 @@ impl Process {
     /// Listens for TCP connections on `port`, with up to `backlog` pending.
     pub fn tcp_listen(&self, port: u16, backlog: usize) -> SysResult<SocketId> {
         Ok(self.kernel().net().tcp_listen(&self.socket_owner(), port, backlog)?)
+    }
+
+    /// A TCP socket bound to `port` (0: an ephemeral one), to listen or connect from.
+    pub fn tcp_bind(&self, port: u16) -> SysResult<SocketId> {
+        Ok(self.kernel().net().tcp_bind(&self.socket_owner(), port)?)
+    }
+
+    /// Makes a bound TCP socket listen, with up to `backlog` connections pending.
+    pub fn socket_listen(&self, socket: SocketId, backlog: usize) -> SysResult<()> {
+        Ok(self.kernel().net().listen(&self.socket_owner(), socket, backlog)?)
+    }
+
+    /// Connects a bound TCP socket to `to`; a connect that fails closes the socket.
+    pub fn socket_connect(&self, socket: SocketId, to: SocketAddrV4, wait: Wait) -> SysResult<()> {
+        Ok(self.kernel().net().connect(&self.socket_owner(), socket, to, wait)?)
+    }
+
+    /// Whether a connection is made (`false`: still being made), or why it failed.
+    pub fn socket_connected(&self, socket: SocketId) -> SysResult<bool> {
+        Ok(self.kernel().net().connected(&self.socket_owner(), socket)?)
+    }
+
+    /// Whether a call for `interest` would proceed now; if not, `cx`'s task is woken when that
+    /// may have changed.
+    pub fn socket_poll(&self, socket: SocketId, interest: Interest, cx: &Context<'_>) -> Poll<SysResult<()>> {
+        self.kernel()
+            .net()
+            .poll_ready(&self.socket_owner(), socket, interest, cx)
+            .map_err(Into::into)
+    }
+
+    /// The socket's own address.
+    pub fn socket_local_addr(&self, socket: SocketId) -> SysResult<SocketAddrV4> {
+        Ok(self.kernel().net().local_addr(&self.socket_owner(), socket)?)
+    }
+
+    /// The address of a connection's peer.
+    pub fn socket_peer_addr(&self, socket: SocketId) -> SysResult<SocketAddrV4> {
+        Ok(self.kernel().net().endpoints(&self.socket_owner(), socket)?.1)
     }
 
     /// Takes a connection that arrived at `listener`, and its peer's address.

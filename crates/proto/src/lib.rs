@@ -44,8 +44,9 @@ use serde::{Deserialize, Serialize};
 /// which of the client's standard streams are terminals. Version 7: [`Request::Run`] with the
 /// further stages of a pipeline, and [`Request::Signal`]. Version 8: a program's paged memory in
 /// [`ProcessTop`] ([`MemoryTop`]). Version 9: the changes a graft's committed calls made in
-/// [`GraftStats`].
-pub const VERSION: u32 = 9;
+/// [`GraftStats`]. Version 10: sockets opened for a program ([`ProgramSetup::sockets`]), and a
+/// process's sockets in [`ProcessTop`].
+pub const VERSION: u32 = 10;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
 /// Largest in-band data of one read, write or graft-memory request.
@@ -117,6 +118,7 @@ pub mod errno {
     pub const ENETUNREACH: i32 = 101;
     pub const ECONNRESET: i32 = 104;
     pub const ENOBUFS: i32 = 105;
+    pub const EISCONN: i32 = 106;
     pub const ENOTCONN: i32 = 107;
     pub const ETIMEDOUT: i32 = 110;
     pub const ECONNREFUSED: i32 = 111;
@@ -125,7 +127,7 @@ pub mod errno {
     pub const EDQUOT: i32 = 122;
 
     /// Every errno named here, with its name.
-    pub const ALL: [(i32, &str); 47] = [
+    pub const ALL: [(i32, &str); 48] = [
         (EPERM, "EPERM"),
         (ENOENT, "ENOENT"),
         (ESRCH, "ESRCH"),
@@ -167,6 +169,7 @@ pub mod errno {
         (ENETUNREACH, "ENETUNREACH"),
         (ECONNRESET, "ECONNRESET"),
         (ENOBUFS, "ENOBUFS"),
+        (EISCONN, "EISCONN"),
         (ENOTCONN, "ENOTCONN"),
         (ETIMEDOUT, "ETIMEDOUT"),
         (ECONNREFUSED, "ECONNREFUSED"),
