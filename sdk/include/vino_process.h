@@ -180,6 +180,33 @@ int vino_munmap(void *addr, size_t len);
 VINO_IMPORT(msync)
 int vino_msync(void *addr, size_t len, unsigned durable);
 
+/* Sockets: TCP and UDP over IPv4, on the kernel's network stack (the SDK's <sys/socket.h>
+ * declares the POSIX calls over these; WASI's own sock_accept, sock_recv, sock_send and
+ * sock_shutdown serve accept, recv, send and shutdown). Addresses are `struct sockaddr_in`.
+ * Each returns 0 or a result, or a negative errno: -EAFNOSUPPORT not AF_INET,
+ * -EADDRINUSE a port bound already (by anyone), -EACCES a port below 1024 for a user other
+ * than root, -ENOBUFS the user's sockets or socket memory at its limit, -ECONNREFUSED nothing
+ * listens there, -EINPROGRESS a non-blocking connect under way, -EINTR a handled signal came.
+ * A socket is its process's: a spawned child does not inherit it.
+ * vino_socket's `type` is SOCK_STREAM or SOCK_DGRAM, with SOCK_NONBLOCK or not; it returns
+ * the descriptor. vino_sendto and vino_recvfrom return bytes; `addr` may be NULL for both. */
+VINO_IMPORT(socket)
+int vino_socket(int domain, int type);
+VINO_IMPORT(bind)
+int vino_bind(int fd, const void *addr, uint32_t addr_len);
+VINO_IMPORT(listen)
+int vino_listen(int fd, int backlog);
+VINO_IMPORT(connect)
+int vino_connect(int fd, const void *addr, uint32_t addr_len);
+VINO_IMPORT(getsockname)
+int vino_getsockname(int fd, void *addr, uint32_t *addr_len);
+VINO_IMPORT(getpeername)
+int vino_getpeername(int fd, void *addr, uint32_t *addr_len);
+VINO_IMPORT(sendto)
+int vino_sendto(int fd, const void *buf, size_t len, int flags, const void *addr, uint32_t addr_len);
+VINO_IMPORT(recvfrom)
+int vino_recvfrom(int fd, void *buf, size_t len, int flags, void *addr, uint32_t *addr_len);
+
 #undef VINO_IMPORT
 
 #endif

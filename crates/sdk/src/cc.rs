@@ -42,6 +42,8 @@ pub const COMPAT_SOURCE: &str = concat!(
     include_str!("../../../sdk/lib/vino_shell.c"),
     "#line 1 \"sdk/lib/vino_mman.c\"\n",
     include_str!("../../../sdk/lib/vino_mman.c"),
+    "#line 1 \"sdk/lib/vino_socket.c\"\n",
+    include_str!("../../../sdk/lib/vino_socket.c"),
 );
 
 /// The compatibility layer's headers (`sdk/include/compat/`), path → text: each includes
@@ -54,6 +56,7 @@ pub const COMPAT_HEADERS: &[(&str, &str)] = &[
     ("signal.h", include_str!("../../../sdk/include/compat/signal.h")),
     ("spawn.h", include_str!("../../../sdk/include/compat/spawn.h")),
     ("stdio.h", include_str!("../../../sdk/include/compat/stdio.h")),
+    ("sys/socket.h", include_str!("../../../sdk/include/compat/sys/socket.h")),
     ("sys/stat.h", include_str!("../../../sdk/include/compat/sys/stat.h")),
     ("sys/wait.h", include_str!("../../../sdk/include/compat/sys/wait.h")),
     ("unistd.h", include_str!("../../../sdk/include/compat/unistd.h")),

@@ -17,6 +17,13 @@ impl WasiErrno {
     pub const ACCES: WasiErrno = WasiErrno(2);
     pub const ADDRINUSE: WasiErrno = WasiErrno(3);
     pub const ADDRNOTAVAIL: WasiErrno = WasiErrno(4);
+    pub const AFNOSUPPORT: WasiErrno = WasiErrno(5);
+    pub const ALREADY: WasiErrno = WasiErrno(13);
+    pub const DESTADDRREQ: WasiErrno = WasiErrno(17);
+    pub const INPROGRESS: WasiErrno = WasiErrno(26);
+    pub const ISCONN: WasiErrno = WasiErrno(30);
+    pub const NOTSOCK: WasiErrno = WasiErrno(57);
+    pub const PROTONOSUPPORT: WasiErrno = WasiErrno(66);
     pub const CONNREFUSED: WasiErrno = WasiErrno(14);
     pub const CONNRESET: WasiErrno = WasiErrno(15);
     pub const MSGSIZE: WasiErrno = WasiErrno(35);
@@ -104,6 +111,7 @@ impl From<Errno> for WasiErrno {
             Errno::AddrNotAvail => WasiErrno::ADDRNOTAVAIL,
             Errno::NetUnreach => WasiErrno::NETUNREACH,
             Errno::ConnReset => WasiErrno::CONNRESET,
+            Errno::IsConn => WasiErrno::ISCONN,
             Errno::NotConn => WasiErrno::NOTCONN,
             Errno::TimedOut => WasiErrno::TIMEDOUT,
             Errno::ConnRefused => WasiErrno::CONNREFUSED,
@@ -126,6 +134,7 @@ pub mod filetype {
     pub const CHARACTER_DEVICE: u8 = 2;
     pub const DIRECTORY: u8 = 3;
     pub const REGULAR_FILE: u8 = 4;
+    pub const SOCKET_DGRAM: u8 = 5;
     pub const SOCKET_STREAM: u8 = 6;
     pub const SYMBOLIC_LINK: u8 = 7;
 }

@@ -7,7 +7,7 @@ use crate::abi::{self, WasiErrno, event, fdflags, filetype, fstflags, oflags, ri
 use crate::dev::{self, Device, Node};
 use crate::fds::{Entry, File};
 use crate::guest::{Guest, Result};
-use crate::{pipes, signals};
+use crate::{pipes, signals, sockets};
 use std::io::{Read, Write};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,7 +27,7 @@ impl std::fmt::Display for ProcExit {
 impl std::error::Error for ProcExit {}
 
 /// Runs one call with the program's memory and the process: its errno, 0 for success.
-fn sys(caller: &mut Caller<'_, Ctx>, call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<()>) -> i32 {
+pub(crate) fn sys(caller: &mut Caller<'_, Ctx>, call: impl FnOnce(&mut Guest<'_>, &mut Ctx) -> Result<()>) -> i32 {
     match with_memory(caller, call) {
         Ok(()) => 0,
         Err(e) => i32::from(e.0),
@@ -149,6 +149,9 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     // a signal is delivered on the way out.
     l.func_wrap_async(m, "fd_read", |mut c: C, (fd, iovs, n, out): (u32, u32, u32, u32)| {
         Box::new(async move {
+            if let Some(s) = sockets::socket_of(&c, fd) {
+                return sockets::read(&mut c, s, iovs, n, out).await;
+            }
             match pipes::pipe_of(&c, fd) {
                 Some(p) => pipes::read(&mut c, p, iovs, n, out).await,
                 None => {
@@ -183,6 +186,9 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     })?;
     l.func_wrap_async(m, "fd_write", |mut c: C, (fd, iovs, n, out): (u32, u32, u32, u32)| {
         Box::new(async move {
+            if let Some(s) = sockets::socket_of(&c, fd) {
+                return sockets::write(&mut c, s, iovs, n, out).await;
+            }
             match pipes::pipe_of(&c, fd) {
                 Some(p) => pipes::write(&mut c, p, iovs, n, out).await,
                 None => {
@@ -366,19 +372,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     l.func_wrap(m, "random_get", |mut c: C, buf: u32, len: u32| {
         sys(&mut c, |g, _| random(g.bytes_mut(buf, len)?))
     })?;
-    // No sockets: a VINO process talks to the world through files and its standard streams.
-    let notsup = i32::from(WasiErrno::NOTSUP.0);
-    l.func_wrap(m, "sock_accept", move |_: C, _: u32, _: u32, _: u32| notsup)?;
-    l.func_wrap(
-        m,
-        "sock_recv",
-        move |_: C, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32| notsup,
-    )?;
-    l.func_wrap(m, "sock_send", move |_: C, _: u32, _: u32, _: u32, _: u32, _: u32| {
-        notsup
-    })?;
-    l.func_wrap(m, "sock_shutdown", move |_: C, _: u32, _: u32| notsup)?;
-    Ok(())
+    sockets::define_preview1(l)
 }
 
 // ---- arguments, environment, clocks, randomness --------------------------------------------
@@ -519,6 +513,11 @@ fn fd_fdstat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<()
             let flags = if p.nonblock { fdflags::NONBLOCK } else { 0 };
             (filetype::UNKNOWN, flags, rw | rights::POLL_FD_READWRITE)
         }
+        Entry::Socket(s) => {
+            let flags = if s.nonblock { fdflags::NONBLOCK } else { 0 };
+            let rw = rights::FD_READ | rights::FD_WRITE | rights::POLL_FD_READWRITE;
+            (s.sock.filetype(), flags, rw)
+        }
     };
     g.bytes_mut(out, abi::FDSTAT_SIZE)?.fill(0);
     g.put_u8(out, kind)?;
@@ -532,6 +531,10 @@ fn fd_fdstat_set_flags(x: &mut Ctx, fd: u32, flags: u32) -> Result<()> {
         Entry::Device(_) | Entry::Stdio(_) => return Ok(()),
         Entry::Pipe(p) => {
             p.nonblock = flags as u16 & fdflags::NONBLOCK != 0;
+            return Ok(());
+        }
+        Entry::Socket(s) => {
+            s.nonblock = flags as u16 & fdflags::NONBLOCK != 0;
             return Ok(());
         }
         _ => {}
@@ -570,6 +573,11 @@ fn fd_filestat_get(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, out: u32) -> Result<
             g.put_u64(out + 8, p.end.pipe().fifo().unwrap_or(0))?;
             g.put_u64(out + 24, 1)?;
             g.put_u64(out + 32, p.end.queued() as u64)
+        }
+        Entry::Socket(s) => {
+            g.bytes_mut(out, abi::FILESTAT_SIZE)?.fill(0);
+            g.put_u8(out + 16, s.sock.filetype())?;
+            g.put_u64(out + 24, 1)
         }
     }
 }
@@ -674,7 +682,7 @@ fn seekable(x: &mut Ctx, fd: u32) -> Result<&mut File> {
         Entry::File(f) => Ok(f),
         Entry::DevDir => Err(WasiErrno::ISDIR),
         Entry::Device(_) => Err(WasiErrno::BADF),
-        Entry::Pipe(_) => Err(WasiErrno::SPIPE),
+        Entry::Pipe(_) | Entry::Socket(_) => Err(WasiErrno::SPIPE),
     }
 }
 
@@ -710,7 +718,7 @@ fn fd_read(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32)
         Entry::Stdio(_) => return Err(WasiErrno::BADF),
         Entry::DevDir => return Err(WasiErrno::ISDIR),
         &Entry::Device(d) => device_read(g, x, d, iovs, n)?,
-        Entry::Pipe(_) => return Err(WasiErrno::BADF),
+        Entry::Pipe(_) | Entry::Socket(_) => return Err(WasiErrno::BADF),
         Entry::File(f) if f.filetype == filetype::DIRECTORY => return Err(WasiErrno::ISDIR),
         Entry::File(f) => {
             let (kfd, pos) = (f.fd, f.pos);
@@ -794,7 +802,7 @@ fn fd_write(g: &mut Guest<'_>, x: &mut Ctx, fd: u32, iovs: u32, n: u32, out: u32
         Entry::Stdio(_) => return Err(WasiErrno::BADF),
         Entry::DevDir => return Err(WasiErrno::ISDIR),
         &Entry::Device(d) => device_write(g, x, d, iovs, n)?,
-        Entry::Pipe(_) => return Err(WasiErrno::BADF),
+        Entry::Pipe(_) | Entry::Socket(_) => return Err(WasiErrno::BADF),
         Entry::File(f) if f.filetype == filetype::DIRECTORY => return Err(WasiErrno::ISDIR),
         Entry::File(f) => {
             let (kfd, append) = (f.fd, f.append);
@@ -1021,6 +1029,8 @@ struct PollPlan {
     ready: Vec<(u64, u8, u16)>,
     /// Pipe ends not ready yet: (userdata, event, end).
     pipes: Vec<(u64, u8, std::sync::Arc<vino_kernel::PipeEnd>)>,
+    /// Sockets not ready yet: (userdata, event, socket).
+    sockets: Vec<(u64, u8, sockets::SocketFd)>,
 }
 
 /// Reads the subscriptions. Descriptor subscriptions are ready at once (files never block; the
@@ -1039,6 +1049,7 @@ fn poll_plan(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, n: u32) -> Result<PollPl
         clocks: Vec::new(),
         ready: Vec::new(),
         pipes: Vec::new(),
+        sockets: Vec::new(),
     };
     for i in 0..n {
         let s = subs.checked_add(i * abi::SUBSCRIPTION_SIZE).ok_or(WasiErrno::FAULT)?;
@@ -1071,6 +1082,14 @@ fn poll_plan(g: &mut Guest<'_>, x: &mut Ctx, subs: u32, n: u32) -> Result<PollPl
                         plan.pipes.push((userdata, tag, p.end.clone()));
                     }
                 }
+                Ok(Entry::Socket(s)) => {
+                    let noop = std::task::Context::from_waker(std::task::Waker::noop());
+                    if s.sock.poll(socket_interest(tag), &noop).is_ready() {
+                        plan.ready.push((userdata, tag, 0));
+                    } else {
+                        plan.sockets.push((userdata, tag, s.clone()));
+                    }
+                }
                 Ok(_) => plan.ready.push((userdata, tag, 0)),
                 Err(_) => plan.ready.push((userdata, tag, WasiErrno::BADF.0)),
             },
@@ -1093,7 +1112,7 @@ async fn sleep(
         return Ok(plan.ready);
     }
     let until = plan.clocks.iter().map(|c| c.1).min();
-    let until = if plan.pipes.is_empty() {
+    let until = if plan.pipes.is_empty() && plan.sockets.is_empty() {
         Some(until.unwrap_or(plan.start))
     } else {
         until
@@ -1108,9 +1127,9 @@ async fn sleep(
         }
         let nap = until.map_or(10_000_000, |u| (u - t).min(10_000_000));
         let mut timer = std::pin::pin!(thread.sleep_until(Instant::now() + Duration::from_nanos(nap)));
-        let pipes = &plan.pipes;
+        let (pipes, sockets) = (&plan.pipes, &plan.sockets);
         let woke = std::future::poll_fn(|cx| {
-            let ready: Vec<_> = pipes
+            let mut ready: Vec<_> = pipes
                 .iter()
                 .filter(|(_, tag, end)| {
                     let r = if *tag == event::FD_READ {
@@ -1122,6 +1141,12 @@ async fn sleep(
                 })
                 .map(|(u, tag, _)| (*u, *tag, 0))
                 .collect();
+            ready.extend(
+                sockets
+                    .iter()
+                    .filter(|(_, tag, s)| s.sock.poll(socket_interest(*tag), cx).is_ready())
+                    .map(|(u, tag, _)| (*u, *tag, 0)),
+            );
             if !ready.is_empty() {
                 return std::task::Poll::Ready(Some(ready));
             }
@@ -1144,6 +1169,15 @@ async fn sleep(
     plan.ready
         .extend(plan.clocks.iter().filter(|c| c.1 <= t).map(|c| (c.0, event::CLOCK, 0)));
     Ok(plan.ready)
+}
+
+/// What a descriptor subscription of type `tag` waits for on a socket.
+fn socket_interest(tag: u8) -> vino_kernel::SocketInterest {
+    if tag == event::FD_READ {
+        vino_kernel::SocketInterest::Read
+    } else {
+        vino_kernel::SocketInterest::Write
+    }
 }
 
 fn poll_events(g: &mut Guest<'_>, ready: &[(u64, u8, u16)], events: u32, out: u32) -> Result<()> {

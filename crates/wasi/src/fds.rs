@@ -17,6 +17,8 @@ pub enum Entry {
     Device(crate::dev::Device),
     /// One end of a pipe or FIFO (see `pipes`).
     Pipe(PipeFd),
+    /// A TCP or UDP socket (see `sockets`).
+    Socket(crate::sockets::SocketFd),
 }
 
 /// A pipe's end as a descriptor holds it: the end is shared by every descriptor `dup`ed or
@@ -30,7 +32,7 @@ pub struct PipeFd {
 
 impl Entry {
     /// A copy of an entry that holds no kernel descriptor (`None` for a file: the kernel opens
-    /// another descriptor of it, see `spawn`).
+    /// another descriptor of it, see `spawn`; and for a socket, which is its process's alone).
     pub fn share(&self) -> Option<Entry> {
         Some(match self {
             Entry::Stdio(i) => Entry::Stdio(*i),
@@ -38,6 +40,7 @@ impl Entry {
             Entry::DevDir => Entry::DevDir,
             Entry::Device(d) => Entry::Device(*d),
             Entry::Pipe(p) => Entry::Pipe(p.clone()),
+            Entry::Socket(_) => return None,
         })
     }
 }

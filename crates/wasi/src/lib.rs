@@ -28,12 +28,14 @@ mod pipeline;
 mod pipes;
 mod process_calls;
 mod signals;
+mod sockets;
 mod spawn;
 mod vino;
 
 pub use abi::{MODULE, WasiErrno};
 pub use disk_cache::DiskCache;
 pub use pipeline::{Stage, pipefail_status, run_pipeline};
+pub use sockets::{Proto as SocketProto, SocketSpec};
 pub use vino_kernel::Verified;
 
 use std::io::{Read, Write};
@@ -74,6 +76,9 @@ pub struct Setup {
     pub dirs: Vec<Dir>,
     /// Its working directory (`PWD`), `/` if none.
     pub cwd: Option<Vec<u8>>,
+    /// Sockets opened for it before it starts (`vino run --listen`, `--connect`), as the
+    /// descriptors after its directories and `/dev`, in this order.
+    pub sockets: Vec<SocketSpec>,
 }
 
 impl Setup {
@@ -127,13 +132,16 @@ pub enum RunError {
     /// A directory it was to be given could not be opened with its credentials.
     #[error("cannot give the program the directory {path}: {error}")]
     Dir { path: String, error: vino_kernel::SysError },
+    /// A socket it was to be given could not be opened (a port in use, a refused connect).
+    #[error("cannot give the program the socket {spec}: {error}")]
+    Socket { spec: String, error: vino_kernel::SysError },
 }
 
 impl RunError {
     /// The errno a client is told: the kernel's for a refusal, `EINVAL` for a bad module.
     pub fn errno(&self) -> i32 {
         match self {
-            RunError::Refused(e) | RunError::Dir { error: e, .. } => e.errno as i32,
+            RunError::Refused(e) | RunError::Dir { error: e, .. } | RunError::Socket { error: e, .. } => e.errno as i32,
             RunError::TooLarge { .. } => 27, // EFBIG
             RunError::Invalid(_) => 22,      // EINVAL
         }
@@ -389,7 +397,22 @@ impl ResourceLimiter for MemoryLimits {
 /// The descriptor table a program starts with: its standard streams, then `dirs` (or the
 /// root as `/`) opened with its credentials, then `/dev`. On an error, the table opened so far comes back
 /// to be closed.
-fn preopen(process: &vino_kernel::Process, dirs: &[Dir]) -> Result<fds::FdTable, (RunError, fds::FdTable)> {
+fn preopen(process: &Arc<vino_kernel::Process>, setup: &Setup) -> Result<fds::FdTable, (RunError, fds::FdTable)> {
+    let mut fds = preopen_dirs(process, &setup.dirs)?;
+    for spec in &setup.sockets {
+        let opened = spec.open(process).and_then(|s| {
+            fds.insert(fds::Entry::Socket(s))
+                .map_err(|_| vino_kernel::SysError::new(vino_kernel::Errno::MFile, "too many descriptors"))
+        });
+        if let Err(error) = opened {
+            let spec = format!("{spec}");
+            return Err((RunError::Socket { spec, error }, fds));
+        }
+    }
+    Ok(fds)
+}
+
+fn preopen_dirs(process: &vino_kernel::Process, dirs: &[Dir]) -> Result<fds::FdTable, (RunError, fds::FdTable)> {
     let root = [Dir::parse("/")];
     let dirs = if dirs.is_empty() { &root[..] } else { dirs };
     let mut fds = fds::FdTable::with_stdio();
@@ -568,7 +591,7 @@ impl Program {
         stdio: Stdio,
         kill: &KillSwitch,
     ) -> Result<Exit, RunError> {
-        let start = match preopen(&process, &setup.dirs) {
+        let start = match preopen(&process, &setup) {
             Ok(fds) => Start {
                 fds,
                 env: setup.environment(),

@@ -65,7 +65,7 @@ pub fn run_pipeline(
                 return Err(refuse(e, &starts));
             }
         }
-        let mut fds = match preopen(&child, &stage.setup.dirs) {
+        let mut fds = match preopen(&child, &stage.setup) {
             Ok(fds) => fds,
             Err((e, mut opened)) => {
                 for fd in opened.drain() {

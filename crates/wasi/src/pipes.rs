@@ -23,14 +23,14 @@ pub fn pipe_of(c: &Caller<'_, Ctx>, fd: u32) -> Option<PipeFd> {
     }
 }
 
-/// How a wait for a pipe ended.
-enum Woken {
+/// How a wait for a pipe (or a socket) ended.
+pub(crate) enum Woken {
     Ready,
     Signal,
 }
 
 /// Waits until `ready` says so or a signal is deliverable.
-async fn wait(c: &Caller<'_, Ctx>, ready: impl Fn(&std::task::Context<'_>) -> Poll<()>) -> Woken {
+pub(crate) async fn wait(c: &Caller<'_, Ctx>, ready: impl Fn(&std::task::Context<'_>) -> Poll<()>) -> Woken {
     let process = c.data().process.clone();
     std::future::poll_fn(|cx| {
         if ready(cx).is_ready() {
@@ -46,7 +46,7 @@ async fn wait(c: &Caller<'_, Ctx>, ready: impl Fn(&std::task::Context<'_>) -> Po
 
 /// What a blocked call does after a signal came: `Ok(())` to go on waiting (its handlers ran
 /// and all asked to restart), `EINTR` otherwise; an error of the program's end passes through.
-async fn interrupted(c: &mut Caller<'_, Ctx>) -> wasmtime::Result<Result<()>> {
+pub(crate) async fn interrupted(c: &mut Caller<'_, Ctx>) -> wasmtime::Result<Result<()>> {
     let d = signals::deliver(c).await?;
     Ok(if d.handled && d.restart {
         Ok(())
@@ -226,7 +226,7 @@ pub async fn open_fifo(
 }
 
 /// A call's WASI errno (0 for success).
-fn errno(r: Result<()>) -> i32 {
+pub(crate) fn errno(r: Result<()>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => i32::from(e.0),

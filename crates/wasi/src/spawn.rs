@@ -201,7 +201,9 @@ fn inherit(x: &Ctx, child: &Process) -> Result<FdTable> {
                 filetype: f.filetype,
                 preopen: f.preopen.clone(),
             }),
-            (None, _) => unreachable!("only files hold kernel descriptors"),
+            // A socket is its process's: the child does not get it.
+            (None, Entry::Socket(_)) => continue,
+            (None, _) => unreachable!("only files and sockets hold kernel objects"),
         };
         fds.place(n, copy)?;
     }

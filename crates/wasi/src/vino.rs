@@ -27,6 +27,7 @@ pub fn define(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     // from the program into the kernel costs.
     l.func_wrap(MODULE, "null", |mut c: C| sys_value(&mut c, |_, _| Ok(0)))?;
     crate::process_calls::define(l)?;
+    crate::sockets::define_vino(l)?;
     // The process's timer: fires its `event.timer` graft every period, on a thread of its own.
     l.func_wrap(MODULE, "timer_start", |mut c: C, period_ns: u64| {
         sys_value(&mut c, |_, x| {

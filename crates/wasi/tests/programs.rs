@@ -744,6 +744,7 @@ fn a_program_reaches_only_the_directories_it_is_given_from_its_working_directory
             env: vec![b"PWD=/ignored".to_vec()],
             dirs: dirs.iter().map(|d| Dir::parse(d)).collect(),
             cwd: cwd.map(|c| c.as_bytes().to_vec()),
+            sockets: Vec::new(),
         };
         run_set_up(k, &program, user.clone(), setup, b"", &program.kill_switch())
     };
