@@ -230,6 +230,16 @@ enum Command {
         /// of compiled programs ($XDG_CACHE_HOME/vino/programs, else ~/.cache/vino/programs).
         #[arg(long)]
         no_cache: bool,
+        /// A socket the program gets before it starts, listening on a port of VINO's network:
+        /// tcp:PORT (accept connections on it) or udp:PORT (a bound UDP socket); repeatable. The
+        /// descriptors follow the directories' and /dev's: the --listen sockets in order, then
+        /// the --connect ones.
+        #[arg(long, value_name = "tcp:PORT|udp:PORT")]
+        listen: Vec<String>,
+        /// A TCP connection the program gets before it starts, to HOST:PORT on VINO's network
+        /// (HOST an IPv4 address or localhost); repeatable.
+        #[arg(long, value_name = "HOST:PORT")]
+        connect: Vec<String>,
         /// The program (.wasm, or the name of one the SDK builds).
         program: PathBuf,
         /// Its arguments; `|` starts the next program of a pipeline.
@@ -303,9 +313,17 @@ fn main() -> ExitCode {
             dirs,
             cwd,
             no_cache,
+            listen,
+            connect,
             program,
             args,
         } => {
+            // Listening sockets first, then connections (clap keeps no order across flags).
+            let sockets: Vec<(bool, String)> = listen
+                .into_iter()
+                .map(|s| (true, s))
+                .chain(connect.into_iter().map(|s| (false, s)))
+                .collect();
             let a = run::RunArgs {
                 image: image.as_deref(),
                 socket,
@@ -317,6 +335,7 @@ fn main() -> ExitCode {
                 dirs: &dirs,
                 cwd: cwd.as_deref(),
                 no_cache,
+                sockets: &sockets,
             };
             match run::run(&a) {
                 Ok(status) => return ExitCode::from(status as u8),

@@ -490,11 +490,12 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
             "HITS",
             "MISSES",
             "GRAFTS",
+            "SOCKETS",
             "DIGEST",
             "PROGRAM",
         ],
     );
-    for p in programs {
+    for p in &programs {
         t.row([
             p.pid.to_string(),
             p.uid.to_string(),
@@ -512,6 +513,7 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
             p.cache_hits.to_string(),
             p.cache_misses.to_string(),
             p.grafts.to_string(),
+            p.sockets.len().to_string(),
             // The first 12 hex digits, as git shortens a hash.
             p.digest
                 .as_deref()
@@ -520,6 +522,25 @@ pub fn ps(socket: Option<PathBuf>, json: bool) -> Result<()> {
         ]);
     }
     print!("{}", t.render());
+    if programs.iter().any(|p| !p.sockets.is_empty()) {
+        let mut s = crate::table::Table::new(
+            "Their sockets",
+            &["PID", "PROTO", "LOCAL", "REMOTE", "STATE", "PENDING"],
+        );
+        for p in &programs {
+            for k in &p.sockets {
+                s.row([
+                    p.pid.to_string(),
+                    k.proto.clone(),
+                    k.local.clone(),
+                    k.remote.clone().unwrap_or_default(),
+                    k.state.clone(),
+                    k.pending.to_string(),
+                ]);
+            }
+        }
+        print!("{}", s.render());
+    }
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use vino_kernel::{Credentials, Kernel, KernelConfig};
-use vino_wasi::{Dir, DiskCache, Program, ProgramLimits, Setup, Stage, Stdio};
+use vino_wasi::{Dir, DiskCache, Program, ProgramLimits, Setup, SocketSpec, Stage, Stdio};
 
 pub struct RunArgs<'a> {
     /// The image to run on; `None`: in the daemon at `socket`.
@@ -27,6 +27,8 @@ pub struct RunArgs<'a> {
     pub cwd: Option<&'a str>,
     /// Compile without the user's cache of compiled programs.
     pub no_cache: bool,
+    /// `--listen` and `--connect`, in order: sockets the first program gets.
+    pub sockets: &'a [(bool, String)],
 }
 
 /// Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts) for a waiter.
@@ -94,7 +96,16 @@ fn program_setup(a: &RunArgs<'_>, stage: &StageArgs) -> Setup {
         env: a.env.iter().map(|e| e.as_bytes().to_vec()).collect(),
         dirs: a.dirs.iter().map(|d| Dir::parse(d)).collect(),
         cwd: a.cwd.map(|c| c.as_bytes().to_vec()),
+        sockets: Vec::new(),
     }
+}
+
+/// The sockets of `--listen` and `--connect`, checked.
+fn socket_specs(a: &RunArgs<'_>) -> Result<Vec<SocketSpec>> {
+    a.sockets
+        .iter()
+        .map(|(listen, spec)| SocketSpec::parse(spec, *listen).map_err(anyhow::Error::msg))
+        .collect()
 }
 
 /// Runs the program; its exit status.
@@ -121,14 +132,15 @@ fn run_on_image(a: &RunArgs<'_>, image: &Path) -> Result<i32> {
         DiskCache::default_dir().and_then(|d| DiskCache::open(&d))
     };
     let mut programs = Vec::new();
+    let mut sockets = Some(socket_specs(a)?);
     for s in &stages {
         let wasm = std::fs::read(&s.program).with_context(|| format!("reading {}", s.program.display()))?;
         let program =
             Program::compile_cached(&wasm, limits, cache.as_ref()).with_context(|| s.program.display().to_string())?;
-        programs.push(Stage {
-            program,
-            setup: program_setup(a, s),
-        });
+        let mut setup = program_setup(a, s);
+        // The first program's.
+        setup.sockets = sockets.take().unwrap_or_default();
+        programs.push(Stage { program, setup });
     }
     if !image.exists() {
         bail!(
@@ -191,6 +203,17 @@ fn run_in_daemon(a: &RunArgs<'_>) -> Result<i32> {
         dirs: s.dirs.into_iter().map(|d| (d.path, d.name)).collect(),
         cwd: s.cwd,
         tty: Stdio::terminals(),
+        sockets: socket_specs(a)?
+            .iter()
+            .zip(a.sockets)
+            .map(|(_, (listen, spec))| {
+                if *listen {
+                    vino_client::ProgramSocket::Listen(spec.clone())
+                } else {
+                    vino_client::ProgramSocket::Connect(spec.clone())
+                }
+            })
+            .collect(),
     };
     let mut then = Vec::new();
     for stage in &stages[1..] {

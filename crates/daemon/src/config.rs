@@ -61,6 +61,10 @@
 //! event_filter_bytes_total = "256M"
 //! lock_records_per_user = 16384  # byte-range locks held, over all of a user's processes
 //! lock_records_total = 1048576
+//! sockets_per_user = 1024       # network sockets (a listener's pool slots, connections)
+//! sockets_total = 16384
+//! socket_memory_per_user = "256M" # their send and receive buffers
+//! socket_memory_total = "2G"
 //! root_reserve_percent = 5      # of each total, for root only
 //! ```
 
@@ -260,6 +264,10 @@ pub struct LimitsFile {
     pub event_filter_bytes_total: Option<String>,
     pub lock_records_per_user: Option<u64>,
     pub lock_records_total: Option<u64>,
+    pub sockets_per_user: Option<u64>,
+    pub sockets_total: Option<u64>,
+    pub socket_memory_per_user: Option<String>,
+    pub socket_memory_total: Option<String>,
     pub root_reserve_percent: Option<u8>,
     /// Nice value (0-19) of the threads serving a user that took more than its CPU share; 0
     /// only measures.
@@ -299,6 +307,8 @@ impl LimitsFile {
             (Total, Resource::Threads, self.threads_total),
             (User, Resource::LockRecords, self.lock_records_per_user),
             (Total, Resource::LockRecords, self.lock_records_total),
+            (User, Resource::Sockets, self.sockets_per_user),
+            (Total, Resource::Sockets, self.sockets_total),
         ];
         for (scope, r, v) in counts {
             if let Some(n) = v {
@@ -362,6 +372,18 @@ impl LimitsFile {
                 Total,
                 Resource::EventFilterBytes,
                 &self.event_filter_bytes_total,
+            ),
+            (
+                "socket_memory_per_user",
+                User,
+                Resource::SocketBytes,
+                &self.socket_memory_per_user,
+            ),
+            (
+                "socket_memory_total",
+                Total,
+                Resource::SocketBytes,
+                &self.socket_memory_total,
             ),
         ];
         for (key, scope, r, v) in sizes {
@@ -652,6 +674,19 @@ mod tests {
         let bad: Config = toml::from_str("[limits]\ngraft_code_per_user = \"lots\"").unwrap();
         assert!(bad.limits.resolve().unwrap_err().contains("graft_code_per_user"));
         assert!(parse_size("12Q").is_err());
+    }
+
+    #[test]
+    fn socket_limits_are_keys_of_the_limits_table() {
+        let c: Config =
+            toml::from_str("[limits]\nsockets_per_user = 8\nsocket_memory_per_user = \"1M\"\nsockets_total = 64")
+                .unwrap();
+        let l = c.limits.resolve().unwrap();
+        assert_eq!(l.user.get(Resource::Sockets), 8);
+        assert_eq!(l.user.get(Resource::SocketBytes), 1 << 20);
+        assert_eq!(l.total.get(Resource::Sockets), 64);
+        let bad: Config = toml::from_str("[limits]\nsocket_memory_total = \"lots\"").unwrap();
+        assert!(bad.limits.resolve().unwrap_err().contains("socket_memory_total"));
     }
 
     #[test]

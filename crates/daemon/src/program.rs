@@ -155,6 +155,11 @@ pub(crate) fn run(
     let (Ok(out), Ok(watch)) = (stream.try_clone(), stream.try_clone()) else {
         return;
     };
+    // Checked before a process is made for it.
+    let sockets = match setup.sockets.iter().map(socket_spec).collect::<Result<Vec<_>, _>>() {
+        Ok(s) => s,
+        Err(why) => return refuse(stream, vino_proto::errno::EINVAL, why),
+    };
     let kernel = daemon.kernel().clone();
     let cred = session.process.credentials().clone();
     let uid = cred.uid;
@@ -166,6 +171,7 @@ pub(crate) fn run(
         env: setup.env,
         dirs: setup.dirs.into_iter().map(|(path, name)| Dir { path, name }).collect(),
         cwd: setup.cwd,
+        sockets: Vec::new(),
     };
     // The stages of a pipeline: each its program and arguments, the rest of the first's setup.
     let stages: Vec<Stage> = programs
@@ -178,6 +184,9 @@ pub(crate) fn run(
             },
         })
         .collect();
+    // The sockets are the first program's.
+    let mut stages = stages;
+    stages[0].setup.sockets = sockets;
     let program = programs[0].0.clone();
     let name = setup
         .args
@@ -592,5 +601,13 @@ impl Write for FrameWriter {
 
     fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
+    }
+}
+
+/// A socket the client asked for, as the runner opens it.
+fn socket_spec(s: &vino_proto::ProgramSocket) -> Result<vino_wasi::SocketSpec, String> {
+    match s {
+        vino_proto::ProgramSocket::Listen(spec) => vino_wasi::SocketSpec::parse(spec, true),
+        vino_proto::ProgramSocket::Connect(spec) => vino_wasi::SocketSpec::parse(spec, false),
     }
 }

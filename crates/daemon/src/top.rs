@@ -107,6 +107,17 @@ impl Daemon {
                 (row.bytes_read, row.bytes_written) = p.io_bytes();
             }
             row.digest = p.exec_digest();
+            row.sockets = kernel
+                .sockets_of(pid)
+                .into_iter()
+                .map(|s| vino_proto::SocketTop {
+                    proto: s.proto.into(),
+                    local: s.local.to_string(),
+                    remote: s.remote.map(|r| r.to_string()),
+                    state: s.state,
+                    pending: s.pending as u64,
+                })
+                .collect();
             row.tickets = p.tickets().unwrap_or(0);
             row.threads = p.threads().len() as u64;
             if let Some(c) = self.conns.lock().get(&pid) {

@@ -468,3 +468,63 @@ fn a_pipeline_runs_in_the_daemon_as_one_session_and_a_signal_reaches_it() {
     assert_eq!(finish(p).2, 128 + 15);
     d.wait_processes(0);
 }
+
+#[test]
+fn a_program_gets_the_sockets_its_client_asked_for() {
+    use vino_client::ProgramSocket;
+    let d = TestDaemon::start();
+    let (wasm, _) = copy_program();
+    let with = |args: &[&str], sockets: Vec<ProgramSocket>| ProgramSetup { sockets, ..setup(args) };
+    let listen = |spec: &str| vec![ProgramSocket::Listen(spec.into())];
+    // A socket that is no socket: refused before anything runs.
+    let e = d
+        .client()
+        .run_program(&wasm, &with(&["copy"], listen("tcp:http")))
+        .err()
+        .expect("a bad port was taken");
+    assert!(format!("{e:#}").contains("not a port"), "{e:#}");
+    // One program listens on 9300 while it runs...
+    let p = d
+        .client()
+        .run_program(&wasm, &with(&["copy", "--sleep", "2"], listen("tcp:9300")))
+        .unwrap();
+    let kernel = d.handle().daemon().kernel().clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while kernel.net_stats().is_none_or(|s| s.listeners == 0) {
+        assert!(Instant::now() < deadline, "the program's socket never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // `ps` shows it to its user (and root), and not to another.
+    let daemon = d.handle().daemon();
+    let listens = |top: &vino_proto::Top| {
+        top.processes.iter().any(|r| {
+            r.sockets
+                .iter()
+                .any(|s| s.proto == "tcp" && s.local == "0.0.0.0:9300" && s.state == "listen")
+        })
+    };
+    assert!(listens(&daemon.top()), "{:?}", daemon.top().processes);
+    assert!(!listens(&daemon.top_for(&vino_kernel::Credentials::user(4321, 4321))));
+    // ...so another cannot have the port: its run ends with the reason.
+    let mut q = d
+        .client()
+        .run_program(&wasm, &with(&["copy"], listen("tcp:9300")))
+        .unwrap();
+    let refused = loop {
+        match q.next_event() {
+            Ok(ProgramEvent::Exited { code, .. }) => panic!("ran with a port in use (status {code})"),
+            Ok(_) => {}
+            Err(e) => break format!("{e:#}"),
+        }
+    };
+    assert!(refused.contains("9300"), "{refused}");
+    drop(q);
+    let (_, err, code) = finish(p);
+    assert_eq!(code, 0, "{err}");
+    d.wait_processes(0);
+    assert_eq!(
+        kernel.net_stats().unwrap_or_default().listeners,
+        0,
+        "its socket closed with it"
+    );
+}

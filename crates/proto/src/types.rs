@@ -262,6 +262,24 @@ pub struct ProcessTop {
     /// SHA-256 of the module.
     #[serde(default)]
     pub digest: Option<String>,
+    /// Its network sockets.
+    #[serde(default)]
+    pub sockets: Vec<SocketTop>,
+}
+
+/// One network socket of a process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketTop {
+    /// `tcp` or `udp`.
+    pub proto: String,
+    /// `address:port`.
+    pub local: String,
+    /// A connection's peer, `address:port`.
+    pub remote: Option<String>,
+    /// `bound`, `listen`, or a TCP state (`established`, `close-wait`...).
+    pub state: String,
+    /// A listener's connections waiting to be accepted.
+    pub pending: u64,
 }
 
 /// A program's memory as the kernel's pager sees it (pages of 4 KiB).
@@ -297,6 +315,18 @@ pub struct ProgramSetup {
     /// Whether the client's standard input, output and error are terminals: the program's
     /// `isatty` (so its buffering) and its `/dev/tty`.
     pub tty: [bool; 3],
+    /// Sockets opened for it before it starts, its descriptors after the directories', in
+    /// this order (the first program of a pipeline gets them).
+    pub sockets: Vec<ProgramSocket>,
+}
+
+/// A socket the daemon opens for a program before it starts, with the program's credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProgramSocket {
+    /// `tcp:PORT` (a listening socket) or `udp:PORT` (a bound one).
+    Listen(String),
+    /// `HOST:PORT`: a TCP connection.
+    Connect(String),
 }
 
 /// A further program of a pipeline: its module and its arguments (the first its name).
