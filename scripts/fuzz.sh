@@ -7,7 +7,7 @@
 #
 #   scripts/fuzz.sh [TARGET...] [--time SECONDS] [--jobs N] [--sanitizer address|none] [-v]
 #
-# Targets: protocol, image, graft, program (all by default). --time is per target (60 s by default);
+# Targets: protocol, image, graft, program, frames (all by default). --time is per target (60 s by default);
 # --jobs runs that many libFuzzer processes per target; -v (or CI set) prints each target's last
 # libFuzzer status line (inputs run, coverage, corpus). Long runs: e.g.
 #   scripts/fuzz.sh graft --time 36000 --jobs 8
@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
         *) targets+=("$1"); shift ;;
     esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(protocol image graft program)
+[ ${#targets[@]} -gt 0 ] || targets=(protocol image graft program frames)
 
 # Only a nightly toolchain already installed: nothing here downloads one.
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then

@@ -10,9 +10,12 @@
 //!   mount must never panic, and a repaired image must check clean and work.
 //! - [`graft`]: a valid module made by `wasm-smith` for a graftpoint, bound by simulated
 //!   processes while the simulator's workload runs and checks every answer against its model.
+//! - [`frames`]: raw IPv4 packets on the network stack's link, beside a listener, a
+//!   connection and a UDP socket: no panic, and the stack still carries a connection after.
 //! - [`program`]: a VINO process confined to one directory makes WASI calls with hostile
 //!   descriptors, paths and pointers; nothing outside the directory may change.
 
+pub mod frames;
 pub mod graft;
 pub mod image;
 pub mod program;
@@ -28,6 +31,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("image", image::run),
     ("graft", graft::run),
     ("program", program::run),
+    ("frames", frames::run),
 ];
 
 /// A fresh file system on an in-memory disk of `blocks` blocks, in groups of 512 blocks and

@@ -14,6 +14,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "image" => image(),
         "graft" => graft(),
         "program" => program(),
+        "frames" => frames(),
         other => panic!("no fuzz target {other}"),
     }
 }
@@ -293,4 +294,40 @@ fn program() -> Vec<Vec<u8>> {
     seeds.push(vec![0xff; 256]);
     seeds.push((0..=255).collect());
     seeds
+}
+
+/// Well-formed packets to the stack's sockets: a SYN to the listener, a datagram to the UDP
+/// socket, an ICMP echo request, a RST and a FIN to no connection, and one IPv4 header with
+/// options.
+fn frames() -> Vec<Vec<u8>> {
+    use crate::frames::{TCP_PORT, UDP_PORT, input};
+    let ip = |proto: u8, body: &[u8]| {
+        let len = (20 + body.len()) as u16;
+        let mut p = vec![0x45, 0];
+        p.extend_from_slice(&len.to_be_bytes());
+        p.extend_from_slice(&[0, 1, 0x40, 0, 64, proto, 0, 0, 127, 0, 0, 2, 127, 0, 0, 1]);
+        p.extend_from_slice(body);
+        p
+    };
+    let tcp = |flags: u8| {
+        let mut t = vec![0xc0, 0x01];
+        t.extend_from_slice(&TCP_PORT.to_be_bytes());
+        t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        ip(6, &t)
+    };
+    let mut udp = vec![0xc0, 0x02];
+    udp.extend_from_slice(&UDP_PORT.to_be_bytes());
+    udp.extend_from_slice(&[0, 12, 0, 0, b'p', b'i', b'n', b'g']);
+    let echo = ip(1, &[8, 0, 0, 0, 0, 1, 0, 1, b'h', b'i']);
+    let mut options = ip(17, &udp);
+    options[0] = 0x46;
+    options.splice(20..20, [1, 1, 1, 0]);
+    vec![
+        input(&[tcp(0x02)]),
+        input(&[ip(17, &udp)]),
+        input(&[echo]),
+        input(&[tcp(0x04), tcp(0x01), tcp(0x12)]),
+        input(&[options]),
+        input(&[tcp(0x02), ip(17, &udp), tcp(0x10)]),
+    ]
 }

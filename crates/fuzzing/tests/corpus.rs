@@ -49,6 +49,11 @@ fn protocol() {
 }
 
 #[test]
+fn frames() {
+    replay("frames", 32, 400);
+}
+
+#[test]
 fn image() {
     replay("image", 32, 120);
 }
