@@ -2,7 +2,7 @@
 # Installs what VINO needs on a fresh Debian machine: clang and lld (to build grafts and the
 # benchmark workloads for wasm32), wasi-libc (to build programs that run as VINO processes),
 # FUSE and the programs the mount tests run (sqlite3, git, gzip, tar; bzip2, lz4 and zstd for the
-# VINO-process tests), Python for the Python client, the Rust crates, and the Debian bookworm
+# VINO-process tests), iproute2 for the host link's namespaces, Python for the Python client, the Rust crates, and the Debian bookworm
 # sources of lz4, zstd and zlib that `vino build --program` builds. Quiet on success.
 set -euo pipefail
 
@@ -23,6 +23,8 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 # pjdfstest (built below) links libacl; setpriv runs the mount tests' programs as other users.
 [ -e /usr/include/acl/libacl.h ] || need+=(libacl1-dev)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+# The network's host-link tests and `vino bench net` make network namespaces with ip(8).
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # VINO processes (crates/wasi): C programs built for wasm32-wasi need wasi-libc and clang's
 # wasm32 runtime library (the package that follows Debian's default clang).
 [ -e /usr/lib/wasm32-wasi/libc.a ] || need+=(wasi-libc)

@@ -46,6 +46,7 @@ pub mod isolation;
 pub mod miss;
 pub mod names;
 pub mod native;
+pub mod net;
 pub mod procs;
 pub mod programs;
 pub mod progress;

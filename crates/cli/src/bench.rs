@@ -113,6 +113,11 @@ pub enum BenchCommand {
     /// hot list as built and instrumented).
     #[command(disable_help_flag = true)]
     Rollback(Pass),
+    /// VINO's TCP/IP stack against Linux's over a TUN link (root): bulk TCP both ways and round
+    /// trips, beside the raw packet pump through the same link and Linux to Linux over a veth;
+    /// with 1% loss; a victim user's round trips while another user's port is flooded.
+    #[command(disable_help_flag = true)]
+    Net(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -146,6 +151,7 @@ impl BenchCommand {
             BenchCommand::Names(p) => ("names", p.args),
             BenchCommand::Execverify(p) => ("execverify", p.args),
             BenchCommand::Rollback(p) => ("rollback", p.args),
+            BenchCommand::Net(p) => ("net", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

@@ -66,6 +66,14 @@
 //! socket_memory_per_user = "256M" # their send and receive buffers
 //! socket_memory_total = "2G"
 //! root_reserve_percent = 5      # of each total, for root only
+//!
+//! [net]                       # the link to the host's network (none: VINO's loopback only)
+//! link = "vino0"              # a TUN device, made at start and gone when the daemon ends
+//! address = "10.77.0.2/24"    # VINO's address on it, and the network it reaches directly
+//! host_address = "10.77.0.1"  # the host's side of the device, set by the daemon (or by root)
+//! gateway = "10.77.0.1"       # where packets for beyond the network go (default: nowhere)
+//! egress = ["10.77.0.0/24"]   # where users but root may send (default: nowhere)
+//! mtu = 1500
 //! ```
 
 use serde::Deserialize;
@@ -169,6 +177,8 @@ pub struct Config {
     pub event_queue_max: usize,
     /// What each process and user may make the kernel hold.
     pub limits: LimitsFile,
+    /// The `[net]` table.
+    pub net: NetFile,
     /// Disk space (a size, or `unlimited`) each uid but root may hold in the file system; by
     /// default half of what root's reserve leaves (see [`vino_kernel::storage::Quota`]).
     pub user_block_quota: Option<Amount>,
@@ -230,6 +240,74 @@ impl Scope {
             Scope::User => &mut l.user,
             Scope::Total => &mut l.total,
         }
+    }
+}
+
+/// The `[net]` table: the host link, if root attaches one.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetFile {
+    pub link: Option<String>,
+    pub address: Option<String>,
+    pub host_address: Option<String>,
+    pub gateway: Option<String>,
+    pub egress: Vec<String>,
+    pub mtu: Option<usize>,
+}
+
+impl NetFile {
+    /// The host link's configuration (`None` without `link`).
+    pub fn resolve(&self) -> Result<Option<vino_kernel::HostConfig>, String> {
+        use vino_kernel::HostConfig;
+        let Some(device) = &self.link else {
+            let stray = self.address.is_some() || self.host_address.is_some() || self.gateway.is_some();
+            if stray || !self.egress.is_empty() || self.mtu.is_some() {
+                return Err("[net]: its keys need link (the TUN device to attach)".into());
+            }
+            return Ok(None);
+        };
+        let net = |e: String| format!("[net]: {e}");
+        let (address, prefix) = HostConfig::parse_prefix(
+            self.address
+                .as_deref()
+                .ok_or("[net]: link needs address (such as \"10.77.0.2/24\")")?,
+        )
+        .map_err(net)?;
+        let single = |key: &str, v: &Option<String>| -> Result<Option<std::net::Ipv4Addr>, String> {
+            v.as_deref()
+                .map(|t| {
+                    t.trim()
+                        .parse()
+                        .map_err(|_| format!("[net]: {key}: {t:?} is not an IPv4 address"))
+                })
+                .transpose()
+        };
+        let host_address = single("host_address", &self.host_address)?;
+        let gateway = single("gateway", &self.gateway)?;
+        if address.is_loopback() || address.is_unspecified() || prefix == 0 {
+            return Err(format!("[net]: address {address}/{prefix} cannot be VINO's on a link"));
+        }
+        if let Some(h) = host_address.filter(|h| *h == address || !HostConfig::contains((address, prefix), *h)) {
+            return Err(format!(
+                "[net]: host_address {h} must be another address of {address}/{prefix}"
+            ));
+        }
+        let egress = self
+            .egress
+            .iter()
+            .map(|e| HostConfig::parse_prefix(e).map_err(net))
+            .collect::<Result<_, _>>()?;
+        let mtu = self.mtu.unwrap_or(1500);
+        if !(576..=65535).contains(&mtu) {
+            return Err(format!("[net]: mtu {mtu} is not 576 to 65535"));
+        }
+        Ok(Some(HostConfig {
+            host_address,
+            gateway,
+            egress,
+            mtu,
+            ..HostConfig::new(device, address, prefix)
+        }))
     }
 }
 
@@ -445,6 +523,7 @@ impl Default for Config {
             mount_page_cache: true,
             event_queue_max: vino_kernel::EVENT_QUEUE_MAX,
             limits: LimitsFile::default(),
+            net: NetFile::default(),
             user_block_quota: None,
             user_inode_quota: None,
             root_reserve_percent: 5,
@@ -687,6 +766,46 @@ mod tests {
         assert_eq!(l.total.get(Resource::Sockets), 64);
         let bad: Config = toml::from_str("[limits]\nsocket_memory_total = \"lots\"").unwrap();
         assert!(bad.limits.resolve().unwrap_err().contains("socket_memory_total"));
+    }
+
+    #[test]
+    fn the_net_table_attaches_a_host_link_or_says_what_is_wrong() {
+        let net = |text: &str| toml::from_str::<Config>(text).unwrap().net.resolve();
+        assert_eq!(net("").unwrap(), None);
+        let h = net("[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\nhost_address = \"10.77.0.1\"\negress = [\"10.77.0.0/24\", \"192.0.2.7\"]")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (h.device.as_str(), h.address, h.prefix, h.mtu),
+            ("vino0", "10.77.0.2".parse().unwrap(), 24, 1500)
+        );
+        assert_eq!(h.host_address, Some("10.77.0.1".parse().unwrap()));
+        assert_eq!(
+            h.egress,
+            vec![("10.77.0.0".parse().unwrap(), 24), ("192.0.2.7".parse().unwrap(), 32)]
+        );
+        for (bad, says) in [
+            ("[net]\naddress = \"10.77.0.2/24\"", "need link"),
+            ("[net]\nlink = \"vino0\"", "needs address"),
+            ("[net]\nlink = \"vino0\"\naddress = \"127.0.0.2/8\"", "cannot be VINO's"),
+            ("[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/33\"", "0 to 32"),
+            (
+                "[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\nhost_address = \"10.78.0.1\"",
+                "another address",
+            ),
+            (
+                "[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\nmtu = 100",
+                "576 to 65535",
+            ),
+            (
+                "[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\negress = [\"ten\"]",
+                "not an IPv4",
+            ),
+        ] {
+            let e = net(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert!(toml::from_str::<Config>("[net]\nlinks = 1").is_err());
     }
 
     #[test]

@@ -139,6 +139,10 @@ fn kernel_config(config: &Config) -> Result<KernelConfig> {
             commit_interval: Some(config.commit_interval),
             ..Default::default()
         },
+        net: vino_kernel::NetConfig {
+            host: config.net.resolve().map_err(err)?,
+            ..Default::default()
+        },
         ..Default::default()
     })
 }

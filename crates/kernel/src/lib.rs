@@ -96,7 +96,10 @@ pub use events::{
     FILTER_ENTRY_BYTES, FsEvent, FsEventPoint, KindStats, ModifyEvent, OpenEvent, UnlinkEvent, UnlinkRecord,
 };
 pub use exec_verify::{ExecVerify, Verdict, Verified, VerifyArgs, hex as exec_hex};
-pub use vino_net::{Interest as SocketInterest, LOOPBACK, NetStats, SocketId, SocketInfo, Wait as SocketWait};
+pub use vino_net::{
+    HostConfig, HostStats, Interest as SocketInterest, LOOPBACK, NetConfig, NetStats, SocketId, SocketInfo,
+    Wait as SocketWait,
+};
 
 /// Largest module a bound `exec.verify` verifier reads.
 pub fn exec_verify_max() -> usize {
@@ -192,6 +195,9 @@ pub struct KernelConfig {
     /// simulator's, whose disk must see the same writes every run while which page the pager
     /// evicts depends on when Linux lets a page move.
     pub swap_on_disk: bool,
+    /// The network stack's settings; a host link in them is attached at boot (a link that
+    /// cannot be attached fails the boot), the loopback-only stack at the first socket call.
+    pub net: vino_net::NetConfig,
 }
 
 impl Default for KernelConfig {
@@ -216,6 +222,7 @@ impl Default for KernelConfig {
             protect: perm::Protected::default(),
             paged_memory: true,
             swap_on_disk: true,
+            net: vino_net::NetConfig::default(),
         }
     }
 }
@@ -263,6 +270,7 @@ pub struct Kernel {
     /// The network stack, started by the first socket call (a kernel that never uses the
     /// network runs no thread for it).
     pub(crate) net: std::sync::OnceLock<vino_net::Net>,
+    pub(crate) net_config: vino_net::NetConfig,
 }
 
 impl Kernel {
@@ -320,6 +328,12 @@ impl Kernel {
         let streams = streams::Streams::new(&runtime, &fs);
         let exec = exec_verify::ExecVerifiers::new(&runtime);
         global.register(exec.global.slot.clone());
+        let net = std::sync::OnceLock::new();
+        if config.net.host.is_some() {
+            let started =
+                vino_net::Net::start(config.net.clone()).map_err(|e| SysError::new(Errno::Inval, e.to_string()))?;
+            let _ = net.set(started);
+        }
         let kernel = Arc::new(Kernel {
             locks: locks::KernelLocks::new(&runtime),
             runtime,
@@ -350,7 +364,8 @@ impl Kernel {
             streams,
             dir_grafts: Default::default(),
             exec,
-            net: std::sync::OnceLock::new(),
+            net,
+            net_config: config.net.clone(),
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);

@@ -10,14 +10,30 @@ use std::task::{Context, Poll};
 use vino_net::{Interest, Net, NetConfig, Owner, SocketId, Wait};
 
 impl Kernel {
-    /// The network stack, started on first use.
+    /// The network stack, started on first use (one with a host link started at boot).
     pub(crate) fn net(&self) -> &Net {
-        self.net.get_or_init(|| Net::new(NetConfig::default()))
+        self.net.get_or_init(|| {
+            Net::new(NetConfig {
+                host: None,
+                ..self.net_config.clone()
+            })
+        })
     }
 
     /// The sockets process `pid` owns (none before the first socket call).
     pub fn sockets_of(&self, pid: u64) -> Vec<vino_net::SocketInfo> {
         self.net.get().map_or_else(Vec::new, |n| n.sockets_of(pid))
+    }
+
+    /// Whether `ip` is one of VINO's own addresses: the loopback network's, or its address on
+    /// the host link.
+    pub fn is_local_address(&self, ip: std::net::Ipv4Addr) -> bool {
+        ip.is_loopback() || self.net_config.host.as_ref().is_some_and(|h| h.address == ip)
+    }
+
+    /// What the host link moved (`None` without one).
+    pub fn host_link_stats(&self) -> Option<vino_net::HostStats> {
+        self.net.get().and_then(Net::host_stats)
     }
 
     /// What the stack holds now (`None` before the first socket call).

@@ -45,6 +45,13 @@ pub enum NetError {
     /// No link reaches the address (ENETUNREACH).
     #[error("network unreachable: {0}")]
     Unreachable(String),
+    /// Root's egress policy for the host link does not let this user reach the address (EPERM,
+    /// as a firewall's refusal is on Linux).
+    #[error("the host link's egress policy does not let this user reach {0}")]
+    Forbidden(std::net::Ipv4Addr),
+    /// The host link could not be attached (ENETDOWN).
+    #[error("{0}")]
+    Link(String),
     /// A limit of the caller's account: sockets or their buffers (ENOBUFS).
     #[error(transparent)]
     Limit(#[from] vino_account::Exceeded),
@@ -67,6 +74,8 @@ impl NetError {
             NetError::Pipe => 32,
             NetError::TooBig(_) => 90,
             NetError::Unreachable(_) => 101,
+            NetError::Forbidden(_) => 1,
+            NetError::Link(_) => 100,
             NetError::Limit(e) => e.errno(),
         }
     }

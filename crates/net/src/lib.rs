@@ -22,6 +22,6 @@ pub mod stack;
 pub mod udp;
 
 pub use error::NetError;
-pub use link::{Faults, LinkStats};
+pub use link::{Faults, HostConfig, HostStats, LinkStats};
 pub use stack::{Interest, LOOPBACK, Net, NetConfig, NetStats, Owner, SocketId, SocketInfo, Wait};
 pub use udp::MAX_DATAGRAM;

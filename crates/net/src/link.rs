@@ -1,12 +1,19 @@
-//! The loopback link, with faults of VINO's own: this kernel has no `sch_netem`, so the link
-//! layer loses, duplicates, reorders and delays frames itself, by seeded odds ([`Faults`]),
-//! the same seed giving the same faults for the same traffic. Frames from outside the stack
+//! The stack's links: the loopback that always exists, and the link to the host's network
+//! that root may attach ([`HostConfig`]: a TUN device, `vino-hostlink`). One smoltcp interface
+//! runs over both ([`Links`]): a packet sent goes to the loopback if it is for VINO itself,
+//! else to the host.
+//!
+//! Each way of each link has faults of VINO's own: this kernel has no `sch_netem`, so the link
+//! layer loses, duplicates, reorders and delays packets itself, by seeded odds ([`Faults`]),
+//! the same seed giving the same faults for the same traffic. Packets from outside the stack
 //! (a fuzzer's) enter here too ([`crate::Net::inject`]).
 
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
 use std::collections::VecDeque;
+use std::net::Ipv4Addr;
 use vino_clock::SplitMix64;
+use vino_hostlink::batch::{Moved, Writer};
 
 /// The faults the link injects, each frame drawn on its own: lost with odds `loss`, sent
 /// twice with odds `duplicate`, put before the frame queued ahead of it with odds `reorder`,
@@ -52,23 +59,22 @@ pub struct LinkStats {
 /// Most frames the link holds: past it a frame is dropped, as a full queue drops it.
 pub const LINK_QUEUE: usize = 4096;
 
-/// A loopback device: every frame sent is received, in order unless the faults say otherwise.
+/// A queue of frames with faults: every frame put in comes out, in order, unless the faults
+/// say otherwise. The loopback is one; the host link has one each way.
 pub(crate) struct Link {
     /// Frames and the time each may be received at.
     queue: VecDeque<(Instant, Vec<u8>)>,
     faults: Faults,
     rng: SplitMix64,
-    mtu: usize,
     pub(crate) stats: LinkStats,
 }
 
 impl Link {
-    pub(crate) fn new(faults: Faults, mtu: usize) -> Link {
+    pub(crate) fn new(faults: Faults) -> Link {
         Link {
             queue: VecDeque::new(),
             faults,
             rng: SplitMix64::new(faults.seed),
-            mtu,
             stats: LinkStats::default(),
         }
     }
@@ -86,8 +92,18 @@ impl Link {
         }
     }
 
-    /// A frame the stack sent, through the faults.
-    fn carry(&mut self, frame: Vec<u8>, now: Instant) {
+    /// The first frame that is due (a delayed frame holds back none behind it that is due).
+    fn take_due(&mut self, now: Instant) -> Option<Vec<u8>> {
+        let i = self.queue.iter().position(|(at, _)| *at <= now)?;
+        self.queue.remove(i).map(|(_, f)| f)
+    }
+
+    fn has_due(&self, now: Instant) -> bool {
+        self.queue.iter().any(|(at, _)| *at <= now)
+    }
+
+    /// A frame put on the link, through the faults.
+    pub(crate) fn carry(&mut self, frame: Vec<u8>, now: Instant) {
         self.stats.sent += 1;
         if !self.faults.any() {
             if self.queue.len() < LINK_QUEUE {
@@ -123,7 +139,191 @@ impl Link {
     }
 }
 
-impl Device for Link {
+/// The link to the host's network, as root configures it (the daemon's `[net]` section).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostConfig {
+    /// The TUN device: made if absent, and gone when VINO closes it.
+    pub device: String,
+    /// VINO's address on the link, and the length of the prefix it reaches directly.
+    pub address: Ipv4Addr,
+    pub prefix: u8,
+    /// The host's own address on the device, set by VINO when given (`None`: root sets it).
+    pub host_address: Option<Ipv4Addr>,
+    /// Where packets for beyond the prefix go (`None`: nowhere, ENETUNREACH).
+    pub gateway: Option<Ipv4Addr>,
+    /// Which destinations users other than root may send to: prefixes (address, length). Empty:
+    /// none; root's packets are not held to it.
+    pub egress: Vec<(Ipv4Addr, u8)>,
+    /// Largest packet on the link (the device's MTU). The one interface takes the smaller of
+    /// this and the loopback's, so loopback traffic then uses it too.
+    pub mtu: usize,
+    /// Faults of VINO's link layer, each way.
+    pub faults: Faults,
+}
+
+impl HostConfig {
+    /// Device `device` with VINO at `address/prefix`: MTU 1500, no host address set, no
+    /// gateway, users may reach nowhere, no faults.
+    pub fn new(device: &str, address: Ipv4Addr, prefix: u8) -> HostConfig {
+        HostConfig {
+            device: device.to_owned(),
+            address,
+            prefix,
+            host_address: None,
+            gateway: None,
+            egress: Vec::new(),
+            mtu: 1500,
+            faults: Faults::default(),
+        }
+    }
+
+    /// A prefix written `a.b.c.d/len` (a bare address is its own /32).
+    pub fn parse_prefix(text: &str) -> Result<(Ipv4Addr, u8), String> {
+        let (addr, len) = text.split_once('/').unwrap_or((text, "32"));
+        let addr: Ipv4Addr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not an IPv4 address or prefix"))?;
+        match len.trim().parse::<u8>() {
+            Ok(len) if len <= 32 => Ok((addr, len)),
+            _ => Err(format!("{text:?}: a prefix length is 0 to 32")),
+        }
+    }
+
+    /// Whether `a` is in the prefix `(net, len)`.
+    pub fn contains((net, len): (Ipv4Addr, u8), a: Ipv4Addr) -> bool {
+        let mask = u32::MAX.checked_shl(32 - u32::from(len.min(32))).unwrap_or(0);
+        u32::from(net) & mask == u32::from(a) & mask
+    }
+
+    pub(crate) fn on_link(&self, a: Ipv4Addr) -> bool {
+        HostConfig::contains((self.address, self.prefix), a)
+    }
+}
+
+/// What the host link moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Packets handed to the host, and those it refused (its side down, no memory).
+    pub sent: u64,
+    pub refused: u64,
+    /// Packets from the host taken in, and those dropped before the stack: addressed to or
+    /// from the loopback network or VINO's own address (no host may reach VINO's loopback), or
+    /// not IPv4.
+    pub received: u64,
+    pub martians: u64,
+}
+
+/// The host link's state inside the stack: its queues (with their faults) and its writer.
+/// The packets it brings in are read on a thread of their own (`stack::run_host`).
+pub(crate) struct HostLink {
+    pub(crate) config: HostConfig,
+    out: Link,
+    inbound: Link,
+    batch: Vec<Vec<u8>>,
+    writer: Writer,
+    pub(crate) stats: HostStats,
+}
+
+impl HostLink {
+    pub(crate) fn new(config: HostConfig, writer: Writer) -> HostLink {
+        let mut back = config.faults;
+        back.seed = back.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        HostLink {
+            out: Link::new(config.faults),
+            inbound: Link::new(back),
+            config,
+            batch: Vec::new(),
+            writer,
+            stats: HostStats::default(),
+        }
+    }
+
+    /// Packets the host sent VINO, through the faults of the way in.
+    pub(crate) fn arrived(&mut self, packets: Vec<Vec<u8>>, now: Instant) {
+        for p in packets {
+            let ok = ipv4_addrs(&p).is_some_and(|(src, dst)| {
+                !src.is_loopback() && !dst.is_loopback() && src != self.config.address && dst == self.config.address
+            });
+            if ok {
+                self.stats.received += 1;
+                self.inbound.carry(p, now);
+            } else {
+                self.stats.martians += 1;
+            }
+        }
+    }
+
+    /// Writes what is due of the way out to the host, in one batch.
+    pub(crate) fn flush(&mut self, now: Instant) {
+        while let Some(p) = self.out.take_due(now) {
+            self.batch.push(p);
+        }
+        if !self.batch.is_empty() {
+            let Moved { packets, refused } = self.writer.write(&mut self.batch);
+            self.stats.sent += packets as u64;
+            self.stats.refused += refused as u64;
+        }
+    }
+}
+
+/// The source and destination of an IPv4 packet.
+fn ipv4_addrs(p: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr)> {
+    if p.len() < 20 || p[0] >> 4 != 4 {
+        return None;
+    }
+    let a = |i: usize| Ipv4Addr::new(p[i], p[i + 1], p[i + 2], p[i + 3]);
+    Some((a(12), a(16)))
+}
+
+/// The device the interface runs over: the loopback, and the host link if one is attached.
+pub(crate) struct Links {
+    pub(crate) loopback: Link,
+    pub(crate) host: Option<HostLink>,
+    /// Which link the last packet received came from: the next turn is the other's.
+    host_turn: bool,
+    mtu: usize,
+}
+
+impl Links {
+    pub(crate) fn new(loopback: Link, host: Option<HostLink>, mtu: usize) -> Links {
+        Links {
+            loopback,
+            host,
+            host_turn: false,
+            mtu,
+        }
+    }
+
+    /// When the first held packet may be received, if one is held for later than `now`.
+    pub(crate) fn next_due(&self, now: Instant) -> Option<Instant> {
+        let host = self.host.as_ref().and_then(|h| {
+            [h.inbound.next_due(now), h.out.next_due(now)]
+                .into_iter()
+                .flatten()
+                .min()
+        });
+        [self.loopback.next_due(now), host].into_iter().flatten().min()
+    }
+
+    /// A packet the stack sent: to the loopback if it is for VINO itself, else to the host.
+    /// A packet from a loopback address never leaves.
+    fn send(&mut self, frame: Vec<u8>, now: Instant) {
+        let host = match (&mut self.host, ipv4_addrs(&frame)) {
+            (Some(h), Some((src, dst))) if !dst.is_loopback() && dst != h.config.address => {
+                if src.is_loopback() {
+                    h.stats.martians += 1;
+                    return;
+                }
+                h
+            }
+            _ => return self.loopback.carry(frame, now),
+        };
+        host.out.carry(frame, now);
+    }
+}
+
+impl Device for Links {
     type RxToken<'a> = RxToken;
     type TxToken<'a> = TxToken<'a>;
 
@@ -131,22 +331,31 @@ impl Device for Link {
         let mut caps = DeviceCapabilities::default();
         caps.max_transmission_unit = self.mtu;
         caps.medium = Medium::Ip;
-        // A frame on this link is never corrupted (only lost, copied or moved): no checksums
-        // to compute or check. Frames injected from outside are taken as they come, which lets
-        // a fuzzer's frames reach the protocols' state machines.
-        caps.checksum = ChecksumCapabilities::ignored();
+        // A frame on the loopback is never corrupted (only lost, copied or moved): no
+        // checksums to check. Frames injected from outside are taken as they come, which lets
+        // a fuzzer's frames reach the protocols' state machines. Packets to and from the host
+        // carry checksums both ways: the host checks them.
+        caps.checksum = if self.host.is_some() {
+            ChecksumCapabilities::default()
+        } else {
+            ChecksumCapabilities::ignored()
+        };
         caps
     }
 
     fn receive(&mut self, now: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        // The first frame that is due (a delayed frame holds back none behind it that is due).
-        let i = self.queue.iter().position(|(at, _)| *at <= now)?;
-        let (_, frame) = self.queue.remove(i)?;
-        Some((RxToken { frame }, TxToken { link: self, now }))
+        let host_due = self.host.as_ref().is_some_and(|h| h.inbound.has_due(now));
+        let from_host = host_due && (self.host_turn || !self.loopback.has_due(now));
+        let frame = match &mut self.host {
+            Some(h) if from_host => h.inbound.take_due(now),
+            _ => self.loopback.take_due(now),
+        }?;
+        self.host_turn = !from_host;
+        Some((RxToken { frame }, TxToken { links: self, now }))
     }
 
     fn transmit(&mut self, now: Instant) -> Option<Self::TxToken<'_>> {
-        Some(TxToken { link: self, now })
+        Some(TxToken { links: self, now })
     }
 }
 
@@ -161,7 +370,7 @@ impl phy::RxToken for RxToken {
 }
 
 pub(crate) struct TxToken<'a> {
-    link: &'a mut Link,
+    links: &'a mut Links,
     now: Instant,
 }
 
@@ -169,7 +378,7 @@ impl phy::TxToken for TxToken<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let mut frame = vec![0; len];
         let r = f(&mut frame);
-        self.link.carry(frame, self.now);
+        self.links.send(frame, self.now);
         r
     }
 }
@@ -188,7 +397,7 @@ mod tests {
             delay: std::time::Duration::ZERO,
         };
         let run = || {
-            let mut link = Link::new(faults, 65535);
+            let mut link = Link::new(faults);
             for i in 0..1000u32 {
                 link.carry(i.to_le_bytes().to_vec(), Instant::from_micros(0));
             }
@@ -211,10 +420,10 @@ mod tests {
             delay: std::time::Duration::from_millis(5),
             ..Faults::default()
         };
-        let mut link = Link::new(faults, 65535);
+        let mut link = Link::new(faults);
         link.carry(vec![1], Instant::from_millis(0));
-        assert!(link.receive(Instant::from_millis(4)).is_none());
+        assert!(link.take_due(Instant::from_millis(4)).is_none());
         assert_eq!(link.next_due(Instant::from_millis(4)), Some(Instant::from_millis(5)));
-        assert!(link.receive(Instant::from_millis(5)).is_some());
+        assert!(link.take_due(Instant::from_millis(5)).is_some());
     }
 }

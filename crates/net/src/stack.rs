@@ -14,7 +14,7 @@
 //! delayed acknowledgements, closing connections' timers) and wakes waiters.
 
 use crate::NetError;
-use crate::link::{Faults, Link, LinkStats};
+use crate::link::{Faults, HostConfig, HostLink, HostStats, Link, LinkStats, Links};
 use crate::ports::Ports;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use vino_account::{Account, Charge, Resource};
 
 /// The stack's settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct NetConfig {
     /// Bytes of each socket's receive buffer, and of its send buffer.
     pub buffer_bytes: usize,
@@ -45,6 +45,8 @@ pub struct NetConfig {
     /// Largest IP packet the loopback link carries (65535, as Linux's loopback; a smaller one
     /// makes more, smaller segments, as a real link would).
     pub mtu: usize,
+    /// The link to the host's network, if root attaches one.
+    pub host: Option<HostConfig>,
 }
 
 impl Default for NetConfig {
@@ -56,6 +58,7 @@ impl Default for NetConfig {
             tick: Duration::from_millis(10),
             faults: Faults::default(),
             mtu: 65535,
+            host: None,
         }
     }
 }
@@ -182,7 +185,7 @@ struct Closing {
 
 pub(crate) struct State {
     iface: Interface,
-    link: Link,
+    links: Links,
     pub(crate) sockets: SocketSet<'static>,
     entries: HashMap<SocketId, Entry>,
     closing: Vec<Closing>,
@@ -204,33 +207,65 @@ struct Inner {
     stop: AtomicBool,
 }
 
-/// The kernel's network stack. Dropping it stops its thread; sockets still open are dropped
-/// with it, their charges returned.
+/// The kernel's network stack. Dropping it stops its threads; sockets still open are dropped
+/// with it, their charges returned, and a host link's device closed (and so gone).
 pub struct Net {
     inner: Arc<Inner>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// The loopback address every VINO process reaches the others at.
 pub const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
 impl Net {
-    /// A stack with its loopback link, and its thread started.
+    /// A stack with its loopback link only, and its thread started.
+    ///
+    /// # Panics
+    /// If `config` attaches a host link: [`Net::start`] says why that fails.
     pub fn new(config: NetConfig) -> Net {
-        let mut link = Link::new(config.faults, config.mtu);
+        assert!(
+            config.host.is_none(),
+            "Net::new is for a loopback-only stack; use Net::start"
+        );
+        Net::start(config).expect("a loopback-only stack always starts")
+    }
+
+    /// A stack with its loopback link and, if `config` has one, its link to the host (the TUN
+    /// device opened, configured and read by a thread of its own).
+    pub fn start(config: NetConfig) -> Result<Net, NetError> {
+        let host = config.host.as_ref().map(open_host).transpose()?;
+        let (host_link, reader) = match host {
+            Some((link, reader)) => (Some(link), Some(reader)),
+            None => (None, None),
+        };
+        let mtu = config.host.as_ref().map_or(config.mtu, |h| h.mtu.min(config.mtu));
+        let mut links = Links::new(Link::new(config.faults), host_link, mtu);
         let mut iface_config = Config::new(HardwareAddress::Ip);
         iface_config.random_seed = std::collections::hash_map::RandomState::new().build_hasher().finish();
         let epoch = Instant::now();
-        let mut iface = Interface::new(iface_config, &mut link, smoltcp::time::Instant::from_micros(0));
+        let mut iface = Interface::new(iface_config, &mut links, smoltcp::time::Instant::from_micros(0));
         iface.update_ip_addrs(|addrs| {
+            // The host link's address first: a packet for beyond both networks takes it as its
+            // source (smoltcp falls back to the first address).
+            if let Some(h) = &config.host {
+                addrs
+                    .push(IpCidr::new(IpAddress::Ipv4(h.address), h.prefix))
+                    .expect("two addresses fit");
+            }
             addrs
                 .push(IpCidr::new(IpAddress::Ipv4(LOOPBACK), 8))
-                .expect("one address fits");
+                .expect("two addresses fit");
         });
+        if let Some(gateway) = config.host.as_ref().and_then(|h| h.gateway) {
+            iface
+                .routes_mut()
+                .add_default_ipv4_route(gateway)
+                .map_err(|_| NetError::Link("no room for the default route".into()))?;
+        }
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 iface,
-                link,
+                links,
                 sockets: SocketSet::new(Vec::new()),
                 entries: HashMap::new(),
                 closing: Vec::new(),
@@ -244,17 +279,27 @@ impl Net {
             kick: Condvar::new(),
             stop: AtomicBool::new(false),
         });
-        let thread = std::thread::Builder::new()
-            .name("vino-net".into())
-            .spawn({
-                let inner = inner.clone();
-                move || run_timers(&inner)
-            })
-            .expect("spawning the network thread");
-        Net {
-            inner,
-            thread: Some(thread),
+        let spawn = |name: &str, body: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(body)
+                .map_err(|e| NetError::Link(format!("spawning {name}: {e}")))
+        };
+        let mut threads = vec![spawn("vino-net", {
+            let inner = inner.clone();
+            Box::new(move || run_timers(&inner))
+        })?];
+        if let Some(reader) = reader {
+            let inner2 = inner.clone();
+            match spawn("vino-net-host", Box::new(move || run_host(&inner2, reader))) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    drop(Net { inner, threads });
+                    return Err(e);
+                }
+            }
         }
+        Ok(Net { inner, threads })
     }
 
     /// Listens for TCP connections on `port` of every address, with up to `backlog`
@@ -373,6 +418,7 @@ impl Net {
 
     fn start_connect(&self, owner: &Owner, id: SocketId, to: SocketAddrV4) -> Result<(), NetError> {
         let mut st = self.lock();
+        st.may_reach(owner, *to.ip())?;
         let (port, mut prepaid) = match &mut st.owned(owner.pid, id)?.kind {
             Kind::Bound { port, charges } => (*port, charges.pop()),
             Kind::Stream { .. } => return Err(NetError::IsConnected),
@@ -601,7 +647,7 @@ impl Net {
     pub fn inject(&self, frame: &[u8]) {
         let mut st = self.lock();
         let now = st.now();
-        st.link.inject(frame, now);
+        st.links.loopback.inject(frame, now);
         st.run();
         drop(st);
         self.ran();
@@ -653,9 +699,14 @@ impl Net {
             .collect()
     }
 
-    /// What the link did to the frames it carried.
+    /// What the loopback link did to the frames it carried.
     pub fn link_stats(&self) -> LinkStats {
-        self.lock().link.stats
+        self.lock().links.loopback.stats
+    }
+
+    /// What the host link moved, if one is attached.
+    pub fn host_stats(&self) -> Option<HostStats> {
+        self.lock().links.host.as_ref().map(|h| h.stats)
     }
 
     pub fn stats(&self) -> NetStats {
@@ -713,7 +764,7 @@ impl Drop for Net {
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::Release);
         self.inner.kick.notify_all();
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -753,7 +804,7 @@ fn run_timers(inner: &Inner) {
         st.reap();
         inner.changed.notify_all();
         let now = st.now();
-        let link_due = st.link.next_due(now).map(|at| at - now);
+        let link_due = st.links.next_due(now).map(|at| at - now);
         let State {
             iface, sockets, config, ..
         } = &mut *st;
@@ -767,6 +818,40 @@ fn run_timers(inner: &Inner) {
     }
 }
 
+/// Opens the host link's device, configures it and makes its reader.
+fn open_host(config: &HostConfig) -> Result<(HostLink, vino_hostlink::batch::Reader), NetError> {
+    let failed = |e: std::io::Error| NetError::Link(format!("host link {}: {e}", config.device));
+    let tun = Arc::new(vino_hostlink::Tun::open(&config.device).map_err(failed)?);
+    let host = config.host_address.map(|a| (a, config.prefix));
+    tun.configure(config.mtu, host).map_err(failed)?;
+    let reader = vino_hostlink::batch::Reader::new(tun.clone(), config.mtu).map_err(failed)?;
+    let writer = vino_hostlink::batch::Writer::new(tun);
+    Ok((HostLink::new(config.clone(), writer), reader))
+}
+
+/// The host link's thread: takes the packets the host sent, in batches, and runs the stack on
+/// them. A device that fails (deleted under VINO) is retried at a slow pace, not spun on.
+fn run_host(inner: &Inner, mut reader: vino_hostlink::batch::Reader) {
+    let mut packets = Vec::new();
+    while !inner.stop.load(Ordering::Acquire) {
+        if reader.read(Duration::from_millis(50), &mut packets).is_err() {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        if packets.is_empty() {
+            continue;
+        }
+        let mut st = inner.state.lock();
+        let now = st.now();
+        if let Some(host) = &mut st.links.host {
+            host.arrived(std::mem::take(&mut packets), now);
+        }
+        st.run();
+        drop(st);
+        inner.changed.notify_all();
+    }
+}
+
 impl State {
     fn now(&self) -> smoltcp::time::Instant {
         smoltcp::time::Instant::from_micros(self.epoch.elapsed().as_micros() as i64)
@@ -777,9 +862,39 @@ impl State {
     pub(crate) fn run(&mut self) {
         let now = self.now();
         for _ in 0..64 {
-            if self.iface.poll(now, &mut self.link, &mut self.sockets) == PollResult::None {
+            if self.iface.poll(now, &mut self.links, &mut self.sockets) == PollResult::None {
                 break;
             }
+        }
+        if let Some(host) = &mut self.links.host {
+            host.flush(now);
+        }
+    }
+
+    /// Whether `owner` may send to `to`: the loopback network and VINO's own addresses always;
+    /// the host link's network, or beyond it through its gateway, if root's egress policy lets
+    /// this user reach it (root is not held to it).
+    pub(crate) fn may_reach(&self, owner: &Owner, to: Ipv4Addr) -> Result<(), NetError> {
+        if to.is_loopback() {
+            return Ok(());
+        }
+        let Some(host) = self.config.host.as_ref() else {
+            return Err(NetError::Unreachable(format!(
+                "{to}: no link reaches it (only the loopback is attached)"
+            )));
+        };
+        if to == host.address {
+            return Ok(());
+        }
+        if !host.on_link(to) && host.gateway.is_none() {
+            return Err(NetError::Unreachable(format!(
+                "{to}: not on the host link and no gateway is set"
+            )));
+        }
+        if owner.uid == 0 || host.egress.iter().any(|&prefix| HostConfig::contains(prefix, to)) {
+            Ok(())
+        } else {
+            Err(NetError::Forbidden(to))
         }
     }
 

@@ -61,6 +61,7 @@ impl Net {
             return Err(NetError::TooBig(data.len()));
         }
         self.wait(wait, |st| {
+            st.may_reach(owner, *to.ip())?;
             let socket = datagram(st, owner.pid, id)?;
             match socket.send_slice(data, IpEndpoint::from(to)) {
                 Ok(()) => Ok(Some(())),

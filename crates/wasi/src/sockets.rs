@@ -228,9 +228,10 @@ fn write_addr(g: &mut Guest<'_>, a: SocketAddrV4, addr: u32, len_ptr: u32) -> Re
     g.put_u32(len_ptr, SOCKADDR_IN_SIZE)
 }
 
-/// A bind's address must be one of this host's: any, or the loopback network.
-fn local_port(a: SocketAddrV4) -> Result<u16> {
-    if a.ip().is_unspecified() || a.ip().is_loopback() {
+/// A bind's address must be one of this host's: any, the loopback network, or VINO's address
+/// on the host link. (A socket is bound to a port of every address.)
+fn local_port(process: &vino_kernel::Process, a: SocketAddrV4) -> Result<u16> {
+    if a.ip().is_unspecified() || a.ip().is_loopback() || process.kernel().is_local_address(*a.ip()) {
         Ok(a.port())
     } else {
         Err(WasiErrno::ADDRNOTAVAIL)
@@ -556,7 +557,7 @@ pub fn define_vino(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     l.func_wrap(m, "bind", |mut c: C, fd: u32, addr: u32, len: u32| {
         sys_value(&mut c, |g, x| {
             let s = socket(x, fd)?;
-            s.sock.bind(local_port(read_addr(g, addr, len)?)?)?;
+            s.sock.bind(local_port(&x.process, read_addr(g, addr, len)?)?)?;
             Ok(0)
         })
     })?;

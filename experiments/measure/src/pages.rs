@@ -1069,6 +1069,34 @@ pub const PAGES: &[Page] = &[
         }],
     },
     Page {
+        name: "net",
+        tables: &[
+            Table {
+                title: "Goals, as ratios within a round (medians of the rounds):",
+                rows: "goals[]",
+                across: None,
+                columns: &[
+                    ("ratio", "what", Fmt::Text),
+                    ("measured", "measured", Fmt::Ratio),
+                    ("goal", "goal", Fmt::Text),
+                    ("met", "met", Fmt::Text),
+                ],
+            },
+            Table {
+                title: "Each case over the link, MTU 1500 (medians of the rounds):",
+                rows: "rows[]",
+                across: None,
+                columns: &[
+                    ("case", "case", Fmt::Text),
+                    ("path", "path", Fmt::Text),
+                    ("Mbit/s", "mbit_s", Fmt::Ratio),
+                    ("p50", "p50_us", Fmt::Us),
+                    ("p99", "p99_us", Fmt::Us),
+                ],
+            },
+        ],
+    },
+    Page {
         name: "rollback",
         tables: &[
             Table {
