@@ -602,7 +602,14 @@ fn round(bed: &Bed, opts: &NetOptions, r: usize, p: &mut dyn FnMut(&str)) -> Res
             let sink = vino_sink(&net, 1001, port + 31, 8)?;
             let flood = linux_senders(&bed.peer, SocketAddrV4::new(VINO, port + 31), 8, flood_secs)?;
             thread::sleep(Duration::from_millis(100));
+            let before = net.demux_stats().unwrap_or_default();
             let under = percentiles(linux_round_trips(&bed.peer, victim, opts.round_trips)?);
+            let after = net.demux_stats().unwrap_or_default();
+            eprintln!(
+                "flood: {} packets queued by principal, {} dropped for a full queue",
+                after.queued - before.queued,
+                after.dropped - before.dropped
+            );
             join(flood)??;
             sink.join().map_err(|_| anyhow!("the flood's sink panicked"))??;
             stop.store(true, Ordering::Relaxed);

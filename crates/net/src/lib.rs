@@ -15,12 +15,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod demux;
 mod error;
 pub mod link;
 pub mod ports;
 pub mod stack;
 pub mod udp;
 
+pub use demux::DemuxStats;
 pub use error::NetError;
 pub use link::{Faults, HostConfig, HostStats, LinkStats};
 pub use stack::{Interest, LOOPBACK, Net, NetConfig, NetStats, Owner, SocketId, SocketInfo, Wait};

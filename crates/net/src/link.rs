@@ -8,6 +8,7 @@
 //! the same seed giving the same faults for the same traffic. Packets from outside the stack
 //! (a fuzzer's) enter here too ([`crate::Net::inject`]).
 
+use crate::demux::{Demux, Principal};
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
 use std::collections::VecDeque;
@@ -220,6 +221,8 @@ pub(crate) struct HostLink {
     pub(crate) config: HostConfig,
     out: Link,
     inbound: Link,
+    /// What came in, sorted by whom it is for, waiting for the stack.
+    pub(crate) demux: Demux,
     batch: Vec<Vec<u8>>,
     writer: Writer,
     pub(crate) stats: HostStats,
@@ -232,6 +235,7 @@ impl HostLink {
         HostLink {
             out: Link::new(config.faults),
             inbound: Link::new(back),
+            demux: Demux::default(),
             config,
             batch: Vec::new(),
             writer,
@@ -251,6 +255,15 @@ impl HostLink {
             } else {
                 self.stats.martians += 1;
             }
+        }
+    }
+
+    /// Sorts the packets that have come in (past the faults of the way in) by whom they are
+    /// for: `owner` says who holds a protocol's port.
+    pub(crate) fn sort(&mut self, now: Instant, owner: impl Fn(u8, u16) -> Principal) {
+        while let Some(p) = self.inbound.take_due(now) {
+            let who = crate::demux::destination(&p).and_then(|(proto, port)| owner(proto, port));
+            self.demux.push(who, p);
         }
     }
 
@@ -298,7 +311,8 @@ impl Links {
     /// When the first held packet may be received, if one is held for later than `now`.
     pub(crate) fn next_due(&self, now: Instant) -> Option<Instant> {
         let host = self.host.as_ref().and_then(|h| {
-            [h.inbound.next_due(now), h.out.next_due(now)]
+            let waiting = h.demux.waiting().then_some(now);
+            [h.inbound.next_due(now), h.out.next_due(now), waiting]
                 .into_iter()
                 .flatten()
                 .min()
@@ -344,10 +358,10 @@ impl Device for Links {
     }
 
     fn receive(&mut self, now: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        let host_due = self.host.as_ref().is_some_and(|h| h.inbound.has_due(now));
-        let from_host = host_due && (self.host_turn || !self.loopback.has_due(now));
+        let host_ready = self.host.as_ref().is_some_and(|h| h.demux.has_ready());
+        let from_host = host_ready && (self.host_turn || !self.loopback.has_due(now));
         let frame = match &mut self.host {
-            Some(h) if from_host => h.inbound.take_due(now),
+            Some(h) if from_host => h.demux.pop(),
             _ => self.loopback.take_due(now),
         }?;
         self.host_turn = !from_host;

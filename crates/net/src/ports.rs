@@ -62,6 +62,11 @@ impl Ports {
         debug_assert!(held.is_some(), "released port {port}, which nobody held");
     }
 
+    /// The user holding `port`, if anyone does.
+    pub(crate) fn holder(&self, port: u16) -> Option<u32> {
+        self.held.get(&port).copied()
+    }
+
     pub(crate) fn in_use(&self) -> usize {
         self.held.len()
     }

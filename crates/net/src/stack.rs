@@ -709,6 +709,11 @@ impl Net {
         self.lock().links.host.as_ref().map(|h| h.stats)
     }
 
+    /// What the host link's demultiplexer did, if one is attached.
+    pub fn demux_stats(&self) -> Option<crate::demux::DemuxStats> {
+        self.lock().links.host.as_ref().map(|h| h.demux.stats())
+    }
+
     pub fn stats(&self) -> NetStats {
         let st = self.lock();
         let count = |f: fn(&Kind) -> bool| st.entries.values().filter(|e| f(&e.kind)).count();
@@ -833,12 +838,28 @@ fn open_host(config: &HostConfig) -> Result<(HostLink, vino_hostlink::batch::Rea
 /// them. A device that fails (deleted under VINO) is retried at a slow pace, not spun on.
 fn run_host(inner: &Inner, mut reader: vino_hostlink::batch::Reader) {
     let mut packets = Vec::new();
+    let mut waiting = false;
     while !inner.stop.load(Ordering::Acquire) {
-        if reader.read(Duration::from_millis(50), &mut packets).is_err() {
+        // Everything the device holds is read before the stack's work on it, a batch being
+        // cheap next to the protocol work: the device's own queue stays short, and what is
+        // dropped for a full queue is dropped by principal (`demux`), not in arrival order.
+        let wait = if waiting {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(50)
+        };
+        if reader.read(wait, &mut packets).is_err() {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
-        if packets.is_empty() {
+        loop {
+            let before = packets.len();
+            let full = before >= 4 * crate::demux::DEMUX_QUEUE;
+            if full || reader.read(Duration::ZERO, &mut packets).is_err() || packets.len() == before {
+                break;
+            }
+        }
+        if packets.is_empty() && !waiting {
             continue;
         }
         let mut st = inner.state.lock();
@@ -847,6 +868,7 @@ fn run_host(inner: &Inner, mut reader: vino_hostlink::batch::Reader) {
             host.arrived(std::mem::take(&mut packets), now);
         }
         st.run();
+        waiting = st.links.host.as_ref().is_some_and(|h| h.demux.waiting());
         drop(st);
         inner.changed.notify_all();
     }
@@ -861,6 +883,19 @@ impl State {
     /// received on the next round), at most a bounded number of rounds.
     pub(crate) fn run(&mut self) {
         let now = self.now();
+        let State {
+            links,
+            ports,
+            udp_ports,
+            ..
+        } = self;
+        if let Some(host) = &mut links.host {
+            host.sort(now, |proto, port| match proto {
+                6 => ports.holder(port),
+                _ => udp_ports.holder(port),
+            });
+            host.demux.new_run();
+        }
         for _ in 0..64 {
             if self.iface.poll(now, &mut self.links, &mut self.sockets) == PollResult::None {
                 break;

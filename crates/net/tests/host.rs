@@ -132,6 +132,10 @@ fn vino_and_linux_exchange_streams_both_ways() {
     let stats = net.host_stats().unwrap();
     assert!(stats.sent > 700 && stats.received > 700, "{stats:?}");
     assert_eq!(stats.refused, 0, "{stats:?}");
+    // Every packet that came in was sorted by whom it was for before the stack's work on it.
+    let demux = net.demux_stats().unwrap();
+    assert_eq!(demux.queued + demux.dropped, stats.received, "{demux:?}");
+    assert_eq!(demux.waiting, 0, "{demux:?}");
 }
 
 /// Connects, trying again while Linux's listener is not up yet.
