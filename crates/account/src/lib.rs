@@ -250,7 +250,7 @@ impl Default for LimitsConfig {
             .with(Resource::EventFilterBytes, 4 * MIB)
             .with(Resource::LockRecords, 16384)
             .with(Resource::Sockets, 1024)
-            .with(Resource::SocketBytes, 256 * MIB);
+            .with(Resource::SocketBytes, 512 * MIB);
         let total = Table::UNLIMITED
             .with(Resource::Grafts, 4096)
             .with(Resource::GraftMemory, 4096 * MIB)
@@ -266,7 +266,7 @@ impl Default for LimitsConfig {
             .with(Resource::EventFilterBytes, 256 * MIB)
             .with(Resource::LockRecords, 1 << 20)
             .with(Resource::Sockets, 16384)
-            .with(Resource::SocketBytes, 2048 * MIB);
+            .with(Resource::SocketBytes, 4096 * MIB);
         LimitsConfig {
             process,
             user,

@@ -63,8 +63,8 @@
 //! lock_records_total = 1048576
 //! sockets_per_user = 1024       # network sockets (a listener's pool slots, connections)
 //! sockets_total = 16384
-//! socket_memory_per_user = "256M" # their send and receive buffers
-//! socket_memory_total = "2G"
+//! socket_memory_per_user = "512M" # their send and receive buffers (256 KiB each per socket)
+//! socket_memory_total = "4G"
 //! root_reserve_percent = 5      # of each total, for root only
 //!
 //! [net]                       # the link to the host's network (none: VINO's loopback only)
