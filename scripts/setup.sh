@@ -2,8 +2,9 @@
 # Installs what VINO needs on a fresh Debian machine: clang and lld (to build grafts and the
 # benchmark workloads for wasm32), wasi-libc (to build programs that run as VINO processes),
 # FUSE and the programs the mount tests run (sqlite3, git, gzip, tar; bzip2, lz4 and zstd for the
-# VINO-process tests), iproute2 for the host link's namespaces, Python for the Python client, the Rust crates, and the Debian bookworm
-# sources of lz4, zstd and zlib that `vino build --program` builds. Quiet on success.
+# VINO-process tests), iproute2 for the host link's network namespaces, Python for the Python
+# client, the Rust crates, and the Debian bookworm sources of lz4, zstd and zlib that
+# `vino build --program` builds. Quiet on success.
 set -euo pipefail
 
 need=()
