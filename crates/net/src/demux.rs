@@ -94,8 +94,16 @@ impl Demux {
     }
 }
 
-/// The protocol and destination port of an IPv4 packet, if it is TCP or UDP.
-pub(crate) fn destination(p: &[u8]) -> Option<(u8, u16)> {
+/// Where a TCP or UDP packet goes, and whom from (a connection is told by both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Destination {
+    pub(crate) proto: u8,
+    pub(crate) port: u16,
+    pub(crate) from: std::net::SocketAddrV4,
+}
+
+/// The protocol, destination port and source of an IPv4 packet, if it is TCP or UDP.
+pub(crate) fn destination(p: &[u8]) -> Option<Destination> {
     let header = usize::from(p.first()? & 0x0f) * 4;
     let proto = *p.get(9)?;
     if !(proto == 6 || proto == 17) || header < 20 {
@@ -106,8 +114,16 @@ pub(crate) fn destination(p: &[u8]) -> Option<(u8, u16)> {
     if fragment_offset != 0 {
         return None;
     }
-    let port = p.get(header + 2..header + 4)?;
-    Some((proto, u16::from_be_bytes([port[0], port[1]])))
+    let ports = p.get(header..header + 4)?;
+    let src = p.get(12..16)?;
+    Some(Destination {
+        proto,
+        port: u16::from_be_bytes([ports[2], ports[3]]),
+        from: std::net::SocketAddrV4::new(
+            std::net::Ipv4Addr::new(src[0], src[1], src[2], src[3]),
+            u16::from_be_bytes([ports[0], ports[1]]),
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -146,8 +162,14 @@ mod tests {
         let mut p = vec![0u8; 40];
         p[0] = 0x45;
         p[9] = 6;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[20..22].copy_from_slice(&5000u16.to_be_bytes());
         p[22..24].copy_from_slice(&8080u16.to_be_bytes());
-        assert_eq!(destination(&p), Some((6, 8080)));
+        let to = destination(&p).unwrap();
+        assert_eq!(
+            (to.proto, to.port, to.from),
+            (6, 8080, "10.0.0.1:5000".parse().unwrap())
+        );
         p[9] = 1;
         assert_eq!(destination(&p), None);
         p[9] = 17;

@@ -260,9 +260,9 @@ impl HostLink {
 
     /// Sorts the packets that have come in (past the faults of the way in) by whom they are
     /// for: `owner` says who holds a protocol's port.
-    pub(crate) fn sort(&mut self, now: Instant, owner: impl Fn(u8, u16) -> Principal) {
+    pub(crate) fn sort(&mut self, now: Instant, owner: impl Fn(crate::demux::Destination) -> Principal) {
         while let Some(p) = self.inbound.take_due(now) {
-            let who = crate::demux::destination(&p).and_then(|(proto, port)| owner(proto, port));
+            let who = crate::demux::destination(&p).and_then(&owner);
             self.demux.push(who, p);
         }
     }

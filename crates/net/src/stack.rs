@@ -15,7 +15,7 @@
 
 use crate::NetError;
 use crate::link::{Faults, HostConfig, HostLink, HostStats, Link, LinkStats, Links};
-use crate::ports::Ports;
+use crate::ports::{PortHold, Ports};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
@@ -135,11 +135,17 @@ pub(crate) struct Slot {
 pub(crate) enum Kind {
     /// A TCP socket bound to `port`, neither listening nor connected yet (charged one socket,
     /// no buffers: it has none until it listens or connects).
-    Bound { port: u16, charges: Vec<Charge> },
+    /// `peer`: the port is shared with connections to other peers, held for a connection to
+    /// this one (see `ports`).
+    Bound {
+        port: u16,
+        charges: Vec<Charge>,
+        peer: Option<SocketAddrV4>,
+    },
     /// Listening on `port`: `pool` holds a listening socket per connection that may be pending.
     Listener { port: u16, pool: Vec<Slot> },
     /// A connection; `ephemeral` if it holds its local port (one it connected from).
-    Stream { slot: Slot, ephemeral: Option<u16> },
+    Stream { slot: Slot, ephemeral: Option<PortHold> },
     /// A UDP socket bound to `port` (see `udp.rs`).
     Datagram { slot: Slot, port: u16 },
 }
@@ -181,7 +187,7 @@ impl Wake for Waiters {
 /// A connection its owner closed, finishing its close handshake.
 struct Closing {
     slot: Slot,
-    ephemeral: Option<u16>,
+    ephemeral: Option<PortHold>,
     since: Instant,
 }
 
@@ -326,9 +332,42 @@ impl Net {
             None => Ok(Vec::new()),
         };
         match charges {
-            Ok(charges) => Ok(st.insert(owner.pid, Kind::Bound { port, charges })),
+            Ok(charges) => Ok(st.insert(
+                owner.pid,
+                Kind::Bound {
+                    port,
+                    charges,
+                    peer: None,
+                },
+            )),
             Err(e) => {
                 st.ports.release(port);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// A TCP socket holding an ephemeral port for a connection to `to`, shared with
+    /// connections to other peers.
+    fn bind_for(&self, owner: &Owner, to: SocketAddrV4) -> Result<SocketId, NetError> {
+        let mut st = self.lock();
+        st.may_reach(owner, *to.ip())?;
+        let port = st.ports.for_peer(owner.uid, to)?;
+        let charges = match &owner.account {
+            Some(account) => account.charge(Resource::Sockets, 1).map(|c| vec![c]),
+            None => Ok(Vec::new()),
+        };
+        match charges {
+            Ok(charges) => Ok(st.insert(
+                owner.pid,
+                Kind::Bound {
+                    port,
+                    charges,
+                    peer: Some(to),
+                },
+            )),
+            Err(e) => {
+                st.ports.let_go(PortHold::Shared(port, to));
                 Err(e.into())
             }
         }
@@ -340,7 +379,11 @@ impl Net {
         let mut st = self.lock();
         let backlog = backlog.clamp(1, st.config.max_backlog);
         let (port, mut prepaid) = match &mut st.owned(owner.pid, id)?.kind {
-            Kind::Bound { port, charges } => (*port, charges.pop()),
+            Kind::Bound {
+                port,
+                charges,
+                peer: None,
+            } => (*port, charges.pop()),
             Kind::Listener { .. } => return Ok(()),
             _ => return Err(NetError::WrongKind("listen needs a bound TCP socket")),
         };
@@ -371,6 +414,7 @@ impl Net {
                 Kind::Bound {
                     port,
                     charges: prepaid.into_iter().collect(),
+                    peer: None,
                 }
             }
         };
@@ -390,7 +434,7 @@ impl Net {
     /// `wait` is [`Wait::No`], when the socket is returned at once and sends wait until it is
     /// made.
     pub fn tcp_connect(&self, owner: &Owner, to: SocketAddrV4, wait: Wait) -> Result<SocketId, NetError> {
-        let id = self.tcp_bind(owner, 0)?;
+        let id = self.bind_for(owner, to)?;
         self.connect(owner, id, to, wait)?;
         Ok(id)
     }
@@ -421,8 +465,12 @@ impl Net {
     fn start_connect(&self, owner: &Owner, id: SocketId, to: SocketAddrV4) -> Result<(), NetError> {
         let mut st = self.lock();
         st.may_reach(owner, *to.ip())?;
-        let (port, mut prepaid) = match &mut st.owned(owner.pid, id)?.kind {
-            Kind::Bound { port, charges } => (*port, charges.pop()),
+        let (hold, mut prepaid) = match &mut st.owned(owner.pid, id)?.kind {
+            Kind::Bound { port, charges, peer } => match *peer {
+                None => (PortHold::Alone(*port), charges.pop()),
+                Some(p) if p == to => (PortHold::Shared(*port, p), charges.pop()),
+                Some(_) => return Err(NetError::WrongKind("the socket's port is held for another peer")),
+            },
             Kind::Stream { .. } => return Err(NetError::IsConnected),
             _ => return Err(NetError::WrongKind("connect needs a bound TCP socket")),
         };
@@ -430,14 +478,14 @@ impl Net {
         let slot = st.new_socket(owner, &mut prepaid)?;
         let State { iface, sockets, .. } = &mut *st;
         let socket = sockets.get_mut::<tcp::Socket>(slot.handle);
-        if let Err(e) = socket.connect(iface.context(), IpEndpoint::from(to), port) {
+        if let Err(e) = socket.connect(iface.context(), IpEndpoint::from(to), hold.port()) {
             sockets.remove(slot.handle);
             return Err(NetError::Unreachable(format!("{to}: {e}")));
         }
         // The port goes with the connection now (released when it has closed).
         st.owned(owner.pid, id)?.kind = Kind::Stream {
             slot,
-            ephemeral: Some(port),
+            ephemeral: Some(hold),
         };
         st.run();
         Ok(())
@@ -892,9 +940,9 @@ impl State {
             ..
         } = self;
         if let Some(host) = &mut links.host {
-            host.sort(now, |proto, port| match proto {
-                6 => ports.holder(port),
-                _ => udp_ports.holder(port),
+            host.sort(now, |to| match to.proto {
+                6 => ports.holder_for(to.port, to.from),
+                _ => udp_ports.holder(to.port),
             });
             host.demux.new_run();
         }
@@ -1066,7 +1114,10 @@ impl State {
         // Whoever waits on it looks again, and finds it gone.
         entry.waiters.wake_by_ref();
         match entry.kind {
-            Kind::Bound { port, .. } => self.ports.release(port),
+            Kind::Bound { port, peer, .. } => self.ports.let_go(match peer {
+                Some(p) => PortHold::Shared(port, p),
+                None => PortHold::Alone(port),
+            }),
             Kind::Listener { port, pool } => {
                 for slot in pool {
                     self.sockets.get_mut::<tcp::Socket>(slot.handle).abort();
@@ -1123,8 +1174,8 @@ impl State {
             }
             let c = self.closing.swap_remove(i);
             self.sockets.remove(c.slot.handle);
-            if let Some(port) = c.ephemeral {
-                self.ports.release(port);
+            if let Some(hold) = c.ephemeral {
+                self.ports.let_go(hold);
             }
         }
     }

@@ -667,27 +667,33 @@ async fn value(c: &mut Caller<'_, Ctx>, r: Result<i32>) -> wasmtime::Result<i32>
 /// Connects (TCP: waits for the connection unless the socket is non-blocking, which answers
 /// `EINPROGRESS`; UDP: sets the peer).
 async fn connect(c: &mut Caller<'_, Ctx>, s: &SocketFd, to: SocketAddrV4) -> wasmtime::Result<Result<()>> {
-    if let Err(e) = s.sock.bind_any() {
-        return Ok(Err(e));
-    }
     if s.sock.proto == Proto::Udp {
+        if let Err(e) = s.sock.bind_any() {
+            return Ok(Err(e));
+        }
         s.sock.state.lock().peer = Some(to);
         return Ok(Ok(()));
     }
     {
         let mut st = s.sock.state.lock();
         match st.role {
-            Role::Bound => {}
+            // Not bound: its port is an ephemeral one shared with connections to other peers.
+            Role::Fresh => match s.sock.process.tcp_connect(to, SocketWait::No) {
+                Ok(id) => st.id = Some(id),
+                Err(e) => return Ok(Err(e.into())),
+            },
+            Role::Bound => {
+                let id = st.id.expect("a bound socket has its id");
+                if let Err(e) = s.sock.process.socket_connect(id, to, SocketWait::No) {
+                    // The kernel closed it with the failed connect.
+                    st.id = None;
+                    st.role = Role::Dead;
+                    return Ok(Err(e.into()));
+                }
+            }
             Role::Connecting => return Ok(Err(WasiErrno::ALREADY)),
             Role::Connected => return Ok(Err(WasiErrno::ISCONN)),
             _ => return Ok(Err(WasiErrno::INVAL)),
-        }
-        let id = st.id.expect("a bound socket has its id");
-        if let Err(e) = s.sock.process.socket_connect(id, to, SocketWait::No) {
-            // The kernel closed it with the failed connect.
-            st.id = None;
-            st.role = Role::Dead;
-            return Ok(Err(e.into()));
         }
         st.role = Role::Connecting;
     }
