@@ -21,6 +21,14 @@ pub(crate) enum PortHold {
 }
 
 impl PortHold {
+    /// A bound socket's hold: alone, or shared for a connection to `peer`.
+    pub(crate) fn of(port: u16, peer: Option<SocketAddrV4>) -> PortHold {
+        match peer {
+            Some(p) => PortHold::Shared(port, p),
+            None => PortHold::Alone(port),
+        }
+    }
+
     pub(crate) fn port(self) -> u16 {
         match self {
             PortHold::Alone(p) | PortHold::Shared(p, _) => p,

@@ -327,24 +327,7 @@ impl Net {
     pub fn tcp_bind(&self, owner: &Owner, port: u16) -> Result<SocketId, NetError> {
         let mut st = self.lock();
         let port = st.ports.take(owner.uid, port)?;
-        let charges = match &owner.account {
-            Some(account) => account.charge(Resource::Sockets, 1).map(|c| vec![c]),
-            None => Ok(Vec::new()),
-        };
-        match charges {
-            Ok(charges) => Ok(st.insert(
-                owner.pid,
-                Kind::Bound {
-                    port,
-                    charges,
-                    peer: None,
-                },
-            )),
-            Err(e) => {
-                st.ports.release(port);
-                Err(e.into())
-            }
-        }
+        st.insert_bound(owner, port, None)
     }
 
     /// A TCP socket holding an ephemeral port for a connection to `to`, shared with
@@ -353,24 +336,7 @@ impl Net {
         let mut st = self.lock();
         st.may_reach(owner, *to.ip())?;
         let port = st.ports.for_peer(owner.uid, to)?;
-        let charges = match &owner.account {
-            Some(account) => account.charge(Resource::Sockets, 1).map(|c| vec![c]),
-            None => Ok(Vec::new()),
-        };
-        match charges {
-            Ok(charges) => Ok(st.insert(
-                owner.pid,
-                Kind::Bound {
-                    port,
-                    charges,
-                    peer: Some(to),
-                },
-            )),
-            Err(e) => {
-                st.ports.let_go(PortHold::Shared(port, to));
-                Err(e.into())
-            }
-        }
+        st.insert_bound(owner, port, Some(to))
     }
 
     /// Makes bound socket `id` listen, with up to `backlog` connections pending. A socket
@@ -983,6 +949,22 @@ impl State {
         }
     }
 
+    /// A bound socket on `port` (held already, alone or for `peer`), charged one socket; on
+    /// failure the port is let go.
+    fn insert_bound(&mut self, owner: &Owner, port: u16, peer: Option<SocketAddrV4>) -> Result<SocketId, NetError> {
+        let charges = match &owner.account {
+            Some(account) => account.charge(Resource::Sockets, 1).map(|c| vec![c]),
+            None => Ok(Vec::new()),
+        };
+        match charges {
+            Ok(charges) => Ok(self.insert(owner.pid, Kind::Bound { port, charges, peer })),
+            Err(e) => {
+                self.ports.let_go(PortHold::of(port, peer));
+                Err(e.into())
+            }
+        }
+    }
+
     pub(crate) fn insert(&mut self, pid: u64, kind: Kind) -> SocketId {
         let id = self.next_id;
         self.next_id += 1;
@@ -1114,10 +1096,7 @@ impl State {
         // Whoever waits on it looks again, and finds it gone.
         entry.waiters.wake_by_ref();
         match entry.kind {
-            Kind::Bound { port, peer, .. } => self.ports.let_go(match peer {
-                Some(p) => PortHold::Shared(port, p),
-                None => PortHold::Alone(port),
-            }),
+            Kind::Bound { port, peer, .. } => self.ports.let_go(PortHold::of(port, peer)),
             Kind::Listener { port, pool } => {
                 for slot in pool {
                     self.sockets.get_mut::<tcp::Socket>(slot.handle).abort();
