@@ -244,3 +244,55 @@ fn the_loopback_stays_vinos_own_and_the_device_goes_with_the_stack() {
     let gone = ns.ip(&["link", "show", &device]);
     assert!(gone.is_err(), "the TUN device outlived the stack");
 }
+
+#[test]
+fn a_flood_of_connections_fills_only_its_targets_pool() {
+    let Some((net, ns, _device)) = attached("f", vec![(LINUX, 32)]) else {
+        return;
+    };
+    let net = Arc::new(net);
+    let accounts = Accounts::new(LimitsConfig::default());
+    let target = owner(&accounts, 1, 1000);
+    let other = owner(&accounts, 2, 1001);
+    let flooded = net.tcp_listen(&target, 7500, 8).unwrap();
+    let open = net.tcp_listen(&other, 7501, 2).unwrap();
+    // Linux opens 300 connections to the target's port and holds them, idle; its listener
+    // never accepts.
+    let flood = ns
+        .spawn(|| {
+            let held: Vec<TcpStream> = (0..300)
+                .filter_map(|_| {
+                    TcpStream::connect_timeout(&SocketAddrV4::new(VINO, 7500).into(), Duration::from_secs(2)).ok()
+                })
+                .collect();
+            held
+        })
+        .unwrap();
+    let held = flood.join().unwrap().unwrap();
+    assert_eq!(held.len(), 8, "connections beyond the pool are refused, not queued");
+    let listed = net.sockets_of(1);
+    assert_eq!(listed.iter().map(|s| s.pending).sum::<usize>(), 8, "{listed:?}");
+    // The other user's listener takes a connection and answers at once.
+    let client = ns
+        .spawn(|| {
+            let mut c = TcpStream::connect((VINO, 7501)).unwrap();
+            c.write_all(b"hi").unwrap();
+            let mut back = [0u8; 2];
+            c.read_exact(&mut back).unwrap();
+            back
+        })
+        .unwrap();
+    let (c, _) = net.accept(&other, open, PATIENCE).unwrap();
+    let mut buf = [0u8; 2];
+    let n = net.recv(&other, c, &mut buf, PATIENCE).unwrap();
+    net.send_all(&other, c, &buf[..n], PATIENCE).unwrap();
+    assert_eq!(&client.join().unwrap().unwrap(), b"hi");
+    // What the flood holds is the target's: its pool, charged to it, and nothing more.
+    let stats = net.stats();
+    assert_eq!(stats.stack_sockets, 8 + 2 + 1, "{stats:?}");
+    drop(held);
+    net.close(&other, c).unwrap();
+    let _ = flooded;
+    net.close_all(1);
+    net.close_all(2);
+}
