@@ -38,6 +38,9 @@ pub struct NetConfig {
     pub max_backlog: usize,
     /// Longest a closed connection may take to finish its close handshake before it is reset.
     pub linger: Duration,
+    /// Longest a listener's pool slot may stay half open (a SYN answered, its ACK awaited)
+    /// before it listens again: a SYN from a forged address holds a slot this long at most.
+    pub half_open: Duration,
     /// Longest the stack's thread sleeps when no timer is due sooner.
     pub tick: Duration,
     /// Faults the loopback link injects (none by default).
@@ -57,6 +60,7 @@ impl Default for NetConfig {
             buffer_bytes: 256 << 10,
             max_backlog: 128,
             linger: Duration::from_secs(10),
+            half_open: Duration::from_secs(5),
             tick: Duration::from_millis(10),
             faults: Faults::default(),
             mtu: 65535,
@@ -202,6 +206,8 @@ pub(crate) struct State {
     /// UDP's ports (a namespace of their own, as in every stack).
     pub(crate) udp_ports: Ports,
     next_id: SocketId,
+    /// When each pool slot seen half open was first seen so.
+    half_open: HashMap<SocketHandle, Instant>,
     epoch: Instant,
     pub(crate) config: NetConfig,
 }
@@ -280,6 +286,7 @@ impl Net {
                 ports: Ports::default(),
                 udp_ports: Ports::default(),
                 next_id: 1,
+                half_open: HashMap::new(),
                 epoch,
                 config,
             }),
@@ -823,6 +830,7 @@ fn run_timers(inner: &Inner) {
     while !inner.stop.load(Ordering::Acquire) {
         st.run();
         st.reap();
+        st.expire_half_open();
         inner.changed.notify_all();
         let now = st.now();
         let link_due = st.links.next_due(now).map(|at| at - now);
@@ -1136,6 +1144,35 @@ impl State {
 
     /// Removes the closing connections that are done (their charges go back), resetting
     /// those that took longer than the linger time.
+    /// Puts back to listening the pool slots half open for longer than
+    /// [`NetConfig::half_open`]: smoltcp has no SYN cookies, so this bounds what a flood of
+    /// SYNs from forged addresses takes from a listener (its own pool, for that long).
+    fn expire_half_open(&mut self) {
+        let limit = self.config.half_open;
+        let now = Instant::now();
+        let mut seen = HashMap::with_capacity(self.half_open.len());
+        for entry in self.entries.values() {
+            let Kind::Listener { port, pool } = &entry.kind else {
+                continue;
+            };
+            for slot in pool {
+                let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
+                if socket.state() != tcp::State::SynReceived {
+                    continue;
+                }
+                let since = self.half_open.get(&slot.handle).copied().unwrap_or(now);
+                if now.duration_since(since) < limit {
+                    seen.insert(slot.handle, since);
+                    continue;
+                }
+                socket.abort();
+                // An aborted socket is closed at once, and a closed one may listen again.
+                let _ = socket.listen(*port);
+            }
+        }
+        self.half_open = seen;
+    }
+
     fn reap(&mut self) {
         let linger = self.config.linger;
         let mut i = 0;

@@ -129,3 +129,55 @@ fn raw_frames_from_outside_leave_the_stack_working() {
     net.close_all(3);
     settled(&net);
 }
+
+/// A TCP SYN from `from` to 127.0.0.1:`port` (checksums are not checked on the loopback).
+fn syn(from: SocketAddrV4, port: u16) -> Vec<u8> {
+    let mut p = vec![
+        0x45, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 0, 0, 0, 0, 127, 0, 0, 1, // IPv4
+        0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0, // TCP SYN
+    ];
+    p[12..16].copy_from_slice(&from.ip().octets());
+    p[20..22].copy_from_slice(&from.port().to_be_bytes());
+    p[22..24].copy_from_slice(&port.to_be_bytes());
+    p
+}
+
+#[test]
+fn syns_from_forged_addresses_hold_a_listeners_slots_only_for_a_while() {
+    let net = Net::new(NetConfig {
+        half_open: Duration::from_millis(300),
+        ..NetConfig::default()
+    });
+    let (server, client) = (owner(1, 1000), owner(2, 1001));
+    let listener = net.tcp_listen(&server, 7600, 2).unwrap();
+    // Two SYNs from an address off the link: the answers go nowhere, the slots stay half open.
+    for i in 0..2 {
+        net.inject(&syn(
+            SocketAddrV4::new(std::net::Ipv4Addr::new(10, 0, 0, 1), 40000 + i),
+            7600,
+        ));
+    }
+    let pending: usize = net.sockets_of(1).iter().map(|s| s.pending).sum();
+    assert_eq!(pending, 2, "both slots half open");
+    let refused = net.tcp_connect(&client, SocketAddrV4::new(LOOPBACK, 7600), PATIENCE);
+    assert!(matches!(refused, Err(vino_net::NetError::Refused)), "{refused:?}");
+    // Past the limit the slots listen again, and a real client is served.
+    let until = Instant::now() + Duration::from_secs(10);
+    let c = loop {
+        thread::sleep(Duration::from_millis(50));
+        match net.tcp_connect(&client, SocketAddrV4::new(LOOPBACK, 7600), PATIENCE) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < until => {
+                assert!(matches!(e, vino_net::NetError::Refused), "{e}");
+            }
+            Err(e) => panic!("the half-open slots never listened again: {e}"),
+        }
+    };
+    let (s, _) = net.accept(&server, listener, PATIENCE).unwrap();
+    net.send_all(&client, c, b"ok", PATIENCE).unwrap();
+    let mut buf = [0u8; 2];
+    assert_eq!(net.recv(&server, s, &mut buf, PATIENCE).unwrap(), 2);
+    net.close_all(1);
+    net.close_all(2);
+    settled(&net);
+}
