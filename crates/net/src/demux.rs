@@ -4,7 +4,9 @@
 //! queue of its own, and the stack takes packets from the queues in turn, a bounded number
 //! per run. A flood at one user's port fills that user's queue and is dropped there, at the
 //! cost of a header read; another user's packets wait behind at most one packet of the
-//! flood's per turn, not behind the flood.
+//! flood's per turn, not behind the flood. A socket call runs the stack for its caller's
+//! packets only, so a principal's threads do its own packets' work, on their own time (their
+//! CPU shares); the host link's and the timers' threads serve every principal in turn.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -34,6 +36,9 @@ pub(crate) struct Demux {
     /// Principals with packets waiting, in the order of their next turn.
     turns: VecDeque<Principal>,
     budget: usize,
+    /// Whose packets this run takes: everyone's in turn (`None`), or one principal's (a run
+    /// on that principal's own thread, so its packets' work is done on its time).
+    serving: Option<Principal>,
     pub(crate) queued: u64,
     pub(crate) dropped: u64,
 }
@@ -53,15 +58,28 @@ impl Demux {
         self.queued += 1;
     }
 
-    /// A new run of the stack: its budget of packets.
-    pub(crate) fn new_run(&mut self) {
+    /// A new run of the stack: its budget of packets, and whose they are (`None`: everyone's
+    /// in turn).
+    pub(crate) fn new_run(&mut self, serving: Option<Principal>) {
         self.budget = RUN_BUDGET;
+        self.serving = serving;
     }
 
-    /// The next packet, from the principal whose turn it is, while the run's budget lasts.
+    /// The next packet, from the principal whose turn it is (or the one served), while the
+    /// run's budget lasts.
     pub(crate) fn pop(&mut self) -> Option<Vec<u8>> {
         if self.budget == 0 {
             return None;
+        }
+        if let Some(who) = self.serving {
+            let q = self.queues.get_mut(&who)?;
+            let packet = q.pop_front().expect("a principal's queue is never left empty");
+            if q.is_empty() {
+                self.queues.remove(&who);
+                self.turns.retain(|w| *w != who);
+            }
+            self.budget -= 1;
+            return Some(packet);
         }
         let who = self.turns.pop_front()?;
         let q = self.queues.get_mut(&who).expect("a principal with a turn has a queue");
@@ -80,8 +98,17 @@ impl Demux {
         !self.turns.is_empty()
     }
 
+    /// Whether this run took any packet.
+    pub(crate) fn took(&self) -> bool {
+        self.budget < RUN_BUDGET
+    }
+
     pub(crate) fn has_ready(&self) -> bool {
-        self.budget > 0 && self.waiting()
+        self.budget > 0
+            && match self.serving {
+                None => self.waiting(),
+                Some(who) => self.queues.contains_key(&who),
+            }
     }
 
     pub(crate) fn stats(&self) -> DemuxStats {
@@ -139,7 +166,7 @@ mod tests {
         d.push(Some(2), vec![2]);
         d.push(None, vec![0]);
         assert_eq!(d.dropped, 10);
-        d.new_run();
+        d.new_run(None);
         let firsts: Vec<u8> = (0..3).map(|_| d.pop().unwrap()[0]).collect();
         assert_eq!(
             firsts,
@@ -152,9 +179,27 @@ mod tests {
         }
         assert_eq!(taken, RUN_BUDGET, "a run takes its budget, no more");
         assert!(d.waiting() && !d.has_ready());
-        d.new_run();
+        d.new_run(None);
         assert!(d.has_ready());
         assert_eq!(d.stats().waiting, DEMUX_QUEUE - (RUN_BUDGET - 2));
+    }
+
+    #[test]
+    fn a_run_on_a_principals_thread_takes_only_its_packets() {
+        let mut d = Demux::default();
+        for i in 0..3 {
+            d.push(Some(1), vec![1, i]);
+            d.push(Some(2), vec![2, i]);
+        }
+        d.new_run(Some(Some(2)));
+        let taken: Vec<Vec<u8>> = std::iter::from_fn(|| d.pop()).collect();
+        assert_eq!(taken, [vec![2, 0], vec![2, 1], vec![2, 2]]);
+        assert!(!d.has_ready(), "nothing of principal 2 is left");
+        // The others' turns are as they were.
+        d.new_run(None);
+        let rest: Vec<Vec<u8>> = std::iter::from_fn(|| d.pop()).collect();
+        assert_eq!(rest, [vec![1, 0], vec![1, 1], vec![1, 2]]);
+        assert!(!d.waiting());
     }
 
     #[test]

@@ -397,7 +397,7 @@ impl Net {
 
     /// Takes a connection that arrived at `listener`, with its peer's address.
     pub fn accept(&self, owner: &Owner, listener: SocketId, wait: Wait) -> Result<(SocketId, SocketAddrV4), NetError> {
-        self.wait(wait, |st| {
+        self.wait(owner, wait, |st| {
             let at = st.ready_connection(owner.pid, listener)?;
             at.map(|i| st.take_connection(owner, listener, i)).transpose()
         })
@@ -424,7 +424,7 @@ impl Net {
         if wait == Wait::No {
             return Ok(());
         }
-        let made = self.wait(wait, |st| {
+        let made = self.wait(owner, wait, |st| {
             let socket = st.stream(owner.pid, id)?;
             connect_state(socket)
         });
@@ -548,7 +548,7 @@ impl Net {
             self.lock().stream(owner.pid, id)?;
             return Ok(0);
         }
-        let sent = self.wait(wait, |st| {
+        let sent = self.wait(owner, wait, |st| {
             let socket = st.stream(owner.pid, id)?;
             if socket.can_send() {
                 let n = socket.send_slice(data).map_err(|_| NetError::NotConnected)?;
@@ -568,7 +568,7 @@ impl Net {
     /// Receives into `buf`: at least one byte, or 0 once the peer closed its side and
     /// everything it sent was read.
     pub fn recv(&self, owner: &Owner, id: SocketId, buf: &mut [u8], wait: Wait) -> Result<usize, NetError> {
-        let got = self.wait(wait, |st| {
+        let got = self.wait(owner, wait, |st| {
             let socket = st.stream(owner.pid, id)?;
             if buf.is_empty() {
                 return Ok(Some(0));
@@ -761,8 +761,10 @@ impl Net {
 
     /// Runs `step` until it has an answer, running the stack after each try and waiting for
     /// it to change in between, as `wait` allows.
+    /// The stack runs as `owner`'s: of the packets from the host, it takes its user's.
     pub(crate) fn wait<T>(
         &self,
+        owner: &Owner,
         wait: Wait,
         mut step: impl FnMut(&mut State) -> Result<Option<T>, NetError>,
     ) -> Result<T, NetError> {
@@ -771,11 +773,18 @@ impl Net {
             Wait::For(d) => Some(Instant::now() + d),
         };
         let mut st = self.lock();
+        // Tries again at once after a run that took the caller's packets (they may be what it
+        // waits for), a few times before it waits for others.
+        let mut again = 4;
         loop {
             let answer = step(&mut st);
-            st.run();
+            let took = st.run_as(owner);
+            if took {
+                self.inner.changed.notify_all();
+            }
             match answer? {
                 Some(done) => return Ok(done),
+                None if took && again > 0 => again -= 1,
                 None => match deadline {
                     None => return Err(NetError::WouldBlock),
                     Some(at) if Instant::now() >= at => return Err(NetError::TimedOut),
@@ -906,6 +915,20 @@ impl State {
     /// Runs the interface until it has nothing more to do now (on loopback, a packet sent is
     /// received on the next round), at most a bounded number of rounds.
     pub(crate) fn run(&mut self) {
+        self.run_for(None);
+    }
+
+    /// Runs the stack on a socket call of `owner`'s: of the packets from the host, only its
+    /// user's are taken (their work done on its thread).
+    /// Whether it took any: the caller's packets may have changed its sockets.
+    pub(crate) fn run_as(&mut self, owner: &Owner) -> bool {
+        self.run_for(Some(Some(owner.uid)))
+    }
+
+    /// Runs the interface (see [`State::run`]), taking from the host the packets of `serving`
+    /// (`None`: every principal's in turn).
+    /// Whether it took any packet from the host.
+    fn run_for(&mut self, serving: Option<crate::demux::Principal>) -> bool {
         let now = self.now();
         let State {
             links,
@@ -918,15 +941,19 @@ impl State {
                 6 => ports.holder_for(to.port, to.from),
                 _ => udp_ports.holder(to.port),
             });
-            host.demux.new_run();
+            host.demux.new_run(serving);
         }
         for _ in 0..64 {
             if self.iface.poll(now, &mut self.links, &mut self.sockets) == PollResult::None {
                 break;
             }
         }
-        if let Some(host) = &mut self.links.host {
-            host.flush(now);
+        match &mut self.links.host {
+            Some(host) => {
+                host.flush(now);
+                host.demux.took()
+            }
+            None => false,
         }
     }
 

@@ -60,7 +60,7 @@ impl Net {
         if data.len() > room {
             return Err(NetError::TooBig(data.len()));
         }
-        self.wait(wait, |st| {
+        self.wait(owner, wait, |st| {
             st.may_reach(owner, *to.ip())?;
             let socket = datagram(st, owner.pid, id)?;
             match socket.send_slice(data, IpEndpoint::from(to)) {
@@ -82,7 +82,7 @@ impl Net {
         buf: &mut [u8],
         wait: Wait,
     ) -> Result<(usize, SocketAddrV4), NetError> {
-        self.wait(wait, |st| {
+        self.wait(owner, wait, |st| {
             let socket = datagram(st, owner.pid, id)?;
             let Ok((payload, meta)) = socket.recv() else {
                 return Ok(None);
