@@ -262,7 +262,7 @@ fn a_flood_of_connections_fills_only_its_targets_pool() {
         .spawn(|| {
             let held: Vec<TcpStream> = (0..300)
                 .filter_map(|_| {
-                    TcpStream::connect_timeout(&SocketAddrV4::new(VINO, 7500).into(), Duration::from_secs(2)).ok()
+                    TcpStream::connect_timeout(&SocketAddrV4::new(VINO, 7500).into(), Duration::from_secs(10)).ok()
                 })
                 .collect();
             held
