@@ -20,7 +20,7 @@ use std::time::Duration;
 use vino_blockdev::{AlignedBuf, BlockDevice, SharedClock};
 use vino_graft::{Access, GraftSlot, Runtime};
 
-/// Called before every commit with the inodes that got blocks or a new size since the last one:
+/// Called before every commit with the inodes that got blocks, data or a new size since the last one:
 /// the page cache writes their dirty pages, so that the commit (which flushes the device first)
 /// never makes an allocation or a size durable before the data it exposes. It is called without
 /// the file system's lock and may call back into the file system.
@@ -124,9 +124,11 @@ pub struct Allocation {
 /// [`FileSystem::fsync`], [`FileSystem::sync`], or when the running transaction grows past the
 /// commit threshold, or when an allocation needs the blocks freed in it. File data is not
 /// journaled (ordered mode): every commit first has the data hook write the data of files that
-/// got blocks or a new size (a page cache above keeps it), then flushes the device, so data
-/// written before the commit is durable before the allocations and sizes that expose it. Dropping a `FileSystem` without [`FileSystem::unmount`] is like a power cut: what was
-/// committed survives.
+/// got blocks, data or a new size since the last one (every write counts, and so do the partial
+/// edge blocks a punched hole or a zeroed range zeroes; a page cache above keeps the data), then
+/// flushes the device, so data written before the commit is durable with it, and never after
+/// the allocations and sizes that expose it. Dropping a `FileSystem` without
+/// [`FileSystem::unmount`] is like a power cut: what was committed survives.
 pub struct FileSystem {
     state: Mutex<FsState>,
     dev: Arc<dyn BlockDevice>,

@@ -42,6 +42,9 @@ impl FileSystem {
             return self.zero_stream(ino, offset..end.min(size), target);
         }
         self.zero_edges(ino, offset..end, size, target)?;
+        // Ordered mode: the zeroed edges reach the device before the commit that records the
+        // hole (and with it any other file's fsync), as ext4 orders its partial-block zeroing.
+        self.handed_over(ino);
         let whole = whole_blocks(offset..end);
         if !whole.is_empty() {
             // Before the blocks are freed, so that no dirty page is written back over a freed
@@ -81,6 +84,7 @@ impl FileSystem {
         let held = self.held_blocks(ino, whole.clone())?;
         self.fallocate_with(ino, offset, len, keep_size, target)?;
         self.zero_edges(ino, offset..end, old, target)?;
+        self.handed_over(ino);
         if !held.is_empty() {
             // As for a punched hole: before (no dirty page written back over the zeros) and
             // after (no page read in meanwhile with the old bytes).
