@@ -776,8 +776,8 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(
-            (h.device.as_str(), h.address, h.prefix, h.mtu),
-            ("vino0", "10.77.0.2".parse().unwrap(), 24, 1500)
+            (h.device.to_string(), h.address, h.prefix, h.mtu),
+            ("vino0".to_string(), "10.77.0.2".parse().unwrap(), 24, 1500)
         );
         assert_eq!(h.host_address, Some("10.77.0.1".parse().unwrap()));
         assert_eq!(

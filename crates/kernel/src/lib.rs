@@ -197,6 +197,7 @@ pub struct KernelConfig {
     pub swap_on_disk: bool,
     /// The network stack's settings; a host link in them is attached at boot (a link that
     /// cannot be attached fails the boot), the loopback-only stack at the first socket call.
+    /// Its clock is the kernel's ([`KernelConfig::clock`]), whatever it names.
     pub net: vino_net::NetConfig,
 }
 
@@ -329,9 +330,14 @@ impl Kernel {
         let exec = exec_verify::ExecVerifiers::new(&runtime);
         global.register(exec.global.slot.clone());
         let net = std::sync::OnceLock::new();
-        if config.net.host.is_some() {
+        // One clock: the stack's timers read the kernel's.
+        let net_config = vino_net::NetConfig {
+            clock: config.clock.clone(),
+            ..config.net.clone()
+        };
+        if net_config.host.is_some() {
             let started =
-                vino_net::Net::start(config.net.clone()).map_err(|e| SysError::new(Errno::Inval, e.to_string()))?;
+                vino_net::Net::start(net_config.clone()).map_err(|e| SysError::new(Errno::Inval, e.to_string()))?;
             let _ = net.set(started);
         }
         let kernel = Arc::new(Kernel {
@@ -365,7 +371,7 @@ impl Kernel {
             dir_grafts: Default::default(),
             exec,
             net,
-            net_config: config.net.clone(),
+            net_config,
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
         let weak = Arc::downgrade(&kernel);

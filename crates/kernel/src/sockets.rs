@@ -31,9 +31,21 @@ impl Kernel {
         ip.is_loopback() || self.net_config.host.as_ref().is_some_and(|h| h.address == ip)
     }
 
+    /// What the loopback link's faults did (`None` before the first socket call).
+    pub fn loopback_stats(&self) -> Option<vino_net::LinkStats> {
+        self.net.get().map(Net::link_stats)
+    }
+
     /// What the host link moved (`None` without one).
     pub fn host_link_stats(&self) -> Option<vino_net::HostStats> {
         self.net.get().and_then(Net::host_stats)
+    }
+
+    /// Runs what is due in a stack with no thread of its own (`NetConfig::stepped`, a
+    /// simulation's); how far ahead on the kernel's clock something is due next. Starts the
+    /// stack if no socket call has.
+    pub fn net_step(&self) -> Option<std::time::Duration> {
+        self.net().step()
     }
 
     /// What the stack holds now (`None` before the first socket call).

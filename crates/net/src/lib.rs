@@ -8,10 +8,10 @@
 //! has no backlog. Nothing a process opened outlives it ([`Net::close_all`]), and a closed
 //! connection stays charged until the stack lets it go.
 //!
-//! This is the first part of the network (docs/network.md): the loopback link over which VINO
-//! processes talk to each other, TCP ([`stack`]) and UDP ([`udp`]). Links to Linux, the WASI
-//! socket calls, and the charging of protocol work to the receiving principal before it is done
-//! are the next parts.
+//! The links ([`link`]): the loopback over which VINO processes talk to each other, and the link
+//! to the host that root attaches (a TUN device, or a simulation's wire to another stack), each
+//! with seeded faults of VINO's own. Packets from the host are sorted by principal before any
+//! protocol work is done on them ([`demux`]). The map of the whole network is docs/network.md.
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +24,6 @@ pub mod udp;
 
 pub use demux::DemuxStats;
 pub use error::NetError;
-pub use link::{Faults, HostConfig, HostStats, LinkStats};
+pub use link::{Faults, HostConfig, HostStats, LinkDevice, LinkStats, WireEnd, settle, wire};
 pub use stack::{Interest, LOOPBACK, Net, NetConfig, NetStats, Owner, SocketId, SocketInfo, Wait};
 pub use udp::MAX_DATAGRAM;

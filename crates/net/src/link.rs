@@ -1,7 +1,7 @@
 //! The stack's links: the loopback that always exists, and the link to the host's network
-//! that root may attach ([`HostConfig`]: a TUN device, `vino-hostlink`). One smoltcp interface
-//! runs over both ([`Links`]): a packet sent goes to the loopback if it is for VINO itself,
-//! else to the host.
+//! that root may attach ([`HostConfig`]: a TUN device, `vino-hostlink`, or in a simulation a
+//! [`WireEnd`] to another stack in the same process). One smoltcp interface runs over both
+//! ([`Links`]): a packet sent goes to the loopback if it is for VINO itself, else to the host.
 //!
 //! Each way of each link has faults of VINO's own: this kernel has no `sch_netem`, so the link
 //! layer loses, duplicates, reorders and delays packets itself, by seeded odds ([`Faults`]),
@@ -9,10 +9,13 @@
 //! (a fuzzer's) enter here too ([`crate::Net::inject`]).
 
 use crate::demux::{Demux, Principal};
+use parking_lot::Mutex;
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
 use std::collections::VecDeque;
+use std::hash::Hasher;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use vino_clock::SplitMix64;
 use vino_hostlink::batch::{Moved, Writer};
 
@@ -140,11 +143,136 @@ impl Link {
     }
 }
 
+/// What carries the host link's packets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LinkDevice {
+    /// A Linux TUN device of this name: made if absent, and gone when VINO closes it.
+    Tun(String),
+    /// One end of a wire to another stack in this process: a simulation's hosts, on one clock,
+    /// with no device or thread between them.
+    Wire(WireEnd),
+}
+
+impl std::fmt::Display for LinkDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinkDevice::Tun(name) => f.write_str(name),
+            LinkDevice::Wire(_) => f.write_str("a simulated wire"),
+        }
+    }
+}
+
+/// One end of a simulated wire ([`wire`]): what one stack's host link sends, the other's
+/// receives, through the same path as a TUN device's packets (the link's faults, the martian
+/// checks, the sorting by principal). Each way holds at most [`LINK_QUEUE`] packets, as a
+/// device's queue would; past it a packet is refused.
+#[derive(Clone)]
+pub struct WireEnd {
+    to_peer: Arc<Mutex<WireWay>>,
+    from_peer: Arc<Mutex<WireWay>>,
+}
+
+#[derive(Default)]
+struct WireWay {
+    packets: VecDeque<Vec<u8>>,
+    /// A hash of every packet put on this way, in order: a simulation compares two runs of a
+    /// seed by it.
+    trace: u64,
+}
+
+/// A wire with two ends, nothing on it.
+pub fn wire() -> (WireEnd, WireEnd) {
+    let (a, b) = (Arc::<Mutex<WireWay>>::default(), Arc::<Mutex<WireWay>>::default());
+    (
+        WireEnd {
+            to_peer: a.clone(),
+            from_peer: b.clone(),
+        },
+        WireEnd {
+            to_peer: b,
+            from_peer: a,
+        },
+    )
+}
+
+impl WireEnd {
+    /// Puts `batch` on the wire (emptying it); how many packets went and how many were refused.
+    fn send(&self, batch: &mut Vec<Vec<u8>>) -> Moved {
+        let mut way = self.to_peer.lock();
+        let room = LINK_QUEUE.saturating_sub(way.packets.len());
+        let refused = batch.len().saturating_sub(room);
+        let mut moved = 0;
+        for p in batch.drain(..).take(room) {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            h.write_u64(way.trace);
+            h.write(&p);
+            way.trace = h.finish();
+            way.packets.push_back(p);
+            moved += 1;
+        }
+        Moved {
+            packets: moved,
+            refused,
+        }
+    }
+
+    /// Everything the peer has put on the wire since the last call.
+    fn take(&self) -> Vec<Vec<u8>> {
+        self.from_peer.lock().packets.drain(..).collect()
+    }
+
+    /// Whether the peer has put packets on the wire that this end has not taken.
+    fn has_arrivals(&self) -> bool {
+        !self.from_peer.lock().packets.is_empty()
+    }
+
+    /// A hash of every packet this end has sent, in order.
+    pub fn trace(&self) -> u64 {
+        self.to_peer.lock().trace
+    }
+}
+
+/// Runs stacks joined by wires (each `step` a stack's [`crate::Net::step`]), in turn, until
+/// none has anything due now: what one sends the next takes in the same call. The answer is
+/// how soon, on their clock, one of them has something due (`None`: nothing is pending). A
+/// simulation then moves the clock that far. Gives up after `ROUNDS` rounds (stacks that
+/// always have work now are a bug the caller sees as a due of zero).
+pub fn settle(steps: &mut [&mut dyn FnMut() -> Option<std::time::Duration>]) -> Option<std::time::Duration> {
+    const ROUNDS: usize = 1000;
+    let mut dues = vec![Some(std::time::Duration::ZERO); steps.len()];
+    for _ in 0..ROUNDS {
+        for (step, due) in steps.iter_mut().zip(dues.iter_mut()) {
+            *due = step();
+        }
+        // A stack stepped before another sent may have packets now: one more look at each.
+        let quiet = steps.iter_mut().zip(dues.iter_mut()).all(|(step, due)| {
+            *due = step();
+            *due != Some(std::time::Duration::ZERO)
+        });
+        if quiet {
+            break;
+        }
+    }
+    dues.into_iter().flatten().min()
+}
+
+impl std::fmt::Debug for WireEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireEnd").finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for WireEnd {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.to_peer, &other.to_peer)
+    }
+}
+
 /// The link to the host's network, as root configures it (the daemon's `[net]` section).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostConfig {
-    /// The TUN device: made if absent, and gone when VINO closes it.
-    pub device: String,
+    /// What carries the packets: a TUN device, or a simulation's wire.
+    pub device: LinkDevice,
     /// VINO's address on the link, and the length of the prefix it reaches directly.
     pub address: Ipv4Addr,
     pub prefix: u8,
@@ -163,11 +291,16 @@ pub struct HostConfig {
 }
 
 impl HostConfig {
-    /// Device `device` with VINO at `address/prefix`: MTU 1500, no host address set, no
+    /// TUN device `device` with VINO at `address/prefix`: MTU 1500, no host address set, no
     /// gateway, users may reach nowhere, no faults.
     pub fn new(device: &str, address: Ipv4Addr, prefix: u8) -> HostConfig {
+        HostConfig::on(LinkDevice::Tun(device.to_owned()), address, prefix)
+    }
+
+    /// The same over any device.
+    pub fn on(device: LinkDevice, address: Ipv4Addr, prefix: u8) -> HostConfig {
         HostConfig {
-            device: device.to_owned(),
+            device,
             address,
             prefix,
             host_address: None,
@@ -213,10 +346,21 @@ pub struct HostStats {
     /// not IPv4.
     pub received: u64,
     pub martians: u64,
+    /// What VINO's own faults did to the packets, both ways together.
+    pub faults: LinkStats,
 }
 
-/// The host link's state inside the stack: its queues (with their faults) and its writer.
-/// The packets it brings in are read on a thread of their own (`stack::run_host`).
+/// Where the host link's packets go.
+pub(crate) enum Outlet {
+    /// A TUN device, written in batches (boxed: its ring is large, and there is one).
+    Tun(Box<Writer>),
+    /// A simulation's wire.
+    Wire(WireEnd),
+}
+
+/// The host link's state inside the stack: its queues (with their faults) and its outlet.
+/// A TUN device's packets are read on a thread of their own (`stack::run_host`); a wire's are
+/// taken when the stack runs ([`HostLink::pull`]).
 pub(crate) struct HostLink {
     pub(crate) config: HostConfig,
     out: Link,
@@ -224,12 +368,12 @@ pub(crate) struct HostLink {
     /// What came in, sorted by whom it is for, waiting for the stack.
     pub(crate) demux: Demux,
     batch: Vec<Vec<u8>>,
-    writer: Writer,
+    outlet: Outlet,
     pub(crate) stats: HostStats,
 }
 
 impl HostLink {
-    pub(crate) fn new(config: HostConfig, writer: Writer) -> HostLink {
+    pub(crate) fn new(config: HostConfig, outlet: Outlet) -> HostLink {
         let mut back = config.faults;
         back.seed = back.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
         HostLink {
@@ -238,7 +382,7 @@ impl HostLink {
             demux: Demux::default(),
             config,
             batch: Vec::new(),
-            writer,
+            outlet,
             stats: HostStats::default(),
         }
     }
@@ -258,6 +402,29 @@ impl HostLink {
         }
     }
 
+    /// What it moved, with both ways' faults.
+    pub(crate) fn stats(&self) -> HostStats {
+        let (o, i) = (self.out.stats, self.inbound.stats);
+        HostStats {
+            faults: LinkStats {
+                sent: o.sent + i.sent,
+                lost: o.lost + i.lost,
+                duplicated: o.duplicated + i.duplicated,
+                reordered: o.reordered + i.reordered,
+                injected: o.injected + i.injected,
+            },
+            ..self.stats
+        }
+    }
+
+    /// Takes what the peer put on a wire (a TUN device's packets come from its reader).
+    pub(crate) fn pull(&mut self, now: Instant) {
+        if let Outlet::Wire(end) = &self.outlet {
+            let packets = end.take();
+            self.arrived(packets, now);
+        }
+    }
+
     /// Sorts the packets that have come in (past the faults of the way in) by whom they are
     /// for: `owner` says who holds a protocol's port.
     pub(crate) fn sort(&mut self, now: Instant, owner: impl Fn(crate::demux::Destination) -> Principal) {
@@ -273,7 +440,10 @@ impl HostLink {
             self.batch.push(p);
         }
         if !self.batch.is_empty() {
-            let Moved { packets, refused } = self.writer.write(&mut self.batch);
+            let Moved { packets, refused } = match &mut self.outlet {
+                Outlet::Tun(writer) => writer.write(&mut self.batch),
+                Outlet::Wire(end) => end.send(&mut self.batch),
+            };
             self.stats.sent += packets as u64;
             self.stats.refused += refused as u64;
         }
@@ -311,7 +481,8 @@ impl Links {
     /// When the first held packet may be received, if one is held for later than `now`.
     pub(crate) fn next_due(&self, now: Instant) -> Option<Instant> {
         let host = self.host.as_ref().and_then(|h| {
-            let waiting = h.demux.waiting().then_some(now);
+            let arrived = matches!(&h.outlet, Outlet::Wire(end) if end.has_arrivals());
+            let waiting = (h.demux.waiting() || arrived).then_some(now);
             [h.inbound.next_due(now), h.out.next_due(now), waiting]
                 .into_iter()
                 .flatten()

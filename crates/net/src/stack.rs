@@ -6,28 +6,31 @@
 //! listen backlog (a listening socket becomes the connection), so a listener is a pool of
 //! listening smoltcp sockets, one per connection that may be pending, charged to the listener's
 //! owner and refilled as connections are accepted. A closed connection stays in the stack until
-//! its close handshake ends (or [`NetConfig::linger`] passes), still charged to its owner: a
+//! its close handshake ends (or it stalls for [`NetConfig::linger`]), still charged to its owner: a
 //! user cannot make the kernel hold closing connections beyond its limit either.
 //!
 //! Calls that change a socket run the interface at once, on the caller's thread, so a loopback
 //! exchange needs no thread switch; the stack's thread runs what is due later (retransmits,
-//! delayed acknowledgements, closing connections' timers) and wakes waiters.
+//! delayed acknowledgements, closing connections' timers) and wakes waiters. A simulation runs
+//! the stack with no thread of its own ([`NetConfig::stepped`]): it calls [`Net::step`] and moves
+//! the stack's clock ([`NetConfig::clock`]) itself, and one seed then gives the same packets.
 
 use crate::NetError;
-use crate::link::{Faults, HostConfig, HostLink, HostStats, Link, LinkStats, Links};
+use crate::link::{Faults, HostConfig, HostLink, HostStats, Link, LinkDevice, LinkStats, Links, Outlet};
 use crate::ports::{PortHold, Ports};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vino_account::{Account, Charge, Resource};
+use vino_clock::SharedClock;
 
 /// The stack's settings.
 #[derive(Debug, Clone)]
@@ -36,7 +39,10 @@ pub struct NetConfig {
     pub buffer_bytes: usize,
     /// Most connections a listener may have pending (its pool of listening sockets).
     pub max_backlog: usize,
-    /// Longest a closed connection may take to finish its close handshake before it is reset.
+    /// Longest a closed connection may go without progress (its send queue draining, its state
+    /// moving) before it is reset; however it trickles, it is reset after 12 times this in all.
+    /// A closed connection's response still flowing to a slow reader is not cut short; one
+    /// whose peer stopped reading or answering does not hold its charges for long.
     pub linger: Duration,
     /// Longest a listener's pool slot may stay half open (a SYN answered, its ACK awaited)
     /// before it listens again: a SYN from a forged address holds a slot this long at most.
@@ -50,6 +56,15 @@ pub struct NetConfig {
     pub mtu: usize,
     /// The link to the host's network, if root attaches one.
     pub host: Option<HostConfig>,
+    /// The time every timer of the stack reads (retransmits, lingering closes, half-open
+    /// slots, waits with deadlines): the kernel's clock.
+    pub clock: SharedClock,
+    /// Seeds TCP's initial sequence numbers (`None`: drawn at random, as a host must).
+    pub seed: Option<u64>,
+    /// No thread of the stack's own: whoever owns it runs what is due with [`Net::step`] (a
+    /// simulation, which then decides every packet's order). A TUN device still gets its
+    /// reader's thread.
+    pub stepped: bool,
 }
 
 impl Default for NetConfig {
@@ -65,6 +80,9 @@ impl Default for NetConfig {
             faults: Faults::default(),
             mtu: 65535,
             host: None,
+            clock: SharedClock::default(),
+            seed: None,
+            stepped: false,
         }
     }
 }
@@ -148,8 +166,15 @@ pub(crate) enum Kind {
     },
     /// Listening on `port`: `pool` holds a listening socket per connection that may be pending.
     Listener { port: u16, pool: Vec<Slot> },
-    /// A connection; `ephemeral` if it holds its local port (one it connected from).
-    Stream { slot: Slot, ephemeral: Option<PortHold> },
+    /// A connection; `ephemeral` if it holds its local port (one it connected from). `rest`:
+    /// once both sides have closed (TIME-WAIT), what its owner had not read yet, and then its
+    /// end: smoltcp clears a socket when TIME-WAIT ends, and a late reader must still get the
+    /// stream's last bytes and end of file, not a reset ([`State::keep_rests`]).
+    Stream {
+        slot: Slot,
+        ephemeral: Option<PortHold>,
+        rest: Option<VecDeque<u8>>,
+    },
     /// A UDP socket bound to `port` (see `udp.rs`).
     Datagram { slot: Slot, port: u16 },
 }
@@ -192,8 +217,27 @@ impl Wake for Waiters {
 struct Closing {
     slot: Slot,
     ephemeral: Option<PortHold>,
-    since: Instant,
+    /// When its owner closed it, and when it last made progress (the stack's monotonic time).
+    since: Duration,
+    moved: Duration,
+    /// Its state and send queue when last looked at: a change is progress.
+    seen: (tcp::State, usize),
 }
+
+impl Closing {
+    fn new(slot: Slot, ephemeral: Option<PortHold>, now: Duration) -> Closing {
+        Closing {
+            slot,
+            ephemeral,
+            since: now,
+            moved: now,
+            seen: (tcp::State::Closed, usize::MAX),
+        }
+    }
+}
+
+/// A closing connection still making progress is reset after this many linger times in all.
+const LINGER_MOST: u32 = 12;
 
 pub(crate) struct State {
     iface: Interface,
@@ -207,8 +251,7 @@ pub(crate) struct State {
     pub(crate) udp_ports: Ports,
     next_id: SocketId,
     /// When each pool slot seen half open was first seen so.
-    half_open: HashMap<SocketHandle, Instant>,
-    epoch: Instant,
+    half_open: HashMap<SocketHandle, Duration>,
     pub(crate) config: NetConfig,
 }
 
@@ -244,20 +287,21 @@ impl Net {
         Net::start(config).expect("a loopback-only stack always starts")
     }
 
-    /// A stack with its loopback link and, if `config` has one, its link to the host (the TUN
-    /// device opened, configured and read by a thread of its own).
+    /// A stack with its loopback link and, if `config` has one, its link to the host (a TUN
+    /// device opened, configured and read by a thread of its own, or a simulation's wire).
     pub fn start(config: NetConfig) -> Result<Net, NetError> {
         let host = config.host.as_ref().map(open_host).transpose()?;
         let (host_link, reader) = match host {
-            Some((link, reader)) => (Some(link), Some(reader)),
+            Some((link, reader)) => (Some(link), reader),
             None => (None, None),
         };
         let mtu = config.host.as_ref().map_or(config.mtu, |h| h.mtu.min(config.mtu));
         let mut links = Links::new(Link::new(config.faults), host_link, mtu);
         let mut iface_config = Config::new(HardwareAddress::Ip);
-        iface_config.random_seed = std::collections::hash_map::RandomState::new().build_hasher().finish();
-        let epoch = Instant::now();
-        let mut iface = Interface::new(iface_config, &mut links, smoltcp::time::Instant::from_micros(0));
+        iface_config.random_seed = config
+            .seed
+            .unwrap_or_else(|| std::collections::hash_map::RandomState::new().build_hasher().finish());
+        let mut iface = Interface::new(iface_config, &mut links, stack_time(&config.clock));
         iface.update_ip_addrs(|addrs| {
             // The host link's address first: a packet for beyond both networks takes it as its
             // source (smoltcp falls back to the first address).
@@ -287,7 +331,6 @@ impl Net {
                 udp_ports: Ports::default(),
                 next_id: 1,
                 half_open: HashMap::new(),
-                epoch,
                 config,
             }),
             changed: Condvar::new(),
@@ -300,10 +343,13 @@ impl Net {
                 .spawn(body)
                 .map_err(|e| NetError::Link(format!("spawning {name}: {e}")))
         };
-        let mut threads = vec![spawn("vino-net", {
-            let inner = inner.clone();
-            Box::new(move || run_timers(&inner))
-        })?];
+        let mut threads = Vec::new();
+        if !inner.state.lock().config.stepped {
+            threads.push(spawn("vino-net", {
+                let inner = inner.clone();
+                Box::new(move || run_timers(&inner))
+            })?);
+        }
         if let Some(reader) = reader {
             let inner2 = inner.clone();
             match spawn("vino-net-host", Box::new(move || run_host(&inner2, reader))) {
@@ -459,6 +505,7 @@ impl Net {
         st.owned(owner.pid, id)?.kind = Kind::Stream {
             slot,
             ephemeral: Some(hold),
+            rest: None,
         };
         st.run();
         Ok(())
@@ -569,6 +616,13 @@ impl Net {
     /// everything it sent was read.
     pub fn recv(&self, owner: &Owner, id: SocketId, buf: &mut [u8], wait: Wait) -> Result<usize, NetError> {
         let got = self.wait(owner, wait, |st| {
+            if let Kind::Stream { rest: Some(rest), .. } = &mut st.owned(owner.pid, id)?.kind {
+                let n = rest.len().min(buf.len());
+                for (to, from) in buf.iter_mut().zip(rest.drain(..n)) {
+                    *to = from;
+                }
+                return Ok(Some(n));
+            }
             let socket = st.stream(owner.pid, id)?;
             if buf.is_empty() {
                 return Ok(Some(0));
@@ -665,6 +719,16 @@ impl Net {
         Ok((v4(socket.local_endpoint())?, v4(socket.remote_endpoint())?))
     }
 
+    /// Runs what is due now, as the stack's thread would: packets come in (a wire's too), timers
+    /// fire, closing connections and half-open slots end, waiters look again. For a stack with
+    /// no thread of its own ([`NetConfig::stepped`]), whose owner moves its clock: the answer is
+    /// how far ahead on that clock something is due next (`None`: nothing is pending).
+    pub fn step(&self) -> Option<Duration> {
+        let due = self.lock().run_due();
+        self.inner.changed.notify_all();
+        due
+    }
+
     /// Puts a raw IPv4 packet on the loopback link, as if it had arrived there, and runs the
     /// stack (for fuzzing the protocols with frames no socket call makes).
     pub fn inject(&self, frame: &[u8]) {
@@ -729,7 +793,7 @@ impl Net {
 
     /// What the host link moved, if one is attached.
     pub fn host_stats(&self) -> Option<HostStats> {
-        self.lock().links.host.as_ref().map(|h| h.stats)
+        self.lock().links.host.as_ref().map(HostLink::stats)
     }
 
     /// What the host link's demultiplexer did, if one is attached.
@@ -768,11 +832,12 @@ impl Net {
         wait: Wait,
         mut step: impl FnMut(&mut State) -> Result<Option<T>, NetError>,
     ) -> Result<T, NetError> {
+        let mut st = self.lock();
+        let clock = st.config.clock.clone();
         let deadline = match wait {
             Wait::No => None,
-            Wait::For(d) => Some(Instant::now() + d),
+            Wait::For(d) => Some(clock.deadline_in(d)),
         };
-        let mut st = self.lock();
         // Tries again at once after a run that took the caller's packets (they may be what it
         // waits for), a few times before it waits for others.
         let mut again = 4;
@@ -787,9 +852,10 @@ impl Net {
                 None if took && again > 0 => again -= 1,
                 None => match deadline {
                     None => return Err(NetError::WouldBlock),
-                    Some(at) if Instant::now() >= at => return Err(NetError::TimedOut),
                     Some(at) => {
-                        self.inner.changed.wait_until(&mut st, at);
+                        if clock.wait_until(&self.inner.changed, &mut st, at) {
+                            return Err(NetError::TimedOut);
+                        }
                     }
                 },
             }
@@ -836,35 +902,37 @@ pub(crate) fn v4(endpoint: IpEndpoint) -> SocketAddrV4 {
 /// The stack's thread: runs what is due, ends closing connections, wakes waiters.
 fn run_timers(inner: &Inner) {
     let mut st = inner.state.lock();
+    let clock = st.config.clock.clone();
     while !inner.stop.load(Ordering::Acquire) {
-        st.run();
-        st.reap();
-        st.expire_half_open();
+        let due = st.run_due().unwrap_or(st.config.tick);
         inner.changed.notify_all();
-        let now = st.now();
-        let link_due = st.links.next_due(now).map(|at| at - now);
-        let State {
-            iface, sockets, config, ..
-        } = &mut *st;
-        let due = match (iface.poll_delay(now, sockets), link_due) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-        .map_or(config.tick, |d| Duration::from_micros(d.total_micros()));
         let nap = due.min(st.config.tick).max(Duration::from_micros(100));
-        inner.kick.wait_for(&mut st, nap);
+        let until = clock.deadline_in(nap);
+        clock.wait_until(&inner.kick, &mut st, until);
     }
 }
 
-/// Opens the host link's device, configures it and makes its reader.
-fn open_host(config: &HostConfig) -> Result<(HostLink, vino_hostlink::batch::Reader), NetError> {
-    let failed = |e: std::io::Error| NetError::Link(format!("host link {}: {e}", config.device));
-    let tun = Arc::new(vino_hostlink::Tun::open(&config.device).map_err(failed)?);
+/// The stack's time, in smoltcp's terms.
+fn stack_time(clock: &SharedClock) -> smoltcp::time::Instant {
+    smoltcp::time::Instant::from_micros(i64::try_from(clock.monotonic().as_micros()).unwrap_or(i64::MAX))
+}
+
+/// Opens the host link's device, configures it and makes its reader (a wire has none).
+fn open_host(config: &HostConfig) -> Result<(HostLink, Option<vino_hostlink::batch::Reader>), NetError> {
+    let device = match &config.device {
+        LinkDevice::Tun(name) => name,
+        LinkDevice::Wire(end) => return Ok((HostLink::new(config.clone(), Outlet::Wire(end.clone())), None)),
+    };
+    let failed = |e: std::io::Error| NetError::Link(format!("host link {device}: {e}"));
+    let tun = Arc::new(vino_hostlink::Tun::open(device).map_err(failed)?);
     let host = config.host_address.map(|a| (a, config.prefix));
     tun.configure(config.mtu, host).map_err(failed)?;
     let reader = vino_hostlink::batch::Reader::new(tun.clone(), config.mtu).map_err(failed)?;
     let writer = vino_hostlink::batch::Writer::new(tun);
-    Ok((HostLink::new(config.clone(), writer), reader))
+    Ok((
+        HostLink::new(config.clone(), Outlet::Tun(Box::new(writer))),
+        Some(reader),
+    ))
 }
 
 /// The host link's thread: takes the packets the host sent, in batches, and runs the stack on
@@ -909,7 +977,22 @@ fn run_host(inner: &Inner, mut reader: vino_hostlink::batch::Reader) {
 
 impl State {
     fn now(&self) -> smoltcp::time::Instant {
-        smoltcp::time::Instant::from_micros(self.epoch.elapsed().as_micros() as i64)
+        stack_time(&self.config.clock)
+    }
+
+    /// Runs what is due (see [`run_timers`]); how soon something is due next, if anything is.
+    fn run_due(&mut self) -> Option<Duration> {
+        self.keep_rests();
+        self.run();
+        self.reap();
+        self.expire_half_open();
+        let now = self.now();
+        let link_due = self.links.next_due(now).map(|at| at - now);
+        let due = match (self.iface.poll_delay(now, &self.sockets), link_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        due.map(|d| Duration::from_micros(d.total_micros()))
     }
 
     /// Runs the interface until it has nothing more to do now (on loopback, a packet sent is
@@ -937,6 +1020,7 @@ impl State {
             ..
         } = self;
         if let Some(host) = &mut links.host {
+            host.pull(now);
             host.sort(now, |to| match to.proto {
                 6 => ports.holder_for(to.port, to.from),
                 _ => udp_ports.holder(to.port),
@@ -1118,7 +1202,14 @@ impl State {
             .get_mut::<tcp::Socket>(slot.handle)
             .remote_endpoint()
             .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), v4);
-        let id = self.insert(owner.pid, Kind::Stream { slot, ephemeral: None });
+        let id = self.insert(
+            owner.pid,
+            Kind::Stream {
+                slot,
+                ephemeral: None,
+                rest: None,
+            },
+        );
         Ok((id, peer))
     }
 
@@ -1135,11 +1226,8 @@ impl State {
             Kind::Listener { port, pool } => {
                 for slot in pool {
                     self.sockets.get_mut::<tcp::Socket>(slot.handle).abort();
-                    self.closing.push(Closing {
-                        slot,
-                        ephemeral: None,
-                        since: Instant::now(),
-                    });
+                    self.closing
+                        .push(Closing::new(slot, None, self.config.clock.monotonic()));
                 }
                 self.ports.release(port);
             }
@@ -1148,7 +1236,7 @@ impl State {
                 self.sockets.remove(slot.handle);
                 self.udp_ports.release(port);
             }
-            Kind::Stream { slot, ephemeral } => {
+            Kind::Stream { slot, ephemeral, .. } => {
                 let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
                 // Data received and never read makes a close a reset, as on Linux (RFC 2525,
                 // 2.17): the peer learns at once that it was not taken, and the connection
@@ -1158,25 +1246,44 @@ impl State {
                 } else {
                     socket.close();
                 }
-                self.closing.push(Closing {
-                    slot,
-                    ephemeral,
-                    since: Instant::now(),
-                });
+                self.closing
+                    .push(Closing::new(slot, ephemeral, self.config.clock.monotonic()));
             }
         }
         self.run();
         self.reap();
     }
 
-    /// Removes the closing connections that are done (their charges go back), resetting
-    /// those that took longer than the linger time.
+    /// Keeps what every connection in TIME-WAIT has left unread in its entry. TIME-WAIT lasts
+    /// ten seconds and this runs at every turn of the stack's timers, which come far more
+    /// often, so no connection's rest is cleared before it is kept.
+    fn keep_rests(&mut self) {
+        for entry in self.entries.values_mut() {
+            let Kind::Stream {
+                slot,
+                rest: rest @ None,
+                ..
+            } = &mut entry.kind
+            else {
+                continue;
+            };
+            let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
+            if socket.state() != tcp::State::TimeWait {
+                continue;
+            }
+            let mut kept = vec![0; socket.recv_queue()];
+            let n = socket.recv_slice(&mut kept).unwrap_or(0);
+            kept.truncate(n);
+            *rest = Some(kept.into());
+        }
+    }
+
     /// Puts back to listening the pool slots half open for longer than
     /// [`NetConfig::half_open`]: smoltcp has no SYN cookies, so this bounds what a flood of
     /// SYNs from forged addresses takes from a listener (its own pool, for that long).
     fn expire_half_open(&mut self) {
         let limit = self.config.half_open;
-        let now = Instant::now();
+        let now = self.config.clock.monotonic();
         let mut seen = HashMap::with_capacity(self.half_open.len());
         for entry in self.entries.values() {
             let Kind::Listener { port, pool } = &entry.kind else {
@@ -1188,7 +1295,7 @@ impl State {
                     continue;
                 }
                 let since = self.half_open.get(&slot.handle).copied().unwrap_or(now);
-                if now.duration_since(since) < limit {
+                if now.saturating_sub(since) < limit {
                     seen.insert(slot.handle, since);
                     continue;
                 }
@@ -1200,14 +1307,24 @@ impl State {
         self.half_open = seen;
     }
 
+    /// Removes the closing connections that are done (their charges go back), resetting
+    /// those that made no progress for the linger time, or lingered too long in all.
     fn reap(&mut self) {
         let linger = self.config.linger;
+        let now = self.config.clock.monotonic();
         let mut i = 0;
         while i < self.closing.len() {
-            let c = &self.closing[i];
+            let c = &mut self.closing[i];
             let socket = self.sockets.get_mut::<tcp::Socket>(c.slot.handle);
             let done = matches!(socket.state(), tcp::State::Closed | tcp::State::TimeWait);
-            if !done && c.since.elapsed() < linger {
+            let seen = (socket.state(), socket.send_queue());
+            if seen != c.seen {
+                c.seen = seen;
+                c.moved = now;
+            }
+            let stuck = now.saturating_sub(c.moved) >= linger;
+            let too_long = now.saturating_sub(c.since) >= linger.saturating_mul(LINGER_MOST);
+            if !done && !stuck && !too_long {
                 i += 1;
                 continue;
             }
