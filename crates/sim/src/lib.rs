@@ -29,6 +29,10 @@
 //! The processes also spawn children, signal them, wait for them and pass bytes through pipes
 //! (see `family`), each answer checked against a model of the process tree and the pipes.
 //!
+//! The kernel's network stack runs on the simulation's clock too, with no thread of its own:
+//! its host link is a wire to a second simulated host, and the processes stream bytes to it
+//! and to each other over links with seeded faults, every byte checked (see `network`).
+//!
 //! The clock moves only when the seed says: besides long pauses, steps block a thread in a lock
 //! wait, a timer or an event wait and move the clock past its deadline (see `timed`); the
 //! report counts the deadlines reached.
@@ -39,6 +43,7 @@ pub mod device;
 pub mod family;
 pub mod grafts;
 pub mod memory;
+pub mod network;
 mod recovery;
 mod timed;
 
@@ -161,6 +166,13 @@ pub struct Report {
     pub piped_bytes: u64,
     /// Pages of program memory touched (first pass).
     pub memory_touches: u64,
+    /// TCP streams that finished whole, bytes checked where they came out of a socket, and
+    /// packets the links' faults lost, copied or reordered (first pass).
+    pub net_streams: u64,
+    pub net_bytes: u64,
+    pub net_faults: u64,
+    /// Hash of every packet on the wire between the kernel and its peer (first pass).
+    pub net_trace: u64,
     /// The write of the recovery mount at which the power went a second time.
     pub second_cut_at_write: Option<u64>,
 }
@@ -234,8 +246,17 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
         signals_sent: clean.family.signalled,
         piped_bytes: clean.family.piped_bytes,
         memory_touches: clean.memories.touched,
+        net_streams: 0,
+        net_bytes: 0,
+        net_faults: 0,
+        net_trace: 0,
         second_cut_at_write: None,
     };
+    clean.finish_network()?;
+    report.net_streams = clean.network.streams_done;
+    report.net_bytes = clean.network.bytes_checked;
+    report.net_faults = clean.network.faults(&clean.kernel);
+    report.net_trace = clean.network.trace();
     clean.finish()?;
     if !opts.crash || report.writes == 0 {
         return Ok(report);
@@ -286,6 +307,8 @@ enum Step {
     Family(family::FamilyStep),
     /// Program memory under pressure (see `memory`).
     Memory(memory::MemoryStep),
+    /// Streams over the network (see `network`).
+    Net(network::NetStep),
 }
 
 struct Sim {
@@ -307,6 +330,7 @@ struct Sim {
     reached: timed::Reached,
     family: family::Family,
     memories: memory::Memories,
+    network: network::Network,
 }
 
 impl Sim {
@@ -328,6 +352,8 @@ impl Sim {
         .map_err(|e| format!("mkfs: {e}"))?;
         mem.flush().map_err(|e| format!("flush after mkfs: {e}"))?;
         let dev = Arc::new(SimDevice::new(mem));
+        let (net, peer) = network::setup(seed, &clock);
+        let net_clock = clock.clone();
         let config = KernelConfig {
             cache_frames: 8 + rng.below(56) as usize,
             queue_depth: 1 + rng.below(4) as usize,
@@ -341,6 +367,7 @@ impl Sim {
             // graft budgets in real time), so its writes would make the disk's sequence vary
             // from run to run: swap stays off the simulated disk.
             swap_on_disk: false,
+            net,
             mount: MountOptions {
                 commit_blocks: rng.chance(0.5).then(|| 4 + rng.below(60) as usize),
                 ..MountOptions::default()
@@ -403,6 +430,7 @@ impl Sim {
             reached: timed::Reached::default(),
             family: family::Family::default(),
             memories: memory::Memories::default(),
+            network: network::Network::new(peer, net_clock),
         })
     }
 
@@ -473,7 +501,7 @@ impl Sim {
     fn random_step(&mut self) -> Step {
         let who = self.rng.below(self.procs.len() as u64) as usize;
         let path = self.random_path();
-        let op = match self.rng.below(38) {
+        let op = match self.rng.below(41) {
             0..=2 => Op::Create(path),
             3..=4 => Op::Mkdir(path),
             5..=11 => Op::Write {
@@ -505,7 +533,8 @@ impl Sim {
             30 => return Step::DropClean,
             31 => return self.time_step(who),
             32..=34 => return Step::Family(family::FamilyStep::random(&mut self.rng, who)),
-            _ => return Step::Memory(memory::MemoryStep::random(&mut self.rng, who)),
+            35..=37 => return Step::Memory(memory::MemoryStep::random(&mut self.rng, who)),
+            _ => return Step::Net(network::NetStep::random(&mut self.rng, who, self.procs.len())),
         };
         Step::Fs(who, op)
     }
@@ -685,11 +714,15 @@ impl Sim {
             Step::DropClean => {
                 let _ = self.kernel.cache().drop_clean();
             }
-            Step::Tick(ms) => self.clock.advance(Duration::from_millis(*ms)),
+            Step::Tick(ms) => self.network.pass(&self.kernel, Duration::from_millis(*ms)),
             Step::LockDeadline(_) | Step::Timer(_) | Step::EventWait(_) => self.timed(step).map_err(ctx)?,
             Step::Family(f) => {
                 let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
                 self.family.apply(&procs, f).map_err(ctx)?;
+            }
+            Step::Net(n) => {
+                let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
+                self.network.apply(&self.kernel, &procs, n).map_err(ctx)?;
             }
             Step::Memory(m) => {
                 let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
@@ -913,6 +946,15 @@ impl Sim {
             }
         }
         Ok(())
+    }
+
+    /// End of the first pass for the network: every stream finished and checked, every socket
+    /// closed, both stacks empty.
+    fn finish_network(&mut self) -> Check {
+        let procs: Vec<Arc<Process>> = self.procs.iter().map(|p| p.p.clone()).collect();
+        self.network
+            .finish(&self.kernel, &procs)
+            .map_err(|e| format!("at the end: {e}"))
     }
 
     fn finish(mut self) -> Check {
@@ -1151,6 +1193,9 @@ pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
     s.insert("signals_sent", reports.iter().map(|r| r.signals_sent).sum());
     s.insert("piped_bytes", reports.iter().map(|r| r.piped_bytes).sum());
     s.insert("memory_touches", reports.iter().map(|r| r.memory_touches).sum());
+    s.insert("net_streams", reports.iter().map(|r| r.net_streams).sum());
+    s.insert("net_bytes", reports.iter().map(|r| r.net_bytes).sum());
+    s.insert("net_faults", reports.iter().map(|r| r.net_faults).sum());
     s.insert(
         "double_cuts",
         reports.iter().filter(|r| r.second_cut_at_write.is_some()).count() as u64,

@@ -1,5 +1,6 @@
-//! The simulator as CI runs it: a few hundred seeds of the whole kernel with power cuts, the
-//! same seed twice giving the same run, and the ordered-mode hole found when it is put back.
+//! The simulator as CI runs it: a few hundred seeds of the whole kernel with power cuts and
+//! faulty network links, the same seed twice giving the same run (the same device operations,
+//! the same packets on the wire), and the ordered-mode hole found when it is put back.
 
 use vino_sim::{SimOptions, run, run_many};
 
@@ -38,16 +39,24 @@ fn three_hundred_seeds_of_the_whole_kernel_survive_their_power_cuts() {
     assert!(sum(|r| r.lock_deadline_expiries) > 0, "lock waits timed out");
     assert!(sum(|r| r.timer_firings) > 0, "timers fired");
     assert!(sum(|r| r.event_wait_timeouts) > 0, "event waits timed out");
+    // Streams crossed the wire and the loopback through seeded faults, every byte checked.
+    assert!(sum(|r| r.net_streams) > 300, "streams finished whole");
+    assert!(sum(|r| r.net_bytes) > 10 << 20, "bytes checked at the sockets");
+    assert!(
+        sum(|r| r.net_faults) > 1000,
+        "the links lost, copied and reordered packets"
+    );
     let double = reports.iter().filter(|r| r.second_cut_at_write.is_some()).count();
     assert!(double > 100, "the power went again during recovery ({double} of {cut})");
 }
 
-/// Each seed, run twice with `opts`, shows the device the same sequence of operations.
+/// Each seed, run twice with `opts`, shows the device the same sequence of operations and puts
+/// the same packets on the wire.
 fn runs_alike(opts: &SimOptions, seeds: &[u64]) {
     for &seed in seeds {
         let a = run(seed, opts).unwrap();
         let b = run(seed, opts).unwrap();
-        assert_eq!(a, b, "seed {seed}: the device saw another sequence of operations");
+        assert_eq!(a, b, "seed {seed}: the device or the wire saw another sequence");
         assert!(a.writes > 0);
     }
 }
