@@ -22,7 +22,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
@@ -166,15 +166,10 @@ pub(crate) enum Kind {
     },
     /// Listening on `port`: `pool` holds a listening socket per connection that may be pending.
     Listener { port: u16, pool: Vec<Slot> },
-    /// A connection; `ephemeral` if it holds its local port (one it connected from). `rest`:
-    /// once both sides have closed (TIME-WAIT), what its owner had not read yet, and then its
-    /// end: smoltcp clears a socket when TIME-WAIT ends, and a late reader must still get the
-    /// stream's last bytes and end of file, not a reset ([`State::keep_rests`]).
-    Stream {
-        slot: Slot,
-        ephemeral: Option<PortHold>,
-        rest: Option<VecDeque<u8>>,
-    },
+    /// A connection; `ephemeral` if it holds its local port (one it connected from). Once its
+    /// TIME-WAIT ends, what its owner had not read stays readable, then its end (the vendored
+    /// smoltcp keeps them).
+    Stream { slot: Slot, ephemeral: Option<PortHold> },
     /// A UDP socket bound to `port` (see `udp.rs`).
     Datagram { slot: Slot, port: u16 },
 }
@@ -505,7 +500,6 @@ impl Net {
         st.owned(owner.pid, id)?.kind = Kind::Stream {
             slot,
             ephemeral: Some(hold),
-            rest: None,
         };
         st.run();
         Ok(())
@@ -616,13 +610,6 @@ impl Net {
     /// everything it sent was read.
     pub fn recv(&self, owner: &Owner, id: SocketId, buf: &mut [u8], wait: Wait) -> Result<usize, NetError> {
         let got = self.wait(owner, wait, |st| {
-            if let Kind::Stream { rest: Some(rest), .. } = &mut st.owned(owner.pid, id)?.kind {
-                let n = rest.len().min(buf.len());
-                for (to, from) in buf.iter_mut().zip(rest.drain(..n)) {
-                    *to = from;
-                }
-                return Ok(Some(n));
-            }
             let socket = st.stream(owner.pid, id)?;
             if buf.is_empty() {
                 return Ok(Some(0));
@@ -982,7 +969,6 @@ impl State {
 
     /// Runs what is due (see [`run_timers`]); how soon something is due next, if anything is.
     fn run_due(&mut self) -> Option<Duration> {
-        self.keep_rests();
         self.run();
         self.reap();
         self.expire_half_open();
@@ -1202,14 +1188,7 @@ impl State {
             .get_mut::<tcp::Socket>(slot.handle)
             .remote_endpoint()
             .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), v4);
-        let id = self.insert(
-            owner.pid,
-            Kind::Stream {
-                slot,
-                ephemeral: None,
-                rest: None,
-            },
-        );
+        let id = self.insert(owner.pid, Kind::Stream { slot, ephemeral: None });
         Ok((id, peer))
     }
 
@@ -1236,7 +1215,7 @@ impl State {
                 self.sockets.remove(slot.handle);
                 self.udp_ports.release(port);
             }
-            Kind::Stream { slot, ephemeral, .. } => {
+            Kind::Stream { slot, ephemeral } => {
                 let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
                 // Data received and never read makes a close a reset, as on Linux (RFC 2525,
                 // 2.17): the peer learns at once that it was not taken, and the connection
@@ -1252,30 +1231,6 @@ impl State {
         }
         self.run();
         self.reap();
-    }
-
-    /// Keeps what every connection in TIME-WAIT has left unread in its entry. TIME-WAIT lasts
-    /// ten seconds and this runs at every turn of the stack's timers, which come far more
-    /// often, so no connection's rest is cleared before it is kept.
-    fn keep_rests(&mut self) {
-        for entry in self.entries.values_mut() {
-            let Kind::Stream {
-                slot,
-                rest: rest @ None,
-                ..
-            } = &mut entry.kind
-            else {
-                continue;
-            };
-            let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
-            if socket.state() != tcp::State::TimeWait {
-                continue;
-            }
-            let mut kept = vec![0; socket.recv_queue()];
-            let n = socket.recv_slice(&mut kept).unwrap_or(0);
-            kept.truncate(n);
-            *rest = Some(kept.into());
-        }
     }
 
     /// Puts back to listening the pool slots half open for longer than

@@ -317,3 +317,37 @@ fn a_closed_connection_whose_peer_stops_reading_is_reset_after_its_linger_time()
         "B holds nothing a second after its peer stalled: {stats:?}"
     );
 }
+
+#[test]
+fn a_reader_that_comes_back_after_time_wait_gets_the_last_bytes_and_the_end() {
+    let h = hosts(Faults::default(), vec![(B, 32)]);
+    let (server, client) = (owner(1, 1000), owner(2, 1000));
+    let listener = h.b.tcp_listen(&server, PORT, 4).unwrap();
+    let conn = h.a.tcp_connect(&client, SocketAddrV4::new(B, PORT), Wait::No).unwrap();
+    let mut served = None;
+    assert!(h.until(|h| {
+        served = served.or_else(|| h.b.accept(&server, listener, Wait::No).ok().map(|(c, _)| c));
+        served.is_some() && h.a.connected(&client, conn).unwrap_or(false)
+    }));
+    let served = served.unwrap();
+    // The client ends its side first (so its end of the connection goes through TIME-WAIT);
+    // the server answers, ends its own, and the client reads nothing for a minute.
+    h.a.shutdown_write(&client, conn).unwrap();
+    let reply: Vec<u8> = (0..3000).map(|i| pattern(5, i)).collect();
+    h.b.send_all(&server, served, &reply, Wait::No).unwrap();
+    h.b.shutdown_write(&server, served).unwrap();
+    h.until(|_| false);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        match h.a.recv(&client, conn, &mut buf, Wait::No) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("after {} bytes: {e}", got.len()),
+        }
+    }
+    assert!(got == reply, "{} bytes of {} read back", got.len(), reply.len());
+    h.a.close(&client, conn).unwrap();
+    h.b.close(&server, served).unwrap();
+    h.b.close(&server, listener).unwrap();
+}

@@ -910,6 +910,12 @@ impl<'a> Socket<'a> {
     }
 
     fn reset(&mut self) {
+        self.reset_keeping(false)
+    }
+
+    /// [`Socket::reset`], but with `keep_received` what was received and not read yet, and
+    /// whether the stream ended, stay readable.
+    fn reset_keeping(&mut self, keep_received: bool) {
         let rx_cap_log2 =
             mem::size_of::<usize>() * 8 - self.rx_buffer.capacity().leading_zeros() as usize;
 
@@ -918,8 +924,10 @@ impl<'a> Socket<'a> {
         self.rtte = RttEstimator::default();
         self.assembler = Assembler::new();
         self.tx_buffer.clear();
-        self.rx_buffer.clear();
-        self.rx_fin_received = false;
+        if !keep_received {
+            self.rx_buffer.clear();
+            self.rx_fin_received = false;
+        }
         self.listen_endpoint = IpListenEndpoint::default();
         self.tuple = None;
         self.local_seq_no = TcpSeqNumber::default();
@@ -2567,7 +2575,10 @@ impl<'a> Socket<'a> {
         } else if self.timer.should_close(cx.now()) {
             // If we have spent enough time in the TIME-WAIT state, close the socket.
             tcp_trace!("TIME-WAIT timer expired");
-            self.reset();
+            // What the application has not read yet stays readable, then the end of the
+            // stream. (VINO change: the reset cleared both, so a late reader lost the stream's
+            // last bytes and was told the connection was reset.)
+            self.reset_keeping(true);
             return Ok(());
         } else {
             return Ok(());
