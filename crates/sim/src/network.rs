@@ -192,6 +192,26 @@ struct Stream {
 }
 
 impl Stream {
+    /// Checks `bytes`, which came out of a socket at offset `at` of stream `i` (`side`: where):
+    /// each must be the stream's byte there, and none past its end.
+    fn check(&self, i: usize, at: usize, bytes: &[u8], side: &str) -> Result<(), String> {
+        if let Some(k) = (0..bytes.len()).find(|&k| bytes[k] != byte(self.seed, at + k)) {
+            return Err(format!(
+                "stream {i} ({}): byte {} came out changed {side}",
+                self.describe(),
+                at + k
+            ));
+        }
+        if at + bytes.len() > self.len {
+            return Err(format!(
+                "stream {i} ({}): {} bytes came out {side}",
+                self.describe(),
+                at + bytes.len()
+            ));
+        }
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         format!(
             "{:?} from {}: sent {} of {}, server took {}, back {}{}{}",
@@ -491,18 +511,7 @@ impl Network {
             match end.recv(conn, buf) {
                 Ok(0) => s.server_eof = true,
                 Ok(n) => {
-                    for (k, &b) in buf[..n].iter().enumerate() {
-                        if b != byte(s.seed, s.took + k) {
-                            return Err(format!(
-                                "stream {i} to {:?}: byte {} came out changed at the server",
-                                s.server,
-                                s.took + k
-                            ));
-                        }
-                    }
-                    if s.took + n > s.len {
-                        return Err(format!("stream {i}: the server took {} bytes of {}", s.took + n, s.len));
-                    }
+                    s.check(i, s.took, &buf[..n], "at the server")?;
                     s.took += n;
                     *bytes_checked += n as u64;
                     s.echo.extend_from_slice(&buf[..n]);
@@ -608,20 +617,9 @@ impl Network {
                 *streams_done += 1;
             }
             Ok(n) => {
-                for (k, &b) in buf[..n].iter().enumerate() {
-                    if b != byte(s.seed, s.back + k) {
-                        return Err(format!(
-                            "stream {i} to {:?}: byte {} came back changed",
-                            s.server,
-                            s.back + k
-                        ));
-                    }
-                }
+                s.check(i, s.back, &buf[..n], "back at the client")?;
                 s.back += n;
                 *bytes_checked += n as u64;
-                if s.back > s.len {
-                    return Err(format!("stream {i}: {} bytes came back of {} sent", s.back, s.len));
-                }
             }
             Err(e) if matches!(e.errno as i32, EAGAIN | ENOTCONN) => {}
             Err(e) => {
