@@ -19,6 +19,8 @@ use crate::wire::{
 };
 
 mod congestion;
+// VINO addition: controllers from outside the crate.
+pub use congestion::{BuiltinController, CongestionHook};
 
 macro_rules! tcp_trace {
     ($($arg:expr),*) => (net_log!(trace, $($arg),*));
@@ -194,9 +196,20 @@ impl RttEstimator {
         Duration::from_millis(self.rto as _)
     }
 
-    #[cfg(feature = "socket-tcp-cubic")]
+    // VINO change: also for hooks (was for Cubic only).
+    #[cfg(any(feature = "socket-tcp-cubic", feature = "alloc"))]
     fn smoothed_rtt(&self) -> u32 {
         if self.have_measurement { self.srtt } else { 0 }
+    }
+
+    /// VINO addition: an estimator whose smoothed RTT is `srtt_ms` (0: no measurement yet),
+    /// for a built-in controller behind a [`CongestionHook`].
+    fn with_smoothed(srtt_ms: u32) -> Self {
+        Self {
+            have_measurement: srtt_ms > 0,
+            srtt: srtt_ms,
+            ..Self::default()
+        }
     }
 
     fn sample(&mut self, new_rtt: u32) {
@@ -458,6 +471,10 @@ pub enum CongestionControl {
 
     #[cfg(feature = "socket-tcp-cubic")]
     Cubic,
+
+    /// VINO addition: a [`CongestionHook`] set by [`Socket::set_congestion_hook`].
+    #[cfg(feature = "alloc")]
+    Hook,
 }
 
 /// A Transmission Control Protocol socket.
@@ -670,18 +687,17 @@ impl<'a> Socket<'a> {
     /// * Kernel-mode code on desktop processors usually avoids FPU operations to reduce the penalty of saving and restoring FPU registers.
     ///
     /// In all these cases, `CongestionControl::Reno` is a better choice of congestion control algorithm.
+    ///
+    /// `CongestionControl::Hook` leaves the controller as it is: a hook is set by
+    /// [`Socket::set_congestion_hook`].
     pub fn set_congestion_control(&mut self, congestion_control: CongestionControl) {
-        use congestion::*;
+        self.congestion_controller.set(congestion_control)
+    }
 
-        self.congestion_controller = match congestion_control {
-            CongestionControl::None => AnyController::None(no_control::NoControl),
-
-            #[cfg(feature = "socket-tcp-reno")]
-            CongestionControl::Reno => AnyController::Reno(reno::Reno::new()),
-
-            #[cfg(feature = "socket-tcp-cubic")]
-            CongestionControl::Cubic => AnyController::Cubic(cubic::Cubic::new()),
-        }
+    /// VINO addition: congestion control by `hook` instead of a built-in controller.
+    #[cfg(feature = "alloc")]
+    pub fn set_congestion_hook(&mut self, hook: alloc::boxed::Box<dyn CongestionHook>) {
+        self.congestion_controller = congestion::AnyController::Hook(congestion::Hooked(hook));
     }
 
     /// Return the current congestion control algorithm.
@@ -696,6 +712,9 @@ impl<'a> Socket<'a> {
 
             #[cfg(feature = "socket-tcp-cubic")]
             AnyController::Cubic(_) => CongestionControl::Cubic,
+
+            #[cfg(feature = "alloc")]
+            AnyController::Hook(_) => CongestionControl::Hook,
         }
     }
 
