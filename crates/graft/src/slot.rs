@@ -106,10 +106,18 @@ enum Policy<G: GraftPoint> {
 
 struct Binding<G: GraftPoint> {
     policy: Policy<G>,
+    /// Tells this binding from every other of any slot ([`GraftSlot::binding_serial`]).
+    serial: u64,
     counters: Arc<Counters>,
     /// What the graft is charged to its owner (one graft, its compiled code), refunded with the
     /// binding.
     _charges: Vec<Charge>,
+}
+
+/// The serial of a new binding: never 0, never repeated.
+fn next_serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A graftpoint on one kernel object.
@@ -287,6 +295,7 @@ impl<G: GraftPoint> GraftSlot<G> {
                 .iter()
                 .any(|i| G::CALLABLE.contains(&i.trim_start_matches("vino.")));
         let mut binding = Binding {
+            serial: next_serial(),
             policy: Policy::Wasm {
                 graft,
                 info,
@@ -321,6 +330,7 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// runs inside a transaction, so kernel functions it calls can lock and log.
     pub fn bind_native(&self, policy: Arc<dyn NativePolicy<G>>, transactional: bool) {
         let binding = Binding {
+            serial: next_serial(),
             policy: Policy::Native { policy, transactional },
             counters: Arc::default(),
             _charges: Vec::new(),
@@ -339,6 +349,13 @@ impl<G: GraftPoint> GraftSlot<G> {
             Some(Policy::Wasm { transactional, .. }) => Some(*transactional),
             _ => None,
         }
+    }
+
+    /// A number that changes whenever what is bound changes: 0 with nothing bound, else one no
+    /// other binding had. Callers that keep per-object state for a policy (a connection's
+    /// congestion state) start it afresh when the number changes.
+    pub fn binding_serial(&self) -> u64 {
+        self.binding.load().as_ref().map_or(0, |b| b.serial)
     }
 
     pub fn policy_kind(&self) -> PolicyKind {
