@@ -20,6 +20,7 @@ fn owner(pid: u64) -> Owner {
         pid,
         uid: 0,
         account: None,
+        congestion: None,
     }
 }
 

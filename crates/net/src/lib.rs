@@ -11,10 +11,12 @@
 //! The links ([`link`]): the loopback over which VINO processes talk to each other, and the link
 //! to the host that root attaches (a TUN device, or a simulation's wire to another stack), each
 //! with seeded faults of VINO's own. Packets from the host are sorted by principal before any
-//! protocol work is done on them ([`demux`]). The map of the whole network is docs/network.md.
+//! protocol work is done on them ([`demux`]). A process may control its own connections'
+//! congestion with a graft ([`congestion`]). The map of the whole network is docs/network.md.
 
 #![forbid(unsafe_code)]
 
+pub mod congestion;
 pub mod demux;
 mod error;
 pub mod link;
@@ -22,6 +24,7 @@ pub mod ports;
 pub mod stack;
 pub mod udp;
 
+pub use congestion::{Congestion, CongestionConfig};
 pub use demux::DemuxStats;
 pub use error::NetError;
 pub use link::{Faults, HostConfig, HostStats, LinkDevice, LinkStats, WireEnd, settle, wire};

@@ -94,6 +94,8 @@ pub struct Owner {
     pub pid: u64,
     pub uid: u32,
     pub account: Option<Arc<Account>>,
+    /// Its connections' congestion control (`net.congestion`); `None`: the stack's own.
+    pub congestion: Option<crate::CongestionConfig>,
 }
 
 /// A socket's name in the stack (its owner's calls name it; nobody else's can).
@@ -1098,10 +1100,13 @@ impl State {
     fn new_socket(&mut self, owner: &Owner, prepaid: &mut Option<Charge>) -> Result<Slot, NetError> {
         let bytes = self.config.buffer_bytes;
         let charges = self.charge(owner, prepaid)?;
-        let socket = tcp::Socket::new(
+        let mut socket = tcp::Socket::new(
             tcp::SocketBuffer::new(vec![0; bytes]),
             tcp::SocketBuffer::new(vec![0; bytes]),
         );
+        if let Some(congestion) = &owner.congestion {
+            socket.set_congestion_hook(congestion.controller());
+        }
         Ok(Slot {
             handle: self.sockets.add(socket),
             charges,

@@ -15,6 +15,7 @@ fn owner(pid: u64, uid: u32) -> Owner {
         pid,
         uid,
         account: None,
+        congestion: None,
     }
 }
 

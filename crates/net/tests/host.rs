@@ -22,6 +22,7 @@ fn owner(accounts: &Accounts, pid: u64, uid: u32) -> Owner {
         pid,
         uid,
         account: Some(accounts.process(uid, format!("pid {pid}"))),
+        congestion: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn owner(pid: u64, uid: u32) -> Owner {
         pid,
         uid,
         account: None,
+        congestion: None,
     }
 }
 

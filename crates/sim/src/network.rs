@@ -91,6 +91,7 @@ pub fn setup(seed: u64, clock: &Arc<ManualClock>) -> (NetConfig, Peer) {
         pid: 1,
         uid: 0,
         account: None,
+        congestion: None,
     };
     let listener = peer
         .tcp_listen(&owner, ECHO_PORT, 8)
