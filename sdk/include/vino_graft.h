@@ -60,6 +60,9 @@ typedef __UINT64_TYPE__ uint64_t;
 typedef __INTPTR_TYPE__ intptr_t;
 typedef __UINTPTR_TYPE__ uintptr_t;
 typedef __SIZE_TYPE__ size_t;
+#ifndef UINT64_MAX
+#define UINT64_MAX __UINT64_MAX__
+#endif
 
 #ifndef __cplusplus
 #ifndef bool
@@ -513,6 +516,45 @@ __attribute__((weak, visibility("hidden"), no_builtin)) void *memmove(void *dst,
     return dst;
 }
 #endif /* VINO_GRAFT_NATIVE */
+
+/* net.congestion (the process itself, for its own TCP connections; Linux's tcp_congestion_ops,
+ * open to every process): called on each congestion event of each of the process's connections
+ * with the event, the time in microseconds, the bytes the event is about and the bytes in
+ * flight. The area holds a struct vino_cc: the connection's numbers and the graft's own state
+ * for it (all zero at VINO_CC_INIT), kept by the kernel between calls, and only when a call
+ * succeeds. Return the new congestion window in bytes: at least 1 (a window below a segment
+ * counts as a segment), at most VINO_CC_MAX_WINDOW. Anything else, a trap or a call past its
+ * budget: the built-in controller (CUBIC) decides that event, and the state stays as it was.
+ *     VINO_CC_INIT      the graft meets the connection (first event after it was created, or
+ *                       after this graft was bound)
+ *     VINO_CC_ACK       len new bytes acknowledged; len 0: an ACK of nothing that changed whether
+ *                       anything is in flight (idleness begins or ends)
+ *     VINO_CC_DUP_ACK   a duplicate ACK, after VINO_CC_LOSS for the loss
+ *     VINO_CC_LOSS      three duplicate ACKs inferred a loss
+ *     VINO_CC_RTO       the retransmission timer fired
+ *     VINO_CC_MSS       the segment size is now cc->mss (len too); now_us is 0
+ *     VINO_CC_TX_START  the connection transmits again after being idle */
+#define VINO_CC_INIT 0
+#define VINO_CC_ACK 1
+#define VINO_CC_DUP_ACK 2
+#define VINO_CC_LOSS 3
+#define VINO_CC_RTO 4
+#define VINO_CC_MSS 5
+#define VINO_CC_TX_START 6
+#define VINO_CC_STATE_WORDS 16
+#define VINO_CC_MAX_WINDOW (1ll << 30)
+struct vino_cc {
+    uint64_t cwnd;    /* the window in force before the event */
+    uint64_t mss;     /* the segment size */
+    uint64_t rwnd;    /* the largest window the peer advertised (at least 64 KiB) */
+    uint64_t srtt_us; /* smoothed round-trip time; 0 before the first measurement */
+    uint64_t reserved[2];
+    uint64_t state[VINO_CC_STATE_WORDS]; /* the graft's own, for this connection */
+};
+static inline struct vino_cc *vino_cc(void) { return (struct vino_cc *)vino_args; }
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int64_t net_congestion(int32_t event, int64_t now_us, int64_t len, int64_t in_flight);
+#endif
 
 /* exec.verify (global: privileged processes; `exec.verify/user`: any process of a user, for the
  * programs that user runs; Small 1998 4.2's executable fingerprints): a module about to run

@@ -22,6 +22,7 @@ pub use vino_cache::{Candidates, ComputeRa, PickVictim, VictimEnv, Writeback};
 pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
 pub use vino_locks::LockGrant;
+pub use vino_net::Congestion;
 pub use vino_sched::{PickNext, PickThread, Timer};
 pub use vino_stream::FileStream;
 pub use vino_vm::FaultAround;
@@ -40,7 +41,7 @@ pub enum Grafter {
     FileCreator,
     /// The process that created the file, or a privileged process: one per file.
     FileCreatorOrPrivileged,
-    /// The process itself, for its own threads and timer: one per process.
+    /// The process itself, for its own threads, timer, lookups and connections: one per process.
     Process,
     /// The process itself, hearing of events on files it may read that pass its own filters.
     Listener,
@@ -62,7 +63,9 @@ impl Grafter {
             Grafter::FileCreatorOrPrivileged => {
                 "the process that created the file, or a privileged process (one per file)"
             }
-            Grafter::Process => "the process itself, for its own threads, timer and lookups (one per process)",
+            Grafter::Process => {
+                "the process itself, for its own threads, timer, lookups and connections (one per process)"
+            }
             Grafter::Listener => "the process itself, for events on files it may read that pass its filters",
             Grafter::FileOwner => "the file's owner (one per bound file or directory)",
             Grafter::DirectoryOwner => "the directory's owner, for the tree under it (one per bound directory)",
@@ -174,7 +177,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
 const EVENTS: &str = "Small 1998, 3.5 and 7.4";
 
 /// Every graftpoint of the kernel.
-pub static GRAFTPOINTS: [Graftpoint; 19] = [
+pub static GRAFTPOINTS: [Graftpoint; 20] = [
     entry::<PickVictim>(
         Grafter::PageOwner,
         "which of its own pages a process gives up when the cache needs a frame or its memory is over its share",
@@ -256,6 +259,11 @@ pub static GRAFTPOINTS: [Graftpoint; 19] = [
         Grafter::Process,
         "another path to look up in place of a name the process's walk looks up",
         "Small 1998, 4.2",
+    ),
+    entry::<Congestion>(
+        Grafter::Process,
+        "how the congestion windows of its TCP connections follow acknowledgements, losses and timeouts",
+        "Linux's tcp_congestion_ops, open to every process for its own connections",
     ),
     entry::<ExecVerify>(
         Grafter::PrivilegedOrUser,

@@ -65,6 +65,8 @@ pub struct Process {
     pub(crate) fault_around: Arc<vino_graft::GraftSlot<vino_vm::FaultAround>>,
     /// Its `dir.lookup` graftpoint: redirects of the names its walks look up.
     pub(crate) lookup_slot: Arc<vino_graft::GraftSlot<crate::dir_grafts::DirLookup>>,
+    /// Its `net.congestion` graftpoint: congestion control of its TCP connections.
+    pub(crate) congestion_slot: Arc<vino_graft::GraftSlot<vino_net::Congestion>>,
     /// Its parent, children, session and zombies.
     pub(crate) family: Mutex<crate::family::Family>,
     /// The digest of the program it runs ([`Process::exec_start`]).
@@ -134,6 +136,13 @@ impl Process {
             None,
         ));
         namespace.register(lookup_slot.clone());
+        let congestion_slot = Arc::new(vino_graft::GraftSlot::new(
+            &kernel.runtime,
+            Arc::new(()),
+            vino_graft::Access::Process(pid),
+            None,
+        ));
+        namespace.register(congestion_slot.clone());
         namespace.register_as(
             crate::exec_verify::USER_POINT,
             Arc::new(crate::exec_verify::UserSlot {
@@ -166,6 +175,7 @@ impl Process {
             memory: Default::default(),
             fault_around,
             lookup_slot,
+            congestion_slot,
             family: Mutex::new(crate::family::Family {
                 parent: parent.map_or(0, Process::pid),
                 session: parent.map_or(pid, Process::session),

@@ -61,6 +61,7 @@ impl Process {
             pid: self.pid(),
             uid: self.credentials().uid,
             account: Some(self.account().clone()),
+            congestion: Some(vino_net::CongestionConfig::new(self.congestion_slot.clone())),
         }
     }
 

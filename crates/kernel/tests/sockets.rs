@@ -59,3 +59,56 @@ fn two_users_processes_talk_and_their_exits_leave_nothing() {
     let again = k.spawn(Credentials::user(2000, 2000));
     assert_eq!(again.tcp_connect(at, PATIENCE).unwrap_err().errno, Errno::ConnRefused);
 }
+
+/// Any user's process may control its own connections' congestion with a graft: the process's
+/// `net.congestion` slot runs for the connections it makes and accepts, and for no one else's.
+#[test]
+fn a_process_grafts_congestion_control_for_its_own_connections() {
+    let k = small_kernel(4096, LimitsConfig::default());
+    let server = k.spawn(Credentials::user(1000, 1000));
+    let client = k.spawn(Credentials::user(2000, 2000));
+    let cubic = vino_sdk::build_example("cubic_cc", &vino_sdk::BuildOptions::default()).unwrap();
+    client.graft_load("net.congestion", &cubic).unwrap();
+    let listener = server.tcp_listen(7101, 2).unwrap();
+    let conn = client.tcp_connect(SocketAddrV4::new(LOOPBACK, 7101), PATIENCE).unwrap();
+    let (accepted, _) = server.tcp_accept(listener, PATIENCE).unwrap();
+    let data: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+    let sender = std::thread::spawn({
+        let client = client.clone();
+        let data = data.clone();
+        move || {
+            let mut sent = 0;
+            while sent < data.len() {
+                sent += client.socket_send(conn, &data[sent..], PATIENCE).unwrap();
+            }
+            client.socket_close(conn).unwrap();
+        }
+    });
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = server.socket_recv(accepted, &mut buf, PATIENCE).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    sender.join().unwrap();
+    assert!(got == data, "{} of {} bytes, in order", got.len(), data.len());
+    let slots = client.graft_list();
+    let slot = slots.iter().find(|s| s.point == "net.congestion").unwrap();
+    let stats = slot.stats.as_ref().unwrap();
+    // At least its meeting, the segment size and an ACK (loopback segments are large).
+    assert!(stats.invocations >= 3, "{stats:?}");
+    assert_eq!(stats.failures, 0, "{stats:?}");
+    // The server's connection ran the built-in: its own slot is empty.
+    let theirs = server.graft_list();
+    assert!(
+        theirs
+            .iter()
+            .find(|s| s.point == "net.congestion")
+            .unwrap()
+            .stats
+            .is_none()
+    );
+}

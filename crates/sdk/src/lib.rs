@@ -101,6 +101,8 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("count_access", include_str!("../../../sdk/grafts/count_access.c")),
     ("private_tmp", include_str!("../../../sdk/grafts/private_tmp.c")),
     ("sha256_allow", include_str!("../../../sdk/grafts/sha256_allow.c")),
+    ("reno_cc", include_str!("../../../sdk/grafts/reno_cc.c")),
+    ("cubic_cc", include_str!("../../../sdk/grafts/cubic_cc.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

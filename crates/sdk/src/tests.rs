@@ -35,6 +35,7 @@ fn graftpoint(export: &str) -> FuncType {
         "dir_access" => ft(&[I32, I32, I32, I32, I64, I32, I64], &[I32]),
         "dir_lookup" => ft(&[I64, I32], &[I32]),
         "exec_verify" => ft(&[I32, I32], &[I32]),
+        "net_congestion" => ft(&[I32, I64, I64, I64], &[I64]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -252,6 +253,8 @@ fn examples_build_and_follow_the_abi() {
             &["allow", "clear", "count"],
             &["sha256_allow_list", "sha256_allow_count"],
         ),
+        ("reno_cc", "net_congestion", &[], &[], &[]),
+        ("cubic_cc", "net_congestion", &[], &[], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {

@@ -1,0 +1,248 @@
+//! `net.congestion`: a process's own congestion control, as a graft, on two stacks joined by a
+//! seeded lossy wire and one manual clock. The Reno and CUBIC example grafts give the same
+//! window trace as the stack's built-in Reno and CUBIC on the same link; hostile grafts (a
+//! window of zero, a loop, a trap after changing their state) never stall a connection: the
+//! built-in decides each call they fail, their window trace is the built-in's, and they are
+//! unloaded after failing again and again.
+
+use parking_lot::Mutex;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Duration;
+use vino_clock::{Clock, ManualClock, SharedClock};
+use vino_graft::{GraftSlot, PolicyKind, Runtime};
+use vino_net::congestion::{CongestionControl, TraceEntry};
+use vino_net::{
+    Congestion, CongestionConfig, Faults, HostConfig, LinkDevice, Net, NetConfig, NetError, Owner, Wait, settle, wire,
+};
+
+const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
+const PORT: u16 = 7000;
+const TOTAL: usize = 1 << 20;
+
+fn lossy(seed: u64) -> Faults {
+    Faults {
+        seed,
+        loss: 0.01,
+        duplicate: 0.0,
+        reorder: 0.01,
+        delay: Duration::from_millis(3),
+    }
+}
+
+/// What one transfer showed.
+struct Run {
+    trace: Vec<TraceEntry>,
+    /// Simulated time the whole transfer took.
+    took: Duration,
+}
+
+/// A client on A sends [`TOTAL`] bytes to a sink on B over a wire with `faults`; A's
+/// connections run `builtin` with whatever `slot` has bound. Checks every byte and that the
+/// transfer ends within a simulated ten minutes.
+fn transfer(faults: Faults, builtin: CongestionControl, slot: &Arc<GraftSlot<Congestion>>) -> Run {
+    let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
+    let (ea, eb) = wire();
+    let stack = |end, me, seed: u64| {
+        let mut host = HostConfig::on(LinkDevice::Wire(end), me, 24);
+        host.faults = Faults { seed, ..faults };
+        host.egress = vec![(B, 32)];
+        Net::start(NetConfig {
+            host: Some(host),
+            clock: SharedClock::new(clock.clone()),
+            seed: Some(seed ^ 0x5eed),
+            stepped: true,
+            ..NetConfig::default()
+        })
+        .expect("a wired stack starts")
+    };
+    let (a, b) = (stack(ea, A, faults.seed), stack(eb, B, faults.seed + 1));
+    let trace = Arc::new(Mutex::new(Vec::new()));
+    let client = Owner {
+        pid: 2,
+        uid: 1000,
+        account: None,
+        congestion: Some(CongestionConfig {
+            slot: slot.clone(),
+            builtin,
+            trace: Some(trace.clone()),
+        }),
+    };
+    let server = Owner {
+        pid: 1,
+        uid: 1000,
+        ..Owner::default()
+    };
+    let listener = b.tcp_listen(&server, PORT, 2).unwrap();
+    let conn = a.tcp_connect(&client, SocketAddrV4::new(B, PORT), Wait::No).unwrap();
+    let (mut accepted, mut sent, mut got) = (None, 0usize, 0usize);
+    let mut buf = vec![0u8; 64 << 10];
+    let start = clock.monotonic();
+    while got < TOTAL {
+        assert!(
+            clock.monotonic() - start < Duration::from_secs(600),
+            "{builtin:?}: {got} of {TOTAL} bytes in ten simulated minutes; {:?}",
+            slot.stats()
+        );
+        if accepted.is_none() {
+            accepted = b.accept(&server, listener, Wait::No).ok().map(|(c, _)| c);
+        }
+        if sent < TOTAL {
+            let chunk: Vec<u8> = (sent..TOTAL.min(sent + 16384)).map(|i| i as u8).collect();
+            match a.send(&client, conn, &chunk, Wait::No) {
+                Ok(n) => sent += n,
+                Err(NetError::WouldBlock | NetError::NotConnected) => {}
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        if let Some(c) = accepted {
+            match b.recv(&server, c, &mut buf, Wait::No) {
+                Ok(n) => {
+                    for (k, byte) in buf[..n].iter().enumerate() {
+                        assert_eq!(*byte, (got + k) as u8, "byte {}", got + k);
+                    }
+                    got += n;
+                }
+                Err(NetError::WouldBlock) => {}
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        let due = settle(&mut [&mut || a.step(), &mut || b.step()]);
+        clock.advance(due.unwrap_or(Duration::from_millis(10)).max(Duration::from_micros(50)));
+    }
+    let took = clock.monotonic() - start;
+    let trace = trace.lock().clone();
+    Run { trace, took }
+}
+
+fn runtime() -> Runtime {
+    Runtime::default()
+}
+
+fn slot(runtime: &Runtime) -> Arc<GraftSlot<Congestion>> {
+    Arc::new(GraftSlot::new(
+        runtime,
+        Arc::new(()),
+        vino_graft::Access::Process(2),
+        None,
+    ))
+}
+
+fn example(name: &str) -> Vec<u8> {
+    vino_sdk::build_example(name, &vino_sdk::BuildOptions::default()).expect("the example builds")
+}
+
+/// The window went down at least once (a loss or a timeout), so the trace covers recovery.
+fn saw_a_cut(trace: &[TraceEntry]) -> bool {
+    trace.windows(2).any(|w| w[1].2 < w[0].2)
+}
+
+#[test]
+fn reno_and_cubic_grafts_trace_the_built_ins_window_for_window() {
+    let rt = runtime();
+    for (graft, builtin) in [
+        ("reno_cc", CongestionControl::Reno),
+        ("cubic_cc", CongestionControl::Cubic),
+    ] {
+        for seed in [3, 17] {
+            let empty = slot(&rt);
+            let alone = transfer(lossy(seed), builtin, &empty);
+            assert!(saw_a_cut(&alone.trace), "{graft}: seed {seed} lost nothing");
+            let grafted = slot(&rt);
+            grafted
+                .load(&example(graft), vino_graft::Owner::process(2))
+                .expect("the example loads");
+            let run = transfer(lossy(seed), builtin, &grafted);
+            let stats = grafted.stats().expect("still bound");
+            assert_eq!(stats.failures, 0, "{graft}: {:?}", stats.last_error);
+            assert!(stats.invocations > 100, "{graft}: only {} calls", stats.invocations);
+            if let Some(at) = (0..alone.trace.len().min(run.trace.len())).find(|&i| alone.trace[i] != run.trace[i]) {
+                panic!(
+                    "{graft} and the built-in part at change {at} of {} (seed {seed}): built-in {:?}, graft {:?}",
+                    alone.trace.len(),
+                    &alone.trace[at.saturating_sub(3)..(at + 3).min(alone.trace.len())],
+                    &run.trace[at.saturating_sub(3)..(at + 3).min(run.trace.len())],
+                );
+            }
+            assert_eq!(alone.trace.len(), run.trace.len(), "{graft}: seed {seed}");
+            assert_eq!(alone.took, run.took, "{graft}: the same windows take the same time");
+        }
+    }
+}
+
+/// A graft that fails every call: the built-in decides each one, so the window trace is the
+/// built-in's; the graft is unloaded after failing too often, and the transfer never stalls.
+#[test]
+fn a_failing_graft_leaves_the_built_in_in_charge() {
+    let rt = runtime();
+    let alone = transfer(lossy(5), CongestionControl::Cubic, &slot(&rt));
+    for (name, wasm) in [
+        // Answers a window of zero, every time.
+        ("zero", wat::parse_str(ZERO).unwrap()),
+        // Answers a window past 1 GiB.
+        ("huge", wat::parse_str(HUGE).unwrap()),
+        // Loops until its budget ends.
+        ("loop", wat::parse_str(LOOP).unwrap()),
+        // Scribbles over its state, then traps: the state it had comes back.
+        ("trap", wat::parse_str(TRAP).unwrap()),
+    ] {
+        let s = slot(&rt);
+        s.load(&wasm, vino_graft::Owner::process(2))
+            .expect("a hostile graft loads");
+        let run = transfer(lossy(5), CongestionControl::Cubic, &s);
+        assert_eq!(run.trace, alone.trace, "{name}: the built-in's windows");
+        assert_eq!(
+            s.policy_kind(),
+            PolicyKind::Default,
+            "{name}: unloaded after its failures"
+        );
+    }
+}
+
+/// A graft that keeps a count of its calls in the connection's state and answers a window from
+/// it: the state comes back to it from call to call, per connection.
+#[test]
+fn the_state_block_is_kept_between_calls() {
+    let rt = runtime();
+    let s = slot(&rt);
+    s.load(&wat::parse_str(COUNTER).unwrap(), vino_graft::Owner::process(2))
+        .expect("loads");
+    let run = transfer(Faults::default(), CongestionControl::Cubic, &s);
+    let windows: Vec<u64> = run.trace.iter().map(|t| t.2).collect();
+    // INIT answers 1 MiB, then each call one segment more than the last: a window that only
+    // ever grows, starting from the first count.
+    assert!(windows.len() > 10, "{windows:?}");
+    assert!(windows.windows(2).all(|w| w[1] > w[0]), "{windows:?}");
+    assert_eq!(s.stats().unwrap().failures, 0);
+}
+
+const ZERO: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "net_congestion") (param i32 i64 i64 i64) (result i64) (i64.const 0)))"#;
+
+const HUGE: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "net_congestion") (param i32 i64 i64 i64) (result i64) (i64.const 0x40000001)))"#;
+
+const LOOP: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "net_congestion") (param i32 i64 i64 i64) (result i64) (loop (br 0)) (i64.const 4096)))"#;
+
+const TRAP: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "net_congestion") (param i32 i64 i64 i64) (result i64)
+    (i64.store (i32.const 1072) (i64.const -1))
+    unreachable))"#;
+
+/// state[0] counts calls; the window is 1 MiB plus a segment a call.
+const COUNTER: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "net_congestion") (param i32 i64 i64 i64) (result i64)
+    (i64.store (i32.const 1072) (i64.add (i64.load (i32.const 1072)) (i64.const 1)))
+    (i64.add (i64.const 1048576) (i64.mul (i64.load (i32.const 1072)) (i64.const 1024)))))"#;
