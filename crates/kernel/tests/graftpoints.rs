@@ -172,7 +172,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ("dir.access", &["dir_hours", "count_access"]),
     ("dir.lookup", &["private_tmp"]),
     ("exec.verify", &["sha256_allow"]),
-    ("net.congestion", &["reno_cc", "cubic_cc"]),
+    ("net.congestion", &["reno_cc", "cubic_cc", "shared_cc"]),
 ];
 
 /// The SDK's examples for the toy kernel.

@@ -42,6 +42,19 @@ struct Run {
 /// connections run `builtin` with whatever `slot` has bound. Checks every byte and that the
 /// transfer ends within a simulated ten minutes.
 fn transfer(faults: Faults, builtin: CongestionControl, slot: &Arc<GraftSlot<Congestion>>) -> Run {
+    transfers(faults, builtin, slot, 1, TOTAL, &mut || {})
+}
+
+/// `conns` connections of one client process on A each send `each` bytes to a sink on B at
+/// once; `between` runs after every step of the stacks.
+fn transfers(
+    faults: Faults,
+    builtin: CongestionControl,
+    slot: &Arc<GraftSlot<Congestion>>,
+    conns: usize,
+    each: usize,
+    between: &mut dyn FnMut(),
+) -> Run {
     let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
     let (ea, eb) = wire();
     let stack = |end, me, seed: u64| {
@@ -74,35 +87,42 @@ fn transfer(faults: Faults, builtin: CongestionControl, slot: &Arc<GraftSlot<Con
         uid: 1000,
         ..Owner::default()
     };
-    let listener = b.tcp_listen(&server, PORT, 2).unwrap();
-    let conn = a.tcp_connect(&client, SocketAddrV4::new(B, PORT), Wait::No).unwrap();
-    let (mut accepted, mut sent, mut got) = (None, 0usize, 0usize);
+    let listener = b.tcp_listen(&server, PORT, conns + 1).unwrap();
+    let to = SocketAddrV4::new(B, PORT);
+    let out: Vec<_> = (0..conns)
+        .map(|_| a.tcp_connect(&client, to, Wait::No).unwrap())
+        .collect();
+    let mut sent = vec![0usize; conns];
+    // Each accepted connection and its bytes so far; which client it is shows in its bytes.
+    let mut sinks: Vec<(u64, usize)> = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     let start = clock.monotonic();
-    while got < TOTAL {
+    while sinks.len() < conns || sinks.iter().any(|s| s.1 < each) {
         assert!(
             clock.monotonic() - start < Duration::from_secs(600),
-            "{builtin:?}: {got} of {TOTAL} bytes in ten simulated minutes; {:?}",
+            "{builtin:?}: {sinks:?} of {conns} x {each} bytes in ten simulated minutes; {:?}",
             slot.stats()
         );
-        if accepted.is_none() {
-            accepted = b.accept(&server, listener, Wait::No).ok().map(|(c, _)| c);
+        if let Ok((c, _)) = b.accept(&server, listener, Wait::No) {
+            sinks.push((c, 0));
         }
-        if sent < TOTAL {
-            let chunk: Vec<u8> = (sent..TOTAL.min(sent + 16384)).map(|i| i as u8).collect();
-            match a.send(&client, conn, &chunk, Wait::No) {
-                Ok(n) => sent += n,
-                Err(NetError::WouldBlock | NetError::NotConnected) => {}
-                Err(e) => panic!("send: {e}"),
+        for (i, &conn) in out.iter().enumerate() {
+            if sent[i] < each {
+                let chunk: Vec<u8> = (sent[i]..each.min(sent[i] + 16384)).map(|k| k as u8).collect();
+                match a.send(&client, conn, &chunk, Wait::No) {
+                    Ok(n) => sent[i] += n,
+                    Err(NetError::WouldBlock | NetError::NotConnected) => {}
+                    Err(e) => panic!("send: {e}"),
+                }
             }
         }
-        if let Some(c) = accepted {
-            match b.recv(&server, c, &mut buf, Wait::No) {
+        for (c, got) in sinks.iter_mut() {
+            match b.recv(&server, *c, &mut buf, Wait::No) {
                 Ok(n) => {
                     for (k, byte) in buf[..n].iter().enumerate() {
-                        assert_eq!(*byte, (got + k) as u8, "byte {}", got + k);
+                        assert_eq!(*byte, (*got + k) as u8, "byte {}", *got + k);
                     }
-                    got += n;
+                    *got += n;
                 }
                 Err(NetError::WouldBlock) => {}
                 Err(e) => panic!("recv: {e}"),
@@ -110,6 +130,7 @@ fn transfer(faults: Faults, builtin: CongestionControl, slot: &Arc<GraftSlot<Con
         }
         let due = settle(&mut [&mut || a.step(), &mut || b.step()]);
         clock.advance(due.unwrap_or(Duration::from_millis(10)).max(Duration::from_micros(50)));
+        between();
     }
     let took = clock.monotonic() - start;
     let trace = trace.lock().clone();
@@ -215,6 +236,23 @@ fn the_state_block_is_kept_between_calls() {
     assert!(windows.len() > 10, "{windows:?}");
     assert!(windows.windows(2).all(|w| w[1] > w[0]), "{windows:?}");
     assert_eq!(s.stats().unwrap().failures, 0);
+}
+
+/// One window for all of a process's connections (`shared_cc.c`): four connections at once over
+/// a lossy wire all finish, the graft sees the four of them, and it never fails.
+#[test]
+fn a_process_shares_one_window_among_its_connections() {
+    let rt = runtime();
+    let s = slot(&rt);
+    s.load(&example("shared_cc"), vino_graft::Owner::process(2)).unwrap();
+    let mut most = 0;
+    transfers(lossy(9), CongestionControl::Cubic, &s, 4, 256 << 10, &mut || {
+        most = most.max(s.call_control("connections", &[]).unwrap());
+    });
+    assert_eq!(most, 4, "the graft saw every connection");
+    let stats = s.stats().unwrap();
+    assert_eq!(stats.failures, 0, "{:?}", stats.last_error);
+    assert!(s.call_control("window", &[]).unwrap() >= 2048);
 }
 
 const ZERO: &str = r#"(module

@@ -103,6 +103,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("sha256_allow", include_str!("../../../sdk/grafts/sha256_allow.c")),
     ("reno_cc", include_str!("../../../sdk/grafts/reno_cc.c")),
     ("cubic_cc", include_str!("../../../sdk/grafts/cubic_cc.c")),
+    ("shared_cc", include_str!("../../../sdk/grafts/shared_cc.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

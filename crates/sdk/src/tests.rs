@@ -255,6 +255,7 @@ fn examples_build_and_follow_the_abi() {
         ),
         ("reno_cc", "net_congestion", &[], &[], &[]),
         ("cubic_cc", "net_congestion", &[], &[], &[]),
+        ("shared_cc", "net_congestion", &[], &["window", "connections"], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {
