@@ -522,8 +522,8 @@ __attribute__((weak, visibility("hidden"), no_builtin)) void *memmove(void *dst,
  * with the event, the time in microseconds, the bytes the event is about and the bytes in
  * flight. The area holds a struct vino_cc: the connection's numbers and the graft's own state
  * for it (all zero at VINO_CC_INIT), kept by the kernel between calls, and only when a call
- * succeeds. Return the new congestion window in bytes: at least 1 (a window below a segment
- * counts as a segment), at most VINO_CC_MAX_WINDOW. Anything else, a trap or a call past its
+ * succeeds. Return the new congestion window in bytes: at least 1 (a window below 536 bytes,
+ * TCP's default segment, counts as 536), at most VINO_CC_MAX_WINDOW. Anything else, a trap or a call past its
  * budget: the built-in controller (CUBIC) decides that event, and the state stays as it was.
  *     VINO_CC_INIT      the graft meets the connection (first event after it was created, or
  *                       after this graft was bound)

@@ -33,6 +33,11 @@ pub const STATE_WORDS: usize = 16;
 /// The largest window a graft may answer: 1 GiB, TCP's largest with window scaling.
 pub const MAX_WINDOW: u64 = 1 << 30;
 
+/// The smallest window a connection runs on: TCP's default segment (RFC 1122). A graft's answer
+/// below it is raised to it, so no answer stalls a connection; the built-ins never go below it
+/// on a link whose segments are at least that large.
+pub const MIN_WINDOW: u64 = 536;
+
 /// Where the state block starts in the argument area (after the fixed fields).
 const STATE_AT: usize = 48;
 
@@ -91,8 +96,8 @@ pub struct CcAnswer {
 ///
 /// The argument area holds, little-endian: `cwnd`, `mss`, `rwnd`, `srtt_us` (u64 each, at 0,
 /// 8, 16, 24), 16 bytes reserved, then the connection's state, [`STATE_WORDS`] u64 at 48.
-/// The answer is the new window in bytes, in `1..=MAX_WINDOW` (one below a segment counts as a
-/// segment); the state the graft leaves in the area is kept for the connection's next call.
+/// The answer is the new window in bytes, in `1..=MAX_WINDOW` (one below [`MIN_WINDOW`] counts
+/// as that); the state the graft leaves in the area is kept for the connection's next call.
 pub struct Congestion;
 
 impl GraftPoint for Congestion {
@@ -133,9 +138,8 @@ impl GraftPoint for Congestion {
             let at = STATE_AT + i * 8;
             *word = u64::from_le_bytes(area[at..at + 8].try_into().expect("8 bytes"));
         }
-        // Below a segment a window only makes runts: it is raised to one, as the built-ins do.
         Ok(CcAnswer {
-            cwnd: (window as u64).max(a.mss),
+            cwnd: (window as u64).max(MIN_WINDOW),
             state,
         })
     }

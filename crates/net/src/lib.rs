@@ -22,6 +22,7 @@ mod error;
 pub mod link;
 pub mod ports;
 pub mod stack;
+pub mod testbed;
 pub mod udp;
 
 pub use congestion::{Congestion, CongestionConfig};
