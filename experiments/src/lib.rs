@@ -24,11 +24,13 @@
 //! | `vino-bench-streams` | [`streams`] | stream grafts: each example codec in Wasm against the same C native |
 //! | `vino-bench-execverify` | [`execverify`] | `exec.verify`'s SHA-256 allow-list graft against `sha256sum` |
 //! | `vino-bench-names` | [`names`] | what a bound `dir.access` or `dir.lookup` graft adds to a walk step and an open |
+//! | `vino-bench-congestion` | [`congestion`] | Reno and CUBIC as `net.congestion` grafts against the built-ins at 1% loss |
 //! | `vino-bench-rollback` | [`rollback`] | rolling a graft's memory back on abort: its cost per call, word and record |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
 //! share (options, progress, output) is [`front`].
 
+pub mod congestion;
 pub mod daemon;
 pub mod e10_syscalls;
 pub mod e11_sched;

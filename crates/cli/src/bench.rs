@@ -118,6 +118,10 @@ pub enum BenchCommand {
     /// with 1% loss; a victim user's round trips while another user's port is flooded.
     #[command(disable_help_flag = true)]
     Net(Pass),
+    /// Congestion control as a graft: Reno and CUBIC as `net.congestion` grafts against the
+    /// stack's built-ins over a seeded lossy wire (goodput in simulated time, a call's cost).
+    #[command(disable_help_flag = true)]
+    Congestion(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -152,6 +156,7 @@ impl BenchCommand {
             BenchCommand::Execverify(p) => ("execverify", p.args),
             BenchCommand::Rollback(p) => ("rollback", p.args),
             BenchCommand::Net(p) => ("net", p.args),
+            BenchCommand::Congestion(p) => ("congestion", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

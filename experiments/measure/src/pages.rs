@@ -1052,6 +1052,28 @@ pub const PAGES: &[Page] = &[
         }],
     },
     Page {
+        name: "congestion",
+        tables: &[Table {
+            title: "Reno and CUBIC as `net.congestion` grafts against the built-ins, 1% loss (goodput in simulated \
+                    time, Mbit/s; a call's time in the graft, medians of the repetitions):",
+            rows: "rows[]",
+            across: None,
+            columns: &[
+                ("controller", "controller", Fmt::Text),
+                ("graft", "graft", Fmt::Text),
+                ("built-in Mbit/s", "builtin_mbit", Fmt::Ratio),
+                ("graft Mbit/s", "graft_mbit", Fmt::Ratio),
+                ("graft / built-in", "ratio", Fmt::Ratio),
+                ("same windows", "same_trace", Fmt::Text),
+                ("graft calls", "calls", Fmt::Count),
+                ("per call", "per_call_ns", Fmt::Ns),
+                ("machine, built-in", "builtin_ms", Fmt::Ms),
+                ("machine, graft", "graft_ms", Fmt::Ms),
+                ("goal met", "meets_goal", Fmt::Text),
+            ],
+        }],
+    },
+    Page {
         name: "names",
         tables: &[Table {
             title: "What a bound graft adds to a walk step and to an open, by a process of another user than the \
