@@ -127,11 +127,15 @@ VINO_STATIC_ASSERT(sizeof(uint64_t) == 8 && sizeof(void *) == 4, "wasm32 expecte
 
 /* 4096 bytes; a stream graft (file.stream) defines VINO_STREAM_ARGS before including this header
  * and gets the larger area its graftpoint needs (header, input chunk, output chunk); an
- * exec.verify graft defines VINO_EXEC_VERIFY_ARGS and gets 16 KiB (a chunk of the module). */
+ * exec.verify graft defines VINO_EXEC_VERIFY_ARGS and gets 16 KiB (a chunk of the module); a
+ * server graft (event.net.packet) defines VINO_NET_ARGS and gets 64 KiB (input, output,
+ * actions). */
 #ifdef VINO_STREAM_ARGS
 #define VINO_ARG_BYTES (64 + 2 * (65536 + 4096))
 #elif defined(VINO_EXEC_VERIFY_ARGS)
 #define VINO_ARG_BYTES 16384
+#elif defined(VINO_NET_ARGS)
+#define VINO_ARG_BYTES 65536
 #else
 #define VINO_ARG_BYTES 4096
 #endif
@@ -554,6 +558,56 @@ struct vino_cc {
 static inline struct vino_cc *vino_cc(void) { return (struct vino_cc *)vino_args; }
 #ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
 int64_t net_congestion(int32_t event, int64_t now_us, int64_t len, int64_t in_flight);
+#endif
+
+/* event.net.packet (the process serving the port, Process::net_serve; Small 1998 3.5 and 4.2's
+ * server in the kernel): called for each connection of the served port. Build with VINO_NET_ARGS
+ * defined (the area is 64 KiB).
+ *     VINO_NET_CONNECT  a new connection `conn`; the peer's IPv4 address (host order) and port at
+ *                       the start of the area as two uint32_t. A negative result refuses it.
+ *     VINO_NET_DATA     `len` (<= VINO_NET_IN) new bytes of `conn` at the start of the area; len 0:
+ *                       the call asked for with VINO_NET_AGAIN.
+ *     VINO_NET_CLOSE    `conn` ended: forget it (the result is ignored).
+ * Answer with actions, written at vino_net_actions(), and return how many (<= VINO_NET_ACTIONS),
+ * or'ed with VINO_NET_AGAIN to be called again (len 0) once they are done; negative: close the
+ * connection. The bytes an action sends are written in the output region (vino_net_out(),
+ * VINO_NET_OUT bytes) and named by offset and length there. A file is read and sent by the kernel
+ * after the call, from the page cache, as the serving process (its permissions); ask
+ * vino_net_stat(path, len) first: the size of a regular file the process may read, or -errno
+ * (-2 ENOENT, -13 EACCES, -21 EISDIR). A call that fails, or an invalid answer, closes the
+ * connection. */
+#define VINO_NET_CONNECT 0
+#define VINO_NET_DATA 1
+#define VINO_NET_CLOSE 2
+#define VINO_NET_IN 16384
+#define VINO_NET_OUT_AT 16384
+#define VINO_NET_OUT 32768
+#define VINO_NET_ACTIONS_AT 49152
+#define VINO_NET_ACTIONS 64
+#define VINO_NET_AGAIN (1 << 16)
+#define VINO_NET_SEND 1  /* a = offset in the output region, b = length */
+#define VINO_NET_FILE 2  /* a, b = the path in the output region; offset, len: the range (len UINT64_MAX: to the end) */
+#define VINO_NET_CLOSE_AFTER 3 /* close once everything before is sent */
+struct vino_net_action {
+    uint32_t kind;
+    uint32_t a;
+    uint32_t b;
+    uint32_t reserved;
+    uint64_t offset;
+    uint64_t len;
+};
+static inline unsigned char *vino_net_in(void) { return (unsigned char *)vino_args; }
+static inline char *vino_net_out(void) { return (char *)vino_args + VINO_NET_OUT_AT; }
+static inline struct vino_net_action *vino_net_actions(void) {
+    return (struct vino_net_action *)(vino_args + VINO_NET_ACTIONS_AT);
+}
+VINO_IMPORT(vino_net_stat) int64_t vino_net_stat(const char *path, int32_t len);
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t event_net_packet(int32_t event, int32_t conn, int32_t len);
+#endif
+#ifdef VINO_NET_ARGS
+VINO_STATIC_ASSERT(VINO_ARG_BYTES == 65536, "a server graft's area is 64 KiB");
+VINO_STATIC_ASSERT(sizeof(struct vino_net_action) == 32, "actions are 32 bytes");
 #endif
 
 /* exec.verify (global: privileged processes; `exec.verify/user`: any process of a user, for the

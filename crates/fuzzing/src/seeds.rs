@@ -204,7 +204,8 @@ fn protocol() -> Vec<Vec<u8>> {
     // and the unload; per-file graftpoints on descriptor 0.
     for g in graftpoints::all() {
         let (slot, open) = match g.who {
-            Grafter::Privileged => continue,
+            // Privileged, or bound only by serving a port.
+            Grafter::Privileged | Grafter::Server => continue,
             Grafter::Opener => (
                 format!("{}/0", g.name),
                 Some(Request::Open {

@@ -18,6 +18,7 @@ use vino_graft::{GraftPoint, LoadError, ModuleSummary, Runtime, Signature, check
 pub use crate::dir_grafts::{DirAccess, DirLookup};
 pub use crate::events::{CloseEvent, CreateEvent, ModifyEvent, OpenEvent, UnlinkEvent};
 pub use crate::exec_verify::ExecVerify;
+pub use crate::net_server::PacketEvent;
 pub use vino_cache::{Candidates, ComputeRa, PickVictim, VictimEnv, Writeback};
 pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
@@ -51,6 +52,8 @@ pub enum Grafter {
     DirectoryOwner,
     /// Privileged processes (global), or any process of a user for that user's own programs.
     PrivilegedOrUser,
+    /// The process serving the port: one per served port.
+    Server,
 }
 
 impl Grafter {
@@ -72,6 +75,7 @@ impl Grafter {
             Grafter::PrivilegedOrUser => {
                 "privileged processes (global), or any process of a user for its own programs (`exec.verify/user`, one per user)"
             }
+            Grafter::Server => "the process serving the port (`Process::net_serve`, one per served port)",
         }
     }
 }
@@ -177,7 +181,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
 const EVENTS: &str = "Small 1998, 3.5 and 7.4";
 
 /// Every graftpoint of the kernel.
-pub static GRAFTPOINTS: [Graftpoint; 20] = [
+pub static GRAFTPOINTS: [Graftpoint; 21] = [
     entry::<PickVictim>(
         Grafter::PageOwner,
         "which of its own pages a process gives up when the cache needs a frame or its memory is over its share",
@@ -264,6 +268,11 @@ pub static GRAFTPOINTS: [Graftpoint; 20] = [
         Grafter::Process,
         "how the congestion windows of its TCP connections follow acknowledgements, losses and timeouts",
         "Linux's tcp_congestion_ops, open to every process for its own connections",
+    ),
+    entry::<PacketEvent>(
+        Grafter::Server,
+        "what a server in the kernel does with a connection's bytes: send bytes or a file's range, close",
+        "Small 1998, 3.5 and 4.2",
     ),
     entry::<ExecVerify>(
         Grafter::PrivilegedOrUser,

@@ -74,6 +74,7 @@ mod locks;
 pub mod memory;
 mod namei;
 mod names;
+pub mod net_server;
 pub mod perm;
 mod pipe;
 mod process;

@@ -65,6 +65,8 @@ pub struct Process {
     pub(crate) fault_around: Arc<vino_graft::GraftSlot<vino_vm::FaultAround>>,
     /// Its `dir.lookup` graftpoint: redirects of the names its walks look up.
     pub(crate) lookup_slot: Arc<vino_graft::GraftSlot<crate::dir_grafts::DirLookup>>,
+    /// The ports it serves with grafts in the kernel (`Process::net_serve`).
+    pub(crate) servers: Mutex<Vec<crate::net_server::Server>>,
     /// Its `net.congestion` graftpoint: congestion control of its TCP connections.
     pub(crate) congestion_slot: Arc<vino_graft::GraftSlot<vino_net::Congestion>>,
     /// Its parent, children, session and zombies.
@@ -176,6 +178,7 @@ impl Process {
             fault_around,
             lookup_slot,
             congestion_slot,
+            servers: Mutex::new(Vec::new()),
             family: Mutex::new(crate::family::Family {
                 parent: parent.map_or(0, Process::pid),
                 session: parent.map_or(pid, Process::session),
@@ -1175,6 +1178,7 @@ impl Process {
     /// Closes every file and unloads every graft of this process (it exited).
     pub(crate) fn release(&self) {
         self.timer_stop();
+        self.stop_servers();
         self.kernel.events.detach(self.pid);
         let open = self.files.lock().drain();
         for (fd, file) in open {

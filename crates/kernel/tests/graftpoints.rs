@@ -42,10 +42,11 @@ fn the_registry_lists_exactly_the_graftpoints_a_kernel_creates() {
             };
             assert_eq!(slot.access, expected, "{}: {:?}", slot.point, entry.who);
         }
-        // A stream codec is no process's slot: its owner binds it to a file (`stream_bind`).
+        // A stream codec is no process's slot: its owner binds it to a file (`stream_bind`); a
+        // server's slot is made when a port is served (`net_serve`).
         let registered: BTreeSet<_> = graftpoints::all()
             .iter()
-            .filter(|g| !matches!(g.who, Grafter::FileOwner | Grafter::DirectoryOwner))
+            .filter(|g| !matches!(g.who, Grafter::FileOwner | Grafter::DirectoryOwner | Grafter::Server))
             .map(|g| g.name)
             .collect();
         assert_eq!(created, registered, "privileged {privileged}");
@@ -86,6 +87,9 @@ fn slot_name(g: &Graftpoint, fd: Fd) -> String {
 
 /// Loads `wasm` at `g` for process `p` holding `fd`, open on `/f`: into the process's slot, or,
 /// for a stream codec, bound to an empty file of its own.
+/// The port a server graft is bound to here.
+const SERVED_PORT: u16 = 9300;
+
 fn load_at(p: &Process, g: &Graftpoint, fd: Fd, wasm: &[u8]) -> vino_kernel::SysResult<()> {
     if g.who == Grafter::FileOwner {
         p.open("/codec", OpenFlags::create())?;
@@ -93,6 +97,10 @@ fn load_at(p: &Process, g: &Graftpoint, fd: Fd, wasm: &[u8]) -> vino_kernel::Sys
     }
     if g.who == Grafter::DirectoryOwner {
         return p.graft_load(&format!("{}/{}", g.name, dir_fd(p)), wasm).map(drop);
+    }
+    if g.who == Grafter::Server {
+        let p = p.kernel().process(p.pid()).expect("alive");
+        return p.net_serve(SERVED_PORT, 4, wasm);
     }
     p.graft_load(&slot_name(g, fd), wasm).map(drop)
 }
@@ -108,6 +116,8 @@ fn unload_at(p: &Process, g: &Graftpoint, fd: Fd) {
         p.stream_bind("/codec", None).unwrap();
     } else if g.who == Grafter::DirectoryOwner {
         p.graft_unload(&format!("{}/{}", g.name, dir_fd(p))).unwrap();
+    } else if g.who == Grafter::Server {
+        p.net_unserve(SERVED_PORT).unwrap();
     } else {
         p.graft_unload(&slot_name(g, fd)).unwrap();
     }
@@ -173,6 +183,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ("dir.lookup", &["private_tmp"]),
     ("exec.verify", &["sha256_allow"]),
     ("net.congestion", &["reno_cc", "cubic_cc", "shared_cc"]),
+    ("event.net.packet", &["http_server"]),
 ];
 
 /// The SDK's examples for the toy kernel.

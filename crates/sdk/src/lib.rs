@@ -104,6 +104,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("reno_cc", include_str!("../../../sdk/grafts/reno_cc.c")),
     ("cubic_cc", include_str!("../../../sdk/grafts/cubic_cc.c")),
     ("shared_cc", include_str!("../../../sdk/grafts/shared_cc.c")),
+    ("http_server", include_str!("../../../sdk/grafts/http_server.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

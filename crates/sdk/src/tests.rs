@@ -36,6 +36,7 @@ fn graftpoint(export: &str) -> FuncType {
         "dir_lookup" => ft(&[I64, I32], &[I32]),
         "exec_verify" => ft(&[I32, I32], &[I32]),
         "net_congestion" => ft(&[I32, I64, I64, I64], &[I64]),
+        "event_net_packet" => ft(&[I32, I32, I32], &[I32]),
         other => panic!("unknown graftpoint export {other}"),
     }
 }
@@ -256,6 +257,13 @@ fn examples_build_and_follow_the_abi() {
         ("reno_cc", "net_congestion", &[], &[], &[]),
         ("cubic_cc", "net_congestion", &[], &[], &[]),
         ("shared_cc", "net_congestion", &[], &["window", "connections"], &[]),
+        (
+            "http_server",
+            "event_net_packet",
+            &["vino_net_stat"],
+            &[],
+            &["http_root"],
+        ),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {
