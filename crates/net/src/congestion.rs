@@ -355,8 +355,8 @@ mod tests {
         assert_eq!(answer.state[1], 7);
         assert_eq!(
             Congestion::decode(&(), &a, 1, &area).unwrap().cwnd,
-            1024,
-            "raised to a segment"
+            MIN_WINDOW,
+            "raised to the smallest window"
         );
         for bad in [0, -1, MAX_WINDOW as i64 + 1, i64::MIN] {
             assert!(Congestion::decode(&(), &a, bad, &area).is_err(), "{bad}");
