@@ -25,6 +25,7 @@
 //! | `vino-bench-execverify` | [`execverify`] | `exec.verify`'s SHA-256 allow-list graft against `sha256sum` |
 //! | `vino-bench-names` | [`names`] | what a bound `dir.access` or `dir.lookup` graft adds to a walk step and an open |
 //! | `vino-bench-congestion` | [`congestion`] | Reno and CUBIC as `net.congestion` grafts against the built-ins at 1% loss |
+//! | `vino-bench-serve` | [`serve`] | a server in the kernel (`http_server.c`) against the same server as a VINO process |
 //! | `vino-bench-rollback` | [`rollback`] | rolling a graft's memory back on abort: its cost per call, word and record |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
@@ -53,6 +54,7 @@ pub mod procs;
 pub mod programs;
 pub mod progress;
 pub mod rollback;
+pub mod serve;
 pub mod streams;
 pub mod vm;
 pub mod vm_join;

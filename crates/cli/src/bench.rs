@@ -122,6 +122,10 @@ pub enum BenchCommand {
     /// stack's built-ins over a seeded lossy wire (goodput in simulated time, a call's cost).
     #[command(disable_help_flag = true)]
     Congestion(Pass),
+    /// A server in the kernel (Small 1998, 3.5 and 4.2): the `http_server.c` graft against the
+    /// same server as a VINO process, requests per second and latency for 4 KiB and 1 MiB files.
+    #[command(disable_help_flag = true)]
+    Serve(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -157,6 +161,7 @@ impl BenchCommand {
             BenchCommand::Rollback(p) => ("rollback", p.args),
             BenchCommand::Net(p) => ("net", p.args),
             BenchCommand::Congestion(p) => ("congestion", p.args),
+            BenchCommand::Serve(p) => ("serve", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

@@ -464,48 +464,13 @@ fn drive(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Co
                 Err(_) => return (true, false),
             }
         }
-        if let Some((fd, offset, left)) = conn.file {
-            let mut chunk = vec![0u8; (left.min(FILE_CHUNK as u64)) as usize];
-            match p.pread(fd, &mut chunk, offset) {
-                Ok(n) if n > 0 => {
-                    chunk.truncate(n);
-                    conn.out = chunk;
-                    let left = left - n as u64;
-                    conn.file = (left > 0).then_some((fd, offset + n as u64, left));
-                }
-                // The file ended early (it shrank) or could not be read: the response is cut
-                // short, so the connection cannot go on.
-                _ => conn.file = None,
+        match fill(p, slot, id, conn) {
+            Fill::Bytes => {
+                moved = true;
+                continue;
             }
-            if conn.file.is_none() {
-                let _ = p.close(fd);
-                if conn.out.is_empty() {
-                    return (true, false);
-                }
-            }
-            moved = true;
-            continue;
-        }
-        if let Some(action) = conn.todo.pop_front() {
-            moved = true;
-            match action {
-                Action::Send(bytes) => conn.out = bytes,
-                Action::File { path, offset, len } => match open_range(p, &path, offset, len) {
-                    Ok(Some(file)) => conn.file = Some(file),
-                    Ok(None) => {}
-                    Err(_) => return (true, false),
-                },
-                Action::Close => {
-                    conn.closing = true;
-                    conn.todo.clear();
-                    return (true, false);
-                }
-                Action::Again => {
-                    let answer = call(slot, id, conn, NetEvent::Data, &[]);
-                    conn.todo.extend(answer);
-                }
-            }
-            continue;
+            Fill::End => return (true, false),
+            Fill::Nothing => {}
         }
         if conn.closing {
             return (moved, false);
@@ -522,6 +487,76 @@ fn drive(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Co
         }
     }
     (moved, true)
+}
+
+/// What [`fill`] did.
+enum Fill {
+    /// Bytes are ready to send.
+    Bytes,
+    /// The connection is to end (closed by the graft, or a file that could not be sent).
+    End,
+    /// Nothing to send: read.
+    Nothing,
+}
+
+/// Gathers the next bytes to send into the connection's empty output, from the graft's actions
+/// and the file being sent, up to a file chunk: a response's head and the start of its file go
+/// in one send, so the head is not a small segment left waiting for its acknowledgement
+/// (Nagle's rule against the peer's delayed ACK would hold every response up by its delay).
+fn fill(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Conn) -> Fill {
+    debug_assert!(conn.out.is_empty());
+    while conn.out.len() < FILE_CHUNK {
+        if let Some((fd, offset, left)) = conn.file {
+            let room = (FILE_CHUNK - conn.out.len()).min(left as usize);
+            let at = conn.out.len();
+            conn.out.resize(at + room, 0);
+            match p.pread(fd, &mut conn.out[at..], offset) {
+                Ok(n) if n > 0 => {
+                    conn.out.truncate(at + n);
+                    let left = left - n as u64;
+                    conn.file = (left > 0).then_some((fd, offset + n as u64, left));
+                }
+                // The file ended early (it shrank) or could not be read: the response is cut
+                // short, so the connection cannot go on.
+                _ => {
+                    conn.file = None;
+                    let _ = p.close(fd);
+                    return Fill::End;
+                }
+            }
+            if conn.file.is_none() {
+                let _ = p.close(fd);
+            }
+            continue;
+        }
+        match conn.todo.front() {
+            None => break,
+            // What ends or asks again waits for the bytes before it to go.
+            Some(Action::Close | Action::Again) if !conn.out.is_empty() => break,
+            Some(_) => {}
+        }
+        match conn.todo.pop_front().expect("looked at above") {
+            Action::Send(bytes) => conn.out.extend_from_slice(&bytes),
+            Action::File { path, offset, len } => match open_range(p, &path, offset, len) {
+                Ok(file) => conn.file = file,
+                Err(_) => return Fill::End,
+            },
+            Action::Close => {
+                conn.closing = true;
+                conn.todo.clear();
+                return Fill::End;
+            }
+            Action::Again => {
+                let answer = call(slot, id, conn, NetEvent::Data, &[]);
+                conn.todo.extend(answer);
+            }
+        }
+    }
+    if conn.out.is_empty() {
+        Fill::Nothing
+    } else {
+        Fill::Bytes
+    }
 }
 
 /// Opens `path` as the owner for a range to send: `None` for an empty range.

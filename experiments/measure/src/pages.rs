@@ -1074,6 +1074,23 @@ pub const PAGES: &[Page] = &[
         }],
     },
     Page {
+        name: "serve",
+        tables: &[Table {
+            title: "A server in the kernel (`http_server.c`) against the same server as a VINO process (`httpd.c`), 8 \
+                    keep-alive clients over the loopback (medians of the repetitions):",
+            rows: "rows[]",
+            across: None,
+            columns: &[
+                ("server", "server", Fmt::Text),
+                ("file", "file", Fmt::Text),
+                ("requests/s", "requests_per_sec", Fmt::Count),
+                ("p50", "p50_us", Fmt::Us),
+                ("p99", "p99_us", Fmt::Us),
+                ("vs process", "vs_process", Fmt::Ratio),
+            ],
+        }],
+    },
+    Page {
         name: "names",
         tables: &[Table {
             title: "What a bound graft adds to a walk step and to an open, by a process of another user than the \
