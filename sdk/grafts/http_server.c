@@ -23,6 +23,18 @@ VINO_SHARED char http_root[ROOT_MAX] = "/www";
 
 /* ---- small helpers (no libc) ---- */
 
+/* Unaligned 8-byte words: a call's stores are logged for its rollback one store at a time, so
+ * bytes are moved eight at a time. */
+typedef uint64_t __attribute__((aligned(1))) word_u;
+
+static void copy(char *dst, const char *src, uint32_t n) {
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        *(word_u *)(dst + i) = *(const word_u *)(src + i);
+    for (; i < n; i++)
+        dst[i] = src[i];
+}
+
 static uint32_t cstrlen(const char *s) {
     uint32_t n = 0;
     while (s[n])
@@ -297,9 +309,8 @@ VINO_GRAFT(event_net_packet) int32_t event_net_packet(int32_t event, int32_t id,
         return -1;
     if (len < 0 || (uint32_t)len > REQ_MAX - c->used)
         return -1; /* a head longer than 4 KiB */
-    const unsigned char *in = vino_net_in();
-    for (int32_t i = 0; i < len; i++)
-        c->buf[c->used++] = (char)in[i];
+    copy(c->buf + c->used, (const char *)vino_net_in(), (uint32_t)len);
+    c->used += (uint32_t)len;
     struct out o = {vino_net_out(), 0, vino_net_actions(), 0};
     bool more = false;
     for (;;) {
@@ -312,8 +323,8 @@ VINO_GRAFT(event_net_packet) int32_t event_net_packet(int32_t event, int32_t id,
             break;
         }
         bool keep = answer(&o, c->buf, (uint32_t)end);
-        for (uint32_t i = (uint32_t)end; i < c->used; i++)
-            c->buf[i - (uint32_t)end] = c->buf[i];
+        /* Forward, so an overlapping move reads each word before it is overwritten. */
+        copy(c->buf, c->buf + end, c->used - (uint32_t)end);
         c->used -= (uint32_t)end;
         if (!keep) {
             c->used = 0;

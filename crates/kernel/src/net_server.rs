@@ -55,6 +55,10 @@ const FILE_CHUNK: usize = 64 * 1024;
 const PATH_MAX: usize = 1024;
 /// Steps one connection may take in one round before the others get theirs.
 const STEPS_PER_ROUND: usize = 8;
+/// Connections sending file bytes at once; the others' file responses wait their turn. A file
+/// response runs nearly to completion, as an ordinary server's blocking writes do: eight
+/// interleaved would keep eight sockets' windows of segments queued at the link at once.
+const FILE_SENDERS: usize = 2;
 
 /// What happened on a connection (the entry point's first argument).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,6 +345,8 @@ async fn serve(
 ) {
     let mut conns: BTreeMap<u32, Conn> = BTreeMap::new();
     let mut next_id = 0u32;
+    // The connections whose file responses have a turn to send ([`FILE_SENDERS`]).
+    let mut sending: Vec<u32> = Vec::new();
     let mut buf = vec![0u8; SERVE_IN];
     while !stop.load(Ordering::Relaxed) {
         let Some(p) = process.upgrade() else { return };
@@ -348,8 +354,17 @@ async fn serve(
         let ids: Vec<u32> = conns.keys().copied().collect();
         for id in ids {
             let conn = conns.get_mut(&id).expect("listed above");
-            let (moved, alive) = drive(&p, &slot, id, conn, &mut buf);
+            let turn = sending.contains(&id) || sending.len() < FILE_SENDERS;
+            let (moved, alive) = drive(&p, &slot, id, conn, &mut buf, turn);
             busy |= moved;
+            let has_file = alive && conn.file.is_some();
+            match (sending.iter().position(|&s| s == id), has_file) {
+                (None, true) if turn => sending.push(id),
+                (Some(at), false) => {
+                    sending.swap_remove(at);
+                }
+                _ => {}
+            }
             if !alive {
                 let conn = conns.remove(&id).expect("listed above");
                 end(&p, &slot, id, conn);
@@ -446,7 +461,15 @@ fn call(slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Conn, event: NetEvent
 
 /// Moves connection `id` on: sends what is pending, does what the graft asked, reads new bytes
 /// for the graft. Returns (whether anything happened, whether it lives on).
-fn drive(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Conn, buf: &mut [u8]) -> (bool, bool) {
+/// `turn`: whether it may send file bytes now ([`FILE_SENDERS`]).
+fn drive(
+    p: &Arc<Process>,
+    slot: &GraftSlot<PacketEvent>,
+    id: u32,
+    conn: &mut Conn,
+    buf: &mut [u8],
+    turn: bool,
+) -> (bool, bool) {
     let mut moved = false;
     for _ in 0..STEPS_PER_ROUND {
         if conn.sent < conn.out.len() {
@@ -464,12 +487,14 @@ fn drive(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Co
                 Err(_) => return (true, false),
             }
         }
-        match fill(p, slot, id, conn) {
+        match fill(p, slot, id, conn, turn) {
             Fill::Bytes => {
                 moved = true;
                 continue;
             }
             Fill::End => return (true, false),
+            // Its file's turn has not come: nothing more is read from it meanwhile.
+            Fill::Wait => return (moved, true),
             Fill::Nothing => {}
         }
         if conn.closing {
@@ -495,6 +520,8 @@ enum Fill {
     Bytes,
     /// The connection is to end (closed by the graft, or a file that could not be sent).
     End,
+    /// A file waits for its turn to send.
+    Wait,
     /// Nothing to send: read.
     Nothing,
 }
@@ -503,10 +530,13 @@ enum Fill {
 /// and the file being sent, up to a file chunk: a response's head and the start of its file go
 /// in one send, so the head is not a small segment left waiting for its acknowledgement
 /// (Nagle's rule against the peer's delayed ACK would hold every response up by its delay).
-fn fill(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Conn) -> Fill {
+fn fill(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Conn, turn: bool) -> Fill {
     debug_assert!(conn.out.is_empty());
     while conn.out.len() < FILE_CHUNK {
         if let Some((fd, offset, left)) = conn.file {
+            if !turn {
+                return if conn.out.is_empty() { Fill::Wait } else { Fill::Bytes };
+            }
             let room = (FILE_CHUNK - conn.out.len()).min(left as usize);
             let at = conn.out.len();
             conn.out.resize(at + room, 0);

@@ -1076,8 +1076,8 @@ pub const PAGES: &[Page] = &[
     Page {
         name: "serve",
         tables: &[Table {
-            title: "A server in the kernel (`http_server.c`) against the same server as a VINO process (`httpd.c`), 8 \
-                    keep-alive clients over the loopback (medians of the repetitions):",
+            title: "A server in the kernel (`http_server.c`) against the same server as a VINO process (`httpd.c`) and \
+                    nginx, 8 keep-alive clients, where the notes say (medians of the repetitions):",
             rows: "rows[]",
             across: None,
             columns: &[
