@@ -613,3 +613,93 @@ fn end(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, mut conn: Conn)
     }
     let _ = p.socket_close(conn.socket);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn args(event: NetEvent) -> PacketArgs<'static> {
+        PacketArgs {
+            event,
+            conn: 1,
+            data: b"GET / HTTP/1.1\r\n\r\n",
+            peer: SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 5000),
+        }
+    }
+
+    fn action(area: &mut [u8], i: usize, kind: u32, a: u32, b: u32, offset: u64, len: u64) {
+        let at = SERVE_ACTIONS_AT + i * 32;
+        area[at..at + 4].copy_from_slice(&kind.to_le_bytes());
+        area[at + 4..at + 8].copy_from_slice(&a.to_le_bytes());
+        area[at + 8..at + 12].copy_from_slice(&b.to_le_bytes());
+        area[at + 16..at + 24].copy_from_slice(&offset.to_le_bytes());
+        area[at + 24..at + 32].copy_from_slice(&len.to_le_bytes());
+    }
+
+    #[test]
+    fn actions_are_read_and_checked() {
+        let env = ServeEnv { process: Weak::new() };
+        let mut area = vec![0u8; SERVE_ARGS];
+        area[SERVE_OUT_AT..SERVE_OUT_AT + 7].copy_from_slice(b"HI/www/");
+        action(&mut area, 0, 1, 0, 2, 0, 0);
+        action(&mut area, 1, 2, 2, 5, 10, u64::MAX);
+        action(&mut area, 2, 3, 0, 0, 0, 0);
+        let a = args(NetEvent::Data);
+        let got = PacketEvent::decode(&env, &a, 3 | SERVE_AGAIN, &area).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Action::Send(b"HI".to_vec()),
+                Action::File {
+                    path: "/www/".into(),
+                    offset: 10,
+                    len: u64::MAX
+                },
+                Action::Close,
+                Action::Again,
+            ]
+        );
+        assert_eq!(PacketEvent::decode(&env, &a, -1, &area).unwrap(), vec![Action::Close]);
+        assert!(PacketEvent::decode(&env, &a, SERVE_ACTIONS as i32 + 1, &area).is_err());
+        action(&mut area, 0, 1, SERVE_OUT as u32 - 1, 2, 0, 0);
+        assert!(
+            PacketEvent::decode(&env, &a, 1, &area).is_err(),
+            "past the output region"
+        );
+        action(&mut area, 0, 9, 0, 0, 0, 0);
+        assert!(PacketEvent::decode(&env, &a, 1, &area).is_err(), "no such action");
+        assert!(
+            PacketEvent::decode(&env, &args(NetEvent::Close), 1, &area)
+                .unwrap()
+                .is_empty()
+        );
+        let mut area2 = vec![0u8; SERVE_ARGS];
+        assert_eq!(
+            PacketEvent::encode(&env, &args(NetEvent::Connect), &mut area2),
+            (0, 1, 0)
+        );
+        assert_eq!(&area2[..4], &0x7f00_0001u32.to_le_bytes());
+    }
+
+    proptest! {
+        /// Whatever a graft leaves in its area and answers, reading it back never panics and
+        /// never yields more than the area allows.
+        #[test]
+        fn any_answer_is_read_safely(r in any::<i32>(), words in proptest::collection::vec(any::<u32>(), 64 * 8)) {
+            let env = ServeEnv { process: Weak::new() };
+            let mut area = vec![0u8; SERVE_ARGS];
+            for (i, w) in words.iter().enumerate() {
+                let at = SERVE_ACTIONS_AT + i * 4;
+                // Each action's first word its kind: mostly real kinds, sometimes not.
+                let word = if i % 8 == 0 { w % 5 } else { *w };
+                area[at..at + 4].copy_from_slice(&word.to_le_bytes());
+            }
+            if let Ok(actions) = PacketEvent::decode(&env, &args(NetEvent::Data), r, &area) {
+                prop_assert!(actions.len() <= SERVE_ACTIONS + 1);
+                let bytes: usize = actions.iter().map(|a| match a { Action::Send(b) => b.len(), _ => 0 }).sum();
+                prop_assert!(bytes <= SERVE_ACTIONS * SERVE_OUT);
+            }
+        }
+    }
+}
