@@ -59,6 +59,49 @@ const STEPS_PER_ROUND: usize = 8;
 /// response runs nearly to completion, as an ordinary server's blocking writes do: eight
 /// interleaved would keep eight sockets' windows of segments queued at the link at once.
 const FILE_SENDERS: usize = 2;
+/// Longest turn while others wait: a client that reads slowly, or not at all, delays the
+/// others' responses by at most this much per turn it gets.
+const TURN: Duration = Duration::from_millis(50);
+
+/// Whose file responses may send now ([`FILE_SENDERS`] at a time, [`TURN`] each while others
+/// wait, first come first served).
+#[derive(Default)]
+struct Turns {
+    sending: Vec<(u32, Instant)>,
+    waiting: VecDeque<u32>,
+}
+
+impl Turns {
+    /// Whether connection `id`, which has file bytes to send, may send them now.
+    fn may_send(&mut self, id: u32) -> bool {
+        if let Some(at) = self.sending.iter().position(|s| s.0 == id) {
+            if self.sending[at].1.elapsed() < TURN || self.waiting.is_empty() {
+                return true;
+            }
+            self.sending.swap_remove(at);
+        } else {
+            // Someone waits: turns that ran out end now, whether or not their holders came
+            // back for more (one stuck on a peer that does not read never does).
+            self.sending.retain(|s| s.1.elapsed() < TURN);
+        }
+        let first = self.waiting.front().is_none_or(|&w| w == id);
+        if self.sending.len() < FILE_SENDERS && first {
+            self.waiting.retain(|&w| w != id);
+            self.sending.push((id, Instant::now()));
+            return true;
+        }
+        if !self.waiting.contains(&id) {
+            self.waiting.push_back(id);
+        }
+        false
+    }
+
+    /// Connection `id` has no file bytes to send any more (or ended).
+    fn done(&mut self, id: u32) {
+        self.sending.retain(|s| s.0 != id);
+        self.waiting.retain(|&w| w != id);
+    }
+}
 
 /// What happened on a connection (the entry point's first argument).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -345,8 +388,7 @@ async fn serve(
 ) {
     let mut conns: BTreeMap<u32, Conn> = BTreeMap::new();
     let mut next_id = 0u32;
-    // The connections whose file responses have a turn to send ([`FILE_SENDERS`]).
-    let mut sending: Vec<u32> = Vec::new();
+    let mut turns = Turns::default();
     let mut buf = vec![0u8; SERVE_IN];
     while !stop.load(Ordering::Relaxed) {
         let Some(p) = process.upgrade() else { return };
@@ -354,16 +396,10 @@ async fn serve(
         let ids: Vec<u32> = conns.keys().copied().collect();
         for id in ids {
             let conn = conns.get_mut(&id).expect("listed above");
-            let turn = sending.contains(&id) || sending.len() < FILE_SENDERS;
-            let (moved, alive) = drive(&p, &slot, id, conn, &mut buf, turn);
+            let (moved, alive) = drive(&p, &slot, id, conn, &mut buf, &mut turns);
             busy |= moved;
-            let has_file = alive && conn.file.is_some();
-            match (sending.iter().position(|&s| s == id), has_file) {
-                (None, true) if turn => sending.push(id),
-                (Some(at), false) => {
-                    sending.swap_remove(at);
-                }
-                _ => {}
+            if !alive || conn.file.is_none() {
+                turns.done(id);
             }
             if !alive {
                 let conn = conns.remove(&id).expect("listed above");
@@ -376,9 +412,12 @@ async fn serve(
             }
             continue;
         }
-        // Nothing to do: wait for a connection, bytes, room to send, or the stop.
+        // Nothing to do: wait for a connection, bytes, room to send, or the stop; and with
+        // responses waiting for a turn, at most a turn (a turn ends by time, not by an event).
+        let waiting = !turns.waiting.is_empty();
+        let mut nap = std::pin::pin!(ctx.sleep_for(TURN));
         std::future::poll_fn(|cx| {
-            if stop.load(Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) || (waiting && nap.as_mut().poll(cx).is_ready()) {
                 return Poll::Ready(());
             }
             let mut ready = conns.len() < SERVE_CONNS_MAX && p.socket_poll(listener, Interest::Read, cx).is_ready();
@@ -461,14 +500,13 @@ fn call(slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Conn, event: NetEvent
 
 /// Moves connection `id` on: sends what is pending, does what the graft asked, reads new bytes
 /// for the graft. Returns (whether anything happened, whether it lives on).
-/// `turn`: whether it may send file bytes now ([`FILE_SENDERS`]).
 fn drive(
     p: &Arc<Process>,
     slot: &GraftSlot<PacketEvent>,
     id: u32,
     conn: &mut Conn,
     buf: &mut [u8],
-    turn: bool,
+    turns: &mut Turns,
 ) -> (bool, bool) {
     let mut moved = false;
     for _ in 0..STEPS_PER_ROUND {
@@ -487,7 +525,7 @@ fn drive(
                 Err(_) => return (true, false),
             }
         }
-        match fill(p, slot, id, conn, turn) {
+        match fill(p, slot, id, conn, turns) {
             Fill::Bytes => {
                 moved = true;
                 continue;
@@ -530,11 +568,11 @@ enum Fill {
 /// and the file being sent, up to a file chunk: a response's head and the start of its file go
 /// in one send, so the head is not a small segment left waiting for its acknowledgement
 /// (Nagle's rule against the peer's delayed ACK would hold every response up by its delay).
-fn fill(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Conn, turn: bool) -> Fill {
+fn fill(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Conn, turns: &mut Turns) -> Fill {
     debug_assert!(conn.out.is_empty());
     while conn.out.len() < FILE_CHUNK {
         if let Some((fd, offset, left)) = conn.file {
-            if !turn {
+            if !turns.may_send(id) {
                 return if conn.out.is_empty() { Fill::Wait } else { Fill::Bytes };
             }
             let room = (FILE_CHUNK - conn.out.len()).min(left as usize);

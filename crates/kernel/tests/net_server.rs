@@ -264,3 +264,26 @@ const BAD_ACTION: &str = r#"(module
   (func (export "event_net_packet") (param i32 i32 i32) (result i32)
     (i32.store (i32.const 49152) (i32.const 99))
     (i32.const 1)))"#;
+
+/// Clients that ask for large files and never read hold the server's turns to send file bytes
+/// only for a while: another client's response comes whole meanwhile.
+#[test]
+fn clients_that_never_read_do_not_hold_up_the_others() {
+    let (k, owner) = server(8082);
+    put(&owner, "/www/huge", &content(2 << 20, 3));
+    let stuck: Vec<Client> = (0..3)
+        .map(|_| {
+            let c = Client::connect(&k, 8082);
+            c.send("GET /huge HTTP/1.1\r\n\r\n");
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = Client::connect(&k, 8082);
+    let r = c.get("/huge", "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == content(2 << 20, 3), "2 MiB whole");
+    for s in stuck {
+        k.exit(s.p.pid());
+    }
+}
