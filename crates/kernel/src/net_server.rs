@@ -455,7 +455,11 @@ fn accept(
             break;
         };
         any = true;
+        // Ids count up from 1; after 2^32 connections they wrap, past the ones still open.
         *next_id = next_id.wrapping_add(1);
+        while *next_id == 0 || conns.contains_key(next_id) {
+            *next_id = next_id.wrapping_add(1);
+        }
         let mut conn = Conn {
             socket,
             peer,
