@@ -292,8 +292,6 @@ struct Conn {
     todo: VecDeque<Action>,
     /// A file being sent: its descriptor, where the next chunk starts, bytes left.
     file: Option<(crate::files::Fd, u64, u64)>,
-    /// Closing: nothing more is read.
-    closing: bool,
     /// Graft time in the current second, and when that second began.
     cpu: Duration,
     since: Instant,
@@ -467,7 +465,6 @@ fn accept(
             sent: 0,
             todo: VecDeque::new(),
             file: None,
-            closing: false,
             cpu: Duration::ZERO,
             since: Instant::now(),
             failed: false,
@@ -538,9 +535,6 @@ fn drive(
             // Its file's turn has not come: nothing more is read from it meanwhile.
             Fill::Wait => return (moved, true),
             Fill::Nothing => {}
-        }
-        if conn.closing {
-            return (moved, false);
         }
         match p.socket_recv(conn.socket, buf, Wait::No) {
             Ok(0) => return (true, false),
@@ -613,11 +607,8 @@ fn fill(p: &Arc<Process>, slot: &GraftSlot<PacketEvent>, id: u32, conn: &mut Con
                 Ok(file) => conn.file = file,
                 Err(_) => return Fill::End,
             },
-            Action::Close => {
-                conn.closing = true;
-                conn.todo.clear();
-                return Fill::End;
-            }
+            // Everything before it went out (it waited for `out` to empty): the connection ends.
+            Action::Close => return Fill::End,
             Action::Again => {
                 let answer = call(slot, id, conn, NetEvent::Data, &[]);
                 conn.todo.extend(answer);
