@@ -539,6 +539,7 @@ impl Native {
             input: plain,
             nonce,
             plain_len: plain.len(),
+            raw: false,
         })
     }
 
@@ -555,6 +556,7 @@ impl Native {
             input: coded,
             nonce,
             plain_len,
+            raw: false,
         })? {
             Encoded::Coded(plain) => Ok(plain),
             Encoded::Raw => Err(vino_stream::StreamError::Failed("raw from a decode".into())),

@@ -1,6 +1,8 @@
 /* lz4_stream.c -- a compressing stream graft (file.stream): each chunk is one LZ4 block, made by
  * LZ4's own code (vendor/lz4, LZ4 1.9.4, BSD-2-Clause; the SDK puts it on the include path as
- * lz4/lz4.c). A chunk LZ4 cannot shrink is stored raw. */
+ * lz4/lz4.c). A chunk LZ4 cannot shrink is stored raw. On a socket (a connection's layer) the
+ * peer's raw frames come to the decode flagged VINO_STREAM_RAW_INPUT, and are taken as they are:
+ * they are what this graft's own encode leaves raw. */
 #define VINO_STREAM_ARGS
 #include "vino_graft.h"
 
@@ -24,6 +26,10 @@ VINO_GRAFT(file_stream) int32_t file_stream(int32_t op, int64_t chunk, int32_t i
         /* Only a block shorter than the chunk is worth storing: capacity in_len - 1. */
         int n = in_len > 1 ? LZ4_compress_default(in, out, in_len, in_len - 1) : 0;
         return n > 0 ? n : VINO_STREAM_RAW;
+    }
+    if (vino_stream_flags() & VINO_STREAM_RAW_INPUT) {
+        __builtin_memcpy(out, in, (uint32_t)in_len);
+        return in_len;
     }
     int n = LZ4_decompress_safe(in, out, in_len, (int)vino_stream_plain_len());
     return n >= 0 ? n : VINO_STREAM_FAILED;

@@ -430,7 +430,10 @@ int32_t dir_lookup(int64_t dir, int32_t name_len);
  *     [24, 32)   chunk index in the file (u64)
  *     [32, 36)   plain_len (u32): encode, = in_len; decode, the length the graft must produce
  *     [36, 40)   op (u32), the same as the argument
- *     [40, 64)   zero
+ *     [40, 44)   flags (u32): VINO_STREAM_RAW_INPUT on a decode of a frame the peer's encoder
+ *                left raw (a socket's layer: Process::socket_push); a graft that accepts raw
+ *                bytes copies the input and answers plain_len, any other refuses
+ *     [44, 64)   zero
  *     [64, ...)  the input, in_len bytes: vino_stream_in()
  *     [64 + VINO_STREAM_MAX_ENCODED, ...)   the output: vino_stream_out()
  * Encode returns n >= 0 encoded bytes (n <= in_len + VINO_STREAM_MAX_GROWTH), VINO_STREAM_RAW to
@@ -450,12 +453,14 @@ int32_t dir_lookup(int64_t dir, int32_t name_len);
 #define VINO_STREAM_FAILED (-1)
 #define VINO_STREAM_RAW (-2)
 #define VINO_STREAM_NEED_KEY (-3)
+#define VINO_STREAM_RAW_INPUT 1
 struct vino_stream_header {
     uint8_t nonce[VINO_STREAM_NONCE_BYTES];
     uint64_t chunk;
     uint32_t plain_len;
     uint32_t op;
-    uint8_t zero[24];
+    uint32_t flags;
+    uint8_t zero[20];
 };
 #ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
 int32_t file_stream(int32_t op, int64_t chunk, int32_t in_len);
@@ -465,6 +470,7 @@ static inline const struct vino_stream_header *vino_stream_header(void) {
 }
 static inline const uint8_t *vino_stream_nonce(void) { return vino_stream_header()->nonce; }
 static inline uint32_t vino_stream_plain_len(void) { return vino_stream_header()->plain_len; }
+static inline uint32_t vino_stream_flags(void) { return vino_stream_header()->flags; }
 static inline uint8_t *vino_stream_in(void) { return vino_args + VINO_STREAM_HEADER; }
 static inline uint8_t *vino_stream_out(void) { return vino_args + VINO_STREAM_HEADER + VINO_STREAM_MAX_ENCODED; }
 VINO_STATIC_ASSERT(sizeof(struct vino_stream_header) == VINO_STREAM_HEADER, "the stream header is 64 bytes");

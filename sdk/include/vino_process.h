@@ -202,6 +202,21 @@ VINO_IMPORT(getsockname)
 int vino_getsockname(int fd, void *addr, uint32_t *addr_len);
 VINO_IMPORT(getpeername)
 int vino_getpeername(int fd, void *addr, uint32_t *addr_len);
+/* Stream layers on a connection (Small 1998's protocol objects): vino_socket_push puts the
+ * stream graft `wasm` (a file.stream module: a compressor, an encryptor) on top of the
+ * connection's layers and returns its depth (0 the lowest); what the program sends from then on
+ * is framed and encoded by it, what it receives decoded. The peer pushes the same at the same
+ * point of the stream. Control calls (an encryptor's key) go to the graftpoint
+ * "net.stream/<fd>/<depth>" (vino_graft_call). vino_socket_pop takes the top layer off.
+ * Errors: -ENOTCONN not a connection, -ENOBUFS four layers already or socket memory at its
+ * limit, -EBUSY a send or receive under way (or, for a pop, half a frame received), -EINVAL
+ * not a stream graft (push) or no layer (pop). Afterwards a receive fails -EPROTO for a
+ * malformed or truncated stream and -EIO for a frame a layer refused (a forged one): the
+ * connection is then of no more use. */
+VINO_IMPORT(socket_push)
+int vino_socket_push(int fd, const void *wasm, size_t len);
+VINO_IMPORT(socket_pop)
+int vino_socket_pop(int fd);
 VINO_IMPORT(sendto)
 int vino_sendto(int fd, const void *buf, size_t len, int flags, const void *addr, uint32_t addr_len);
 VINO_IMPORT(recvfrom)

@@ -39,6 +39,7 @@ pub enum Errno {
     NotEmpty = 39,
     Loop = 40,
     NoData = 61,
+    Proto = 71,
     Users = 87,
     MsgSize = 90,
     NotSup = 95,
@@ -58,7 +59,7 @@ pub enum Errno {
 
 impl Errno {
     /// Every errno the kernel returns.
-    pub const ALL: [Errno; 46] = [
+    pub const ALL: [Errno; 47] = [
         Errno::Perm,
         Errno::NoEnt,
         Errno::Srch,
@@ -90,6 +91,7 @@ impl Errno {
         Errno::NotEmpty,
         Errno::Loop,
         Errno::NoData,
+        Errno::Proto,
         Errno::Users,
         Errno::MsgSize,
         Errno::NotSup,

@@ -79,6 +79,7 @@ pub mod perm;
 mod pipe;
 mod process;
 pub mod signal;
+pub mod socket_layers;
 mod sockets;
 mod staged;
 mod stream_names;

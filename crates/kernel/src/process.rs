@@ -67,6 +67,8 @@ pub struct Process {
     pub(crate) lookup_slot: Arc<vino_graft::GraftSlot<crate::dir_grafts::DirLookup>>,
     /// The ports it serves with grafts in the kernel (`Process::net_serve`).
     pub(crate) servers: Mutex<Vec<crate::net_server::Server>>,
+    /// The stream layers pushed onto its sockets.
+    pub(crate) socket_layers: Mutex<rustc_hash::FxHashMap<vino_net::SocketId, Arc<crate::socket_layers::SocketLayers>>>,
     /// Its `net.congestion` graftpoint: congestion control of its TCP connections.
     pub(crate) congestion_slot: Arc<vino_graft::GraftSlot<vino_net::Congestion>>,
     /// Its parent, children, session and zombies.
@@ -179,6 +181,7 @@ impl Process {
             lookup_slot,
             congestion_slot,
             servers: Mutex::new(Vec::new()),
+            socket_layers: Mutex::default(),
             family: Mutex::new(crate::family::Family {
                 parent: parent.map_or(0, Process::pid),
                 session: parent.map_or(pid, Process::session),
@@ -1179,6 +1182,7 @@ impl Process {
     pub(crate) fn release(&self) {
         self.timer_stop();
         self.stop_servers();
+        self.drop_all_layers();
         self.kernel.events.detach(self.pid);
         let open = self.files.lock().drain();
         for (fd, file) in open {

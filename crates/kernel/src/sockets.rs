@@ -56,7 +56,7 @@ impl Kernel {
 
 impl Process {
     /// Whom this process's sockets belong to and are charged to.
-    fn socket_owner(&self) -> Owner {
+    pub(crate) fn socket_owner(&self) -> Owner {
         Owner {
             pid: self.pid(),
             uid: self.credentials().uid,
@@ -93,10 +93,19 @@ impl Process {
     /// Whether a call for `interest` would proceed now; if not, `cx`'s task is woken when that
     /// may have changed.
     pub fn socket_poll(&self, socket: SocketId, interest: Interest, cx: &Context<'_>) -> Poll<SysResult<()>> {
-        self.kernel()
-            .net()
-            .poll_ready(&self.socket_owner(), socket, interest, cx)
-            .map_err(Into::into)
+        if interest == Interest::Read && self.layers_readable(socket) {
+            return Poll::Ready(Ok(()));
+        }
+        let net = self.kernel().net();
+        let ready = net.poll_ready(&self.socket_owner(), socket, interest, cx);
+        // Layers send whole frames: some room is not enough (the wakers stay registered, so
+        // the room an acknowledgement makes wakes the task).
+        if let (Interest::Write, Poll::Ready(Ok(())), Some(need)) = (interest, &ready, self.layers_send_need(socket))
+            && let Err(vino_net::NetError::WouldBlock) = net.send_room(&self.socket_owner(), socket, need, Wait::No)
+        {
+            return Poll::Pending;
+        }
+        ready.map_err(Into::into)
     }
 
     /// The socket's own address.
@@ -119,12 +128,19 @@ impl Process {
         Ok(self.kernel().net().tcp_connect(&self.socket_owner(), to, wait)?)
     }
 
+    /// Sends what fits of `data` (through the socket's stream layers, if it has any).
     pub fn socket_send(&self, socket: SocketId, data: &[u8], wait: Wait) -> SysResult<usize> {
+        if let Some(sent) = self.layered_send(socket, data, wait) {
+            return sent;
+        }
         Ok(self.kernel().net().send(&self.socket_owner(), socket, data, wait)?)
     }
 
     /// Receives into `buf`; 0 once the peer closed its side and all was read.
     pub fn socket_recv(&self, socket: SocketId, buf: &mut [u8], wait: Wait) -> SysResult<usize> {
+        if let Some(got) = self.layered_recv(socket, buf, wait) {
+            return got;
+        }
         Ok(self.kernel().net().recv(&self.socket_owner(), socket, buf, wait)?)
     }
 
@@ -133,6 +149,7 @@ impl Process {
     }
 
     pub fn socket_close(&self, socket: SocketId) -> SysResult<()> {
+        self.drop_layers(socket);
         Ok(self.kernel().net().close(&self.socket_owner(), socket)?)
     }
 

@@ -608,6 +608,25 @@ impl Net {
         Ok(sent)
     }
 
+    /// Waits (as `wait` allows) until the send buffer has room for `need` bytes, and says how
+    /// much it has: a sender that must put a whole frame in at once (a socket's stream layers)
+    /// asks first, then sends without waiting. The room only grows until that sender sends.
+    pub fn send_room(&self, owner: &Owner, id: SocketId, need: usize, wait: Wait) -> Result<usize, NetError> {
+        self.wait(owner, wait, |st| {
+            let socket = st.stream(owner.pid, id)?;
+            let room = socket.send_capacity() - socket.send_queue();
+            if socket.may_send() && room >= need.min(socket.send_capacity()) {
+                return Ok(Some(room));
+            }
+            match socket.state() {
+                tcp::State::Closed => Err(NetError::Reset),
+                tcp::State::SynSent | tcp::State::SynReceived => Ok(None),
+                _ if !socket.may_send() => Err(NetError::Pipe),
+                _ => Ok(None),
+            }
+        })
+    }
+
     /// Receives into `buf`: at least one byte, or 0 once the peer closed its side and
     /// everything it sent was read.
     pub fn recv(&self, owner: &Owner, id: SocketId, buf: &mut [u8], wait: Wait) -> Result<usize, NetError> {

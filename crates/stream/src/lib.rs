@@ -19,7 +19,8 @@
 //! | `[24, 32)` | the chunk's index in the file, `u64` little-endian |
 //! | `[32, 36)` | `plain_len`, `u32`: for an encode, `in_len`; for a decode, the length the graft must produce |
 //! | `[36, 40)` | the op, `u32` ([`Op`]) |
-//! | `[40, 64)` | zero |
+//! | `[40, 44)` | flags, `u32`: [`RAW_INPUT`] on a decode of bytes a peer's encoder left raw (a socket's layer, below) |
+//! | `[44, 64)` | zero |
 //! | `[HEADER, HEADER + in_len)` | the input |
 //! | `[HEADER + MAX_ENCODED, ARG_BYTES)` | the output, written by the graft |
 //!
@@ -39,6 +40,15 @@
 //! for another thread's call into the same instance rather than failing the chunk
 //! ([`GraftPoint::WAIT_WHEN_BUSY`]). Each chunk has a CPU budget of 10 ms (the runtime's
 //! invocation budget caps it).
+//!
+//! # On a socket
+//!
+//! The same grafts are a connection's layers (`Process::socket_push`, in the kernel): each
+//! `send` is cut into frames of at most [`CHUNK`] plain bytes that the layer encodes, and the
+//! peer's layer decodes them. There the encoded bytes come from another machine: a frame its
+//! sender left raw is not taken on the kernel's word, as a file's raw chunk is, but handed to
+//! the graft as a decode with [`RAW_INPUT`] set, so that only a graft that means to accept raw
+//! bytes does (a compressor copies them; an encryptor fails their tag as it fails any forgery).
 //!
 //! # Keys
 //!
@@ -86,8 +96,9 @@ pub mod layout {
     pub const CHUNK_INDEX: usize = NONCE + NONCE_BYTES;
     pub const PLAIN_LEN: usize = CHUNK_INDEX + 8;
     pub const OP: usize = PLAIN_LEN + 4;
+    pub const FLAGS: usize = OP + 4;
     /// Zero up to the input.
-    pub const RESERVED: usize = OP + 4;
+    pub const RESERVED: usize = FLAGS + 4;
     pub const INPUT: usize = HEADER;
     pub const OUTPUT: usize = HEADER + MAX_ENCODED;
 }
@@ -96,6 +107,9 @@ pub mod layout {
 pub const RAW: i32 = -2;
 /// The graft has no key from its owner yet (`VINO_STREAM_NEED_KEY`).
 pub const NEED_KEY: i32 = -3;
+/// A decode's flag: the input is plain bytes that the peer's encoder answered [`RAW`] for; the
+/// graft answers `plain_len` to accept them (copied to the output), or refuses.
+pub const RAW_INPUT: u32 = 1;
 /// The conventional refusal (`VINO_STREAM_FAILED`; any other negative result is one too).
 pub const FAILED: i32 = -1;
 
@@ -142,6 +156,8 @@ pub struct ChunkArgs<'a> {
     pub nonce: &'a [u8; NONCE_BYTES],
     /// The plain length: of the input for an encode, of the output for a decode.
     pub plain_len: usize,
+    /// A decode of bytes the peer's encoder left raw ([`RAW_INPUT`]).
+    pub raw: bool,
 }
 
 /// What the graftpoint decides for one chunk.
@@ -153,7 +169,9 @@ fn write_area(args: &ChunkArgs<'_>, area: &mut [u8]) {
     header[layout::NONCE..layout::CHUNK_INDEX].copy_from_slice(args.nonce);
     header[layout::CHUNK_INDEX..layout::PLAIN_LEN].copy_from_slice(&args.chunk.to_le_bytes());
     header[layout::PLAIN_LEN..layout::OP].copy_from_slice(&(args.plain_len as u32).to_le_bytes());
-    header[layout::OP..layout::RESERVED].copy_from_slice(&(args.op as u32).to_le_bytes());
+    header[layout::OP..layout::FLAGS].copy_from_slice(&(args.op as u32).to_le_bytes());
+    let flags = if args.raw { RAW_INPUT } else { 0 };
+    header[layout::FLAGS..layout::RESERVED].copy_from_slice(&flags.to_le_bytes());
     header[layout::RESERVED..].fill(0);
     area[layout::INPUT..layout::INPUT + args.input.len()].copy_from_slice(args.input);
 }
@@ -272,6 +290,7 @@ impl Codec {
             input: plain,
             nonce,
             plain_len: plain.len(),
+            raw: false,
         })
     }
 
@@ -282,6 +301,23 @@ impl Codec {
         coded: &[u8],
         nonce: &[u8; NONCE_BYTES],
         plain_len: usize,
+    ) -> Result<Vec<u8>, StreamError> {
+        self.decode_as(chunk, coded, nonce, plain_len, false)
+    }
+
+    /// Asks the graft to take `plain`, bytes a peer's encoder left raw (a socket's frame marked
+    /// raw): it answers with them, or refuses.
+    pub fn decode_raw(&self, chunk: u64, plain: &[u8], nonce: &[u8; NONCE_BYTES]) -> Result<Vec<u8>, StreamError> {
+        self.decode_as(chunk, plain, nonce, plain.len(), true)
+    }
+
+    fn decode_as(
+        &self,
+        chunk: u64,
+        coded: &[u8],
+        nonce: &[u8; NONCE_BYTES],
+        plain_len: usize,
+        raw: bool,
     ) -> Result<Vec<u8>, StreamError> {
         if coded.len() > MAX_ENCODED || plain_len > CHUNK {
             return Err(StreamError::Failed(format!(
@@ -295,6 +331,7 @@ impl Codec {
             input: coded,
             nonce,
             plain_len,
+            raw,
         };
         match self.run(&args)? {
             Encoded::Coded(plain) => Ok(plain),
@@ -363,6 +400,7 @@ mod tests {
             input: b"abc",
             nonce: &nonce,
             plain_len: 9,
+            raw: true,
         };
         let mut area = vec![0xffu8; ARG_BYTES];
         let params = FileStream::encode(&(), &args, &mut area);
@@ -371,7 +409,8 @@ mod tests {
         assert_eq!(&area[24..32], &[8, 7, 6, 5, 4, 3, 2, 1]);
         assert_eq!(&area[32..36], &9u32.to_le_bytes());
         assert_eq!(&area[36..40], &1u32.to_le_bytes());
-        assert!(area[40..64].iter().all(|&b| b == 0));
+        assert_eq!(&area[40..44], &RAW_INPUT.to_le_bytes());
+        assert!(area[44..64].iter().all(|&b| b == 0));
         assert_eq!(&area[64..67], b"abc");
         assert_eq!(layout::OUTPUT, 64 + 69632);
     }
@@ -386,6 +425,7 @@ mod tests {
             input: &input,
             nonce: &nonce,
             plain_len: 100,
+            raw: false,
         };
         let area = vec![5u8; ARG_BYTES];
         let decide = |args: &ChunkArgs<'_>, n| FileStream::decode(&(), args, n, &area);

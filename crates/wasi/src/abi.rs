@@ -23,6 +23,7 @@ impl WasiErrno {
     pub const INPROGRESS: WasiErrno = WasiErrno(26);
     pub const ISCONN: WasiErrno = WasiErrno(30);
     pub const NOTSOCK: WasiErrno = WasiErrno(57);
+    pub const PROTO: WasiErrno = WasiErrno(65);
     pub const PROTONOSUPPORT: WasiErrno = WasiErrno(66);
     pub const CONNREFUSED: WasiErrno = WasiErrno(14);
     pub const CONNRESET: WasiErrno = WasiErrno(15);
@@ -103,6 +104,7 @@ impl From<Errno> for WasiErrno {
             Errno::Loop => WasiErrno::LOOP,
             // WASI has no ENODATA (a missing extended attribute) or EUSERS.
             Errno::NoData => WasiErrno::NOENT,
+            Errno::Proto => WasiErrno::PROTO,
             Errno::Users => WasiErrno::NFILE,
             Errno::NotSup => WasiErrno::NOTSUP,
             Errno::NoBufs => WasiErrno::NOBUFS,

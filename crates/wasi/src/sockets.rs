@@ -125,7 +125,7 @@ impl Socket {
     }
 
     /// The kernel socket of a connection (or a bound UDP socket).
-    fn connection(&self) -> Result<SocketId> {
+    pub(crate) fn connection(&self) -> Result<SocketId> {
         let st = self.state.lock();
         match (self.proto, st.role, st.id) {
             (Proto::Tcp, Role::Connected | Role::Connecting, Some(id)) => Ok(id),
@@ -194,7 +194,7 @@ pub fn socket_of(c: &Caller<'_, Ctx>, fd: u32) -> Option<SocketFd> {
     }
 }
 
-fn socket(x: &Ctx, fd: u32) -> Result<SocketFd> {
+pub(crate) fn socket(x: &Ctx, fd: u32) -> Result<SocketFd> {
     match x.fds.get(fd)? {
         Entry::Socket(s) => Ok(s.clone()),
         _ => Err(WasiErrno::NOTSOCK),
@@ -533,8 +533,8 @@ pub fn define_preview1(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
 
 // ---- the `vino` imports ------------------------------------------------------------------------
 
-/// Links `socket`, `bind`, `listen`, `connect`, `getsockname`, `getpeername`, `sendto` and
-/// `recvfrom` in the `vino` module: each returns 0 or a result, or a negative WASI errno.
+/// Links `socket`, `socket_push`, `socket_pop`, `bind`, `listen`, `connect`, `getsockname`,
+/// `getpeername`, `sendto` and `recvfrom` in the `vino` module: each returns 0 or a result, or a negative WASI errno.
 pub fn define_vino(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     use crate::calls::sys_value;
     type C<'a> = Caller<'a, Ctx>;
@@ -552,6 +552,22 @@ pub fn define_vino(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             let sock = Socket::new(x.process.clone(), proto, Role::Fresh, None);
             let nonblock = kind & SOCK_NONBLOCK != 0;
             Ok(x.fds.insert(Entry::Socket(SocketFd { sock, nonblock }))? as i32)
+        })
+    })?;
+    // Stream layers (a stream graft on the connection's bytes): push returns the new layer's
+    // depth, its control calls go to `net.stream/<fd>/<depth>`.
+    l.func_wrap(m, "socket_push", |mut c: C, fd: u32, wasm: u32, wasm_len: u32| {
+        sys_value(&mut c, |g, x| {
+            let id = socket(x, fd)?.sock.connection()?;
+            x.process.socket_push(id, g.bytes(wasm, wasm_len)?)?;
+            Ok(x.process.socket_layer_count(id) as i32 - 1)
+        })
+    })?;
+    l.func_wrap(m, "socket_pop", |mut c: C, fd: u32| {
+        sys_value(&mut c, |_, x| {
+            let id = socket(x, fd)?.sock.connection()?;
+            x.process.socket_pop(id)?;
+            Ok(0)
         })
     })?;
     l.func_wrap(m, "bind", |mut c: C, fd: u32, addr: u32, len: u32| {

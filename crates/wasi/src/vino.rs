@@ -148,6 +148,12 @@ fn name(g: &Guest<'_>, ptr: u32, len: u32) -> Result<String> {
 
 /// `point` with a trailing descriptor (`name/<fd>`) made the kernel's descriptor.
 fn kernel_point(x: &mut Ctx, point: &str) -> Result<String> {
+    // A socket's layer: `net.stream/<fd>/<depth>`.
+    if let Some((fd, depth)) = point.strip_prefix("net.stream/").and_then(|r| r.split_once('/')) {
+        let fd: u32 = fd.parse().map_err(|_| WasiErrno::INVAL)?;
+        let id = crate::sockets::socket(x, fd)?.sock.connection()?;
+        return Ok(format!("net.stream/{id}/{depth}"));
+    }
     let Some((base, fd)) = point.rsplit_once('/') else {
         return Ok(point.to_string());
     };

@@ -29,7 +29,18 @@ fn net() -> &'static Program {
 
 /// Runs `net ARGS...` as `uid` with `sockets` opened for it: exit, stdout, stderr.
 fn run(k: &Arc<Kernel>, uid: u32, args: &[&str], sockets: Vec<SocketSpec>) -> (Exit, String, String) {
-    let (stdio, out, err) = common::stdio(Vec::new());
+    run_with(k, uid, args, sockets, Vec::new())
+}
+
+/// [`run`], with `stdin` for its standard input.
+fn run_with(
+    k: &Arc<Kernel>,
+    uid: u32,
+    args: &[&str],
+    sockets: Vec<SocketSpec>,
+    stdin: Vec<u8>,
+) -> (Exit, String, String) {
+    let (stdio, out, err) = common::stdio(stdin);
     let mut argv = vec![b"net".to_vec()];
     argv.extend(args.iter().map(|a| a.as_bytes().to_vec()));
     let setup = Setup {
@@ -194,5 +205,47 @@ fn a_process_killed_while_it_waits_in_accept_leaves_nothing_behind() {
     }
     kill.kill();
     assert_eq!(runner.join().unwrap(), Exit::Killed);
+    stack_empty(&k);
+}
+
+/// A C program pushes a stream graft (ChaCha20-Poly1305) onto its connection after a line in
+/// the clear and gives it its key through `net.stream/<fd>/0`; a kernel process of another
+/// user on the other end does the same, and the sealed lines go both ways.
+#[test]
+fn a_c_program_seals_its_connection_with_a_stream_layer() {
+    let (_dev, k) = common::boot();
+    let chacha = vino_sdk::build_example("chacha20poly1305_stream", &Default::default()).unwrap();
+    let server = k.spawn(Credentials::user(1000, 1000));
+    let listener = server.tcp_listen(7400, 1).unwrap();
+    let program = std::thread::spawn({
+        let (k, chacha) = (k.clone(), chacha.clone());
+        move || run_with(&k, 2000, &["sealed", "7400"], Vec::new(), chacha)
+    });
+    let wait = SocketWait::For(Duration::from_secs(20));
+    let (conn, _) = server.tcp_accept(listener, wait).unwrap();
+    let mut buf = [0u8; 64];
+    let mut have = 0;
+    while have < 7 {
+        have += server.socket_recv(conn, &mut buf[have..7], wait).unwrap();
+    }
+    assert_eq!(&buf[..7], b"LAYERS\n");
+    let layer = server.socket_push(conn, &chacha).unwrap();
+    for word in 0..4 {
+        server
+            .graft_call(&layer, "set_key", &[word, 0x0123_4567_89ab_cdef ^ word])
+            .unwrap();
+    }
+    let line = b"sealed hello from C";
+    have = 0;
+    while have < line.len() {
+        have += server.socket_recv(conn, &mut buf[have..line.len()], wait).unwrap();
+    }
+    assert_eq!(&buf[..have], line);
+    assert_eq!(server.socket_send(conn, b"sealed reply", wait).unwrap(), 12);
+    let (exit, out, err) = program.join().unwrap();
+    assert_eq!(exit, Exit::Code(0), "{out}{err}");
+    assert!(out.ends_with("ok vino_socket_pop\nsealed sealed reply\n"), "{out}");
+    server.socket_close(conn).unwrap();
+    k.exit(server.pid());
     stack_empty(&k);
 }

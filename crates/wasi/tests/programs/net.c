@@ -7,7 +7,10 @@
  *   net preopened         echo one connection accepted on the listening socket the runner gave
  *   net udp               two UDP sockets exchange datagrams
  *   net errors            what each misuse returns, and the user's socket limit
- *   net block PORT        listen and block in accept (to be killed) */
+ *   net block PORT        listen and block in accept (to be killed)
+ *   net sealed PORT       connect, say LAYERS in the clear, push the stream graft read from
+ *                         stdin (ChaCha20-Poly1305), give it its key, send a sealed line and
+ *                         print the sealed reply */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <fcntl.h>
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "vino_process.h"
 
 static struct sockaddr_in loopback(int port) {
     struct sockaddr_in a;
@@ -97,17 +101,21 @@ static int server(int port, int n) {
     return 0;
 }
 
-static int client(int port, const char *text) {
-    int fd = -1;
+/* A connection to the loopback's PORT, retried while refused (the server may be starting). */
+static int connect_to(int port) {
     struct sockaddr_in a = loopback(port);
     for (int tries = 0;; tries++) {
-        fd = socket(AF_INET, SOCK_STREAM, 0);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
         check(fd >= 0, "socket");
-        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) break;
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
         check(errno == ECONNREFUSED && tries < 500, "connect (refused while the server starts)");
         close(fd);
         sleep_ms(10);
     }
+}
+
+static int client(int port, const char *text) {
+    int fd = connect_to(port);
     struct sockaddr_in me, peer;
     socklen_t len = sizeof me;
     check(getsockname(fd, (struct sockaddr *)&me, &len) == 0 && ntohs(me.sin_port) >= 49152, "getsockname");
@@ -232,6 +240,38 @@ static int block(int port) {
     return 1;
 }
 
+static int sealed(int port) {
+    static unsigned char wasm[1 << 20];
+    size_t len = 0;
+    ssize_t got;
+    while ((got = read(0, wasm + len, sizeof wasm - len)) > 0) len += (size_t)got;
+    check(len > 0, "the stream graft on stdin");
+    int fd = connect_to(port);
+    check(send(fd, "LAYERS\n", 7, 0) == 7, "send in the clear");
+    int depth = vino_socket_push(fd, wasm, len);
+    check(depth == 0, "vino_socket_push");
+    char point[64];
+    snprintf(point, sizeof point, "net.stream/%d/%d", fd, depth);
+    for (int64_t word = 0; word < 4; word++) {
+        int64_t args[2] = {word, 0x0123456789abcdefLL ^ word}, result;
+        check(vino_graft_call(point, strlen(point), "set_key", 7, args, 2, &result) == 0, "set_key");
+    }
+    const char *line = "sealed hello from C";
+    check(send(fd, line, strlen(line), 0) == (ssize_t)strlen(line), "sealed send");
+    char buf[256];
+    size_t have = 0;
+    while (have < 12) {
+        got = recv(fd, buf + have, sizeof buf - 1 - have, 0);
+        check(got > 0, "sealed recv");
+        have += (size_t)got;
+    }
+    buf[have] = 0;
+    check(vino_socket_pop(fd) == 0 && vino_socket_pop(fd) == -EINVAL, "vino_socket_pop");
+    close(fd);
+    printf("sealed %s\n", buf);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 4 && strcmp(argv[1], "server") == 0) return server(atoi(argv[2]), atoi(argv[3]));
@@ -240,6 +280,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "udp") == 0) return udp();
     if (argc >= 2 && strcmp(argv[1], "errors") == 0) return errors();
     if (argc >= 3 && strcmp(argv[1], "block") == 0) return block(atoi(argv[2]));
+    if (argc >= 3 && strcmp(argv[1], "sealed") == 0) return sealed(atoi(argv[2]));
     fprintf(stderr, "usage: net server|client|preopened|udp|errors|block ...\n");
     return 2;
 }
