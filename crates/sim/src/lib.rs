@@ -169,6 +169,8 @@ pub struct Report {
     /// TCP streams that finished whole, bytes checked where they came out of a socket, and
     /// packets the links' faults lost, copied or reordered (first pass).
     pub net_streams: u64,
+    /// Of those, streams through a stream layer both ends pushed.
+    pub net_layered: u64,
     pub net_bytes: u64,
     pub net_faults: u64,
     /// Hash of every packet on the wire between the kernel and its peer (first pass).
@@ -247,6 +249,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
         piped_bytes: clean.family.piped_bytes,
         memory_touches: clean.memories.touched,
         net_streams: 0,
+        net_layered: 0,
         net_bytes: 0,
         net_faults: 0,
         net_trace: 0,
@@ -254,6 +257,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
     };
     clean.finish_network()?;
     report.net_streams = clean.network.streams_done;
+    report.net_layered = clean.network.layered_done;
     report.net_bytes = clean.network.bytes_checked;
     report.net_faults = clean.network.faults(&clean.kernel);
     report.net_trace = clean.network.trace();
@@ -1194,6 +1198,7 @@ pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
     s.insert("piped_bytes", reports.iter().map(|r| r.piped_bytes).sum());
     s.insert("memory_touches", reports.iter().map(|r| r.memory_touches).sum());
     s.insert("net_streams", reports.iter().map(|r| r.net_streams).sum());
+    s.insert("net_layered", reports.iter().map(|r| r.net_layered).sum());
     s.insert("net_bytes", reports.iter().map(|r| r.net_bytes).sum());
     s.insert("net_faults", reports.iter().map(|r| r.net_faults).sum());
     s.insert(

@@ -8,7 +8,10 @@
 //! each other's over the loopback, send bytes the seed decides, and read them back. Every byte
 //! is checked where it comes out of a socket, at the server and back at the client: none lost,
 //! duplicated, reordered or changed, and a stream ends (its end of file) exactly after its last
-//! byte. A process may also abandon a stream half way (its close resets the connection). The
+//! byte. A process may also abandon a stream half way (its close resets the connection). A
+//! third of the streams between two processes go through a stream layer that both ends push
+//! (the simulation's codec, which keys each frame by its index, so a frame decoded out of place
+//! comes out changed). The
 //! stacks run only in the network's own steps; the rest of the workload moves the clock too,
 //! so connections see long pauses, retransmissions and backoff. At the end every stream still
 //! open must finish within a bounded simulated time, every socket is closed, and both stacks
@@ -46,6 +49,11 @@ const FINISH_WITHIN: Duration = Duration::from_secs(900);
 
 // errnos the calls answer with, as numbers (the peer's calls give `NetError::errno`).
 const EAGAIN: i32 = 11;
+
+/// A limit of the user's: its socket memory (`ENOBUFS`) or its grafts (`EDQUOT`).
+fn limited(errno: i32) -> bool {
+    errno == 105 || errno == 122
+}
 const ENOTCONN: i32 = 107;
 const ECONNRESET: i32 = 104;
 const EPIPE: i32 = 32;
@@ -190,6 +198,8 @@ struct Stream {
     server_shut: bool,
     back: usize,
     abandoned: bool,
+    /// Both ends pushed the stream layer.
+    layered: bool,
 }
 
 impl Stream {
@@ -236,8 +246,12 @@ pub struct Network {
     /// Each process's loopback listener.
     listeners: BTreeMap<usize, SocketId>,
     pub streams_done: u64,
+    /// Of those, the streams that went through a stream layer.
+    pub layered_done: u64,
     pub bytes_checked: u64,
     buf: Vec<u8>,
+    /// The stream layer's module.
+    layer: Vec<u8>,
 }
 
 /// The calls of a stream's server.
@@ -302,8 +316,10 @@ impl Network {
             streams: Vec::new(),
             listeners: BTreeMap::new(),
             streams_done: 0,
+            layered_done: 0,
             bytes_checked: 0,
             buf: Vec::new(),
+            layer: crate::grafts::stream_codec(),
         }
     }
 
@@ -381,6 +397,14 @@ impl Network {
         let from = p
             .socket_local_addr(conn)
             .map_err(|e| format!("a new connection's address: {e}"))?;
+        let layered = matches!(server, Server::Process(_))
+            && seed.is_multiple_of(3)
+            && match p.socket_push(conn, &self.layer) {
+                Ok(_) => true,
+                // The user's grafts or socket memory at its limit: the stream goes plain.
+                Err(e) if limited(e.errno as i32) => false,
+                Err(e) => return Err(format!("process {who} pushing a layer on its connection: {e}")),
+            };
         let from = match server {
             // The peer sees the kernel's address on the wire; the loopback's is 127.0.0.1.
             Server::Peer => SocketAddrV4::new(KERNEL_ADDR, from.port()),
@@ -403,6 +427,7 @@ impl Network {
             server_shut: false,
             back: 0,
             abandoned: false,
+            layered,
         });
         Ok(())
     }
@@ -463,6 +488,25 @@ impl Network {
                     .iter_mut()
                     .find(|s| s.server == server && s.from == from && s.served.is_none() && s.took == 0)
                 {
+                    Some(s) if s.layered => {
+                        let End::Process(p) = end else {
+                            unreachable!("only processes' streams are layered")
+                        };
+                        match p.socket_push(conn, &self.layer) {
+                            Ok(_) => s.served = Some(conn),
+                            // The server's user at its limit: the stream cannot go on.
+                            Err(e) if limited(e.errno as i32) => {
+                                let _ = end.close(conn);
+                                if let Some(c) = s.conn.take() {
+                                    s.abandoned = true;
+                                    procs[s.client]
+                                        .socket_close(c)
+                                        .map_err(|e| format!("closing a stream its server could not layer: {e}"))?;
+                                }
+                            }
+                            Err(e) => return Err(format!("{server:?} pushing a layer on its connection: {e}")),
+                        }
+                    }
                     Some(s) => s.served = Some(conn),
                     None => {
                         // A connection no stream waits for: its client closed it already.
@@ -569,6 +613,7 @@ impl Network {
             streams,
             bytes_checked,
             streams_done,
+            layered_done,
             ..
         } = self;
         let s = &mut streams[i];
@@ -616,6 +661,7 @@ impl Network {
                     .map_err(|e| format!("stream {i} ({}): its client's close failed: {e}", s.describe()))?;
                 s.conn = None;
                 *streams_done += 1;
+                *layered_done += u64::from(s.layered);
             }
             Ok(n) => {
                 s.check(i, s.back, &buf[..n], "back at the client")?;

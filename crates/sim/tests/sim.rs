@@ -41,6 +41,10 @@ fn three_hundred_seeds_of_the_whole_kernel_survive_their_power_cuts() {
     assert!(sum(|r| r.event_wait_timeouts) > 0, "event waits timed out");
     // Streams crossed the wire and the loopback through seeded faults, every byte checked.
     assert!(sum(|r| r.net_streams) > 300, "streams finished whole");
+    assert!(
+        sum(|r| r.net_layered) > 100,
+        "streams finished whole through a stream layer"
+    );
     assert!(sum(|r| r.net_bytes) > 10 << 20, "bytes checked at the sockets");
     assert!(
         sum(|r| r.net_faults) > 1000,
