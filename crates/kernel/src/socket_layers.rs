@@ -490,6 +490,12 @@ impl Process {
             if let Some(e) = &recv.broken {
                 return Err(e.clone());
             }
+            // The whole call waits at most `wait`, however the peer trickles a frame's bytes.
+            let clock = &self.kernel().net_config.clock;
+            let deadline = match wait {
+                Wait::No => None,
+                Wait::For(d) => Some(clock.deadline_in(d)),
+            };
             let mut wire = vec![0u8; 0];
             loop {
                 let n = recv.take(buf);
@@ -521,10 +527,17 @@ impl Process {
                     };
                 }
                 wire.resize(need.max(1), 0);
+                let left = match deadline {
+                    None => Wait::No,
+                    Some(at) => match at.checked_sub(clock.monotonic()) {
+                        Some(left) if !left.is_zero() => Wait::For(left),
+                        _ => return Err(SysError::new(Errno::TimedOut, "no whole frame came in time")),
+                    },
+                };
                 match self
                     .kernel()
                     .net()
-                    .recv(&self.socket_owner(), socket, &mut wire, wait)?
+                    .recv(&self.socket_owner(), socket, &mut wire, left)?
                 {
                     0 => recv.ended = true,
                     got => recv.layers[0].wire.extend_from_slice(&wire[..got]),

@@ -187,6 +187,22 @@ fn malformed_and_truncated_streams_are_protocol_errors() {
     client.socket_push(c, &lz4).unwrap();
     send_all(&server, s, &frame(true, b"hello", 5));
     assert_eq!(recv_exact(&client, c, 5), b"hello");
+    // A peer that trickles a frame does not hold a receive past its wait; what came is kept.
+    let (server2, s2, client2, c2) = pair(&k, 7208);
+    client2.socket_push(c2, &lz4).unwrap();
+    let trickle = std::thread::spawn(move || {
+        for b in frame(true, b"slow!", 5) {
+            server2.socket_send(s2, &[b], PATIENCE).unwrap();
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    });
+    let short = SocketWait::For(Duration::from_millis(150));
+    assert_eq!(
+        client2.socket_recv(c2, &mut buf, short).unwrap_err().errno,
+        Errno::TimedOut
+    );
+    assert_eq!(recv_exact(&client2, c2, 5), b"slow!");
+    trickle.join().unwrap();
     // A header past the bounds: EPROTO, and the stream stays broken.
     send_all(&server, s, &frame(false, b"", 1 << 20));
     assert_eq!(
