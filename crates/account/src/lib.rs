@@ -871,11 +871,19 @@ mod tests {
     fn an_account_is_never_seen_above_its_limit_while_others_are_refused() {
         let a = Account::standalone("p", Table::UNLIMITED.with(Resource::ControlCalls, 1));
         let (tries, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+        // A million tries, and on until the threads have met (on a loaded machine one may
+        // run its share before the other is scheduled), within a bound that a working
+        // account meets long before.
+        let more = || {
+            let n = tries.load(Ordering::Relaxed);
+            n < 1_000_000 || (refused.load(Ordering::Relaxed) == 0 && n < 500_000_000)
+        };
         let mut seen = 0;
         std::thread::scope(|s| {
             for _ in 0..2 {
                 s.spawn(|| {
-                    while tries.fetch_add(1, Ordering::Relaxed) < 1_000_000 {
+                    while more() {
+                        tries.fetch_add(1, Ordering::Relaxed);
                         if let Ok(held) = a.charge(Resource::ControlCalls, 1) {
                             // Hold it a moment, so the other thread is refused now and then.
                             std::hint::black_box(a.used(Resource::ControlCalls));
@@ -886,7 +894,7 @@ mod tests {
                     }
                 });
             }
-            while tries.load(Ordering::Relaxed) < 1_000_000 {
+            while more() {
                 seen = seen.max(a.used(Resource::ControlCalls));
             }
         });
