@@ -103,7 +103,7 @@ fn pass(opts: &CongestionOptions, builtin: CongestionControl, slot: &Arc<GraftSl
     let mut simulated = Duration::ZERO;
     let mut traces = Vec::new();
     for &seed in &opts.seeds {
-        let run = transfers(lossy(seed), builtin, slot, 1, opts.bytes, &mut || {});
+        let run = transfers(lossy(seed), builtin, slot, (1, opts.bytes), None, &mut || {});
         simulated += run.took;
         traces.push(run.trace);
     }

@@ -412,6 +412,7 @@ impl<G: GraftPoint> WasmGraft<G> {
         // the call's writes to the graft's own memory are undone with the kernel's.
         let run = |live: &mut Live<G>| {
             let mut done = run(live);
+            LAST_CALL.set(used(&mut live.store, &self.runtime, self.invocation_units));
             if done.is_ok() && nested {
                 match live.records_of_call() {
                     Ok(records) if records.is_empty() => {}
@@ -541,6 +542,33 @@ fn bounded(offset: u32, len: usize, size: usize) -> Result<std::ops::Range<usize
         _ => Err(GraftError::MemoryBounds(format!(
             "{len} bytes at {offset:#x} in a memory of {size} bytes"
         ))),
+    }
+}
+
+thread_local! {
+    /// The work of this thread's last graft call, as budget time (see [`take_last_call_time`]).
+    static LAST_CALL: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+/// The work of this thread's last graft call since the last take, as the time of budget it
+/// used: its fuel (the default interrupt), so the same call on the same input gives the same
+/// answer on every machine and run; under epoch interruption, the ticks it ran. Zero when no
+/// graft ran (nothing bound). For a graftpoint that shares a thread among principals, to
+/// charge each its grafts' work.
+pub fn take_last_call_time() -> Duration {
+    LAST_CALL.replace(Duration::ZERO)
+}
+
+/// What an invocation armed with `armed` units used of them, as budget time.
+fn used<E>(store: &mut Store<HostState<E>>, runtime: &Runtime, armed: u64) -> Duration {
+    let c = runtime.config();
+    match c.interrupt {
+        Interrupt::Fuel => {
+            let left = store.get_fuel().unwrap_or(0);
+            let units = armed.saturating_sub(left);
+            Duration::from_nanos(units.saturating_mul(1_000_000) / c.fuel_per_ms.max(1))
+        }
+        Interrupt::Epoch => c.tick * armed.saturating_sub(store.data().ticks_left).min(u32::MAX as u64) as u32,
     }
 }
 

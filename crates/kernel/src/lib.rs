@@ -274,6 +274,8 @@ pub struct Kernel {
     /// network runs no thread for it).
     pub(crate) net: std::sync::OnceLock<vino_net::Net>,
     pub(crate) net_config: vino_net::NetConfig,
+    /// Each user's share of the stack's thread for its congestion grafts.
+    pub(crate) net_shares: Mutex<rustc_hash::FxHashMap<u32, Arc<vino_net::congestion::StackShare>>>,
 }
 
 impl Kernel {
@@ -373,6 +375,7 @@ impl Kernel {
             dir_grafts: Default::default(),
             exec,
             net,
+            net_shares: Mutex::default(),
             net_config,
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.

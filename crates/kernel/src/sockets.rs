@@ -48,6 +48,12 @@ impl Kernel {
         self.net().step()
     }
 
+    /// `uid`'s share of the stack's thread for its congestion grafts (one for all its
+    /// processes, so more processes buy no more of it).
+    pub(crate) fn net_share(&self, uid: u32) -> std::sync::Arc<vino_net::congestion::StackShare> {
+        self.net_shares.lock().entry(uid).or_default().clone()
+    }
+
     /// What the stack holds now (`None` before the first socket call).
     pub fn net_stats(&self) -> Option<vino_net::NetStats> {
         self.net.get().map(Net::stats)
@@ -61,7 +67,10 @@ impl Process {
             pid: self.pid(),
             uid: self.credentials().uid,
             account: Some(self.account().clone()),
-            congestion: Some(vino_net::CongestionConfig::new(self.congestion_slot.clone())),
+            congestion: Some(vino_net::CongestionConfig {
+                share: self.kernel().net_share(self.credentials().uid),
+                ..vino_net::CongestionConfig::new(self.congestion_slot.clone())
+            }),
         }
     }
 

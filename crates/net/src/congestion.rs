@@ -18,6 +18,12 @@
 //! set, and the start and end of idleness. ACKs that acknowledge nothing reach the graft only
 //! when they change whether anything is in flight, and a transmission only when it ends an idle
 //! spell (Linux's `CA_EVENT_TX_START`): the per-segment paths never leave the kernel.
+//!
+//! The calls run on the stack's thread, which every user's packets need. Each is bounded (its
+//! budget), and so is each user's total: its grafts' work there is charged to its
+//! [`StackShare`], at most [`SHARE`] of every [`SHARE_WINDOW`] of the stack's clock; past it,
+//! the built-in decides that user's events until the next window. A graft that answers validly
+//! but slowly, on many busy connections, cannot make the other users' packets wait behind it.
 
 use parking_lot::Mutex;
 /// The stack's built-in controllers, one of which runs beside every graft.
@@ -37,6 +43,65 @@ pub const MAX_WINDOW: u64 = 1 << 30;
 /// below it is raised to it, so no answer stalls a connection; the built-ins never go below it
 /// on a link whose segments are at least that large.
 pub const MIN_WINDOW: u64 = 536;
+
+/// How much of the stack's thread one user's congestion grafts may take: [`SHARE`] of work in
+/// every [`SHARE_WINDOW`] of the stack's clock (5%). Reno and CUBIC as grafts take about 140
+/// ns a call, so a user must make tens of thousands of calls a second to reach it.
+pub const SHARE: std::time::Duration = std::time::Duration::from_millis(5);
+pub const SHARE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// One user's share of the stack's thread for its congestion grafts (see [`SHARE`]): the work
+/// its calls did in the current window, measured as the graft runtime measures budgets (fuel
+/// by default, so a simulation's runs agree), and how many events the built-in decided
+/// because the share was spent.
+#[derive(Debug)]
+pub struct StackShare {
+    /// The work allowed in each window.
+    limit: std::time::Duration,
+    /// The current window's start (µs on the stack's clock) and the work done in it.
+    window: Mutex<(i64, std::time::Duration)>,
+    skipped: std::sync::atomic::AtomicU64,
+}
+
+impl Default for StackShare {
+    fn default() -> Self {
+        StackShare::with_limit(SHARE)
+    }
+}
+
+impl StackShare {
+    /// A share of `limit` of work in each [`SHARE_WINDOW`] (tests use a small one).
+    pub fn with_limit(limit: std::time::Duration) -> StackShare {
+        StackShare {
+            limit,
+            window: Mutex::new((i64::MIN, std::time::Duration::ZERO)),
+            skipped: Default::default(),
+        }
+    }
+
+    /// Whether a call at `now` fits in the share.
+    fn admit(&self, now: Instant) -> bool {
+        let mut w = self.window.lock();
+        let now = now.total_micros();
+        if now.saturating_sub(w.0) >= SHARE_WINDOW.as_micros() as i64 || now < w.0 {
+            *w = (now, std::time::Duration::ZERO);
+        }
+        let fits = w.1 < self.limit;
+        if !fits {
+            self.skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        fits
+    }
+
+    fn charge(&self, work: std::time::Duration) {
+        self.window.lock().1 += work;
+    }
+
+    /// Events the built-in decided because the share was spent.
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
 
 /// Where the state block starts in the argument area (after the fixed fields).
 const STATE_AT: usize = 48;
@@ -155,6 +220,8 @@ pub struct CongestionConfig {
     pub slot: Arc<GraftSlot<Congestion>>,
     pub builtin: CongestionControl,
     pub trace: Option<Arc<Mutex<Vec<TraceEntry>>>>,
+    /// The user's share of the stack's thread (one for all of a user's processes).
+    pub share: Arc<StackShare>,
 }
 
 impl CongestionConfig {
@@ -164,6 +231,7 @@ impl CongestionConfig {
             slot,
             builtin: CongestionControl::Cubic,
             trace: None,
+            share: Arc::default(),
         }
     }
 
@@ -245,7 +313,13 @@ impl GraftedController {
             builtin: self.builtin.window() as u64,
             state: self.state,
         };
+        if !self.config.share.admit(now) {
+            // The user's share is spent: the built-in decides, the graft's state waits.
+            self.cwnd = self.builtin.window() as u64;
+            return;
+        }
         let answer = self.config.slot.invoke(&args);
+        self.config.share.charge(vino_graft::take_last_call_time());
         self.cwnd = answer.cwnd;
         self.state = answer.state;
     }

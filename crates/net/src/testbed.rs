@@ -2,7 +2,7 @@
 //! benchmark: one process on A sends to a sink on B over connections run by a `net.congestion`
 //! slot, every byte checked, the window changes recorded.
 
-use crate::congestion::{CongestionControl, TraceEntry};
+use crate::congestion::{CongestionControl, StackShare, TraceEntry};
 use crate::{Congestion, CongestionConfig, Faults, HostConfig, LinkDevice, Net, NetConfig, NetError, Owner, Wait};
 use crate::{settle, wire};
 use parking_lot::Mutex;
@@ -22,19 +22,23 @@ pub struct Run {
     pub trace: Vec<TraceEntry>,
     /// Simulated time the whole transfer took.
     pub took: Duration,
+    /// Events the built-in decided because the client's share of the stack was spent.
+    pub skipped: u64,
 }
 
 /// `conns` connections of one client process on A each send `each` bytes to a sink on B at
-/// once; `between` runs after every step of the stacks. Panics if a byte arrives wrong or the
+/// once, the client's grafts charged to `share` (`None`: a share of the kernel's size);
+/// `between` runs after every step of the stacks. Panics if a byte arrives wrong or the
 /// transfer takes more than ten simulated minutes.
 pub fn transfers(
     faults: Faults,
     builtin: CongestionControl,
     slot: &Arc<GraftSlot<Congestion>>,
-    conns: usize,
-    each: usize,
+    (conns, each): (usize, usize),
+    share: Option<Arc<StackShare>>,
     between: &mut dyn FnMut(),
 ) -> Run {
+    let share = share.unwrap_or_default();
     let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
     let (ea, eb) = wire();
     let stack = |end, me, seed: u64| {
@@ -60,6 +64,7 @@ pub fn transfers(
             slot: slot.clone(),
             builtin,
             trace: Some(trace.clone()),
+            share: share.clone(),
         }),
     };
     let server = Owner {
@@ -114,5 +119,9 @@ pub fn transfers(
     }
     let took = clock.monotonic() - start;
     let trace = trace.lock().clone();
-    Run { trace, took }
+    Run {
+        trace,
+        took,
+        skipped: share.skipped(),
+    }
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 use vino_graft::{GraftSlot, PolicyKind, Runtime};
-use vino_net::congestion::{CongestionControl, TraceEntry};
+use vino_net::congestion::{CongestionControl, StackShare, TraceEntry};
 use vino_net::testbed::{Run, transfers};
 use vino_net::{Congestion, Faults};
 
@@ -28,7 +28,7 @@ fn lossy(seed: u64) -> Faults {
 /// connections run `builtin` with whatever `slot` has bound. Checks every byte and that the
 /// transfer ends within a simulated ten minutes.
 fn transfer(faults: Faults, builtin: CongestionControl, slot: &Arc<GraftSlot<Congestion>>) -> Run {
-    transfers(faults, builtin, slot, 1, TOTAL, &mut || {})
+    transfers(faults, builtin, slot, (1, TOTAL), None, &mut || {})
 }
 
 fn runtime() -> Runtime {
@@ -141,14 +141,70 @@ fn a_process_shares_one_window_among_its_connections() {
     let s = slot(&rt);
     s.load(&example("shared_cc"), vino_graft::Owner::process(2)).unwrap();
     let mut most = 0;
-    transfers(lossy(9), CongestionControl::Cubic, &s, 4, 256 << 10, &mut || {
-        most = most.max(s.call_control("connections", &[]).unwrap());
-    });
+    transfers(
+        lossy(9),
+        CongestionControl::Cubic,
+        &s,
+        (4, 256 << 10),
+        None,
+        &mut || {
+            most = most.max(s.call_control("connections", &[]).unwrap());
+        },
+    );
     assert_eq!(most, 4, "the graft saw every connection");
     let stats = s.stats().unwrap();
     assert_eq!(stats.failures, 0, "{:?}", stats.last_error);
     assert!(s.call_control("window", &[]).unwrap() >= 2048);
 }
+
+/// A graft that answers validly but slowly (about 15 µs of work a call, within its 20 µs
+/// budget): it is never unloaded, but once its user's share of the stack's thread is spent in a
+/// window the built-in decides until the next, so its user cannot make others wait behind it.
+/// A graft as fast as `reno_cc` never comes near the share.
+#[test]
+fn a_slow_graft_gets_its_users_share_of_the_stack_and_no_more() {
+    let rt = runtime();
+    let s = slot(&rt);
+    s.load(&wat::parse_str(SLOW).unwrap(), vino_graft::Owner::process(2))
+        .expect("loads");
+    // A share of 0.2 ms a window (the kernel's is 5 ms) for this short transfer.
+    let share = Arc::new(StackShare::with_limit(Duration::from_micros(200)));
+    let run = transfers(
+        Faults::default(),
+        CongestionControl::Cubic,
+        &s,
+        (4, 256 << 10),
+        Some(share),
+        &mut || {},
+    );
+    assert!(run.skipped > 0, "the share was never spent");
+    let stats = s.stats().unwrap();
+    assert_eq!(stats.failures, 0, "{:?}", stats.last_error);
+    assert_eq!(s.policy_kind(), PolicyKind::Wasm, "a slow graft is not a failing one");
+    let fast = slot(&rt);
+    fast.load(&example("reno_cc"), vino_graft::Owner::process(2)).unwrap();
+    let run = transfers(
+        Faults::default(),
+        CongestionControl::Reno,
+        &fast,
+        (4, 256 << 10),
+        None,
+        &mut || {},
+    );
+    assert_eq!(run.skipped, 0);
+}
+
+/// Spins 600 rounds (about 4,800 units of fuel, 12 µs of its 20 µs budget), then keeps the
+/// window it was given.
+const SLOW: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "net_congestion") (param i32 i64 i64 i64) (result i64)
+    (local $i i32)
+    (loop $spin
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $spin (i32.lt_u (local.get $i) (i32.const 600))))
+    (i64.load (i32.const 1024))))"#;
 
 const ZERO: &str = r#"(module
   (memory (export "memory") 1)
