@@ -46,6 +46,7 @@ pub mod exttech;
 pub mod front;
 pub mod graftcost;
 pub mod isolation;
+pub mod layers;
 pub mod miss;
 pub mod names;
 pub mod native;

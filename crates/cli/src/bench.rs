@@ -126,6 +126,10 @@ pub enum BenchCommand {
     /// same server as a VINO process, requests per second and latency for 4 KiB and 1 MiB files.
     #[command(disable_help_flag = true)]
     Serve(Pass),
+    /// Stream layers on a socket (Small 1998's protocol objects): throughput through LZ4 and
+    /// ChaCha20-Poly1305 layers, and both, beside the plain connection.
+    #[command(disable_help_flag = true)]
+    Layers(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -162,6 +166,7 @@ impl BenchCommand {
             BenchCommand::Net(p) => ("net", p.args),
             BenchCommand::Congestion(p) => ("congestion", p.args),
             BenchCommand::Serve(p) => ("serve", p.args),
+            BenchCommand::Layers(p) => ("layers", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

@@ -1052,6 +1052,22 @@ pub const PAGES: &[Page] = &[
         }],
     },
     Page {
+        name: "layers",
+        tables: &[Table {
+            title: "Stream layers on a loopback connection between two users' processes (MB/s, medians of the \
+                    repetitions; each case over the plain connection in the same run):",
+            rows: "rows[]",
+            across: None,
+            columns: &[
+                ("layers (top first)", "layers", Fmt::Text),
+                ("MB/s", "mb_s", Fmt::Ratio),
+                ("min", "mb_s_min", Fmt::Ratio),
+                ("max", "mb_s_max", Fmt::Ratio),
+                ("over plain", "ratio", Fmt::Ratio),
+            ],
+        }],
+    },
+    Page {
         name: "congestion",
         tables: &[Table {
             title: "Reno and CUBIC as `net.congestion` grafts against the built-ins, 1% loss (goodput in simulated \
