@@ -64,7 +64,9 @@ ssize_t recvfrom(int fd, void *restrict buf, size_t len, int flags, struct socka
 
 /* Options a portable server sets as a matter of course are accepted and change nothing:
  * SO_REUSEADDR (a closed connection never holds its port against a new listener here),
- * SO_KEEPALIVE and TCP_NODELAY (the stack sends at once). Others: ENOPROTOOPT. */
+ * SO_KEEPALIVE, and TCP_NODELAY, which the stack does not offer yet: Nagle's rule stays on, so
+ * a small write followed by another can wait for the peer's delayed ACK (docs/network.md).
+ * Others: ENOPROTOOPT. */
 int setsockopt(int fd, int level, int name, const void *value, socklen_t len) {
     (void)fd, (void)value, (void)len;
     if ((level == SOL_SOCKET && (name == SO_REUSEADDR || name == SO_KEEPALIVE)) ||
