@@ -214,7 +214,7 @@ pub static GRAFTPOINTS: [Graftpoint; 21] = [
     ),
     entry::<FileStream>(
         Grafter::FileOwner,
-        "how a file's chunks are encoded on their way to the device and decoded on their way back (compression, encryption, integrity)",
+        "how a file's chunks are encoded on their way to the device and decoded on their way back (compression, encryption, integrity); the same grafts are a connection's layers (`Process::socket_push`)",
         "Small 1998, 4.2",
     ),
     entry::<LockGrant>(
