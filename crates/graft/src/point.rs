@@ -80,6 +80,10 @@ pub trait GraftPoint: Send + Sync + 'static {
     /// kernel path waits for an owner's call; `true`, it waits its turn (for grafts whose calls
     /// must each reach the graft, on threads only their owner's work runs on).
     const WAIT_WHEN_BUSY: bool = false;
+    /// Whether each call's work is kept for [`crate::take_last_call_time`]: for a graftpoint
+    /// whose calls share a thread among principals and are charged to each (`net.congestion`
+    /// on the stack's thread). Off, the invocation path does nothing for it.
+    const MEASURE_WORK: bool = false;
 
     /// The kernel state the default, the native policies and the graft-callable functions see.
     type Env: Send + Sync + 'static;

@@ -412,7 +412,9 @@ impl<G: GraftPoint> WasmGraft<G> {
         // the call's writes to the graft's own memory are undone with the kernel's.
         let run = |live: &mut Live<G>| {
             let mut done = run(live);
-            LAST_CALL.set(used(&mut live.store, &self.runtime, self.invocation_units));
+            if G::MEASURE_WORK {
+                LAST_CALL.set(used(&mut live.store, &self.runtime, self.invocation_units));
+            }
             if done.is_ok() && nested {
                 match live.records_of_call() {
                     Ok(records) if records.is_empty() => {}
@@ -550,8 +552,8 @@ thread_local! {
     static LAST_CALL: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
 }
 
-/// The work of this thread's last graft call since the last take, as the time of budget it
-/// used: its fuel (the default interrupt), so the same call on the same input gives the same
+/// The work of this thread's last call of a graft whose graftpoint measures it
+/// ([`crate::GraftPoint::MEASURE_WORK`]) since the last take, as the time of budget it used: its fuel (the default interrupt), so the same call on the same input gives the same
 /// answer on every machine and run; under epoch interruption, the ticks it ran. Zero when no
 /// graft ran (nothing bound). For a graftpoint that shares a thread among principals, to
 /// charge each its grafts' work.

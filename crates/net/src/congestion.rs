@@ -31,6 +31,8 @@ pub use smoltcp::socket::tcp::CongestionControl;
 use smoltcp::socket::tcp::{BuiltinController, CongestionHook};
 use smoltcp::time::Instant;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use vino_graft::{GraftPoint, GraftSlot, Invalid};
 
 /// Words of graft state the kernel keeps per connection (Linux keeps 104 bytes).
@@ -58,9 +60,11 @@ pub const SHARE_WINDOW: std::time::Duration = std::time::Duration::from_millis(1
 pub struct StackShare {
     /// The work allowed in each window.
     limit: std::time::Duration,
-    /// The current window's start (µs on the stack's clock) and the work done in it.
-    window: Mutex<(i64, std::time::Duration)>,
-    skipped: std::sync::atomic::AtomicU64,
+    /// The current window's start (µs on the stack's clock) and the work done in it (ns).
+    /// Atomics, not a lock: every call comes under the stack's lock already.
+    start_us: AtomicI64,
+    spent_ns: AtomicU64,
+    skipped: AtomicU64,
 }
 
 impl Default for StackShare {
@@ -74,32 +78,34 @@ impl StackShare {
     pub fn with_limit(limit: std::time::Duration) -> StackShare {
         StackShare {
             limit,
-            window: Mutex::new((i64::MIN, std::time::Duration::ZERO)),
-            skipped: Default::default(),
+            start_us: AtomicI64::new(i64::MIN),
+            spent_ns: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
         }
     }
 
     /// Whether a call at `now` fits in the share.
     fn admit(&self, now: Instant) -> bool {
-        let mut w = self.window.lock();
         let now = now.total_micros();
-        if now.saturating_sub(w.0) >= SHARE_WINDOW.as_micros() as i64 || now < w.0 {
-            *w = (now, std::time::Duration::ZERO);
+        let start = self.start_us.load(Relaxed);
+        if now.saturating_sub(start) >= SHARE_WINDOW.as_micros() as i64 || now < start {
+            self.start_us.store(now, Relaxed);
+            self.spent_ns.store(0, Relaxed);
         }
-        let fits = w.1 < self.limit;
+        let fits = self.spent_ns.load(Relaxed) < self.limit.as_nanos() as u64;
         if !fits {
-            self.skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.skipped.fetch_add(1, Relaxed);
         }
         fits
     }
 
     fn charge(&self, work: std::time::Duration) {
-        self.window.lock().1 += work;
+        self.spent_ns.fetch_add(work.as_nanos() as u64, Relaxed);
     }
 
     /// Events the built-in decided because the share was spent.
     pub fn skipped(&self) -> u64 {
-        self.skipped.load(std::sync::atomic::Ordering::Relaxed)
+        self.skipped.load(Relaxed)
     }
 }
 
@@ -170,6 +176,8 @@ impl GraftPoint for Congestion {
     /// On the stack's thread, with its lock held: every connection waits on it.
     const BUDGET: std::time::Duration = std::time::Duration::from_micros(20);
     const USES_ARG_AREA: bool = true;
+    /// Each user's calls are charged to its share of the stack's thread ([`StackShare`]).
+    const MEASURE_WORK: bool = true;
     type Env = ();
     type Args<'a> = CcArgs;
     type Output = CcAnswer;
