@@ -69,6 +69,8 @@ pub struct Process {
     pub(crate) servers: Mutex<Vec<crate::net_server::Server>>,
     /// The stream layers pushed onto its sockets.
     pub(crate) socket_layers: Mutex<rustc_hash::FxHashMap<vino_net::SocketId, Arc<crate::socket_layers::SocketLayers>>>,
+    /// It has pushed a layer once (until then a socket call skips the map).
+    pub(crate) socket_layers_used: std::sync::atomic::AtomicBool,
     /// Its `net.congestion` graftpoint: congestion control of its TCP connections.
     pub(crate) congestion_slot: Arc<vino_graft::GraftSlot<vino_net::Congestion>>,
     /// Its parent, children, session and zombies.
@@ -182,6 +184,7 @@ impl Process {
             congestion_slot,
             servers: Mutex::new(Vec::new()),
             socket_layers: Mutex::default(),
+            socket_layers_used: Default::default(),
             family: Mutex::new(crate::family::Family {
                 parent: parent.map_or(0, Process::pid),
                 session: parent.map_or(pid, Process::session),

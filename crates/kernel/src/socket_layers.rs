@@ -328,6 +328,10 @@ impl SocketLayers {
 impl Process {
     /// The layers of `socket`, if it has any.
     fn layers_of(&self, socket: SocketId) -> Option<Arc<SocketLayers>> {
+        // Every send, receive and poll asks: a process that never pushed a layer pays a load.
+        if !self.socket_layers_used.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
         self.socket_layers.lock().get(&socket).cloned()
     }
 
@@ -344,6 +348,8 @@ impl Process {
         let (local, peer) = net.endpoints(&self.socket_owner(), socket)?;
         let layers = {
             let mut all = self.socket_layers.lock();
+            self.socket_layers_used
+                .store(true, std::sync::atomic::Ordering::Release);
             all.entry(socket)
                 .or_insert_with(|| {
                     let from_higher = (local.ip(), local.port()) > (peer.ip(), peer.port());
@@ -461,23 +467,19 @@ impl Process {
         Some((|| {
             let mut send = lock_as(&layers.send, wait)?;
             let (stack, index_flag) = &mut *send;
+            let (net, owner) = (self.kernel().net(), self.socket_owner());
             if stack.is_empty() || data.is_empty() {
-                return self
-                    .kernel()
-                    .net()
-                    .send(&self.socket_owner(), socket, data, wait)
-                    .map_err(Into::into);
+                return net.send(&owner, socket, data, wait).map_err(Into::into);
             }
             let overhead = wire_bound(CHUNK, stack.len()) - CHUNK;
-            let net = self.kernel().net();
-            let room = net.send_room(&self.socket_owner(), socket, overhead + 1, wait)?;
+            let room = net.send_room(&owner, socket, overhead + 1, wait)?;
             let n = data.len().min(CHUNK).min(room.saturating_sub(overhead));
             if n == 0 {
                 return Err(SysError::new(Errno::NoBufs, "the send buffer cannot hold one frame"));
             }
             let wire = SocketLayers::encode(stack, *index_flag, &data[..n])?;
             debug_assert!(wire.len() <= room, "{} wire bytes for {room} of room", wire.len());
-            net.send_all(&self.socket_owner(), socket, &wire, Wait::No)?;
+            net.send_all(&owner, socket, &wire, Wait::No)?;
             Ok(n)
         })())
     }
@@ -492,6 +494,7 @@ impl Process {
             }
             // The whole call waits at most `wait`, however the peer trickles a frame's bytes.
             let clock = &self.kernel().net_config.clock;
+            let (net, owner) = (self.kernel().net(), self.socket_owner());
             let deadline = match wait {
                 Wait::No => None,
                 Wait::For(d) => Some(clock.deadline_in(d)),
@@ -503,11 +506,7 @@ impl Process {
                     return Ok(n);
                 }
                 if recv.layers.is_empty() {
-                    return self
-                        .kernel()
-                        .net()
-                        .recv(&self.socket_owner(), socket, buf, wait)
-                        .map_err(Into::into);
+                    return net.recv(&owner, socket, buf, wait).map_err(Into::into);
                 }
                 match recv.pump() {
                     Ok(true) => continue,
@@ -534,11 +533,7 @@ impl Process {
                         _ => return Err(SysError::new(Errno::TimedOut, "no whole frame came in time")),
                     },
                 };
-                match self
-                    .kernel()
-                    .net()
-                    .recv(&self.socket_owner(), socket, &mut wire, left)?
-                {
+                match net.recv(&owner, socket, &mut wire, left)? {
                     0 => recv.ended = true,
                     got => recv.layers[0].wire.extend_from_slice(&wire[..got]),
                 }
