@@ -566,6 +566,36 @@ static inline struct vino_cc *vino_cc(void) { return (struct vino_cc *)vino_args
 int64_t net_congestion(int32_t event, int64_t now_us, int64_t len, int64_t in_flight);
 #endif
 
+/* net.pick_packet: which packet goes next on the host link's way out, when root gave the link a
+ * rate (without one, packets go out as they are sent). Two bindings: the link's (privileged;
+ * candidates are each user's next packet, in the users' turn order; default: deficit round robin
+ * weighted by the users' CPU tickets) and each user's own (net.pick_packet/user, any process of
+ * the uid; candidates are the heads of the user's flows, a flow being one connection or one UDP
+ * port's traffic to one peer, oldest head first; default: the oldest). A user's graft orders its
+ * own packets only, within its share of the link; packets of one flow never change order. The
+ * area holds n <= VINO_NET_PICK_MAX entries; `def` is 0. Return the index of the packet to send;
+ * anything else, a trap or a call past its budget, and the default decides. A user's calls are
+ * paid from its share of the stack's thread (5 ms in every 100 ms, with its congestion grafts);
+ * past it, the default decides. */
+#define VINO_NET_PICK_MAX 16
+#define VINO_NET_KERNEL_UID 0xffffffffu
+struct vino_net_packet {
+    uint32_t len;       /* bytes of the IP packet */
+    uint32_t waited_us; /* since it was queued */
+    uint16_t src_port;
+    uint16_t dst_port;
+    uint8_t proto;      /* 6 TCP, 17 UDP, 0 without ports */
+    uint8_t reserved[3];
+    uint32_t uid;       /* its user (VINO_NET_KERNEL_UID: the kernel's own) */
+    uint32_t backlog;   /* packets behind it in its flow (user) or its user's queue (link) */
+};
+static inline const struct vino_net_packet *vino_net_packets(void) {
+    return (const struct vino_net_packet *)vino_args;
+}
+#ifndef VINO_NO_GRAFTPOINT_PROTOTYPES
+int32_t net_pick_packet(int32_t n, int32_t def);
+#endif
+
 /* event.net.packet (the process serving the port, Process::net_serve; Small 1998 3.5 and 4.2's
  * server in the kernel): called for each connection of the served port. Build with VINO_NET_ARGS
  * defined (the area is 64 KiB).

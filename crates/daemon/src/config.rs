@@ -74,6 +74,10 @@
 //! gateway = "10.77.0.1"       # where packets for beyond the network go (default: nowhere)
 //! egress = ["10.77.0.0/24"]   # where users but root may send (default: nowhere)
 //! mtu = 1500
+//! rate_mbit = 100             # the way out's rate: VINO's queue shares it between users by
+//!                             # their CPU tickets, in the order of net.pick_packet grafts
+//!                             # (default: none; packets go out as they are sent)
+//! queue_per_user = "1M"       # bytes a user may have waiting for it (default: 50 ms of it)
 //! ```
 
 use serde::Deserialize;
@@ -253,6 +257,8 @@ pub struct NetFile {
     pub gateway: Option<String>,
     pub egress: Vec<String>,
     pub mtu: Option<usize>,
+    pub rate_mbit: Option<u64>,
+    pub queue_per_user: Option<String>,
 }
 
 impl NetFile {
@@ -261,7 +267,8 @@ impl NetFile {
         use vino_kernel::HostConfig;
         let Some(device) = &self.link else {
             let stray = self.address.is_some() || self.host_address.is_some() || self.gateway.is_some();
-            if stray || !self.egress.is_empty() || self.mtu.is_some() {
+            let shaped = self.rate_mbit.is_some() || self.queue_per_user.is_some();
+            if stray || shaped || !self.egress.is_empty() || self.mtu.is_some() {
                 return Err("[net]: its keys need link (the TUN device to attach)".into());
             }
             return Ok(None);
@@ -301,11 +308,33 @@ impl NetFile {
         if !(576..=65535).contains(&mtu) {
             return Err(format!("[net]: mtu {mtu} is not 576 to 65535"));
         }
+        let shaping = match (self.rate_mbit, &self.queue_per_user) {
+            (None, None) => None,
+            (None, Some(_)) => return Err("[net]: queue_per_user needs rate_mbit".into()),
+            (Some(r), _) if !(1..=1_000_000).contains(&r) => {
+                return Err(format!("[net]: rate_mbit {r} is not 1 to 1000000"));
+            }
+            (Some(r), queue) => {
+                let mut shaping = vino_kernel::Shaping::rate(r * 125_000);
+                if let Some(q) = queue {
+                    let bytes = parse_size(q).map_err(net)? as usize;
+                    if bytes < 2 * mtu {
+                        return Err(format!(
+                            "[net]: queue_per_user {q} is less than two packets ({} bytes)",
+                            2 * mtu
+                        ));
+                    }
+                    shaping.queue_bytes = bytes;
+                }
+                Some(shaping)
+            }
+        };
         Ok(Some(HostConfig {
             host_address,
             gateway,
             egress,
             mtu,
+            shaping,
             ..HostConfig::new(device, address, prefix)
         }))
     }
@@ -780,6 +809,18 @@ mod tests {
             ("vino0".to_string(), "10.77.0.2".parse().unwrap(), 24, 1500)
         );
         assert_eq!(h.host_address, Some("10.77.0.1".parse().unwrap()));
+        assert_eq!(h.shaping, None);
+        let shaped =
+            net("[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\nrate_mbit = 100\nqueue_per_user = \"1M\"")
+                .unwrap()
+                .unwrap();
+        assert_eq!(
+            shaped.shaping,
+            Some(vino_kernel::Shaping {
+                rate: 12_500_000,
+                queue_bytes: 1 << 20
+            })
+        );
         assert_eq!(
             h.egress,
             vec![("10.77.0.0".parse().unwrap(), 24), ("192.0.2.7".parse().unwrap(), 32)]
@@ -796,6 +837,18 @@ mod tests {
             (
                 "[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\nmtu = 100",
                 "576 to 65535",
+            ),
+            (
+                "[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\nqueue_per_user = \"1M\"",
+                "needs rate_mbit",
+            ),
+            (
+                "[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\nrate_mbit = 0",
+                "1 to 1000000",
+            ),
+            (
+                "[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\nrate_mbit = 10\nqueue_per_user = \"1K\"",
+                "two packets",
             ),
             (
                 "[net]\nlink = \"vino0\"\naddress = \"10.77.0.2/24\"\negress = [\"ten\"]",

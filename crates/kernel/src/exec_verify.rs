@@ -22,9 +22,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use vino_graft::{
-    Access, GraftInfo, GraftPoint, GraftSlot, Invalid, LoadError, ManagedSlot, Owner, PolicyKind, Runtime, SlotWrapper,
-};
+use vino_graft::{Access, GraftPoint, GraftSlot, Invalid, PolicyKind, Runtime};
 
 /// The name of the per-user binding, as a process's namespace holds it.
 pub const USER_POINT: &str = "exec.verify/user";
@@ -229,32 +227,6 @@ impl ExecVerifiers {
             v.slot.unload();
         }
         self.global.slot.unload();
-    }
-}
-
-/// A user's verifier as one of its processes sees it: that process may graft it, and a graft
-/// loaded there is charged to the user (it outlives the process that loaded it).
-pub(crate) struct UserSlot {
-    pub(crate) verifier: Arc<Verifier>,
-    pub(crate) pid: u64,
-    pub(crate) user: Arc<Account>,
-}
-
-impl SlotWrapper for UserSlot {
-    fn inner(&self) -> &dyn ManagedSlot {
-        &*self.verifier.slot
-    }
-
-    fn access(&self) -> Access {
-        Access::Process(self.pid)
-    }
-
-    fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
-        let owner = Owner {
-            account: Some(self.user.clone()),
-            ..owner
-        };
-        self.inner().load(wasm, owner)
     }
 }
 

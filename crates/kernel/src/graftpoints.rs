@@ -23,7 +23,7 @@ pub use vino_cache::{Candidates, ComputeRa, PickVictim, VictimEnv, Writeback};
 pub use vino_fs::BlockBuddy;
 pub use vino_iosched::PickRequest;
 pub use vino_locks::LockGrant;
-pub use vino_net::Congestion;
+pub use vino_net::{Congestion, PickPacket};
 pub use vino_sched::{PickNext, PickThread, Timer};
 pub use vino_stream::FileStream;
 pub use vino_vm::FaultAround;
@@ -73,7 +73,7 @@ impl Grafter {
             Grafter::FileOwner => "the file's owner (one per bound file or directory)",
             Grafter::DirectoryOwner => "the directory's owner, for the tree under it (one per bound directory)",
             Grafter::PrivilegedOrUser => {
-                "privileged processes (global), or any process of a user for its own programs (`exec.verify/user`, one per user)"
+                "privileged processes (global), or any process of a user for its own programs or packets (`<name>/user`, one per user)"
             }
             Grafter::Server => "the process serving the port (`Process::net_serve`, one per served port)",
         }
@@ -181,7 +181,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
 const EVENTS: &str = "Small 1998, 3.5 and 7.4";
 
 /// Every graftpoint of the kernel.
-pub static GRAFTPOINTS: [Graftpoint; 21] = [
+pub static GRAFTPOINTS: [Graftpoint; 22] = [
     entry::<PickVictim>(
         Grafter::PageOwner,
         "which of its own pages a process gives up when the cache needs a frame or its memory is over its share",
@@ -273,6 +273,11 @@ pub static GRAFTPOINTS: [Graftpoint; 21] = [
         Grafter::Server,
         "what a server in the kernel does with a connection's bytes: send bytes or a file's range, close",
         "Small 1998, 3.5 and 4.2",
+    ),
+    entry::<PickPacket>(
+        Grafter::PrivilegedOrUser,
+        "which packet goes next on the host link when it has a rate: among users (the link's), or among a user's own flows (`/user`, within its share)",
+        "Small 1998, 3.5",
     ),
     entry::<ExecVerify>(
         Grafter::PrivilegedOrUser,

@@ -75,6 +75,7 @@ pub mod memory;
 mod namei;
 mod names;
 pub mod net_server;
+mod net_sharing;
 pub mod perm;
 mod pipe;
 mod process;
@@ -84,6 +85,7 @@ mod sockets;
 mod staged;
 mod stream_names;
 mod streams;
+mod user_slot;
 pub use staged::{STAGED_PER_PROCESS, STAGED_TTL};
 pub use stream_names::parse_module_name;
 pub use streams::{STREAM_SCAN_EVERY, StreamDependency, StreamStatus, Streams, module_id, module_name};
@@ -99,8 +101,8 @@ pub use events::{
 };
 pub use exec_verify::{ExecVerify, Verdict, Verified, VerifyArgs, hex as exec_hex};
 pub use vino_net::{
-    HostConfig, HostStats, Interest as SocketInterest, LOOPBACK, NetConfig, NetStats, SocketId, SocketInfo,
-    Wait as SocketWait,
+    EgressStats, HostConfig, HostStats, Interest as SocketInterest, LOOPBACK, NetConfig, NetStats, Shaping, SocketId,
+    SocketInfo, Wait as SocketWait,
 };
 
 /// Largest module a bound `exec.verify` verifier reads.
@@ -235,7 +237,7 @@ pub struct Kernel {
     runtime: Runtime,
     sched: Arc<IoScheduler>,
     /// The CPU scheduler of VINO processes' threads.
-    cpu: CpuScheduler,
+    cpu: Arc<CpuScheduler>,
     cache: Arc<PageCache>,
     fs: Arc<FileSystem>,
     /// Global graftpoints: privileged processes only.
@@ -274,8 +276,8 @@ pub struct Kernel {
     /// network runs no thread for it).
     pub(crate) net: std::sync::OnceLock<vino_net::Net>,
     pub(crate) net_config: vino_net::NetConfig,
-    /// Each user's share of the stack's thread for its congestion grafts.
-    pub(crate) net_shares: Mutex<rustc_hash::FxHashMap<u32, Arc<vino_net::congestion::StackShare>>>,
+    /// Users' weights, shares and `net.pick_packet` grafts, as the stack asks for them.
+    pub(crate) net_sharing: Arc<net_sharing::NetSharing>,
 }
 
 impl Kernel {
@@ -326,7 +328,7 @@ impl Kernel {
         let global = Namespace::new();
         global.register(sched.slot().clone());
         global.register(cache.writeback_slot().clone());
-        let cpu = CpuScheduler::new(&runtime, config.cpu);
+        let cpu = Arc::new(CpuScheduler::new(&runtime, config.cpu));
         global.register(cpu.pick_next_slot().clone());
         let accounts = Accounts::new(config.limits);
         let fs_for_memory = fs.clone();
@@ -334,9 +336,13 @@ impl Kernel {
         let exec = exec_verify::ExecVerifiers::new(&runtime);
         global.register(exec.global.slot.clone());
         let net = std::sync::OnceLock::new();
+        let net_sharing = Arc::new(net_sharing::NetSharing::new(&runtime));
+        net_sharing.set_cpu(&cpu);
+        global.register(net_sharing.link.clone());
         // One clock: the stack's timers read the kernel's.
         let net_config = vino_net::NetConfig {
             clock: config.clock.clone(),
+            sharing: Some(vino_net::egress::SharingHandle(net_sharing.clone())),
             ..config.net.clone()
         };
         if net_config.host.is_some() {
@@ -375,7 +381,7 @@ impl Kernel {
             dir_grafts: Default::default(),
             exec,
             net,
-            net_shares: Mutex::default(),
+            net_sharing,
             net_config,
         });
         // Write-back done for a process is paid from its CPU share, as its event grafts are.
@@ -485,6 +491,7 @@ impl Kernel {
         self.streams.unload_codecs();
         self.dir_grafts.clear();
         self.exec.unload_all();
+        self.net_sharing.unload_all();
         Ok(self.fs.unmount()?)
     }
 

@@ -151,8 +151,16 @@ impl Process {
         namespace.register(congestion_slot.clone());
         namespace.register_as(
             crate::exec_verify::USER_POINT,
-            Arc::new(crate::exec_verify::UserSlot {
-                verifier: kernel.exec.user(cred.uid),
+            Arc::new(crate::user_slot::UserSlot {
+                slot: kernel.exec.user(cred.uid).slot.clone(),
+                pid,
+                user: kernel.accounts.user(cred.uid),
+            }),
+        );
+        namespace.register_as(
+            crate::net_sharing::USER_POINT,
+            Arc::new(crate::user_slot::UserSlot {
+                slot: kernel.net_sharing.user(cred.uid),
                 pid,
                 user: kernel.accounts.user(cred.uid),
             }),
@@ -1192,8 +1200,9 @@ impl Process {
             let _ = self.drop_file(fd, &file);
         }
         self.locks_released();
-        // The user's verifier outlives the process that loaded it.
+        // The user's verifier and packet order outlive the process that loaded them.
         self.namespace.forget(crate::exec_verify::USER_POINT);
+        self.namespace.forget(crate::net_sharing::USER_POINT);
         self.namespace.unload_owned_by(self.pid);
         for slot in self.file_slots.lock().drain(..).filter_map(|w| w.upgrade()) {
             if slot.info().graft.is_some_and(|g| g.owner == self.pid) {

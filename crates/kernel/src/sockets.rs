@@ -51,7 +51,7 @@ impl Kernel {
     /// `uid`'s share of the stack's thread for its congestion grafts (one for all its
     /// processes, so more processes buy no more of it).
     pub(crate) fn net_share(&self, uid: u32) -> std::sync::Arc<vino_net::congestion::StackShare> {
-        self.net_shares.lock().entry(uid).or_default().clone()
+        self.net_sharing.share(uid)
     }
 
     /// What the stack holds now (`None` before the first socket call).

@@ -184,6 +184,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ("exec.verify", &["sha256_allow"]),
     ("net.congestion", &["reno_cc", "cubic_cc", "shared_cc"]),
     ("event.net.packet", &["http_server"]),
+    ("net.pick_packet", &["port_priority", "small_first"]),
 ];
 
 /// The SDK's examples for the toy kernel.

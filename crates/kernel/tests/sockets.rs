@@ -112,3 +112,45 @@ fn a_process_grafts_congestion_control_for_its_own_connections() {
             .is_none()
     );
 }
+
+/// `net.pick_packet`: the link's order is a privileged process's to set; each user's own
+/// (`net.pick_packet/user`) is any of its processes' to bind, reaches no other user, stays
+/// bound (charged to the user) after the process that bound it exits, and is given back when
+/// unbound.
+#[test]
+fn the_links_packet_order_is_privileged_and_a_users_own_is_the_users() {
+    let k = small_kernel(4096, LimitsConfig::default());
+    let root = k.spawn(Credentials::root());
+    let alice = k.spawn(Credentials::user(1000, 1000));
+    let bob = k.spawn(Credentials::user(1001, 1001));
+    let example = |name| vino_sdk::build_example(name, &vino_sdk::BuildOptions::default()).unwrap();
+    let (small_first, port_priority) = (example("small_first"), example("port_priority"));
+    assert_eq!(
+        alice.graft_load("net.pick_packet", &small_first).unwrap_err().errno,
+        Errno::Perm
+    );
+    root.graft_load("net.pick_packet", &small_first).unwrap();
+    let users = k.accounts().user(1000);
+    alice.graft_load("net.pick_packet/user", &port_priority).unwrap();
+    assert_eq!(users.used(Resource::Grafts), 1, "charged to the user");
+    assert_eq!(
+        alice.graft_call("net.pick_packet/user", "set_port", &[22, 1]).unwrap(),
+        0
+    );
+    assert!(
+        bob.graft_call("net.pick_packet/user", "set_port", &[22, 1]).is_err(),
+        "bob's slot is his own, and empty"
+    );
+    k.exit(alice.pid());
+    let again = k.spawn(Credentials::user(1000, 1000));
+    assert_eq!(
+        again.graft_call("net.pick_packet/user", "set_port", &[80, 2]).unwrap(),
+        0,
+        "the user's order outlives the process that bound it"
+    );
+    again.graft_unload("net.pick_packet/user").unwrap();
+    for r in [Resource::Grafts, Resource::GraftCode, Resource::GraftMemory] {
+        assert_eq!(users.used(r), 0, "{r:?} given back");
+    }
+    root.graft_unload("net.pick_packet").unwrap();
+}

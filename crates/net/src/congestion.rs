@@ -46,7 +46,7 @@ pub const MAX_WINDOW: u64 = 1 << 30;
 /// on a link whose segments are at least that large.
 pub const MIN_WINDOW: u64 = 536;
 
-/// How much of the stack's thread one user's congestion grafts may take: [`SHARE`] of work in
+/// How much of the stack's thread one user's congestion and packet-order grafts may take: [`SHARE`] of work in
 /// every [`SHARE_WINDOW`] of the stack's clock (5%). Reno and CUBIC as grafts take about 140
 /// ns a call, so a user must make tens of thousands of calls a second to reach it.
 pub const SHARE: std::time::Duration = std::time::Duration::from_millis(5);
@@ -85,7 +85,7 @@ impl StackShare {
     }
 
     /// Whether a call at `now` fits in the share.
-    fn admit(&self, now: Instant) -> bool {
+    pub(crate) fn admit(&self, now: Instant) -> bool {
         let now = now.total_micros();
         let start = self.start_us.load(Relaxed);
         if now.saturating_sub(start) >= SHARE_WINDOW.as_micros() as i64 || now < start {
@@ -99,7 +99,7 @@ impl StackShare {
         fits
     }
 
-    fn charge(&self, work: std::time::Duration) {
+    pub(crate) fn charge(&self, work: std::time::Duration) {
         self.spent_ns.fetch_add(work.as_nanos() as u64, Relaxed);
     }
 

@@ -9,6 +9,7 @@
 //! CPU shares); the host link's and the timers' threads serve every principal in turn.
 
 use std::collections::{HashMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Whom a packet is for: the user holding its destination port, or nobody's (no port held,
 /// or not TCP or UDP: ICMP, a stray reset), which has a queue of its own too.
@@ -126,11 +127,32 @@ impl Demux {
 pub(crate) struct Destination {
     pub(crate) proto: u8,
     pub(crate) port: u16,
-    pub(crate) from: std::net::SocketAddrV4,
+    pub(crate) from: SocketAddrV4,
 }
 
 /// The protocol, destination port and source of an IPv4 packet, if it is TCP or UDP.
 pub(crate) fn destination(p: &[u8]) -> Option<Destination> {
+    let (proto, src, dst) = endpoints(p)?;
+    Some(Destination {
+        proto,
+        port: dst.port(),
+        from: src,
+    })
+}
+
+/// Whom a packet VINO sends is from, told as [`destination`] tells a packet coming in: the
+/// protocol, the source port, and the peer it goes to (who holds the port for that peer sent it).
+pub(crate) fn source(p: &[u8]) -> Option<Destination> {
+    let (proto, src, dst) = endpoints(p)?;
+    Some(Destination {
+        proto,
+        port: src.port(),
+        from: dst,
+    })
+}
+
+/// The protocol and both ends of an IPv4 packet, if it is TCP or UDP and carries its ports.
+fn endpoints(p: &[u8]) -> Option<(u8, SocketAddrV4, SocketAddrV4)> {
     let header = usize::from(p.first()? & 0x0f) * 4;
     let proto = *p.get(9)?;
     if !(proto == 6 || proto == 17) || header < 20 {
@@ -142,15 +164,12 @@ pub(crate) fn destination(p: &[u8]) -> Option<Destination> {
         return None;
     }
     let ports = p.get(header..header + 4)?;
-    let src = p.get(12..16)?;
-    Some(Destination {
+    let addr = |at: usize| p.get(at..at + 4).map(|a| Ipv4Addr::new(a[0], a[1], a[2], a[3]));
+    Some((
         proto,
-        port: u16::from_be_bytes([ports[2], ports[3]]),
-        from: std::net::SocketAddrV4::new(
-            std::net::Ipv4Addr::new(src[0], src[1], src[2], src[3]),
-            u16::from_be_bytes([ports[0], ports[1]]),
-        ),
-    })
+        SocketAddrV4::new(addr(12)?, u16::from_be_bytes([ports[0], ports[1]])),
+        SocketAddrV4::new(addr(16)?, u16::from_be_bytes([ports[2], ports[3]])),
+    ))
 }
 
 #[cfg(test)]
@@ -203,7 +222,7 @@ mod tests {
     }
 
     #[test]
-    fn the_destination_is_read_from_the_header() {
+    fn the_destination_and_source_are_read_from_the_header() {
         let mut p = vec![0u8; 40];
         p[0] = 0x45;
         p[9] = 6;
@@ -215,6 +234,9 @@ mod tests {
             (to.proto, to.port, to.from),
             (6, 8080, "10.0.0.1:5000".parse().unwrap())
         );
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        let from = source(&p).unwrap();
+        assert_eq!((from.port, from.from), (5000, "10.0.0.2:8080".parse().unwrap()));
         p[9] = 1;
         assert_eq!(destination(&p), None);
         p[9] = 17;

@@ -18,6 +18,7 @@
 
 pub mod congestion;
 pub mod demux;
+pub mod egress;
 mod error;
 pub mod link;
 pub mod ports;
@@ -27,6 +28,7 @@ pub mod udp;
 
 pub use congestion::{Congestion, CongestionConfig};
 pub use demux::DemuxStats;
+pub use egress::{EgressStats, PickPacket, Shaping};
 pub use error::NetError;
 pub use link::{Faults, HostConfig, HostStats, LinkDevice, LinkStats, WireEnd, settle, wire};
 pub use stack::{Interest, LOOPBACK, Net, NetConfig, NetStats, Owner, SocketId, SocketInfo, Wait};

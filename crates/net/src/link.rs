@@ -9,9 +9,11 @@
 //! (a fuzzer's) enter here too ([`crate::Net::inject`]).
 
 use crate::demux::{Demux, Principal};
+use crate::egress::{Egress, EgressStats};
 use parking_lot::Mutex;
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{IpAddress, IpEndpoint, IpProtocol};
 use std::collections::VecDeque;
 use std::hash::Hasher;
 use std::net::Ipv4Addr;
@@ -288,6 +290,8 @@ pub struct HostConfig {
     pub mtu: usize,
     /// Faults of VINO's link layer, each way.
     pub faults: Faults,
+    /// The way out's rate and queues (`None`: packets go out as they are sent; see `egress`).
+    pub shaping: Option<crate::egress::Shaping>,
 }
 
 impl HostConfig {
@@ -308,6 +312,7 @@ impl HostConfig {
             egress: Vec::new(),
             mtu: 1500,
             faults: Faults::default(),
+            shaping: None,
         }
     }
 
@@ -348,6 +353,8 @@ pub struct HostStats {
     pub martians: u64,
     /// What VINO's own faults did to the packets, both ways together.
     pub faults: LinkStats,
+    /// What the way out's queues did, with a rate.
+    pub shaped: Option<EgressStats>,
 }
 
 /// Where the host link's packets go.
@@ -367,6 +374,8 @@ pub(crate) struct HostLink {
     inbound: Link,
     /// What came in, sorted by whom it is for, waiting for the stack.
     pub(crate) demux: Demux,
+    /// With a rate: the way out's queues.
+    pub(crate) egress: Option<Egress>,
     batch: Vec<Vec<u8>>,
     outlet: Outlet,
     pub(crate) stats: HostStats,
@@ -380,6 +389,7 @@ impl HostLink {
             out: Link::new(config.faults),
             inbound: Link::new(back),
             demux: Demux::default(),
+            egress: None,
             config,
             batch: Vec::new(),
             outlet,
@@ -413,6 +423,7 @@ impl HostLink {
                 reordered: o.reordered + i.reordered,
                 injected: o.injected + i.injected,
             },
+            shaped: self.egress.as_ref().map(Egress::stats),
             ..self.stats
         }
     }
@@ -434,8 +445,15 @@ impl HostLink {
         }
     }
 
-    /// Writes what is due of the way out to the host, in one batch.
-    pub(crate) fn flush(&mut self, now: Instant) {
+    /// Writes what is due of the way out to the host, in one batch. With a rate, what the
+    /// stack sent is queued first by whom it is from (`owner`, as for [`HostLink::sort`]), and
+    /// what the rate allows goes on.
+    pub(crate) fn flush(&mut self, now: Instant, owner: impl Fn(crate::demux::Destination) -> Principal) {
+        if let Some(egress) = &mut self.egress {
+            egress.sort(now, owner);
+            let out = &mut self.out;
+            egress.release(now, &mut |p| out.carry(p, now));
+        }
         while let Some(p) = self.out.take_due(now) {
             self.batch.push(p);
         }
@@ -446,6 +464,14 @@ impl HostLink {
             };
             self.stats.sent += packets as u64;
             self.stats.refused += refused as u64;
+        }
+    }
+
+    /// A packet the stack sent to the host: on the way out, or queued for it with a rate.
+    fn send(&mut self, frame: Vec<u8>, now: Instant) {
+        match &mut self.egress {
+            Some(egress) => egress.stage(frame),
+            None => self.out.carry(frame, now),
         }
     }
 }
@@ -483,7 +509,8 @@ impl Links {
         let host = self.host.as_ref().and_then(|h| {
             let arrived = matches!(&h.outlet, Outlet::Wire(end) if end.has_arrivals());
             let waiting = (h.demux.waiting() || arrived).then_some(now);
-            [h.inbound.next_due(now), h.out.next_due(now), waiting]
+            let queued = h.egress.as_ref().and_then(|e| e.next_due(now));
+            [h.inbound.next_due(now), h.out.next_due(now), waiting, queued]
                 .into_iter()
                 .flatten()
                 .min()
@@ -504,7 +531,7 @@ impl Links {
             }
             _ => return self.loopback.carry(frame, now),
         };
-        host.out.carry(frame, now);
+        host.send(frame, now);
     }
 }
 
@@ -541,6 +568,20 @@ impl Device for Links {
 
     fn transmit(&mut self, now: Instant) -> Option<Self::TxToken<'_>> {
         Some(TxToken { links: self, now })
+    }
+
+    /// A sender to the host is held back while its packets fill its share of the way out's
+    /// queue (see `egress`); to the loopback, never.
+    fn may_send(&mut self, protocol: IpProtocol, src: u16, dst: Option<IpEndpoint>) -> bool {
+        let Some(egress) = self.host.as_mut().and_then(|h| h.egress.as_mut()) else {
+            return true;
+        };
+        let dst = match dst.map(|d| (d.addr, d.port)) {
+            Some((IpAddress::Ipv4(a), _)) if a.is_loopback() => return true,
+            Some((IpAddress::Ipv4(a), port)) => Some(std::net::SocketAddrV4::new(a, port)),
+            _ => None,
+        };
+        egress.may_send(u8::from(protocol), src, dst)
     }
 }
 

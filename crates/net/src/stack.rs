@@ -65,6 +65,9 @@ pub struct NetConfig {
     /// simulation, which then decides every packet's order). A TUN device still gets its
     /// reader's thread.
     pub stepped: bool,
+    /// Users' weights and `net.pick_packet` grafts for the host link's way out, when it has a
+    /// rate (`None`: every user the same weight, first in first out within each).
+    pub sharing: Option<crate::egress::SharingHandle>,
 }
 
 impl Default for NetConfig {
@@ -83,6 +86,7 @@ impl Default for NetConfig {
             clock: SharedClock::default(),
             seed: None,
             stepped: false,
+            sharing: None,
         }
     }
 }
@@ -289,7 +293,13 @@ impl Net {
     pub fn start(config: NetConfig) -> Result<Net, NetError> {
         let host = config.host.as_ref().map(open_host).transpose()?;
         let (host_link, reader) = match host {
-            Some((link, reader)) => (Some(link), reader),
+            Some((mut link, reader)) => {
+                link.egress = link.config.shaping.map(|shaping| {
+                    let sharing = config.sharing.as_ref().map(|h| h.0.clone());
+                    crate::egress::Egress::new(shaping, link.config.mtu, sharing)
+                });
+                (Some(link), reader)
+            }
             None => (None, None),
         };
         let mtu = config.host.as_ref().map_or(config.mtu, |h| h.mtu.min(config.mtu));
@@ -995,7 +1005,19 @@ impl State {
         self.expire_half_open();
         let now = self.now();
         let link_due = self.links.next_due(now).map(|at| at - now);
-        let due = match (self.iface.poll_delay(now, &self.sockets), link_due) {
+        let mut sockets_due = self.iface.poll_delay(now, &self.sockets);
+        // A sender the way out held back is due when the link next takes a packet, not now.
+        if let Some(egress) = self
+            .links
+            .host
+            .as_ref()
+            .and_then(|h| h.egress.as_ref())
+            .filter(|e| e.held)
+            && let Some(room) = egress.next_due(now)
+        {
+            sockets_due = sockets_due.map(|d| d.max(room - now));
+        }
+        let due = match (sockets_due, link_due) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -1021,27 +1043,35 @@ impl State {
     fn run_for(&mut self, serving: Option<crate::demux::Principal>) -> bool {
         let now = self.now();
         let State {
+            iface,
             links,
+            sockets,
             ports,
             udp_ports,
             ..
         } = self;
+        // Who holds a port for a peer: whom a packet from the host is for, and whom one to
+        // the host is from.
+        let holder = |to: crate::demux::Destination| match to.proto {
+            6 => ports.holder_for(to.port, to.from),
+            _ => udp_ports.holder(to.port),
+        };
         if let Some(host) = &mut links.host {
             host.pull(now);
-            host.sort(now, |to| match to.proto {
-                6 => ports.holder_for(to.port, to.from),
-                _ => udp_ports.holder(to.port),
-            });
+            host.sort(now, holder);
             host.demux.new_run(serving);
+            if let Some(egress) = &mut host.egress {
+                egress.held = false;
+            }
         }
         for _ in 0..64 {
-            if self.iface.poll(now, &mut self.links, &mut self.sockets) == PollResult::None {
+            if iface.poll(now, links, sockets) == PollResult::None {
                 break;
             }
         }
-        match &mut self.links.host {
+        match &mut links.host {
             Some(host) => {
-                host.flush(now);
+                host.flush(now, holder);
                 host.demux.took()
             }
             None => false,

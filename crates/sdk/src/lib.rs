@@ -105,6 +105,8 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("cubic_cc", include_str!("../../../sdk/grafts/cubic_cc.c")),
     ("shared_cc", include_str!("../../../sdk/grafts/shared_cc.c")),
     ("http_server", include_str!("../../../sdk/grafts/http_server.c")),
+    ("port_priority", include_str!("../../../sdk/grafts/port_priority.c")),
+    ("small_first", include_str!("../../../sdk/grafts/small_first.c")),
 ];
 
 /// Hostile grafts written in C (`sdk/hostile/<name>.c`), name → C source. Each file's opening

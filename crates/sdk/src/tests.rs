@@ -29,7 +29,7 @@ fn graftpoint(export: &str) -> FuncType {
             ft(&[I32, I64, I64, I64, I64, I32], &[I32])
         }
         "lock_grant" => ft(&[I32, I32], &[I64]),
-        "sched_pick_next" | "sched_pick_thread" => ft(&[I32, I32], &[I32]),
+        "sched_pick_next" | "sched_pick_thread" | "net_pick_packet" => ft(&[I32, I32], &[I32]),
         "event_timer" => ft(&[I64, I64], &[I32]),
         "file_stream" => ft(&[I32, I64, I32], &[I32]),
         "dir_access" => ft(&[I32, I32, I32, I32, I64, I32, I64], &[I32]),
@@ -264,6 +264,8 @@ fn examples_build_and_follow_the_abi() {
             &[],
             &["http_root"],
         ),
+        ("port_priority", "net_pick_packet", &[], &["set_port"], &[]),
+        ("small_first", "net_pick_packet", &[], &[], &[]),
     ];
     assert_eq!(cases.len(), EXAMPLES.len());
     for &(name, point, allowed, controls, shared) in cases {

@@ -171,6 +171,8 @@ pub struct Report {
     pub net_streams: u64,
     /// Of those, streams through a stream layer both ends pushed.
     pub net_layered: u64,
+    /// Decisions `net.pick_packet` grafts made on the kernel's rated way out.
+    pub net_picks: u64,
     pub net_bytes: u64,
     pub net_faults: u64,
     /// Hash of every packet on the wire between the kernel and its peer (first pass).
@@ -201,6 +203,9 @@ impl fmt::Display for Failure {
 impl std::error::Error for Failure {}
 
 type Check<T = ()> = Result<T, String>;
+
+/// A user's own `net.pick_packet` binding, as its processes name it.
+const PICK_USER: &str = "net.pick_packet/user";
 
 /// Runs one seed (see the crate documentation). A panic anywhere in the kernel is a failure
 /// of the seed, not of the caller.
@@ -250,6 +255,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
         memory_touches: clean.memories.touched,
         net_streams: 0,
         net_layered: 0,
+        net_picks: 0,
         net_bytes: 0,
         net_faults: 0,
         net_trace: 0,
@@ -258,6 +264,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
     clean.finish_network()?;
     report.net_streams = clean.network.streams_done;
     report.net_layered = clean.network.layered_done;
+    report.net_picks = clean.network.picks(&clean.kernel);
     report.net_bytes = clean.network.bytes_checked;
     report.net_faults = clean.network.faults(&clean.kernel);
     report.net_trace = clean.network.trace();
@@ -836,6 +843,9 @@ impl Sim {
                 Some(fd) => format!("{}/{fd}", g.name),
                 None => return,
             },
+            // A user's own packet order: its processes bind the user's slot (the link's is
+            // root's alone).
+            _ if g.name == "net.pick_packet" && proc.p.credentials().uid != 0 => crate::PICK_USER.to_string(),
             _ => g.name.to_string(),
         };
         let _ = proc.p.graft_unload(&slot);
@@ -986,6 +996,9 @@ impl Sim {
         }
         self.kernel.cache().check_invariants();
         for proc in &self.procs {
+            // A user's packet order outlives its processes, charged to the user: unbound here,
+            // so that its charges are back before the count below.
+            let _ = proc.p.graft_unload(PICK_USER);
             self.kernel.exit(proc.p.pid());
         }
         if self.kernel.referenced_inodes() != 0 || !self.kernel.parked_files().is_empty() {
@@ -1199,6 +1212,7 @@ pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
     s.insert("memory_touches", reports.iter().map(|r| r.memory_touches).sum());
     s.insert("net_streams", reports.iter().map(|r| r.net_streams).sum());
     s.insert("net_layered", reports.iter().map(|r| r.net_layered).sum());
+    s.insert("net_picks", reports.iter().map(|r| r.net_picks).sum());
     s.insert("net_bytes", reports.iter().map(|r| r.net_bytes).sum());
     s.insert("net_faults", reports.iter().map(|r| r.net_faults).sum());
     s.insert(

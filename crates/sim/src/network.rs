@@ -11,7 +11,8 @@
 //! byte. A process may also abandon a stream half way (its close resets the connection). A
 //! third of the streams between two processes go through a stream layer that both ends push
 //! (the simulation's codec, which keys each frame by its index, so a frame decoded out of place
-//! comes out changed). The
+//! comes out changed). Half the seeds give the kernel's way out a rate, so its packets queue by
+//! user and go in the order the bound `net.pick_packet` grafts choose. The
 //! stacks run only in the network's own steps; the rest of the workload moves the clock too,
 //! so connections see long pauses, retransmissions and backoff. At the end every stream still
 //! open must finish within a bounded simulated time, every socket is closed, and both stacks
@@ -76,12 +77,18 @@ pub fn setup(seed: u64, clock: &Arc<ManualClock>) -> (NetConfig, Peer) {
         mtu: [576, 1500, 9000][rng.below(3) as usize],
         ..HostConfig::on(LinkDevice::Wire(end), me, 24)
     };
+    let mut kernel_host = host(ours, KERNEL_ADDR, vec![(PEER_ADDR, 32)], &mut rng);
+    // Half the seeds give the way out a rate (125 KB/s to 6 MB/s): packets then queue by user,
+    // share the link, and go in the order of whatever `net.pick_packet` grafts are bound.
+    if rng.chance(0.5) {
+        kernel_host.shaping = Some(vino_net::Shaping::rate(125_000 * (1 + rng.below(48))));
+    }
     let kernel = NetConfig {
         // Small windows too, so zero windows and their probes happen.
         buffer_bytes: 2048 << rng.below(6),
         max_backlog: 8,
         faults: faults(&mut rng),
-        host: Some(host(ours, KERNEL_ADDR, vec![(PEER_ADDR, 32)], &mut rng)),
+        host: Some(kernel_host),
         clock: shared.clone(),
         seed: Some(rng.next_u64()),
         stepped: true,
@@ -329,6 +336,15 @@ impl Network {
     }
 
     /// Faults the wire and the loopback injected so far (lost, copied, reordered packets).
+    /// Decisions `net.pick_packet` grafts made on the kernel's way out (a failed call counts:
+    /// the default then decided).
+    pub fn picks(&self, kernel: &Kernel) -> u64 {
+        kernel
+            .host_link_stats()
+            .and_then(|s| s.shaped)
+            .map_or(0, |e| e.user_picks + e.link_picks)
+    }
+
     pub fn faults(&self, kernel: &Kernel) -> u64 {
         let f = |s: vino_net::LinkStats| s.lost + s.duplicated + s.reordered;
         let peer = self.peer.net.host_stats().map_or(0, |s| f(s.faults));

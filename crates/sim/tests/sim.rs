@@ -45,6 +45,10 @@ fn three_hundred_seeds_of_the_whole_kernel_survive_their_power_cuts() {
         sum(|r| r.net_layered) > 100,
         "streams finished whole through a stream layer"
     );
+    assert!(
+        sum(|r| r.net_picks) > 0,
+        "net.pick_packet grafts ordered the rated way out"
+    );
     assert!(sum(|r| r.net_bytes) > 10 << 20, "bytes checked at the sockets");
     assert!(
         sum(|r| r.net_faults) > 1000,

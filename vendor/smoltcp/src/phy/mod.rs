@@ -420,6 +420,19 @@ pub trait Device {
 
     /// Get a description of device capabilities.
     fn capabilities(&self) -> DeviceCapabilities;
+
+    /// VINO addition: whether a TCP or UDP socket sending from port `src` (to `dst`, a connection's
+    /// peer; `None` for a datagram socket) may hand the device a packet now. A device with a
+    /// queue per flow holds a sender back while its queue is full, as Linux's TCP small queues
+    /// do, so the data waits in the socket's buffer instead of being dropped. Default: always.
+    fn may_send(
+        &mut self,
+        _protocol: crate::wire::IpProtocol,
+        _src: u16,
+        _dst: Option<crate::wire::IpEndpoint>,
+    ) -> bool {
+        true
+    }
 }
 
 /// A token to receive a single network packet.

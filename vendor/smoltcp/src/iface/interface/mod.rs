@@ -730,6 +730,26 @@ impl Interface {
                 continue;
             }
 
+            // VINO addition: a sender the device holds back keeps its data for later.
+            let held = match &item.socket {
+                #[cfg(feature = "socket-udp")]
+                Socket::Udp(socket) => {
+                    !device.may_send(IpProtocol::Udp, socket.endpoint().port, None)
+                }
+                #[cfg(feature = "socket-tcp")]
+                Socket::Tcp(socket) => match (socket.local_endpoint(), socket.remote_endpoint()) {
+                    (Some(src), Some(dst)) => {
+                        !device.may_send(IpProtocol::Tcp, src.port, Some(dst))
+                    }
+                    _ => false,
+                },
+                #[allow(unreachable_patterns)]
+                _ => false,
+            };
+            if held {
+                continue;
+            }
+
             let mut neighbor_addr = None;
             let mut respond = |inner: &mut InterfaceInner, meta: PacketMeta, response: Packet| {
                 neighbor_addr = Some(response.ip_repr().dst_addr());
