@@ -51,6 +51,7 @@ pub mod miss;
 pub mod names;
 pub mod native;
 pub mod net;
+pub mod pick;
 pub mod procs;
 pub mod programs;
 pub mod progress;

@@ -113,9 +113,10 @@ pub enum BenchCommand {
     /// hot list as built and instrumented).
     #[command(disable_help_flag = true)]
     Rollback(Pass),
-    /// VINO's TCP/IP stack against Linux's over a TUN link (root): bulk TCP both ways and round
-    /// trips, beside the raw packet pump through the same link and Linux to Linux over a veth;
-    /// with 1% loss; a victim user's round trips while another user's port is flooded.
+    /// The network in one run (root), or the parts `--only` names: VINO's TCP/IP stack against
+    /// Linux's over a TUN link (stack), Reno and CUBIC as grafts (congestion), a server in the
+    /// kernel against a VINO process and nginx (serve), users sharing a rated link under
+    /// `net.pick_packet` (pick).
     #[command(disable_help_flag = true)]
     Net(Pass),
     /// Congestion control as a graft: Reno and CUBIC as `net.congestion` grafts against the

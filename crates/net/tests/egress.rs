@@ -4,199 +4,8 @@
 //! graft is the privileged one's order; hostile grafts leave the default in charge and the other
 //! users untouched.
 
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::Arc;
-use std::time::Duration;
-use vino_clock::{Clock, ManualClock, SharedClock};
-use vino_graft::{Access, GraftSlot, PolicyKind, Runtime};
-use vino_net::congestion::StackShare;
-use vino_net::egress::{PickPacket, Sharing, SharingHandle, UserPick};
-use vino_net::{HostConfig, LinkDevice, Net, NetConfig, NetError, Owner, Shaping, SocketId, Wait, settle, wire};
-
-const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
-const B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
-/// Bytes a second A's way out carries.
-const RATE: u64 = 2_000_000;
-const BULK: u16 = 7000;
-const PING: u16 = 7001;
-const BULKY: u32 = 1000;
-const OTHER: u32 = 2000;
-
-/// The kernel's side, as a test sets it: weights, and the grafts bound.
-struct Users {
-    weights: Mutex<HashMap<u32, u32>>,
-    picks: Mutex<HashMap<u32, UserPick>>,
-    link: Arc<GraftSlot<PickPacket>>,
-}
-
-impl Sharing for Users {
-    fn weight(&self, uid: u32) -> u32 {
-        self.weights.lock().get(&uid).copied().unwrap_or(100)
-    }
-    fn user_pick(&self, uid: u32) -> Option<UserPick> {
-        self.picks.lock().get(&uid).cloned()
-    }
-    fn link_pick(&self) -> Option<Arc<GraftSlot<PickPacket>>> {
-        Some(self.link.clone())
-    }
-}
-
-impl Users {
-    fn new(rt: &Runtime) -> Arc<Users> {
-        Arc::new(Users {
-            weights: Mutex::default(),
-            picks: Mutex::default(),
-            link: Arc::new(GraftSlot::new(rt, Arc::new(()), Access::Privileged, None)),
-        })
-    }
-
-    /// `uid`'s own slot, with its share of the stack's thread.
-    fn pick(&self, rt: &Runtime, uid: u32) -> UserPick {
-        let pick = UserPick {
-            slot: Arc::new(GraftSlot::new(rt, Arc::new(()), Access::Process(u64::from(uid)), None)),
-            share: Arc::new(StackShare::default()),
-        };
-        self.picks.lock().insert(uid, pick.clone());
-        pick
-    }
-}
-
-/// What a run measured.
-#[derive(Debug, Default)]
-struct Seen {
-    /// Bytes each user's bulk connections delivered after the first second.
-    bytes: HashMap<u32, usize>,
-    /// The ping's one-way delays, in microseconds.
-    pings: Vec<u64>,
-}
-
-impl Seen {
-    fn share(&self, uid: u32) -> f64 {
-        self.bytes.get(&uid).copied().unwrap_or(0) as f64
-    }
-
-    fn median_ping(&self) -> u64 {
-        let mut p = self.pings.clone();
-        p.sort_unstable();
-        assert!(p.len() > 20, "pings arrived: {}", p.len());
-        p[p.len() / 2]
-    }
-}
-
-/// Runs `seconds` of simulated time: each user in `bulk` (uid, connections) sends as fast as
-/// its connections take to a sink on B; if `ping`, user [`BULKY`] also sends a 64-byte UDP
-/// datagram every 10 ms from port [`PING`]. Every byte of the bulk is checked.
-fn run(users: &Arc<Users>, bulk: &[(u32, usize)], ping: bool, seconds: u64) -> Seen {
-    let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
-    let (ea, eb) = wire();
-    let stack = |end, me, seed: u64, shaping| {
-        let mut host = HostConfig::on(LinkDevice::Wire(end), me, 24);
-        host.egress = vec![(Ipv4Addr::new(10, 9, 0, 0), 24)];
-        host.shaping = shaping;
-        Net::start(NetConfig {
-            host: Some(host),
-            clock: SharedClock::new(clock.clone()),
-            seed: Some(seed),
-            stepped: true,
-            sharing: Some(SharingHandle(users.clone())),
-            ..NetConfig::default()
-        })
-        .expect("a wired stack starts")
-    };
-    let (a, b) = (stack(ea, A, 1, Some(Shaping::rate(RATE))), stack(eb, B, 2, None));
-    let sink = Owner {
-        pid: 1,
-        uid: 1,
-        ..Owner::default()
-    };
-    let owner = |uid: u32| Owner {
-        pid: u64::from(uid),
-        uid,
-        ..Owner::default()
-    };
-    // Each user's connections go to a listener of its own on B, so B knows whose bytes came.
-    let mut listeners = Vec::new();
-    let mut out: Vec<(u32, SocketId, usize)> = Vec::new();
-    for (i, &(uid, conns)) in bulk.iter().enumerate() {
-        let port = BULK + 100 * (i as u16 + 1);
-        listeners.push((uid, b.tcp_listen(&sink, port, conns + 1).unwrap()));
-        for _ in 0..conns {
-            let c = a
-                .tcp_connect(&owner(uid), SocketAddrV4::new(B, port), Wait::No)
-                .unwrap();
-            out.push((uid, c, 0));
-        }
-    }
-    let pinger = ping.then(|| a.udp_bind(&owner(BULKY), PING).unwrap());
-    let ping_sink = b.udp_bind(&sink, PING).unwrap();
-    let mut sinks: Vec<(u32, SocketId, usize)> = Vec::new();
-    let mut seen = Seen::default();
-    let mut buf = vec![0u8; 64 << 10];
-    let start = clock.monotonic();
-    let mut next_ping = Duration::ZERO;
-    let chunk: Vec<u8> = (0..16384).map(|k| k as u8).collect();
-    loop {
-        let now = clock.monotonic() - start;
-        if now >= Duration::from_secs(seconds) {
-            break;
-        }
-        let counting = now >= Duration::from_secs(1);
-        for &(uid, l) in &listeners {
-            while let Ok((c, _)) = b.accept(&sink, l, Wait::No) {
-                sinks.push((uid, c, 0));
-            }
-        }
-        for (uid, c, sent) in out.iter_mut() {
-            let from = *sent % 256;
-            match a.send(&owner(*uid), *c, &chunk[from..from + 8192], Wait::No) {
-                Ok(n) => *sent += n,
-                Err(NetError::WouldBlock | NetError::NotConnected) => {}
-                Err(e) => panic!("send: {e}"),
-            }
-        }
-        if let Some(p) = pinger
-            && now >= next_ping
-        {
-            next_ping = now + Duration::from_millis(10);
-            let stamp = (now.as_micros() as u64).to_le_bytes();
-            let mut datagram = [0u8; 64];
-            datagram[..8].copy_from_slice(&stamp);
-            a.send_to(&owner(BULKY), p, &datagram, SocketAddrV4::new(B, PING), Wait::No)
-                .unwrap();
-        }
-        for (uid, c, got) in sinks.iter_mut() {
-            while let Ok(n) = b.recv(&sink, *c, &mut buf, Wait::No) {
-                if n == 0 {
-                    break;
-                }
-                for (k, byte) in buf[..n].iter().enumerate() {
-                    assert_eq!(*byte, ((*got + k) % 256) as u8, "user {uid}'s byte {}", *got + k);
-                }
-                *got += n;
-                if counting {
-                    *seen.bytes.entry(*uid).or_default() += n;
-                }
-            }
-        }
-        while let Ok((n, _)) = b.recv_from(&sink, ping_sink, &mut buf, Wait::No) {
-            assert_eq!(n, 64);
-            let stamp = u64::from_le_bytes(buf[..8].try_into().unwrap());
-            if counting {
-                seen.pings.push(now.as_micros() as u64 - stamp);
-            }
-        }
-        let due = settle(&mut [&mut || a.step(), &mut || b.step()]);
-        let step = due
-            .unwrap_or(Duration::from_millis(1))
-            .clamp(Duration::from_micros(100), Duration::from_millis(1));
-        clock.advance(step);
-    }
-    let shaped = a.host_stats().unwrap().shaped.unwrap();
-    assert!(shaped.sent > 0, "{shaped:?}");
-    seen
-}
+use vino_graft::{Access, PolicyKind, Runtime};
+use vino_net::testbed::shared_link::{BULKY, Load, OTHER, PING, RATE, Users, run, run_load};
 
 fn example(name: &str) -> Vec<u8> {
     vino_sdk::build_example(name, &vino_sdk::BuildOptions::default()).expect("the example builds")
@@ -331,4 +140,28 @@ fn the_links_graft_orders_users_as_its_privileged_owner_says() {
     );
     let stats = users.link.stats().unwrap();
     assert!(stats.invocations > 100 && stats.failures == 0, "{stats:?}");
+}
+
+#[test]
+fn a_datagram_flood_takes_its_users_share_and_no_more() {
+    let rt = Runtime::default();
+    let users = Users::new(&rt);
+    let load = Load {
+        bulk: &[(OTHER, 1)],
+        ping: false,
+        flood: Some(BULKY),
+        seconds: 3,
+    };
+    let seen = run_load(&users, &load);
+    let flooded = seen.flooded.get(&BULKY).copied().unwrap_or(0) as f64;
+    let ratio = seen.share(OTHER) / flooded;
+    assert!(
+        (0.8..1.25).contains(&ratio),
+        "the flood got half the link, the connection the other half: {seen:?}"
+    );
+    let total = seen.share(OTHER) + flooded;
+    assert!(
+        total > 0.8 * 2.0 * RATE as f64,
+        "the link was used: {total} bytes in 2 s"
+    );
 }

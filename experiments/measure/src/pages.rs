@@ -1124,6 +1124,36 @@ pub const PAGES: &[Page] = &[
         }],
     },
     Page {
+        name: "pick",
+        tables: &[
+            Table {
+                title: "A user's ping behind its own eight bulk connections, A's way out at 2 MB/s shared with another \
+                        user (one-way delay in simulated time):",
+                rows: "pings[]",
+                across: None,
+                columns: &[
+                    ("order within the user's share", "policy", Fmt::Text),
+                    ("p50", "p50_us", Fmt::Us),
+                    ("p99", "p99_us", Fmt::Us),
+                    ("other user / pinging user", "other_share", Fmt::Ratio),
+                ],
+            },
+            Table {
+                title: "Two users sharing the rated link (bytes after the first simulated second):",
+                rows: "shares[]",
+                across: None,
+                columns: &[
+                    ("case", "case", Fmt::Text),
+                    ("first MB/s", "first_mb", Fmt::Ratio),
+                    ("second MB/s", "second_mb", Fmt::Ratio),
+                    ("second / first", "ratio", Fmt::Ratio),
+                    ("tickets say", "expected", Fmt::Ratio),
+                    ("fair", "met", Fmt::Text),
+                ],
+            },
+        ],
+    },
+    Page {
         name: "net",
         tables: &[
             Table {

@@ -1,6 +1,9 @@
 //! Two stacks on a simulated wire and one manual clock, for congestion control's tests and its
 //! benchmark: one process on A sends to a sink on B over connections run by a `net.congestion`
-//! slot, every byte checked, the window changes recorded.
+//! slot, every byte checked, the window changes recorded; and ([`shared_link`]) users sharing
+//! a rated way out, for `net.pick_packet`.
+
+pub mod shared_link;
 
 use crate::congestion::{CongestionControl, StackShare, TraceEntry};
 use crate::{Congestion, CongestionConfig, Faults, HostConfig, LinkDevice, Net, NetConfig, NetError, Owner, Wait};
