@@ -150,7 +150,7 @@ use vino_graft::{Namespace, Runtime, RuntimeConfig};
 use vino_iosched::{IoScheduler, SchedConfig, ScheduledDevice};
 pub use vino_sched::{
     SchedConfig as CpuSchedConfig, SchedStats as CpuStats, Scheduler as CpuScheduler, ShareError as CpuShareError,
-    ThreadInfo as CpuThread, blocking as blocking_wait,
+    State as ThreadState, ThreadInfo as CpuThread, blocking as blocking_wait,
 };
 
 /// A process id.

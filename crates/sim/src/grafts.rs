@@ -147,6 +147,31 @@ pub fn stream_codec() -> Vec<u8> {
     .into_bytes()
 }
 
+/// An echo server in the kernel (text format, `event.net.packet`): each call's new bytes are
+/// sent back as they came; a connection is taken and its end heard with nothing to do.
+pub fn echo_server() -> Vec<u8> {
+    const AREA: usize = 1024;
+    let pages = (AREA + 64 * 1024).div_ceil(65536);
+    let out = AREA + 16 * 1024;
+    let action = AREA + 48 * 1024;
+    format!(
+        r#"(module
+  (memory (export "memory") {pages})
+  (global (export "vino_args") i32 (i32.const {AREA}))
+  (func (export "event_net_packet") (param $event i32) (param $conn i32) (param $len i32) (result i32)
+    (if (i32.or (i32.ne (local.get $event) (i32.const 1)) (i32.eqz (local.get $len)))
+      (then (return (i32.const 0))))
+    (memory.copy (i32.const {out}) (i32.const {AREA}) (local.get $len))
+    (i32.store (i32.const {action}) (i32.const 1))
+    (i32.store (i32.const {a}) (i32.const 0))
+    (i32.store (i32.const {b}) (local.get $len))
+    (i32.const 1)))"#,
+        a = action + 4,
+        b = action + 8,
+    )
+    .into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

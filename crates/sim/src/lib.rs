@@ -173,6 +173,9 @@ pub struct Report {
     pub net_layered: u64,
     /// Decisions `net.pick_packet` grafts made on the kernel's rated way out.
     pub net_picks: u64,
+    /// Exchanges with servers in the kernel (`event.net.packet`) that ended as their grafts'
+    /// behaviour says: an echo whole, silence, or the connection closed.
+    pub net_served: u64,
     pub net_bytes: u64,
     pub net_faults: u64,
     /// Hash of every packet on the wire between the kernel and its peer (first pass).
@@ -256,6 +259,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
         net_streams: 0,
         net_layered: 0,
         net_picks: 0,
+        net_served: 0,
         net_bytes: 0,
         net_faults: 0,
         net_trace: 0,
@@ -265,6 +269,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
     report.net_streams = clean.network.streams_done;
     report.net_layered = clean.network.layered_done;
     report.net_picks = clean.network.picks(&clean.kernel);
+    report.net_served = clean.network.served;
     report.net_bytes = clean.network.bytes_checked;
     report.net_faults = clean.network.faults(&clean.kernel);
     report.net_trace = clean.network.trace();
@@ -1213,6 +1218,7 @@ pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
     s.insert("net_streams", reports.iter().map(|r| r.net_streams).sum());
     s.insert("net_layered", reports.iter().map(|r| r.net_layered).sum());
     s.insert("net_picks", reports.iter().map(|r| r.net_picks).sum());
+    s.insert("net_served", reports.iter().map(|r| r.net_served).sum());
     s.insert("net_bytes", reports.iter().map(|r| r.net_bytes).sum());
     s.insert("net_faults", reports.iter().map(|r| r.net_faults).sum());
     s.insert(

@@ -11,7 +11,9 @@
 //! byte. A process may also abandon a stream half way (its close resets the connection). A
 //! third of the streams between two processes go through a stream layer that both ends push
 //! (the simulation's codec, which keys each frame by its index, so a frame decoded out of place
-//! comes out changed). Half the seeds give the kernel's way out a rate, so its packets queue by
+//! comes out changed). Now and then a process serves a port with a graft in the kernel (an
+//! echo, or a generic graft that answers nothing, closes, fails or spins) and another sends it
+//! bytes (`Network::in_kernel_server`). Half the seeds give the kernel's way out a rate, so its packets queue by
 //! user and go in the order the bound `net.pick_packet` grafts choose. The
 //! stacks run only in the network's own steps; the rest of the workload moves the clock too,
 //! so connections see long pauses, retransmissions and backoff. At the end every stream still
@@ -40,6 +42,14 @@ const LOOPBACK_PORT: u16 = 5000;
 /// Streams open at once, and the longest one.
 const STREAMS_MAX: usize = 4;
 const STREAM_MAX_BYTES: u64 = 96 << 10;
+/// The longest exchange with a server in the kernel, and its ports (plus the server's index).
+const SERVE_MAX_BYTES: u64 = 48 << 10;
+const SERVE_PORT: u16 = 6100;
+/// Host time a server in the kernel may take to show a sign of life (its thread is a real one).
+const SERVE_STUCK: std::time::Duration = std::time::Duration::from_secs(60);
+/// Simulated time a client waits for a server that answers nothing before it hangs up.
+const SERVE_SILENCE: Duration = Duration::from_millis(100);
+
 /// Bytes a client offers in one call.
 const CHUNK: usize = 8 << 10;
 /// The most simulated time one pump step moves the clock.
@@ -159,6 +169,16 @@ pub enum NetStep {
     Pump(usize),
     /// A stream's client closes it half way.
     Abandon(usize),
+    /// Process `server` serves a port with a graft in the kernel (an echo, or one of the
+    /// generic grafts behaving as `behaviour`), and process `client` sends it `len` bytes
+    /// drawn from `seed` over the loopback (see [`Network::in_kernel_server`]).
+    Serve {
+        server: usize,
+        client: usize,
+        behaviour: Option<crate::grafts::Behaviour>,
+        len: usize,
+        seed: u64,
+    },
 }
 
 impl NetStep {
@@ -171,6 +191,18 @@ impl NetStep {
                 seed: rng.next_u64(),
             },
             3 => NetStep::Abandon(rng.below(64) as usize),
+            4 if rng.chance(0.3) => {
+                let behaviours = crate::grafts::BEHAVIOURS;
+                NetStep::Serve {
+                    server: who,
+                    client: rng.below(procs as u64) as usize,
+                    behaviour: rng
+                        .chance(0.5)
+                        .then(|| behaviours[rng.below(behaviours.len() as u64) as usize]),
+                    len: 1 + rng.below(SERVE_MAX_BYTES) as usize,
+                    seed: rng.next_u64(),
+                }
+            }
             _ => NetStep::Pump(1 + rng.below(40) as usize),
         }
     }
@@ -255,6 +287,8 @@ pub struct Network {
     pub streams_done: u64,
     /// Of those, the streams that went through a stream layer.
     pub layered_done: u64,
+    /// Exchanges with servers in the kernel that ended as their grafts' behaviour says.
+    pub served: u64,
     pub bytes_checked: u64,
     buf: Vec<u8>,
     /// The stream layer's module.
@@ -324,6 +358,7 @@ impl Network {
             listeners: BTreeMap::new(),
             streams_done: 0,
             layered_done: 0,
+            served: 0,
             bytes_checked: 0,
             buf: Vec::new(),
             layer: crate::grafts::stream_codec(),
@@ -335,7 +370,6 @@ impl Network {
         self.peer.ends.0.trace() ^ self.peer.ends.1.trace().rotate_left(1)
     }
 
-    /// Faults the wire and the loopback injected so far (lost, copied, reordered packets).
     /// Decisions `net.pick_packet` grafts made on the kernel's way out (a failed call counts:
     /// the default then decided).
     pub fn picks(&self, kernel: &Kernel) -> u64 {
@@ -345,6 +379,7 @@ impl Network {
             .map_or(0, |e| e.user_picks + e.link_picks)
     }
 
+    /// Faults the wire and the loopback injected so far (lost, copied, reordered packets).
     pub fn faults(&self, kernel: &Kernel) -> u64 {
         let f = |s: vino_net::LinkStats| s.lost + s.duplicated + s.reordered;
         let peer = self.peer.net.host_stats().map_or(0, |s| f(s.faults));
@@ -362,6 +397,13 @@ impl Network {
                 }
                 Ok(())
             }
+            NetStep::Serve {
+                server,
+                client,
+                behaviour,
+                len,
+                seed,
+            } => self.in_kernel_server(kernel, (&procs[server], &procs[client]), server, behaviour, (len, seed)),
             NetStep::Abandon(k) => {
                 if self.streams.is_empty() {
                     return Ok(());
@@ -446,6 +488,136 @@ impl Network {
             layered,
         });
         Ok(())
+    }
+
+    /// A server in the kernel: `server` serves its port with an echo graft (`behaviour` `None`)
+    /// or a generic one, `client` connects over the loopback and sends `len` bytes drawn from
+    /// `seed`. The echo must send every byte back in order; a graft that answers nothing
+    /// (`Zero`) must send nothing; any other fails or closes, and the kernel's default then
+    /// closes the connection, which the client must see. The server is unbound at the end, so
+    /// nothing it held stays charged (the simulator's final count). The server's thread is a
+    /// real one: the client spins (yielding) on host time, bounded.
+    fn in_kernel_server(
+        &mut self,
+        kernel: &Kernel,
+        (server, client): (&Arc<Process>, &Arc<Process>),
+        index: usize,
+        behaviour: Option<crate::grafts::Behaviour>,
+        (len, seed): (usize, u64),
+    ) -> Result<(), String> {
+        use crate::grafts::Behaviour;
+        let port = SERVE_PORT + index as u16;
+        let wasm = match behaviour {
+            None => crate::grafts::echo_server(),
+            Some(b) => {
+                let g = vino_kernel::graftpoints::find("event.net.packet").expect("a graftpoint");
+                crate::grafts::module(g, b)
+            }
+        };
+        // Refusals (the user's threads or grafts at their limits) are part of the game.
+        if server.net_serve(port, 4, &wasm).is_err() {
+            return Ok(());
+        }
+        // The server's thread is a real one: before each step of the client and of the clock,
+        // it is let finish everything it can do (every thread of its process blocked again),
+        // so what it did depends on the sockets alone, and a seed is the same run twice.
+        let started = std::time::Instant::now();
+        let settled = || -> Result<(), String> {
+            while server
+                .threads()
+                .iter()
+                .any(|t| t.state != vino_kernel::ThreadState::Blocked)
+            {
+                if started.elapsed() > SERVE_STUCK {
+                    return Err(format!(
+                        "a server in the kernel ({behaviour:?}) never settled in {SERVE_STUCK:?}"
+                    ));
+                }
+                std::thread::yield_now();
+            }
+            Ok(())
+        };
+        let point = format!("event.net.packet/{port}");
+        let calls = || {
+            server
+                .graft_list()
+                .into_iter()
+                .find(|s| s.point == point)
+                .and_then(|s| s.stats)
+                .map_or(0, |s| s.invocations)
+        };
+        let outcome = (|| {
+            let conn = match client.tcp_connect(SocketAddrV4::new(vino_kernel::LOOPBACK, port), Wait::No) {
+                Ok(c) => c,
+                Err(e) if limited(e.errno as i32) => return Ok(()),
+                Err(e) => return Err(format!("connecting to a server in the kernel: {e}")),
+            };
+            let data: Vec<u8> = (0..len).map(|i| byte(seed, i)).collect();
+            let (mut sent, mut back, mut closed) = (0, Vec::new(), false);
+            let mut buf = vec![0u8; 16 << 10];
+            let mut silent_since = None;
+            loop {
+                settled()?;
+                if started.elapsed() > SERVE_STUCK {
+                    return Err(format!(
+                        "a server in the kernel ({behaviour:?}): {sent} of {len} bytes sent, {} back, closed {closed}, {} calls, in {SERVE_STUCK:?} of host time",
+                        back.len(),
+                        calls()
+                    ));
+                }
+                if sent < len {
+                    match client.socket_send(conn, &data[sent..], Wait::No) {
+                        Ok(n) => sent += n,
+                        Err(e) if e.errno as i32 == EAGAIN || e.errno as i32 == ENOTCONN => {}
+                        Err(_) => closed = true,
+                    }
+                }
+                match client.socket_recv(conn, &mut buf, Wait::No) {
+                    Ok(0) => closed = true,
+                    Ok(n) => back.extend_from_slice(&buf[..n]),
+                    Err(e) if e.errno as i32 == EAGAIN || e.errno as i32 == ENOTCONN => {}
+                    Err(_) => closed = true,
+                }
+                let done = match behaviour {
+                    None => back.len() >= len,
+                    Some(Behaviour::Zero) => {
+                        // Every byte reached the graft (its calls: the connection and data),
+                        // then a while of silence.
+                        if sent == len && calls() >= 2 {
+                            let since = *silent_since.get_or_insert(self.clock.monotonic());
+                            self.clock.monotonic() - since >= SERVE_SILENCE
+                        } else {
+                            false
+                        }
+                    }
+                    Some(_) => closed,
+                };
+                if done {
+                    break;
+                }
+                settled()?;
+                self.run_stacks(kernel, Duration::from_millis(1));
+            }
+            let _ = client.socket_close(conn);
+            match behaviour {
+                None if back != data => Err(format!(
+                    "a server in the kernel echoed {} bytes that differ from the {len} sent",
+                    back.len()
+                )),
+                Some(Behaviour::Zero) if !back.is_empty() || closed => Err(format!(
+                    "a server in the kernel that answers nothing sent {} bytes back (closed: {closed})",
+                    back.len()
+                )),
+                _ => {
+                    self.served += 1;
+                    Ok(())
+                }
+            }
+        })();
+        server
+            .net_unserve(port)
+            .map_err(|e| format!("unserving port {port}: {e}"))?;
+        outcome
     }
 
     /// Time passes (the workload's pauses): the stacks run all along, as the stack's thread
