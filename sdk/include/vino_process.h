@@ -217,6 +217,11 @@ VINO_IMPORT(socket_push)
 int vino_socket_push(int fd, const void *wasm, size_t len);
 VINO_IMPORT(socket_pop)
 int vino_socket_pop(int fd);
+/* TCP_NODELAY (setsockopt's): with `on`, small segments go out at once instead of waiting for
+ * the acknowledgement of what is in flight (Nagle's rule). Kept for a socket not connected yet;
+ * a listener's connections inherit it. -ENOPROTOOPT for a UDP socket. */
+VINO_IMPORT(socket_nodelay)
+int vino_socket_nodelay(int fd, int on);
 VINO_IMPORT(sendto)
 int vino_sendto(int fd, const void *buf, size_t len, int flags, const void *addr, uint32_t addr_len);
 VINO_IMPORT(recvfrom)

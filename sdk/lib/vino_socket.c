@@ -62,15 +62,20 @@ ssize_t recvfrom(int fd, void *restrict buf, size_t len, int flags, struct socka
     return vino_value(VINO_SOCKET_CALL(recvfrom, fd, buf, len, flags, addr, (uint32_t *)addr_len));
 }
 
-/* Options a portable server sets as a matter of course are accepted and change nothing:
- * SO_REUSEADDR (a closed connection never holds its port against a new listener here),
- * SO_KEEPALIVE, and TCP_NODELAY, which the stack does not offer yet: Nagle's rule stays on, so
- * a small write followed by another can wait for the peer's delayed ACK (docs/network.md).
- * Others: ENOPROTOOPT. */
+/* TCP_NODELAY reaches the stack (Nagle's rule off for the socket, and for a listener's
+ * connections). Options a portable server sets as a matter of course are accepted and change
+ * nothing: SO_REUSEADDR (a closed connection never holds its port against a new listener here)
+ * and SO_KEEPALIVE. Others: ENOPROTOOPT. */
 int setsockopt(int fd, int level, int name, const void *value, socklen_t len) {
+    if (level == IPPROTO_TCP && name == TCP_NODELAY) {
+        if (value == NULL || len < sizeof(int)) {
+            errno = EINVAL;
+            return -1;
+        }
+        return vino_result(VINO_SOCKET_CALL(socket_nodelay, fd, *(const int *)value != 0));
+    }
     (void)fd, (void)value, (void)len;
-    if ((level == SOL_SOCKET && (name == SO_REUSEADDR || name == SO_KEEPALIVE)) ||
-        (level == IPPROTO_TCP && name == TCP_NODELAY)) {
+    if (level == SOL_SOCKET && (name == SO_REUSEADDR || name == SO_KEEPALIVE)) {
         return 0;
     }
     errno = ENOPROTOOPT;

@@ -101,9 +101,10 @@ fn graft_points_lists_the_registry() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names.len(), 21);
+    assert_eq!(names.len(), 22);
     assert!(names.contains(&"dir.access") && names.contains(&"dir.lookup"));
     assert!(names.contains(&"net.congestion") && names.contains(&"event.net.packet"));
+    assert!(names.contains(&"net.pick_packet"));
     assert!(names.contains(&"vm.fault_around") && names.contains(&"file.stream"));
     assert!(names.contains(&"event.fs.modify") && names.contains(&"disk.pick_request"));
     assert!(names.contains(&"sched.pick_next") && names.contains(&"sched.pick_thread"));

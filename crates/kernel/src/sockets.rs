@@ -153,6 +153,12 @@ impl Process {
         Ok(self.kernel().net().recv(&self.socket_owner(), socket, buf, wait)?)
     }
 
+    /// `TCP_NODELAY` on a TCP socket (kept for one not connected yet; a listener's connections
+    /// inherit it).
+    pub fn socket_set_nodelay(&self, socket: SocketId, on: bool) -> SysResult<()> {
+        Ok(self.kernel().net().set_nodelay(&self.socket_owner(), socket, on)?)
+    }
+
     pub fn socket_shutdown_write(&self, socket: SocketId) -> SysResult<()> {
         Ok(self.kernel().net().shutdown_write(&self.socket_owner(), socket)?)
     }

@@ -183,6 +183,8 @@ pub(crate) enum Kind {
 pub(crate) struct Entry {
     pub(crate) pid: u64,
     pub(crate) kind: Kind,
+    /// `TCP_NODELAY`: Nagle's rule off for its connection, or for a listener's connections.
+    nodelay: bool,
     /// The tasks waiting on this socket ([`Net::poll_ready`]).
     waiters: Arc<Waiters>,
 }
@@ -425,6 +427,12 @@ impl Net {
                 }
             }
         }
+        let nodelay = st.owned(owner.pid, id)?.nodelay;
+        for slot in &pool {
+            st.sockets
+                .get_mut::<tcp::Socket>(slot.handle)
+                .set_nagle_enabled(!nodelay);
+        }
         let kind = match failed {
             None => Kind::Listener { port, pool },
             Some(_) => {
@@ -502,8 +510,10 @@ impl Net {
         };
         // On failure the caller closes the socket: its charge may go with it.
         let slot = st.new_socket(owner, &mut prepaid)?;
+        let nodelay = st.owned(owner.pid, id)?.nodelay;
         let State { iface, sockets, .. } = &mut *st;
         let socket = sockets.get_mut::<tcp::Socket>(slot.handle);
+        socket.set_nagle_enabled(!nodelay);
         if let Err(e) = socket.connect(iface.context(), IpEndpoint::from(to), hold.port()) {
             sockets.remove(slot.handle);
             return Err(NetError::Unreachable(format!("{to}: {e}")));
@@ -515,6 +525,31 @@ impl Net {
         };
         st.run();
         Ok(())
+    }
+
+    /// `TCP_NODELAY` on TCP socket `id`: with `on`, its segments go out as soon as its window
+    /// allows instead of waiting, by Nagle's rule, for the acknowledgement of what is in flight
+    /// when they are small. Kept for a socket not connected yet, and for a listener's
+    /// connections to inherit, as on Linux.
+    pub fn set_nodelay(&self, owner: &Owner, id: SocketId, on: bool) -> Result<(), NetError> {
+        let mut st = self.lock();
+        let entry = st.owned(owner.pid, id)?;
+        let handles: Vec<SocketHandle> = match &entry.kind {
+            Kind::Stream { slot, .. } => vec![slot.handle],
+            Kind::Listener { pool, .. } => pool.iter().map(|s| s.handle).collect(),
+            Kind::Bound { .. } => Vec::new(),
+            Kind::Datagram { .. } => return Err(NetError::WrongKind("TCP_NODELAY is a TCP socket's option")),
+        };
+        entry.nodelay = on;
+        for h in handles {
+            st.sockets.get_mut::<tcp::Socket>(h).set_nagle_enabled(!on);
+        }
+        Ok(())
+    }
+
+    /// Whether `TCP_NODELAY` is on for socket `id`.
+    pub fn nodelay(&self, owner: &Owner, id: SocketId) -> Result<bool, NetError> {
+        Ok(self.lock().owned(owner.pid, id)?.nodelay)
     }
 
     /// Whether connection `id` is made: `Ok(true)` made, `Ok(false)` still being made, or why
@@ -1125,7 +1160,15 @@ impl State {
         let id = self.next_id;
         self.next_id += 1;
         let waiters = Arc::default();
-        self.entries.insert(id, Entry { pid, kind, waiters });
+        self.entries.insert(
+            id,
+            Entry {
+                pid,
+                kind,
+                waiters,
+                nodelay: false,
+            },
+        );
         id
     }
 
@@ -1221,11 +1264,20 @@ impl State {
         listener: SocketId,
         at: usize,
     ) -> Result<(SocketId, SocketAddrV4), NetError> {
-        let port = match &self.owned(owner.pid, listener)?.kind {
-            Kind::Listener { port, .. } => *port,
+        let (port, nodelay) = match &self.owned(owner.pid, listener)? {
+            Entry {
+                kind: Kind::Listener { port, .. },
+                nodelay,
+                ..
+            } => (*port, *nodelay),
             _ => unreachable!("checked by ready_connection"),
         };
         let fresh = self.listening_slot(owner, port, &mut None).ok();
+        if let Some(f) = &fresh {
+            self.sockets
+                .get_mut::<tcp::Socket>(f.handle)
+                .set_nagle_enabled(!nodelay);
+        }
         let Some(Entry {
             kind: Kind::Listener { pool, .. },
             ..
@@ -1243,6 +1295,8 @@ impl State {
             .remote_endpoint()
             .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), v4);
         let id = self.insert(owner.pid, Kind::Stream { slot, ephemeral: None });
+        // A connection inherits its listener's option, as on Linux.
+        self.owned(owner.pid, id)?.nodelay = nodelay;
         Ok((id, peer))
     }
 

@@ -362,3 +362,70 @@ fn a_processs_sockets_are_listed_with_their_addresses_and_states() {
     net.close(&client, conn).unwrap();
     settled(&net);
 }
+
+/// `TCP_NODELAY`: with Nagle's rule a second small segment waits for the acknowledgement of the
+/// first, which the peer delays; with the option it goes at once. Set on a listener, its
+/// connections inherit it; set on a socket before it connects, the connection has it.
+#[test]
+fn nodelay_sends_a_small_segment_without_waiting_for_the_acknowledgement() {
+    use vino_clock::{ManualClock, SharedClock};
+    let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
+    let net = Net::new(NetConfig {
+        clock: SharedClock::new(clock.clone()),
+        stepped: true,
+        ..NetConfig::default()
+    });
+    let accounts = Accounts::new(LimitsConfig::default());
+    let (server, client) = (owner(&accounts, 1, 1000), owner(&accounts, 2, 1001));
+    // Two small writes of the server's; what the client has read before the clock moves.
+    let exchange = |port: u16, listener_nodelay: bool, client_nodelay: bool| -> (Vec<u8>, bool) {
+        let listener = net.tcp_listen(&server, port, 2).unwrap();
+        net.set_nodelay(&server, listener, listener_nodelay).unwrap();
+        let c = net.tcp_bind(&client, 0).unwrap();
+        net.set_nodelay(&client, c, client_nodelay).unwrap();
+        net.connect(&client, c, at(port), Wait::No).unwrap();
+        assert_eq!(
+            net.nodelay(&client, c).unwrap(),
+            client_nodelay,
+            "kept through the connect"
+        );
+        while net.step() == Some(Duration::ZERO) {}
+        let (conn, _) = net.accept(&server, listener, Wait::No).unwrap();
+        let inherited = net.nodelay(&server, conn).unwrap();
+        // Let the handshake's acknowledgements settle, so nothing is in flight.
+        clock.advance(Duration::from_millis(50));
+        while net.step() == Some(Duration::ZERO) {}
+        net.send(&server, conn, b"a", Wait::No).unwrap();
+        net.send(&server, conn, b"b", Wait::No).unwrap();
+        while net.step() == Some(Duration::ZERO) {}
+        let mut got = Vec::new();
+        let mut buf = [0u8; 16];
+        while let Ok(n) = net.recv(&client, c, &mut buf, Wait::No) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        for id in [conn, c, listener] {
+            let _ = net.close(if id == c { &client } else { &server }, id);
+        }
+        (got, inherited)
+    };
+    let (nagle, inherited) = exchange(7300, false, false);
+    assert_eq!(
+        (nagle.as_slice(), inherited),
+        (&b"a"[..], false),
+        "Nagle holds the second byte"
+    );
+    let (nodelay, inherited) = exchange(7301, true, true);
+    assert_eq!(
+        (nodelay.as_slice(), inherited),
+        (&b"ab"[..], true),
+        "the accepted connection inherits it"
+    );
+    let udp = net.udp_bind(&client, 0).unwrap();
+    assert!(
+        net.set_nodelay(&client, udp, true).is_err(),
+        "a UDP socket has no such option"
+    );
+}

@@ -54,6 +54,7 @@ impl WasiErrno {
     pub const NOEXEC: WasiErrno = WasiErrno(45);
     pub const NOLCK: WasiErrno = WasiErrno(46);
     pub const NOMEM: WasiErrno = WasiErrno(48);
+    pub const NOPROTOOPT: WasiErrno = WasiErrno(50);
     pub const NOSPC: WasiErrno = WasiErrno(51);
     pub const NOSYS: WasiErrno = WasiErrno(52);
     pub const NOTDIR: WasiErrno = WasiErrno(54);

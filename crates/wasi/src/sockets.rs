@@ -81,6 +81,8 @@ struct State {
     peer: Option<SocketAddrV4>,
     /// `shutdown(SHUT_RD)`: reads return 0 from now on.
     read_shut: bool,
+    /// `TCP_NODELAY` asked for before the kernel socket was made: set on it when it is.
+    nodelay: bool,
 }
 
 pub struct Socket {
@@ -108,6 +110,7 @@ impl Socket {
                 id,
                 peer: None,
                 read_shut: false,
+                nodelay: false,
             }),
         })
     }
@@ -155,7 +158,23 @@ impl Socket {
         };
         st.id = Some(id);
         st.role = Role::Bound;
+        if st.nodelay {
+            self.process.socket_set_nodelay(id, true)?;
+        }
         Ok(())
+    }
+
+    /// `TCP_NODELAY`: on the kernel socket, or kept until there is one.
+    fn set_nodelay(&self, on: bool) -> Result<()> {
+        if self.proto != Proto::Tcp {
+            return Err(WasiErrno::NOPROTOOPT);
+        }
+        let mut st = self.state.lock();
+        st.nodelay = on;
+        match st.id {
+            Some(id) => Ok(self.process.socket_set_nodelay(id, on)?),
+            None => Ok(()),
+        }
     }
 
     fn bind_any(&self) -> Result<()> {
@@ -563,6 +582,13 @@ pub fn define_vino(l: &mut Linker<Ctx>) -> wasmtime::Result<()> {
             Ok(x.process.socket_layer_count(id) as i32 - 1)
         })
     })?;
+    // `setsockopt(IPPROTO_TCP, TCP_NODELAY)`.
+    l.func_wrap(m, "socket_nodelay", |mut c: C, fd: u32, on: u32| {
+        sys_value(&mut c, |_, x| {
+            socket(x, fd)?.sock.set_nodelay(on != 0)?;
+            Ok(0)
+        })
+    })?;
     l.func_wrap(m, "socket_pop", |mut c: C, fd: u32| {
         sys_value(&mut c, |_, x| {
             let id = socket(x, fd)?.sock.connection()?;
@@ -695,7 +721,14 @@ async fn connect(c: &mut Caller<'_, Ctx>, s: &SocketFd, to: SocketAddrV4) -> was
         match st.role {
             // Not bound: its port is an ephemeral one shared with connections to other peers.
             Role::Fresh => match s.sock.process.tcp_connect(to, SocketWait::No) {
-                Ok(id) => st.id = Some(id),
+                Ok(id) => {
+                    st.id = Some(id);
+                    if st.nodelay
+                        && let Err(e) = s.sock.process.socket_set_nodelay(id, true)
+                    {
+                        return Ok(Err(e.into()));
+                    }
+                }
                 Err(e) => return Ok(Err(e.into())),
             },
             Role::Bound => {

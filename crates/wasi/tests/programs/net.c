@@ -15,6 +15,7 @@
 #include <ctype.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -37,6 +38,11 @@ static int listener(int port, int backlog) {
     if (fd < 0) return -1;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* Before the bind: kept, then the listener's connections inherit it. */
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) {
+        close(fd);
+        return -1;
+    }
     struct sockaddr_in a = loopback(port);
     a.sin_addr.s_addr = htonl(INADDR_ANY);
     if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, backlog) < 0) {
@@ -160,6 +166,9 @@ static int preopened(void) {
 static int udp(void) {
     int a = socket(AF_INET, SOCK_DGRAM, 0), b = socket(AF_INET, SOCK_DGRAM, 0);
     check(a >= 0 && b >= 0, "two UDP sockets");
+    int one = 1;
+    check(setsockopt(a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 && errno == ENOPROTOOPT,
+          "TCP_NODELAY is not a UDP socket's");
     struct sockaddr_in at = loopback(7001);
     check(bind(a, (struct sockaddr *)&at, sizeof at) == 0, "bind 7001");
     check(sendto(b, "ping", 4, 0, (struct sockaddr *)&at, sizeof at) == 4, "sendto");
