@@ -153,6 +153,12 @@ struct Bed {
 impl Drop for Bed {
     fn drop(&mut self) {
         if let Some(mut n) = self.nginx.take() {
+            // nginx's master and its worker, a process group of their own: killing the master
+            // alone would leave the worker running.
+            let group = format!("-{}", n.id());
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &group])
+                .status();
             let _ = n.kill();
             let _ = n.wait();
         }
@@ -223,6 +229,7 @@ impl Bed {
             ),
         )
         .map_err(|e| e.to_string())?;
+        use std::os::unix::process::CommandExt;
         let child = std::process::Command::new("ip")
             .args(["netns", "exec", self.b.name(), &nginx, "-c"])
             .arg(&conf)
@@ -230,6 +237,7 @@ impl Bed {
             .arg(&dir)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
+            .process_group(0)
             .spawn()
             .map_err(|e| format!("starting nginx: {e}"))?;
         self.nginx = Some(child);

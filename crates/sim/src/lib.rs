@@ -446,7 +446,14 @@ impl Sim {
             reached: timed::Reached::default(),
             family: family::Family::default(),
             memories: memory::Memories::default(),
-            network: network::Network::new(peer, net_clock),
+            network: network::Network::new(
+                peer,
+                net_clock,
+                opts.graft
+                    .as_ref()
+                    .filter(|g| g.point == "event.net.packet")
+                    .map(|g| g.wasm.clone()),
+            ),
         })
     }
 

@@ -208,6 +208,19 @@ impl NetStep {
     }
 }
 
+/// What a client of a server in the kernel must see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Every byte back, in order.
+    Echo,
+    /// Nothing back, the connection open.
+    Silence,
+    /// The connection closed (by the graft, or by the kernel's default after a failed call).
+    Closed,
+    /// Whatever it answers (a fuzzer's module).
+    Anything,
+}
+
 /// Where a stream's server is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Server {
@@ -289,6 +302,7 @@ pub struct Network {
     pub layered_done: u64,
     /// Exchanges with servers in the kernel that ended as their grafts' behaviour says.
     pub served: u64,
+    custom_server: Option<Arc<Vec<u8>>>,
     pub bytes_checked: u64,
     buf: Vec<u8>,
     /// The stream layer's module.
@@ -350,8 +364,11 @@ impl End<'_> {
 }
 
 impl Network {
-    pub fn new(peer: Peer, clock: Arc<ManualClock>) -> Network {
+    /// `custom_server`: a fuzzer's `event.net.packet` module, which then serves in place of
+    /// the simulator's own grafts.
+    pub fn new(peer: Peer, clock: Arc<ManualClock>, custom_server: Option<Arc<Vec<u8>>>) -> Network {
         Network {
+            custom_server,
             peer,
             clock,
             streams: Vec::new(),
@@ -507,12 +524,13 @@ impl Network {
     ) -> Result<(), String> {
         use crate::grafts::Behaviour;
         let port = SERVE_PORT + index as u16;
-        let wasm = match behaviour {
-            None => crate::grafts::echo_server(),
-            Some(b) => {
-                let g = vino_kernel::graftpoints::find("event.net.packet").expect("a graftpoint");
-                crate::grafts::module(g, b)
-            }
+        let g = vino_kernel::graftpoints::find("event.net.packet").expect("a graftpoint");
+        let (wasm, expect) = match (&self.custom_server, behaviour) {
+            // A fuzzer's module: anything it answers goes, as long as the kernel holds.
+            (Some(custom), _) => (custom.to_vec(), Expect::Anything),
+            (None, None) => (crate::grafts::echo_server(), Expect::Echo),
+            (None, Some(Behaviour::Zero)) => (crate::grafts::module(g, Behaviour::Zero), Expect::Silence),
+            (None, Some(b)) => (crate::grafts::module(g, b), Expect::Closed),
         };
         // Refusals (the user's threads or grafts at their limits) are part of the game.
         if server.net_serve(port, 4, &wasm).is_err() {
@@ -578,19 +596,19 @@ impl Network {
                     Err(e) if e.errno as i32 == EAGAIN || e.errno as i32 == ENOTCONN => {}
                     Err(_) => closed = true,
                 }
-                let done = match behaviour {
-                    None => back.len() >= len,
-                    Some(Behaviour::Zero) => {
-                        // Every byte reached the graft (its calls: the connection and data),
-                        // then a while of silence.
-                        if sent == len && calls() >= 2 {
-                            let since = *silent_since.get_or_insert(self.clock.monotonic());
-                            self.clock.monotonic() - since >= SERVE_SILENCE
-                        } else {
-                            false
-                        }
+                // Every byte reached the graft (its calls: the connection and data), then a
+                // while of silence.
+                let mut quiet = || {
+                    sent == len && calls() >= 2 && {
+                        let since = *silent_since.get_or_insert(self.clock.monotonic());
+                        self.clock.monotonic() - since >= SERVE_SILENCE
                     }
-                    Some(_) => closed,
+                };
+                let done = match expect {
+                    Expect::Echo => back.len() >= len,
+                    Expect::Silence => quiet(),
+                    Expect::Closed => closed,
+                    Expect::Anything => closed || back.len() >= len || quiet(),
                 };
                 if done {
                     break;
@@ -599,12 +617,12 @@ impl Network {
                 self.run_stacks(kernel, Duration::from_millis(1));
             }
             let _ = client.socket_close(conn);
-            match behaviour {
-                None if back != data => Err(format!(
+            match expect {
+                Expect::Echo if back != data => Err(format!(
                     "a server in the kernel echoed {} bytes that differ from the {len} sent",
                     back.len()
                 )),
-                Some(Behaviour::Zero) if !back.is_empty() || closed => Err(format!(
+                Expect::Silence if !back.is_empty() || closed => Err(format!(
                     "a server in the kernel that answers nothing sent {} bytes back (closed: {closed})",
                     back.len()
                 )),
