@@ -1,7 +1,8 @@
 //! Servers in the kernel: `http_server.c` bound to a port with `Process::net_serve` answers
 //! another user's HTTP/1.1 requests (keep-alive, pipelining, ranges, HEAD, 403 and 404 from the
 //! serving process's own permissions) from files it sends out of the page cache; hostile server
-//! grafts close only their own connections and are unloaded; a server that ends leaves nothing.
+//! grafts close only their own connections and are unloaded; a server that ends leaves nothing;
+//! a `dir.access` graft on the served tree runs nested inside the server graft's calls.
 
 mod common;
 
@@ -244,6 +245,65 @@ fn a_hostile_server_graft_closes_only_its_own_connections_and_is_unloaded() {
 }
 
 /// Loops on every call.
+/// A `dir.access` graft bound on the served tree runs nested inside the server graft's
+/// transaction (its `vino_net_stat` walks the path) and again at the kernel's open of the file:
+/// one that allows changes no answer, one that fails refuses (403), and neither counts as the
+/// server graft's failure; unbound, the tree is served again.
+#[test]
+fn a_dir_access_graft_on_the_served_tree_runs_inside_the_server_graft() {
+    let (k, owner) = server(8082);
+    let mut c = Client::connect(&k, 8082);
+    let options = vino_sdk::BuildOptions::default();
+    let allow = vino_sdk::build_example("count_access", &options).unwrap();
+    let trap = vino_sdk::build_c_str(
+        "trap_access.c",
+        "#include \"vino_graft.h\"\n\
+         VINO_GRAFT(dir_access) int32_t dir_access(int32_t op, int32_t uid, int32_t gid, int32_t flags, \
+         int64_t dir, int32_t name_len, int64_t now_s) {\n\
+         (void)op, (void)uid, (void)gid, (void)flags, (void)dir, (void)name_len, (void)now_s;\n\
+         __builtin_trap();\n}\n",
+        &options,
+    )
+    .unwrap();
+    let index = b"<p>hello</p>\n".as_slice();
+    owner
+        .dir_access_bind_at(vino_kernel::At::Root, b"/www/docs", Some(&allow))
+        .unwrap();
+    let r = c.get("/docs/index.html", "");
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, index),
+        "an allowing graft changes nothing"
+    );
+    owner
+        .dir_access_bind_at(vino_kernel::At::Root, b"/www/docs", Some(&trap))
+        .unwrap();
+    assert_eq!(c.get("/docs/index.html", "").status, 403, "a failing graft refuses");
+    let r = c.get("/small", "");
+    assert_eq!(
+        (r.status, r.body.len()),
+        (200, 4096),
+        "outside its tree, nothing changes"
+    );
+    owner
+        .dir_access_bind_at(vino_kernel::At::Root, b"/www/docs", None)
+        .unwrap();
+    let r = c.get("/docs/index.html", "");
+    assert_eq!((r.status, r.body.as_slice()), (200, index));
+    let slot = owner
+        .graft_list()
+        .into_iter()
+        .find(|s| s.point == "event.net.packet/8082")
+        .expect("the server's slot is listed");
+    assert_eq!(
+        slot.stats.unwrap().failures,
+        0,
+        "the nested graft's failure is not the server's"
+    );
+    k.exit(c.p.pid());
+    k.exit(owner.pid());
+}
+
 const LOOP: &str = r#"(module
   (memory (export "memory") 2)
   (global (export "vino_args") i32 (i32.const 0))
