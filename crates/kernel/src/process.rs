@@ -71,6 +71,8 @@ pub struct Process {
     pub(crate) socket_layers: Mutex<rustc_hash::FxHashMap<vino_net::SocketId, Arc<crate::socket_layers::SocketLayers>>>,
     /// It has pushed a layer once (until then a socket call skips the map).
     pub(crate) socket_layers_used: std::sync::atomic::AtomicBool,
+    /// Its user's share of the stack's thread, looked up once (a process's uid never changes).
+    pub(crate) net_share: std::sync::OnceLock<Arc<vino_net::congestion::StackShare>>,
     /// Its `net.congestion` graftpoint: congestion control of its TCP connections.
     pub(crate) congestion_slot: Arc<vino_graft::GraftSlot<vino_net::Congestion>>,
     /// Its parent, children, session and zombies.
@@ -193,6 +195,7 @@ impl Process {
             servers: Mutex::new(Vec::new()),
             socket_layers: Mutex::default(),
             socket_layers_used: Default::default(),
+            net_share: std::sync::OnceLock::new(),
             family: Mutex::new(crate::family::Family {
                 parent: parent.map_or(0, Process::pid),
                 session: parent.map_or(pid, Process::session),

@@ -68,7 +68,10 @@ impl Process {
             uid: self.credentials().uid,
             account: Some(self.account().clone()),
             congestion: Some(vino_net::CongestionConfig {
-                share: self.kernel().net_share(self.credentials().uid),
+                share: self
+                    .net_share
+                    .get_or_init(|| self.kernel().net_share(self.credentials().uid))
+                    .clone(),
                 ..vino_net::CongestionConfig::new(self.congestion_slot.clone())
             }),
         }
