@@ -406,6 +406,23 @@ fn requests_line(requests: &[RequestTop]) -> String {
     )
 }
 
+/// The host link's line (and its way out's, with a rate).
+fn net_line(n: &vino_client::NetTop) -> String {
+    let shaped = n.shaped.as_ref().map_or_else(
+        || "no rate".to_string(),
+        |e| {
+            format!(
+                "way out: {} packets queued, {} sent, {} dropped, {} bytes of {} users waiting; net.pick_packet decided {} (users') and {} (the link's)",
+                e.queued, e.sent, e.dropped, e.waiting_bytes, e.users_waiting, e.user_picks, e.link_picks
+            )
+        },
+    );
+    format!(
+        "host link: {} packets out ({} refused), {} in ({} martians); {shaped}\n",
+        n.sent, n.refused, n.received, n.martians
+    )
+}
+
 fn render(top: &Top) -> String {
     let c = &top.cache;
     let mounts: String = top
@@ -422,8 +439,9 @@ fn render(top: &Top) -> String {
             )
         })
         .collect();
+    let net = top.net.as_ref().map_or_else(String::new, net_line);
     format!(
-        "vinod: up {:.0} s, {} clients; cache {}/{} frames ({} dirty), {} hits, {} misses\n{mounts}\n{}\n{}\n{}",
+        "vinod: up {:.0} s, {} clients; cache {}/{} frames ({} dirty), {} hits, {} misses\n{net}{mounts}\n{}\n{}\n{}",
         top.uptime_ms as f64 / 1e3,
         top.connections,
         c.resident,
@@ -563,4 +581,39 @@ pub fn kill(socket: Option<PathBuf>, pid: u64) -> Result<()> {
     connect(socket)?
         .kill_program(pid)
         .with_context(|| format!("killing program {pid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_links_line_shows_its_way_out_when_it_has_a_rate() {
+        let mut n = vino_client::NetTop {
+            sent: 10,
+            refused: 1,
+            received: 7,
+            martians: 2,
+            shaped: None,
+        };
+        assert_eq!(
+            net_line(&n),
+            "host link: 10 packets out (1 refused), 7 in (2 martians); no rate\n"
+        );
+        n.shaped = Some(vino_client::EgressTop {
+            queued: 12,
+            sent: 10,
+            dropped: 3,
+            user_picks: 4,
+            link_picks: 0,
+            users_waiting: 1,
+            waiting_bytes: 3000,
+        });
+        let line = net_line(&n);
+        assert!(
+            line.contains("12 packets queued, 10 sent, 3 dropped, 3000 bytes of 1 users waiting"),
+            "{line}"
+        );
+        assert!(line.contains("decided 4 (users') and 0 (the link's)"), "{line}");
+    }
 }

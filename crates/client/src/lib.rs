@@ -35,9 +35,10 @@ mod shm;
 
 pub use shm::SharedMemory;
 pub use vino_proto::{
-    CacheTop, DEFAULT_SOCKET, DirEntry, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats, GraftTop, Held,
-    LockInfo, LockKind, MAX_DATA, MountTop, OpenFlags, PipeStage, ProcessTop, ProgramSetup, ProgramSocket, RequestTop,
-    SetAttrs, SetTime, SlotInfo, SocketTop, Stat, StreamFile, StreamInfo, Top, UserTop, XattrHow, errno,
+    CacheTop, DEFAULT_SOCKET, DirEntry, EgressTop, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats,
+    GraftTop, Held, LockInfo, LockKind, MAX_DATA, MountTop, NetTop, OpenFlags, PipeStage, ProcessTop, ProgramSetup,
+    ProgramSocket, RequestTop, SetAttrs, SetTime, SlotInfo, SocketTop, Stat, StreamFile, StreamInfo, Top, UserTop,
+    XattrHow, errno,
 };
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use vino_graft::{PolicyKind, SlotInfo};
 use vino_kernel::{Credentials, Kernel, Pid};
-use vino_proto::{CacheTop, GraftTop, Held, ProcessTop, Top, UserTop};
+use vino_proto::{CacheTop, EgressTop, GraftTop, Held, NetTop, ProcessTop, Top, UserTop};
 
 fn graft_row(s: &SlotInfo, scope: String) -> Option<GraftTop> {
     let g = s.graft.as_ref()?;
@@ -154,7 +154,27 @@ impl Daemon {
             cache,
             users: users(kernel, viewer),
             mounts: self.mounts(viewer.privileged),
+            net: kernel.host_link_stats().filter(|_| viewer.privileged).map(net_top),
         }
+    }
+}
+
+/// The host link's counts, as `Top` shows them.
+fn net_top(h: vino_kernel::HostStats) -> NetTop {
+    NetTop {
+        sent: h.sent,
+        refused: h.refused,
+        received: h.received,
+        martians: h.martians,
+        shaped: h.shaped.map(|e| EgressTop {
+            queued: e.queued,
+            sent: e.sent,
+            dropped: e.dropped,
+            user_picks: e.user_picks,
+            link_picks: e.link_picks,
+            users_waiting: e.users as u64,
+            waiting_bytes: e.waiting_bytes as u64,
+        }),
     }
 }
 

@@ -405,6 +405,34 @@ pub struct Top {
     pub users: Vec<UserTop>,
     /// The daemon's FUSE mounts (public, as the host's mount table is).
     pub mounts: Vec<MountTop>,
+    /// The host link, if root attached one: for a privileged viewer only (its counts are every
+    /// user's traffic).
+    #[serde(default)]
+    pub net: Option<NetTop>,
+}
+
+/// What the host link moved, and its way out's queues when it has a rate.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetTop {
+    pub sent: u64,
+    pub refused: u64,
+    pub received: u64,
+    pub martians: u64,
+    /// The way out's queues (`None`: no rate, packets go out as they are sent).
+    pub shaped: Option<EgressTop>,
+}
+
+/// The rated way out: packets queued, sent on and dropped (a user's queue full), the decisions
+/// `net.pick_packet` grafts made, and what waits now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressTop {
+    pub queued: u64,
+    pub sent: u64,
+    pub dropped: u64,
+    pub user_picks: u64,
+    pub link_picks: u64,
+    pub users_waiting: u64,
+    pub waiting_bytes: u64,
 }
 
 /// A FUSE mount the daemon serves.
