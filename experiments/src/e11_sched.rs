@@ -6,7 +6,7 @@
 //! process, another user computing, under the default and under the process's own
 //! rate-monotonic graft (`sdk/grafts/multimedia.c`): how many audio periods miss their deadline.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::future::Future;
@@ -15,8 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
 use vino_graft::{NativePolicy, Owner, Runtime};
 use vino_kernel::{CpuSchedConfig, Credentials, Kernel, KernelConfig};
 use vino_measure::report::{ChartOptions, Table, bar_chart_with};
@@ -105,18 +103,18 @@ pub struct SchedReport {
 }
 
 fn boot(workers: usize) -> Result<Arc<Kernel>> {
-    let dev = Arc::new(MemDevice::new(4096));
-    mkfs(&*dev, &MkfsOptions::default()).context("mkfs")?;
-    let config = KernelConfig {
-        cache_frames: 256,
-        writeback_every: None,
-        cpu: CpuSchedConfig {
-            workers,
-            ..CpuSchedConfig::default()
+    crate::mem_kernel(
+        4096,
+        &KernelConfig {
+            cache_frames: 256,
+            writeback_every: None,
+            cpu: CpuSchedConfig {
+                workers,
+                ..CpuSchedConfig::default()
+            },
+            ..KernelConfig::default()
         },
-        ..KernelConfig::default()
-    };
-    Ok(Kernel::boot(dev as Arc<dyn BlockDevice>, &config)?)
+    )
 }
 
 fn quiet() -> Stdio {

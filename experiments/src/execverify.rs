@@ -10,8 +10,6 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig};
 use vino_measure::report::{ChartOptions, Table, bar_chart_with};
 
@@ -51,14 +49,14 @@ pub struct Report {
 }
 
 fn boot() -> Result<Arc<Kernel>> {
-    let dev = Arc::new(MemDevice::new(4096));
-    mkfs(&*dev, &MkfsOptions::default()).context("mkfs")?;
-    let config = KernelConfig {
-        cache_frames: 64,
-        writeback_every: None,
-        ..KernelConfig::default()
-    };
-    Ok(Kernel::boot(dev as Arc<dyn BlockDevice>, &config)?)
+    crate::mem_kernel(
+        4096,
+        &KernelConfig {
+            cache_frames: 64,
+            writeback_every: None,
+            ..KernelConfig::default()
+        },
+    )
 }
 
 fn default_module() -> Result<PathBuf> {

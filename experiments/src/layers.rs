@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, ensure};
 use serde::Serialize;
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig, LOOPBACK, Process, SocketId, SocketWait};
 use vino_measure::report::{ChartOptions, Table, bar_chart_with, fmt_ratio};
 
@@ -76,14 +74,14 @@ fn data(n: usize) -> Vec<u8> {
 }
 
 fn boot() -> Result<Arc<Kernel>> {
-    let dev = Arc::new(MemDevice::new(4096));
-    mkfs(&*dev, &MkfsOptions::default()).context("mkfs")?;
-    let config = KernelConfig {
-        cache_frames: 1024,
-        writeback_every: None,
-        ..KernelConfig::default()
-    };
-    Ok(Kernel::boot(dev as Arc<dyn BlockDevice>, &config)?)
+    crate::mem_kernel(
+        4096,
+        &KernelConfig {
+            cache_frames: 1024,
+            writeback_every: None,
+            ..KernelConfig::default()
+        },
+    )
 }
 
 /// A layer: its name and its module.

@@ -26,6 +26,8 @@
 //! | `vino-bench-names` | [`names`] | what a bound `dir.access` or `dir.lookup` graft adds to a walk step and an open |
 //! | `vino-bench-congestion` | [`congestion`] | Reno and CUBIC as `net.congestion` grafts against the built-ins at 1% loss |
 //! | `vino-bench-serve` | [`serve`] | a server in the kernel (`http_server.c`) against the same server as a VINO process |
+//! | `vino-bench-layers` | [`layers`] | stream layers on a socket (LZ4, ChaCha20-Poly1305) against the plain connection |
+//! | `vino-bench-net` | [`net`], [`congestion`], [`serve`], [`pick`] | the network in one run: the stack against Linux's, and every network graft's comparison |
 //! | `vino-bench-rollback` | [`rollback`] | rolling a graft's memory back on abort: its cost per call, word and record |
 //!
 //! Timing, tables, JSON and plots are `vino-measure` (`experiments/measure`); what the programs
@@ -62,3 +64,18 @@ pub mod vm;
 pub mod vm_join;
 pub mod vm_latency;
 pub mod wisconsin;
+
+/// A kernel on a fresh in-memory disk of `blocks` blocks, booted with `config`: what most
+/// experiments measure on, with no device's noise in it.
+pub fn mem_kernel(
+    blocks: u64,
+    config: &vino_kernel::KernelConfig,
+) -> anyhow::Result<std::sync::Arc<vino_kernel::Kernel>> {
+    use anyhow::Context;
+    let dev = std::sync::Arc::new(vino_blockdev::MemDevice::new(blocks));
+    vino_fs::mkfs(&*dev, &vino_fs::MkfsOptions::default()).context("mkfs")?;
+    Ok(vino_kernel::Kernel::boot(
+        dev as std::sync::Arc<dyn vino_blockdev::BlockDevice>,
+        config,
+    )?)
+}

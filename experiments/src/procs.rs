@@ -29,8 +29,6 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, ensure};
 use serde::Serialize;
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
 use vino_kernel::{Credentials, Kernel, KernelConfig, OpenFlags};
 use vino_measure::report::{Table, bar_chart, fmt_ratio};
 
@@ -251,14 +249,14 @@ const VINO_TRUE: &str = "/bin/true";
 
 impl Vino {
     fn boot(built: &Built) -> Result<Vino> {
-        let dev = Arc::new(MemDevice::new(4096));
-        mkfs(&*dev, &MkfsOptions::default()).context("mkfs")?;
-        let config = KernelConfig {
-            cache_frames: 1024,
-            writeback_every: None,
-            ..KernelConfig::default()
-        };
-        let kernel = Kernel::boot(dev as Arc<dyn BlockDevice>, &config)?;
+        let kernel = crate::mem_kernel(
+            4096,
+            &KernelConfig {
+                cache_frames: 1024,
+                writeback_every: None,
+                ..KernelConfig::default()
+            },
+        )?;
         let root = kernel.spawn(Credentials::root());
         let installed = (|| -> std::result::Result<(), vino_kernel::SysError> {
             root.mkdir("/bin", 0o755)?;

@@ -24,8 +24,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, ensure};
 use serde::Serialize;
-use vino_blockdev::{BlockDevice, MemDevice};
-use vino_fs::{MkfsOptions, mkfs};
 use vino_hostlink::netns::{Netns, ip};
 use vino_kernel::{Credentials, Kernel, KernelConfig, LOOPBACK, OpenFlags, Process, SocketWait};
 use vino_measure::report::{ChartOptions, Table, bar_chart_with, fmt_ratio};
@@ -99,15 +97,15 @@ struct Figures {
 }
 
 fn boot(httpd: &[u8], net: NetConfig) -> Result<Arc<Kernel>> {
-    let dev = Arc::new(MemDevice::new(16384));
-    mkfs(&*dev, &MkfsOptions::default()).context("mkfs")?;
-    let config = KernelConfig {
-        cache_frames: 4096,
-        writeback_every: None,
-        net,
-        ..KernelConfig::default()
-    };
-    let kernel = Kernel::boot(dev as Arc<dyn BlockDevice>, &config)?;
+    let kernel = crate::mem_kernel(
+        16384,
+        &KernelConfig {
+            cache_frames: 4096,
+            writeback_every: None,
+            net,
+            ..KernelConfig::default()
+        },
+    )?;
     let root = kernel.spawn(Credentials::root());
     let made = (|| -> vino_kernel::SysResult<()> {
         root.mkdir("/www", 0o777)?;
