@@ -46,16 +46,16 @@ pub const MAX_WINDOW: u64 = 1 << 30;
 /// on a link whose segments are at least that large.
 pub const MIN_WINDOW: u64 = 536;
 
-/// How much of the stack's thread one user's congestion and packet-order grafts may take: [`SHARE`] of work in
-/// every [`SHARE_WINDOW`] of the stack's clock (5%). Reno and CUBIC as grafts take about 140
+/// How much of the stack's thread one user's congestion and packet-order grafts may take:
+/// [`SHARE`] of work in every [`SHARE_WINDOW`] of the stack's clock (5%). Reno and CUBIC as grafts take about 140
 /// ns a call, so a user must make tens of thousands of calls a second to reach it.
 pub const SHARE: std::time::Duration = std::time::Duration::from_millis(5);
 pub const SHARE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// One user's share of the stack's thread for its congestion grafts (see [`SHARE`]): the work
-/// its calls did in the current window, measured as the graft runtime measures budgets (fuel
-/// by default, so a simulation's runs agree), and how many events the built-in decided
-/// because the share was spent.
+/// One user's share of the stack's thread for its grafts there, congestion and packet order
+/// (see [`SHARE`]): the work its calls did in the current window, measured as the graft
+/// runtime measures budgets (fuel by default, so a simulation's runs agree), and how many
+/// calls the default decided because the share was spent.
 #[derive(Debug)]
 pub struct StackShare {
     /// The work allowed in each window.
@@ -103,7 +103,7 @@ impl StackShare {
         self.spent_ns.fetch_add(work.as_nanos() as u64, Relaxed);
     }
 
-    /// Events the built-in decided because the share was spent.
+    /// Calls the default decided because the share was spent.
     pub fn skipped(&self) -> u64 {
         self.skipped.load(Relaxed)
     }

@@ -141,9 +141,10 @@ pub struct UserPick {
 pub trait Sharing: Send + Sync {
     /// `uid`'s weight on the link: its CPU tickets ([`DEFAULT_WEIGHT`] for the default share).
     fn weight(&self, uid: u32) -> u32;
-    /// `uid`'s own graft, if it has one.
+    /// `uid`'s own graft, if it has one (asked at most once a [`SHARE_WINDOW`] per user).
     fn user_pick(&self, uid: u32) -> Option<UserPick>;
-    /// The link's graft, if a privileged process bound one.
+    /// The link's graft's slot (asked once, when the way out is made; a privileged process
+    /// binds in it).
     fn link_pick(&self) -> Option<Arc<GraftSlot<PickPacket>>>;
 }
 
@@ -195,12 +196,44 @@ struct UserQueue {
     quantum: i64,
     /// The flow whose head goes next, once chosen (kept until it goes).
     chosen: Option<FlowKey>,
-    /// The user's graft, looked up when the queue started and again every [`SHARE_WINDOW`].
+    /// The user's graft, and its quantum from its weight: looked up every [`SHARE_WINDOW`] at
+    /// most (the weight is the CPU scheduler's, under its lock). A queue that empties is kept
+    /// a while, so a user sending a packet at a time does not look them up for each.
     pick: Option<UserPick>,
-    looked: Instant,
+    looked: Option<Instant>,
 }
 
 impl UserQueue {
+    fn new(who: Principal) -> UserQueue {
+        UserQueue {
+            uid: who.unwrap_or(KERNEL_UID),
+            flows: HashMap::new(),
+            order: BTreeMap::new(),
+            bytes: 0,
+            packets: 0,
+            deficit: 0,
+            quantum: 0,
+            chosen: None,
+            pick: None,
+            looked: None,
+        }
+    }
+
+    /// Looks up the user's weight (its quantum) and its graft. The kernel's own packets have
+    /// the default weight and no graft.
+    fn look_up(&mut self, sharing: Option<&dyn Sharing>, mtu: usize, now: Instant) {
+        let user = sharing.filter(|_| self.uid != KERNEL_UID);
+        let weight = user.map_or(DEFAULT_WEIGHT, |s| s.weight(self.uid));
+        // A quantum of one packet at the default weight; a tiny share is raised to 1/64 of a
+        // packet, which bounds the turns one decision may take.
+        self.quantum = (mtu as u64 * u64::from(weight) / u64::from(DEFAULT_WEIGHT))
+            .clamp((mtu / 64).max(1) as u64, 1 << 30) as i64;
+        self.pick = user
+            .and_then(|s| s.user_pick(self.uid))
+            .filter(|p| p.slot.policy_kind() != PolicyKind::Default);
+        self.looked = Some(now);
+    }
+
     fn head_of(&self, key: &FlowKey, now: Instant) -> Head {
         let flow = &self.flows[key];
         let q = flow.front().expect("a flow in the order has a packet");
@@ -269,6 +302,8 @@ pub(crate) struct Egress {
     /// Users with packets waiting, in turn.
     ring: VecDeque<Principal>,
     sharing: Option<Arc<dyn Sharing>>,
+    /// The link's graft's slot (what is bound in it may change; the slot does not).
+    link: Option<Arc<GraftSlot<PickPacket>>>,
     mtu: usize,
     next_seq: u64,
     /// The next packet's length while it waits for credit.
@@ -298,6 +333,7 @@ impl Egress {
             counted: None,
             users: HashMap::new(),
             ring: VecDeque::new(),
+            link: sharing.as_ref().and_then(|s| s.link_pick()),
             sharing,
             mtu,
             next_seq: 0,
@@ -332,24 +368,23 @@ impl Egress {
 
     fn push(&mut self, who: Principal, key: FlowKey, packet: Vec<u8>, now: Instant) {
         if !self.users.contains_key(&who) {
-            let queue = self.new_queue(who, now);
-            self.users.insert(who, queue);
-            self.ring.push_back(who);
+            self.forget_idle(now);
         }
-        let q = self.users.get_mut(&who).expect("just made");
+        let q = self.users.entry(who).or_insert_with(|| UserQueue::new(who));
         if q.bytes + packet.len() > self.shaping.queue_bytes {
             self.stats.dropped += 1;
             forget(&mut self.flow_bytes, key, packet.len());
             forget(&mut self.port_bytes, (key.0, key.1), packet.len());
-            if q.packets == 0 {
-                self.users.remove(&who);
-                self.ring.retain(|w| *w != who);
-            }
             return;
         }
-        if now - q.looked >= smoltcp::time::Duration::from_micros(SHARE_WINDOW.as_micros() as u64) {
-            q.pick = self.sharing.as_ref().and_then(|s| s.user_pick(q.uid)).filter(bound);
-            q.looked = now;
+        let window = smoltcp::time::Duration::from_micros(SHARE_WINDOW.as_micros() as u64);
+        if q.looked.is_none_or(|at| now - at >= window) {
+            q.look_up(self.sharing.as_deref(), self.mtu, now);
+        }
+        if q.packets == 0 {
+            // Its turn starts afresh.
+            q.deficit = 0;
+            self.ring.push_back(who);
         }
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -363,26 +398,15 @@ impl Egress {
         self.stats.queued += 1;
     }
 
-    fn new_queue(&self, who: Principal, now: Instant) -> UserQueue {
-        let uid = who.unwrap_or(KERNEL_UID);
-        let sharing = self.sharing.as_ref();
-        let weight = who.and_then(|u| sharing.map(|s| s.weight(u))).unwrap_or(DEFAULT_WEIGHT);
-        // A quantum of one packet at the default weight; a tiny share is raised to 1/64 of a
-        // packet, which bounds the turns one decision may take.
-        let quantum = (self.mtu as u64 * u64::from(weight) / u64::from(DEFAULT_WEIGHT))
-            .clamp((self.mtu / 64).max(1) as u64, 1 << 30) as i64;
-        UserQueue {
-            uid,
-            flows: HashMap::new(),
-            order: BTreeMap::new(),
-            bytes: 0,
-            packets: 0,
-            deficit: 0,
-            quantum,
-            chosen: None,
-            pick: who.and_then(|u| sharing.and_then(|s| s.user_pick(u))).filter(bound),
-            looked: now,
+    /// Lets go of the empty queues not used for a window, once there are more of them than a
+    /// few: the map holds at most the users sending lately.
+    fn forget_idle(&mut self, now: Instant) {
+        if self.users.len() < self.ring.len() + 64 {
+            return;
         }
+        let window = smoltcp::time::Duration::from_micros(SHARE_WINDOW.as_micros() as u64);
+        self.users
+            .retain(|_, q| q.packets > 0 || q.looked.is_some_and(|at| now - at < window));
     }
 
     /// Sends on, through `out`, what the link's credit allows now, in the order the levels
@@ -407,7 +431,6 @@ impl Egress {
             forget(&mut self.flow_bytes, key, len);
             forget(&mut self.port_bytes, (key.0, key.1), len);
             if q.packets == 0 {
-                self.users.remove(&who);
                 self.ring.remove(at);
             }
             self.stats.sent += 1;
@@ -417,11 +440,7 @@ impl Egress {
 
     /// Whose packet goes next: its place in the ring, and the packet's length.
     fn next_user(&mut self, now: Instant) -> (usize, usize) {
-        let link = self
-            .sharing
-            .as_ref()
-            .and_then(|s| s.link_pick())
-            .filter(|s| s.policy_kind() != PolicyKind::Default);
+        let link = self.link.as_ref().filter(|s| s.policy_kind() != PolicyKind::Default);
         if let Some(link) = link.filter(|_| self.ring.len() > 1) {
             let heads: Vec<Head> = self
                 .ring
@@ -504,10 +523,6 @@ fn forget<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: K, len: 
             counts.remove(&key);
         }
     }
-}
-
-fn bound(pick: &UserPick) -> bool {
-    pick.slot.policy_kind() != PolicyKind::Default
 }
 
 #[cfg(test)]
@@ -595,5 +610,34 @@ mod tests {
         assert_eq!(rest, [2, 3, 4, 5, 6, 7, 8, 9], "first in, first out by default");
         assert_eq!(e.next_due(at(10)), None);
         assert_eq!(e.stats().users, 0);
+    }
+
+    #[test]
+    fn a_user_sending_a_packet_at_a_time_is_looked_up_once_a_window() {
+        #[derive(Default)]
+        struct Counting(std::sync::atomic::AtomicU64);
+        impl Sharing for Counting {
+            fn weight(&self, _: u32) -> u32 {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                DEFAULT_WEIGHT
+            }
+            fn user_pick(&self, _: u32) -> Option<UserPick> {
+                None
+            }
+            fn link_pick(&self) -> Option<Arc<GraftSlot<PickPacket>>> {
+                None
+            }
+        }
+        let users = Arc::new(Counting::default());
+        let mut e = Egress::new(Shaping::rate(1_000_000), 1000, Some(users.clone()));
+        // One packet a millisecond for 250 ms: each goes at once, the queue empties each time.
+        for t in 0..250 {
+            e.push(Some(3), flow_key(dest(1)), vec![0; 100], at(t));
+            let mut sent = 0;
+            e.release(at(t), &mut |_| sent += 1);
+            assert_eq!(sent, 1);
+        }
+        let looked = users.0.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(looked, 3, "at 0, 100 and 200 ms");
     }
 }
