@@ -15,9 +15,30 @@ use std::time::Duration;
 use vino_clock::{Clock, ManualClock, SharedClock};
 use vino_graft::GraftSlot;
 
-const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
-const B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
+/// The two stacks' addresses on the wire.
+pub const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
+pub const B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
 const PORT: u16 = 7000;
+
+/// A stepped stack at `me` on `end` of a wire, on `clock`: `host` finishes its link (faults, a
+/// rate, where it may send), `config` gives the rest of its settings.
+pub(crate) fn wired(
+    clock: &Arc<ManualClock>,
+    end: crate::WireEnd,
+    me: Ipv4Addr,
+    host: impl FnOnce(&mut HostConfig),
+    config: NetConfig,
+) -> Net {
+    let mut link = HostConfig::on(LinkDevice::Wire(end), me, 24);
+    host(&mut link);
+    Net::start(NetConfig {
+        host: Some(link),
+        clock: SharedClock::new(clock.clone()),
+        stepped: true,
+        ..config
+    })
+    .expect("a wired stack starts")
+}
 
 /// What one run of [`transfers`] showed.
 pub struct Run {
@@ -45,17 +66,15 @@ pub fn transfers(
     let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
     let (ea, eb) = wire();
     let stack = |end, me, seed: u64| {
-        let mut host = HostConfig::on(LinkDevice::Wire(end), me, 24);
-        host.faults = Faults { seed, ..faults };
-        host.egress = vec![(B, 32)];
-        Net::start(NetConfig {
-            host: Some(host),
-            clock: SharedClock::new(clock.clone()),
+        let host = |h: &mut HostConfig| {
+            h.faults = Faults { seed, ..faults };
+            h.egress = vec![(B, 32)];
+        };
+        let config = NetConfig {
             seed: Some(seed ^ 0x5eed),
-            stepped: true,
             ..NetConfig::default()
-        })
-        .expect("a wired stack starts")
+        };
+        wired(&clock, end, me, host, config)
     };
     let (a, b) = (stack(ea, A, faults.seed), stack(eb, B, faults.seed + 1));
     let trace = Arc::new(Mutex::new(Vec::new()));

@@ -4,17 +4,16 @@
 
 use crate::congestion::StackShare;
 use crate::egress::{PickPacket, Sharing, SharingHandle, UserPick};
-use crate::{HostConfig, LinkDevice, Net, NetConfig, NetError, Owner, Shaping, SocketId, Wait, settle, wire};
+use crate::{HostConfig, NetConfig, NetError, Owner, Shaping, SocketId, Wait, settle, wire};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Duration;
-use vino_clock::{Clock, ManualClock, SharedClock};
+use vino_clock::{Clock, ManualClock};
 use vino_graft::{Access, GraftSlot, Runtime};
 
-pub const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
-pub const B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
+pub use super::{A, B};
 /// Bytes a second A's way out carries.
 pub const RATE: u64 = 2_000_000;
 pub const BULK: u16 = 7000;
@@ -130,18 +129,16 @@ pub fn run_load(users: &Arc<Users>, load: &Load<'_>) -> Seen {
     let clock = Arc::new(ManualClock::new(Duration::from_secs(1_700_000_000)));
     let (ea, eb) = wire();
     let stack = |end, me, seed: u64, shaping| {
-        let mut host = HostConfig::on(LinkDevice::Wire(end), me, 24);
-        host.egress = vec![(Ipv4Addr::new(10, 9, 0, 0), 24)];
-        host.shaping = shaping;
-        Net::start(NetConfig {
-            host: Some(host),
-            clock: SharedClock::new(clock.clone()),
+        let host = |h: &mut HostConfig| {
+            h.egress = vec![(Ipv4Addr::new(10, 9, 0, 0), 24)];
+            h.shaping = shaping;
+        };
+        let config = NetConfig {
             seed: Some(seed),
-            stepped: true,
             sharing: Some(SharingHandle(users.clone())),
             ..NetConfig::default()
-        })
-        .expect("a wired stack starts")
+        };
+        super::wired(&clock, end, me, host, config)
     };
     let (a, b) = (stack(ea, A, 1, Some(Shaping::rate(RATE))), stack(eb, B, 2, None));
     let sink = Owner {
