@@ -48,12 +48,6 @@ impl Kernel {
         self.net().step()
     }
 
-    /// `uid`'s share of the stack's thread for its congestion grafts (one for all its
-    /// processes, so more processes buy no more of it).
-    pub(crate) fn net_share(&self, uid: u32) -> std::sync::Arc<vino_net::congestion::StackShare> {
-        self.net_sharing.share(uid)
-    }
-
     /// What the stack holds now (`None` before the first socket call).
     pub fn net_stats(&self) -> Option<vino_net::NetStats> {
         self.net.get().map(Net::stats)
@@ -67,13 +61,12 @@ impl Process {
             pid: self.pid(),
             uid: self.credentials().uid,
             account: Some(self.account().clone()),
-            congestion: Some(vino_net::CongestionConfig {
-                share: self
-                    .net_share
-                    .get_or_init(|| self.kernel().net_share(self.credentials().uid))
+            congestion: Some(vino_net::CongestionConfig::new(
+                self.congestion_slot.clone(),
+                self.net_share
+                    .get_or_init(|| self.kernel().net_sharing.share(self.credentials().uid))
                     .clone(),
-                ..vino_net::CongestionConfig::new(self.congestion_slot.clone())
-            }),
+            )),
         }
     }
 

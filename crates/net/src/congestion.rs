@@ -233,13 +233,13 @@ pub struct CongestionConfig {
 }
 
 impl CongestionConfig {
-    /// The slot's graft beside CUBIC, the stack's own choice.
-    pub fn new(slot: Arc<GraftSlot<Congestion>>) -> Self {
+    /// The slot's graft beside CUBIC, the stack's own choice, its calls charged to `share`.
+    pub fn new(slot: Arc<GraftSlot<Congestion>>, share: Arc<StackShare>) -> Self {
         CongestionConfig {
             slot,
             builtin: CongestionControl::Cubic,
             trace: None,
-            share: Arc::default(),
+            share,
         }
     }
 
