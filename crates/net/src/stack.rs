@@ -406,7 +406,9 @@ impl Net {
     pub fn listen(&self, owner: &Owner, id: SocketId, backlog: usize) -> Result<(), NetError> {
         let mut st = self.lock();
         let backlog = backlog.clamp(1, st.config.max_backlog);
-        let (port, mut prepaid) = match &mut st.owned(owner.pid, id)?.kind {
+        let entry = st.owned(owner.pid, id)?;
+        let nodelay = entry.nodelay;
+        let (port, mut prepaid) = match &mut entry.kind {
             Kind::Bound {
                 port,
                 charges,
@@ -419,19 +421,13 @@ impl Net {
         let mut pool = Vec::with_capacity(backlog);
         let mut failed = None;
         for _ in 0..backlog {
-            match st.listening_slot(owner, port, &mut prepaid) {
+            match st.listening_slot(owner, port, &mut prepaid, nodelay) {
                 Ok(slot) => pool.push(slot),
                 Err(e) => {
                     failed = Some(e);
                     break;
                 }
             }
-        }
-        let nodelay = st.owned(owner.pid, id)?.nodelay;
-        for slot in &pool {
-            st.sockets
-                .get_mut::<tcp::Socket>(slot.handle)
-                .set_nagle_enabled(!nodelay);
         }
         let kind = match failed {
             None => Kind::Listener { port, pool },
@@ -499,7 +495,9 @@ impl Net {
     fn start_connect(&self, owner: &Owner, id: SocketId, to: SocketAddrV4) -> Result<(), NetError> {
         let mut st = self.lock();
         st.may_reach(owner, *to.ip())?;
-        let (hold, mut prepaid) = match &mut st.owned(owner.pid, id)?.kind {
+        let entry = st.owned(owner.pid, id)?;
+        let nodelay = entry.nodelay;
+        let (hold, mut prepaid) = match &mut entry.kind {
             Kind::Bound { port, charges, peer } => match *peer {
                 None => (PortHold::Alone(*port), charges.pop()),
                 Some(p) if p == to => (PortHold::Shared(*port, p), charges.pop()),
@@ -509,11 +507,9 @@ impl Net {
             _ => return Err(NetError::WrongKind("connect needs a bound TCP socket")),
         };
         // On failure the caller closes the socket: its charge may go with it.
-        let slot = st.new_socket(owner, &mut prepaid)?;
-        let nodelay = st.owned(owner.pid, id)?.nodelay;
+        let slot = st.new_socket(owner, &mut prepaid, nodelay)?;
         let State { iface, sockets, .. } = &mut *st;
         let socket = sockets.get_mut::<tcp::Socket>(slot.handle);
-        socket.set_nagle_enabled(!nodelay);
         if let Err(e) = socket.connect(iface.context(), IpEndpoint::from(to), hold.port()) {
             sockets.remove(slot.handle);
             return Err(NetError::Unreachable(format!("{to}: {e}")));
@@ -1188,14 +1184,15 @@ impl State {
         Ok(vec![socket, bytes])
     }
 
-    /// A new smoltcp TCP socket, charged to `owner`.
-    fn new_socket(&mut self, owner: &Owner, prepaid: &mut Option<Charge>) -> Result<Slot, NetError> {
+    /// A new smoltcp TCP socket, charged to `owner`, Nagle's rule off with `nodelay`.
+    fn new_socket(&mut self, owner: &Owner, prepaid: &mut Option<Charge>, nodelay: bool) -> Result<Slot, NetError> {
         let bytes = self.config.buffer_bytes;
         let charges = self.charge(owner, prepaid)?;
         let mut socket = tcp::Socket::new(
             tcp::SocketBuffer::new(vec![0; bytes]),
             tcp::SocketBuffer::new(vec![0; bytes]),
         );
+        socket.set_nagle_enabled(!nodelay);
         if let Some(congestion) = &owner.congestion {
             socket.set_congestion_hook(congestion.controller());
         }
@@ -1206,8 +1203,14 @@ impl State {
     }
 
     /// A socket listening on `port`, charged to `owner`.
-    fn listening_slot(&mut self, owner: &Owner, port: u16, prepaid: &mut Option<Charge>) -> Result<Slot, NetError> {
-        let slot = self.new_socket(owner, prepaid)?;
+    fn listening_slot(
+        &mut self,
+        owner: &Owner,
+        port: u16,
+        prepaid: &mut Option<Charge>,
+        nodelay: bool,
+    ) -> Result<Slot, NetError> {
+        let slot = self.new_socket(owner, prepaid, nodelay)?;
         self.sockets
             .get_mut::<tcp::Socket>(slot.handle)
             .listen(port)
@@ -1272,12 +1275,7 @@ impl State {
             } => (*port, *nodelay),
             _ => unreachable!("checked by ready_connection"),
         };
-        let fresh = self.listening_slot(owner, port, &mut None).ok();
-        if let Some(f) = &fresh {
-            self.sockets
-                .get_mut::<tcp::Socket>(f.handle)
-                .set_nagle_enabled(!nodelay);
-        }
+        let fresh = self.listening_slot(owner, port, &mut None, nodelay).ok();
         let Some(Entry {
             kind: Kind::Listener { pool, .. },
             ..
