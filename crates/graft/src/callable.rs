@@ -54,30 +54,65 @@ pub(crate) fn changes_made() -> u64 {
 pub trait WasmInt: wasmtime::WasmTy + wasmtime::WasmRet + Copy + Send + 'static {
     /// Its Wasm type.
     const TYPE: WasmType;
+    /// Its bits as the Wasm value, widened to `i64` (for a recording).
+    fn widen(self) -> i64;
 }
 impl WasmInt for i32 {
     const TYPE: WasmType = WasmType::I32;
+    fn widen(self) -> i64 {
+        i64::from(self)
+    }
 }
 impl WasmInt for i64 {
     const TYPE: WasmType = WasmType::I64;
+    fn widen(self) -> i64 {
+        self
+    }
 }
 impl WasmInt for u32 {
     const TYPE: WasmType = WasmType::I32;
+    fn widen(self) -> i64 {
+        i64::from(self as i32)
+    }
 }
 impl WasmInt for u64 {
     const TYPE: WasmType = WasmType::I64;
+    fn widen(self) -> i64 {
+        self as i64
+    }
 }
 
 /// What a graft-callable function returns: nothing or one integer.
 pub trait CallResult: wasmtime::WasmRet + Send + 'static {
     /// Its Wasm result types.
     const TYPES: &'static [WasmType];
+    /// The value, widened (for a recording).
+    fn value(&self) -> Option<i64>;
 }
 impl CallResult for () {
     const TYPES: &'static [WasmType] = &[];
+    fn value(&self) -> Option<i64> {
+        None
+    }
 }
 impl<T: WasmInt> CallResult for T {
     const TYPES: &'static [WasmType] = &[T::TYPE];
+    fn value(&self) -> Option<i64> {
+        Some(self.widen())
+    }
+}
+
+/// Keeps a graft-callable function's call in the graft's recording, if one is running.
+fn record<E, R: CallResult>(
+    state: &mut HostState<E>,
+    name: &str,
+    args: impl FnOnce() -> Vec<i64>,
+    result: &Result<R, CallError>,
+) {
+    if let Some(tape) = state.tape.as_deref_mut() {
+        let answer = result.as_ref().map(CallResult::value).map_err(ToString::to_string);
+        tape.call(name, args(), answer);
+    }
 }
 
 /// Names every graft may import, whatever its graftpoint (`vino_now_ns` only where the
@@ -119,8 +154,10 @@ macro_rules! define_arity {
             f: impl Fn(&E, $($ty),*) -> Result<R, CallError> + Send + Sync + 'static,
         ) {
             self.linker
-                .func_wrap("vino", name, move |caller: Caller<'_, HostState<E>>, $($arg: $ty),*| {
-                    f(&caller.data().env, $($arg),*).map_err(refused)
+                .func_wrap("vino", name, move |mut caller: Caller<'_, HostState<E>>, $($arg: $ty),*| {
+                    let result = f(&caller.data().env, $($arg),*);
+                    record(caller.data_mut(), name, || vec![$($arg.widen()),*], &result);
+                    result.map_err(refused)
                 })
                 .expect("defining a graft-callable function twice");
             self.defined.push(Defined { name, params: vec![$($ty::TYPE),*], results: R::TYPES });
@@ -147,6 +184,7 @@ macro_rules! define_mem_arity {
                         }
                         None => f(&caller.data().env, &[], $($arg),*),
                     };
+                    record(caller.data_mut(), name, || vec![$($arg.widen()),*], &result);
                     result.map_err(refused)
                 })
                 .expect("defining a graft-callable function twice");
@@ -208,20 +246,18 @@ impl<E: Send + Sync + 'static> Callables<E> {
                 "vino_log",
                 |mut caller: Caller<'_, HostState<E>>, ptr: i32, len: i32| {
                     let memory = caller.get_export("memory").and_then(|e| e.into_memory());
-                    let Some(memory) = memory else {
-                        return Err(refused(CallError::bad_argument("vino_log", "the graft has no memory")));
+                    let (start, n) = (ptr as u32 as usize, (len as u32 as usize).min(LOG_BYTES));
+                    let text = match memory {
+                        None => Err(CallError::bad_argument("vino_log", "the graft has no memory")),
+                        Some(memory) => memory
+                            .data(&caller)
+                            .get(start..start.saturating_add(n))
+                            .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+                            .ok_or_else(|| CallError::bad_argument("vino_log", "message outside the graft's memory")),
                     };
-                    let (start, len) = (ptr as u32 as usize, (len as u32 as usize).min(LOG_BYTES));
-                    let data = memory.data(&caller);
-                    let Some(bytes) = data.get(start..start.saturating_add(len)) else {
-                        return Err(refused(CallError::bad_argument(
-                            "vino_log",
-                            "message outside the graft's memory",
-                        )));
-                    };
-                    let text = String::from_utf8_lossy(bytes).into_owned();
-                    caller.data().counters.logged(text);
-                    Ok(())
+                    let result = text.map(|text| caller.data().counters.logged(text));
+                    record(caller.data_mut(), "vino_log", || vec![ptr.into(), len.into()], &result);
+                    result.map_err(refused)
                 },
             )
             .expect("vino_log defined once");

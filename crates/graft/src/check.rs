@@ -79,7 +79,7 @@ pub(crate) fn check<G: GraftPoint>(
         .collect();
     Ok(ModuleSummary {
         point: point.to_string(),
-        hash: compiled.hash.iter().map(|b| format!("{b:02x}")).collect(),
+        hash: hex(&compiled.hash),
         size,
         entry,
         signature,
@@ -369,4 +369,9 @@ mod tests {
         assert!(e.to_string().contains("300 functions"), "{e}");
         precheck_head(&m[..10], m.len(), &limits).unwrap();
     }
+}
+
+/// Bytes as lowercase hex (a module's hash).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -75,6 +75,9 @@ pub enum GraftError {
     /// and has not ended, and the wait for it failed (EBUSY).
     #[error("the graft is held by a transaction still in progress: {0}")]
     InUse(String),
+    /// The graft cannot be recorded ([`crate::record`]).
+    #[error("the graft cannot be recorded: {0}")]
+    NotRecordable(String),
 }
 
 pub(crate) fn describe_access(access: Access) -> String {

@@ -193,33 +193,54 @@ impl fmt::Display for WasmType {
 /// carries them: `i32`, `i64`, `()` or a tuple of `i32`/`i64`.
 pub trait WasmTypes {
     const TYPES: &'static [WasmType];
+    /// The values, each widened to `i64` (an `i32` sign-extended): how a recording keeps them
+    /// ([`crate::record`]).
+    fn values(&self) -> Vec<i64>;
 }
 
 /// One `i32` or `i64`.
-pub trait WasmScalar {
+pub trait WasmScalar: Copy {
     const TYPE: WasmType;
+    fn widen(self) -> i64;
 }
 
 impl WasmScalar for i32 {
     const TYPE: WasmType = WasmType::I32;
+    fn widen(self) -> i64 {
+        i64::from(self)
+    }
 }
 
 impl WasmScalar for i64 {
     const TYPE: WasmType = WasmType::I64;
+    fn widen(self) -> i64 {
+        self
+    }
 }
 
 impl WasmTypes for i32 {
     const TYPES: &'static [WasmType] = &[WasmType::I32];
+    fn values(&self) -> Vec<i64> {
+        vec![i64::from(*self)]
+    }
 }
 
 impl WasmTypes for i64 {
     const TYPES: &'static [WasmType] = &[WasmType::I64];
+    fn values(&self) -> Vec<i64> {
+        vec![*self]
+    }
 }
 
 macro_rules! tuple_types {
     ($($t:ident),*) => {
         impl<$($t: WasmScalar),*> WasmTypes for ($($t,)*) {
             const TYPES: &'static [WasmType] = &[$($t::TYPE),*];
+            #[allow(non_snake_case)]
+            fn values(&self) -> Vec<i64> {
+                let ($($t,)*) = *self;
+                vec![$($t.widen()),*]
+            }
         }
     };
 }

@@ -3,7 +3,8 @@
 
 use crate::callable::{CallError, Callables};
 use crate::error::{GraftError, LoadError};
-use crate::point::{GraftPoint, export_name};
+use crate::point::{GraftPoint, WasmTypes, export_name};
+use crate::record::{Event, Header, Image, Outcome, Recording, Tape};
 use crate::runtime::{Interrupt, Runtime, RuntimeConfig};
 use crate::stats::Counters;
 use crate::undo_log::UndoLog;
@@ -102,6 +103,8 @@ pub struct HostState<E> {
     pub(crate) counters: Arc<Counters>,
     /// The charge for the graft's memory to its owner (refunded when the store goes).
     memory: Option<Growing>,
+    /// The recording of the graft's inputs, while one runs ([`crate::record`]).
+    pub(crate) tape: Option<Box<Tape>>,
 }
 
 impl<E> HostState<E> {
@@ -152,9 +155,63 @@ struct Live<G: GraftPoint> {
     /// calls' writes may still be undone, so no one else may call the instance (or write its
     /// memory) until the family commits or aborts. See [`WasmGraft::invoke`].
     pinned: bool,
+    /// The last entry call's results, kept while a recording runs.
+    recorded_results: Vec<i64>,
 }
 
 impl<G: GraftPoint> Live<G> {
+    /// The running recording, if any.
+    fn tape(&mut self) -> Option<&mut Tape> {
+        self.store.data_mut().tape.as_deref_mut()
+    }
+
+    /// The argument area's bytes and the recording, both borrowed from the store.
+    fn area_and_tape(&mut self) -> (&[u8], Option<&mut Tape>) {
+        let (data, state) = match self.memory {
+            Some(m) => {
+                let (data, state) = m.data_and_store_mut(&mut self.store);
+                (&*data, state)
+            }
+            None => (&[][..], self.store.data_mut()),
+        };
+        let area = self.arg_area.map_or(&[][..], |at| &data[at..at + G::ARG_BYTES]);
+        (area, state.tape.as_deref_mut())
+    }
+
+    /// Records the start of an entry call: the invocation's first, or (`page`) a next page,
+    /// asked for by the results of the call before.
+    fn record_entry(&mut self, page: bool, params: &G::Params) {
+        if self.store.data().tape.is_none() {
+            return;
+        }
+        let asked = page.then(|| std::mem::take(&mut self.recorded_results));
+        if let (area, Some(tape)) = self.area_and_tape() {
+            tape.enter(asked, params.values(), area);
+        }
+    }
+
+    /// Records how an invocation ended (before a failed one is rolled back).
+    fn record_return(&mut self, done: &Result<G::Output, Failure>) {
+        if self.store.data().tape.is_none() {
+            return;
+        }
+        let results = std::mem::take(&mut self.recorded_results);
+        if let (area, Some(tape)) = self.area_and_tape() {
+            let outcome = done.as_ref().err().map_or(Outcome::Decided, outcome_of);
+            tape.ret(results, area, outcome);
+        }
+    }
+
+    /// The graft's memory and globals now.
+    fn image(&mut self) -> Image {
+        let globals = match &self.undo {
+            Some(undo) => undo.globals(&mut self.store),
+            None => Vec::new(),
+        };
+        let memory = self.memory.map_or(&[][..], |m| m.data(&self.store));
+        Image::of(memory, globals)
+    }
+
     /// Keeps the writes of the entry call that just returned for a rollback of the whole
     /// invocation, before the next page's entry call empties the log.
     fn keep_log(&mut self) -> Result<(), Failure> {
@@ -197,6 +254,13 @@ impl<G: GraftPoint> Live<G> {
                 .begin(&mut self.store)
                 .and_then(|_| undo.roll_back_after(&mut self.store, records));
             debug_assert!(undone.is_ok(), "undoing a nested graft call's memory: {undone:?}");
+        }
+        if self.store.data().tape.is_some() {
+            // Replay cannot know the enclosing transaction aborted: it is told the state.
+            let image = self.image();
+            if let Some(tape) = self.tape() {
+                tape.event(Event::Reset(image));
+            }
         }
     }
 }
@@ -259,6 +323,7 @@ impl<G: GraftPoint> WasmGraft<G> {
             epoch_seen: 0,
             counters,
             memory: account.map(|a| Growing::new(a, Resource::GraftMemory)),
+            tape: None,
         };
         let mut store = Store::new(runtime.engine(), state);
         store.limiter(|s| s as &mut dyn ResourceLimiter);
@@ -314,6 +379,7 @@ impl<G: GraftPoint> WasmGraft<G> {
                 undo,
                 kept: Vec::new(),
                 pinned: false,
+                recorded_results: Vec::new(),
             })),
             object: INSTANCE_TAG | INSTANCES.fetch_add(1, Ordering::Relaxed),
             logged,
@@ -387,7 +453,11 @@ impl<G: GraftPoint> WasmGraft<G> {
                 }
                 _ => G::encode(env, args, &mut []),
             };
+            live.record_entry(false, &params);
             let mut results = live.entry.call(&mut live.store, params).map_err(|e| classify(&e))?;
+            if live.store.data().tape.is_some() {
+                live.recorded_results = results.values();
+            }
             // A deadline seen only now (fuel mode, or passed during the last kernel call).
             vino_vlt::current::check().map_err(|_| Failure::Deadline)?;
             while G::PAGED
@@ -397,9 +467,13 @@ impl<G: GraftPoint> WasmGraft<G> {
                 let Some(params) = G::next_page(env, args, &results, area) else {
                     break;
                 };
+                live.record_entry(true, &params);
                 charge(&mut live.store, &self.runtime, self.page_units)?;
                 live.keep_log()?;
                 results = live.entry.call(&mut live.store, params).map_err(|e| classify(&e))?;
+                if live.store.data().tape.is_some() {
+                    live.recorded_results = results.values();
+                }
                 vino_vlt::current::check().map_err(|_| Failure::Deadline)?;
             }
             let area: &[u8] = match (live.arg_area, live.memory) {
@@ -425,6 +499,7 @@ impl<G: GraftPoint> WasmGraft<G> {
                     Err(failure) => done = Err(failure),
                 }
             }
+            live.record_return(&done);
             if done.is_err() {
                 live.roll_back();
             } else if G::PAGED {
@@ -449,6 +524,12 @@ impl<G: GraftPoint> WasmGraft<G> {
         let data = mem.data_mut(&mut live.store);
         let range = bounded(offset, bytes.len(), data.len())?;
         data[range].copy_from_slice(bytes);
+        if let Some(tape) = live.tape() {
+            tape.event(Event::Write {
+                offset,
+                bytes: bytes.to_vec(),
+            });
+        }
         Ok(())
     }
 
@@ -474,6 +555,63 @@ impl<G: GraftPoint> WasmGraft<G> {
             Val::I32(v) => Ok(v as u32),
             _ => Err(GraftError::NoSymbol(name.into())),
         }
+    }
+
+    /// Starts recording the graft's inputs ([`crate::record`]), of at most `limit` bytes charged
+    /// to `account`; the image is taken now, between calls. A recording already running goes on.
+    pub(crate) fn record_start(
+        &self,
+        slot: &str,
+        module_sha256: &str,
+        limit: usize,
+        account: Option<&Arc<Account>>,
+    ) -> Result<(), GraftError> {
+        if !self.logged {
+            return Err(GraftError::NotRecordable(
+                "its memory is not logged (the runtime or the graftpoint runs without roll_back_memory)".into(),
+            ));
+        }
+        let mut live = self.lock_unpinned(true).map_err(in_use)?;
+        let live = &mut *live;
+        if live.store.data().tape.is_some() {
+            return Ok(());
+        }
+        let config = self.runtime.config();
+        let header = Header {
+            version: crate::record::VERSION,
+            slot: slot.to_string(),
+            point: G::NAME.to_string(),
+            entry: export_name(G::NAME),
+            module_sha256: module_sha256.to_string(),
+            arg_area: live.arg_area.map(|at| (at as u32, G::ARG_BYTES as u32)),
+            invocation_units: self.invocation_units,
+            page_units: self.page_units,
+            control_units: self.runtime.budget_units(config.control_budget),
+            fuel: config.interrupt == Interrupt::Fuel,
+            memory_cap: config.memory_cap as u64,
+            functions: Vec::new(),
+        };
+        let image = live.image();
+        let (area, _) = live.area_and_tape();
+        let area = area.to_vec();
+        live.store.data_mut().tape = Some(Box::new(Tape::new(header, image, area, limit, account)));
+        Ok(())
+    }
+
+    /// Stops the recording and gives it (`None` if none ran).
+    pub(crate) fn record_stop(&self) -> Result<Option<Recording>, GraftError> {
+        let mut live = self.lock_unpinned(true).map_err(in_use)?;
+        Ok(live.store.data_mut().tape.take().map(|t| t.finish()))
+    }
+
+    /// Stops the recording of a graft being unbound, without waiting: `None` if none ran, or
+    /// if the instance is held (then the recording goes with it).
+    pub(crate) fn record_stop_now(&self) -> Option<Recording> {
+        let mut live = self.live.try_lock()?;
+        if live.pinned {
+            return None;
+        }
+        live.store.data_mut().tape.take().map(|t| t.finish())
     }
 
     /// Calls the control export `vino_ctl_<name>` with integer arguments, in a transaction.
@@ -513,12 +651,24 @@ impl<G: GraftPoint> WasmGraft<G> {
             return Err(control_error("returns more than one value".into()));
         }
         let units = self.runtime.budget_units(self.runtime.config().control_budget);
+        if let Some(tape) = live.tape() {
+            tape.event(Event::Control {
+                name: name.to_string(),
+                args: args.to_vec(),
+            });
+        }
         vino_vlt::current::atomically(self.runtime.vlt(), || {
             arm(&mut live.store, &self.runtime, units);
             let done = func
                 .call(&mut live.store, &params, &mut results)
                 .map_err(|e| classify(&e))
                 .and_then(|_| vino_vlt::current::check().map_err(|_| Failure::Deadline));
+            if let Some(tape) = live.tape() {
+                tape.event(Event::ControlReturn {
+                    result: done.as_ref().ok().and_then(|_| results.first().and_then(val_bits)),
+                    outcome: done.as_ref().err().map_or(Outcome::Decided, outcome_of),
+                });
+            }
             if done.is_err() {
                 live.roll_back();
             }
@@ -534,6 +684,23 @@ impl<G: GraftPoint> WasmGraft<G> {
             Some(Val::I64(v)) => *v,
             _ => 0,
         })
+    }
+}
+
+/// How a recording keeps a failure: of the graft's own deterministic doing, or imposed.
+pub(crate) fn outcome_of(f: &Failure) -> Outcome {
+    match f {
+        Failure::Deadline | Failure::Conflict(_) | Failure::Busy | Failure::Quota(_) => Outcome::Imposed(f.to_string()),
+        _ => Outcome::Failed(f.to_string()),
+    }
+}
+
+/// An integer value's bits, widened.
+pub(crate) fn val_bits(v: &Val) -> Option<i64> {
+    match v {
+        Val::I32(v) => Some(i64::from(*v)),
+        Val::I64(v) => Some(*v),
+        _ => None,
     }
 }
 
@@ -631,7 +798,7 @@ fn on_tick<E>(mut ctx: wasmtime::StoreContextMut<'_, HostState<E>>) -> wasmtime:
 }
 
 /// Maps an error out of wasmtime to the reason the transaction aborts.
-fn classify(e: &wasmtime::Error) -> Failure {
+pub(crate) fn classify(e: &wasmtime::Error) -> Failure {
     if let Some(abort) = e.downcast_ref::<HostAbort>() {
         return match abort {
             HostAbort::Call(c) => match c {

@@ -8,6 +8,7 @@ use crate::check;
 use crate::clock;
 use crate::error::{GraftError, LoadError};
 use crate::point::{Access, GraftPoint, NativePolicy};
+use crate::record::Recording;
 use crate::runtime::{Runtime, code_bytes};
 use crate::sandbox::{Failure, WasmGraft};
 use crate::stats::{Counters, GraftStats};
@@ -128,6 +129,9 @@ pub struct GraftSlot<G: GraftPoint> {
     runtime: Runtime,
     callables: Arc<Callables<G::Env>>,
     binding: ArcSwapOption<Binding<G>>,
+    /// The recording of a graft that was unbound while it ran, kept for its owner to take
+    /// ([`GraftSlot::record_stop`]).
+    finished: parking_lot::Mutex<Option<Recording>>,
 }
 
 impl<G: GraftPoint> GraftSlot<G> {
@@ -146,6 +150,7 @@ impl<G: GraftPoint> GraftSlot<G> {
             runtime: runtime.clone(),
             callables,
             binding: ArcSwapOption::empty(),
+            finished: parking_lot::Mutex::new(None),
         }
     }
 
@@ -313,7 +318,8 @@ impl<G: GraftPoint> GraftSlot<G> {
             Policy::Wasm { info, .. } => info.clone(),
             Policy::Native { .. } => unreachable!("just built a Wasm binding"),
         };
-        self.binding.store(Some(Arc::new(binding)));
+        let old = self.binding.swap(Some(Arc::new(binding)));
+        self.retire(old, "replaced by another graft");
         Ok(info)
     }
 
@@ -335,12 +341,55 @@ impl<G: GraftPoint> GraftSlot<G> {
             counters: Arc::default(),
             _charges: Vec::new(),
         };
-        self.binding.store(Some(Arc::new(binding)));
+        let old = self.binding.swap(Some(Arc::new(binding)));
+        self.retire(old, "replaced by a native policy");
     }
 
     /// Puts the default back. True if something was bound.
     pub fn unload(&self) -> bool {
-        self.binding.swap(None).is_some()
+        let old = self.binding.swap(None);
+        let was = old.is_some();
+        self.retire(old, "unloaded");
+        was
+    }
+
+    /// Keeps the recording of a binding that was just unbound, if one ran.
+    fn retire(&self, old: Option<Arc<Binding<G>>>, why: &str) {
+        if let Some(Policy::Wasm { graft, .. }) = old.as_deref().map(|b| &b.policy)
+            && let Some(mut recording) = graft.record_stop_now()
+        {
+            recording.ended = Some(why.to_string());
+            *self.finished.lock() = Some(recording);
+        }
+    }
+
+    /// Starts recording the bound graft's inputs ([`crate::record`]): at most `limit` bytes,
+    /// charged to the graft's owner as graft memory; the recording stops (and says so) when
+    /// either runs out. Replaces a finished recording not taken yet.
+    pub fn record_start(&self, limit: usize) -> Result<(), GraftError> {
+        let guard = self.binding.load();
+        match guard.as_ref().map(|b| &b.policy) {
+            Some(Policy::Wasm { graft, info, owner, .. }) => {
+                self.finished.lock().take();
+                graft.record_start(&self.name, &info.hash, limit, owner.account.as_ref())
+            }
+            Some(Policy::Native { .. }) => Err(GraftError::NotWasm(self.name.clone())),
+            None => Err(GraftError::NotLoaded(self.name.clone())),
+        }
+    }
+
+    /// Stops the recording and gives it: the bound graft's, or that of a graft unbound while it
+    /// was recorded (whose [`Recording::ended`] says why).
+    pub fn record_stop(&self) -> Result<Recording, GraftError> {
+        if let Some(done) = self.finished.lock().take() {
+            return Ok(done);
+        }
+        let guard = self.binding.load();
+        let running = match guard.as_ref().map(|b| &b.policy) {
+            Some(Policy::Wasm { graft, .. }) => graft.record_stop()?,
+            _ => None,
+        };
+        running.ok_or_else(|| GraftError::NotRecordable(format!("no recording runs at `{}`", self.name)))
     }
 
     /// Whether the bound graft's calls run in a transaction (`None`: no Wasm graft bound).
@@ -472,6 +521,7 @@ impl<G: GraftPoint> GraftSlot<G> {
         if !swapped {
             return;
         }
+        self.retire(Some(failing.clone()), &format!("unloaded for failing: {last_error}"));
         if let Policy::Wasm { owner, .. } = &failing.policy
             && let Some(notify) = &owner.notify
         {

@@ -907,27 +907,57 @@ impl UndoLog {
         };
         let records = roll_back(memory, &log, used, &mut |index, old| old_globals.push((index, old)))?;
         for (index, old) in old_globals {
-            let global = self
-                .globals
-                .binary_search_by_key(&index, |&(i, _)| i)
-                .map(|at| self.globals[at].1)
-                .map_err(|_| RollbackError::MissingGlobal(index))?;
-            let low = |n: usize| -> [u8; 8] { std::array::from_fn(|i| if i < n { old[i] } else { 0 }) };
-            let value = match global.ty(&store).content() {
-                ValType::I32 => Val::I32(u64::from_le_bytes(low(4)) as i32),
-                ValType::I64 => Val::I64(i64::from_le_bytes(low(8))),
-                ValType::F32 => Val::F32(u64::from_le_bytes(low(4)) as u32),
-                ValType::F64 => Val::F64(u64::from_le_bytes(low(8))),
-                ValType::V128 => Val::V128(u128::from_le_bytes(old).into()),
-                ValType::Ref(_) => return Err(RollbackError::MissingGlobal(index)),
-            };
-            global.set(&mut store, value).map_err(|e| RollbackError::Global {
-                index,
-                message: e.to_string(),
-            })?;
+            self.set_global(&mut store, index, old)?;
         }
         self.begin(&mut store)?;
         Ok(records)
+    }
+
+    /// Sets mutable global `index` from its bits (little-endian, zero-padded to 16 bytes).
+    fn set_global(&self, mut store: impl AsContextMut, index: u32, bits: [u8; 16]) -> Result<(), RollbackError> {
+        let global = self
+            .globals
+            .binary_search_by_key(&index, |&(i, _)| i)
+            .map(|at| self.globals[at].1)
+            .map_err(|_| RollbackError::MissingGlobal(index))?;
+        let low = |n: usize| -> [u8; 8] { std::array::from_fn(|i| if i < n { bits[i] } else { 0 }) };
+        let value = match global.ty(&store).content() {
+            ValType::I32 => Val::I32(u64::from_le_bytes(low(4)) as i32),
+            ValType::I64 => Val::I64(i64::from_le_bytes(low(8))),
+            ValType::F32 => Val::F32(u64::from_le_bytes(low(4)) as u32),
+            ValType::F64 => Val::F64(u64::from_le_bytes(low(8))),
+            ValType::V128 => Val::V128(u128::from_le_bytes(bits).into()),
+            ValType::Ref(_) => return Err(RollbackError::MissingGlobal(index)),
+        };
+        global.set(&mut store, value).map_err(|e| RollbackError::Global {
+            index,
+            message: e.to_string(),
+        })
+    }
+
+    /// The mutable globals' bits, by index (for a recording's image, [`crate::record`]).
+    pub fn globals(&self, mut store: impl AsContextMut) -> Vec<(u32, u128)> {
+        self.globals
+            .iter()
+            .map(|&(index, global)| {
+                let bits = match global.get(&mut store) {
+                    Val::I32(v) => u128::from(v as u32),
+                    Val::I64(v) => u128::from(v as u64),
+                    Val::F32(v) => u128::from(v),
+                    Val::F64(v) => u128::from(v),
+                    Val::V128(v) => v.as_u128(),
+                    _ => 0,
+                };
+                (index, bits)
+            })
+            .collect()
+    }
+
+    /// Sets the mutable globals from bits [`UndoLog::globals`] gave.
+    pub fn set_globals(&self, mut store: impl AsContextMut, values: &[(u32, u128)]) -> Result<(), RollbackError> {
+        values
+            .iter()
+            .try_for_each(|&(index, bits)| self.set_global(&mut store, index, bits.to_le_bytes()))
     }
 }
 

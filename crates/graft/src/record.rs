@@ -1,0 +1,454 @@
+//! Recording a bound graft's inputs, so that its run can be replayed offline ([`crate::replay`]).
+//!
+//! A graft's calls are deterministic given what reaches it from outside its sandbox: under fuel
+//! the same module, started from the same memory, given the same arguments and the same answers
+//! from the kernel functions it calls, computes the same decisions and traps at the same call.
+//! A recording keeps exactly that and no more:
+//!
+//! * the graft's memory and mutable globals when recording starts (the [`Image`]);
+//! * for every invocation, the entry call's parameters and the argument area's bytes as the
+//!   kernel wrote them (a paged call's every page too), every graft-callable function it called
+//!   with its arguments and answer, and what the call returned: its results, a digest of the
+//!   argument area it left for the kernel, and whether the invocation failed;
+//! * what the owner did to the graft between calls: writes into its memory, control calls;
+//! * outcomes that are not the graft's deterministic doing (an abort for a lock deadline or a
+//!   lost conflict, a nested call undone because its enclosing transaction aborted) as events
+//!   replay imposes rather than computes.
+//!
+//! Events are encoded as they happen (postcard, integers as varints) into a buffer that has a
+//! limit and is charged to the graft's owner as graft memory: a recording that reaches its limit
+//! stops (the kernel never waits for it) and says so. The argument area is kept as the changes
+//! from the area of the call before, so a graftpoint whose arguments repeat costs little.
+
+use serde::{Deserialize, Serialize};
+use vino_account::{Account, Growing, Resource};
+
+/// The version of the recording format; a recording of another version is refused.
+pub const VERSION: u32 = 1;
+/// The bytes a recording may hold unless its owner asks for fewer.
+pub const DEFAULT_LIMIT: usize = 64 << 20;
+/// Memory is kept in chunks of this size; chunks of zeros are left out.
+const CHUNK: usize = 4096;
+/// A run of equal bytes shorter than this does not split a changed range of the area.
+const MERGE_GAP: usize = 8;
+
+/// The state of a graft's sandbox: its memory, as the chunks that are not zero, and its mutable
+/// globals (their bits, by index).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// Size of the memory in bytes.
+    pub memory_bytes: u64,
+    pub chunks: Vec<(u32, Vec<u8>)>,
+    pub globals: Vec<(u32, u128)>,
+}
+
+impl Image {
+    /// The image of `memory` and `globals`.
+    pub fn of(memory: &[u8], globals: Vec<(u32, u128)>) -> Image {
+        let chunks = memory
+            .chunks(CHUNK)
+            .enumerate()
+            .filter(|(_, c)| c.iter().any(|&b| b != 0))
+            .map(|(i, c)| ((i * CHUNK) as u32, c.to_vec()))
+            .collect();
+        Image {
+            memory_bytes: memory.len() as u64,
+            chunks,
+            globals,
+        }
+    }
+
+    /// Writes the image over `memory` (zeros where it kept no chunk). False if it does not fit.
+    pub fn restore(&self, memory: &mut [u8]) -> bool {
+        if memory.len() < self.memory_bytes as usize {
+            return false;
+        }
+        memory.fill(0);
+        for (at, bytes) in &self.chunks {
+            let at = *at as usize;
+            match memory.get_mut(at..at + bytes.len()) {
+                Some(to) => to.copy_from_slice(bytes),
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Ranges of bytes that changed, as (offset, new bytes).
+pub type Changes = Vec<(u32, Vec<u8>)>;
+
+/// Why a recorded invocation (or control call) failed, as far as replay must know it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// It returned and the kernel took its answer.
+    Decided,
+    /// It failed by its own doing (a trap, its budget, memory, a refused call, an answer out of
+    /// range): replay must fail the same way. The text is the failure as the kernel told it.
+    Failed(String),
+    /// It was stopped for a reason outside the graft (a lock deadline, a lost conflict): replay
+    /// aborts it where the recording ends, whatever the graft does.
+    Imposed(String),
+}
+
+/// One thing that happened to a recorded graft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// An invocation begins: its entry call's parameters, and the argument area's changes from
+    /// the last area the kernel wrote.
+    Invoke { params: Vec<i64>, area: Changes },
+    /// The next page of a paged invocation (its parameters and area, likewise), after the
+    /// entry call before it returned `asked` (its request for more).
+    Page {
+        asked: Vec<i64>,
+        params: Vec<i64>,
+        area: Changes,
+    },
+    /// The graft called a graft-callable function: its index in [`Recording::functions`], its
+    /// arguments, and its answer (`Err`: it refused, and the graft's call aborted).
+    Call {
+        function: u16,
+        args: Vec<i64>,
+        answer: Result<Option<i64>, String>,
+    },
+    /// The invocation ended: the last entry call's results (none if it failed before
+    /// returning), a digest of the argument area it left, and how it ended.
+    Return {
+        results: Vec<i64>,
+        area_digest: u64,
+        outcome: Outcome,
+    },
+    /// The owner wrote into the graft's memory.
+    Write { offset: u32, bytes: Vec<u8> },
+    /// The owner called a control function.
+    Control { name: String, args: Vec<i64> },
+    /// The control call ended.
+    ControlReturn { result: Option<i64>, outcome: Outcome },
+    /// The graft's state was set from outside (a committed nested call undone because the
+    /// transaction around it aborted): memory and globals become exactly this.
+    Reset(Image),
+}
+
+/// What a recording is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    pub version: u32,
+    /// The slot's name (`vas.pick_victim/12`).
+    pub slot: String,
+    /// The graftpoint (`vas.pick_victim`).
+    pub point: String,
+    /// The entry point's export name.
+    pub entry: String,
+    /// SHA-256 of the recorded module, hex.
+    pub module_sha256: String,
+    /// Where the argument area is in the recorded graft's memory, and its size.
+    pub arg_area: Option<(u32, u32)>,
+    /// The budget of one invocation, of one more page, of one control call, in fuel units.
+    pub invocation_units: u64,
+    pub page_units: u64,
+    pub control_units: u64,
+    /// The recorded kernel ran grafts under fuel: budgets are reproduced exactly.
+    pub fuel: bool,
+    pub memory_cap: u64,
+    /// The graft-callable functions calls name, by index.
+    pub functions: Vec<String>,
+}
+
+/// A finished recording: its header, the graft's state when it began, its events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recording {
+    pub header: Header,
+    pub image: Image,
+    pub events: Vec<Event>,
+    /// Invocations recorded.
+    pub invocations: u64,
+    /// The recording reached its limit and stopped there: events after it are missing.
+    pub truncated: bool,
+    /// Why the recording ended other than by its owner's asking (the graft was unloaded).
+    pub ended: Option<String>,
+}
+
+/// Why a recording could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("not a VINO graft recording: {0}")]
+    Malformed(String),
+    #[error("recording format version {0}; this VINO reads version {VERSION}")]
+    Version(u32),
+}
+
+impl Recording {
+    /// The recording as bytes (for a file).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("a recording always encodes")
+    }
+
+    /// Reads a recording written by [`Recording::to_bytes`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Recording, FormatError> {
+        let r: Recording = postcard::from_bytes(bytes).map_err(|e| FormatError::Malformed(e.to_string()))?;
+        if r.header.version != VERSION {
+            return Err(FormatError::Version(r.header.version));
+        }
+        Ok(r)
+    }
+}
+
+/// A recording in progress, kept in the graft's store: events are encoded as they happen.
+pub(crate) struct Tape {
+    header: Header,
+    image: Image,
+    /// The events so far, each postcard-encoded.
+    events: Vec<u8>,
+    /// The argument area as the kernel last wrote it (the base of the next call's changes).
+    area: Vec<u8>,
+    invocations: u64,
+    limit: usize,
+    truncated: bool,
+    charge: Option<Growing>,
+    /// Bytes charged so far (the charge grows in steps, not per event).
+    charged: usize,
+}
+
+/// Steps in which a recording's charge grows.
+const CHARGE_STEP: usize = 64 << 10;
+
+impl Tape {
+    pub(crate) fn new(
+        header: Header,
+        image: Image,
+        area: Vec<u8>,
+        limit: usize,
+        account: Option<&std::sync::Arc<Account>>,
+    ) -> Tape {
+        Tape {
+            header,
+            image,
+            events: Vec::new(),
+            area,
+            invocations: 0,
+            limit,
+            truncated: false,
+            charge: account.map(|a| Growing::new(a.clone(), Resource::GraftMemory)),
+            charged: 0,
+        }
+    }
+
+    /// Adds `event`; false if the recording is (now) full and it was not kept.
+    fn push(&mut self, event: &Event) -> bool {
+        if self.truncated {
+            return false;
+        }
+        let before = self.events.len();
+        let fits = postcard::to_extend(event, std::mem::take(&mut self.events)).map(|v| self.events = v);
+        let too_big = fits.is_err() || self.events.len() > self.limit;
+        let more = self.events.len().saturating_sub(self.charged);
+        let refused = !too_big
+            && more > 0
+            && self.charge.as_mut().is_some_and(|c| {
+                let step = more.div_ceil(CHARGE_STEP) * CHARGE_STEP;
+                let ok = c.grow(step as u64).is_ok();
+                if ok {
+                    self.charged += step;
+                }
+                !ok
+            });
+        if too_big || refused {
+            // The event that did not fit goes, and so does everything after it: a recording
+            // with a gap could not be replayed.
+            self.events.truncate(before);
+            self.truncated = true;
+        }
+        !self.truncated
+    }
+
+    /// An invocation begins with `params` and the argument area `area`; or its next page, if
+    /// `asked` holds the results of the call that asked for it.
+    pub(crate) fn enter(&mut self, asked: Option<Vec<i64>>, params: Vec<i64>, area: &[u8]) {
+        let area = changes(&mut self.area, area);
+        match asked {
+            None => {
+                let kept = self.push(&Event::Invoke { params, area });
+                self.invocations += u64::from(kept);
+            }
+            Some(asked) => {
+                self.push(&Event::Page { asked, params, area });
+            }
+        }
+    }
+
+    pub(crate) fn call(&mut self, name: &str, args: Vec<i64>, answer: Result<Option<i64>, String>) {
+        let function = match self.header.functions.iter().position(|f| f == name) {
+            Some(i) => i,
+            None => {
+                self.header.functions.push(name.to_string());
+                self.header.functions.len() - 1
+            }
+        };
+        self.push(&Event::Call {
+            function: function as u16,
+            args,
+            answer,
+        });
+    }
+
+    pub(crate) fn ret(&mut self, results: Vec<i64>, area: &[u8], outcome: Outcome) {
+        self.push(&Event::Return {
+            results,
+            area_digest: digest(area),
+            outcome,
+        });
+    }
+
+    pub(crate) fn event(&mut self, event: Event) {
+        self.push(&event);
+    }
+
+    /// The recording so far.
+    pub(crate) fn finish(self) -> Recording {
+        let mut events = Vec::new();
+        let mut rest = &self.events[..];
+        while !rest.is_empty() {
+            let (e, tail) = postcard::take_from_bytes::<Event>(rest).expect("the tape holds whole events");
+            events.push(e);
+            rest = tail;
+        }
+        let mut invocations = self.invocations;
+        if self.truncated {
+            // An invocation or control call cut short cannot be replayed: it goes.
+            let whole = events
+                .iter()
+                .rposition(|e| {
+                    !matches!(
+                        e,
+                        Event::Invoke { .. } | Event::Page { .. } | Event::Call { .. } | Event::Control { .. }
+                    )
+                })
+                .map_or(0, |i| i + 1);
+            invocations -= events[whole..]
+                .iter()
+                .filter(|e| matches!(e, Event::Invoke { .. }))
+                .count() as u64;
+            events.truncate(whole);
+        }
+        Recording {
+            header: self.header,
+            image: self.image,
+            events,
+            invocations,
+            truncated: self.truncated,
+            ended: None,
+        }
+    }
+}
+
+/// The ranges where `now` differs from `base`, merged across short equal runs; `base` becomes
+/// `now`.
+pub(crate) fn changes(base: &mut Vec<u8>, now: &[u8]) -> Changes {
+    if base.len() != now.len() {
+        *base = vec![0; now.len()];
+    }
+    let mut out: Changes = Vec::new();
+    let mut i = 0;
+    while i < now.len() {
+        if base[i] == now[i] {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut end = i + 1;
+        let mut j = end;
+        while j < now.len() && j < end + MERGE_GAP {
+            if base[j] != now[j] {
+                end = j + 1;
+            }
+            j += 1;
+        }
+        out.push((start as u32, now[start..end].to_vec()));
+        i = end;
+    }
+    base.copy_from_slice(now);
+    out
+}
+
+/// Applies `changes` to `area`. False if one falls outside it.
+pub fn apply(area: &mut [u8], changes: &Changes) -> bool {
+    changes.iter().all(|(at, bytes)| {
+        let at = *at as usize;
+        match area.get_mut(at..at + bytes.len()) {
+            Some(to) => {
+                to.copy_from_slice(bytes);
+                true
+            }
+            None => false,
+        }
+    })
+}
+
+/// A digest of an argument area as a call left it (FNV-1a: replay compares it, nothing more).
+pub fn digest(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_rebuild_the_area_and_skip_what_is_equal() {
+        let mut base = vec![0u8; 64];
+        let mut a = vec![0u8; 64];
+        a[3] = 1;
+        a[5] = 2;
+        a[40] = 9;
+        let c = changes(&mut base, &a);
+        assert_eq!(c, vec![(3, vec![1, 0, 2]), (40, vec![9])]);
+        assert_eq!(base, a);
+        assert!(changes(&mut base, &a).is_empty());
+        let mut rebuilt = vec![0u8; 64];
+        assert!(apply(&mut rebuilt, &c));
+        assert_eq!(rebuilt, a);
+    }
+
+    #[test]
+    fn an_image_keeps_only_chunks_that_are_not_zero() {
+        let mut memory = vec![0u8; 5 * CHUNK];
+        memory[CHUNK + 7] = 3;
+        let image = Image::of(&memory, vec![(0, 42)]);
+        assert_eq!(image.chunks.len(), 1);
+        let mut back = vec![1u8; 5 * CHUNK];
+        assert!(image.restore(&mut back));
+        assert_eq!(back, memory);
+    }
+
+    #[test]
+    fn a_tape_stops_whole_at_its_limit() {
+        let header = Header {
+            version: VERSION,
+            slot: "t".into(),
+            point: "t".into(),
+            entry: "t".into(),
+            module_sha256: String::new(),
+            arg_area: None,
+            invocation_units: 1,
+            page_units: 1,
+            control_units: 1,
+            fuel: true,
+            memory_cap: 0,
+            functions: Vec::new(),
+        };
+        let mut tape = Tape::new(header, Image::default(), Vec::new(), 100, None);
+        for i in 0..100 {
+            tape.enter(None, vec![i], &[]);
+            tape.ret(vec![i], &[], Outcome::Decided);
+        }
+        let r = tape.finish();
+        assert!(r.truncated);
+        // Whole events only, and the count matches the invocations whose start was kept.
+        let invokes = r.events.iter().filter(|e| matches!(e, Event::Invoke { .. })).count() as u64;
+        assert_eq!(invokes, r.invocations);
+        let bytes = r.to_bytes();
+        assert_eq!(Recording::from_bytes(&bytes).unwrap(), r);
+    }
+}
