@@ -340,6 +340,11 @@ fn leb_u32(bytes: &[u8]) -> Result<Option<(u32, usize)>, LoadError> {
     Ok(None)
 }
 
+/// Bytes as lowercase hex (a module's hash).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,9 +374,4 @@ mod tests {
         assert!(e.to_string().contains("300 functions"), "{e}");
         precheck_head(&m[..10], m.len(), &limits).unwrap();
     }
-}
-
-/// Bytes as lowercase hex (a module's hash).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
