@@ -38,6 +38,26 @@ pub enum GraftCommand {
         #[arg(long)]
         markdown: bool,
     },
+    /// Replay a recording (`vino graft record`, `vino graft load --record`) offline, without a
+    /// kernel: with the recorded module, check that every answer and every failure comes again
+    /// at the same call (exit status 1 at the first difference, said on stderr); with another
+    /// module for the same graftpoint, what it would have decided on the same inputs. Quiet on
+    /// success unless asked.
+    Replay {
+        /// The recording.
+        recording: PathBuf,
+        /// The module to replay it on (.wasm, or .wat text).
+        module: PathBuf,
+        /// The report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+        /// With --json, each invocation's decision too.
+        #[arg(long, requires = "json")]
+        decisions: bool,
+        /// A line of totals on stdout.
+        #[arg(short, long)]
+        verbose: bool,
+    },
     #[command(flatten)]
     Remote(crate::remote::RemoteGraft),
 }
@@ -47,8 +67,69 @@ pub fn run(cmd: GraftCommand) -> Result<()> {
         GraftCommand::Build { source, output, flags } => build(source, output, flags),
         GraftCommand::Check { module, point } => check(module, &point),
         GraftCommand::Points { json, markdown } => points(json, markdown),
+        GraftCommand::Replay {
+            recording,
+            module,
+            json,
+            decisions,
+            verbose,
+        } => replay(&recording, &module, json, decisions, verbose),
         GraftCommand::Remote(cmd) => crate::remote::graft(cmd),
     }
+}
+
+fn replay(
+    recording: &std::path::Path,
+    module: &std::path::Path,
+    json: bool,
+    decisions: bool,
+    verbose: bool,
+) -> Result<()> {
+    use vino_graft::record::Recording;
+    use vino_graft::replay::{ReplayOptions, replay};
+    let bytes = std::fs::read(recording).with_context(|| format!("reading {}", recording.display()))?;
+    let rec = Recording::from_bytes(&bytes).with_context(|| recording.display().to_string())?;
+    let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
+    let report = replay(
+        &rec,
+        &wasm,
+        ReplayOptions {
+            decisions,
+            ..Default::default()
+        },
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if verbose {
+        println!(
+            "{}: {} of {} invocations as recorded ({} failed, {} as recorded; {} imposed), {} control calls, {:.0} invocations/s{}",
+            rec.header.slot,
+            report.matched,
+            report.invocations,
+            report.failed,
+            report.failed_as_recorded,
+            report.imposed,
+            report.control_calls,
+            report.rate,
+            if report.same_module { "" } else { " (another module)" }
+        );
+    }
+    if let Some(d) = &report.divergence {
+        bail!(
+            "the replay differs from the recording at invocation {} (event {}): recorded {}, replayed {}",
+            d.invocation,
+            d.event,
+            d.expected,
+            d.got
+        );
+    }
+    if report.truncated && !json {
+        eprintln!(
+            "vino: the recording ends early ({}): replayed what it holds",
+            rec.ended.as_deref().unwrap_or("its limit was reached")
+        );
+    }
+    Ok(())
 }
 
 fn build(source: PathBuf, output: Option<PathBuf>, flags: BuildFlags) -> Result<()> {

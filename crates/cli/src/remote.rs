@@ -35,6 +35,28 @@ pub enum RemoteGraft {
         /// The command to run with the grafted descriptor (after `--`).
         #[arg(last = true, requires = "fd")]
         command: Vec<std::ffi::OsString>,
+        /// Record the graft's inputs while it is bound, into this file when the command ends
+        /// (for `vino graft replay`).
+        #[arg(long, conflicts_with_all = ["fd", "file"])]
+        record: Option<PathBuf>,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Record the inputs of the graft bound at a graftpoint this command may graft (a global one
+    /// when privileged; this user's own, `net.pick_packet/user`), for `vino graft replay`: until
+    /// Ctrl-C (or SIGTERM), or for `--for` seconds.
+    Record {
+        #[arg(long)]
+        point: String,
+        /// The recording to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Stop after this many seconds.
+        #[arg(long = "for")]
+        hold: Option<u64>,
+        /// Most bytes the recording may hold (at most 16 MiB); it stops there and says so.
+        #[arg(long, default_value_t = 16 << 20)]
+        limit: u64,
         #[arg(long)]
         socket: Option<PathBuf>,
     },
@@ -174,8 +196,23 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             hold,
             socket,
             fd: None,
+            record,
             ..
-        } => load(&module, &point, file.as_deref(), hold, socket),
+        } => load(&module, &point, file.as_deref(), hold, record.as_deref(), socket),
+        RemoteGraft::Record {
+            point,
+            output,
+            hold,
+            limit,
+            socket,
+        } => {
+            let signals = block_stop_signals()?;
+            let mut c = connect(socket)?;
+            c.graft_record(&point, limit)
+                .with_context(|| format!("recording at {point}"))?;
+            hold_until(hold, &signals)?;
+            write_recording(&mut c, &point, &output)
+        }
         RemoteGraft::Unload { point, file, socket } => {
             match file {
                 Some(f) => {
@@ -220,13 +257,45 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
     }
 }
 
-fn load(module: &Path, point: &str, file: Option<&str>, hold: Option<u64>, socket: Option<PathBuf>) -> Result<()> {
+/// Blocks SIGTERM and SIGINT, to wait for them in [`hold_until`].
+fn block_stop_signals() -> Result<nix::sys::signal::SigSet> {
     use nix::sys::signal::{SigSet, Signal};
-    let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGTERM);
     signals.add(Signal::SIGINT);
     signals.thread_block()?;
+    Ok(signals)
+}
+
+/// Waits `hold` seconds, or without one until SIGTERM or SIGINT.
+fn hold_until(hold: Option<u64>, signals: &nix::sys::signal::SigSet) -> Result<()> {
+    match hold {
+        Some(secs) => std::thread::sleep(Duration::from_secs(secs)),
+        None => {
+            signals.wait()?;
+        }
+    }
+    Ok(())
+}
+
+/// Stops the recording at `point` and writes it to `output`.
+fn write_recording(c: &mut Client, point: &str, output: &Path) -> Result<()> {
+    let bytes = c
+        .graft_record_stop(point)
+        .with_context(|| format!("taking the recording at {point}"))?;
+    std::fs::write(output, &bytes).with_context(|| format!("writing {}", output.display()))
+}
+
+fn load(
+    module: &Path,
+    point: &str,
+    file: Option<&str>,
+    hold: Option<u64>,
+    record: Option<&Path>,
+    socket: Option<PathBuf>,
+) -> Result<()> {
+    let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
+    let signals = block_stop_signals()?;
     let (file, socket) = match file {
         Some(f) => {
             let (f, s) = file_arg(f, socket);
@@ -240,11 +309,13 @@ fn load(module: &Path, point: &str, file: Option<&str>, hold: Option<u64>, socke
         None => c.graft_load(point, &wasm),
     }
     .with_context(|| format!("loading {} at {point}", module.display()))?;
-    match hold {
-        Some(secs) => std::thread::sleep(Duration::from_secs(secs)),
-        None => {
-            signals.wait()?;
-        }
+    if record.is_some() {
+        c.graft_record(point, vino_client::MAX_RECORDING as u64)
+            .with_context(|| format!("recording at {point}"))?;
+    }
+    hold_until(hold, &signals)?;
+    if let Some(output) = record {
+        write_recording(&mut c, point, output)?;
     }
     drop(c);
     Ok(())

@@ -242,6 +242,27 @@ fn bench_runs_the_experiment_program_beside_it_with_the_arguments_as_given() {
     }
 }
 
+/// `vino daemon` on a new image in `dir`, once its socket is there: the child and the socket.
+fn start_daemon(dir: &Path) -> (std::process::Child, std::path::PathBuf) {
+    let (image, socket) = (dir.join("disk.img"), dir.join("vinod.sock"));
+    let daemon = Command::new(env!("CARGO_BIN_EXE_vino"))
+        .args([
+            "daemon",
+            "--image",
+            image.to_str().unwrap(),
+            "--socket",
+            socket.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(std::time::Instant::now() < until, "the daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (daemon, socket)
+}
+
 fn vino_cmd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vino"))
 }
@@ -400,22 +421,7 @@ fn run_without_an_image_runs_the_program_inside_the_daemon() {
     use std::io::Write;
     use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();
-    let (image, socket) = (dir.path().join("disk.img"), dir.path().join("vinod.sock"));
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_vino"))
-        .args([
-            "daemon",
-            "--image",
-            image.to_str().unwrap(),
-            "--socket",
-            socket.to_str().unwrap(),
-        ])
-        .spawn()
-        .unwrap();
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !socket.exists() {
-        assert!(std::time::Instant::now() < until, "the daemon did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let (mut daemon, socket) = start_daemon(dir.path());
     // Huge pages are off by default (`huge_pages`), for the whole daemon.
     let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.id())).unwrap();
     assert!(status.contains("THP_enabled:\t0"), "{status}");
@@ -471,7 +477,11 @@ fn run_without_an_image_runs_the_program_inside_the_daemon() {
     // SAFETY: as above.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     assert!(daemon.wait().unwrap().success());
-    assert!(vino(&["fsck", image.to_str().unwrap()]).status.success());
+    assert!(
+        vino(&["fsck", dir.path().join("disk.img").to_str().unwrap()])
+            .status
+            .success()
+    );
 }
 
 #[test]
@@ -557,4 +567,130 @@ fn build_help_lists_every_program() {
     for p in ["sqlite3", "gzip", "bzip2", "lz4", "zstd", "minigzip"] {
         assert!(help.contains(p), "{p}: {help}");
     }
+}
+
+/// A read-ahead graft for `toy.compute_ra` that answers one extent after each read and counts
+/// its calls in memory.
+const TOY_RA: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "toy_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
+    (i32.store (i32.const 16) (i32.add (i32.load (i32.const 16)) (i32.const 1)))
+    (i64.store (i32.const 1024) (i64.add (local.get $off) (i64.extend_i32_u (local.get $len))))
+    (i64.store (i32.const 1032) (i64.const 4096))
+    (if (result i32) (i64.le_u (i64.add (i64.load (i32.const 1024)) (i64.const 4096)) (local.get $size))
+      (then (i32.const 1)) (else (i32.const 0)))))"#;
+
+#[test]
+fn graft_replay_checks_a_recording_offline_and_says_where_it_differs() {
+    use std::sync::Arc;
+    use vino_graft::record::Event;
+    use vino_graft::{Access, GraftSlot, Owner, Runtime};
+    use vino_toykernel::{Read, ToyComputeRa, ToyFile};
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let runtime = Runtime::default();
+    let slot = GraftSlot::<ToyComputeRa>::new(&runtime, Arc::new(ToyFile::new(1 << 20)), Access::Process(1), None);
+    slot.load(TOY_RA.as_bytes(), Owner::process(1)).unwrap();
+    slot.record_start(1 << 20).unwrap();
+    for i in 0..50u64 {
+        slot.invoke(&Read {
+            offset: i * 8192,
+            len: 4096,
+        });
+    }
+    let recording = slot.record_stop().unwrap();
+    let (rec, module) = (dir.path().join("ra.rec"), dir.path().join("ra.wat"));
+    std::fs::write(&rec, recording.to_bytes()).unwrap();
+    std::fs::write(&module, TOY_RA).unwrap();
+    let (rec_s, module_s) = (rec.to_str().unwrap(), module.to_str().unwrap());
+    let o = vino(&["graft", "replay", rec_s, module_s]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout.is_empty() && o.stderr.is_empty(), "quiet on success");
+    let o = vino(&["graft", "replay", rec_s, module_s, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["invocations"], 50);
+    assert_eq!(v["matched"], 50);
+    assert_eq!(v["same_module"], true);
+    // An argument changed in the file: the replay stops there and says where, on stderr.
+    let mut changed = recording.clone();
+    let invokes = changed.events.iter_mut().filter_map(|e| match e {
+        Event::Invoke { params, .. } => Some(params),
+        _ => None,
+    });
+    invokes.skip(7).take(1).for_each(|p| p[0] += 4096);
+    std::fs::write(&rec, changed.to_bytes()).unwrap();
+    let o = vino(&["graft", "replay", rec_s, module_s]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("differs from the recording at invocation 7"), "{err}");
+    // Not a recording at all.
+    std::fs::write(&rec, b"nonsense").unwrap();
+    let o = vino(&["graft", "replay", rec_s, module_s]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a VINO graft recording"));
+}
+
+#[test]
+fn graft_load_records_a_global_graft_through_the_daemon() {
+    if !nix_is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, socket) = start_daemon(dir.path());
+    let sock = socket.to_str().unwrap();
+    let fifo = dir.path().join("fifo.wat");
+    std::fs::write(
+        &fifo,
+        r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
+          (func (export "disk_pick_request") (param i32 i64) (result i32) (i32.const 0)))"#,
+    )
+    .unwrap();
+    let rec = dir.path().join("disk.rec");
+    let o = vino(&[
+        "graft",
+        "load",
+        fifo.to_str().unwrap(),
+        "--point",
+        "disk.pick_request",
+        "--for",
+        "1",
+        "--record",
+        rec.to_str().unwrap(),
+        "--socket",
+        sock,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = vino(&[
+        "graft",
+        "replay",
+        rec.to_str().unwrap(),
+        fifo.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["invocations"], v["matched"]);
+    // `vino graft record` on a graftpoint nothing is bound to: a clear error.
+    let o = vino(&[
+        "graft",
+        "record",
+        "--point",
+        "disk.pick_request",
+        "-o",
+        rec.to_str().unwrap(),
+        "--for",
+        "0",
+        "--socket",
+        sock,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("recording at disk.pick_request"));
+    // SAFETY: kill on the daemon child, not reaped yet.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    daemon.wait().unwrap();
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }

@@ -36,9 +36,9 @@ mod shm;
 pub use shm::SharedMemory;
 pub use vino_proto::{
     CacheTop, DEFAULT_SOCKET, DirEntry, EgressTop, ErrorReply, Event, EventKind, FileKind, GraftInfo, GraftStats,
-    GraftTop, Held, LockInfo, LockKind, MAX_DATA, MountTop, NetTop, OpenFlags, PipeStage, ProcessTop, ProgramSetup,
-    ProgramSocket, RequestTop, SetAttrs, SetTime, SlotInfo, SocketTop, Stat, StreamFile, StreamInfo, Top, UserTop,
-    XattrHow, errno,
+    GraftTop, Held, LockInfo, LockKind, MAX_DATA, MAX_RECORDING, MountTop, NetTop, OpenFlags, PipeStage, ProcessTop,
+    ProgramSetup, ProgramSocket, RequestTop, SetAttrs, SetTime, SlotInfo, SocketTop, Stat, StreamFile, StreamInfo, Top,
+    UserTop, XattrHow, errno,
 };
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
@@ -928,6 +928,20 @@ impl Client {
 
     pub fn graft_stats(&mut self, point: &str) -> Result<SlotInfo> {
         expect!(self.call(&Request::GraftStats { point: point.into() })?, Response::Slot(s) => s)
+    }
+
+    /// Starts recording the inputs of the graft at `point`, at most `limit` bytes.
+    pub fn graft_record(&mut self, point: &str, limit: u64) -> Result<()> {
+        let req = Request::GraftRecord {
+            point: point.into(),
+            limit,
+        };
+        expect!(self.call(&req)?, Response::Ok => ())
+    }
+
+    /// Stops the recording at `point`: its bytes (`vino_graft::record::Recording::from_bytes`).
+    pub fn graft_record_stop(&mut self, point: &str) -> Result<Vec<u8>> {
+        expect!(self.call(&Request::GraftRecordStop { point: point.into() })?, Response::Data(d) => d)
     }
 
     /// What happened to this process's grafts (unloaded for failing) since the last call.

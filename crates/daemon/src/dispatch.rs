@@ -327,6 +327,16 @@ impl Session<'_> {
             }
             Request::GraftList => Ok(Response::Slots(p.graft_list().into_iter().map(slot_info).collect())),
             Request::GraftStats { point } => p.graft_stats(&point).map(|s| Response::Slot(slot_info(s))).map_err(sys),
+            Request::GraftRecord { point, limit } => {
+                let limit = usize::try_from(limit)
+                    .unwrap_or(usize::MAX)
+                    .min(vino_proto::MAX_RECORDING);
+                ok(p.graft_record_start(&point, limit))
+            }
+            Request::GraftRecordStop { point } => p
+                .graft_record_stop(&point)
+                .map(|r| Response::Data(r.to_bytes()))
+                .map_err(sys),
             Request::GraftEvents => Ok(Response::GraftEvents(
                 p.graft_events().into_iter().map(event_text).collect(),
             )),

@@ -25,8 +25,10 @@ use vino_account::{Account, Growing, Resource};
 
 /// The version of the recording format; a recording of another version is refused.
 pub const VERSION: u32 = 1;
-/// The bytes a recording may hold unless its owner asks for fewer.
-pub const DEFAULT_LIMIT: usize = 64 << 20;
+/// The bytes a recording may hold unless its owner asks for fewer; what a process asks for more
+/// is cut to this (a recording must fit one answer of the daemon's protocol, and is charged to
+/// the graft's owner as graft memory besides).
+pub const DEFAULT_LIMIT: usize = 16 << 20;
 /// Memory is kept in chunks of this size; chunks of zeros are left out.
 const CHUNK: usize = 4096;
 /// A run of equal bytes shorter than this does not split a changed range of the area.

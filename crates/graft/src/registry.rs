@@ -6,6 +6,7 @@
 
 use crate::error::{GraftError, LoadError, describe_access};
 use crate::point::{Access, GraftPoint};
+use crate::record::Recording;
 use crate::slot::{GraftInfo, GraftSlot, Owner, SlotInfo};
 use crate::stats::GraftStats;
 use parking_lot::RwLock;
@@ -31,6 +32,10 @@ pub trait ManagedSlot: Send + Sync {
     fn read_memory(&self, offset: u32, len: usize) -> Result<Vec<u8>, GraftError>;
     fn symbol_address(&self, name: &str) -> Result<u32, GraftError>;
     fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError>;
+    /// Starts recording the bound graft's inputs ([`crate::record`]).
+    fn record_start(&self, limit: usize) -> Result<(), GraftError>;
+    /// Stops the recording and gives it.
+    fn record_stop(&self) -> Result<Recording, GraftError>;
 }
 
 impl<G: GraftPoint> ManagedSlot for GraftSlot<G> {
@@ -63,6 +68,12 @@ impl<G: GraftPoint> ManagedSlot for GraftSlot<G> {
     }
     fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
         GraftSlot::call_control(self, name, args)
+    }
+    fn record_start(&self, limit: usize) -> Result<(), GraftError> {
+        GraftSlot::record_start(self, limit)
+    }
+    fn record_stop(&self) -> Result<Recording, GraftError> {
+        GraftSlot::record_stop(self)
     }
 }
 
@@ -111,6 +122,12 @@ impl<W: SlotWrapper> ManagedSlot for W {
     }
     fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
         self.inner().call_control(name, args)
+    }
+    fn record_start(&self, limit: usize) -> Result<(), GraftError> {
+        self.inner().record_start(limit)
+    }
+    fn record_stop(&self) -> Result<Recording, GraftError> {
+        self.inner().record_stop()
     }
 }
 
@@ -192,6 +209,17 @@ impl Namespace {
 
     pub fn call_control(&self, who: Principal, name: &str, control: &str, args: &[i64]) -> Result<i64, GraftError> {
         self.authorized(who, name)?.call_control(control, args)
+    }
+
+    /// Starts recording the graft at `name`: only a principal that may bind there may (its
+    /// inputs are what the graftpoint shows a graft, which may be other users' I/O at a global
+    /// one).
+    pub fn record_start(&self, who: Principal, name: &str, limit: usize) -> Result<(), GraftError> {
+        self.authorized(who, name)?.record_start(limit)
+    }
+
+    pub fn record_stop(&self, who: Principal, name: &str) -> Result<Recording, GraftError> {
+        self.authorized(who, name)?.record_stop()
     }
 
     /// Every graftpoint and what is bound to it.

@@ -1133,6 +1133,19 @@ impl Process {
         Ok(slot.call_control(control, args)?)
     }
 
+    /// Starts recording the inputs of the graft at `point` (see `vino_graft::record`), at most
+    /// `limit` bytes (cut to `vino_graft::record::DEFAULT_LIMIT`), charged to the graft's owner.
+    /// Only a process that may bind at `point` may record there.
+    pub fn graft_record_start(&self, point: &str, limit: usize) -> SysResult<()> {
+        let limit = limit.clamp(1, vino_graft::record::DEFAULT_LIMIT);
+        Ok(self.namespace_of(point).record_start(self.principal(), point, limit)?)
+    }
+
+    /// Stops the recording at `point` and gives it (also that of a graft unloaded meanwhile).
+    pub fn graft_record_stop(&self, point: &str) -> SysResult<vino_graft::record::Recording> {
+        Ok(self.namespace_of(point).record_stop(self.principal(), point)?)
+    }
+
     /// One graft system call, by data.
     pub fn graft(&self, point: &str, call: GraftCall) -> SysResult<i64> {
         match call {

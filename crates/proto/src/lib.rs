@@ -45,8 +45,11 @@ use serde::{Deserialize, Serialize};
 /// further stages of a pipeline, and [`Request::Signal`]. Version 8: a program's paged memory in
 /// [`ProcessTop`] ([`MemoryTop`]). Version 9: the changes a graft's committed calls made in
 /// [`GraftStats`]. Version 10: sockets opened for a program ([`ProgramSetup::sockets`]), and a
-/// process's sockets in [`ProcessTop`].
-pub const VERSION: u32 = 10;
+/// process's sockets in [`ProcessTop`]. Version 11: [`Request::GraftRecord`] and
+/// [`Request::GraftRecordStop`].
+pub const VERSION: u32 = 11;
+/// Largest recording of a graft's inputs a daemon keeps and sends (it fits one frame).
+pub const MAX_RECORDING: usize = MAX_MODULE;
 /// Largest graft module a client may send.
 pub const MAX_MODULE: usize = 16 << 20;
 /// Largest in-band data of one read, write or graft-memory request.
@@ -596,6 +599,16 @@ pub enum Request {
     /// Removes the stored codec modules no file names any more (privileged): how many, as a
     /// [`Response::Value`].
     StreamCollect,
+    /// Starts recording the inputs of the graft at `point` (at most `limit` bytes, cut to
+    /// [`MAX_RECORDING`]), for a later replay; only a process that may bind there may.
+    GraftRecord {
+        point: String,
+        limit: u64,
+    },
+    /// Stops the recording at `point`: the recording's bytes, as [`Response::Data`].
+    GraftRecordStop {
+        point: String,
+    },
 }
 
 impl Request {
@@ -633,6 +646,8 @@ impl Request {
             | Request::Unlink { path: p }
             | Request::GraftUnload { point: p }
             | Request::GraftStats { point: p }
+            | Request::GraftRecord { point: p, .. }
+            | Request::GraftRecordStop { point: p }
             | Request::Mount { path: p }
             | Request::Unmount { path: p } => path(p),
             Request::Rename { from, to } => path(from).and(path(to)),
@@ -768,7 +783,9 @@ impl Request {
             StreamStatus,
             StreamControl,
             StreamFiles,
-            StreamCollect
+            StreamCollect,
+            GraftRecord,
+            GraftRecordStop
         )
     }
 }

@@ -1,0 +1,101 @@
+//! Recording a graft's inputs through the daemon and replaying them offline: the owner records
+//! its own read-ahead graft on real reads and the replay gives every answer again; a user
+//! cannot record a graftpoint it may not graft (another's process, a global one).
+
+mod common;
+
+use common::{TestDaemon, is_root, spawn_child, wait_line};
+use vino_client::{Client, OpenFlags};
+use vino_graft::record::{Event, Recording};
+use vino_graft::replay::{ReplayOptions, replay};
+use vino_proto::errno;
+
+const TEST: &str = "child_role";
+
+/// Read-ahead that asks for the 8 KiB after each read with `vino_prefetch` while it is within
+/// the file, and counts its calls in its memory (so the replay needs the recorded image).
+const READ_AHEAD: &str = r#"(module
+  (import "vino" "vino_prefetch" (func $prefetch (param i64 i64) (result i32)))
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "file_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
+    (local $next i64)
+    (i32.store (i32.const 16) (i32.add (i32.load (i32.const 16)) (i32.const 1)))
+    (local.set $next (i64.add (local.get $off) (i64.extend_i32_u (local.get $len))))
+    (if (i64.le_u (i64.add (local.get $next) (i64.const 8192)) (local.get $size))
+      (then (drop (call $prefetch (local.get $next) (i64.const 8192)))))
+    (i32.const 0)))"#;
+
+/// The roles children of this binary play (selected by `VINO_TEST_ROLE`); a no-op otherwise.
+#[test]
+fn child_role() {
+    let Ok(role) = std::env::var("VINO_TEST_ROLE") else {
+        return;
+    };
+    let socket = std::path::PathBuf::from(std::env::var("VINO_SOCKET").unwrap());
+    let mut c = Client::connect(&socket).unwrap();
+    if role == "record-global" {
+        // A user may not record a global graftpoint: its inputs are every user's I/O.
+        let e = c.graft_record("disk.pick_request", 1 << 20).unwrap_err();
+        println!("errno={}", e.errno);
+    }
+    println!("DONE");
+}
+
+#[test]
+fn the_owner_records_its_graft_on_real_reads_and_the_replay_gives_every_answer_again() {
+    let d = TestDaemon::start();
+    let mut c = d.client();
+    let fd = c.open("/data", OpenFlags::create()).unwrap();
+    c.write(fd, &vec![7u8; 256 << 10]).unwrap();
+    let point = format!("file.compute_ra/{fd}");
+    c.graft_load(&point, READ_AHEAD.as_bytes()).unwrap();
+    // Calls before the recording change the graft's memory: the replay starts from its image.
+    let mut buf = vec![0u8; 4096];
+    c.seek(fd, 0).unwrap();
+    c.read(fd, &mut buf).unwrap();
+    c.graft_record(&point, 1 << 20).unwrap();
+    c.seek(fd, 0).unwrap();
+    for _ in 0..40 {
+        c.read(fd, &mut buf).unwrap();
+    }
+    let bytes = c.graft_record_stop(&point).unwrap();
+    let recording = Recording::from_bytes(&bytes).unwrap();
+    assert!(recording.invocations >= 40, "{} invocations", recording.invocations);
+    let prefetches = recording
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Call { .. }))
+        .count();
+    assert!(prefetches >= 30, "its kernel calls are recorded: {prefetches}");
+    let report = replay(&recording, READ_AHEAD.as_bytes(), ReplayOptions::default()).unwrap();
+    assert!(report.exact(), "{report:#?}");
+    // Nothing runs any more: a second stop has nothing to give.
+    assert!(c.graft_record_stop(&point).is_err());
+}
+
+#[test]
+fn a_process_cannot_record_a_graftpoint_it_may_not_graft() {
+    let d = TestDaemon::start();
+    let mut owner = d.client();
+    let fd = owner.open("/data", OpenFlags::create()).unwrap();
+    let point = format!("file.compute_ra/{fd}");
+    owner.graft_load(&point, READ_AHEAD.as_bytes()).unwrap();
+    // Another process (the same user) does not see the owner's graftpoint at all.
+    let mut other = d.client();
+    let e = other.graft_record(&point, 1 << 20).unwrap_err();
+    assert_eq!(e.errno, errno::ENOENT, "{e}");
+    // Nothing bound: nothing to record.
+    let fd2 = owner.open("/other", OpenFlags::create()).unwrap();
+    assert!(owner.graft_record(&format!("file.compute_ra/{fd2}"), 1 << 20).is_err());
+    if !is_root() {
+        return;
+    }
+    let mut child = spawn_child(TEST, "record-global", &d.socket(), &[], Some(1000));
+    let lines = wait_line(&mut child, "DONE");
+    let _ = child.wait();
+    assert!(
+        lines.iter().any(|l| l.trim() == format!("errno={}", errno::EPERM)),
+        "{lines:?}"
+    );
+}
