@@ -11,6 +11,7 @@ use crate::lru::{Links, List, NIL};
 use crate::points::{
     Candidates, PageHint, PickVictim, ReadAhead, VictimEnv, WRITEBACK_MAX, Writeback, WritebackArgs, page_id,
 };
+use crate::shadow::{VictimTry, VictimTryReport};
 use crate::stats::{CacheCounters, CacheStats};
 use crate::{Backing, ChunkStore, IoCtx, PageIo, Pid};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -108,6 +109,17 @@ macro_rules! count {
     }};
 }
 
+/// Offers an access by `pid` to its shadow, if it has one.
+#[inline]
+fn shadow_sees(t: &Table, pid: Pid, key: PageKey, hit: bool) {
+    if t.shadows > 0
+        && let Some(p) = t.procs.get(&pid)
+        && let Some(shadow) = &p.shadow
+    {
+        shadow.offer(page_id(key.0, key.1), hit, p.pages.len);
+    }
+}
+
 mod eviction;
 mod streams;
 pub use streams::STREAM_WRITERS;
@@ -163,6 +175,7 @@ impl PageCache {
             placeholders: FxHashMap::default(),
             streams: FxHashMap::default(),
             total: CacheCounters::default(),
+            shadows: 0,
         };
         let cache = Arc::new_cyclic(|me| PageCache {
             me: me.clone(),
@@ -221,8 +234,45 @@ impl PageCache {
             .clone()
     }
 
+    /// Starts `wasm`, a `vas.pick_victim` graft, in shadow beside `pid`'s live policy, on a
+    /// ghost of its pages (see [`crate::shadow`]); it replaces a shadow already there. The
+    /// caller checks that `owner` may graft `pid`'s graftpoint.
+    pub fn try_victim(
+        &self,
+        pid: Pid,
+        wasm: &[u8],
+        owner: vino_graft::Owner,
+        sample: u32,
+        queue: usize,
+    ) -> Result<Arc<VictimTry>, vino_graft::LoadError> {
+        let slot = self.register_process(pid);
+        let shadow = VictimTry::start(&slot, pid, wasm, owner, sample, queue)?;
+        let old = {
+            let mut t = self.table.lock();
+            let old = t.proc_mut(pid).shadow.replace(shadow.clone());
+            t.shadows += usize::from(old.is_none());
+            old
+        };
+        if let Some(old) = old {
+            old.stop();
+        }
+        Ok(shadow)
+    }
+
+    /// Stops `pid`'s shadow, once it has drained what the live path offered it: what it found.
+    pub fn try_victim_stop(&self, pid: Pid) -> Option<VictimTryReport> {
+        let shadow = {
+            let mut t = self.table.lock();
+            let old = t.procs.get_mut(&pid).and_then(|p| p.shadow.take());
+            t.shadows -= usize::from(old.is_some());
+            old
+        }?;
+        Some(shadow.stop())
+    }
+
     /// Forgets a process's graft (it exited); its pages stay cached, owned by nobody special.
     pub fn unregister_process(&self, pid: Pid) {
+        self.try_victim_stop(pid);
         if let Some(p) = self.table.lock().procs.get_mut(&pid)
             && let Some(slot) = p.victim.take()
         {
@@ -526,9 +576,11 @@ impl PageCache {
                         if std::mem::take(&mut t.frames[f as usize].prefetched) {
                             count!(t, owner, object, prefetch_used);
                         }
-                        if !std::mem::take(&mut t.frames[f as usize].demanded) {
+                        let hit = !std::mem::take(&mut t.frames[f as usize].demanded);
+                        if hit {
                             count!(t, pid, object, hits);
                         }
+                        shadow_sees(t, pid, key, hit);
                         t.frames[f as usize].pins += 1;
                         return Ok(f);
                     }
@@ -581,6 +633,7 @@ impl PageCache {
                 }
             }
             t.frames[f as usize].pins += 1;
+            shadow_sees(t, pid, key, false);
             return Ok(f);
         }
     }

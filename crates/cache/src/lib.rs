@@ -24,6 +24,7 @@
 mod cache;
 mod lru;
 mod points;
+pub mod shadow;
 mod stats;
 
 pub use cache::{CacheConfig, MIN_DIRTY_SHARE, PageCache, STREAM_WRITERS, WorkCharger};
@@ -31,6 +32,7 @@ pub use points::{
     Advice, Candidates, ComputeRa, HINTS_MAX, MoreCandidates, PageHint, PickVictim, RaFile, RaMode, Read, ReadAhead,
     VictimEnv, Writeback, WritebackArgs, page_id,
 };
+pub use shadow::{VictimTry, VictimTryReport};
 pub use stats::{CacheCounters, CacheStats};
 
 use std::io;

@@ -45,7 +45,7 @@ pub use point::{
 pub use registry::{ManagedSlot, Namespace, Principal, SlotWrapper};
 pub use runtime::{Compiled, Interrupt, ModuleLimits, Runtime, RuntimeConfig, code_bytes, sandbox_config};
 pub use sandbox::{ARG_BYTES, CONTROL_PREFIX, Failure, HostState, take_last_call_time};
-pub use slot::{GraftEvent, GraftInfo, GraftSlot, Owner, PolicyKind, SlotInfo};
+pub use slot::{GraftEvent, GraftInfo, GraftSlot, Owner, PolicyKind, Shadow, SlotInfo};
 pub use stats::GraftStats;
 pub use vino_account as account;
 pub use vino_vlt as vlt;

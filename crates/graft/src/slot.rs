@@ -247,7 +247,20 @@ impl<G: GraftPoint> GraftSlot<G> {
 
     /// Compiles (or finds in the cache), checks and binds a graft, replacing what was bound.
     /// On error nothing changes.
-    pub fn load(&self, wasm: &[u8], mut owner: Owner) -> Result<GraftInfo, LoadError> {
+    pub fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
+        let binding = self.build(wasm, owner, self.env.clone())?;
+        let info = match &binding.policy {
+            Policy::Wasm { info, .. } => info.clone(),
+            Policy::Native { .. } => unreachable!("just built a Wasm binding"),
+        };
+        let old = self.binding.swap(Some(Arc::new(binding)));
+        self.retire(old, "replaced by another graft");
+        Ok(info)
+    }
+
+    /// Compiles (or finds in the cache), checks and instantiates a graft with `env`, charged
+    /// to its owner: a binding ready to be bound here, or run in shadow.
+    fn build(&self, wasm: &[u8], mut owner: Owner, env: Arc<G::Env>) -> Result<Binding<G>, LoadError> {
         let started = Instant::now();
         let mut charges = Vec::new();
         if let Some(a) = &owner.account {
@@ -279,7 +292,7 @@ impl<G: GraftPoint> GraftSlot<G> {
             &self.runtime,
             &compiled.module,
             &self.callables,
-            self.env.clone(),
+            env,
             counters.clone(),
             &self.name,
             owner.account.clone(),
@@ -291,7 +304,7 @@ impl<G: GraftPoint> GraftSlot<G> {
             owner: owner.process,
             cached: compiled.cached,
             compile_ns: compiled.compile_time.as_nanos() as u64,
-            load_ns: 0,
+            load_ns: started.elapsed().as_nanos() as u64,
             loaded_at: Some(SystemTime::now()),
         };
         let transactional = self.runtime.config().always_transact
@@ -299,7 +312,7 @@ impl<G: GraftPoint> GraftSlot<G> {
                 .imports
                 .iter()
                 .any(|i| G::CALLABLE.contains(&i.trim_start_matches("vino.")));
-        let mut binding = Binding {
+        Ok(Binding {
             serial: next_serial(),
             policy: Policy::Wasm {
                 graft,
@@ -309,18 +322,22 @@ impl<G: GraftPoint> GraftSlot<G> {
             },
             counters,
             _charges: charges,
-        };
-        let load_ns = started.elapsed().as_nanos() as u64;
-        if let Policy::Wasm { info, .. } = &mut binding.policy {
-            info.load_ns = load_ns;
-        }
-        let info = match &binding.policy {
-            Policy::Wasm { info, .. } => info.clone(),
-            Policy::Native { .. } => unreachable!("just built a Wasm binding"),
-        };
-        let old = self.binding.swap(Some(Arc::new(binding)));
-        self.retire(old, "replaced by another graft");
-        Ok(info)
+        })
+    }
+
+    /// A candidate graft for this graftpoint run in shadow ([`Shadow`]): loaded and charged as
+    /// a load here would be (the caller checks the principal may bind here), but bound to
+    /// `env`, the shadow's own copy of what the graftpoint's policy sees, so that whatever its
+    /// graft-callable functions ask for reaches that copy and never the kernel.
+    pub fn shadow(&self, wasm: &[u8], owner: Owner, env: Arc<G::Env>) -> Result<Shadow<G>, LoadError> {
+        let binding = self.build(wasm, owner, env.clone())?;
+        Ok(Shadow {
+            binding,
+            env,
+            config: *self.runtime.config(),
+            dropped: None,
+            in_a_row: 0,
+        })
     }
 
     /// Reads a graft file and loads it.
@@ -530,6 +547,85 @@ impl<G: GraftPoint> GraftSlot<G> {
                 failures,
                 last_error,
             });
+        }
+    }
+}
+
+/// A candidate graft run beside a graftpoint's live policy, on inputs a ghost model makes
+/// (`vino graft try`): it decides what it would have decided, and nothing it does reaches the
+/// kernel (its graft-callable functions act on its own environment). Its memory keeps what its
+/// calls commit, as a bound graft's does. A candidate that fails as often as a bound graft may
+/// is dropped ([`Shadow::dropped`]), and the ghost goes on without it.
+pub struct Shadow<G: GraftPoint> {
+    binding: Binding<G>,
+    env: Arc<G::Env>,
+    config: crate::RuntimeConfig,
+    dropped: Option<String>,
+    in_a_row: u32,
+}
+
+impl<G: GraftPoint> Shadow<G> {
+    /// The candidate's decision on `args`, or why it failed (the caller then takes the default's,
+    /// as the kernel would have). Time and failures are counted as a bound graft's are.
+    pub fn decide(&mut self, args: &G::Args<'_>) -> Result<G::Output, Failure> {
+        if let Some(why) = &self.dropped {
+            return Err(Failure::Trap(why.clone()));
+        }
+        let Policy::Wasm {
+            graft, transactional, ..
+        } = &self.binding.policy
+        else {
+            unreachable!("a shadow is a Wasm binding")
+        };
+        let started = clock::ticks();
+        let result = graft.invoke(&self.env, args, *transactional);
+        let spent = clock::ticks().wrapping_sub(started);
+        let counters = &self.binding.counters;
+        match &result {
+            Ok(_) => {
+                counters.succeeded(Some(spent));
+                self.in_a_row = 0;
+            }
+            Err(f) => {
+                counters.failed(
+                    Some(spent),
+                    f.to_string(),
+                    f.is_grafts_fault(),
+                    self.config.failure_window,
+                );
+                self.in_a_row += u32::from(f.is_grafts_fault());
+                if self.in_a_row >= self.config.max_consecutive_failures {
+                    self.dropped = Some(format!("{} failures in a row; the last: {f}", self.in_a_row));
+                }
+            }
+        }
+        if let Policy::Wasm { owner, .. } = &self.binding.policy
+            && let Some(a) = &owner.account
+        {
+            a.add_cpu(std::time::Duration::from_nanos(clock::ticks_to_ns(spent)));
+        }
+        result
+    }
+
+    /// The shadow's own environment (what its graft-callable functions asked for is there).
+    pub fn env(&self) -> &Arc<G::Env> {
+        &self.env
+    }
+
+    /// Why the candidate was dropped, if it was.
+    pub fn dropped(&self) -> Option<&str> {
+        self.dropped.as_deref()
+    }
+
+    /// The candidate's counters: decisions, failures, time in it.
+    pub fn stats(&self) -> GraftStats {
+        self.binding.counters.snapshot()
+    }
+
+    pub fn info(&self) -> GraftInfo {
+        match &self.binding.policy {
+            Policy::Wasm { info, .. } => info.clone(),
+            Policy::Native { .. } => unreachable!("a shadow is a Wasm binding"),
         }
     }
 }

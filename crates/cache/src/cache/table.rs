@@ -70,6 +70,8 @@ pub(super) struct Proc {
     /// Dirty pages this process's writes made (whoever owns them).
     pub(super) dirty: usize,
     pub(super) victim: Option<Arc<GraftSlot<PickVictim>>>,
+    /// A candidate `vas.pick_victim` graft in shadow, fed this process's accesses.
+    pub(super) shadow: Option<Arc<crate::shadow::VictimTry>>,
     pub(super) counters: CacheCounters,
 }
 
@@ -95,6 +97,8 @@ pub(super) struct Table {
     /// Stream objects and where their chunks are kept.
     pub(super) streams: FxHashMap<u64, Arc<dyn ChunkStore>>,
     pub(super) total: CacheCounters,
+    /// Processes with a shadow: the access path looks for one only when there are some.
+    pub(super) shadows: usize,
 }
 
 impl Table {
@@ -103,6 +107,7 @@ impl Table {
             pages: List::default(),
             dirty: 0,
             victim: None,
+            shadow: None,
             counters: CacheCounters::default(),
         })
     }
