@@ -230,20 +230,20 @@ pub const MAX_CLUSTER: u64 = 256;
 
 /// What the read-ahead policy of one open file sees: the file's size and the default's state.
 pub struct RaFile {
-    size: AtomicU64,
+    pub(crate) size: AtomicU64,
     last_end: AtomicU64,
     window: AtomicU64,
     /// Where the read-ahead already asked for ends (0: none since the last jump).
     ahead_end: AtomicU64,
     mode: AtomicU8,
     /// What the graft's `vino_prefetch` calls asked for, issued once their calls committed.
-    prefetched: Deferred<Extent>,
+    pub(crate) prefetched: Deferred<Extent>,
     /// Bytes the running call's `vino_prefetch` calls asked for.
     prefetch_bytes: AtomicU64,
 }
 
 impl RaFile {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         RaFile {
             size: AtomicU64::new(0),
             last_end: AtomicU64::new(u64::MAX),
@@ -384,6 +384,10 @@ pub struct Advice {
 /// The read-ahead state of one open file: its `file.compute_ra` graftpoint.
 pub struct ReadAhead {
     slot: Arc<GraftSlot<ComputeRa>>,
+    /// A candidate in shadow beside the live policy (`vino graft try`), and whether there is one
+    /// (read without the lock on every read).
+    shadow: parking_lot::Mutex<Option<Arc<crate::shadow::RaTry>>>,
+    trying: std::sync::atomic::AtomicBool,
 }
 
 impl ReadAhead {
@@ -391,7 +395,11 @@ impl ReadAhead {
     /// `file.compute_ra/<suffix>` (the descriptor number) and only the opener may graft it.
     pub fn new(runtime: &Runtime, opener: Pid, suffix: &str) -> Self {
         let slot = GraftSlot::new(runtime, Arc::new(RaFile::new()), Access::Process(opener), Some(suffix));
-        ReadAhead { slot: Arc::new(slot) }
+        ReadAhead {
+            slot: Arc::new(slot),
+            shadow: parking_lot::Mutex::new(None),
+            trying: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     pub fn slot(&self) -> &Arc<GraftSlot<ComputeRa>> {
@@ -421,7 +429,44 @@ impl ReadAhead {
         for extent in file.prefetched.take() {
             prefetched.push(extent);
         }
-        Advice { decided, prefetched }
+        let advice = Advice { decided, prefetched };
+        if self.trying.load(Ordering::Relaxed)
+            && let Some(shadow) = &*self.shadow.lock()
+        {
+            shadow.offer(offset, len.min(u32::MAX as usize) as u32, size, &advice);
+        }
+        advice
+    }
+
+    /// Starts `wasm`, a `file.compute_ra` graft, in shadow beside this file's live read-ahead,
+    /// with ghost caches of `frames` pages (see [`crate::shadow`]); it replaces a shadow already
+    /// there. The caller checks that `owner` may graft this file's graftpoint.
+    pub fn try_start(
+        &self,
+        wasm: &[u8],
+        owner: vino_graft::Owner,
+        frames: usize,
+        queue: usize,
+    ) -> Result<Arc<crate::shadow::RaTry>, vino_graft::LoadError> {
+        let shadow = crate::shadow::RaTry::start(&self.slot, wasm, owner, frames, queue)?;
+        let old = self.shadow.lock().replace(shadow.clone());
+        self.trying.store(true, Ordering::Relaxed);
+        if let Some(old) = old {
+            old.stop();
+        }
+        Ok(shadow)
+    }
+
+    /// Stops the shadow, once it has drained what the live path offered it: what it found.
+    pub fn try_stop(&self) -> Option<crate::shadow::RaTryReport> {
+        let shadow = self.shadow.lock().take()?;
+        self.trying.store(false, Ordering::Relaxed);
+        Some(shadow.stop())
+    }
+
+    /// What the shadow found so far.
+    pub fn try_report(&self) -> Option<crate::shadow::RaTryReport> {
+        self.shadow.lock().as_ref().map(|s| s.report())
     }
 }
 

@@ -1,5 +1,8 @@
-//! Trying a `vas.pick_victim` graft before binding it: a candidate runs in shadow on a ghost of
-//! its process's resident pages (`vino graft try`).
+//! Trying a graft before binding it (`vino graft try`): a candidate runs in shadow on a ghost
+//! model that follows its answers, page identities only. For `vas.pick_victim`, a ghost of its
+//! process's resident pages ([`VictimTry`]); for `file.compute_ra`, two ghost caches of the
+//! file fed the same reads, one following the live read-ahead and one the candidate's
+//! ([`RaTry`]).
 //!
 //! The ghost holds page identities only, no data. It follows the process's page accesses as the
 //! cache sees them, and keeps exactly as many pages as the kernel lets the process keep at that
@@ -19,7 +22,7 @@
 //! misses, times N, estimate the whole's at a fraction of the cost.
 
 use crate::Pid;
-use crate::points::{Candidates, PageHint, PickVictim, VictimEnv};
+use crate::points::{Advice, Candidates, ComputeRa, PageHint, PickVictim, RaFile, Read, VictimEnv};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -28,6 +31,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use vino_blockdev::BLOCK_SIZE;
+use vino_graft::abi::Extent;
 use vino_graft::{GraftSlot, LoadError, Owner, Shadow, abi};
 
 /// Accesses the queue between the live path and the shadow holds by default.
@@ -52,28 +57,126 @@ pub struct VictimTryReport {
     pub would_be_misses: u64,
     /// The sampling rate: 1 in `sample` pages followed; counts are of those.
     pub sample: u32,
-    /// Evictions the candidate decided, failed (the default took them), and its mean time per
-    /// decision.
+    /// Pages in the ghost now.
+    pub ghost_pages: usize,
+    #[serde(flatten)]
+    pub shadow: ShadowCounts,
+}
+
+/// How a candidate in shadow fared, whatever its ghost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ShadowCounts {
+    /// Decisions the candidate was asked for, those that failed (the default's answer was
+    /// taken), and its mean time per decision.
     pub decisions: u64,
     pub failures: u64,
     pub candidate_ns_per_decision: f64,
-    /// Accesses the queue could not take (the ghost is inexact by as many).
+    /// What the live path offered that the queue could not take (the ghost is inexact by as
+    /// many).
     pub queue_drops: u64,
     /// Why the candidate was dropped, if it failed too often.
     pub dropped: Option<String>,
     pub last_error: Option<String>,
-    /// Pages in the ghost now.
-    pub ghost_pages: usize,
+}
+
+impl ShadowCounts {
+    /// The candidate's counters now (the queue's drops are counted where it is fed).
+    fn of<G: vino_graft::GraftPoint>(shadow: &Shadow<G>) -> ShadowCounts {
+        let stats = shadow.stats();
+        ShadowCounts {
+            decisions: stats.invocations,
+            failures: stats.failures,
+            candidate_ns_per_decision: stats.time_ns as f64 / stats.invocations.max(1) as f64,
+            queue_drops: 0,
+            dropped: shadow.dropped().map(str::to_string),
+            last_error: stats.last_error,
+        }
+    }
+}
+
+/// A report that counts what the queue dropped.
+trait Report: Clone + Send + 'static {
+    fn set_queue_drops(&mut self, n: u64);
+}
+
+impl Report for VictimTryReport {
+    fn set_queue_drops(&mut self, n: u64) {
+        self.shadow.queue_drops = n;
+    }
+}
+
+/// What the live path feeds a shadow's thread through a bounded queue, and the report the
+/// thread keeps. The live side never waits: a full queue counts a drop.
+struct Fed<E, R: Report> {
+    feed: Mutex<Option<SyncSender<E>>>,
+    drops: AtomicU64,
+    report: Arc<Mutex<R>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl<E: Send + 'static, R: Report> Fed<E, R> {
+    /// Starts the thread `name` running `body` on the queue (of `queue` items) and the report.
+    fn start(
+        name: String,
+        queue: usize,
+        report: R,
+        body: impl FnOnce(Receiver<E>, Arc<Mutex<R>>) + Send + 'static,
+    ) -> Result<Fed<E, R>, LoadError> {
+        let (feed, drain) = sync_channel(queue.max(1));
+        let report = Arc::new(Mutex::new(report));
+        let shared = report.clone();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || body(drain, shared))
+            .map_err(|e| LoadError::Start(format!("starting the shadow's thread: {e}")))?;
+        Ok(Fed {
+            feed: Mutex::new(Some(feed)),
+            drops: AtomicU64::new(0),
+            report,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    fn offer(&self, item: E) {
+        let feed = self.feed.lock();
+        let Some(feed) = feed.as_ref() else { return };
+        if let Err(TrySendError::Full(_)) = feed.try_send(item) {
+            self.drops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.feed.lock().is_some()
+    }
+
+    fn report(&self) -> R {
+        let mut r = self.report.lock().clone();
+        r.set_queue_drops(self.drops.load(Ordering::Relaxed));
+        r
+    }
+
+    /// Closes the queue and waits for the thread to drain it.
+    fn stop(&self) -> R {
+        self.feed.lock().take();
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+        self.report()
+    }
+}
+
+impl<E, R: Report> Drop for Fed<E, R> {
+    fn drop(&mut self) {
+        // The thread ends once it has drained what was offered.
+        self.feed.get_mut().take();
+    }
 }
 
 /// A candidate `vas.pick_victim` graft in shadow beside a process's live policy. Dropping it
 /// stops the shadow.
 pub struct VictimTry {
-    feed: Mutex<Option<SyncSender<Access>>>,
-    drops: AtomicU64,
+    fed: Fed<Access, VictimTryReport>,
     sample: u32,
-    report: Arc<Mutex<VictimTryReport>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl VictimTry {
@@ -88,25 +191,16 @@ impl VictimTry {
         queue: usize,
     ) -> Result<Arc<VictimTry>, LoadError> {
         let shadow = slot.shadow(wasm, owner, Arc::new(VictimEnv::new(pid)))?;
-        let (feed, drain) = sync_channel(queue.max(1));
         let sample = sample.max(1);
-        let report = Arc::new(Mutex::new(VictimTryReport {
+        let report = VictimTryReport {
             point: slot.name().to_string(),
             sample,
             ..VictimTryReport::default()
-        }));
-        let mut ghost = Ghost::new(shadow, report.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("vino-try-{pid}"))
-            .spawn(move || ghost.run(drain))
-            .map_err(|e| LoadError::Start(format!("starting the shadow's thread: {e}")))?;
-        Ok(Arc::new(VictimTry {
-            feed: Mutex::new(Some(feed)),
-            drops: AtomicU64::new(0),
-            sample,
-            report,
-            thread: Mutex::new(Some(thread)),
-        }))
+        };
+        let fed = Fed::start(format!("vino-try-{pid}"), queue, report, move |drain, report| {
+            Ghost::new(shadow, report).run(drain)
+        })?;
+        Ok(Arc::new(VictimTry { fed, sample }))
     }
 
     /// Offers one access of the live path (never waits: a full queue counts a drop).
@@ -116,33 +210,22 @@ impl VictimTry {
             return;
         }
         let resident = (resident / self.sample as usize) as u32;
-        let feed = self.feed.lock();
-        let Some(feed) = feed.as_ref() else { return };
-        if let Err(TrySendError::Full(_)) = feed.try_send(Access { page, hit, resident }) {
-            self.drops.fetch_add(1, Ordering::Relaxed);
-        }
+        self.fed.offer(Access { page, hit, resident });
+    }
+
+    /// Whether it still runs (not stopped, nor replaced).
+    pub fn running(&self) -> bool {
+        self.fed.running()
     }
 
     /// What the shadow found so far.
     pub fn report(&self) -> VictimTryReport {
-        let mut r = self.report.lock().clone();
-        r.queue_drops = self.drops.load(Ordering::Relaxed);
-        r
+        self.fed.report()
     }
 
     /// Stops the shadow once it has drained its queue; what it found.
     pub fn stop(&self) -> VictimTryReport {
-        self.feed.lock().take();
-        if let Some(t) = self.thread.lock().take() {
-            let _ = t.join();
-        }
-        self.report()
-    }
-}
-
-impl Drop for VictimTry {
-    fn drop(&mut self) {
-        self.feed.get_mut().take();
+        self.fed.stop()
     }
 }
 
@@ -240,7 +323,6 @@ impl Ghost {
         let held = self.holds(a.page);
         // A miss makes room for its page first, as the kernel evicts before it installs.
         let room = (a.resident as usize).saturating_sub(usize::from(!held));
-        let mut decided = 0;
         let mut first = !held;
         while self.len() > room {
             // Cao's rule, as the cache applies it to the frame a miss needs.
@@ -251,23 +333,18 @@ impl Ghost {
             first = false;
             match kept {
                 Some(k) => self.forget(k),
-                None if self.evict(a.page) => decided += 1,
+                None if self.evict(a.page) => {}
                 None => break,
             }
         }
         let at = self.stamp();
         self.lru.put(a.page, at);
         self.list.put(a.page, at);
-        let stats = self.shadow.stats();
         let mut r = self.report.lock();
         r.accesses += 1;
         r.live_misses += u64::from(!a.hit);
         r.would_be_misses += u64::from(!held);
-        r.decisions += decided;
-        r.failures = stats.failures;
-        r.candidate_ns_per_decision = stats.time_ns as f64 / stats.invocations.max(1) as f64;
-        r.dropped = self.shadow.dropped().map(str::to_string);
-        r.last_error = stats.last_error;
+        r.shadow = ShadowCounts::of(&self.shadow);
         r.ghost_pages = self.len();
     }
 
@@ -339,5 +416,207 @@ impl Ghost {
             }
         }
         true
+    }
+}
+
+/// One read of a file with a `file.compute_ra` shadow: where, the file's size then, and what
+/// the live policy asked to read ahead after it.
+#[derive(Debug, Clone)]
+struct RaRead {
+    offset: u64,
+    len: u32,
+    size: u64,
+    live: Vec<Extent>,
+}
+
+/// What one read-ahead policy's ghost cache saw, in pages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RaOutcome {
+    /// Pages read that the ghost held, and those it did not (read from the device).
+    pub hits: u64,
+    pub misses: u64,
+    /// Pages the policy asked for that the ghost did not hold yet (read ahead).
+    pub prefetched: u64,
+    /// Of those, read before they left the ghost, and not (pushed out unread, or never read).
+    pub used: u64,
+    pub wasted: u64,
+}
+
+/// What a read-ahead shadow found: the live policy and the candidate, each in a ghost cache of
+/// the same size fed the same reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RaTryReport {
+    pub point: String,
+    pub reads: u64,
+    /// Pages each ghost cache holds (the model: the file alone in a cache of this many frames,
+    /// least recently used out first; read-ahead does not make a held page younger).
+    pub frames: usize,
+    pub live: RaOutcome,
+    pub candidate: RaOutcome,
+    #[serde(flatten)]
+    pub shadow: ShadowCounts,
+}
+
+impl Report for RaTryReport {
+    fn set_queue_drops(&mut self, n: u64) {
+        self.shadow.queue_drops = n;
+    }
+}
+
+/// A candidate `file.compute_ra` graft in shadow beside an open file's live read-ahead.
+pub struct RaTry {
+    fed: Fed<RaRead, RaTryReport>,
+}
+
+impl RaTry {
+    /// Starts `wasm` in shadow beside the file's graftpoint `slot`, with ghosts of `frames`
+    /// pages; charged to `owner` as a graft.
+    pub(crate) fn start(
+        slot: &GraftSlot<ComputeRa>,
+        wasm: &[u8],
+        owner: Owner,
+        frames: usize,
+        queue: usize,
+    ) -> Result<Arc<RaTry>, LoadError> {
+        let mut shadow = slot.shadow(wasm, owner, Arc::new(RaFile::new()))?;
+        let frames = frames.max(1);
+        let report = RaTryReport {
+            point: slot.name().to_string(),
+            frames,
+            ..RaTryReport::default()
+        };
+        let fed = Fed::start(
+            "vino-try-ra".into(),
+            queue,
+            report,
+            move |drain: Receiver<RaRead>, shared| {
+                let (mut live, mut candidate) = (RaGhost::new(frames), RaGhost::new(frames));
+                while let Ok(read) = drain.recv() {
+                    let env = shadow.env().clone();
+                    env.size.store(read.size, Ordering::Relaxed);
+                    let args = Read {
+                        offset: read.offset,
+                        len: read.len,
+                    };
+                    let decided = shadow.decide(&args).unwrap_or_default();
+                    let mut asked: Vec<Extent> = decided.as_slice().to_vec();
+                    asked.extend(env.prefetched.take());
+                    live.read(&read, &read.live);
+                    candidate.read(&read, &asked);
+                    let mut r = shared.lock();
+                    r.reads += 1;
+                    r.live = live.outcome();
+                    r.candidate = candidate.outcome();
+                    r.shadow = ShadowCounts::of(&shadow);
+                }
+                let mut r = shared.lock();
+                r.live = live.finish();
+                r.candidate = candidate.finish();
+            },
+        )?;
+        Ok(Arc::new(RaTry { fed }))
+    }
+
+    /// Offers one read and the live policy's answer (never waits: a full queue counts a drop).
+    pub(crate) fn offer(&self, offset: u64, len: u32, size: u64, live: &Advice) {
+        let mut asked = live.decided.as_slice().to_vec();
+        asked.extend_from_slice(live.prefetched.as_slice());
+        self.fed.offer(RaRead {
+            offset,
+            len,
+            size,
+            live: asked,
+        });
+    }
+
+    /// Whether it still runs (not stopped, nor replaced).
+    pub fn running(&self) -> bool {
+        self.fed.running()
+    }
+
+    pub fn report(&self) -> RaTryReport {
+        self.fed.report()
+    }
+
+    /// Stops the shadow once it has drained its queue: what it found (pages read ahead and
+    /// never read count as wasted).
+    pub fn stop(&self) -> RaTryReport {
+        self.fed.stop()
+    }
+}
+
+/// A ghost cache of one file's pages under one read-ahead policy.
+struct RaGhost {
+    frames: usize,
+    held: Order,
+    /// Pages read ahead and not read yet.
+    unread: rustc_hash::FxHashSet<u64>,
+    next: u64,
+    outcome: RaOutcome,
+}
+
+impl RaGhost {
+    fn new(frames: usize) -> RaGhost {
+        RaGhost {
+            frames,
+            held: Order::default(),
+            unread: Default::default(),
+            next: FIRST_PLACE,
+            outcome: RaOutcome::default(),
+        }
+    }
+
+    /// Makes `page` held (the youngest), pushing out the oldest if the ghost is full.
+    fn hold(&mut self, page: u64) {
+        if self.held.place.len() >= self.frames
+            && let Some((_, &old)) = self.held.pages.iter().next()
+        {
+            self.held.remove(old);
+            if self.unread.remove(&old) {
+                self.outcome.wasted += 1;
+            }
+        }
+        self.next += 1;
+        self.held.put(page, self.next);
+    }
+
+    /// A read, then the policy's read-ahead after it.
+    fn read(&mut self, read: &RaRead, asked: &[Extent]) {
+        let bs = BLOCK_SIZE as u64;
+        let end = (read.offset + u64::from(read.len)).min(read.size.max(read.offset + 1));
+        for page in read.offset / bs..end.div_ceil(bs) {
+            if self.held.place.contains_key(&page) {
+                self.outcome.hits += 1;
+                if self.unread.remove(&page) {
+                    self.outcome.used += 1;
+                }
+            } else {
+                self.outcome.misses += 1;
+            }
+            self.hold(page);
+        }
+        let most = (abi::RA_MAX_BYTES / bs) as usize;
+        let asked_pages = asked
+            .iter()
+            .flat_map(|e| e.off / bs..(e.off + e.len).div_ceil(bs))
+            .take(most);
+        for page in asked_pages {
+            if !self.held.place.contains_key(&page) {
+                self.outcome.prefetched += 1;
+                self.unread.insert(page);
+                self.hold(page);
+            }
+        }
+    }
+
+    fn outcome(&self) -> RaOutcome {
+        self.outcome
+    }
+
+    /// The outcome at the end: what was read ahead and is still unread was wasted.
+    fn finish(&mut self) -> RaOutcome {
+        self.outcome.wasted += self.unread.len() as u64;
+        self.unread.clear();
+        self.outcome
     }
 }

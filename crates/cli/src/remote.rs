@@ -42,6 +42,29 @@ pub enum RemoteGraft {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Try a candidate graft on a running process before binding it: the candidate runs in
+    /// shadow beside the live policy (the default or a bound graft) at `vas.pick_victim` or
+    /// `file.compute_ra/<fd>` of process `--pid` (yours, or any if privileged), on a ghost model
+    /// that follows its answers; nothing it decides reaches the kernel. Prints live against
+    /// candidate after `--for` seconds (or Ctrl-C).
+    Try {
+        /// The candidate module (.wasm, or .wat text).
+        module: PathBuf,
+        #[arg(long)]
+        point: String,
+        /// The VINO process whose graftpoint it is (`vino ps`).
+        #[arg(long)]
+        pid: u64,
+        #[arg(long = "for")]
+        hold: Option<u64>,
+        /// Follow 1 in N pages (vas.pick_victim): a fraction of the cost, counts of a sample.
+        #[arg(long, default_value_t = 1)]
+        sample: u32,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Record the inputs of the graft bound at a graftpoint this command may graft (a global one
     /// when privileged; this user's own, `net.pick_packet/user`), for `vino graft replay`: until
     /// Ctrl-C (or SIGTERM), or for `--for` seconds.
@@ -199,6 +222,30 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             record,
             ..
         } => load(&module, &point, file.as_deref(), hold, record.as_deref(), socket),
+        RemoteGraft::Try {
+            module,
+            point,
+            pid,
+            hold,
+            sample,
+            json,
+            socket,
+        } => {
+            let wasm = std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
+            let signals = block_stop_signals()?;
+            let mut c = connect(socket)?;
+            c.graft_try(Some(pid), &point, &wasm, sample)
+                .with_context(|| format!("trying {} at {point} of process {pid}", module.display()))?;
+            hold_until(hold, &signals)?;
+            let report = c.graft_try_stop(Some(pid), &point)?;
+            let report: serde_json::Value = serde_json::from_slice(&report)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", try_table(&report));
+            }
+            Ok(())
+        }
         RemoteGraft::Record {
             point,
             output,
@@ -343,6 +390,46 @@ fn load_fd(module: &Path, point: &str, fd: i32, command: &[std::ffi::OsString], 
     use std::os::unix::process::CommandExt;
     let e = std::process::Command::new(program).args(args).exec();
     Err(e).with_context(|| format!("running {}", program.to_string_lossy()))
+}
+
+/// A try's report, live against candidate.
+fn try_table(r: &serde_json::Value) -> String {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let mut out = String::new();
+    match r["model"].as_str() {
+        Some("victim") => {
+            out += &format!("{:<24} {:>12} {:>12}\n", "", "LIVE", "CANDIDATE");
+            out += &format!(
+                "{:<24} {:>12} {:>12}\n",
+                "accesses",
+                n(&r["accesses"]),
+                n(&r["accesses"])
+            );
+            out += &format!(
+                "{:<24} {:>12} {:>12}\n",
+                "misses",
+                n(&r["live_misses"]),
+                n(&r["would_be_misses"])
+            );
+        }
+        _ => {
+            out += &format!("{:<24} {:>12} {:>12}\n", "", "LIVE", "CANDIDATE");
+            for k in ["hits", "misses", "prefetched", "used", "wasted"] {
+                out += &format!("{:<24} {:>12} {:>12}\n", k, n(&r["live"][k]), n(&r["candidate"][k]));
+            }
+        }
+    }
+    out += &format!(
+        "candidate: {} decisions, {} failed, {:.0} ns a decision; {} offered accesses dropped\n",
+        n(&r["decisions"]),
+        n(&r["failures"]),
+        r["candidate_ns_per_decision"].as_f64().unwrap_or(0.0),
+        n(&r["queue_drops"])
+    );
+    if let Some(why) = r["dropped"].as_str() {
+        out += &format!("the candidate was dropped: {why}\n");
+    }
+    out
 }
 
 fn graft_table(grafts: &[GraftTop]) -> String {

@@ -944,6 +944,27 @@ impl Client {
         expect!(self.call(&Request::GraftRecordStop { point: point.into() })?, Response::Data(d) => d)
     }
 
+    /// Runs `wasm` in shadow beside the live policy at `point` of process `pid` (this
+    /// connection's if `None`), following 1 in `sample` pages.
+    pub fn graft_try(&mut self, pid: Option<u64>, point: &str, wasm: &[u8], sample: u32) -> Result<()> {
+        let req = Request::GraftTry {
+            pid,
+            point: point.into(),
+            wasm: wasm.to_vec(),
+            sample,
+        };
+        expect!(self.call(&req)?, Response::Ok => ())
+    }
+
+    /// Stops the shadow at `point` of `pid`: what it found, as JSON.
+    pub fn graft_try_stop(&mut self, pid: Option<u64>, point: &str) -> Result<Vec<u8>> {
+        let req = Request::GraftTryStop {
+            pid,
+            point: point.into(),
+        };
+        expect!(self.call(&req)?, Response::Data(d) => d)
+    }
+
     /// What happened to this process's grafts (unloaded for failing) since the last call.
     pub fn graft_events(&mut self) -> Result<Vec<String>> {
         expect!(self.call(&Request::GraftEvents)?, Response::GraftEvents(e) => e)

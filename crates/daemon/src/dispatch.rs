@@ -337,6 +337,16 @@ impl Session<'_> {
                 .graft_record_stop(&point)
                 .map(|r| Response::Data(r.to_bytes()))
                 .map_err(sys),
+            Request::GraftTry {
+                pid,
+                point,
+                wasm,
+                sample,
+            } => ok(p.graft_try_start(pid, &point, &wasm, vino_kernel::graft_try::TryOptions { sample })),
+            Request::GraftTryStop { pid, point } => p
+                .graft_try_stop(pid, &point)
+                .map(|r| Response::Data(serde_json::to_vec(&r).expect("a report always encodes")))
+                .map_err(sys),
             Request::GraftEvents => Ok(Response::GraftEvents(
                 p.graft_events().into_iter().map(event_text).collect(),
             )),

@@ -1,6 +1,8 @@
 //! Recording a graft's inputs through the daemon and replaying them offline: the owner records
 //! its own read-ahead graft on real reads and the replay gives every answer again; a user
-//! cannot record a graftpoint it may not graft (another's process, a global one).
+//! cannot record a graftpoint it may not graft (another's process, a global one). And trying a
+//! candidate in shadow on another process of the same user: what it would have done, beside
+//! what the live policy did; never on another user's process.
 
 mod common;
 
@@ -37,6 +39,14 @@ fn child_role() {
     if role == "record-global" {
         // A user may not record a global graftpoint: its inputs are every user's I/O.
         let e = c.graft_record("disk.pick_request", 1 << 20).unwrap_err();
+        println!("errno={}", e.errno);
+    }
+    if role == "try-other" {
+        // Nor try a candidate on another user's process.
+        let pid: u64 = std::env::var("VINO_TARGET").unwrap().parse().unwrap();
+        let e = c
+            .graft_try(Some(pid), "vas.pick_victim", READ_AHEAD.as_bytes(), 1)
+            .unwrap_err();
         println!("errno={}", e.errno);
     }
     println!("DONE");
@@ -98,4 +108,56 @@ fn a_process_cannot_record_a_graftpoint_it_may_not_graft() {
         lines.iter().any(|l| l.trim() == format!("errno={}", errno::EPERM)),
         "{lines:?}"
     );
+}
+
+/// Evicts the most recently used of the first page of candidates.
+const NEWEST: &str = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
+  (func (export "vas_pick_victim") (param $n i32) (result i32) (i32.sub (local.get $n) (i32.const 1))))"#;
+
+#[test]
+fn a_candidate_is_tried_on_another_process_of_the_user_without_touching_it() {
+    let d = TestDaemon::with(|c| c.cache_frames = 64);
+    let mut app = d.client();
+    let fd = app.open("/data", OpenFlags::create()).unwrap();
+    app.write(fd, &vec![1u8; 400 * 4096]).unwrap();
+    app.fsync(fd).unwrap();
+    let mut tool = d.client();
+    let point = format!("file.compute_ra/{fd}");
+    tool.graft_try(Some(app.pid()), &point, READ_AHEAD.as_bytes(), 1)
+        .unwrap();
+    tool.graft_try(Some(app.pid()), "vas.pick_victim", NEWEST.as_bytes(), 1)
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    for round in 0..3 {
+        for b in (0..96u64).chain((0..100).map(|k| (k * 37) % 96)) {
+            app.seek(fd, b * 4096 + round).unwrap();
+            app.read(fd, &mut buf[..4096 - round as usize]).unwrap();
+        }
+    }
+    let ra: serde_json::Value = serde_json::from_slice(&tool.graft_try_stop(Some(app.pid()), &point).unwrap()).unwrap();
+    assert_eq!(ra["model"], "read_ahead");
+    assert_eq!(ra["reads"], 3 * 196);
+    assert!(ra["candidate"]["prefetched"].as_u64().unwrap() > 0, "{ra}");
+    let victim: serde_json::Value =
+        serde_json::from_slice(&tool.graft_try_stop(Some(app.pid()), "vas.pick_victim").unwrap()).unwrap();
+    assert_eq!(victim["model"], "victim");
+    assert!(victim["accesses"].as_u64().unwrap() >= 3 * 196, "{victim}");
+    assert!(victim["would_be_misses"].as_u64().unwrap() > 0, "{victim}");
+    // Nothing the candidates decided reached the process: no graft is bound there.
+    assert!(app.graft_stats(&point).unwrap().graft.is_none());
+    // Only the two ghosts have models.
+    let e = tool
+        .graft_try(Some(app.pid()), "disk.pick_request", NEWEST.as_bytes(), 1)
+        .unwrap_err();
+    assert_eq!(e.errno, errno::EOPNOTSUPP, "{e}");
+    if is_root() {
+        let target = app.pid().to_string();
+        let mut child = spawn_child(TEST, "try-other", &d.socket(), &[("VINO_TARGET", &target)], Some(1000));
+        let lines = wait_line(&mut child, "DONE");
+        let _ = child.wait();
+        assert!(
+            lines.iter().any(|l| l.trim() == format!("errno={}", errno::ESRCH)),
+            "{lines:?}"
+        );
+    }
 }

@@ -68,6 +68,7 @@ mod exec_verify;
 mod family;
 mod file_grafts;
 mod files;
+pub mod graft_try;
 pub mod graftpoints;
 mod invariants;
 mod locks;

@@ -67,6 +67,8 @@ pub struct Process {
     pub(crate) lookup_slot: Arc<vino_graft::GraftSlot<crate::dir_grafts::DirLookup>>,
     /// The ports it serves with grafts in the kernel (`Process::net_serve`).
     pub(crate) servers: Mutex<Vec<crate::net_server::Server>>,
+    /// Shadows this process started (`vino graft try`), stopped when it exits.
+    pub(crate) tries: Mutex<Vec<crate::graft_try::Tried>>,
     /// The stream layers pushed onto its sockets.
     pub(crate) socket_layers: Mutex<rustc_hash::FxHashMap<vino_net::SocketId, Arc<crate::socket_layers::SocketLayers>>>,
     /// It has pushed a layer once (until then a socket call skips the map).
@@ -193,6 +195,7 @@ impl Process {
             lookup_slot,
             congestion_slot,
             servers: Mutex::new(Vec::new()),
+            tries: Mutex::new(Vec::new()),
             socket_layers: Mutex::default(),
             socket_layers_used: Default::default(),
             net_share: std::sync::OnceLock::new(),
@@ -1208,6 +1211,7 @@ impl Process {
     /// Closes every file and unloads every graft of this process (it exited).
     pub(crate) fn release(&self) {
         self.timer_stop();
+        self.stop_tries();
         self.stop_servers();
         self.drop_all_layers();
         self.kernel.events.detach(self.pid);

@@ -45,8 +45,8 @@ use serde::{Deserialize, Serialize};
 /// further stages of a pipeline, and [`Request::Signal`]. Version 8: a program's paged memory in
 /// [`ProcessTop`] ([`MemoryTop`]). Version 9: the changes a graft's committed calls made in
 /// [`GraftStats`]. Version 10: sockets opened for a program ([`ProgramSetup::sockets`]), and a
-/// process's sockets in [`ProcessTop`]. Version 11: [`Request::GraftRecord`] and
-/// [`Request::GraftRecordStop`].
+/// process's sockets in [`ProcessTop`]. Version 11: [`Request::GraftRecord`],
+/// [`Request::GraftRecordStop`], [`Request::GraftTry`] and [`Request::GraftTryStop`].
 pub const VERSION: u32 = 11;
 /// Largest recording of a graft's inputs a daemon keeps and sends (it fits one frame).
 pub const MAX_RECORDING: usize = MAX_MODULE;
@@ -609,6 +609,22 @@ pub enum Request {
     GraftRecordStop {
         point: String,
     },
+    /// Runs `wasm` in shadow beside the live policy at `point` (`vas.pick_victim`,
+    /// `file.compute_ra/<fd>`) of process `pid` (the caller's own if `None`; another of its user,
+    /// or any if privileged), following 1 in `sample` pages.
+    GraftTry {
+        pid: Option<u64>,
+        point: String,
+        #[serde(with = "serde_bytes")]
+        wasm: Vec<u8>,
+        sample: u32,
+    },
+    /// Stops the shadow at `point` of `pid`: what it found, a JSON document, as
+    /// [`Response::Data`].
+    GraftTryStop {
+        pid: Option<u64>,
+        point: String,
+    },
 }
 
 impl Request {
@@ -648,6 +664,7 @@ impl Request {
             | Request::GraftStats { point: p }
             | Request::GraftRecord { point: p, .. }
             | Request::GraftRecordStop { point: p }
+            | Request::GraftTryStop { point: p, .. }
             | Request::Mount { path: p }
             | Request::Unmount { path: p } => path(p),
             Request::Rename { from, to } => path(from).and(path(to)),
@@ -658,6 +675,7 @@ impl Request {
             } => data(d.len(), MAX_DATA),
             Request::GraftLoad { point, wasm } => path(point).and(data(wasm.len(), MAX_MODULE)),
             Request::GraftStage { wasm } => data(wasm.len(), MAX_MODULE),
+            Request::GraftTry { point, wasm, .. } => path(point).and(data(wasm.len(), MAX_MODULE)),
             Request::Run { wasm, setup, then, .. } => {
                 let modules = wasm.len() + then.iter().map(|t| t.wasm.len()).sum::<usize>();
                 data(modules, MAX_MODULE)?;
@@ -785,7 +803,9 @@ impl Request {
             StreamFiles,
             StreamCollect,
             GraftRecord,
-            GraftRecordStop
+            GraftRecordStop,
+            GraftTry,
+            GraftTryStop
         )
     }
 }

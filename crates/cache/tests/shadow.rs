@@ -1,13 +1,15 @@
-//! A `vas.pick_victim` candidate in shadow on a ghost of the process's pages: its would-be
-//! misses are the misses it has when then bound for real, the live policy goes on as before,
-//! and a candidate that loops, traps or is fed faster than it decides is dropped or counted,
-//! never in the live path's way.
+//! Candidates in shadow (`vino graft try`). A `vas.pick_victim` candidate on a ghost of the
+//! process's pages: its would-be misses are the misses it has when then bound for real, the
+//! live policy goes on as before, and a candidate that loops, traps or is fed faster than it
+//! decides is dropped or counted, never in the live path's way. A `file.compute_ra` candidate
+//! on ghost caches of the file: the would-be hits, waste and misses of its read-ahead beside the
+//! live policy's.
 
 mod common;
 
 use common::{file, setup};
 use vino_blockdev::BLOCK_SIZE;
-use vino_cache::{IoCtx, PageCache};
+use vino_cache::{IoCtx, PageCache, ReadAhead};
 use vino_graft::Owner;
 
 const BS: u64 = BLOCK_SIZE as u64;
@@ -62,9 +64,9 @@ fn would_be_misses_are_the_misses_the_candidate_has_when_bound() {
     let live = s.cache.process_counters(1);
     let report = s.cache.try_victim_stop(1).unwrap();
     assert_eq!(report, shadow.report(), "stopping twice gives the same");
-    assert_eq!(report.queue_drops, 0);
+    assert_eq!(report.shadow.queue_drops, 0);
     assert_eq!(report.live_misses, live.misses, "the ghost saw every access");
-    assert!(report.decisions > 0 && report.failures == 0, "{report:?}");
+    assert!(report.shadow.decisions > 0 && report.shadow.failures == 0, "{report:?}");
     // LRU loses a loop larger than the cache every time; the candidate would not.
     assert!(report.would_be_misses * 3 < report.live_misses * 2, "{report:?}");
 
@@ -100,8 +102,8 @@ fn a_candidate_that_loops_or_traps_is_dropped_and_the_live_path_goes_on() {
             .unwrap();
         workload(&s.cache, 2);
         let report = s.cache.try_victim_stop(1).unwrap();
-        assert!(report.dropped.is_some(), "{name}: {report:?}");
-        assert!(report.failures >= 8, "{name}: {report:?}");
+        assert!(report.shadow.dropped.is_some(), "{name}: {report:?}");
+        assert!(report.shadow.failures >= 8, "{name}: {report:?}");
         // The ghost went on with the default's choices: LRU's misses.
         assert_eq!(report.would_be_misses, report.live_misses, "{name}");
     }
@@ -115,8 +117,8 @@ fn a_shadow_fed_faster_than_it_drains_counts_what_it_dropped() {
         .unwrap();
     workload(&s.cache, 3);
     let report = s.cache.try_victim_stop(1).unwrap();
-    assert!(report.queue_drops > 0, "{report:?}");
-    assert_eq!(report.accesses + report.queue_drops, 3 * BLOCKS + 300);
+    assert!(report.shadow.queue_drops > 0, "{report:?}");
+    assert_eq!(report.accesses + report.shadow.queue_drops, 3 * BLOCKS + 300);
 }
 
 #[test]
@@ -129,4 +131,78 @@ fn a_sampled_shadow_follows_a_fraction_of_the_pages() {
     let report = s.cache.try_victim_stop(1).unwrap();
     assert_eq!(report.sample, 4);
     assert!(report.accesses > 0 && report.accesses < 5 * BLOCKS + 300, "{report:?}");
+}
+
+/// Read-ahead that asks for the block `stride` blocks after each read, as `vino_prefetch`
+/// would be asked, through the extents it returns.
+fn strided_ra(stride: u64) -> String {
+    format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "file_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
+    (local $next i64)
+    (local.set $next (i64.add (local.get $off) (i64.const {})))
+    (if (i64.gt_u (i64.add (local.get $next) (i64.const 4096)) (local.get $size)) (then (return (i32.const 0))))
+    (i64.store (i32.const 1024) (local.get $next))
+    (i64.store (i32.const 1032) (i64.const 4096))
+    (i32.const 1)))"#,
+        stride * BS
+    )
+}
+
+/// Reads every `stride`th block of a file of `blocks` blocks, in order.
+fn strided_reads(s: &common::Setup, ra: &ReadAhead, blocks: u64, stride: u64) {
+    let f = file(0, blocks);
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    for b in (0..blocks).step_by(stride as usize) {
+        s.cache
+            .read(&IoCtx::with_read_ahead(1, ra), 1, &f, b * BS, &mut buf)
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_read_ahead_candidate_is_judged_on_the_reads_beside_the_live_policy() {
+    let s = setup(FRAMES, 512);
+    let ra = ReadAhead::new(&s.runtime, 1, "3");
+    ra.try_start(strided_ra(4).as_bytes(), Owner::process(1), FRAMES, 1 << 16)
+        .unwrap();
+    strided_reads(&s, &ra, 400, 4);
+    let r = ra.try_stop().unwrap();
+    assert_eq!(r.reads, 100);
+    // The default sees no sequential reads and reads nothing ahead: every read misses.
+    assert_eq!(r.live.misses, 100);
+    assert_eq!(r.live.prefetched, 0);
+    // The candidate asks for each next block: all but the first read hit, nothing is wasted
+    // (after the last read it asks for nothing past the end).
+    assert_eq!(r.candidate.misses, 1, "{r:?}");
+    assert_eq!(r.candidate.hits, 99);
+    assert_eq!(r.candidate.prefetched, 99, "{r:?}");
+    assert_eq!(r.candidate.used, 99);
+    assert_eq!(r.candidate.wasted, 0);
+    assert_eq!(r.shadow.decisions, 100);
+    // A candidate that asks for the wrong blocks wastes each one.
+    let ra = ReadAhead::new(&s.runtime, 1, "4");
+    ra.try_start(strided_ra(2).as_bytes(), Owner::process(1), FRAMES, 1 << 16)
+        .unwrap();
+    strided_reads(&s, &ra, 400, 4);
+    let r = ra.try_stop().unwrap();
+    assert_eq!(r.candidate.used, 0);
+    assert_eq!(r.candidate.wasted, r.candidate.prefetched);
+    assert_eq!(r.candidate.misses, 100);
+}
+
+#[test]
+fn a_read_ahead_candidate_that_loops_is_dropped() {
+    let s = setup(FRAMES, 512);
+    let ra = ReadAhead::new(&s.runtime, 1, "3");
+    let loops = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
+      (func (export "file_compute_ra") (param i64 i32 i64) (result i32) (loop (br 0)) (i32.const 0)))"#;
+    ra.try_start(loops.as_bytes(), Owner::process(1), FRAMES, 1 << 16)
+        .unwrap();
+    strided_reads(&s, &ra, 200, 4);
+    let r = ra.try_stop().unwrap();
+    assert!(r.shadow.dropped.is_some() && r.shadow.failures >= 8, "{r:?}");
+    assert_eq!(r.reads, 50, "the ghosts went on with the default's answers");
 }

@@ -1,0 +1,139 @@
+//! `vino graft try`: a candidate graft in shadow beside a graftpoint's live policy, on a ghost
+//! model that follows its answers (`vino_cache::shadow`). Two graftpoints have ghosts:
+//! `vas.pick_victim` (a ghost of the process's resident pages) and `file.compute_ra/<fd>`
+//! (ghost caches of the file); record and replay serve the others.
+//!
+//! Who may: a process on its own graftpoints, and on those of another process of its user (or
+//! any, if privileged), as it may signal one: a shadow changes nothing the target does and
+//! sees only the target's own page identities. The shadow is the caller's: charged to it as a
+//! graft (its code, memory, CPU; one of its grafts, so a user's shadows are bounded by its
+//! graft limit), and stopped when the caller exits.
+
+use crate::error::{Errno, SysError, SysResult};
+use crate::process::Process;
+use std::sync::Arc;
+use vino_cache::{ComputeRa, PickVictim, RaTry, RaTryReport, TRY_QUEUE, VictimTry, VictimTryReport};
+use vino_graft::GraftPoint;
+
+/// What a shadow found, by its ghost model.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "model", rename_all = "snake_case")]
+pub enum TryReport {
+    /// `vas.pick_victim`: misses live and would-be.
+    Victim(VictimTryReport),
+    /// `file.compute_ra`: the live read-ahead's ghost and the candidate's.
+    ReadAhead(RaTryReport),
+}
+
+/// A shadow a process started, kept to stop it when the process exits.
+pub(crate) enum Tried {
+    Victim(Arc<VictimTry>),
+    ReadAhead(Arc<RaTry>),
+}
+
+impl Tried {
+    fn stop(&self) -> TryReport {
+        match self {
+            Tried::Victim(t) => TryReport::Victim(t.stop()),
+            Tried::ReadAhead(t) => TryReport::ReadAhead(t.stop()),
+        }
+    }
+
+    fn running(&self) -> bool {
+        match self {
+            Tried::Victim(t) => t.running(),
+            Tried::ReadAhead(t) => t.running(),
+        }
+    }
+}
+
+/// Options of a try.
+#[derive(Debug, Clone, Copy)]
+pub struct TryOptions {
+    /// Follow 1 in `sample` pages (`vas.pick_victim`; 1: all, exact).
+    pub sample: u32,
+}
+
+impl Default for TryOptions {
+    fn default() -> Self {
+        TryOptions { sample: 1 }
+    }
+}
+
+const UNSUPPORTED: &str = "graft try follows vas.pick_victim and file.compute_ra/<fd>; record and replay (vino graft record) serve the others";
+
+impl Process {
+    /// The process whose graftpoint a try or its stop names: this one, or `pid` of this user
+    /// (any, if privileged).
+    fn try_target(&self, pid: Option<u64>) -> SysResult<Arc<Process>> {
+        let pid = pid.unwrap_or(self.pid());
+        let target = self.kernel().process(pid);
+        match target {
+            Some(t) if t.pid() == self.pid() || self.cred.privileged || t.cred.uid == self.cred.uid => Ok(t),
+            _ => Err(SysError::new(Errno::Srch, format!("no process {pid} of yours"))),
+        }
+    }
+
+    /// Starts `wasm` in shadow beside the live policy at `point` of process `pid` (this one if
+    /// `None`); it replaces a shadow already there.
+    pub fn graft_try_start(&self, pid: Option<u64>, point: &str, wasm: &[u8], options: TryOptions) -> SysResult<()> {
+        let target = self.try_target(pid)?;
+        let owner = self.graft_owner();
+        let cache = &self.kernel().cache;
+        let tried = match ghost_of(point)? {
+            Ghost::Victim => Tried::Victim(
+                cache
+                    .try_victim(target.pid(), wasm, owner, options.sample, TRY_QUEUE)
+                    .map_err(vino_graft::GraftError::from)?,
+            ),
+            Ghost::ReadAhead(fd) => {
+                let frames = cache.config().frames;
+                let ra = &target.file(fd)?.ra;
+                Tried::ReadAhead(
+                    ra.try_start(wasm, owner, frames, TRY_QUEUE)
+                        .map_err(vino_graft::GraftError::from)?,
+                )
+            }
+        };
+        let mut tries = self.tries.lock();
+        // Those stopped since (by their stop, or replaced) go.
+        tries.retain(Tried::running);
+        tries.push(tried);
+        Ok(())
+    }
+
+    /// Stops the shadow at `point` of process `pid` (this one if `None`): what it found.
+    pub fn graft_try_stop(&self, pid: Option<u64>, point: &str) -> SysResult<TryReport> {
+        let target = self.try_target(pid)?;
+        let none = || SysError::new(Errno::NoEnt, format!("no graft is tried at {point}"));
+        Ok(match ghost_of(point)? {
+            Ghost::Victim => TryReport::Victim(self.kernel().cache.try_victim_stop(target.pid()).ok_or_else(none)?),
+            Ghost::ReadAhead(fd) => TryReport::ReadAhead(target.file(fd)?.ra.try_stop().ok_or_else(none)?),
+        })
+    }
+
+    /// Stops the shadows this process started (it exits).
+    pub(crate) fn stop_tries(&self) {
+        let tries = std::mem::take(&mut *self.tries.lock());
+        for t in tries {
+            t.stop();
+        }
+    }
+}
+
+/// The ghost model of a graftpoint a try names.
+enum Ghost {
+    Victim,
+    ReadAhead(crate::Fd),
+}
+
+fn ghost_of(point: &str) -> SysResult<Ghost> {
+    match point.split_once('/') {
+        None if point == PickVictim::NAME => Ok(Ghost::Victim),
+        Some((base, fd)) if base == ComputeRa::NAME => fd
+            .parse()
+            .map(Ghost::ReadAhead)
+            .map_err(|_| SysError::new(Errno::Inval, format!("{point}: not a descriptor"))),
+        _ => Err(SysError::new(Errno::NotSup, format!("{point}: {UNSUPPORTED}"))),
+    }
+}
