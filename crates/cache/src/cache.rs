@@ -259,6 +259,11 @@ impl PageCache {
         Ok(shadow)
     }
 
+    /// `pid`'s shadow, if one runs.
+    pub fn victim_try(&self, pid: Pid) -> Option<Arc<VictimTry>> {
+        self.table.lock().procs.get(&pid).and_then(|p| p.shadow.clone())
+    }
+
     /// Stops `pid`'s shadow, once it has drained what the live path offered it: what it found.
     pub fn try_victim_stop(&self, pid: Pid) -> Option<VictimTryReport> {
         let shadow = {

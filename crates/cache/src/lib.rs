@@ -32,7 +32,7 @@ pub use points::{
     Advice, Candidates, ComputeRa, HINTS_MAX, MoreCandidates, PageHint, PickVictim, RaFile, RaMode, Read, ReadAhead,
     VictimEnv, Writeback, WritebackArgs, page_id,
 };
-pub use shadow::{RaOutcome, RaTry, RaTryReport, ShadowCounts, TRY_QUEUE, VictimTry, VictimTryReport};
+pub use shadow::{OwnerCall, RaOutcome, RaTry, RaTryReport, ShadowCounts, TRY_QUEUE, VictimTry, VictimTryReport};
 pub use stats::{CacheCounters, CacheStats};
 
 use std::io;

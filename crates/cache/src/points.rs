@@ -464,9 +464,9 @@ impl ReadAhead {
         Some(shadow.stop())
     }
 
-    /// What the shadow found so far.
-    pub fn try_report(&self) -> Option<crate::shadow::RaTryReport> {
-        self.shadow.lock().as_ref().map(|s| s.report())
+    /// The shadow, if one runs.
+    pub fn try_handle(&self) -> Option<Arc<crate::shadow::RaTry>> {
+        self.shadow.lock().clone()
     }
 }
 

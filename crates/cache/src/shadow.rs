@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use vino_blockdev::BLOCK_SIZE;
 use vino_graft::abi::Extent;
-use vino_graft::{GraftSlot, LoadError, Owner, Shadow, abi};
+use vino_graft::{GraftError, GraftSlot, LoadError, Owner, Shadow, abi};
 
 /// Accesses the queue between the live path and the shadow holds by default.
 pub const TRY_QUEUE: usize = 1 << 16;
@@ -105,10 +105,64 @@ impl Report for VictimTryReport {
     }
 }
 
+/// What the owner asks of its candidate: what it would ask of a bound graft (its data written,
+/// its control functions called, its symbols looked up). It goes through the shadow's queue,
+/// in order with the live path's events (the owner waits for room, never the live path). A
+/// control call or a lookup waits for its answer; a write does not (an owner moving a cursor
+/// before every record must not wait for the candidate to catch up), and one that fails is
+/// counted as the candidate's failure.
+pub enum OwnerCall {
+    Write { offset: u32, bytes: Vec<u8> },
+    Control { name: String, args: Vec<i64> },
+    Symbol { name: String },
+}
+
+impl OwnerCall {
+    /// Does it to `shadow`.
+    fn apply<G: vino_graft::GraftPoint>(&self, shadow: &Shadow<G>) -> Result<i64, GraftError> {
+        match self {
+            OwnerCall::Write { offset, bytes } => shadow.write_memory(*offset, bytes).map(|()| 0),
+            OwnerCall::Control { name, args } => shadow.call_control(name, args),
+            OwnerCall::Symbol { name } => shadow.symbol_address(name).map(i64::from),
+        }
+    }
+}
+
+/// One item of a shadow's queue.
+enum Item<E> {
+    /// What the live path saw.
+    Live(E),
+    /// The owner's call, and where its answer goes (none for a write).
+    Owner(OwnerCall, Option<std::sync::mpsc::Sender<Result<i64, GraftError>>>),
+}
+
+impl<E> Item<E> {
+    /// The live event; an owner's call is answered here, on `shadow`.
+    fn live<G: vino_graft::GraftPoint>(self, shadow: &Shadow<G>) -> Option<E> {
+        match self {
+            Item::Live(e) => Some(e),
+            Item::Owner(call, reply) => {
+                let answer = call.apply(shadow);
+                match reply {
+                    Some(reply) => {
+                        let _ = reply.send(answer);
+                    }
+                    None => {
+                        if let Err(e) = answer {
+                            shadow.owner_failed(&e);
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
 /// What the live path feeds a shadow's thread through a bounded queue, and the report the
 /// thread keeps. The live side never waits: a full queue counts a drop.
 struct Fed<E, R: Report> {
-    feed: Mutex<Option<SyncSender<E>>>,
+    feed: Mutex<Option<SyncSender<Item<E>>>>,
     drops: AtomicU64,
     report: Arc<Mutex<R>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -120,7 +174,7 @@ impl<E: Send + 'static, R: Report> Fed<E, R> {
         name: String,
         queue: usize,
         report: R,
-        body: impl FnOnce(Receiver<E>, Arc<Mutex<R>>) + Send + 'static,
+        body: impl FnOnce(Receiver<Item<E>>, Arc<Mutex<R>>) + Send + 'static,
     ) -> Result<Fed<E, R>, LoadError> {
         let (feed, drain) = sync_channel(queue.max(1));
         let report = Arc::new(Mutex::new(report));
@@ -140,9 +194,23 @@ impl<E: Send + 'static, R: Report> Fed<E, R> {
     fn offer(&self, item: E) {
         let feed = self.feed.lock();
         let Some(feed) = feed.as_ref() else { return };
-        if let Err(TrySendError::Full(_)) = feed.try_send(item) {
+        if let Err(TrySendError::Full(_)) = feed.try_send(Item::Live(item)) {
             self.drops.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Passes the owner's call to the candidate, after what the live path offered before it,
+    /// and waits for the answer (the owner waits for its own shadow, never the live path).
+    fn owner(&self, call: OwnerCall) -> Result<i64, GraftError> {
+        let gone = || GraftError::NotLoaded("the shadow (it was stopped)".into());
+        let feed = self.feed.lock().clone().ok_or_else(gone)?;
+        if let OwnerCall::Write { .. } = call {
+            feed.send(Item::Owner(call, None)).map_err(|_| gone())?;
+            return Ok(0);
+        }
+        let (reply, answer) = std::sync::mpsc::channel();
+        feed.send(Item::Owner(call, Some(reply))).map_err(|_| gone())?;
+        answer.recv().map_err(|_| gone())?
     }
 
     fn running(&self) -> bool {
@@ -216,6 +284,11 @@ impl VictimTry {
     /// Whether it still runs (not stopped, nor replaced).
     pub fn running(&self) -> bool {
         self.fed.running()
+    }
+
+    /// The owner's call to the candidate ([`OwnerCall`]).
+    pub fn owner(&self, call: OwnerCall) -> Result<i64, GraftError> {
+        self.fed.owner(call)
     }
 
     /// What the shadow found so far.
@@ -295,9 +368,11 @@ impl Ghost {
         }
     }
 
-    fn run(&mut self, drain: Receiver<Access>) {
-        while let Ok(a) = drain.recv() {
-            self.access(a);
+    fn run(&mut self, drain: Receiver<Item<Access>>) {
+        while let Ok(item) = drain.recv() {
+            if let Some(a) = item.live(&self.shadow) {
+                self.access(a);
+            }
         }
     }
 
@@ -489,9 +564,10 @@ impl RaTry {
             "vino-try-ra".into(),
             queue,
             report,
-            move |drain: Receiver<RaRead>, shared| {
+            move |drain: Receiver<Item<RaRead>>, shared| {
                 let (mut live, mut candidate) = (RaGhost::new(frames), RaGhost::new(frames));
-                while let Ok(read) = drain.recv() {
+                while let Ok(item) = drain.recv() {
+                    let Some(read) = item.live(&shadow) else { continue };
                     let env = shadow.env().clone();
                     env.size.store(read.size, Ordering::Relaxed);
                     let args = Read {
@@ -532,6 +608,11 @@ impl RaTry {
     /// Whether it still runs (not stopped, nor replaced).
     pub fn running(&self) -> bool {
         self.fed.running()
+    }
+
+    /// The owner's call to the candidate ([`OwnerCall`]).
+    pub fn owner(&self, call: OwnerCall) -> Result<i64, GraftError> {
+        self.fed.owner(call)
     }
 
     pub fn report(&self) -> RaTryReport {

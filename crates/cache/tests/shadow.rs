@@ -206,3 +206,56 @@ fn a_read_ahead_candidate_that_loops_is_dropped() {
     assert!(r.shadow.dropped.is_some() && r.shadow.failures >= 8, "{r:?}");
     assert_eq!(r.reads, 50, "the ghosts went on with the default's answers");
 }
+
+#[test]
+fn the_owner_talks_to_its_candidate_in_order_with_the_live_path() {
+    use vino_cache::OwnerCall;
+    let s = setup(FRAMES, BLOCKS + 16);
+    // Evicts the candidate its owner named last (an index into the first page), kept at `pick`.
+    let named = r#"(module
+      (memory (export "memory") 1)
+      (global (export "vino_args") i32 (i32.const 1024))
+      (global (export "pick") i32 (i32.const 64))
+      (func (export "vas_pick_victim") (param $n i32) (result i32)
+        (select (i32.load (i32.const 64)) (i32.const 0) (i32.lt_s (i32.load (i32.const 64)) (local.get $n))))
+      (func (export "vino_ctl_pick") (result i32) (i32.load (i32.const 64))))"#;
+    let shadow = s
+        .cache
+        .try_victim(1, named.as_bytes(), Owner::process(1), 1, 1 << 16)
+        .unwrap();
+    let at = shadow.owner(OwnerCall::Symbol { name: "pick".into() }).unwrap();
+    assert_eq!(at, 64);
+    shadow
+        .owner(OwnerCall::Write {
+            offset: at as u32,
+            bytes: 5i32.to_le_bytes().to_vec(),
+        })
+        .unwrap();
+    assert_eq!(
+        shadow
+            .owner(OwnerCall::Control {
+                name: "pick".into(),
+                args: vec![]
+            })
+            .unwrap(),
+        5,
+        "the write reached the candidate before the call"
+    );
+    // A write outside its memory is the candidate's failure, counted; the owner is not held.
+    shadow
+        .owner(OwnerCall::Write {
+            offset: u32::MAX - 2,
+            bytes: vec![1, 2, 3, 4],
+        })
+        .unwrap();
+    workload(&s.cache, 2);
+    let report = s.cache.try_victim_stop(1).unwrap();
+    assert!(
+        report.shadow.last_error.is_some() || report.shadow.failures > 0,
+        "{report:?}"
+    );
+    assert!(
+        shadow.owner(OwnerCall::Symbol { name: "pick".into() }).is_err(),
+        "stopped"
+    );
+}

@@ -607,6 +607,37 @@ impl<G: GraftPoint> Shadow<G> {
         result
     }
 
+    /// Writes into the candidate's memory, as the owner's `graft_write_memory` does a bound
+    /// graft's.
+    pub fn write_memory(&self, offset: u32, bytes: &[u8]) -> Result<(), GraftError> {
+        self.graft().write_memory(offset, bytes)
+    }
+
+    /// Calls a control function of the candidate.
+    pub fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError> {
+        self.graft().call_control(name, args)
+    }
+
+    /// The address of a data symbol the candidate exports.
+    pub fn symbol_address(&self, name: &str) -> Result<u32, GraftError> {
+        self.graft().symbol_address(name)
+    }
+
+    /// Counts an owner's call that failed where nobody waited for its answer (a write queued
+    /// behind the live path's events).
+    pub fn owner_failed(&self, e: &GraftError) {
+        self.binding
+            .counters
+            .failed(None, format!("owner's call: {e}"), false, self.config.failure_window);
+    }
+
+    fn graft(&self) -> &WasmGraft<G> {
+        match &self.binding.policy {
+            Policy::Wasm { graft, .. } => graft,
+            Policy::Native { .. } => unreachable!("a shadow is a Wasm binding"),
+        }
+    }
+
     /// The shadow's own environment (what its graft-callable functions asked for is there).
     pub fn env(&self) -> &Arc<G::Env> {
         &self.env

@@ -12,8 +12,13 @@
 use crate::error::{Errno, SysError, SysResult};
 use crate::process::Process;
 use std::sync::Arc;
-use vino_cache::{ComputeRa, PickVictim, RaTry, RaTryReport, TRY_QUEUE, VictimTry, VictimTryReport};
+use vino_cache::{ComputeRa, OwnerCall, PickVictim, RaTry, RaTryReport, TRY_QUEUE, VictimTry, VictimTryReport};
 use vino_graft::GraftPoint;
+
+/// Appended to a graftpoint's name, names the caller's candidate in shadow there, for the
+/// calls an owner makes to its graft (`graft_write_memory`, `graft_call`, `graft_symbol`):
+/// `vas.pick_victim#try`.
+pub const TRY_SUFFIX: &str = "#try";
 
 /// What a shadow found, by its ghost model.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -110,6 +115,25 @@ impl Process {
             Ghost::Victim => TryReport::Victim(self.kernel().cache.try_victim_stop(target.pid()).ok_or_else(none)?),
             Ghost::ReadAhead(fd) => TryReport::ReadAhead(target.file(fd)?.ra.try_stop().ok_or_else(none)?),
         })
+    }
+
+    /// The owner's call to its own candidate at `point` (a graftpoint name followed by
+    /// [`TRY_SUFFIX`]): its memory written, a control function called, a symbol looked up, in
+    /// order with what the live path offered it. `None` if `point` does not name a shadow.
+    pub(crate) fn try_owner_call(&self, point: &str, call: OwnerCall) -> Option<SysResult<i64>> {
+        let base = point.strip_suffix(TRY_SUFFIX)?;
+        let none = || SysError::new(Errno::NoEnt, format!("no graft is tried at {base}"));
+        let done = ghost_of(base).and_then(|ghost| match ghost {
+            Ghost::Victim => {
+                let shadow = self.kernel().cache.victim_try(self.pid()).ok_or_else(none)?;
+                Ok(shadow.owner(call)?)
+            }
+            Ghost::ReadAhead(fd) => {
+                let shadow = self.file(fd)?.ra.try_handle().ok_or_else(none)?;
+                Ok(shadow.owner(call)?)
+            }
+        });
+        Some(done)
     }
 
     /// Stops the shadows this process started (it exits).

@@ -1095,6 +1095,13 @@ impl Process {
     }
 
     pub fn graft_write_memory(&self, point: &str, offset: u32, bytes: &[u8]) -> SysResult<()> {
+        let write = || vino_cache::OwnerCall::Write {
+            offset,
+            bytes: bytes.to_vec(),
+        };
+        if let Some(r) = self.try_owner_call(point, write()) {
+            return r.map(drop);
+        }
         if let Some(r) = self.dir_access_call(
             point,
             &GraftCall::WriteMemory {
@@ -1111,6 +1118,10 @@ impl Process {
 
     /// The address of a data symbol the graft exports (where to write its shared state).
     pub fn graft_symbol(&self, point: &str, symbol: &str) -> SysResult<u32> {
+        let lookup = vino_cache::OwnerCall::Symbol { name: symbol.into() };
+        if let Some(r) = self.try_owner_call(point, lookup) {
+            return r.map(|a| a as u32);
+        }
         Ok(self
             .namespace_of(point)
             .authorized(self.principal(), point)?
@@ -1121,6 +1132,13 @@ impl Process {
     /// CPU: one user runs at most its limit of them at once (others of its calls wait their turn,
     /// up to twice the control budget, then `EAGAIN`), so its calls cannot take every core.
     pub fn graft_call(&self, point: &str, control: &str, args: &[i64]) -> SysResult<i64> {
+        let call = vino_cache::OwnerCall::Control {
+            name: control.into(),
+            args: args.to_vec(),
+        };
+        if let Some(r) = self.try_owner_call(point, call) {
+            return r;
+        }
         if let Some(r) = self.dir_access_call(
             point,
             &GraftCall::Call {
