@@ -57,6 +57,7 @@
 
 mod policies;
 mod tables;
+pub mod try_replay;
 
 pub use policies::{LookAheadNative, ReadAheadNative, page_plan};
 pub use tables::{
@@ -957,6 +958,32 @@ fn run_once(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec) -> Result<RunRe
 }
 
 fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) -> Result<RunResult> {
+    Ok(query_with(b, grafts, q, spec, p, &Extra::default())?.0)
+}
+
+/// What a run does besides its spec: the look-ahead graft of `shadow` records tried in shadow
+/// beside the live policy (`vino graft try`), and the bound look-ahead graft recorded.
+#[derive(Default, Clone, Copy)]
+struct Extra {
+    shadow: Option<u64>,
+    record: bool,
+}
+
+/// What the extras gave: the shadow's report and the recording.
+#[derive(Default)]
+struct ExtraOut {
+    tried: Option<vino_cache::VictimTryReport>,
+    recording: Option<vino_graft::record::Recording>,
+}
+
+fn query_with(
+    b: &Booted,
+    grafts: &Grafts,
+    q: &Query,
+    spec: &Spec,
+    p: &Arc<Process>,
+    extra: &Extra,
+) -> Result<(RunResult, ExtraOut)> {
     let kernel = &b.kernel;
     let idx_fd = sys(p.open(INDEX, OpenFlags::read_only()), || format!("opening {INDEX}"))?;
     let rel_fd = sys(p.open(RELATION, OpenFlags::read_only()), || {
@@ -1007,6 +1034,18 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
         }
         (Policy::Both, Protection::Unprotected) => Bound::BothNative(bind_la(), bind_ra()?),
     };
+    if extra.record {
+        sys(
+            p.graft_record_start("vas.pick_victim", vino_graft::record::DEFAULT_LIMIT),
+            || "recording the look-ahead graft".into(),
+        )?;
+    }
+    if extra.shadow.is_some() {
+        sys(
+            p.graft_try_start(None, "vas.pick_victim", &grafts.lookahead, Default::default()),
+            || "trying the look-ahead graft in shadow".into(),
+        )?;
+    }
     let dev0 = b.device.stats();
     let sched0 = kernel.io_stats();
     let model0 = b.model.as_ref().map(|m| m.model_stats());
@@ -1054,9 +1093,20 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
             Cursor::Native(la.cursor().clone())
         }
     };
+    let shadow_cursor = match extra.shadow {
+        Some(n) => policies::start_lookahead_graft_at(
+            p,
+            "vas.pick_victim#try",
+            object,
+            n,
+            &page_plan(&offsets, TUPLE_BYTES as u64),
+        )?,
+        None => Cursor::None,
+    };
     let mut tuple = [0u8; TUPLE_BYTES];
     for (i, &off) in offsets.iter().enumerate() {
         cursor.set(i as u64)?;
+        shadow_cursor.set(i as u64)?;
         let n = sys(p.pread(rel_fd, &mut tuple, off), || {
             format!("reading the record at {off}")
         })?;
@@ -1069,6 +1119,20 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
         }
     }
     let wall = started.elapsed().as_nanos() as u64;
+    let mut out = ExtraOut::default();
+    if extra.shadow.is_some() {
+        match sys(p.graft_try_stop(None, "vas.pick_victim"), || {
+            "stopping the shadow".into()
+        })? {
+            vino_kernel::graft_try::TryReport::Victim(r) => out.tried = Some(r),
+            other => bail!("the shadow of vas.pick_victim gave {other:?}"),
+        }
+    }
+    if extra.record {
+        out.recording = Some(sys(p.graft_record_stop("vas.pick_victim"), || {
+            "taking the recording".into()
+        })?);
+    }
 
     let dev1 = b.device.stats();
     let sched1 = kernel.io_stats();
@@ -1098,7 +1162,7 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
         g
     });
     let cache = p.cache_counters();
-    Ok(RunResult {
+    let result = RunResult {
         policy: spec.policy,
         protection: spec.protection,
         param: spec.param,
@@ -1120,7 +1184,8 @@ fn query(b: &Booted, grafts: &Grafts, q: &Query, spec: &Spec, p: &Arc<Process>) 
         sched_reorderings: sched1.reorderings - sched0.reorderings,
         head_travel_blocks: sched1.head_travel_blocks - sched0.head_travel_blocks,
         model,
-    })
+    };
+    Ok((result, out))
 }
 
 fn busy(a: &DeviceStats, b: &DeviceStats) -> u64 {

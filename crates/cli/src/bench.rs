@@ -131,6 +131,11 @@ pub enum BenchCommand {
     /// ChaCha20-Poly1305 layers, and both, beside the plain connection.
     #[command(disable_help_flag = true)]
     Layers(Pass),
+    /// Trying and replaying grafts on E4's query: the look-ahead graft in shadow beside LRU
+    /// (would-be misses against its misses when bound, the shadow's cost), and the bound graft
+    /// recorded and replayed offline (bytes per invocation, replay rate, exactness).
+    #[command(disable_help_flag = true)]
+    Try(Pass),
     /// Rewrites the tables of the result pages (docs/results/*.md) from results/*.json;
     /// `--check` only says which pages differ (the program vino-bench-report, of vino-measure).
     #[command(disable_help_flag = true)]
@@ -168,6 +173,7 @@ impl BenchCommand {
             BenchCommand::Congestion(p) => ("congestion", p.args),
             BenchCommand::Serve(p) => ("serve", p.args),
             BenchCommand::Layers(p) => ("layers", p.args),
+            BenchCommand::Try(p) => ("try", p.args),
             BenchCommand::Report(p) => ("report", p.args),
         }
     }

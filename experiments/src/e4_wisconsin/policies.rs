@@ -324,7 +324,18 @@ fn sys<T>(r: vino_kernel::SysResult<T>, what: &str) -> Result<T> {
 /// Hands the scan to a loaded `lookahead_evict` graft (plan, then `la_ctl`, then `la_start`) and
 /// returns the cursor to move.
 pub fn start_lookahead_graft(process: &Arc<Process>, object: u64, lookahead: u64, plan: &[[u32; 2]]) -> Result<Cursor> {
-    let point = "vas.pick_victim";
+    start_lookahead_graft_at(process, "vas.pick_victim", object, lookahead, plan)
+}
+
+/// [`start_lookahead_graft`] for the graft at `point` (`vas.pick_victim#try`: the candidate
+/// in shadow).
+pub fn start_lookahead_graft_at(
+    process: &Arc<Process>,
+    point: &str,
+    object: u64,
+    lookahead: u64,
+    plan: &[[u32; 2]],
+) -> Result<Cursor> {
     let plan_at = sys(process.graft_symbol(point, "la_plan"), "finding la_plan")?;
     let ctl_at = sys(process.graft_symbol(point, "la_ctl"), "finding la_ctl")?;
     let mut bytes = Vec::with_capacity(plan.len() * 8);

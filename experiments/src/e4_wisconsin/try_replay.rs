@@ -1,0 +1,308 @@
+//! `vino bench try`: trying a graft and replaying one, on E4's query (the Wisconsin selection).
+//!
+//! * **Try.** The look-ahead eviction graft runs in shadow beside LRU (`vino graft try`): the
+//!   application feeds the candidate its scan and cursor as it would a bound graft, through the
+//!   shadow's queue. Its would-be misses are set against the misses it has when then bound for
+//!   real on the same query (goal: within 2%), and the query's time with the shadow running
+//!   against LRU alone (goal: at most 10% more).
+//! * **Record and replay.** The bound look-ahead graft is recorded for the whole query and the
+//!   recording replayed offline: bytes per invocation, invocations replayed per second, and a
+//!   bit-exact check that the replay gives every recorded answer.
+//!
+//! The runs are on the plain device (an image read with `O_DIRECT`), each from a cold cache,
+//! the four kinds interleaved round by round so that the machine's noise falls on all alike;
+//! times are medians.
+
+use super::*;
+use vino_graft::replay::{ReplayOptions, replay};
+use vino_measure::report::{ChartOptions, Table, bar_chart_with, fmt_ns, fmt_ratio};
+
+/// One kind of run: its median time, every time, and its process's misses (the first run's).
+#[derive(Debug, Clone, Serialize)]
+pub struct Timed {
+    pub what: String,
+    pub wall_ns: u64,
+    pub walls_ns: Vec<u64>,
+    pub misses: u64,
+}
+
+/// The recording of the bound graft over one query, and its replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayRun {
+    pub invocations: u64,
+    pub bytes: usize,
+    pub bytes_per_invocation: f64,
+    /// The image of the graft's memory when recording began (its share of `bytes`).
+    pub image_bytes: usize,
+    pub events: usize,
+    pub control_calls: u64,
+    pub replay_ns: u64,
+    /// Invocations replayed per second, offline.
+    pub rate: f64,
+    /// Every recorded answer came again.
+    pub exact: bool,
+    pub matched: u64,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TryReplayReport {
+    pub tuples: usize,
+    pub cache_frames: usize,
+    pub selected: usize,
+    /// Records the look-ahead graft looks ahead.
+    pub lookahead: u64,
+    pub rounds: usize,
+    pub lru: Timed,
+    /// LRU with the look-ahead graft in shadow beside it.
+    pub shadowed: Timed,
+    /// The look-ahead graft bound.
+    pub bound: Timed,
+    /// The look-ahead graft bound and recorded.
+    pub recorded: Timed,
+    /// The shadow's report (the first round's).
+    pub tried: vino_cache::VictimTryReport,
+    /// (would-be misses - misses when bound) / misses when bound.
+    pub would_be_error: f64,
+    /// The query's time with the shadow against LRU alone.
+    pub shadow_time_ratio: f64,
+    /// The query's time with the bound graft recorded against bound alone.
+    pub record_time_ratio: f64,
+    pub replay: ReplayRun,
+}
+
+/// Options: E4's sizes (`quick` for CI), rounds (default 5; 3 quick).
+pub fn run(opts: &E4Options, rounds: Option<usize>, progress: &mut dyn FnMut(&str)) -> Result<TryReplayReport> {
+    let tuples = opts.tuples.unwrap_or(if opts.quick { 20_000 } else { FULL_TUPLES });
+    let frames = opts
+        .cache_frames
+        .unwrap_or_else(|| ((FULL_FRAMES as f64 * tuples as f64 / FULL_TUPLES as f64).round() as usize).max(16));
+    let rounds = rounds.unwrap_or(if opts.quick { 3 } else { 5 }).max(1);
+    let relation = Relation::generate(tuples, opts.seed);
+    let selection = relation.query6(opts.lo);
+    let lo = relation.unique1[selection[0] as usize];
+    std::fs::create_dir_all(&opts.scratch_dir).with_context(|| format!("creating {}", opts.scratch_dir.display()))?;
+    let image = opts
+        .scratch_dir
+        .join(format!("e4-try-{}-{}.img", std::process::id(), tuples));
+    let _scratch = Scratch(image.clone());
+    progress(&format!("try: writing the relation ({tuples} tuples) and its index"));
+    write_image(&image, &relation)?;
+    progress("try: building the look-ahead graft");
+    let build = vino_sdk::BuildOptions::default();
+    let lookahead =
+        vino_sdk::build_c_str("lookahead_evict.c", LOOKAHEAD_C, &build).context("building lookahead_evict.c")?;
+    let grafts = Grafts {
+        lookahead,
+        readahead: Vec::new(),
+        fifo: None,
+    };
+    let q = Query {
+        lo,
+        count: selection.len(),
+    };
+    let n = scaled_lookaheads(tuples)[6];
+    let booted = boot(&image, DeviceKind::Plain, frames, 1.0, 60)?;
+    let spec = |policy, protection| Spec {
+        policy,
+        protection,
+        param: Some(n),
+        lookahead: None,
+        order: DiskOrder::Elevator,
+    };
+    let kinds = [
+        ("LRU", spec(Policy::Lru, Protection::None), Extra::default()),
+        (
+            "LRU, look-ahead in shadow",
+            spec(Policy::Lru, Protection::None),
+            Extra {
+                shadow: Some(n),
+                record: false,
+            },
+        ),
+        (
+            "look-ahead bound",
+            spec(Policy::LookAhead, Protection::Protected),
+            Extra::default(),
+        ),
+        (
+            "look-ahead bound, recorded",
+            spec(Policy::LookAhead, Protection::Protected),
+            Extra {
+                shadow: None,
+                record: true,
+            },
+        ),
+    ];
+    let mut walls: Vec<Vec<u64>> = vec![Vec::new(); kinds.len()];
+    let mut misses = vec![0u64; kinds.len()];
+    let (mut tried, mut recording) = (None, None);
+    for round in 0..rounds {
+        for (k, (what, spec, extra)) in kinds.iter().enumerate() {
+            booted.kernel.drop_clean_pages().context("dropping the cache")?;
+            let p: Arc<Process> = booted.kernel.spawn(Credentials::user(1000, 1000));
+            let done = query_with(&booted, &grafts, &q, spec, &p, extra);
+            booted.kernel.exit(p.pid());
+            let (r, out) = done.with_context(|| what.to_string())?;
+            walls[k].push(r.wall_ns);
+            if round == 0 {
+                misses[k] = r.cache.misses;
+                tried = tried.or(out.tried);
+                recording = recording.or(out.recording);
+            }
+            progress(&format!(
+                "try [{}/{rounds}] {what}: {} misses, {}",
+                round + 1,
+                r.cache.misses,
+                fmt_ns(r.wall_ns as f64)
+            ));
+        }
+    }
+    sys(booted.kernel.shutdown(), || "shutting the kernel down".into())?;
+    let timed: Vec<Timed> = kinds
+        .iter()
+        .zip(walls)
+        .zip(&misses)
+        .map(|(((what, ..), mut w), &m)| {
+            let all = w.clone();
+            w.sort_unstable();
+            Timed {
+                what: what.to_string(),
+                wall_ns: w[w.len() / 2],
+                walls_ns: all,
+                misses: m,
+            }
+        })
+        .collect();
+    let tried = tried.context("the shadow gave no report")?;
+    let recording = recording.context("the recording was not taken")?;
+    progress(&format!("try: replaying {} invocations offline", recording.invocations));
+    let bytes = recording.to_bytes().len();
+    let image_bytes: usize = recording.image.chunks.iter().map(|(_, c)| c.len()).sum();
+    let replayed = replay(&recording, &grafts.lookahead, ReplayOptions::default())?;
+    let replay = ReplayRun {
+        invocations: recording.invocations,
+        bytes,
+        bytes_per_invocation: bytes as f64 / recording.invocations.max(1) as f64,
+        image_bytes,
+        events: recording.events.len(),
+        control_calls: replayed.control_calls,
+        replay_ns: replayed.elapsed_ns,
+        rate: replayed.rate,
+        exact: replayed.exact(),
+        matched: replayed.matched,
+        truncated: recording.truncated,
+    };
+    let [lru, shadowed, bound, recorded]: [Timed; 4] = timed.try_into().expect("four kinds");
+    Ok(TryReplayReport {
+        tuples,
+        cache_frames: frames,
+        selected: selection.len(),
+        lookahead: n,
+        rounds,
+        would_be_error: (tried.would_be_misses as f64 - bound.misses as f64) / bound.misses.max(1) as f64,
+        shadow_time_ratio: shadowed.wall_ns as f64 / lru.wall_ns.max(1) as f64,
+        record_time_ratio: recorded.wall_ns as f64 / bound.wall_ns.max(1) as f64,
+        lru,
+        shadowed,
+        bound,
+        recorded,
+        tried,
+        replay,
+    })
+}
+
+impl TryReplayReport {
+    pub fn tables(&self) -> Vec<Table> {
+        let mut t = Table::new(
+            "E4's query with the look-ahead graft tried in shadow beside LRU, then bound",
+            &["run", "misses", "would-be misses", "time (median)"],
+        );
+        for r in [&self.lru, &self.shadowed, &self.bound, &self.recorded] {
+            let would_be = match r.what.as_str() {
+                "LRU, look-ahead in shadow" => self.tried.would_be_misses.to_string(),
+                _ => "–".into(),
+            };
+            t.row([r.what.clone(), r.misses.to_string(), would_be, fmt_ns(r.wall_ns as f64)]);
+        }
+        t.note(format!(
+            "{} tuples, {} selected, a cache of {} frames, look-ahead {} records, medians of {} rounds on the plain \
+             device; would-be misses {:+.2}% of the misses when bound (goal: within 2%); the query with the shadow \
+             took {} of LRU's time (goal: at most 1.10); the candidate decided {} evictions at {} each, off the \
+             live path, {} accesses dropped",
+            self.tuples,
+            self.selected,
+            self.cache_frames,
+            self.lookahead,
+            self.rounds,
+            100.0 * self.would_be_error,
+            fmt_ratio(self.shadow_time_ratio),
+            self.tried.shadow.decisions,
+            fmt_ns(self.tried.shadow.candidate_ns_per_decision),
+            self.tried.shadow.queue_drops
+        ));
+        let r = &self.replay;
+        let mut u = Table::new(
+            "The bound look-ahead graft recorded over the whole query and replayed offline",
+            &[
+                "invocations",
+                "bytes",
+                "bytes per invocation",
+                "of which the image",
+                "replayed per second",
+                "every answer again",
+            ],
+        );
+        u.row([
+            r.invocations.to_string(),
+            r.bytes.to_string(),
+            format!("{:.1}", r.bytes_per_invocation),
+            r.image_bytes.to_string(),
+            format!("{:.0}", r.rate),
+            if r.exact {
+                "yes".into()
+            } else {
+                format!("no ({} of {})", r.matched, r.invocations)
+            },
+        ]);
+        u.note(format!(
+            "{} events, {} control calls; the query recorded took {} of its time unrecorded",
+            r.events,
+            r.control_calls,
+            fmt_ratio(self.record_time_ratio)
+        ));
+        vec![t, u]
+    }
+
+    pub fn plot(&self, path: &Path) -> Result<()> {
+        let groups = vec![
+            (
+                "misses".to_string(),
+                vec![
+                    ("LRU".to_string(), self.lru.misses as f64),
+                    ("would-be (shadow)".to_string(), self.tried.would_be_misses as f64),
+                    ("look-ahead bound".to_string(), self.bound.misses as f64),
+                ],
+            ),
+            (
+                "time, ms".to_string(),
+                vec![
+                    ("LRU".to_string(), self.lru.wall_ns as f64 / 1e6),
+                    ("LRU + shadow".to_string(), self.shadowed.wall_ns as f64 / 1e6),
+                    ("look-ahead bound".to_string(), self.bound.wall_ns as f64 / 1e6),
+                ],
+            ),
+        ];
+        bar_chart_with(
+            path,
+            "E4: the look-ahead graft tried in shadow, then bound",
+            "",
+            &groups,
+            &ChartOptions {
+                value_labels: true,
+                log_scale: Some(false),
+                ..ChartOptions::default()
+            },
+        )
+    }
+}
