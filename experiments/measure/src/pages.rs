@@ -1124,6 +1124,46 @@ pub const PAGES: &[Page] = &[
         }],
     },
     Page {
+        name: "try",
+        tables: &[
+            Table {
+                title: "E4's query with the look-ahead graft tried in shadow beside LRU, then bound (medians of the rounds):",
+                rows: "runs[]",
+                across: None,
+                columns: &[
+                    ("run", "what", Fmt::Text),
+                    ("misses", "misses", Fmt::Count),
+                    ("would-be misses", "would_be_misses", Fmt::Count),
+                    ("time", "wall_ns", Fmt::Ns),
+                ],
+            },
+            Table {
+                title: "Goals:",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("would-be misses against misses when bound (goal: within 2%)", "would_be_error", Fmt::Percent),
+                    ("query time with the shadow / LRU alone (goal: at most 1.10)", "shadow_time_ratio", Fmt::Ratio),
+                    ("candidate's time a decision", "tried.candidate_ns_per_decision", Fmt::Ns),
+                    ("accesses the queue dropped", "tried.queue_drops", Fmt::Count),
+                ],
+            },
+            Table {
+                title: "The bound graft recorded over the whole query and replayed offline:",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("invocations", "replay.invocations", Fmt::Count),
+                    ("bytes", "replay.bytes", Fmt::Count),
+                    ("bytes an invocation", "replay.bytes_per_invocation", Fmt::Ratio),
+                    ("replayed a second", "replay.rate", Fmt::Count),
+                    ("every answer again", "replay.exact", Fmt::Text),
+                    ("recorded / unrecorded query time", "record_time_ratio", Fmt::Ratio),
+                ],
+            },
+        ],
+    },
+    Page {
         name: "pick",
         tables: &[
             Table {

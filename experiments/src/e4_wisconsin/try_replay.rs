@@ -24,6 +24,8 @@ pub struct Timed {
     pub wall_ns: u64,
     pub walls_ns: Vec<u64>,
     pub misses: u64,
+    /// The shadow's would-be misses (the run with the shadow only).
+    pub would_be_misses: Option<u64>,
 }
 
 /// The recording of the bound graft over one query, and its replay.
@@ -53,13 +55,9 @@ pub struct TryReplayReport {
     /// Records the look-ahead graft looks ahead.
     pub lookahead: u64,
     pub rounds: usize,
-    pub lru: Timed,
-    /// LRU with the look-ahead graft in shadow beside it.
-    pub shadowed: Timed,
-    /// The look-ahead graft bound.
-    pub bound: Timed,
-    /// The look-ahead graft bound and recorded.
-    pub recorded: Timed,
+    /// LRU; LRU with the look-ahead graft in shadow beside it; the look-ahead graft bound; the
+    /// look-ahead graft bound and recorded.
+    pub runs: Vec<Timed>,
     /// The shadow's report (the first round's).
     pub tried: vino_cache::VictimTryReport,
     /// (would-be misses - misses when bound) / misses when bound.
@@ -171,6 +169,7 @@ pub fn run(opts: &E4Options, rounds: Option<usize>, progress: &mut dyn FnMut(&st
                 wall_ns: w[w.len() / 2],
                 walls_ns: all,
                 misses: m,
+                would_be_misses: None,
             }
         })
         .collect();
@@ -193,7 +192,9 @@ pub fn run(opts: &E4Options, rounds: Option<usize>, progress: &mut dyn FnMut(&st
         matched: replayed.matched,
         truncated: recording.truncated,
     };
-    let [lru, shadowed, bound, recorded]: [Timed; 4] = timed.try_into().expect("four kinds");
+    let mut timed = timed;
+    timed[1].would_be_misses = Some(tried.would_be_misses);
+    let (lru, shadowed, bound, recorded) = (&timed[0], &timed[1], &timed[2], &timed[3]);
     Ok(TryReplayReport {
         tuples,
         cache_frames: frames,
@@ -203,10 +204,7 @@ pub fn run(opts: &E4Options, rounds: Option<usize>, progress: &mut dyn FnMut(&st
         would_be_error: (tried.would_be_misses as f64 - bound.misses as f64) / bound.misses.max(1) as f64,
         shadow_time_ratio: shadowed.wall_ns as f64 / lru.wall_ns.max(1) as f64,
         record_time_ratio: recorded.wall_ns as f64 / bound.wall_ns.max(1) as f64,
-        lru,
-        shadowed,
-        bound,
-        recorded,
+        runs: timed.clone(),
         tried,
         replay,
     })
@@ -218,11 +216,8 @@ impl TryReplayReport {
             "E4's query with the look-ahead graft tried in shadow beside LRU, then bound",
             &["run", "misses", "would-be misses", "time (median)"],
         );
-        for r in [&self.lru, &self.shadowed, &self.bound, &self.recorded] {
-            let would_be = match r.what.as_str() {
-                "LRU, look-ahead in shadow" => self.tried.would_be_misses.to_string(),
-                _ => "–".into(),
-            };
+        for r in &self.runs {
+            let would_be = r.would_be_misses.map_or("–".into(), |n| n.to_string());
             t.row([r.what.clone(), r.misses.to_string(), would_be, fmt_ns(r.wall_ns as f64)]);
         }
         t.note(format!(
@@ -275,21 +270,22 @@ impl TryReplayReport {
     }
 
     pub fn plot(&self, path: &Path) -> Result<()> {
+        let (lru, shadowed, bound) = (&self.runs[0], &self.runs[1], &self.runs[2]);
         let groups = vec![
             (
                 "misses".to_string(),
                 vec![
-                    ("LRU".to_string(), self.lru.misses as f64),
+                    ("LRU".to_string(), lru.misses as f64),
                     ("would-be (shadow)".to_string(), self.tried.would_be_misses as f64),
-                    ("look-ahead bound".to_string(), self.bound.misses as f64),
+                    ("look-ahead bound".to_string(), bound.misses as f64),
                 ],
             ),
             (
                 "time, ms".to_string(),
                 vec![
-                    ("LRU".to_string(), self.lru.wall_ns as f64 / 1e6),
-                    ("LRU + shadow".to_string(), self.shadowed.wall_ns as f64 / 1e6),
-                    ("look-ahead bound".to_string(), self.bound.wall_ns as f64 / 1e6),
+                    ("LRU".to_string(), lru.wall_ns as f64 / 1e6),
+                    ("LRU + shadow".to_string(), shadowed.wall_ns as f64 / 1e6),
+                    ("look-ahead bound".to_string(), bound.wall_ns as f64 / 1e6),
                 ],
             ),
         ];
