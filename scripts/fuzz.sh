@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
         *) targets+=("$1"); shift ;;
     esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(protocol image graft program frames)
+[ ${#targets[@]} -gt 0 ] || targets=(protocol image graft program frames recording)
 
 # Only a nightly toolchain already installed: nothing here downloads one.
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then

@@ -571,15 +571,7 @@ fn build_help_lists_every_program() {
 
 /// A read-ahead graft for `toy.compute_ra` that answers one extent after each read and counts
 /// its calls in memory.
-const TOY_RA: &str = r#"(module
-  (memory (export "memory") 1)
-  (global (export "vino_args") i32 (i32.const 1024))
-  (func (export "toy_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
-    (i32.store (i32.const 16) (i32.add (i32.load (i32.const 16)) (i32.const 1)))
-    (i64.store (i32.const 1024) (i64.add (local.get $off) (i64.extend_i32_u (local.get $len))))
-    (i64.store (i32.const 1032) (i64.const 4096))
-    (if (result i32) (i64.le_u (i64.add (i64.load (i32.const 1024)) (i64.const 4096)) (local.get $size))
-      (then (i32.const 1)) (else (i32.const 0)))))"#;
+const TOY_RA: &str = vino_toykernel::NEXT_BLOCK_RA;
 
 #[test]
 fn graft_replay_checks_a_recording_offline_and_says_where_it_differs() {

@@ -14,12 +14,15 @@
 //!   connection and a UDP socket: no panic, and the stack still carries a connection after.
 //! - [`program`]: a VINO process confined to one directory makes WASI calls with hostile
 //!   descriptors, paths and pointers; nothing outside the directory may change.
+//! - [`recording`]: a graft recording file (`vino graft replay`): read and replayed, bounded,
+//!   never a panic.
 
 pub mod frames;
 pub mod graft;
 pub mod image;
 pub mod program;
 pub mod protocol;
+pub mod recording;
 pub mod seeds;
 
 /// A fuzz target: returns if all went well, panics if not.
@@ -32,6 +35,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("graft", graft::run),
     ("program", program::run),
     ("frames", frames::run),
+    ("recording", recording::run),
 ];
 
 /// A fresh file system on an in-memory disk of `blocks` blocks, in groups of 512 blocks and

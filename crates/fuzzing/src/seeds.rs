@@ -15,6 +15,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "graft" => graft(),
         "program" => program(),
         "frames" => frames(),
+        "recording" => recording(),
         other => panic!("no fuzz target {other}"),
     }
 }
@@ -286,6 +287,23 @@ fn image() -> Vec<Vec<u8>> {
 
 fn graft() -> Vec<Vec<u8>> {
     random(0x6aaf7, 24, 2000)
+}
+
+/// Real recordings, replayed on the module recorded and on another, and some cut short.
+fn recording() -> Vec<Vec<u8>> {
+    let mut seeds = Vec::new();
+    for reads in [0, 1, 20] {
+        let rec = crate::recording::recorded(reads);
+        for which in [0u8, 1] {
+            let mut input = vec![which];
+            input.extend_from_slice(&rec);
+            seeds.push(input.clone());
+            input.truncate(input.len() / 2);
+            seeds.push(input);
+        }
+    }
+    seeds.extend(random(0x7ec0, 8, 300));
+    seeds
 }
 
 /// Bytes only: the program target reads its calls and their arguments out of any input.

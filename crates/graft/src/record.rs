@@ -29,6 +29,10 @@ pub const VERSION: u32 = 1;
 /// is cut to this (a recording must fit one answer of the daemon's protocol, and is charged to
 /// the graft's owner as graft memory besides).
 pub const DEFAULT_LIMIT: usize = 16 << 20;
+/// The largest memory a recording's graft may have, for replay (the runtime's cap is 16 MiB).
+pub const REPLAY_MEMORY_MAX: u64 = 1 << 30;
+/// The largest budget a recorded call may have, in fuel units (about ten seconds of work).
+pub const REPLAY_UNITS_MAX: u64 = 4_000_000_000;
 /// Memory is kept in chunks of this size; chunks of zeros are left out.
 const CHUNK: usize = 4096;
 /// A run of equal bytes shorter than this does not split a changed range of the area.
@@ -58,6 +62,21 @@ impl Image {
             chunks,
             globals,
         }
+    }
+
+    /// The `len` bytes at `at` of the memory the image holds.
+    pub fn slice(&self, at: u32, len: u32) -> Vec<u8> {
+        let (at, end) = (u64::from(at), u64::from(at) + u64::from(len));
+        let mut out = vec![0u8; len as usize];
+        for (start, bytes) in &self.chunks {
+            let (s, e) = (u64::from(*start), u64::from(*start) + bytes.len() as u64);
+            let (from, to) = (s.max(at), e.min(end));
+            if from < to {
+                out[(from - at) as usize..(to - at) as usize]
+                    .copy_from_slice(&bytes[(from - s) as usize..(to - s) as usize]);
+            }
+        }
+        out
     }
 
     /// Writes the image over `memory` (zeros where it kept no chunk). False if it does not fit.
@@ -185,13 +204,40 @@ impl Recording {
         postcard::to_stdvec(self).expect("a recording always encodes")
     }
 
-    /// Reads a recording written by [`Recording::to_bytes`].
+    /// Reads a recording written by [`Recording::to_bytes`], and checks that replaying it is
+    /// bounded (a recording file may come from anyone).
     pub fn from_bytes(bytes: &[u8]) -> Result<Recording, FormatError> {
         let r: Recording = postcard::from_bytes(bytes).map_err(|e| FormatError::Malformed(e.to_string()))?;
         if r.header.version != VERSION {
             return Err(FormatError::Version(r.header.version));
         }
+        r.check().map_err(FormatError::Malformed)?;
         Ok(r)
+    }
+
+    /// What replay relies on: a memory no larger than [`REPLAY_MEMORY_MAX`], every chunk and
+    /// the argument area inside it, budgets within [`REPLAY_UNITS_MAX`].
+    pub fn check(&self) -> Result<(), String> {
+        let h = &self.header;
+        let cap = h.memory_cap.min(REPLAY_MEMORY_MAX);
+        if self.image.memory_bytes > cap {
+            return Err(format!("a memory of {} bytes (at most {cap})", self.image.memory_bytes));
+        }
+        let inside = |at: u32, len: usize| u64::from(at) + len as u64 <= cap;
+        if let Some((at, len)) = h.arg_area
+            && !inside(at, len as usize)
+        {
+            return Err(format!("an argument area of {len} bytes at {at}"));
+        }
+        if let Some((at, _)) = self.image.chunks.iter().find(|(at, c)| !inside(*at, c.len())) {
+            return Err(format!("a chunk of the image at {at}, outside its memory"));
+        }
+        for units in [h.invocation_units, h.page_units, h.control_units] {
+            if units > REPLAY_UNITS_MAX {
+                return Err(format!("a budget of {units} fuel units (at most {REPLAY_UNITS_MAX})"));
+            }
+        }
+        Ok(())
     }
 }
 

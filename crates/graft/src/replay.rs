@@ -159,6 +159,7 @@ struct Sandbox {
 
 /// Replays `recording` on `wasm` (the recorded module, or another for the same graftpoint).
 pub fn replay(recording: &Recording, wasm: &[u8], options: ReplayOptions) -> Result<ReplayReport, ReplayError> {
+    recording.check().map_err(ReplayError::Recording)?;
     let mut sandbox = Sandbox::new(recording, wasm, options)?;
     let same = sandbox.store.data().same;
     let h = &recording.header;
@@ -179,14 +180,7 @@ pub fn replay(recording: &Recording, wasm: &[u8], options: ReplayOptions) -> Res
     };
     // The argument area as the kernel last wrote it: the recorded graft's, at the start.
     let mut area = match h.arg_area {
-        Some((at, len)) => {
-            let mut whole = vec![0u8; recording.image.memory_bytes as usize];
-            recording.image.restore(&mut whole);
-            whole
-                .get(at as usize..(at + len) as usize)
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default()
-        }
+        Some((at, len)) => recording.image.slice(at, len),
         None => Vec::new(),
     };
     let started = Instant::now();
@@ -403,7 +397,7 @@ impl Sandbox {
     /// The argument area's digest now.
     fn area_digest(&self) -> u64 {
         match (self.arg_area, self.memory) {
-            (Some((at, len)), Some(m)) => digest(&m.data(&self.store)[at..at + len]),
+            (Some((at, len)), Some(m)) => digest(m.data(&self.store).get(at..at + len).unwrap_or(&[])),
             _ => digest(&[]),
         }
     }

@@ -87,6 +87,9 @@ pub struct SimOptions {
     /// default while stream files are not ordered: another file's fsync makes a stream file's
     /// new size durable before its chunks, which a power cut then shows as lost bytes.
     pub streams: bool,
+    /// Where to write the recordings of the seed's grafts (`vino graft replay` reads them) when
+    /// it fails: each recorded graft's recording and module (`vino-sim --record-dir`).
+    pub record_dir: Option<std::path::PathBuf>,
 }
 
 /// A module of the caller's, bound at one graftpoint of [`grafts::points`].
@@ -131,6 +134,7 @@ impl Default for SimOptions {
             roll_back_memory: true,
             graft: None,
             streams: false,
+            record_dir: None,
         }
     }
 }
@@ -166,6 +170,9 @@ pub struct Report {
     pub piped_bytes: u64,
     /// Pages of program memory touched (first pass).
     pub memory_touches: u64,
+    /// Graft invocations recorded, then replayed offline and found exactly as recorded (first
+    /// pass).
+    pub replayed: u64,
     /// TCP streams that finished whole, bytes checked where they came out of a socket, and
     /// packets the links' faults lost, copied or reordered (first pass).
     pub net_streams: u64,
@@ -237,7 +244,16 @@ pub fn run(seed: u64, opts: &SimOptions) -> Result<Report, Failure> {
 
 fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
     let mut clean = Sim::new(seed, opts, None)?;
-    clean.run_to_end()?;
+    if let Err(e) = clean.run_to_end() {
+        clean.keep_recordings();
+        return Err(e);
+    }
+    run_after_first_pass(seed, opts, clean)
+}
+
+/// The rest of a seed once its first pass ran to the end: the end checks, then the power cut.
+/// A failure writes the first pass's recordings ([`SimOptions::record_dir`]).
+fn run_after_first_pass(seed: u64, opts: &SimOptions, mut clean: Sim) -> Check<Report> {
     let mut report = Report {
         seed,
         steps: opts.steps,
@@ -256,6 +272,7 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
         signals_sent: clean.family.signalled,
         piped_bytes: clean.family.piped_bytes,
         memory_touches: clean.memories.touched,
+        replayed: 0,
         net_streams: 0,
         net_layered: 0,
         net_picks: 0,
@@ -273,17 +290,49 @@ fn run_passes(seed: u64, opts: &SimOptions) -> Check<Report> {
     report.net_bytes = clean.network.bytes_checked;
     report.net_faults = clean.network.faults(&clean.kernel);
     report.net_trace = clean.network.trace();
-    clean.finish()?;
-    if !opts.crash || report.writes == 0 {
-        return Ok(report);
+    report.replayed = clean.replay_all();
+    let taken = std::mem::take(&mut clean.taken);
+    let record_dir = opts.record_dir.clone();
+    let rest = (|| {
+        clean.finish()?;
+        if !opts.crash || report.writes == 0 {
+            return Ok(report);
+        }
+        let trip = 1 + SplitMix64::new(seed ^ 0xc0ff_ee00_5eed).below(report.writes);
+        let mut cut = Sim::new(seed, opts, Some(trip))?;
+        let step = cut.run_to_cut()?;
+        report.cut_at_write = Some(trip);
+        report.cut_in_step = step;
+        report.second_cut_at_write = cut.recover_and_check(seed)?;
+        Ok(report)
+    })();
+    if rest.is_err()
+        && let Some(dir) = &record_dir
+    {
+        for (recording, wasm) in &taken {
+            keep_recording(dir, seed, recording, wasm);
+        }
     }
-    let trip = 1 + SplitMix64::new(seed ^ 0xc0ff_ee00_5eed).below(report.writes);
-    let mut cut = Sim::new(seed, opts, Some(trip))?;
-    let step = cut.run_to_cut()?;
-    report.cut_at_write = Some(trip);
-    report.cut_in_step = step;
-    report.second_cut_at_write = cut.recover_and_check(seed)?;
-    Ok(report)
+    rest
+}
+
+/// Writes a failing seed's `recording` and its module into `dir`, for `vino graft replay`.
+fn keep_recording(dir: &std::path::Path, seed: u64, recording: &vino_graft::record::Recording, wasm: &[u8]) {
+    let name = recording.header.slot.replace(['/', '.'], "_");
+    let stem = dir.join(format!("seed-{seed}-{name}-{}", recording.invocations));
+    let _ = std::fs::create_dir_all(dir);
+    let _ = std::fs::write(stem.with_extension("rec"), recording.to_bytes());
+    let _ = std::fs::write(stem.with_extension("wasm"), wasm);
+}
+
+/// The most a recording of one of the simulator's grafts holds.
+const RECORD_LIMIT: usize = 4 << 20;
+
+/// A graft bound in the first pass whose inputs are recorded: who bound it, where, the module.
+struct Recorded {
+    p: Arc<Process>,
+    slot: String,
+    wasm: Vec<u8>,
 }
 
 /// A simulated process and the descriptors it keeps open.
@@ -328,6 +377,7 @@ enum Step {
 }
 
 struct Sim {
+    seed: u64,
     rng: SplitMix64,
     opts: SimOptions,
     dev: Arc<SimDevice>,
@@ -342,6 +392,13 @@ struct Sim {
     /// The first kernel-wide graft (an `exec.verify` verifier, the root's `dir.access`) that
     /// answered otherwise than its behaviour says.
     graft_wrong: Option<String>,
+    /// Grafts bound in this pass whose inputs are being recorded, and the invocations replayed
+    /// exactly so far (see [`Sim::replay_recorded`]).
+    recorded: Vec<Recorded>,
+    replayed: u64,
+    /// The recordings replayed, and their modules, kept for a failing seed
+    /// ([`SimOptions::record_dir`]).
+    taken: Vec<(vino_graft::record::Recording, Vec<u8>)>,
     written_back: u64,
     reached: timed::Reached,
     family: family::Family,
@@ -442,6 +499,10 @@ impl Sim {
             writes_at_start,
             grafts_loaded: 0,
             graft_wrong: None,
+            recorded: Vec::new(),
+            replayed: 0,
+            taken: Vec::new(),
+            seed,
             written_back: 0,
             reached: timed::Reached::default(),
             family: family::Family::default(),
@@ -720,6 +781,20 @@ impl Sim {
                 }
             }
             Step::Release(who) => {
+                if let Some(&fd) = self.procs[*who].held.last() {
+                    // The descriptor's graftpoints go with it: their recordings are replayed first.
+                    let p = self.procs[*who].p.clone();
+                    let ending = format!("/{fd}");
+                    let slots: Vec<String> = self
+                        .recorded
+                        .iter()
+                        .filter(|r| Arc::ptr_eq(&r.p, &p) && r.slot.ends_with(&ending))
+                        .map(|r| r.slot.clone())
+                        .collect();
+                    for slot in slots {
+                        self.replay_recorded(&p, &slot);
+                    }
+                }
                 let proc = &mut self.procs[*who];
                 if let Some(fd) = proc.held.pop() {
                     let _ = proc.p.close(fd);
@@ -860,13 +935,21 @@ impl Sim {
             _ if g.name == "net.pick_packet" && proc.p.credentials().uid != 0 => crate::PICK_USER.to_string(),
             _ => g.name.to_string(),
         };
-        let _ = proc.p.graft_unload(&slot);
+        let p = proc.p.clone();
+        self.replay_recorded(&p, &slot);
+        let _ = p.graft_unload(&slot);
         let wasm = match &self.opts.graft {
             Some(custom) => custom.wasm.to_vec(),
             None => grafts::module(g, behaviour),
         };
-        if proc.p.graft_load(&slot, &wasm).is_ok() {
+        if p.graft_load(&slot, &wasm).is_ok() {
             self.grafts_loaded += 1;
+            // Every graft's inputs are recorded while it is bound, and replayed offline when
+            // it goes: it must answer and fail exactly as it did (those that cannot be
+            // recorded, whose memory is not logged, are left).
+            if p.graft_record_start(&slot, RECORD_LIMIT).is_ok() {
+                self.recorded.push(Recorded { p, slot, wasm });
+            }
             if g.name == "exec.verify" && self.opts.graft.is_none() {
                 self.check_exec_verify(who, behaviour);
             }
@@ -885,6 +968,59 @@ impl Sim {
         if !right {
             self.graft_went_wrong(format!("exec.verify bound to a {behaviour:?} graft: {judged:?}"));
         }
+    }
+
+    /// Stops the recording of the graft at `slot` of `p`, if one runs, and replays it offline:
+    /// every answer and failure must come again. One that does not is the seed's failure, and
+    /// its recording is kept ([`SimOptions::record_dir`]).
+    fn replay_recorded(&mut self, p: &Arc<Process>, slot: &str) {
+        let Some(i) = self
+            .recorded
+            .iter()
+            .position(|r| Arc::ptr_eq(&r.p, p) && r.slot == slot)
+        else {
+            return;
+        };
+        let r = self.recorded.swap_remove(i);
+        let Ok(recording) = r.p.graft_record_stop(&r.slot) else {
+            return;
+        };
+        match vino_graft::replay::replay(&recording, &r.wasm, Default::default()) {
+            Ok(replayed) if replayed.exact() => self.replayed += replayed.invocations,
+            Ok(replayed) => self.graft_went_wrong(format!(
+                "the recording of the graft at {} does not replay as it ran: {:?}",
+                r.slot, replayed.divergence
+            )),
+            Err(e) => self.graft_went_wrong(format!("the recording of the graft at {} does not replay: {e}", r.slot)),
+        }
+        if self.opts.record_dir.is_some() {
+            self.taken.push((recording, r.wasm));
+        }
+    }
+
+    /// The seed failed in its first pass: the recordings taken, and those of the grafts still
+    /// bound, are written to [`SimOptions::record_dir`].
+    fn keep_recordings(&mut self) {
+        let Some(dir) = self.opts.record_dir.clone() else {
+            return;
+        };
+        for r in std::mem::take(&mut self.recorded) {
+            if let Ok(recording) = r.p.graft_record_stop(&r.slot) {
+                self.taken.push((recording, r.wasm));
+            }
+        }
+        for (recording, wasm) in &self.taken {
+            keep_recording(&dir, self.seed, recording, wasm);
+        }
+    }
+
+    /// Replays every recording still running (the end of the pass).
+    fn replay_all(&mut self) -> u64 {
+        let left: Vec<(Arc<Process>, String)> = self.recorded.iter().map(|r| (r.p.clone(), r.slot.clone())).collect();
+        for (p, slot) in left {
+            self.replay_recorded(&p, &slot);
+        }
+        self.replayed
     }
 
     /// Remembers the first wrong answer of a kernel-wide graft, for the end of the pass.

@@ -48,6 +48,9 @@ struct Args {
     /// Print every seed's report and the summary as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Write the recordings of a failing seed's grafts here (`vino graft replay` reads them).
+    #[arg(long)]
+    record_dir: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         roll_back_memory: !args.no_memory_rollback,
         graft: None,
         streams: args.streams,
+        record_dir: args.record_dir,
     };
     let (from, count) = match args.seed {
         Some(s) => (s, 1),

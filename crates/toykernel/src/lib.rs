@@ -211,6 +211,18 @@ pub struct Read {
     pub len: u32,
 }
 
+/// A `toy.compute_ra` graft in text form: one block read ahead after each read, its calls
+/// counted in its memory (tests of recording and replay use it).
+pub const NEXT_BLOCK_RA: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "toy_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
+    (i32.store (i32.const 16) (i32.add (i32.load (i32.const 16)) (i32.const 1)))
+    (i64.store (i32.const 1024) (i64.add (local.get $off) (i64.extend_i32_u (local.get $len))))
+    (i64.store (i32.const 1032) (i64.const 4096))
+    (if (result i32) (i64.le_u (i64.add (i64.load (i32.const 1024)) (i64.const 4096)) (local.get $size))
+      (then (i32.const 1)) (else (i32.const 0)))))"#;
+
 /// Blocks of read-ahead the default issues after a sequential read.
 pub const DEFAULT_CLUSTER_BLOCKS: u64 = 8;
 pub const BLOCK: u64 = 4096;

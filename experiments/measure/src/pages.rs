@@ -1142,9 +1142,21 @@ pub const PAGES: &[Page] = &[
                 rows: "",
                 across: None,
                 columns: &[
-                    ("would-be misses against misses when bound (goal: within 2%)", "would_be_error", Fmt::Percent),
-                    ("query time with the shadow / LRU alone (goal: at most 1.10)", "shadow_time_ratio", Fmt::Ratio),
-                    ("candidate's time a decision", "tried.candidate_ns_per_decision", Fmt::Ns),
+                    (
+                        "would-be misses against misses when bound (goal: within 2%)",
+                        "would_be_error",
+                        Fmt::Percent,
+                    ),
+                    (
+                        "query time with the shadow / LRU alone (goal: at most 1.10)",
+                        "shadow_time_ratio",
+                        Fmt::Ratio,
+                    ),
+                    (
+                        "candidate's time a decision",
+                        "tried.candidate_ns_per_decision",
+                        Fmt::Ns,
+                    ),
                     ("accesses the queue dropped", "tried.queue_drops", Fmt::Count),
                 ],
             },
