@@ -161,3 +161,70 @@ fn a_candidate_is_tried_on_another_process_of_the_user_without_touching_it() {
         );
     }
 }
+
+/// Waits until nothing of `r` is charged to anyone.
+fn all_refunded(d: &TestDaemon, r: vino_kernel::Resource) {
+    let total = d.handle().kernel().accounts().total().clone();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while total.used(r) != 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "{} of {r:?} still charged",
+            total.used(r)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn hostile_candidates_and_recorders_leave_the_live_path_and_the_accounts_as_they_were() {
+    use vino_kernel::Resource;
+    let d = TestDaemon::with(|c| c.cache_frames = 64);
+    let mut app = d.client();
+    let fd = app.open("/data", OpenFlags::create()).unwrap();
+    app.write(fd, &vec![3u8; 200 * 4096]).unwrap();
+    let reads = |app: &mut Client| {
+        let mut buf = vec![0u8; 4096];
+        for b in (0..200u64).chain((0..200).map(|k| (k * 37) % 200)) {
+            app.seek(fd, b * 4096).unwrap();
+            assert_eq!(app.read(fd, &mut buf).unwrap(), 4096);
+            assert!(buf.iter().all(|&x| x == 3), "the live path's answers are right");
+        }
+    };
+    let point = format!("file.compute_ra/{fd}");
+    let hostile = [
+        // Loops forever on every call.
+        r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
+          (func (export "vas_pick_victim") (param i32) (result i32) (loop (br 0)) (i32.const 0)))"#,
+        // Traps after writing its memory.
+        r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
+          (func (export "vas_pick_victim") (param i32) (result i32) (i32.store (i32.const 8) (i32.const 1)) unreachable))"#,
+        // Grows its memory to the cap.
+        r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
+          (func (export "vas_pick_victim") (param i32) (result i32) (drop (memory.grow (i32.const 4096))) (i32.const 0)))"#,
+    ];
+    let mut tool = d.client();
+    for wat in hostile {
+        tool.graft_try(Some(app.pid()), "vas.pick_victim", wat.as_bytes(), 1)
+            .unwrap();
+        reads(&mut app);
+        let r: serde_json::Value =
+            serde_json::from_slice(&tool.graft_try_stop(Some(app.pid()), "vas.pick_victim").unwrap()).unwrap();
+        assert!(r["failures"].as_u64().unwrap() > 0 || r["dropped"].is_string(), "{r}");
+    }
+    // A candidate left running when its starter goes: stopped, and nothing stays charged.
+    tool.graft_try(Some(app.pid()), "vas.pick_victim", hostile[0].as_bytes(), 1)
+        .unwrap();
+    tool.graft_try(Some(app.pid()), &point, READ_AHEAD.as_bytes(), 1)
+        .unwrap();
+    reads(&mut app);
+    drop(tool);
+    // A recording left running when its graft's owner goes.
+    app.graft_load(&point, READ_AHEAD.as_bytes()).unwrap();
+    app.graft_record(&point, 1 << 20).unwrap();
+    reads(&mut app);
+    drop(app);
+    for r in [Resource::Grafts, Resource::GraftMemory, Resource::GraftCode] {
+        all_refunded(&d, r);
+    }
+}
