@@ -42,19 +42,20 @@ pub enum RemoteGraft {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
-    /// Try a candidate graft on a running process before binding it: the candidate runs in
-    /// shadow beside the live policy (the default or a bound graft) at `vas.pick_victim` or
-    /// `file.compute_ra/<fd>` of process `--pid` (yours, or any if privileged), on a ghost model
-    /// that follows its answers; nothing it decides reaches the kernel. Prints live against
-    /// candidate after `--for` seconds (or Ctrl-C).
+    /// Try a candidate graft before binding it: the candidate runs in shadow beside the live
+    /// policy (the default or a bound graft) at `vas.pick_victim` or `file.compute_ra/<fd>` of
+    /// process `--pid` (yours, or any if privileged), on a ghost model that follows its answers,
+    /// or at `disk.pick_request` (privileged), judged by agreement with the live decisions;
+    /// nothing it decides reaches the kernel. Prints live against candidate after `--for`
+    /// seconds (or Ctrl-C).
     Try {
         /// The candidate module (.wasm, or .wat text).
         module: PathBuf,
         #[arg(long)]
         point: String,
-        /// The VINO process whose graftpoint it is (`vino ps`).
+        /// The VINO process whose graftpoint it is (`vino ps`); none for a global graftpoint.
         #[arg(long)]
-        pid: u64,
+        pid: Option<u64>,
         #[arg(long = "for")]
         hold: Option<u64>,
         /// Follow 1 in N pages (vas.pick_victim): a fraction of the cost, counts of a sample.
@@ -234,10 +235,10 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             let wasm = std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
             let signals = block_stop_signals()?;
             let mut c = connect(socket)?;
-            c.graft_try(Some(pid), &point, &wasm, sample)
-                .with_context(|| format!("trying {} at {point} of process {pid}", module.display()))?;
+            c.graft_try(pid, &point, &wasm, sample)
+                .with_context(|| format!("trying {} at {point}", module.display()))?;
             hold_until(hold, &signals)?;
-            let report = c.graft_try_stop(Some(pid), &point)?;
+            let report = c.graft_try_stop(pid, &point)?;
             let report: serde_json::Value = serde_json::from_slice(&report)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -397,6 +398,28 @@ fn try_table(r: &serde_json::Value) -> String {
     let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
     let mut out = String::new();
     match r["model"].as_str() {
+        Some("disk") => {
+            let f = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+            out += &format!("{:<24} {:>12} {:>12}\n", "", "LIVE", "CANDIDATE");
+            out += &format!(
+                "{:<24} {:>12} {:>12}\n",
+                "decisions alike",
+                n(&r["followed"]),
+                n(&r["agreed"])
+            );
+            out += &format!(
+                "{:<24} {:>12.0} {:>12.0}\n",
+                "seek (blocks, mean)",
+                f(&r["live_seek_blocks"]),
+                f(&r["candidate_seek_blocks"])
+            );
+            out += &format!(
+                "{:<24} {:>12.0} {:>12.0}\n",
+                "waited (us, mean)",
+                f(&r["live_waited_ns"]) / 1e3,
+                f(&r["candidate_waited_ns"]) / 1e3
+            );
+        }
         Some("victim") => {
             out += &format!("{:<24} {:>12} {:>12}\n", "", "LIVE", "CANDIDATE");
             out += &format!(

@@ -48,6 +48,11 @@ fn child_role() {
             .graft_try(Some(pid), "vas.pick_victim", READ_AHEAD.as_bytes(), 1)
             .unwrap_err();
         println!("errno={}", e.errno);
+        // Nor the disk queue's, which holds every user's requests.
+        let e = c
+            .graft_try(None, "disk.pick_request", READ_AHEAD.as_bytes(), 1)
+            .unwrap_err();
+        println!("disk={}", e.errno);
     }
     println!("DONE");
 }
@@ -145,9 +150,9 @@ fn a_candidate_is_tried_on_another_process_of_the_user_without_touching_it() {
     assert!(victim["would_be_misses"].as_u64().unwrap() > 0, "{victim}");
     // Nothing the candidates decided reached the process: no graft is bound there.
     assert!(app.graft_stats(&point).unwrap().graft.is_none());
-    // Only the two ghosts have models.
+    // Only the ghosts and the disk queue's agreement have models.
     let e = tool
-        .graft_try(Some(app.pid()), "disk.pick_request", NEWEST.as_bytes(), 1)
+        .graft_try(None, "cache.writeback", NEWEST.as_bytes(), 1)
         .unwrap_err();
     assert_eq!(e.errno, errno::EOPNOTSUPP, "{e}");
     if is_root() {
@@ -157,6 +162,10 @@ fn a_candidate_is_tried_on_another_process_of_the_user_without_touching_it() {
         let _ = child.wait();
         assert!(
             lines.iter().any(|l| l.trim() == format!("errno={}", errno::ESRCH)),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.trim() == format!("disk={}", errno::EPERM)),
             "{lines:?}"
         );
     }

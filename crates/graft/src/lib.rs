@@ -30,6 +30,7 @@ mod registry;
 pub mod replay;
 mod runtime;
 mod sandbox;
+pub mod shadow;
 mod slot;
 mod stats;
 pub mod undo_log;

@@ -61,6 +61,7 @@
 #![forbid(unsafe_code)]
 
 mod device;
+pub mod shadow;
 pub use device::ScheduledDevice;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -351,6 +352,10 @@ struct Core {
     queue: IoQueue,
     slot: Arc<GraftSlot<PickRequest>>,
     dispatch: Dispatch,
+    /// A candidate in shadow beside the live policy (`vino graft try`), and whether there is
+    /// one (read without the lock at every decision).
+    shadow: Mutex<Option<Arc<shadow::DiskTry>>>,
+    trying: std::sync::atomic::AtomicBool,
 }
 
 impl IoScheduler {
@@ -421,6 +426,8 @@ impl IoScheduler {
             queue,
             slot,
             dispatch: config.dispatch,
+            shadow: Mutex::new(None),
+            trying: std::sync::atomic::AtomicBool::new(false),
         });
         let dispatcher = match config.dispatch {
             Dispatch::Thread => {
@@ -446,6 +453,37 @@ impl IoScheduler {
     /// The graftpoint, for the kernel to register in its namespace.
     pub fn slot(&self) -> &Arc<GraftSlot<PickRequest>> {
         &self.core.slot
+    }
+
+    /// Starts `wasm`, a `disk.pick_request` graft, in shadow beside the live policy, offered
+    /// 1 in `sample` of its decisions (see [`shadow`]); it replaces a shadow already there. The
+    /// caller checks that `owner` may graft here (privileged: the requests are every user's).
+    pub fn try_start(
+        &self,
+        wasm: &[u8],
+        owner: vino_graft::Owner,
+        sample: u32,
+        queue: usize,
+    ) -> Result<Arc<shadow::DiskTry>, vino_graft::LoadError> {
+        let shadow = shadow::DiskTry::start(&self.core.slot, wasm, owner, sample, queue)?;
+        let old = self.core.shadow.lock().replace(shadow.clone());
+        self.core.trying.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(old) = old {
+            old.stop();
+        }
+        Ok(shadow)
+    }
+
+    /// Stops the shadow, once it has drained what it was offered: what it found.
+    pub fn try_stop(&self) -> Option<shadow::DiskTryReport> {
+        let shadow = self.core.shadow.lock().take()?;
+        self.core.trying.store(false, std::sync::atomic::Ordering::Relaxed);
+        Some(shadow.stop())
+    }
+
+    /// The shadow, if one runs.
+    pub fn try_handle(&self) -> Option<Arc<shadow::DiskTry>> {
+        self.core.shadow.lock().clone()
     }
 
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
@@ -733,6 +771,11 @@ impl Core {
                     head,
                 });
                 let failures_after = slot.stats().map_or(0, |s| s.failures);
+                if self.trying.load(std::sync::atomic::Ordering::Relaxed)
+                    && let Some(shadow) = &*self.shadow.lock()
+                {
+                    shadow.offer(candidates, head, choice);
+                }
                 st = self.shared.state.lock();
                 st.stats.decisions += 1;
                 st.stats.graft_failures += failures_after.saturating_sub(failures_before);

@@ -724,3 +724,40 @@ fn a_flush_with_no_write_sent_since_the_last_does_not_reach_the_device() {
     assert_eq!((st.flushes, st.flushes_elided), (4, 3));
     assert_eq!(st.completed + st.merged + st.flushes_elided, st.submitted);
 }
+
+#[test]
+fn a_candidate_in_shadow_is_judged_on_the_live_decisions_and_changes_none() {
+    let rt = Runtime::default();
+    let dev = Recorder::new(1024, false);
+    let s = sched(dev.clone(), &rt, 1);
+    // FIFO in shadow beside the elevator: the elevator still decides.
+    s.try_start(&build("fifo"), Owner::process(1), 1, 1024).unwrap();
+    assert_eq!(serve_batch(&s, &dev, &BATCH), SWEEP);
+    let r = s.try_stop().unwrap();
+    assert_eq!(r.followed, 5, "every decision among several");
+    assert!(r.agreed < 5, "FIFO and the elevator differ: {r:?}");
+    assert_eq!(r.shadow.decisions, 5);
+    assert_eq!(r.shadow.failures, 0);
+    // The model: the elevator's next requests are nearer the head than FIFO's.
+    assert!(r.live_seek_blocks < r.candidate_seek_blocks, "{r:?}");
+    // The elevator in shadow beside itself agrees with every decision.
+    let dev = Recorder::new(1024, false);
+    let s = sched(dev.clone(), &rt, 1);
+    s.try_start(&build("elevator"), Owner::process(1), 1, 1024).unwrap();
+    serve_batch(&s, &dev, &BATCH);
+    let r = s.try_stop().unwrap();
+    assert_eq!((r.followed, r.agreed), (5, 5), "{r:?}");
+    // A candidate that loops is dropped; the live order is the elevator's all along.
+    let dev = Recorder::new(1024, false);
+    let s = sched(dev.clone(), &rt, 1);
+    let loops = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
+      (func (export "disk_pick_request") (param i32 i64) (result i32) (loop (br 0)) (i32.const 0)))"#;
+    s.try_start(loops.as_bytes(), Owner::process(1), 1, 1024).unwrap();
+    assert_eq!(serve_batch(&s, &dev, &BATCH), SWEEP);
+    let r = s.try_stop().unwrap();
+    assert_eq!(r.shadow.failures, 5, "{r:?}");
+    assert_eq!(
+        r.agreed, 5,
+        "a failed candidate's decision is the default's, here the live one"
+    );
+}

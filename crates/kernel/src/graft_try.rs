@@ -1,7 +1,9 @@
 //! `vino graft try`: a candidate graft in shadow beside a graftpoint's live policy, on a ghost
 //! model that follows its answers (`vino_cache::shadow`). Two graftpoints have ghosts:
 //! `vas.pick_victim` (a ghost of the process's resident pages) and `file.compute_ra/<fd>`
-//! (ghost caches of the file); record and replay serve the others.
+//! (ghost caches of the file). `disk.pick_request` (privileged) is judged by agreement with the
+//! live decisions and a stated model (`vino_iosched::shadow`); record and replay serve the
+//! others.
 //!
 //! Who may: a process on its own graftpoints, and on those of another process of its user (or
 //! any, if privileged), as it may signal one: a shadow changes nothing the target does and
@@ -28,12 +30,15 @@ pub enum TryReport {
     Victim(VictimTryReport),
     /// `file.compute_ra`: the live read-ahead's ghost and the candidate's.
     ReadAhead(RaTryReport),
+    /// `disk.pick_request`: agreement, and the next request's seek and wait.
+    Disk(vino_iosched::shadow::DiskTryReport),
 }
 
 /// A shadow a process started, kept to stop it when the process exits.
 pub(crate) enum Tried {
     Victim(Arc<VictimTry>),
     ReadAhead(Arc<RaTry>),
+    Disk(Arc<vino_iosched::shadow::DiskTry>),
 }
 
 impl Tried {
@@ -41,6 +46,7 @@ impl Tried {
         match self {
             Tried::Victim(t) => TryReport::Victim(t.stop()),
             Tried::ReadAhead(t) => TryReport::ReadAhead(t.stop()),
+            Tried::Disk(t) => TryReport::Disk(t.stop()),
         }
     }
 
@@ -48,6 +54,7 @@ impl Tried {
         match self {
             Tried::Victim(t) => t.running(),
             Tried::ReadAhead(t) => t.running(),
+            Tried::Disk(t) => t.running(),
         }
     }
 }
@@ -65,7 +72,7 @@ impl Default for TryOptions {
     }
 }
 
-const UNSUPPORTED: &str = "graft try follows vas.pick_victim and file.compute_ra/<fd>; record and replay (vino graft record) serve the others";
+const UNSUPPORTED: &str = "graft try follows vas.pick_victim, file.compute_ra/<fd> and disk.pick_request; record and replay (vino graft record) serve the others";
 
 impl Process {
     /// The process whose graftpoint a try or its stop names: this one, or `pid` of this user
@@ -99,6 +106,15 @@ impl Process {
                         .map_err(vino_graft::GraftError::from)?,
                 )
             }
+            Ghost::Disk => {
+                self.may_try_global(point)?;
+                Tried::Disk(
+                    self.kernel()
+                        .sched
+                        .try_start(wasm, owner, options.sample, TRY_QUEUE)
+                        .map_err(vino_graft::GraftError::from)?,
+                )
+            }
         };
         let mut tries = self.tries.lock();
         // Those stopped since (by their stop, or replaced) go.
@@ -114,7 +130,17 @@ impl Process {
         Ok(match ghost_of(point)? {
             Ghost::Victim => TryReport::Victim(self.kernel().cache.try_victim_stop(target.pid()).ok_or_else(none)?),
             Ghost::ReadAhead(fd) => TryReport::ReadAhead(target.file(fd)?.ra.try_stop().ok_or_else(none)?),
+            Ghost::Disk => {
+                self.may_try_global(point)?;
+                TryReport::Disk(self.kernel().sched.try_stop().ok_or_else(none)?)
+            }
         })
+    }
+
+    /// A global graftpoint is tried only by a process that may graft it (privileged).
+    fn may_try_global(&self, point: &str) -> SysResult<()> {
+        self.kernel().global.authorized(self.principal(), point)?;
+        Ok(())
     }
 
     /// The owner's call to its own candidate at `point` (a graftpoint name followed by
@@ -130,6 +156,11 @@ impl Process {
             }
             Ghost::ReadAhead(fd) => {
                 let shadow = self.file(fd)?.ra.try_handle().ok_or_else(none)?;
+                Ok(shadow.owner(call)?)
+            }
+            Ghost::Disk => {
+                self.may_try_global(base)?;
+                let shadow = self.kernel().sched.try_handle().ok_or_else(none)?;
                 Ok(shadow.owner(call)?)
             }
         });
@@ -149,11 +180,13 @@ impl Process {
 enum Ghost {
     Victim,
     ReadAhead(crate::Fd),
+    Disk,
 }
 
 fn ghost_of(point: &str) -> SysResult<Ghost> {
     match point.split_once('/') {
         None if point == PickVictim::NAME => Ok(Ghost::Victim),
+        None if point == vino_iosched::PickRequest::NAME => Ok(Ghost::Disk),
         Some((base, fd)) if base == ComputeRa::NAME => fd
             .parse()
             .map(Ghost::ReadAhead)

@@ -975,7 +975,7 @@ impl Process {
 
     // ---- grafts -----------------------------------------------------------------------------
 
-    fn principal(&self) -> Principal {
+    pub(crate) fn principal(&self) -> Principal {
         Principal {
             process: self.pid,
             privileged: self.cred.privileged,

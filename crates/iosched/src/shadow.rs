@@ -1,0 +1,136 @@
+//! Trying a `disk.pick_request` graft before binding it (`vino graft try`): the candidate is
+//! offered the decisions the live policy makes, on the same requests, and judged by agreement
+//! and a stated model.
+//!
+//! The model judges each decision alone, by the request each policy would send next: its
+//! distance from the head in blocks (the seek it costs) and how long it had waited (what the
+//! choice adds to that request's latency). What a different choice would have changed later
+//! (which requests wait behind it, where the head goes next) is not modelled: the queue the
+//! candidate sees is the live one.
+
+use crate::{Candidate, PickArgs, PickEnv, PickRequest};
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use vino_graft::shadow::{Drain, Fed, Report, ShadowCounts};
+use vino_graft::{GraftPoint, GraftSlot, LoadError, Owner};
+
+/// One live decision: the requests offered, the head, the live choice.
+/// (Its fields are the scheduler's to fill.)
+pub struct Decision {
+    pending: Vec<Candidate>,
+    head: u64,
+    live: usize,
+}
+
+/// What a disk shadow found, by the model above.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DiskTryReport {
+    pub point: String,
+    /// Decisions followed (1 in `sample` of the live ones), and those the candidate made alike.
+    pub followed: u64,
+    pub agreed: u64,
+    pub sample: u32,
+    /// Mean distance from the head, in blocks, of the request each would send next.
+    pub live_seek_blocks: f64,
+    pub candidate_seek_blocks: f64,
+    /// Mean time the request each would send next had waited.
+    pub live_waited_ns: f64,
+    pub candidate_waited_ns: f64,
+    #[serde(flatten)]
+    pub shadow: ShadowCounts,
+}
+
+impl Report for DiskTryReport {
+    fn set_queue_drops(&mut self, n: u64) {
+        self.shadow.queue_drops = n;
+    }
+}
+
+/// A candidate `disk.pick_request` graft in shadow beside the scheduler's live policy.
+pub struct DiskTry {
+    fed: Fed<Decision, DiskTryReport>,
+    sample: u32,
+    seen: AtomicU64,
+}
+
+impl DiskTry {
+    pub(crate) fn start(
+        slot: &GraftSlot<PickRequest>,
+        wasm: &[u8],
+        owner: Owner,
+        sample: u32,
+        queue: usize,
+    ) -> Result<Arc<DiskTry>, LoadError> {
+        let env = Arc::new(PickEnv {
+            age_cap_ns: slot.env().age_cap_ns,
+        });
+        let mut shadow = slot.shadow(wasm, owner, env)?;
+        let sample = sample.max(1);
+        let report = DiskTryReport {
+            point: slot.name().to_string(),
+            sample,
+            ..DiskTryReport::default()
+        };
+        let fed = Fed::start(
+            "vino-try-disk".into(),
+            queue,
+            report,
+            move |drain: Drain<Decision>, shared| {
+                let (mut seek, mut waited) = ([0u128; 2], [0u128; 2]);
+                while let Some(item) = drain.next() {
+                    let Some(d) = item.live(&shadow) else { continue };
+                    let args = PickArgs {
+                        pending: &d.pending,
+                        head: d.head,
+                    };
+                    // A failed call takes the default's decision, as it would bound.
+                    let candidate = shadow
+                        .decide(&args)
+                        .unwrap_or_else(|_| PickRequest::default_policy(shadow.env(), &args))
+                        .min(d.pending.len() - 1);
+                    for (k, chosen) in [d.live, candidate].into_iter().enumerate() {
+                        let c = &d.pending[chosen];
+                        seek[k] += u128::from(c.block.abs_diff(d.head));
+                        waited[k] += u128::from(c.age_ns);
+                    }
+                    let mut r = shared.lock();
+                    r.followed += 1;
+                    r.agreed += u64::from(candidate == d.live);
+                    let n = r.followed as f64;
+                    r.live_seek_blocks = seek[0] as f64 / n;
+                    r.candidate_seek_blocks = seek[1] as f64 / n;
+                    r.live_waited_ns = waited[0] as f64 / n;
+                    r.candidate_waited_ns = waited[1] as f64 / n;
+                    r.shadow = ShadowCounts::of(&shadow);
+                }
+            },
+        )?;
+        Ok(Arc::new(DiskTry {
+            fed,
+            sample,
+            seen: AtomicU64::new(0),
+        }))
+    }
+
+    /// Offers one live decision (1 in `sample` of them; never waits).
+    pub(crate) fn offer(&self, pending: &[Candidate], head: u64, live: usize) {
+        let n = self.seen.fetch_add(1, Ordering::Relaxed);
+        if pending.is_empty() || !n.is_multiple_of(u64::from(self.sample)) {
+            return;
+        }
+        self.fed.offer(Decision {
+            pending: pending.to_vec(),
+            head,
+            live,
+        });
+    }
+}
+
+/// Its queue: [`Fed::running`], [`Fed::owner`], [`Fed::report`], [`Fed::stop`].
+impl std::ops::Deref for DiskTry {
+    type Target = Fed<Decision, DiskTryReport>;
+    fn deref(&self) -> &Self::Target {
+        &self.fed
+    }
+}
