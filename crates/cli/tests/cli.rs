@@ -677,6 +677,42 @@ fn graft_load_records_a_global_graft_through_the_daemon() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("recording at disk.pick_request"));
+    // The same module tried in shadow beside the disk queue's elevator, its report as JSON.
+    let fifo_s = fifo.to_str().unwrap();
+    let o = vino(&[
+        "graft",
+        "try",
+        fifo_s,
+        "--point",
+        "disk.pick_request",
+        "--for",
+        "0",
+        "--json",
+        "--socket",
+        sock,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["model"], "disk");
+    assert_eq!(v["point"], "disk.pick_request");
+    // A graftpoint with no model: said, with what to use instead.
+    let o = vino(&[
+        "graft",
+        "try",
+        fifo_s,
+        "--point",
+        "cache.writeback",
+        "--for",
+        "0",
+        "--socket",
+        sock,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("record and replay"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // SAFETY: kill on the daemon child, not reaped yet.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     daemon.wait().unwrap();
