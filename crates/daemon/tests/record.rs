@@ -132,6 +132,10 @@ fn a_candidate_is_tried_on_another_process_of_the_user_without_touching_it() {
         .unwrap();
     tool.graft_try(Some(app.pid()), "vas.pick_victim", NEWEST.as_bytes(), 1)
         .unwrap();
+    // The tried process cannot talk to a candidate another process started (it would spend
+    // the starter's charges).
+    let e = app.graft_call("vas.pick_victim#try", "x", &[]).unwrap_err();
+    assert_eq!(e.errno, errno::ENOENT, "{e}");
     let mut buf = vec![0u8; 4096];
     for round in 0..3 {
         for b in (0..96u64).chain((0..100).map(|k| (k * 37) % 96)) {

@@ -50,6 +50,15 @@ impl Tried {
         }
     }
 
+    /// The shadow's address, to tell it from others.
+    fn ptr(&self) -> *const () {
+        match self {
+            Tried::Victim(t) => Arc::as_ptr(t).cast(),
+            Tried::ReadAhead(t) => Arc::as_ptr(t).cast(),
+            Tried::Disk(t) => Arc::as_ptr(t).cast(),
+        }
+    }
+
     fn running(&self) -> bool {
         match self {
             Tried::Victim(t) => t.running(),
@@ -149,18 +158,26 @@ impl Process {
     pub(crate) fn try_owner_call(&self, point: &str, call: OwnerCall) -> Option<SysResult<i64>> {
         let base = point.strip_suffix(TRY_SUFFIX)?;
         let none = || SysError::new(Errno::NoEnt, format!("no graft is tried at {base}"));
+        // Only the process that started a shadow talks to it: another (the tried process, or
+        // another of the user's) would spend the starter's charges.
+        let mine = |shadow: *const ()| {
+            let started = self.tries.lock().iter().any(|t| t.ptr() == shadow);
+            started.then_some(()).ok_or_else(none)
+        };
         let done = ghost_of(base).and_then(|ghost| match ghost {
             Ghost::Victim => {
                 let shadow = self.kernel().cache.victim_try(self.pid()).ok_or_else(none)?;
+                mine(Arc::as_ptr(&shadow).cast())?;
                 Ok(shadow.owner(call)?)
             }
             Ghost::ReadAhead(fd) => {
                 let shadow = self.file(fd)?.ra.try_handle().ok_or_else(none)?;
+                mine(Arc::as_ptr(&shadow).cast())?;
                 Ok(shadow.owner(call)?)
             }
             Ghost::Disk => {
-                self.may_try_global(base)?;
                 let shadow = self.kernel().sched.try_handle().ok_or_else(none)?;
+                mine(Arc::as_ptr(&shadow).cast())?;
                 Ok(shadow.owner(call)?)
             }
         });
