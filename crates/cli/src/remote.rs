@@ -45,7 +45,8 @@ pub enum RemoteGraft {
     /// Try a candidate graft before binding it: the candidate runs in shadow beside the live
     /// policy (the default or a bound graft) at `vas.pick_victim` or `file.compute_ra/<fd>` of
     /// process `--pid` (yours, or any if privileged), on a ghost model that follows its answers,
-    /// or at `disk.pick_request` (privileged), judged by agreement with the live decisions;
+    /// or at `disk.pick_request` (privileged) or `lock.grant/<fd>`, judged by agreement with the
+    /// live decisions;
     /// nothing it decides reaches the kernel. Prints live against candidate after `--for`
     /// seconds (or Ctrl-C).
     Try {
@@ -396,57 +397,57 @@ fn load_fd(module: &Path, point: &str, fd: i32, command: &[std::ffi::OsString], 
 /// A try's report, live against candidate.
 fn try_table(r: &serde_json::Value) -> String {
     let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    let mut out = String::new();
-    match r["model"].as_str() {
-        Some("disk") => {
-            let f = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
-            out += &format!("{:<24} {:>12} {:>12}\n", "", "LIVE", "CANDIDATE");
-            out += &format!(
-                "{:<24} {:>12} {:>12}\n",
-                "decisions alike",
-                n(&r["followed"]),
-                n(&r["agreed"])
-            );
-            out += &format!(
-                "{:<24} {:>12.0} {:>12.0}\n",
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+    // Each row: its label, the live value's and the candidate's paths, and a divisor (1000: ns
+    // shown in us).
+    let rows: Vec<(&str, &[&str], &[&str], f64)> = match r["model"].as_str() {
+        Some("victim") => vec![
+            ("accesses", &["accesses"], &["accesses"], 1.0),
+            ("misses", &["live_misses"], &["would_be_misses"], 1.0),
+        ],
+        Some("disk") => vec![
+            ("decisions alike", &["followed"], &["agreed"], 1.0),
+            (
                 "seek (blocks, mean)",
-                f(&r["live_seek_blocks"]),
-                f(&r["candidate_seek_blocks"])
-            );
-            out += &format!(
-                "{:<24} {:>12.0} {:>12.0}\n",
-                "waited (us, mean)",
-                f(&r["live_waited_ns"]) / 1e3,
-                f(&r["candidate_waited_ns"]) / 1e3
-            );
-        }
-        Some("victim") => {
-            out += &format!("{:<24} {:>12} {:>12}\n", "", "LIVE", "CANDIDATE");
-            out += &format!(
-                "{:<24} {:>12} {:>12}\n",
-                "accesses",
-                n(&r["accesses"]),
-                n(&r["accesses"])
-            );
-            out += &format!(
-                "{:<24} {:>12} {:>12}\n",
-                "misses",
-                n(&r["live_misses"]),
-                n(&r["would_be_misses"])
-            );
-        }
-        _ => {
-            out += &format!("{:<24} {:>12} {:>12}\n", "", "LIVE", "CANDIDATE");
-            for k in ["hits", "misses", "prefetched", "used", "wasted"] {
-                out += &format!("{:<24} {:>12} {:>12}\n", k, n(&r["live"][k]), n(&r["candidate"][k]));
-            }
-        }
+                &["live_seek_blocks"],
+                &["candidate_seek_blocks"],
+                1.0,
+            ),
+            ("waited (us, mean)", &["live_waited_ns"], &["candidate_waited_ns"], 1e3),
+        ],
+        Some("lock") => vec![
+            ("decisions alike", &["followed"], &["agreed"], 1.0),
+            ("waiters granted", &["live_granted"], &["candidate_granted"], 1.0),
+            (
+                "their wait (us, mean)",
+                &["live_granted_waited_ns"],
+                &["candidate_granted_waited_ns"],
+                1e3,
+            ),
+        ],
+        _ => vec![
+            ("hits", &["live", "hits"], &["candidate", "hits"], 1.0),
+            ("misses", &["live", "misses"], &["candidate", "misses"], 1.0),
+            ("read ahead", &["live", "prefetched"], &["candidate", "prefetched"], 1.0),
+            ("read ahead, used", &["live", "used"], &["candidate", "used"], 1.0),
+            ("read ahead, wasted", &["live", "wasted"], &["candidate", "wasted"], 1.0),
+        ],
+    };
+    let at = |path: &[&str]| path.iter().fold(r, |v, k| &v[*k]);
+    let mut out = format!("{:<24} {:>12} {:>12}\n", "", "LIVE", "CANDIDATE");
+    for (label, live, candidate, div) in rows {
+        out += &format!(
+            "{:<24} {:>12.0} {:>12.0}\n",
+            label,
+            f(at(live)) / div,
+            f(at(candidate)) / div
+        );
     }
     out += &format!(
-        "candidate: {} decisions, {} failed, {:.0} ns a decision; {} offered accesses dropped\n",
+        "candidate: {} decisions, {} failed, {:.0} ns a decision; {} offered events dropped\n",
         n(&r["decisions"]),
         n(&r["failures"]),
-        r["candidate_ns_per_decision"].as_f64().unwrap_or(0.0),
+        f(&r["candidate_ns_per_decision"]),
         n(&r["queue_drops"])
     );
     if let Some(why) = r["dropped"].as_str() {

@@ -241,3 +241,19 @@ fn hostile_candidates_and_recorders_leave_the_live_path_and_the_accounts_as_they
         all_refunded(&d, r);
     }
 }
+
+#[test]
+fn a_lock_grant_candidate_is_tried_on_the_callers_own_descriptor() {
+    let d = TestDaemon::start();
+    let mut app = d.client();
+    let fd = app.open("/locked", OpenFlags::create()).unwrap();
+    let wasm = vino_sdk::build_example("lock_fifo", &Default::default()).unwrap();
+    let point = format!("lock.grant/{fd}");
+    app.graft_try(None, &point, &wasm, 1).unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&app.graft_try_stop(None, &point).unwrap()).unwrap();
+    assert_eq!(r["model"], "lock");
+    assert_eq!(r["point"], format!("lock.grant/{}", app.fstat(fd).unwrap().ino));
+    // Another process names its own descriptors: this one is not its.
+    let mut other = d.client();
+    assert!(other.graft_try(None, &point, &wasm, 1).is_err());
+}

@@ -32,6 +32,8 @@ pub enum TryReport {
     ReadAhead(RaTryReport),
     /// `disk.pick_request`: agreement, and the next request's seek and wait.
     Disk(vino_iosched::shadow::DiskTryReport),
+    /// `lock.grant/<fd>`: agreement, and the waiters granted and their wait.
+    Lock(vino_locks::shadow::LockTryReport),
 }
 
 /// A shadow a process started, kept to stop it when the process exits.
@@ -39,6 +41,7 @@ pub(crate) enum Tried {
     Victim(Arc<VictimTry>),
     ReadAhead(Arc<RaTry>),
     Disk(Arc<vino_iosched::shadow::DiskTry>),
+    Lock(Arc<vino_locks::shadow::LockTry>),
 }
 
 impl Tried {
@@ -47,6 +50,7 @@ impl Tried {
             Tried::Victim(t) => TryReport::Victim(t.stop()),
             Tried::ReadAhead(t) => TryReport::ReadAhead(t.stop()),
             Tried::Disk(t) => TryReport::Disk(t.stop()),
+            Tried::Lock(t) => TryReport::Lock(t.stop()),
         }
     }
 
@@ -56,6 +60,7 @@ impl Tried {
             Tried::Victim(t) => Arc::as_ptr(t).cast(),
             Tried::ReadAhead(t) => Arc::as_ptr(t).cast(),
             Tried::Disk(t) => Arc::as_ptr(t).cast(),
+            Tried::Lock(t) => Arc::as_ptr(t).cast(),
         }
     }
 
@@ -64,6 +69,7 @@ impl Tried {
             Tried::Victim(t) => t.running(),
             Tried::ReadAhead(t) => t.running(),
             Tried::Disk(t) => t.running(),
+            Tried::Lock(t) => t.running(),
         }
     }
 }
@@ -81,7 +87,7 @@ impl Default for TryOptions {
     }
 }
 
-const UNSUPPORTED: &str = "graft try follows vas.pick_victim, file.compute_ra/<fd> and disk.pick_request; record and replay (vino graft record) serve the others";
+const UNSUPPORTED: &str = "graft try follows vas.pick_victim, file.compute_ra/<fd>, disk.pick_request and lock.grant/<fd>; record and replay (vino graft record) serve the others";
 
 impl Process {
     /// The process whose graftpoint a try or its stop names: this one, or `pid` of this user
@@ -115,6 +121,24 @@ impl Process {
                         .map_err(vino_graft::GraftError::from)?,
                 )
             }
+            Ghost::Lock(_) if target.pid() != self.pid() => {
+                return Err(SysError::new(
+                    Errno::Inval,
+                    "lock.grant is tried on the caller's own descriptor",
+                ));
+            }
+            Ghost::Lock(fd) => {
+                // Only who may graft the file's lock.grant (its creator, or privileged).
+                let slot = self.lock_grant_authorized(fd, point)?;
+                let ino = self.fstat(fd)?.ino;
+                Tried::Lock(
+                    self.kernel()
+                        .locks
+                        .manager
+                        .try_start(ino, &slot, wasm, owner, options.sample, TRY_QUEUE)
+                        .map_err(vino_graft::GraftError::from)?,
+                )
+            }
             Ghost::Disk => {
                 self.may_try_global(point)?;
                 Tried::Disk(
@@ -143,7 +167,23 @@ impl Process {
                 self.may_try_global(point)?;
                 TryReport::Disk(self.kernel().sched.try_stop().ok_or_else(none)?)
             }
+            Ghost::Lock(fd) => {
+                self.lock_grant_authorized(fd, point)?;
+                let ino = self.fstat(fd)?.ino;
+                TryReport::Lock(self.kernel().locks.manager.try_stop(ino).ok_or_else(none)?)
+            }
         })
+    }
+
+    /// The file's `lock.grant` slot, if this process may graft it at `point`
+    /// (`lock.grant/<fd>`).
+    fn lock_grant_authorized(
+        &self,
+        fd: crate::Fd,
+        point: &str,
+    ) -> SysResult<Arc<vino_graft::GraftSlot<vino_locks::LockGrant>>> {
+        self.namespace.authorized(self.principal(), point)?;
+        self.lock_grant(fd)
     }
 
     /// A global graftpoint is tried only by a process that may graft it (privileged).
@@ -180,6 +220,12 @@ impl Process {
                 mine(Arc::as_ptr(&shadow).cast())?;
                 Ok(shadow.owner(call)?)
             }
+            Ghost::Lock(fd) => {
+                let ino = self.fstat(fd)?.ino;
+                let shadow = self.kernel().locks.manager.try_handle(ino).ok_or_else(none)?;
+                mine(Arc::as_ptr(&shadow).cast())?;
+                Ok(shadow.owner(call)?)
+            }
         });
         Some(done)
     }
@@ -198,6 +244,7 @@ enum Ghost {
     Victim,
     ReadAhead(crate::Fd),
     Disk,
+    Lock(crate::Fd),
 }
 
 fn ghost_of(point: &str) -> SysResult<Ghost> {
@@ -207,6 +254,10 @@ fn ghost_of(point: &str) -> SysResult<Ghost> {
         Some((base, fd)) if base == ComputeRa::NAME => fd
             .parse()
             .map(Ghost::ReadAhead)
+            .map_err(|_| SysError::new(Errno::Inval, format!("{point}: not a descriptor"))),
+        Some((base, fd)) if base == vino_locks::LockGrant::NAME => fd
+            .parse()
+            .map(Ghost::Lock)
             .map_err(|_| SysError::new(Errno::Inval, format!("{point}: not a descriptor"))),
         _ => Err(SysError::new(Errno::NotSup, format!("{point}: {UNSUPPORTED}"))),
     }

@@ -42,6 +42,7 @@
 pub mod grant;
 mod manager;
 pub mod range;
+pub mod shadow;
 mod tree;
 
 pub use grant::{Fifo, Frp, GrantArgs, GrantEnv, LockGrant, REQUEUE_MAX, Requeue, WaitInfo};

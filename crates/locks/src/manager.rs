@@ -123,6 +123,8 @@ struct State {
     /// Outcomes of waits decided by someone else, by waiter id.
     outcomes: HashMap<u64, Result<(), LockError>>,
     slots: HashMap<u64, Arc<GraftSlot<LockGrant>>>,
+    /// Candidates in shadow beside objects' live policies (`vino graft try`).
+    tries: HashMap<u64, Arc<crate::shadow::LockTry>>,
     /// Owners holding or waiting for locks.
     owners: HashMap<u64, Owner>,
     next_id: u64,
@@ -168,9 +170,47 @@ impl LockManager {
         self.state.lock().slots.get(&object).cloned()
     }
 
+    /// Starts `wasm`, a `lock.grant` graft, in shadow beside the live policy of `object`, whose
+    /// graftpoint is `slot`, offered 1 in `sample` of its decisions (see [`crate::shadow`]); it
+    /// replaces a shadow already there. The caller checks that `owner` may graft `slot`.
+    pub fn try_start(
+        &self,
+        object: u64,
+        slot: &GraftSlot<LockGrant>,
+        wasm: &[u8],
+        owner: vino_graft::Owner,
+        sample: u32,
+        queue: usize,
+    ) -> Result<Arc<crate::shadow::LockTry>, vino_graft::LoadError> {
+        let shadow = crate::shadow::LockTry::start(slot, wasm, owner, sample, queue)?;
+        let old = self.state.lock().tries.insert(object, shadow.clone());
+        if let Some(old) = old {
+            old.stop();
+        }
+        Ok(shadow)
+    }
+
+    /// Stops `object`'s shadow, once it has drained what it was offered: what it found.
+    pub fn try_stop(&self, object: u64) -> Option<crate::shadow::LockTryReport> {
+        let shadow = self.state.lock().tries.remove(&object)?;
+        Some(shadow.stop())
+    }
+
+    /// `object`'s shadow, if one runs.
+    pub fn try_handle(&self, object: u64) -> Option<Arc<crate::shadow::LockTry>> {
+        self.state.lock().tries.get(&object).cloned()
+    }
+
     /// Forgets an object's graftpoint (the object is gone); its graft is unloaded.
     pub fn forget_graftpoint(&self, object: u64) {
-        if let Some(slot) = self.state.lock().slots.remove(&object) {
+        let (slot, tried) = {
+            let mut st = self.state.lock();
+            (st.slots.remove(&object), st.tries.remove(&object))
+        };
+        if let Some(tried) = tried {
+            tried.stop();
+        }
+        if let Some(slot) = slot {
             slot.unload();
         }
     }
@@ -501,6 +541,9 @@ impl LockManager {
         st.stats.decisions += 1;
         st.stats.refused += u64::from(refused);
         st.stats.overridden += u64::from(overridden);
+        if let Some(shadow) = st.tries.get(&object) {
+            shadow.offer(infos, held, mask);
+        }
         if mask != 0 {
             grant_mask(st, object, mask);
         }

@@ -424,3 +424,30 @@ fn a_graft_reorders_its_objects_waiters_when_its_call_commits_and_not_when_it_fa
     }
     m.check_invariants();
 }
+
+#[test]
+fn a_fifo_candidate_in_shadow_is_judged_on_the_live_grants_and_changes_none() {
+    // FRP decides; strict FIFO in shadow beside it.
+    let (m, slot) = manager(Policy::Frp);
+    let wasm = vino_sdk::build_example("lock_fifo", &Default::default()).expect("building lock_fifo.c");
+    m.try_start(OBJ, &slot, &wasm, Owner::process(1), 1, 1024).unwrap();
+    let hs = queue_up(&m);
+    m.unlock(OBJ, 1, BYTE0).unwrap();
+    // The live policy's grant, not the candidate's.
+    assert_eq!(holders(&m), vec![(3, Read), (4, Read)]);
+    for o in [3, 4] {
+        m.unlock(OBJ, o, BYTE0).unwrap();
+    }
+    m.unlock(OBJ, 2, BYTE0).unwrap();
+    m.unlock(OBJ, 5, BYTE0).unwrap();
+    for h in hs {
+        assert_eq!(h.join().unwrap(), Ok(()));
+    }
+    let r = m.try_stop(OBJ).unwrap();
+    assert!(r.followed >= 2, "{r:?}");
+    // The first grant differs: FRP lets both readers in, FIFO the writer that came first.
+    assert!(r.agreed < r.followed, "{r:?}");
+    assert_eq!(r.shadow.failures, 0, "{r:?}");
+    assert!(r.live_granted > r.candidate_granted, "{r:?}");
+    assert_eq!(slot.policy_kind(), PolicyKind::Default, "nothing was bound");
+}
