@@ -34,7 +34,7 @@ use vino_blockdev::BLOCK_SIZE;
 use vino_graft::abi::Extent;
 use vino_graft::shadow::{Drain, Fed, Report};
 pub use vino_graft::shadow::{OwnerCall, ShadowCounts, TRY_QUEUE};
-use vino_graft::{GraftSlot, LoadError, Owner, Shadow, abi};
+use vino_graft::{GraftPoint, GraftSlot, LoadError, Owner, Shadow, abi};
 
 /// One access the cache saw: the page, whether it was a hit, and the process's resident pages.
 #[derive(Debug, Clone, Copy)]
@@ -85,6 +85,7 @@ impl VictimTry {
         sample: u32,
         queue: usize,
     ) -> Result<Arc<VictimTry>, LoadError> {
+        let account = owner.account.clone();
         let shadow = slot.shadow(wasm, owner, Arc::new(VictimEnv::new(pid)))?;
         let sample = sample.max(1);
         let report = VictimTryReport {
@@ -92,9 +93,15 @@ impl VictimTry {
             sample,
             ..VictimTryReport::default()
         };
-        let fed = Fed::start(format!("vino-try-{pid}"), queue, report, move |drain, report| {
-            Ghost::new(shadow, report).run(drain)
-        })?;
+        let item = std::mem::size_of::<vino_graft::shadow::Item<Access>>();
+        let fed = Fed::start(
+            format!("vino-try-{pid}"),
+            queue,
+            item,
+            account.as_ref(),
+            report,
+            move |drain, report| Ghost::new(shadow, report).run(drain),
+        )?;
         Ok(Arc::new(VictimTry { fed, sample }))
     }
 
@@ -368,6 +375,7 @@ impl RaTry {
         frames: usize,
         queue: usize,
     ) -> Result<Arc<RaTry>, LoadError> {
+        let account = owner.account.clone();
         let mut shadow = slot.shadow(wasm, owner, Arc::new(RaFile::new()))?;
         let frames = frames.max(1);
         let report = RaTryReport {
@@ -378,6 +386,10 @@ impl RaTry {
         let fed = Fed::start(
             "vino-try-ra".into(),
             queue,
+            // A read and the live answer's extents (at most two calls' worth).
+            std::mem::size_of::<vino_graft::shadow::Item<RaRead>>()
+                + 2 * abi::RA_MAX_EXTENTS * std::mem::size_of::<Extent>(),
+            account.as_ref(),
             report,
             move |drain: Drain<RaRead>, shared| {
                 let (mut live, mut candidate) = (RaGhost::new(frames), RaGhost::new(frames));
@@ -389,7 +401,10 @@ impl RaTry {
                         offset: read.offset,
                         len: read.len,
                     };
-                    let decided = shadow.decide(&args).unwrap_or_default();
+                    // A failed call takes the default's answer, as it would bound.
+                    let decided = shadow
+                        .decide(&args)
+                        .unwrap_or_else(|_| ComputeRa::default_policy(shadow.env(), &args));
                     let mut asked: Vec<Extent> = decided.as_slice().to_vec();
                     asked.extend(env.prefetched.take());
                     live.read(&read, &read.live);

@@ -81,6 +81,37 @@ fn would_be_misses_are_the_misses_the_candidate_has_when_bound() {
 }
 
 #[test]
+fn a_shadow_s_queue_is_charged_to_its_owner_while_it_runs() {
+    let s = setup(FRAMES, BLOCKS + 16);
+    let account = vino_graft::account::Account::standalone("owner", vino_graft::account::Table::UNLIMITED);
+    let owner = Owner {
+        account: Some(account.clone()),
+        ..Owner::process(1)
+    };
+    let memory = vino_graft::account::Resource::GraftMemory;
+    s.cache
+        .try_victim(1, NEWEST_OF_FIRST_PAGE.as_bytes(), owner, 1, 1024)
+        .unwrap();
+    assert!(account.used(memory) >= 1024 * 16, "the queue's room is charged");
+    workload(&s.cache, 1);
+    s.cache.try_victim_stop(1).unwrap();
+    assert_eq!(account.used(memory), 0, "all refunded at the stop");
+    // An owner that cannot pay for the queue is refused, and nothing is left charged.
+    let poor =
+        vino_graft::account::Account::standalone("poor", vino_graft::account::Table::UNLIMITED.with(memory, 4096));
+    let owner = Owner {
+        account: Some(poor.clone()),
+        ..Owner::process(1)
+    };
+    assert!(
+        s.cache
+            .try_victim(1, NEWEST_OF_FIRST_PAGE.as_bytes(), owner, 1, 1 << 16)
+            .is_err()
+    );
+    assert_eq!(poor.used(memory), 0);
+}
+
+#[test]
 fn the_live_policy_is_the_same_with_a_shadow_beside_it() {
     let plain = setup(FRAMES, BLOCKS + 16);
     workload(&plain.cache, 3);

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{TestDaemon, answer, is_root, raw, spawn_child, wait_line};
+use common::{TestDaemon, all_refunded, answer, is_root, raw, spawn_child, wait_line};
 use std::io::Write;
 use std::time::{Duration, Instant};
 use vino_client::{Client, OpenFlags};
@@ -213,17 +213,6 @@ fn child_role() {
         while nix::unistd::getppid() == parent && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-}
-
-/// Waits until nothing of `r` is charged to anyone (a process's files close just after it
-/// leaves the kernel's table).
-fn all_refunded(d: &TestDaemon, r: Resource) {
-    let total = d.handle().kernel().accounts().total().clone();
-    let until = Instant::now() + Duration::from_secs(10);
-    while total.used(r) != 0 {
-        assert!(Instant::now() < until, "{} of {r:?} still charged", total.used(r));
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

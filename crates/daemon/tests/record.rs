@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{TestDaemon, is_root, spawn_child, wait_line};
+use common::{TestDaemon, all_refunded, is_root, spawn_child, wait_line};
 use vino_client::{Client, OpenFlags};
 use vino_graft::record::{Event, Recording};
 use vino_graft::replay::{ReplayOptions, replay};
@@ -172,20 +172,6 @@ fn a_candidate_is_tried_on_another_process_of_the_user_without_touching_it() {
             lines.iter().any(|l| l.trim() == format!("disk={}", errno::EPERM)),
             "{lines:?}"
         );
-    }
-}
-
-/// Waits until nothing of `r` is charged to anyone.
-fn all_refunded(d: &TestDaemon, r: vino_kernel::Resource) {
-    let total = d.handle().kernel().accounts().total().clone();
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while total.used(r) != 0 {
-        assert!(
-            std::time::Instant::now() < until,
-            "{} of {r:?} still charged",
-            total.used(r)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

@@ -315,7 +315,8 @@ impl Sandbox {
         let entry = instance
             .get_func(&mut store, &h.entry)
             .ok_or_else(|| ReplayError::Module(format!("exports no `{}`", h.entry)))?;
-        let memory = instance.get_memory(&mut store, "memory");
+        // The graft's memory whatever it exports it as (the undo log exports it again).
+        let memory = undo.memory();
         let arg_area = match (h.arg_area, same) {
             (None, _) => None,
             (Some((at, len)), true) => Some((at as usize, len as usize)),

@@ -202,14 +202,14 @@ impl<G: GraftPoint> Live<G> {
         }
     }
 
-    /// The graft's memory and globals now.
+    /// The graft's memory and globals now (its memory through the undo log's export, so a
+    /// module that exports it under another name, or not at all, is imaged whole).
     fn image(&mut self) -> Image {
-        let globals = match &self.undo {
-            Some(undo) => undo.globals(&mut self.store),
-            None => Vec::new(),
+        let (globals, memory) = match &self.undo {
+            Some(undo) => (undo.globals(&mut self.store), undo.memory().or(self.memory)),
+            None => (Vec::new(), self.memory),
         };
-        let memory = self.memory.map_or(&[][..], |m| m.data(&self.store));
-        Image::of(memory, globals)
+        Image::of(memory.map_or(&[][..], |m| m.data(&self.store)), globals)
     }
 
     /// Keeps the writes of the entry call that just returned for a rollback of the whole
@@ -604,14 +604,14 @@ impl<G: GraftPoint> WasmGraft<G> {
         Ok(live.store.data_mut().tape.take().map(|t| t.finish()))
     }
 
-    /// Stops the recording of a graft being unbound, without waiting: `None` if none ran, or
-    /// if the instance is held (then the recording goes with it).
-    pub(crate) fn record_stop_now(&self) -> Option<Recording> {
+    /// Takes the recording of a graft being unbound, without waiting, still charged to its
+    /// owner: `None` if none ran, or if the instance is held (then the recording goes with it).
+    pub(crate) fn record_take_now(&self) -> Option<Box<Tape>> {
         let mut live = self.live.try_lock()?;
         if live.pinned {
             return None;
         }
-        live.store.data_mut().tape.take().map(|t| t.finish())
+        live.store.data_mut().tape.take()
     }
 
     /// Calls the control export `vino_ctl_<name>` with integer arguments, in a transaction.

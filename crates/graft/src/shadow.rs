@@ -13,8 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
-/// Events the queue between the live path and a shadow holds by default.
+/// Events the queue between the live path and a shadow holds by default: page accesses, small
+/// and many.
 pub const TRY_QUEUE: usize = 1 << 16;
+/// Decisions the queue holds where each carries its arguments (a read's answer, the requests
+/// or waiters offered): fewer and larger.
+pub const DECISION_QUEUE: usize = 256;
 
 /// How a candidate in shadow fared, whatever its ghost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -140,17 +144,29 @@ pub struct Fed<E, R: Report> {
     drops: AtomicU64,
     report: Arc<Mutex<R>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The queue's most memory, charged to the shadow's owner as graft memory.
+    _charge: Option<vino_account::Charge>,
 }
 
 impl<E: Send + 'static, R: Report> Fed<E, R> {
-    /// Starts the thread `name` running `body` on the queue (of `queue` items) and the report.
+    /// Starts the thread `name` running `body` on the queue (of `queue` items, each at most
+    /// `item_bytes` with what it points to) and the report. What a full queue holds is charged
+    /// to `account` as graft memory.
     pub fn start(
         name: String,
         queue: usize,
+        item_bytes: usize,
+        account: Option<&Arc<vino_account::Account>>,
         report: R,
         body: impl FnOnce(Drain<E>, Arc<Mutex<R>>) + Send + 'static,
     ) -> Result<Fed<E, R>, LoadError> {
-        let (feed, drain) = sync_channel(queue.max(1));
+        let queue = queue.max(1);
+        let most = (queue as u64).saturating_mul(item_bytes as u64);
+        let charge = match account {
+            Some(a) => Some(a.charge(vino_account::Resource::GraftMemory, most)?),
+            None => None,
+        };
+        let (feed, drain) = sync_channel(queue);
         let report = Arc::new(Mutex::new(report));
         let shared = report.clone();
         let thread = std::thread::Builder::new()
@@ -162,6 +178,7 @@ impl<E: Send + 'static, R: Report> Fed<E, R> {
             drops: AtomicU64::new(0),
             report,
             thread: Mutex::new(Some(thread)),
+            _charge: charge,
         })
     }
 

@@ -131,7 +131,8 @@ pub struct GraftSlot<G: GraftPoint> {
     binding: ArcSwapOption<Binding<G>>,
     /// The recording of a graft that was unbound while it ran, kept for its owner to take
     /// ([`GraftSlot::record_stop`]).
-    finished: parking_lot::Mutex<Option<Recording>>,
+    /// It stays charged to the graft's owner until it is taken or the slot goes.
+    finished: parking_lot::Mutex<Option<(Box<crate::record::Tape>, String)>>,
 }
 
 impl<G: GraftPoint> GraftSlot<G> {
@@ -373,10 +374,9 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// Keeps the recording of a binding that was just unbound, if one ran.
     fn retire(&self, old: Option<Arc<Binding<G>>>, why: &str) {
         if let Some(Policy::Wasm { graft, .. }) = old.as_deref().map(|b| &b.policy)
-            && let Some(mut recording) = graft.record_stop_now()
+            && let Some(tape) = graft.record_take_now()
         {
-            recording.ended = Some(why.to_string());
-            *self.finished.lock() = Some(recording);
+            *self.finished.lock() = Some((tape, why.to_string()));
         }
     }
 
@@ -398,7 +398,9 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// Stops the recording and gives it: the bound graft's, or that of a graft unbound while it
     /// was recorded (whose [`Recording::ended`] says why).
     pub fn record_stop(&self) -> Result<Recording, GraftError> {
-        if let Some(done) = self.finished.lock().take() {
+        if let Some((tape, why)) = self.finished.lock().take() {
+            let mut done = tape.finish();
+            done.ended = Some(why);
             return Ok(done);
         }
         let guard = self.binding.load();

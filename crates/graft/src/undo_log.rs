@@ -843,6 +843,11 @@ impl UndoLog {
         })
     }
 
+    /// The graft's memory (index 0), whatever name the module exports it under, if it has one.
+    pub fn memory(&self) -> Option<Memory> {
+        self.memory
+    }
+
     /// The bytes of the log in use.
     pub fn cursor(&self, mut store: impl AsContextMut) -> u32 {
         self.cursor.get(&mut store).unwrap_i32() as u32

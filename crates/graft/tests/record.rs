@@ -286,14 +286,23 @@ fn the_recording_of_a_graft_unloaded_for_failing_is_kept() {
         ..RuntimeConfig::default()
     });
     let slot = slot(&runtime);
-    slot.load(SUM.as_bytes(), Owner::process(1)).unwrap();
+    let account = vino_graft::account::Account::standalone("owner", vino_graft::account::Table::UNLIMITED);
+    let owner = Owner {
+        account: Some(account.clone()),
+        ..Owner::process(1)
+    };
+    slot.load(SUM.as_bytes(), owner).unwrap();
     slot.record_start(1 << 20).unwrap();
     call(&slot, &[&[1]]);
     for _ in 0..3 {
         call(&slot, &[&[999]]);
     }
     assert_eq!(slot.policy_kind(), vino_graft::PolicyKind::Default, "unloaded");
+    // The graft is gone, its recording not yet taken: that stays charged to the owner.
+    let memory = vino_graft::account::Resource::GraftMemory;
+    assert!(account.used(memory) > 0, "the kept recording is charged");
     let recording = slot.record_stop().unwrap();
+    assert_eq!(account.used(memory), 0, "refunded once taken");
     assert!(
         recording.ended.as_deref().unwrap().contains("failing"),
         "{:?}",

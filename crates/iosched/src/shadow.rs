@@ -65,6 +65,7 @@ impl DiskTry {
         let env = Arc::new(PickEnv {
             age_cap_ns: slot.env().age_cap_ns,
         });
+        let account = owner.account.clone();
         let mut shadow = slot.shadow(wasm, owner, env)?;
         let sample = sample.max(1);
         let report = DiskTryReport {
@@ -75,6 +76,9 @@ impl DiskTry {
         let fed = Fed::start(
             "vino-try-disk".into(),
             queue,
+            std::mem::size_of::<vino_graft::shadow::Item<Decision>>()
+                + crate::PICK_MAX * std::mem::size_of::<Candidate>(),
+            account.as_ref(),
             report,
             move |drain: Drain<Decision>, shared| {
                 let (mut seek, mut waited) = ([0u128; 2], [0u128; 2]);
@@ -120,7 +124,7 @@ impl DiskTry {
             return;
         }
         self.fed.offer(Decision {
-            pending: pending.to_vec(),
+            pending: pending[..pending.len().min(crate::PICK_MAX)].to_vec(),
             head,
             live,
         });

@@ -16,6 +16,7 @@ use crate::process::Process;
 use std::sync::Arc;
 use vino_cache::{ComputeRa, OwnerCall, PickVictim, RaTry, RaTryReport, TRY_QUEUE, VictimTry, VictimTryReport};
 use vino_graft::GraftPoint;
+use vino_graft::shadow::DECISION_QUEUE;
 
 /// Appended to a graftpoint's name, names the caller's candidate in shadow there, for the
 /// calls an owner makes to its graft (`graft_write_memory`, `graft_call`, `graft_symbol`):
@@ -117,7 +118,7 @@ impl Process {
                 let frames = cache.config().frames;
                 let ra = &target.file(fd)?.ra;
                 Tried::ReadAhead(
-                    ra.try_start(wasm, owner, frames, TRY_QUEUE)
+                    ra.try_start(wasm, owner, frames, DECISION_QUEUE)
                         .map_err(vino_graft::GraftError::from)?,
                 )
             }
@@ -135,7 +136,7 @@ impl Process {
                     self.kernel()
                         .locks
                         .manager
-                        .try_start(ino, &slot, wasm, owner, options.sample, TRY_QUEUE)
+                        .try_start(ino, &slot, wasm, owner, options.sample, DECISION_QUEUE)
                         .map_err(vino_graft::GraftError::from)?,
                 )
             }
@@ -144,7 +145,7 @@ impl Process {
                 Tried::Disk(
                     self.kernel()
                         .sched
-                        .try_start(wasm, owner, options.sample, TRY_QUEUE)
+                        .try_start(wasm, owner, options.sample, DECISION_QUEUE)
                         .map_err(vino_graft::GraftError::from)?,
                 )
             }

@@ -7,13 +7,16 @@
 //! changed later (who waits behind whom next) is not modelled: the waiters the candidate sees
 //! are the live ones.
 
-use crate::grant::{GrantArgs, GrantEnv, LockGrant, WaitInfo, check_grant, frp};
+use crate::grant::{GRANT_MAX, GrantArgs, GrantEnv, LockGrant, WaitInfo, check_grant, frp};
 use crate::range::Lock;
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use vino_graft::shadow::{Drain, Fed, Report, ShadowCounts};
 use vino_graft::{GraftSlot, LoadError, Owner};
+
+/// Most locks held a decision carries to the shadow: all a call's argument area can show.
+const HELD_MAX: usize = vino_graft::ARG_BYTES / crate::grant::ENTRY_BYTES;
 
 /// One live decision: the waiters, the locks held, the live grant mask.
 /// (Its fields are the lock manager's to fill.)
@@ -61,6 +64,7 @@ impl LockTry {
         sample: u32,
         queue: usize,
     ) -> Result<Arc<LockTry>, LoadError> {
+        let account = owner.account.clone();
         let mut shadow = slot.shadow(wasm, owner, Arc::new(GrantEnv::new(slot.env().object)))?;
         let sample = sample.max(1);
         let report = LockTryReport {
@@ -71,6 +75,10 @@ impl LockTry {
         let fed = Fed::start(
             "vino-try-lock".into(),
             queue,
+            std::mem::size_of::<vino_graft::shadow::Item<Decision>>()
+                + GRANT_MAX * std::mem::size_of::<WaitInfo>()
+                + HELD_MAX * std::mem::size_of::<Lock>(),
+            account.as_ref(),
             report,
             move |drain: Drain<Decision>, shared| {
                 let (mut granted, mut waited) = ([0u64; 2], [0u128; 2]);
@@ -89,7 +97,7 @@ impl LockTry {
                     // Its requeues ask the kernel for nothing: the shadow's environment keeps them.
                     drop(shadow.env().take_requeues());
                     for (k, mask) in [d.live, candidate].into_iter().enumerate() {
-                        for (i, w) in d.waiters.iter().enumerate().take(crate::grant::GRANT_MAX) {
+                        for (i, w) in d.waiters.iter().enumerate().take(GRANT_MAX) {
                             if mask & (1 << i) != 0 {
                                 granted[k] += 1;
                                 waited[k] += u128::from(w.age_ns);
@@ -121,8 +129,8 @@ impl LockTry {
             return;
         }
         self.fed.offer(Decision {
-            waiters: waiters.to_vec(),
-            held: held.to_vec(),
+            waiters: waiters[..waiters.len().min(GRANT_MAX)].to_vec(),
+            held: held[..held.len().min(HELD_MAX)].to_vec(),
             live,
         });
     }

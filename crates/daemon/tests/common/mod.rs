@@ -146,3 +146,14 @@ pub fn raw(socket: &Path) -> UnixStream {
     assert!(matches!(answer(&mut s), Some(Response::Hello { .. })));
     s
 }
+
+/// Waits until nothing of `r` is charged to anyone (a process's files close just after it
+/// leaves the kernel's table).
+pub fn all_refunded(d: &TestDaemon, r: vino_kernel::Resource) {
+    let total = d.handle().kernel().accounts().total().clone();
+    let until = Instant::now() + Duration::from_secs(10);
+    while total.used(r) != 0 {
+        assert!(Instant::now() < until, "{} of {r:?} still charged", total.used(r));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
