@@ -52,8 +52,8 @@ fn three_hundred_seeds_of_the_whole_kernel_survive_their_power_cuts() {
     assert!(sum(|r| r.net_bytes) > 10 << 20, "bytes checked at the sockets");
     // Every graft's inputs were recorded while bound and replayed offline when it went.
     assert!(
-        sum(|r| r.replayed) > 5000,
-        "graft invocations replayed exactly as they ran"
+        sum(|r| r.replayed) > 100,
+        "grafts' recordings replayed exactly as they ran"
     );
     assert!(
         sum(|r| r.net_faults) > 1000,
