@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use vino_blockdev::BLOCK_SIZE;
 use vino_graft::abi::Extent;
-use vino_graft::shadow::{Drain, Fed, Report};
+use vino_graft::shadow::{Drain, Fed, Report, Sampler};
 pub use vino_graft::shadow::{OwnerCall, ShadowCounts, TRY_QUEUE};
 use vino_graft::{GraftPoint, GraftSlot, LoadError, Owner, Shadow, abi};
 
@@ -62,8 +62,8 @@ pub struct VictimTryReport {
 }
 
 impl Report for VictimTryReport {
-    fn set_queue_drops(&mut self, n: u64) {
-        self.shadow.queue_drops = n;
+    fn counts(&mut self) -> &mut ShadowCounts {
+        &mut self.shadow
     }
 }
 
@@ -99,6 +99,8 @@ impl VictimTry {
             queue,
             item,
             account.as_ref(),
+            // Exact needs every access; the thread is paced, and what it cannot take dropped.
+            Sampler::new(Some(1)),
             report,
             move |drain, report| Ghost::new(shadow, report).run(drain),
         )?;
@@ -191,7 +193,7 @@ impl Ghost {
     }
 
     fn run(&mut self, drain: Drain<Access>) {
-        while let Some(item) = drain.next() {
+        for item in drain {
             if let Some(a) = item.live(&self.shadow) {
                 self.access(a);
             }
@@ -355,8 +357,8 @@ pub struct RaTryReport {
 }
 
 impl Report for RaTryReport {
-    fn set_queue_drops(&mut self, n: u64) {
-        self.shadow.queue_drops = n;
+    fn counts(&mut self) -> &mut ShadowCounts {
+        &mut self.shadow
     }
 }
 
@@ -390,10 +392,11 @@ impl RaTry {
             std::mem::size_of::<vino_graft::shadow::Item<RaRead>>()
                 + 2 * abi::RA_MAX_EXTENTS * std::mem::size_of::<Extent>(),
             account.as_ref(),
+            Sampler::new(Some(1)),
             report,
             move |drain: Drain<RaRead>, shared| {
                 let (mut live, mut candidate) = (RaGhost::new(frames), RaGhost::new(frames));
-                while let Some(item) = drain.next() {
+                for item in drain {
                     let Some(read) = item.live(&shadow) else { continue };
                     let env = shadow.env().clone();
                     env.size.store(read.size, Ordering::Relaxed);

@@ -45,8 +45,9 @@ pub enum RemoteGraft {
     /// Try a candidate graft before binding it: the candidate runs in shadow beside the live
     /// policy (the default or a bound graft) at `vas.pick_victim` or `file.compute_ra/<fd>` of
     /// process `--pid` (yours, or any if privileged), on a ghost model that follows its answers,
-    /// or at `disk.pick_request` (privileged) or `lock.grant/<fd>`, judged by agreement with the
-    /// live decisions;
+    /// or at `disk.pick_request` (privileged), `lock.grant/<fd>`, `sched.pick_next`
+    /// (privileged) or `sched.pick_thread` of `--pid`, judged by agreement with the live
+    /// decisions;
     /// nothing it decides reaches the kernel. Prints live against candidate after `--for`
     /// seconds (or Ctrl-C).
     Try {
@@ -59,9 +60,11 @@ pub enum RemoteGraft {
         pid: Option<u64>,
         #[arg(long = "for")]
         hold: Option<u64>,
-        /// Follow 1 in N pages (vas.pick_victim): a fraction of the cost, counts of a sample.
-        #[arg(long, default_value_t = 1)]
-        sample: u32,
+        /// Follow 1 in N pages (vas.pick_victim; default all, exact) or 1 in N decisions (the
+        /// graftpoints judged by agreement; default: the kernel chooses, to keep the shadow
+        /// under its share of a core).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        sample: Option<u32>,
         #[arg(long)]
         json: bool,
         #[arg(long)]
@@ -236,7 +239,7 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             let wasm = std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
             let signals = block_stop_signals()?;
             let mut c = connect(socket)?;
-            c.graft_try(pid, &point, &wasm, sample)
+            c.graft_try(pid, &point, &wasm, sample.unwrap_or(0))
                 .with_context(|| format!("trying {} at {point}", module.display()))?;
             hold_until(hold, &signals)?;
             let report = c.graft_try_stop(pid, &point)?;
@@ -425,6 +428,11 @@ fn try_table(r: &serde_json::Value) -> String {
                 1e3,
             ),
         ],
+        Some("sched") => vec![
+            ("decisions alike", &["followed"], &["agreed"], 1.0),
+            ("waited (us, mean)", &["live_waited_ns"], &["candidate_waited_ns"], 1e3),
+            ("longest waiting run", &["live_oldest"], &["candidate_oldest"], 1.0),
+        ],
         _ => vec![
             ("hits", &["live", "hits"], &["candidate", "hits"], 1.0),
             ("misses", &["live", "misses"], &["candidate", "misses"], 1.0),
@@ -450,6 +458,15 @@ fn try_table(r: &serde_json::Value) -> String {
         f(&r["candidate_ns_per_decision"]),
         n(&r["queue_drops"])
     );
+    if r["held_back_ms"].as_u64().unwrap_or(0) > 0 {
+        out += &format!(
+            "the candidate was held back {} ms to keep under its share of a core\n",
+            n(&r["held_back_ms"])
+        );
+    }
+    if r["sample_auto"].as_bool() == Some(true) {
+        out += &format!("1 in {} decisions offered, as the kernel chose\n", n(&r["sample"]));
+    }
     if let Some(why) = r["dropped"].as_str() {
         out += &format!("the candidate was dropped: {why}\n");
     }

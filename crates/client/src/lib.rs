@@ -945,7 +945,7 @@ impl Client {
     }
 
     /// Runs `wasm` in shadow beside the live policy at `point` of process `pid` (this
-    /// connection's if `None`), following 1 in `sample` pages.
+    /// connection's if `None`), following 1 in `sample` pages or decisions (0: all pages; decisions as the kernel chooses).
     pub fn graft_try(&mut self, pid: Option<u64>, point: &str, wasm: &[u8], sample: u32) -> Result<()> {
         let req = Request::GraftTry {
             pid,

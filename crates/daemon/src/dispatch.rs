@@ -342,7 +342,15 @@ impl Session<'_> {
                 point,
                 wasm,
                 sample,
-            } => ok(p.graft_try_start(pid, &point, &wasm, vino_kernel::graft_try::TryOptions { sample })),
+            } => ok(p.graft_try_start(
+                pid,
+                &point,
+                &wasm,
+                vino_kernel::graft_try::TryOptions {
+                    // 0: the kernel chooses.
+                    sample: (sample > 0).then_some(sample),
+                },
+            )),
             Request::GraftTryStop { pid, point } => p
                 .graft_try_stop(pid, &point)
                 .map(|r| Response::Data(serde_json::to_vec(&r).expect("a report always encodes")))

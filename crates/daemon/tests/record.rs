@@ -53,6 +53,13 @@ fn child_role() {
             .graft_try(None, "disk.pick_request", READ_AHEAD.as_bytes(), 1)
             .unwrap_err();
         println!("disk={}", e.errno);
+        // Nor the CPU's turns between users, nor another user's threads.
+        let e = c.graft_try(None, "sched.pick_next", PICK.as_bytes(), 0).unwrap_err();
+        println!("next={}", e.errno);
+        let e = c
+            .graft_try(Some(pid), "sched.pick_thread", PICK.as_bytes(), 0)
+            .unwrap_err();
+        println!("thread={}", e.errno);
     }
     println!("DONE");
 }
@@ -168,11 +175,42 @@ fn a_candidate_is_tried_on_another_process_of_the_user_without_touching_it() {
             lines.iter().any(|l| l.trim() == format!("errno={}", errno::ESRCH)),
             "{lines:?}"
         );
-        assert!(
-            lines.iter().any(|l| l.trim() == format!("disk={}", errno::EPERM)),
-            "{lines:?}"
-        );
+        for want in [
+            format!("disk={}", errno::EPERM),
+            format!("next={}", errno::EPERM),
+            format!("thread={}", errno::ESRCH),
+        ] {
+            assert!(lines.iter().any(|l| l.trim() == want), "{want}: {lines:?}");
+        }
     }
+}
+
+/// Runs the first runnable thread, and keeps a word of memory its owner writes.
+const PICK: &str = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "sched_pick_thread") (param i32 i32) (result i32) (i32.const 0))
+  (func (export "sched_pick_next") (param i32 i32) (result i32) (i32.const 0)))"#;
+
+#[test]
+fn a_scheduler_candidate_is_tried_on_another_process_of_the_user_and_its_owner_talks_to_it() {
+    let d = TestDaemon::start();
+    let app = d.client();
+    let mut tool = d.client();
+    // The kernel chooses how many decisions to offer (0).
+    tool.graft_try(Some(app.pid()), "sched.pick_thread", PICK.as_bytes(), 0)
+        .unwrap();
+    // The starter's calls reach its candidate on the other process; the tried process's do not.
+    tool.graft_write_memory("sched.pick_thread#try", 0, &[1, 2, 3, 4])
+        .unwrap();
+    let mut app = app;
+    let e = app.graft_write_memory("sched.pick_thread#try", 0, &[1]).unwrap_err();
+    assert_eq!(e.errno, errno::ENOENT, "{e}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&tool.graft_try_stop(Some(app.pid()), "sched.pick_thread").unwrap()).unwrap();
+    assert_eq!(r["model"], "sched", "{r}");
+    assert_eq!(r["sample_auto"], true, "{r}");
+    assert_eq!(r["failures"], 0, "{r}");
+    let e = tool.graft_try_stop(Some(app.pid()), "sched.pick_thread").unwrap_err();
+    assert_eq!(e.errno, errno::ENOENT, "{e}");
 }
 
 #[test]

@@ -462,7 +462,7 @@ impl IoScheduler {
         &self,
         wasm: &[u8],
         owner: vino_graft::Owner,
-        sample: u32,
+        sample: Option<u32>,
         queue: usize,
     ) -> Result<Arc<shadow::DiskTry>, vino_graft::LoadError> {
         let shadow = shadow::DiskTry::start(&self.core.slot, wasm, owner, sample, queue)?;

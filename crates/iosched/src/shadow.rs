@@ -11,8 +11,7 @@
 use crate::{Candidate, PickArgs, PickEnv, PickRequest};
 use serde::Serialize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use vino_graft::shadow::{Drain, Fed, Report, ShadowCounts};
+use vino_graft::shadow::{Drain, Fed, Report, Sampler, ShadowCounts};
 use vino_graft::{GraftPoint, GraftSlot, LoadError, Owner};
 
 /// One live decision: the requests offered, the head, the live choice.
@@ -42,16 +41,17 @@ pub struct DiskTryReport {
 }
 
 impl Report for DiskTryReport {
-    fn set_queue_drops(&mut self, n: u64) {
-        self.shadow.queue_drops = n;
+    fn counts(&mut self) -> &mut ShadowCounts {
+        &mut self.shadow
+    }
+    fn set_sample(&mut self, every: u32) {
+        self.sample = every;
     }
 }
 
 /// A candidate `disk.pick_request` graft in shadow beside the scheduler's live policy.
 pub struct DiskTry {
     fed: Fed<Decision, DiskTryReport>,
-    sample: u32,
-    seen: AtomicU64,
 }
 
 impl DiskTry {
@@ -59,7 +59,7 @@ impl DiskTry {
         slot: &GraftSlot<PickRequest>,
         wasm: &[u8],
         owner: Owner,
-        sample: u32,
+        sample: Option<u32>,
         queue: usize,
     ) -> Result<Arc<DiskTry>, LoadError> {
         let env = Arc::new(PickEnv {
@@ -67,10 +67,9 @@ impl DiskTry {
         });
         let account = owner.account.clone();
         let mut shadow = slot.shadow(wasm, owner, env)?;
-        let sample = sample.max(1);
         let report = DiskTryReport {
             point: slot.name().to_string(),
-            sample,
+            sample: sample.unwrap_or(1).max(1),
             ..DiskTryReport::default()
         };
         let fed = Fed::start(
@@ -79,10 +78,11 @@ impl DiskTry {
             std::mem::size_of::<vino_graft::shadow::Item<Decision>>()
                 + crate::PICK_MAX * std::mem::size_of::<Candidate>(),
             account.as_ref(),
+            Sampler::new(sample),
             report,
             move |drain: Drain<Decision>, shared| {
                 let (mut seek, mut waited) = ([0u128; 2], [0u128; 2]);
-                while let Some(item) = drain.next() {
+                for item in drain {
                     let Some(d) = item.live(&shadow) else { continue };
                     let args = PickArgs {
                         pending: &d.pending,
@@ -110,17 +110,12 @@ impl DiskTry {
                 }
             },
         )?;
-        Ok(Arc::new(DiskTry {
-            fed,
-            sample,
-            seen: AtomicU64::new(0),
-        }))
+        Ok(Arc::new(DiskTry { fed }))
     }
 
-    /// Offers one live decision (1 in `sample` of them; never waits).
+    /// Offers one live decision (those the sampler takes; never waits).
     pub(crate) fn offer(&self, pending: &[Candidate], head: u64, live: usize) {
-        let n = self.seen.fetch_add(1, Ordering::Relaxed);
-        if pending.is_empty() || !n.is_multiple_of(u64::from(self.sample)) {
+        if pending.is_empty() || !self.fed.take() {
             return;
         }
         self.fed.offer(Decision {

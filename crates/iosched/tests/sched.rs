@@ -731,7 +731,7 @@ fn a_candidate_in_shadow_is_judged_on_the_live_decisions_and_changes_none() {
     let dev = Recorder::new(1024, false);
     let s = sched(dev.clone(), &rt, 1);
     // FIFO in shadow beside the elevator: the elevator still decides.
-    s.try_start(&build("fifo"), Owner::process(1), 1, 1024).unwrap();
+    s.try_start(&build("fifo"), Owner::process(1), Some(1), 1024).unwrap();
     assert_eq!(serve_batch(&s, &dev, &BATCH), SWEEP);
     let r = s.try_stop().unwrap();
     assert_eq!(r.followed, 5, "every decision among several");
@@ -743,7 +743,8 @@ fn a_candidate_in_shadow_is_judged_on_the_live_decisions_and_changes_none() {
     // The elevator in shadow beside itself agrees with every decision.
     let dev = Recorder::new(1024, false);
     let s = sched(dev.clone(), &rt, 1);
-    s.try_start(&build("elevator"), Owner::process(1), 1, 1024).unwrap();
+    s.try_start(&build("elevator"), Owner::process(1), Some(1), 1024)
+        .unwrap();
     serve_batch(&s, &dev, &BATCH);
     let r = s.try_stop().unwrap();
     assert_eq!((r.followed, r.agreed), (5, 5), "{r:?}");
@@ -752,7 +753,7 @@ fn a_candidate_in_shadow_is_judged_on_the_live_decisions_and_changes_none() {
     let s = sched(dev.clone(), &rt, 1);
     let loops = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
       (func (export "disk_pick_request") (param i32 i64) (result i32) (loop (br 0)) (i32.const 0)))"#;
-    s.try_start(loops.as_bytes(), Owner::process(1), 1, 1024).unwrap();
+    s.try_start(loops.as_bytes(), Owner::process(1), Some(1), 1024).unwrap();
     assert_eq!(serve_batch(&s, &dev, &BATCH), SWEEP);
     let r = s.try_stop().unwrap();
     assert_eq!(r.shadow.failures, 5, "{r:?}");

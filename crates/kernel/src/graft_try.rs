@@ -1,9 +1,10 @@
 //! `vino graft try`: a candidate graft in shadow beside a graftpoint's live policy, on a ghost
 //! model that follows its answers (`vino_cache::shadow`). Two graftpoints have ghosts:
 //! `vas.pick_victim` (a ghost of the process's resident pages) and `file.compute_ra/<fd>`
-//! (ghost caches of the file). `disk.pick_request` (privileged) is judged by agreement with the
-//! live decisions and a stated model (`vino_iosched::shadow`); record and replay serve the
-//! others.
+//! (ghost caches of the file). `disk.pick_request` (privileged), `lock.grant/<fd>`,
+//! `sched.pick_next` (privileged) and `sched.pick_thread` are judged by agreement with the live
+//! decisions and a stated model (`vino_iosched::shadow`, `vino_locks::shadow`,
+//! `vino_sched::shadow`); record and replay serve the others.
 //!
 //! Who may: a process on its own graftpoints, and on those of another process of its user (or
 //! any, if privileged), as it may signal one: a shadow changes nothing the target does and
@@ -35,60 +36,70 @@ pub enum TryReport {
     Disk(vino_iosched::shadow::DiskTryReport),
     /// `lock.grant/<fd>`: agreement, and the waiters granted and their wait.
     Lock(vino_locks::shadow::LockTryReport),
+    /// `sched.pick_next`, `sched.pick_thread`: agreement, and the chosen thread's wait.
+    Sched(vino_sched::shadow::SchedTryReport),
 }
 
-/// A shadow a process started, kept to stop it when the process exits.
-pub(crate) enum Tried {
+/// A shadow a process started, kept for its owner's calls and to stop it when the process
+/// exits.
+pub(crate) struct Tried {
+    /// The graftpoint as the try named it.
+    point: String,
+    shadow: Shadowed,
+}
+
+#[derive(Clone)]
+enum Shadowed {
     Victim(Arc<VictimTry>),
     ReadAhead(Arc<RaTry>),
     Disk(Arc<vino_iosched::shadow::DiskTry>),
     Lock(Arc<vino_locks::shadow::LockTry>),
+    Sched(Arc<vino_sched::shadow::SchedTry>),
+}
+
+/// `$body` with `$t` the shadow, whichever kind it is (each derefs to its queue, a `Fed`).
+macro_rules! each {
+    ($shadowed:expr, $t:ident => $body:expr) => {
+        match $shadowed {
+            Shadowed::Victim($t) => $body,
+            Shadowed::ReadAhead($t) => $body,
+            Shadowed::Disk($t) => $body,
+            Shadowed::Lock($t) => $body,
+            Shadowed::Sched($t) => $body,
+        }
+    };
 }
 
 impl Tried {
     fn stop(&self) -> TryReport {
-        match self {
-            Tried::Victim(t) => TryReport::Victim(t.stop()),
-            Tried::ReadAhead(t) => TryReport::ReadAhead(t.stop()),
-            Tried::Disk(t) => TryReport::Disk(t.stop()),
-            Tried::Lock(t) => TryReport::Lock(t.stop()),
-        }
-    }
-
-    /// The shadow's address, to tell it from others.
-    fn ptr(&self) -> *const () {
-        match self {
-            Tried::Victim(t) => Arc::as_ptr(t).cast(),
-            Tried::ReadAhead(t) => Arc::as_ptr(t).cast(),
-            Tried::Disk(t) => Arc::as_ptr(t).cast(),
-            Tried::Lock(t) => Arc::as_ptr(t).cast(),
+        match &self.shadow {
+            Shadowed::Victim(t) => TryReport::Victim(t.stop()),
+            Shadowed::ReadAhead(t) => TryReport::ReadAhead(t.stop()),
+            Shadowed::Disk(t) => TryReport::Disk(t.stop()),
+            Shadowed::Lock(t) => TryReport::Lock(t.stop()),
+            Shadowed::Sched(t) => TryReport::Sched(t.stop()),
         }
     }
 
     fn running(&self) -> bool {
-        match self {
-            Tried::Victim(t) => t.running(),
-            Tried::ReadAhead(t) => t.running(),
-            Tried::Disk(t) => t.running(),
-            Tried::Lock(t) => t.running(),
-        }
+        each!(&self.shadow, t => t.running())
+    }
+
+    fn owner(&self, call: OwnerCall) -> Result<i64, vino_graft::GraftError> {
+        each!(&self.shadow, t => t.owner(call))
     }
 }
 
 /// Options of a try.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct TryOptions {
-    /// Follow 1 in `sample` pages (`vas.pick_victim`; 1: all, exact).
-    pub sample: u32,
+    /// `vas.pick_victim`: follow 1 in `sample` pages (none or 1: all, exact). Graftpoints
+    /// judged by agreement: offer 1 in `sample` decisions; none: the kernel chooses, to hold
+    /// the shadow under its share of a core (`vino_graft::shadow::Sampler`).
+    pub sample: Option<u32>,
 }
 
-impl Default for TryOptions {
-    fn default() -> Self {
-        TryOptions { sample: 1 }
-    }
-}
-
-const UNSUPPORTED: &str = "graft try follows vas.pick_victim, file.compute_ra/<fd>, disk.pick_request and lock.grant/<fd>; record and replay (vino graft record) serve the others";
+const UNSUPPORTED: &str = "graft try follows vas.pick_victim, file.compute_ra/<fd>, disk.pick_request, lock.grant/<fd>, sched.pick_next and sched.pick_thread; record and replay (vino graft record) serve the others";
 
 impl Process {
     /// The process whose graftpoint a try or its stop names: this one, or `pid` of this user
@@ -108,16 +119,17 @@ impl Process {
         let target = self.try_target(pid)?;
         let owner = self.graft_owner();
         let cache = &self.kernel().cache;
-        let tried = match ghost_of(point)? {
-            Ghost::Victim => Tried::Victim(
+        let cpu = &self.kernel().cpu;
+        let shadow = match ghost_of(point)? {
+            Ghost::Victim => Shadowed::Victim(
                 cache
-                    .try_victim(target.pid(), wasm, owner, options.sample, TRY_QUEUE)
+                    .try_victim(target.pid(), wasm, owner, options.sample.unwrap_or(1), TRY_QUEUE)
                     .map_err(vino_graft::GraftError::from)?,
             ),
             Ghost::ReadAhead(fd) => {
                 let frames = cache.config().frames;
                 let ra = &target.file(fd)?.ra;
-                Tried::ReadAhead(
+                Shadowed::ReadAhead(
                     ra.try_start(wasm, owner, frames, DECISION_QUEUE)
                         .map_err(vino_graft::GraftError::from)?,
                 )
@@ -132,7 +144,7 @@ impl Process {
                 // Only who may graft the file's lock.grant (its creator, or privileged).
                 let slot = self.lock_grant_authorized(fd, point)?;
                 let ino = self.fstat(fd)?.ino;
-                Tried::Lock(
+                Shadowed::Lock(
                     self.kernel()
                         .locks
                         .manager
@@ -142,18 +154,32 @@ impl Process {
             }
             Ghost::Disk => {
                 self.may_try_global(point)?;
-                Tried::Disk(
+                Shadowed::Disk(
                     self.kernel()
                         .sched
                         .try_start(wasm, owner, options.sample, DECISION_QUEUE)
                         .map_err(vino_graft::GraftError::from)?,
                 )
             }
+            Ghost::PickNext => {
+                self.may_try_global(point)?;
+                Shadowed::Sched(
+                    cpu.try_start(None, wasm, owner, options.sample, DECISION_QUEUE)
+                        .map_err(vino_graft::GraftError::from)?,
+                )
+            }
+            Ghost::PickThread => Shadowed::Sched(
+                cpu.try_start(Some(target.pid()), wasm, owner, options.sample, DECISION_QUEUE)
+                    .map_err(vino_graft::GraftError::from)?,
+            ),
         };
         let mut tries = self.tries.lock();
         // Those stopped since (by their stop, or replaced) go.
         tries.retain(Tried::running);
-        tries.push(tried);
+        tries.push(Tried {
+            point: point.to_string(),
+            shadow,
+        });
         Ok(())
     }
 
@@ -173,6 +199,11 @@ impl Process {
                 let ino = self.fstat(fd)?.ino;
                 TryReport::Lock(self.kernel().locks.manager.try_stop(ino).ok_or_else(none)?)
             }
+            Ghost::PickNext => {
+                self.may_try_global(point)?;
+                TryReport::Sched(self.kernel().cpu.try_stop(None).ok_or_else(none)?)
+            }
+            Ghost::PickThread => TryReport::Sched(self.kernel().cpu.try_stop(Some(target.pid())).ok_or_else(none)?),
         })
     }
 
@@ -196,39 +227,26 @@ impl Process {
     /// The owner's call to its own candidate at `point` (a graftpoint name followed by
     /// [`TRY_SUFFIX`]): its memory written, a control function called, a symbol looked up, in
     /// order with what the live path offered it. `None` if `point` does not name a shadow.
+    /// Only the process that started a shadow talks to it (another, the tried process or
+    /// another of the user's, would spend the starter's charges); of its shadows at one
+    /// graftpoint name (on several processes), the newest.
     pub(crate) fn try_owner_call(&self, point: &str, call: OwnerCall) -> Option<SysResult<i64>> {
         let base = point.strip_suffix(TRY_SUFFIX)?;
-        let none = || SysError::new(Errno::NoEnt, format!("no graft is tried at {base}"));
-        // Only the process that started a shadow talks to it: another (the tried process, or
-        // another of the user's) would spend the starter's charges.
-        let mine = |shadow: *const ()| {
-            let started = self.tries.lock().iter().any(|t| t.ptr() == shadow);
-            started.then_some(()).ok_or_else(none)
+        // The answer is waited for without the list held.
+        let found = self
+            .tries
+            .lock()
+            .iter()
+            .rev()
+            .find(|t| t.point == base && t.running())
+            .map(|t| Tried {
+                point: t.point.clone(),
+                shadow: t.shadow.clone(),
+            });
+        let Some(tried) = found else {
+            return Some(Err(SysError::new(Errno::NoEnt, format!("no graft is tried at {base}"))));
         };
-        let done = ghost_of(base).and_then(|ghost| match ghost {
-            Ghost::Victim => {
-                let shadow = self.kernel().cache.victim_try(self.pid()).ok_or_else(none)?;
-                mine(Arc::as_ptr(&shadow).cast())?;
-                Ok(shadow.owner(call)?)
-            }
-            Ghost::ReadAhead(fd) => {
-                let shadow = self.file(fd)?.ra.try_handle().ok_or_else(none)?;
-                mine(Arc::as_ptr(&shadow).cast())?;
-                Ok(shadow.owner(call)?)
-            }
-            Ghost::Disk => {
-                let shadow = self.kernel().sched.try_handle().ok_or_else(none)?;
-                mine(Arc::as_ptr(&shadow).cast())?;
-                Ok(shadow.owner(call)?)
-            }
-            Ghost::Lock(fd) => {
-                let ino = self.fstat(fd)?.ino;
-                let shadow = self.kernel().locks.manager.try_handle(ino).ok_or_else(none)?;
-                mine(Arc::as_ptr(&shadow).cast())?;
-                Ok(shadow.owner(call)?)
-            }
-        });
-        Some(done)
+        Some(tried.owner(call).map_err(SysError::from))
     }
 
     /// Stops the shadows this process started (it exits).
@@ -246,12 +264,16 @@ enum Ghost {
     ReadAhead(crate::Fd),
     Disk,
     Lock(crate::Fd),
+    PickNext,
+    PickThread,
 }
 
 fn ghost_of(point: &str) -> SysResult<Ghost> {
     match point.split_once('/') {
         None if point == PickVictim::NAME => Ok(Ghost::Victim),
         None if point == vino_iosched::PickRequest::NAME => Ok(Ghost::Disk),
+        None if point == vino_sched::PickNext::NAME => Ok(Ghost::PickNext),
+        None if point == vino_sched::PickThread::NAME => Ok(Ghost::PickThread),
         Some((base, fd)) if base == ComputeRa::NAME => fd
             .parse()
             .map(Ghost::ReadAhead)

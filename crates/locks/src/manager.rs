@@ -179,7 +179,7 @@ impl LockManager {
         slot: &GraftSlot<LockGrant>,
         wasm: &[u8],
         owner: vino_graft::Owner,
-        sample: u32,
+        sample: Option<u32>,
         queue: usize,
     ) -> Result<Arc<crate::shadow::LockTry>, vino_graft::LoadError> {
         let shadow = crate::shadow::LockTry::start(slot, wasm, owner, sample, queue)?;

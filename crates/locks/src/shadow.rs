@@ -11,8 +11,7 @@ use crate::grant::{GRANT_MAX, GrantArgs, GrantEnv, LockGrant, WaitInfo, check_gr
 use crate::range::Lock;
 use serde::Serialize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use vino_graft::shadow::{Drain, Fed, Report, ShadowCounts};
+use vino_graft::shadow::{Drain, Fed, Report, Sampler, ShadowCounts};
 use vino_graft::{GraftSlot, LoadError, Owner};
 
 /// Most locks held a decision carries to the shadow: all a call's argument area can show.
@@ -44,16 +43,17 @@ pub struct LockTryReport {
 }
 
 impl Report for LockTryReport {
-    fn set_queue_drops(&mut self, n: u64) {
-        self.shadow.queue_drops = n;
+    fn counts(&mut self) -> &mut ShadowCounts {
+        &mut self.shadow
+    }
+    fn set_sample(&mut self, every: u32) {
+        self.sample = every;
     }
 }
 
 /// A candidate `lock.grant` graft in shadow beside one object's live policy.
 pub struct LockTry {
     fed: Fed<Decision, LockTryReport>,
-    sample: u32,
-    seen: AtomicU64,
 }
 
 impl LockTry {
@@ -61,15 +61,14 @@ impl LockTry {
         slot: &GraftSlot<LockGrant>,
         wasm: &[u8],
         owner: Owner,
-        sample: u32,
+        sample: Option<u32>,
         queue: usize,
     ) -> Result<Arc<LockTry>, LoadError> {
         let account = owner.account.clone();
         let mut shadow = slot.shadow(wasm, owner, Arc::new(GrantEnv::new(slot.env().object)))?;
-        let sample = sample.max(1);
         let report = LockTryReport {
             point: slot.name().to_string(),
-            sample,
+            sample: sample.unwrap_or(1).max(1),
             ..LockTryReport::default()
         };
         let fed = Fed::start(
@@ -79,10 +78,11 @@ impl LockTry {
                 + GRANT_MAX * std::mem::size_of::<WaitInfo>()
                 + HELD_MAX * std::mem::size_of::<Lock>(),
             account.as_ref(),
+            Sampler::new(sample),
             report,
             move |drain: Drain<Decision>, shared| {
                 let (mut granted, mut waited) = ([0u64; 2], [0u128; 2]);
-                while let Some(item) = drain.next() {
+                for item in drain {
                     let Some(d) = item.live(&shadow) else { continue };
                     let args = GrantArgs {
                         waiters: &d.waiters,
@@ -115,17 +115,12 @@ impl LockTry {
                 }
             },
         )?;
-        Ok(Arc::new(LockTry {
-            fed,
-            sample,
-            seen: AtomicU64::new(0),
-        }))
+        Ok(Arc::new(LockTry { fed }))
     }
 
-    /// Offers one live decision (1 in `sample` of them; never waits).
+    /// Offers one live decision (those the sampler takes; never waits).
     pub(crate) fn offer(&self, waiters: &[WaitInfo], held: &[Lock], live: u64) {
-        let n = self.seen.fetch_add(1, Ordering::Relaxed);
-        if waiters.is_empty() || !n.is_multiple_of(u64::from(self.sample)) {
+        if waiters.is_empty() || !self.fed.take() {
             return;
         }
         self.fed.offer(Decision {

@@ -430,7 +430,8 @@ fn a_fifo_candidate_in_shadow_is_judged_on_the_live_grants_and_changes_none() {
     // FRP decides; strict FIFO in shadow beside it.
     let (m, slot) = manager(Policy::Frp);
     let wasm = vino_sdk::build_example("lock_fifo", &Default::default()).expect("building lock_fifo.c");
-    m.try_start(OBJ, &slot, &wasm, Owner::process(1), 1, 1024).unwrap();
+    m.try_start(OBJ, &slot, &wasm, Owner::process(1), Some(1), 1024)
+        .unwrap();
     let hs = queue_up(&m);
     m.unlock(OBJ, 1, BYTE0).unwrap();
     // The live policy's grant, not the candidate's.

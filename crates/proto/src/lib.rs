@@ -609,9 +609,10 @@ pub enum Request {
     GraftRecordStop {
         point: String,
     },
-    /// Runs `wasm` in shadow beside the live policy at `point` (`vas.pick_victim`,
-    /// `file.compute_ra/<fd>`) of process `pid` (the caller's own if `None`; another of its user,
-    /// or any if privileged), following 1 in `sample` pages.
+    /// Runs `wasm` in shadow beside the live policy at `point` (a graftpoint `vino graft try`
+    /// names) of process `pid` (the caller's own if `None`; another of its user, or any if
+    /// privileged), following 1 in `sample` pages or decisions (0: every page; decisions as
+    /// many as the kernel chooses).
     GraftTry {
         pid: Option<u64>,
         point: String,

@@ -20,6 +20,7 @@
 //! the starvation cap runs next, so no graft can starve one.
 
 pub mod points;
+pub mod shadow;
 pub mod share;
 
 pub use points::{GIFTS_MAX, PickArgs, PickNext, PickThread, ThreadEnv, Timer, TimerArgs};
@@ -27,6 +28,7 @@ pub use share::{Candidate, DEFAULT_TICKETS, How, MAX_TICKETS, Pick, Pid, ShareEr
 
 use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
+use shadow::SchedTry;
 use share::Shares;
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
@@ -156,6 +158,10 @@ struct SchedState {
     shares: Shares,
     entries: FxHashMap<Tid, Entry>,
     pick_thread: FxHashMap<Pid, Arc<GraftSlot<PickThread>>>,
+    /// Candidates in shadow (`vino graft try`): at `sched.pick_next`, and at processes'
+    /// `sched.pick_thread`.
+    next_try: Option<Arc<SchedTry>>,
+    thread_tries: FxHashMap<Pid, Arc<SchedTry>>,
     next_tid: Tid,
     /// Workers inside a poll (not counting ones handed off in the kernel).
     polling: usize,
@@ -215,6 +221,8 @@ impl Scheduler {
                     shares: Shares::new(),
                     entries: FxHashMap::default(),
                     pick_thread: FxHashMap::default(),
+                    next_try: None,
+                    thread_tries: FxHashMap::default(),
                     next_tid: 1,
                     polling: 0,
                     started: 0,
@@ -277,6 +285,67 @@ impl Scheduler {
         if !live {
             st.shares.remove_process(pid);
             st.pick_thread.remove(&pid);
+            if let Some(t) = st.thread_tries.remove(&pid) {
+                drop(st);
+                t.stop();
+            }
+        }
+    }
+
+    /// Starts `wasm` in shadow beside the live policy at `sched.pick_thread` of process `pid`,
+    /// or at `sched.pick_next` if `None`, offered 1 in `sample` decisions (the kernel chooses if
+    /// `None`; see [`shadow`]); it replaces a shadow already there. The caller checks that
+    /// `owner` may try here.
+    pub fn try_start(
+        &self,
+        pid: Option<Pid>,
+        wasm: &[u8],
+        owner: vino_graft::Owner,
+        sample: Option<u32>,
+        queue: usize,
+    ) -> Result<Arc<SchedTry>, vino_graft::LoadError> {
+        let shadow = match pid {
+            None => SchedTry::start(&self.inner.pick_next, wasm, owner, sample, queue)?,
+            Some(pid) => {
+                let slot = self.inner.state.lock().pick_thread.get(&pid).cloned();
+                let slot = slot.ok_or_else(|| vino_graft::LoadError::Start(format!("no process {pid}")))?;
+                SchedTry::start(&slot, wasm, owner, sample, queue)?
+            }
+        };
+        let old = {
+            let mut st = self.inner.state.lock();
+            match pid {
+                None => st.next_try.replace(shadow.clone()),
+                Some(pid) => st.thread_tries.insert(pid, shadow.clone()),
+            }
+        };
+        if let Some(old) = old {
+            old.stop();
+        }
+        Ok(shadow)
+    }
+
+    /// Stops the shadow [`Scheduler::try_start`] started there, once it has drained what it
+    /// was offered: what it found.
+    pub fn try_stop(&self, pid: Option<Pid>) -> Option<shadow::SchedTryReport> {
+        let shadow = self.try_take(pid)?;
+        Some(shadow.stop())
+    }
+
+    /// The shadow there, if one runs.
+    pub fn try_handle(&self, pid: Option<Pid>) -> Option<Arc<SchedTry>> {
+        let st = self.inner.state.lock();
+        match pid {
+            None => st.next_try.clone(),
+            Some(pid) => st.thread_tries.get(&pid).cloned(),
+        }
+    }
+
+    fn try_take(&self, pid: Option<Pid>) -> Option<Arc<SchedTry>> {
+        let mut st = self.inner.state.lock();
+        match pid {
+            None => st.next_try.take(),
+            Some(pid) => st.thread_tries.remove(&pid),
         }
     }
 
@@ -520,29 +589,48 @@ impl Inner {
             }
         } else {
             let SchedState {
-                shares, pick_thread, ..
+                shares,
+                pick_thread,
+                thread_tries,
+                next_try,
+                ..
             } = &*st;
-            // A process's own graft, if it has one, sees its runnable threads (gathered only then).
+            // A process's own graft, if it has one, sees its runnable threads (gathered only
+            // then, or for a candidate in shadow there).
             let mut own = |pid: Pid, _runnable: usize| {
                 let slot = pick_thread.get(&pid)?;
-                if slot.policy_kind() == PolicyKind::Default {
+                let bound = slot.policy_kind() != PolicyKind::Default;
+                let tried = thread_tries.get(&pid).filter(|t| t.take());
+                if !bound && tried.is_none() {
                     return None;
                 }
-                asked.push(pid);
-                Some(slot.invoke(&PickArgs {
-                    candidates: &shares.queue_of(pid, now),
+                let candidates = shares.queue_of(pid, now);
+                let args = PickArgs {
+                    candidates: &candidates,
                     default: 0,
-                }))
+                };
+                let chosen = bound.then(|| slot.invoke(&args));
+                asked.extend(bound.then_some(pid));
+                if let Some(t) = tried {
+                    t.offer(&candidates, 0, chosen.unwrap_or(0));
+                }
+                chosen
             };
             let default = shares.choose(&mut own)?;
             let mut pick = default;
-            if self.pick_next.policy_kind() != PolicyKind::Default {
+            let bound = self.pick_next.policy_kind() != PolicyKind::Default;
+            let tried = next_try.as_ref().filter(|t| t.take());
+            if bound || tried.is_some() {
                 let cands = shares.candidates(now, points::PICK_MAX);
                 if let Some(d) = cands.iter().position(|c| c.tid == default.tid) {
-                    let i = self.pick_next.invoke(&PickArgs {
+                    let args = PickArgs {
                         candidates: &cands,
                         default: d,
-                    });
+                    };
+                    let i = if bound { self.pick_next.invoke(&args) } else { d };
+                    if let Some(t) = tried {
+                        t.offer(&cands, d, i);
+                    }
                     if i != d {
                         st.stats.graft_picks += 1;
                         pick = Pick {

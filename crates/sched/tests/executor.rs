@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vino_clock::{ManualClock, SharedClock};
 use vino_graft::{Owner, PolicyKind, Runtime};
+use vino_sched::shadow::SchedTryReport;
 use vino_sched::{JoinHandle, SchedConfig, Scheduler, ThreadCtx, in_kernel};
 
 fn one_worker() -> SchedConfig {
@@ -484,4 +485,71 @@ fn a_ticket_gift_is_made_only_by_calls_that_commit_however_they_fail() {
         s.process_tickets(1).unwrap() < 100,
         "the committed calls' gifts were made"
     );
+}
+
+/// Runs burners of process 1 (two, user 1) and process 3 (one, user 2) for 40 ms of the
+/// clock, with `wasm` in shadow at `sched.pick_thread` of process 1 (`thread`) or at
+/// `sched.pick_next`, set up by the owner's `controls`; returns the scheduler and the report.
+fn tried(wasm: &str, thread: bool, controls: &[(&str, &[i64])]) -> (Scheduler, SchedTryReport) {
+    use vino_graft::shadow::OwnerCall;
+    let rt = Runtime::default();
+    let (s, clock) = manual(&rt, one_worker());
+    s.add_process(1, 1);
+    s.add_process(2, 1);
+    s.add_process(3, 2);
+    let at = thread.then_some(1);
+    let shadow = s.try_start(at, wasm.as_bytes(), Owner::process(2), None, 256).unwrap();
+    for (name, args) in controls {
+        let call = OwnerCall::Control {
+            name: name.to_string(),
+            args: args.to_vec(),
+        };
+        shadow.owner(call).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let burners = [1, 1, 3].map(|pid| burner_on(&s, pid, &stop, Some(&clock)));
+    until_clock(&clock, Duration::from_millis(40));
+    stop.store(true, Ordering::Relaxed);
+    for (h, _) in burners {
+        h.join();
+    }
+    let report = s.try_stop(at).expect("the shadow ran");
+    assert!(s.try_handle(at).is_none());
+    (s, report)
+}
+
+/// A candidate in shadow at a process's `sched.pick_thread` is asked what the live default
+/// decides, and nothing it asks for is done: the tickets it gives stay where they were.
+#[test]
+fn a_thread_candidate_in_shadow_is_asked_and_moves_nothing() {
+    let (s, r) = tried(GIVER, true, &[("set", &[2, 0])]);
+    assert!(r.followed > 0, "{r:?}");
+    assert_eq!(r.agreed, r.followed, "it chooses as the default does: {r:?}");
+    assert_eq!(r.shadow.failures, 0, "{r:?}");
+    assert_eq!(r.other_user, 0, "one process's threads: {r:?}");
+    assert_eq!((s.process_tickets(1), s.process_tickets(2)), (Some(100), Some(100)));
+    assert_eq!(s.stats().tickets_given, 0);
+}
+
+/// At `sched.pick_next`, a candidate that would always run the newest thread is judged against
+/// the live shares; one that loops or answers out of range is counted failing, and the live
+/// turns are the default's throughout.
+#[test]
+fn a_next_candidate_is_judged_by_agreement_and_a_hostile_one_changes_no_turn() {
+    let (s, r) = tried(NEWEST, false, &[]);
+    assert!(r.followed > 0 && r.agreed <= r.followed, "{r:?}");
+    assert!(r.other_user <= r.followed - r.agreed, "{r:?}");
+    assert!(r.candidate_oldest <= r.followed, "{r:?}");
+    assert_eq!(s.stats().graft_picks, 0);
+    for hostile in [LOOPS, NOWHERE] {
+        let (s, r) = tried(hostile, false, &[]);
+        assert!(r.shadow.failures > 0 || r.shadow.dropped.is_some(), "{r:?}");
+        assert_eq!(r.agreed, r.followed, "a failed call counts as the default's: {r:?}");
+        assert_eq!(s.stats().graft_picks, 0);
+        let cpu = [cpu_ms(&s, 1), cpu_ms(&s, 3)];
+        assert!(
+            (cpu[0] / cpu[1] - 1.0).abs() < 0.3,
+            "the users share evenly: {cpu:?} ms"
+        );
+    }
 }
