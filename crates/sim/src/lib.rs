@@ -45,6 +45,7 @@ pub mod grafts;
 pub mod memory;
 pub mod network;
 mod recovery;
+mod shadows;
 mod timed;
 
 pub use device::SimDevice;
@@ -173,6 +174,9 @@ pub struct Report {
     /// Grafts' recordings (each graft's calls while it was bound) replayed offline and found
     /// exactly as recorded (first pass).
     pub replayed: u64,
+    /// Candidates tried in shadow beside them and stopped with reports that held together
+    /// (first pass; see `shadows`).
+    pub tried: u64,
     /// TCP streams that finished whole, bytes checked where they came out of a socket, and
     /// packets the links' faults lost, copied or reordered (first pass).
     pub net_streams: u64,
@@ -213,6 +217,10 @@ impl fmt::Display for Failure {
 impl std::error::Error for Failure {}
 
 type Check<T = ()> = Result<T, String>;
+
+/// Graftpoints (name prefixes) called on threads whose timing is the host's, not the seed's
+/// (see `Sim::graft_failures`).
+const PAGER_CALLED: [&str; 3] = ["sched.", "vas.pick_victim", "vm.fault_around"];
 
 /// A user's own `net.pick_packet` binding, as its processes name it.
 const PICK_USER: &str = "net.pick_packet/user";
@@ -273,6 +281,7 @@ fn run_after_first_pass(seed: u64, opts: &SimOptions, mut clean: Sim) -> Check<R
         piped_bytes: clean.family.piped_bytes,
         memory_touches: clean.memories.touched,
         replayed: 0,
+        tried: 0,
         net_streams: 0,
         net_layered: 0,
         net_picks: 0,
@@ -291,6 +300,7 @@ fn run_after_first_pass(seed: u64, opts: &SimOptions, mut clean: Sim) -> Check<R
     report.net_faults = clean.network.faults(&clean.kernel);
     report.net_trace = clean.network.trace();
     report.replayed = clean.replay_all();
+    report.tried = clean.stop_shadows()?;
     let taken = std::mem::take(&mut clean.taken);
     let record_dir = opts.record_dir.clone();
     let rest = (|| {
@@ -399,6 +409,8 @@ struct Sim {
     /// The recordings replayed, and their modules, kept for a failing seed
     /// ([`SimOptions::record_dir`]).
     taken: Vec<(vino_graft::record::Recording, Vec<u8>)>,
+    /// Candidates in shadow beside the grafts bound (first pass only: `None` in the second).
+    shadows: Option<shadows::Shadows>,
     written_back: u64,
     reached: timed::Reached,
     family: family::Family,
@@ -502,6 +514,7 @@ impl Sim {
             recorded: Vec::new(),
             replayed: 0,
             taken: Vec::new(),
+            shadows: trip.is_none().then(|| shadows::Shadows::new(seed)),
             seed,
             written_back: 0,
             reached: timed::Reached::default(),
@@ -532,14 +545,16 @@ impl Sim {
     }
 
     /// Failed graft invocations, over the graftpoints whose invocations the seed decides: the
-    /// CPU scheduler's (`sched.*`) decide on its worker threads as real time passes, so how
-    /// many of theirs fail is not the seed's to fix (it would make a seed's report vary).
+    /// CPU scheduler's (`sched.*`) decide on its worker threads as real time passes, and the
+    /// pager's (program memory's `vas.pick_victim`, `vm.fault_around`) as Linux lets pages
+    /// move, so how many of theirs fail is not the seed's to fix (it would make a seed's report
+    /// vary: seeds 227 and 291 did).
     fn graft_failures(&self) -> u64 {
         self.kernel
             .processes()
             .iter()
             .flat_map(|p| p.graft_list())
-            .filter(|s| !s.point.starts_with("sched."))
+            .filter(|s| !PAGER_CALLED.iter().any(|p| s.point.starts_with(p)))
             .map(|s| s.stats.map_or(0, |st| st.failures))
             .sum()
     }
@@ -794,13 +809,16 @@ impl Sim {
                     for slot in slots {
                         self.replay_recorded(&p, &slot);
                     }
+                    if let Some(shadows) = &mut self.shadows {
+                        shadows.stop(&p, |slot| slot.ends_with(&ending)).map_err(ctx)?;
+                    }
                 }
                 let proc = &mut self.procs[*who];
                 if let Some(fd) = proc.held.pop() {
                     let _ = proc.p.close(fd);
                 }
             }
-            Step::Graft(who, point, behaviour) => self.graft(*who, *point, *behaviour),
+            Step::Graft(who, point, behaviour) => self.graft(*who, *point, *behaviour).map_err(ctx)?,
             Step::Events => {
                 self.kernel.run_events();
             }
@@ -913,10 +931,12 @@ impl Sim {
 
     /// Loads a graft at graftpoint number `point` where process `who` may reach it (on a
     /// descriptor it keeps open, for per-file graftpoints). Refusals are part of the game.
-    fn graft(&mut self, who: usize, point: usize, behaviour: grafts::Behaviour) {
+    /// A candidate may be tried in shadow beside it (see `shadows`).
+    fn graft(&mut self, who: usize, point: usize, behaviour: grafts::Behaviour) -> Check {
         let g = grafts::points()[point];
         if g.who == Grafter::DirectoryOwner && self.opts.graft.is_none() {
-            return self.graft_root_access(behaviour);
+            self.graft_root_access(behaviour);
+            return Ok(());
         }
         // A redirect would send the model's names elsewhere: a lookup graft that answers its
         // argument (a length, so a redirect) answers 0 here. The hostile ones redirect nothing.
@@ -928,7 +948,7 @@ impl Sim {
         let slot = match g.who {
             Grafter::Opener | Grafter::FileCreator | Grafter::FileCreatorOrPrivileged => match proc.held.last() {
                 Some(fd) => format!("{}/{fd}", g.name),
-                None => return,
+                None => return Ok(()),
             },
             // A user's own packet order: its processes bind the user's slot (the link's is
             // root's alone).
@@ -937,6 +957,9 @@ impl Sim {
         };
         let p = proc.p.clone();
         self.replay_recorded(&p, &slot);
+        if let Some(shadows) = &mut self.shadows {
+            shadows.stop(&p, |s| s == slot)?;
+        }
         let _ = p.graft_unload(&slot);
         let wasm = match &self.opts.graft {
             Some(custom) => custom.wasm.to_vec(),
@@ -948,12 +971,20 @@ impl Sim {
             // it goes: it must answer and fail exactly as it did (those that cannot be
             // recorded, whose memory is not logged, are left).
             if p.graft_record_start(&slot, RECORD_LIMIT).is_ok() {
-                self.recorded.push(Recorded { p, slot, wasm });
+                self.recorded.push(Recorded {
+                    p: p.clone(),
+                    slot: slot.clone(),
+                    wasm,
+                });
             }
             if g.name == "exec.verify" && self.opts.graft.is_none() {
                 self.check_exec_verify(who, behaviour);
             }
         }
+        if let Some(shadows) = &mut self.shadows {
+            shadows.maybe_start(&p, &slot, g);
+        }
+        Ok(())
     }
 
     /// A module through the verifier just bound: a well-behaved one (answering 0) lets it run,
@@ -1024,6 +1055,11 @@ impl Sim {
             self.replay_recorded(&p, &slot);
         }
         self.replayed
+    }
+
+    /// Stops the shadows still running (the end of the first pass): how many were tried.
+    fn stop_shadows(&mut self) -> Check<u64> {
+        self.shadows.as_mut().map_or(Ok(0), |s| s.stop_all())
     }
 
     /// Remembers the first wrong answer of a kernel-wide graft, for the end of the pass.
@@ -1347,6 +1383,8 @@ pub fn summary(reports: &[Report]) -> BTreeMap<&'static str, u64> {
     s.insert("grafts_loaded", reports.iter().map(|r| r.grafts_loaded).sum());
     s.insert("graft_failures", reports.iter().map(|r| r.graft_failures).sum());
     s.insert("written_back", reports.iter().map(|r| r.written_back).sum());
+    s.insert("replayed", reports.iter().map(|r| r.replayed).sum());
+    s.insert("tried", reports.iter().map(|r| r.tried).sum());
     s.insert("event_deliveries", reports.iter().map(|r| r.event_deliveries).sum());
     s.insert(
         "lock_deadline_expiries",

@@ -55,6 +55,8 @@ fn three_hundred_seeds_of_the_whole_kernel_survive_their_power_cuts() {
         sum(|r| r.replayed) > 100,
         "grafts' recordings replayed exactly as they ran"
     );
+    // Candidates were tried in shadow beside them, whatever they did, and said so consistently.
+    assert!(sum(|r| r.tried) > 100, "candidates tried in shadow");
     assert!(
         sum(|r| r.net_faults) > 1000,
         "the links lost, copied and reordered packets"
