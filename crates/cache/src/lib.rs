@@ -32,7 +32,9 @@ pub use points::{
     Advice, Candidates, ComputeRa, HINTS_MAX, MoreCandidates, PageHint, PickVictim, RaFile, RaMode, Read, ReadAhead,
     VictimEnv, Writeback, WritebackArgs, page_id,
 };
-pub use shadow::{OwnerCall, RaOutcome, RaTry, RaTryReport, ShadowCounts, TRY_QUEUE, VictimTry, VictimTryReport};
+pub use shadow::{
+    OwnerCall, RaOutcome, RaTry, RaTryReport, ShadowCounts, TRY_QUEUE, VictimTry, VictimTryReport, ra_replayed,
+};
 pub use stats::{CacheCounters, CacheStats};
 
 use std::io;

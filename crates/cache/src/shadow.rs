@@ -522,3 +522,133 @@ impl RaGhost {
         self.outcome
     }
 }
+
+/// What replaying another `file.compute_ra` module on a recording would have read ahead,
+/// against the recorded graft, in the ghost caches of `graft try` (`frames` pages each): the
+/// recording's reads are fed to both, one ghost following the recorded answers (their extents
+/// and committed `vino_prefetch` calls), the other the candidate's. `candidate` is the replay
+/// of the candidate on `recording`, its decisions kept. A failed invocation, on either side,
+/// takes the default's answer, as it would bound; the candidate's `vino_prefetch` calls are
+/// held to what the kernel would have allowed (inside the file, [`abi::RA_MAX_BYTES`] a call).
+pub fn ra_replayed(
+    recording: &vino_graft::record::Recording,
+    candidate: &vino_graft::replay::ReplayReport,
+    frames: usize,
+) -> Result<RaTryReport, String> {
+    use vino_graft::record::{Event, Outcome, apply};
+    let h = &recording.header;
+    if h.point != ComputeRa::NAME {
+        return Err(format!("a recording at {}, not {}", h.point, ComputeRa::NAME));
+    }
+    let decisions = candidate.decisions.as_ref().ok_or("the replay kept no decisions")?;
+    let mut area = match h.arg_area {
+        Some((at, len)) => recording.image.slice(at, len),
+        None => Vec::new(),
+    };
+    let env = RaFile::new();
+    let frames = frames.max(1);
+    let (mut live, mut tried) = (RaGhost::new(frames), RaGhost::new(frames));
+    let mut report = RaTryReport {
+        point: h.slot.clone(),
+        frames,
+        ..RaTryReport::default()
+    };
+    let mut read: Option<(Read, u64)> = None;
+    let mut live_prefetched: Vec<Extent> = Vec::new();
+    let mut k = 0usize;
+    for event in &recording.events {
+        match event {
+            Event::Invoke { params, area: changes } => {
+                apply(&mut area, changes);
+                let [offset, len, size] = params[..] else {
+                    return Err(format!("an invocation with {} parameters", params.len()));
+                };
+                let r = Read {
+                    offset: offset as u64,
+                    len: len as u32,
+                };
+                read = Some((r, size as u64));
+                live_prefetched.clear();
+            }
+            Event::Call { function, args, answer } => {
+                let name = h.functions.get(*function as usize).map(String::as_str);
+                if name == Some("vino_prefetch")
+                    && answer == &Ok(Some(0))
+                    && let [off, len] = args[..]
+                {
+                    live_prefetched.push(Extent {
+                        off: off as u64,
+                        len: len as u64,
+                    });
+                }
+            }
+            Event::Return { results, left, outcome } => {
+                let Some((r, size)) = read.take() else { continue };
+                env.size.store(size, Ordering::Relaxed);
+                let default = || ComputeRa::default_policy(&env, &r).as_slice().to_vec();
+                let answered = |results: &[i64], left: &vino_graft::record::Changes| {
+                    let mut answer = area.clone();
+                    apply(&mut answer, left);
+                    let count = results.first().copied().unwrap_or(-1) as i32;
+                    abi::decode_extents(count, &answer, size)
+                        .ok()
+                        .map(|e| e.as_slice().to_vec())
+                };
+                let mut live_asked = match outcome {
+                    Outcome::Decided => answered(results, left).unwrap_or_else(default),
+                    _ => default(),
+                };
+                if *outcome == Outcome::Decided {
+                    live_asked.append(&mut live_prefetched);
+                }
+                let decided = decisions.get(k).cloned().flatten();
+                k += 1;
+                let candidate_asked = match decided.and_then(|d| Some((answered(&d.results, &d.area)?, d.calls))) {
+                    Some((mut asked, calls)) => {
+                        asked.extend(allowed_prefetches(&calls, size));
+                        asked
+                    }
+                    None => {
+                        report.shadow.failures += 1;
+                        default()
+                    }
+                };
+                let ra_read = RaRead {
+                    offset: r.offset,
+                    len: r.len,
+                    size,
+                    live: Vec::new(),
+                };
+                live.read(&ra_read, &live_asked);
+                tried.read(&ra_read, &candidate_asked);
+                report.reads += 1;
+            }
+            _ => {}
+        }
+    }
+    report.shadow.decisions = k as u64;
+    report.live = live.finish();
+    report.candidate = tried.finish();
+    Ok(report)
+}
+
+/// The `vino_prefetch` calls of `calls` the kernel would have taken: inside a file of `size`
+/// bytes, at most [`abi::RA_MAX_BYTES`] in all.
+fn allowed_prefetches(calls: &[(String, Vec<i64>)], size: u64) -> Vec<Extent> {
+    let mut bytes = 0u64;
+    let mut out = Vec::new();
+    for (name, args) in calls {
+        let (true, [off, len]) = (name == "vino_prefetch", &args[..]) else {
+            continue;
+        };
+        let (Ok(off), Ok(len)) = (u64::try_from(*off), u64::try_from(*len)) else {
+            continue;
+        };
+        if len == 0 || off.checked_add(len).is_none_or(|end| end > size) || bytes + len > abi::RA_MAX_BYTES {
+            continue;
+        }
+        bytes += len;
+        out.push(Extent { off, len });
+    }
+    out
+}

@@ -41,8 +41,10 @@ pub enum GraftCommand {
     /// Replay a recording (`vino graft record`, `vino graft load --record`) offline, without a
     /// kernel: with the recorded module, check that every answer and every failure comes again
     /// at the same call (exit status 1 at the first difference, said on stderr); with another
-    /// module for the same graftpoint, what it would have decided on the same inputs. Quiet on
-    /// success unless asked.
+    /// module for the same graftpoint, what it would have decided on the same inputs, and, for
+    /// `file.compute_ra`, what it would have read ahead against the recorded graft in the ghost
+    /// caches of `vino graft try`. Quiet on success unless asked (another module's ghost is
+    /// printed).
     Replay {
         /// The recording.
         recording: PathBuf,
@@ -57,6 +59,10 @@ pub enum GraftCommand {
         /// A line of totals on stdout.
         #[arg(short, long)]
         verbose: bool,
+        /// Pages in each ghost cache, for another module at `file.compute_ra` (default: the
+        /// kernel's cache).
+        #[arg(long)]
+        frames: Option<usize>,
     },
     #[command(flatten)]
     Remote(crate::remote::RemoteGraft),
@@ -73,7 +79,8 @@ pub fn run(cmd: GraftCommand) -> Result<()> {
             json,
             decisions,
             verbose,
-        } => replay(&recording, &module, json, decisions, verbose),
+            frames,
+        } => replay(&recording, &module, json, decisions, verbose, frames),
         GraftCommand::Remote(cmd) => crate::remote::graft(cmd),
     }
 }
@@ -84,23 +91,43 @@ fn replay(
     json: bool,
     decisions: bool,
     verbose: bool,
+    frames: Option<usize>,
 ) -> Result<()> {
     use vino_graft::record::Recording;
     use vino_graft::replay::{ReplayOptions, replay};
     let bytes = std::fs::read(recording).with_context(|| format!("reading {}", recording.display()))?;
     let rec = Recording::from_bytes(&bytes).with_context(|| recording.display().to_string())?;
     let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
-    let report = replay(
+    // Another module's decisions feed the ghost, if the graftpoint has one.
+    let ghosted = rec.header.point == <vino_kernel::graftpoints::ComputeRa as vino_graft::GraftPoint>::NAME;
+    let mut report = replay(
         &rec,
         &wasm,
         ReplayOptions {
-            decisions,
+            decisions: decisions || ghosted,
             ..Default::default()
         },
     )?;
+    let frames = frames.unwrap_or_else(|| vino_kernel::KernelConfig::default().cache_frames);
+    let ghost = match report.same_module {
+        true => None,
+        false => vino_kernel::graft_try::replayed_ghost(&rec, &report, frames)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
+    };
+    if !decisions {
+        report.decisions = None;
+    }
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if verbose {
+        let mut out = serde_json::to_value(&report)?;
+        if let Some(g) = &ghost {
+            out["ghost"] = serde_json::to_value(g)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else if let Some(g) = &ghost {
+        print!("{}", crate::remote::try_table(&serde_json::to_value(g)?));
+    }
+    if !json && verbose {
         println!(
             "{}: {} of {} invocations as recorded ({} failed, {} as recorded; {} imposed), {} control calls, {:.0} invocations/s{}",
             rec.header.slot,

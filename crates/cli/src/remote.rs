@@ -398,7 +398,7 @@ fn load_fd(module: &Path, point: &str, fd: i32, command: &[std::ffi::OsString], 
 }
 
 /// A try's report, live against candidate.
-fn try_table(r: &serde_json::Value) -> String {
+pub(crate) fn try_table(r: &serde_json::Value) -> String {
     let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
     // Each row: its label, the live value's and the candidate's paths, and a divisor (1000: ns

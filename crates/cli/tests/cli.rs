@@ -623,6 +623,54 @@ fn graft_replay_checks_a_recording_offline_and_says_where_it_differs() {
 }
 
 #[test]
+fn graft_replay_judges_another_read_ahead_module_in_the_ghost_caches() {
+    // Reads ahead the 8 KiB after each read; and a module that reads nothing ahead.
+    const AHEAD: &str = r#"(module
+      (import "vino" "vino_prefetch" (func $prefetch (param i64 i64) (result i32)))
+      (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
+      (func (export "file_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
+        (local $next i64)
+        (local.set $next (i64.add (local.get $off) (i64.extend_i32_u (local.get $len))))
+        (if (i64.le_u (i64.add (local.get $next) (i64.const 8192)) (local.get $size))
+          (then (drop (call $prefetch (local.get $next) (i64.const 8192)))))
+        (i32.const 0)))"#;
+    const NONE: &str = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
+      (func (export "file_compute_ra") (param i64 i32 i64) (result i32) (i32.const 0)))"#;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, socket) = start_daemon(dir.path());
+    let mut c = vino_client::Client::connect(&socket).unwrap();
+    let fd = c.open("/data", vino_client::OpenFlags::create()).unwrap();
+    c.write(fd, &vec![5u8; 256 << 10]).unwrap();
+    let point = format!("file.compute_ra/{fd}");
+    c.graft_load(&point, AHEAD.as_bytes()).unwrap();
+    c.graft_record(&point, 1 << 20).unwrap();
+    c.seek(fd, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..40 {
+        c.read(fd, &mut buf).unwrap();
+    }
+    let rec = dir.path().join("ra.rec");
+    std::fs::write(&rec, c.graft_record_stop(&point).unwrap()).unwrap();
+    let none = dir.path().join("none.wat");
+    std::fs::write(&none, NONE).unwrap();
+    let (rec_s, none_s) = (rec.to_str().unwrap(), none.to_str().unwrap());
+    let o = vino(&["graft", "replay", rec_s, none_s, "--frames", "64"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("LIVE") && table.contains("read ahead, used"), "{table}");
+    let o = vino(&["graft", "replay", rec_s, none_s, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["same_module"], false);
+    assert_eq!(v["ghost"]["model"], "read_ahead");
+    assert_eq!(v["ghost"]["candidate"]["prefetched"], 0);
+    assert!(v["ghost"]["live"]["prefetched"].as_u64().unwrap() > 0, "{v}");
+    assert!(v.get("decisions").is_none(), "decisions only when asked");
+    // SAFETY: kill on the daemon child, not reaped yet.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    daemon.wait().unwrap();
+}
+
+#[test]
 fn graft_load_records_a_global_graft_through_the_daemon() {
     if !nix_is_root() {
         return;
@@ -677,24 +725,30 @@ fn graft_load_records_a_global_graft_through_the_daemon() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("recording at disk.pick_request"));
-    // The same module tried in shadow beside the disk queue's elevator, its report as JSON.
+    // The same module tried in shadow beside the disk queue's elevator, its report as JSON;
+    // and one beside the CPU's turns between users, offered as many decisions as the kernel
+    // chooses.
     let fifo_s = fifo.to_str().unwrap();
-    let o = vino(&[
-        "graft",
-        "try",
-        fifo_s,
-        "--point",
-        "disk.pick_request",
-        "--for",
-        "0",
-        "--json",
-        "--socket",
-        sock,
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["model"], "disk");
-    assert_eq!(v["point"], "disk.pick_request");
+    let pick = dir.path().join("pick.wat");
+    std::fs::write(
+        &pick,
+        r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 1024))
+          (func (export "sched_pick_next") (param i32 i32) (result i32) (i32.const 0)))"#,
+    )
+    .unwrap();
+    for (module, point, model) in [
+        (fifo_s, "disk.pick_request", "disk"),
+        (pick.to_str().unwrap(), "sched.pick_next", "sched"),
+    ] {
+        let o = vino(&[
+            "graft", "try", module, "--point", point, "--for", "0", "--json", "--socket", sock,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["model"], model);
+        assert_eq!(v["point"], point);
+        assert_eq!(v["sample_auto"], true);
+    }
     // A graftpoint with no model: said, with what to use instead.
     let o = vino(&[
         "graft",

@@ -28,6 +28,25 @@ const READ_AHEAD: &str = r#"(module
       (then (drop (call $prefetch (local.get $next) (i64.const 8192)))))
     (i32.const 0)))"#;
 
+/// [`READ_AHEAD`]'s extents answered in the argument area (one extent: offset, length).
+const AREA_AHEAD: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "file_compute_ra") (param $off i64) (param $len i32) (param $size i64) (result i32)
+    (local $next i64)
+    (local.set $next (i64.add (local.get $off) (i64.extend_i32_u (local.get $len))))
+    (if (result i32) (i64.le_u (i64.add (local.get $next) (i64.const 8192)) (local.get $size))
+      (then (i64.store (i32.const 1024) (local.get $next))
+            (i64.store (i32.const 1032) (i64.const 8192))
+            (i32.const 1))
+      (else (i32.const 0)))))"#;
+
+/// Reads nothing ahead.
+const NONE_AHEAD: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 1024))
+  (func (export "file_compute_ra") (param i64 i32 i64) (result i32) (i32.const 0)))"#;
+
 /// The roles children of this binary play (selected by `VINO_TEST_ROLE`); a no-op otherwise.
 #[test]
 fn child_role() {
@@ -92,6 +111,32 @@ fn the_owner_records_its_graft_on_real_reads_and_the_replay_gives_every_answer_a
     assert!(prefetches >= 30, "its kernel calls are recorded: {prefetches}");
     let report = replay(&recording, READ_AHEAD.as_bytes(), ReplayOptions::default()).unwrap();
     assert!(report.exact(), "{report:#?}");
+    // Other modules on the same reads, judged in read-ahead's ghost caches against the recorded
+    // graft: the recorded module itself does exactly as it; one that answers the same extents
+    // in the argument area is the same in the ghost; one that reads nothing ahead misses more.
+    let ghost = |wasm: &str| {
+        let options = ReplayOptions {
+            decisions: true,
+            ..Default::default()
+        };
+        let replayed = replay(&recording, wasm.as_bytes(), options).unwrap();
+        let ghost = vino_kernel::graft_try::replayed_ghost(&recording, &replayed, 64)
+            .unwrap()
+            .unwrap();
+        serde_json::to_value(ghost).unwrap()
+    };
+    let same = ghost(READ_AHEAD);
+    assert_eq!(same["live"], same["candidate"], "{same}");
+    assert_eq!(same["reads"], recording.invocations, "{same}");
+    assert!(same["live"]["prefetched"].as_u64().unwrap() > 0, "{same}");
+    let area = ghost(AREA_AHEAD);
+    assert_eq!(area["live"], area["candidate"], "{area}");
+    let none = ghost(NONE_AHEAD);
+    assert_eq!(none["candidate"]["prefetched"], 0, "{none}");
+    assert!(
+        none["candidate"]["misses"].as_u64() > none["live"]["misses"].as_u64(),
+        "{none}"
+    );
     // Nothing runs any more: a second stop has nothing to give.
     assert!(c.graft_record_stop(&point).is_err());
 }

@@ -8,8 +8,9 @@
 //! * the graft's memory and mutable globals when recording starts (the [`Image`]);
 //! * for every invocation, the entry call's parameters and the argument area's bytes as the
 //!   kernel wrote them (a paged call's every page too), every graft-callable function it called
-//!   with its arguments and answer, and what the call returned: its results, a digest of the
-//!   argument area it left for the kernel, and whether the invocation failed;
+//!   with its arguments and answer, and what the call returned: its results, what it changed
+//!   in the argument area (the rest of its answer, for graftpoints that answer there), and
+//!   whether the invocation failed;
 //! * what the owner did to the graft between calls: writes into its memory, control calls;
 //! * outcomes that are not the graft's deterministic doing (an abort for a lock deadline or a
 //!   lost conflict, a nested call undone because its enclosing transaction aborted) as events
@@ -24,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use vino_account::{Account, Growing, Resource};
 
 /// The version of the recording format; a recording of another version is refused.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The bytes a recording may hold unless its owner asks for fewer; what a process asks for more
 /// is cut to this (a recording must fit one answer of the daemon's protocol, and is charged to
 /// the graft's owner as graft memory besides).
@@ -133,10 +134,11 @@ pub enum Event {
         answer: Result<Option<i64>, String>,
     },
     /// The invocation ended: the last entry call's results (none if it failed before
-    /// returning), a digest of the argument area it left, and how it ended.
+    /// returning), what it changed in the argument area the kernel wrote for that call, and
+    /// how it ended.
     Return {
         results: Vec<i64>,
-        area_digest: u64,
+        left: Changes,
         outcome: Outcome,
     },
     /// The owner wrote into the graft's memory.
@@ -340,11 +342,8 @@ impl Tape {
     }
 
     pub(crate) fn ret(&mut self, results: Vec<i64>, area: &[u8], outcome: Outcome) {
-        self.push(&Event::Return {
-            results,
-            area_digest: digest(area),
-            outcome,
-        });
+        let left = diff(&self.area, area);
+        self.push(&Event::Return { results, left, outcome });
     }
 
     pub(crate) fn event(&mut self, event: Event) {
@@ -395,10 +394,19 @@ pub(crate) fn changes(base: &mut Vec<u8>, now: &[u8]) -> Changes {
     if base.len() != now.len() {
         *base = vec![0; now.len()];
     }
+    let out = diff(base, now);
+    base.copy_from_slice(now);
+    out
+}
+
+/// The ranges where `now` differs from `base` (zeros where `base` is shorter), merged across
+/// short equal runs.
+pub fn diff(base: &[u8], now: &[u8]) -> Changes {
+    let at = |i: usize| base.get(i).copied().unwrap_or(0);
     let mut out: Changes = Vec::new();
     let mut i = 0;
     while i < now.len() {
-        if base[i] == now[i] {
+        if at(i) == now[i] {
             i += 1;
             continue;
         }
@@ -406,7 +414,7 @@ pub(crate) fn changes(base: &mut Vec<u8>, now: &[u8]) -> Changes {
         let mut end = i + 1;
         let mut j = end;
         while j < now.len() && j < end + MERGE_GAP {
-            if base[j] != now[j] {
+            if at(j) != now[j] {
                 end = j + 1;
             }
             j += 1;
@@ -414,7 +422,6 @@ pub(crate) fn changes(base: &mut Vec<u8>, now: &[u8]) -> Changes {
         out.push((start as u32, now[start..end].to_vec()));
         i = end;
     }
-    base.copy_from_slice(now);
     out
 }
 
@@ -429,13 +436,6 @@ pub fn apply(area: &mut [u8], changes: &Changes) -> bool {
             }
             None => false,
         }
-    })
-}
-
-/// A digest of an argument area as a call left it (FNV-1a: replay compares it, nothing more).
-pub fn digest(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     })
 }
 

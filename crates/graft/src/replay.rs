@@ -13,7 +13,7 @@
 
 use crate::callable::CallError;
 use crate::check::hex;
-use crate::record::{Changes, Event, Outcome, Recording, apply, digest};
+use crate::record::{Changes, Event, Outcome, Recording, apply, diff};
 use crate::runtime::{Interrupt, sandbox_config};
 use crate::sandbox::{HostAbort, classify, outcome_of, val_bits};
 use crate::undo_log::{UndoLog, instrument};
@@ -65,10 +65,21 @@ pub struct ReplayReport {
     pub elapsed_ns: u64,
     /// Invocations replayed per second.
     pub rate: f64,
-    /// Each invocation's decision in the replay: its last entry call's results, or `None` if
-    /// it failed (kept only when asked for).
+    /// Each invocation's decision in the replay, or `None` if it failed (kept only when asked
+    /// for).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub decisions: Option<Vec<Option<Vec<i64>>>>,
+    pub decisions: Option<Vec<Option<Decision>>>,
+}
+
+/// What one replayed invocation decided: its last entry call's results, what it changed in
+/// the argument area the kernel wrote (the rest of its answer, where a graftpoint answers
+/// there), and the kernel functions it called (with what it asked; their answers were the
+/// recording's, or 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    pub results: Vec<i64>,
+    pub area: Changes,
+    pub calls: Vec<(String, Vec<i64>)>,
 }
 
 impl ReplayReport {
@@ -102,6 +113,8 @@ struct State {
     /// Set when the recorded module called something else than the recording says.
     diverged: Option<(String, String)>,
     unanswered: u64,
+    /// The kernel calls the current invocation made, in order.
+    made: Vec<(String, Vec<i64>)>,
     memory_cap: usize,
     /// While instantiating (a start function): calls get 0, nothing is checked.
     starting: bool,
@@ -124,6 +137,7 @@ fn answer(state: &mut State, name: &str, args: &[i64]) -> Result<Option<i64>, St
     if state.starting {
         return Ok(Some(0));
     }
+    state.made.push((name.to_string(), args.to_vec()));
     if state.same {
         let Some(next) = state.answers.pop_front() else {
             state.diverged = Some(("no more kernel calls".into(), format!("{name}{args:?}")));
@@ -267,6 +281,7 @@ impl Sandbox {
             answers: VecDeque::new(),
             diverged: None,
             unanswered: 0,
+            made: Vec::new(),
             memory_cap: h.memory_cap as usize,
             starting: true,
         };
@@ -376,6 +391,7 @@ impl Sandbox {
         let state = self.store.data_mut();
         state.answers = answers.collect();
         state.diverged = None;
+        state.made.clear();
     }
 
     /// Calls the entry point with `params`, `area` written into the argument area first.
@@ -395,11 +411,11 @@ impl Sandbox {
         Ok(results.iter().filter_map(val_bits).collect())
     }
 
-    /// The argument area's digest now.
-    fn area_digest(&self) -> u64 {
+    /// What the graft changed in the argument area the kernel wrote (`area`).
+    fn area_left(&self, area: &[u8]) -> Changes {
         match (self.arg_area, self.memory) {
-            (Some((at, len)), Some(m)) => digest(m.data(&self.store).get(at..at + len).unwrap_or(&[])),
-            _ => digest(&[]),
+            (Some((at, len)), Some(m)) => diff(area, m.data(&self.store).get(at..at + len).unwrap_or(&[])),
+            _ => Vec::new(),
         }
     }
 
@@ -416,7 +432,7 @@ impl Sandbox {
     ) -> Option<(String, String)> {
         let Some(Event::Return {
             results: want,
-            area_digest: want_digest,
+            left: want_left,
             outcome,
         }) = events.last()
         else {
@@ -456,19 +472,24 @@ impl Sandbox {
         }
         let imposed = matches!(outcome, Outcome::Imposed(_));
         let invalid = matches!(outcome, Outcome::Failed(f) if f.starts_with("invalid result"));
-        let digest_now = self.area_digest();
+        let left = self.area_left(area);
         if got.is_err() || imposed || invalid {
             let kept = std::mem::take(&mut self.kept);
             let _ = self.undo.roll_back_after(&mut self.store, &kept);
         }
         if let Some(d) = report.decisions.as_mut() {
-            d.push(got.as_ref().ok().filter(|_| !imposed).cloned());
+            let decided = got.as_ref().ok().filter(|_| !imposed);
+            d.push(decided.map(|results| Decision {
+                results: results.clone(),
+                area: left.clone(),
+                calls: self.store.data().made.clone(),
+            }));
         }
         report.imposed += u64::from(imposed);
         report.failed += u64::from(got.is_err());
         let as_recorded = match (&got, outcome) {
             (_, Outcome::Imposed(_)) => true,
-            (Ok(r), Outcome::Decided) => r == want && (!same || digest_now == *want_digest),
+            (Ok(r), Outcome::Decided) => r == want && left == *want_left,
             (Ok(r), Outcome::Failed(_)) => invalid && r == want,
             (Err(e), Outcome::Failed(f)) => {
                 report.failed_as_recorded += u64::from(e == f);

@@ -173,7 +173,7 @@ fn a_replay_of_the_recorded_graft_gives_every_answer_and_failure_again() {
         .decisions
         .unwrap()
         .iter()
-        .map(|d| d.as_ref().map_or(i32::MIN, |r| r[0] as i32))
+        .map(|d| d.as_ref().map_or(i32::MIN, |r| r.results[0] as i32))
         .collect();
     // The decisions the kernel took are the replay's (a refused answer is the kernel's default).
     for (live, replayed) in answers.iter().zip(&decided) {
@@ -236,7 +236,12 @@ fn another_module_is_replayed_on_the_same_inputs() {
     assert!(!report.same_module);
     assert_eq!(report.invocations, 26);
     assert!(report.divergence.is_none());
-    let decisions = report.decisions.unwrap();
+    let decisions: Vec<Option<Vec<i64>>> = report
+        .decisions
+        .unwrap()
+        .into_iter()
+        .map(|d| d.map(|d| d.results))
+        .collect();
     assert_eq!(decisions[0], Some(vec![3]), "three numbers in the first page");
     assert_eq!(decisions[1], Some(vec![1]), "it did not ask for the second page");
     assert!(report.matched < report.invocations);

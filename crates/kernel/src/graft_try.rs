@@ -258,6 +258,20 @@ impl Process {
     }
 }
 
+/// What a replay of another module (`replay`, its decisions kept) on `recording` would have
+/// done, on the ghost model `graft try` uses at the recording's graftpoint, against what the
+/// recorded graft did: `file.compute_ra` only (ghost caches of `frames` pages; the other
+/// ghosts follow page accesses, which a recording of invocations does not hold). `None` if the
+/// graftpoint has no such ghost.
+pub fn replayed_ghost(
+    recording: &vino_graft::record::Recording,
+    replay: &vino_graft::replay::ReplayReport,
+    frames: usize,
+) -> Option<Result<TryReport, String>> {
+    (recording.header.point == ComputeRa::NAME)
+        .then(|| vino_cache::ra_replayed(recording, replay, frames).map(TryReport::ReadAhead))
+}
+
 /// The ghost model of a graftpoint a try names.
 enum Ghost {
     Victim,
