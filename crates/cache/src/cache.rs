@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use vino_blockdev::{AlignedBuf, BLOCK_SIZE, IoRequest, SharedClock, Ticket};
 use vino_graft::abi::{self, Extents};
-use vino_graft::{Access, GraftSlot, PolicyKind, Runtime};
+use vino_graft::{Access, GraftSlot, Runtime};
 
 const BS: u64 = BLOCK_SIZE as u64;
 

@@ -178,6 +178,7 @@ impl GraftPoint for PickVictim {
     /// at 5 us each, and the graft's look at each candidate), as the thesis' look-ahead graft
     /// walked the whole list; the bound on what an owner's graft adds to a miss.
     const BUDGET: std::time::Duration = std::time::Duration::from_micros(200);
+    const RECORDS_DEFAULT: bool = true;
     type Env = VictimEnv;
     type Args<'a> = Candidates<'a>;
     type Output = usize;
@@ -199,6 +200,10 @@ impl GraftPoint for PickVictim {
         candidates.ended.set(page.is_empty());
         let offered = candidates.offered();
         Some((abi::encode_candidate_page(&offered[page.clone()], page.start, area),))
+    }
+    /// The default's choice is an index of the first page (the cache's least recently used).
+    fn answer(_: &VictimEnv, _: &Candidates<'_>, choice: &usize, _: &mut [u8]) -> Option<i32> {
+        (*choice < abi::VICTIM_MAX).then_some(*choice as i32)
     }
     fn decode(_: &VictimEnv, candidates: &Candidates<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
         if choice == abi::VICTIM_MORE {
@@ -347,6 +352,7 @@ impl GraftPoint for ComputeRa {
     const NAME: &'static str = "file.compute_ra";
     const CALLABLE: &'static [&'static str] = &["vino_prefetch"];
     const USES_ARG_AREA: bool = true;
+    const RECORDS_DEFAULT: bool = true;
     type Env = RaFile;
     type Args<'a> = Read;
     type Output = Extents;
@@ -366,6 +372,16 @@ impl GraftPoint for ComputeRa {
     }
     fn decode(file: &RaFile, _: &Read, count: i32, area: &[u8]) -> Result<Extents, Invalid> {
         abi::decode_extents(count, area, file.size())
+    }
+    /// The extents in the area, (offset, length) little-endian, as a graft writes them.
+    fn answer(_: &RaFile, _: &Read, extents: &Extents, area: &mut [u8]) -> Option<i32> {
+        let extents = extents.as_slice();
+        let room = area.get_mut(..extents.len() * 16)?;
+        for (slot, e) in room.chunks_exact_mut(16).zip(extents) {
+            slot[..8].copy_from_slice(&e.off.to_le_bytes());
+            slot[8..].copy_from_slice(&e.len.to_le_bytes());
+        }
+        Some(extents.len() as i32)
     }
     fn callables(c: &mut Callables<RaFile>) {
         c.func2("vino_prefetch", prefetch);

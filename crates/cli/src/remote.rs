@@ -85,6 +85,11 @@ pub enum RemoteGraft {
         /// Most bytes the recording may hold (at most 16 MiB); it stops there and says so.
         #[arg(long, default_value_t = 16 << 20)]
         limit: u64,
+        /// Record the kernel's own policy where nothing is bound (vas.pick_victim,
+        /// file.compute_ra, disk.pick_request, sched.pick_next, sched.pick_thread): a replay of
+        /// a candidate on it says what the candidate would have decided instead.
+        #[arg(long)]
+        default: bool,
         #[arg(long)]
         socket: Option<PathBuf>,
     },
@@ -256,12 +261,16 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             output,
             hold,
             limit,
+            default,
             socket,
         } => {
             let signals = block_stop_signals()?;
             let mut c = connect(socket)?;
-            c.graft_record(&point, limit)
-                .with_context(|| format!("recording at {point}"))?;
+            match default {
+                true => c.graft_record_default(&point, limit),
+                false => c.graft_record(&point, limit),
+            }
+            .with_context(|| format!("recording at {point}"))?;
             hold_until(hold, &signals)?;
             write_recording(&mut c, &point, &output)
         }

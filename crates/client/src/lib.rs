@@ -932,9 +932,20 @@ impl Client {
 
     /// Starts recording the inputs of the graft at `point`, at most `limit` bytes.
     pub fn graft_record(&mut self, point: &str, limit: u64) -> Result<()> {
+        self.record(point, limit, false)
+    }
+
+    /// Starts recording the kernel's own decisions at `point` (nothing bound there), at most
+    /// `limit` bytes.
+    pub fn graft_record_default(&mut self, point: &str, limit: u64) -> Result<()> {
+        self.record(point, limit, true)
+    }
+
+    fn record(&mut self, point: &str, limit: u64, default: bool) -> Result<()> {
         let req = Request::GraftRecord {
             point: point.into(),
             limit,
+            default,
         };
         expect!(self.call(&req)?, Response::Ok => ())
     }

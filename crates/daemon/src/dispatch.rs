@@ -327,11 +327,14 @@ impl Session<'_> {
             }
             Request::GraftList => Ok(Response::Slots(p.graft_list().into_iter().map(slot_info).collect())),
             Request::GraftStats { point } => p.graft_stats(&point).map(|s| Response::Slot(slot_info(s))).map_err(sys),
-            Request::GraftRecord { point, limit } => {
+            Request::GraftRecord { point, limit, default } => {
                 let limit = usize::try_from(limit)
                     .unwrap_or(usize::MAX)
                     .min(vino_proto::MAX_RECORDING);
-                ok(p.graft_record_start(&point, limit))
+                match default {
+                    true => ok(p.graft_record_default_start(&point, limit)),
+                    false => ok(p.graft_record_start(&point, limit)),
+                }
             }
             Request::GraftRecordStop { point } => p
                 .graft_record_stop(&point)

@@ -59,6 +59,9 @@ fn child_role() {
         // A user may not record a global graftpoint: its inputs are every user's I/O.
         let e = c.graft_record("disk.pick_request", 1 << 20).unwrap_err();
         println!("errno={}", e.errno);
+        // Nor the kernel's own decisions there.
+        let e = c.graft_record_default("disk.pick_request", 1 << 20).unwrap_err();
+        println!("default={}", e.errno);
     }
     if role == "try-other" {
         // Nor try a candidate on another user's process.
@@ -161,10 +164,9 @@ fn a_process_cannot_record_a_graftpoint_it_may_not_graft() {
     let mut child = spawn_child(TEST, "record-global", &d.socket(), &[], Some(1000));
     let lines = wait_line(&mut child, "DONE");
     let _ = child.wait();
-    assert!(
-        lines.iter().any(|l| l.trim() == format!("errno={}", errno::EPERM)),
-        "{lines:?}"
-    );
+    for want in [format!("errno={}", errno::EPERM), format!("default={}", errno::EPERM)] {
+        assert!(lines.iter().any(|l| l.trim() == want), "{want}: {lines:?}");
+    }
 }
 
 /// Evicts the most recently used of the first page of candidates.
@@ -325,4 +327,63 @@ fn a_lock_grant_candidate_is_tried_on_the_callers_own_descriptor() {
     // Another process names its own descriptors: this one is not its.
     let mut other = d.client();
     assert!(other.graft_try(None, &point, &wasm, 1).is_err());
+}
+
+/// The kernel's own read-ahead, recorded where nothing is bound, and a candidate replayed on it
+/// in the ghost caches: what it would have read ahead where the default did.
+#[test]
+fn the_default_is_recorded_and_a_candidate_replayed_against_it() {
+    use vino_kernel::Resource;
+    let d = TestDaemon::start();
+    let mut c = d.client();
+    let fd = c.open("/data", OpenFlags::create()).unwrap();
+    c.write(fd, &vec![9u8; 512 << 10]).unwrap();
+    let point = format!("file.compute_ra/{fd}");
+    c.graft_record_default(&point, 1 << 20).unwrap();
+    c.seek(fd, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..64 {
+        c.read(fd, &mut buf).unwrap();
+    }
+    let recording = Recording::from_bytes(&c.graft_record_stop(&point).unwrap()).unwrap();
+    assert!(recording.invocations >= 64, "{} invocations", recording.invocations);
+    assert!(recording.header.module_sha256.is_empty(), "no module: the default's");
+    let options = ReplayOptions {
+        decisions: true,
+        ..Default::default()
+    };
+    let replayed = replay(&recording, READ_AHEAD.as_bytes(), options).unwrap();
+    assert!(!replayed.same_module && replayed.failed == 0, "{replayed:?}");
+    let ghost = vino_kernel::graft_try::replayed_ghost(&recording, &replayed, 64)
+        .unwrap()
+        .unwrap();
+    let ghost = serde_json::to_value(ghost).unwrap();
+    assert_eq!(ghost["reads"], recording.invocations, "{ghost}");
+    assert!(
+        ghost["live"]["prefetched"].as_u64().unwrap() > 0,
+        "the default reads ahead: {ghost}"
+    );
+    assert!(ghost["candidate"]["prefetched"].as_u64().unwrap() > 0, "{ghost}");
+    // With a graft bound the graft is what is recorded; binding one ends the default's.
+    c.graft_record_default(&point, 1 << 20).unwrap();
+    c.graft_load(&point, READ_AHEAD.as_bytes()).unwrap();
+    let e = c.graft_record_default(&point, 1 << 20).unwrap_err();
+    assert!(e.message.contains("a graft is bound"), "{e}");
+    let ended = Recording::from_bytes(&c.graft_record_stop(&point).unwrap()).unwrap();
+    assert_eq!(ended.ended.as_deref(), Some("a graft was bound"));
+    c.graft_unload(&point).unwrap();
+    // A graftpoint whose default has no graft form.
+    let e = c
+        .graft_record_default(&format!("lock.grant/{fd}"), 1 << 20)
+        .unwrap_err();
+    assert!(e.message.contains("cannot be put as a graft's answers"), "{e}");
+    // A recording left running when its starter goes is dropped with its charge.
+    c.graft_record_default(&point, 1 << 20).unwrap();
+    for _ in 0..8 {
+        c.read(fd, &mut buf).unwrap();
+    }
+    drop(c);
+    for r in [Resource::Grafts, Resource::GraftMemory] {
+        all_refunded(&d, r);
+    }
 }

@@ -84,6 +84,8 @@ pub trait GraftPoint: Send + Sync + 'static {
     /// whose calls share a thread among principals and are charged to each (`net.congestion`
     /// on the stack's thread). Off, the invocation path does nothing for it.
     const MEASURE_WORK: bool = false;
+    /// Whether the default's decisions can be recorded ([`GraftPoint::answer`]).
+    const RECORDS_DEFAULT: bool = false;
 
     /// The kernel state the default, the native policies and the graft-callable functions see.
     type Env: Send + Sync + 'static;
@@ -123,6 +125,20 @@ pub trait GraftPoint: Send + Sync + 'static {
         _results: &Self::Results,
         _area: &mut [u8],
     ) -> Option<Self::Params> {
+        None
+    }
+
+    /// The default's decision `output` as a graft would have given it: the entry point's
+    /// results, with `area` (as [`GraftPoint::encode`] left it) changed as the graft's answer
+    /// would change it. It lets the default be recorded ([`crate::record`]) and a candidate be
+    /// replayed against it, where [`GraftPoint::RECORDS_DEFAULT`]. `None`: this decision
+    /// cannot be put so (it is left out of the recording's answers).
+    fn answer(
+        _env: &Self::Env,
+        _args: &Self::Args<'_>,
+        _output: &Self::Output,
+        _area: &mut [u8],
+    ) -> Option<Self::Results> {
         None
     }
 

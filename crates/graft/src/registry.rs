@@ -34,6 +34,11 @@ pub trait ManagedSlot: Send + Sync {
     fn call_control(&self, name: &str, args: &[i64]) -> Result<i64, GraftError>;
     /// Starts recording the bound graft's inputs ([`crate::record`]).
     fn record_start(&self, limit: usize) -> Result<(), GraftError>;
+    /// Starts recording the default's decisions, charged to `owner`
+    /// ([`GraftSlot::record_default_start`]).
+    fn record_default_start(&self, limit: usize, owner: &Owner) -> Result<(), GraftError>;
+    /// Drops a recording of the default `process` started (it exited).
+    fn record_default_drop(&self, process: u64);
     /// Stops the recording and gives it.
     fn record_stop(&self) -> Result<Recording, GraftError>;
 }
@@ -71,6 +76,12 @@ impl<G: GraftPoint> ManagedSlot for GraftSlot<G> {
     }
     fn record_start(&self, limit: usize) -> Result<(), GraftError> {
         GraftSlot::record_start(self, limit)
+    }
+    fn record_default_start(&self, limit: usize, owner: &Owner) -> Result<(), GraftError> {
+        GraftSlot::record_default_start(self, limit, owner)
+    }
+    fn record_default_drop(&self, process: u64) {
+        GraftSlot::record_default_drop(self, process)
     }
     fn record_stop(&self) -> Result<Recording, GraftError> {
         GraftSlot::record_stop(self)
@@ -125,6 +136,12 @@ impl<W: SlotWrapper> ManagedSlot for W {
     }
     fn record_start(&self, limit: usize) -> Result<(), GraftError> {
         self.inner().record_start(limit)
+    }
+    fn record_default_start(&self, limit: usize, owner: &Owner) -> Result<(), GraftError> {
+        self.inner().record_default_start(limit, owner)
+    }
+    fn record_default_drop(&self, process: u64) {
+        self.inner().record_default_drop(process)
     }
     fn record_stop(&self) -> Result<Recording, GraftError> {
         self.inner().record_stop()
@@ -218,6 +235,18 @@ impl Namespace {
         self.authorized(who, name)?.record_start(limit)
     }
 
+    /// Starts recording the default's decisions at `name` (nothing bound there), charged to
+    /// `owner`: as [`Namespace::record_start`], only a principal that may bind there may.
+    pub fn record_default_start(
+        &self,
+        who: Principal,
+        name: &str,
+        limit: usize,
+        owner: &Owner,
+    ) -> Result<(), GraftError> {
+        self.authorized(who, name)?.record_default_start(limit, owner)
+    }
+
     pub fn record_stop(&self, who: Principal, name: &str) -> Result<Recording, GraftError> {
         self.authorized(who, name)?.record_stop()
     }
@@ -234,9 +263,13 @@ impl Namespace {
             .collect()
     }
 
-    /// Unloads every graft owned by `process` (it exited).
+    /// Unloads every graft owned by `process` (it exited), and drops the recordings of
+    /// defaults it started.
     pub fn unload_owned_by(&self, process: u64) -> usize {
         let slots: Vec<_> = self.slots.read().values().cloned().collect();
+        for s in &slots {
+            s.record_default_drop(process);
+        }
         slots
             .iter()
             .filter(|s| s.info().graft.is_some_and(|g| g.owner == process))

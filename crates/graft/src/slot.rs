@@ -133,6 +133,18 @@ pub struct GraftSlot<G: GraftPoint> {
     /// ([`GraftSlot::record_stop`]).
     /// It stays charged to the graft's owner until it is taken or the slot goes.
     finished: parking_lot::Mutex<Option<(Box<crate::record::Tape>, String)>>,
+    /// A recording of the default's decisions while nothing is bound
+    /// ([`GraftSlot::record_default_start`]), and whether one runs (read on the default's path).
+    default_tape: parking_lot::Mutex<Option<DefaultTape>>,
+    recording_default: std::sync::atomic::AtomicBool,
+}
+
+/// A recording of a graftpoint's default: the tape, the argument area the default's answers
+/// are written into, and the process that started it (charged for it).
+struct DefaultTape {
+    tape: Box<crate::record::Tape>,
+    area: Vec<u8>,
+    process: u64,
 }
 
 impl<G: GraftPoint> GraftSlot<G> {
@@ -152,6 +164,8 @@ impl<G: GraftPoint> GraftSlot<G> {
             callables,
             binding: ArcSwapOption::empty(),
             finished: parking_lot::Mutex::new(None),
+            default_tape: parking_lot::Mutex::new(None),
+            recording_default: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -187,6 +201,9 @@ impl<G: GraftPoint> GraftSlot<G> {
     pub fn try_invoke(&self, args: &G::Args<'_>) -> Result<G::Output, Failure> {
         let guard = self.binding.load();
         let Some(binding) = guard.as_ref() else {
+            if self.recording_default.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(self.default_recorded(args));
+            }
             return Ok(G::default_policy(&self.env, args));
         };
         let timed = binding.counters.should_time();
@@ -250,6 +267,7 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// On error nothing changes.
     pub fn load(&self, wasm: &[u8], owner: Owner) -> Result<GraftInfo, LoadError> {
         let binding = self.build(wasm, owner, self.env.clone())?;
+        self.end_default_recording("a graft was bound");
         let info = match &binding.policy {
             Policy::Wasm { info, .. } => info.clone(),
             Policy::Native { .. } => unreachable!("just built a Wasm binding"),
@@ -395,9 +413,105 @@ impl<G: GraftPoint> GraftSlot<G> {
         }
     }
 
+    /// Starts recording the default's decisions while nothing is bound: each invocation's
+    /// arguments as a graft would see them and the default's answer as a graft would give it
+    /// ([`GraftPoint::answer`]), at most `limit` bytes charged to `owner` (who started it) as
+    /// graft memory. A replay of a candidate on it says what the candidate would have decided
+    /// where the default did. It ends when a graft is bound (kept for the next stop) or its
+    /// starter goes ([`GraftSlot::record_default_drop`]).
+    pub fn record_default_start(&self, limit: usize, owner: &Owner) -> Result<(), GraftError> {
+        if self.binding.load().is_some() {
+            return Err(GraftError::NotRecordable(format!(
+                "a graft is bound at `{}`: record it, not the default",
+                self.name
+            )));
+        }
+        if !G::RECORDS_DEFAULT {
+            return Err(GraftError::NotRecordable(format!(
+                "the default of {} cannot be put as a graft's answers",
+                G::NAME
+            )));
+        }
+        let area = vec![0u8; if G::USES_ARG_AREA { G::ARG_BYTES } else { 0 }];
+        let config = self.runtime.config();
+        // Replay runs under fuel whatever the kernel's interrupt: budgets in fuel units.
+        let fuel = |d: std::time::Duration| (d.as_nanos() * u128::from(config.fuel_per_ms) / 1_000_000).max(1) as u64;
+        let header = crate::record::Header {
+            version: crate::record::VERSION,
+            slot: self.name.clone(),
+            point: G::NAME.to_string(),
+            entry: crate::point::export_name(G::NAME),
+            // No module: every module replayed on it is another.
+            module_sha256: String::new(),
+            arg_area: G::USES_ARG_AREA.then_some((0, G::ARG_BYTES as u32)),
+            invocation_units: fuel(self.budget()),
+            page_units: fuel(crate::point::PAGE_COST),
+            control_units: fuel(config.control_budget),
+            fuel: true,
+            memory_cap: config.memory_cap as u64,
+            functions: Vec::new(),
+        };
+        let image = crate::record::Image::default();
+        let tape = crate::record::Tape::new(header, image, area.clone(), limit, owner.account.as_ref());
+        self.finished.lock().take();
+        *self.default_tape.lock() = Some(DefaultTape {
+            tape: Box::new(tape),
+            area,
+            process: owner.process,
+        });
+        self.recording_default.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The default's decision, recorded.
+    #[cold]
+    fn default_recorded(&self, args: &G::Args<'_>) -> G::Output {
+        let output = G::default_policy(&self.env, args);
+        let mut guard = self.default_tape.lock();
+        if let Some(d) = guard.as_mut() {
+            use crate::point::WasmTypes;
+            let params = G::encode(&self.env, args, &mut d.area);
+            d.tape.enter(None, params.values(), &d.area);
+            let (results, outcome) = match G::answer(&self.env, args, &output, &mut d.area) {
+                Some(results) => (results.values(), crate::record::Outcome::Decided),
+                // Replay aborts it, whatever the candidate answers.
+                None => (
+                    Vec::new(),
+                    crate::record::Outcome::Imposed("the default's answer has no graft form".into()),
+                ),
+            };
+            d.tape.ret(results, &d.area, outcome);
+        }
+        output
+    }
+
+    /// Ends a recording of the default, keeping it for the next stop with why it ended.
+    fn end_default_recording(&self, why: &str) {
+        self.recording_default
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        if let Some(d) = self.default_tape.lock().take() {
+            *self.finished.lock() = Some((d.tape, why.to_string()));
+        }
+    }
+
+    /// Drops a recording of the default that `process` started (it exited), with its charge.
+    pub fn record_default_drop(&self, process: u64) {
+        let mut guard = self.default_tape.lock();
+        if guard.as_ref().is_some_and(|d| d.process == process) {
+            self.recording_default
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            guard.take();
+        }
+    }
+
     /// Stops the recording and gives it: the bound graft's, or that of a graft unbound while it
-    /// was recorded (whose [`Recording::ended`] says why).
+    /// was recorded (whose [`Recording::ended`] says why), or the default's.
     pub fn record_stop(&self) -> Result<Recording, GraftError> {
+        if let Some(d) = self.default_tape.lock().take() {
+            self.recording_default
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            return Ok(d.tape.finish());
+        }
         if let Some((tape, why)) = self.finished.lock().take() {
             let mut done = tape.finish();
             done.ended = Some(why);
@@ -424,6 +538,14 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// congestion state) start it afresh when the number changes.
     pub fn binding_serial(&self) -> u64 {
         self.binding.load().as_ref().map_or(0, |b| b.serial)
+    }
+
+    /// Whether the kernel must ask this slot rather than decide by its default inline:
+    /// something is bound, or the default's decisions are recorded
+    /// ([`GraftSlot::record_default_start`]).
+    #[inline]
+    pub fn consulted(&self) -> bool {
+        self.binding.load().is_some() || self.recording_default.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn policy_kind(&self) -> PolicyKind {

@@ -173,6 +173,7 @@ pub struct PickRequest;
 impl GraftPoint for PickRequest {
     const NAME: &'static str = "disk.pick_request";
     const USES_ARG_AREA: bool = true;
+    const RECORDS_DEFAULT: bool = true;
     type Env = PickEnv;
     type Args<'a> = PickArgs<'a>;
     type Output = usize;
@@ -189,6 +190,10 @@ impl GraftPoint for PickRequest {
 
     fn decode(_: &PickEnv, args: &PickArgs<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
         decode_pick(choice, args.pending.len().min(PICK_MAX))
+    }
+
+    fn answer(_: &PickEnv, _: &PickArgs<'_>, choice: &usize, _: &mut [u8]) -> Option<i32> {
+        (*choice < PICK_MAX).then_some(*choice as i32)
     }
 }
 

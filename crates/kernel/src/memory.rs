@@ -268,7 +268,7 @@ impl Owner for ProcessMemory {
     }
 
     fn pick_victim(&self, candidates: &[u64]) -> Option<usize> {
-        if self.victim.policy_kind() == PolicyKind::Default {
+        if !self.victim.consulted() {
             return None;
         }
         Some(self.victim.invoke(&Candidates::fixed(candidates.to_vec())))

@@ -1162,6 +1162,18 @@ impl Process {
         Ok(self.namespace_of(point).record_start(self.principal(), point, limit)?)
     }
 
+    /// Starts recording the kernel's own decisions at `point`, where nothing is bound: each
+    /// invocation's arguments and the default's answer as a graft would give it, charged to
+    /// this process (at most `limit` bytes) and dropped if it exits before the stop. Who may:
+    /// as for [`Process::graft_record_start`].
+    pub fn graft_record_default_start(&self, point: &str, limit: usize) -> SysResult<()> {
+        let limit = limit.clamp(1, vino_graft::record::DEFAULT_LIMIT);
+        let owner = self.graft_owner();
+        Ok(self
+            .namespace_of(point)
+            .record_default_start(self.principal(), point, limit, &owner)?)
+    }
+
     /// Stops the recording at `point` and gives it (also that of a graft unloaded meanwhile).
     pub fn graft_record_stop(&self, point: &str) -> SysResult<vino_graft::record::Recording> {
         Ok(self.namespace_of(point).record_stop(self.principal(), point)?)

@@ -46,8 +46,9 @@ use serde::{Deserialize, Serialize};
 /// [`ProcessTop`] ([`MemoryTop`]). Version 9: the changes a graft's committed calls made in
 /// [`GraftStats`]. Version 10: sockets opened for a program ([`ProgramSetup::sockets`]), and a
 /// process's sockets in [`ProcessTop`]. Version 11: [`Request::GraftRecord`],
-/// [`Request::GraftRecordStop`], [`Request::GraftTry`] and [`Request::GraftTryStop`].
-pub const VERSION: u32 = 11;
+/// [`Request::GraftRecordStop`], [`Request::GraftTry`] and [`Request::GraftTryStop`]. Version
+/// 12: [`Request::GraftRecord`] of a graftpoint's default.
+pub const VERSION: u32 = 12;
 /// Largest recording of a graft's inputs a daemon keeps and sends (it fits one frame).
 pub const MAX_RECORDING: usize = MAX_MODULE;
 /// Largest graft module a client may send.
@@ -600,10 +601,12 @@ pub enum Request {
     /// [`Response::Value`].
     StreamCollect,
     /// Starts recording the inputs of the graft at `point` (at most `limit` bytes, cut to
-    /// [`MAX_RECORDING`]), for a later replay; only a process that may bind there may.
+    /// [`MAX_RECORDING`]), for a later replay; only a process that may bind there may. With
+    /// `default`, the kernel's own decisions where nothing is bound.
     GraftRecord {
         point: String,
         limit: u64,
+        default: bool,
     },
     /// Stops the recording at `point`: the recording's bytes, as [`Response::Data`].
     GraftRecordStop {

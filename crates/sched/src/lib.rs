@@ -40,7 +40,7 @@ use std::sync::{Arc, LazyLock, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use vino_clock::SharedClock;
-use vino_graft::{Access, GraftSlot, PolicyKind, Runtime};
+use vino_graft::{Access, GraftSlot, Runtime};
 
 /// How the scheduler runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -599,7 +599,7 @@ impl Inner {
             // then, or for a candidate in shadow there).
             let mut own = |pid: Pid, _runnable: usize| {
                 let slot = pick_thread.get(&pid)?;
-                let bound = slot.policy_kind() != PolicyKind::Default;
+                let bound = slot.consulted();
                 let tried = thread_tries.get(&pid).filter(|t| t.take());
                 if !bound && tried.is_none() {
                     return None;
@@ -618,7 +618,7 @@ impl Inner {
             };
             let default = shares.choose(&mut own)?;
             let mut pick = default;
-            let bound = self.pick_next.policy_kind() != PolicyKind::Default;
+            let bound = self.pick_next.consulted();
             let tried = next_try.as_ref().filter(|t| t.take());
             if bound || tried.is_some() {
                 let cands = shares.candidates(now, points::PICK_MAX);

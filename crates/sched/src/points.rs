@@ -55,6 +55,7 @@ pub struct PickNext;
 impl GraftPoint for PickNext {
     const NAME: &'static str = "sched.pick_next";
     const USES_ARG_AREA: bool = true;
+    const RECORDS_DEFAULT: bool = true;
     const BUDGET: Duration = PICK_BUDGET;
     type Env = ();
     type Args<'a> = PickArgs<'a>;
@@ -72,6 +73,10 @@ impl GraftPoint for PickNext {
 
     fn decode(_: &(), args: &PickArgs<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
         decode(args, choice)
+    }
+
+    fn answer(_: &(), _: &PickArgs<'_>, choice: &usize, _: &mut [u8]) -> Option<i32> {
+        (*choice < PICK_MAX).then_some(*choice as i32)
     }
 }
 
@@ -131,6 +136,7 @@ impl GraftPoint for PickThread {
     const NAME: &'static str = "sched.pick_thread";
     const CALLABLE: &'static [&'static str] = &["vino_tickets_give"];
     const USES_ARG_AREA: bool = true;
+    const RECORDS_DEFAULT: bool = true;
     const BUDGET: Duration = PICK_BUDGET;
     type Env = ThreadEnv;
     type Args<'a> = PickArgs<'a>;
@@ -149,6 +155,10 @@ impl GraftPoint for PickThread {
 
     fn decode(_: &ThreadEnv, args: &PickArgs<'_>, choice: i32, _: &[u8]) -> Result<usize, Invalid> {
         decode(args, choice)
+    }
+
+    fn answer(_: &ThreadEnv, _: &PickArgs<'_>, choice: &usize, _: &mut [u8]) -> Option<i32> {
+        (*choice < PICK_MAX).then_some(*choice as i32)
     }
 
     fn callables(c: &mut Callables<ThreadEnv>) {

@@ -107,7 +107,7 @@ impl PageCache {
         let Some(slot) = t.procs.get(&owner).and_then(|p| p.victim.clone()) else {
             return candidate;
         };
-        if slot.policy_kind() == PolicyKind::Default {
+        if !slot.consulted() {
             return candidate;
         }
         // The frames offered so far, in the order offered, and where the next page starts.
