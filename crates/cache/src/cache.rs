@@ -151,6 +151,9 @@ pub struct PageCache {
     dirty_share: usize,
     /// Who pays for the write-back thread's rounds ([`PageCache::charge_writeback_to`]).
     charger: OnceLock<WorkCharger>,
+    /// Processes with a `vas.pick_victim` shadow (the table's count, read without its lock by
+    /// the pager's evictions, [`PageCache::victim_try`]).
+    victim_tries: std::sync::atomic::AtomicUsize,
 }
 
 /// Charges a process for CPU the kernel spent on its behalf.
@@ -190,6 +193,7 @@ impl PageCache {
             dirty_share: (config.frames * usize::from(config.dirty_percent.min(100)) / 100).max(MIN_DIRTY_SHARE),
             config,
             charger: OnceLock::new(),
+            victim_tries: std::sync::atomic::AtomicUsize::new(0),
         });
         if let Some(every) = cache.config.writeback_every {
             let clock = cache.config.clock.clone();
@@ -251,6 +255,7 @@ impl PageCache {
             let mut t = self.table.lock();
             let old = t.proc_mut(pid).shadow.replace(shadow.clone());
             t.shadows += usize::from(old.is_none());
+            self.victim_tries.store(t.shadows, std::sync::atomic::Ordering::Relaxed);
             old
         };
         if let Some(old) = old {
@@ -259,8 +264,11 @@ impl PageCache {
         Ok(shadow)
     }
 
-    /// `pid`'s shadow, if one runs.
+    /// `pid`'s shadow, if one runs (the table is locked only if some process has one).
     pub fn victim_try(&self, pid: Pid) -> Option<Arc<VictimTry>> {
+        if self.victim_tries.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return None;
+        }
         self.table.lock().procs.get(&pid).and_then(|p| p.shadow.clone())
     }
 
@@ -270,6 +278,7 @@ impl PageCache {
             let mut t = self.table.lock();
             let old = t.procs.get_mut(&pid).and_then(|p| p.shadow.take());
             t.shadows -= usize::from(old.is_some());
+            self.victim_tries.store(t.shadows, std::sync::atomic::Ordering::Relaxed);
             old
         }?;
         Some(shadow.stop())

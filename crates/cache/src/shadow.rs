@@ -15,6 +15,12 @@
 //! would have moved a little had it been bound (its misses take frames from other processes'
 //! pages and its hits do not): that is the model's one approximation.
 //!
+//! Program memory (the pager's evictions, when the process has a paged memory) has no ghost:
+//! the pager sees faults, not accesses, so which pages a different choice would have kept in use
+//! is unknown. Its decisions are offered to the same candidate and judged by agreement and a
+//! stated model: where among the pager's candidates (coldest first) each would have taken its
+//! victim.
+//!
 //! The live path only offers each access to a bounded queue (one `try_send`); a thread of the
 //! shadow's own drains it, runs the ghost and the candidate, and counts what it could not take.
 //! With `sample` N > 1, only pages whose identity hashes to 0 mod N are followed and the ghost
@@ -29,10 +35,10 @@ use serde::Serialize;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use vino_blockdev::BLOCK_SIZE;
 use vino_graft::abi::Extent;
-use vino_graft::shadow::{Drain, Fed, Report, Sampler};
+use vino_graft::shadow::{DECISION_QUEUE, Drain, Fed, Report, Sampler};
 pub use vino_graft::shadow::{OwnerCall, ShadowCounts, TRY_QUEUE};
 use vino_graft::{GraftPoint, GraftSlot, LoadError, Owner, Shadow, abi};
 
@@ -42,6 +48,20 @@ pub struct Access {
     page: u64,
     hit: bool,
     resident: u32,
+}
+
+/// What the live path offers a victim shadow: a page access the cache saw, or one eviction of
+/// the pager's (program memory).
+pub enum Seen {
+    Access(Access),
+    Memory(Box<MemoryPick>),
+}
+
+/// One eviction of program memory: the pager's candidates (page ids, coldest first) and the
+/// live choice.
+pub struct MemoryPick {
+    ids: Vec<u64>,
+    live: usize,
 }
 
 /// What a shadow found so far.
@@ -57,6 +77,14 @@ pub struct VictimTryReport {
     pub sample: u32,
     /// Pages in the ghost now.
     pub ghost_pages: usize,
+    /// Program memory's evictions offered, those the candidate chose alike, where each took its
+    /// victim among the pager's candidates (mean index, 0 the coldest), and those the queue's
+    /// share for them (256 at once) could not take.
+    pub memory_decisions: u64,
+    pub memory_agreed: u64,
+    pub memory_live_index: f64,
+    pub memory_candidate_index: f64,
+    pub memory_drops: u64,
     #[serde(flatten)]
     pub shadow: ShadowCounts,
 }
@@ -70,8 +98,11 @@ impl Report for VictimTryReport {
 /// A candidate `vas.pick_victim` graft in shadow beside a process's live policy. Dropping it
 /// stops the shadow.
 pub struct VictimTry {
-    fed: Fed<Access, VictimTryReport>,
+    fed: Fed<Seen, VictimTryReport>,
     sample: u32,
+    /// Program memory's evictions in the queue (at most [`DECISION_QUEUE`]), and those refused.
+    memory_queued: Arc<AtomicUsize>,
+    memory_drops: AtomicU64,
 }
 
 impl VictimTry {
@@ -93,7 +124,12 @@ impl VictimTry {
             sample,
             ..VictimTryReport::default()
         };
-        let item = std::mem::size_of::<vino_graft::shadow::Item<Access>>();
+        // Each slot of the queue, and its share of the program-memory decisions it may hold.
+        let pick = std::mem::size_of::<MemoryPick>() + abi::VICTIM_MAX * 8;
+        let item =
+            std::mem::size_of::<vino_graft::shadow::Item<Seen>>() + (DECISION_QUEUE * pick).div_ceil(queue.max(1));
+        let memory_queued = Arc::new(AtomicUsize::new(0));
+        let queued = memory_queued.clone();
         let fed = Fed::start(
             format!("vino-try-{pid}"),
             queue,
@@ -102,9 +138,47 @@ impl VictimTry {
             // Exact needs every access; the thread is paced, and what it cannot take dropped.
             Sampler::new(Some(1)),
             report,
-            move |drain, report| Ghost::new(shadow, report).run(drain),
+            move |drain, report| Ghost::new(shadow, report).run(drain, &queued),
         )?;
-        Ok(Arc::new(VictimTry { fed, sample }))
+        Ok(Arc::new(VictimTry {
+            fed,
+            sample,
+            memory_queued,
+            memory_drops: AtomicU64::new(0),
+        }))
+    }
+
+    /// Offers one eviction of the process's program memory: the pager's candidates and the
+    /// live choice (never waits).
+    pub fn offer_memory(&self, ids: &[u64], live: usize) {
+        let ids = &ids[..ids.len().min(abi::VICTIM_MAX)];
+        if live >= ids.len() || self.memory_queued.fetch_add(1, Ordering::Relaxed) >= DECISION_QUEUE {
+            self.memory_queued
+                .fetch_sub(usize::from(live < ids.len()), Ordering::Relaxed);
+            self.memory_drops.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let pick = MemoryPick {
+            ids: ids.to_vec(),
+            live,
+        };
+        if !self.fed.offer(Seen::Memory(Box::new(pick))) {
+            self.memory_queued.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// What it found so far ([`Fed::report`], with program memory's drops).
+    pub fn report(&self) -> VictimTryReport {
+        let mut r = self.fed.report();
+        r.memory_drops = self.memory_drops.load(Ordering::Relaxed);
+        r
+    }
+
+    /// Stops it once it has drained its queue ([`Fed::stop`]): what it found.
+    pub fn stop(&self) -> VictimTryReport {
+        let mut r = self.fed.stop();
+        r.memory_drops = self.memory_drops.load(Ordering::Relaxed);
+        r
     }
 
     /// Offers one access of the live path (never waits: a full queue counts a drop).
@@ -114,13 +188,13 @@ impl VictimTry {
             return;
         }
         let resident = (resident / self.sample as usize) as u32;
-        self.fed.offer(Access { page, hit, resident });
+        self.fed.offer(Seen::Access(Access { page, hit, resident }));
     }
 }
 
 /// Its queue: [`Fed::running`], [`Fed::owner`], [`Fed::report`], [`Fed::stop`].
 impl std::ops::Deref for VictimTry {
-    type Target = Fed<Access, VictimTryReport>;
+    type Target = Fed<Seen, VictimTryReport>;
     fn deref(&self) -> &Self::Target {
         &self.fed
     }
@@ -192,12 +266,35 @@ impl Ghost {
         }
     }
 
-    fn run(&mut self, drain: Drain<Access>) {
+    fn run(&mut self, drain: Drain<Seen>, memory_queued: &AtomicUsize) {
         for item in drain {
-            if let Some(a) = item.live(&self.shadow) {
-                self.access(a);
+            match item.live(&self.shadow) {
+                Some(Seen::Access(a)) => self.access(a),
+                Some(Seen::Memory(pick)) => {
+                    memory_queued.fetch_sub(1, Ordering::Relaxed);
+                    self.memory(&pick);
+                }
+                None => {}
             }
         }
+    }
+
+    /// One eviction of program memory: the candidate's choice against the live one.
+    fn memory(&mut self, pick: &MemoryPick) {
+        let candidates = Candidates::fixed(pick.ids.clone());
+        let n = pick.ids.len();
+        // A failed call takes the default's choice (the coldest), as it would bound.
+        let choice = self.shadow.decide(&candidates).ok().filter(|&i| i < n).unwrap_or(0);
+        drop(candidates);
+        // Its hints are about program pages, which the ghost does not hold.
+        drop(self.shadow.env().take_hints());
+        let mut r = self.report.lock();
+        r.memory_decisions += 1;
+        r.memory_agreed += u64::from(choice == pick.live);
+        let k = r.memory_decisions as f64;
+        r.memory_live_index += (pick.live as f64 - r.memory_live_index) / k;
+        r.memory_candidate_index += (choice as f64 - r.memory_candidate_index) / k;
+        r.shadow = ShadowCounts::of(&self.shadow);
     }
 
     fn len(&self) -> usize {

@@ -309,12 +309,17 @@ impl<E: Send + 'static, R: Report> Fed<E, R> {
         })
     }
 
-    /// Offers a live event (never waits: a full queue counts a drop).
-    pub fn offer(&self, item: E) {
+    /// Offers a live event (never waits: a full queue counts a drop). True if it was queued.
+    pub fn offer(&self, item: E) -> bool {
         let feed = self.feed.lock();
-        let Some(feed) = feed.as_ref() else { return };
-        if let Err(TrySendError::Full(_)) = feed.try_send(Item::Live(item)) {
-            self.drops.fetch_add(1, Ordering::Relaxed);
+        let Some(feed) = feed.as_ref() else { return false };
+        match feed.try_send(Item::Live(item)) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                self.drops.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Err(TrySendError::Disconnected(_)) => false,
         }
     }
 

@@ -256,6 +256,9 @@ struct ProcessMemory {
     victim: Arc<GraftSlot<PickVictim>>,
     around: Arc<GraftSlot<FaultAround>>,
     swap: Mutex<Option<Charge>>,
+    /// Where a shadow tried at `vas.pick_victim` is found (without upgrading `process`: its
+    /// last reference must not be dropped on a pager thread).
+    cache: Arc<vino_cache::PageCache>,
 }
 
 impl Owner for ProcessMemory {
@@ -268,10 +271,20 @@ impl Owner for ProcessMemory {
     }
 
     fn pick_victim(&self, candidates: &[u64]) -> Option<usize> {
+        // A candidate tried in shadow at the process's vas.pick_victim sees program memory's
+        // evictions too (`vino_cache::shadow`).
+        let tried = self.cache.victim_try(self.pid);
         if !self.victim.consulted() {
+            if let Some(t) = tried {
+                t.offer_memory(candidates, 0);
+            }
             return None;
         }
-        Some(self.victim.invoke(&Candidates::fixed(candidates.to_vec())))
+        let choice = self.victim.invoke(&Candidates::fixed(candidates.to_vec()));
+        if let Some(t) = tried {
+            t.offer_memory(candidates, choice);
+        }
+        Some(choice)
     }
 
     fn has_fault_around(&self) -> bool {
@@ -359,6 +372,7 @@ impl Process {
             process: Arc::downgrade(self),
             account: self.account().clone(),
             victim: kernel.cache.register_process(self.pid()),
+            cache: kernel.cache.clone(),
             around: self.fault_around.clone(),
             swap: Mutex::new(None),
         });

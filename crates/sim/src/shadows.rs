@@ -114,6 +114,9 @@ fn check(r: &serde_json::Value, behaviour: Behaviour) -> Result<(), String> {
             if n("live_misses")? > accesses || n("would_be_misses")? > accesses {
                 return Err("more misses than accesses".into());
             }
+            if n("memory_agreed")? > n("memory_decisions")? {
+                return Err("more program-memory evictions alike than offered".into());
+            }
         }
         Some("read_ahead") => {
             let reads = n("reads")?;
