@@ -486,6 +486,16 @@ impl ReadAhead {
     }
 }
 
+/// A file closed with a candidate in shadow beside its read-ahead ends the shadow: nothing
+/// more will be offered, and its thread and charges go once it has drained.
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        if let Some(shadow) = self.shadow.get_mut().take() {
+            shadow.close();
+        }
+    }
+}
+
 /// A dirty page offered to `cache.writeback`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WritebackArgs {

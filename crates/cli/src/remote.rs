@@ -56,8 +56,13 @@ pub enum RemoteGraft {
         #[arg(long)]
         point: String,
         /// The VINO process whose graftpoint it is (`vino ps`); none for a global graftpoint.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "fd")]
         pid: Option<u64>,
+        /// An inherited descriptor of a file on a VINO mount whose graftpoint it is
+        /// (`3< /mnt/vino/data vino graft try ra.wasm --point file.compute_ra --fd 3 --for 60`):
+        /// file.compute_ra, lock.grant or vas.pick_victim, as `vino graft load --fd` binds.
+        #[arg(long)]
+        fd: Option<i32>,
         #[arg(long = "for")]
         hold: Option<u64>,
         /// Follow 1 in N pages (vas.pick_victim; default all, exact) or 1 in N decisions (the
@@ -236,6 +241,7 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             module,
             point,
             pid,
+            fd,
             hold,
             sample,
             json,
@@ -243,9 +249,25 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
         } => {
             let wasm = std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
             let signals = block_stop_signals()?;
-            let mut c = connect(socket)?;
-            c.graft_try(pid, &point, &wasm, sample.unwrap_or(0))
-                .with_context(|| format!("trying {} at {point}", module.display()))?;
+            let (mut c, pid, point) = match fd {
+                None => {
+                    let mut c = connect(socket)?;
+                    c.graft_try(pid, &point, &wasm, sample.unwrap_or(0))
+                        .with_context(|| format!("trying {} at {point}", module.display()))?;
+                    (c, pid, point)
+                }
+                Some(fd) => {
+                    let (path, mut c) = mount_descriptor(fd, socket)?;
+                    let (pid, at) = c.graft_try_mount_fd(fd, &point, &wasm).with_context(|| {
+                        format!(
+                            "trying {} at {point} on descriptor {fd} ({})",
+                            module.display(),
+                            path.display()
+                        )
+                    })?;
+                    (c, Some(pid), at)
+                }
+            };
             hold_until(hold, &signals)?;
             let report = c.graft_try_stop(pid, &point)?;
             let report: serde_json::Value = serde_json::from_slice(&report)?;
@@ -382,14 +404,20 @@ fn load(
     Ok(())
 }
 
+/// The file behind inherited descriptor `fd`, and a connection to the daemon of its mount
+/// (or `socket`).
+fn mount_descriptor(fd: i32, socket: Option<PathBuf>) -> Result<(PathBuf, Client)> {
+    let path = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .with_context(|| format!("descriptor {fd} is not open (open it in the shell: `{fd}< FILE`)"))?;
+    let socket = socket.or_else(|| mount_of(&path).map(|(_, s)| s));
+    Ok((path, connect(socket)?))
+}
+
 /// `vino graft load --fd`: grafts an inherited descriptor of a file on a mount through the
 /// mount's ioctl, then runs the command, if any, in this process's place.
 fn load_fd(module: &Path, point: &str, fd: i32, command: &[std::ffi::OsString], socket: Option<PathBuf>) -> Result<()> {
     let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
-    let path = std::fs::read_link(format!("/proc/self/fd/{fd}"))
-        .with_context(|| format!("descriptor {fd} is not open (open it in the shell: `{fd}< FILE`)"))?;
-    let socket = socket.or_else(|| mount_of(&path).map(|(_, s)| s));
-    let mut c = connect(socket)?;
+    let (path, mut c) = mount_descriptor(fd, socket)?;
     c.graft_mount_fd(fd, point, &wasm).with_context(|| {
         format!(
             "grafting {} at {point} on descriptor {fd} ({})",

@@ -848,6 +848,33 @@ impl Client {
     /// read-ahead), `file.block_buddy` or `lock.grant` (the file's), or `vas.pick_victim` (this
     /// user's pages on the mount).
     pub fn graft_mount_fd(&mut self, fd: std::os::fd::RawFd, point: &str, wasm: &[u8]) -> Result<()> {
+        self.mount_fd_ioctl(fd, vino_proto::ioctl::GRAFT, "grafting", point, wasm)
+            .map(drop)
+    }
+
+    /// Starts `wasm` in shadow (`vino graft try`) beside the live policy at `point` of `fd`, an
+    /// open file on a VINO mount (`VINO_IOC_TRY`). Returns where the shadow is, for
+    /// [`Client::graft_try_stop`]: the mount's process that holds the descriptor and the
+    /// graftpoint's name there.
+    pub fn graft_try_mount_fd(&mut self, fd: std::os::fd::RawFd, point: &str, wasm: &[u8]) -> Result<(u64, String)> {
+        let out = self.mount_fd_ioctl(fd, vino_proto::ioctl::TRY, "trying", point, wasm)?;
+        let at = vino_proto::ioctl::FdGraft::decode(&out).ok_or_else(|| ClientError {
+            errno: errno::EIO,
+            message: "the mount's answer to VINO_IOC_TRY is malformed".into(),
+        })?;
+        Ok((at.token, at.point))
+    }
+
+    /// Stages `wasm` and sends `cmd` (`VINO_IOC_GRAFT` or `VINO_IOC_TRY`) on `fd` with its
+    /// token and `point`; the argument as the ioctl left it.
+    fn mount_fd_ioctl(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        cmd: u32,
+        doing: &str,
+        point: &str,
+        wasm: &[u8],
+    ) -> Result<[u8; vino_proto::ioctl::FD_GRAFT_BYTES]> {
         let too_long = || ClientError {
             errno: errno::EINVAL,
             message: format!("graftpoint name `{point}` is empty or too long"),
@@ -858,23 +885,24 @@ impl Client {
         };
         arg.encode().ok_or_else(too_long)?;
         let token = self.graft_stage(wasm)?;
-        let arg = vino_proto::ioctl::FdGraft { token, ..arg }
+        let mut arg = vino_proto::ioctl::FdGraft { token, ..arg }
             .encode()
             .ok_or_else(too_long)?;
         // SAFETY: `arg` is the ioctl's whole argument (its size is in the command) and lives
-        // across the call; the kernel only reads it, and checks `fd` (EBADF).
-        let r = unsafe { nix::libc::ioctl(fd, vino_proto::ioctl::GRAFT as _, arg.as_ptr()) };
+        // across the call; the kernel reads it (and writes it back, for a read-write command),
+        // and checks `fd` (EBADF).
+        let r = unsafe { nix::libc::ioctl(fd, cmd as _, arg.as_mut_ptr()) };
         nix::errno::Errno::result(r).map_err(|e| ClientError {
             errno: e as i32,
             message: match e {
                 nix::errno::Errno::ENOTTY => "the descriptor is not a file on a VINO mount".into(),
                 nix::errno::Errno::EPERM => format!(
-                    "grafting {point} on this descriptor: not permitted (opened by another user, or the file's graftpoint is not this user's)"
+                    "{doing} {point} on this descriptor: not permitted (opened by another user, or the file's graftpoint is not this user's)"
                 ),
-                other => format!("grafting {point} on this descriptor: {}", other.desc()),
+                other => format!("{doing} {point} on this descriptor: {}", other.desc()),
             },
         })?;
-        Ok(())
+        Ok(arg)
     }
 
     /// Binds a graft to a file: every later open of `path` by any process runs it at `point`.

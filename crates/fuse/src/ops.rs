@@ -369,6 +369,32 @@ impl State {
         Ok(None)
     }
 
+    /// `VINO_IOC_TRY` on an open file: starts the module the caller staged in shadow beside
+    /// the descriptor's live policy, as [`Self::fd_graft`] would bind it (the same users may).
+    /// Answers the process holding the descriptor and the graftpoint's name there, for the
+    /// caller to stop it through its client connection.
+    fn fd_try(&self, req: &Request, fh: u64, arg: &[u8]) -> R<Vec<u8>> {
+        let g = vino_proto::ioctl::FdGraft::decode(arg).ok_or(Errno::EINVAL)?;
+        let h = self.handle(fh)?;
+        if h.process.credentials().uid != req.uid() {
+            return Err(Errno::EPERM);
+        }
+        let point = match g.point.as_str() {
+            "file.compute_ra" | "lock.grant" => format!("{}/{}", g.point, h.fd),
+            "vas.pick_victim" => g.point.clone(),
+            _ => return Err(Errno::EINVAL),
+        };
+        let options = vino_kernel::graft_try::TryOptions::default();
+        h.process
+            .graft_try_start_staged(&point, g.token, options)
+            .map_err(sys)?;
+        let answer = vino_proto::ioctl::FdGraft {
+            token: h.process.pid(),
+            point,
+        };
+        Ok(answer.encode().ok_or(Errno::ENAMETOOLONG)?.to_vec())
+    }
+
     /// [`vino_proto::STREAM_XATTR`] of `ino`: its codec's hash, in hex.
     fn stream_xattr(&self, req: &Request, ino: INodeNo) -> R<Vec<u8>> {
         let st = self.process(req).stat_at(self.at(ino)?, b"", false).map_err(sys)?;
@@ -1077,6 +1103,10 @@ impl Filesystem for VinoFs {
     ) {
         let result = match cmd {
             vino_proto::ioctl::GRAFT => self.0.fd_graft(req, ino, fh.0, in_data),
+            vino_proto::ioctl::TRY => match self.0.fd_try(req, fh.0, in_data) {
+                Ok(out) => return reply.ioctl(0, &out),
+                Err(e) => Err(e),
+            },
             _ => Err(Errno::ENOTTY),
         };
         match result {

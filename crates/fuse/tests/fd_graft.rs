@@ -43,15 +43,22 @@ sys.stdin.read()
         calls = calls.join(", "),
         cmd = vino_proto::ioctl::GRAFT,
     );
-    let mut child = python_as(uid, &script)
+    let (line, child) = python_waiting(uid, &script);
+    let got = line.split_whitespace().map(|w| w.parse().unwrap()).collect();
+    (got, child)
+}
+
+/// Runs `script` as `uid` until it prints its first line; the line, and the program, which
+/// waits for its input to close.
+fn python_waiting(uid: u32, script: &str) -> (String, std::process::Child) {
+    let mut child = python_as(uid, script)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("setpriv and python3");
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-    let got = line.split_whitespace().map(|w| w.parse().unwrap()).collect();
-    (got, child)
+    (line, child)
 }
 
 /// Lets a program of [`ioctl_as`] close its descriptor and end.
@@ -267,4 +274,50 @@ fn the_ioctl_on_a_directory_binds_its_access_graft_for_its_owner_only() {
     assert_eq!(touch(ALICE, "x"), "13");
     assert_eq!(touch(BOB, "z"), "0");
     m.finish();
+}
+
+/// `VINO_IOC_TRY`: a program on the mount starts a candidate in shadow beside its own
+/// descriptor's read-ahead, reads, and its user's client stops it where the answer says and
+/// gets what the candidate would have read ahead. Another user's token is refused.
+#[test]
+fn a_program_tries_a_candidate_on_its_own_descriptor() {
+    let m = Mounted::new();
+    let data = m.mnt().join("tried");
+    fs::write(&data, vec![3u8; 256 << 10]).unwrap();
+    fs::set_permissions(&data, fs::Permissions::from_mode(0o644)).unwrap();
+    let ra = vino_sdk::build_example("sequential_ra", &vino_sdk::BuildOptions::default()).unwrap();
+    let (alice, token) = stage(&m, ALICE, &ra);
+    let (_bob, bobs) = stage(&m, BOB, &ra);
+    let script = format!(
+        r#"
+import fcntl, os, struct, sys
+fd = os.open('{path}', os.O_RDONLY)
+try:
+    fcntl.ioctl(fd, {cmd:#x}, struct.pack('=Q56s', {bobs}, b'file.compute_ra'))
+    theirs = 0
+except OSError as e:
+    theirs = e.errno
+out = fcntl.ioctl(fd, {cmd:#x}, struct.pack('=Q56s', {token}, b'file.compute_ra'))
+pid, point = struct.unpack('=Q56s', out)
+while os.read(fd, 4096):
+    pass
+print(theirs, pid, point.rstrip(b'\0').decode(), flush=True)
+sys.stdin.read()
+"#,
+        path = data.display(),
+        cmd = vino_proto::ioctl::TRY,
+    );
+    let (line, child) = python_waiting(ALICE, &script);
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.len(), 3, "{line}");
+    assert_ne!(words[0], "0", "Bob's token is not Alice's to use");
+    let (pid, point) = (words[1].parse::<u64>().unwrap(), words[2]);
+    assert!(point.starts_with("file.compute_ra/"), "{point}");
+    // Alice's client stops it while the program still holds the descriptor.
+    let report = alice.graft_try_stop(Some(pid), point).unwrap();
+    let vino_kernel::graft_try::TryReport::ReadAhead(r) = report else {
+        panic!("not a read-ahead report: {report:?}");
+    };
+    assert!(r.reads > 0 && r.candidate.prefetched > 0, "{r:?}");
+    finish(child);
 }

@@ -356,6 +356,12 @@ impl<E: Send + 'static, R: Report> Fed<E, R> {
         r
     }
 
+    /// Closes the queue without waiting: the thread ends once it has drained it (what it
+    /// followed goes with the live object it followed).
+    pub fn close(&self) {
+        self.feed.lock().take();
+    }
+
     /// Closes the queue and waits for the thread to drain it.
     pub fn stop(&self) -> R {
         self.feed.lock().take();

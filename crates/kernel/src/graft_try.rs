@@ -183,6 +183,13 @@ impl Process {
         Ok(())
     }
 
+    /// Starts the module staged under `token` (by a client of this process's user) in shadow at
+    /// `point` of this process ([`Process::graft_try_start`]): the mount's `VINO_IOC_TRY`.
+    pub fn graft_try_start_staged(&self, point: &str, token: u64, options: TryOptions) -> SysResult<()> {
+        let wasm = self.kernel().staged.take(token, self.cred.uid)?;
+        self.graft_try_start(None, point, &wasm, options)
+    }
+
     /// Stops the shadow at `point` of process `pid` (this one if `None`): what it found.
     pub fn graft_try_stop(&self, pid: Option<u64>, point: &str) -> SysResult<TryReport> {
         let target = self.try_target(pid)?;

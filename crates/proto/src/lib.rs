@@ -879,6 +879,14 @@ pub mod ioctl {
     /// caller's pages on the mount).
     pub const GRAFT: u32 = (1 << 30) | ((FD_GRAFT_BYTES as u32) << 16) | ((b'V' as u32) << 8) | 1;
 
+    /// `_IOWR('V', 2, struct vino_fd_graft)`: starts the module staged under `token` in shadow
+    /// (`vino graft try`) beside the live policy at `point` of the descriptor, as [`GRAFT`]
+    /// would bind it (`file.compute_ra`, `lock.grant`, `vas.pick_victim`); the kernel chooses
+    /// the sample. Answers where the shadow is, in the same struct: the mount's process that
+    /// holds the descriptor (in `token`) and the graftpoint's name there, for the caller to stop
+    /// it through its client connection (`graft_try_stop`).
+    pub const TRY: u32 = (3 << 30) | ((FD_GRAFT_BYTES as u32) << 16) | ((b'V' as u32) << 8) | 2;
+
     /// What [`GRAFT`] carries.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct FdGraft {
