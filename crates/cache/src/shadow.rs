@@ -152,9 +152,12 @@ impl VictimTry {
     /// live choice (never waits).
     pub fn offer_memory(&self, ids: &[u64], live: usize) {
         let ids = &ids[..ids.len().min(abi::VICTIM_MAX)];
-        if live >= ids.len() || self.memory_queued.fetch_add(1, Ordering::Relaxed) >= DECISION_QUEUE {
-            self.memory_queued
-                .fetch_sub(usize::from(live < ids.len()), Ordering::Relaxed);
+        if live >= ids.len() {
+            return;
+        }
+        // A place among the 256 is taken first, and given back if the queue refuses it.
+        if self.memory_queued.fetch_add(1, Ordering::Relaxed) >= DECISION_QUEUE {
+            self.memory_queued.fetch_sub(1, Ordering::Relaxed);
             self.memory_drops.fetch_add(1, Ordering::Relaxed);
             return;
         }

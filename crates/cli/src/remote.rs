@@ -441,21 +441,22 @@ pub(crate) fn try_table(r: &serde_json::Value) -> String {
     // Each row: its label, the live value's and the candidate's paths, and a divisor (1000: ns
     // shown in us).
     let rows: Vec<(&str, &[&str], &[&str], f64)> = match r["model"].as_str() {
-        Some("victim") if r["memory_decisions"].as_u64() > Some(0) => vec![
-            ("accesses", &["accesses"], &["accesses"], 1.0),
-            ("misses", &["live_misses"], &["would_be_misses"], 1.0),
-            ("memory evictions alike", &["memory_decisions"], &["memory_agreed"], 1.0),
-            (
-                "memory victim (index)",
-                &["memory_live_index"],
-                &["memory_candidate_index"],
-                1.0,
-            ),
-        ],
-        Some("victim") => vec![
-            ("accesses", &["accesses"], &["accesses"], 1.0),
-            ("misses", &["live_misses"], &["would_be_misses"], 1.0),
-        ],
+        Some("victim") => {
+            let mut rows = vec![
+                ("accesses", &["accesses"][..], &["accesses"][..], 1.0),
+                ("misses", &["live_misses"], &["would_be_misses"], 1.0),
+            ];
+            if r["memory_decisions"].as_u64() > Some(0) {
+                rows.push(("memory evictions alike", &["memory_decisions"], &["memory_agreed"], 1.0));
+                rows.push((
+                    "memory victim (index)",
+                    &["memory_live_index"],
+                    &["memory_candidate_index"],
+                    1.0,
+                ));
+            }
+            rows
+        }
         Some("disk") => vec![
             ("decisions alike", &["followed"], &["agreed"], 1.0),
             (

@@ -372,6 +372,14 @@ fn the_default_is_recorded_and_a_candidate_replayed_against_it() {
     let ended = Recording::from_bytes(&c.graft_record_stop(&point).unwrap()).unwrap();
     assert_eq!(ended.ended.as_deref(), Some("a graft was bound"));
     c.graft_unload(&point).unwrap();
+    // A recording of the default that reaches its limit stops there and says so (and the
+    // reads go back to the default decided inline).
+    c.graft_record_default(&point, 64).unwrap();
+    for _ in 0..16 {
+        c.read(fd, &mut buf).unwrap();
+    }
+    let full = Recording::from_bytes(&c.graft_record_stop(&point).unwrap()).unwrap();
+    assert!(full.truncated && full.invocations < 16, "{} invocations", full.invocations);
     // A graftpoint whose default has no graft form.
     let e = c
         .graft_record_default(&format!("lock.grant/{fd}"), 1 << 20)

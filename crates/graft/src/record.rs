@@ -346,6 +346,11 @@ impl Tape {
         self.push(&Event::Return { results, left, outcome });
     }
 
+    /// The recording reached its limit: nothing more is kept.
+    pub(crate) fn full(&self) -> bool {
+        self.truncated
+    }
+
     pub(crate) fn event(&mut self, event: Event) {
         self.push(&event);
     }

@@ -481,6 +481,11 @@ impl<G: GraftPoint> GraftSlot<G> {
                 ),
             };
             d.tape.ret(results, &d.area, outcome);
+            // Full: the kernel's paths go back to deciding inline; the stop still takes it.
+            if d.tape.full() {
+                self.recording_default
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         output
     }

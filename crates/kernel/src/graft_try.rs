@@ -279,6 +279,17 @@ pub fn replayed_ghost(
         .then(|| vino_cache::ra_replayed(recording, replay, frames).map(TryReport::ReadAhead))
 }
 
+/// Whether `vino graft try` has a model for graftpoint `point` (its base name, without an
+/// object suffix).
+pub fn has_model(point: &str) -> bool {
+    let base = point.split_once('/').map_or(point, |(b, _)| b);
+    let named = match base {
+        "file.compute_ra" | "lock.grant" => format!("{base}/0"),
+        _ => base.to_string(),
+    };
+    ghost_of(&named).is_ok()
+}
+
 /// The ghost model of a graftpoint a try names.
 enum Ghost {
     Victim,

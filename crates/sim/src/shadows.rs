@@ -19,16 +19,6 @@ use vino_kernel::Process;
 use vino_kernel::graft_try::TryOptions;
 use vino_kernel::graftpoints::Graftpoint;
 
-/// The graftpoints a try has a model for.
-const TRIABLE: [&str; 6] = [
-    "vas.pick_victim",
-    "file.compute_ra",
-    "disk.pick_request",
-    "lock.grant",
-    "sched.pick_next",
-    "sched.pick_thread",
-];
-
 struct Running {
     p: Arc<Process>,
     slot: String,
@@ -54,7 +44,7 @@ impl Shadows {
     /// Now and then, starts a candidate in shadow at `slot` (graftpoint `g`) of `p`, which just
     /// bound a graft there (or was refused). Refusals are part of the game.
     pub fn maybe_start(&mut self, p: &Arc<Process>, slot: &str, g: &Graftpoint) {
-        if !TRIABLE.contains(&g.name) || !self.rng.chance(0.5) {
+        if !vino_kernel::graft_try::has_model(g.name) || !self.rng.chance(0.5) {
             return;
         }
         let behaviour = grafts::BEHAVIOURS[self.rng.below(grafts::BEHAVIOURS.len() as u64) as usize];
