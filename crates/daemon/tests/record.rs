@@ -379,7 +379,11 @@ fn the_default_is_recorded_and_a_candidate_replayed_against_it() {
         c.read(fd, &mut buf).unwrap();
     }
     let full = Recording::from_bytes(&c.graft_record_stop(&point).unwrap()).unwrap();
-    assert!(full.truncated && full.invocations < 16, "{} invocations", full.invocations);
+    assert!(
+        full.truncated && full.invocations < 16,
+        "{} invocations",
+        full.invocations
+    );
     // A graftpoint whose default has no graft form.
     let e = c
         .graft_record_default(&format!("lock.grant/{fd}"), 1 << 20)
