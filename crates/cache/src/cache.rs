@@ -109,14 +109,23 @@ macro_rules! count {
     }};
 }
 
-/// Offers an access by `pid` to its shadow, if it has one.
+/// Offers an access by `pid` to its shadow and its recording, if it has them.
 #[inline]
-fn shadow_sees(t: &Table, pid: Pid, key: PageKey, hit: bool) {
-    if t.shadows > 0
-        && let Some(p) = t.procs.get(&pid)
-        && let Some(shadow) = &p.shadow
+fn shadow_sees(t: &mut Table, pid: Pid, key: PageKey, hit: bool) {
+    if t.shadows + t.observed == 0 {
+        return;
+    }
+    let Some(p) = t.procs.get_mut(&pid) else { return };
+    let page = page_id(key.0, key.1);
+    if let Some(shadow) = &p.shadow {
+        shadow.offer(page, hit, p.pages.len);
+    }
+    if let Some(o) = &p.observed
+        && !o.access(page, hit, p.pages.len)
     {
-        shadow.offer(page_id(key.0, key.1), hit, p.pages.len);
+        // The recording ended or filled: it needs no more.
+        p.observed = None;
+        t.observed -= 1;
     }
 }
 
@@ -179,6 +188,7 @@ impl PageCache {
             streams: FxHashMap::default(),
             total: CacheCounters::default(),
             shadows: 0,
+            observed: 0,
         };
         let cache = Arc::new_cyclic(|me| PageCache {
             me: me.clone(),
@@ -226,16 +236,31 @@ impl PageCache {
         &self.writeback
     }
 
-    /// Makes `pid` known to the cache and returns its `vas.pick_victim` graftpoint.
+    /// Makes `pid` known to the cache and returns its `vas.pick_victim` graftpoint. A recording
+    /// there is fed the process's accesses ([`vino_graft::record::Observations`]).
     pub fn register_process(&self, pid: Pid) -> Arc<GraftSlot<PickVictim>> {
         let mut t = self.table.lock();
         let proc = t.proc_mut(pid);
         proc.victim
             .get_or_insert_with(|| {
                 let env = Arc::new(VictimEnv::new(pid));
-                Arc::new(GraftSlot::new(&self.runtime, env, Access::Process(pid), None))
+                let slot = GraftSlot::new(&self.runtime, env, Access::Process(pid), None);
+                let cache = self.me.clone();
+                slot.observe_with(Box::new(move |observations| {
+                    if let Some(cache) = cache.upgrade() {
+                        cache.observe(pid, observations);
+                    }
+                }));
+                Arc::new(slot)
             })
             .clone()
+    }
+
+    /// Feeds `pid`'s accesses to a recording of its `vas.pick_victim` from now on.
+    fn observe(&self, pid: Pid, observations: Arc<vino_graft::record::Observations>) {
+        let mut t = self.table.lock();
+        let old = t.proc_mut(pid).observed.replace(observations);
+        t.observed += usize::from(old.is_none());
     }
 
     /// Starts `wasm`, a `vas.pick_victim` graft, in shadow beside `pid`'s live policy, on a
@@ -287,10 +312,13 @@ impl PageCache {
     /// Forgets a process's graft (it exited); its pages stay cached, owned by nobody special.
     pub fn unregister_process(&self, pid: Pid) {
         self.try_victim_stop(pid);
-        if let Some(p) = self.table.lock().procs.get_mut(&pid)
-            && let Some(slot) = p.victim.take()
-        {
-            slot.unload();
+        let mut t = self.table.lock();
+        let t = &mut *t;
+        if let Some(p) = t.procs.get_mut(&pid) {
+            t.observed -= usize::from(p.observed.take().is_some());
+            if let Some(slot) = p.victim.take() {
+                slot.unload();
+            }
         }
     }
 

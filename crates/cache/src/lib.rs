@@ -34,6 +34,7 @@ pub use points::{
 };
 pub use shadow::{
     OwnerCall, RaOutcome, RaTry, RaTryReport, ShadowCounts, TRY_QUEUE, VictimTry, VictimTryReport, ra_replayed,
+    victim_replayed,
 };
 pub use stats::{CacheCounters, CacheStats};
 

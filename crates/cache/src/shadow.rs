@@ -752,3 +752,66 @@ fn allowed_prefetches(calls: &[(String, Vec<i64>)], size: u64) -> Vec<Extent> {
     }
     out
 }
+
+/// What another `vas.pick_victim` module would have done on a recording's page accesses, in the
+/// ghost of `graft try`: the recording's accesses ([`vino_graft::record::Event::Access`]) run
+/// through a ghost of the process's resident pages whose evictions `wasm` chooses, with the
+/// owner's writes (moved to the same symbols, [`vino_graft::replay::moved_write`]) and control
+/// calls reaching it where they came. The candidate runs under fuel with the recording's
+/// budgets, so the answer is the same on every run. The live side is what the recording saw:
+/// the accesses the cache missed.
+pub fn victim_replayed(recording: &vino_graft::record::Recording, wasm: &[u8]) -> Result<VictimTryReport, String> {
+    use vino_graft::record::Event;
+    let h = &recording.header;
+    if h.point != PickVictim::NAME {
+        return Err(format!("a recording at {}, not {}", h.point, PickVictim::NAME));
+    }
+    if !recording.events.iter().any(|e| matches!(e, Event::Access { .. })) {
+        return Err(format!(
+            "the recording of {} holds no page accesses for the ghost (none were made, or it was \
+             recorded where the cache does not observe them)",
+            h.slot
+        ));
+    }
+    let runtime = vino_graft::replay::runtime_for(h);
+    let slot: GraftSlot<PickVictim> = GraftSlot::new(
+        &runtime,
+        Arc::new(VictimEnv::new(0)),
+        vino_graft::Access::Privileged,
+        None,
+    );
+    let shadow = slot
+        .shadow(wasm, Owner::default(), Arc::new(VictimEnv::new(0)))
+        .map_err(|e| e.to_string())?;
+    let report = Arc::new(Mutex::new(VictimTryReport {
+        point: h.slot.clone(),
+        sample: 1,
+        ..VictimTryReport::default()
+    }));
+    let mut ghost = Ghost::new(shadow, report.clone());
+    for event in &recording.events {
+        match event {
+            Event::Access { page, hit, resident } => ghost.access(Access {
+                page: *page,
+                hit: *hit,
+                resident: *resident,
+            }),
+            Event::Write { offset, bytes } => {
+                let shadow = &ghost.shadow;
+                let at = vino_graft::replay::moved_write(h, *offset, |name| shadow.symbol_address(name).ok());
+                if let Err(e) = shadow.write_memory(at, bytes) {
+                    shadow.owner_failed(&e);
+                }
+            }
+            Event::Control { name, args } => {
+                if let Err(e) = ghost.shadow.call_control(name, args) {
+                    ghost.shadow.owner_failed(&e);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut r = report.lock().clone();
+    r.shadow = ShadowCounts::of(&ghost.shadow);
+    Ok(r)
+}

@@ -290,3 +290,112 @@ fn the_owner_talks_to_its_candidate_in_order_with_the_live_path() {
         "stopped"
     );
 }
+
+/// Evicts the oldest page offered: LRU, as the kernel's default.
+const OLDEST: &str = r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 0))
+  (func (export "vas_pick_victim") (param $n i32) (result i32) (i32.const 0)))"#;
+
+/// LRU until its owner writes 1 into its `plan`, then the newest of the first page. `at` is
+/// where `plan` is (past the argument area), so that two builds of one policy can lay their
+/// data out differently.
+fn planned(at: u32) -> String {
+    format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (global (export "vino_args") i32 (i32.const 0))
+  (global (export "plan") i32 (i32.const {at}))
+  (func (export "vas_pick_victim") (param $n i32) (result i32)
+    (if (result i32) (i32.load8_u (i32.const {at}))
+      (then (i32.sub (local.get $n) (i32.const 1)))
+      (else (i32.const 0)))))"#
+    )
+}
+
+/// Records `wasm` bound as process 1's `vas.pick_victim` over the workload; `write_plan` has its
+/// owner write 1 into its `plan` after the first round. Charged to an account checked after.
+fn recorded(wasm: &str, write_plan: bool) -> vino_graft::record::Recording {
+    let s = setup(FRAMES, BLOCKS + 16);
+    let account = vino_graft::account::Account::standalone("owner", vino_graft::account::Table::UNLIMITED);
+    let memory = vino_graft::account::Resource::GraftMemory;
+    let slot = s.cache.register_process(1);
+    let owner = Owner {
+        account: Some(account.clone()),
+        ..Owner::process(1)
+    };
+    slot.load(wasm.as_bytes(), owner).unwrap();
+    let loaded = account.used(memory);
+    slot.record_start(4 << 20).unwrap();
+    workload(&s.cache, 1);
+    if write_plan {
+        let at = slot.symbol_address("plan").unwrap();
+        slot.write_memory(at, &[1]).unwrap();
+    }
+    workload(&s.cache, 4);
+    assert!(
+        account.used(memory) > loaded,
+        "the accesses are charged as they are kept"
+    );
+    let recording = slot.record_stop().unwrap();
+    assert_eq!(account.used(memory), loaded, "and given back at the stop");
+    recording
+}
+
+#[test]
+fn another_victim_module_replayed_on_a_recording_misses_as_it_would_in_shadow() {
+    use vino_graft::record::Event;
+    let recording = recorded(OLDEST, false);
+    let accesses = recording
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Access { .. }))
+        .count() as u64;
+    assert_eq!(accesses, 5 * BLOCKS + 600, "every access is in the recording");
+    let bytes = recording.to_bytes();
+    let recording = vino_graft::record::Recording::from_bytes(&bytes).unwrap();
+    // The recorded policy, run on the ghost, misses where it missed.
+    let same = vino_cache::victim_replayed(&recording, OLDEST.as_bytes()).unwrap();
+    assert_eq!(same.accesses, accesses);
+    assert_eq!(same.would_be_misses, same.live_misses, "{same:?}");
+    // Another module misses as it would have in shadow beside the recorded one, every time.
+    let other = vino_cache::victim_replayed(&recording, NEWEST_OF_FIRST_PAGE.as_bytes()).unwrap();
+    let again = vino_cache::victim_replayed(&recording, NEWEST_OF_FIRST_PAGE.as_bytes()).unwrap();
+    let outcome = |r: &vino_cache::VictimTryReport| (r.would_be_misses, r.shadow.decisions, r.shadow.failures);
+    assert_eq!(outcome(&other), outcome(&again), "the time it took aside, the same");
+    let s = setup(FRAMES, BLOCKS + 16);
+    s.cache.register_process(1);
+    s.cache
+        .try_victim(1, NEWEST_OF_FIRST_PAGE.as_bytes(), Owner::process(1), 1, 1 << 16)
+        .unwrap();
+    workload(&s.cache, 1);
+    workload(&s.cache, 4);
+    let tried = s.cache.try_victim_stop(1).unwrap();
+    assert_eq!(tried.shadow.queue_drops, 0);
+    assert_eq!(
+        other.would_be_misses, tried.would_be_misses,
+        "{other:?} against {tried:?}"
+    );
+    assert_eq!(other.live_misses, tried.live_misses);
+    assert!(other.would_be_misses * 3 < other.live_misses * 2, "{other:?}");
+    // A recording of another graftpoint, or one without accesses, says so.
+    let mut elsewhere = recording.clone();
+    elsewhere.header.point = "file.compute_ra".into();
+    assert!(vino_cache::victim_replayed(&elsewhere, OLDEST.as_bytes()).is_err());
+    let mut bare = recording.clone();
+    bare.events.retain(|e| !matches!(e, Event::Access { .. }));
+    assert!(vino_cache::victim_replayed(&bare, OLDEST.as_bytes()).is_err());
+}
+
+#[test]
+fn the_owner_s_writes_reach_the_same_symbol_of_another_module_in_replay() {
+    let recording = recorded(&planned(8192), true);
+    let lru = vino_cache::victim_replayed(&recording, OLDEST.as_bytes()).unwrap();
+    // The same policy built with its plan elsewhere gets the write in its own plan.
+    let moved = vino_cache::victim_replayed(&recording, planned(12288).as_bytes()).unwrap();
+    let same = vino_cache::victim_replayed(&recording, planned(8192).as_bytes()).unwrap();
+    assert_eq!(moved.would_be_misses, same.would_be_misses);
+    assert_eq!(same.would_be_misses, same.live_misses, "{same:?}");
+    assert!(moved.would_be_misses < lru.would_be_misses, "{moved:?} against {lru:?}");
+    assert!(lru.would_be_misses > lru.live_misses, "{lru:?}");
+}

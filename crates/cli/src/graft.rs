@@ -41,10 +41,10 @@ pub enum GraftCommand {
     /// Replay a recording (`vino graft record`, `vino graft load --record`) offline, without a
     /// kernel: with the recorded module, check that every answer and every failure comes again
     /// at the same call (exit status 1 at the first difference, said on stderr); with another
-    /// module for the same graftpoint, what it would have decided on the same inputs, and, for
-    /// `file.compute_ra`, what it would have read ahead against the recorded graft in the ghost
-    /// caches of `vino graft try`. Quiet on success unless asked (another module's ghost is
-    /// printed).
+    /// module for the same graftpoint, what it would have decided on the same inputs, and, on
+    /// the ghost models of `vino graft try`, what it would have read ahead (`file.compute_ra`)
+    /// or missed (`vas.pick_victim`, on the recorded page accesses) against the recorded graft.
+    /// Quiet on success unless asked (another module's ghost is printed).
     Replay {
         /// The recording.
         recording: PathBuf,
@@ -98,7 +98,7 @@ fn replay(
     let bytes = std::fs::read(recording).with_context(|| format!("reading {}", recording.display()))?;
     let rec = Recording::from_bytes(&bytes).with_context(|| recording.display().to_string())?;
     let wasm = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
-    // Another module's decisions feed the ghost, if the graftpoint has one.
+    // Another module's decisions feed the read-ahead ghost.
     let ghosted = rec.header.point == <vino_kernel::graftpoints::ComputeRa as vino_graft::GraftPoint>::NAME;
     let mut report = replay(
         &rec,
@@ -111,7 +111,7 @@ fn replay(
     let frames = frames.unwrap_or_else(|| vino_kernel::KernelConfig::default().cache_frames);
     let ghost = match report.same_module {
         true => None,
-        false => vino_kernel::graft_try::replayed_ghost(&rec, &report, frames)
+        false => vino_kernel::graft_try::replayed_ghost(&rec, &report, &wasm, frames)
             .transpose()
             .map_err(anyhow::Error::msg)?,
     };

@@ -665,6 +665,30 @@ fn graft_replay_judges_another_read_ahead_module_in_the_ghost_caches() {
     assert_eq!(v["ghost"]["candidate"]["prefetched"], 0);
     assert!(v["ghost"]["live"]["prefetched"].as_u64().unwrap() > 0, "{v}");
     assert!(v.get("decisions").is_none(), "decisions only when asked");
+    // The kernel's own eviction recorded for the same process holds its page accesses: another
+    // module replays on the ghost of its pages.
+    c.graft_record_default("vas.pick_victim", 1 << 20).unwrap();
+    c.seek(fd, 0).unwrap();
+    for _ in 0..20 {
+        c.read(fd, &mut buf).unwrap();
+    }
+    let vrec = dir.path().join("victim.rec");
+    std::fs::write(&vrec, c.graft_record_stop("vas.pick_victim").unwrap()).unwrap();
+    let newest = dir.path().join("newest.wat");
+    std::fs::write(
+        &newest,
+        r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
+          (func (export "vas_pick_victim") (param $n i32) (result i32) (i32.sub (local.get $n) (i32.const 1))))"#,
+    )
+    .unwrap();
+    let (vrec_s, newest_s) = (vrec.to_str().unwrap(), newest.to_str().unwrap());
+    let o = vino(&["graft", "replay", vrec_s, newest_s]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("misses"));
+    let o = vino(&["graft", "replay", vrec_s, newest_s, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ghost"]["model"], "victim", "{v}");
+    assert!(v["ghost"]["accesses"].as_u64().unwrap() >= 20, "{v}");
     // SAFETY: kill on the daemon child, not reaped yet.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     daemon.wait().unwrap();

@@ -123,7 +123,7 @@ fn the_owner_records_its_graft_on_real_reads_and_the_replay_gives_every_answer_a
             ..Default::default()
         };
         let replayed = replay(&recording, wasm.as_bytes(), options).unwrap();
-        let ghost = vino_kernel::graft_try::replayed_ghost(&recording, &replayed, 64)
+        let ghost = vino_kernel::graft_try::replayed_ghost(&recording, &replayed, wasm.as_bytes(), 64)
             .unwrap()
             .unwrap();
         serde_json::to_value(ghost).unwrap()
@@ -354,7 +354,7 @@ fn the_default_is_recorded_and_a_candidate_replayed_against_it() {
     };
     let replayed = replay(&recording, READ_AHEAD.as_bytes(), options).unwrap();
     assert!(!replayed.same_module && replayed.failed == 0, "{replayed:?}");
-    let ghost = vino_kernel::graft_try::replayed_ghost(&recording, &replayed, 64)
+    let ghost = vino_kernel::graft_try::replayed_ghost(&recording, &replayed, READ_AHEAD.as_bytes(), 64)
         .unwrap()
         .unwrap();
     let ghost = serde_json::to_value(ghost).unwrap();

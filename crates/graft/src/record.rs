@@ -14,18 +14,29 @@
 //! * what the owner did to the graft between calls: writes into its memory, control calls;
 //! * outcomes that are not the graft's deterministic doing (an abort for a lock deadline or a
 //!   lost conflict, a nested call undone because its enclosing transaction aborted) as events
-//!   replay imposes rather than computes.
+//!   replay imposes rather than computes;
+//! * where the graftpoint's ghost model needs them ([`Observations`]), what the kernel saw that
+//!   the graft's calls do not carry: for `vas.pick_victim`, the process's page accesses, in
+//!   order with the rest, so that another module can be replayed on a ghost of the pages.
 //!
 //! Events are encoded as they happen (postcard, integers as varints) into a buffer that has a
 //! limit and is charged to the graft's owner as graft memory: a recording that reaches its limit
 //! stops (the kernel never waits for it) and says so. The argument area is kept as the changes
 //! from the area of the call before, so a graftpoint whose arguments repeat costs little.
+//!
+//! Observations are made on the kernel's own paths, which must not wait for the graft's
+//! instance (a cache miss evicts on the same thread), so they go to a tape of their own beside
+//! the graft's: each is stamped with the number of the graft's events before it, the two share
+//! one limit and one charge, and the finished recording has them merged in order.
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use vino_account::{Account, Growing, Resource};
 
 /// The version of the recording format; a recording of another version is refused.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The bytes a recording may hold unless its owner asks for fewer; what a process asks for more
 /// is cut to this (a recording must fit one answer of the daemon's protocol, and is charged to
 /// the graft's owner as graft memory besides).
@@ -150,10 +161,14 @@ pub enum Event {
     /// The graft's state was set from outside (a committed nested call undone because the
     /// transaction around it aborted): memory and globals become exactly this.
     Reset(Image),
+    /// The process whose `vas.pick_victim` is recorded used a page: its identity, whether the
+    /// cache held it, and how many pages the process had resident then (its allocation). Replay
+    /// of the recorded module passes over these; another module's runs them through the ghost.
+    Access { page: u64, hit: bool, resident: u32 },
 }
 
 /// What a recording is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
     pub version: u32,
     /// The slot's name (`vas.pick_victim/12`).
@@ -175,6 +190,9 @@ pub struct Header {
     pub memory_cap: u64,
     /// The graft-callable functions calls name, by index.
     pub functions: Vec<String>,
+    /// The recorded module's exported data symbols and their addresses, by address: an owner's
+    /// write inside one is replayed into the same symbol of another module.
+    pub symbols: Vec<(String, u32)>,
 }
 
 /// A finished recording: its header, the graft's state when it began, its events.
@@ -209,7 +227,14 @@ impl Recording {
     /// Reads a recording written by [`Recording::to_bytes`], and checks that replaying it is
     /// bounded (a recording file may come from anyone).
     pub fn from_bytes(bytes: &[u8]) -> Result<Recording, FormatError> {
-        let r: Recording = postcard::from_bytes(bytes).map_err(|e| FormatError::Malformed(e.to_string()))?;
+        let r: Recording = postcard::from_bytes(bytes).map_err(|e| {
+            // The version leads: a recording of another version is named as such rather than
+            // found malformed (a version far from this one is taken for what it likely is).
+            match postcard::take_from_bytes::<u32>(bytes) {
+                Ok((v, _)) if v != VERSION && (1..=VERSION + 16).contains(&v) => FormatError::Version(v),
+                _ => FormatError::Malformed(e.to_string()),
+            }
+        })?;
         if r.header.version != VERSION {
             return Err(FormatError::Version(r.header.version));
         }
@@ -243,6 +268,90 @@ impl Recording {
     }
 }
 
+/// What a recording may hold, shared by its graft's tape and its observations: one limit, one
+/// charge to the owner, and the count of the graft's events (the place of an observation).
+struct Budget {
+    limit: usize,
+    used: AtomicUsize,
+    full: AtomicBool,
+    /// The graft's events kept so far.
+    events: AtomicU64,
+    /// The charge and the bytes charged so far (it grows in steps, not per event); taken when
+    /// the recording is finished.
+    charge: Mutex<(Option<Growing>, usize)>,
+}
+
+/// Steps in which a recording's charge grows.
+const CHARGE_STEP: usize = 64 << 10;
+
+impl Budget {
+    /// Takes `bytes` more; false (and full from now on) if the limit or the owner's quota is
+    /// reached.
+    fn take(&self, bytes: usize) -> bool {
+        if self.full.load(Ordering::Relaxed) {
+            return false;
+        }
+        let used = self.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        let mut fits = used <= self.limit;
+        if fits {
+            let mut charge = self.charge.lock();
+            let (growing, charged) = &mut *charge;
+            if used > *charged
+                && let Some(g) = growing
+            {
+                let step = (used - *charged).div_ceil(CHARGE_STEP) * CHARGE_STEP;
+                fits = g.grow(step as u64).is_ok();
+                *charged += step * usize::from(fits);
+            }
+        }
+        if !fits {
+            self.full.store(true, Ordering::Relaxed);
+        }
+        fits
+    }
+}
+
+/// What the kernel saw for a recording besides its graft's calls ([`Event::Access`]), kept on
+/// the kernel's path without the graft's instance: the kernel holds it while the recording runs
+/// and offers each observation; the recording merges them when it is finished.
+pub struct Observations {
+    budget: Arc<Budget>,
+    /// (graft events before it, the event), postcard-encoded.
+    tape: Mutex<Vec<u8>>,
+    closed: AtomicBool,
+}
+
+impl Observations {
+    /// Keeps an access of the process whose `vas.pick_victim` is recorded. False once the
+    /// recording is finished or full: the kernel then lets it go.
+    pub fn access(&self, page: u64, hit: bool, resident: usize) -> bool {
+        if self.closed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let resident = u32::try_from(resident).unwrap_or(u32::MAX);
+        let mut tape = self.tape.lock();
+        let before = tape.len();
+        let at = self.budget.events.load(Ordering::Relaxed);
+        let event = Event::Access { page, hit, resident };
+        let encoded = postcard::to_extend(&(at, event), std::mem::take(&mut *tape)).map(|v| *tape = v);
+        if encoded.is_err() || !self.budget.take(tape.len() - before) {
+            tape.truncate(before);
+            return false;
+        }
+        true
+    }
+
+    fn close(&self) -> Vec<u8> {
+        self.closed.store(true, Ordering::Relaxed);
+        std::mem::take(&mut *self.tape.lock())
+    }
+
+    /// Whether the recording no longer takes observations.
+    pub fn closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+}
+
 /// A recording in progress, kept in the graft's store: events are encoded as they happen.
 pub(crate) struct Tape {
     header: Header,
@@ -252,15 +361,11 @@ pub(crate) struct Tape {
     /// The argument area as the kernel last wrote it (the base of the next call's changes).
     area: Vec<u8>,
     invocations: u64,
-    limit: usize,
     truncated: bool,
-    charge: Option<Growing>,
-    /// Bytes charged so far (the charge grows in steps, not per event).
-    charged: usize,
+    budget: Arc<Budget>,
+    /// What the kernel observes for it, if the graftpoint's ghost needs that.
+    observations: Option<Arc<Observations>>,
 }
-
-/// Steps in which a recording's charge grows.
-const CHARGE_STEP: usize = 64 << 10;
 
 impl Tape {
     pub(crate) fn new(
@@ -270,17 +375,34 @@ impl Tape {
         limit: usize,
         account: Option<&std::sync::Arc<Account>>,
     ) -> Tape {
+        let budget = Budget {
+            limit,
+            used: AtomicUsize::new(0),
+            full: AtomicBool::new(false),
+            events: AtomicU64::new(0),
+            charge: Mutex::new((account.map(|a| Growing::new(a.clone(), Resource::GraftMemory)), 0)),
+        };
         Tape {
             header,
             image,
             events: Vec::new(),
             area,
             invocations: 0,
-            limit,
             truncated: false,
-            charge: account.map(|a| Growing::new(a.clone(), Resource::GraftMemory)),
-            charged: 0,
+            budget: Arc::new(budget),
+            observations: None,
         }
+    }
+
+    /// Observations the kernel is to make for this recording, under its limit and charge.
+    pub(crate) fn observe(&mut self) -> Arc<Observations> {
+        let observations = Arc::new(Observations {
+            budget: self.budget.clone(),
+            tape: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+        });
+        self.observations = Some(observations.clone());
+        observations
     }
 
     /// Adds `event`; false if the recording is (now) full and it was not kept.
@@ -290,23 +412,13 @@ impl Tape {
         }
         let before = self.events.len();
         let fits = postcard::to_extend(event, std::mem::take(&mut self.events)).map(|v| self.events = v);
-        let too_big = fits.is_err() || self.events.len() > self.limit;
-        let more = self.events.len().saturating_sub(self.charged);
-        let refused = !too_big
-            && more > 0
-            && self.charge.as_mut().is_some_and(|c| {
-                let step = more.div_ceil(CHARGE_STEP) * CHARGE_STEP;
-                let ok = c.grow(step as u64).is_ok();
-                if ok {
-                    self.charged += step;
-                }
-                !ok
-            });
-        if too_big || refused {
+        if fits.is_err() || !self.budget.take(self.events.len() - before) {
             // The event that did not fit goes, and so does everything after it: a recording
             // with a gap could not be replayed.
             self.events.truncate(before);
             self.truncated = true;
+        } else {
+            self.budget.events.fetch_add(1, Ordering::Relaxed);
         }
         !self.truncated
     }
@@ -348,26 +460,28 @@ impl Tape {
 
     /// The recording reached its limit: nothing more is kept.
     pub(crate) fn full(&self) -> bool {
-        self.truncated
+        self.truncated || self.budget.full.load(Ordering::Relaxed)
     }
 
     pub(crate) fn event(&mut self, event: Event) {
         self.push(&event);
     }
 
-    /// The recording so far.
-    pub(crate) fn finish(self) -> Recording {
-        let mut events = Vec::new();
+    /// The recording so far, its observations merged in; its charge is given back.
+    pub(crate) fn finish(mut self) -> Recording {
+        let observed = self.end();
+        let mut graft = Vec::new();
         let mut rest = &self.events[..];
         while !rest.is_empty() {
             let (e, tail) = postcard::take_from_bytes::<Event>(rest).expect("the tape holds whole events");
-            events.push(e);
+            graft.push(e);
             rest = tail;
         }
+        let truncated = self.truncated || self.budget.full.load(Ordering::Relaxed);
         let mut invocations = self.invocations;
-        if self.truncated {
+        if truncated {
             // An invocation or control call cut short cannot be replayed: it goes.
-            let whole = events
+            let whole = graft
                 .iter()
                 .rposition(|e| {
                     !matches!(
@@ -376,20 +490,57 @@ impl Tape {
                     )
                 })
                 .map_or(0, |i| i + 1);
-            invocations -= events[whole..]
+            invocations -= graft[whole..]
                 .iter()
                 .filter(|e| matches!(e, Event::Invoke { .. }))
                 .count() as u64;
-            events.truncate(whole);
+            graft.truncate(whole);
         }
+        // Each observation goes after the graft's events it was stamped with; those after the
+        // cut go with it. Both tapes hold what came before the recording filled, in order.
+        let cut = graft.len() as u64;
+        let mut events = Vec::with_capacity(graft.len());
+        let mut graft = graft.into_iter();
+        let mut placed = 0u64;
+        let mut seen = &observed[..];
+        while let Ok(((at, e), tail)) = postcard::take_from_bytes::<(u64, Event)>(seen) {
+            seen = tail;
+            if at > cut {
+                break;
+            }
+            events.extend(graft.by_ref().take((at - placed) as usize));
+            placed = at;
+            events.push(e);
+        }
+        events.extend(graft);
         Recording {
-            header: self.header,
-            image: self.image,
+            header: std::mem::take(&mut self.header),
+            image: std::mem::take(&mut self.image),
             events,
             invocations,
-            truncated: self.truncated,
+            truncated,
             ended: None,
         }
+    }
+
+    /// Takes no more observations (the graft was unbound; the recording waits to be taken).
+    pub(crate) fn stop_observing(&self) {
+        if let Some(o) = &self.observations {
+            o.closed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends the observations (the kernel lets them go at its next one) and gives back the
+    /// charge: what was observed.
+    fn end(&mut self) -> Vec<u8> {
+        self.budget.charge.lock().0.take();
+        self.observations.take().map(|o| o.close()).unwrap_or_default()
+    }
+}
+
+impl Drop for Tape {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
@@ -475,23 +626,23 @@ mod tests {
         assert_eq!(back, memory);
     }
 
-    #[test]
-    fn a_tape_stops_whole_at_its_limit() {
-        let header = Header {
+    fn header() -> Header {
+        Header {
             version: VERSION,
             slot: "t".into(),
             point: "t".into(),
             entry: "t".into(),
-            module_sha256: String::new(),
-            arg_area: None,
             invocation_units: 1,
             page_units: 1,
             control_units: 1,
             fuel: true,
-            memory_cap: 0,
-            functions: Vec::new(),
-        };
-        let mut tape = Tape::new(header, Image::default(), Vec::new(), 100, None);
+            ..Header::default()
+        }
+    }
+
+    #[test]
+    fn a_tape_stops_whole_at_its_limit() {
+        let mut tape = Tape::new(header(), Image::default(), Vec::new(), 100, None);
         for i in 0..100 {
             tape.enter(None, vec![i], &[]);
             tape.ret(vec![i], &[], Outcome::Decided);
@@ -503,5 +654,79 @@ mod tests {
         assert_eq!(invokes, r.invocations);
         let bytes = r.to_bytes();
         assert_eq!(Recording::from_bytes(&bytes).unwrap(), r);
+    }
+
+    fn access(page: u64) -> Event {
+        Event::Access {
+            page,
+            hit: false,
+            resident: 1,
+        }
+    }
+
+    #[test]
+    fn observations_are_merged_where_they_were_made_and_end_with_the_recording() {
+        let mut tape = Tape::new(header(), Image::default(), Vec::new(), 1 << 20, None);
+        let seen = tape.observe();
+        assert!(seen.access(1, false, 1));
+        tape.enter(None, vec![0], &[]);
+        // Made while the invocation ran (on another thread): it stays inside it.
+        assert!(seen.access(2, false, 1));
+        tape.ret(vec![0], &[], Outcome::Decided);
+        assert!(seen.access(3, false, 1));
+        let r = tape.finish();
+        assert!(
+            seen.closed() && !seen.access(4, false, 1),
+            "the finished recording takes no more"
+        );
+        assert!(matches!(
+            &r.events[..],
+            [a, Event::Invoke { .. }, b, Event::Return { .. }, c] if *a == access(1) && *b == access(2) && *c == access(3)
+        ));
+        assert_eq!(r.invocations, 1);
+        assert!(!r.truncated);
+    }
+
+    #[test]
+    fn observations_share_the_limit_and_the_charge_and_are_cut_with_the_graft_s_events() {
+        let account = Account::standalone("owner", vino_account::Table::UNLIMITED);
+        let mut tape = Tape::new(header(), Image::default(), Vec::new(), 200, Some(&account));
+        let seen = tape.observe();
+        tape.enter(None, vec![0], &[]);
+        tape.ret(vec![0], &[], Outcome::Decided);
+        assert!(account.used(Resource::GraftMemory) > 0, "charged as it grows");
+        tape.enter(None, vec![1], &[]);
+        // Observations fill the recording while the second invocation runs.
+        let mut kept = 0;
+        while seen.access(kept, false, 1) {
+            kept += 1;
+        }
+        assert!(kept > 0 && !seen.access(0, false, 1));
+        tape.ret(vec![1], &[], Outcome::Decided);
+        let r = tape.finish();
+        assert_eq!(account.used(Resource::GraftMemory), 0, "given back with the recording");
+        assert!(r.truncated);
+        // The cut invocation goes, and the observations made inside it with it.
+        assert_eq!(r.invocations, 1);
+        assert!(
+            matches!(&r.events[..], [Event::Invoke { .. }, Event::Return { .. }]),
+            "{:?}",
+            r.events
+        );
+        // A recording dropped unfinished (its starter went) ends its observations too.
+        let mut tape = Tape::new(header(), Image::default(), Vec::new(), 1 << 20, Some(&account));
+        let seen = tape.observe();
+        assert!(seen.access(1, false, 1));
+        assert!(account.used(Resource::GraftMemory) > 0);
+        drop(tape);
+        assert!(!seen.access(2, false, 1));
+        assert_eq!(account.used(Resource::GraftMemory), 0);
+    }
+
+    #[test]
+    fn a_recording_of_another_version_is_named_as_such() {
+        let mut r = Tape::new(header(), Image::default(), Vec::new(), 1 << 20, None).finish();
+        r.header.version = VERSION - 1;
+        assert!(matches!(Recording::from_bytes(&r.to_bytes()), Err(FormatError::Version(v)) if v == VERSION - 1));
     }
 }

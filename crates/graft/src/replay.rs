@@ -171,6 +171,33 @@ struct Sandbox {
     kept: Vec<u8>,
 }
 
+/// A runtime for running another module live on what a recording holds (a ghost model's
+/// candidate, [`crate::Shadow`]): under fuel, with the recording's budgets and memory cap, so
+/// that it decides the same on every run.
+pub fn runtime_for(header: &crate::record::Header) -> crate::Runtime {
+    crate::Runtime::new(crate::RuntimeConfig {
+        interrupt: crate::Interrupt::Fuel,
+        // One unit a nanosecond: a budget of N units is written as N nanoseconds.
+        fuel_per_ms: 1_000_000,
+        invocation_budget: Duration::from_nanos(header.invocation_units.min(crate::record::REPLAY_UNITS_MAX)),
+        control_budget: Duration::from_nanos(header.control_units.min(crate::record::REPLAY_UNITS_MAX)),
+        memory_cap: header.memory_cap.min(crate::record::REPLAY_MEMORY_MAX) as usize,
+        compile_threads: 1,
+        ..crate::RuntimeConfig::default()
+    })
+}
+
+/// Where an owner's write at `offset` of the recorded module goes in another module: into the
+/// same exported symbol (the last at or below it) at the same distance, found by `address`;
+/// at the same offset where no symbol is below it or the other module lacks it.
+pub fn moved_write(header: &crate::record::Header, offset: u32, address: impl Fn(&str) -> Option<u32>) -> u32 {
+    let below = header.symbols.partition_point(|&(_, at)| at <= offset);
+    match below.checked_sub(1).map(|i| &header.symbols[i]) {
+        Some((name, at)) => address(name).map_or(offset, |to| to.wrapping_add(offset - at)),
+        None => offset,
+    }
+}
+
 /// Replays `recording` on `wasm` (the recorded module, or another for the same graftpoint).
 pub fn replay(recording: &Recording, wasm: &[u8], options: ReplayOptions) -> Result<ReplayReport, ReplayError> {
     recording.check().map_err(ReplayError::Recording)?;
@@ -252,7 +279,11 @@ pub fn replay(recording: &Recording, wasm: &[u8], options: ReplayOptions) -> Res
                 i += 1;
             }
             // Outside an invocation or control call these are the tail of one cut short.
-            Event::Page { .. } | Event::Call { .. } | Event::Return { .. } | Event::ControlReturn { .. } => i += 1,
+            Event::Page { .. }
+            | Event::Call { .. }
+            | Event::Return { .. }
+            | Event::ControlReturn { .. }
+            | Event::Access { .. } => i += 1,
         }
     }
     let elapsed = started.elapsed();

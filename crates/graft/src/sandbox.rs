@@ -212,6 +212,29 @@ impl<G: GraftPoint> Live<G> {
         Image::of(memory.map_or(&[][..], |m| m.data(&self.store)), globals)
     }
 
+    /// The module's exported constant `i32` globals (a C module's exported data symbols: their
+    /// addresses), by address.
+    fn data_symbols(&mut self) -> Vec<(String, u32)> {
+        let globals: Vec<(String, wasmtime::Global)> = self
+            .instance
+            .exports(&mut self.store)
+            .filter_map(|e| {
+                let name = e.name().to_string();
+                e.into_global().map(|g| (name, g))
+            })
+            .collect();
+        let mut symbols = Vec::new();
+        for (name, g) in globals {
+            if g.ty(&self.store).mutability() == wasmtime::Mutability::Const
+                && let Val::I32(v) = g.get(&mut self.store)
+            {
+                symbols.push((name, v as u32));
+            }
+        }
+        symbols.sort_by_key(|&(_, at)| at);
+        symbols
+    }
+
     /// Keeps the writes of the entry call that just returned for a rollback of the whole
     /// invocation, before the next page's entry call empties the log.
     fn keep_log(&mut self) -> Result<(), Failure> {
@@ -559,13 +582,15 @@ impl<G: GraftPoint> WasmGraft<G> {
 
     /// Starts recording the graft's inputs ([`crate::record`]), of at most `limit` bytes charged
     /// to `account`; the image is taken now, between calls. A recording already running goes on.
+    /// With `observe`, the kernel's observations for it ([`Tape::observe`]), if it is new.
     pub(crate) fn record_start(
         &self,
         slot: &str,
         module_sha256: &str,
         limit: usize,
         account: Option<&Arc<Account>>,
-    ) -> Result<(), GraftError> {
+        observe: bool,
+    ) -> Result<Option<Arc<crate::record::Observations>>, GraftError> {
         if !self.logged {
             return Err(GraftError::NotRecordable(
                 "its memory is not logged (the runtime or the graftpoint runs without roll_back_memory)".into(),
@@ -574,7 +599,7 @@ impl<G: GraftPoint> WasmGraft<G> {
         let mut live = self.lock_unpinned(true).map_err(in_use)?;
         let live = &mut *live;
         if live.store.data().tape.is_some() {
-            return Ok(());
+            return Ok(None);
         }
         let config = self.runtime.config();
         let header = Header {
@@ -590,12 +615,15 @@ impl<G: GraftPoint> WasmGraft<G> {
             fuel: config.interrupt == Interrupt::Fuel,
             memory_cap: config.memory_cap as u64,
             functions: Vec::new(),
+            symbols: live.data_symbols(),
         };
         let image = live.image();
         let (area, _) = live.area_and_tape();
         let area = area.to_vec();
-        live.store.data_mut().tape = Some(Box::new(Tape::new(header, image, area, limit, account)));
-        Ok(())
+        let mut tape = Tape::new(header, image, area, limit, account);
+        let observations = observe.then(|| tape.observe());
+        live.store.data_mut().tape = Some(Box::new(tape));
+        Ok(observations)
     }
 
     /// Stops the recording and gives it (`None` if none ran).

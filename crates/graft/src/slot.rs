@@ -8,7 +8,7 @@ use crate::check;
 use crate::clock;
 use crate::error::{GraftError, LoadError};
 use crate::point::{Access, GraftPoint, NativePolicy};
-use crate::record::Recording;
+use crate::record::{Observations, Recording};
 use crate::runtime::{Runtime, code_bytes};
 use crate::sandbox::{Failure, WasmGraft};
 use crate::stats::{Counters, GraftStats};
@@ -137,7 +137,14 @@ pub struct GraftSlot<G: GraftPoint> {
     /// ([`GraftSlot::record_default_start`]), and whether one runs (read on the default's path).
     default_tape: parking_lot::Mutex<Option<DefaultTape>>,
     recording_default: std::sync::atomic::AtomicBool,
+    /// Told of each recording that starts here, for the kernel to make its observations
+    /// ([`GraftSlot::observe_with`]).
+    observer: std::sync::OnceLock<Observer>,
 }
+
+/// What the kernel does when a recording starts at a graftpoint whose ghost needs more than the
+/// graft's calls: it is given the recording's [`Observations`] to feed while it runs.
+pub type Observer = Box<dyn Fn(Arc<Observations>) + Send + Sync>;
 
 /// A recording of a graftpoint's default: the tape, the argument area the default's answers
 /// are written into, and the process that started it (charged for it).
@@ -166,7 +173,15 @@ impl<G: GraftPoint> GraftSlot<G> {
             finished: parking_lot::Mutex::new(None),
             default_tape: parking_lot::Mutex::new(None),
             recording_default: std::sync::atomic::AtomicBool::new(false),
+            observer: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Has `observer` told of every recording that starts here from now on (set once; later
+    /// calls are ignored): the kernel then feeds the recording what it sees (for
+    /// `vas.pick_victim`, the process's page accesses), so that replay can run a ghost on it.
+    pub fn observe_with(&self, observer: Observer) {
+        let _ = self.observer.set(observer);
     }
 
     pub fn name(&self) -> &str {
@@ -394,6 +409,7 @@ impl<G: GraftPoint> GraftSlot<G> {
         if let Some(Policy::Wasm { graft, .. }) = old.as_deref().map(|b| &b.policy)
             && let Some(tape) = graft.record_take_now()
         {
+            tape.stop_observing();
             *self.finished.lock() = Some((tape, why.to_string()));
         }
     }
@@ -406,7 +422,18 @@ impl<G: GraftPoint> GraftSlot<G> {
         match guard.as_ref().map(|b| &b.policy) {
             Some(Policy::Wasm { graft, info, owner, .. }) => {
                 self.finished.lock().take();
-                graft.record_start(&self.name, &info.hash, limit, owner.account.as_ref())
+                let observer = self.observer.get();
+                let observations = graft.record_start(
+                    &self.name,
+                    &info.hash,
+                    limit,
+                    owner.account.as_ref(),
+                    observer.is_some(),
+                )?;
+                if let (Some(f), Some(o)) = (observer, observations) {
+                    f(o);
+                }
+                Ok(())
             }
             Some(Policy::Native { .. }) => Err(GraftError::NotWasm(self.name.clone())),
             None => Err(GraftError::NotLoaded(self.name.clone())),
@@ -450,9 +477,13 @@ impl<G: GraftPoint> GraftSlot<G> {
             fuel: true,
             memory_cap: config.memory_cap as u64,
             functions: Vec::new(),
+            symbols: Vec::new(),
         };
         let image = crate::record::Image::default();
-        let tape = crate::record::Tape::new(header, image, area.clone(), limit, owner.account.as_ref());
+        let mut tape = crate::record::Tape::new(header, image, area.clone(), limit, owner.account.as_ref());
+        if let Some(f) = self.observer.get() {
+            f(tape.observe());
+        }
         self.finished.lock().take();
         *self.default_tape.lock() = Some(DefaultTape {
             tape: Box::new(tape),
@@ -495,6 +526,7 @@ impl<G: GraftPoint> GraftSlot<G> {
         self.recording_default
             .store(false, std::sync::atomic::Ordering::Relaxed);
         if let Some(d) = self.default_tape.lock().take() {
+            d.tape.stop_observing();
             *self.finished.lock() = Some((d.tape, why.to_string()));
         }
     }

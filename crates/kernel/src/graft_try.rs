@@ -265,18 +265,23 @@ impl Process {
     }
 }
 
-/// What a replay of another module (`replay`, its decisions kept) on `recording` would have
-/// done, on the ghost model `graft try` uses at the recording's graftpoint, against what the
-/// recorded graft did: `file.compute_ra` only (ghost caches of `frames` pages; the other
-/// ghosts follow page accesses, which a recording of invocations does not hold). `None` if the
-/// graftpoint has no such ghost.
+/// What another module, `wasm`, would have done on `recording`, on the ghost model `graft try`
+/// uses at the recording's graftpoint, against what the recorded graft did. At
+/// `file.compute_ra`, ghost caches of `frames` pages fed the recorded reads, the candidate's
+/// side following `replay` (its decisions kept); at `vas.pick_victim`, a ghost of the process's
+/// pages fed the recorded accesses, whose evictions `wasm` chooses as it runs. `None` if the
+/// graftpoint has no ghost (the others are judged by agreement, which the replay gives).
 pub fn replayed_ghost(
     recording: &vino_graft::record::Recording,
     replay: &vino_graft::replay::ReplayReport,
+    wasm: &[u8],
     frames: usize,
 ) -> Option<Result<TryReport, String>> {
-    (recording.header.point == ComputeRa::NAME)
-        .then(|| vino_cache::ra_replayed(recording, replay, frames).map(TryReport::ReadAhead))
+    match recording.header.point.as_str() {
+        ComputeRa::NAME => Some(vino_cache::ra_replayed(recording, replay, frames).map(TryReport::ReadAhead)),
+        PickVictim::NAME => Some(vino_cache::victim_replayed(recording, wasm).map(TryReport::Victim)),
+        _ => None,
+    }
 }
 
 /// Whether `vino graft try` has a model for graftpoint `point` (its base name, without an

@@ -72,6 +72,9 @@ pub(super) struct Proc {
     pub(super) victim: Option<Arc<GraftSlot<PickVictim>>>,
     /// A candidate `vas.pick_victim` graft in shadow, fed this process's accesses.
     pub(super) shadow: Option<Arc<crate::shadow::VictimTry>>,
+    /// A recording of its `vas.pick_victim` (its graft's or the default's), fed its accesses
+    /// for replay's ghost; let go when the recording ends.
+    pub(super) observed: Option<Arc<vino_graft::record::Observations>>,
     pub(super) counters: CacheCounters,
 }
 
@@ -99,6 +102,8 @@ pub(super) struct Table {
     pub(super) total: CacheCounters,
     /// Processes with a shadow: the access path looks for one only when there are some.
     pub(super) shadows: usize,
+    /// Processes whose accesses a recording observes (likewise).
+    pub(super) observed: usize,
 }
 
 impl Table {
@@ -108,6 +113,7 @@ impl Table {
             dirty: 0,
             victim: None,
             shadow: None,
+            observed: None,
             counters: CacheCounters::default(),
         })
     }
