@@ -1173,6 +1173,20 @@ pub const PAGES: &[Page] = &[
                     ("recorded / unrecorded query time", "record_time_ratio", Fmt::Ratio),
                 ],
             },
+            Table {
+                title: "Modules replayed offline on the ghost of the recording's page accesses, against the misses \
+                        measured live:",
+                rows: "",
+                across: None,
+                columns: &[
+                    ("accesses recorded", "replay.accesses", Fmt::Count),
+                    ("look-ahead, would-be", "replay.ghost_lookahead_misses", Fmt::Count),
+                    ("against it bound", "ghost_error", Fmt::Percent),
+                    ("LRU module, would-be", "replay.ghost_lru_misses", Fmt::Count),
+                    ("against LRU live", "ghost_lru_error", Fmt::Percent),
+                    ("time a replay", "replay.ghost_ns", Fmt::Ns),
+                ],
+            },
         ],
     },
     Page {
