@@ -91,8 +91,8 @@ pub enum RemoteGraft {
         #[arg(long, default_value_t = 16 << 20)]
         limit: u64,
         /// Record the kernel's own policy where nothing is bound (vas.pick_victim,
-        /// file.compute_ra, disk.pick_request, sched.pick_next, sched.pick_thread): a replay of
-        /// a candidate on it says what the candidate would have decided instead.
+        /// file.compute_ra, disk.pick_request, lock.grant, sched.pick_next, sched.pick_thread):
+        /// a replay of a candidate on it says what the candidate would have decided instead.
         #[arg(long)]
         default: bool,
         #[arg(long)]

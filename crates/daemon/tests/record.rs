@@ -386,7 +386,7 @@ fn the_default_is_recorded_and_a_candidate_replayed_against_it() {
     );
     // A graftpoint whose default has no graft form.
     let e = c
-        .graft_record_default(&format!("lock.grant/{fd}"), 1 << 20)
+        .graft_record_default(&format!("file.block_buddy/{fd}"), 1 << 20)
         .unwrap_err();
     assert!(e.message.contains("cannot be put as a graft's answers"), "{e}");
     // A recording left running when its starter goes is dropped with its charge.

@@ -308,6 +308,7 @@ impl GraftPoint for LockGrant {
     const NAME: &'static str = "lock.grant";
     const CALLABLE: &'static [&'static str] = &["vino_lock_requeue"];
     const USES_ARG_AREA: bool = true;
+    const RECORDS_DEFAULT: bool = true;
     type Env = GrantEnv;
     type Args<'a> = GrantArgs<'a>;
     type Output = u64;
@@ -330,6 +331,12 @@ impl GraftPoint for LockGrant {
             return Err(Invalid(format!("negative grant mask {mask}")));
         }
         check_grant(args, mask as u64)
+    }
+
+    /// The default's mask, as a graft would return it (bit 63 as the sign, which only a call
+    /// offered all [`GRANT_MAX`] waiters may set).
+    fn answer(_: &GrantEnv, _: &GrantArgs<'_>, mask: &u64, _: &mut [u8]) -> Option<i64> {
+        Some(*mask as i64)
     }
 
     fn callables(c: &mut Callables<GrantEnv>) {

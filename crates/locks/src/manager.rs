@@ -517,9 +517,12 @@ impl LockManager {
             waiters: &infos,
             held: &held,
         };
-        // A slot still here holds a native policy (or a graft that kept changing its mind).
+        // A slot still here holds a native policy, or the default while it is recorded (the
+        // slot decides by the default and records it), or a graft that kept changing its mind
+        // (never run under the mutex: the default decides).
         let mask = match st.slots.get(&object) {
             Some(slot) if slot.policy_kind() == PolicyKind::Native => slot.invoke(&args),
+            Some(slot) if slot.policy_kind() == PolicyKind::Default && slot.consulted() => slot.invoke(&args),
             _ => grant::frp(&args),
         };
         self.apply(st, object, &infos, &held, mask);

@@ -452,3 +452,54 @@ fn a_fifo_candidate_in_shadow_is_judged_on_the_live_grants_and_changes_none() {
     assert!(r.live_granted > r.candidate_granted, "{r:?}");
     assert_eq!(slot.policy_kind(), PolicyKind::Default, "nothing was bound");
 }
+
+/// Strict FIFO as a graft written by hand: the longest waiter only.
+const FIRST_ONLY: &str = r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
+  (func (export "lock_grant") (param $n i32) (param $m i32) (result i64) (i64.const 1)))"#;
+
+#[test]
+fn the_default_s_grants_are_recorded_and_a_candidate_replayed_on_them() {
+    use vino_graft::record::{Event, Outcome, Recording};
+    use vino_graft::replay::{ReplayOptions, replay};
+    let (m, slot) = manager(Policy::Frp);
+    slot.record_default_start(1 << 20, &Owner::process(1)).unwrap();
+    assert!(slot.consulted(), "the manager asks the slot while the default is recorded");
+    let hs = queue_up(&m);
+    m.unlock(OBJ, 1, BYTE0).unwrap();
+    assert_eq!(holders(&m), vec![(3, Read), (4, Read)], "the default decided as ever");
+    for o in [3, 4] {
+        m.unlock(OBJ, o, BYTE0).unwrap();
+    }
+    m.unlock(OBJ, 2, BYTE0).unwrap();
+    m.unlock(OBJ, 5, BYTE0).unwrap();
+    for h in hs {
+        assert_eq!(h.join().unwrap(), Ok(()));
+    }
+    let recording = Recording::from_bytes(&slot.record_stop().unwrap().to_bytes()).unwrap();
+    assert!(recording.invocations >= 3, "{recording:?}");
+    // The first decision: four waiters, the readers (entries 1 and 2) granted.
+    let answers: Vec<&Vec<i64>> = recording
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Return {
+                results,
+                outcome: Outcome::Decided,
+                ..
+            } => Some(results),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers.len() as u64, recording.invocations);
+    assert_eq!(answers[0], &vec![0b110]);
+    // Strict FIFO on the same inputs would have granted the writer first.
+    let options = ReplayOptions {
+        decisions: true,
+        ..Default::default()
+    };
+    let replayed = replay(&recording, FIRST_ONLY.as_bytes(), options).unwrap();
+    assert!(!replayed.same_module && replayed.failed == 0, "{replayed:?}");
+    let first = replayed.decisions.as_ref().unwrap()[0].as_ref().unwrap();
+    assert_eq!(first.results, vec![1]);
+    assert!(replayed.matched < replayed.invocations, "{replayed:?}");
+}
