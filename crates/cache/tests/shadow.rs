@@ -378,6 +378,13 @@ fn another_victim_module_replayed_on_a_recording_misses_as_it_would_in_shadow() 
     );
     assert_eq!(other.live_misses, tried.live_misses);
     assert!(other.would_be_misses * 3 < other.live_misses * 2, "{other:?}");
+    // A candidate that loops or traps is stopped by its fuel and dropped, and the ghost goes
+    // on with the default's choices, as in shadow.
+    for hostile in [LOOPS, TRAPS] {
+        let r = vino_cache::victim_replayed(&recording, hostile.as_bytes()).unwrap();
+        assert!(r.shadow.dropped.is_some() && r.shadow.failures >= 8, "{r:?}");
+        assert_eq!(r.would_be_misses, same.would_be_misses, "{r:?}");
+    }
     // A recording of another graftpoint, or one without accesses, says so.
     let mut elsewhere = recording.clone();
     elsewhere.header.point = "file.compute_ra".into();

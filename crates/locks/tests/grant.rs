@@ -463,7 +463,10 @@ fn the_default_s_grants_are_recorded_and_a_candidate_replayed_on_them() {
     use vino_graft::replay::{ReplayOptions, replay};
     let (m, slot) = manager(Policy::Frp);
     slot.record_default_start(1 << 20, &Owner::process(1)).unwrap();
-    assert!(slot.consulted(), "the manager asks the slot while the default is recorded");
+    assert!(
+        slot.consulted(),
+        "the manager asks the slot while the default is recorded"
+    );
     let hs = queue_up(&m);
     m.unlock(OBJ, 1, BYTE0).unwrap();
     assert_eq!(holders(&m), vec![(3, Read), (4, Read)], "the default decided as ever");
