@@ -69,6 +69,50 @@ pub trait Report: Clone + Send + 'static {
     }
 }
 
+/// What a shadow judged by agreement with the live decision reports besides its model's own
+/// measures (the disk queue's, the lock grants', the scheduler's): decisions followed (1 in
+/// `sample` of the live ones), those the candidate made alike, and the counts every shadow
+/// carries. Flattened into each report, so the fields read the same in all.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Agreement {
+    pub followed: u64,
+    pub agreed: u64,
+    pub sample: u32,
+    #[serde(flatten)]
+    pub shadow: ShadowCounts,
+}
+
+impl Agreement {
+    /// Agreement at 1 in `sample` decisions, none followed yet.
+    pub fn sampled(sample: Option<u32>) -> Agreement {
+        Agreement {
+            sample: sample.unwrap_or(1).max(1),
+            ..Agreement::default()
+        }
+    }
+
+    /// One more decision followed, alike or not.
+    pub fn follow(&mut self, alike: bool) {
+        self.followed += 1;
+        self.agreed += u64::from(alike);
+    }
+}
+
+/// A report judged by agreement: [`Report`] keeps its counts and sampling rate in its
+/// [`Agreement`].
+pub trait Agreed: Clone + Send + 'static {
+    fn agreement(&mut self) -> &mut Agreement;
+}
+
+impl<T: Agreed> Report for T {
+    fn counts(&mut self) -> &mut ShadowCounts {
+        &mut self.agreement().shadow
+    }
+    fn set_sample(&mut self, every: u32) {
+        self.agreement().sample = every;
+    }
+}
+
 /// The most of one core a shadow's thread may use, measured over each [`PACE_WINDOW`]; past it
 /// the thread is held back until the window ends (the queue fills meanwhile, then drops). The
 /// candidate's and its ghost's work is its owner's, on a thread of the kernel's: without a bound

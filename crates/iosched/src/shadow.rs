@@ -11,7 +11,7 @@
 use crate::{Candidate, PickArgs, PickEnv, PickRequest};
 use serde::Serialize;
 use std::sync::Arc;
-use vino_graft::shadow::{Drain, Fed, Report, Sampler, ShadowCounts};
+use vino_graft::shadow::{Agreed, Agreement, Drain, Fed, Sampler, ShadowCounts};
 use vino_graft::{GraftPoint, GraftSlot, LoadError, Owner};
 
 /// One live decision: the requests offered, the head, the live choice.
@@ -26,26 +26,20 @@ pub struct Decision {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DiskTryReport {
     pub point: String,
-    /// Decisions followed (1 in `sample` of the live ones), and those the candidate made alike.
-    pub followed: u64,
-    pub agreed: u64,
-    pub sample: u32,
+    /// Decisions followed and alike, the sampling rate, the shadow's counts.
+    #[serde(flatten)]
+    pub agreement: Agreement,
     /// Mean distance from the head, in blocks, of the request each would send next.
     pub live_seek_blocks: f64,
     pub candidate_seek_blocks: f64,
     /// Mean time the request each would send next had waited.
     pub live_waited_ns: f64,
     pub candidate_waited_ns: f64,
-    #[serde(flatten)]
-    pub shadow: ShadowCounts,
 }
 
-impl Report for DiskTryReport {
-    fn counts(&mut self) -> &mut ShadowCounts {
-        &mut self.shadow
-    }
-    fn set_sample(&mut self, every: u32) {
-        self.sample = every;
+impl Agreed for DiskTryReport {
+    fn agreement(&mut self) -> &mut Agreement {
+        &mut self.agreement
     }
 }
 
@@ -69,7 +63,7 @@ impl DiskTry {
         let mut shadow = slot.shadow(wasm, owner, env)?;
         let report = DiskTryReport {
             point: slot.name().to_string(),
-            sample: sample.unwrap_or(1).max(1),
+            agreement: Agreement::sampled(sample),
             ..DiskTryReport::default()
         };
         let fed = Fed::start(
@@ -99,14 +93,13 @@ impl DiskTry {
                         waited[k] += u128::from(c.age_ns);
                     }
                     let mut r = shared.lock();
-                    r.followed += 1;
-                    r.agreed += u64::from(candidate == d.live);
-                    let n = r.followed as f64;
+                    r.agreement.follow(candidate == d.live);
+                    let n = r.agreement.followed as f64;
                     r.live_seek_blocks = seek[0] as f64 / n;
                     r.candidate_seek_blocks = seek[1] as f64 / n;
                     r.live_waited_ns = waited[0] as f64 / n;
                     r.candidate_waited_ns = waited[1] as f64 / n;
-                    r.shadow = ShadowCounts::of(&shadow);
+                    r.agreement.shadow = ShadowCounts::of(&shadow);
                 }
             },
         )?;

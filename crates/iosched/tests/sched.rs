@@ -734,10 +734,10 @@ fn a_candidate_in_shadow_is_judged_on_the_live_decisions_and_changes_none() {
     s.try_start(&build("fifo"), Owner::process(1), Some(1), 1024).unwrap();
     assert_eq!(serve_batch(&s, &dev, &BATCH), SWEEP);
     let r = s.try_stop().unwrap();
-    assert_eq!(r.followed, 5, "every decision among several");
-    assert!(r.agreed < 5, "FIFO and the elevator differ: {r:?}");
-    assert_eq!(r.shadow.decisions, 5);
-    assert_eq!(r.shadow.failures, 0);
+    assert_eq!(r.agreement.followed, 5, "every decision among several");
+    assert!(r.agreement.agreed < 5, "FIFO and the elevator differ: {r:?}");
+    assert_eq!(r.agreement.shadow.decisions, 5);
+    assert_eq!(r.agreement.shadow.failures, 0);
     // The model: the elevator's next requests are nearer the head than FIFO's.
     assert!(r.live_seek_blocks < r.candidate_seek_blocks, "{r:?}");
     // The elevator in shadow beside itself agrees with every decision.
@@ -747,7 +747,7 @@ fn a_candidate_in_shadow_is_judged_on_the_live_decisions_and_changes_none() {
         .unwrap();
     serve_batch(&s, &dev, &BATCH);
     let r = s.try_stop().unwrap();
-    assert_eq!((r.followed, r.agreed), (5, 5), "{r:?}");
+    assert_eq!((r.agreement.followed, r.agreement.agreed), (5, 5), "{r:?}");
     // A candidate that loops is dropped; the live order is the elevator's all along.
     let dev = Recorder::new(1024, false);
     let s = sched(dev.clone(), &rt, 1);
@@ -756,9 +756,9 @@ fn a_candidate_in_shadow_is_judged_on_the_live_decisions_and_changes_none() {
     s.try_start(loops.as_bytes(), Owner::process(1), Some(1), 1024).unwrap();
     assert_eq!(serve_batch(&s, &dev, &BATCH), SWEEP);
     let r = s.try_stop().unwrap();
-    assert_eq!(r.shadow.failures, 5, "{r:?}");
+    assert_eq!(r.agreement.shadow.failures, 5, "{r:?}");
     assert_eq!(
-        r.agreed, 5,
+        r.agreement.agreed, 5,
         "a failed candidate's decision is the default's, here the live one"
     );
 }

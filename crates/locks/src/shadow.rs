@@ -11,7 +11,7 @@ use crate::grant::{GRANT_MAX, GrantArgs, GrantEnv, LockGrant, WaitInfo, check_gr
 use crate::range::Lock;
 use serde::Serialize;
 use std::sync::Arc;
-use vino_graft::shadow::{Drain, Fed, Report, Sampler, ShadowCounts};
+use vino_graft::shadow::{Agreed, Agreement, Drain, Fed, Sampler, ShadowCounts};
 use vino_graft::{GraftSlot, LoadError, Owner};
 
 /// Most locks held a decision carries to the shadow: all a call's argument area can show.
@@ -29,25 +29,19 @@ pub struct Decision {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LockTryReport {
     pub point: String,
-    /// Decisions followed (1 in `sample`), and those the candidate made alike.
-    pub followed: u64,
-    pub agreed: u64,
-    pub sample: u32,
+    /// Decisions followed and alike, the sampling rate, the shadow's counts.
+    #[serde(flatten)]
+    pub agreement: Agreement,
     /// Waiters each would grant, in all, and their mean wait until then.
     pub live_granted: u64,
     pub candidate_granted: u64,
     pub live_granted_waited_ns: f64,
     pub candidate_granted_waited_ns: f64,
-    #[serde(flatten)]
-    pub shadow: ShadowCounts,
 }
 
-impl Report for LockTryReport {
-    fn counts(&mut self) -> &mut ShadowCounts {
-        &mut self.shadow
-    }
-    fn set_sample(&mut self, every: u32) {
-        self.sample = every;
+impl Agreed for LockTryReport {
+    fn agreement(&mut self) -> &mut Agreement {
+        &mut self.agreement
     }
 }
 
@@ -68,7 +62,7 @@ impl LockTry {
         let mut shadow = slot.shadow(wasm, owner, Arc::new(GrantEnv::new(slot.env().object)))?;
         let report = LockTryReport {
             point: slot.name().to_string(),
-            sample: sample.unwrap_or(1).max(1),
+            agreement: Agreement::sampled(sample),
             ..LockTryReport::default()
         };
         let fed = Fed::start(
@@ -105,13 +99,12 @@ impl LockTry {
                         }
                     }
                     let mut r = shared.lock();
-                    r.followed += 1;
-                    r.agreed += u64::from(candidate == d.live);
+                    r.agreement.follow(candidate == d.live);
                     r.live_granted = granted[0];
                     r.candidate_granted = granted[1];
                     r.live_granted_waited_ns = waited[0] as f64 / granted[0].max(1) as f64;
                     r.candidate_granted_waited_ns = waited[1] as f64 / granted[1].max(1) as f64;
-                    r.shadow = ShadowCounts::of(&shadow);
+                    r.agreement.shadow = ShadowCounts::of(&shadow);
                 }
             },
         )?;

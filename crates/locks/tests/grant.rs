@@ -445,10 +445,10 @@ fn a_fifo_candidate_in_shadow_is_judged_on_the_live_grants_and_changes_none() {
         assert_eq!(h.join().unwrap(), Ok(()));
     }
     let r = m.try_stop(OBJ).unwrap();
-    assert!(r.followed >= 2, "{r:?}");
+    assert!(r.agreement.followed >= 2, "{r:?}");
     // The first grant differs: FRP lets both readers in, FIFO the writer that came first.
-    assert!(r.agreed < r.followed, "{r:?}");
-    assert_eq!(r.shadow.failures, 0, "{r:?}");
+    assert!(r.agreement.agreed < r.agreement.followed, "{r:?}");
+    assert_eq!(r.agreement.shadow.failures, 0, "{r:?}");
     assert!(r.live_granted > r.candidate_granted, "{r:?}");
     assert_eq!(slot.policy_kind(), PolicyKind::Default, "nothing was bound");
 }

@@ -13,7 +13,7 @@ use crate::points::{PICK_MAX, PickArgs, PickNext, PickThread, ThreadEnv};
 use crate::share::Candidate;
 use serde::Serialize;
 use std::sync::Arc;
-use vino_graft::shadow::{Fed, Report, Sampler, ShadowCounts};
+use vino_graft::shadow::{Agreed, Agreement, Fed, Sampler, ShadowCounts};
 use vino_graft::{GraftPoint, GraftSlot, LoadError, Owner};
 
 /// One live decision: the runnable threads offered, the default's choice, the live choice.
@@ -28,10 +28,9 @@ pub struct Decision {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SchedTryReport {
     pub point: String,
-    /// Decisions followed (1 in `sample` of the live ones), and those the candidate made alike.
-    pub followed: u64,
-    pub agreed: u64,
-    pub sample: u32,
+    /// Decisions followed and alike, the sampling rate, the shadow's counts.
+    #[serde(flatten)]
+    pub agreement: Agreement,
     /// Mean time the thread each would run next had waited for a worker.
     pub live_waited_ns: f64,
     pub candidate_waited_ns: f64,
@@ -40,16 +39,11 @@ pub struct SchedTryReport {
     pub candidate_oldest: u64,
     /// Decisions in which the candidate's thread is another user's than the live one's.
     pub other_user: u64,
-    #[serde(flatten)]
-    pub shadow: ShadowCounts,
 }
 
-impl Report for SchedTryReport {
-    fn counts(&mut self) -> &mut ShadowCounts {
-        &mut self.shadow
-    }
-    fn set_sample(&mut self, every: u32) {
-        self.sample = every;
+impl Agreed for SchedTryReport {
+    fn agreement(&mut self) -> &mut Agreement {
+        &mut self.agreement
     }
 }
 
@@ -101,7 +95,7 @@ impl SchedTry {
         let mut shadow = slot.shadow(wasm, owner, Arc::new(G::shadow_env(slot.env())))?;
         let report = SchedTryReport {
             point: slot.name().to_string(),
-            sample: sample.unwrap_or(1).max(1),
+            agreement: Agreement::sampled(sample),
             ..SchedTryReport::default()
         };
         let fed = Fed::start(
@@ -129,14 +123,13 @@ impl SchedTry {
                         sums.oldest[k] += u64::from(c.waited_ns == longest);
                     }
                     let mut r = shared.lock();
-                    r.followed += 1;
-                    r.agreed += u64::from(candidate == d.live);
+                    r.agreement.follow(candidate == d.live);
                     r.other_user += u64::from(d.candidates[candidate].uid != d.candidates[d.live].uid);
-                    let n = r.followed as f64;
+                    let n = r.agreement.followed as f64;
                     r.live_waited_ns = sums.waited[0] as f64 / n;
                     r.candidate_waited_ns = sums.waited[1] as f64 / n;
                     [r.live_oldest, r.candidate_oldest] = sums.oldest;
-                    r.shadow = ShadowCounts::of(&shadow);
+                    r.agreement.shadow = ShadowCounts::of(&shadow);
                 }
             },
         )?;

@@ -523,9 +523,12 @@ fn tried(wasm: &str, thread: bool, controls: &[(&str, &[i64])]) -> (Scheduler, S
 #[test]
 fn a_thread_candidate_in_shadow_is_asked_and_moves_nothing() {
     let (s, r) = tried(GIVER, true, &[("set", &[2, 0])]);
-    assert!(r.followed > 0, "{r:?}");
-    assert_eq!(r.agreed, r.followed, "it chooses as the default does: {r:?}");
-    assert_eq!(r.shadow.failures, 0, "{r:?}");
+    assert!(r.agreement.followed > 0, "{r:?}");
+    assert_eq!(
+        r.agreement.agreed, r.agreement.followed,
+        "it chooses as the default does: {r:?}"
+    );
+    assert_eq!(r.agreement.shadow.failures, 0, "{r:?}");
     assert_eq!(r.other_user, 0, "one process's threads: {r:?}");
     assert_eq!((s.process_tickets(1), s.process_tickets(2)), (Some(100), Some(100)));
     assert_eq!(s.stats().tickets_given, 0);
@@ -537,14 +540,23 @@ fn a_thread_candidate_in_shadow_is_asked_and_moves_nothing() {
 #[test]
 fn a_next_candidate_is_judged_by_agreement_and_a_hostile_one_changes_no_turn() {
     let (s, r) = tried(NEWEST, false, &[]);
-    assert!(r.followed > 0 && r.agreed <= r.followed, "{r:?}");
-    assert!(r.other_user <= r.followed - r.agreed, "{r:?}");
-    assert!(r.candidate_oldest <= r.followed, "{r:?}");
+    assert!(
+        r.agreement.followed > 0 && r.agreement.agreed <= r.agreement.followed,
+        "{r:?}"
+    );
+    assert!(r.other_user <= r.agreement.followed - r.agreement.agreed, "{r:?}");
+    assert!(r.candidate_oldest <= r.agreement.followed, "{r:?}");
     assert_eq!(s.stats().graft_picks, 0);
     for hostile in [LOOPS, NOWHERE] {
         let (s, r) = tried(hostile, false, &[]);
-        assert!(r.shadow.failures > 0 || r.shadow.dropped.is_some(), "{r:?}");
-        assert_eq!(r.agreed, r.followed, "a failed call counts as the default's: {r:?}");
+        assert!(
+            r.agreement.shadow.failures > 0 || r.agreement.shadow.dropped.is_some(),
+            "{r:?}"
+        );
+        assert_eq!(
+            r.agreement.agreed, r.agreement.followed,
+            "a failed call counts as the default's: {r:?}"
+        );
         assert_eq!(s.stats().graft_picks, 0);
         let cpu = [cpu_ms(&s, 1), cpu_ms(&s, 3)];
         assert!(
