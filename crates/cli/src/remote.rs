@@ -63,6 +63,10 @@ pub enum RemoteGraft {
         /// file.compute_ra, lock.grant or vas.pick_victim, as `vino graft load --fd` binds.
         #[arg(long)]
         fd: Option<i32>,
+        /// The file whose `lock.grant` it is tried at (every process's locks on it): a path in
+        /// the VINO file system, or a file on a VINO mount.
+        #[arg(long, conflicts_with_all = ["fd", "pid"])]
+        file: Option<String>,
         #[arg(long = "for")]
         hold: Option<u64>,
         /// Follow 1 in N pages (vas.pick_victim; default all, exact) or 1 in N decisions (the
@@ -242,6 +246,7 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             point,
             pid,
             fd,
+            file,
             hold,
             sample,
             json,
@@ -250,6 +255,24 @@ pub fn graft(cmd: RemoteGraft) -> Result<()> {
             let wasm = std::fs::read(&module).with_context(|| format!("reading {}", module.display()))?;
             let signals = block_stop_signals()?;
             let (mut c, pid, point) = match fd {
+                None if file.is_some() => {
+                    let lock_grant = <vino_kernel::graftpoints::LockGrant as vino_graft::GraftPoint>::NAME;
+                    if point != lock_grant {
+                        bail!(
+                            "--file names a file's {lock_grant}; {point} is tried on an open file (--fd, or --pid \
+                             with {point}/<fd>) or a process"
+                        );
+                    }
+                    let (f, socket) = file_arg(file.as_deref().unwrap_or_default(), socket);
+                    let mut c = connect(socket)?;
+                    let fd = c
+                        .open(&f, vino_client::OpenFlags::read_only())
+                        .with_context(|| format!("opening {f}"))?;
+                    let point = format!("{point}/{fd}");
+                    c.graft_try(None, &point, &wasm, sample.unwrap_or(0))
+                        .with_context(|| format!("trying {} at {point} ({f})", module.display()))?;
+                    (c, None, point)
+                }
                 None => {
                     let mut c = connect(socket)?;
                     c.graft_try(pid, &point, &wasm, sample.unwrap_or(0))

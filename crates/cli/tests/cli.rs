@@ -689,6 +689,48 @@ fn graft_replay_judges_another_read_ahead_module_in_the_ghost_caches() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ghost"]["model"], "victim", "{v}");
     assert!(v["ghost"]["accesses"].as_u64().unwrap() >= 20, "{v}");
+    // A file's lock grants tried by its path; read-ahead is per open file, said so.
+    let grant = dir.path().join("grant.wat");
+    std::fs::write(
+        &grant,
+        r#"(module (memory (export "memory") 1) (global (export "vino_args") i32 (i32.const 0))
+          (func (export "lock_grant") (param i32 i32) (result i64) (i64.const 1)))"#,
+    )
+    .unwrap();
+    let (grant_s, sock) = (grant.to_str().unwrap(), socket.to_str().unwrap());
+    let o = vino(&[
+        "graft",
+        "try",
+        grant_s,
+        "--point",
+        "lock.grant",
+        "--file",
+        "/data",
+        "--for",
+        "0",
+        "--json",
+        "--socket",
+        sock,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["model"], "lock", "{v}");
+    assert!(v["point"].as_str().unwrap().starts_with("lock.grant/"), "{v}");
+    let o = vino(&[
+        "graft",
+        "try",
+        none_s,
+        "--point",
+        "file.compute_ra",
+        "--file",
+        "/data",
+        "--for",
+        "0",
+        "--socket",
+        sock,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("tried on an open file"));
     // SAFETY: kill on the daemon child, not reaped yet.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     daemon.wait().unwrap();
