@@ -302,6 +302,15 @@ fn recording() -> Vec<Vec<u8>> {
             seeds.push(input);
         }
     }
+    // Recordings with page accesses, replayed on the victim ghost too.
+    for (reads, pages, resident) in [(0, 8, 4), (20, 64, 16)] {
+        let rec = crate::recording::with_accesses(reads, pages, resident);
+        for which in [2u8, 3] {
+            let mut input = vec![which];
+            input.extend_from_slice(&rec);
+            seeds.push(input);
+        }
+    }
     seeds.extend(random(0x7ec0, 8, 300));
     seeds
 }

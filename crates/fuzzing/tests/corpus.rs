@@ -151,4 +151,14 @@ fn recording() {
             run(&input);
         }
     }
+    // And one with page accesses, on the victim ghost too.
+    let seed = vino_fuzzing::recording::with_accesses(20, 64, 16);
+    for at in (0..seed.len()).step_by(7) {
+        for flip in [0x01u8, 0xff] {
+            let mut input = vec![2 + (at % 2) as u8];
+            input.extend_from_slice(&seed);
+            input[1 + at] ^= flip;
+            run(&input);
+        }
+    }
 }
