@@ -214,7 +214,15 @@ fn tickets_are_set_by_a_processs_user_and_a_users_by_the_privileged() {
     let kernel = d.handle().kernel();
     d.client().set_tickets(Some(pid), 300).unwrap();
     assert_eq!(kernel.process(pid).unwrap().tickets(), Some(300));
-    let row = daemon.top().processes.into_iter().find(|p| p.pid == pid).unwrap();
+    // The program's thread is made once its module is instantiated, after the call returned.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let row = loop {
+        let row = daemon.top().processes.into_iter().find(|p| p.pid == pid).unwrap();
+        if row.threads > 0 || std::time::Instant::now() > until {
+            break row;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
     assert_eq!(
         (row.tickets, row.threads),
         (300, 1),
