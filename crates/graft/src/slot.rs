@@ -215,7 +215,28 @@ impl<G: GraftPoint> GraftSlot<G> {
     #[inline]
     pub fn try_invoke(&self, args: &G::Args<'_>) -> Result<G::Output, Failure> {
         let guard = self.binding.load();
-        let Some(binding) = guard.as_ref() else {
+        self.decide(guard.as_ref(), args)
+    }
+
+    /// Decides with what is bound unless it is a Wasm graft (`None` then): a native policy, or
+    /// the default (recorded while a recording of it runs). For callers that must not run a
+    /// graft where they call, under a lock other users need; the binding is read once, so a
+    /// graft bound meanwhile is not run there either.
+    pub fn invoke_inline(&self, args: &G::Args<'_>) -> Option<G::Output> {
+        let guard = self.binding.load();
+        if let Some(Policy::Wasm { .. }) = guard.as_ref().map(|b| &b.policy) {
+            return None;
+        }
+        Some(
+            self.decide(guard.as_ref(), args)
+                .unwrap_or_else(|_| G::default_policy(&self.env, args)),
+        )
+    }
+
+    /// `binding`'s decision (the default's with none), counted.
+    #[inline]
+    fn decide(&self, binding: Option<&Arc<Binding<G>>>, args: &G::Args<'_>) -> Result<G::Output, Failure> {
+        let Some(binding) = binding else {
             if self.recording_default.load(std::sync::atomic::Ordering::Relaxed) {
                 return Ok(self.default_recorded(args));
             }

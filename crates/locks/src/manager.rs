@@ -517,14 +517,15 @@ impl LockManager {
             waiters: &infos,
             held: &held,
         };
-        // A slot still here holds a native policy, or the default while it is recorded (the
-        // slot decides by the default and records it), or a graft that kept changing its mind
-        // (never run under the mutex: the default decides).
-        let mask = match st.slots.get(&object) {
-            Some(slot) if slot.policy_kind() == PolicyKind::Native => slot.invoke(&args),
-            Some(slot) if slot.policy_kind() == PolicyKind::Default && slot.consulted() => slot.invoke(&args),
-            _ => grant::frp(&args),
-        };
+        // The slot decides unless it holds a graft (one that kept changing its mind, or was
+        // bound meanwhile): a graft never runs under the mutex, the default decides then. With
+        // nothing bound the slot's answer is the default's, recorded while a recording of the
+        // default runs.
+        let mask = st
+            .slots
+            .get(&object)
+            .and_then(|slot| slot.invoke_inline(&args))
+            .unwrap_or_else(|| grant::frp(&args));
         self.apply(st, object, &infos, &held, mask);
     }
 

@@ -62,6 +62,22 @@ fn queue_up(m: &Arc<LockManager>) -> Vec<JoinHandle<Result<(), LockError>>> {
     ]
 }
 
+/// Queues up as [`queue_up`] and lets FRP's grants go by: the readers, then the writers in turn.
+fn frp_rounds(m: &Arc<LockManager>) {
+    let hs = queue_up(m);
+    m.unlock(OBJ, 1, BYTE0).unwrap();
+    // The live policy's grant (a candidate's or a recording's changes none).
+    assert_eq!(holders(m), vec![(3, Read), (4, Read)]);
+    for o in [3, 4] {
+        m.unlock(OBJ, o, BYTE0).unwrap();
+    }
+    m.unlock(OBJ, 2, BYTE0).unwrap();
+    m.unlock(OBJ, 5, BYTE0).unwrap();
+    for h in hs {
+        assert_eq!(h.join().unwrap(), Ok(()));
+    }
+}
+
 #[test]
 fn frp_lets_readers_pass_the_waiting_writer() {
     let (m, _slot) = manager(Policy::Frp);
@@ -432,18 +448,7 @@ fn a_fifo_candidate_in_shadow_is_judged_on_the_live_grants_and_changes_none() {
     let wasm = vino_sdk::build_example("lock_fifo", &Default::default()).expect("building lock_fifo.c");
     m.try_start(OBJ, &slot, &wasm, Owner::process(1), Some(1), 1024)
         .unwrap();
-    let hs = queue_up(&m);
-    m.unlock(OBJ, 1, BYTE0).unwrap();
-    // The live policy's grant, not the candidate's.
-    assert_eq!(holders(&m), vec![(3, Read), (4, Read)]);
-    for o in [3, 4] {
-        m.unlock(OBJ, o, BYTE0).unwrap();
-    }
-    m.unlock(OBJ, 2, BYTE0).unwrap();
-    m.unlock(OBJ, 5, BYTE0).unwrap();
-    for h in hs {
-        assert_eq!(h.join().unwrap(), Ok(()));
-    }
+    frp_rounds(&m);
     let r = m.try_stop(OBJ).unwrap();
     assert!(r.agreement.followed >= 2, "{r:?}");
     // The first grant differs: FRP lets both readers in, FIFO the writer that came first.
@@ -467,17 +472,7 @@ fn the_default_s_grants_are_recorded_and_a_candidate_replayed_on_them() {
         slot.consulted(),
         "the manager asks the slot while the default is recorded"
     );
-    let hs = queue_up(&m);
-    m.unlock(OBJ, 1, BYTE0).unwrap();
-    assert_eq!(holders(&m), vec![(3, Read), (4, Read)], "the default decided as ever");
-    for o in [3, 4] {
-        m.unlock(OBJ, o, BYTE0).unwrap();
-    }
-    m.unlock(OBJ, 2, BYTE0).unwrap();
-    m.unlock(OBJ, 5, BYTE0).unwrap();
-    for h in hs {
-        assert_eq!(h.join().unwrap(), Ok(()));
-    }
+    frp_rounds(&m);
     let recording = Recording::from_bytes(&slot.record_stop().unwrap().to_bytes()).unwrap();
     assert!(recording.invocations >= 3, "{recording:?}");
     // The first decision: four waiters, the readers (entries 1 and 2) granted.
