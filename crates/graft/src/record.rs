@@ -276,9 +276,10 @@ struct Budget {
     full: AtomicBool,
     /// The graft's events kept so far.
     events: AtomicU64,
-    /// The charge and the bytes charged so far (it grows in steps, not per event); taken when
-    /// the recording is finished.
-    charge: Mutex<(Option<Growing>, usize)>,
+    /// The charge, taken when the recording is finished, and the bytes charged so far: it grows
+    /// in steps, so an event takes the lock only when it passes a step (never without a charge).
+    charge: Mutex<Option<Growing>>,
+    charged: AtomicUsize,
 }
 
 /// Steps in which a recording's charge grows.
@@ -293,15 +294,17 @@ impl Budget {
         }
         let used = self.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
         let mut fits = used <= self.limit;
-        if fits {
-            let mut charge = self.charge.lock();
-            let (growing, charged) = &mut *charge;
-            if used > *charged
-                && let Some(g) = growing
+        if fits && used > self.charged.load(Ordering::Relaxed) {
+            let mut growing = self.charge.lock();
+            let charged = self.charged.load(Ordering::Relaxed);
+            if used > charged
+                && let Some(g) = growing.as_mut()
             {
-                let step = (used - *charged).div_ceil(CHARGE_STEP) * CHARGE_STEP;
+                let step = (used - charged).div_ceil(CHARGE_STEP) * CHARGE_STEP;
                 fits = g.grow(step as u64).is_ok();
-                *charged += step * usize::from(fits);
+                if fits {
+                    self.charged.store(charged + step, Ordering::Relaxed);
+                }
             }
         }
         if !fits {
@@ -380,7 +383,8 @@ impl Tape {
             used: AtomicUsize::new(0),
             full: AtomicBool::new(false),
             events: AtomicU64::new(0),
-            charge: Mutex::new((account.map(|a| Growing::new(a.clone(), Resource::GraftMemory)), 0)),
+            charge: Mutex::new(account.map(|a| Growing::new(a.clone(), Resource::GraftMemory))),
+            charged: AtomicUsize::new(if account.is_some() { 0 } else { usize::MAX }),
         };
         Tape {
             header,
@@ -533,7 +537,7 @@ impl Tape {
     /// Ends the observations (the kernel lets them go at its next one) and gives back the
     /// charge: what was observed.
     fn end(&mut self) -> Vec<u8> {
-        self.budget.charge.lock().0.take();
+        self.budget.charge.lock().take();
         self.observations.take().map(|o| o.close()).unwrap_or_default()
     }
 }
