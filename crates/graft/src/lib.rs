@@ -44,7 +44,10 @@ pub use point::{
     Access, DEFAULT_BUDGET, GraftPoint, Invalid, NativePolicy, Signature, WasmScalar, WasmType, WasmTypes, export_name,
 };
 pub use registry::{ManagedSlot, Namespace, Principal, SlotWrapper};
-pub use runtime::{Compiled, Interrupt, ModuleLimits, Runtime, RuntimeConfig, code_bytes, sandbox_config};
+pub use runtime::{
+    Build, Compiled, Interrupt, ModuleLimits, Runtime, RuntimeConfig, code_bytes, sandbox_config,
+    unchecked_sandbox_config,
+};
 pub use sandbox::{ARG_BYTES, CONTROL_PREFIX, Failure, HostState, take_last_call_time};
 pub use slot::{GraftEvent, GraftInfo, GraftSlot, Owner, PolicyKind, Shadow, SlotInfo};
 pub use stats::GraftStats;

@@ -59,6 +59,15 @@ pub trait GraftPoint: Send + Sync + 'static {
     /// stream codec's chunk, a digest's block), may do without: the kernel throws a failed
     /// call's output away, and logging every write would multiply the data path's cost.
     const ROLL_BACK_MEMORY: bool = true;
+    /// Whether a graft here is compiled with the checks that stop it, mid-call, when a
+    /// transaction it runs in passes its lock-holding deadline (fuel mode: an epoch check at each
+    /// loop head and function entry; [`crate::Runtime::engine_for`]). A graftpoint whose calls
+    /// take no kernel lock (no graft-callable function) and are made outside every transaction
+    /// that holds one may do without: its calls are bounded by their own budget alone, and
+    /// tight loops (a codec's, a digest's) run without a check that costs several percent.
+    /// The deadline is still seen when the call returns; debug builds assert that no lock is
+    /// held around such a call.
+    const DEADLINE_CHECKS: bool = true;
     const USES_ARG_AREA: bool = false;
     /// Bytes of the argument area the graft must export as `vino_args` (when
     /// [`GraftPoint::USES_ARG_AREA`]): 4 KiB unless the graftpoint passes bulk data.

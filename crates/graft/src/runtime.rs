@@ -183,8 +183,22 @@ pub fn sandbox_config(interrupt: Interrupt, max_wasm_stack: usize) -> Config {
     c
 }
 
+/// The sandbox's configuration for graftpoints without deadline checks
+/// ([`crate::GraftPoint::DEADLINE_CHECKS`]): in fuel mode, [`sandbox_config`] without the epoch
+/// checks (fuel bounds each call; the deadline is seen when it returns). In epoch mode the epoch
+/// is the budget, so the checks stay and this is [`sandbox_config`].
+pub fn unchecked_sandbox_config(interrupt: Interrupt, max_wasm_stack: usize) -> Config {
+    let mut c = sandbox_config(interrupt, max_wasm_stack);
+    if interrupt == Interrupt::Fuel {
+        c.epoch_interruption(false);
+    }
+    c
+}
+
 pub(crate) struct Inner {
     pub(crate) engine: Engine,
+    /// The engine of graftpoints without deadline checks (see [`Runtime::engine_for`]).
+    unchecked_engine: Engine,
     pub(crate) config: RuntimeConfig,
     pub(crate) vlt: Vlt,
     cache: Mutex<ModuleCache>,
@@ -210,6 +224,26 @@ pub struct Runtime {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// How a module is built for the graftpoint it is loaded at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Build {
+    /// Rewritten to keep an undo log of its writes ([`crate::undo_log`]; a graftpoint may do
+    /// without, see [`crate::GraftPoint::ROLL_BACK_MEMORY`]).
+    pub logged: bool,
+    /// Compiled with deadline checks ([`crate::GraftPoint::DEADLINE_CHECKS`]).
+    pub deadline_checks: bool,
+}
+
+impl Build {
+    /// How graftpoint `G`'s grafts are built under `config`.
+    pub fn of<G: crate::GraftPoint>(config: &RuntimeConfig) -> Build {
+        Build {
+            logged: G::ROLL_BACK_MEMORY && config.roll_back_memory,
+            deadline_checks: G::DEADLINE_CHECKS,
+        }
+    }
+}
+
 /// What compiling (or finding in the cache) a module gave.
 pub struct Compiled {
     pub module: Module,
@@ -229,6 +263,11 @@ impl Runtime {
     pub fn with_vlt(config: RuntimeConfig, vlt: Vlt) -> Runtime {
         let engine = Engine::new(&sandbox_config(config.interrupt, config.max_wasm_stack))
             .expect("the sandbox configuration is valid");
+        let unchecked_engine = match config.interrupt {
+            Interrupt::Fuel => Engine::new(&unchecked_sandbox_config(config.interrupt, config.max_wasm_stack))
+                .expect("the sandbox configuration is valid"),
+            Interrupt::Epoch => engine.clone(),
+        };
         let stop_ticker = Arc::new(AtomicBool::new(false));
         let epochs = Arc::new(std::sync::atomic::AtomicU64::new(0));
         match config.interrupt {
@@ -251,6 +290,7 @@ impl Runtime {
         Runtime {
             inner: Arc::new(Inner {
                 engine,
+                unchecked_engine,
                 config,
                 vlt,
                 cache: Mutex::new(ModuleCache::default()),
@@ -274,6 +314,16 @@ impl Runtime {
         &self.inner.engine
     }
 
+    /// The engine grafts are compiled and run in: with deadline checks (the default), or
+    /// without, for the graftpoints that need none ([`crate::GraftPoint::DEADLINE_CHECKS`]).
+    /// A module runs only in the engine that compiled it.
+    pub fn engine_for(&self, deadline_checks: bool) -> &Engine {
+        match deadline_checks {
+            true => &self.inner.engine,
+            false => &self.inner.unchecked_engine,
+        }
+    }
+
     /// Graftpoint `G`'s graft-callable functions (made on first use, then shared).
     pub(crate) fn callables<G: GraftPoint>(&self) -> Arc<Callables<G::Env>> {
         let made = self
@@ -281,7 +331,12 @@ impl Runtime {
             .callables
             .lock()
             .entry(TypeId::of::<G>())
-            .or_insert_with(|| Arc::new(Callables::<G::Env>::of::<G>(&self.inner.engine, self.inner.vlt.clock())))
+            .or_insert_with(|| {
+                Arc::new(Callables::<G::Env>::of::<G>(
+                    self.engine_for(G::DEADLINE_CHECKS),
+                    self.inner.vlt.clock(),
+                ))
+            })
             .clone();
         made.downcast()
             .expect("callables are kept under their graftpoint's type")
@@ -310,18 +365,20 @@ impl Runtime {
         account: Option<&Arc<Account>>,
         wanted: &dyn Fn() -> bool,
     ) -> Result<Compiled, LoadError> {
-        self.compile_logged(wasm, account, wanted, self.inner.config.roll_back_memory)
+        let build = Build {
+            logged: self.inner.config.roll_back_memory,
+            deadline_checks: true,
+        };
+        self.compile_as(wasm, account, wanted, build)
     }
 
-    /// [`Runtime::compile_for`], rewritten to keep an undo log of its writes if `logged`
-    /// ([`crate::undo_log`]; a graftpoint may do without, see
-    /// [`crate::GraftPoint::ROLL_BACK_MEMORY`]).
-    pub fn compile_logged(
+    /// [`Runtime::compile_for`], built as `build` says (as a graftpoint needs: [`Build::of`]).
+    pub fn compile_as(
         &self,
         wasm: &[u8],
         account: Option<&Arc<Account>>,
         wanted: &dyn Fn() -> bool,
-        logged: bool,
+        build: Build,
     ) -> Result<Compiled, LoadError> {
         let limits = &self.inner.config.module_limits;
         if wasm.len() > limits.max_bytes {
@@ -335,7 +392,7 @@ impl Runtime {
         let binary = wat::parse_bytes(wasm).map_err(|e| LoadError::Malformed(e.to_string()))?;
         crate::check::precheck(&binary, limits)?;
         let hash: [u8; 32] = Sha256::digest(wasm).into();
-        if let Some(module) = self.inner.cache.lock().get(&(hash, logged)) {
+        if let Some(module) = self.inner.cache.lock().get(&(hash, build)) {
             return Ok(Compiled {
                 module,
                 hash,
@@ -351,20 +408,21 @@ impl Runtime {
         let started = Instant::now();
         // Rewritten after the limits were checked on what the user sent (the log adds code to
         // every store, which no user can make larger than the limits allow for).
-        let binary = match logged {
+        let binary = match build.logged {
             true => crate::undo_log::instrument(&binary)
                 .map_err(|e| LoadError::Malformed(e.to_string()))?
                 .into(),
             false => binary,
         };
-        let module = Module::new(&self.inner.engine, &binary).map_err(|e| LoadError::Malformed(format!("{e:#}")))?;
+        let module = Module::new(self.engine_for(build.deadline_checks), &binary)
+            .map_err(|e| LoadError::Malformed(format!("{e:#}")))?;
         let compile_time = started.elapsed();
         if let Some(a) = account {
             a.add_cpu(compile_time);
         }
         let c = &self.inner.config;
         self.inner.cache.lock().insert(
-            (hash, logged),
+            (hash, build),
             module.clone(),
             c.module_cache_entries,
             c.module_cache_bytes,
@@ -528,8 +586,8 @@ fn spawn_ticker(ticker: Ticker, tick: Duration, clock: vino_vlt::SharedClock) {
 }
 
 /// Compiled modules by content hash, oldest dropped first, within a count and a size.
-/// A module's place in the cache: its hash, and whether it was compiled with an undo log.
-type CacheKey = ([u8; 32], bool);
+/// A module's place in the cache: its hash, and how it was built.
+type CacheKey = ([u8; 32], Build);
 
 #[derive(Default)]
 struct ModuleCache {

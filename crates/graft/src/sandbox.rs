@@ -348,7 +348,8 @@ impl<G: GraftPoint> WasmGraft<G> {
             memory: account.map(|a| Growing::new(a, Resource::GraftMemory)),
             tape: None,
         };
-        let mut store = Store::new(runtime.engine(), state);
+        // The module's own engine: with or without deadline checks, as its graftpoint needs.
+        let mut store = Store::new(module.engine(), state);
         store.limiter(|s| s as &mut dyn ResourceLimiter);
         match config.interrupt {
             Interrupt::Epoch => store.epoch_deadline_callback(on_tick),
@@ -462,6 +463,11 @@ impl<G: GraftPoint> WasmGraft<G> {
     /// the enclosing family (others wait, or are told it is busy) so that undoing them cannot
     /// clobber a later call's committed writes.
     pub(crate) fn invoke(&self, env: &G::Env, args: &G::Args<'_>, transactional: bool) -> Result<G::Output, Failure> {
+        debug_assert!(
+            G::DEADLINE_CHECKS || !current::holds_locks(),
+            "{} is compiled without deadline checks but called holding a lock",
+            G::NAME
+        );
         let nested = self.logged && current::active();
         let mut guard = match nested {
             true => self.lock_for_family(G::WAIT_WHEN_BUSY)?,

@@ -325,12 +325,12 @@ impl<G: GraftPoint> GraftSlot<G> {
         // went away (a directory's `dir.access` graft) must not keep what it watches (the
         // owner's connection) open.
         let wanted = owner.wanted.take();
-        let logged = G::ROLL_BACK_MEMORY && self.runtime.config().roll_back_memory;
-        let compiled = self.runtime.compile_logged(
+        let build = crate::Build::of::<G>(self.runtime.config());
+        let compiled = self.runtime.compile_as(
             wasm,
             owner.account.as_ref(),
             &|| wanted.as_ref().is_none_or(|w| w()),
-            logged,
+            build,
         )?;
         if let Some(a) = &owner.account {
             charges.push(a.charge(Resource::GraftCode, code_bytes(&compiled.module) as u64)?);
@@ -351,7 +351,7 @@ impl<G: GraftPoint> GraftSlot<G> {
             counters.clone(),
             &self.name,
             owner.account.clone(),
-            logged,
+            build.logged,
         )?;
         let info = GraftInfo {
             hash: summary.hash,

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vino_graft::{
-    Access, Callables, GraftPoint, GraftSlot, Invalid, LoadError, Owner, Runtime, RuntimeConfig, Signature, WasmType,
-    check_module,
+    Access, Build, Callables, GraftPoint, GraftSlot, Interrupt, Invalid, LoadError, Owner, Runtime, RuntimeConfig,
+    Signature, WasmType, check_module,
 };
 
 /// `test.pick(n: i32) -> i32`, through the argument area, with one graft-callable function.
@@ -35,12 +35,16 @@ impl GraftPoint for Pick {
     }
 }
 
-/// `test.spin(i64, i32) -> i64` with a budget of its own, smaller than the runtime's.
-struct Spin;
+/// `test.spin(i64, i32) -> i64` with a budget of its own, smaller than the runtime's; compiled
+/// with deadline checks or, as a codec is, without.
+struct SpinAt<const CHECKS: bool>;
+type Spin = SpinAt<true>;
+type Bulk = SpinAt<false>;
 
-impl GraftPoint for Spin {
+impl<const CHECKS: bool> GraftPoint for SpinAt<CHECKS> {
     const NAME: &'static str = "test.spin";
     const BUDGET: Duration = Duration::from_millis(5);
+    const DEADLINE_CHECKS: bool = CHECKS;
     type Env = ();
     type Args<'a> = ();
     type Output = i64;
@@ -211,4 +215,47 @@ fn an_invocation_gets_the_smaller_of_the_two_budgets() {
     );
     let slot: GraftSlot<Pick> = GraftSlot::new(&patient, Arc::new(()), Access::Privileged, None);
     assert_eq!(slot.budget(), vino_graft::DEFAULT_BUDGET);
+}
+
+#[test]
+fn a_graft_without_deadline_checks_is_compiled_apart_and_still_stopped_by_its_budget() {
+    let spin = br#"(module (func (export "test_spin") (param i64 i32) (result i64) (loop br 0) i64.const 0))"#;
+    let answer = br#"(module (func (export "test_spin") (param i64 i32) (result i64) i64.const 7))"#;
+    for interrupt in [Interrupt::Fuel, Interrupt::Epoch] {
+        let rt = Runtime::new(RuntimeConfig {
+            interrupt,
+            ..RuntimeConfig::default()
+        });
+        // Fuel bounds a call by itself, so the epoch checks go; in epoch mode they are the budget.
+        let apart = interrupt == Interrupt::Fuel;
+        let unchecked = Build {
+            logged: false,
+            deadline_checks: false,
+        };
+        let compiled = rt.compile_as(answer, None, &|| true, unchecked).unwrap();
+        assert!(wasmtime::Engine::same(compiled.module.engine(), rt.engine_for(false)));
+        assert_eq!(!wasmtime::Engine::same(compiled.module.engine(), rt.engine()), apart);
+        let checked = rt.compile_as(
+            answer,
+            None,
+            &|| true,
+            Build {
+                deadline_checks: true,
+                ..unchecked
+            },
+        );
+        assert!(!checked.unwrap().cached, "built apart, cached apart");
+
+        // The same modules at a graftpoint with the checks and at one without.
+        let bulk: GraftSlot<Bulk> = GraftSlot::new(&rt, Arc::new(()), Access::Privileged, None);
+        let with: GraftSlot<Spin> = GraftSlot::new(&rt, Arc::new(()), Access::Privileged, None);
+        bulk.load(answer, Owner::process(1)).unwrap();
+        with.load(answer, Owner::process(1)).unwrap();
+        assert_eq!((bulk.invoke(&()), with.invoke(&())), (7, 7));
+        bulk.load(spin, Owner::process(1)).unwrap();
+        let started = Instant::now();
+        assert_eq!(bulk.invoke(&()), -1, "{interrupt:?}: stopped, and the default decided");
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(bulk.stats().unwrap().last_error.unwrap().contains("budget"));
+    }
 }

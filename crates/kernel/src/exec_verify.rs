@@ -76,6 +76,9 @@ impl GraftPoint for ExecVerify {
     /// A failed call refuses the program, whatever the digest's state; logging each block's
     /// writes would slow the digest the kernel waits for.
     const ROLL_BACK_MEMORY: bool = false;
+    /// A digest takes no kernel lock, and a program start calls it holding none: its per-chunk
+    /// budget bounds it.
+    const DEADLINE_CHECKS: bool = false;
     /// One chunk's work: SHA-256 of 16 KiB takes about 0.1 ms in Wasm.
     const BUDGET: Duration = Duration::from_millis(5);
     /// The owner's control call (its allow-list being written) is waited for: every call of a

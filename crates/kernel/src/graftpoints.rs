@@ -101,6 +101,9 @@ pub struct Graftpoint {
     /// True if a failed call's writes to the graft's own memory are undone
     /// ([`vino_graft::GraftPoint::ROLL_BACK_MEMORY`]).
     pub roll_back_memory: bool,
+    /// True if its grafts are compiled with the checks that stop one mid-call when its
+    /// transaction passes a lock-holding deadline ([`vino_graft::GraftPoint::DEADLINE_CHECKS`]).
+    pub deadline_checks: bool,
     pub who: Grafter,
     /// CPU budget of one invocation (the runtime's invocation budget caps it).
     pub budget: Duration,
@@ -170,6 +173,7 @@ const fn entry<G: GraftPoint>(who: Grafter, meaning: &'static str, section: &'st
         arg_bytes: G::ARG_BYTES,
         clock: G::CLOCK,
         roll_back_memory: G::ROLL_BACK_MEMORY,
+        deadline_checks: G::DEADLINE_CHECKS,
         who,
         budget: G::BUDGET,
         meaning,

@@ -198,6 +198,9 @@ impl GraftPoint for FileStream {
     /// A chunk's output is a function of its input and the keys; a failed chunk's is thrown
     /// away, and logging its 64 KiB of writes would double the data path's cost.
     const ROLL_BACK_MEMORY: bool = false;
+    /// A codec takes no kernel lock (it has no graft-callable function), and the kernel calls it
+    /// outside its transactions and the file's I/O lock: its per-chunk budget bounds it.
+    const DEADLINE_CHECKS: bool = false;
     /// A chunk's work (64 KiB through a compressor or a cipher takes well under a millisecond
     /// natively); the bound on what one chunk adds to a read.
     const BUDGET: Duration = Duration::from_millis(10);

@@ -54,6 +54,12 @@ pub fn active() -> bool {
     PENDING.with(|p| p.get()) || CURRENT.with(|c| c.borrow().is_some())
 }
 
+/// True if the thread's current transaction holds a lock (a transaction not yet begun holds
+/// none, and is not begun by asking).
+pub fn holds_locks() -> bool {
+    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|t| t.locks_held() > 0))
+}
+
 /// Runs `body` inside a transaction of `vlt`. If the thread already is in a transaction, `body`
 /// runs in a nested child of it; otherwise in a new top-level transaction that is the thread's
 /// current one while `body` runs. `Ok` commits (a child's work goes to its parent), `Err` aborts
