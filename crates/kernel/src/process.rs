@@ -1191,14 +1191,19 @@ impl Process {
 
     /// This process's graftpoints and the global ones, with what is bound and its statistics:
     /// a graft loaded by a process of another user keeps only its point and policy (see
-    /// [`Kernel::sees`]).
+    /// [`Kernel::sees`]). Then the `dir.access` bindings and the loaded stream codecs of this
+    /// process's user (every user's, for a privileged process).
     pub fn graft_list(&self) -> Vec<SlotInfo> {
         let mut all = self.namespace.list();
         all.extend(self.kernel.global.list());
         all.extend(self.dir_access_slots());
-        all.into_iter()
+        let mut listed: Vec<_> = all
+            .into_iter()
             .map(|s| self.kernel.visible_slot(&self.cred, s))
-            .collect()
+            .collect();
+        // A codec belongs to its user, not to a process: `stream_slots` shows the viewer's own.
+        listed.extend(self.stream_slots());
+        listed
     }
 
     /// One graftpoint as [`Process::graft_list`] shows it.

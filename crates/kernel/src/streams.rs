@@ -23,7 +23,7 @@ use std::sync::Arc;
 use vino_cache::{ChunkStore, PageCache};
 use vino_fs::{CHUNK_BYTES, FileSystem, ModuleId, NewChunk, NewFile};
 use vino_graft::account::Account;
-use vino_graft::{Owner, Runtime};
+use vino_graft::{GraftPoint, Owner, Runtime};
 use vino_stream::{Codec, Encoded, StreamError};
 
 /// The directory (under the root) that holds the codecs' modules.
@@ -481,6 +481,28 @@ pub struct StreamDependency {
 }
 
 impl crate::Process {
+    /// The loaded stream codecs of this process's user (all, for a privileged process), as
+    /// slots for [`crate::Process::graft_list`]: `file.stream/uid<U>/<module>` with the codec's
+    /// counters (`vino stream ls` names the files that depend on each module).
+    pub(crate) fn stream_slots(&self) -> Vec<vino_graft::SlotInfo> {
+        let cred = self.credentials();
+        let mut slots: Vec<_> = self
+            .kernel()
+            .streams
+            .codecs
+            .loaded
+            .lock()
+            .iter()
+            .filter(|((uid, _), _)| cred.privileged || *uid == cred.uid)
+            .map(|((uid, module), codec)| vino_graft::SlotInfo {
+                point: format!("{}/uid{uid}/{}", vino_stream::FileStream::NAME, module_name(module)),
+                ..codec.slot().info()
+            })
+            .collect();
+        slots.sort_by(|a, b| a.point.cmp(&b.point));
+        slots
+    }
+
     /// Which files depend on which stream codec module: the caller's own files, or every one
     /// for a privileged caller (others' files are not a user's to enumerate). EAGAIN for an
     /// unprivileged caller who asked less than [`STREAM_SCAN_EVERY`] ago.

@@ -121,6 +121,27 @@ fn a_compressed_file_reads_back_after_a_reboot_and_costs_fewer_blocks() {
         let files = root.stream_dependencies().unwrap();
         assert_eq!(files.iter().map(|f| f.uid).collect::<Vec<_>>(), vec![1000]);
     }
+
+    // The owner's codec, loaded for the other user's read, is in the graft list of the owner's
+    // processes and root's, with its calls; not in the reader's.
+    let module = other.stream_status("/u/z").unwrap().unwrap().module;
+    let point = format!("file.stream/uid1000/{module}");
+    let codecs = |p: &vino_kernel::Process| -> Vec<vino_graft::SlotInfo> {
+        p.graft_list()
+            .into_iter()
+            .filter(|s| s.point.starts_with("file.stream"))
+            .collect()
+    };
+    assert!(codecs(&other).is_empty());
+    let owner = k.spawn(Credentials::user(1000, 1000));
+    for viewer in [&owner, &root] {
+        let listed = codecs(viewer);
+        assert_eq!(
+            listed.iter().map(|s| s.point.as_str()).collect::<Vec<_>>(),
+            [point.as_str()]
+        );
+        assert!(listed[0].stats.as_ref().unwrap().invocations > 0, "{listed:?}");
+    }
 }
 
 /// A read that goes on through a stream file fetches the next chunks with the one it needs:
