@@ -12,7 +12,11 @@
 //!   `/tmp`: every step is one call of it that redirects nothing).
 //!
 //! The cost per walk step is the difference of the deep stats over the nine steps; the cost per
-//! open the difference of the opens. Medians of the repetitions, each a loop after a warm-up.
+//! open the difference of the opens. The three cases take many short turns (a few thousand
+//! calls each, the order rotating), and each difference is taken within a turn, against the
+//! ungrafted case measured just before or after it: the machines these runs share change speed
+//! over seconds, by more than the effect measured, so a difference between loops a second apart
+//! says more about the neighbours than about the graft. Reported: the median over the turns.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,6 +42,7 @@ const CALLER: u32 = 1001;
 pub struct NamesOptions {
     pub quick: bool,
     pub scratch: PathBuf,
+    /// Turns: in each, every case runs [`NamesOptions::calls`] of each kind.
     pub reps: usize,
 }
 
@@ -46,12 +51,13 @@ impl NamesOptions {
         NamesOptions {
             quick,
             scratch: PathBuf::from("target/vino-bench"),
-            reps: if quick { 3 } else { 7 },
+            reps: if quick { 20 } else { 200 },
         }
     }
 
+    /// Calls of each kind in each case's part of a turn.
     fn calls(&self) -> u64 {
-        if self.quick { 20_000 } else { 200_000 }
+        if self.quick { 2_000 } else { 5_000 }
     }
 }
 
@@ -135,48 +141,61 @@ pub fn run(opts: &NamesOptions, progress: &mut dyn FnMut(&str)) -> Result<NamesR
     let (access, lookup) = (build("count_access")?, build("private_tmp")?);
     let tfd = owner.open("/t", OpenFlags::directory())?;
 
-    // The three take turns within each repetition, so a busy moment of the shared machine falls
-    // on all of them alike.
+    // Short turns, each case in each, in an order that rotates from turn to turn (see the
+    // module's comment).
     let access_point = format!("dir.access/{tfd}");
-    let mut times = vec![(Vec::new(), Vec::new()); Bound::ALL.len()];
-    for rep in 0..opts.reps {
-        progress(&format!("repetition {} of {}", rep + 1, opts.reps));
-        for (i, bound) in Bound::ALL.into_iter().enumerate() {
-            match bound {
-                Bound::Nothing => {}
-                Bound::Access => {
-                    owner.graft_load(&access_point, &access)?;
-                }
-                Bound::Lookup => {
-                    owner.graft_unload(&access_point)?;
-                    caller.graft_load("dir.lookup", &lookup)?;
-                }
-            }
-            times[i].0.push(time(opts.calls(), || {
-                caller.stat(&deep).expect("stat");
-            }));
-            times[i].1.push(time(opts.calls(), || open_close(&caller, "/t/f")));
+    let bind = |bound: Bound| -> Result<()> {
+        match bound {
+            Bound::Nothing => {}
+            Bound::Access => owner.graft_load(&access_point, &access).map(drop)?,
+            Bound::Lookup => caller.graft_load("dir.lookup", &lookup).map(drop)?,
         }
-        caller.graft_unload("dir.lookup")?;
+        Ok(())
+    };
+    let unbind = |bound: Bound| -> Result<()> {
+        match bound {
+            Bound::Nothing => {}
+            Bound::Access => owner.graft_unload(&access_point)?,
+            Bound::Lookup => caller.graft_unload("dir.lookup")?,
+        }
+        Ok(())
+    };
+    // [case][turn]: (ns per deep stat, ns per open+close).
+    let mut times = vec![Vec::with_capacity(opts.reps); Bound::ALL.len()];
+    for turn in 0..opts.reps {
+        if turn % 20 == 0 {
+            progress(&format!("turn {} of {}", turn + 1, opts.reps));
+        }
+        for k in 0..Bound::ALL.len() {
+            let i = (turn + k) % Bound::ALL.len();
+            let bound = Bound::ALL[i];
+            bind(bound)?;
+            let stat = time(opts.calls(), || {
+                caller.stat(&deep).expect("stat");
+            });
+            let open = time(opts.calls(), || open_close(&caller, "/t/f"));
+            times[i].push((stat, open));
+            unbind(bound)?;
+        }
     }
-    let rows: Vec<Row> = Bound::ALL
+    let base = &times[0];
+    let mut rows: Vec<Row> = Bound::ALL
         .into_iter()
         .zip(&times)
-        .map(|(bound, (stats, opens))| Row {
+        .map(|(bound, turns)| Row {
             bound,
             label: bound.label().to_string(),
             meets_goal: None,
-            stat_ns: median_of(stats.iter().copied()),
-            open_ns: median_of(opens.iter().copied()),
+            stat_ns: median_of(turns.iter().map(|t| t.0)),
+            open_ns: median_of(turns.iter().map(|t| t.1)),
             per_step_ns: f64::NAN,
             per_open_ns: f64::NAN,
         })
         .collect();
-    let mut rows = rows;
-    let (base_stat, base_open) = (rows[0].stat_ns, rows[0].open_ns);
-    for r in rows.iter_mut().skip(1) {
-        r.per_step_ns = (r.stat_ns - base_stat) / steps as f64;
-        r.per_open_ns = r.open_ns - base_open;
+    for (r, turns) in rows.iter_mut().zip(&times).skip(1) {
+        // Each turn's difference against the ungrafted case of the same turn.
+        r.per_step_ns = median_of(turns.iter().zip(base).map(|(t, b)| (t.0 - b.0) / steps as f64));
+        r.per_open_ns = median_of(turns.iter().zip(base).map(|(t, b)| t.1 - b.1));
         r.meets_goal = Some(r.per_step_ns < GOAL_NS && r.per_open_ns < GOAL_NS);
     }
     kernel.shutdown()?;
@@ -239,7 +258,9 @@ impl NamesReport {
             ]);
         }
         t.note(format!(
-            "ns per call; medians of {} repetitions of {} calls each, by a process of another user than the tree's owner",
+            "ns per call, by a process of another user than the tree's owner; {} turns, each case {} calls of each \
+             kind in each (order rotating); medians over the turns, the additions of each turn's difference against \
+             the ungrafted case of the same turn",
             self.reps, self.calls
         ));
         t.note(format!(

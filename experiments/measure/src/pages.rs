@@ -1110,7 +1110,8 @@ pub const PAGES: &[Page] = &[
         name: "names",
         tables: &[Table {
             title: "What a bound graft adds to a walk step and to an open, by a process of another user than the \
-                    tree's owner (medians of the repetitions):",
+                    tree's owner (medians over short turns; the additions from each turn's difference against the \
+                    ungrafted case of the same turn):",
             rows: "rows[]",
             across: None,
             columns: &[
