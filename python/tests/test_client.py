@@ -2,8 +2,10 @@
 
     python3 -m pytest -q python/tests     # or, without pytest:  python3 python/tests/test_client.py
 
-$VINO_TEST_GRAFT names the hot-list eviction graft (sdk/grafts/hotlist_evict.c, built); the graft
-tests are skipped without it. `cargo test -p vino-client-c --test python_client` sets all three.
+$VINO_TEST_GRAFT names the hot-list eviction graft (sdk/grafts/hotlist_evict.c, built) and
+$VINO_TEST_CODEC the encrypting codec (sdk/grafts/chacha20poly1305_stream.c, built); the tests that
+need them are skipped without them. `cargo test -p vino-client-c --test python_client` sets all
+four.
 """
 
 import errno
@@ -298,6 +300,36 @@ def test_graft_load_call_memory_unload():
         # Too large: said so (not "Broken pipe").
         e = raises(OSError, c.graft_load, point, bytes(16 * 2**20 + 1))
         assert e.errno == errno.E2BIG and "16777217 bytes" in e.strerror, e
+
+
+def test_stream_bind_key_control_unbind():
+    path = os.environ.get("VINO_TEST_CODEC")
+    if not path:
+        skip("VINO_TEST_CODEC is not set")
+    wasm = Path(path).read_bytes()
+    sealed, empty = unique("sealed"), unique("unsealed")
+    with vino.Client() as c:
+        fd = c.open(sealed, vino.O_RDWR | vino.O_CREAT, 0o600)
+        assert c.stream_status(sealed) is None
+        raises(OSError, c.stream_bind, sealed, b"not wasm")
+        c.stream_bind(sealed, wasm)
+        assert len(c.stream_status(sealed)["module"]) == 64
+        # The key belongs to the user's codec instance, shared by its files: an earlier run of
+        # this suite against the same daemon may have given it one.
+        assert c.stream_ctl(sealed, "forget_key") == 0
+        c.write(fd, b"secret")
+        raises(OSError, c.fsync, fd)  # the encryptor stores nothing without its key
+        c.stream_key(sealed, bytes(range(32)))
+        c.fsync(fd)
+        assert c.pread(fd, 6, 0) == b"secret"
+        assert c.stream_ctl(sealed, "set_key", 9, 1) != 0, "key word 9 is refused by the codec"
+        raises(OSError, c.stream_ctl, sealed, "no_such_control")
+        raises(ValueError, c.stream_key, sealed, b"short")
+        c.close(fd)
+        c.close(c.open(empty, vino.O_RDWR | vino.O_CREAT, 0o600))
+        c.stream_bind(empty, wasm)
+        c.stream_unbind(empty)
+        assert c.stream_status(empty) is None
 
 
 def test_locks_conflict_between_two_clients():

@@ -238,6 +238,10 @@ _SIGNATURES = {
     "vino_graft_call": (c_int, [_CLIENT, c_char_p, c_char_p, POINTER(c_int64), c_size_t, POINTER(c_int64)]),
     "vino_graft_list_json": (c_int, [_CLIENT, POINTER(c_void_p)]),
     "vino_graft_stats_json": (c_int, [_CLIENT, c_char_p, POINTER(c_void_p)]),
+    "vino_stream_bind": (c_int, [_CLIENT, c_char_p, c_char_p, c_size_t]),
+    "vino_stream_key": (c_int, [_CLIENT, c_char_p, c_char_p]),
+    "vino_stream_ctl": (c_int, [_CLIENT, c_char_p, c_char_p, POINTER(c_int64), c_size_t, POINTER(c_int64)]),
+    "vino_stream_status_json": (c_int, [_CLIENT, c_char_p, POINTER(c_void_p)]),
     "vino_lock": (c_int, [_CLIENT, c_int, c_int, c_uint64, c_uint64, c_int]),
     "vino_getlk": (c_int, [_CLIENT, c_int, c_int, c_uint64, c_uint64, POINTER(_Lock)]),
     "vino_event_filter": (c_int, [_CLIENT, c_int, POINTER(c_uint64), c_size_t, POINTER(c_char_p), c_size_t]),
@@ -659,12 +663,15 @@ class Client:
 
     def graft_call(self, point: str, control: str, *args: int) -> int:
         """Calls one of the graft's exported control functions; returns its answer."""
+        return self._control("graft_call", point, control, args)
+
+    def _control(self, name: str, target: str, control: str, args) -> int:
         for i, a in enumerate(args):
             # Each argument is a 64-bit integer: ctypes would truncate a larger one silently.
             _check_range(f"argument {i}", a, -2**63, 2**63 - 1)
         argv = (c_int64 * len(args))(*args)
         result = c_int64()
-        self._call("graft_call", _path(point), _path(control), argv, len(args), byref(result))
+        self._call(name, _path(target), _path(control), argv, len(args), byref(result))
         return result.value
 
     def _json(self, name: str, *args):
@@ -681,6 +688,34 @@ class Client:
 
     def graft_stats(self, point: str) -> dict:
         return self._json("graft_stats_json", _path(point))
+
+    # ---- stream codecs ----------------------------------------------------------------------
+
+    def stream_bind(self, path: str, wasm: bytes) -> None:
+        """Binds a codec (a file.stream graft) to an empty file or a directory (files made in it
+        get it); only the owner may."""
+        wasm = bytes(wasm)
+        if not wasm:
+            raise ValueError("an empty module: use stream_unbind")
+        self._call("stream_bind", _path(path), wasm, len(wasm))
+
+    def stream_unbind(self, path: str) -> None:
+        self._call("stream_bind", _path(path), None, 0)
+
+    def stream_key(self, path: str, key: bytes) -> None:
+        """Gives the codec of a stream file its 256-bit key (32 bytes)."""
+        key = bytes(key)
+        if len(key) != 32:
+            raise ValueError(f"a key is 32 bytes, not {len(key)}")
+        self._call("stream_key", _path(path), key)
+
+    def stream_ctl(self, path: str, control: str, *args: int) -> int:
+        """Calls one of the codec's control functions (without vino_ctl_); returns its answer."""
+        return self._control("stream_ctl", path, control, args)
+
+    def stream_status(self, path: str) -> Optional[dict]:
+        """The codec bound to a file or directory (its module, whether loaded), or None."""
+        return self._json("stream_status_json", _path(path))
 
     # ---- locks and events -------------------------------------------------------------------
 

@@ -325,6 +325,24 @@ int vino_graft_call(vino_client *client, const char *point, const char *control,
 int vino_graft_list_json(vino_client *client, char **json);
 int vino_graft_stats_json(vino_client *client, const char *point, char **json);
 
+/* ---- stream codecs ----------------------------------------------------------------------- */
+
+/* Binds the codec (wasm, len) to the empty file or the directory at `path` (files made in it get
+ * the codec; docs/streams.md). Only the owner may. With len 0, unbinds it. */
+int vino_stream_bind(vino_client *client, const char *path, const void *wasm, size_t len);
+
+/* Gives the codec of the stream file at `path` its 256-bit key (32 bytes). Only the owner may. */
+int vino_stream_key(vino_client *client, const char *path, const uint8_t key[32]);
+
+/* Calls control function `name` (without its vino_ctl_ prefix) of the codec of the stream file at
+ * `path` with `nargs` arguments; its answer goes to *result (which may be NULL). Returns 0. */
+int vino_stream_ctl(vino_client *client, const char *path, const char *name, const int64_t *args, size_t nargs,
+                    int64_t *result);
+
+/* The codec bound to the file or directory at `path` (null for none) as a JSON string in *json
+ * (free it with vino_string_free). Returns the string's length. */
+int vino_stream_status_json(vino_client *client, const char *path, char **json);
+
 /* ---- locks and events --------------------------------------------------------------------- */
 
 /* Takes (VINO_LOCK_READ / VINO_LOCK_WRITE), or drops (VINO_LOCK_UNLOCK), a byte-range lock on

@@ -788,11 +788,158 @@ pub unsafe extern "C" fn vino_graft_call(
     // SAFETY: `client` is a client, `point` and `control` strings, `(args, nargs)` an input buffer
     // and `result` an out pointer, by this function's contract.
     unsafe {
+        control_call(
+            client,
+            (point, "point"),
+            control,
+            (args, nargs),
+            result,
+            Client::graft_call,
+        )
+    }
+}
+
+/// A control call through `call` on `target` (named `what`): the shape of
+/// [`vino_graft_call`] and [`vino_stream_ctl`].
+///
+/// # Safety
+///
+/// As those: `client` is a client, `target.0` and `control` strings, `args` an input buffer and
+/// `result` an out pointer (see the [pointer contract](crate#pointer-contract)).
+unsafe fn control_call(
+    client: *mut vino_client,
+    (target, what): (*const c_char, &str),
+    control: *const c_char,
+    (args, nargs): (*const i64, usize),
+    result: *mut i64,
+    call: impl FnOnce(&mut Client, &str, &str, &[i64]) -> Res<i64>,
+) -> c_int {
+    // SAFETY: the pointers are as this function's contract says.
+    unsafe {
         with_client_int(client, |c, _| {
             let args = arg_slice(args, nargs, "args")?;
-            let v = c.graft_call(arg_str(point, "point")?, arg_str(control, "control")?, args)?;
+            let v = call(c, arg_str(target, what)?, arg_str(control, "control")?, args)?;
             put(result, v);
             Ok(0)
+        })
+    }
+}
+
+// ---- stream codecs ----------------------------------------------------------------------------
+
+/// Binds the codec `(wasm, len)` to the empty file or the directory at `path`; with `len` 0,
+/// unbinds it.
+///
+/// # Safety
+///
+/// `client` is a client, `path` a string and `(wasm, len)` an input buffer (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_stream_bind(
+    client: *mut vino_client,
+    path: *const c_char,
+    wasm: *const u8,
+    len: usize,
+) -> c_int {
+    // SAFETY: `client` is a client, `path` a string and `(wasm, len)` an input buffer, by this
+    // function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            let path = arg_str(path, "path")?;
+            match arg_slice(wasm, len, "wasm")? {
+                [] => c.stream_unbind(path)?,
+                wasm => c.stream_bind(path, wasm)?,
+            }
+            Ok(0)
+        })
+    }
+}
+
+/// Gives the codec of the stream file at `path` its 256-bit key (`key`, 32 bytes).
+///
+/// # Safety
+///
+/// `client` is a client, `path` a string and `key` an input buffer of 32 bytes (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_stream_key(client: *mut vino_client, path: *const c_char, key: *const u8) -> c_int {
+    // SAFETY: `client` is a client, `path` a string and `key` 32 readable bytes, by this
+    // function's contract.
+    unsafe {
+        with_client_int(client, |c, _| {
+            let key: &[u8; 32] = arg_slice(key, 32, "key")?.try_into().expect("32 bytes");
+            c.stream_set_key(arg_str(path, "path")?, key)?;
+            Ok(0)
+        })
+    }
+}
+
+/// Calls control function `name` (without `vino_ctl_`) of the codec of the stream file at
+/// `path`; its answer goes to `*result`.
+///
+/// # Safety
+///
+/// `client` is a client, `path` and `name` strings, `(args, nargs)` an input buffer and `result`
+/// an out pointer (see the [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_stream_ctl(
+    client: *mut vino_client,
+    path: *const c_char,
+    name: *const c_char,
+    args: *const i64,
+    nargs: usize,
+    result: *mut i64,
+) -> c_int {
+    // SAFETY: `client` is a client, `path` and `name` strings, `(args, nargs)` an input buffer
+    // and `result` an out pointer, by this function's contract.
+    unsafe {
+        control_call(
+            client,
+            (path, "path"),
+            name,
+            (args, nargs),
+            result,
+            Client::stream_control,
+        )
+    }
+}
+
+/// The codec bound to the file or directory at `path` (`null` for none), as JSON in `*json`
+/// (free it with [`vino_string_free`]).
+///
+/// # Safety
+///
+/// `client` is a client, `path` a string and `json` an out pointer (see the
+/// [pointer contract](crate#pointer-contract)).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vino_stream_status_json(
+    client: *mut vino_client,
+    path: *const c_char,
+    json: *mut *mut c_char,
+) -> c_int {
+    // SAFETY: `client` is a client, `path` a string and `json` an out pointer, by this
+    // function's contract.
+    unsafe { json_of(client, (path, "path"), json, Client::stream_status) }
+}
+
+/// What `call` answers about `arg` (named `what`), as JSON in `*json`: the shape of
+/// [`vino_graft_stats_json`] and [`vino_stream_status_json`].
+///
+/// # Safety
+///
+/// As those: `client` is a client, `arg.0` a string and `json` an out pointer (see the
+/// [pointer contract](crate#pointer-contract)).
+unsafe fn json_of<T: serde::Serialize>(
+    client: *mut vino_client,
+    (arg, what): (*const c_char, &str),
+    json: *mut *mut c_char,
+    call: impl FnOnce(&mut Client, &str) -> Res<T>,
+) -> c_int {
+    // SAFETY: the pointers are as this function's contract says.
+    unsafe {
+        with_client_int(client, |c, _| {
+            check_out(json, "json")?;
+            put_json(json, &call(c, arg_str(arg, what)?)?)
         })
     }
 }
@@ -840,12 +987,7 @@ pub unsafe extern "C" fn vino_graft_stats_json(
 ) -> c_int {
     // SAFETY: `client` is a client, `point` a string and `json` an out pointer, by this
     // function's contract.
-    unsafe {
-        with_client_int(client, |c, _| {
-            check_out(json, "json")?;
-            put_json(json, &c.graft_stats(arg_str(point, "point")?)?)
-        })
-    }
+    unsafe { json_of(client, (point, "point"), json, Client::graft_stats) }
 }
 
 // ---- locks and events -------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TestDaemon, build_graft, compile_c, crate_dir, run_ok};
+use common::{TestDaemon, build_example, build_graft, compile_c, crate_dir, run_ok};
 use std::process::Command;
 
 #[test]
@@ -54,8 +54,9 @@ fn every_call_of_the_header_works_from_c() {
     let exe = d.dir.path().join("api");
     compile_c(&[&crate_dir().join("tests/c/api.c")], &exe);
     let graft = build_graft(d.dir.path());
+    let codec = build_example(d.dir.path(), "chacha20poly1305_stream");
 
-    let out = run_ok(Command::new(&exe).arg(&graft), &d.socket());
+    let out = run_ok(Command::new(&exe).arg(&graft).arg(&codec), &d.socket());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.ends_with("all ok\n"), "{stdout}");
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TestDaemon, build_graft, lib_dir, run_ok, workspace_dir};
+use common::{TestDaemon, build_example, build_graft, lib_dir, run_ok, workspace_dir};
 use std::path::Path;
 use std::process::Command;
 
@@ -26,9 +26,12 @@ fn has_pytest(d: &TestDaemon) -> bool {
 }
 
 /// Runs the test file with `runner` arguments before it; checks that every test passed.
-fn run_suite(d: &TestDaemon, graft: &Path, runner: &[&str], file: &Path) {
+fn run_suite(d: &TestDaemon, (graft, codec): (&Path, &Path), runner: &[&str], file: &Path) {
     let mut cmd = python(d);
-    cmd.env("VINO_TEST_GRAFT", graft).args(runner).arg(file);
+    cmd.env("VINO_TEST_GRAFT", graft)
+        .env("VINO_TEST_CODEC", codec)
+        .args(runner)
+        .arg(file);
     let out = run_ok(&mut cmd, &d.socket());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains(" passed"), "no test ran:\n{stdout}");
@@ -39,19 +42,21 @@ fn run_suite(d: &TestDaemon, graft: &Path, runner: &[&str], file: &Path) {
 fn the_python_test_suite_passes_under_pytest_and_as_a_script() {
     let d = TestDaemon::start();
     let graft = build_graft(d.dir.path());
+    let codec = build_example(d.dir.path(), "chacha20poly1305_stream");
+    let grafts = (graft.as_path(), codec.as_path());
     let file = workspace_dir().join("python/tests/test_client.py");
     if has_pytest(&d) {
         let rootdir = format!("--rootdir={}", d.dir.path().display());
         run_suite(
             &d,
-            &graft,
+            grafts,
             &["-m", "pytest", "-q", "-p", "no:cacheprovider", &rootdir],
             &file,
         );
     } else {
         eprintln!("pytest is not installed: the suite runs as a plain script only");
     }
-    run_suite(&d, &graft, &[], &file);
+    run_suite(&d, grafts, &[], &file);
     d.stop();
 }
 

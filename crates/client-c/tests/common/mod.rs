@@ -116,9 +116,14 @@ pub fn text(o: &Output) -> String {
 
 /// Builds the hot-list eviction graft (clang, wasm32) into `dir`; returns its path.
 pub fn build_graft(dir: &Path) -> PathBuf {
-    let wasm = vino_sdk::build_example("hotlist_evict", &vino_sdk::BuildOptions::default())
-        .expect("clang builds the example graft");
-    let path = dir.join("hotlist_evict.wasm");
+    build_example(dir, "hotlist_evict")
+}
+
+/// The SDK's example graft `name` built into `dir`.
+pub fn build_example(dir: &Path, name: &str) -> PathBuf {
+    let wasm =
+        vino_sdk::build_example(name, &vino_sdk::BuildOptions::default()).expect("clang builds the example graft");
+    let path = dir.join(format!("{name}.wasm"));
     std::fs::write(&path, wasm).expect("writing the graft");
     path
 }
