@@ -43,7 +43,9 @@ pub struct ModuleSummary {
 /// graftpoint `G`, without a kernel object. `Ok` means a load would pass every check but those
 /// only an instance can make (a start function that fails, `vino_args` pointing outside memory).
 pub fn check_module<G: GraftPoint>(runtime: &Runtime, wasm: &[u8]) -> Result<ModuleSummary, LoadError> {
-    let compiled = runtime.compile(wasm)?;
+    // Built as a load at `G` builds it, so a load after the check finds it in the cache.
+    let build = crate::Build::of::<G>(runtime.config());
+    let compiled = runtime.compile_as(wasm, None, &|| true, build)?;
     let callables = runtime.callables::<G>();
     check::<G>(&compiled, wasm.len(), &callables, G::NAME, runtime.config())
 }

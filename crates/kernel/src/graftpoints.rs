@@ -136,6 +136,8 @@ impl std::fmt::Debug for Graftpoint {
             .field("uses_arg_area", &self.uses_arg_area)
             .field("arg_bytes", &self.arg_bytes)
             .field("clock", &self.clock)
+            .field("roll_back_memory", &self.roll_back_memory)
+            .field("deadline_checks", &self.deadline_checks)
             .field("who", &self.who)
             .field("budget", &self.budget)
             .finish_non_exhaustive()
@@ -144,7 +146,7 @@ impl std::fmt::Debug for Graftpoint {
 
 impl Serialize for Graftpoint {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut st = s.serialize_struct("Graftpoint", 14)?;
+        let mut st = s.serialize_struct("Graftpoint", 16)?;
         st.serialize_field("name", self.name)?;
         st.serialize_field("export", &self.export())?;
         st.serialize_field("signature", &self.signature.to_string())?;
@@ -154,6 +156,8 @@ impl Serialize for Graftpoint {
         st.serialize_field("uses_arg_area", &self.uses_arg_area)?;
         st.serialize_field("arg_bytes", &self.arg_bytes)?;
         st.serialize_field("clock", &self.clock)?;
+        st.serialize_field("roll_back_memory", &self.roll_back_memory)?;
+        st.serialize_field("deadline_checks", &self.deadline_checks)?;
         st.serialize_field("who", &self.who)?;
         st.serialize_field("who_description", self.who.describe())?;
         st.serialize_field("budget_ns", &(self.budget.as_nanos() as u64))?;
@@ -350,14 +354,21 @@ pub fn render_markdown() -> String {
             (true, vino_graft::ARG_BYTES) => "`vino_args`".to_string(),
             (true, bytes) => format!("`vino_args`, {bytes} bytes"),
         };
+        // What sets the graftpoint's calls apart from the rest (see the Failure section).
+        let mut budget = budget_text(g.budget);
+        if !g.roll_back_memory {
+            budget.push_str("; memory not rolled back");
+        }
+        if !g.deadline_checks {
+            budget.push_str("; no deadline checks");
+        }
         let _ = writeln!(
             out,
-            "| `{}` | `{}` | {callable} | {} | {} | {} | {} ({}) |",
+            "| `{}` | `{}` | {callable} | {} | {} | {budget} | {} ({}) |",
             g.name,
             g.entry(),
             area,
             g.who.describe(),
-            budget_text(g.budget),
             g.meaning,
             g.section,
         );
