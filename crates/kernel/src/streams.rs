@@ -486,7 +486,8 @@ impl crate::Process {
     /// counters (`vino stream ls` names the files that depend on each module).
     pub(crate) fn stream_slots(&self) -> Vec<vino_graft::SlotInfo> {
         let cred = self.credentials();
-        let mut slots: Vec<_> = self
+        // Taken out first: every chunk a reader decodes looks its codec up under this lock.
+        let visible: Vec<_> = self
             .kernel()
             .streams
             .codecs
@@ -494,8 +495,12 @@ impl crate::Process {
             .lock()
             .iter()
             .filter(|((uid, _), _)| cred.privileged || *uid == cred.uid)
+            .map(|(&key, codec)| (key, codec.clone()))
+            .collect();
+        let mut slots: Vec<_> = visible
+            .into_iter()
             .map(|((uid, module), codec)| vino_graft::SlotInfo {
-                point: format!("{}/uid{uid}/{}", vino_stream::FileStream::NAME, module_name(module)),
+                point: format!("{}/uid{uid}/{}", vino_stream::FileStream::NAME, module_name(&module)),
                 ..codec.slot().info()
             })
             .collect();
