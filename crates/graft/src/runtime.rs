@@ -180,6 +180,10 @@ pub fn sandbox_config(interrupt: Interrupt, max_wasm_stack: usize) -> Config {
     if interrupt == Interrupt::Fuel {
         c.consume_fuel(true);
     }
+    // A graft's memory stays where it was made (growth stays inside its 4 GiB reservation): the
+    // kernel keeps the address of each graft's argument area from instantiation on, and
+    // compiled code may keep the memory's base in a register across a loop.
+    c.memory_may_move(false);
     c
 }
 

@@ -324,3 +324,50 @@ fn a_call_whose_undo_log_outgrows_the_cap_fails_and_is_rolled_back() {
     s.unload();
     assert_eq!(account.used(Resource::GraftMemory), 0);
 }
+
+/// `test.echo(i32) -> i32` through the argument area: the kernel writes its argument at the
+/// area's start, the graft answers in the area's next four bytes.
+struct Echo;
+
+impl GraftPoint for Echo {
+    const NAME: &'static str = "test.echo";
+    const USES_ARG_AREA: bool = true;
+    type Env = ();
+    type Args<'a> = i32;
+    type Output = i32;
+    type Params = (i32,);
+    type Results = i32;
+
+    fn default_policy(_: &(), _: &i32) -> i32 {
+        -1
+    }
+    fn encode(_: &(), n: &i32, area: &mut [u8]) -> (i32,) {
+        area[..4].copy_from_slice(&n.to_le_bytes());
+        (0,)
+    }
+    fn decode(_: &(), _: &i32, _: i32, area: &[u8]) -> Result<i32, Invalid> {
+        Ok(i32::from_le_bytes(area[4..8].try_into().expect("four bytes")))
+    }
+}
+
+#[test]
+fn the_argument_area_stays_put_while_a_graft_grows_its_memory() {
+    // The kernel keeps the area's address from instantiation on: growing the memory call after
+    // call (64 MiB in all) must never move it, or the kernel would write where the graft no
+    // longer reads.
+    let rt = Runtime::new(RuntimeConfig {
+        memory_cap: 128 << 20,
+        ..RuntimeConfig::default()
+    });
+    let s: GraftSlot<Echo> = GraftSlot::new(&rt, Arc::new(()), Access::Process(1), None);
+    let grows = r#"(module (memory (export "memory") 1)
+      (global (export "vino_args") i32 (i32.const 4096))
+      (func (export "test_echo") (param i32) (result i32)
+        (if (i32.eq (memory.grow (i32.const 16)) (i32.const -1)) (then unreachable))
+        (i32.store (i32.const 4100) (i32.mul (i32.load (i32.const 4096)) (i32.const 3)))
+        (i32.const 0)))"#;
+    s.load(grows.as_bytes(), Owner::process(1)).unwrap();
+    for n in 0..64 {
+        assert_eq!(s.try_invoke(&n), Ok(3 * n), "call {n}");
+    }
+}
