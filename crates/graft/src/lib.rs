@@ -43,7 +43,7 @@ pub use error::{GraftError, LoadError};
 pub use point::{
     Access, DEFAULT_BUDGET, GraftPoint, Invalid, NativePolicy, Signature, WasmScalar, WasmType, WasmTypes, export_name,
 };
-pub use registry::{ManagedSlot, Namespace, Principal, SlotWrapper};
+pub use registry::{ManagedSlot, Namespace, PointSource, Principal, SlotWrapper};
 pub use runtime::{
     Build, Compiled, Interrupt, ModuleLimits, Runtime, RuntimeConfig, code_bytes, sandbox_config,
     unchecked_sandbox_config,

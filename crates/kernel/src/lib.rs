@@ -66,6 +66,7 @@ mod error;
 mod events;
 mod exec_verify;
 mod family;
+mod fd_points;
 mod file_grafts;
 mod files;
 pub mod graft_try;

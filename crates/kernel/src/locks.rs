@@ -86,6 +86,13 @@ impl KernelLocks {
 
     /// The file's `lock.grant` slot, made afresh if the inode now holds another file.
     fn slot(&self, st: &Stat) -> Arc<GraftSlot<LockGrant>> {
+        self.opened(st);
+        self.manager.graftpoint(st.ino, Access::Process(st.creator))
+    }
+
+    /// A file is opened: a graft of an earlier file with its inode number is forgotten (its
+    /// locks go through the default until the new file's creator grafts it).
+    pub(crate) fn opened(&self, st: &Stat) {
         let mut generations = self.generations.lock();
         if generations
             .insert(st.ino, st.generation)
@@ -93,12 +100,19 @@ impl KernelLocks {
         {
             self.manager.forget_graftpoint(st.ino);
         }
-        self.manager.graftpoint(st.ino, Access::Process(st.creator))
     }
-}
 
-fn grant_point(fd: Fd) -> String {
-    format!("lock.grant/{fd}")
+    /// The file's `lock.grant` as process `pid` reaches it through a descriptor
+    /// (`lock.grant/<fd>`): a privileged process that did not create the file may graft it as
+    /// if it had.
+    pub(crate) fn descriptor_slot(&self, st: &Stat, pid: u64, privileged: bool) -> Arc<dyn ManagedSlot> {
+        let slot: Arc<dyn ManagedSlot> = self.slot(st);
+        if privileged && st.creator != pid {
+            Arc::new(Privileged { slot, pid })
+        } else {
+            slot
+        }
+    }
 }
 
 impl Process {
@@ -171,20 +185,14 @@ impl Process {
         Ok(self.kernel().locks.slot(&st))
     }
 
-    /// Open hook: makes the file's `lock.grant` reachable as `lock.grant/<fd>`.
-    pub(crate) fn locks_opened(&self, fd: Fd, st: &Stat) {
-        let slot: Arc<dyn ManagedSlot> = self.kernel().locks.slot(st);
-        let slot = if self.credentials().privileged && st.creator != self.pid() {
-            Arc::new(Privileged { slot, pid: self.pid() })
-        } else {
-            slot
-        };
-        self.namespace.register_as(&grant_point(fd), slot);
+    /// Open hook: the file's `lock.grant` (reached as `lock.grant/<fd>`, see
+    /// [`crate::fd_points`]) is not an earlier file's with the same inode number.
+    pub(crate) fn locks_opened(&self, st: &Stat) {
+        self.kernel().locks.opened(st);
     }
 
-    /// Close hook: forgets `lock.grant/<fd>` and drops this process's locks on the file.
-    pub(crate) fn locks_closed(&self, fd: Fd, ino: u64) {
-        self.namespace.forget(&grant_point(fd));
+    /// Close hook: drops this process's locks on the file.
+    pub(crate) fn locks_closed(&self, ino: u64) {
         self.kernel().locks.manager.release_object(ino, self.pid());
     }
 

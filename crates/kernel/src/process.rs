@@ -28,8 +28,9 @@ pub struct Process {
     kernel: Arc<Kernel>,
     /// Shared with the process's event listener, which asks it which files the process holds.
     files: Arc<Mutex<FdTable>>,
-    /// Graftpoints on objects this process owns: `vas.pick_victim`, `file.compute_ra/<fd>`,
-    /// `file.block_buddy/<fd>`.
+    /// Graftpoints on objects this process owns: `vas.pick_victim`, `event.timer`, ...; and,
+    /// through its descriptors, `file.compute_ra/<fd>`, `file.block_buddy/<fd>` and
+    /// `lock.grant/<fd>` (`crate::fd_points`).
     pub(crate) namespace: Namespace,
     events: Arc<Mutex<Vec<GraftEvent>>>,
     /// What this process makes the kernel hold, charged here, to its user and to the total.
@@ -170,11 +171,18 @@ impl Process {
             }),
         );
         let account = kernel.accounts.process(cred.uid, format!("process {pid}"));
+        let files: Arc<Mutex<FdTable>> = Arc::default();
+        namespace.set_source(Box::new(crate::fd_points::FdPoints {
+            files: files.clone(),
+            kernel: Arc::downgrade(&kernel),
+            pid,
+            privileged: cred.privileged,
+        }));
         Arc::new(Process {
             pid,
             cred,
             kernel,
-            files: Arc::default(),
+            files,
             namespace,
             events: Arc::default(),
             account,
@@ -546,11 +554,6 @@ impl Process {
         if regular {
             kernel.prepare_stream(&st);
         }
-        let buddy = if regular {
-            Some(kernel.fs.block_buddy(ino)?)
-        } else {
-            None
-        };
         let mut files = self.files.lock();
         if files.closed() {
             // The process exited while this open ran: the charge and `held` (the inode's
@@ -570,13 +573,11 @@ impl Process {
             _charge: charge,
         });
         held.keep();
-        if let Some(buddy) = buddy {
+        if regular {
             kernel.file_grafts.on_open(ino, &file.ra);
-            self.namespace.register(file.ra.slot().clone());
-            self.namespace
-                .register_as(&format!("file.block_buddy/{fd}"), buddy as Arc<dyn ManagedSlot>);
         }
-        self.locks_opened(fd, &st);
+        // Its graftpoints are reached through the descriptor table (`crate::fd_points`).
+        self.locks_opened(&st);
         // The descriptor's reference, handed over by `held`: without it an unlink would free
         // the file under the descriptor.
         debug_assert!(
@@ -617,20 +618,18 @@ impl Process {
 
     pub fn close(&self, fd: Fd) -> SysResult<()> {
         let file = self.files.lock().remove(fd)?;
-        let closed = self.drop_file(fd, &file);
+        let closed = self.drop_file(&file);
         self.debug_check(&[file.ino]);
         closed
     }
 
-    fn drop_file(&self, fd: Fd, file: &OpenFile) -> SysResult<()> {
+    fn drop_file(&self, file: &OpenFile) -> SysResult<()> {
         self.kernel.events.closed(self, file.ino);
-        self.locks_closed(fd, file.ino);
+        self.locks_closed(file.ino);
         if file.kind == FileType::Regular {
             self.kernel.file_grafts.on_close(file.ino, &file.ra);
-            if let Some(ra) = self.namespace.forget(&format!("file.compute_ra/{fd}")) {
-                ra.unload();
-            }
-            self.namespace.forget(&format!("file.block_buddy/{fd}"));
+            // The descriptor's own read-ahead graft goes with it.
+            file.ra.slot().unload();
         }
         self.kernel.release_ref(file.ino)
     }
@@ -1251,8 +1250,8 @@ impl Process {
         self.drop_all_layers();
         self.kernel.events.detach(self.pid);
         let open = self.files.lock().drain();
-        for (fd, file) in open {
-            let _ = self.drop_file(fd, &file);
+        for (_, file) in open {
+            let _ = self.drop_file(&file);
         }
         self.locks_released();
         // The user's verifier and packet order outlive the process that loaded them.
