@@ -3,7 +3,7 @@
 //! The binding is swapped atomically: a caller sees the old policy or the new one, never a mix,
 //! and a graft being replaced or unloaded finishes the calls already inside it.
 
-use crate::callable::{self, Callables};
+use crate::callable;
 use crate::check;
 use crate::clock;
 use crate::error::{GraftError, LoadError};
@@ -127,7 +127,6 @@ pub struct GraftSlot<G: GraftPoint> {
     access: Access,
     env: Arc<G::Env>,
     runtime: Runtime,
-    callables: Arc<Callables<G::Env>>,
     binding: ArcSwapOption<Binding<G>>,
     /// The recording of a graft that was unbound while it ran, kept for its owner to take
     /// ([`GraftSlot::record_stop`]).
@@ -158,7 +157,6 @@ impl<G: GraftPoint> GraftSlot<G> {
     /// A slot named `G::NAME` (or `G::NAME/<suffix>` for one of several objects, such as
     /// `file.compute_ra/3`), running the default policy.
     pub fn new(runtime: &Runtime, env: Arc<G::Env>, access: Access, suffix: Option<&str>) -> Self {
-        let callables = runtime.callables::<G>();
         let name = match suffix {
             Some(s) => format!("{}/{s}", G::NAME),
             None => G::NAME.to_string(),
@@ -168,7 +166,6 @@ impl<G: GraftPoint> GraftSlot<G> {
             access,
             env,
             runtime: runtime.clone(),
-            callables,
             binding: ArcSwapOption::empty(),
             finished: parking_lot::Mutex::new(None),
             default_tape: parking_lot::Mutex::new(None),
@@ -335,18 +332,15 @@ impl<G: GraftPoint> GraftSlot<G> {
         if let Some(a) = &owner.account {
             charges.push(a.charge(Resource::GraftCode, code_bytes(&compiled.module) as u64)?);
         }
-        let summary = check::check::<G>(
-            &compiled,
-            wasm.len(),
-            &self.callables,
-            &self.name,
-            self.runtime.config(),
-        )?;
+        // Taken from the runtime at a load, not when the slot is made: a slot is made at every
+        // open of a file, and the runtime keeps them under one lock.
+        let callables = self.runtime.callables::<G>();
+        let summary = check::check::<G>(&compiled, wasm.len(), &callables, &self.name, self.runtime.config())?;
         let counters = Arc::new(Counters::default());
         let graft = WasmGraft::instantiate(
             &self.runtime,
             &compiled.module,
-            &self.callables,
+            &callables,
             env,
             counters.clone(),
             &self.name,
