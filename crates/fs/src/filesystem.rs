@@ -1126,8 +1126,8 @@ impl FileSystem {
     // ---- placement graftpoint -------------------------------------------------------------
 
     /// The file's `file.block_buddy` graftpoint (named `file.block_buddy/<ino>`), created on
-    /// first use. Only the file's creator may graft it ([`Access::Process`]); the kernel
-    /// registers it in that process's namespace. It goes away with the file.
+    /// first use. Only the file's creator may graft it ([`Access::Process`]); a process reaches
+    /// it as `file.block_buddy/<fd>` through a descriptor of the file. It goes away with the file.
     pub fn block_buddy(&self, ino: u64) -> Result<Arc<GraftSlot<BlockBuddy>>> {
         let mut g = self.lock()?;
         let i = g.live(ino)?;
