@@ -551,3 +551,64 @@ fn a_large_read_of_an_uncached_file_reaches_the_device_as_large_requests() {
         assert!(requests <= 32, "{mib} MiB reads of 16 MiB: {requests} device reads");
     }
 }
+
+#[test]
+fn a_descriptors_graftpoints_live_as_long_as_the_descriptor() {
+    let dev = device(8192);
+    let k = boot(&dev);
+    let alice = k.spawn(Credentials::user(1000, 1000));
+    let root = k.spawn(Credentials::root());
+    root.mkdir("/home", 0o777).unwrap();
+    let fd = alice.open("/home/f", OpenFlags::create()).unwrap();
+    alice.mkdir("/home/d", 0o755).unwrap();
+    let dfd = alice.open("/home/d", OpenFlags::directory()).unwrap();
+    let points = |p: &vino_kernel::Process| -> Vec<String> {
+        p.graft_list()
+            .into_iter()
+            .map(|s| s.point)
+            .filter(|n| n.starts_with("file.") || n.starts_with("lock.grant/"))
+            .collect()
+    };
+    // A regular file has all three; a directory only its locks'.
+    let listed = points(&alice);
+    for point in [
+        format!("file.compute_ra/{fd}"),
+        format!("file.block_buddy/{fd}"),
+        format!("lock.grant/{fd}"),
+        format!("lock.grant/{dfd}"),
+    ] {
+        assert!(listed.contains(&point), "{point} in {listed:?}");
+    }
+    for point in [format!("file.compute_ra/{dfd}"), format!("file.block_buddy/{dfd}")] {
+        assert!(!listed.contains(&point), "{point} in {listed:?}");
+        assert_eq!(alice.graft_stats(&point).unwrap_err().errno, Errno::NoEnt, "{point}");
+    }
+    // A read-ahead graft is the descriptor's: it goes when the descriptor closes, and the name
+    // with it; the same number opened again is a new file's, with nothing bound.
+    let ra = vino_sdk::build_example("sequential_ra", &Default::default()).unwrap();
+    alice.graft_load(&format!("file.compute_ra/{fd}"), &ra).unwrap();
+    let slot = alice.read_ahead(fd).unwrap();
+    assert!(slot.info().graft.is_some());
+    alice.close(fd).unwrap();
+    assert!(slot.info().graft.is_none(), "unloaded at close");
+    for point in [format!("file.compute_ra/{fd}"), format!("lock.grant/{fd}")] {
+        assert_eq!(
+            alice.graft_stats(&point).unwrap_err().errno,
+            Errno::NoEnt,
+            "{point} after close"
+        );
+        assert!(!points(&alice).contains(&point));
+    }
+    let again = alice.open("/home/f", OpenFlags::read_only()).unwrap();
+    assert_eq!(again, fd);
+    assert!(
+        alice
+            .graft_stats(&format!("file.compute_ra/{fd}"))
+            .unwrap()
+            .graft
+            .is_none()
+    );
+    // Another user's process sees its own descriptors only.
+    let bob = k.spawn(Credentials::user(1001, 1001));
+    assert!(points(&bob).is_empty(), "{:?}", points(&bob));
+}
