@@ -272,7 +272,16 @@ pub(crate) struct FsState {
     pub quota: Accounting,
     /// Free blocks of all groups (the sum of what placement knows of each).
     free_blocks: u64,
+    /// Decoded inodes by number, as their blocks hold them now: an open reads the same few
+    /// inodes several times (the walk's directories, the file), and decoding one (its checksum,
+    /// its fields) cost more than the rest of a cached lookup. Filled by reads; an inode is
+    /// dropped when it is written, all of them when an operation is undone (its blocks go back),
+    /// and all of them when there are [`INODE_CACHE`].
+    pub(crate) inodes: FxHashMap<u64, Inode>,
 }
+
+/// Most decoded inodes [`FsState::inodes`] keeps.
+pub(crate) const INODE_CACHE: usize = 4096;
 
 impl FsState {
     /// Now, for a timestamp.
@@ -306,6 +315,7 @@ impl FsState {
             counters: AllocCounters::default(),
             quota,
             free_blocks,
+            inodes: FxHashMap::default(),
         }
     }
 
@@ -363,6 +373,7 @@ impl FsState {
 
     pub fn rollback_op(&mut self) {
         let blocks: HashSet<u64> = self.meta.rollback_op().into_iter().collect();
+        self.inodes.clear();
         while self.deferred.len() > self.deferred_mark {
             let (b, _) = self.deferred.pop_back().expect("non-empty");
             self.deferred_set.remove(&b);

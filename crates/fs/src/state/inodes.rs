@@ -4,12 +4,20 @@ use super::*;
 
 impl FsState {
     pub fn read_inode(&mut self, ino: u64) -> Result<Inode> {
+        if let Some(i) = self.inodes.get(&ino) {
+            return Ok(i.clone());
+        }
         if !self.geo.valid_ino(ino) {
             return Err(FsError::NotFound(format!("inode {ino}")));
         }
         let (b, off) = self.geo.inode_location(ino);
         let blk = self.meta.get(b)?;
-        Inode::decode(ino, &blk[off..off + INODE_SIZE]).map_err(FsError::Corrupt)
+        let i = Inode::decode(ino, &blk[off..off + INODE_SIZE]).map_err(FsError::Corrupt)?;
+        if self.inodes.len() >= super::INODE_CACHE {
+            self.inodes.clear();
+        }
+        self.inodes.insert(ino, i.clone());
+        Ok(i)
     }
 
     /// An inode in use.
@@ -38,6 +46,8 @@ impl FsState {
     }
 
     pub fn write_inode(&mut self, ino: u64, i: &Inode) -> Result<()> {
+        // Read back from the block next time: what a decode gives, not what was written.
+        self.inodes.remove(&ino);
         let (b, off) = self.geo.inode_location(ino);
         let blk = self.meta.get_mut(b)?;
         i.encode_into(ino, &mut blk[off..off + INODE_SIZE]);
