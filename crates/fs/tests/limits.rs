@@ -35,8 +35,11 @@ fn a_full_disk_refuses_new_blocks_and_loses_nothing() {
     assert_eq!(kind(fs.write_at(b, n as u64, &big[..4096])), Err(FsErrorKind::NoSpace));
     assert_eq!(fs.stat(b).unwrap().size, n as u64);
     assert_eq!(read_all(&fs, b), big[..n]);
-    // A new directory needs a block too; a new empty file does not.
+    // A new directory needs a block too; a new empty file does not. The failed mkdir is undone
+    // whole: its parent's attributes are as they were (not as the undone op left them).
+    let root_before = fs.stat(fs.root()).unwrap();
     assert_eq!(kind(fs.mkdir(fs.root(), "d", &who)), Err(FsErrorKind::NoSpace));
+    assert_eq!(fs.stat(fs.root()).unwrap(), root_before);
     assert!(
         fs.lookup(fs.root(), "d").is_err(),
         "the failed mkdir left nothing behind"
