@@ -30,6 +30,18 @@ pub(crate) struct FdPoints {
 /// The per-descriptor graftpoints, by the name before the `/`.
 const POINTS: [&str; 3] = ["file.compute_ra", "file.block_buddy", "lock.grant"];
 
+/// Those of them kept with the file, not the descriptor: a graft there outlives the descriptor.
+pub(crate) const FILE_WIDE: [&str; 2] = ["file.block_buddy", "lock.grant"];
+
+/// `<point>/<fd>`, for one of [`POINTS`].
+pub(crate) fn parse(name: &str) -> Option<(&str, Fd)> {
+    let (point, fd) = name.split_once('/')?;
+    if !POINTS.contains(&point) {
+        return None;
+    }
+    Some((point, fd.parse().ok()?))
+}
+
 impl FdPoints {
     /// The slot `point` names on `file` (`None` if the file has no such graftpoint).
     fn slot(&self, kernel: &Kernel, point: &str, file: &OpenFile) -> Option<Arc<dyn ManagedSlot>> {
@@ -48,11 +60,7 @@ impl FdPoints {
 
 impl PointSource for FdPoints {
     fn find(&self, name: &str) -> Option<Arc<dyn ManagedSlot>> {
-        let (point, fd) = name.split_once('/')?;
-        if !POINTS.contains(&point) {
-            return None;
-        }
-        let fd: Fd = fd.parse().ok()?;
+        let (point, fd) = parse(name)?;
         // The table's lock is let go before the slot is made (that takes the file system's).
         let file = self.files.lock().get(fd).ok()?;
         let kernel = self.kernel.upgrade()?;

@@ -93,9 +93,6 @@ struct ArmedTimer {
 /// Shortest timer period: the CPU scheduler's tick.
 pub const TIMER_MIN_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// Graftpoints kept with the file, not the descriptor they are reached through.
-const PER_FILE_POINTS: &[&str] = &["file.block_buddy", "lock.grant"];
-
 /// A reference to an inode taken while an open (or a setattr) is set up; given back when
 /// dropped unless [`Held::keep`] handed it to the new descriptor (whose close gives it back).
 pub(crate) struct Held<'p> {
@@ -1072,14 +1069,14 @@ impl Process {
         self.graft_load(point, &wasm)
     }
 
-    /// The file's own slot behind `point` if it is one of [`PER_FILE_POINTS`] (not the
-    /// wrapper a descriptor may reach it through).
+    /// The file's own slot behind `point` if it is one of [`crate::fd_points::FILE_WIDE`] (not
+    /// the wrapper a descriptor may reach it through).
     fn per_file_slot(&self, point: &str) -> Option<Arc<dyn ManagedSlot>> {
-        let (base, fd) = point.split_once('/')?;
-        if !PER_FILE_POINTS.contains(&base) {
+        let (base, fd) = crate::fd_points::parse(point)?;
+        if !crate::fd_points::FILE_WIDE.contains(&base) {
             return None;
         }
-        let ino = self.file(fd.parse().ok()?).ok()?.ino;
+        let ino = self.file(fd).ok()?.ino;
         match base {
             "file.block_buddy" => Some(self.kernel.fs.block_buddy(ino).ok()? as Arc<dyn ManagedSlot>),
             _ => Some(self.kernel.locks.manager.existing_graftpoint(ino)? as Arc<dyn ManagedSlot>),
