@@ -11,7 +11,8 @@
 //!
 //! Calls that change a socket run the interface at once, on the caller's thread, so a loopback
 //! exchange needs no thread switch; the stack's thread runs what is due later (retransmits,
-//! delayed acknowledgements, closing connections' timers) and wakes waiters. A simulation runs
+//! delayed acknowledgements, closing connections' timers). A call that must wait is woken by its
+//! own socket's wakers (smoltcp's, through [`Waiters`]), never by every run. A simulation runs
 //! the stack with no thread of its own ([`NetConfig::stepped`]): it calls [`Net::step`] and moves
 //! the stack's clock ([`NetConfig::clock`]) itself, and one seed then gives the same packets.
 
@@ -202,6 +203,10 @@ impl Waiters {
             list.push(waker.clone());
         }
     }
+
+    fn forget(&self, waker: &Waker) {
+        self.0.lock().retain(|w| !w.will_wake(waker));
+    }
 }
 
 impl Wake for Waiters {
@@ -260,8 +265,6 @@ pub(crate) struct State {
 
 struct Inner {
     state: Mutex<State>,
-    /// Notified whenever the stack ran: waiting calls look again.
-    changed: Condvar,
     /// Wakes the stack's thread early (a socket changed, or the stack stops).
     kick: Condvar,
     stop: AtomicBool,
@@ -342,7 +345,6 @@ impl Net {
                 half_open: HashMap::new(),
                 config,
             }),
-            changed: Condvar::new(),
             kick: Condvar::new(),
             stop: AtomicBool::new(false),
         });
@@ -454,7 +456,7 @@ impl Net {
 
     /// Takes a connection that arrived at `listener`, with its peer's address.
     pub fn accept(&self, owner: &Owner, listener: SocketId, wait: Wait) -> Result<(SocketId, SocketAddrV4), NetError> {
-        self.wait(owner, wait, |st| {
+        self.wait(owner, (listener, Interest::Read), wait, |st| {
             let at = st.ready_connection(owner.pid, listener)?;
             at.map(|i| st.take_connection(owner, listener, i)).transpose()
         })
@@ -477,11 +479,10 @@ impl Net {
             let _ = self.abort(owner, id);
         }
         started?;
-        self.ran();
         if wait == Wait::No {
             return Ok(());
         }
-        let made = self.wait(owner, wait, |st| {
+        let made = self.wait(owner, (id, Interest::Write), wait, |st| {
             let socket = st.stream(owner.pid, id)?;
             connect_state(socket)
         });
@@ -564,52 +565,11 @@ impl Net {
         interest: Interest,
         cx: &Context<'_>,
     ) -> Poll<Result<(), NetError>> {
-        let mut st = self.lock();
-        let entry = match st.owned(owner.pid, id) {
-            Ok(e) => e,
-            Err(e) => return Poll::Ready(Err(e)),
-        };
-        let waiters = entry.waiters.clone();
-        // Registered before the look, under the stack's lock: no change falls in between.
-        waiters.add(cx.waker());
-        let waker = Waker::from(waiters);
-        let handles: Vec<SocketHandle> = match &entry.kind {
-            // Nothing will happen to it until the owner listens or connects.
-            Kind::Bound { .. } => return Poll::Ready(Ok(())),
-            Kind::Listener { pool, .. } => pool.iter().map(|s| s.handle).collect(),
-            Kind::Stream { slot, .. } | Kind::Datagram { slot, .. } => vec![slot.handle],
-        };
-        let listening = matches!(entry.kind, Kind::Listener { .. });
-        let mut ready = false;
-        for handle in handles {
-            ready |= match st.sockets.get_mut::<smoltcp::socket::Socket>(handle) {
-                smoltcp::socket::Socket::Tcp(s) => {
-                    match interest {
-                        Interest::Read => s.register_recv_waker(&waker),
-                        Interest::Write => s.register_send_waker(&waker),
-                    }
-                    if listening {
-                        !matches!(
-                            s.state(),
-                            tcp::State::Listen | tcp::State::SynReceived | tcp::State::Closed
-                        )
-                    } else {
-                        stream_ready(s, interest)
-                    }
-                }
-                smoltcp::socket::Socket::Udp(s) => match interest {
-                    Interest::Read => {
-                        s.register_recv_waker(&waker);
-                        s.can_recv()
-                    }
-                    Interest::Write => {
-                        s.register_send_waker(&waker);
-                        s.can_send()
-                    }
-                },
-            };
+        match self.lock().watch(owner.pid, id, interest, cx.waker()) {
+            Ok(true) => Poll::Ready(Ok(())),
+            Ok(false) => Poll::Pending,
+            Err(e) => Poll::Ready(Err(e)),
         }
-        if ready { Poll::Ready(Ok(())) } else { Poll::Pending }
     }
 
     /// The local address of socket `id` (unspecified for a socket bound but not connected).
@@ -632,7 +592,7 @@ impl Net {
             self.lock().stream(owner.pid, id)?;
             return Ok(0);
         }
-        let sent = self.wait(owner, wait, |st| {
+        let sent = self.wait(owner, (id, Interest::Write), wait, |st| {
             let socket = st.stream(owner.pid, id)?;
             if socket.can_send() {
                 let n = socket.send_slice(data).map_err(|_| NetError::NotConnected)?;
@@ -645,7 +605,6 @@ impl Net {
                 _ => Ok(None),
             }
         })?;
-        self.ran();
         Ok(sent)
     }
 
@@ -653,7 +612,7 @@ impl Net {
     /// much it has: a sender that must put a whole frame in at once (a socket's stream layers)
     /// asks first, then sends without waiting. The room only grows until that sender sends.
     pub fn send_room(&self, owner: &Owner, id: SocketId, need: usize, wait: Wait) -> Result<usize, NetError> {
-        self.wait(owner, wait, |st| {
+        self.wait(owner, (id, Interest::Write), wait, |st| {
             let socket = st.stream(owner.pid, id)?;
             let room = socket.send_capacity() - socket.send_queue();
             if socket.may_send() && room >= need.min(socket.send_capacity()) {
@@ -671,7 +630,7 @@ impl Net {
     /// Receives into `buf`: at least one byte, or 0 once the peer closed its side and
     /// everything it sent was read.
     pub fn recv(&self, owner: &Owner, id: SocketId, buf: &mut [u8], wait: Wait) -> Result<usize, NetError> {
-        let got = self.wait(owner, wait, |st| {
+        self.wait(owner, (id, Interest::Read), wait, |st| {
             let socket = st.stream(owner.pid, id)?;
             if buf.is_empty() {
                 return Ok(Some(0));
@@ -687,10 +646,7 @@ impl Net {
                 tcp::State::Listen => Err(NetError::NotConnected),
                 _ => Ok(None),
             }
-        })?;
-        // Reading opened the window: tell the peer.
-        self.ran();
-        Ok(got)
+        })
     }
 
     /// Sends all of `data`, waiting for room as `wait` allows each time.
@@ -719,7 +675,6 @@ impl Net {
         st.stream(owner.pid, id)?.close();
         st.run();
         drop(st);
-        self.ran();
         Ok(())
     }
 
@@ -739,7 +694,6 @@ impl Net {
         st.owned(owner.pid, id)?;
         st.close(id, reset);
         drop(st);
-        self.ran();
         Ok(())
     }
 
@@ -757,7 +711,6 @@ impl Net {
             st.close(id, false);
         }
         drop(st);
-        self.ran();
     }
 
     /// The local and remote addresses of a connection.
@@ -773,9 +726,7 @@ impl Net {
     /// no thread of its own ([`NetConfig::stepped`]), whose owner moves its clock: the answer is
     /// how far ahead on that clock something is due next (`None`: nothing is pending).
     pub fn step(&self) -> Option<Duration> {
-        let due = self.lock().run_due();
-        self.inner.changed.notify_all();
-        due
+        self.lock().run_due()
     }
 
     /// Puts a raw IPv4 packet on the loopback link, as if it had arrived there, and runs the
@@ -786,7 +737,6 @@ impl Net {
         st.links.loopback.inject(frame, now);
         st.run();
         drop(st);
-        self.ran();
     }
 
     /// The sockets process `pid` owns, in the order it made them.
@@ -867,17 +817,18 @@ impl Net {
         self.inner.state.lock()
     }
 
-    /// The stack ran on this thread: waiting calls look again.
-    pub(crate) fn ran(&self) {
-        self.inner.changed.notify_all();
-    }
-
-    /// Runs `step` until it has an answer, running the stack after each try and waiting for
-    /// it to change in between, as `wait` allows.
+    /// Runs `step` until it has an answer, running the stack after each try and waiting in
+    /// between, as `wait` allows, for socket `on` to become ready for its interest (or to go).
     /// The stack runs as `owner`'s: of the packets from the host, it takes its user's.
+    ///
+    /// The wait is the caller's own, woken by that socket's wakers alone: a condition every run
+    /// of the stack notified woke every blocked caller on each batch of packets (a flood's
+    /// readers, and beside them every other user's), each to take the stack's lock and sleep
+    /// again.
     pub(crate) fn wait<T>(
         &self,
         owner: &Owner,
+        on: (SocketId, Interest),
         wait: Wait,
         mut step: impl FnMut(&mut State) -> Result<Option<T>, NetError>,
     ) -> Result<T, NetError> {
@@ -887,28 +838,71 @@ impl Net {
             Wait::No => None,
             Wait::For(d) => Some(clock.deadline_in(d)),
         };
+        let parker = Arc::new(Parker::default());
+        let waker = Waker::from(parker.clone());
+        let mut watched = false;
         // Tries again at once after a run that took the caller's packets (they may be what it
         // waits for), a few times before it waits for others.
         let mut again = 4;
-        loop {
+        let result = loop {
             let answer = step(&mut st);
             let took = st.run_as(owner);
-            if took {
-                self.inner.changed.notify_all();
-            }
-            match answer? {
-                Some(done) => return Ok(done),
-                None if took && again > 0 => again -= 1,
-                None => match deadline {
-                    None => return Err(NetError::WouldBlock),
+            match answer {
+                Err(e) => break Err(e),
+                Ok(Some(done)) => break Ok(done),
+                Ok(None) if took && again > 0 => again -= 1,
+                Ok(None) => match deadline {
+                    None => break Err(NetError::WouldBlock),
                     Some(at) => {
-                        if clock.wait_until(&self.inner.changed, &mut st, at) {
-                            return Err(NetError::TimedOut);
+                        if let Err(e) = st.watch(owner.pid, on.0, on.1, &waker) {
+                            break Err(e);
+                        }
+                        watched = true;
+                        // A wake missed would cost at most one recheck's time.
+                        let nap = at.min(clock.deadline_in(RECHECK));
+                        if !parker.woken.swap(false, Ordering::AcqRel) {
+                            clock.wait_until(&parker.ready, &mut st, nap);
+                        }
+                        parker.woken.store(false, Ordering::Release);
+                        if clock.passed(at) {
+                            break Err(NetError::TimedOut);
                         }
                     }
                 },
             }
+        };
+        // Not left in the socket's list for its next wake: a caller timing out again and
+        // again on a quiet socket would otherwise grow it by one each time.
+        if watched && let Some(entry) = st.entries.get(&on.0) {
+            entry.waiters.forget(&waker);
         }
+        // Handed to the next in line: a reader of a flood calls again at once and would
+        // otherwise take the lock back before the others it woke (another user's among them).
+        MutexGuard::unlock_fair(st);
+        result
+    }
+}
+
+/// How long a blocked socket call sleeps at most before it looks again, woken or not.
+const RECHECK: Duration = Duration::from_millis(50);
+
+/// A thread blocked in a socket call ([`Net::wait`]), woken through its socket's wakers. They
+/// are woken under the stack's lock, which the thread holds from its registration until it
+/// waits; the flag keeps a wake from elsewhere from being lost all the same.
+#[derive(Default)]
+struct Parker {
+    ready: Condvar,
+    woken: AtomicBool,
+}
+
+impl Wake for Parker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.ready.notify_one();
     }
 }
 
@@ -954,7 +948,6 @@ fn run_timers(inner: &Inner) {
     let clock = st.config.clock.clone();
     while !inner.stop.load(Ordering::Acquire) {
         let due = st.run_due().unwrap_or(st.config.tick);
-        inner.changed.notify_all();
         let nap = due.min(st.config.tick).max(Duration::from_micros(100));
         let until = clock.deadline_in(nap);
         clock.wait_until(&inner.kick, &mut st, until);
@@ -1019,12 +1012,62 @@ fn run_host(inner: &Inner, mut reader: vino_hostlink::batch::Reader) {
         }
         st.run();
         waiting = st.links.host.as_ref().is_some_and(|h| h.demux.waiting());
-        drop(st);
-        inner.changed.notify_all();
+        // Handed to a socket call waiting for it, if one is: this thread takes the lock
+        // again at once while packets wait, and would otherwise keep it from them for as
+        // long as a flood lasts (parking_lot lets a thread that unlocks take it back first).
+        MutexGuard::unlock_fair(st);
     }
 }
 
 impl State {
+    /// Has `waker` woken when a call for `interest` on socket `id` of `pid` may proceed (its
+    /// smoltcp sockets' wakers, a listener's whole pool), or when the socket goes; whether it
+    /// may proceed now. Registered under the stack's lock, where every run wakes its wakers:
+    /// no change falls between the look and the registration.
+    fn watch(&mut self, pid: u64, id: SocketId, interest: Interest, waker: &Waker) -> Result<bool, NetError> {
+        let entry = self.owned(pid, id)?;
+        let waiters = entry.waiters.clone();
+        waiters.add(waker);
+        let waker = Waker::from(waiters);
+        let handles: Vec<SocketHandle> = match &entry.kind {
+            // Nothing will happen to it until the owner listens or connects.
+            Kind::Bound { .. } => return Ok(true),
+            Kind::Listener { pool, .. } => pool.iter().map(|s| s.handle).collect(),
+            Kind::Stream { slot, .. } | Kind::Datagram { slot, .. } => vec![slot.handle],
+        };
+        let listening = matches!(entry.kind, Kind::Listener { .. });
+        let mut ready = false;
+        for handle in handles {
+            ready |= match self.sockets.get_mut::<smoltcp::socket::Socket>(handle) {
+                smoltcp::socket::Socket::Tcp(s) => {
+                    match interest {
+                        Interest::Read => s.register_recv_waker(&waker),
+                        Interest::Write => s.register_send_waker(&waker),
+                    }
+                    if listening {
+                        !matches!(
+                            s.state(),
+                            tcp::State::Listen | tcp::State::SynReceived | tcp::State::Closed
+                        )
+                    } else {
+                        stream_ready(s, interest)
+                    }
+                }
+                smoltcp::socket::Socket::Udp(s) => match interest {
+                    Interest::Read => {
+                        s.register_recv_waker(&waker);
+                        s.can_recv()
+                    }
+                    Interest::Write => {
+                        s.register_send_waker(&waker);
+                        s.can_send()
+                    }
+                },
+            };
+        }
+        Ok(ready)
+    }
+
     fn now(&self) -> smoltcp::time::Instant {
         stack_time(&self.config.clock)
     }
@@ -1278,6 +1321,7 @@ impl State {
         let fresh = self.listening_slot(owner, port, &mut None, nodelay).ok();
         let Some(Entry {
             kind: Kind::Listener { pool, .. },
+            waiters,
             ..
         }) = self.entries.get_mut(&listener)
         else {
@@ -1287,6 +1331,9 @@ impl State {
             Some(f) => std::mem::replace(&mut pool[at], f),
             None => pool.swap_remove(at),
         };
+        // Other callers waiting to accept watch the pool as it was: they look again, and
+        // watch the fresh slot too.
+        waiters.wake_by_ref();
         let peer = self
             .sockets
             .get_mut::<tcp::Socket>(slot.handle)

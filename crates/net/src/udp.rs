@@ -2,7 +2,7 @@
 //! charged as a TCP socket is, datagrams whole or not at all.
 
 use crate::stack::{Kind, Slot};
-use crate::{Net, NetError, Owner, SocketId, Wait};
+use crate::{Interest, Net, NetError, Owner, SocketId, Wait};
 use smoltcp::socket::udp;
 use smoltcp::wire::IpEndpoint;
 use std::net::SocketAddrV4;
@@ -60,7 +60,7 @@ impl Net {
         if data.len() > room {
             return Err(NetError::TooBig(data.len()));
         }
-        self.wait(owner, wait, |st| {
+        self.wait(owner, (id, Interest::Write), wait, |st| {
             st.may_reach(owner, *to.ip())?;
             let socket = datagram(st, owner.pid, id)?;
             match socket.send_slice(data, IpEndpoint::from(to)) {
@@ -69,7 +69,6 @@ impl Net {
                 Err(udp::SendError::Unaddressable) => Err(NetError::Unreachable(to.to_string())),
             }
         })?;
-        self.ran();
         Ok(())
     }
 
@@ -82,7 +81,7 @@ impl Net {
         buf: &mut [u8],
         wait: Wait,
     ) -> Result<(usize, SocketAddrV4), NetError> {
-        self.wait(owner, wait, |st| {
+        self.wait(owner, (id, Interest::Read), wait, |st| {
             let socket = datagram(st, owner.pid, id)?;
             let Ok((payload, meta)) = socket.recv() else {
                 return Ok(None);
