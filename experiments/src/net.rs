@@ -18,7 +18,8 @@
 //!   (its seeded faults), against smoltcp's congestion control.
 //! * **A victim under a flood**: a Linux client's round trips to one VINO user's echo server,
 //!   alone and while eight Linux connections send as fast as they can to another VINO user's
-//!   port: the ratio of the victim's p50 and p99 under the flood to alone.
+//!   port: the ratio of the victim's p50 and p99 under the flood to alone. Its floor: the same
+//!   flood and round trips with Linux's own stack serving both ports over the veth.
 //!
 //! Each figure is the median of the rounds; the ratios are taken within a round.
 
@@ -555,6 +556,11 @@ fn linux_to_linux(bed: &Bed, conns: usize, secs: f64, port: u16) -> Result<f64> 
     Ok(mbit(bytes, last - start))
 }
 
+/// How long a flood sends: long enough to outlast the victim's round trips under it.
+fn flood_secs(secs: f64) -> f64 {
+    secs.max(0.5) * 4.0
+}
+
 /// One figure: megabits a second, p50 and p99 in microseconds (each where it applies).
 type Figure = (Option<f64>, Option<f64>, Option<f64>);
 
@@ -599,9 +605,8 @@ fn round(bed: &Bed, opts: &NetOptions, r: usize, p: &mut dyn FnMut(&str)) -> Res
             let echo = vino_echo(&net, 1002, port + 30, stop.clone())?;
             let victim = SocketAddrV4::new(VINO, port + 30);
             let alone = percentiles(linux_round_trips(&bed.peer, victim, opts.round_trips)?);
-            let flood_secs = secs.max(0.5) * 4.0;
             let sink = vino_sink(&net, 1001, port + 31, 8)?;
-            let flood = linux_senders(&bed.peer, SocketAddrV4::new(VINO, port + 31), 8, flood_secs)?;
+            let flood = linux_senders(&bed.peer, SocketAddrV4::new(VINO, port + 31), 8, flood_secs(secs))?;
             thread::sleep(Duration::from_millis(100));
             let before = net.demux_stats().unwrap_or_default();
             let under = percentiles(linux_round_trips(&bed.peer, victim, opts.round_trips)?);
@@ -643,6 +648,31 @@ fn round(bed: &Bed, opts: &NetOptions, r: usize, p: &mut dyn FnMut(&str)) -> Res
         opts.round_trips,
     )?);
     put("round trip", "Linux to Linux (veth)", (None, Some(p50), Some(p99)));
+
+    // The victim's floor: the same flood and the same round trips with Linux's stack serving
+    // both ports (over the veth), its sink's and echo server's threads as many as VINO's. On a
+    // machine where the flood's own senders run beside the servers, this is what the machine's
+    // CPUs leave any stack's victim.
+    p(&format!("round {}: a Linux victim under a flood", r + 1));
+    let victim = SocketAddrV4::new(VETH_B, base + 80);
+    linux_echo(&bed.b, victim)?;
+    let alone = percentiles(linux_round_trips(&bed.a, victim, opts.round_trips)?);
+    let sink = linux_sink(&bed.b, SocketAddrV4::new(VETH_B, base + 81), 8)?;
+    let flood = linux_senders(&bed.a, SocketAddrV4::new(VETH_B, base + 81), 8, flood_secs(secs))?;
+    thread::sleep(Duration::from_millis(100));
+    let under = percentiles(linux_round_trips(&bed.a, victim, opts.round_trips)?);
+    join(flood)??;
+    join(sink)??;
+    put(
+        "victim round trip, alone",
+        "Linux to Linux (veth)",
+        (None, Some(alone.0), Some(alone.1)),
+    );
+    put(
+        "victim round trip, another user flooded",
+        "Linux to Linux (veth)",
+        (None, Some(under.0), Some(under.1)),
+    );
     Ok((f, batched))
 }
 
@@ -698,7 +728,9 @@ pub fn run(opts: &NetOptions, p: &mut dyn FnMut(&str)) -> Result<NetReport> {
     };
     let victim = ("victim round trip, another user flooded", "VINO");
     let alone = ("victim round trip, alone", "VINO");
-    let goals = vec![
+    let linux_victim = ("victim round trip, another user flooded", "Linux to Linux (veth)");
+    let linux_alone = ("victim round trip, alone", "Linux to Linux (veth)");
+    let mut goals = vec![
         at_least_half(
             "VINO to Linux, 1 connection / raw pump out",
             ratio(("to Linux, 1 connection", "VINO"), ("to Linux", "raw pump"), |v| v.0),
@@ -725,19 +757,27 @@ pub fn run(opts: &NetOptions, p: &mut dyn FnMut(&str)) -> Result<NetReport> {
                 |v| v.0,
             ),
         ),
-        reported(
-            "victim p50: another user flooded / alone",
-            ratio(victim, alone, |v| v.1),
-        ),
-        reported(
-            "victim p99: another user flooded / alone",
-            ratio(victim, alone, |v| v.2),
-        ),
-        reported(
-            "the flood's packets dropped at its target's queue / sorted",
-            ratio(("flood: dropped", "VINO"), ("flood: sorted", "VINO"), |v| v.0),
-        ),
     ];
+    // The victim's round trips under the flood over alone, VINO's and its floor's.
+    let pick_p50: fn(&Figure) -> Option<f64> = |v| v.1;
+    let pick_p99: fn(&Figure) -> Option<f64> = |v| v.2;
+    for (who, flooded, alone) in [
+        ("victim", victim, alone),
+        ("Linux's victim (veth)", linux_victim, linux_alone),
+    ] {
+        for (p, pick) in [("p50", pick_p50), ("p99", pick_p99)] {
+            let what = format!("{who} {p}: another user flooded / alone");
+            goals.push(reported(&what, ratio(flooded, alone, pick)));
+        }
+    }
+    goals.push(reported(
+        "victim p99 under the flood: VINO / Linux (veth)",
+        ratio(victim, linux_victim, pick_p99),
+    ));
+    goals.push(reported(
+        "the flood's packets dropped at its target's queue / sorted",
+        ratio(("flood: dropped", "VINO"), ("flood: sorted", "VINO"), |v| v.0),
+    ));
     let report = NetReport {
         mtu: MTU,
         seconds: opts.seconds,
