@@ -429,3 +429,41 @@ fn nodelay_sends_a_small_segment_without_waiting_for_the_acknowledgement() {
         "a UDP socket has no such option"
     );
 }
+
+/// Blocked calls are woken by their own socket: two callers blocked in accept on one listener
+/// both get a connection, a reader blocked on each gets what was sent on it, and a reader
+/// timing out again and again on a quiet connection sees nothing of the other's traffic.
+#[test]
+fn blocked_calls_are_woken_by_their_own_sockets() {
+    let accounts = Accounts::new(LimitsConfig::default());
+    let net = Arc::new(Net::new(NetConfig::default()));
+    let server = owner(&accounts, 1, 1000);
+    let client = owner(&accounts, 2, 1001);
+    let l = net.tcp_listen(&server, 7300, 2).unwrap();
+    let acceptors: Vec<_> = (0..2)
+        .map(|_| {
+            let (net, server) = (net.clone(), server.clone());
+            thread::spawn(move || {
+                let (c, _) = net.accept(&server, l, PATIENCE).unwrap();
+                let mut buf = [0u8; 16];
+                let n = net.recv(&server, c, &mut buf, PATIENCE).unwrap();
+                buf[..n].to_vec()
+            })
+        })
+        .collect();
+    let quiet = net.tcp_connect(&client, at(7300), PATIENCE).unwrap();
+    let busy = net.tcp_connect(&client, at(7300), PATIENCE).unwrap();
+    net.send_all(&client, busy, b"busy", PATIENCE).unwrap();
+    // The reader of the quiet connection times out while the other one is served.
+    for _ in 0..20 {
+        let mut buf = [0u8; 4];
+        match net.recv(&client, quiet, &mut buf, Wait::For(Duration::from_millis(2))) {
+            Err(NetError::TimedOut) => {}
+            other => panic!("a quiet connection's read gave {other:?}"),
+        }
+    }
+    net.send_all(&client, quiet, b"quiet", PATIENCE).unwrap();
+    let mut got: Vec<Vec<u8>> = acceptors.into_iter().map(|a| a.join().unwrap()).collect();
+    got.sort();
+    assert_eq!(got, vec![b"busy".to_vec(), b"quiet".to_vec()]);
+}
