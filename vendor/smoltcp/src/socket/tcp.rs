@@ -154,7 +154,10 @@ const RTTE_K: u32 = 4;
 
 // RFC 6298 (2.4): Whenever RTO is computed, if it is less than 1 second, then the
 // RTO SHOULD be rounded up to 1 second.
-const RTTE_MIN_RTO: u32 = 1000;
+// VINO change: 200 ms, Linux's floor (TCP_RTO_MIN). Without selective acknowledgements a
+// second loss in one window waits for the timer, and at 1 s every such loss stalled a
+// connection five times longer than the Linux peer's own losses.
+const RTTE_MIN_RTO: u32 = 200;
 
 // RFC 6298 (2.5) A maximum value MAY be placed on RTO provided it is at least 60
 // seconds
@@ -2119,7 +2122,11 @@ impl<'a> Socket<'a> {
             _ => self.remote_win_scale.unwrap_or(0),
         };
         let new_remote_win_len = (repr.window_len as usize) << (scale as usize);
-        let is_window_update = new_remote_win_len != self.remote_win_len;
+        // VINO change: only a window that shrank makes an ACK no duplicate. A receiver whose
+        // buffer grows as it reads (Linux's autotuning) opens its window on the very ACKs that
+        // report a hole; counted as updates, they never made three duplicates, and every lost
+        // segment waited for the retransmission timer (at least 1 s).
+        let is_window_update = new_remote_win_len < self.remote_win_len;
         self.remote_win_len = new_remote_win_len;
 
         self.congestion_controller
@@ -7213,14 +7220,26 @@ mod test {
 
         assert_eq!(s.local_rx_dup_acks, 2, "duplicate ACK counter is not set");
 
-        // This packet has a window update, hence should not be detected
-        // as a duplicate ACK and should reset the duplicate ACK count
+        // VINO change: a window that grew still makes a duplicate (a receiver growing its
+        // buffer opens its window on the ACKs that report a hole)...
         send!(
             s,
             TcpRepr {
                 seq_number: REMOTE_SEQ + 1,
                 ack_number: Some(LOCAL_SEQ + 1),
                 window_len: 400,
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.local_rx_dup_acks, 3, "an ACK opening the window is not counted");
+
+        // ...one that shrank is a window update: it is no duplicate and resets the count.
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                window_len: 200,
                 ..SEND_TEMPL
             }
         );
