@@ -838,9 +838,9 @@ impl Net {
             Wait::No => None,
             Wait::For(d) => Some(clock.deadline_in(d)),
         };
-        let parker = Arc::new(Parker::default());
-        let waker = Waker::from(parker.clone());
-        let mut watched = false;
+        // Made only when the call must wait: most calls (every call of a VINO process, which
+        // waits through `poll_ready`) never do.
+        let mut parked: Option<(Arc<Parker>, Waker)> = None;
         // Tries again at once after a run that took the caller's packets (they may be what it
         // waits for), a few times before it waits for others.
         let mut again = 4;
@@ -854,16 +854,20 @@ impl Net {
                 Ok(None) => match deadline {
                     None => break Err(NetError::WouldBlock),
                     Some(at) => {
-                        if let Err(e) = st.watch(owner.pid, on.0, on.1, &waker) {
+                        let (parker, waker) = parked.get_or_insert_with(|| {
+                            let parker = Arc::new(Parker::default());
+                            let waker = Waker::from(parker.clone());
+                            (parker, waker)
+                        });
+                        if let Err(e) = st.watch(owner.pid, on.0, on.1, waker) {
                             break Err(e);
                         }
-                        watched = true;
                         // A wake missed would cost at most one recheck's time.
                         let nap = at.min(clock.deadline_in(RECHECK));
                         if !parker.woken.swap(false, Ordering::AcqRel) {
                             clock.wait_until(&parker.ready, &mut st, nap);
+                            parker.woken.store(false, Ordering::Release);
                         }
-                        parker.woken.store(false, Ordering::Release);
                         if clock.passed(at) {
                             break Err(NetError::TimedOut);
                         }
@@ -873,8 +877,10 @@ impl Net {
         };
         // Not left in the socket's list for its next wake: a caller timing out again and
         // again on a quiet socket would otherwise grow it by one each time.
-        if watched && let Some(entry) = st.entries.get(&on.0) {
-            entry.waiters.forget(&waker);
+        if let Some((_, waker)) = &parked
+            && let Some(entry) = st.entries.get(&on.0)
+        {
+            entry.waiters.forget(waker);
         }
         // Handed to the next in line: a reader of a flood calls again at once and would
         // otherwise take the lock back before the others it woke (another user's among them).

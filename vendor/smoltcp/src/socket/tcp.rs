@@ -2126,7 +2126,7 @@ impl<'a> Socket<'a> {
         // buffer grows as it reads (Linux's autotuning) opens its window on the very ACKs that
         // report a hole; counted as updates, they never made three duplicates, and every lost
         // segment waited for the retransmission timer (at least 1 s).
-        let is_window_update = new_remote_win_len < self.remote_win_len;
+        let window_shrank = new_remote_win_len < self.remote_win_len;
         self.remote_win_len = new_remote_win_len;
 
         self.congestion_controller
@@ -2160,7 +2160,7 @@ impl<'a> Socket<'a> {
                     if repr.payload.is_empty()
                         && last_rx_ack == ack_number
                         && ack_number < self.remote_last_seq
-                        && !is_window_update =>
+                        && !window_shrank =>
                 {
                     // Increment duplicate ACK count
                     self.local_rx_dup_acks = self.local_rx_dup_acks.saturating_add(1);
